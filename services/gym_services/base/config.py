@@ -1,0 +1,145 @@
+"""Typed server configuration, loaded from YAML and then the environment.
+
+Environment variables win over the file, so a Kubernetes Secret can inject the
+control token and the session secret without writing them into a ConfigMap:
+
+- ``GYMCKPT_CONTROL_TOKEN``   -> ``checkpoint.control_token``
+- ``GYMCKPT_SESSION_SECRET``  -> ``session_secret``
+- ``GYMCKPT_PARTICIPANT_ID``  -> ``checkpoint.participant_id``
+- ``GYMCKPT__A__B=value``     -> ``a.b`` (value parsed as YAML), for any other field
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+C = TypeVar("C", bound="ServerConfig")
+
+ENV_SHORTCUTS: dict[str, tuple[str, ...]] = {
+    "GYMCKPT_CONTROL_TOKEN": ("checkpoint", "control_token"),
+    "GYMCKPT_SESSION_SECRET": ("session_secret",),
+    "GYMCKPT_PARTICIPANT_ID": ("checkpoint", "participant_id"),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot start a server; the message says which field."""
+
+
+class StorageConfig(BaseModel):
+    """How this server reaches checkpoint storage (the location itself comes with each commit)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint_url: str | None = Field(default=None, description="S3 endpoint; AWS_ENDPOINT_URL otherwise")
+    region: str | None = Field(default=None, description="S3 region; AWS_REGION/AWS_DEFAULT_REGION otherwise")
+    max_concurrency: int = Field(default=16, ge=1, le=256, description="parallel record reads/writes")
+
+
+class CheckpointConfig(BaseModel):
+    """The control plane's settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    control_token: SecretStr | None = None
+    participant_id: str | None = Field(default=None, description="stable id; the server name when unset")
+    lease_check_interval_s: float = Field(default=0.2, gt=0, le=10)
+    poll_interval_s: float = Field(default=0.005, gt=0, le=1, description="prepare's wait-for-boundary poll")
+
+
+class ServerConfig(BaseModel):
+    """Fields every server has; each server subclasses it with its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    session_secret: SecretStr | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    @property
+    def participant_id(self) -> str:
+        return self.checkpoint.participant_id or self.name
+
+    def require_secrets(self) -> None:
+        """Refuse to start a checkpointing server without its deployment secrets."""
+        if not self.checkpoint.enabled:
+            return
+        missing = []
+        if self.checkpoint.control_token is None or not self.checkpoint.control_token.get_secret_value():
+            missing.append("checkpoint.control_token (or GYMCKPT_CONTROL_TOKEN)")
+        if self.session_secret is None or len(self.session_secret.get_secret_value()) < 16:
+            missing.append("session_secret of at least 16 characters (or GYMCKPT_SESSION_SECRET)")
+        if missing:
+            raise ConfigError(f"server {self.name!r} needs " + " and ".join(missing))
+
+
+def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[path[-1]] = value
+
+
+def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, path in ENV_SHORTCUTS.items():
+        if env.get(name):
+            _set_path(out, path, env[name])
+    for name, raw in env.items():
+        if name.startswith("GYMCKPT__") and len(name) > len("GYMCKPT__"):
+            path = tuple(part.lower() for part in name[len("GYMCKPT__") :].split("__") if part)
+            if path:
+                _set_path(out, path, yaml.safe_load(raw))
+    return out
+
+
+def load_config(
+    cls: type[C],
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> C:
+    """Defaults, then the file, then environment, then explicit overrides (e.g. ``--port``), validated."""
+    data: dict[str, Any] = dict(defaults or {})
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path} must be a mapping, got {type(loaded).__name__}")
+        data = deep_merge(data, loaded)
+    data = deep_merge(data, env_overrides(os.environ if env is None else env))
+    if overrides:
+        data = deep_merge(data, overrides)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
+        raise ConfigError(f"invalid {cls.__name__}: " + "; ".join(lines)) from None

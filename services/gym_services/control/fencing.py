@@ -1,0 +1,43 @@
+"""Attempt fencing: the highest attempt seen per rollout wins (DESIGN §4)."""
+
+from __future__ import annotations
+
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+
+
+class AttemptFence:
+    """Remembers the highest attempt per rollout; older attempts are refused and change nothing."""
+
+    def __init__(self) -> None:
+        self._highest: dict[str, int] = {}
+
+    def highest(self, rollout_id: str) -> int | None:
+        return self._highest.get(rollout_id)
+
+    def check(self, identity: RolloutIdentity) -> None:
+        """Raise ``409 stale_attempt`` for a call from an older attempt; records nothing."""
+        highest = self._highest.get(identity.rollout_id)
+        if highest is not None and identity.attempt < highest:
+            raise ApiError(
+                "stale_attempt",
+                f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {highest} is current",
+                details={"rollout_id": identity.rollout_id, "attempt": identity.attempt, "current": highest},
+            )
+
+    def observe(self, identity: RolloutIdentity) -> None:
+        """Check, then remember the attempt if it is newer."""
+        self.check(identity)
+        if identity.attempt > self._highest.get(identity.rollout_id, -1):
+            self._highest[identity.rollout_id] = identity.attempt
+
+    def advance(self, rollout_id: str, attempt: int) -> None:
+        """Make ``attempt`` the oldest one still accepted (restore, retire)."""
+        if attempt > self._highest.get(rollout_id, -1):
+            self._highest[rollout_id] = attempt
+
+    def forget(self, rollout_id: str) -> None:
+        self._highest.pop(rollout_id, None)
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self._highest)

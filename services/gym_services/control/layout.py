@@ -1,0 +1,23 @@
+"""Where checkpoint files live under a location (DESIGN §7)."""
+
+from __future__ import annotations
+
+
+def checkpoint_prefix(checkpoint_id: str) -> str:
+    return f"checkpoints/{checkpoint_id}"
+
+
+def participant_prefix(checkpoint_id: str, participant_id: str) -> str:
+    return f"{checkpoint_prefix(checkpoint_id)}/participants/{participant_id}"
+
+
+def record_key(checkpoint_id: str, participant_id: str, key: str) -> str:
+    return f"{participant_prefix(checkpoint_id, participant_id)}/records/{key}"
+
+
+def participant_manifest_key(checkpoint_id: str, participant_id: str) -> str:
+    return f"{participant_prefix(checkpoint_id, participant_id)}/manifest.json"
+
+
+def global_manifest_key(checkpoint_id: str) -> str:
+    return f"{checkpoint_prefix(checkpoint_id)}/manifest.json"

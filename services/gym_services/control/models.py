@@ -1,0 +1,180 @@
+"""Wire formats of the control plane and the checkpoint files (DESIGN §5, §7)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+RECORD_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$"
+
+Role = Literal["controller", "environment", "model", "agent", "resources"]
+CheckpointMode = Literal["restart_only", "exported", "stateless"]
+VerifyMode = Literal["wait", "replay"]
+Phase = Literal["fresh", "open", "preparing", "prepared", "blocked", "committed", "restoring", "restored"]
+
+#: prepare order (DESIGN §8); resume runs it backwards.
+ROLE_ORDER: tuple[Role, ...] = ("controller", "environment", "model", "agent", "resources")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Blocker(BaseModel):
+    """Why a participant could not reach a boundary."""
+
+    kind: str
+    id: str
+    detail: str = ""
+
+
+# --- requests --------------------------------------------------------------------
+
+
+class PrepareRequest(_Strict):
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
+    deadline_s: float = Field(gt=0, le=3600, description="seconds from now to reach a boundary")
+    lease_s: float = Field(default=30.0, gt=0, le=3600, description="pause ends by itself unless renewed")
+
+
+class CommitRequest(_Strict):
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
+    location: str = Field(min_length=1)
+    episodes: list[str] | None = Field(default=None, description="rollouts the controller continues; all when null")
+
+
+class CheckpointRef(_Strict):
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
+
+
+class RestoreRequest(_Strict):
+    checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
+    location: str = Field(min_length=1)
+    manifest_key: str = Field(min_length=1)
+    manifest_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    lease_s: float = Field(default=30.0, gt=0, le=3600)
+
+
+class RetireRequest(_Strict):
+    rollout_id: str = Field(min_length=1)
+    attempt: int = Field(ge=0)
+
+
+# --- responses -------------------------------------------------------------------
+
+
+class PrepareResponse(BaseModel):
+    checkpoint_id: str
+    participant_id: str
+    role: Role
+    status: Literal["prepared", "blocked"]
+    blockers: list[Blocker] = Field(default_factory=list)
+    waited_s: float = 0.0
+
+
+class CommitResponse(BaseModel):
+    checkpoint_id: str
+    participant_id: str
+    role: Role
+    manifest_key: str
+    manifest_sha256: str
+    manifest_size: int
+    records: int
+    bytes: int
+    episodes: list[str] = Field(default_factory=list, description="rollouts with records here")
+    duration_s: float = 0.0
+
+
+class RestoreResponse(BaseModel):
+    checkpoint_id: str
+    participant_id: str
+    role: Role
+    records: int
+    bytes: int
+    episodes: dict[str, int] = Field(default_factory=dict, description="rollout id -> attempt now in force")
+    duration_s: float = 0.0
+
+
+class PhaseResponse(BaseModel):
+    checkpoint_id: str | None
+    participant_id: str
+    role: Role
+    phase: Phase
+    detail: str = ""
+
+
+class RetireResponse(BaseModel):
+    rollout_id: str
+    attempt: int
+    participant_id: str
+    retired: bool
+
+
+class StatusResponse(BaseModel):
+    participant_id: str
+    server: str
+    role: Role
+    checkpoint_mode: CheckpointMode
+    checkpoint_verify: VerifyMode
+    phase: Phase
+    checkpoint_id: str | None
+    lease_remaining_s: float | None
+    admission_open: bool
+    inflight: int
+    live: dict[str, Any]
+    blockers: list[Blocker]
+    last_event: str | None = None
+
+
+# --- files -----------------------------------------------------------------------
+
+
+class RecordEntry(_Strict):
+    key: str = Field(pattern=RECORD_KEY_PATTERN)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    rollout_id: str | None = None
+    attempt: int | None = Field(default=None, ge=0)
+
+
+class ParticipantManifest(_Strict):
+    """Written after the participant's records; lists them with digests."""
+
+    schema_version: int
+    kind: Literal["gym-checkpoint/participant-manifest"] = "gym-checkpoint/participant-manifest"
+    checkpoint_id: str
+    participant_id: str
+    server: str
+    role: Role
+    checkpoint_mode: CheckpointMode
+    checkpoint_verify: VerifyMode
+    created_at: float
+    records: list[RecordEntry]
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class ManifestParticipant(_Strict):
+    participant_id: str
+    role: Role
+    manifest_key: str
+    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    manifest_size: int = Field(ge=0)
+    records: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+class GlobalManifest(_Strict):
+    """Written last by the coordinator with a conditional put: its presence is the commit."""
+
+    schema_version: int
+    kind: Literal["gym-checkpoint/checkpoint-manifest"] = "gym-checkpoint/checkpoint-manifest"
+    checkpoint_id: str
+    created_at: float
+    participants: list[ManifestParticipant]
+    episodes: list[str] | None = None
+    controller: dict[str, Any] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    bytes: int = 0

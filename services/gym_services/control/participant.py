@@ -1,0 +1,107 @@
+"""The interface each server implements to take part in a checkpoint (DESIGN §5, §6).
+
+The control plane owns phases, admission, fencing, the lease and storage; a
+participant only answers the questions that depend on what the server holds:
+what still blocks prepare, which records describe its state, how to validate and
+install records, and how to drop one attempt of a rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
+
+
+class InvalidState(ValueError):
+    """Restored records that cannot be installed; the control plane answers 422 invalid_state."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One exported unit of state: a session, an episode, a shared base."""
+
+    key: str
+    data: bytes
+    rollout_id: str | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class RestoredRecord:
+    """A record read back and verified against its digest."""
+
+    key: str
+    data: bytes
+    rollout_id: str | None
+    attempt: int | None
+
+    @property
+    def new_attempt(self) -> int | None:
+        """Restored episodes continue as attempt + 1."""
+        return None if self.attempt is None else self.attempt + 1
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which rollouts a commit keeps: ``episodes=None`` keeps everything."""
+
+    episodes: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, episodes: Iterable[str] | None) -> Scope:
+        return cls(None if episodes is None else frozenset(episodes))
+
+    def includes(self, rollout_id: str | None) -> bool:
+        return self.episodes is None or rollout_id is None or rollout_id in self.episodes
+
+
+class Participant:
+    """Default participant: no state, nothing blocks. Servers override what they hold."""
+
+    role: ClassVar[Role]
+    checkpoint_mode: ClassVar[CheckpointMode] = "exported"
+    checkpoint_verify: ClassVar[VerifyMode] = "wait"
+
+    async def prepare(self, checkpoint_id: str) -> None:
+        """Admission just closed: start moving in-flight work to a boundary (cut, park, ...)."""
+
+    def blockers(self) -> list[Blocker]:
+        """What still keeps this server from a consistent boundary; polled until empty or the deadline."""
+        return []
+
+    async def export(self, scope: Scope) -> list[Record]:
+        """The records of everything in ``scope``; runs while admission is closed."""
+        return []
+
+    async def release_out_of_scope(self, scope: Scope) -> None:
+        """Free restored state that the commit's scope leaves out."""
+
+    async def validate(self, records: list[RestoredRecord]) -> Any:
+        """Check every record and build what :meth:`install` needs; must change nothing."""
+        if records:
+            raise InvalidState(f"{type(self).__name__} keeps no state but got {len(records)} records")
+        return None
+
+    async def install(self, validated: Any) -> None:
+        """Install what :meth:`validate` built; must not fail half-way."""
+
+    async def uninstall(self, validated: Any) -> None:
+        """Undo :meth:`install` when the restore is aborted, so nothing stays installed."""
+
+    async def resume(self) -> None:
+        """The checkpoint is over: deliver held work, let parked work continue."""
+
+    async def abort(self) -> None:
+        """The checkpoint was abandoned; by default the same as resume."""
+        await self.resume()
+
+    async def retire(self, rollout_id: str, attempt: int) -> bool:
+        """Stop that attempt's work, wait for it, free its state; True when something was dropped."""
+        return False
+
+    def live(self) -> dict[str, Any]:
+        """Counts for ``status`` (sessions, episodes, held responses, ...)."""
+        return {}

@@ -1,0 +1,445 @@
+"""The checkpoint control plane of one server: phases, admission, fencing, lease, storage.
+
+Phases (DESIGN §5): ``open -> preparing -> prepared|blocked -> committed -> open`` (resume)
+or ``-> open`` (abort); a fresh process: ``fresh -> restoring -> restored -> open``.
+Every verb is idempotent for the same checkpoint id: a repeat returns the first answer
+(or waits for the first call still running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from gym_services.base.config import ServerConfig
+from gym_services.base.errors import ApiError
+from gym_services.base.logs import get_logger
+from gym_services.base.metrics import Metrics
+from gym_services.control.admission import Admission, PolicyResolver
+from gym_services.control.fencing import AttemptFence
+from gym_services.control.models import (
+    Blocker,
+    CheckpointRef,
+    CommitRequest,
+    CommitResponse,
+    Phase,
+    PhaseResponse,
+    PrepareRequest,
+    PrepareResponse,
+    RestoreRequest,
+    RestoreResponse,
+    RetireRequest,
+    RetireResponse,
+    StatusResponse,
+)
+from gym_services.control.participant import InvalidState, Participant, Scope
+from gym_services.control.records import (
+    IncompleteCheckpoint,
+    read_participant_checkpoint,
+    sha256,
+    write_participant_checkpoint,
+)
+from gym_services.control.storage import Storage, StorageError, open_storage
+
+T = TypeVar("T")
+log = get_logger("control")
+OPEN_PHASES: frozenset[Phase] = frozenset({"fresh", "open"})
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        config: ServerConfig,
+        participant: Participant,
+        resolve: PolicyResolver,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.server = config.name
+        self.participant_id = config.participant_id
+        self.participant = participant
+        self.role = participant.role
+        self.metrics = metrics
+        self.admission = Admission(resolve)
+        self.fence = AttemptFence()
+        self.phase: Phase = "fresh"
+        self.checkpoint_id: str | None = None
+        self.lease_deadline: float | None = None
+        self.last_event: str | None = None
+        self._ops: dict[tuple[str, str], asyncio.Task] = {}
+        self._closed: dict[str, tuple[str, PhaseResponse]] = {}
+        self._restored: Any = None
+        self._phase_before_restore: Phase = "fresh"
+        self._storages: dict[str, Storage] = {}
+        self._pool = ThreadPoolExecutor(
+            max_workers=config.storage.max_concurrency, thread_name_prefix=f"storage-{self.server}"
+        )
+        self._lease_task: asyncio.Task | None = None
+        metrics.track_live(self.participant.live)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._lease_task = asyncio.create_task(self._watch_lease(), name=f"lease-{self.server}")
+
+    async def stop(self) -> None:
+        if self._lease_task:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
+        for task in self._ops.values():
+            task.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def _set_phase(self, phase: Phase, event: str) -> None:
+        self.phase = phase
+        self.admission.is_open = phase in OPEN_PHASES
+        self.metrics.admission_open.set(1 if self.admission.is_open else 0)
+        self.last_event = event
+        log.info(event, extra={"phase": phase, "checkpoint_id": self.checkpoint_id})
+
+    def storage(self, location: str) -> Storage:
+        if location not in self._storages:
+            try:
+                self._storages[location] = open_storage(location, self.config.storage)
+            except StorageError as exc:
+                raise ApiError("bad_request", str(exc)) from None
+        return self._storages[location]
+
+    def _renew(self, lease_s: float | None = None) -> None:
+        self._lease_s = lease_s if lease_s is not None else getattr(self, "_lease_s", 30.0)
+        self.lease_deadline = time.monotonic() + self._lease_s
+
+    def _phase_response(self, detail: str = "") -> PhaseResponse:
+        return PhaseResponse(
+            checkpoint_id=self.checkpoint_id,
+            participant_id=self.participant_id,
+            role=self.role,
+            phase=self.phase,
+            detail=detail,
+        )
+
+    def _require_open_checkpoint(self, checkpoint_id: str) -> None:
+        if self.checkpoint_id is None:
+            raise ApiError("unknown_checkpoint", f"no checkpoint is open on {self.participant_id}")
+        if checkpoint_id != self.checkpoint_id:
+            raise ApiError(
+                "unknown_checkpoint",
+                f"checkpoint {checkpoint_id} is not the open one ({self.checkpoint_id}) on {self.participant_id}",
+            )
+
+    async def _once(self, verb: str, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` once per (verb, id); repeats wait for and return the same answer."""
+        key = (verb, checkpoint_id)
+        task = self._ops.get(key)
+        if task is None:
+            task = asyncio.create_task(self._timed(verb, work), name=f"{verb}-{checkpoint_id}")
+            self._ops[key] = task
+            task.add_done_callback(lambda t: self._forget_failed(key, t))
+        return await asyncio.shield(task)
+
+    def _forget_failed(self, key: tuple[str, str], task: asyncio.Task) -> None:
+        if (task.cancelled() or task.exception() is not None) and self._ops.get(key) is task:
+            del self._ops[key]  # a failed verb may be retried
+
+    async def _timed(self, verb: str, work: Callable[[], Awaitable[T]]) -> T:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await work()
+            outcome = getattr(result, "status", "ok")
+            return result
+        finally:
+            self.metrics.phase_seconds.labels(verb=verb, outcome=outcome).observe(time.perf_counter() - started)
+
+    def _close(self, verb: str, event: str, phase: Phase) -> PhaseResponse:
+        """End the open checkpoint: admission reopens, per-checkpoint answers are dropped."""
+        checkpoint_id = self.checkpoint_id
+        assert checkpoint_id is not None
+        self.checkpoint_id = None
+        self._set_phase(phase, event)
+        self.lease_deadline = None
+        self._restored = None
+        response = PhaseResponse(
+            checkpoint_id=checkpoint_id, participant_id=self.participant_id, role=self.role, phase=self.phase, detail=event
+        )
+        self._closed[checkpoint_id] = (verb, response)
+        current = asyncio.current_task()
+        for key in [k for k in self._ops if k[1] == checkpoint_id]:
+            task = self._ops.pop(key)
+            if not task.done() and task is not current:
+                task.cancel()
+        return response
+
+    # --- verbs -----------------------------------------------------------------------
+
+    def status(self) -> StatusResponse:
+        remaining = None if self.lease_deadline is None else max(0.0, self.lease_deadline - time.monotonic())
+        return StatusResponse(
+            participant_id=self.participant_id,
+            server=self.server,
+            role=self.role,
+            checkpoint_mode=self.participant.checkpoint_mode,
+            checkpoint_verify=self.participant.checkpoint_verify,
+            phase=self.phase,
+            checkpoint_id=self.checkpoint_id,
+            lease_remaining_s=remaining,
+            admission_open=self.admission.is_open,
+            inflight=len(self.admission.inflight),
+            live=self.participant.live(),
+            blockers=self.current_blockers(),
+            last_event=self.last_event,
+        )
+
+    def current_blockers(self) -> list[Blocker]:
+        return self.admission.blocking() + self.participant.blockers()
+
+    async def prepare(self, req: PrepareRequest) -> PrepareResponse:
+        cid = req.checkpoint_id
+        if ("prepare", cid) in self._ops:
+            return await self._once("prepare", cid, self._never)
+        if self.checkpoint_id is not None:
+            raise ApiError(
+                "checkpoint_busy",
+                f"checkpoint {self.checkpoint_id} is open on {self.participant_id} (phase {self.phase}); "
+                f"cannot prepare {cid}",
+                details={"open_checkpoint_id": self.checkpoint_id, "phase": self.phase},
+            )
+        self._closed.pop(cid, None)
+        self.checkpoint_id = cid
+        self._renew(req.lease_s)
+        self._set_phase("preparing", f"prepare {cid}: admission closed")
+        return await self._once("prepare", cid, lambda: self._run_prepare(req))
+
+    async def _never(self) -> Any:  # pragma: no cover - only reached if an op vanished
+        raise ApiError("unknown_checkpoint", "operation is gone")
+
+    async def _run_prepare(self, req: PrepareRequest) -> PrepareResponse:
+        cid = req.checkpoint_id
+        started = time.monotonic()
+        deadline = started + req.deadline_s
+        await self.participant.prepare(cid)
+        poll = self.config.checkpoint.poll_interval_s
+        while True:
+            if self.checkpoint_id != cid:
+                raise ApiError("unknown_checkpoint", f"checkpoint {cid} was aborted while preparing")
+            blockers = self.current_blockers()
+            now = time.monotonic()
+            if not blockers or now >= deadline:
+                break
+            await asyncio.sleep(min(poll, max(0.0, deadline - now)))
+        status = "blocked" if blockers else "prepared"
+        self._set_phase(status, f"prepare {cid}: {status}" + (f" ({len(blockers)} blockers)" if blockers else ""))
+        return PrepareResponse(
+            checkpoint_id=cid,
+            participant_id=self.participant_id,
+            role=self.role,
+            status=status,
+            blockers=blockers,
+            waited_s=round(time.monotonic() - started, 6),
+        )
+
+    async def commit(self, req: CommitRequest) -> CommitResponse:
+        cid = req.checkpoint_id
+        if ("commit", cid) not in self._ops:
+            self._require_open_checkpoint(cid)
+            if self.phase != "prepared":
+                raise ApiError(
+                    "invalid_phase", f"commit needs a prepared checkpoint; {self.participant_id} is {self.phase}"
+                )
+        return await self._once("commit", cid, lambda: self._run_commit(req))
+
+    async def _run_commit(self, req: CommitRequest) -> CommitResponse:
+        started = time.perf_counter()
+        self._renew()
+        storage = self.storage(req.location)
+        scope = Scope.of(req.episodes)
+        try:
+            records = await self.participant.export(scope)
+        except InvalidState as exc:
+            raise ApiError("invalid_state", f"export for checkpoint {req.checkpoint_id} failed: {exc}") from None
+        records = [
+            r if r.attempt is not None or r.rollout_id is None
+            else type(r)(r.key, r.data, r.rollout_id, self.fence.highest(r.rollout_id) or 0)
+            for r in records
+        ]
+        try:
+            key, data = await write_participant_checkpoint(
+                storage,
+                self._pool,
+                checkpoint_id=req.checkpoint_id,
+                participant_id=self.participant_id,
+                server=self.server,
+                role=self.role,
+                mode=self.participant.checkpoint_mode,
+                verify=self.participant.checkpoint_verify,
+                records=records,
+            )
+        except StorageError as exc:
+            raise ApiError("internal", f"writing checkpoint {req.checkpoint_id} failed: {exc}", status=502) from None
+        await self.participant.release_out_of_scope(scope)
+        total = sum(len(r.data) for r in records)
+        self.metrics.records_written.inc(len(records))
+        self.metrics.bytes_written.inc(total)
+        self._renew()
+        self._set_phase("committed", f"commit {req.checkpoint_id}: {len(records)} records, {total} bytes")
+        return CommitResponse(
+            checkpoint_id=req.checkpoint_id,
+            participant_id=self.participant_id,
+            role=self.role,
+            manifest_key=key,
+            manifest_sha256=sha256(data),
+            manifest_size=len(data),
+            records=len(records),
+            bytes=total,
+            episodes=sorted({r.rollout_id for r in records if r.rollout_id}),
+            duration_s=round(time.perf_counter() - started, 6),
+        )
+
+    async def resume(self, req: CheckpointRef) -> PhaseResponse:
+        return await self._finish("resume", req.checkpoint_id)
+
+    async def abort(self, req: CheckpointRef) -> PhaseResponse:
+        return await self._finish("abort", req.checkpoint_id)
+
+    async def _finish(self, verb: str, cid: str) -> PhaseResponse:
+        if self.checkpoint_id is None and cid in self._closed:
+            return self._closed[cid][1]  # idempotent repeat
+        self._require_open_checkpoint(cid)
+        running = [t for (v, c), t in self._ops.items() if c == cid and v in ("commit", "restore") and not t.done()]
+        if running:
+            raise ApiError("checkpoint_busy", f"{verb} must wait: a {running[0].get_name()} is still running")
+        return await self._once(verb, cid, lambda: self._run_finish(verb, cid))
+
+    async def _run_finish(self, verb: str, cid: str) -> PhaseResponse:
+        restored = self.phase in ("restored", "restoring")
+        abandon = verb == "abort" or self.phase in ("preparing", "blocked")
+        if abandon and restored and self._restored is not None:
+            await self.participant.uninstall(self._restored)
+        if abandon:
+            await self.participant.abort()
+        else:
+            await self.participant.resume()
+        undone = restored and abandon
+        phase: Phase = self._phase_before_restore if undone else "open"
+        return self._close(verb, f"{verb} {cid}: admission open" + (" (restore undone)" if undone else ""), phase)
+
+    async def restore(self, req: RestoreRequest) -> RestoreResponse:
+        cid = req.checkpoint_id
+        if ("restore", cid) not in self._ops:
+            if self.checkpoint_id is not None:
+                raise ApiError(
+                    "checkpoint_busy", f"checkpoint {self.checkpoint_id} is open on {self.participant_id}; cannot restore"
+                )
+            if self.phase not in OPEN_PHASES:
+                raise ApiError("invalid_phase", f"{self.participant_id} cannot restore in phase {self.phase}")
+            self._closed.pop(cid, None)
+            self._phase_before_restore = self.phase
+            self.checkpoint_id = cid
+            self._renew(req.lease_s)
+            self._set_phase("restoring", f"restore {cid}: admission closed")
+        return await self._once("restore", cid, lambda: self._run_restore(req))
+
+    async def _run_restore(self, req: RestoreRequest) -> RestoreResponse:
+        started = time.perf_counter()
+        try:
+            storage = self.storage(req.location)
+            try:
+                manifest, records = await read_participant_checkpoint(
+                    storage, self._pool, req.manifest_key, req.manifest_sha256
+                )
+            except IncompleteCheckpoint as exc:
+                raise ApiError("unknown_checkpoint", f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
+            except StorageError as exc:
+                raise ApiError("internal", f"reading checkpoint {req.checkpoint_id} failed: {exc}", status=502) from None
+            if manifest.checkpoint_id != req.checkpoint_id:
+                raise InvalidState(f"manifest belongs to checkpoint {manifest.checkpoint_id}, not {req.checkpoint_id}")
+            if manifest.participant_id != self.participant_id or manifest.role != self.role:
+                raise InvalidState(
+                    f"manifest is for {manifest.role} {manifest.participant_id}, this is {self.role} {self.participant_id}"
+                )
+            validated = await self.participant.validate(records)
+        except InvalidState as exc:
+            self._abandon_restore(f"restore {req.checkpoint_id} refused: {exc}")
+            raise ApiError("invalid_state", str(exc)) from None
+        except BaseException:
+            self._abandon_restore(f"restore {req.checkpoint_id} failed")
+            raise
+        await self.participant.install(validated)
+        self._restored = validated
+        episodes: dict[str, int] = {}
+        for record in records:
+            if record.rollout_id is not None and record.new_attempt is not None:
+                self.fence.advance(record.rollout_id, record.new_attempt)
+                episodes[record.rollout_id] = max(episodes.get(record.rollout_id, 0), record.new_attempt)
+        total = sum(len(r.data) for r in records)
+        self.metrics.records_restored.inc(len(records))
+        self.metrics.bytes_restored.inc(total)
+        self._renew()
+        self._set_phase("restored", f"restore {req.checkpoint_id}: {len(records)} records installed")
+        return RestoreResponse(
+            checkpoint_id=req.checkpoint_id,
+            participant_id=self.participant_id,
+            role=self.role,
+            records=len(records),
+            bytes=total,
+            episodes=episodes,
+            duration_s=round(time.perf_counter() - started, 6),
+        )
+
+    def _abandon_restore(self, event: str) -> None:
+        """A failed restore installed nothing: go back to where we were."""
+        self.checkpoint_id = None
+        self.lease_deadline = None
+        self._set_phase(self._phase_before_restore, event)
+
+    async def lease(self, req: CheckpointRef) -> PhaseResponse:
+        self._require_open_checkpoint(req.checkpoint_id)
+        self._renew()
+        return self._phase_response("lease renewed")
+
+    async def retire(self, req: RetireRequest) -> RetireResponse:
+        if self.checkpoint_id is not None:
+            raise ApiError(
+                "checkpoint_busy", f"retire is refused while checkpoint {self.checkpoint_id} is open on {self.participant_id}"
+            )
+        retired = await self.participant.retire(req.rollout_id, req.attempt)
+        self.fence.advance(req.rollout_id, req.attempt + 1)
+        log.info("retired", extra={"rollout_id": req.rollout_id, "attempt": req.attempt, "dropped": retired})
+        return RetireResponse(
+            rollout_id=req.rollout_id, attempt=req.attempt, participant_id=self.participant_id, retired=retired
+        )
+
+    # --- lease -----------------------------------------------------------------------
+
+    async def _watch_lease(self) -> None:
+        interval = self.config.checkpoint.lease_check_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._expire_if_due()
+            except Exception:  # noqa: BLE001 - the watcher must survive to guard the next checkpoint
+                log.exception("lease expiry handling failed")
+
+    async def _expire_if_due(self) -> None:
+        if self.checkpoint_id is None or self.lease_deadline is None:
+            return
+        if time.monotonic() < self.lease_deadline:
+            return
+        cid = self.checkpoint_id
+        busy = any(c == cid and v in ("commit", "restore") and not t.done() for (v, c), t in self._ops.items())
+        if busy:
+            return  # bounded work in progress; expire once it ends
+        log.warning("lease expired: aborting checkpoint by itself", extra={"checkpoint_id": cid, "phase": self.phase})
+        self.metrics.lease_expiries.inc()
+        prepare = self._ops.get(("prepare", cid))
+        if prepare is not None and not prepare.done():
+            prepare.cancel()
+        await self._run_finish("abort", cid)
+        self.last_event = f"lease expired: checkpoint {cid} aborted, admission open"

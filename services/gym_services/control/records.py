@@ -1,0 +1,153 @@
+"""Writing a participant's records then its manifest, and reading them back verified."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from pydantic import ValidationError
+
+from gym_services.control import layout
+from gym_services.control.models import (
+    RECORD_KEY_PATTERN,
+    SCHEMA_VERSION,
+    CheckpointMode,
+    ParticipantManifest,
+    RecordEntry,
+    Role,
+    VerifyMode,
+)
+from gym_services.control.participant import InvalidState, Record, RestoredRecord
+from gym_services.control.storage import AlreadyExists, NotFound, Storage
+
+_RECORD_KEY = re.compile(RECORD_KEY_PATTERN)
+
+
+class IncompleteCheckpoint(LookupError):
+    """A manifest that should be there is not: the checkpoint was never completed."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def _run_all(pool: ThreadPoolExecutor, calls) -> list:
+    loop = asyncio.get_running_loop()
+    return await asyncio.gather(*(loop.run_in_executor(pool, fn, *args) for fn, *args in calls))
+
+
+async def write_participant_checkpoint(
+    storage: Storage,
+    pool: ThreadPoolExecutor,
+    *,
+    checkpoint_id: str,
+    participant_id: str,
+    server: str,
+    role: Role,
+    mode: CheckpointMode,
+    verify: VerifyMode,
+    records: list[Record],
+    meta: dict | None = None,
+) -> tuple[str, bytes]:
+    """Records first, then the manifest listing their digests; returns (manifest key, manifest bytes)."""
+    seen: set[str] = set()
+    entries: list[RecordEntry] = []
+    for record in records:
+        if not _RECORD_KEY.match(record.key):
+            raise ValueError(f"invalid record key {record.key!r}")
+        if record.key in seen:
+            raise ValueError(f"duplicate record key {record.key!r}")
+        seen.add(record.key)
+        entries.append(
+            RecordEntry(
+                key=record.key,
+                sha256=sha256(record.data),
+                size=len(record.data),
+                rollout_id=record.rollout_id,
+                attempt=record.attempt,
+            )
+        )
+    await _run_all(
+        pool,
+        [(storage.put, layout.record_key(checkpoint_id, participant_id, r.key), r.data) for r in records],
+    )
+    manifest = ParticipantManifest(
+        schema_version=SCHEMA_VERSION,
+        checkpoint_id=checkpoint_id,
+        participant_id=participant_id,
+        server=server,
+        role=role,
+        checkpoint_mode=mode,
+        checkpoint_verify=verify,
+        created_at=time.time(),
+        records=entries,
+        meta=meta or {},
+    )
+    data = manifest.model_dump_json(indent=1).encode()
+    key = layout.participant_manifest_key(checkpoint_id, participant_id)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(pool, storage.put_if_absent, key, data)
+    except AlreadyExists:
+        # A retried commit of the same checkpoint: allowed only while it is unpublished.
+        published = await loop.run_in_executor(pool, storage.exists, layout.global_manifest_key(checkpoint_id))
+        if published:
+            raise AlreadyExists(f"checkpoint {checkpoint_id} is already published; its manifests are final") from None
+        await loop.run_in_executor(pool, storage.put, key, data)
+    return key, data
+
+
+def parse_participant_manifest(data: bytes) -> ParticipantManifest:
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidState(f"participant manifest is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidState("participant manifest must be a JSON object")
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise InvalidState(
+            f"participant manifest schema_version {raw.get('schema_version')!r} is not supported (want {SCHEMA_VERSION})"
+        )
+    try:
+        return ParticipantManifest.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidState(f"participant manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
+
+
+async def read_participant_checkpoint(
+    storage: Storage,
+    pool: ThreadPoolExecutor,
+    manifest_key: str,
+    manifest_sha256: str | None = None,
+) -> tuple[ParticipantManifest, list[RestoredRecord]]:
+    """The manifest and every record, each verified against its digest and size."""
+    loop = asyncio.get_running_loop()
+    try:
+        data = await loop.run_in_executor(pool, storage.get, manifest_key)
+    except NotFound:
+        raise IncompleteCheckpoint(f"participant manifest {storage.url}/{manifest_key} is missing") from None
+    if manifest_sha256 is not None and sha256(data) != manifest_sha256:
+        raise InvalidState(f"participant manifest {manifest_key} does not match its digest in the checkpoint manifest")
+    manifest = parse_participant_manifest(data)
+    prefix = manifest_key.rsplit("/", 1)[0]
+
+    def fetch(entry: RecordEntry) -> RestoredRecord:
+        key = f"{prefix}/records/{entry.key}"
+        try:
+            blob = storage.get(key)
+        except NotFound:
+            raise InvalidState(f"record {entry.key} listed in the manifest is missing") from None
+        if len(blob) != entry.size or sha256(blob) != entry.sha256:
+            raise InvalidState(f"record {entry.key} is corrupt: digest or size does not match the manifest")
+        return RestoredRecord(entry.key, blob, entry.rollout_id, entry.attempt)
+
+    records = await _run_all(pool, [(fetch, e) for e in manifest.records])
+    return manifest, records

@@ -1,0 +1,96 @@
+"""``s3://`` storage over boto3, for any S3-compatible server.
+
+Endpoint and region come from the server's config or the standard AWS variables
+(``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ...). Manifests are
+written with ``IfNoneMatch='*'`` so a published checkpoint is never overwritten.
+"""
+
+from __future__ import annotations
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gym_services.base.config import StorageConfig
+from gym_services.control.storage.base import AlreadyExists, NotFound, Storage, StorageError, check_key
+
+
+class S3Storage(Storage):
+    def __init__(self, bucket: str, prefix: str, config: StorageConfig) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        self._client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=config.endpoint_url,
+            region_name=config.region,
+            config=Config(
+                max_pool_connections=max(10, config.max_concurrency),
+                retries={"max_attempts": 3, "mode": "standard"},
+                s3={"addressing_style": "path"},
+            ),
+        )
+
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _fail(self, action: str, key: str, exc: Exception) -> StorageError:
+        return StorageError(f"S3 {action} {self.url}/{key} failed: {exc}")
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("put", key, exc) from None
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                raise AlreadyExists(f"{self.url}/{key} already exists") from None
+            raise self._fail("conditional put", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("conditional put", key, exc) from None
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                raise NotFound(f"{self.url}/{key} does not exist") from None
+            raise self._fail("get", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("get", key, exc) from None
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return False
+            raise self._fail("head", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("head", key, exc) from None
+
+    def list(self, prefix: str = "") -> list[str]:
+        full = self._key(prefix.strip("/")) + "/" if prefix else (f"{self.prefix}/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        keys: list[str] = []
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+                keys.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("list", prefix, exc) from None
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("delete", key, exc) from None

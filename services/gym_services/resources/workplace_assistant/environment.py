@@ -1,0 +1,131 @@
+"""One session's Workplace Assistant tool environment: seven pandas tables.
+
+The pristine tables are read from the vendored CSVs once per process; every session gets shallow
+copies. pandas 3 always uses copy-on-write, so a shallow copy shares the pristine column arrays until a
+tool writes to a column, and a write never reaches the pristine table or another session. The codec
+uses that sharing as a cheap, sound "unchanged" test (same buffer => same values).
+
+pandas 3 reads ``dtype=str`` as the ``str`` dtype, which turns a stored ``None`` into NaN. The real
+server (pandas 2) got ``object`` columns, where an empty CSV cell is NaN and a value a tool stored as
+``None`` stays ``None``. We convert to ``object`` right after reading so that distinction exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+CSV_DIR = DATA_DIR / "csv_data"
+
+#: The "current time" tools use (the tasks' system prompt fixes today to Thursday 2023-11-30 23:59).
+CURRENT_TIME = "2023-11-30 23:59:00"
+
+#: container -> table attributes, in a fixed order (the real server's tool objects and attributes).
+TABLE_LAYOUT: dict[str, tuple[str, ...]] = {
+    "company_directory": ("_emails",),
+    "email": ("_emails",),
+    "calendar": ("_calendar_events",),
+    "analytics": ("_analytics_data", "_plots_data"),
+    "project_management": ("_project_tasks",),
+    "customer_relationship_manager": ("_crm_data",),
+}
+
+TableKey = tuple[str, str]
+TABLE_KEYS: tuple[TableKey, ...] = tuple(
+    (container, attr) for container, attrs in TABLE_LAYOUT.items() for attr in attrs
+)
+
+# Table keys the tools use, named for readability.
+DIRECTORY: TableKey = ("company_directory", "_emails")
+EMAILS: TableKey = ("email", "_emails")
+CALENDAR: TableKey = ("calendar", "_calendar_events")
+ANALYTICS: TableKey = ("analytics", "_analytics_data")
+PLOTS: TableKey = ("analytics", "_plots_data")
+TASKS: TableKey = ("project_management", "_project_tasks")
+CRM: TableKey = ("customer_relationship_manager", "_crm_data")
+
+_PROCESSED_CSV: dict[TableKey, str] = {
+    EMAILS: "processed/emails.csv",
+    CALENDAR: "processed/calendar_events.csv",
+    ANALYTICS: "processed/analytics_data.csv",
+    TASKS: "processed/project_tasks.csv",
+    CRM: "processed/customer_relationship_manager_data.csv",
+}
+
+
+def _read_str_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
+    """Read like the real server (``dtype=str``), then hold the cells in ``object`` columns."""
+    return pd.read_csv(path, dtype=str, **kwargs).astype(object)
+
+
+def load_tables_from_csv(csv_dir: Path = CSV_DIR) -> dict[TableKey, pd.DataFrame]:
+    """Read all seven tables from disk (called once per process via :func:`pristine_tables`)."""
+    tables: dict[TableKey, pd.DataFrame] = {
+        DIRECTORY: _read_str_csv(
+            csv_dir / "raw/email_addresses.csv", header=None, names=["email_address"]
+        ),
+    }
+    for key, rel in _PROCESSED_CSV.items():
+        tables[key] = _read_str_csv(csv_dir / rel)
+    analytics = tables[ANALYTICS]
+    analytics["user_engaged"] = analytics["user_engaged"] == "True"
+    tables[PLOTS] = pd.DataFrame({"file_path": pd.Series([], dtype=object)})
+    return {key: tables[key] for key in TABLE_KEYS}
+
+
+@dataclass(eq=False)
+class PristineTables:
+    """Tables a session is seeded from. Never mutated; ``cache`` holds data derived by the codec."""
+
+    tables: dict[TableKey, pd.DataFrame]
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if tuple(self.tables) != TABLE_KEYS:
+            raise ValueError(f"pristine tables must be exactly {TABLE_KEYS}")
+
+
+@lru_cache(maxsize=1)
+def pristine_tables() -> PristineTables:
+    """The process-wide pristine tables, read from the vendored CSVs on first use only."""
+    return PristineTables(load_tables_from_csv())
+
+
+class WorkplaceEnvironment:
+    """One session's tables. Tools read and replace tables through :meth:`get` / :meth:`put`."""
+
+    __slots__ = ("_tables", "base")
+
+    def __init__(self, tables: dict[TableKey, pd.DataFrame], base: PristineTables) -> None:
+        if tuple(tables) != TABLE_KEYS:
+            raise ValueError(f"environment tables must be exactly {TABLE_KEYS}")
+        self._tables = tables
+        #: The pristine tables this session was seeded from (the codec diffs against them).
+        self.base = base
+
+    @classmethod
+    def fresh(cls, base: PristineTables | None = None) -> WorkplaceEnvironment:
+        """A new session: copy-on-write shallow copies of the pristine tables."""
+        base = base if base is not None else pristine_tables()
+        return cls({key: df.copy(deep=False) for key, df in base.tables.items()}, base)
+
+    def get(self, key: TableKey) -> pd.DataFrame:
+        return self._tables[key]
+
+    def put(self, key: TableKey, df: pd.DataFrame) -> None:
+        if key not in self._tables:
+            raise KeyError(key)
+        self._tables[key] = df
+
+    def items(self) -> Iterator[tuple[TableKey, pd.DataFrame]]:
+        return iter(self._tables.items())
+
+    def snapshot(self) -> dict[TableKey, pd.DataFrame]:
+        """Independent (copy-on-write) copies of every table, e.g. for comparisons in tests."""
+        return {key: df.copy(deep=False) for key, df in self._tables.items()}

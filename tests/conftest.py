@@ -1,0 +1,46 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.seaweed import SeaweedS3, start_seaweed
+
+_bucket_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """One real S3-compatible server (SeaweedFS) for the whole session."""
+    server = start_seaweed(tmp_path_factory.mktemp("seaweed"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(seaweed: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> SeaweedS3:
+    """Point boto3 at the SeaweedFS server through the standard AWS variables."""
+    for key, value in seaweed.env().items():
+        monkeypatch.setenv(key, value)
+    return seaweed
+
+
+@pytest.fixture
+def s3_location(s3_env: SeaweedS3) -> str:
+    """A fresh bucket, as an ``s3://`` location."""
+    bucket = s3_env.create_bucket(f"gymckpt-{os.getpid()}-{next(_bucket_ids)}")
+    return f"s3://{bucket}/ckpt"
+
+
+@pytest.fixture(params=["file", "s3"])
+def storage_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """Every storage test runs against ``file://`` and against SeaweedFS."""
+    if request.param == "file":
+        return f"file://{tmp_path / 'store'}"
+    return request.getfixturevalue("s3_location")

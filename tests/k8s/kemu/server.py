@@ -1,0 +1,659 @@
+"""kemu: kmock's KubernetesEmulator made close enough to kube-apiserver for kubectl, Helm and kopf.
+
+kmock 0.8 keeps objects and serves discovery; this subclass takes over every request addressed to a
+resource (list, get, watch, create, replace, patch, delete) and adds what real clients depend on:
+server-set metadata (uid, resourceVersion, creationTimestamp, generation), 201 on create, `<Kind>List`
+lists, Table output with CRD printer columns, CRDs that register their resources, `/status`
+isolation, PUT, server-side apply that creates, watches that honour resourceVersion, selectors,
+timeouts and the WatchList bookmark, canonical `Status` errors, protobuf bodies for the kinds
+client-go sends that way, and dry runs that store nothing. See tests/k8s/README.md for the list.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import copy
+import datetime
+import json
+import random
+import re
+import string
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+import yaml
+from kmock._internal import apps, parsing, references, rendering
+from typing_extensions import override
+
+from . import errors, patching, protobuf, selectors, tables
+from .errors import KemuError
+from .pathfix import parse_path
+
+# kmock's parser turns `/api/v1/namespaces[/name]` into a namespace with no resource (HTTP 500).
+parsing.parse_path = parse_path
+
+HISTORY = 10_000  # watch events kept per resource for watches that resume from a resourceVersion
+ALL_VERBS = ('create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch')
+DEFAULT_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
+CRD_RESOURCE = references.resource('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')
+NAMESPACES = references.resource('', 'v1', 'namespaces')
+SECRETS = references.resource('', 'v1', 'secrets')
+PODS = references.resource('', 'v1', 'pods')
+SERVER_MANAGED = ('uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation')
+
+Key = tuple[references.resource, str | None, str]
+_VERSION = re.compile(r'^v(\d+)(?:(alpha|beta)(\d+))?$')
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One change of one object, kept so watches can resume and filter old/new states."""
+    rv: int
+    type: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def api_version(res: references.resource) -> str:
+    return f'{res.group}/{res.version}' if res.group else str(res.version)
+
+
+def _version_rank(version: str) -> tuple[int, int, int]:
+    """Kubernetes version priority: GA before beta before alpha, then by number (v2 > v1 > v1beta2)."""
+    match = _VERSION.match(version)
+    if not match:
+        return -1, 0, 0
+    major, stage, minor = match.groups()
+    return {None: 2, 'beta': 1, 'alpha': 0}[stage], int(major), int(minor or 0)
+
+
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in obj.items() if key not in ('metadata', 'status')}
+
+
+@attrs.define(kw_only=True)
+class Kemu(kmock.KubernetesEmulator):
+    """The emulator. Run it with `python tests/k8s/emulator.py --port N`, or in-process with kmock.Server."""
+
+    _rv: int = attrs.field(default=0, init=False)
+    _log: dict[references.resource, collections.deque[LogEntry]] = attrs.field(
+        factory=lambda: collections.defaultdict(lambda: collections.deque(maxlen=HISTORY)), init=False)
+    _pulse: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
+    _printer_columns: dict[references.resource, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
+    _crd_resources: dict[str, set[references.resource]] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.resources.load_bundled()
+        for name in DEFAULT_NAMESPACES:
+            self._commit_create((NAMESPACES, None, name), self._new_object(
+                NAMESPACES, {'metadata': {'name': name}}, None, name), dry_run=False)
+
+    # ---- HTTP entry: protobuf bodies are turned into JSON before kmock parses the request ----
+
+    @override
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.content_type == 'application/vnd.kubernetes.protobuf':
+            body = await raw_request.read()
+            try:
+                decoded = protobuf.decode(body)
+            except protobuf.UnsupportedKind as exc:
+                return errors.unsupported_media_type(
+                    f'kemu decodes protobuf only for {sorted(protobuf.TOP_LEVEL_KINDS)}, not {exc.kind!r}; '
+                    'send application/json').response()
+            except protobuf.ProtobufError as exc:
+                return errors.bad_request(f'invalid protobuf body: {exc}').response()
+            raw_request._read_bytes = json.dumps(decoded).encode('utf-8')  # what read()/json() return
+        return await super().__call__(raw_request)
+
+    @override
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        res = request.resource
+        if res is None or res.group is None or res.version is None or res.plural is None:
+            return await apps.RawHandler._handle(self, request)  # discovery, /version, user reactions
+        try:
+            return await self._serve_resource(request)
+        except KemuError as exc:
+            return exc.response()
+
+    @override
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        if isinstance(exc, KemuError):
+            return exc.response()
+        if isinstance(exc, kmock.KubernetesError):
+            reason = 'NotFound' if exc.status == 404 else (exc.reason or 'InternalError')
+            message = 'the server could not find the requested resource' if exc.status == 404 else str(exc.message)
+            return KemuError(exc.status, reason, message).response()
+        return KemuError(500, 'InternalError', repr(exc), {'traceback': traceback.format_exc()}).response()
+
+    # ---- discovery fixes ----
+
+    @override
+    async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
+        return {'major': '1', 'minor': '33', 'gitVersion': 'v1.33.0+kemu', 'gitCommit': '0' * 40,
+                'gitTreeState': 'clean', 'buildDate': '2026-01-01T00:00:00Z', 'goVersion': 'go1.24',
+                'compiler': 'gc', 'platform': 'linux/amd64'}
+
+    def _group_versions(self) -> dict[str, list[str]]:
+        groups: dict[str, set[str]] = collections.defaultdict(set)
+        for res in self._get_resources():
+            if isinstance(res.group, str) and res.group and isinstance(res.version, str):
+                groups[res.group].add(res.version)
+        return {group: sorted(versions, key=_version_rank, reverse=True) for group, versions in groups.items()}
+
+    @staticmethod
+    def _group_doc(group: str, versions: list[str]) -> dict[str, Any]:
+        return {'name': group,
+                'preferredVersion': {'groupVersion': f'{group}/{versions[0]}', 'version': versions[0]},
+                'versions': [{'groupVersion': f'{group}/{version}', 'version': version} for version in versions]}
+
+    @override
+    async def _serve_apis(self, request: rendering.Request) -> rendering.Payload:
+        return {'apiVersion': 'v1', 'kind': 'APIGroupList',
+                'groups': [self._group_doc(group, versions)
+                           for group, versions in sorted(self._group_versions().items())]}
+
+    @override
+    async def _serve_group(self, request: rendering.Request) -> rendering.Payload:
+        assert request.resource is not None
+        versions = self._group_versions().get(str(request.resource.group))
+        if not versions:
+            raise errors.resource_not_found()
+        return {'apiVersion': 'v1', 'kind': 'APIGroup', **self._group_doc(str(request.resource.group), versions)}
+
+    @override
+    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+        assert request.resource is not None
+        group, version = request.resource.group, request.resource.version
+        found = [res for res in self._get_resources() if res.group == group and res.version == version
+                 and isinstance(res.plural, str)]
+        if not found and group != '':
+            raise errors.resource_not_found()
+        entries = []
+        for res in sorted(found, key=lambda item: str(item.plural)):
+            info = self._resources[res] if res in self._resources else references.ResourceInfo()
+            for sub in [''] + sorted(info.subresources):
+                entries.append({
+                    'name': f'{res.plural}/{sub}' if sub else res.plural,
+                    'singularName': '' if sub else (info.singular or str(info.kind or '').lower()),
+                    'namespaced': bool(info.namespaced),
+                    'kind': info.kind or str(res.plural).capitalize(),
+                    'verbs': sorted(info.verbs) if not sub else ['get', 'patch', 'update'],
+                    **({} if sub else {'shortNames': sorted(info.shortnames),
+                                       'categories': sorted(info.categories)}),
+                })
+        return {'apiVersion': 'v1', 'kind': 'APIResourceList',
+                'groupVersion': f'{group}/{version}' if group else str(version), 'resources': entries}
+
+    # ---- storage helpers ----
+
+    def _info(self, res: references.resource) -> references.ResourceInfo:
+        if res not in self._resources:
+            raise errors.resource_not_found()
+        return self._resources[res]
+
+    def _current(self, key: Key) -> dict[str, Any] | None:
+        if key not in self._objects:
+            return None
+        stored = self._objects[key]
+        return None if stored.deleted else copy.deepcopy(stored.raw)
+
+    def _live(self, res: references.resource, namespace: str | None) -> list[dict[str, Any]]:
+        found = [copy.deepcopy(stored.raw) for (each, ns, _), stored in self._objects.items()
+                 if each == res and not stored.deleted and (namespace is None or ns == namespace)]
+        return sorted(found, key=lambda obj: (obj['metadata'].get('namespace') or '', obj['metadata']['name']))
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    def _emit(self, res: references.resource, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._log[res].append(LogEntry(int(obj['metadata']['resourceVersion']), kind,
+                                       copy.deepcopy(obj), copy.deepcopy(old) if old else None))
+        pulse, self._pulse = self._pulse, asyncio.Event()
+        pulse.set()
+
+    def _store(self, key: Key, obj: dict[str, Any]) -> None:
+        if key in self._objects:
+            self._objects[key].history.append(copy.deepcopy(obj))
+        else:
+            self._objects[key] = copy.deepcopy(obj)
+
+    # ---- object semantics ----
+
+    def _apply_kind_defaults(self, res: references.resource, obj: dict[str, Any]) -> None:
+        """What kube-apiserver's strategies fill in or convert for a few kinds."""
+        if res == SECRETS:
+            for key, value in (obj.pop('stringData', None) or {}).items():
+                obj.setdefault('data', {})[key] = base64.b64encode(str(value).encode()).decode('ascii')
+            obj.setdefault('type', 'Opaque')
+        elif res == NAMESPACES:
+            obj.setdefault('spec', {'finalizers': ['kubernetes']})
+            obj['status'] = {'phase': 'Terminating' if obj['metadata'].get('deletionTimestamp') else 'Active'}
+        elif res == PODS:
+            obj.setdefault('status', {'phase': 'Pending'})
+        elif res == CRD_RESOURCE:
+            status = self._crd_status(obj)
+            if (obj.get('status') or {}).get('conditions'):
+                status['conditions'] = obj['status']['conditions']  # keep the transition times
+            obj['status'] = status
+
+    @staticmethod
+    def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
+        spec = crd.get('spec', {})
+        stamp = now_rfc3339()
+        return {
+            'acceptedNames': spec.get('names', {}),
+            'storedVersions': [v['name'] for v in spec.get('versions', []) if v.get('storage')],
+            'conditions': [
+                {'type': 'NamesAccepted', 'status': 'True', 'reason': 'NoConflicts',
+                 'message': 'no conflicts found', 'lastTransitionTime': stamp},
+                {'type': 'Established', 'status': 'True', 'reason': 'InitialNamesAccepted',
+                 'message': 'the initial names have been accepted', 'lastTransitionTime': stamp},
+            ],
+        }
+
+    def _new_object(self, res: references.resource, body: Any, url_namespace: str | None,
+                    url_name: str | None = None) -> dict[str, Any]:
+        """Validate a create body and fill in what the server sets (except the resourceVersion)."""
+        info = self._info(res)
+        if not isinstance(body, dict):
+            raise errors.bad_request('the request body must be a JSON or YAML object')
+        obj = copy.deepcopy(body)
+        meta = obj.get('metadata') or {}
+        obj['metadata'] = meta
+        if info.namespaced:
+            body_ns = meta.get('namespace')
+            if url_namespace and body_ns and body_ns != url_namespace:
+                raise errors.bad_request('the namespace of the provided object does not match the namespace '
+                                         'sent on the request')
+            namespace = url_namespace or body_ns
+            if not namespace:
+                raise errors.bad_request('a namespace is required for namespaced resources')
+            meta['namespace'] = namespace
+        else:
+            meta.pop('namespace', None)
+        if url_name is not None and meta.get('name') not in (None, url_name):
+            raise errors.bad_request(f'the name of the object ({meta.get("name")}) does not match the name on '
+                                     f'the URL ({url_name})')
+        if url_name is not None:
+            meta['name'] = url_name
+        if not meta.get('name') and meta.get('generateName'):
+            suffix = ''.join(random.choices(string.ascii_lowercase + string.digits, k=5))
+            meta['name'] = f'{meta["generateName"]}{suffix}'
+        if not meta.get('name'):
+            raise errors.invalid(str(res.group), info.kind or '', '',
+                                 'metadata.name: Required value: name or generateName is required')
+        obj['apiVersion'] = obj.get('apiVersion') or api_version(res)
+        obj['kind'] = obj.get('kind') or info.kind
+        if 'status' in info.subresources:
+            obj.pop('status', None)  # status is written through /status only
+        for field in ('deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields', 'selfLink'):
+            meta.pop(field, None)
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+        self._apply_kind_defaults(res, obj)
+        return obj
+
+    def _commit_create(self, key: Key, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+        res = key[0]
+        if self._current(key) is not None:
+            raise errors.already_exists(str(res.group), str(res.plural), key[2])
+        if dry_run:
+            return obj
+        obj['metadata']['resourceVersion'] = str(self._next_rv())
+        self._store(key, obj)
+        self._emit(res, 'ADDED', obj, None)
+        if res == CRD_RESOURCE:
+            self._register_crd(obj)
+        return obj
+
+    def _commit_update(self, key: Key, current: dict[str, Any], new: dict[str, Any],
+                       dry_run: bool) -> dict[str, Any]:
+        """Keep server-managed fields, bump generation on spec changes, store, finish pending deletions."""
+        res = key[0]
+        meta = new.get('metadata') if isinstance(new.get('metadata'), dict) else {}
+        new['metadata'] = meta
+        old_meta = current['metadata']
+        for field in ('name', 'namespace', *SERVER_MANAGED):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        for field in ('managedFields', 'selfLink'):
+            meta.pop(field, None)
+        new['apiVersion'], new['kind'] = current.get('apiVersion'), current.get('kind')
+        self._apply_kind_defaults(res, new)
+        if _spec_part(new) != _spec_part(current):
+            meta['generation'] = int(old_meta.get('generation', 1)) + 1
+        meta['resourceVersion'] = old_meta.get('resourceVersion')
+        if new == current:
+            return current  # a no-op write changes nothing, as in kube-apiserver
+        if dry_run:
+            return new
+        meta['resourceVersion'] = str(self._next_rv())
+        if meta.get('deletionTimestamp') and not meta.get('finalizers'):
+            return self._remove(key, new)
+        self._store(key, new)
+        self._emit(res, 'MODIFIED', new, current)
+        if res == CRD_RESOURCE:
+            self._register_crd(new)
+        return new
+
+    def _remove(self, key: Key, obj: dict[str, Any]) -> dict[str, Any]:
+        res = key[0]
+        obj['metadata']['resourceVersion'] = str(self._next_rv())
+        self._objects[key].history.append(copy.deepcopy(obj))
+        self._objects[key].delete()
+        self._emit(res, 'DELETED', obj, None)
+        if res == CRD_RESOURCE:
+            self._unregister_crd(obj)
+        elif res == NAMESPACES:
+            self._purge(lambda each, ns: ns == key[2])
+        return obj
+
+    def _purge(self, condition: Any) -> None:
+        for (each, ns, name), stored in list(self._objects.items()):
+            if not stored.deleted and condition(each, ns):
+                self._remove((each, ns, name), copy.deepcopy(stored.raw))
+
+    def _register_crd(self, crd: dict[str, Any]) -> None:
+        spec = crd.get('spec', {})
+        names = spec.get('names', {})
+        group, plural = spec.get('group'), names.get('plural')
+        if not group or not plural:
+            return
+        registered: set[references.resource] = set()
+        for version in spec.get('versions', []):
+            if not version.get('served', True):
+                continue
+            res = references.resource(group, version['name'], plural)
+            subresources = set((version.get('subresources') or {}).keys())
+            self._resources[res] = references.ResourceInfo(
+                kind=names.get('kind'), singular=names.get('singular') or str(names.get('kind', '')).lower(),
+                namespaced=spec.get('scope', 'Namespaced') == 'Namespaced', verbs=set(ALL_VERBS),
+                shortnames=set(names.get('shortNames', [])), categories=set(names.get('categories', [])),
+                subresources=subresources & {'status', 'scale'})
+            self._printer_columns[res] = list(version.get('additionalPrinterColumns') or [])
+            registered.add(res)
+        crd_name = crd['metadata']['name']
+        for stale in self._crd_resources.get(crd_name, set()) - registered:
+            self._drop_resource(stale)
+        self._crd_resources[crd_name] = registered
+
+    def _unregister_crd(self, crd: dict[str, Any]) -> None:
+        for res in self._crd_resources.pop(crd['metadata']['name'], set()):
+            self._drop_resource(res)
+
+    def _drop_resource(self, res: references.resource) -> None:
+        self._purge(lambda each, ns: each == res)
+        if res in self._resources:
+            del self._resources[res]
+        self._printer_columns.pop(res, None)
+
+    # ---- request dispatch ----
+
+    async def _serve_resource(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        raw = request._raw_request
+        assert raw is not None and request.resource is not None
+        res, namespace, name, sub = request.resource, request.namespace, request.name, request.subresource
+        info = self._info(res)
+        if not info.namespaced and namespace is not None:
+            raise errors.resource_not_found()
+        if sub is not None and (sub != 'status' or 'status' not in info.subresources):
+            raise errors.resource_not_found()
+        query = raw.query
+        dry_run = 'All' in query.getall('dryRun', [])
+        key: Key | None = (res, namespace if info.namespaced else None, name) if name else None
+        method = raw.method.upper()
+
+        if method == 'GET' and query.get('watch') in ('true', '1'):
+            return await self._watch(request, res, namespace, name)
+        if method == 'GET' and key is None:
+            return self._respond(raw, self._list(res, info, namespace, query), list_of=(res, info))
+        if method == 'GET' and key is not None:
+            return self._respond(raw, self._get(key), one_of=(res, info))
+        if method == 'POST' and key is None:
+            obj = self._new_object(res, self._body(request), namespace)
+            obj_key = (res, obj['metadata'].get('namespace'), obj['metadata']['name'])
+            return self._respond(raw, self._commit_create(obj_key, obj, dry_run), status=201)
+        if method == 'PUT' and key is not None:
+            return self._respond(raw, self._replace(key, info, sub, self._body(request), dry_run))
+        if method == 'PATCH' and key is not None:
+            obj, created = self._patch(key, info, sub, raw.content_type, self._body(request), dry_run)
+            return self._respond(raw, obj, status=201 if created else 200)
+        if method == 'DELETE' and key is not None:
+            return self._respond(raw, self._delete(key, self._body(request, optional=True), dry_run))
+        if method == 'DELETE':
+            return self._respond(raw, self._delete_collection(res, info, namespace, query, dry_run))
+        raise errors.method_not_allowed(f'the server does not allow this method on the requested resource')
+
+    @staticmethod
+    def _body(request: rendering.Request, optional: bool = False) -> Any:
+        if request.data is not None and not hasattr(request.data, 'getall'):
+            return request.data
+        if not request.text.strip():
+            if optional:
+                return None
+            raise errors.bad_request('the request body is empty')
+        try:
+            return yaml.safe_load(request.text)  # server-side apply may send YAML
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f'the request body is neither JSON nor YAML: {exc}') from exc
+
+    def _get(self, key: Key) -> dict[str, Any]:
+        obj = self._current(key)
+        if obj is None:
+            raise errors.not_found(str(key[0].group), str(key[0].plural), key[2])
+        return obj
+
+    def _list(self, res: references.resource, info: references.ResourceInfo, namespace: str | None,
+              query: Any) -> list[dict[str, Any]]:
+        by_labels = selectors.label_selector(query.get('labelSelector'))
+        by_fields = selectors.field_selector(query.get('fieldSelector'))
+        return [obj for obj in self._live(res, namespace) if by_labels(obj) and by_fields(obj)]
+
+    def _replace(self, key: Key, info: references.ResourceInfo, sub: str | None, body: Any,
+                 dry_run: bool) -> dict[str, Any]:
+        current = self._get(key)
+        if not isinstance(body, dict):
+            raise errors.bad_request('the request body must be an object')
+        meta = body.get('metadata') or {}
+        if meta.get('name') not in (None, key[2]):
+            raise errors.bad_request(f'the name of the object ({meta.get("name")}) does not match the name on '
+                                     f'the URL ({key[2]})')
+        self._check_rv(key, current, meta.get('resourceVersion'))
+        return self._commit_update(key, current, self._isolate(info, sub, current, copy.deepcopy(body)), dry_run)
+
+    def _patch(self, key: Key, info: references.ResourceInfo, sub: str | None, content_type: str, body: Any,
+               dry_run: bool) -> tuple[dict[str, Any], bool]:
+        if content_type not in patching.PATCH_TYPES:
+            raise errors.unsupported_media_type(f'the body of the request was in an unknown format - accepted '
+                                                f'media types include: {", ".join(sorted(patching.PATCH_TYPES))}')
+        current = self._current(key)
+        if current is None:
+            if content_type != patching.APPLY_PATCH or sub is not None:
+                raise errors.not_found(str(key[0].group), str(key[0].plural), key[2])
+            obj = self._new_object(key[0], body, key[1], key[2])  # server-side apply creates
+            return self._commit_create(key, obj, dry_run), True
+        if isinstance(body, dict):
+            self._check_rv(key, current, (body.get('metadata') or {}).get('resourceVersion'))
+        try:
+            patched = patching.apply_patch(content_type, copy.deepcopy(current), body)
+        except patching.PatchTestFailed as exc:
+            raise errors.invalid(str(key[0].group), str(current.get('kind')), key[2], str(exc)) from exc
+        return self._commit_update(key, current, self._isolate(info, sub, current, patched), dry_run), False
+
+    @staticmethod
+    def _isolate(info: references.ResourceInfo, sub: str | None, current: dict[str, Any],
+                 new: dict[str, Any]) -> dict[str, Any]:
+        """Writes to /status change only .status; other writes cannot change .status."""
+        if 'status' not in info.subresources:
+            return new
+        source, target = (new, copy.deepcopy(current)) if sub == 'status' else (current, new)
+        if 'status' in source:
+            target['status'] = copy.deepcopy(source['status'])
+        else:
+            target.pop('status', None)
+        return target
+
+    @staticmethod
+    def _check_rv(key: Key, current: dict[str, Any], wanted: str | None) -> None:
+        if wanted and wanted != current['metadata'].get('resourceVersion'):
+            raise errors.conflict(str(key[0].group), str(key[0].plural), key[2],
+                                  'the object has been modified; please apply your changes to the latest '
+                                  'version and try again')
+
+    def _delete(self, key: Key, options: Any, dry_run: bool) -> dict[str, Any]:
+        current = self._get(key)
+        options = options if isinstance(options, dict) else {}
+        dry_run = dry_run or 'All' in (options.get('dryRun') or [])
+        pre = options.get('preconditions') or {}
+        meta = current['metadata']
+        if pre.get('uid') and pre['uid'] != meta.get('uid'):
+            raise errors.conflict(str(key[0].group), str(key[0].plural), key[2],
+                                  f'Precondition failed: UID in precondition: {pre["uid"]}, '
+                                  f'UID in object meta: {meta.get("uid")}')
+        self._check_rv(key, current, pre.get('resourceVersion'))
+        if dry_run:
+            return current
+        if meta.get('finalizers'):
+            if meta.get('deletionTimestamp'):
+                return current
+            new = copy.deepcopy(current)
+            new['metadata'].update(deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=0)
+            if key[0] == NAMESPACES:
+                new['status'] = {'phase': 'Terminating'}
+            new['metadata']['resourceVersion'] = str(self._next_rv())
+            self._store(key, new)
+            self._emit(key[0], 'MODIFIED', new, current)
+            return new
+        return self._remove(key, current)
+
+    def _delete_collection(self, res: references.resource, info: references.ResourceInfo,
+                           namespace: str | None, query: Any, dry_run: bool) -> list[dict[str, Any]]:
+        removed = []
+        for obj in self._list(res, info, namespace, query):
+            meta = obj['metadata']
+            removed.append(self._delete((res, meta.get('namespace'), meta['name']), None, dry_run))
+        return removed
+
+    # ---- rendering ----
+
+    def _respond(self, raw: aiohttp.web.BaseRequest, payload: Any, status: int = 200,
+                 list_of: tuple[references.resource, references.ResourceInfo] | None = None,
+                 one_of: tuple[references.resource, references.ResourceInfo] | None = None) -> aiohttp.web.Response:
+        accept = raw.headers.get('Accept', '')
+        rv = str(self._rv)
+        target = list_of or one_of
+        if target is not None and 'as=Table' in accept:
+            items = payload if list_of else [payload]
+            body = tables.build_table(items, self._printer_columns.get(target[0]), rv,
+                                      raw.query.get('includeObject', 'Metadata'))
+        elif target is not None and 'as=PartialObjectMetadata' in accept:
+            partial = [{'kind': 'PartialObjectMetadata', 'apiVersion': 'meta.k8s.io/v1',
+                        'metadata': obj.get('metadata', {})} for obj in (payload if list_of else [payload])]
+            body = {'kind': 'PartialObjectMetadataList', 'apiVersion': 'meta.k8s.io/v1',
+                    'metadata': {'resourceVersion': rv}, 'items': partial} if list_of else partial[0]
+        elif list_of is not None:
+            body = {'kind': f'{list_of[1].kind}List', 'apiVersion': api_version(list_of[0]),
+                    'metadata': {'resourceVersion': rv}, 'items': payload}
+        elif isinstance(payload, list):
+            body = {'kind': 'List', 'apiVersion': 'v1', 'metadata': {'resourceVersion': rv}, 'items': payload}
+        else:
+            body = payload
+        return aiohttp.web.json_response(body, status=status)
+
+    # ---- watch ----
+
+    async def _watch(self, request: rendering.Request, res: references.resource, namespace: str | None,
+                     name: str | None) -> aiohttp.web.StreamResponse:
+        raw = request._raw_request
+        assert raw is not None
+        query = raw.query
+        by_labels = selectors.label_selector(query.get('labelSelector'))
+        by_fields = selectors.field_selector(query.get('fieldSelector'))
+
+        def matches(obj: dict[str, Any] | None) -> bool:
+            if obj is None:
+                return False
+            meta = obj.get('metadata', {})
+            return (namespace is None or meta.get('namespace') == namespace) and \
+                (name is None or meta.get('name') == name) and by_labels(obj) and by_fields(obj)
+
+        try:
+            timeout = float(query['timeoutSeconds']) if 'timeoutSeconds' in query else None
+        except ValueError as exc:
+            raise errors.bad_request('timeoutSeconds must be a number') from exc
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        send_initial = query.get('sendInitialEvents') == 'true'
+        since = query.get('resourceVersion', '')
+        log = self._log[res]
+
+        initial: list[dict[str, Any]] = []
+        if send_initial or since in ('', '0'):
+            initial = [{'type': 'ADDED', 'object': obj} for obj in self._live(res, namespace) if matches(obj)]
+            cursor = self._rv
+        else:
+            try:
+                cursor = int(since)
+            except ValueError as exc:
+                raise errors.bad_request(f'invalid resourceVersion {since!r}') from exc
+            if len(log) == log.maxlen and log[0].rv > cursor + 1:
+                raise errors.expired(f'too old resource version: {cursor} ({log[0].rv})')
+
+        response = aiohttp.web.StreamResponse(status=200, headers={'Content-Type': 'application/json'})
+        response.enable_chunked_encoding()
+        await response.prepare(raw)
+
+        async def send(event: dict[str, Any]) -> None:
+            await response.write(json.dumps(event).encode('utf-8') + b'\n')
+
+        try:
+            for event in initial:
+                await send(event)
+            if send_initial:
+                info = self._info(res)
+                await send({'type': 'BOOKMARK', 'object': {
+                    'kind': info.kind, 'apiVersion': api_version(res),
+                    'metadata': {'resourceVersion': str(cursor),
+                                 'annotations': {'k8s.io/initial-events-end': 'true'}}}})
+            while True:
+                pulse = self._pulse
+                for entry in [entry for entry in log if entry.rv > cursor]:
+                    cursor = entry.rv
+                    event = self._translate(entry, matches)
+                    if event is not None:
+                        await send(event)
+                remaining = deadline - time.monotonic() if deadline is not None else 5.0
+                if remaining <= 0 or raw.transport is None or raw.transport.is_closing():
+                    break
+                try:
+                    await asyncio.wait_for(pulse.wait(), timeout=min(remaining, 5.0))
+                except asyncio.TimeoutError:
+                    pass
+        except (ConnectionError, asyncio.CancelledError):
+            return response
+        await response.write_eof()
+        return response
+
+    @staticmethod
+    def _translate(entry: LogEntry, matches: Any) -> dict[str, Any] | None:
+        """A MODIFIED that moves an object into or out of the selection is an ADDED or a DELETED."""
+        now, before = matches(entry.obj), matches(entry.old)
+        if entry.type == 'MODIFIED':
+            if now and not before:
+                return {'type': 'ADDED', 'object': entry.obj}
+            if before and not now:
+                return {'type': 'DELETED', 'object': entry.obj}
+        return {'type': entry.type, 'object': entry.obj} if now else None

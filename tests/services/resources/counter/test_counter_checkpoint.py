@@ -1,0 +1,159 @@
+"""The example participant: seed, mutate, checkpoint, restore into a fresh app, continue."""
+
+from __future__ import annotations
+
+import pytest
+
+from gym_services.base.config import load_config
+from gym_services.resources.counter.app import Config, create_app
+from tests.support.asgi import Control, base_config, serve
+
+
+def fresh_app(**extra):
+    return create_app(load_config(Config, overrides=base_config("counter", **extra)))
+
+
+STEPS = [3, -1, 10, 5]
+
+
+async def run_uninterrupted() -> list:
+    async with serve(fresh_app()) as client:
+        outputs = [(await client.post("/seed_session", json={"start": 1})).json()["value"]]
+        for by in STEPS:
+            outputs.append((await client.post("/increment", json={"by": by})).json()["output"])
+        outputs.append((await client.post("/verify", json={"target": 18})).json())
+        return outputs
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2, 4])
+async def test_restored_session_continues_like_uninterrupted(storage_url: str, cut: int) -> None:
+    expected = await run_uninterrupted()
+    ident = {"x-ng-rollout-id": "task0-0", "x-ng-attempt": "0"}
+    async with serve(fresh_app()) as client:
+        outputs = [(await client.post("/seed_session", json={"start": 1}, headers=ident)).json()["value"]]
+        cookies = dict(client.cookies)
+        for by in STEPS[:cut]:
+            outputs.append((await client.post("/increment", json={"by": by}, headers=ident)).json()["output"])
+        committed = await Control(client).checkpoint("ck1", storage_url, episodes=["task0-0"])
+        assert committed["records"] == 1 and committed["episodes"] == ["task0-0"]
+
+    next_ident = {"x-ng-rollout-id": "task0-0", "x-ng-attempt": "1"}
+    async with serve(fresh_app(), base_url="http://fresh") as client:
+        control = Control(client)
+        restored = await control.restore("ck1", storage_url, committed["manifest_key"], committed["manifest_sha256"])
+        assert restored["episodes"] == {"task0-0": 1}
+        await control.resume("ck1")
+        client.cookies.update(cookies)
+        stale = await client.post("/increment", json={"by": 1}, headers=ident)
+        assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_attempt"
+        for by in STEPS[cut:]:
+            outputs.append((await client.post("/increment", json={"by": by}, headers=next_ident)).json()["output"])
+        outputs.append((await client.post("/verify", json={"target": 18}, headers=next_ident)).json())
+        assert (await control.status())["live"] == {"sessions": 0}
+    assert outputs == expected
+
+
+async def test_invalid_state_in_batch_installs_nothing(tmp_path) -> None:
+    loc = f"file://{tmp_path}"
+    async with serve(fresh_app()) as client:
+        await client.post("/seed_session", json={"start": 1})
+        other = await client.post("/seed_session", json={"start": 2}, cookies={"gym_session_counter": ""})
+        assert other.status_code == 200
+        committed = await Control(client).checkpoint("ck1", loc)
+        assert committed["records"] == 2
+
+    from gym_services.control.storage import open_storage
+
+    store = open_storage(loc)
+    keys = [k for k in store.list("checkpoints/ck1") if "/records/" in k]
+    # corrupt one state but keep digests consistent: rewrite the record and its manifest entry
+    import hashlib
+    import json
+
+    bad_key = keys[1]
+    payload = json.loads(store.get(bad_key))
+    payload["state"]["value"] = "not an int"
+    blob = json.dumps(payload).encode()
+    store.put(bad_key, blob)
+    manifest = json.loads(store.get(committed["manifest_key"]))
+    for entry in manifest["records"]:
+        if bad_key.endswith(entry["key"]):
+            entry["sha256"], entry["size"] = hashlib.sha256(blob).hexdigest(), len(blob)
+    store.put(committed["manifest_key"], json.dumps(manifest).encode())
+
+    async with serve(fresh_app()) as client:
+        control = Control(client)
+        refused = await control.restore("ck1", loc, committed["manifest_key"], expect=422)
+        assert refused["error"]["code"] == "invalid_state" and "must be an integer" in refused["error"]["message"]
+        status = await control.status()
+        assert status["phase"] == "fresh" and status["live"] == {"sessions": 0}
+        assert app_values(client) == {}
+        # and the server still works
+        assert (await client.post("/seed_session", json={"start": 5})).status_code == 200
+
+
+def app_values(client) -> dict:
+    app = client._transport.app  # the in-process app
+    return app.state.participant.hooks.values
+
+
+async def test_corrupt_record_restore_refused(tmp_path) -> None:
+    loc = f"file://{tmp_path}"
+    async with serve(fresh_app()) as client:
+        await client.post("/seed_session", json={"start": 1})
+        committed = await Control(client).checkpoint("ck1", loc)
+    from gym_services.control.storage import open_storage
+
+    store = open_storage(loc)
+    key = next(k for k in store.list("checkpoints/ck1") if "/records/" in k)
+    store.put(key, store.get(key).replace(b"1", b"2"))
+    async with serve(fresh_app()) as client:
+        refused = await Control(client).restore("ck1", loc, committed["manifest_key"], expect=422)
+        assert "corrupt" in refused["error"]["message"]
+        missing = await Control(client).restore("ck2", loc, "checkpoints/ck2/participants/counter/manifest.json", expect=404)
+        assert missing["error"]["code"] == "unknown_checkpoint"
+
+
+async def test_abort_after_restore_uninstalls(tmp_path) -> None:
+    loc = f"file://{tmp_path}"
+    async with serve(fresh_app()) as client:
+        await client.post("/seed_session", json={"start": 1})
+        committed = await Control(client).checkpoint("ck1", loc)
+    async with serve(fresh_app()) as client:
+        control = Control(client)
+        await control.restore("ck1", loc, committed["manifest_key"])
+        assert (await control.status())["live"] == {"sessions": 1}
+        await control.abort("ck1")
+        status = await control.status()
+        assert status["live"] == {"sessions": 0} and status["phase"] == "fresh"
+
+
+async def test_retired_session_refused_while_other_keeps_working(tmp_path) -> None:
+    async with serve(fresh_app()) as client:
+        a = {"x-ng-rollout-id": "a", "x-ng-attempt": "0"}
+        b = {"x-ng-rollout-id": "b", "x-ng-attempt": "0"}
+        r = await client.post("/seed_session", json={"start": 1}, headers=a)
+        cookie_a = r.cookies
+        client.cookies.clear()
+        r = await client.post("/seed_session", json={"start": 100}, headers=b)
+        cookie_b = r.cookies
+        client.cookies.clear()
+        await Control(client).retire("a", 0)
+        gone = await client.post("/increment", json={"by": 1}, cookies=cookie_a)
+        assert gone.status_code == 409 and gone.json()["error"]["code"] == "stale_attempt"
+        ok = await client.post("/increment", json={"by": 1}, cookies=cookie_b, headers=b)
+        assert ok.json() == {"output": 101}
+        committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
+        assert committed["episodes"] == ["b"]
+
+
+async def test_session_dropped_by_failed_verify_is_left_out(tmp_path) -> None:
+    async with serve(fresh_app()) as client:
+        await client.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "a"})
+        app = client._transport.app
+        participant = app.state.participant
+        # verify raised after dropping the session: the participant still tracks it
+        participant.hooks.values.clear()
+        assert participant.live() == {"sessions": 1}
+        committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
+        assert committed["records"] == 0

@@ -1,0 +1,77 @@
+"""Drive a Starlette app in process, lifespan included."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.applications import Starlette
+
+TOKEN = "test-control-token"
+SECRET = "test-session-secret-0123456789"
+
+
+def base_config(name: str, **extra) -> dict:
+    """Config fields every test server needs."""
+    checkpoint = {"control_token": TOKEN, "lease_check_interval_s": 0.05, **extra.pop("checkpoint", {})}
+    return {"name": name, "session_secret": SECRET, "checkpoint": checkpoint, **extra}
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Starlette, base_url: str = "http://testserver") -> AsyncIterator[httpx.AsyncClient]:
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=base_url, timeout=30) as client:
+            yield client
+
+
+class Control:
+    """The control routes of one in-process server."""
+
+    prefix = "/ng-control/v1/checkpoint"
+
+    def __init__(self, client: httpx.AsyncClient, token: str = TOKEN) -> None:
+        self.client = client
+        self.headers = {"authorization": f"Bearer {token}"}
+
+    async def call(self, verb: str, body: dict | None = None, expect: int | None = 200) -> dict:
+        if verb == "status":
+            resp = await self.client.get(f"{self.prefix}/status", headers=self.headers)
+        else:
+            resp = await self.client.post(f"{self.prefix}/{verb}", json=body or {}, headers=self.headers)
+        if expect is not None:
+            assert resp.status_code == expect, (verb, resp.status_code, resp.text)
+        return resp.json()
+
+    async def status(self) -> dict:
+        return await self.call("status")
+
+    async def prepare(self, cid: str, deadline_s: float = 5, lease_s: float = 30, **kw) -> dict:
+        return await self.call("prepare", {"checkpoint_id": cid, "deadline_s": deadline_s, "lease_s": lease_s}, **kw)
+
+    async def commit(self, cid: str, location: str, episodes: list[str] | None = None, **kw) -> dict:
+        return await self.call("commit", {"checkpoint_id": cid, "location": location, "episodes": episodes}, **kw)
+
+    async def resume(self, cid: str, **kw) -> dict:
+        return await self.call("resume", {"checkpoint_id": cid}, **kw)
+
+    async def abort(self, cid: str, **kw) -> dict:
+        return await self.call("abort", {"checkpoint_id": cid}, **kw)
+
+    async def restore(self, cid: str, location: str, manifest_key: str, manifest_sha256: str | None = None, **kw) -> dict:
+        body = {"checkpoint_id": cid, "location": location, "manifest_key": manifest_key}
+        if manifest_sha256:
+            body["manifest_sha256"] = manifest_sha256
+        return await self.call("restore", body, **kw)
+
+    async def retire(self, rollout_id: str, attempt: int, **kw) -> dict:
+        return await self.call("retire", {"rollout_id": rollout_id, "attempt": attempt}, **kw)
+
+    async def checkpoint(self, cid: str, location: str, episodes: list[str] | None = None) -> dict:
+        """prepare -> commit -> resume; returns the commit answer."""
+        prepared = await self.prepare(cid)
+        assert prepared["status"] == "prepared", prepared
+        committed = await self.commit(cid, location, episodes)
+        await self.resume(cid)
+        return committed

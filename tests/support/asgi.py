@@ -75,3 +75,25 @@ class Control:
         committed = await self.commit(cid, location, episodes)
         await self.resume(cid)
         return committed
+
+
+class MultiASGITransport(httpx.AsyncBaseTransport):
+    """Routes each request to the in-process app named by its host (``http://<name>``)."""
+
+    def __init__(self, apps: dict[str, Starlette]) -> None:
+        self.transports = {name: httpx.ASGITransport(app=app) for name, app in apps.items()}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        transport = self.transports.get(request.url.host)
+        if transport is None:
+            raise httpx.ConnectError(f"no app named {request.url.host}", request=request)
+        return await transport.handle_async_request(request)
+
+
+@contextlib.asynccontextmanager
+async def serve_many(apps: dict[str, Starlette]) -> AsyncIterator[MultiASGITransport]:
+    """Run several apps' lifespans; requests to http://<name>/ reach app <name>."""
+    async with contextlib.AsyncExitStack() as stack:
+        for app in apps.values():
+            await stack.enter_async_context(app.router.lifespan_context(app))
+        yield MultiASGITransport(apps)

@@ -141,7 +141,7 @@ class Kemu(kmock.KubernetesEmulator):
 
     @override
     async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
-        return {'major': '1', 'minor': '33', 'gitVersion': 'v1.33.0+kemu', 'gitCommit': '0' * 40,
+        return {'major': '1', 'minor': '36', 'gitVersion': 'v1.36.0+kemu', 'gitCommit': '0' * 40,
                 'gitTreeState': 'clean', 'buildDate': '2026-01-01T00:00:00Z', 'goVersion': 'go1.24',
                 'compiler': 'gc', 'platform': 'linux/amd64'}
 

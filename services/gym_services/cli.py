@@ -1,0 +1,65 @@
+"""The ``gymckpt`` command: serve one server, run a local stack, checkpoint and restore it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from gym_services.servers import SERVERS
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gym_services.base.config import ConfigError
+    from gym_services.base.serve import run
+
+    try:
+        run(args.server, args.config, args.host, args.port)
+    except ConfigError as exc:
+        print(f"gymckpt serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gymckpt",
+        description="Partial-rollout checkpointing for Gym servers: serve, run a local stack, checkpoint, restore.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run one Gym server (uvicorn) from its config",
+        description="Run one Gym server. Config comes from --config (YAML), then GYMCKPT_* environment "
+        "variables (GYMCKPT_CONTROL_TOKEN, GYMCKPT_SESSION_SECRET, GYMCKPT_PARTICIPANT_ID, GYMCKPT__A__B), "
+        "then --host/--port.",
+    )
+    serve.add_argument("server", choices=sorted(SERVERS), metavar="SERVER", help=f"one of: {', '.join(sorted(SERVERS))}")
+    serve.add_argument("--config", help="YAML config file")
+    serve.add_argument("--host", help="bind address (default from config, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default from config)")
+    serve.set_defaults(func=_serve)
+
+    for register in _extra_commands():
+        register(sub)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Commands that live in their own modules (local stack, checkpoints, demo)."""
+    from gym_services import commands
+
+    return commands.REGISTRARS
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

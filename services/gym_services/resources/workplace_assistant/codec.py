@@ -1,0 +1,474 @@
+"""Checkpoint codec for Workplace sessions: each session as a diff against its pristine base.
+
+* The **base** is the plain encoding of the pristine tables a session was seeded from; it is
+  content-addressed (sha256 of its canonical JSON) and written once per checkpoint.
+* A **session state** is ``{"schema_version": 1, "base": <digest>, "tables": ...}`` holding per table
+  only what differs from the base: changed cells, removed rows and appended rows by index label,
+  columns whose dtype changed, and the index type when it changed. A table that differs in shape
+  beyond that (reordered rows, other columns, duplicate labels) is stored in full.
+* :func:`encode_plain` (every table in full, the ~350 KB "known" encoding) is the benchmark baseline.
+
+Unchanged columns are detected cheaply and soundly: under pandas copy-on-write a session column that
+still is the base column's buffer cannot differ from it. Any other column is compared with the base
+value by value *and type*, with NaN kept apart from ``None``, so the encoding is exact even if a table
+was changed behind the tools' back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from .codec_columns import (
+    InvalidSessionState,
+    UnencodableStateError,
+    build_frame,
+    column_array,
+    decode_column,
+    decode_table_plain,
+    decode_values,
+    dtype_name,
+    encode_column,
+    encode_table_plain,
+    encode_values,
+    pandas_dtype,
+    to_pandas_array,
+)
+from .codec_models import (
+    DiffTableModel,
+    FullTableModel,
+    PlainStateModel,
+    RangeShapeModel,
+    SessionStateModel,
+)
+from .environment import TABLE_KEYS, TABLE_LAYOUT, PristineTables, TableKey, WorkplaceEnvironment
+
+SCHEMA_VERSION = 1
+#: Above this share of changed cells a table is stored in full rather than as a diff.
+_FULL_TABLE_SHARE = 0.5
+_type_of = np.frompyfunc(type, 1, 1)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "InvalidSessionState",
+    "UnencodableStateError",
+    "base_digest",
+    "canonical_json",
+    "decode_base",
+    "decode_plain",
+    "decode_session",
+    "encode_base",
+    "encode_plain",
+    "encode_session",
+]
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+# --------------------------------------------------------------------------- base views
+
+
+def _buffer_id(arr: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
+    return (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
+
+
+@dataclass
+class _BaseTable:
+    """A pristine table plus what the diff needs, computed once per base."""
+
+    df: pd.DataFrame
+    diffable: bool
+    kinds: list[str]
+    arrays: list[np.ndarray]
+    buffers: list[tuple[Any, ...]]
+    nan_masks: list[np.ndarray | None]
+    types: list[np.ndarray | None]
+    column_pos: dict[str, int]
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> _BaseTable:
+        kinds = [dtype_name(s.dtype) for _, s in df.items()]
+        arrays = [column_array(s) for _, s in df.items()]
+        nan_masks: list[np.ndarray | None] = []
+        types: list[np.ndarray | None] = []
+        for arr, kind in zip(arrays, kinds, strict=True):
+            if kind in ("object", "str"):
+                nan_masks.append(np.array([type(v) is float and v != v for v in arr], dtype=bool))
+                types.append(_type_of(arr) if len(arr) else np.empty(0, dtype=object))
+            else:
+                nan_masks.append(np.isnan(arr) if kind == "float64" else None)
+                types.append(None)
+        names = list(df.columns)
+        diffable = (
+            df.index.is_unique
+            and df.index.dtype == np.dtype("int64")
+            and type(df.index) in (pd.RangeIndex, pd.Index)
+            and all(type(c) is str for c in names)
+            and len(set(names)) == len(names)
+        )
+        return cls(
+            df=df,
+            diffable=bool(diffable),
+            kinds=kinds,
+            arrays=arrays,
+            buffers=[_buffer_id(a) for a in arrays],
+            nan_masks=nan_masks,
+            types=types,
+            column_pos={c: i for i, c in enumerate(names)} if diffable else {},
+        )
+
+
+@dataclass
+class _BaseView:
+    digest: str
+    encoded: dict[str, Any]
+    tables: dict[TableKey, _BaseTable]
+
+
+def _base_view(base: PristineTables) -> _BaseView:
+    view = base.cache.get("codec")
+    if view is None:
+        encoded = _encode_tables_plain(base.tables)
+        view = _BaseView(
+            digest=hashlib.sha256(canonical_json(encoded)).hexdigest(),
+            encoded=encoded,
+            tables={key: _BaseTable.of(df) for key, df in base.tables.items()},
+        )
+        base.cache["codec"] = view
+    return view
+
+
+def base_digest(base: PristineTables) -> str:
+    return _base_view(base).digest
+
+
+def encode_base(base: PristineTables) -> dict[str, Any]:
+    """The base's plain encoding (shared; treat as read-only, or serialize it)."""
+    return _base_view(base).encoded
+
+
+def decode_base(digest: str, encoded: Mapping[str, Any]) -> PristineTables:
+    """Pristine tables from a stored base, after checking the content matches its digest."""
+    try:
+        actual = hashlib.sha256(canonical_json(encoded)).hexdigest()
+    except (TypeError, ValueError) as exc:
+        raise InvalidSessionState(f"base {digest[:12]} is not canonical JSON: {exc}") from None
+    if actual != digest:
+        raise InvalidSessionState(f"base content hashes to {actual[:12]}, not {digest[:12]}")
+    base = PristineTables(decode_plain(encoded))
+    base.cache["codec"] = _BaseView(
+        digest=digest,
+        encoded=json.loads(canonical_json(encoded)),
+        tables={key: _BaseTable.of(df) for key, df in base.tables.items()},
+    )
+    return base
+
+
+# --------------------------------------------------------------------------- plain
+
+
+def _encode_tables_plain(tables: Mapping[TableKey, pd.DataFrame]) -> dict[str, Any]:
+    nested: dict[str, dict[str, Any]] = {}
+    for (container, attr), df in tables.items():
+        nested.setdefault(container, {})[attr] = encode_table_plain(df)
+    return {"schema_version": SCHEMA_VERSION, "tables": nested}
+
+
+def encode_plain(env: WorkplaceEnvironment) -> dict[str, Any]:
+    """Every table in full, as columns (the baseline the diff encoding is measured against)."""
+    return _encode_tables_plain(dict(env.items()))
+
+
+def _check_version(state: Any) -> None:
+    if not isinstance(state, Mapping):
+        raise InvalidSessionState(f"state must be a JSON object, got {type(state).__name__}")
+    version = state.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise InvalidSessionState(f"unsupported schema_version {version!r}")
+
+
+def _check_layout(tables: Mapping[str, Mapping[str, Any]]) -> None:
+    if set(tables) != set(TABLE_LAYOUT):
+        missing, extra = set(TABLE_LAYOUT) - set(tables), set(tables) - set(TABLE_LAYOUT)
+        raise InvalidSessionState(f"containers: missing {sorted(missing)}, extra {sorted(extra)}")
+    for container, attrs in TABLE_LAYOUT.items():
+        if set(tables[container]) != set(attrs):
+            raise InvalidSessionState(
+                f"{container}: tables {sorted(tables[container])}, expected {sorted(attrs)}"
+            )
+
+
+def _validation_error(exc: ValidationError) -> InvalidSessionState:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return InvalidSessionState(f"{exc.error_count()} invalid field(s), first at {where}: {first['msg']}")
+
+
+def decode_plain(state: Mapping[str, Any]) -> dict[TableKey, pd.DataFrame]:
+    _check_version(state)
+    try:
+        model = PlainStateModel.model_validate(state)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    _check_layout(model.tables)
+    out: dict[TableKey, pd.DataFrame] = {}
+    for key in TABLE_KEYS:
+        try:
+            out[key] = decode_table_plain(model.tables[key[0]][key[1]])
+        except InvalidSessionState as exc:
+            raise InvalidSessionState(f"{key[0]}.{key[1]}: {exc}") from None
+    return out
+
+
+# --------------------------------------------------------------------------- diff encode
+
+
+def _index_identical(a: pd.Index, b: pd.Index) -> bool:
+    if type(a) is not type(b) or a.dtype != b.dtype or a.name != b.name:
+        return False
+    if isinstance(a, pd.RangeIndex):
+        return (a.start, a.stop, a.step) == (b.start, b.stop, b.step)  # type: ignore[attr-defined]
+    return bool(a.equals(b))
+
+
+def _index_shape(index: pd.Index) -> dict[str, Any]:
+    if isinstance(index, pd.RangeIndex):
+        return {"kind": "range", "start": index.start, "stop": index.stop, "step": index.step}
+    return {"kind": "labels", "dtype": "int64"}
+
+
+class _StoreFull(Exception):
+    """Internal: the table is not a simple diff of its base; store it whole."""
+
+
+def _changed(t: np.ndarray, b: np.ndarray, kind: str, bt: _BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
+    """Mask of cells of ``t`` that differ from ``b`` in value, type, or NaN-vs-None."""
+    if kind in ("bool", "int64"):
+        return np.asarray(t != b, dtype=bool)
+    b_nan = bt.nan_masks[i]
+    if kind == "float64":
+        assert b_nan is not None
+        bn = b_nan if kept is None else b_nan[kept]
+        tn = np.isnan(t)
+        diff = (t != b) & ~(tn & bn)
+        return diff | (tn != bn) | (np.signbit(t) != np.signbit(b))
+    base_types = bt.types[i]
+    assert b_nan is not None and base_types is not None
+    if kept is not None:
+        b_nan, base_types = b_nan[kept], base_types[kept]
+    try:
+        diff = np.asarray(t != b, dtype=bool)
+        if len(t):
+            diff |= np.asarray(_type_of(t) != base_types, dtype=bool)
+    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
+        raise _StoreFull from exc
+    both = np.flatnonzero(diff & b_nan)
+    for p in both:  # NaN in the base: unchanged only if the session still holds NaN there
+        v = t[p]
+        if type(v) is float and v != v:
+            diff[p] = False
+    return diff
+
+
+def _encode_table_diff(df: pd.DataFrame, bt: _BaseTable) -> dict[str, Any]:
+    base = bt.df
+    if not bt.diffable or not _index_identical(df.columns, base.columns):
+        raise _StoreFull
+    index = df.index
+    if index.name != base.index.name or index.dtype != np.dtype("int64") or not index.is_unique:
+        raise _StoreFull
+    out: dict[str, Any] = {}
+    n_rows = len(index)
+    if index.equals(base.index):
+        kept: np.ndarray | None = None
+        n_kept = n_rows
+    else:
+        pos = base.index.get_indexer(index)
+        n_kept = int(np.count_nonzero(pos >= 0))
+        kept = pos[:n_kept]
+        if (kept < 0).any() or (pos[n_kept:] >= 0).any() or (np.diff(kept) <= 0).any():
+            raise _StoreFull  # rows reordered, or new rows interleaved with kept ones
+        removed = np.setdiff1d(np.arange(len(base.index)), kept, assume_unique=True)
+        if len(removed):
+            out["removed"] = base.index[removed].tolist()
+    if not _index_identical(index, base.index):
+        out["index"] = _index_shape(index)
+    cells: dict[str, Any] = {}
+    retyped: dict[str, Any] = {}
+    appended: dict[str, Any] = {}
+    changed_cells = 0
+    kept_labels = index[:n_kept]
+    for i, (name, series) in enumerate(df.items()):
+        kind = dtype_name(series.dtype)
+        if kind != bt.kinds[i]:
+            retyped[name] = encode_column(series)
+            changed_cells += n_rows
+            continue
+        arr = column_array(series)
+        if n_kept < n_rows:
+            appended[name] = encode_values(arr[n_kept:], kind)
+        if kept is None and _buffer_id(arr) == bt.buffers[i]:
+            continue  # still the base's buffer (copy-on-write): cannot differ
+        head = arr[:n_kept] if n_kept < n_rows else arr
+        mask = _changed(head, bt.arrays[i] if kept is None else bt.arrays[i][kept], kind, bt, i, kept)
+        hits = np.flatnonzero(mask)
+        if len(hits):
+            cells[name] = {"rows": kept_labels[hits].tolist(), **encode_values(head[hits], kind)}
+            changed_cells += len(hits)
+    if n_kept < n_rows:
+        out["appended"] = {"labels": index[n_kept:].tolist(), "data": appended}
+        changed_cells += (n_rows - n_kept) * df.shape[1]
+    if cells:
+        out["cells"] = cells
+    if retyped:
+        out["retyped"] = retyped
+    if changed_cells > _FULL_TABLE_SHARE * max(1, n_rows * df.shape[1]):
+        raise _StoreFull
+    return out
+
+
+def _encode_table(df: pd.DataFrame, bt: _BaseTable) -> dict[str, Any]:
+    try:
+        return _encode_table_diff(df, bt)
+    except _StoreFull:
+        return {"full": encode_table_plain(df)}
+
+
+def encode_session(env: WorkplaceEnvironment) -> dict[str, Any]:
+    """The session's state as a diff against its base (JSON-serializable, no live objects)."""
+    view = _base_view(env.base)
+    tables: dict[str, dict[str, Any]] = {}
+    for key, df in env.items():
+        tables.setdefault(key[0], {})[key[1]] = _encode_table(df, view.tables[key])
+    return {"schema_version": SCHEMA_VERSION, "base": view.digest, "tables": tables}
+
+
+# --------------------------------------------------------------------------- diff decode
+
+
+def _positions(index: pd.Index, labels: list[int], what: str) -> np.ndarray:
+    if len(set(labels)) != len(labels):
+        raise InvalidSessionState(f"{what}: duplicate row labels")
+    pos = index.get_indexer(pd.Index(labels, dtype=np.int64))
+    if (pos < 0).any():
+        raise InvalidSessionState(f"{what}: row label {labels[int(np.argmax(pos < 0))]} not found")
+    return pos
+
+
+def _decode_table_diff(model: DiffTableModel, bt: _BaseTable) -> pd.DataFrame:
+    base = bt.df
+    if not bt.diffable:
+        if model != DiffTableModel():
+            raise InvalidSessionState("this base table can only be restored in full")
+        return base.copy(deep=False)
+    columns = list(base.columns)
+    unknown = (set(model.cells) | set(model.retyped)) - set(columns)
+    if unknown:
+        raise InvalidSessionState(f"unknown columns {sorted(unknown)}")
+    if set(model.cells) & set(model.retyped):
+        raise InvalidSessionState("a column is both retyped and changed by cells")
+    kept = np.delete(np.arange(len(base.index)), _positions(base.index, model.removed, "removed"))
+    kept_labels = base.index[kept]
+    new_labels = model.appended.labels if model.appended else []
+    if model.appended is not None and not new_labels:
+        raise InvalidSessionState("appended holds no rows")
+    labels = kept_labels.append(pd.Index(new_labels, dtype=np.int64))
+    if not labels.is_unique:
+        raise InvalidSessionState("appended row labels collide with kept rows")
+    rows_changed = len(kept) != len(base.index) or bool(new_labels)
+    if model.index is None:
+        if rows_changed:
+            raise InvalidSessionState("rows changed but the index shape is missing")
+        index = base.index
+    elif isinstance(model.index, RangeShapeModel):
+        if model.index.step == 0:
+            raise InvalidSessionState("range index step must not be 0")
+        index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base.index.name)
+        if not np.array_equal(index.to_numpy(), labels.to_numpy()):
+            raise InvalidSessionState("range index does not match the row labels")
+    else:
+        index = pd.Index(labels.to_numpy(), dtype=np.int64, name=base.index.name)
+    n = len(index)
+    if model.appended is not None:
+        expected = set(columns) - set(model.retyped)
+        if set(model.appended.data) != expected:
+            raise InvalidSessionState("appended rows must give every column that is not retyped")
+
+    arrays: list[Any] = []
+    kinds: list[str] = []
+    touched = False
+    for i, name in enumerate(columns):
+        kind = bt.kinds[i]
+        if name in model.retyped:
+            arr, kind = decode_column(model.retyped[name], n)
+            arrays.append(arr)
+            kinds.append(kind)
+            touched = True
+            continue
+        arr = bt.arrays[i][kept] if rows_changed else bt.arrays[i]
+        if new_labels:
+            extra = model.appended.data[name]  # type: ignore[union-attr]
+            if len(extra.values) != len(new_labels):
+                raise InvalidSessionState(f"appended column {name} has the wrong length")
+            arr = np.concatenate([arr, decode_values(extra, kind)])
+        change = model.cells.get(name)
+        if change is not None:
+            if len(change.rows) != len(change.values):
+                raise InvalidSessionState(f"cells of {name}: rows and values differ in length")
+            pos = _positions(kept_labels, change.rows, f"cells of {name}")
+            if arr is bt.arrays[i]:
+                arr = arr.copy()
+            arr[pos] = decode_values(change, kind)
+            touched = True
+        arrays.append(to_pandas_array(arr, kind) if kind == "str" and arr is not bt.arrays[i] else arr)
+        kinds.append(kind)
+    if not rows_changed:
+        df = base.copy(deep=False)
+        if touched:
+            for i, (arr, kind) in enumerate(zip(arrays, kinds, strict=True)):
+                if arr is not bt.arrays[i]:
+                    df.isetitem(i, pd.Series(arr, index=df.index, dtype=pandas_dtype(kind), copy=False))
+        if index is not base.index:
+            df.index = index
+        return df
+    return build_frame(arrays, kinds, index, base.columns)
+
+
+def decode_session(
+    state: Mapping[str, Any], bases: Mapping[str, PristineTables]
+) -> WorkplaceEnvironment:
+    """Rebuild a session from its state; ``bases`` maps digest -> pristine tables."""
+    _check_version(state)
+    try:
+        model = SessionStateModel.model_validate(state)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    base = bases.get(model.base)
+    if base is None:
+        raise InvalidSessionState(f"unknown base {model.base[:12]}")
+    _check_layout(model.tables)
+    view = _base_view(base)
+    tables: dict[TableKey, pd.DataFrame] = {}
+    for key in TABLE_KEYS:
+        table = model.tables[key[0]][key[1]]
+        try:
+            if isinstance(table, FullTableModel):
+                tables[key] = decode_table_plain(table.full)
+            else:
+                tables[key] = _decode_table_diff(table, view.tables[key])
+        except InvalidSessionState as exc:
+            raise InvalidSessionState(f"{key[0]}.{key[1]}: {exc}") from None
+        except (ValueError, TypeError, IndexError) as exc:
+            raise InvalidSessionState(f"{key[0]}.{key[1]}: {type(exc).__name__}: {exc}") from None
+    return WorkplaceEnvironment(tables, base)

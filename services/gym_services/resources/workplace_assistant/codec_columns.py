@@ -1,0 +1,214 @@
+"""Column-level encoding: one pandas column (or index) <-> JSON lists, exactly.
+
+Exact means: the same dtype, the same Python types in ``object`` columns, and NaN kept apart from
+``None`` (JSON writes both as ``null``; ``nan`` lists the positions that are NaN). Values JSON cannot
+carry (infinities, numpy scalars in object columns, containers, other objects) are rejected on
+encode with :class:`UnencodableStateError`; malformed input on decode raises
+:class:`InvalidSessionState`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .codec_models import ColumnModel, LabelIndexModel, PlainTableModel, RangeIndexModel, ValuesModel
+
+STR_DTYPE = pd.StringDtype("python", na_value=np.nan)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class InvalidSessionState(ValueError):
+    """A checkpoint state cannot be restored (wrong version or base, bad shape or values)."""
+
+
+class UnencodableStateError(ValueError):
+    """A table holds something JSON cannot carry exactly, so the session cannot be exported."""
+
+
+def dtype_name(dtype: Any) -> str:
+    """The codec's name for a supported column dtype."""
+    if dtype == np.dtype(object):
+        return "object"
+    if dtype == STR_DTYPE:
+        return "str"
+    if isinstance(dtype, np.dtype) and dtype in (np.dtype(bool), np.dtype("int64"), np.dtype("float64")):
+        return dtype.name
+    raise UnencodableStateError(f"unsupported column dtype {dtype!r}")
+
+
+def pandas_dtype(name: str) -> Any:
+    return STR_DTYPE if name == "str" else np.dtype(name)
+
+
+def column_array(series: pd.Series) -> np.ndarray:
+    """The column as a numpy array (``str`` columns as object arrays holding NaN)."""
+    if series.dtype == STR_DTYPE:
+        return series.to_numpy(dtype=object, na_value=np.nan)
+    return series.to_numpy()
+
+
+def to_pandas_array(arr: np.ndarray, name: str) -> Any:
+    return pd.array(arr, dtype=STR_DTYPE) if name == "str" else arr
+
+
+# --------------------------------------------------------------------------- values
+
+
+def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
+    """``{"values": [...], "nan": [...]}`` for a 1-D array of codec dtype ``kind``."""
+    if kind in ("bool", "int64"):
+        return {"values": arr.tolist(), "nan": []}
+    if kind == "float64":
+        if np.isinf(arr).any():
+            raise UnencodableStateError("infinite float values cannot be encoded")
+        nan_pos = np.flatnonzero(np.isnan(arr)).tolist()
+        values = arr.tolist()
+        for p in nan_pos:
+            values[p] = None
+        return {"values": values, "nan": nan_pos}
+    values = arr.tolist()
+    nan: list[int] = []
+    for i, v in enumerate(values):
+        t = type(v)
+        if t is str:
+            continue
+        if v is None:
+            if kind == "object":
+                continue
+        elif t is float:
+            if v != v:
+                nan.append(i)
+                values[i] = None
+                continue
+            if kind == "object" and not math.isinf(v):
+                continue
+        elif kind == "object" and (t is bool or t is int):
+            continue
+        raise UnencodableStateError(f"{kind} cell value {v!r} ({t.__name__}) cannot be encoded")
+    return {"values": values, "nan": nan}
+
+
+def _check_nan_positions(values: Sequence[Any], nan: Sequence[int]) -> None:
+    last = -1
+    for p in nan:
+        if p <= last or p >= len(values):
+            raise InvalidSessionState(f"nan positions must be increasing and in range, got {p}")
+        if values[p] is not None:
+            raise InvalidSessionState(f"nan position {p} does not hold null")
+        last = p
+
+
+def decode_values(model: ValuesModel, kind: str) -> np.ndarray:
+    """Rebuild a 1-D numpy array (object arrays for ``str``; convert with :func:`to_pandas_array`)."""
+    values, nan = model.values, model.nan
+    _check_nan_positions(values, nan)
+    nan_set = set(nan)
+    if kind == "bool":
+        if nan or any(type(v) is not bool for v in values):
+            raise InvalidSessionState("bool column values must all be true/false")
+        return np.array(values, dtype=bool)
+    if kind == "int64":
+        if nan or any(type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX for v in values):
+            raise InvalidSessionState("int64 column values must all be 64-bit integers")
+        return np.array(values, dtype=np.int64)
+    if kind == "float64":
+        out = np.empty(len(values), dtype=np.float64)
+        for i, v in enumerate(values):
+            if i in nan_set:
+                out[i] = np.nan
+            elif type(v) is float and math.isfinite(v):
+                out[i] = v
+            else:
+                raise InvalidSessionState(f"float64 column value {v!r} at {i} is not a finite float")
+        return out
+    allowed = (str,) if kind == "str" else (str, int, float, bool)
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        if v is None:
+            if kind == "str" and i not in nan_set:
+                raise InvalidSessionState(f"str column holds null at {i} that is not NaN")
+        elif type(v) not in allowed or (type(v) is float and not math.isfinite(v)):
+            raise InvalidSessionState(f"{kind} column value {v!r} at {i} is not allowed")
+    out[:] = values
+    for p in nan:
+        out[p] = np.nan
+    return out
+
+
+def encode_column(series: pd.Series) -> dict[str, Any]:
+    kind = dtype_name(series.dtype)
+    return {"dtype": kind, **encode_values(column_array(series), kind)}
+
+
+def decode_column(model: ColumnModel, length: int) -> tuple[Any, str]:
+    if len(model.values) != length:
+        raise InvalidSessionState(f"column has {len(model.values)} values, expected {length}")
+    return to_pandas_array(decode_values(model, model.dtype), model.dtype), model.dtype
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _check_name(name: Any) -> Any:
+    if name is None or type(name) in (str, int):
+        return name
+    raise UnencodableStateError(f"index name {name!r} cannot be encoded")
+
+
+def encode_index(index: pd.Index) -> dict[str, Any]:
+    name = _check_name(index.name)
+    if type(index) is pd.RangeIndex:
+        return {"kind": "range", "start": index.start, "stop": index.stop, "step": index.step, "name": name}
+    if type(index) is not pd.Index:
+        raise UnencodableStateError(f"unsupported index type {type(index).__name__}")
+    kind = dtype_name(index.dtype)
+    arr = index.to_numpy(dtype=object, na_value=np.nan) if kind == "str" else index.to_numpy()
+    return {"kind": "labels", "name": name, "dtype": kind, **encode_values(arr, kind)}
+
+
+def decode_index(model: RangeIndexModel | LabelIndexModel) -> pd.Index:
+    if isinstance(model, RangeIndexModel):
+        if model.step == 0:
+            raise InvalidSessionState("range index step must not be 0")
+        return pd.RangeIndex(model.start, model.stop, model.step, name=model.name)
+    arr = decode_values(model, model.dtype)
+    return pd.Index(to_pandas_array(arr, model.dtype), dtype=pandas_dtype(model.dtype), name=model.name)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def build_frame(arrays: Sequence[Any], kinds: Sequence[str], index: pd.Index, columns: pd.Index) -> pd.DataFrame:
+    """A DataFrame with exactly these column arrays, dtypes, index and column labels."""
+    if len(arrays) != len(columns):
+        raise InvalidSessionState(f"{len(arrays)} column arrays for {len(columns)} column labels")
+    if not arrays:
+        return pd.DataFrame(index=index, columns=columns)
+    series = {
+        i: pd.Series(arr, index=index, dtype=pandas_dtype(kind), copy=False)
+        for i, (arr, kind) in enumerate(zip(arrays, kinds, strict=True))
+    }
+    df = pd.DataFrame(series, copy=False)
+    df.columns = columns
+    return df
+
+
+def encode_table_plain(df: pd.DataFrame) -> dict[str, Any]:
+    """Every cell of the table, column by column, with dtypes, index and NaN positions."""
+    return {
+        "index": encode_index(df.index),
+        "columns": encode_index(df.columns),
+        "data": [encode_column(series) for _, series in df.items()],
+    }
+
+
+def decode_table_plain(model: PlainTableModel) -> pd.DataFrame:
+    index = decode_index(model.index)
+    columns = decode_index(model.columns)
+    decoded = [decode_column(col, len(index)) for col in model.data]
+    return build_frame([a for a, _ in decoded], [k for _, k in decoded], index, columns)

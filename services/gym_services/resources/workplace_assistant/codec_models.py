@@ -1,0 +1,104 @@
+"""Wire shapes of the Workplace checkpoint state (validated strictly on decode).
+
+A session state is ``{"schema_version": 1, "base": <sha256>, "tables": {container: {attr: T}}}``
+where ``T`` is ``{}`` (identical to the base table), ``{"full": PlainTable}``, or a diff
+(``index``, ``removed``, ``appended``, ``cells``, ``retyped``; absent keys mean "nothing").
+
+A column is ``{"dtype", "values", "nan"}``: JSON writes NaN and ``None`` both as ``null``, so
+``nan`` lists the positions of the ``null`` values that are NaN; every other ``null`` is ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+Scalar = StrictStr | StrictBool | StrictInt | StrictFloat | None
+DtypeName = Literal["object", "bool", "int64", "float64", "str"]
+Digest = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ValuesModel(_Strict):
+    values: list[Scalar]
+    nan: list[StrictInt]
+
+
+class ColumnModel(ValuesModel):
+    dtype: DtypeName
+
+
+class RangeIndexModel(_Strict):
+    kind: Literal["range"]
+    start: StrictInt
+    stop: StrictInt
+    step: StrictInt
+    name: Scalar = None
+
+
+class LabelIndexModel(ColumnModel):
+    kind: Literal["labels"]
+    name: Scalar = None
+
+
+IndexModel = Annotated[RangeIndexModel | LabelIndexModel, Field(discriminator="kind")]
+
+
+class PlainTableModel(_Strict):
+    index: IndexModel
+    columns: IndexModel
+    data: list[ColumnModel]
+
+
+class RangeShapeModel(_Strict):
+    kind: Literal["range"]
+    start: StrictInt
+    stop: StrictInt
+    step: StrictInt
+
+
+class LabelShapeModel(_Strict):
+    kind: Literal["labels"]
+    dtype: Literal["int64"]
+
+
+IndexShapeModel = Annotated[RangeShapeModel | LabelShapeModel, Field(discriminator="kind")]
+
+
+class CellsModel(ValuesModel):
+    rows: list[StrictInt]
+
+
+class AppendedModel(_Strict):
+    labels: list[StrictInt]
+    data: dict[str, ValuesModel]
+
+
+class DiffTableModel(_Strict):
+    index: IndexShapeModel | None = None
+    removed: list[StrictInt] = []
+    appended: AppendedModel | None = None
+    cells: dict[str, CellsModel] = {}
+    retyped: dict[str, ColumnModel] = {}
+
+
+class FullTableModel(_Strict):
+    full: PlainTableModel
+
+
+TableModel = FullTableModel | DiffTableModel
+
+
+class SessionStateModel(_Strict):
+    schema_version: StrictInt
+    base: Digest
+    tables: dict[str, dict[str, TableModel]]
+
+
+class PlainStateModel(_Strict):
+    schema_version: StrictInt
+    tables: dict[str, dict[str, PlainTableModel]]

@@ -1,0 +1,93 @@
+"""Running kemu as a subprocess on 127.0.0.1 and writing a kubeconfig for it.
+
+Kept free of kmock imports so conftest files can use it cheaply; the emulator itself runs in its
+own process (`python tests/k8s/emulator.py --port 0`), like a real API server would.
+"""
+from __future__ import annotations
+
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import NamedTuple
+
+EMULATOR = Path(__file__).resolve().parent.parent / 'emulator.py'
+READY = re.compile(r'^listening (http://127\.0\.0\.1:\d+)\s*$')
+
+
+class KemuEndpoint(NamedTuple):
+    """What a test needs: the API URL and a kubeconfig (token auth, plain http) pointing at it."""
+    url: str
+    kubeconfig: Path
+
+
+def write_kubeconfig(path: Path, url: str, namespace: str = 'default') -> Path:
+    path.write_text(
+        'apiVersion: v1\n'
+        'kind: Config\n'
+        f'clusters: [{{name: kemu, cluster: {{server: "{url}"}}}}]\n'
+        'users: [{name: kemu, user: {token: kemu-test-token}}]\n'
+        f'contexts: [{{name: kemu, context: {{cluster: kemu, user: kemu, namespace: {namespace}}}}}]\n'
+        'current-context: kemu\n',
+        encoding='utf-8')
+    return path
+
+
+class KemuProcess:
+    """`with KemuProcess(tmp_path) as (url, kubeconfig): ...` starts kemu and stops it afterwards."""
+
+    def __init__(self, workdir: Path, startup_timeout: float = 20.0) -> None:
+        self.workdir = workdir
+        self.startup_timeout = startup_timeout
+        self.log_path = workdir / 'kemu.log'
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> KemuEndpoint:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open('w', encoding='utf-8')
+        self._proc = subprocess.Popen(
+            [sys.executable, str(EMULATOR), '--host', '127.0.0.1', '--port', '0'],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
+        log.close()
+        try:
+            url = self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return KemuEndpoint(url, write_kubeconfig(self.workdir / 'kubeconfig.yaml', url))
+
+    def _wait_ready(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self._proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            line = self._proc.stdout.readline()
+            if not line:
+                break
+            if match := READY.match(line):
+                return match.group(1)
+        raise RuntimeError(f'kemu did not start within {self.startup_timeout}s; log:\n'
+                           f'{self.log_path.read_text(encoding="utf-8")[-4000:]}')
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._proc = None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,269 @@
+"""The coordinator against in-process participants: order, blockers, failures, idempotency."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gym_operator.client import ControlClient, ParticipantRef
+from gym_operator.coordinator import Coordinator, list_checkpoints
+from gym_services.base.app import create_server_app
+from gym_services.base.config import ServerConfig, load_config
+from gym_services.control import layout
+from gym_services.control.models import Blocker
+from gym_services.control.participant import InvalidState, Participant, Record
+from gym_services.control.storage import open_storage
+from gym_services.resources.counter.app import Config as CounterConfig
+from gym_services.resources.counter.app import create_app as counter_app
+from tests.support.asgi import TOKEN, base_config, serve_many
+
+
+class Recorder(Participant):
+    """A participant of any role that logs every verb into a shared journal."""
+
+    def __init__(self, name: str, role: str, journal: list[str]) -> None:
+        self.name, self.journal = name, journal
+        self.role = role  # type: ignore[misc]
+        self.block = False
+        self.fail_export = False
+        self.fail_validate = False
+        self.installed: list[str] = []
+        self.episodes = ["r1", "r2"] if role == "controller" else []
+
+    def blockers(self):
+        return [Blocker(kind="episode", id="r9", detail="tool call running")] if self.block else []
+
+    async def prepare(self, checkpoint_id):
+        self.journal.append(f"prepare {self.name}")
+
+    async def export(self, scope):
+        self.journal.append(f"commit {self.name} scope={sorted(scope.episodes) if scope.episodes is not None else None}")
+        if self.fail_export:
+            raise InvalidState("disk on fire")
+        return [Record(f"episode-{e}", json.dumps({"e": e}).encode(), e, 0) for e in self.episodes]
+
+    async def validate(self, records):
+        if self.fail_validate:
+            raise InvalidState("bad record")
+        return [r.key for r in records]
+
+    async def install(self, validated):
+        self.installed = list(validated)
+
+    async def uninstall(self, validated):
+        self.journal.append(f"uninstall {self.name}")
+        self.installed = []
+
+    async def resume(self):
+        self.journal.append(f"resume {self.name}")
+
+    async def abort(self):
+        self.journal.append(f"abort {self.name}")
+
+    async def retire(self, rollout_id, attempt):
+        self.journal.append(f"retire {self.name}")
+        return True
+
+
+def recorder_app(name: str, role: str, journal: list[str]):
+    participant = Recorder(name, role, journal)
+
+    async def ping(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    cfg = load_config(ServerConfig, overrides=base_config(name))
+    return create_server_app(cfg, participant, [Route("/ping", ping, methods=["POST"])]), participant
+
+
+@pytest.fixture
+def stack():
+    journal: list[str] = []
+    apps, parts, refs = {}, {}, []
+    for name, role in [
+        ("resources-a", "resources"),
+        ("agent-a", "agent"),
+        ("controller", "controller"),
+        ("model-a", "model"),
+        ("env-a", "environment"),
+        ("agent-b", "agent"),
+    ]:
+        apps[name], parts[name] = recorder_app(name, role, journal)
+        refs.append(ParticipantRef(name, role, f"http://{name}"))
+    apps["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+    refs.append(ParticipantRef("counter", "resources", "http://counter"))
+    return apps, parts, refs, journal
+
+
+async def run(stack, fn):
+    apps, parts, refs, journal = stack
+    async with serve_many(apps) as transport:
+        client = ControlClient(TOKEN, transport=transport)
+        events: list[str] = []
+        coordinator = Coordinator(refs, client, on_event=lambda phase, detail: events.append(phase))
+        try:
+            return await fn(coordinator, transport, events)
+        finally:
+            await client.aclose()
+
+
+def phase_of(journal, verb):
+    return [line.split()[1] for line in journal if line.startswith(verb)]
+
+
+async def test_checkpoint_order_scope_and_manifest(stack, storage_url) -> None:
+    _, parts, _, journal = stack
+
+    async def go(coordinator, transport, events):
+        async with httpx.AsyncClient(transport=transport) as http:
+            await http.post("http://counter/seed_session", json={"start": 4}, headers={"x-ng-rollout-id": "r1"})
+        return await coordinator.checkpoint("ck-1", storage_url, prepare_timeout_s=5)
+
+    result = await run(stack, go)
+    assert result.status == "completed", result.error
+    prepared = phase_of(journal, "prepare")
+    assert prepared.index("controller") < prepared.index("env-a") < prepared.index("model-a")
+    assert prepared.index("model-a") < min(prepared.index("agent-a"), prepared.index("agent-b"))
+    assert max(prepared.index("agent-a"), prepared.index("agent-b")) < prepared.index("resources-a")
+    resumed = phase_of(journal, "resume")
+    assert resumed.index("resources-a") < resumed.index("agent-a") < resumed.index("model-a") < resumed.index("env-a")
+    assert resumed[-1] == "controller"
+    # the controller commits first; its live episodes scope everyone else
+    commits = [line for line in journal if line.startswith("commit")]
+    assert commits[0] == "commit controller scope=None"
+    assert all(line.endswith("scope=['r1', 'r2']") for line in commits[1:])
+    store = open_storage(storage_url)
+    manifest = json.loads(store.get(layout.global_manifest_key("ck-1")))
+    assert {p["participant_id"] for p in manifest["participants"]} == set(parts) | {"counter"}
+    assert manifest["episodes"] == ["r1", "r2"]
+    assert result.records == 3 and result.pause_s > 0 and set(result.timings) >= {"prepare", "commit", "publish", "resume"}
+    assert [cid for cid, m in list_checkpoints(storage_url) if m] == ["ck-1"]
+
+
+async def test_blockers_abort_everything(stack, tmp_path) -> None:
+    _, parts, _, journal = stack
+    parts["agent-b"].block = True
+
+    async def go(coordinator, transport, events):
+        result = await coordinator.checkpoint("ck-1", f"file://{tmp_path}", prepare_timeout_s=0.3)
+        statuses = await coordinator.status()
+        return result, statuses, events
+
+    result, statuses, events = await run(stack, go)
+    assert result.status == "failed" and "blockers" in result.error
+    assert [b.model_dump() for b in result.blockers] == [
+        {"participant": "agent-b", "kind": "episode", "id": "r9", "detail": "tool call running"}
+    ]
+    assert "prepare resources-a" not in journal  # never reached
+    assert {line.split()[1] for line in journal if line.startswith("abort")} == {
+        "controller", "env-a", "model-a", "agent-a", "agent-b"
+    }
+    assert all(s["phase"] in ("open", "fresh") and s["admission_open"] for s in statuses.values())
+    assert not (tmp_path / layout.global_manifest_key("ck-1")).exists()
+    assert events[-1] == "Failed"
+
+
+async def test_commit_failure_publishes_nothing(stack, storage_url) -> None:
+    _, parts, _, journal = stack
+    parts["model-a"].fail_export = True
+
+    async def go(coordinator, transport, events):
+        result = await coordinator.checkpoint("ck-1", storage_url)
+        return result, await coordinator.status()
+
+    result, statuses = await run(stack, go)
+    assert result.status == "failed" and "disk on fire" in result.error
+    assert not open_storage(storage_url).exists(layout.global_manifest_key("ck-1"))
+    assert all(s["admission_open"] for s in statuses.values())
+    assert list_checkpoints(storage_url) == [("ck-1", None)]  # records there, but incomplete
+
+
+async def test_restore_failure_installs_nothing_anywhere(stack, tmp_path) -> None:
+    apps, parts, refs, journal = stack
+    loc = f"file://{tmp_path}"
+
+    async def take(coordinator, transport, events):
+        return await coordinator.checkpoint("ck-1", loc)
+
+    assert (await run(stack, take)).status == "completed"
+    # fresh processes: a new stack of apps, one of which refuses its records
+    fresh_journal: list[str] = []
+    fresh_apps, fresh_parts = {}, {}
+    for ref in refs:
+        if ref.participant_id == "counter":
+            fresh_apps["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+        else:
+            fresh_apps[ref.participant_id], fresh_parts[ref.participant_id] = recorder_app(
+                ref.participant_id, ref.role, fresh_journal
+            )
+    fresh_parts["agent-b"].fail_validate = True
+
+    async def restore(coordinator, transport, events):
+        result = await coordinator.restore("ck-1", loc)
+        return result, await coordinator.status()
+
+    result, statuses = await run((fresh_apps, fresh_parts, refs, fresh_journal), restore)
+    assert result.status == "failed" and "bad record" in result.error
+    assert all(not p.installed for p in fresh_parts.values())
+    assert all(s["phase"] == "fresh" and s["live"] in ({}, {"sessions": 0}) for s in statuses.values())
+
+
+async def test_restore_moves_episodes_to_next_attempt(stack, tmp_path) -> None:
+    apps, parts, refs, journal = stack
+    loc = f"file://{tmp_path}"
+    assert (await run(stack, lambda c, t, e: c.checkpoint("ck-1", loc))).status == "completed"
+    fresh = {}
+    fresh_parts = {}
+    for ref in refs:
+        if ref.participant_id == "counter":
+            fresh["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+        else:
+            fresh[ref.participant_id], fresh_parts[ref.participant_id] = recorder_app(ref.participant_id, ref.role, [])
+    result = await run((fresh, fresh_parts, refs, []), lambda c, t, e: c.restore("ck-1", loc))
+    assert result.status == "completed", result.error
+    assert result.episodes == {"r1": 1, "r2": 1}
+    assert fresh_parts["controller"].installed == ["episode-r1", "episode-r2"]
+
+
+async def test_unknown_or_incomplete_checkpoint_is_refused(stack, tmp_path) -> None:
+    loc = f"file://{tmp_path}"
+    result = await run(stack, lambda c, t, e: c.restore("nope", loc))
+    assert result.status == "failed" and "unknown or incomplete" in result.error
+    store = open_storage(loc)
+    store.put(layout.global_manifest_key("bad"), b"{not json")
+    result = await run(stack, lambda c, t, e: c.restore("bad", loc))
+    assert result.status == "failed" and "not JSON" in result.error
+
+
+async def test_retrying_a_published_checkpoint_is_idempotent(stack, tmp_path) -> None:
+    loc = f"file://{tmp_path}"
+
+    async def twice(coordinator, transport, events):
+        first = await coordinator.checkpoint("ck-1", loc)
+        second = await coordinator.checkpoint("ck-1", loc)
+        return first, second
+
+    first, second = await run(stack, twice)
+    assert first.status == second.status == "completed"
+    assert second.records == first.records and second.bytes == first.bytes
+    assert "already published" in second.warnings[0]
+
+
+async def test_unreachable_participant_fails_cleanly(stack, tmp_path) -> None:
+    apps, parts, refs, journal = stack
+    refs = refs + [ParticipantRef("ghost", "agent", "http://ghost")]
+    result = await run((apps, parts, refs, journal), lambda c, t, e: c.checkpoint("ck-1", f"file://{tmp_path}"))
+    assert result.status == "failed" and "unreachable" in result.error
+    assert "abort agent-a" in journal
+
+
+async def test_retire_order(stack) -> None:
+    _, _, _, journal = stack
+    dropped = await run(stack, lambda c, t, e: c.retire("r1", 0))
+    order = [line.split()[1] for line in journal if line.startswith("retire")]
+    assert order.index("env-a") < order.index("agent-a") < order.index("model-a")
+    assert order[-1] == "controller" and dropped["env-a"] is True

@@ -59,10 +59,15 @@ def to_pandas_array(arr: np.ndarray, name: str) -> Any:
 # --------------------------------------------------------------------------- values
 
 
+def _values(values: list[Any], nan: list[int]) -> dict[str, list[Any]]:
+    return {"values": values, "nan": nan} if nan else {"values": values}
+
+
 def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
-    """``{"values": [...], "nan": [...]}`` for a 1-D array of codec dtype ``kind``."""
+    """``{"values": [...], "nan": [...]}`` for a 1-D array of codec dtype ``kind`` (``nan`` is
+    left out when empty)."""
     if kind in ("bool", "int64"):
-        return {"values": arr.tolist(), "nan": []}
+        return {"values": arr.tolist()}
     if kind == "float64":
         if np.isinf(arr).any():
             raise UnencodableStateError("infinite float values cannot be encoded")
@@ -70,7 +75,7 @@ def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
         values = arr.tolist()
         for p in nan_pos:
             values[p] = None
-        return {"values": values, "nan": nan_pos}
+        return _values(values, nan_pos)
     values = arr.tolist()
     nan: list[int] = []
     for i, v in enumerate(values):
@@ -90,7 +95,7 @@ def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
         elif kind == "object" and (t is bool or t is int):
             continue
         raise UnencodableStateError(f"{kind} cell value {v!r} ({t.__name__}) cannot be encoded")
-    return {"values": values, "nan": nan}
+    return _values(values, nan)
 
 
 def _check_nan_positions(values: Sequence[Any], nan: Sequence[int]) -> None:

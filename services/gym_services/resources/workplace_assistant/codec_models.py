@@ -25,7 +25,7 @@ class _Strict(BaseModel):
 
 class ValuesModel(_Strict):
     values: list[Scalar]
-    nan: list[StrictInt]
+    nan: list[StrictInt] = []
 
 
 class ColumnModel(ValuesModel):

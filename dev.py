@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Bootstrap for a fresh machine with only Python >= 3.11 and pip.
+
+    python3 dev.py demo     # create .venv on first use, install, run `gymckpt demo`
+    python3 dev.py test     # same venv, run the test suite (extra args go to pytest)
+    python3 dev.py gymckpt ARGS...   # any gymckpt command inside the venv
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".gymckpt-installed"
+
+
+def ensure_venv() -> None:
+    """Create the venv and (re)install the project when pyproject.toml changed."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"Python >= 3.11 is required, this is {sys.version.split()[0]}")
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "gymckpt").exists():
+        return
+    if not (BIN / "python").exists():
+        print(f"creating {VENV} ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("installing gym-checkpoint and its pinned dependencies (first run only) ...", flush=True)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[operator,test]"], check=True)
+    STAMP.write_text(wanted)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    ensure_venv()
+    if command == "demo":
+        args = [str(BIN / "gymckpt"), "demo", *rest]
+    elif command == "test":
+        args = [str(BIN / "python"), "-m", "pytest", *rest]
+    elif command == "gymckpt":
+        args = [str(BIN / "gymckpt"), *rest]
+    else:
+        print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
+        return 2
+    os.chdir(ROOT)
+    return subprocess.call(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,5 +1,10 @@
 """Every server ``gymckpt serve`` knows: name -> module with ``Config`` and ``create_app(config)``."""
 
 SERVERS: dict[str, str] = {
+    "math_formal_lean": "gym_services.resources.math_formal_lean.app",
+    "lean_sandbox_standin": "gym_services.resources.math_formal_lean.sandbox_standin",
+    "blackjack": "gym_services.resources.blackjack.app",
     "counter": "gym_services.resources.counter.app",
+    "indirect_prompt_injection": "gym_services.resources.indirect_prompt_injection.app",
+    "collection": "gym_services.collection.app",
 }

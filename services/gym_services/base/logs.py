@@ -24,7 +24,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _RESERVED and not key.startswith("_"):
+            if key not in _RESERVED and not key.startswith("_") and key != "color_message":
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)

@@ -110,11 +110,16 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _time(buf: bytes) -> str:
+GO_ZERO_TIME = -62135596800  # 0001-01-01T00:00:00Z: what an unset metav1.Time marshals as
+
+
+def _time(buf: bytes) -> str | None:
     seconds = 0
     for number, value in _fields(buf):
         if number == 1 and isinstance(value, int):
             seconds = _signed(value)
+    if seconds <= GO_ZERO_TIME:
+        return None
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
     return moment.strftime('%Y-%m-%dT%H:%M:%SZ')
 
@@ -166,7 +171,9 @@ def decode_message(name: str, buf: bytes) -> dict[str, Any]:
         elif repeated:
             out.setdefault(field, []).append(_scalar(kind, value))
         else:
-            out[field] = _scalar(kind, value)
+            decoded = _scalar(kind, value)
+            if decoded not in ('', None):  # gogo-proto writes unset strings and times; JSON omits them
+                out[field] = decoded
     return out
 
 

@@ -196,6 +196,12 @@ class Kemu(kmock.KubernetesEmulator):
         return {'apiVersion': 'v1', 'kind': 'APIResourceList',
                 'groupVersion': f'{group}/{version}' if group else str(version), 'resources': entries}
 
+    @override
+    def _get_resources(self) -> list[references.resource]:
+        # Only declared resources (bundled, CRDs, user-declared): kmock also counts resources of stored
+        # objects, which would keep a deleted CRD's group discoverable through its soft-deleted objects.
+        return kmock.KubernetesScaffold._get_resources(self)
+
     # ---- storage helpers ----
 
     def _info(self, res: references.resource) -> references.ResourceInfo:
@@ -237,7 +243,8 @@ class Kemu(kmock.KubernetesEmulator):
         if res == SECRETS:
             for key, value in (obj.pop('stringData', None) or {}).items():
                 obj.setdefault('data', {})[key] = base64.b64encode(str(value).encode()).decode('ascii')
-            obj.setdefault('type', 'Opaque')
+            if not obj.get('type'):
+                obj['type'] = 'Opaque'
         elif res == NAMESPACES:
             obj.setdefault('spec', {'finalizers': ['kubernetes']})
             obj['status'] = {'phase': 'Terminating' if obj['metadata'].get('deletionTimestamp') else 'Active'}

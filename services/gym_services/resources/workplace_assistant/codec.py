@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,7 @@ class _BaseTable:
     buffers: list[tuple[Any, ...]]
     nan_masks: list[np.ndarray | None]
     types: list[np.ndarray | None]
+    slots: list[np.ndarray | None]
     column_pos: dict[str, int]
 
     @classmethod
@@ -125,6 +127,7 @@ class _BaseTable:
             buffers=[_buffer_id(a) for a in arrays],
             nan_masks=nan_masks,
             types=types,
+            slots=[_slots(a) if a.dtype == object else None for a in arrays],
             column_pos={c: i for i, c in enumerate(names)} if diffable else {},
         )
 
@@ -252,33 +255,83 @@ class _StoreFull(Exception):
     """Internal: the table is not a simple diff of its base; store it whole."""
 
 
-def _changed(t: np.ndarray, b: np.ndarray, kind: str, bt: _BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
-    """Mask of cells of ``t`` that differ from ``b`` in value, type, or NaN-vs-None."""
+class _SlotView:
+    """Exposes an object array's pointer slots as integers through the numpy array interface, so
+    cell identity (same object => same value and type) can be tested without touching objects."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self._arr = arr  # keeps the objects (and the buffer) alive while the view is used
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": arr.shape,
+            "strides": arr.strides,
+            "typestr": np.dtype(np.intp).str,
+            "data": (arr.__array_interface__["data"][0], True),
+        }
+
+
+def _slots(arr: np.ndarray) -> np.ndarray:
+    assert arr.dtype == object and arr.ndim == 1
+    return np.asarray(_SlotView(arr))
+
+
+def _same_cell(x: Any, y: Any) -> bool:
+    """Exact cell equality: same type, same value, NaN equal to NaN, -0.0 apart from 0.0."""
+    if type(x) is not type(y):
+        return False
+    if type(x) is float:
+        if x != x:
+            return y != y
+        return x == y and math.copysign(1.0, x) == math.copysign(1.0, y)
+    try:
+        return bool(x == y)
+    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
+        raise _StoreFull from exc
+
+
+def _changed_objects(t: np.ndarray, bt: _BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
+    """Changed cells of an object column. Cells still holding the base's very object are
+    unchanged; only the others are compared, one by one when few, vectorized when many."""
+    base_slots = bt.slots[i] if kept is None else bt.slots[i][kept]
+    changed = _slots(t) != base_slots
+    suspects = np.flatnonzero(changed)
+    base = bt.arrays[i]
+    if len(suspects) <= 64 or len(suspects) * 8 <= len(t):
+        for p in suspects:
+            if _same_cell(t[p], base[p if kept is None else kept[p]]):
+                changed[p] = False
+        return changed
+    b = base if kept is None else base[kept]
+    base_types, b_nan = bt.types[i], bt.nan_masks[i]
+    assert base_types is not None and b_nan is not None
+    if kept is not None:
+        base_types, b_nan = base_types[kept], b_nan[kept]
+    try:
+        diff = np.asarray(t != b, dtype=bool) | np.asarray(_type_of(t) != base_types, dtype=bool)
+    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
+        raise _StoreFull from exc
+    # Same-typed equal floats may still differ in sign (-0.0); NaN in the base needs a NaN.
+    recheck = np.flatnonzero((diff & b_nan) | (~diff & (base_types == float)))
+    for p in recheck:
+        diff[p] = not _same_cell(t[p], b[p])
+    return diff
+
+
+def _changed(t: np.ndarray, kind: str, bt: _BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
+    """Mask of cells of ``t`` that differ from the base column (rows ``kept``, or all) in value,
+    type, sign of zero, or NaN-vs-None."""
+    if kind in ("object", "str"):
+        return _changed_objects(t, bt, i, kept)
+    b = bt.arrays[i] if kept is None else bt.arrays[i][kept]
     if kind in ("bool", "int64"):
         return np.asarray(t != b, dtype=bool)
     b_nan = bt.nan_masks[i]
-    if kind == "float64":
-        assert b_nan is not None
-        bn = b_nan if kept is None else b_nan[kept]
-        tn = np.isnan(t)
-        diff = (t != b) & ~(tn & bn)
-        return diff | (tn != bn) | (np.signbit(t) != np.signbit(b))
-    base_types = bt.types[i]
-    assert b_nan is not None and base_types is not None
+    assert b_nan is not None
     if kept is not None:
-        b_nan, base_types = b_nan[kept], base_types[kept]
-    try:
-        diff = np.asarray(t != b, dtype=bool)
-        if len(t):
-            diff |= np.asarray(_type_of(t) != base_types, dtype=bool)
-    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
-        raise _StoreFull from exc
-    both = np.flatnonzero(diff & b_nan)
-    for p in both:  # NaN in the base: unchanged only if the session still holds NaN there
-        v = t[p]
-        if type(v) is float and v != v:
-            diff[p] = False
-    return diff
+        b_nan = b_nan[kept]
+    tn = np.isnan(t)
+    diff = (t != b) & ~(tn & b_nan)
+    return diff | (tn != b_nan) | (np.signbit(t) != np.signbit(b))
 
 
 def _encode_table_diff(df: pd.DataFrame, bt: _BaseTable) -> dict[str, Any]:
@@ -321,7 +374,7 @@ def _encode_table_diff(df: pd.DataFrame, bt: _BaseTable) -> dict[str, Any]:
         if kept is None and _buffer_id(arr) == bt.buffers[i]:
             continue  # still the base's buffer (copy-on-write): cannot differ
         head = arr[:n_kept] if n_kept < n_rows else arr
-        mask = _changed(head, bt.arrays[i] if kept is None else bt.arrays[i][kept], kind, bt, i, kept)
+        mask = _changed(head, kind, bt, i, kept)
         hits = np.flatnonzero(mask)
         if len(hits):
             cells[name] = {"rows": kept_labels[hits].tolist(), **encode_values(head[hits], kind)}

@@ -1,0 +1,63 @@
+"""Wire formats and checkpointed state of rollout collection."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym_services.control.models import RECORD_KEY_PATTERN
+
+
+class JobSpec(BaseModel):
+    """``POST /jobs``: what to collect."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks_path: str = Field(description="JSONL of tasks, readable by the collection server")
+    output_path: str = Field(description="JSONL the results are appended to as they finish")
+    repeats: int = Field(default=1, ge=1, le=10_000)
+    concurrency: int = Field(default=8, ge=1, le=4096)
+    limit: int | None = Field(default=None, ge=1, description="only the first N tasks")
+    agent: str | None = Field(default=None, description="agent for tasks that name none")
+    rollout_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$")
+
+
+class EpisodeState(BaseModel):
+    """One live rollout: which task, which repeat, which attempt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str = Field(pattern=RECORD_KEY_PATTERN)
+    index: int = Field(ge=0, description="position in the flat (task, repeat) order")
+    task_index: int = Field(ge=0)
+    rollout_index: int = Field(ge=0)
+    attempt: int = Field(default=0, ge=0)
+    agent: str
+
+
+class JobState(BaseModel):
+    """Everything but the live episodes: the cursor, what finished, where the output ends."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    spec: JobSpec
+    total: int = Field(ge=0)
+    cursor: int = Field(default=0, ge=0, description="next flat index to dispatch")
+    finished: list[str] = Field(default_factory=list, description="rollout ids with a result written")
+    dropped: list[str] = Field(default_factory=list, description="rollout ids retired without a result")
+    output_offset: int = Field(default=0, ge=0, description="bytes of output that belong to finished results")
+    reward_sum: float = 0.0
+    errors: int = 0
+
+
+class JobStatus(BaseModel):
+    state: Literal["idle", "running", "paused", "completed"]
+    total: int = 0
+    dispatched: int = 0
+    finished: int = 0
+    live: int = 0
+    errors: int = 0
+    mean_reward: float | None = None
+    output_path: str | None = None

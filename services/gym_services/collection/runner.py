@@ -1,0 +1,394 @@
+"""Rollout collection: dispatch every (task, repeat) to its agent with bounded concurrency.
+
+It is a checkpoint participant (role ``controller``): prepare stops new dispatch, commit
+writes the cursor, finished result keys and one record per live episode (the scope the
+other participants keep), restore re-issues the live episodes as attempt + 1 and never
+runs a finished one again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+from gym_services.base.logs import get_logger
+from gym_services.collection.models import EpisodeState, JobSpec, JobState, JobStatus
+from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+
+log = get_logger("collection")
+
+
+def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ApiError("bad_request", f"{path}:{number} is not JSON: {exc}") from None
+                if not isinstance(row, dict):
+                    raise ApiError("bad_request", f"{path}:{number} must be a JSON object")
+                tasks.append(row)
+                if limit is not None and len(tasks) >= limit:
+                    break
+    except OSError as exc:
+        raise ApiError("bad_request", f"cannot read tasks {path}: {exc}") from None
+    return tasks
+
+
+def task_agent(task: dict[str, Any], default: str | None) -> str | None:
+    if isinstance(task.get("agent"), str):
+        return task["agent"]
+    ref = task.get("agent_ref")
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        return ref["name"]
+    return default
+
+
+class Collection(Participant):
+    role = "controller"
+    checkpoint_mode = "exported"
+    checkpoint_verify = "wait"
+
+    def __init__(
+        self,
+        agents: dict[str, str],
+        *,
+        default_agent: str | None = None,
+        request_timeout_s: float = 3600.0,
+        transport_retries: int = 5,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.agents = agents
+        self.default_agent = default_agent
+        self.request_timeout_s = request_timeout_s
+        self.transport_retries = transport_retries
+        self._transport = transport
+        self._sleep = sleep
+        self.job: JobState | None = None
+        self.tasks: list[dict[str, Any]] = []
+        self.running: dict[str, EpisodeState] = {}
+        self._finished: set[str] = set()
+        self._episode_tasks: dict[str, asyncio.Task] = {}
+        self._dispatcher: asyncio.Task | None = None
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._write_lock = asyncio.Lock()
+        self._restored: tuple[JobState, list[EpisodeState]] | None = None
+        self._done = asyncio.Event()
+        self._client: httpx.AsyncClient | None = None
+
+    # --- job control -------------------------------------------------------------------
+
+    def status(self) -> JobStatus:
+        job = self.job
+        if job is None:
+            return JobStatus(state="idle")
+        done = job.cursor >= job.total and not self.running
+        finished = len(job.finished)
+        return JobStatus(
+            state="completed" if done else ("running" if self._gate.is_set() else "paused"),
+            total=job.total,
+            dispatched=job.cursor,
+            finished=finished,
+            live=len(self.running),
+            errors=job.errors,
+            mean_reward=(job.reward_sum / (finished - job.errors)) if finished > job.errors else None,
+            output_path=job.spec.output_path,
+        )
+
+    def start(self, spec: JobSpec) -> JobStatus:
+        if self.job is not None and not self._done.is_set():
+            raise ApiError("checkpoint_busy", "a collection job is already running on this server", status=409)
+        tasks = load_tasks(spec.tasks_path, spec.limit)
+        missing = sorted({str(task_agent(t, spec.agent or self.default_agent)) for t in tasks} - set(self.agents))
+        if missing:
+            raise ApiError("bad_request", f"tasks name agents this collection does not know: {missing}")
+        Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec.output_path).write_bytes(b"")
+        self.tasks = tasks
+        self.job = JobState(spec=spec, total=len(tasks) * spec.repeats)
+        self.running.clear()
+        self._finished = set()
+        self._launch()
+        return self.status()
+
+    def _launch(self) -> None:
+        self._done.clear()
+        if self._client is None:
+            self._client = httpx.AsyncClient(transport=self._transport, timeout=self.request_timeout_s, trust_env=False)
+        for episode in list(self.running.values()):
+            self._start_episode(episode)
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="collection-dispatch")
+
+    async def wait(self) -> None:
+        await self._done.wait()
+
+    async def close(self) -> None:
+        for task in [self._dispatcher, *self._episode_tasks.values()]:
+            if task is not None:
+                task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+
+    # --- dispatch ----------------------------------------------------------------------
+
+    def _episode_at(self, index: int) -> EpisodeState:
+        assert self.job is not None
+        repeats = self.job.spec.repeats
+        task_index, rollout_index = divmod(index, repeats)
+        agent = task_agent(self.tasks[task_index], self.job.spec.agent or self.default_agent)
+        return EpisodeState(
+            rollout_id=f"{self.job.spec.rollout_prefix}{task_index}-{rollout_index}",
+            index=index,
+            task_index=task_index,
+            rollout_index=rollout_index,
+            agent=str(agent),
+        )
+
+    async def _dispatch(self) -> None:
+        assert self.job is not None
+        job = self.job
+        while job.cursor < job.total:
+            await self._gate.wait()
+            if len(self.running) >= job.spec.concurrency:
+                await self._slot_freed()
+                continue
+            episode = self._episode_at(job.cursor)
+            job.cursor += 1
+            self.running[episode.rollout_id] = episode
+            self._start_episode(episode)
+        self._check_done()
+
+    async def _slot_freed(self) -> None:
+        self._slot = asyncio.Event()
+        await self._slot.wait()
+
+    def _free_slot(self) -> None:
+        slot = getattr(self, "_slot", None)
+        if slot is not None:
+            slot.set()
+
+    def _check_done(self) -> None:
+        if self.job is not None and self.job.cursor >= self.job.total and not self.running:
+            self._done.set()
+
+    def _start_episode(self, episode: EpisodeState) -> None:
+        self._episode_tasks[episode.rollout_id] = asyncio.create_task(
+            self._run_episode(episode), name=f"episode-{episode.rollout_id}-a{episode.attempt}"
+        )
+
+    def _run_body(self, episode: EpisodeState) -> dict[str, Any]:
+        task = {k: v for k, v in self.tasks[episode.task_index].items() if k not in ("agent", "agent_ref")}
+        identity = RolloutIdentity(rollout_id=episode.rollout_id, attempt=episode.attempt)
+        body = identity.stamp(task)
+        body["_ng_task_index"] = episode.task_index
+        body["_ng_rollout_index"] = episode.rollout_index
+        return body
+
+    async def _run_episode(self, episode: EpisodeState) -> None:
+        assert self._client is not None
+        url = f"{self.agents[episode.agent].rstrip('/')}/run"
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            for attempt_no in range(self.transport_retries + 1):
+                try:
+                    resp = await self._client.post(url, json=self._run_body(episode))
+                except httpx.TransportError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                    await self._sleep(min(2.0, 0.2 * 2**attempt_no))
+                    continue
+                data = _json(resp)
+                if resp.status_code == 200:
+                    result, error = data, None
+                elif resp.status_code == 409 and _code(data) == "stale_attempt":
+                    self._drop(episode)  # superseded by a newer attempt elsewhere: not ours to report
+                    return
+                else:
+                    error = f"HTTP {resp.status_code}: {_code(data) or resp.text[:200]}"
+                break
+            await self._finish(episode, result, error)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            if self._episode_tasks.get(episode.rollout_id) is asyncio.current_task():
+                del self._episode_tasks[episode.rollout_id]
+
+    def _drop(self, episode: EpisodeState) -> None:
+        if self.running.get(episode.rollout_id) is episode:
+            del self.running[episode.rollout_id]
+            if self.job is not None:
+                self.job.dropped.append(episode.rollout_id)
+            log.warning("episode superseded", extra={"rollout_id": episode.rollout_id, "attempt": episode.attempt})
+            self._free_slot()
+            self._check_done()
+
+    async def _finish(self, episode: EpisodeState, result: dict[str, Any] | None, error: str | None) -> None:
+        job = self.job
+        if job is None or self.running.get(episode.rollout_id) is not episode:
+            return
+        row = {
+            "_ng_rollout_id": episode.rollout_id,
+            "_ng_task_index": episode.task_index,
+            "_ng_rollout_index": episode.rollout_index,
+            "_ng_attempt_index": episode.attempt,
+            "agent": episode.agent,
+            "reward": (result or {}).get("reward"),
+        }
+        if error is not None:
+            row["error"] = error
+        else:
+            row["result"] = result
+        line = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+        async with self._write_lock:
+            await asyncio.to_thread(_append, job.spec.output_path, line)
+            job.output_offset += len(line)
+            job.finished.append(episode.rollout_id)
+            self._finished.add(episode.rollout_id)
+            if error is not None:
+                job.errors += 1
+            elif isinstance(row["reward"], (int, float)):
+                job.reward_sum += float(row["reward"])
+        del self.running[episode.rollout_id]
+        self._free_slot()
+        self._check_done()
+
+    # --- participant ---------------------------------------------------------------------
+
+    async def prepare(self, checkpoint_id: str) -> None:
+        self._gate.clear()  # stop new dispatch; live episodes park at their agents' boundaries
+
+    async def export(self, scope: Scope) -> list[Record]:
+        if self.job is None:
+            return []
+        async with self._write_lock:
+            job = self.job.model_copy(deep=True)
+        records = [Record("job", job.model_dump_json().encode())]
+        for episode in self.running.values():
+            if scope.includes(episode.rollout_id):
+                records.append(
+                    Record(f"episode-{episode.rollout_id}", episode.model_dump_json().encode(), episode.rollout_id, episode.attempt)
+                )
+        return records
+
+    async def validate(self, records: list[RestoredRecord]) -> tuple[JobState, list[EpisodeState]] | None:
+        if not records:
+            return None
+        by_key = {r.key: r for r in records}
+        if "job" not in by_key:
+            raise InvalidState("controller records have no job record")
+        try:
+            job = JobState.model_validate_json(by_key["job"].data)
+            episodes = [
+                EpisodeState.model_validate_json(r.data).model_copy(update={"attempt": r.new_attempt or 0})
+                for key, r in by_key.items()
+                if key != "job"
+            ]
+        except ValidationError as exc:
+            raise InvalidState(f"controller record is malformed: {exc.errors(include_url=False)[:3]}") from None
+        finished = set(job.finished)
+        for episode in episodes:
+            if episode.rollout_id in finished:
+                raise InvalidState(f"episode {episode.rollout_id} is both live and finished")
+            if episode.index >= job.cursor:
+                raise InvalidState(f"episode {episode.rollout_id} is past the cursor")
+        tasks = await asyncio.to_thread(load_tasks, job.spec.tasks_path, job.spec.limit)
+        if len(tasks) * job.spec.repeats != job.total:
+            raise InvalidState(f"{job.spec.tasks_path} changed: {len(tasks)} tasks x {job.spec.repeats} != {job.total}")
+        size = await asyncio.to_thread(_size, job.spec.output_path)
+        if size < job.output_offset:
+            raise InvalidState(f"{job.spec.output_path} holds {size} bytes, fewer than the {job.output_offset} checkpointed")
+        self._staged_tasks = tasks
+        return job, episodes
+
+    async def install(self, validated: tuple[JobState, list[EpisodeState]] | None) -> None:
+        if validated is None:
+            return
+        job, episodes = validated
+        await asyncio.to_thread(_truncate, job.spec.output_path, job.output_offset)  # results after the checkpoint
+        self.job = job
+        self.tasks = self._staged_tasks
+        self._finished = set(job.finished)
+        self.running = {e.rollout_id: e for e in episodes}
+        self._gate.clear()  # dispatch waits for resume
+        self._launched_by_restore = True
+
+    async def uninstall(self, validated: Any) -> None:
+        self.job, self.tasks, self.running, self._finished = None, [], {}, set()
+
+    async def resume(self) -> None:
+        if getattr(self, "_launched_by_restore", False):
+            self._launched_by_restore = False
+            self._gate.set()
+            self._launch()  # re-issues the live episodes as attempt + 1, continues the cursor
+            return
+        self._gate.set()
+
+    async def retire(self, rollout_id: str, attempt: int) -> bool:
+        episode = self.running.get(rollout_id)
+        if episode is None or episode.attempt > attempt:
+            return False
+        task = self._episode_tasks.pop(rollout_id, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        del self.running[rollout_id]
+        if self.job is not None:
+            self.job.dropped.append(rollout_id)
+        self._free_slot()
+        self._check_done()
+        return True
+
+    def live(self) -> dict[str, Any]:
+        status = self.status()
+        return {"episodes": status.live, "finished": status.finished, "dispatched": status.dispatched, "total": status.total}
+
+
+def _json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _code(data: Any) -> str | None:
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return data["error"].get("code")
+    return None
+
+
+def _append(path: str, line: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+
+
+def _truncate(path: str, size: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.truncate(size)
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -1,0 +1,1 @@
+"""The indirect prompt injection resources server (REFERENCE B.2), checkpointed as ``exported``."""

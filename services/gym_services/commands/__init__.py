@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-REGISTRARS: list = []
+from gym_services.commands import stack
+
+REGISTRARS: list = [stack.register]

@@ -124,7 +124,7 @@ class Verifier:
             prompt = feedback.correction_prompt(
                 cfg.refinement_prompt_template,
                 problem=feedback.problem_text(req.header, req.informal_prefix, req.formal_statement),
-                attempt=code or text or "(no proof was given)",
+                attempt=code or text.strip() or "(no proof was given)",
                 error_feedback=errors,
             )
         # Result fields win over same-named fields a caller echoed into its request.

@@ -25,6 +25,12 @@ _DECL = re.compile(
     r"(?:theorem|lemma)[ \t]+(?P<name>[^\s(:{\[⦃]+)",
     re.MULTILINE,
 )
+#: A command at column 0 ends the proof (a later lemma, ``end``, ``#eval``, ...).
+_NEXT_COMMAND = re.compile(
+    r"^(?:theorem|lemma|def|example|instance|abbrev|structure|inductive|class|namespace|section|end|open|"
+    r"noncomputable|private|protected|set_option|variable|universe|#\w+|@\[)\b",
+    re.MULTILINE,
+)
 _OPENERS = {"(": ")", "[": "]", "{": "}", "⟨": "⟩", "⦃": "⦄"}
 _CLOSERS = set(_OPENERS.values())
 
@@ -106,7 +112,7 @@ def proof_body(code: str, formal_statement: str) -> str:
     """The tactic proof of the task's theorem in ``code``, ready to follow the statement's ``:= by`` line.
 
     Finds the declaration named like the task's theorem (else the last one), keeps what
-    follows its top-level ``:=`` (and ``by``). A term proof becomes ``exact <term>``. A block
+    follows its top-level ``:=`` (and ``by``) up to the next command. A term proof becomes ``exact <term>``. A block
     with no declaration is taken as a tactic proof itself.
     """
     name = theorem_name(formal_statement)
@@ -122,6 +128,9 @@ def proof_body(code: str, formal_statement: str) -> str:
     if assign is None:
         return ""
     rest = code[assign + 2 :]
+    following = _NEXT_COMMAND.search(rest)
+    if following:
+        rest = rest[: following.start()]
     stripped = rest.lstrip(" \t")
     if re.match(r"by(\s|$)", stripped):
         rest = stripped[2:]
@@ -133,7 +142,7 @@ def proof_body(code: str, formal_statement: str) -> str:
     term = stripped.strip("\n").rstrip().splitlines()
     if not term:
         return ""
-    return "\n".join(["  exact " + term[0].strip(), *_indent_block(term[1:], 4)]).rstrip()
+    return "\n".join(["  exact " + term[0].strip(), *_indent_block(term[1:], 2)]).rstrip()
 
 
 def build_code(

@@ -96,7 +96,6 @@ class _BaseTable:
     nan_masks: list[np.ndarray | None]
     types: list[np.ndarray | None]
     slots: list[np.ndarray | None]
-    column_pos: dict[str, int]
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> _BaseTable:
@@ -128,7 +127,6 @@ class _BaseTable:
             nan_masks=nan_masks,
             types=types,
             slots=[_slots(a) if a.dtype == object else None for a in arrays],
-            column_pos={c: i for i, c in enumerate(names)} if diffable else {},
         )
 
 
@@ -249,6 +247,9 @@ def _index_shape(index: pd.Index) -> dict[str, Any]:
     if isinstance(index, pd.RangeIndex):
         return {"kind": "range", "start": index.start, "stop": index.stop, "step": index.step}
     return {"kind": "labels", "dtype": "int64"}
+
+
+_EMPTY_DIFF = DiffTableModel()
 
 
 class _StoreFull(Exception):
@@ -413,69 +414,72 @@ def encode_session(env: WorkplaceEnvironment) -> dict[str, Any]:
 def _positions(index: pd.Index, labels: list[int], what: str) -> np.ndarray:
     if len(set(labels)) != len(labels):
         raise InvalidSessionState(f"{what}: duplicate row labels")
-    pos = index.get_indexer(pd.Index(labels, dtype=np.int64))
+    pos = index.get_indexer(np.asarray(labels, dtype=np.int64))
     if (pos < 0).any():
         raise InvalidSessionState(f"{what}: row label {labels[int(np.argmax(pos < 0))]} not found")
     return pos
 
 
+def _decoded_index(model: DiffTableModel, bt: _BaseTable) -> tuple[pd.Index, np.ndarray | None, pd.Index]:
+    """(index of the restored table, kept base positions or None if all, labels of kept rows)."""
+    base_index = bt.df.index
+    new_labels = model.appended.labels if model.appended is not None else []
+    if model.appended is not None and not new_labels:
+        raise InvalidSessionState("appended holds no rows")
+    if not model.removed and not new_labels:
+        kept, kept_labels, labels = None, base_index, base_index
+    else:
+        kept = np.delete(np.arange(len(base_index)), _positions(base_index, model.removed, "removed"))
+        kept_labels = base_index[kept]
+        labels = kept_labels.append(pd.Index(np.asarray(new_labels, dtype=np.int64)))
+        if new_labels and not labels.is_unique:
+            raise InvalidSessionState("appended row labels collide with kept rows or each other")
+    if model.index is None:
+        if kept is not None:
+            raise InvalidSessionState("rows changed but the index shape is missing")
+        return base_index, None, kept_labels
+    if isinstance(model.index, RangeShapeModel):
+        if model.index.step == 0:
+            raise InvalidSessionState("range index step must not be 0")
+        index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base_index.name)
+        if not np.array_equal(index.to_numpy(), labels.to_numpy()):
+            raise InvalidSessionState("range index does not match the row labels")
+        return index, kept, kept_labels
+    return pd.Index(labels.to_numpy(), dtype=np.int64, name=base_index.name), kept, kept_labels
+
+
 def _decode_table_diff(model: DiffTableModel, bt: _BaseTable) -> pd.DataFrame:
     base = bt.df
-    if not bt.diffable:
-        if model != DiffTableModel():
-            raise InvalidSessionState("this base table can only be restored in full")
+    if model == _EMPTY_DIFF:
         return base.copy(deep=False)
+    if not bt.diffable:
+        raise InvalidSessionState("this base table can only be restored in full")
     columns = list(base.columns)
     unknown = (set(model.cells) | set(model.retyped)) - set(columns)
     if unknown:
         raise InvalidSessionState(f"unknown columns {sorted(unknown)}")
     if set(model.cells) & set(model.retyped):
         raise InvalidSessionState("a column is both retyped and changed by cells")
-    kept = np.delete(np.arange(len(base.index)), _positions(base.index, model.removed, "removed"))
-    kept_labels = base.index[kept]
-    new_labels = model.appended.labels if model.appended else []
-    if model.appended is not None and not new_labels:
-        raise InvalidSessionState("appended holds no rows")
-    labels = kept_labels.append(pd.Index(new_labels, dtype=np.int64))
-    if not labels.is_unique:
-        raise InvalidSessionState("appended row labels collide with kept rows")
-    rows_changed = len(kept) != len(base.index) or bool(new_labels)
-    if model.index is None:
-        if rows_changed:
-            raise InvalidSessionState("rows changed but the index shape is missing")
-        index = base.index
-    elif isinstance(model.index, RangeShapeModel):
-        if model.index.step == 0:
-            raise InvalidSessionState("range index step must not be 0")
-        index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base.index.name)
-        if not np.array_equal(index.to_numpy(), labels.to_numpy()):
-            raise InvalidSessionState("range index does not match the row labels")
-    else:
-        index = pd.Index(labels.to_numpy(), dtype=np.int64, name=base.index.name)
-    n = len(index)
-    if model.appended is not None:
-        expected = set(columns) - set(model.retyped)
-        if set(model.appended.data) != expected:
-            raise InvalidSessionState("appended rows must give every column that is not retyped")
+    index, kept, kept_labels = _decoded_index(model, bt)
+    n_new = len(model.appended.labels) if model.appended is not None else 0
+    if model.appended is not None and set(model.appended.data) != set(columns) - set(model.retyped):
+        raise InvalidSessionState("appended rows must give every column that is not retyped")
 
-    arrays: list[Any] = []
-    kinds: list[str] = []
-    touched = False
+    replaced: dict[int, tuple[Any, str]] = {}  # column position -> (new array, kind)
     for i, name in enumerate(columns):
         kind = bt.kinds[i]
         if name in model.retyped:
-            arr, kind = decode_column(model.retyped[name], n)
-            arrays.append(arr)
-            kinds.append(kind)
-            touched = True
+            replaced[i] = decode_column(model.retyped[name], len(index))
             continue
-        arr = bt.arrays[i][kept] if rows_changed else bt.arrays[i]
-        if new_labels:
+        change = model.cells.get(name)
+        if kept is None and change is None:
+            continue
+        arr = bt.arrays[i] if kept is None else bt.arrays[i][kept]
+        if n_new:
             extra = model.appended.data[name]  # type: ignore[union-attr]
-            if len(extra.values) != len(new_labels):
+            if len(extra.values) != n_new:
                 raise InvalidSessionState(f"appended column {name} has the wrong length")
             arr = np.concatenate([arr, decode_values(extra, kind)])
-        change = model.cells.get(name)
         if change is not None:
             if len(change.rows) != len(change.values):
                 raise InvalidSessionState(f"cells of {name}: rows and values differ in length")
@@ -483,18 +487,16 @@ def _decode_table_diff(model: DiffTableModel, bt: _BaseTable) -> pd.DataFrame:
             if arr is bt.arrays[i]:
                 arr = arr.copy()
             arr[pos] = decode_values(change, kind)
-            touched = True
-        arrays.append(to_pandas_array(arr, kind) if kind == "str" and arr is not bt.arrays[i] else arr)
-        kinds.append(kind)
-    if not rows_changed:
+        replaced[i] = (to_pandas_array(arr, kind), kind)
+    if kept is None:  # same rows: share untouched base columns (copy-on-write keeps them safe)
         df = base.copy(deep=False)
-        if touched:
-            for i, (arr, kind) in enumerate(zip(arrays, kinds, strict=True)):
-                if arr is not bt.arrays[i]:
-                    df.isetitem(i, pd.Series(arr, index=df.index, dtype=pandas_dtype(kind), copy=False))
         if index is not base.index:
             df.index = index
+        for i, (arr, kind) in replaced.items():
+            df.isetitem(i, pd.Series(arr, index=df.index, dtype=pandas_dtype(kind), copy=False))
         return df
+    arrays = [replaced[i][0] for i in range(len(columns))]
+    kinds = [replaced[i][1] for i in range(len(columns))]
     return build_frame(arrays, kinds, index, base.columns)
 
 

@@ -7,11 +7,20 @@ thread off the event loop.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .codec import InvalidSessionState, base_digest, decode_base, decode_session, encode_base, encode_session
+from .codec import (
+    InvalidSessionState,
+    base_digest,
+    canonical_json,
+    decode_base,
+    decode_session,
+    encode_base,
+    encode_session,
+)
 from .environment import PristineTables, WorkplaceEnvironment, pristine_tables
 from .tools import call_tool
 
@@ -76,11 +85,11 @@ class WorkplaceSessions:
     def base_states(self) -> dict[str, dict[str, Any]]:
         """digest -> encoded base for every base a held session refers to (write once per checkpoint).
 
-        The returned dicts are shared with the codec's cache: serialize them, do not mutate them.
+        Fresh copies, so a caller may keep or change them without touching the codec's cache.
         """
         with self._lock:
             bases = {id(env.base): env.base for env in self._sessions.values()}
-        return {base_digest(b): encode_base(b) for b in bases.values()}
+        return {base_digest(b): json.loads(canonical_json(encode_base(b))) for b in bases.values()}
 
     def register_bases(self, bases: Mapping[str, Mapping[str, Any]]) -> None:
         """Make stored bases known (each checked against its digest) without restoring sessions."""
@@ -93,7 +102,13 @@ class WorkplaceSessions:
         states: Mapping[str, Mapping[str, Any]],
         bases: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """Rebuild every session first; install all of them only if every one is valid."""
+        """Rebuild every session first; install all of them only if every one is valid.
+
+        ``bases`` are stored bases (digest -> encoded base, see :meth:`base_states`) for states
+        seeded from pristine tables other than this process's own.
+        """
+        if not isinstance(states, Mapping):
+            raise InvalidSessionState("session states must be a JSON object")
         with self._lock:
             known = dict(self._bases)
         new_bases = self._decode_bases(bases or {})

@@ -1,0 +1,25 @@
+"""Configuration every agent shares: where its model is, and how it waits on checkpoints."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gym_services.base.config import ServerConfig
+
+
+class AgentConfig(ServerConfig):
+    """Fields of every agent; each agent adds the URL of its resources or environment server."""
+
+    model_url: str = Field(description="base URL of the policy model serving POST /v1/responses")
+    model: str = Field(description="model name sent in every generation request")
+    request_timeout_s: float = Field(default=600.0, gt=0, le=86400, description="per downstream call")
+    parked_backoff_s: float = Field(
+        default=0.1, gt=0, le=10, description="wait after a 409 checkpoint_parked before returning to the boundary"
+    )
+    parked_retry_limit_s: float = Field(
+        default=900.0,
+        gt=0,
+        le=86400,
+        description="give up (503) when a step is refused this long without the agent itself parking",
+    )
+    park_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often a parked episode rechecks admission")

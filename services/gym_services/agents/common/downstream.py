@@ -1,0 +1,171 @@
+"""The httpx client an agent uses for its model, resources and environment servers.
+
+It never keeps cookies itself: every episode owns its cookies per downstream server
+(they are part of the boundary and travel with a checkpoint), so each call sends the
+episode's cookies explicitly and returns the server's ``Set-Cookie`` values merged in.
+Identity headers go on every call, so every server can fence stale attempts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, CookiePolicy
+from http.cookies import CookieError, SimpleCookie
+from typing import Any
+
+import httpx
+
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+
+
+class CheckpointParked(Exception):
+    """A downstream server refused the call because a checkpoint is open; nothing changed there."""
+
+    def __init__(self, server: str, path: str, message: str) -> None:
+        super().__init__(f"{server} {path}: {message}")
+        self.server = server
+        self.path = path
+
+
+class _NoCookies(CookiePolicy):
+    """A cookie policy that stores and sends nothing (cookies are per episode, not per client)."""
+
+    netscape = True
+    rfc2965 = False
+    hide_cookie2 = True
+
+    def set_ok(self, cookie, request) -> bool:  # noqa: ANN001 - stdlib signature
+        return False
+
+    def return_ok(self, cookie, request) -> bool:  # noqa: ANN001
+        return False
+
+    def domain_return_ok(self, domain, request) -> bool:  # noqa: ANN001
+        return False
+
+    def path_return_ok(self, path, request) -> bool:  # noqa: ANN001
+        return False
+
+
+def cookieless_client(
+    *, transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 600.0, base_url: str = ""
+) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=transport,
+        base_url=base_url,
+        timeout=timeout_s,
+        cookies=CookieJar(policy=_NoCookies()),
+        trust_env=False,
+    )
+
+
+def cookie_header(cookies: dict[str, str]) -> str:
+    return "; ".join(f"{name}={value}" for name, value in sorted(cookies.items()))
+
+
+def merge_set_cookies(cookies: dict[str, str], response: httpx.Response) -> dict[str, str]:
+    """``cookies`` updated with every ``Set-Cookie`` of ``response``."""
+    merged = dict(cookies)
+    for raw in response.headers.get_list("set-cookie"):
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(raw)
+        except CookieError:
+            continue
+        for name, morsel in jar.items():
+            merged[name] = morsel.value
+    return merged
+
+
+@dataclass
+class Reply:
+    """A successful downstream reply."""
+
+    status: int
+    body: Any
+    headers: httpx.Headers
+    cookies: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+
+
+def error_of(response: httpx.Response) -> tuple[str | None, str]:
+    """The ``error.code`` and message of a JSON error body, if it has one."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None, response.text[:500]
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        err = data["error"]
+        return err.get("code"), str(err.get("message", ""))
+    return None, response.text[:500]
+
+
+class Downstream:
+    """One downstream server, addressed by name (``model``, ``resources``, ``env``) and base URL."""
+
+    def __init__(self, name: str, base_url: str, client: httpx.AsyncClient) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/")
+        self.client = client
+
+    async def send(
+        self,
+        path: str,
+        body: Any,
+        *,
+        identity: RolloutIdentity | None,
+        cookies: dict[str, str],
+        extra_headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        """POST and return the raw response; only transport failures raise (502 upstream_error)."""
+        headers = dict(extra_headers or {})
+        if identity is not None:
+            headers.update(identity.headers())
+        if cookies:
+            headers["cookie"] = cookie_header(cookies)
+        try:
+            return await self.client.post(f"{self.base_url}{path}", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise ApiError(
+                "upstream_error", f"{self.name} {path} unreachable: {type(exc).__name__}: {exc}", status=502
+            ) from None
+
+    async def post(
+        self,
+        path: str,
+        body: Any,
+        *,
+        identity: RolloutIdentity | None,
+        cookies: dict[str, str],
+        accept_client_errors: bool = False,
+    ) -> Reply:
+        """POST and classify the answer.
+
+        ``409 checkpoint_parked`` raises :class:`CheckpointParked` (the caller returns to
+        its boundary); ``409 stale_attempt`` ends the attempt; other errors are a 502,
+        except 4xx when ``accept_client_errors`` (a tool's refusal is the tool's output).
+        """
+        response = await self.send(path, body, identity=identity, cookies=cookies)
+        merged = merge_set_cookies(cookies, response)
+        if response.status_code == 409:
+            code, message = error_of(response)
+            if code == "checkpoint_parked":
+                raise CheckpointParked(self.name, path, message)
+            if code == "stale_attempt":
+                raise ApiError("stale_attempt", f"{self.name} {path}: {message}")
+        ok = 200 <= response.status_code < 300
+        if not ok and not (accept_client_errors and 400 <= response.status_code < 500):
+            code, message = error_of(response)
+            raise ApiError(
+                "upstream_error",
+                f"{self.name} {path} answered {response.status_code}: {code or ''} {message}".strip(),
+                status=502,
+                details={"server": self.name, "path": path, "status": response.status_code, "code": code},
+            )
+        try:
+            parsed = response.json()
+        except (ValueError, json.JSONDecodeError):
+            parsed = None
+        return Reply(response.status_code, parsed, response.headers, merged, response.text)

@@ -1,0 +1,297 @@
+"""``gymckpt up/down/status/collect/checkpoint/restore/checkpoints``: a local stack."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from gym_operator.client import ControlClient, ParticipantError
+from gym_operator.coordinator import Coordinator, list_checkpoints, parse_global_manifest
+from gym_services.base.config import ConfigError, StorageConfig
+from gym_services.commands.output import human_bytes, table, transaction_summary
+from gym_services.control import layout
+from gym_services.control.storage import StorageError, open_storage
+from gym_services.stack.config import load_stack
+from gym_services.stack.discovery import discover
+from gym_services.stack.launcher import StackError, read_state, stack_secrets, start_stack, stop_stack
+
+DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir).resolve()
+
+
+def _storage_config(args: argparse.Namespace) -> StorageConfig:
+    return StorageConfig(endpoint_url=getattr(args, "s3_endpoint", None) or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def _fail(prefix: str, exc: Exception) -> int:
+    print(f"gymckpt {prefix}: {exc}", file=sys.stderr)
+    return 1
+
+
+async def _with_coordinator(args: argparse.Namespace, work):
+    state = read_state(_state_dir(args))
+    token = stack_secrets(_state_dir(args))["control_token"]
+    async with ControlClient(token, timeout_s=args.timeout) as client:
+        participants = await discover(state, client)
+
+        def progress(phase: str, detail: dict) -> None:
+            if not getattr(args, "quiet", False):
+                print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True)
+
+        coordinator = Coordinator(participants, client, storage_config=_storage_config(args), on_event=progress)
+        return await work(coordinator, state)
+
+
+# --- up / down / status ------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    try:
+        stack, _ = load_stack(args.config)
+        if args.state_dir:
+            stack.state_dir = args.state_dir
+        state = start_stack(stack, Path.cwd(), ready_timeout_s=args.timeout)
+    except (ConfigError, StackError) as exc:
+        return _fail("up", exc)
+    print(f"stack {state.name} is up ({len(state.servers)} servers); state in {state.state_dir}")
+    print(table(["server", "type", "url", "pid", "participant"], [[s.name, s.server, s.url, s.pid, s.participant] for s in state.servers]))
+    print(f"checkpoints go to {state.storage}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    try:
+        stopped = stop_stack(_state_dir(args), kill=args.kill)
+    except StackError as exc:
+        return _fail("down", exc)
+    print(f"{'killed' if args.kill else 'stopped'} {len(stopped)} servers: {', '.join(stopped) or '-'}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    async def work(coordinator: Coordinator, state):
+        return await coordinator.status()
+
+    try:
+        statuses = asyncio.run(_with_coordinator(args, work))
+    except (StackError, ParticipantError) as exc:
+        return _fail("status", exc)
+    if args.json:
+        print(json.dumps(statuses, indent=1))
+        return 0
+    rows = []
+    for pid, s in statuses.items():
+        if "error" in s:
+            rows.append([pid, "?", "unreachable", "", "", s["error"]])
+            continue
+        live = ", ".join(f"{k}={v}" for k, v in s.get("live", {}).items())
+        rows.append([pid, s["role"], s["phase"], s["checkpoint_id"] or "", live, len(s["blockers"])])
+    print(table(["participant", "role", "phase", "checkpoint", "live", "blockers"], rows))
+    return 0
+
+
+# --- collect ---------------------------------------------------------------------------
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    try:
+        state = read_state(_state_dir(args))
+        url = state.url(args.collection)
+    except (StackError, KeyError) as exc:
+        return _fail("collect", exc)
+    spec = {
+        "tasks_path": str(Path(args.tasks).resolve()),
+        "output_path": str(Path(args.output).resolve()),
+        "repeats": args.repeats,
+        "concurrency": args.concurrency,
+    }
+    if args.limit:
+        spec["limit"] = args.limit
+    with httpx.Client(timeout=30, trust_env=False) as http:
+        resp = http.post(f"{url}/jobs", json=spec)
+        if resp.status_code != 200:
+            return _fail("collect", RuntimeError(resp.json().get("error", {}).get("message", resp.text)))
+        status = resp.json()
+        if args.no_wait:
+            print(f"collecting {status['total']} rollouts; results in {args.output}")
+            return 0
+        with tqdm(total=status["total"], unit="rollout", desc="collect", file=sys.stdout) as bar:
+            while status["state"] != "completed":
+                time.sleep(0.2)
+                status = http.get(f"{url}/jobs/current").json()
+                bar.n = status["finished"]
+                bar.set_postfix(live=status["live"], state=status["state"])
+                bar.refresh()
+    print(
+        f"collected {status['finished']} rollouts ({status['errors']} errors); mean reward "
+        f"{status['mean_reward'] if status['mean_reward'] is not None else '-'}; results in {status['output_path']}"
+    )
+    return 0
+
+
+# --- checkpoint / restore / checkpoints --------------------------------------------------
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    checkpoint_id = args.id or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+    async def work(coordinator: Coordinator, state):
+        location = args.storage or state.storage
+        print(f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location}")
+        return await coordinator.checkpoint(
+            checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease
+        )
+
+    try:
+        result = asyncio.run(_with_coordinator(args, work))
+    except (StackError, ParticipantError, StorageError) as exc:
+        return _fail("checkpoint", exc)
+    print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
+    return 0 if result.status == "completed" else 1
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    async def work(coordinator: Coordinator, state):
+        location = args.storage or state.storage
+        print(f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants")
+        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease)
+
+    try:
+        result = asyncio.run(_with_coordinator(args, work))
+    except (StackError, ParticipantError, StorageError) as exc:
+        return _fail("restore", exc)
+    print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
+    return 0 if result.status == "completed" else 1
+
+
+def _location(args: argparse.Namespace) -> str:
+    if args.storage:
+        return args.storage
+    return read_state(_state_dir(args)).storage
+
+
+def cmd_checkpoints_list(args: argparse.Namespace) -> int:
+    try:
+        location = _location(args)
+        found = list_checkpoints(location, _storage_config(args))
+    except (StackError, StorageError) as exc:
+        return _fail("checkpoints list", exc)
+    rows = []
+    for cid, manifest in found:
+        if manifest is None:
+            rows.append([cid, "incomplete", "", "", "", ""])
+        else:
+            created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(manifest.created_at))
+            records = sum(p.records for p in manifest.participants)
+            pause = manifest.timings.get("pause")
+            rows.append([cid, "complete", created, len(manifest.participants), records, human_bytes(manifest.bytes)])
+    print(f"checkpoints at {location}:")
+    print(table(["id", "state", "created", "participants", "records", "bytes"], rows) if rows else "(none)")
+    return 0
+
+
+def cmd_checkpoints_show(args: argparse.Namespace) -> int:
+    try:
+        location = _location(args)
+        data = open_storage(location, _storage_config(args)).get(layout.global_manifest_key(args.checkpoint_id))
+        manifest = parse_global_manifest(data)
+    except (StackError, StorageError, ValueError) as exc:
+        return _fail("checkpoints show", exc)
+    if args.json:
+        print(manifest.model_dump_json(indent=1))
+        return 0
+    print(f"checkpoint {manifest.checkpoint_id} at {location}, created {time.ctime(manifest.created_at)}")
+    print(table(
+        ["participant", "role", "records", "bytes", "manifest"],
+        [[p.participant_id, p.role, p.records, human_bytes(p.bytes), p.manifest_key] for p in manifest.participants],
+    ))
+    print(f"episodes continued: {len(manifest.episodes or [])}; timings: "
+          + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items()))
+    return 0
+
+
+# --- parsers -------------------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help=f"stack state folder (default {DEFAULT_STATE_DIR})")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for servers (default 60)")
+    if storage:
+        p.add_argument("--storage", help="location: file:///path or s3://bucket/prefix (default: the stack's)")
+        p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="start every server of a stack config as local processes",
+                       description="Start every server of a stack YAML, wait until each is ready, write the state file.")
+    p.add_argument("config", help="stack YAML")
+    p.add_argument("--state-dir", default=None, help="override the config's state_dir")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("down", help="stop the stack's servers", description="Stop the servers of the running stack.")
+    _common(p)
+    p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("status", help="phase, live state and blockers of every participant",
+                       description="Show the control-plane status of every participant of the running stack.")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="raw JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("collect", help="run rollout collection on the stack's collection server",
+                       description="Start a collection job (tasks JSONL x repeats) and follow it with a progress bar.")
+    _common(p)
+    p.add_argument("tasks", help="tasks JSONL")
+    p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl)")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--limit", type=int, help="only the first N tasks")
+    p.add_argument("--collection", default="collection", help="name of the collection server in the stack")
+    p.add_argument("--no-wait", action="store_true", help="start the job and return")
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("checkpoint", help="take a consistent checkpoint of the running stack",
+                       description="prepare -> commit -> publish -> resume over every participant.")
+    _common(p, storage=True)
+    p.add_argument("--id", help="checkpoint id (default: timestamped)")
+    p.add_argument("--prepare-timeout", type=float, default=30.0, help="seconds to reach boundaries (default 30)")
+    p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_checkpoint)
+
+    p = sub.add_parser("restore", help="restore a checkpoint into the running (fresh) stack",
+                       description="Verify the checkpoint, restore every participant all-or-nothing, resume.")
+    _common(p, storage=True)
+    p.add_argument("checkpoint_id")
+    p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser("checkpoints", help="list or show checkpoints at a storage location",
+                       description="Read checkpoints from a storage location.")
+    inner = p.add_subparsers(dest="checkpoints_command", required=True, metavar="ACTION")
+    q = inner.add_parser("list", help="every checkpoint, complete or not", description="List checkpoints.")
+    _common(q, storage=True)
+    q.set_defaults(func=cmd_checkpoints_list)
+    q = inner.add_parser("show", help="one checkpoint's manifest", description="Show one checkpoint's manifest.")
+    _common(q, storage=True)
+    q.add_argument("checkpoint_id")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_checkpoints_show)

@@ -1,0 +1,192 @@
+"""Start and stop a stack's servers as local uvicorn processes, and remember them in a state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+from pydantic import BaseModel
+
+from gym_services.stack.config import StackConfig, substitute_urls
+
+STATE_FILE = "stack.json"
+SECRETS_FILE = "secrets.json"
+
+
+class RunningServer(BaseModel):
+    name: str
+    server: str
+    url: str
+    port: int
+    pid: int
+    participant: bool
+    log: str
+
+
+class StackState(BaseModel):
+    name: str
+    state_dir: str
+    storage: str
+    servers: list[RunningServer]
+
+    def participants(self) -> list[RunningServer]:
+        return [s for s in self.servers if s.participant]
+
+    def url(self, name: str) -> str:
+        for server in self.servers:
+            if server.name == name:
+                return server.url
+        raise KeyError(f"no server {name!r} in stack {self.name}")
+
+
+class StackError(RuntimeError):
+    """A stack could not start or is not running."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stack_secrets(state_dir: Path) -> dict[str, str]:
+    """The stack's control token and session secret, created once and kept (restored cookies need them)."""
+    path = state_dir / SECRETS_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    values = {"control_token": secrets.token_urlsafe(32), "session_secret": secrets.token_urlsafe(32)}
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(values, fh)
+    return values
+
+
+def read_state(state_dir: Path) -> StackState:
+    path = state_dir / STATE_FILE
+    if not path.exists():
+        raise StackError(f"no running stack in {state_dir} (run `gymckpt up CONFIG` first)")
+    return StackState.model_validate_json(path.read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_stack(stack: StackConfig, base: Path, *, ready_timeout_s: float = 60.0, log_level: str = "warning") -> StackState:
+    """Start every server, wait until each is ready, write the state file."""
+    state_dir = stack.resolved_state_dir(base)
+    if (state_dir / STATE_FILE).exists():
+        previous = read_state(state_dir)
+        if any(alive(s.pid) for s in previous.servers):
+            raise StackError(f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first")
+    creds = stack_secrets(state_dir)
+    (state_dir / "configs").mkdir(parents=True, exist_ok=True)
+    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    ports = {name: spec.port or free_port() for name, spec in stack.servers.items()}
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    storage = stack.storage or f"file://{state_dir / 'checkpoints'}"
+    env = {
+        **os.environ,
+        "GYMCKPT_CONTROL_TOKEN": creds["control_token"],
+        "GYMCKPT_SESSION_SECRET": creds["session_secret"],
+        "PYTHONUNBUFFERED": "1",
+    }
+    running: list[RunningServer] = []
+    procs: list[subprocess.Popen] = []
+    try:
+        for name, spec in stack.servers.items():
+            config = substitute_urls(spec.config, urls)
+            config.update({"name": name, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
+            config_path = state_dir / "configs" / f"{name}.yaml"
+            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            log_path = state_dir / "logs" / f"{name}.log"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gym_services.cli", "serve", spec.server, "--config", str(config_path)],
+                env={**env, "GYMCKPT_PARTICIPANT_ID": name},
+                stdout=open(log_path, "ab"),  # noqa: SIM115 - owned by the child
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            procs.append(proc)
+            running.append(
+                RunningServer(
+                    name=name, server=spec.server, url=urls[name], port=ports[name], pid=proc.pid,
+                    participant=spec.participant, log=str(log_path),
+                )
+            )
+        wait_ready(running, procs, ready_timeout_s)
+    except BaseException:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        raise
+    state = StackState(name=stack.name, state_dir=str(state_dir), storage=storage, servers=running)
+    (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
+    return state
+
+
+def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = {s.name: (s, p) for s, p in zip(servers, procs, strict=True)}
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        while pending and time.monotonic() < deadline:
+            for name, (server, proc) in list(pending.items()):
+                if proc.poll() is not None:
+                    tail = Path(server.log).read_text(errors="replace")[-1500:]
+                    raise StackError(f"{name} exited with {proc.returncode} while starting; log tail:\n{tail}")
+                try:
+                    if client.get(f"{server.url}/health/ready").status_code == 200:
+                        del pending[name]
+                except httpx.HTTPError:
+                    pass
+            if pending:
+                time.sleep(0.05)
+    if pending:
+        raise StackError(f"not ready after {timeout_s}s: {', '.join(sorted(pending))}")
+
+
+def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) -> list[str]:
+    """SIGTERM (or SIGKILL with ``kill``) every server; returns the names that were running."""
+    state = read_state(state_dir)
+    sig = signal.SIGKILL if kill else signal.SIGTERM
+    stopped = []
+    for server in state.servers:
+        if alive(server.pid):
+            try:
+                os.killpg(server.pid, sig)
+            except ProcessLookupError:
+                continue
+            stopped.append(server.name)
+    deadline = time.monotonic() + timeout_s
+    for server in state.servers:
+        while alive(server.pid) and time.monotonic() < deadline:
+            _reap(server.pid)
+            time.sleep(0.02)
+        if alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)
+            _reap(server.pid)
+    return stopped
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,235 @@
+"""The chart rendered by real Helm: every manifest valid for Kubernetes 1.33, labels, security, wiring."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.k8s
+
+kubernetes_validate = pytest.importorskip('kubernetes_validate')
+
+CHART = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint'
+K8S_VERSION = '1.33.0'
+STANDARD_LABELS = ('app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/version',
+                   'app.kubernetes.io/managed-by', 'app.kubernetes.io/part-of', 'helm.sh/chart')
+EXTERNAL_S3 = {'storage': {'location': 's3://training-ckpts/team-a', 'embedded': {'enabled': False},
+                           's3': {'endpoint': 'https://s3.example.com', 'region': 'eu-west-1',
+                                  'existingSecret': 'team-a-s3'}}}
+CUSTOM_SERVERS = {'servers': [
+    {'name': 'blackjack', 'server': 'blackjack', 'role': 'environment', 'port': 9001},
+    {'name': 'gym-agent', 'server': 'gymnasium_agent', 'role': 'agent', 'port': 9002,
+     'config': {'environment_url': '{{ include "gym-checkpoint.serverUrl" (dict "root" $ "name" "blackjack") }}'},
+     'env': [{'name': 'EXTRA', 'value': 'yes'}], 'resources': {'requests': {'cpu': '250m', 'memory': '1Gi'}}},
+    {'name': 'collector', 'server': 'collection', 'role': 'controller'},
+]}
+VARIANTS = {
+    'defaults': {},
+    'external-s3-existing-secret': EXTERNAL_S3,
+    'custom-servers': CUSTOM_SERVERS,
+    'explicit-secrets': {'controlToken': {'value': 'a' * 32}, 'sessionSecret': {'value': 'b' * 32},
+                         'storage': {'embedded': {'enabled': False}, 'location': 'file:///var/lib/ckpt',
+                                     's3': {'accessKeyId': 'AKIA0000', 'secretAccessKey': 'secret0000'}}},
+    'cluster-scanning-no-operator-sa': {'operator': {'rbac': {'clusterScanning': True},
+                                                     'serviceAccount': {'create': False, 'name': 'ops'}}},
+    'operator-disabled': {'operator': {'enabled': False}},
+}
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {doc['metadata']['name']: doc for doc in docs if doc['kind'] == kind}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item['name']: item for item in container.get('env', [])}
+
+
+@pytest.mark.parametrize('variant', sorted(VARIANTS))
+def test_every_manifest_validates_strictly_against_kubernetes(render: Any, variant: str) -> None:
+    docs = render(VARIANTS[variant])
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        labels = doc['metadata']['labels']
+        assert all(key in labels for key in STANDARD_LABELS), (doc['kind'], doc['metadata']['name'])
+        assert labels['app.kubernetes.io/instance'] == 'demo'
+
+
+def test_a_schema_violation_is_caught_by_the_validator(render: Any) -> None:
+    """Guards the test above against validating nothing: a bogus field must fail."""
+    sts = by_kind(render(), 'StatefulSet')['demo-gym-checkpoint-policy-model']
+    sts['spec']['template']['spec']['containers'][0]['bogusField'] = 1
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(sts, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize('variant', sorted(VARIANTS))
+def test_lint_strict_is_clean(variant: str) -> None:
+    helm = pytest.importorskip('helm_python')
+    result = helm.lint(str(CHART), VARIANTS[variant], strict=True, kube_version='v1.33.0')
+    assert result['messages'] == [] and result['errors'] == []
+
+
+def test_default_stack_one_statefulset_service_and_config_per_server(render: Any) -> None:
+    docs = render()
+    sets, services, maps = by_kind(docs, 'StatefulSet'), by_kind(docs, 'Service'), by_kind(docs, 'ConfigMap')
+    expected = {'inference-worker': ('inference_worker', None), 'policy-model': ('policy_model', 'model'),
+                'workplace-assistant': ('workplace_assistant', 'resources'), 'simple-agent': ('simple_agent', 'agent')}
+    for name, (server, role) in expected.items():
+        full = f'demo-gym-checkpoint-{name}'
+        sts = sets[full]
+        pod = sts['spec']['template']
+        assert sts['spec']['replicas'] == 1 and sts['spec']['serviceName'] == f'{full}-headless'
+        labels = pod['metadata']['labels']
+        assert labels['app.kubernetes.io/name'] == 'gym-checkpoint' and labels['app.kubernetes.io/instance'] == 'demo'
+        if role is None:  # the built-in backend is no checkpoint participant
+            assert 'gym-checkpoint.dev/role' not in labels and 'gym-checkpoint.dev/participant' not in labels
+        else:
+            assert labels['gym-checkpoint.dev/role'] == role and labels['gym-checkpoint.dev/participant'] == name
+        assert pod['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '8000'
+        container = pod['spec']['containers'][0]
+        assert container['command'] == ['gymckpt', 'serve', server, '--config', '/etc/gymckpt/config.yaml',
+                                        '--host', '0.0.0.0', '--port', '8000']
+        assert container['ports'] == [{'name': 'http', 'containerPort': 8000, 'protocol': 'TCP'}]
+        assert container['livenessProbe']['httpGet'] == {'path': '/health/live', 'port': 'http'}
+        assert container['readinessProbe']['httpGet'] == {'path': '/health/ready', 'port': 'http'}
+        assert container['resources']['requests'] and container['resources']['limits']
+        for service in (services[full], services[f'{full}-headless']):
+            assert service['spec']['ports'][0]['targetPort'] == 'http'
+            assert labels.items() >= service['spec']['selector'].items()
+        assert services[f'{full}-headless']['spec']['clusterIP'] == 'None'
+        assert f'name: {name}' in maps[f'{full}-config']['data']['config.yaml']
+        assert sts['spec']['selector']['matchLabels'].items() <= labels.items()
+
+
+def test_server_pods_are_locked_down(render: Any) -> None:
+    docs = render()
+    pods = [sts['spec']['template']['spec'] for sts in by_kind(docs, 'StatefulSet').values()]
+    pods += [dep['spec']['template']['spec'] for dep in by_kind(docs, 'Deployment').values()]
+    for pod in pods:
+        assert pod['securityContext']['runAsNonRoot'] is True and pod['securityContext']['runAsUser'] == 10001
+        assert pod['securityContext']['seccompProfile'] == {'type': 'RuntimeDefault'}
+        for container in pod['containers']:
+            ctx = container['securityContext']
+            assert ctx['readOnlyRootFilesystem'] is True and ctx['allowPrivilegeEscalation'] is False
+            assert ctx['capabilities'] == {'drop': ['ALL']} and ctx['runAsNonRoot'] is True
+            assert {'name': 'tmp', 'mountPath': '/tmp'} in container['volumeMounts']
+        assert {'name': 'tmp', 'emptyDir': pod['volumes'][-1]['emptyDir']} in pod['volumes'] or \
+            any(volume['name'] == 'tmp' and 'emptyDir' in volume for volume in pod['volumes'])
+
+
+def test_servers_get_tokens_identity_and_storage_from_secrets(render: Any) -> None:
+    docs = render()
+    secrets = by_kind(docs, 'Secret')
+    token = base64.b64decode(secrets['demo-gym-checkpoint-control']['data']['token']).decode()
+    session = base64.b64decode(secrets['demo-gym-checkpoint-session']['data']['secret']).decode()
+    assert len(token) == 48 and token.isalnum() and len(session) == 48 and token != session
+    assert set(secrets['demo-gym-checkpoint-s3']['data']) == {'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY'}
+    container = by_kind(docs, 'StatefulSet')['demo-gym-checkpoint-policy-model']['spec']['template']['spec']['containers'][0]
+    env = env_of(container)
+    assert env['GYMCKPT_CONTROL_TOKEN']['valueFrom']['secretKeyRef'] == {'name': 'demo-gym-checkpoint-control', 'key': 'token'}
+    assert env['GYMCKPT_SESSION_SECRET']['valueFrom']['secretKeyRef'] == {'name': 'demo-gym-checkpoint-session', 'key': 'secret'}
+    assert env['GYMCKPT_PARTICIPANT_ID']['valueFrom'] == {'fieldRef': {'fieldPath': 'metadata.name'}}
+    assert env['AWS_ACCESS_KEY_ID']['valueFrom']['secretKeyRef']['name'] == 'demo-gym-checkpoint-s3'
+    assert env['AWS_ENDPOINT_URL']['value'] == 'http://demo-gym-checkpoint-s3.prod.svc:8333'
+
+
+def test_embedded_store_is_the_default_location(render: Any) -> None:
+    docs = render()
+    store = by_kind(docs, 'StatefulSet')['demo-gym-checkpoint-s3']
+    container = store['spec']['template']['spec']['containers'][0]
+    assert container['image'].startswith('chrislusf/seaweedfs:') and container['args'][0] == 'server'
+    assert '-s3' in container['args'] and container['ports'][0]['name'] == 's3'
+    assert store['spec']['volumeClaimTemplates'][0]['spec']['resources']['requests']['storage'] == '10Gi'
+    assert env_of(container)['AWS_ACCESS_KEY_ID']['valueFrom']['secretKeyRef']['name'] == 'demo-gym-checkpoint-s3'
+    assert by_kind(docs, 'Service')['demo-gym-checkpoint-s3']['spec']['ports'][0]['port'] == 8333
+    operator = by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']['spec']['template']['spec']['containers'][0]
+    assert env_of(operator)['GYMCKPT_STORAGE']['value'] == 's3://gym-checkpoints/demo'
+
+
+def test_external_s3_with_an_existing_secret(render: Any) -> None:
+    docs = render(EXTERNAL_S3)
+    assert 'demo-gym-checkpoint-s3' not in by_kind(docs, 'StatefulSet')
+    assert 'demo-gym-checkpoint-s3' not in by_kind(docs, 'Secret')
+    for workload in [*by_kind(docs, 'StatefulSet').values(), *by_kind(docs, 'Deployment').values()]:
+        env = env_of(workload['spec']['template']['spec']['containers'][0])
+        assert env['AWS_SECRET_ACCESS_KEY']['valueFrom']['secretKeyRef'] == {'name': 'team-a-s3', 'key': 'AWS_SECRET_ACCESS_KEY'}
+        assert env['AWS_ENDPOINT_URL']['value'] == 'https://s3.example.com'
+        assert env['AWS_REGION']['value'] == 'eu-west-1'
+    operator = by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']['spec']['template']['spec']['containers'][0]
+    assert env_of(operator)['GYMCKPT_STORAGE']['value'] == 's3://training-ckpts/team-a'
+
+
+def test_custom_servers_with_ports_env_resources_and_templated_config(render: Any) -> None:
+    docs = render(CUSTOM_SERVERS)
+    sets = by_kind(docs, 'StatefulSet')
+    assert set(sets) == {'demo-gym-checkpoint-blackjack', 'demo-gym-checkpoint-gym-agent',
+                         'demo-gym-checkpoint-collector', 'demo-gym-checkpoint-s3'}
+    agent = sets['demo-gym-checkpoint-gym-agent']['spec']['template']
+    container = agent['spec']['containers'][0]
+    assert container['command'][2] == 'gymnasium_agent' and container['command'][-1] == '9002'
+    assert agent['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '9002'
+    assert env_of(container)['EXTRA']['value'] == 'yes'
+    assert container['resources'] == {'requests': {'cpu': '250m', 'memory': '1Gi'}}
+    config = by_kind(docs, 'ConfigMap')['demo-gym-checkpoint-gym-agent-config']['data']['config.yaml']
+    assert 'environment_url: http://demo-gym-checkpoint-blackjack.prod.svc:9001' in config
+    assert sets['demo-gym-checkpoint-collector']['spec']['template']['metadata']['labels'][
+        'gym-checkpoint.dev/role'] == 'controller'
+
+
+def test_duplicate_server_names_are_refused(helm_chart: Any) -> None:
+    helm = pytest.importorskip('helm_python')
+    twice = {'servers': [{'name': 'a', 'server': 'counter', 'role': 'resources'}] * 2}
+    with pytest.raises(helm.HelmError, match='used twice'):
+        helm_chart.render(twice, name='demo', namespace='prod')
+
+
+def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None:
+    docs = render()
+    operator = by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']
+    assert operator['spec']['replicas'] == 1 and operator['spec']['strategy'] == {'type': 'Recreate'}
+    pod = operator['spec']['template']['spec']
+    container = pod['containers'][0]
+    assert container['command'][:5] == ['kopf', 'run', '--standalone', '--namespace', 'prod']
+    assert container['command'][-2:] == ['-m', 'gym_operator.handlers']
+    env = env_of(container)
+    assert env['GYMCKPT_CONTROL_TOKEN']['valueFrom']['secretKeyRef']['name'] == 'demo-gym-checkpoint-control'
+    assert env['GYMCKPT_RELEASE']['value'] == 'demo'
+    assert env['GYMCKPT_PARTICIPANT_SELECTOR']['value'] == 'app.kubernetes.io/instance=demo,gym-checkpoint.dev/participant'
+    assert env['GYMCKPT_KOPF_SCANNING']['value'] == 'disabled'
+    assert pod['serviceAccountName'] == 'demo-gym-checkpoint-operator'
+
+    role = by_kind(docs, 'Role')['demo-gym-checkpoint-operator']
+    rules = {(tuple(r['apiGroups']), tuple(r['resources'])): set(r['verbs']) for r in role['rules']}
+    assert rules == {
+        (('',), ('pods',)): {'get', 'list', 'watch'},
+        (('gym-checkpoint.dev',), ('checkpoints', 'restores')): {'get', 'list', 'watch', 'patch', 'update'},
+        (('gym-checkpoint.dev',), ('checkpoints/status', 'restores/status')): {'get', 'patch', 'update'},
+        (('',), ('events',)): {'create', 'patch'},
+        (('',), ('secrets',)): {'get'},
+    }
+    binding = by_kind(docs, 'RoleBinding')['demo-gym-checkpoint-operator']
+    assert binding['subjects'] == [{'kind': 'ServiceAccount', 'name': 'demo-gym-checkpoint-operator', 'namespace': 'prod'}]
+    assert not by_kind(docs, 'ClusterRole') and not by_kind(docs, 'ClusterRoleBinding')
+
+
+def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: Any) -> None:
+    docs = render(VARIANTS['cluster-scanning-no-operator-sa'])
+    (cluster_role,) = by_kind(docs, 'ClusterRole').values()
+    assert [(r['resources'], sorted(r['verbs'])) for r in cluster_role['rules']] == [
+        (['namespaces'], ['get', 'list', 'watch']), (['customresourcedefinitions'], ['get', 'list', 'watch'])]
+    assert not by_kind(docs, 'ServiceAccount')
+    assert by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']['spec']['template']['spec'][
+        'serviceAccountName'] == 'ops'
+
+
+def test_explicit_secret_values_are_used_verbatim(render: Any) -> None:
+    docs = render(VARIANTS['explicit-secrets'])
+    secrets = by_kind(docs, 'Secret')
+    assert base64.b64decode(secrets['demo-gym-checkpoint-control']['data']['token']).decode() == 'a' * 32
+    assert base64.b64decode(secrets['demo-gym-checkpoint-s3']['data']['AWS_ACCESS_KEY_ID']).decode() == 'AKIA0000'
+    operator = by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']['spec']['template']['spec']['containers'][0]
+    assert env_of(operator)['GYMCKPT_STORAGE']['value'] == 'file:///var/lib/ckpt'
+    assert 'AWS_ENDPOINT_URL' not in env_of(operator)

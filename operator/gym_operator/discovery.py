@@ -1,0 +1,89 @@
+"""Finding participants: pods of the release with role and participant labels (DESIGN §9).
+
+A participant pod carries:
+- label ``gym-checkpoint.dev/role`` (controller, environment, model, agent, resources),
+- label ``gym-checkpoint.dev/participant`` (its server name),
+- annotation ``gym-checkpoint.dev/control-port`` (or a container port named ``http``),
+- its pod IP; the participant id is the pod name (the StatefulSet keeps it across restarts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gym_operator.client import ParticipantRef
+from gym_services.control.models import ROLE_ORDER
+
+ROLE_LABEL = "gym-checkpoint.dev/role"
+PARTICIPANT_LABEL = "gym-checkpoint.dev/participant"
+PORT_ANNOTATION = "gym-checkpoint.dev/control-port"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+
+class DiscoveryError(Exception):
+    """The stack's pods cannot be turned into a participant list; the message says which pod."""
+
+
+def selector_string(match_labels: dict[str, str] | None, release: str | None) -> str:
+    """The label selector of a stack: the spec's matchLabels, else the operator's release."""
+    labels = dict(match_labels or {})
+    if not labels and release:
+        labels[INSTANCE_LABEL] = release
+    parts = [f"{k}={v}" for k, v in sorted(labels.items())]
+    parts.append(PARTICIPANT_LABEL)  # only participant pods
+    return ",".join(parts)
+
+
+def _get(obj: Any, *path: str) -> Any:
+    """Read a field from either a client model object or a plain dict."""
+    for key in path:
+        if obj is None:
+            return None
+        if isinstance(obj, dict):
+            obj = obj.get(key) if key in obj else obj.get(_camel(key))
+        else:
+            obj = getattr(obj, key, None)
+    return obj
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def control_port(pod: Any) -> int | None:
+    annotations = _get(pod, "metadata", "annotations") or {}
+    if PORT_ANNOTATION in annotations:
+        try:
+            return int(annotations[PORT_ANNOTATION])
+        except ValueError:
+            raise DiscoveryError(
+                f"pod {_get(pod, 'metadata', 'name')}: annotation {PORT_ANNOTATION} is not a port number"
+            ) from None
+    for container in _get(pod, "spec", "containers") or []:
+        for port in _get(container, "ports") or []:
+            if _get(port, "name") == "http":
+                return int(_get(port, "container_port"))
+    return None
+
+
+def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
+    """Every participant pod, or a clear error naming a pod that is not ready to take part."""
+    refs: list[ParticipantRef] = []
+    for pod in pods:
+        name = _get(pod, "metadata", "name")
+        labels = _get(pod, "metadata", "labels") or {}
+        role = labels.get(ROLE_LABEL)
+        if role not in ROLE_ORDER:
+            raise DiscoveryError(f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {list(ROLE_ORDER)}")
+        if _get(pod, "metadata", "deletion_timestamp"):
+            raise DiscoveryError(f"pod {name} is terminating")
+        ip = _get(pod, "status", "pod_ip")
+        phase = _get(pod, "status", "phase")
+        if not ip or phase != "Running":
+            raise DiscoveryError(f"pod {name} is not running yet (phase {phase}, ip {ip})")
+        port = control_port(pod)
+        if port is None:
+            raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
+        refs.append(ParticipantRef(participant_id=name, role=role, url=f"http://{ip}:{port}"))
+    return sorted(refs, key=lambda r: (ROLE_ORDER.index(r.role), r.participant_id))

@@ -1,0 +1,98 @@
+"""Status documents and conditions for Checkpoint and Restore resources (Kubernetes conventions)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from gym_operator.coordinator import TransactionResult
+
+TERMINAL = ("Completed", "Failed")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(type_: str, status: bool, reason: str, message: str, generation: int | None) -> dict[str, Any]:
+    cond: dict[str, Any] = {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message[:1000],
+        "lastTransitionTime": now(),
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+def progress_status(phase: str, message: str, generation: int | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "phase": phase,
+        "message": message,
+        "conditions": [condition("Progressing", True, phase, message, generation)],
+        **extra,
+    }
+
+
+def pending_status(reason: str, message: str, generation: int | None) -> dict[str, Any]:
+    return {
+        "phase": "Pending",
+        "reason": reason,
+        "message": message,
+        "conditions": [condition("Progressing", False, reason, message, generation)],
+    }
+
+
+def failed_status(reason: str, message: str, generation: int | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "phase": "Failed",
+        "reason": reason,
+        "message": message,
+        "completionTime": now(),
+        "conditions": [
+            condition("Progressing", False, reason, message, generation),
+            condition("Failed", True, reason, message, generation),
+            condition("Completed", False, reason, message, generation),
+        ],
+        **extra,
+    }
+
+
+def result_status(result: TransactionResult, generation: int | None) -> dict[str, Any]:
+    """The final status of a Checkpoint or Restore from the coordinator's result."""
+    body: dict[str, Any] = {
+        "checkpointId": result.checkpoint_id,
+        "location": result.location,
+        "participants": [
+            {"id": p.participant_id, "role": p.role, "records": p.records, "bytes": p.bytes} for p in result.participants
+        ],
+        "participantCount": len(result.participants),
+        "blockers": [b.model_dump() for b in result.blockers],
+        "timings": {k: round(v, 6) for k, v in result.timings.items()},
+        "pauseSeconds": round(result.pause_s, 6),
+        "bytes": result.bytes,
+        "records": result.records,
+    }
+    if result.kind == "restore":
+        body["attempt"] = max(result.episodes.values(), default=0)
+        body["restoredEpisodes"] = len(result.episodes)
+    if result.status == "completed":
+        message = f"{result.kind} {result.checkpoint_id} completed: {result.records} records, {result.bytes} bytes"
+        if result.warnings:
+            message += "; warnings: " + "; ".join(result.warnings)
+        return {
+            **body,
+            "phase": "Completed",
+            "reason": "Completed",
+            "message": message,
+            "completionTime": now(),
+            "conditions": [
+                condition("Progressing", False, "Completed", message, generation),
+                condition("Completed", True, "Completed", message, generation),
+                condition("Failed", False, "Completed", message, generation),
+            ],
+        }
+    reason = "Blocked" if result.blockers else "TransactionFailed"
+    return failed_status(reason, result.error or "failed", generation, **body)

@@ -1,0 +1,60 @@
+"""What a step may do: call the model through the agent's own proxy, or a downstream server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gym_services.agents.common.boundary import Boundary
+from gym_services.agents.common.downstream import Downstream, Reply
+from gym_services.base.identity import RolloutIdentity
+from gym_services.base.sessions import cookie_name
+
+MODEL = "model"
+
+
+class StepContext:
+    """Calls made on behalf of one episode attempt, carrying its identity and cookies."""
+
+    def __init__(
+        self,
+        identity: RolloutIdentity | None,
+        self_proxy: Downstream,
+        servers: dict[str, Downstream],
+        own_cookie: str,
+    ) -> None:
+        self.identity = identity
+        self.self_proxy = self_proxy
+        self.servers = servers
+        self.own_cookie = own_cookie
+        self.calls: dict[str, int] = {}
+
+    async def generate(self, boundary: Boundary, params: dict[str, Any]) -> Reply:
+        """``POST /v1/responses`` through the agent's own proxy with the episode's model cookies."""
+        reply = await self.self_proxy.post(
+            "/v1/responses", params, identity=self.identity, cookies=boundary.cookies.get(MODEL, {})
+        )
+        reply.cookies.pop(self.own_cookie, None)  # the proxy's own session cookie is not the model's
+        return reply
+
+    async def call(
+        self,
+        server: str,
+        path: str,
+        body: Any,
+        boundary: Boundary,
+        *,
+        accept_client_errors: bool = False,
+    ) -> Reply:
+        """``POST`` to a configured downstream server with the episode's cookies for it."""
+        downstream = self.servers[server]
+        return await downstream.post(
+            path,
+            body,
+            identity=self.identity,
+            cookies=boundary.cookies.get(server, {}),
+            accept_client_errors=accept_client_errors,
+        )
+
+
+def own_cookie_name(server_name: str) -> str:
+    return cookie_name(server_name)

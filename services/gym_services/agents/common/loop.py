@@ -1,0 +1,41 @@
+"""What each agent implements: its boundary type, its first boundary, and one step.
+
+An agent's episode is a state machine over boundaries. :meth:`AgentLoop.advance`
+performs exactly one step from a boundary (one downstream call with effects) and
+returns the next boundary; it must not mutate the boundary it is given, so the
+runner can go back to it and retry after a ``409 checkpoint_parked``. Continuing a
+restored episode is the same code path as running a fresh one: start from the boundary.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from gym_services.agents.common.boundary import Boundary
+
+if TYPE_CHECKING:
+    from gym_services.agents.common.context import StepContext
+
+#: replay steps (seed, generation, replay verification) do not block prepare; waited ones do
+StepKind = Literal["replay", "waited"]
+
+
+class AgentLoop(ABC):
+    """One agent's episode loop."""
+
+    #: the agent kind written into records; a record of another kind is refused at restore
+    kind: ClassVar[str]
+    boundary_model: ClassVar[type[Boundary]] = Boundary
+
+    @abstractmethod
+    def initial(self, row: dict[str, Any]) -> Boundary:
+        """The first boundary of a fresh episode for this task row."""
+
+    @abstractmethod
+    def step_kind(self, boundary: Boundary) -> StepKind:
+        """Whether the step after ``boundary`` is a replay step or a waited step."""
+
+    @abstractmethod
+    async def advance(self, ctx: StepContext, boundary: Boundary) -> Boundary:
+        """Run the one step after ``boundary`` and return the boundary that follows it."""

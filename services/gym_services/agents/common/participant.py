@@ -1,0 +1,342 @@
+"""The agent participant (role ``agent``): episodes keyed by rollout id, parked at boundaries.
+
+- Every episode records a boundary before each step (:mod:`.boundary`).
+- Replay steps (seed, generation, ``replay`` verification) do not block prepare; waited
+  steps (tool calls, environment steps, ``wait`` verification) do: :meth:`blockers`
+  lists the episodes inside one.
+- While the agent's admission is closed, an episode that reaches a boundary records it
+  and parks there until resume (so prepare means: no episode inside a waited step).
+- A ``409 checkpoint_parked`` from a downstream server sends the episode back to the
+  boundary before that step; after a short backoff it parks (if the agent is closed
+  by then) or retries.
+- Commit writes one record per episode in scope; restore installs them under
+  attempt + 1; ``/run`` with that attempt continues from the boundary.
+- Retire cancels the attempt's task, waits for it and frees the episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
+from gym_services.agents.common.config import AgentConfig
+from gym_services.agents.common.context import StepContext
+from gym_services.agents.common.downstream import CheckpointParked
+from gym_services.agents.common.loop import AgentLoop
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+from gym_services.base.logs import get_logger
+from gym_services.base.metrics import Metrics
+from gym_services.control.models import Blocker, Role
+from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+
+if TYPE_CHECKING:
+    from gym_services.control.plane import ControlPlane
+
+log = get_logger("agent")
+
+
+@dataclass(eq=False)
+class Episode:
+    """One attempt of one rollout in this agent."""
+
+    rollout_id: str
+    attempt: int
+    boundary: Boundary
+    anonymous: bool = False
+    restored: bool = False
+    task: asyncio.Task | None = None
+    step: str | None = None
+    waited: bool = False
+    parked: bool = False
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def identity(self) -> RolloutIdentity | None:
+        """What travels downstream; anonymous episodes (checkpointing off, no id) send none."""
+        return None if self.anonymous else RolloutIdentity(rollout_id=self.rollout_id, attempt=self.attempt)
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def enter(self, step: str, waited: bool) -> None:
+        self.step, self.waited = step, waited
+
+    def leave(self) -> None:
+        self.step, self.waited = None, False
+
+    def record(self, boundary: Boundary) -> None:
+        """Record the boundary before the next step (this also ends the current step)."""
+        self.boundary = boundary
+        self.history.append(boundary.name)
+        self.leave()
+
+
+def record_key(rollout_id: str) -> str:
+    key = f"episode-{rollout_id}"
+    if len(key) <= 200:
+        return key
+    return "episode-sha256-" + hashlib.sha256(rollout_id.encode()).hexdigest()
+
+
+class AgentParticipant(Participant):
+    role: Role = "agent"
+    checkpoint_mode = "exported"
+
+    def __init__(self, loop: AgentLoop, config: AgentConfig) -> None:
+        self.loop = loop
+        self.config = config
+        self.episodes: dict[str, Episode] = {}
+        self._plane: ControlPlane | None = None
+        self._reopened = asyncio.Event()
+        self._context: Callable[[Episode], StepContext] | None = None
+        self._steps = self._parks = self._refusals = self._runs = None
+
+    # --- wiring ---------------------------------------------------------------------
+
+    def bind(self, plane: ControlPlane, metrics: Metrics, context: Callable[[Episode], StepContext]) -> None:
+        self._plane = plane
+        self._context = context
+        self._steps = metrics.counter("gym_agent_steps", "Steps run by episodes", ("step", "kind"))
+        self._parks = metrics.counter("gym_agent_parks", "Times an episode parked at a boundary")
+        self._refusals = metrics.counter("gym_agent_parked_refusals", "409 checkpoint_parked seen from downstream", ("server",))
+        self._runs = metrics.counter("gym_agent_runs", "Episodes started, by how", ("start",))
+
+    @property
+    def admission_open(self) -> bool:
+        return self._plane is None or self._plane.admission.is_open
+
+    # --- /run ------------------------------------------------------------------------
+
+    async def run(self, identity: RolloutIdentity, body: dict[str, Any], *, anonymous: bool = False) -> dict[str, Any]:
+        """Start, continue or join the episode of ``identity``; returns its result."""
+        ep = self.episodes.get(identity.rollout_id)
+        if ep is not None and ep.attempt > identity.attempt:
+            raise ApiError(
+                "stale_attempt",
+                f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {ep.attempt} is current",
+            )
+        if ep is not None and ep.attempt == identity.attempt:
+            if ep.task is None:
+                how = "continued"  # restored: go on from the boundary, no re-seed
+                ep.task = self._start(ep)
+            else:
+                how = "joined"  # a repeated /run of a running attempt waits for the same result
+        else:
+            if ep is not None:
+                await self._stop(ep)  # a newer attempt without a restore restarts from the row
+            ep = Episode(identity.rollout_id, identity.attempt, self.loop.initial(task_row(body)), anonymous=anonymous)
+            ep.history.append(ep.boundary.name)
+            self.episodes[ep.rollout_id] = ep
+            ep.task = self._start(ep)
+            how = "fresh"
+        if self._runs is not None:
+            self._runs.labels(start=how).inc()
+        task = ep.task
+        assert task is not None
+        await asyncio.wait({task})  # never cancels the episode if the caller goes away
+        if task.cancelled():
+            raise ApiError("stale_attempt", f"rollout {ep.rollout_id!r} attempt {ep.attempt} was retired")
+        exc = task.exception()
+        if exc is not None:
+            raise exc
+        return task.result()
+
+    def _start(self, ep: Episode) -> asyncio.Task:
+        task = asyncio.create_task(self._drive(ep), name=f"episode-{ep.rollout_id}-{ep.attempt}")
+        task.add_done_callback(lambda t: self._finished(ep, t))
+        return task
+
+    def _finished(self, ep: Episode, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("episode failed", extra={"rollout_id": ep.rollout_id, "error": repr(task.exception())})
+        if self.episodes.get(ep.rollout_id) is ep:
+            del self.episodes[ep.rollout_id]  # a finished result is never a resumable boundary
+
+    async def _drive(self, ep: Episode) -> dict[str, Any]:
+        assert self._context is not None
+        ctx = self._context(ep)
+        refused_since: float | None = None
+        while True:
+            if await self._park(ep):
+                refused_since = None
+            boundary = ep.boundary
+            if boundary.name == RETURN:
+                assert boundary.result is not None
+                return boundary.result
+            kind = self.loop.step_kind(boundary)
+            ep.enter(boundary.name, kind == "waited")  # no await between the park check and here
+            try:
+                following = await self.loop.advance(ctx, boundary)
+            except CheckpointParked as exc:
+                ep.leave()  # back at the boundary before the refused step
+                if self._refusals is not None:
+                    self._refusals.labels(server=exc.server).inc()
+                now = time.monotonic()
+                refused_since = refused_since or now
+                if now - refused_since > self.config.parked_retry_limit_s:
+                    raise ApiError("not_ready", f"gave up after {now - refused_since:.0f}s of refusals: {exc}") from None
+                await asyncio.sleep(self.config.parked_backoff_s)
+                continue
+            except BaseException:
+                ep.leave()
+                raise
+            refused_since = None
+            if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
+                raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")
+            if self._steps is not None:
+                self._steps.labels(step=boundary.name, kind=kind).inc()
+            ep.record(following)
+
+    async def _park(self, ep: Episode) -> bool:
+        """Wait at the current boundary while the agent's admission is closed; True if it parked."""
+        if self.admission_open:
+            return False
+        ep.parked = True
+        if self._parks is not None:
+            self._parks.inc()
+        try:
+            while not self.admission_open:
+                reopened = self._reopened
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reopened.wait(), self.config.park_poll_s)
+        finally:
+            ep.parked = False
+        return True
+
+    async def _stop(self, ep: Episode) -> None:
+        """Cancel the episode's task, wait for it, and free it."""
+        if ep.task is not None and not ep.task.done():
+            ep.task.cancel()
+            with contextlib.suppress(BaseException):
+                await ep.task
+        if self.episodes.get(ep.rollout_id) is ep:
+            del self.episodes[ep.rollout_id]
+
+    # --- participant ------------------------------------------------------------------
+
+    async def prepare(self, checkpoint_id: str) -> None:
+        self._reopened = asyncio.Event()  # episodes reaching a boundary from now on park
+
+    def blockers(self) -> list[Blocker]:
+        return [
+            Blocker(
+                kind="episode",
+                id=ep.rollout_id,
+                detail=f"attempt {ep.attempt} is inside waited step {ep.step!r}",
+            )
+            for ep in self.episodes.values()
+            if ep.waited
+        ]
+
+    async def export(self, scope: Scope) -> list[Record]:
+        records: list[Record] = []
+        for ep in self.episodes.values():
+            if ep.anonymous or not scope.includes(ep.rollout_id):
+                continue
+            if ep.waited:
+                raise InvalidState(f"episode {ep.rollout_id} is inside waited step {ep.step!r}; it has no boundary yet")
+            record = EpisodeRecord(
+                agent=self.loop.kind,
+                rollout_id=ep.rollout_id,
+                attempt=ep.attempt,
+                boundary=ep.boundary.model_dump(mode="json"),
+            )
+            records.append(
+                Record(
+                    key=record_key(ep.rollout_id),
+                    data=record.model_dump_json().encode(),
+                    rollout_id=ep.rollout_id,
+                    attempt=ep.attempt,
+                )
+            )
+        return records
+
+    async def release_out_of_scope(self, scope: Scope) -> None:
+        for ep in list(self.episodes.values()):
+            if ep.restored and ep.task is None and not scope.includes(ep.rollout_id):
+                await self._stop(ep)
+
+    async def validate(self, records: list[RestoredRecord]) -> dict[str, Episode]:
+        staged: dict[str, Episode] = {}
+        for r in records:
+            try:
+                record = EpisodeRecord.model_validate_json(r.data)
+            except ValidationError as exc:
+                raise InvalidState(f"record {r.key} is not an agent episode: {_first_error(exc)}") from None
+            if record.agent != self.loop.kind:
+                raise InvalidState(f"record {r.key} belongs to agent {record.agent!r}, this is {self.loop.kind!r}")
+            if record.rollout_id != r.rollout_id or record.attempt != r.attempt or r.key != record_key(record.rollout_id):
+                raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
+            try:
+                boundary = self.loop.boundary_model.model_validate(record.boundary)
+            except ValidationError as exc:
+                raise InvalidState(f"record {r.key} holds an invalid boundary: {_first_error(exc)}") from None
+            if record.rollout_id in staged:
+                raise InvalidState(f"two records for rollout {record.rollout_id}")
+            new_attempt = record.attempt + 1
+            current = self.episodes.get(record.rollout_id)
+            if current is not None and (current.attempt >= new_attempt or current.running):
+                raise InvalidState(
+                    f"rollout {record.rollout_id} already runs attempt {current.attempt} here; cannot install {new_attempt}"
+                )
+            staged[record.rollout_id] = Episode(record.rollout_id, new_attempt, boundary, restored=True)
+        return staged
+
+    async def install(self, validated: dict[str, Episode]) -> None:
+        for rollout_id, ep in validated.items():
+            ep.history.append(ep.boundary.name)
+            self.episodes[rollout_id] = ep
+
+    async def uninstall(self, validated: dict[str, Episode]) -> None:
+        for ep in validated.values():
+            await self._stop(ep)
+
+    async def resume(self) -> None:
+        self._reopened.set()
+
+    async def retire(self, rollout_id: str, attempt: int) -> bool:
+        ep = self.episodes.get(rollout_id)
+        if ep is None or ep.attempt > attempt:
+            return False
+        await self._stop(ep)
+        return True
+
+    def live(self) -> dict[str, Any]:
+        eps = list(self.episodes.values())
+        return {
+            "episodes": len(eps),
+            "running": sum(1 for e in eps if e.running),
+            "parked": sum(1 for e in eps if e.parked),
+            "waited": sum(1 for e in eps if e.waited),
+            "restored": sum(1 for e in eps if e.restored and e.task is None),
+        }
+
+    def describe(self, rollout_id: str) -> dict[str, Any] | None:
+        """Where an episode is (tests, debugging)."""
+        ep = self.episodes.get(rollout_id)
+        if ep is None:
+            return None
+        return {
+            "attempt": ep.attempt,
+            "boundary": ep.boundary.name,
+            "seq": ep.boundary.seq,
+            "step": ep.step,
+            "waited": ep.waited,
+            "parked": ep.parked,
+            "history": list(ep.history),
+        }
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

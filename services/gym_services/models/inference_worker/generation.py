@@ -1,0 +1,273 @@
+"""Planning a completion and emitting it token by token at a configured pace.
+
+The policy decides the whole assistant message up front (it is a pure function of the request); the
+"generation" is the paced emission of its tokens. A token counts as generated only when its turn comes
+while the client is still connected, so a client that closes the stream (the policy model cutting a
+generation) stops generation at once and no token is ever counted for nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+from starlette.types import Receive, Scope, Send
+
+from gym_services.base.errors import ApiError
+from gym_services.control.records import canonical_json
+from gym_services.models import tool_markup
+from gym_services.models.inference_worker.chat import ChatCompletionRequest, ChatMessage
+from gym_services.models.inference_worker.policies import Conversation, Policy, Turn
+from gym_services.models.inference_worker.tokenizer import count_tokens, split_at
+
+#: Fixed per-message and assistant-header overheads of the stand-in chat template.
+MESSAGE_OVERHEAD = 4
+ASSISTANT_HEADER = 3
+
+
+@dataclass
+class Plan:
+    """What one request will emit."""
+
+    completion_id: str
+    model: str
+    prefix: str
+    pieces: list[str]
+    finish_reason: str
+    prompt_tokens: int
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Complete tool calls of the whole assistant message (prefix + this completion), OpenAI form."""
+        calls = tool_markup.parse(self.prefix + self.text).tool_calls
+        return [
+            {
+                "id": "call_" + hashlib.sha256(f"{self.completion_id}:{i}".encode()).hexdigest()[:24],
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for i, c in enumerate(calls)
+        ]
+
+    def usage(self, completion_tokens: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        }
+
+
+def conversation_of(messages: list[ChatMessage], tool_names: tuple[str, ...]) -> Conversation:
+    return Conversation(tuple(Turn(m.role, m.raw_text()) for m in messages), tool_names)
+
+
+def prompt_tokens(history: list[ChatMessage], tools: list[dict[str, Any]] | None, prefix: str) -> int:
+    """Prompt size under the stand-in template; a continuation's prompt is the original's plus its prefix."""
+    total = sum(MESSAGE_OVERHEAD + count_tokens(m.role) + count_tokens(m.raw_text()) for m in history)
+    if tools:
+        total += count_tokens(json.dumps(tools, sort_keys=True))
+    return total + ASSISTANT_HEADER + count_tokens(prefix)
+
+
+def plan_completion(request: ChatCompletionRequest, policy: Policy) -> Plan:
+    """Run the policy and decide which tokens this request emits (continuation: those after the prefix)."""
+    history = list(request.messages)
+    prefix = ""
+    if request.continue_final_message:
+        prefix = history.pop().raw_text()
+    full = policy.respond(conversation_of(history, request.tool_names()))
+    if not full.startswith(prefix):
+        raise ApiError(
+            "prefix_mismatch",
+            f"continue_final_message: the assistant prefix ({len(prefix)} chars) is not a prefix of what "
+            f"policy {policy.name!r} writes for this conversation",
+            status=400,
+        )
+    pieces = split_at(full, prefix)
+    finish = "tool_calls" if tool_markup.parse(full).tool_calls else "stop"
+    limit = request.token_limit()
+    if limit is not None and len(pieces) > limit:
+        pieces, finish = pieces[:limit], "length"
+    digest = hashlib.sha256(canonical_json(request.model_dump(mode="json"))).hexdigest()
+    return Plan(
+        completion_id=f"chatcmpl-{digest[:24]}",
+        model=request.model,
+        prefix=prefix,
+        pieces=pieces,
+        finish_reason=finish,
+        prompt_tokens=prompt_tokens(history, request.tools, prefix),
+    )
+
+
+class WorkerStats:
+    """Totals for ``GET /stats`` and the Prometheus counters."""
+
+    def __init__(self, tokens: Counter, requests: Counter) -> None:
+        self.tokens_generated = 0
+        self.prompt_tokens = 0
+        self.requests = 0
+        self.disconnected = 0
+        self.by_model: dict[str, int] = {}
+        self._tokens = tokens
+        self._requests = requests
+
+    def started(self, plan: Plan) -> None:
+        self.requests += 1
+        self.prompt_tokens += plan.prompt_tokens
+
+    def generated(self, model: str) -> None:
+        self.tokens_generated += 1
+        self.by_model[model] = self.by_model.get(model, 0) + 1
+        self._tokens.labels(model=model).inc()
+
+    def finished(self, model: str, stream: bool, outcome: str) -> None:
+        if outcome == "disconnected":
+            self.disconnected += 1
+        self._requests.labels(model=model, stream=str(stream).lower(), outcome=outcome).inc()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "tokens_generated": self.tokens_generated,
+            "prompt_tokens": self.prompt_tokens,
+            "requests": self.requests,
+            "disconnected": self.disconnected,
+            "by_model": dict(self.by_model),
+        }
+
+
+@dataclass(frozen=True)
+class Pace:
+    time_to_first_token_s: float
+    tokens_per_second: float
+
+    def due(self, start: float, index: int) -> float:
+        interval = 1.0 / self.tokens_per_second if self.tokens_per_second > 0 else 0.0
+        return start + self.time_to_first_token_s + index * interval
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class CompletionResponse:
+    """An ASGI response that generates while it sends, and stops when the client goes away."""
+
+    def __init__(self, plan: Plan, request: ChatCompletionRequest, pace: Pace, stats: WorkerStats) -> None:
+        self.plan = plan
+        self.stream = request.stream
+        options = request.stream_options
+        self.include_usage = bool(options and options.include_usage)
+        self.continuous_usage = bool(options and options.continuous_usage_stats)
+        self.pace = pace
+        self.stats = stats
+
+    async def _tokens(self, gone: asyncio.Event) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for index, piece in enumerate(self.plan.pieces):
+            delay = self.pace.due(start, index) - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(gone.wait(), delay)
+                except TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(0)
+            if gone.is_set():
+                return
+            self.stats.generated(self.plan.model)
+            yield piece
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        self.stats.started(self.plan)
+        outcome = "disconnected"
+        try:
+            if self.stream:
+                complete = await self._send_stream(send, gone)
+            else:
+                complete = await self._send_whole(send, gone)
+            outcome = "completed" if complete else outcome
+        finally:
+            watcher.cancel()
+            self.stats.finished(self.plan.model, self.stream, outcome)
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None, emitted: int) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self.plan.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.plan.created,
+            "model": self.plan.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if self.continuous_usage:
+            chunk["usage"] = self.plan.usage(emitted)
+        return chunk
+
+    async def _send_stream(self, send: Send, gone: asyncio.Event) -> bool:
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+        async def body(data: bytes, more: bool = True) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": more})
+
+        await body(_sse(self._chunk({"role": "assistant", "content": ""}, None, 0)))
+        emitted = 0
+        async for piece in self._tokens(gone):
+            emitted += 1
+            await body(_sse(self._chunk({"content": piece}, None, emitted)))
+        if emitted < len(self.plan.pieces):
+            await body(b"", more=False)
+            return False
+        calls = self.plan.tool_calls()
+        final = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else {}
+        await body(_sse(self._chunk(final, self.plan.finish_reason, emitted)))
+        if self.include_usage:
+            usage_chunk = self._chunk({}, None, emitted)
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = self.plan.usage(emitted)
+            await body(_sse(usage_chunk))
+        await body(_sse("[DONE]"), more=False)
+        return True
+
+    async def _send_whole(self, send: Send, gone: asyncio.Event) -> bool:
+        pieces = [piece async for piece in self._tokens(gone)]
+        if len(pieces) < len(self.plan.pieces):
+            return False  # the client left; nobody to answer
+        message: dict[str, Any] = {"role": "assistant", "content": self.plan.text}
+        calls = self.plan.tool_calls()
+        if calls:
+            message["tool_calls"] = calls
+        body = {
+            "id": self.plan.completion_id,
+            "object": "chat.completion",
+            "created": self.plan.created,
+            "model": self.plan.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.plan.finish_reason}],
+            "usage": self.plan.usage(len(pieces)),
+        }
+        data = json.dumps(body, ensure_ascii=False).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        return True

@@ -1,0 +1,167 @@
+"""The CustomResourceDefinitions: valid CRD manifests, and schemas that accept good and reject bad resources.
+
+kube-apiserver validates custom resources against `openAPIV3Schema` and, with kubectl's default
+`--validate=strict` field validation, rejects unknown fields. Here the same schema is checked with
+jsonschema, unknown fields closed off the way strict field validation treats them.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+pytestmark = pytest.mark.k8s
+
+kubernetes_validate = pytest.importorskip('kubernetes_validate')
+
+CRDS = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint' / 'crds'
+API = 'gym-checkpoint.dev/v1alpha1'
+
+
+def load_crd(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CRDS / f'{name}.yaml').read_text())
+
+
+def strict(schema: Any) -> Any:
+    """Close every object that lists its properties, unless it preserves unknown fields."""
+    if isinstance(schema, dict):
+        schema = {key: strict(value) for key, value in schema.items()}
+        if 'properties' in schema and 'additionalProperties' not in schema \
+                and not schema.get('x-kubernetes-preserve-unknown-fields'):
+            schema['additionalProperties'] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    return schema
+
+
+def validator(kind: str) -> jsonschema.Draft7Validator:
+    crd = load_crd(kind)
+    schema = strict(crd['spec']['versions'][0]['schema']['openAPIV3Schema'])
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def resource(kind: str, spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {'apiVersion': API, 'kind': kind, 'metadata': {'name': 'x'}, 'spec': spec}
+    if status is not None:
+        body['status'] = status
+    return body
+
+
+FULL_STATUS = {
+    'phase': 'Completed', 'observedGeneration': 1, 'checkpointId': '20261129T195800Z-3f2a',
+    'location': 's3://gym-checkpoints/demo', 'participantCount': 2,
+    'participants': [{'id': 'demo-gym-checkpoint-policy-model-0', 'role': 'model', 'records': 3, 'bytes': 4096},
+                     {'id': 'demo-gym-checkpoint-simple-agent-0', 'role': 'agent', 'records': 3, 'bytes': 2048}],
+    'blockers': [{'participant': 'demo-gym-checkpoint-workplace-assistant-0', 'kind': 'tool_call', 'id': 'r-7',
+                  'detail': 'still running at the deadline'}],
+    'timings': {'prepare': 0.12, 'commit': 0.3, 'publish': 0.01, 'resume': 0.02}, 'pauseSeconds': 0.45,
+    'bytes': 6144, 'attempt': 1, 'restoredEpisodes': 0, 'reason': 'Completed', 'message': 'checkpoint published',
+    'startTime': '2026-11-29T19:58:00Z', 'completionTime': '2026-11-29T19:58:01Z',
+    'conditions': [{'type': 'Ready', 'status': 'True', 'reason': 'Published', 'message': 'manifest written',
+                    'lastTransitionTime': '2026-11-29T19:58:01Z', 'observedGeneration': 1}],
+    'kopf': {'progress': {'anything': 'goes'}},
+}
+
+GOOD_CHECKPOINTS = {
+    'empty spec': {},
+    'full spec': {'selector': {'matchLabels': {'app.kubernetes.io/instance': 'demo'}},
+                  'storage': {'location': 's3://my-bucket/some/prefix', 'endpoint': 'http://minio.storage:9000',
+                              'region': 'eu-west-1', 'credentialsSecret': 'team-s3'},
+                  'prepareTimeoutSeconds': 300, 'leaseSeconds': 60},
+    'file location': {'storage': {'location': 'file:///var/lib/checkpoints'}},
+}
+BAD_CHECKPOINTS = {
+    'timeout zero': {'prepareTimeoutSeconds': 0},
+    'timeout too long': {'prepareTimeoutSeconds': 3601},
+    'timeout as string': {'prepareTimeoutSeconds': '30'},
+    'lease too short': {'leaseSeconds': 4},
+    'http location': {'storage': {'location': 'http://bucket/prefix'}},
+    'bucket with capitals': {'storage': {'location': 's3://My-Bucket/x'}},
+    'endpoint without scheme': {'storage': {'endpoint': 'minio:9000'}},
+    'label value not a string': {'selector': {'matchLabels': {'a': 1}}},
+    'unknown field': {'prepareTimeout': 30},
+    'unknown storage field': {'storage': {'bucket': 'x'}},
+}
+GOOD_RESTORES = {
+    'by name': {'checkpointRef': {'name': 'ckpt-1'}},
+    'by location': {'location': 's3://gym-checkpoints/demo', 'checkpointId': '20261129T195800Z-3f2a',
+                    'leaseSeconds': 120, 'storage': {'endpoint': 'https://s3.example.com', 'credentialsSecret': 's3'}},
+}
+BAD_RESTORES = {
+    'neither': {},
+    'both': {'checkpointRef': {'name': 'c'}, 'location': 's3://gym-checkpoints/demo', 'checkpointId': 'a'},
+    'location without id': {'location': 's3://gym-checkpoints/demo'},
+    'ref without name': {'checkpointRef': {}},
+    'bad id': {'location': 's3://gym-checkpoints/demo', 'checkpointId': '../escape'},
+    'lease too long': {'checkpointRef': {'name': 'c'}, 'leaseSeconds': 7200},
+}
+
+
+@pytest.mark.parametrize('name', ['checkpoints', 'restores'])
+def test_crd_manifests_validate_against_the_apiextensions_schema(name: str) -> None:
+    crd = load_crd(name)
+    kubernetes_validate.validate(crd, '1.33.0', strict=True)
+    assert crd['spec']['scope'] == 'Namespaced' and crd['spec']['group'] == 'gym-checkpoint.dev'
+    (version,) = crd['spec']['versions']
+    assert version['name'] == 'v1alpha1' and version['served'] and version['storage']
+    assert version['subresources'] == {'status': {}}
+
+
+def test_names_and_printer_columns() -> None:
+    checkpoints, restores = load_crd('checkpoints'), load_crd('restores')
+    assert checkpoints['spec']['names']['shortNames'] == ['gckpt']
+    assert restores['spec']['names']['shortNames'] == ['grestore']
+
+    def default_columns(crd: dict[str, Any]) -> list[str]:
+        return [c['name'] for c in crd['spec']['versions'][0]['additionalPrinterColumns'] if not c.get('priority')]
+    assert default_columns(checkpoints) == ['Phase', 'Participants', 'Pause', 'Age']
+    assert default_columns(restores) == ['Phase', 'Checkpoint', 'Attempt', 'Age']
+
+
+@pytest.mark.parametrize('case', sorted(GOOD_CHECKPOINTS))
+def test_good_checkpoints_pass(case: str) -> None:
+    validator('checkpoints').validate(resource('Checkpoint', GOOD_CHECKPOINTS[case], FULL_STATUS))
+
+
+@pytest.mark.parametrize('case', sorted(BAD_CHECKPOINTS))
+def test_malformed_checkpoints_are_rejected(case: str) -> None:
+    assert not validator('checkpoints').is_valid(resource('Checkpoint', BAD_CHECKPOINTS[case]))
+
+
+@pytest.mark.parametrize('case', sorted(GOOD_RESTORES))
+def test_good_restores_pass(case: str) -> None:
+    status = dict(FULL_STATUS, phase='Restoring', restoredEpisodes=12, attempt=2)
+    validator('restores').validate(resource('Restore', GOOD_RESTORES[case], status))
+
+
+@pytest.mark.parametrize('case', sorted(BAD_RESTORES))
+def test_malformed_restores_are_rejected(case: str) -> None:
+    assert not validator('restores').is_valid(resource('Restore', BAD_RESTORES[case]))
+
+
+@pytest.mark.parametrize('kind', ['checkpoints', 'restores'])
+@pytest.mark.parametrize('change', [
+    {'phase': 'Running'},
+    {'conditions': [{'type': 'Ready', 'status': 'Maybe', 'reason': 'X', 'message': '',
+                     'lastTransitionTime': '2026-11-29T19:58:01Z'}]},
+    {'participants': [{'id': 'p', 'role': 'backend'}]},
+    {'timings': {'prepare': -1}},
+    {'blockers': [{'participant': 'p'}]},
+])
+def test_malformed_status_is_rejected(kind: str, change: dict[str, Any]) -> None:
+    status = copy.deepcopy(FULL_STATUS)
+    status.update(change)
+    spec = {'checkpointRef': {'name': 'c'}} if kind == 'restores' else {}
+    assert not validator(kind).is_valid(resource(kind[:-1].capitalize(), spec, status))
+
+
+def test_a_spec_is_required() -> None:
+    body = resource('Checkpoint', {})
+    del body['spec']
+    assert not validator('checkpoints').is_valid(body)

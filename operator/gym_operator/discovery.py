@@ -24,9 +24,12 @@ class DiscoveryError(Exception):
     """The stack's pods cannot be turned into a participant list; the message says which pod."""
 
 
-def selector_string(match_labels: dict[str, str] | None, release: str | None) -> str:
-    """The label selector of a stack: the spec's matchLabels, else the operator's release."""
+def selector_string(match_labels: dict[str, str] | None, release: str | None, default: str | None = None) -> str:
+    """The label selector of a stack: the spec's matchLabels, else the operator's default
+    (``GYMCKPT_PARTICIPANT_SELECTOR``), else its release; always only participant pods."""
     labels = dict(match_labels or {})
+    if not labels and default:
+        return default if PARTICIPANT_LABEL in default else f"{default},{PARTICIPANT_LABEL}"
     if not labels and release:
         labels[INSTANCE_LABEL] = release
     parts = [f"{k}={v}" for k, v in sorted(labels.items())]

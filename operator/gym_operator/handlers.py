@@ -48,10 +48,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 60
     settings.persistence.finalizer = "gym-checkpoint.dev/operator"
+    # Namespaced RBAC cannot watch namespaces or CRDs; the chart turns scanning off unless it adds a ClusterRole.
+    settings.scanning.disabled = os.environ.get("GYMCKPT_KOPF_SCANNING", "") == "disabled"
     memo.kube = Kube.connect()
     memo.token = os.environ.get("GYMCKPT_CONTROL_TOKEN", "")
     memo.default_location = os.environ.get("GYMCKPT_STORAGE")
     memo.release = os.environ.get("GYMCKPT_RELEASE")
+    memo.selector = os.environ.get("GYMCKPT_PARTICIPANT_SELECTOR")
     memo.locks = {}
     if not memo.token:
         raise kopf.PermanentError("GYMCKPT_CONTROL_TOKEN is not set: the operator cannot call control routes")
@@ -59,11 +62,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 def _stack_key(namespace: str, spec: dict[str, Any], memo: kopf.Memo) -> str:
     match = (spec.get("selector") or {}).get("matchLabels")
-    return f"{namespace}/{selector_string(match, memo.release)}"
+    return f"{namespace}/{selector_string(match, memo.release, memo.selector)}"
 
 
 async def _discover(namespace: str, spec: dict[str, Any], memo: kopf.Memo):
-    selector = selector_string((spec.get("selector") or {}).get("matchLabels"), memo.release)
+    selector = selector_string((spec.get("selector") or {}).get("matchLabels"), memo.release, memo.selector)
     pods = await memo.kube.list_pods(namespace, selector)
     refs = participants_from_pods(pods)
     if not refs:
@@ -71,10 +74,23 @@ async def _discover(namespace: str, spec: dict[str, Any], memo: kopf.Memo):
     return refs
 
 
-def _storage_config(storage: dict[str, Any]) -> StorageConfig:
+async def _storage_config(storage: dict[str, Any], namespace: str, memo: kopf.Memo) -> StorageConfig:
+    """Endpoint and region from the spec (else the operator's env); keys from ``credentialsSecret``.
+
+    The secret is used by the operator itself (manifest checks, publishing). Servers write
+    their records with the release's S3 Secret, so both must reach the same bucket.
+    """
+    keys: dict[str, str] = {}
+    if storage.get("credentialsSecret"):
+        data = await memo.kube.secret_data(namespace, storage["credentialsSecret"])
+        try:
+            keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
+        except KeyError as exc:
+            raise LookupError(f"Secret {storage['credentialsSecret']} has no {exc.args[0]}") from None
     return StorageConfig(
         endpoint_url=storage.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL"),
         region=storage.get("region") or os.environ.get("AWS_REGION"),
+        **keys,
     )
 
 
@@ -130,9 +146,15 @@ async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kop
             await memo.kube.patch_status("checkpoints", namespace, name, failed_status("NoParticipants", str(exc), generation, **started))
             kopf.warn(body, reason="Failed", message=str(exc))
             return
+        try:
+            storage_config = await _storage_config(storage, namespace, memo)
+        except LookupError as exc:
+            await memo.kube.patch_status("checkpoints", namespace, name, failed_status("CredentialsNotFound", str(exc), generation, **started))
+            kopf.warn(body, reason="Failed", message=str(exc))
+            return
         sink = await _progress_sink("checkpoints", name, namespace, body, memo, generation, started)
         async with ControlClient(memo.token, timeout_s=float(spec.get("prepareTimeoutSeconds", 30)) + 30) as client:
-            coordinator = Coordinator(participants, client, storage_config=_storage_config(storage), on_event=sink)
+            coordinator = Coordinator(participants, client, storage_config=storage_config, on_event=sink)
             try:
                 result = await coordinator.checkpoint(
                     checkpoint_id,
@@ -189,9 +211,15 @@ async def restore_created(spec, name, namespace, status, meta, memo: kopf.Memo, 
             await memo.kube.patch_status("restores", namespace, name, failed_status("NoParticipants", str(exc), generation, **started))
             kopf.warn(body, reason="Failed", message=str(exc))
             return
+        try:
+            storage_config = await _storage_config(storage, namespace, memo)
+        except LookupError as exc:
+            await memo.kube.patch_status("restores", namespace, name, failed_status("CredentialsNotFound", str(exc), generation, **started))
+            kopf.warn(body, reason="Failed", message=str(exc))
+            return
         sink = await _progress_sink("restores", name, namespace, body, memo, generation, started)
         async with ControlClient(memo.token, timeout_s=120) as client:
-            coordinator = Coordinator(participants, client, storage_config=_storage_config(storage), on_event=sink)
+            coordinator = Coordinator(participants, client, storage_config=storage_config, on_event=sink)
             result = await coordinator.restore(checkpoint_id, location, lease_s=float(spec.get("leaseSeconds", 30)))
         final = {**result_status(result, generation), "startTime": started["startTime"]}
         await memo.kube.patch_status("restores", namespace, name, final)

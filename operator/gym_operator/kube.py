@@ -34,6 +34,21 @@ class Kube:
         result = await asyncio.to_thread(self.core.list_namespaced_pod, namespace, label_selector=selector)
         return list(result.items)
 
+    async def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's decoded data; raises LookupError when missing."""
+        import base64
+
+        try:
+            secret = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise LookupError(f"Secret {name} does not exist in {namespace}") from None
+            raise
+        data = dict(secret.data or {})
+        decoded = {k: base64.b64decode(v).decode() for k, v in data.items()}
+        decoded.update(secret.string_data or {})
+        return decoded
+
     async def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await asyncio.to_thread(

@@ -7,4 +7,9 @@ SERVERS: dict[str, str] = {
     "counter": "gym_services.resources.counter.app",
     "indirect_prompt_injection": "gym_services.resources.indirect_prompt_injection.app",
     "collection": "gym_services.collection.app",
+    "inference_worker": "gym_services.models.inference_worker.app",
+    "policy_model": "gym_services.models.policy_model.app",
+    "simple_agent": "gym_services.agents.simple_agent.app",
+    "proof_refinement_agent": "gym_services.agents.proof_refinement_agent.app",
+    "gymnasium_agent": "gym_services.agents.gymnasium_agent.app",
 }

@@ -196,6 +196,9 @@ def test_watch_list_ends_initial_events_with_a_bookmark_and_honours_selectors(ap
 
     listed = api.get(base, params={'labelSelector': 'team in (blue),team!=red'}).json()['items']
     assert [item['metadata']['name'] for item in listed] == ['x2']
+    removed = api.delete(base, params={'labelSelector': 'team=red'}).json()['items']
+    assert sorted(item['metadata']['name'] for item in removed) == ['x1', 'x3']
+    assert [item['metadata']['name'] for item in api.get(base).json()['items']] == ['x2']
 
 
 def test_kubectl_creates_core_kinds_sent_as_protobuf(api: httpx.Client, kubectl_shared: Any) -> None:

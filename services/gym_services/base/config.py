@@ -40,6 +40,8 @@ class StorageConfig(BaseModel):
     endpoint_url: str | None = Field(default=None, description="S3 endpoint; AWS_ENDPOINT_URL otherwise")
     region: str | None = Field(default=None, description="S3 region; AWS_REGION/AWS_DEFAULT_REGION otherwise")
     max_concurrency: int = Field(default=16, ge=1, le=256, description="parallel record reads/writes")
+    access_key_id: SecretStr | None = Field(default=None, description="S3 key; the AWS credential chain otherwise")
+    secret_access_key: SecretStr | None = None
 
 
 class CheckpointConfig(BaseModel):

@@ -427,7 +427,7 @@ class Kemu(kmock.KubernetesEmulator):
         if method == 'GET' and query.get('watch') in ('true', '1'):
             return await self._watch(request, res, namespace, name)
         if method == 'GET' and key is None:
-            return self._respond(raw, self._list(res, info, namespace, query), list_of=(res, info))
+            return self._respond(raw, self._list(res, namespace, query), list_of=(res, info))
         if method == 'GET' and key is not None:
             return self._respond(raw, self._get(key), one_of=(res, info))
         if method == 'POST' and key is None:
@@ -442,8 +442,8 @@ class Kemu(kmock.KubernetesEmulator):
         if method == 'DELETE' and key is not None:
             return self._respond(raw, self._delete(key, self._body(request, optional=True), dry_run))
         if method == 'DELETE':
-            return self._respond(raw, self._delete_collection(res, info, namespace, query, dry_run))
-        raise errors.method_not_allowed(f'the server does not allow this method on the requested resource')
+            return self._respond(raw, self._delete_collection(res, namespace, query, dry_run))
+        raise errors.method_not_allowed('the server does not allow this method on the requested resource')
 
     @staticmethod
     def _body(request: rendering.Request, optional: bool = False) -> Any:
@@ -464,8 +464,7 @@ class Kemu(kmock.KubernetesEmulator):
             raise errors.not_found(str(key[0].group), str(key[0].plural), key[2])
         return obj
 
-    def _list(self, res: references.resource, info: references.ResourceInfo, namespace: str | None,
-              query: Any) -> list[dict[str, Any]]:
+    def _list(self, res: references.resource, namespace: str | None, query: Any) -> list[dict[str, Any]]:
         by_labels = selectors.label_selector(query.get('labelSelector'))
         by_fields = selectors.field_selector(query.get('fieldSelector'))
         return [obj for obj in self._live(res, namespace) if by_labels(obj) and by_fields(obj)]
@@ -547,10 +546,10 @@ class Kemu(kmock.KubernetesEmulator):
             return new
         return self._remove(key, current)
 
-    def _delete_collection(self, res: references.resource, info: references.ResourceInfo,
-                           namespace: str | None, query: Any, dry_run: bool) -> list[dict[str, Any]]:
+    def _delete_collection(self, res: references.resource, namespace: str | None, query: Any,
+                           dry_run: bool) -> list[dict[str, Any]]:
         removed = []
-        for obj in self._list(res, info, namespace, query):
+        for obj in self._list(res, namespace, query):
             meta = obj['metadata']
             removed.append(self._delete((res, meta.get('namespace'), meta['name']), None, dry_run))
         return removed
@@ -649,7 +648,7 @@ class Kemu(kmock.KubernetesEmulator):
                     await asyncio.wait_for(pulse.wait(), timeout=min(remaining, 5.0))
                 except asyncio.TimeoutError:
                     pass
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:  # the client went away
             return response
         await response.write_eof()
         return response

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from gym_services.control.plane import ControlPlane
 
 log = get_logger("agent")
+RECENT_HISTORIES = 256
 
 
 @dataclass(eq=False)
@@ -96,6 +98,8 @@ class AgentParticipant(Participant):
         self.loop = loop
         self.config = config
         self.episodes: dict[str, Episode] = {}
+        #: boundary names each recently ended episode went through (debugging and tests)
+        self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._plane: ControlPlane | None = None
         self._reopened = asyncio.Event()
         self._context: Callable[[Episode], StepContext] | None = None
@@ -159,6 +163,10 @@ class AgentParticipant(Participant):
     def _finished(self, ep: Episode, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.warning("episode failed", extra={"rollout_id": ep.rollout_id, "error": repr(task.exception())})
+        self.last_history[ep.rollout_id] = list(ep.history)
+        self.last_history.move_to_end(ep.rollout_id)
+        while len(self.last_history) > RECENT_HISTORIES:
+            self.last_history.popitem(last=False)
         if self.episodes.get(ep.rollout_id) is ep:
             del self.episodes[ep.rollout_id]  # a finished result is never a resumable boundary
 
@@ -187,6 +195,11 @@ class AgentParticipant(Participant):
                     raise ApiError("not_ready", f"gave up after {now - refused_since:.0f}s of refusals: {exc}") from None
                 await asyncio.sleep(self.config.parked_backoff_s)
                 continue
+            except Exception as exc:
+                ep.leave()
+                with contextlib.suppress(Exception):
+                    await self.loop.on_error(ctx, boundary, exc)
+                raise
             except BaseException:
                 ep.leave()
                 raise

@@ -20,10 +20,17 @@ class S3Storage(Storage):
         self.bucket = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        keys = {}
+        if config.access_key_id is not None and config.secret_access_key is not None:
+            keys = {
+                "aws_access_key_id": config.access_key_id.get_secret_value(),
+                "aws_secret_access_key": config.secret_access_key.get_secret_value(),
+            }
         self._client = boto3.session.Session().client(
             "s3",
             endpoint_url=config.endpoint_url,
             region_name=config.region,
+            **keys,
             config=Config(
                 max_pool_connections=max(10, config.max_concurrency),
                 retries={"max_attempts": 3, "mode": "standard"},

@@ -23,7 +23,8 @@ Assistant-prefix continuation
 
 Pace and accounting
     The first token comes after ``time_to_first_token_s``, then one every ``1/tokens_per_second``
-    (0 = as fast as possible). A token is counted (``gym_worker_tokens_generated``, ``GET /stats``)
+    (0 = as fast as possible); a natural stop takes one more step (the end-of-sequence token, neither
+    shown nor counted) before the chunk carrying ``finish_reason``. A token is counted (``gym_worker_tokens_generated``, ``GET /stats``)
     only if the client is still connected when its turn comes; closing the stream stops generation.
     ``stream_options.include_usage`` adds the final usage chunk; ``continuous_usage_stats`` (a vLLM
     option) puts running usage on every chunk.

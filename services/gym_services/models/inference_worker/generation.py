@@ -98,7 +98,9 @@ def plan_completion(request: ChatCompletionRequest, policy: Policy) -> Plan:
     limit = request.token_limit()
     if limit is not None and len(pieces) > limit:
         pieces, finish = pieces[:limit], "length"
-    digest = hashlib.sha256(canonical_json(request.model_dump(mode="json"))).hexdigest()
+    # stream settings do not change what is generated: both forms get the same ids
+    semantic = request.model_dump(mode="json", exclude={"stream", "stream_options"})
+    digest = hashlib.sha256(canonical_json(semantic)).hexdigest()
     return Plan(
         completion_id=f"chatcmpl-{digest[:24]}",
         model=request.model,
@@ -179,23 +181,35 @@ class CompletionResponse:
         self.continuous_usage = bool(options and options.continuous_usage_stats)
         self.pace = pace
         self.stats = stats
+        self.eos_reached = False
+
+    async def _turn(self, start: float, index: int, gone: asyncio.Event) -> bool:
+        """Wait until step ``index`` is due; False if the client left meanwhile."""
+        delay = self.pace.due(start, index) - asyncio.get_running_loop().time()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(gone.wait(), delay)
+            except TimeoutError:
+                pass
+        else:
+            await asyncio.sleep(0)
+        return not gone.is_set()
 
     async def _tokens(self, gone: asyncio.Event) -> AsyncIterator[str]:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        """The pieces, each at its turn; a stop (not ``length``) takes one more step, like an EOS token.
+
+        The generator ends early when the client leaves; callers compare counts to notice.
+        """
+        start = asyncio.get_running_loop().time()
         for index, piece in enumerate(self.plan.pieces):
-            delay = self.pace.due(start, index) - loop.time()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(gone.wait(), delay)
-                except TimeoutError:
-                    pass
-            else:
-                await asyncio.sleep(0)
-            if gone.is_set():
+            if not await self._turn(start, index, gone):
                 return
             self.stats.generated(self.plan.model)
             yield piece
+        if self.plan.finish_reason != "length":
+            self.eos_reached = await self._turn(start, len(self.plan.pieces), gone)
+        else:
+            self.eos_reached = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
@@ -236,7 +250,7 @@ class CompletionResponse:
         async for piece in self._tokens(gone):
             emitted += 1
             await body(_sse(self._chunk({"content": piece}, None, emitted)))
-        if emitted < len(self.plan.pieces):
+        if not self.eos_reached:
             await body(b"", more=False)
             return False
         calls = self.plan.tool_calls()
@@ -252,7 +266,7 @@ class CompletionResponse:
 
     async def _send_whole(self, send: Send, gone: asyncio.Event) -> bool:
         pieces = [piece async for piece in self._tokens(gone)]
-        if len(pieces) < len(self.plan.pieces):
+        if not self.eos_reached:
             return False  # the client left; nobody to answer
         message: dict[str, Any] = {"role": "assistant", "content": self.plan.text}
         calls = self.plan.tool_calls()

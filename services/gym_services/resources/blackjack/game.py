@@ -88,7 +88,9 @@ def response_text(response: Any) -> str:
             parts.append(content)
         elif isinstance(content, list):
             parts.extend(
-                p["text"] for p in content if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
+                p["text"]
+                for p in content
+                if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
             )
     return "".join(parts)
 

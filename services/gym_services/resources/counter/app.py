@@ -8,7 +8,7 @@ servers follow the same pattern with richer state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
@@ -30,6 +30,9 @@ STATE_VERSION = 1
 
 class Config(ServerConfig):
     max_value: int = Field(default=1_000_000, description="increments beyond this are refused as tool errors")
+    checkpoint_mode: Literal["exported", "restart_only"] = Field(
+        default="exported", description="restart_only: live sessions block a checkpoint instead of being saved"
+    )
 
 
 class SeedRequest(BaseModel):
@@ -70,7 +73,7 @@ class CounterSessions:
 
 def create_app(config: Config) -> Starlette:
     store = CounterSessions()
-    participant = ResourcesParticipant(store, mode="exported", verify="wait")
+    participant = ResourcesParticipant(store, mode=config.checkpoint_mode, verify="wait")
 
     def current(request: Request) -> str:
         sid = session_id(request)

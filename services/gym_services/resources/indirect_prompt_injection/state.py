@@ -127,9 +127,8 @@ def decode_session(session_id: str, raw: Any) -> Session:
     try:
         state = SessionState.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(state)'}: {err['msg']}" for err in exc.errors(include_url=False)[:5]
-        )
+        errors = exc.errors(include_url=False)[:5]
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(state)'}: {err['msg']}" for err in errors)
         raise InvalidState(f"session {session_id}: invalid state: {problems}") from None
     environment = json_copy(state.environment, f"session {session_id}: environment")
     return Session(environment=environment, id_seed=state.id_seed, next_id=state.next_id)

@@ -168,4 +168,5 @@ def check_template(template: str) -> None:
     try:
         template.format(**{name: "" for name in TEMPLATE_FIELDS})
     except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(f"refinement_prompt_template must use only {{{'}, {'.join(TEMPLATE_FIELDS)}}}: {exc}") from None
+        fields = ", ".join("{" + name + "}" for name in TEMPLATE_FIELDS)
+        raise ValueError(f"refinement_prompt_template may use only {fields}: {exc}") from None

@@ -8,53 +8,33 @@
   beyond that (reordered rows, other columns, duplicate labels) is stored in full.
 * :func:`encode_plain` (every table in full, the ~350 KB "known" encoding) is the benchmark baseline.
 
-Unchanged columns are detected cheaply and soundly: under pandas copy-on-write a session column that
-still is the base column's buffer cannot differ from it. Any other column is compared with the base
-value by value *and type*, with NaN kept apart from ``None``, so the encoding is exact even if a table
-was changed behind the tools' back.
+The diff itself lives in :mod:`.codec_diff`; it is exact even for tables changed behind the tools'
+back. Decoding validates strictly (:class:`InvalidSessionState`); encoding rejects values JSON
+cannot carry (:class:`UnencodableStateError`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
 from .codec_columns import (
     InvalidSessionState,
     UnencodableStateError,
-    build_frame,
-    column_array,
-    decode_column,
     decode_table_plain,
-    decode_values,
-    dtype_name,
-    encode_column,
     encode_table_plain,
-    encode_values,
-    pandas_dtype,
-    to_pandas_array,
 )
-from .codec_models import (
-    DiffTableModel,
-    FullTableModel,
-    PlainStateModel,
-    RangeShapeModel,
-    SessionStateModel,
-)
+from .codec_diff import BaseTable, decode_table_diff, encode_table
+from .codec_models import FullTableModel, PlainStateModel, SessionStateModel
 from .environment import TABLE_KEYS, TABLE_LAYOUT, PristineTables, TableKey, WorkplaceEnvironment
 
 SCHEMA_VERSION = 1
-#: Above this share of changed cells a table is stored in full rather than as a diff.
-_FULL_TABLE_SHARE = 0.5
-_type_of = np.frompyfunc(type, 1, 1)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -77,64 +57,14 @@ def canonical_json(obj: Any) -> bytes:
     ).encode("utf-8")
 
 
-# --------------------------------------------------------------------------- base views
-
-
-def _buffer_id(arr: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
-    return (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
-
-
-@dataclass
-class _BaseTable:
-    """A pristine table plus what the diff needs, computed once per base."""
-
-    df: pd.DataFrame
-    diffable: bool
-    kinds: list[str]
-    arrays: list[np.ndarray]
-    buffers: list[tuple[Any, ...]]
-    nan_masks: list[np.ndarray | None]
-    types: list[np.ndarray | None]
-    slots: list[np.ndarray | None]
-
-    @classmethod
-    def of(cls, df: pd.DataFrame) -> _BaseTable:
-        kinds = [dtype_name(s.dtype) for _, s in df.items()]
-        arrays = [column_array(s) for _, s in df.items()]
-        nan_masks: list[np.ndarray | None] = []
-        types: list[np.ndarray | None] = []
-        for arr, kind in zip(arrays, kinds, strict=True):
-            if kind in ("object", "str"):
-                nan_masks.append(np.array([type(v) is float and v != v for v in arr], dtype=bool))
-                types.append(_type_of(arr) if len(arr) else np.empty(0, dtype=object))
-            else:
-                nan_masks.append(np.isnan(arr) if kind == "float64" else None)
-                types.append(None)
-        names = list(df.columns)
-        diffable = (
-            df.index.is_unique
-            and df.index.dtype == np.dtype("int64")
-            and type(df.index) in (pd.RangeIndex, pd.Index)
-            and all(type(c) is str for c in names)
-            and len(set(names)) == len(names)
-        )
-        return cls(
-            df=df,
-            diffable=bool(diffable),
-            kinds=kinds,
-            arrays=arrays,
-            buffers=[_buffer_id(a) for a in arrays],
-            nan_masks=nan_masks,
-            types=types,
-            slots=[_slots(a) if a.dtype == object else None for a in arrays],
-        )
+# --------------------------------------------------------------------------- bases
 
 
 @dataclass
 class _BaseView:
     digest: str
     encoded: dict[str, Any]
-    tables: dict[TableKey, _BaseTable]
+    tables: dict[TableKey, BaseTable]
 
 
 def _base_view(base: PristineTables) -> _BaseView:
@@ -144,7 +74,7 @@ def _base_view(base: PristineTables) -> _BaseView:
         view = _BaseView(
             digest=hashlib.sha256(canonical_json(encoded)).hexdigest(),
             encoded=encoded,
-            tables={key: _BaseTable.of(df) for key, df in base.tables.items()},
+            tables={key: BaseTable.of(df) for key, df in base.tables.items()},
         )
         base.cache["codec"] = view
     return view
@@ -171,7 +101,7 @@ def decode_base(digest: str, encoded: Mapping[str, Any]) -> PristineTables:
     base.cache["codec"] = _BaseView(
         digest=digest,
         encoded=json.loads(canonical_json(encoded)),
-        tables={key: _BaseTable.of(df) for key, df in base.tables.items()},
+        tables={key: BaseTable.of(df) for key, df in base.tables.items()},
     )
     return base
 
@@ -232,171 +162,7 @@ def decode_plain(state: Mapping[str, Any]) -> dict[TableKey, pd.DataFrame]:
     return out
 
 
-# --------------------------------------------------------------------------- diff encode
-
-
-def _index_identical(a: pd.Index, b: pd.Index) -> bool:
-    if type(a) is not type(b) or a.dtype != b.dtype or a.name != b.name:
-        return False
-    if isinstance(a, pd.RangeIndex):
-        return (a.start, a.stop, a.step) == (b.start, b.stop, b.step)  # type: ignore[attr-defined]
-    return bool(a.equals(b))
-
-
-def _index_shape(index: pd.Index) -> dict[str, Any]:
-    if isinstance(index, pd.RangeIndex):
-        return {"kind": "range", "start": index.start, "stop": index.stop, "step": index.step}
-    return {"kind": "labels", "dtype": "int64"}
-
-
-_EMPTY_DIFF = DiffTableModel()
-
-
-class _StoreFull(Exception):
-    """Internal: the table is not a simple diff of its base; store it whole."""
-
-
-class _SlotView:
-    """Exposes an object array's pointer slots as integers through the numpy array interface, so
-    cell identity (same object => same value and type) can be tested without touching objects."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self._arr = arr  # keeps the objects (and the buffer) alive while the view is used
-        self.__array_interface__ = {
-            "version": 3,
-            "shape": arr.shape,
-            "strides": arr.strides,
-            "typestr": np.dtype(np.intp).str,
-            "data": (arr.__array_interface__["data"][0], True),
-        }
-
-
-def _slots(arr: np.ndarray) -> np.ndarray:
-    assert arr.dtype == object and arr.ndim == 1
-    return np.asarray(_SlotView(arr))
-
-
-def _same_cell(x: Any, y: Any) -> bool:
-    """Exact cell equality: same type, same value, NaN equal to NaN, -0.0 apart from 0.0."""
-    if type(x) is not type(y):
-        return False
-    if type(x) is float:
-        if x != x:
-            return y != y
-        return x == y and math.copysign(1.0, x) == math.copysign(1.0, y)
-    try:
-        return bool(x == y)
-    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
-        raise _StoreFull from exc
-
-
-def _changed_objects(t: np.ndarray, bt: _BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
-    """Changed cells of an object column. Cells still holding the base's very object are
-    unchanged; only the others are compared, one by one when few, vectorized when many."""
-    base_slots = bt.slots[i] if kept is None else bt.slots[i][kept]
-    changed = _slots(t) != base_slots
-    suspects = np.flatnonzero(changed)
-    base = bt.arrays[i]
-    if len(suspects) <= 64 or len(suspects) * 8 <= len(t):
-        for p in suspects:
-            if _same_cell(t[p], base[p if kept is None else kept[p]]):
-                changed[p] = False
-        return changed
-    b = base if kept is None else base[kept]
-    base_types, b_nan = bt.types[i], bt.nan_masks[i]
-    assert base_types is not None and b_nan is not None
-    if kept is not None:
-        base_types, b_nan = base_types[kept], b_nan[kept]
-    try:
-        diff = np.asarray(t != b, dtype=bool) | np.asarray(_type_of(t) != base_types, dtype=bool)
-    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
-        raise _StoreFull from exc
-    # Same-typed equal floats may still differ in sign (-0.0); NaN in the base needs a NaN.
-    recheck = np.flatnonzero((diff & b_nan) | (~diff & (base_types == float)))
-    for p in recheck:
-        diff[p] = not _same_cell(t[p], b[p])
-    return diff
-
-
-def _changed(t: np.ndarray, kind: str, bt: _BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
-    """Mask of cells of ``t`` that differ from the base column (rows ``kept``, or all) in value,
-    type, sign of zero, or NaN-vs-None."""
-    if kind in ("object", "str"):
-        return _changed_objects(t, bt, i, kept)
-    b = bt.arrays[i] if kept is None else bt.arrays[i][kept]
-    if kind in ("bool", "int64"):
-        return np.asarray(t != b, dtype=bool)
-    b_nan = bt.nan_masks[i]
-    assert b_nan is not None
-    if kept is not None:
-        b_nan = b_nan[kept]
-    tn = np.isnan(t)
-    diff = (t != b) & ~(tn & b_nan)
-    return diff | (tn != b_nan) | (np.signbit(t) != np.signbit(b))
-
-
-def _encode_table_diff(df: pd.DataFrame, bt: _BaseTable) -> dict[str, Any]:
-    base = bt.df
-    if not bt.diffable or not _index_identical(df.columns, base.columns):
-        raise _StoreFull
-    index = df.index
-    if index.name != base.index.name or index.dtype != np.dtype("int64") or not index.is_unique:
-        raise _StoreFull
-    out: dict[str, Any] = {}
-    n_rows = len(index)
-    if index.equals(base.index):
-        kept: np.ndarray | None = None
-        n_kept = n_rows
-    else:
-        pos = base.index.get_indexer(index)
-        n_kept = int(np.count_nonzero(pos >= 0))
-        kept = pos[:n_kept]
-        if (kept < 0).any() or (pos[n_kept:] >= 0).any() or (np.diff(kept) <= 0).any():
-            raise _StoreFull  # rows reordered, or new rows interleaved with kept ones
-        removed = np.setdiff1d(np.arange(len(base.index)), kept, assume_unique=True)
-        if len(removed):
-            out["removed"] = base.index[removed].tolist()
-    if not _index_identical(index, base.index):
-        out["index"] = _index_shape(index)
-    cells: dict[str, Any] = {}
-    retyped: dict[str, Any] = {}
-    appended: dict[str, Any] = {}
-    changed_cells = 0
-    kept_labels = index[:n_kept]
-    for i, (name, series) in enumerate(df.items()):
-        kind = dtype_name(series.dtype)
-        if kind != bt.kinds[i]:
-            retyped[name] = encode_column(series)
-            changed_cells += n_rows
-            continue
-        arr = column_array(series)
-        if n_kept < n_rows:
-            appended[name] = encode_values(arr[n_kept:], kind)
-        if kept is None and _buffer_id(arr) == bt.buffers[i]:
-            continue  # still the base's buffer (copy-on-write): cannot differ
-        head = arr[:n_kept] if n_kept < n_rows else arr
-        mask = _changed(head, kind, bt, i, kept)
-        hits = np.flatnonzero(mask)
-        if len(hits):
-            cells[name] = {"rows": kept_labels[hits].tolist(), **encode_values(head[hits], kind)}
-            changed_cells += len(hits)
-    if n_kept < n_rows:
-        out["appended"] = {"labels": index[n_kept:].tolist(), "data": appended}
-        changed_cells += (n_rows - n_kept) * df.shape[1]
-    if cells:
-        out["cells"] = cells
-    if retyped:
-        out["retyped"] = retyped
-    if changed_cells > _FULL_TABLE_SHARE * max(1, n_rows * df.shape[1]):
-        raise _StoreFull
-    return out
-
-
-def _encode_table(df: pd.DataFrame, bt: _BaseTable) -> dict[str, Any]:
-    try:
-        return _encode_table_diff(df, bt)
-    except _StoreFull:
-        return {"full": encode_table_plain(df)}
+# --------------------------------------------------------------------------- sessions
 
 
 def encode_session(env: WorkplaceEnvironment) -> dict[str, Any]:
@@ -404,100 +170,8 @@ def encode_session(env: WorkplaceEnvironment) -> dict[str, Any]:
     view = _base_view(env.base)
     tables: dict[str, dict[str, Any]] = {}
     for key, df in env.items():
-        tables.setdefault(key[0], {})[key[1]] = _encode_table(df, view.tables[key])
+        tables.setdefault(key[0], {})[key[1]] = encode_table(df, view.tables[key])
     return {"schema_version": SCHEMA_VERSION, "base": view.digest, "tables": tables}
-
-
-# --------------------------------------------------------------------------- diff decode
-
-
-def _positions(index: pd.Index, labels: list[int], what: str) -> np.ndarray:
-    if len(set(labels)) != len(labels):
-        raise InvalidSessionState(f"{what}: duplicate row labels")
-    pos = index.get_indexer(np.asarray(labels, dtype=np.int64))
-    if (pos < 0).any():
-        raise InvalidSessionState(f"{what}: row label {labels[int(np.argmax(pos < 0))]} not found")
-    return pos
-
-
-def _decoded_index(model: DiffTableModel, bt: _BaseTable) -> tuple[pd.Index, np.ndarray | None, pd.Index]:
-    """(index of the restored table, kept base positions or None if all, labels of kept rows)."""
-    base_index = bt.df.index
-    new_labels = model.appended.labels if model.appended is not None else []
-    if model.appended is not None and not new_labels:
-        raise InvalidSessionState("appended holds no rows")
-    if not model.removed and not new_labels:
-        kept, kept_labels, labels = None, base_index, base_index
-    else:
-        kept = np.delete(np.arange(len(base_index)), _positions(base_index, model.removed, "removed"))
-        kept_labels = base_index[kept]
-        labels = kept_labels.append(pd.Index(np.asarray(new_labels, dtype=np.int64)))
-        if new_labels and not labels.is_unique:
-            raise InvalidSessionState("appended row labels collide with kept rows or each other")
-    if model.index is None:
-        if kept is not None:
-            raise InvalidSessionState("rows changed but the index shape is missing")
-        return base_index, None, kept_labels
-    if isinstance(model.index, RangeShapeModel):
-        if model.index.step == 0:
-            raise InvalidSessionState("range index step must not be 0")
-        index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base_index.name)
-        if not np.array_equal(index.to_numpy(), labels.to_numpy()):
-            raise InvalidSessionState("range index does not match the row labels")
-        return index, kept, kept_labels
-    return pd.Index(labels.to_numpy(), dtype=np.int64, name=base_index.name), kept, kept_labels
-
-
-def _decode_table_diff(model: DiffTableModel, bt: _BaseTable) -> pd.DataFrame:
-    base = bt.df
-    if model == _EMPTY_DIFF:
-        return base.copy(deep=False)
-    if not bt.diffable:
-        raise InvalidSessionState("this base table can only be restored in full")
-    columns = list(base.columns)
-    unknown = (set(model.cells) | set(model.retyped)) - set(columns)
-    if unknown:
-        raise InvalidSessionState(f"unknown columns {sorted(unknown)}")
-    if set(model.cells) & set(model.retyped):
-        raise InvalidSessionState("a column is both retyped and changed by cells")
-    index, kept, kept_labels = _decoded_index(model, bt)
-    n_new = len(model.appended.labels) if model.appended is not None else 0
-    if model.appended is not None and set(model.appended.data) != set(columns) - set(model.retyped):
-        raise InvalidSessionState("appended rows must give every column that is not retyped")
-
-    replaced: dict[int, tuple[Any, str]] = {}  # column position -> (new array, kind)
-    for i, name in enumerate(columns):
-        kind = bt.kinds[i]
-        if name in model.retyped:
-            replaced[i] = decode_column(model.retyped[name], len(index))
-            continue
-        change = model.cells.get(name)
-        if kept is None and change is None:
-            continue
-        arr = bt.arrays[i] if kept is None else bt.arrays[i][kept]
-        if n_new:
-            extra = model.appended.data[name]  # type: ignore[union-attr]
-            if len(extra.values) != n_new:
-                raise InvalidSessionState(f"appended column {name} has the wrong length")
-            arr = np.concatenate([arr, decode_values(extra, kind)])
-        if change is not None:
-            if len(change.rows) != len(change.values):
-                raise InvalidSessionState(f"cells of {name}: rows and values differ in length")
-            pos = _positions(kept_labels, change.rows, f"cells of {name}")
-            if arr is bt.arrays[i]:
-                arr = arr.copy()
-            arr[pos] = decode_values(change, kind)
-        replaced[i] = (to_pandas_array(arr, kind), kind)
-    if kept is None:  # same rows: share untouched base columns (copy-on-write keeps them safe)
-        df = base.copy(deep=False)
-        if index is not base.index:
-            df.index = index
-        for i, (arr, kind) in replaced.items():
-            df.isetitem(i, pd.Series(arr, index=df.index, dtype=pandas_dtype(kind), copy=False))
-        return df
-    arrays = [replaced[i][0] for i in range(len(columns))]
-    kinds = [replaced[i][1] for i in range(len(columns))]
-    return build_frame(arrays, kinds, index, base.columns)
 
 
 def decode_session(
@@ -521,9 +195,9 @@ def decode_session(
             if isinstance(table, FullTableModel):
                 tables[key] = decode_table_plain(table.full)
             else:
-                tables[key] = _decode_table_diff(table, view.tables[key])
+                tables[key] = decode_table_diff(table, view.tables[key])
         except InvalidSessionState as exc:
             raise InvalidSessionState(f"{key[0]}.{key[1]}: {exc}") from None
-        except (ValueError, TypeError, IndexError) as exc:
+        except (ValueError, TypeError, IndexError, OverflowError) as exc:
             raise InvalidSessionState(f"{key[0]}.{key[1]}: {type(exc).__name__}: {exc}") from None
     return WorkplaceEnvironment(tables, base)

@@ -16,14 +16,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gym_services.control.participant import InvalidState
+
 from .codec_models import ColumnModel, LabelIndexModel, PlainTableModel, RangeIndexModel, ValuesModel
 
 STR_DTYPE = pd.StringDtype("python", na_value=np.nan)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-class InvalidSessionState(ValueError):
-    """A checkpoint state cannot be restored (wrong version or base, bad shape or values)."""
+class InvalidSessionState(InvalidState):
+    """A checkpoint state cannot be restored (wrong version or base, bad shape or values).
+
+    A ``ValueError`` via the control plane's ``InvalidState``, which answers ``422 invalid_state``."""
 
 
 class UnencodableStateError(ValueError):

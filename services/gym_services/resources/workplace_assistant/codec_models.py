@@ -10,9 +10,19 @@ A column is ``{"dtype", "values", "nan"}``: JSON writes NaN and ``None`` both as
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+)
 
 Scalar = StrictStr | StrictBool | StrictInt | StrictFloat | None
 DtypeName = Literal["object", "bool", "int64", "float64", "str"]
@@ -90,7 +100,14 @@ class FullTableModel(_Strict):
     full: PlainTableModel
 
 
-TableModel = FullTableModel | DiffTableModel
+def _table_kind(value: Any) -> str:
+    return "full" if isinstance(value, dict) and "full" in value else "diff"
+
+
+TableModel = Annotated[
+    Annotated[FullTableModel, Tag("full")] | Annotated[DiffTableModel, Tag("diff")],
+    Discriminator(_table_kind),
+]
 
 
 class SessionStateModel(_Strict):

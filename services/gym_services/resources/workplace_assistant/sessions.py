@@ -125,6 +125,17 @@ class WorkplaceSessions:
             self._bases.update(new_bases)
             self._sessions.update(rebuilt)
 
+    # The control plane's optional shared-state hooks: the bases, one record per digest.
+
+    def export_shared_states(self) -> dict[str, dict[str, Any]]:
+        """Same as :meth:`base_states` (the control plane writes each as ``shared-<digest>``)."""
+        return self.base_states()
+
+    def restore_shared_states(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        """Same as :meth:`register_bases`; called before :meth:`restore_session_states`. A base
+        registered by a restore whose sessions then fail is harmless: it is content-addressed."""
+        self.register_bases(states)
+
     def retire_session_state(self, session_id: str) -> None:
         """Forget the session's tool environment (a later tool call gets session-not-found)."""
         self.drop(session_id)

@@ -14,7 +14,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .environment import CALENDAR, CRM, EMAILS, PLOTS, TASKS, PristineTables, TableKey, WorkplaceEnvironment
+from .environment import (
+    CALENDAR,
+    CRM,
+    EMAILS,
+    PLOTS,
+    TASKS,
+    PristineTables,
+    TableKey,
+    WorkplaceEnvironment,
+)
 from .tools import call_tool
 
 #: Tables compared by verify (analytics compares the plots, not the visit data).

@@ -104,7 +104,12 @@ SEQUENCES: dict[int, list[Call]] = {
         ("update_candidate_status", {"candidate_id": "C-4552", "status": "interviewing"}),
         (
             "schedule_interview",
-            {"candidate_id": "C-4552", "interviewer_email": "c.reynolds@company.example.com", "date": "2024-06-03", "time": "14:00"},
+            {
+                "candidate_id": "C-4552",
+                "interviewer_email": "c.reynolds@company.example.com",
+                "date": "2024-06-03",
+                "time": "14:00",
+            },
         ),
         ("get_interview_schedule", {}),
         ("submit_interview_feedback", {"candidate_id": "C-4552", "feedback": "Strong analytics lead.", "rating": 4}),

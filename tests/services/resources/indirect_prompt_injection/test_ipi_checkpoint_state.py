@@ -40,6 +40,15 @@ async def seed(client: httpx.AsyncClient, task_index: int, attempt: int = 0) -> 
     return jar
 
 
+async def post_as(
+    client: httpx.AsyncClient, cookie: dict[str, str], path: str, body: Any, headers: dict | None = None
+) -> httpx.Response:
+    """A call carrying one session's cookie (the client's jar holds just that cookie)."""
+    client.cookies.clear()
+    client.cookies.update(cookie)
+    return await client.post(path, json=body, headers=headers or {})
+
+
 def rewrite_record(location: str, committed: dict, record_index: int, mutate) -> None:
     """Change one stored record and keep the manifest's digests consistent (a valid file, a bad state)."""
     store = open_storage(location)
@@ -83,7 +92,7 @@ async def test_invalid_state_anywhere_in_batch_installs_nothing(storage_url: str
     async with serve(fresh_app()) as client:
         for task_index in (1, 3, 4):
             cookie = await seed(client, task_index)
-            resp = await client.post("/get_inbox" if task_index != 1 else "/get_messages", json={}, cookies=cookie)
+            resp = await post_as(client, cookie, "/get_inbox" if task_index != 1 else "/get_messages", {})
             assert resp.status_code == 200
         committed = await Control(client).checkpoint("ck-bad", storage_url)
         assert committed["records"] == 3
@@ -93,12 +102,13 @@ async def test_invalid_state_anywhere_in_batch_installs_nothing(storage_url: str
         control = Control(client)
         refused = await control.restore("ck-bad", storage_url, committed["manifest_key"], expect=422)
         assert refused["error"]["code"] == "invalid_state"
+        assert "invalid state" in refused["error"]["message"]
         status = await control.status()
         assert status["phase"] == "fresh" and status["live"] == {"sessions": 0}
         assert sessions_of(client).sessions == {}
         # the server keeps working
         cookie = await seed(client, 0)
-        assert (await client.post("/get_messages", json={}, cookies=cookie)).json() == {"output": "[]"}
+        assert (await post_as(client, cookie, "/get_messages", {})).json() == {"output": "[]"}
 
 
 def test_restore_hook_validates_all_before_installing_any() -> None:
@@ -120,17 +130,16 @@ async def test_retired_session_gone_and_cookie_refused_while_other_keeps_working
     async with serve(fresh_app()) as client:
         cookie_a = await seed(client, 1)
         cookie_b = await seed(client, 3)
-        assert (await client.post("/get_schedule", json={"date": "2024-06-24"}, cookies=cookie_a)).status_code == 200
+        assert (await post_as(client, cookie_a, "/get_schedule", {"date": "2024-06-24"})).status_code == 200
         retired = await Control(client).retire("ipi-1", 0)
         assert retired["retired"] is True
         assert len(sessions_of(client).sessions) == 1
         # the cookie alone is refused, and so is the old identity
         for headers in ({}, ident(1, 0)):
-            gone = await client.post("/get_messages", json={}, cookies=cookie_a, headers=headers)
+            gone = await post_as(client, cookie_a, "/get_messages", {}, headers)
             assert gone.status_code == 409 and gone.json()["error"]["code"] == "stale_attempt"
-        ok = await client.post(
-            "/update_candidate_status", json={"candidate_id": "C-4552", "status": "interviewing"}, cookies=cookie_b
-        )
+        body = {"candidate_id": "C-4552", "status": "interviewing"}
+        ok = await post_as(client, cookie_b, "/update_candidate_status", body, ident(3, 0))
         assert ok.json() == {"output": "Status updated for candidate C-4552 to 'interviewing'."}
         committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
         assert committed["records"] == 1 and committed["episodes"] == ["ipi-3"]
@@ -149,7 +158,7 @@ async def test_session_dropped_by_failed_verify_is_left_out_of_next_commit(tmp_p
             cookie_b = await seed(client, 4)
             monkeypatch.setattr(verifier, "score", broken)
             body = verify_body(TASKS[2], [], [])
-            failed = await client.post("/verify", json=body, cookies=cookie_a, headers=ident(2, 0))
+            failed = await post_as(client, cookie_a, "/verify", body, ident(2, 0))
             assert failed.status_code == 500 and failed.json()["error"]["code"] == "internal"
             monkeypatch.undo()
             # the finally dropped the environment; the participant still tracks the session
@@ -157,7 +166,7 @@ async def test_session_dropped_by_failed_verify_is_left_out_of_next_commit(tmp_p
             assert (await Control(client).status())["live"] == {"sessions": 2}
             committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
             assert committed["records"] == 1 and committed["episodes"] == ["ipi-4"]
-            again = await client.post("/get_patient_record", json={"patient_id": "P-7742"}, cookies=cookie_a)
+            again = await post_as(client, cookie_a, "/get_patient_record", {"patient_id": "P-7742"})
             assert again.status_code == 404 and again.json()["error"]["code"] == "session_not_found"
 
 

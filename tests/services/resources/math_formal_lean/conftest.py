@@ -33,7 +33,8 @@ def _start(log_path: Path) -> StandinProcess | None:
     port = free_port()
     log = log_path.open("ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin"]
+        + ["--host", "127.0.0.1", "--port", str(port)],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

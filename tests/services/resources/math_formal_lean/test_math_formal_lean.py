@@ -78,7 +78,8 @@ async def test_outcomes_from_the_standin() -> None:
         no_response = (await client.post("/verify", json={**ROW, "turn_index": 2})).json()
     assert (passed["proof_status"], passed["reward"], passed["needs_correction"]) == ("completed", 1.0, False)
     assert passed["error_feedback"] is None and passed["correction_prompt"] is None
-    assert passed["predicted_proof"] == ROW["header"] + ROW["formal_statement"] + f"  {VERIFIED}\n  norm_num [h₁, h₂, h₃]"
+    proof_body = f"  {VERIFIED}\n  norm_num [h₁, h₂, h₃]"
+    assert passed["predicted_proof"] == ROW["header"] + ROW["formal_statement"] + proof_body
     assert (sorry["proof_status"], sorry["reward"], sorry["needs_correction"]) == ("has_sorry", 0.0, True)
     assert "declaration uses 'sorry'" in sorry["error_feedback"] and "uses `sorry`" in sorry["correction_prompt"]
     for result in (empty, no_response):
@@ -214,7 +215,8 @@ async def test_malformed_sandbox_reply_is_a_result() -> None:
 async def test_standin_process_truncates_output(standin_process: StandinProcess) -> None:
     code = "theorem t : " + "a = a ∧ " * 300 + "True := by\n  simp"
     async with httpx.AsyncClient(base_url=f"http://{standin_process.host}:{standin_process.port}") as client:
-        reply = (await client.post("/execute", json={"generated_code": code, "timeout": 5, "max_output_characters": 100})).json()
+        body = {"generated_code": code, "timeout": 5, "max_output_characters": 100}
+        reply = (await client.post("/execute", json=body)).json()
         other = (await client.post("/execute", json={"generated_code": "x", "language": "python", "timeout": 5})).json()
     assert reply["process_status"] == "failed" and reply["stdout"].endswith("<output cut>")
     assert len(reply["stdout"]) == 100 + len("<output cut>")

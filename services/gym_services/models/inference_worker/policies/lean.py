@@ -48,8 +48,7 @@ class LeanRefine(Policy):
         return prompt.count("```lean") > 1 or "error" in prompt.lower()
 
     def respond(self, conversation: Conversation) -> str:
-        prompt = conversation.last("user") or ""
-        statement = theorem_statement(prompt)
+        statement = next((s for t in reversed(conversation.of("user")) if (s := theorem_statement(t))), None)
         if statement is None:
             return "I could not find a Lean theorem to prove in this request."
         name = _NAME.search(statement).group(1)  # type: ignore[union-attr]

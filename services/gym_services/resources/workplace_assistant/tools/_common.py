@@ -97,7 +97,7 @@ def next_label(df: pd.DataFrame) -> int:
     """Index label for an appended row: one past the largest integer label (0 if empty)."""
     if len(df.index) == 0:
         return 0
-    return int(max(df.index)) + 1
+    return int(df.index.max()) + 1
 
 
 def append_row(df: pd.DataFrame, label: Any, row: dict[str, Any]) -> pd.DataFrame:

@@ -1,0 +1,142 @@
+"""The Starlette service every agent runs: ``POST /run``, the ``/v1/responses`` self-proxy, control plane.
+
+- ``/run`` is ``OPEN`` for admission: the agent parks its episodes itself, at boundaries.
+  With checkpointing on it needs a rollout identity (``400 rollout_id_required``); a
+  stale attempt gets ``409 stale_attempt`` and changes nothing.
+- ``/v1/responses`` forwards to the policy model with the caller's identity and the
+  model's cookies. Its answer passes through unchanged, so the model's ``409
+  checkpoint_parked`` reaches ``/run`` as a 409 (never a 500). It is ``GATED_NOWAIT``:
+  refused while the agent is closed, while a generation already in flight does not
+  block prepare (it is a replay step).
+- The episode loop calls the proxy in process (an ASGI transport to this very app), so
+  its generations pass the agent's own admission and fencing like any other call.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from http.cookies import CookieError, SimpleCookie
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gym_services.agents.common.config import AgentConfig
+from gym_services.agents.common.context import StepContext, own_cookie_name
+from gym_services.agents.common.downstream import Downstream, cookieless_client, error_of
+from gym_services.agents.common.loop import AgentLoop
+from gym_services.agents.common.participant import AgentParticipant, Episode
+from gym_services.base.app import create_server_app
+from gym_services.base.errors import ApiError
+from gym_services.base.http import read_json
+from gym_services.base.identity import RolloutIdentity
+from gym_services.control.admission import RoutePolicy
+
+SELF_URL = "http://agent-self"
+PASS_HEADERS = ("retry-after", "content-type")
+
+
+def _request_cookies(request: Request, skip: str) -> dict[str, str]:
+    cookies: dict[str, str] = {}
+    for raw in request.headers.getlist("cookie"):
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(raw)
+        except CookieError:
+            continue
+        cookies.update({name: morsel.value for name, morsel in jar.items() if name != skip})
+    return cookies
+
+
+def create_agent_app(
+    config: AgentConfig,
+    loop: AgentLoop,
+    servers: Mapping[str, str],
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """An agent app running ``loop``; ``servers`` maps downstream names (``resources``, ``env``) to base URLs.
+
+    ``transport`` replaces the network for downstream calls (tests route them to in-process apps).
+    """
+    participant = AgentParticipant(loop, config)
+    own_cookie = own_cookie_name(config.name)
+    clients: dict[str, httpx.AsyncClient] = {}
+    downstream: dict[str, Downstream] = {}
+
+    async def startup() -> None:
+        clients["net"] = cookieless_client(transport=transport, timeout_s=config.request_timeout_s)
+        clients["self"] = cookieless_client(
+            transport=httpx.ASGITransport(app=app), timeout_s=config.request_timeout_s, base_url=SELF_URL
+        )
+        downstream["model"] = Downstream("model", config.model_url, clients["net"])
+        downstream["self"] = Downstream("model", SELF_URL, clients["self"])
+        for name, url in servers.items():
+            downstream[name] = Downstream(name, url, clients["net"])
+
+    async def shutdown() -> None:
+        for client in clients.values():
+            await client.aclose()
+        clients.clear()
+
+    def context(ep: Episode) -> StepContext:
+        others = {name: d for name, d in downstream.items() if name in servers}
+        return StepContext(ep.identity, downstream["self"], others, own_cookie)
+
+    async def run(request: Request) -> JSONResponse:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ApiError("bad_request", "/run body must be a JSON object (a task row)")
+        if config.checkpoint.enabled:
+            identity = RolloutIdentity.require_from_run_body(body)
+        else:
+            identity = RolloutIdentity.from_run_body(body)
+        anonymous = identity is None
+        if identity is None:
+            identity = RolloutIdentity(rollout_id=f"anon-{uuid.uuid4().hex}")
+        else:
+            app.state.plane.fence.observe(identity)  # 409 stale_attempt for an older attempt
+        result = await participant.run(identity, body, anonymous=anonymous)
+        return JSONResponse(result)
+
+    async def responses(request: Request) -> Response:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ApiError("bad_request", "/v1/responses body must be a JSON object")
+        if isinstance(body.get("input"), str):
+            body = {**body, "input": [{"role": "user", "content": body["input"]}]}
+        identity = RolloutIdentity.from_headers(request.headers)
+        upstream = await downstream["model"].send(
+            "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
+        )
+        if upstream.status_code >= 500:
+            code, message = error_of(upstream)
+            raise ApiError(
+                "upstream_error",
+                f"model answered {upstream.status_code}: {code or ''} {message}".strip(),
+                status=502,
+            )
+        # 2xx and 4xx (409 checkpoint_parked, 409 stale_attempt, 400 ...) pass through unchanged
+        headers = {k: upstream.headers[k] for k in PASS_HEADERS if k in upstream.headers}
+        response = Response(upstream.content, status_code=upstream.status_code, headers=headers)
+        for raw in upstream.headers.get_list("set-cookie"):
+            response.raw_headers.append((b"set-cookie", raw.encode("latin-1")))
+        return response
+
+    app = create_server_app(
+        config,
+        participant,
+        [
+            Route("/run", run, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
+        ],
+        policies={"/run": RoutePolicy.OPEN, "/v1/responses": RoutePolicy.GATED_NOWAIT},
+        on_startup=[startup],
+        on_shutdown=[shutdown],
+    )
+    participant.bind(app.state.plane, app.state.metrics, context)
+    app.state.agent = participant
+    return app

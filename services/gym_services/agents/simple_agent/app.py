@@ -1,0 +1,27 @@
+"""simple_agent: the tool-calling loop against a resources server (REFERENCE B.5)."""
+
+from __future__ import annotations
+
+import httpx
+from pydantic import Field
+from starlette.applications import Starlette
+
+from gym_services.agents.common import AgentConfig, create_agent_app
+from gym_services.agents.simple_agent.loop import RESOURCES, SimpleAgentLoop
+
+
+class Config(AgentConfig):
+    resources_url: str = Field(description="base URL of the resources server (seed, tools, verify)")
+    max_steps: int | None = Field(default=None, ge=1, description="model calls per episode; unbounded when null")
+    skip_verification: bool = False
+    skip_verification_reward: float = 0.0
+
+
+def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    loop = SimpleAgentLoop(
+        config.model,
+        max_steps=config.max_steps,
+        skip_verification=config.skip_verification,
+        skip_verification_reward=config.skip_verification_reward,
+    )
+    return create_agent_app(config, loop, {RESOURCES: config.resources_url}, transport=transport)

@@ -1,0 +1,145 @@
+"""The tool-calling loop of REFERENCE B.5, one step per boundary.
+
+seed -> generate -> (tool)* -> generate -> ... -> verify -> return
+
+Boundaries: ``seed`` (before ``/seed_session``), ``generate`` (before each model call),
+``tool`` (before each tool call, holding the function calls still pending), ``verify``
+(before ``/verify``) and ``return``. Seed and generation are replay steps; tool calls
+are waited steps; verification follows the resources server's verify mode.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import Field
+
+from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
+from gym_services.control.sessions import VERIFY_HEADER
+
+RESOURCES = "resources"
+RESERVED_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "mcp"})
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class SimpleBoundary(Boundary):
+    model_calls: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    pending_calls: list[dict[str, Any]] = Field(default_factory=list, description="function calls not yet run")
+    last_response: dict[str, Any] | None = Field(default=None, description="the latest model response")
+
+
+def as_items(value: Any) -> list[dict[str, Any]]:
+    """Responses ``input``: a string becomes one user message."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, dict)]
+    return []
+
+
+def verify_mode_of(headers: Any) -> str:
+    mode = headers.get(VERIFY_HEADER, "wait")
+    return mode if mode in ("wait", "replay") else "wait"
+
+
+class SimpleAgentLoop(AgentLoop):
+    kind = "simple_agent"
+    boundary_model = SimpleBoundary
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_steps: int | None = None,
+        skip_verification: bool = False,
+        skip_verification_reward: float = 0.0,
+    ) -> None:
+        self.model = model
+        self.max_steps = max_steps
+        self.skip_verification = skip_verification
+        self.skip_verification_reward = skip_verification_reward
+
+    def initial(self, row: dict[str, Any]) -> SimpleBoundary:
+        params = row.get("responses_create_params") or {}
+        return SimpleBoundary(name="seed", row=row, input=as_items(params.get("input")))
+
+    def step_kind(self, boundary: Boundary) -> StepKind:
+        if boundary.name == "tool":
+            return "waited"
+        if boundary.name == "verify":
+            return "replay" if boundary.verify_mode == "replay" else "waited"
+        return "replay"
+
+    async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
+        assert isinstance(b, SimpleBoundary)
+        if b.name == "seed":
+            reply = await ctx.call(RESOURCES, "/seed_session", b.row, b)
+            return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))
+        if b.name == "generate":
+            return await self._generate(ctx, b)
+        if b.name == "tool":
+            return await self._tool(ctx, b)
+        if b.name == "verify":
+            return await self._verify(ctx, b)
+        raise ValueError(f"simple_agent has no step after boundary {b.name!r}")
+
+    def _params(self, b: SimpleBoundary) -> dict[str, Any]:
+        params = dict(b.row.get("responses_create_params") or {})
+        params["model"] = self.model
+        params["input"] = b.input + b.outputs
+        return params
+
+    async def _generate(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
+        reply = await ctx.generate(b, self._params(b))
+        response = reply.body if isinstance(reply.body, dict) else {}
+        output = [item for item in response.get("output") or [] if isinstance(item, dict)]
+        calls = [item for item in output if item.get("type") == "function_call"]
+        common = {
+            "outputs": b.outputs + output,
+            "usage": b.usage.plus(response.get("usage")),
+            "model_calls": b.model_calls + 1,
+            "last_response": response,
+            "cookies": b.with_cookies("model", reply.cookies),
+        }
+        if response.get("incomplete_details") or not calls:
+            return b.next("verify", pending_calls=[], **common)
+        return b.next("tool", pending_calls=calls, **common)
+
+    async def _tool(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
+        call, rest = b.pending_calls[0], b.pending_calls[1:]
+        name = str(call.get("name", ""))
+        cookies = b.cookies
+        try:
+            args = json.loads(call.get("arguments") or "{}")
+        except (TypeError, json.JSONDecodeError) as exc:
+            output = json.dumps({"error": f"invalid JSON arguments for {name}: {exc}"})
+        else:
+            if not TOOL_NAME.match(name) or name in RESERVED_TOOLS:
+                output = json.dumps({"error": f"unknown tool {name!r}"})
+            else:
+                reply = await ctx.call(RESOURCES, f"/{name}", args, b, accept_client_errors=True)
+                output = reply.text
+                cookies = b.with_cookies(RESOURCES, reply.cookies)
+        item = {"type": "function_call_output", "call_id": call.get("call_id"), "output": output}
+        if rest:
+            following = "tool"
+        elif self.max_steps is not None and b.model_calls >= self.max_steps:
+            following = "verify"
+        else:
+            following = "generate"
+        return b.next(following, outputs=b.outputs + [item], pending_calls=rest, tool_calls=b.tool_calls + 1, cookies=cookies)
+
+    def final_response(self, b: SimpleBoundary) -> dict[str, Any]:
+        """The episode's response: the last model response with every output item and the summed usage."""
+        return {**(b.last_response or {}), "output": b.outputs, "usage": b.usage.model_dump()}
+
+    async def _verify(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
+        response = self.final_response(b)
+        if self.skip_verification:
+            return b.finish({"reward": self.skip_verification_reward, "response": response})
+        reply = await ctx.call(RESOURCES, "/verify", {**b.row, "response": response}, b)
+        result = reply.body if isinstance(reply.body, dict) else {"verify": reply.body}
+        return b.finish(result, cookies=b.with_cookies(RESOURCES, reply.cookies))

@@ -1,0 +1,108 @@
+"""The policy model server: ``POST /v1/responses`` over a streaming chat completions upstream.
+
+Agents call ``/v1/responses`` (REFERENCE B.7); the server converts the request to chat completions,
+streams the generation from ``upstream.base_url`` (the built-in inference worker locally, vLLM in
+production) and converts the text back into Responses output items.
+
+Checkpointing (role ``model``, DESIGN §6; details in :mod:`.generations`):
+
+- prepare closes admission (new calls: ``409 checkpoint_parked``; the route is ``GATED_NOWAIT``) and
+  cuts every in-flight generation at its next token boundary; the HTTP calls stay open;
+- a response finishing while a checkpoint is open is held and delivered at resume;
+- resume/abort: cut calls continue from their prefix (assistant-prefix continuation) and return one
+  response equal to the uninterrupted one;
+- commit writes a record per (rollout, request digest) in scope: cut prefixes, and held responses
+  whole (so a restored model re-answers them without generating); restore stages them for attempt + 1,
+  and the re-issued request continues from its prefix; a prefix is used once;
+- identity comes from ``x-ng-rollout-id`` / ``x-ng-attempt`` (stale attempts are fenced with ``409
+  stale_attempt`` by the admission middleware, and a newer attempt, a restore or a retire ends the
+  older attempt's open calls with the same 409). Calls without identity are cut and held like the
+  others but never written to a checkpoint.
+
+Responses are deterministic: ids derive from the request digest, and ``created_at`` is 0 unless
+``stable_created_at`` is false, so a checkpointed run can be compared byte for byte with an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gym_services.base.app import create_server_app
+from gym_services.base.config import ServerConfig
+from gym_services.base.errors import ApiError
+from gym_services.base.http import parse_body
+from gym_services.base.identity import RolloutIdentity
+from gym_services.control.admission import RoutePolicy
+from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
+from gym_services.models.policy_model.participant import ModelParticipant
+from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
+from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig
+
+
+class Config(ServerConfig):
+    upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
+    cut_wait_s: float = Field(
+        default=1.0, gt=0, le=60, description="how long a cut waits for the next token before closing the stream anyway"
+    )
+    stable_created_at: bool = Field(default=True, description="created_at = 0, so responses are reproducible")
+
+
+def create_app(config: Config) -> Starlette:
+    upstream = Upstream(config.upstream)
+    manager = GenerationManager(upstream, config.cut_wait_s)
+
+    async def responses(request: Request) -> JSONResponse:
+        body = await parse_body(request, ResponsesRequest)
+        if body.stream:
+            raise ApiError("bad_request", "stream: true is not supported by /v1/responses here; send stream: false")
+        model = config.upstream.model or body.model
+        if not model:
+            raise ApiError("bad_request", "no model: set upstream.model in the config or model in the request")
+        created_at = 0.0 if config.stable_created_at else time.time()
+        identity = RolloutIdentity.from_headers(request.headers)
+        digest = request_digest(body)
+        generation = await manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
+        assert generation.finish_reason is not None
+        return JSONResponse(
+            build_response(
+                body,
+                digest,
+                body.model or model,
+                generation.text,
+                generation.finish_reason,
+                generation.prompt_tokens or 0,
+                generation.completion_tokens,
+                created_at,
+            )
+        )
+
+    async def shutdown() -> None:
+        manager.shutdown()
+        await upstream.close()
+
+    app = create_server_app(
+        config,
+        ModelParticipant(manager),
+        [Route("/v1/responses", responses, methods=["POST"])],
+        policies={"/v1/responses": RoutePolicy.GATED_NOWAIT},
+        on_startup=[upstream.start],
+        on_shutdown=[shutdown],
+    )
+    metrics = app.state.metrics
+    manager.counters = ModelCounters(
+        tokens_generated=metrics.counter("gym_model_tokens_generated", "Tokens the upstream generated for this model"),
+        tokens_reused=metrics.counter(
+            "gym_model_tokens_reused", "Prefix tokens a continuation did not regenerate", ("source",)
+        ),
+        responses_held=metrics.counter("gym_model_responses_held", "Responses held until a checkpoint resumed"),
+        generations_cut=metrics.counter("gym_model_generations_cut", "Generations cut at a token boundary"),
+    )
+    app.state.generations = manager
+    return app

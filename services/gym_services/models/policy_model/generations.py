@@ -1,0 +1,412 @@
+"""In-flight generations: streaming, cuts at token boundaries, held responses, staged prefixes.
+
+Lifecycle of one ``/v1/responses`` call (one :class:`Generation`):
+
+``running``  the upstream stream is read chunk by chunk into ``text`` (tool calls in markup form);
+``cut``      a checkpoint asked for a cut: the reader stops right after the next token it receives
+             (bounded by ``cut_wait_s``; past that the stream is closed where it is) and closes the
+             upstream stream. The worker notices the closed stream before its next token, so no token
+             is generated twice or for nobody. The HTTP call stays open;
+``held``     the generation finished while a checkpoint was open: the response waits for resume;
+then, at resume (or abort), a cut call continues with assistant-prefix continuation
+(``continue_final_message``) and returns one response, prefix + continuation — the response an
+uninterrupted call returns; a held call is delivered.
+
+After a restore, prefixes sit in ``staged`` under (rollout id, request digest) for attempt + 1: the
+re-issued request continues from its prefix (or, for a complete one, is answered without generating).
+A prefix is used once; if the call using it fails before finishing, what it reached is staged again.
+
+A call whose attempt became stale (retire, a newer attempt of the rollout, a restore of the rollout)
+gets ``409 stale_attempt`` at once, whatever state it was in: nothing hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+from gym_services.base.logs import get_logger
+from gym_services.control.models import Blocker
+from gym_services.control.participant import Record, RestoredRecord, Scope
+from gym_services.models import tool_markup
+from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
+from gym_services.models.policy_model.upstream import Delta, Upstream
+
+log = get_logger("policy_model")
+Key = tuple[str, str]
+
+RUNNING, CUT, HELD, DONE = "running", "cut", "held", "done"
+
+
+@dataclass
+class ModelCounters:
+    tokens_generated: Counter
+    tokens_reused: Counter
+    responses_held: Counter
+    generations_cut: Counter
+
+
+class Generation:
+    """One ``/v1/responses`` call and the generation behind it."""
+
+    def __init__(
+        self,
+        manager: GenerationManager,
+        identity: RolloutIdentity | None,
+        digest: str,
+        body: dict[str, Any],
+        limit: int | None,
+        staged: StagedPrefix | None,
+    ) -> None:
+        self.manager = manager
+        self.identity = identity
+        self.digest = digest
+        self.body = body
+        self.limit = limit
+        self.staged = staged
+        self.restored = staged is not None
+        self.state = CUT  # until the first stream starts: parked, with an empty prefix
+        self.text = ""
+        self.structured: dict[int, dict[str, str]] = {}
+        self.completion_tokens = 0
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.error: ApiError | None = None
+        self.cut_requested = False
+        self.wake = asyncio.Event()
+        self.finished = asyncio.Event()
+        self._reader: asyncio.Task | None = None
+        self._force_timer: asyncio.TimerHandle | None = None
+        if staged is not None:
+            self.text = staged.text
+            self.completion_tokens = staged.completion_tokens
+            self.prompt_tokens = staged.prompt_tokens
+            if staged.complete:
+                self.finish_reason = staged.finish_reason
+
+    # --- signals from the manager ----------------------------------------------------
+
+    def request_cut(self, wait_s: float) -> None:
+        """Cut at the next token boundary; close the stream where it is after ``wait_s``."""
+        if self.state != RUNNING or self.cut_requested:
+            return
+        self.cut_requested = True
+        self._force_timer = asyncio.get_running_loop().call_later(wait_s, self._force_cut)
+
+    def _force_cut(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            log.warning("cut waited too long for a token; closing the stream where it is", extra=self._log_extra())
+            self._reader.cancel()
+
+    def fail(self, error: ApiError) -> None:
+        """End the call with ``error`` now (stale attempt, shutdown), whatever it is doing."""
+        if self.error is None and self.state != DONE:
+            self.error = error
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+        self.wake.set()
+
+    # --- the call ----------------------------------------------------------------------
+
+    def snapshot(self) -> StagedPrefix:
+        """What a checkpoint keeps of this generation (the attempt is set by the caller)."""
+        return StagedPrefix(
+            attempt=self.identity.attempt if self.identity else 0,
+            text=self.text,
+            complete=self.finish_reason is not None,
+            finish_reason=self.finish_reason,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+        )
+
+    async def run(self) -> None:
+        """Generate until finished, parking while a checkpoint is open; deliver only when none is."""
+        if self.staged is not None:
+            self.manager.reused(self.staged.completion_tokens, "staged")
+        while self.finish_reason is None:
+            await self._park()
+            await self._stream_once()
+        if self.manager.paused:
+            self.state = HELD
+            self.manager.count_held()
+            await self._park()
+        self._raise_if_failed()
+        self.state = DONE
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    async def _park(self) -> None:
+        while self.manager.paused and self.error is None:
+            self.wake.clear()
+            await self.wake.wait()
+        self._raise_if_failed()
+
+    def _continuation_body(self) -> dict[str, Any] | None:
+        """The upstream request that continues from ``text``; None when the token budget is spent."""
+        body = dict(self.body)
+        if self.limit is not None:
+            remaining = self.limit - self.completion_tokens
+            if remaining <= 0:
+                return None
+            body["max_tokens"] = remaining
+        if self.text:
+            body["messages"] = [*self.body["messages"], {"role": "assistant", "content": self.text}]
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        return body
+
+    async def _stream_once(self) -> None:
+        body = self._continuation_body()
+        if body is None:
+            self.finish_reason = "length"
+            return
+        if self.text and self.state == CUT and self.staged is None:
+            self.manager.reused(self.completion_tokens, "cut")
+        self.staged = None
+        self.state = RUNNING
+        self.cut_requested = False
+        self._reader = asyncio.create_task(self._read(body, base=self.completion_tokens))
+        try:
+            await asyncio.wait({self._reader})
+        finally:
+            if not self._reader.done():  # this call itself was cancelled (shutdown)
+                self._reader.cancel()
+            if self._force_timer is not None:
+                self._force_timer.cancel()
+                self._force_timer = None
+        self._raise_if_failed()
+        if self._reader.cancelled():
+            if not self.cut_requested:
+                raise ApiError("internal", "the upstream stream was cancelled")
+        elif self._reader.exception() is not None:
+            raise self._reader.exception()  # type: ignore[misc]
+        if self.finish_reason is None:
+            self.state = CUT
+            self.manager.count_cut()
+
+    async def _read(self, body: dict[str, Any], base: int) -> None:
+        """Append the stream to ``text``; return right after a token once a cut is requested."""
+        received = 0
+        try:
+            async with contextlib.aclosing(self.manager.upstream.deltas(body)) as deltas:
+                async for delta in deltas:
+                    received = self._apply(delta, base, received)
+                    if delta.finish_reason is not None:
+                        self.finish_reason = self._finish(delta.finish_reason)
+                    elif self.cut_requested and delta.has_token:
+                        return
+            if self.finish_reason is None:
+                raise ApiError("upstream_error", "the upstream stream ended without a finish_reason")
+        finally:
+            self.manager.generated(self.completion_tokens - base)
+
+    def _apply(self, delta: Delta, base: int, received: int) -> int:
+        if delta.prompt_tokens is not None and self.prompt_tokens is None:
+            self.prompt_tokens = max(0, delta.prompt_tokens - base)
+        if delta.has_token:
+            received += 1
+            self.text += delta.text
+            for call in delta.tool_calls:
+                slot = self.structured.setdefault(int(call.get("index", len(self.structured))), {"name": "", "arguments": ""})
+                function = call.get("function") or {}
+                slot["name"] += function.get("name") or ""
+                slot["arguments"] += function.get("arguments") or ""
+        count = delta.completion_tokens if delta.completion_tokens is not None else received
+        self.completion_tokens = max(self.completion_tokens, base + count)
+        return received
+
+    def _finish(self, reason: str) -> str:
+        """Structured tool calls (vLLM with a tool parser) join the text in markup form, once."""
+        if self.structured and not tool_markup.parse(self.text).tool_calls:
+            self.text += "".join(tool_markup.render(c["name"], c["arguments"]) for _, c in sorted(self.structured.items()))
+        self.structured.clear()
+        return reason
+
+    def _log_extra(self) -> dict[str, Any]:
+        ident = self.identity
+        return {"rollout_id": ident.rollout_id if ident else None, "attempt": ident.attempt if ident else None}
+
+
+class GenerationManager:
+    """Every live generation and staged prefix of one policy model server."""
+
+    def __init__(self, upstream: Upstream, cut_wait_s: float) -> None:
+        self.upstream = upstream
+        self.cut_wait_s = cut_wait_s
+        self.paused = False
+        self.live: dict[int, Generation] = {}
+        self.staged: dict[Key, StagedPrefix] = {}
+        self.totals = {"tokens_generated": 0, "tokens_reused": 0, "responses_held": 0, "generations_cut": 0}
+        self.counters: ModelCounters | None = None
+        self._ids = itertools.count()
+
+    # --- accounting ------------------------------------------------------------------
+
+    def generated(self, tokens: int) -> None:
+        if tokens > 0:
+            self.totals["tokens_generated"] += tokens
+            if self.counters:
+                self.counters.tokens_generated.inc(tokens)
+
+    def reused(self, tokens: int, source: str) -> None:
+        if tokens > 0:
+            self.totals["tokens_reused"] += tokens
+            if self.counters:
+                self.counters.tokens_reused.labels(source=source).inc(tokens)
+
+    def count_held(self) -> None:
+        self.totals["responses_held"] += 1
+        if self.counters:
+            self.counters.responses_held.inc()
+
+    def count_cut(self) -> None:
+        self.totals["generations_cut"] += 1
+        if self.counters:
+            self.counters.generations_cut.inc()
+
+    def live_counts(self) -> dict[str, int]:
+        states = [g.state for g in self.live.values()]
+        return {
+            "generations": states.count(RUNNING),
+            "cut": states.count(CUT),
+            "held": states.count(HELD),
+            "staged_prefixes": len(self.staged),
+            **self.totals,
+        }
+
+    # --- calls -----------------------------------------------------------------------
+
+    async def generate(
+        self, identity: RolloutIdentity | None, digest: str, body: dict[str, Any], limit: int | None
+    ) -> Generation:
+        """Run one generation to its delivered end; raises ApiError (stale, upstream) otherwise."""
+        staged = None
+        if identity is not None:
+            self._stale_older(identity.rollout_id, identity.attempt)
+            key = (identity.rollout_id, digest)
+            found = self.staged.get(key)
+            if found is not None and found.attempt <= identity.attempt:
+                staged = self.staged.pop(key)
+        generation = Generation(self, identity, digest, body, limit, staged)
+        call_id = next(self._ids)
+        self.live[call_id] = generation
+        try:
+            await generation.run()
+            return generation
+        except BaseException:
+            self._restage_unfinished(generation)
+            raise
+        finally:
+            del self.live[call_id]
+            generation.finished.set()
+
+    def _restage_unfinished(self, generation: Generation) -> None:
+        """A restored prefix whose call failed (not as stale) stays available, with what it reached."""
+        ident = generation.identity
+        if ident is None or not generation.restored or generation.error is not None:
+            return
+        self.staged.setdefault((ident.rollout_id, generation.digest), generation.snapshot())
+
+    def _stale_older(self, rollout_id: str, attempt: int) -> None:
+        """Calls of older attempts of this rollout end with 409 stale_attempt."""
+        for g in self.live.values():
+            if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt < attempt:
+                g.fail(_stale(g.identity, f"attempt {attempt} is current"))
+
+    # --- checkpoint ------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+        for g in self.live.values():
+            g.request_cut(self.cut_wait_s)
+
+    def resume(self) -> None:
+        self.paused = False
+        for g in self.live.values():
+            g.wake.set()
+
+    def blockers(self) -> list[Blocker]:
+        if not self.paused:
+            return []
+        return [
+            Blocker(
+                kind="generation",
+                id=f"{g.identity.rollout_id if g.identity else '-'}:{g.digest[:12]}",
+                detail=f"cutting at the next token boundary ({g.completion_tokens} tokens so far)",
+            )
+            for g in self.live.values()
+            if g.state == RUNNING
+        ]
+
+    def export(self, scope: Scope) -> list[Record]:
+        """One record per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes."""
+        kept: dict[Key, StagedPrefix] = {}
+        for g in self.live.values():
+            ident = g.identity
+            if ident is None or not scope.includes(ident.rollout_id) or not (g.text or g.finish_reason):
+                continue
+            snap = g.snapshot()
+            key = (ident.rollout_id, g.digest)
+            if key not in kept or len(snap.text) > len(kept[key].text):
+                kept[key] = snap
+        for key, staged in self.staged.items():
+            if scope.includes(key[0]) and key not in kept:
+                kept[key] = staged
+        return [to_record(rid, snap.attempt, digest, snap) for (rid, digest), snap in sorted(kept.items())]
+
+    def release_out_of_scope(self, scope: Scope) -> None:
+        for key in [k for k in self.staged if not scope.includes(k[0])]:
+            del self.staged[key]
+
+    def validate(self, records: list[RestoredRecord]) -> dict[Key, StagedPrefix]:
+        staged: dict[Key, StagedPrefix] = {}
+        for record in records:
+            key, prefix = from_record(record)
+            staged[key] = prefix
+        return staged
+
+    def install(self, staged: dict[Key, StagedPrefix]) -> None:
+        self.staged.update(staged)
+        for (rollout_id, _), prefix in staged.items():
+            self._stale_older(rollout_id, prefix.attempt)
+
+    def uninstall(self, staged: dict[Key, StagedPrefix]) -> None:
+        for key, prefix in staged.items():
+            if self.staged.get(key) is prefix:
+                del self.staged[key]
+
+    async def retire(self, rollout_id: str, attempt: int, wait_s: float = 10.0) -> bool:
+        """Drop the rollout's prefixes of ``attempt`` and older; end its calls with 409 and wait for them."""
+        dropped = [k for k, s in self.staged.items() if k[0] == rollout_id and s.attempt <= attempt]
+        for key in dropped:
+            del self.staged[key]
+        victims = [
+            g for g in self.live.values()
+            if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt <= attempt
+        ]
+        for g in victims:
+            g.fail(_stale(g.identity, "the attempt was retired"))  # type: ignore[arg-type]
+        if victims:
+            await asyncio.wait([asyncio.create_task(g.finished.wait()) for g in victims], timeout=wait_s)
+        return bool(dropped or victims)
+
+    def shutdown(self) -> None:
+        for g in list(self.live.values()):
+            g.fail(ApiError("not_ready", "the policy model is shutting down"))
+
+
+def _stale(identity: RolloutIdentity, why: str) -> ApiError:
+    return ApiError(
+        "stale_attempt",
+        f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: {why}",
+        details={"rollout_id": identity.rollout_id, "attempt": identity.attempt},
+    )

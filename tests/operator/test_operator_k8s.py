@@ -1,0 +1,215 @@
+"""The real kopf operator against the Kubernetes API emulator, driven with real kubectl.
+
+Pods in the emulator point (podIP 127.0.0.1 + control-port annotation) at real Gym server
+processes; checkpoints go to a real S3 server (SeaweedFS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from gym_services.stack.config import ServerSpec, StackConfig
+from gym_services.stack.launcher import free_port, stack_secrets, start_stack, stop_stack
+
+pytestmark = pytest.mark.k8s
+CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
+RELEASE = "gymtest"
+
+
+def wait_for(check, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout}s")
+
+
+class Stack:
+    """Real counter servers as processes, and their Pod objects in the emulator."""
+
+    def __init__(self, tmp: Path, kubectl, modes: dict[str, str]) -> None:
+        self.tmp, self.kubectl, self.modes = tmp, kubectl, modes
+        self.ports = {name: free_port() for name in modes}
+        self.config = StackConfig(
+            name="k8s",
+            state_dir=str(tmp / "stack"),
+            servers={
+                name: ServerSpec(server="counter", port=self.ports[name], config={"checkpoint_mode": mode})
+                for name, mode in modes.items()
+            },
+        )
+        self.token = stack_secrets(tmp / "stack")["control_token"]
+
+    def start(self) -> None:
+        self.state = start_stack(self.config, self.tmp)
+
+    def kill(self) -> None:
+        stop_stack(self.tmp / "stack", kill=True)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    def create_pods(self) -> None:
+        for name in self.modes:
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": "default",
+                    "labels": {
+                        "app.kubernetes.io/instance": RELEASE,
+                        "gym-checkpoint.dev/role": "resources",
+                        "gym-checkpoint.dev/participant": "counter",
+                    },
+                    "annotations": {"gym-checkpoint.dev/control-port": str(self.ports[name])},
+                },
+                "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
+            }
+            self.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(pod))
+            self.kubectl(
+                "patch", "pod", name, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"podIP": "127.0.0.1", "phase": "Running"}}),
+            )
+
+
+@pytest.fixture
+def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
+    kubectl("apply", "--validate=false", "-f", str(CRDS / "checkpoints.yaml"))
+    kubectl("apply", "--validate=false", "-f", str(CRDS / "restores.yaml"))
+
+    procs = []
+
+    def start_operator(stack: Stack) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            **seaweed.env(),
+            "KUBECONFIG": str(kemu.kubeconfig),
+            "GYMCKPT_CONTROL_TOKEN": stack.token,
+            "GYMCKPT_STORAGE": s3_location,
+            "GYMCKPT_RELEASE": RELEASE,
+        }
+        log = open(tmp_path / "operator.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", "default", "-m", "gym_operator.handlers"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start_operator, s3_location
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    log = tmp_path / "operator.log"
+    if log.exists():
+        print(log.read_text()[-4000:])
+
+
+def get(kubectl, kind: str, name: str) -> dict:
+    return json.loads(kubectl("get", kind, name, "-o", "json").stdout)
+
+
+def apply(kubectl, doc: dict) -> None:
+    kubectl("apply", "--validate=false", "-f", "-", input=yaml.safe_dump(doc))
+
+
+def checkpoint_doc(name: str, **spec) -> dict:
+    return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": name}, "spec": spec}
+
+
+def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seaweed) -> None:
+    start_operator, location = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    # one live session per server, each a rollout at attempt 0
+    cookies = {}
+    for i, name in enumerate(stack.modes):
+        with httpx.Client(base_url=stack.url(name)) as http:
+            ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
+            http.post("/seed_session", json={"start": 10 * i}, headers=ident)
+            assert http.post("/increment", json={"by": 5}, headers=ident).json() == {"output": 10 * i + 5}
+            cookies[name] = dict(http.cookies)
+
+    apply(kubectl, checkpoint_doc("ck1", prepareTimeoutSeconds=10, leaseSeconds=30))
+    kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/ck1", "--timeout=60s", timeout=70)
+    status = get(kubectl, "checkpoint", "ck1")["status"]
+    assert status["participantCount"] == 2 and status["records"] == 2
+    assert status["location"] == location and status["checkpointId"].startswith("ck1-")
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Progressing": "False", "Completed": "True", "Failed": "False"}
+    assert status["pauseSeconds"] > 0 and {"prepare", "commit", "publish", "resume"} <= set(status["timings"])
+    table = kubectl("get", "checkpoints").stdout
+    assert "PHASE" in table and "Completed" in table.splitlines()[1]
+    bucket, prefix = location[len("s3://"):].split("/", 1)
+    keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    assert sum("/records/" in k for k in keys) == 2 and any(k.endswith(f"{status['checkpointId']}/manifest.json") for k in keys)
+    events = kubectl("get", "events", "-o", "json").stdout
+    assert "Preparing" in events and "Completed" in events
+
+    # crash: every server process dies; fresh ones start on the same pods (same names and ports)
+    stack.kill()
+    stack.start()
+    apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "rs1"},
+                    "spec": {"checkpointRef": {"name": "ck1"}}})
+    kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/rs1", "--timeout=60s", timeout=70)
+    restored = get(kubectl, "restore", "rs1")["status"]
+    assert restored["attempt"] == 1 and restored["restoredEpisodes"] == 2
+    assert "Completed" in kubectl("get", "restores").stdout
+    for i, name in enumerate(stack.modes):
+        with httpx.Client(base_url=stack.url(name), cookies=cookies[name]) as http:
+            old = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"})
+            assert old.status_code == 409 and old.json()["error"]["code"] == "stale_attempt"
+            ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "1"}
+            assert http.post("/increment", json={"by": 1}, headers=ident).json() == {"output": 10 * i + 6}
+            assert http.post("/verify", json={"target": 10 * i + 6}, headers=ident).json()["reward"] == 1.0
+    stack.kill()
+
+
+def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tmp_path) -> None:
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "restart_only"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    with httpx.Client(base_url=stack.url("counter-1")) as http:
+        http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "live"})
+
+    apply(kubectl, checkpoint_doc("slow", prepareTimeoutSeconds=3))
+    wait_for(lambda: get(kubectl, "checkpoint", "slow").get("status", {}).get("phase") == "Preparing", what="Preparing")
+    apply(kubectl, checkpoint_doc("second", prepareTimeoutSeconds=1))
+    pending = wait_for(lambda: (s := get(kubectl, "checkpoint", "second").get("status", {})).get("phase") == "Pending" and s,
+                       what="second Pending")
+    assert pending["reason"] == "WaitingForStack" and "Checkpoint slow" in pending["message"]
+
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/slow", "--timeout=60s", timeout=70)
+    failed = get(kubectl, "checkpoint", "slow")["status"]
+    assert failed["reason"] == "Blocked"
+    assert failed["blockers"] == [
+        {"participant": "counter-1", "kind": "session", "id": failed["blockers"][0]["id"],
+         "detail": "restart_only server holds a live session of rollout live"}
+    ]
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/second", "--timeout=60s", timeout=70)
+    # the stack was resumed: both servers admit data again
+    for name in stack.modes:
+        status = httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
+                           headers={"authorization": f"Bearer {stack.token}"}).json()
+        assert status["admission_open"] and status["checkpoint_id"] is None
+    stack.kill()

@@ -1,0 +1,244 @@
+"""The shared agent machinery, exercised by simple_agent against the counter server and a fake model.
+
+Real apps in process (the counter resources server, a Starlette fake model on the
+server base, the agent), the coordinator driving the whole stack's control routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from gym_services.agents.common import AgentParticipant
+from gym_services.agents.simple_agent.app import Config as SimpleConfig
+from gym_services.agents.simple_agent.app import create_app as simple_agent
+from gym_services.base.config import load_config
+from gym_services.control.participant import InvalidState, RestoredRecord
+from gym_services.resources.counter.app import Config as CounterConfig
+from gym_services.resources.counter.app import create_app as counter_app
+from tests.services.agents.fake_model import create_fake_model
+from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
+from tests.services.agents.wire import Wire, is_call
+from tests.support.asgi import base_config
+
+ROLLOUT = "task7-0"
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": json.dumps({"calls": [[3, -1], [10], [5]]})}]},
+    "start": 1,
+    "target": 18,
+}
+
+
+def factory(wire: Wire):
+    model, _ = create_fake_model("model")
+    counter = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+    agent = simple_agent(
+        load_config(
+            SimpleConfig,
+            overrides=base_config("agent", model_url="http://model", model="fake", resources_url="http://counter"),
+        ),
+        transport=wire,
+    )
+    return {"model": ("model", model), "agent": ("agent", agent), "counter": ("resources", counter)}
+
+
+def fake(s):
+    return s.wire.apps["model"].state.fake
+
+
+def counts(wire: Wire) -> dict[str, int]:
+    return {
+        "seed": len(wire.data_calls("counter", "/seed_session", ok=True)),
+        "generate": len(wire.data_calls("model", "/v1/responses", ok=True)),
+        "increment": len(wire.data_calls("counter", "/increment", ok=True)),
+        "verify": len(wire.data_calls("counter", "/verify", ok=True)),
+    }
+
+
+@pytest.fixture
+async def expected():
+    result, wire = await uninterrupted(factory, ROW, ROLLOUT)
+    assert result["reward"] == 1.0 and result["value"] == 18
+    assert counts(wire) == {"seed": 1, "generate": 4, "increment": 4, "verify": 1}
+    return result
+
+
+def hold_generation(index: int):
+    """Arrange: the index-th generation is in flight at the fake model."""
+
+    async def arrange(s):
+        arrived, _ = fake(s).hold(index)
+        return arrived.wait
+
+    return arrange
+
+
+async def test_generation_in_flight(expected, tmp_path) -> None:
+    out = await checkpoint_and_continue(factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=hold_generation(1))
+    assert out.result == expected
+    assert out.first_run.status_code == 409 and out.first_run.json()["error"]["code"] == "stale_attempt"
+    assert out.retired["agent"] is True and out.agent_status_after_retire["live"]["episodes"] == 0
+    # continued from the generate boundary: no re-seed, the first generation and both first tools not repeated
+    assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "increment": 2, "verify": 1}
+    assert out.history[0] == "generate" and out.history[-1] == "return"
+    assert out.late is not None and out.late.status_code == 409 and out.late.json()["error"]["code"] == "stale_attempt"
+
+
+async def test_tool_call_in_flight(expected, tmp_path) -> None:
+    async def arrange(s):
+        hold = s.wire.hold(is_call("counter", "/increment", by=-1))
+        fake(s).hold(1)  # keep attempt 0 from running on after resume: it is retired there
+        return hold.arrived.wait
+
+    async def during_prepare(s):
+        await wait_for(lambda: agent_blocked(s), what="the agent to report the waited tool call")
+        s.wire.holds[0].release.set()
+
+    out = await checkpoint_and_continue(
+        factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare
+    )
+    assert out.result == expected
+    # the tool call finished before prepare answered; its output is in the boundary and never re-run
+    assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "increment": 2, "verify": 1}
+    assert [c.body["by"] for c in out.restored_wire.data_calls("counter", "/increment")] == [10, 5]
+    assert out.first_run.status_code == 409
+
+
+async def test_second_parallel_tool_call_boundary(expected, tmp_path) -> None:
+    """Checkpointed between two function calls of one response: only the second one runs again... never."""
+
+    async def arrange(s):
+        hold = s.wire.hold(is_call("counter", "/increment", by=3))
+        return hold.arrived.wait
+
+    async def during_prepare(s):
+        await wait_for(lambda: agent_blocked(s), what="blocker")
+        s.wire.holds[0].release.set()
+
+    async def after(s):
+        pass
+
+    out = await checkpoint_and_continue(
+        factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare, after_checkpoint=after
+    )
+    assert out.result == expected
+    assert out.history[0] == "tool"
+    assert [c.body["by"] for c in out.restored_wire.data_calls("counter", "/increment")] == [-1, 10, 5]
+    assert counts(out.restored_wire)["generate"] == 3
+
+
+async def test_wait_verification_finishing_during_prepare(expected, tmp_path) -> None:
+    async def arrange(s):
+        hold = s.wire.hold(is_call("counter", "/verify"))
+        return hold.arrived.wait
+
+    async def during_prepare(s):
+        await wait_for(lambda: agent_blocked(s), what="the agent to wait for /verify")
+        s.wire.holds[0].release.set()
+
+    out = await checkpoint_and_continue(
+        factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare
+    )
+    assert out.result == expected
+    # the committed boundary is `return`: attempt 1 answers without calling anything
+    assert counts(out.restored_wire) == {"seed": 0, "generate": 0, "increment": 0, "verify": 0}
+    assert out.history == ["return"]
+
+
+async def test_run_requires_identity() -> None:
+    async with stack(factory) as s:
+        reply = await s.run(ROW, None)
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == "rollout_id_required"
+        assert [c for c in s.wire.calls if c.host != "agent"] == []
+
+
+async def test_parked_model_passes_through_and_run_parks(expected) -> None:
+    """The model's 409 reaches /run through the proxy; once the agent is prepared the run stops calling."""
+    async with stack(factory) as s:
+        hold = s.wire.hold(is_call("counter", "/increment", by=-1))
+        run = asyncio.create_task(s.run(ROW, ROLLOUT))
+        await asyncio.wait_for(hold.arrived.wait(), 10)
+        model, agent = s.control("model"), s.control("agent")
+        assert (await model.prepare("ck-p"))["status"] == "prepared"
+        hold.release.set()  # the episode reaches the generate boundary and calls the (closed) model
+
+        def refused():
+            return [c for c in s.wire.data_calls("model") if c.status == 409]
+
+        await wait_for(lambda: len(refused()) >= 3, what="refused generations")
+        assert all(c.reply["error"]["code"] == "checkpoint_parked" for c in refused())
+        assert (await agent.prepare("ck-p"))["status"] == "prepared"
+        await wait_for(lambda: s.participant.describe(ROLLOUT)["parked"], what="the episode to park")
+        seen = len(s.wire.data_calls("model"))
+        await asyncio.sleep(0.5)
+        assert len(s.wire.data_calls("model")) == seen  # parked: no more calls while the agent is prepared
+        assert s.participant.describe(ROLLOUT)["boundary"] == "generate"
+        await agent.resume("ck-p")
+        await model.resume("ck-p")
+        reply = await asyncio.wait_for(run, 10)
+        assert reply.status_code == 200 and reply.json() == expected
+        metrics = (await s.http.get("http://agent/metrics")).text
+        assert 'gym_agent_parked_refusals_total{server="model"}' in metrics
+
+
+async def test_repeated_run_joins_the_running_attempt(expected) -> None:
+    async with stack(factory) as s:
+        arrived, release = fake(s).hold(0)
+        first = asyncio.create_task(s.run(ROW, ROLLOUT))
+        await asyncio.wait_for(arrived.wait(), 10)
+        second = asyncio.create_task(s.run(ROW, ROLLOUT))
+        await asyncio.sleep(0.05)
+        release.set()
+        a, b = await asyncio.gather(first, second)
+        assert a.json() == b.json() == expected
+        assert counts(s.wire)["seed"] == 1
+
+
+async def test_retire_cancels_and_frees(tmp_path) -> None:
+    async with stack(factory) as s:
+        arrived, _ = fake(s).hold(1)
+        run = asyncio.create_task(s.run(ROW, ROLLOUT))
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert (await s.status("agent"))["live"]["episodes"] == 1
+        retired = await s.coordinator.retire(ROLLOUT, 0)
+        assert retired["agent"] is True
+        reply = await asyncio.wait_for(run, 5)
+        assert reply.status_code == 409 and reply.json()["error"]["code"] == "stale_attempt"
+        assert (await s.status("agent"))["live"]["episodes"] == 0
+        again = await s.run(ROW, ROLLOUT, 0)
+        assert again.status_code == 409  # the retired attempt stays fenced
+        prepared = await s.control("agent").prepare("ck-r")
+        assert prepared["status"] == "prepared" and prepared["blockers"] == []
+        committed = await s.control("agent").commit("ck-r", f"file://{tmp_path}")
+        assert committed["records"] == 0
+
+
+async def test_restore_refuses_foreign_or_malformed_records() -> None:
+    async with stack(factory) as s:
+        participant: AgentParticipant = s.participant
+        good = {
+            "schema_version": 1,
+            "kind": "gym-checkpoint/agent-episode",
+            "agent": "simple_agent",
+            "rollout_id": "r1",
+            "attempt": 0,
+            "boundary": {"name": "generate", "row": {}},
+        }
+
+        def record(payload):
+            return RestoredRecord("episode-r1", json.dumps(payload).encode(), "r1", 0)
+
+        staged = await participant.validate([record(good)])
+        assert staged["r1"].attempt == 1 and participant.episodes == {}  # validate installs nothing
+        for bad in (
+            {**good, "agent": "proof_refinement_agent"},
+            {**good, "attempt": 3},
+            {**good, "boundary": {"name": "generate", "row": {}, "model_calls": -1}},
+            {**good, "boundary": {"name": "generate", "row": {}, "surprise": 1}},
+        ):
+            with pytest.raises(InvalidState):
+                await participant.validate([record(bad)])
+        with pytest.raises(InvalidState):
+            await participant.validate([record(good), record(good)])

@@ -1,0 +1,155 @@
+"""Generation cuts, held responses and prefix restore, against the worker as a real uvicorn process."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gym_services.models import tool_markup
+from tests.services.models.policy_model.model_support import (
+    REQUESTS,
+    generation_of,
+    ident,
+    model_app,
+    reference,
+    tokens_received,
+    wait_until,
+    worker_tokens,
+)
+from tests.support.asgi import Control, serve
+
+
+@pytest.mark.parametrize("name", ["workplace", "lean"])
+async def test_prepare_cuts_in_flight_generation_and_resume_returns_uninterrupted(worker, fast_worker, name) -> None:
+    body = REQUESTS[name]
+    expected = await reference(fast_worker.url, body)
+    total = expected["usage"]["output_tokens"]
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-cut")))
+        await tokens_received(client, "r-cut", 6)
+        prepared = await control.prepare("ck-cut")
+        assert prepared["status"] == "prepared"
+        gen = generation_of(client, "r-cut")
+        assert gen is not None and gen.state == "cut"
+        cut_at = gen.completion_tokens
+        assert 6 <= cut_at < total and expected["output"][0]["content"][0]["text"].startswith(gen.text[:10])
+        live = (await control.status())["live"]
+        assert live["cut"] == 1 and live["generations"] == 0 and live["generations_cut"] == 1
+
+        parked = await client.post("/v1/responses", json=body, headers=ident("r-other"))
+        assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
+        await asyncio.sleep(0.3)  # paused: the worker generates nothing for us meanwhile
+        assert await worker_tokens(worker.url) - before == cut_at
+        assert not call.done()
+
+        await control.resume("ck-cut")
+        response = await asyncio.wait_for(call, 30)
+        assert response.status_code == 200 and response.json() == expected
+        assert await worker_tokens(worker.url) - before == total  # every token generated once
+        live = (await control.status())["live"]
+        assert live["tokens_reused"] == cut_at and live["tokens_generated"] == total
+        assert live["cut"] == live["held"] == live["generations"] == 0
+        metrics = (await client.get("/metrics")).text
+        assert f"gym_model_tokens_reused_total{{source=\"cut\"}} {float(cut_at)}" in metrics
+        assert f"gym_model_tokens_generated_total {float(total)}" in metrics
+
+
+async def test_cut_inside_a_tool_call(worker, fast_worker) -> None:
+    body = REQUESTS["workplace"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(worker.url)) as client:
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-tool")))
+
+        def inside_markup() -> bool:
+            g = generation_of(client, "r-tool")
+            return g is not None and tool_markup.OPEN in g.text and '"arguments"' in g.text
+
+        await wait_until(inside_markup, what="a cut point inside the tool call")
+        await Control(client).prepare("ck-tool")
+        gen = generation_of(client, "r-tool")
+        assert gen is not None and tool_markup.CLOSE not in gen.text and tool_markup.parse(gen.text).tool_calls == []
+        await Control(client).resume("ck-tool")
+        response = (await asyncio.wait_for(call, 30)).json()
+    assert response == expected and response["output"][-1]["type"] == "function_call"
+    assert await worker_tokens(worker.url) - before == expected["usage"]["output_tokens"]
+
+
+async def test_several_generations_cut_and_resumed_together(worker, fast_worker) -> None:
+    expected = {name: await reference(fast_worker.url, body) for name, body in REQUESTS.items()}
+    total = sum(r["usage"]["output_tokens"] for r in expected.values())
+    async with serve(model_app(worker.url)) as client:
+        before = await worker_tokens(worker.url)
+        calls = {
+            name: asyncio.create_task(client.post("/v1/responses", json=body, headers=ident(f"r-{name}")))
+            for name, body in REQUESTS.items()
+        }
+        for name in REQUESTS:
+            await tokens_received(client, f"r-{name}", 3)
+        control = Control(client)
+        assert (await control.prepare("ck-many"))["status"] == "prepared"
+        assert (await control.status())["live"]["cut"] == len(REQUESTS)
+        await control.resume("ck-many")
+        for name, call in calls.items():
+            assert (await asyncio.wait_for(call, 30)).json() == expected[name], name
+    assert await worker_tokens(worker.url) - before == total
+
+
+async def test_response_finishing_during_checkpoint_is_held_until_resume(worker, fast_worker, tmp_path) -> None:
+    body = REQUESTS["blackjack"]
+    expected = await reference(fast_worker.url, body)
+    total = expected["usage"]["output_tokens"]
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-held")))
+        # every token is in; only the end-of-sequence step is left: the generation finishes during prepare
+        await tokens_received(client, "r-held", total)
+        assert (await control.prepare("ck-held"))["status"] == "prepared"
+        live = (await control.status())["live"]
+        assert live["held"] == 1 and live["cut"] == 0 and live["responses_held"] == 1
+        await asyncio.sleep(0.3)
+        assert not call.done()  # held, not delivered
+        committed = await control.commit("ck-held", f"file://{tmp_path}", episodes=["r-held"])
+        assert committed["records"] == 1 and committed["episodes"] == ["r-held"]
+        await control.resume("ck-held")
+        assert (await asyncio.wait_for(call, 10)).json() == expected
+    assert await worker_tokens(worker.url) - before == total
+
+    # the held response was written whole: a restored model answers its re-issue without generating
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        await control.restore("ck-held", f"file://{tmp_path}", committed["manifest_key"], committed["manifest_sha256"])
+        await control.resume("ck-held")
+        again = await worker_tokens(worker.url)
+        response = await client.post("/v1/responses", json=body, headers=ident("r-held", 1))
+        assert response.json() == expected
+        assert await worker_tokens(worker.url) == again
+        assert (await control.status())["live"]["tokens_reused"] == total
+
+
+async def test_abort_continues_like_resume(worker, fast_worker) -> None:
+    body = REQUESTS["lean"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(worker.url)) as client:
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-abort")))
+        await tokens_received(client, "r-abort", 4)
+        await Control(client).prepare("ck-abort")
+        await Control(client).abort("ck-abort")
+        assert (await asyncio.wait_for(call, 30)).json() == expected
+    assert await worker_tokens(worker.url) - before == expected["usage"]["output_tokens"]
+
+
+async def test_lease_expiry_resumes_cut_calls(worker, fast_worker) -> None:
+    body = REQUESTS["ipi"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(worker.url)) as client:
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-lease")))
+        await tokens_received(client, "r-lease", 3)
+        await Control(client).prepare("ck-lease", lease_s=0.3)
+        assert (await asyncio.wait_for(call, 30)).json() == expected  # no resume: the lease ran out
+        assert (await Control(client).status())["phase"] == "open"

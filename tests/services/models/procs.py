@@ -1,0 +1,89 @@
+"""Gym servers as real uvicorn processes on 127.0.0.1, for the model tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+# ``gymckpt serve`` may not exist yet; gym_services.base.serve.run is what it calls.
+_SERVE = "import sys; from gym_services.base.serve import run; run(sys.argv[1], sys.argv[2], '127.0.0.1', int(sys.argv[3]))"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks run, like a crashed pod."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_server(server: str, config: dict, workdir: Path, ready_timeout_s: float = 30.0) -> ServerProcess:
+    """Start ``server`` with ``config`` (YAML) on a free port; retried if the port was taken meanwhile."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):
+        port = free_port()
+        config_path = workdir / f"{server}-{port}.yaml"
+        config_path.write_text(yaml.safe_dump({"name": server, **config}))
+        log_path = workdir / f"{server}-{port}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _SERVE, server, str(config_path), str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        proc = ServerProcess(server, f"http://127.0.0.1:{port}", process, log_path)
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{proc.url}/health/live", timeout=1).status_code == 200:
+                    return proc
+            time.sleep(0.05)
+        proc.stop()
+        if attempt == 2 or "address already in use" not in proc.log().lower():
+            raise RuntimeError(f"{server} did not start:\n{proc.log()}")
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def running(server: str, config: dict, workdir: Path) -> Iterator[ServerProcess]:
+    proc = start_server(server, config, workdir)
+    try:
+        yield proc
+    finally:
+        proc.stop()

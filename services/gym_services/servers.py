@@ -5,6 +5,7 @@ SERVERS: dict[str, str] = {
     "lean_sandbox_standin": "gym_services.resources.math_formal_lean.sandbox_standin",
     "blackjack": "gym_services.resources.blackjack.app",
     "counter": "gym_services.resources.counter.app",
+    "workplace_assistant": "gym_services.resources.workplace_assistant.app",
     "indirect_prompt_injection": "gym_services.resources.indirect_prompt_injection.app",
     "collection": "gym_services.collection.app",
     "inference_worker": "gym_services.models.inference_worker.app",

@@ -21,7 +21,7 @@ def base_config(name: str, **extra) -> dict:
 @contextlib.asynccontextmanager
 async def serve(app: Starlette, base_url: str = "http://testserver") -> AsyncIterator[httpx.AsyncClient]:
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url=base_url, timeout=30) as client:
             yield client
 
@@ -81,7 +81,7 @@ class MultiASGITransport(httpx.AsyncBaseTransport):
     """Routes each request to the in-process app named by its host (``http://<name>``)."""
 
     def __init__(self, apps: dict[str, Starlette]) -> None:
-        self.transports = {name: httpx.ASGITransport(app=app) for name, app in apps.items()}
+        self.transports = {name: httpx.ASGITransport(app=app, raise_app_exceptions=False) for name, app in apps.items()}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         transport = self.transports.get(request.url.host)

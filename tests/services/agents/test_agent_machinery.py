@@ -106,27 +106,25 @@ async def test_tool_call_in_flight(expected, tmp_path) -> None:
     assert out.first_run.status_code == 409
 
 
-async def test_second_parallel_tool_call_boundary(expected, tmp_path) -> None:
-    """Checkpointed between two function calls of one response: only the second one runs again... never."""
+async def test_checkpoint_between_two_calls_of_one_response(expected, tmp_path) -> None:
+    """The first of two function calls of one response was in flight: the second runs after restore, once."""
 
     async def arrange(s):
         hold = s.wire.hold(is_call("counter", "/increment", by=3))
+        fake(s).hold(1)
         return hold.arrived.wait
 
     async def during_prepare(s):
-        await wait_for(lambda: agent_blocked(s), what="blocker")
+        await wait_for(lambda: agent_blocked(s), what="the agent to wait for the first tool call")
         s.wire.holds[0].release.set()
 
-    async def after(s):
-        pass
-
     out = await checkpoint_and_continue(
-        factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare, after_checkpoint=after
+        factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare
     )
     assert out.result == expected
     assert out.history[0] == "tool"
     assert [c.body["by"] for c in out.restored_wire.data_calls("counter", "/increment")] == [-1, 10, 5]
-    assert counts(out.restored_wire)["generate"] == 3
+    assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "increment": 3, "verify": 1}
 
 
 async def test_wait_verification_finishing_during_prepare(expected, tmp_path) -> None:
@@ -242,3 +240,48 @@ async def test_restore_refuses_foreign_or_malformed_records() -> None:
                 await participant.validate([record(bad)])
         with pytest.raises(InvalidState):
             await participant.validate([record(good), record(good)])
+
+
+async def test_concurrent_episodes_keep_their_own_cookies() -> None:
+    """Each episode owns its cookies per server: two rollouts at once never share a counter session."""
+    other = {
+        "responses_create_params": {"input": [{"role": "user", "content": json.dumps({"calls": [[2], [2, 2]]})}]},
+        "start": 0,
+        "target": 6,
+    }
+    async with stack(factory) as s:
+        a, b = await asyncio.gather(s.run(ROW, "a-0"), s.run(other, "b-0"))
+        assert a.json()["reward"] == 1.0 and a.json()["value"] == 18
+        assert b.json()["reward"] == 1.0 and b.json()["value"] == 6
+        by_rollout: dict[str, set] = {}
+        for call in s.wire.data_calls("counter", "/increment"):
+            by_rollout.setdefault(call.rollout_id, set()).add(call.attempt)
+        assert set(by_rollout) == {"a-0", "b-0"}
+        assert s.http.cookies == {} or "gym_session_counter" not in s.http.cookies
+
+
+async def test_checkpointing_off_runs_without_identity() -> None:
+    def plain(wire: Wire):
+        apps = factory(wire)
+        apps["agent"] = (
+            "agent",
+            simple_agent(
+                load_config(
+                    SimpleConfig,
+                    overrides=base_config(
+                        "agent",
+                        model_url="http://model",
+                        model="fake",
+                        resources_url="http://counter",
+                        checkpoint={"enabled": False},
+                    ),
+                ),
+                transport=wire,
+            ),
+        )
+        return apps
+
+    async with stack(plain) as s:
+        reply = await s.run(ROW, None)
+        assert reply.status_code == 200 and reply.json()["reward"] == 1.0
+        assert all(c.rollout_id is None for c in s.wire.data_calls("counter"))

@@ -16,9 +16,6 @@ from pathlib import Path
 import httpx
 import yaml
 
-# ``gymckpt serve`` may not exist yet; gym_services.base.serve.run is what it calls.
-_SERVE = "import sys; from gym_services.base.serve import run; run(sys.argv[1], sys.argv[2], '127.0.0.1', int(sys.argv[3]))"
-
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -62,7 +59,8 @@ def start_server(server: str, config: dict, workdir: Path, ready_timeout_s: floa
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-c", _SERVE, server, str(config_path), str(port)],
+                [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(config_path),
+                 "--host", "127.0.0.1", "--port", str(port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

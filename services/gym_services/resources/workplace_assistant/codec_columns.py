@@ -10,7 +10,7 @@ encode with :class:`UnencodableStateError`; malformed input on decode raises
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,30 @@ def column_array(series: pd.Series) -> np.ndarray:
     if series.dtype == STR_DTYPE:
         return series.to_numpy(dtype=object, na_value=np.nan)
     return series.to_numpy()
+
+
+def iter_column_arrays(df: pd.DataFrame) -> Iterator[tuple[Any, Any, np.ndarray]]:
+    """(label, dtype, read-only numpy array) per column, without building a Series per column.
+
+    Uses pandas' internal ``DataFrame._iter_column_arrays`` when present (about 7x cheaper than
+    ``DataFrame.items``, which dominates encoding untouched tables) and the public path otherwise.
+    Correctness never depends on which path runs: the arrays hold the column's current values
+    either way, and only the "same buffer as the base" shortcut relies on them being views.
+    """
+    raw = getattr(df, "_iter_column_arrays", None)
+    if raw is None:
+        for label, series in df.items():
+            yield label, series.dtype, column_array(series)
+        return
+    for label, values in zip(df.columns, raw(), strict=True):
+        if isinstance(values, np.ndarray):
+            view = values.view()
+            view.flags.writeable = False
+            yield label, values.dtype, view
+        elif values.dtype == STR_DTYPE:
+            yield label, values.dtype, values.to_numpy(dtype=object, na_value=np.nan)
+        else:
+            yield label, values.dtype, np.asarray(values)
 
 
 def to_pandas_array(arr: np.ndarray, name: str) -> Any:

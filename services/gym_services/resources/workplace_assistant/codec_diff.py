@@ -22,13 +22,12 @@ import pandas as pd
 from .codec_columns import (
     InvalidSessionState,
     build_frame,
-    column_array,
     decode_column,
     decode_values,
     dtype_name,
-    encode_column,
     encode_table_plain,
     encode_values,
+    iter_column_arrays,
     pandas_dtype,
     to_pandas_array,
 )
@@ -58,8 +57,9 @@ class BaseTable:
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> BaseTable:
-        kinds = [dtype_name(s.dtype) for _, s in df.items()]
-        arrays = [column_array(s) for _, s in df.items()]
+        columns = list(iter_column_arrays(df))
+        kinds = [dtype_name(dtype) for _, dtype, _ in columns]
+        arrays = [arr for _, _, arr in columns]
         nan_masks: list[np.ndarray | None] = []
         types: list[np.ndarray | None] = []
         for arr, kind in zip(arrays, kinds, strict=True):
@@ -217,13 +217,12 @@ def _encode_table_diff(df: pd.DataFrame, bt: BaseTable) -> dict[str, Any]:
     appended: dict[str, Any] = {}
     changed_cells = 0
     kept_labels = index[:n_kept]
-    for i, (name, series) in enumerate(df.items()):
-        kind = dtype_name(series.dtype)
+    for i, (name, dtype, arr) in enumerate(iter_column_arrays(df)):
+        kind = dtype_name(dtype)
         if kind != bt.kinds[i]:
-            retyped[name] = encode_column(series)
+            retyped[name] = {"dtype": kind, **encode_values(arr, kind)}
             changed_cells += n_rows
             continue
-        arr = column_array(series)
         if n_kept < n_rows:
             appended[name] = encode_values(arr[n_kept:], kind)
         if kept is None and _buffer_id(arr) == bt.buffers[i]:

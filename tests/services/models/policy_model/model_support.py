@@ -17,7 +17,8 @@ from tests.support.asgi import base_config, serve
 
 
 def model_app(upstream_url: str, **extra: Any):
-    overrides = base_config("policy_model", upstream={"base_url": f"{upstream_url}/v1"}, **extra)
+    upstream = {"base_url": f"{upstream_url}/v1", **extra.pop("upstream", {})}
+    overrides = base_config("policy_model", upstream=upstream, **extra)
     return create_app(load_config(Config, overrides=overrides))
 
 

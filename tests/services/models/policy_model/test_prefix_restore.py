@@ -1,0 +1,193 @@
+"""Commit -> restore into a fresh model -> the re-issued call continues from the staged prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import pytest
+
+from gym_services.control.participant import InvalidState, RestoredRecord
+from gym_services.control.storage import open_storage
+from gym_services.models.policy_model.prefixes import record_key
+from tests.services.models.policy_model.model_support import (
+    REQUESTS,
+    generation_of,
+    ident,
+    model_app,
+    reference,
+    tokens_received,
+    worker_tokens,
+)
+from tests.support.asgi import Control, serve
+
+
+async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
+    """Start a call, cut it at prepare, commit, then stop the model; returns (commit answer, prefix tokens)."""
+    app = model_app(worker_url)
+    async with serve(app) as client:
+        control = Control(client)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident(rollout)))
+        await tokens_received(client, rollout, 8)
+        assert (await control.prepare("ck1"))["status"] == "prepared"
+        gen = generation_of(client, rollout)
+        assert gen is not None and gen.state == "cut"
+        cut_at = gen.completion_tokens
+        committed = await control.commit("ck1", location, episodes=[rollout] if episodes is None else episodes)
+    # the model shut down with the call still open: it gets an error answer, it does not hang
+    old = await asyncio.wait_for(call, 10)
+    assert old.status_code == 503 and old.json()["error"]["code"] == "not_ready"
+    return committed, cut_at
+
+
+async def test_restored_prefix_is_continued_not_regenerated(worker, fast_worker, storage_url) -> None:
+    body = REQUESTS["workplace"]
+    expected = await reference(fast_worker.url, body)
+    total = expected["usage"]["output_tokens"]
+    start = await worker_tokens(worker.url)
+    committed, cut_at = await checkpoint_cut_generation(worker.url, body, "task3-0", storage_url)
+    assert committed["records"] == 1 and committed["episodes"] == ["task3-0"]
+    assert await worker_tokens(worker.url) - start == cut_at
+
+    async with serve(model_app(worker.url), base_url="http://fresh") as client:
+        control = Control(client)
+        restored = await control.restore("ck1", storage_url, committed["manifest_key"], committed["manifest_sha256"])
+        assert restored["episodes"] == {"task3-0": 1} and restored["records"] == 1
+        assert (await control.status())["live"]["staged_prefixes"] == 1
+        parked = await client.post("/v1/responses", json=body, headers=ident("task3-0", 1))
+        assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
+        await control.resume("ck1")
+
+        stale = await client.post("/v1/responses", json=body, headers=ident("task3-0", 0))
+        assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_attempt"
+
+        before = await worker_tokens(worker.url)
+        response = await client.post("/v1/responses", json=body, headers=ident("task3-0", 1))
+        assert response.status_code == 200 and response.json() == expected
+        assert await worker_tokens(worker.url) - before == total - cut_at  # only the tokens after the cut
+        assert await worker_tokens(worker.url) - start == total  # over both processes: each token once
+        live = (await control.status())["live"]
+        assert live["staged_prefixes"] == 0 and live["tokens_reused"] == cut_at
+        assert live["tokens_generated"] == total - cut_at
+
+        # a prefix is used once: the same request again is generated from scratch
+        before = await worker_tokens(worker.url)
+        again = await client.post("/v1/responses", json=body, headers=ident("task3-0", 1))
+        assert again.json() == expected
+        assert await worker_tokens(worker.url) - before == total
+
+
+async def test_prefix_of_another_request_is_not_used(worker, fast_worker, tmp_path) -> None:
+    location = f"file://{tmp_path}"
+    committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-x", location)
+    other = REQUESTS["blackjack"]
+    expected = await reference(fast_worker.url, other)
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        await control.restore("ck1", location, committed["manifest_key"])
+        await control.resume("ck1")
+        before = await worker_tokens(worker.url)
+        response = await client.post("/v1/responses", json=other, headers=ident("r-x", 1))
+        assert response.json() == expected
+        assert await worker_tokens(worker.url) - before == expected["usage"]["output_tokens"]
+        assert (await control.status())["live"]["staged_prefixes"] == 1  # still waiting for its own request
+
+
+async def test_scope_leaves_other_rollouts_out(worker, tmp_path) -> None:
+    committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-in", f"file://{tmp_path}", episodes=["r-other"])
+    assert committed["records"] == 0 and committed["episodes"] == []
+
+
+async def test_retire_drops_restored_prefixes(worker, fast_worker, tmp_path) -> None:
+    location = f"file://{tmp_path}"
+    body = REQUESTS["lean"]
+    expected = await reference(fast_worker.url, body)
+    committed, _ = await checkpoint_cut_generation(worker.url, body, "r-ret", location)
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        await control.restore("ck1", location, committed["manifest_key"])
+        await control.resume("ck1")
+        assert (await control.retire("r-ret", 0))["retired"] is False  # the staged prefix belongs to attempt 1
+        assert (await control.status())["live"]["staged_prefixes"] == 1
+        assert (await control.retire("r-ret", 1))["retired"] is True
+        assert (await control.status())["live"]["staged_prefixes"] == 0
+        before = await worker_tokens(worker.url)
+        response = await client.post("/v1/responses", json=body, headers=ident("r-ret", 2))
+        assert response.json() == expected
+        assert await worker_tokens(worker.url) - before == expected["usage"]["output_tokens"]
+        late = await client.post("/v1/responses", json=body, headers=ident("r-ret", 1))
+        assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
+
+
+async def test_retire_and_newer_attempts_end_open_calls_with_409(worker) -> None:
+    body = REQUESTS["lean"]
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-live")))
+        await tokens_received(client, "r-live", 3)
+        retired = await asyncio.wait_for(control.retire("r-live", 0), 5)
+        assert retired["retired"] is True
+        ended = await asyncio.wait_for(call, 5)
+        assert ended.status_code == 409 and ended.json()["error"]["code"] == "stale_attempt"
+        stopped = await worker_tokens(worker.url)
+        await asyncio.sleep(0.2)
+        assert await worker_tokens(worker.url) == stopped  # the upstream stream was closed
+
+        # a cut call whose rollout moves on to a newer attempt ends the same way
+        old = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-next", 0)))
+        await tokens_received(client, "r-next", 3)
+        await control.prepare("ck-next")
+        await control.resume("ck-next")
+        newer = asyncio.create_task(client.post("/v1/responses", json=REQUESTS["blackjack"], headers=ident("r-next", 1)))
+        ended = await asyncio.wait_for(old, 5)
+        assert ended.status_code == 409 and ended.json()["error"]["code"] == "stale_attempt"
+        assert (await asyncio.wait_for(newer, 30)).status_code == 200
+        assert (await control.status())["live"]["cut"] == 0
+
+
+async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_path) -> None:
+    location = f"file://{tmp_path}"
+    committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-bad", location)
+    store = open_storage(location)
+    key = next(k for k in store.list("checkpoints/ck1") if "/records/" in k)
+    payload = json.loads(store.get(key))
+    payload["digest"] = "0" * 64  # no longer the prefix its key names
+    blob = json.dumps(payload).encode()
+    store.put(key, blob)
+    manifest = json.loads(store.get(committed["manifest_key"]))
+    manifest["records"][0].update(sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
+    store.put(committed["manifest_key"], json.dumps(manifest).encode())
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        refused = await control.restore("ck1", location, committed["manifest_key"], expect=422)
+        assert refused["error"]["code"] == "invalid_state" and "key names" in refused["error"]["message"]
+        status = await control.status()
+        assert status["phase"] == "fresh" and status["live"]["staged_prefixes"] == 0
+
+
+def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: int = 0) -> RestoredRecord:
+    key = key or record_key(payload.get("rollout_id", "r"), payload.get("digest", "0" * 64))
+    return RestoredRecord(key, json.dumps(payload).encode(), rollout, attempt)
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 1}, "schema_version"),
+        ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": True,
+          "completion_tokens": 1}, "finish_reason"),
+        ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": -1}, "completion_tokens"),
+        ({"schema_version": 1, "rollout_id": "r", "attempt": 3, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 1}, "manifest identity"),
+    ],
+)
+async def test_prefix_record_validation(worker, payload: dict, problem: str) -> None:
+    manager = model_app(worker.url).state.generations
+    with pytest.raises(InvalidState, match=problem):
+        manager.validate([_record(payload)])
+    with pytest.raises(InvalidState, match="not JSON"):
+        manager.validate([RestoredRecord("prefix-x", b"{", "r", 0)])
+    assert manager.staged == {}

@@ -112,6 +112,7 @@ def start_seaweed(data_dir: Path, timeout_s: float = 30.0) -> SeaweedS3:
         f"-s3.port.lance={ports['s3.port.lance']}",
     ]
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "weed.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(args, cwd=data_dir, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gym_services.base.config import ConfigError
 from gym_services.servers import SERVERS
 
-URL_REF = re.compile(r"\{url:([A-Za-z0-9._-]+)\}")
+URL_REF = re.compile(r"\{(url|port|host):([A-Za-z0-9._-]+)\}")
 
 
 class ServerSpec(BaseModel):
@@ -66,18 +66,31 @@ def load_stack(path: str | Path) -> tuple[StackConfig, Path]:
     if unknown:
         raise ConfigError(f"stack config {path} names unknown servers {unknown}; known: {sorted(SERVERS)}")
     for name, spec in stack.servers.items():
-        for ref in URL_REF.findall(yaml.safe_dump(spec.config)):
+        for kind, ref in URL_REF.findall(yaml.safe_dump(spec.config)):
             if ref not in stack.servers:
-                raise ConfigError(f"server {name} refers to {{url:{ref}}}, which is not in the stack")
+                raise ConfigError(f"server {name} refers to {{{kind}:{ref}}}, which is not in the stack")
     return stack, path.parent.resolve()
 
 
 def substitute_urls(value: Any, urls: dict[str, str]) -> Any:
-    """Replace ``{url:NAME}`` in every string of a config tree."""
+    """Replace ``{url:NAME}``, ``{host:NAME}`` and ``{port:NAME}`` in every string of a config tree.
+
+    A string that is exactly ``{port:NAME}`` becomes an integer."""
     if isinstance(value, str):
-        return URL_REF.sub(lambda m: urls[m.group(1)], value)
+        whole = URL_REF.fullmatch(value)
+        if whole and whole.group(1) == "port":
+            return int(urls[whole.group(2)].rsplit(":", 1)[1])
+        return URL_REF.sub(lambda m: _part(urls[m.group(2)], m.group(1)), value)
     if isinstance(value, dict):
         return {k: substitute_urls(v, urls) for k, v in value.items()}
     if isinstance(value, list):
         return [substitute_urls(v, urls) for v in value]
     return value
+
+
+def _part(url: str, kind: str) -> str:
+    if kind == "url":
+        return url
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+    return host if kind == "host" else port
+

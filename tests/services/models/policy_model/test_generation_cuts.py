@@ -10,6 +10,7 @@ from gym_services.models import tool_markup
 from tests.services.models.policy_model.model_support import (
     REQUESTS,
     generation_of,
+    generations,
     ident,
     model_app,
     reference,
@@ -153,3 +154,36 @@ async def test_lease_expiry_resumes_cut_calls(worker, fast_worker) -> None:
         await Control(client).prepare("ck-lease", lease_s=0.3)
         assert (await asyncio.wait_for(call, 30)).json() == expected  # no resume: the lease ran out
         assert (await Control(client).status())["phase"] == "open"
+
+
+async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fast_worker, caplog) -> None:
+    """With a cut deadline shorter than the token interval the stream is closed mid-wait; still exact text."""
+    body = REQUESTS["workplace"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(worker.url, cut_wait_s=0.001)) as client:
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-force")))
+        await tokens_received(client, "r-force", 5)
+        assert (await Control(client).prepare("ck-force"))["status"] == "prepared"
+        gen = generation_of(client, "r-force")
+        assert gen is not None and gen.state == "cut"
+        assert any("cut waited too long" in r.getMessage() for r in caplog.records)
+        await Control(client).resume("ck-force")
+        assert (await asyncio.wait_for(call, 30)).json() == expected
+    # a token in flight when the stream was closed may be generated again, never lost
+    assert 0 <= await worker_tokens(worker.url) - before - expected["usage"]["output_tokens"] <= 1
+
+
+async def test_calls_without_identity_are_cut_but_not_checkpointed(worker, fast_worker, tmp_path) -> None:
+    body = REQUESTS["lean"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        call = asyncio.create_task(client.post("/v1/responses", json=body))
+        await wait_until(lambda: any(g.completion_tokens >= 3 for g in generations(client)), what="tokens")
+        assert (await control.prepare("ck-anon"))["status"] == "prepared"
+        assert (await control.status())["live"]["cut"] == 1
+        committed = await control.commit("ck-anon", f"file://{tmp_path}")
+        assert committed["records"] == 0
+        await control.resume("ck-anon")
+        assert (await asyncio.wait_for(call, 30)).json() == expected

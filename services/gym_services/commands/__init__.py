@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gym_services.commands import stack
+from gym_services.commands import demo, stack
 
-REGISTRARS: list = [stack.register]
+REGISTRARS: list = [demo.register, stack.register]

@@ -23,8 +23,9 @@ from gym_services.control.models import Role
 from tests.services.agents.wire import Wire, running
 from tests.support.asgi import TOKEN, Control
 
-#: builds the apps of one stack: name -> (role, app); agents route downstream calls through ``wire``
-StackFactory = Callable[[Wire], dict[str, tuple[Role, Starlette]]]
+#: builds the apps of one stack: name -> (role, app); agents route downstream calls through ``wire``;
+#: role None marks a backend that is not a checkpoint participant (the Lean sandbox stand-in)
+StackFactory = Callable[[Wire], dict[str, tuple[Role | None, Starlette]]]
 
 
 @dataclass
@@ -61,7 +62,7 @@ async def stack(factory: StackFactory, agent: str = "agent") -> AsyncIterator[St
     wire = Wire()
     built = factory(wire)
     wire.apps.update({name: app for name, (_, app) in built.items()})
-    roles = {name: role for name, (role, _) in built.items()}
+    roles = {name: role for name, (role, _) in built.items() if role is not None}
     refs = [ParticipantRef(name, role, f"http://{name}") for name, role in roles.items()]
     async with running(wire):
         client = ControlClient(TOKEN, transport=wire)

@@ -47,6 +47,13 @@ class Wire(httpx.AsyncBaseTransport):
         self.calls: list[Call] = []
         self.holds: list[Hold] = []
         self.header_rewrites: list[tuple[Callable[[Call], bool], str, str]] = []
+        self.watches: list[tuple[Callable[[Call], bool], asyncio.Event]] = []
+
+    def watch(self, match: Callable[[Call], bool]) -> asyncio.Event:
+        """An event set when a matching request is sent (before the server has it)."""
+        event = asyncio.Event()
+        self.watches.append((match, event))
+        return event
 
     def hold(self, match: Callable[[Call], bool]) -> Hold:
         hold = Hold(match)
@@ -70,16 +77,19 @@ class Wire(httpx.AsyncBaseTransport):
         app = self.apps.get(host)
         if app is None:
             raise httpx.ConnectError(f"no app named {host}", request=request)
-        response = await httpx.ASGITransport(app=app).handle_async_request(request)
         if request.url.path.startswith(CONTROL_PREFIX):
-            return response
-        content = await response.aread()
+            return await httpx.ASGITransport(app=app).handle_async_request(request)
         try:
             body = json.loads(request.content) if request.content else None
         except ValueError:
             body = request.content
         attempt = request.headers.get("x-ng-attempt")
         call = Call(host, request.url.path, body, request.headers.get("x-ng-rollout-id"), int(attempt) if attempt else None)
+        for match, event in self.watches:
+            if match(call):
+                event.set()
+        response = await httpx.ASGITransport(app=app).handle_async_request(request)
+        content = await response.aread()
         call.status = response.status_code
         with contextlib.suppress(ValueError):
             call.reply = json.loads(content)

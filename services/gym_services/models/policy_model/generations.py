@@ -220,8 +220,10 @@ class Generation:
                 function = call.get("function") or {}
                 slot["name"] += function.get("name") or ""
                 slot["arguments"] += function.get("arguments") or ""
-        count = delta.completion_tokens if delta.completion_tokens is not None else received
-        self.completion_tokens = max(self.completion_tokens, base + count)
+        if delta.completion_tokens is not None:  # the upstream's own count wins over counting chunks
+            self.completion_tokens = base + delta.completion_tokens
+        elif delta.has_token and delta.finish_reason is None:
+            self.completion_tokens = base + received
         return received
 
     def _finish(self, reason: str) -> str:

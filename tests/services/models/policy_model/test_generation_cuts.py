@@ -187,3 +187,18 @@ async def test_calls_without_identity_are_cut_but_not_checkpointed(worker, fast_
         assert committed["records"] == 0
         await control.resume("ck-anon")
         assert (await asyncio.wait_for(call, 30)).json() == expected
+
+
+async def test_cut_and_resume_without_continuous_usage(worker, fast_worker) -> None:
+    """An upstream without per-chunk usage (plain vLLM streaming): tokens are counted from the chunks."""
+    body = REQUESTS["workplace"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(worker.url, upstream={"continuous_usage": False})) as client:
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-plain")))
+        await tokens_received(client, "r-plain", 7)
+        await Control(client).prepare("ck-plain")
+        assert generation_of(client, "r-plain").completion_tokens == await worker_tokens(worker.url) - before
+        await Control(client).resume("ck-plain")
+        assert (await asyncio.wait_for(call, 30)).json() == expected
+    assert await worker_tokens(worker.url) - before == expected["usage"]["output_tokens"]

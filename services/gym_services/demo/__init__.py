@@ -1,0 +1,1 @@
+"""``gymckpt demo``: the whole story on one machine, compared with an uninterrupted run."""

@@ -1,0 +1,86 @@
+"""Compare the checkpointed run with the uninterrupted one and print the tables."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gym_services.commands.output import human_bytes, table
+from gym_services.demo.story import Run
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    problems: list[str]
+    text: str
+
+
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.3f}" if values else "-"
+
+
+def compare(base: Run, ckpt: Run, agent_env: dict[str, str]) -> Verdict:
+    problems: list[str] = []
+    by_env: dict[str, dict[str, list]] = defaultdict(lambda: {"ids": [], "base": [], "ckpt": [], "diff": []})
+    for rid, row in sorted(base.results.items()):
+        env = agent_env.get(row.get("agent", ""), row.get("agent", "?"))
+        slot = by_env[env]
+        slot["ids"].append(rid)
+        slot["base"].append(row.get("reward") or 0.0)
+        other = ckpt.results.get(rid)
+        if other is None:
+            problems.append(f"{rid}: no result in the checkpointed run")
+            slot["diff"].append(rid)
+            continue
+        slot["ckpt"].append(other.get("reward") or 0.0)
+        if other.get("reward") != row.get("reward") or "error" in other or "error" in row:
+            problems.append(f"{rid}: reward {other.get('reward')} (checkpointed) vs {row.get('reward')} (uninterrupted)"
+                            + (f"; error {other.get('error') or row.get('error')}" if "error" in other or "error" in row else ""))
+            slot["diff"].append(rid)
+    extra = sorted(set(ckpt.results) - set(base.results))
+    if extra:
+        problems.append(f"results only in the checkpointed run: {extra}")
+    if ckpt.duplicates or base.duplicates:
+        problems.append(f"episodes with two results (ran twice): {sorted(set(ckpt.duplicates + base.duplicates))}")
+    rows = [
+        [env, len(s["ids"]), _mean(s["base"]), _mean(s["ckpt"]), "yes" if not s["diff"] else f"NO ({len(s['diff'])})"]
+        for env, s in sorted(by_env.items())
+    ]
+    lines = ["rewards per environment:", table(["environment", "episodes", "uninterrupted", "checkpointed", "equal"], rows)]
+
+    cp, rs = ckpt.checkpoint, ckpt.restore
+    regenerated = ckpt.tokens_before_cut + ckpt.tokens_after_restore - base.tokens_generated
+    if regenerated != 0:
+        problems.append(f"{regenerated} tokens regenerated after the restore (target 0)")
+    stale = ckpt.stale_call
+    if stale and not (stale.get("status") == 409 and stale.get("code") == "stale_attempt"):
+        problems.append(f"a late call of the old attempt was not refused: {stale}")
+    live = ckpt.in_flight
+    summary = [
+        ["episodes live at the checkpoint", live.get("collection", {}).get("episodes", "-")],
+        ["model generations in flight (cut) / held", _model_line(live)],
+        ["checkpoint pause seen by rollouts", f"{cp.pause_s * 1000:.0f} ms" if cp else "-"],
+        ["checkpoint size", f"{human_bytes(cp.bytes)} in {cp.records} records" if cp else "-"],
+        ["restore into fresh processes", f"{rs.pause_s * 1000:.0f} ms, {len(rs.episodes)} episodes as attempt + 1" if rs else "-"],
+        ["tokens, uninterrupted run", base.tokens_generated],
+        ["tokens before the cut (in the checkpoint)", ckpt.tokens_before_cut],
+        ["tokens after the restore", ckpt.tokens_after_restore],
+        ["tokens reused from cut prefixes", ckpt.tokens_reused],
+        ["tokens regenerated (target 0)", regenerated],
+        ["tokens lost to the crash (after the checkpoint)", ckpt.tokens_lost_in_crash],
+        ["late call of the old attempt", f"{stale.get('status')} {stale.get('code')}" if stale else "-"],
+        ["finished episodes that ran twice", len(set(ckpt.duplicates))],
+        ["wall time uninterrupted / checkpointed", f"{base.duration_s:.1f} s / {ckpt.duration_s:.1f} s"],
+    ]
+    lines += ["", "checkpoint, crash and restore:", table(["", "value"], summary)]
+    return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
+
+
+def _model_line(live: dict) -> str:
+    model = live.get("policy-model", {})
+    if not model:
+        return "-"
+    cut = model.get("cut", model.get("generations_cut", "-"))
+    held = model.get("held", model.get("held_responses", "-"))
+    return f"{cut} / {held}"

@@ -1,0 +1,75 @@
+"""The demo stack: every shipped server as its own local process, and the example tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gym_services.stack.config import ServerSpec, StackConfig
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+#: environment -> (example tasks, agent instance that runs them)
+ENVIRONMENTS: dict[str, tuple[Path, str]] = {
+    "workplace_assistant": (PACKAGE / "resources/workplace_assistant/data/example.jsonl", "agent-workplace"),
+    "indirect_prompt_injection": (PACKAGE / "resources/indirect_prompt_injection/data/example.jsonl", "agent-ipi"),
+    "blackjack": (PACKAGE / "resources/blackjack/data/example.jsonl", "agent-blackjack"),
+    "math_formal_lean": (PACKAGE / "resources/math_formal_lean/data/example.jsonl", "agent-lean"),
+}
+
+
+def write_tasks(path: Path) -> dict[str, str]:
+    """All example tasks in one JSONL, each naming its agent; returns agent -> environment."""
+    lines = []
+    for env, (source, agent) in ENVIRONMENTS.items():
+        for line in source.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                row["agent"] = agent
+                lines.append(json.dumps(row, ensure_ascii=False))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {agent: env for env, (_, agent) in ENVIRONMENTS.items()}
+
+
+def demo_stack(state_dir: Path, *, tokens_per_second: float = 150.0, latency_s: float = 0.1) -> StackConfig:
+    """Generation speed and tool latency are real waits, so the checkpoint catches work in flight."""
+    servers = {
+        "inference-worker": ServerSpec(
+            server="inference_worker",
+            participant=False,
+            config={"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05},
+        ),
+        "policy-model": ServerSpec(server="policy_model", config={"upstream": {"base_url": "{url:inference-worker}/v1"}}),
+        "workplace-assistant": ServerSpec(server="workplace_assistant", config={"tool_latency_s": latency_s}),
+        "indirect-prompt-injection": ServerSpec(server="indirect_prompt_injection"),
+        "lean-sandbox": ServerSpec(server="lean_sandbox_standin", participant=False),
+        "math-formal-lean": ServerSpec(
+            server="math_formal_lean", config={"sandbox_host": "{host:lean-sandbox}", "sandbox_port": "{port:lean-sandbox}"}
+        ),
+        "blackjack": ServerSpec(server="blackjack", config={"step_latency_s": latency_s}),
+        "agent-workplace": ServerSpec(
+            server="simple_agent",
+            config={"model_url": "{url:policy-model}", "model": "workplace-oracle", "resources_url": "{url:workplace-assistant}",
+                    "max_steps": 12},
+        ),
+        "agent-ipi": ServerSpec(
+            server="simple_agent",
+            config={"model_url": "{url:policy-model}", "model": "ipi-safe", "resources_url": "{url:indirect-prompt-injection}",
+                    "max_steps": 12},
+        ),
+        "agent-lean": ServerSpec(
+            server="proof_refinement_agent",
+            config={"model_url": "{url:policy-model}", "model": "lean-refine", "resources_url": "{url:math-formal-lean}",
+                    "max_correction_turns": 2},
+        ),
+        "agent-blackjack": ServerSpec(
+            server="gymnasium_agent",
+            config={"model_url": "{url:policy-model}", "model": "blackjack-basic", "env_url": "{url:blackjack}", "max_steps": 10},
+        ),
+        "collection": ServerSpec(
+            server="collection",
+            config={"agents": {name: f"{{url:{name}}}" for name in ("agent-workplace", "agent-ipi", "agent-lean", "agent-blackjack")}},
+        ),
+    }
+    return StackConfig(name="demo", state_dir=str(state_dir), servers=servers)

@@ -149,6 +149,9 @@ async def checkpoint_and_continue(
         before = second.participant.describe(rollout_id)
         downstream_before = [c for c in second.wire.calls if c.host != second.agent]
         late = await second.run(row, rollout_id, 0)
+        old = {"x-ng-rollout-id": rollout_id, "x-ng-attempt": "0"}
+        late_proxy = await second.http.post(f"http://{second.agent}/v1/responses", json={"input": "hi"}, headers=old)
+        assert late_proxy.status_code == 409 and late_proxy.json()["error"]["code"] == "stale_attempt"
         assert second.participant.describe(rollout_id) == before
         assert [c for c in second.wire.calls if c.host != second.agent] == downstream_before
         reply = await second.run(row, rollout_id, 1)

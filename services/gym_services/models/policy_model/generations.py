@@ -398,7 +398,10 @@ class GenerationManager:
         for g in victims:
             g.fail(_stale(g.identity, "the attempt was retired"))  # type: ignore[arg-type]
         if victims:
-            await asyncio.wait([asyncio.create_task(g.finished.wait()) for g in victims], timeout=wait_s)
+            waiters = [asyncio.create_task(g.finished.wait()) for g in victims]
+            _, pending = await asyncio.wait(waiters, timeout=wait_s)
+            for waiter in pending:
+                waiter.cancel()
         return bool(dropped or victims)
 
     def shutdown(self) -> None:

@@ -31,11 +31,16 @@ def s3_env(seaweed: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> SeaweedS3:
     return seaweed
 
 
+@pytest.fixture(scope="session")
+def s3_bucket(seaweed: SeaweedS3) -> str:
+    """One bucket for the session: each SeaweedFS bucket takes volumes, and `weed mini` has few."""
+    return seaweed.create_bucket(f"gymckpt-test-{os.getpid()}")
+
+
 @pytest.fixture
-def s3_location(s3_env: SeaweedS3) -> str:
-    """A fresh bucket, as an ``s3://`` location."""
-    bucket = s3_env.create_bucket(f"gymckpt-{os.getpid()}-{next(_bucket_ids)}")
-    return f"s3://{bucket}/ckpt"
+def s3_location(s3_env: SeaweedS3, s3_bucket: str) -> str:
+    """A fresh prefix in the session's bucket, as an ``s3://`` location."""
+    return f"s3://{s3_bucket}/t{next(_bucket_ids)}/ckpt"
 
 
 @pytest.fixture(params=["file", "s3"])

@@ -213,3 +213,34 @@ def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tm
                            headers={"authorization": f"Bearer {stack.token}"}).json()
         assert status["admission_open"] and status["checkpoint_id"] is None
     stack.kill()
+
+
+def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_env, kubectl, tmp_path) -> None:
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "restart_only"})
+    stack.start()
+    stack.create_pods()
+    operator = start_operator(stack)
+    with httpx.Client(base_url=stack.url("counter-1")) as http:
+        http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "live"})
+    apply(kubectl, checkpoint_doc("interrupted", prepareTimeoutSeconds=4, leaseSeconds=5))
+    wait_for(lambda: get(kubectl, "checkpoint", "interrupted").get("status", {}).get("phase") == "Preparing", what="Preparing")
+    os.killpg(operator.pid, signal.SIGKILL)  # the operator dies mid-transaction
+    operator.wait(timeout=10)
+
+    def admission_open() -> bool:
+        return all(
+            httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
+                      headers={"authorization": f"Bearer {stack.token}"}).json()["admission_open"]
+            for name in stack.modes
+        )
+
+    assert not admission_open()
+    wait_for(admission_open, timeout=20, what="lease expiry reopening admission")  # no coordinator: leases end it
+
+    start_operator(stack)  # a new operator picks the unfinished Checkpoint up again and ends it cleanly
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/interrupted", "--timeout=60s", timeout=70)
+    status = get(kubectl, "checkpoint", "interrupted")["status"]
+    assert status["reason"] == "Blocked" and status["blockers"][0]["participant"] == "counter-1"
+    assert admission_open()
+    stack.kill()

@@ -70,7 +70,10 @@ def create_agent_app(
     async def startup() -> None:
         clients["net"] = cookieless_client(transport=transport, timeout_s=config.request_timeout_s)
         clients["self"] = cookieless_client(
-            transport=httpx.ASGITransport(app=app), timeout_s=config.request_timeout_s, base_url=SELF_URL
+            # an unexpected error in the proxy is its 500 reply here too, as it would be over the network
+            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+            timeout_s=config.request_timeout_s,
+            base_url=SELF_URL,
         )
         downstream["model"] = Downstream("model", config.model_url, clients["net"])
         downstream["self"] = Downstream("model", SELF_URL, clients["self"])
@@ -112,6 +115,8 @@ def create_agent_app(
         upstream = await downstream["model"].send(
             "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
         )
+        if upstream.status_code >= 400:  # MUTATION: no pass-through, every refusal becomes a 500
+            raise RuntimeError(f"model answered {upstream.status_code}")
         if upstream.status_code >= 500:
             code, message = error_of(upstream)
             raise ApiError(

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 
 from gym_operator.client import ControlClient
-from gym_operator.coordinator import Coordinator
+from gym_operator.coordinator import Coordinator, TransactionResult
 from gym_operator.discovery import DiscoveryError, participants_from_pods, selector_string
 from gym_operator.kube import GROUP, VERSION, Kube
 from gym_operator.status import TERMINAL, failed_status, now, pending_status, progress_status, result_status
@@ -94,138 +95,132 @@ async def _storage_config(storage: dict[str, Any], namespace: str, memo: kopf.Me
     )
 
 
-async def _run_exclusive(kind: str, plural: str, name: str, namespace: str, spec, status, meta, memo, body, work):
-    """Run ``work`` holding the stack's lock; a second transaction waits in Pending."""
-    generation = meta.get("generation")
-    if (status or {}).get("phase") in TERMINAL:
-        return  # already done (e.g. the handler state was lost on an operator restart)
-    key = _stack_key(namespace, spec, memo)
-    lock: asyncio.Lock = memo.locks.setdefault(key, asyncio.Lock())
-    if lock.locked():
-        holder = getattr(lock, "holder", "another transaction")
-        message = f"waiting: {holder} is running on this stack"
-        if (status or {}).get("phase") != "Pending" or (status or {}).get("message") != message:
-            await memo.kube.patch_status(plural, namespace, name, pending_status("WaitingForStack", message, generation))
-            kopf.info(body, reason="Waiting", message=message)
-        raise kopf.TemporaryError(message, delay=1)
-    async with lock:
-        lock.holder = f"{kind} {name}"  # type: ignore[attr-defined]
-        await work(generation)
+class Refused(Exception):
+    """The transaction cannot start; ends the resource in Failed with this reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
-async def _progress_sink(plural: str, name: str, namespace: str, body, memo, generation, extra: dict[str, Any]):
-    async def sink(phase: str, detail: dict[str, Any]) -> None:
+class Transaction:
+    """One Checkpoint or Restore resource: its status writes, events and the stack lock."""
+
+    def __init__(self, kind: str, plural: str, name: str, namespace: str, spec, status, meta, memo: kopf.Memo, body):
+        self.kind, self.plural, self.name, self.namespace = kind, plural, name, namespace
+        self.spec, self.status, self.memo, self.body = spec, status or {}, memo, body
+        self.generation = meta.get("generation")
+        self.fields: dict[str, Any] = {"startTime": self.status.get("startTime") or now()}
+
+    async def patch(self, status: dict[str, Any]) -> None:
+        await self.memo.kube.patch_status(self.plural, self.namespace, self.name, status)
+
+    async def fail(self, reason: str, message: str) -> None:
+        await self.patch(failed_status(reason, message, self.generation, **self.fields))
+        kopf.warn(self.body, reason="Failed", message=message)
+
+    async def sink(self, phase: str, detail: dict[str, Any]) -> None:
+        """Coordinator progress -> status phase and an Event."""
         if phase in ("Completed", "Failed"):
             return  # the final status carries the outcome
         message = f"{phase.lower()}" + (f": {detail['error']}" if "error" in detail else "")
-        await memo.kube.patch_status(plural, namespace, name, progress_status(phase, message, generation, **extra))
-        kopf.info(body, reason=PHASE_REASONS.get(phase, phase), message=message)
+        await self.patch(progress_status(phase, message, self.generation, **self.fields))
+        kopf.info(self.body, reason=PHASE_REASONS.get(phase, phase), message=message)
 
-    return sink
+    async def finish(self, result: TransactionResult) -> None:
+        final = {**result_status(result, self.generation), "startTime": self.fields["startTime"]}
+        await self.patch(final)
+        if result.status == "completed":
+            kopf.info(self.body, reason="Completed", message=final["message"])
+        else:
+            kopf.warn(self.body, reason="Failed", message=final["message"])
+
+    async def coordinator(self, storage: dict[str, Any], client: ControlClient) -> Coordinator:
+        """Participants from the stack's pods, storage settings from the spec; Refused otherwise."""
+        try:
+            participants = await _discover(self.namespace, self.spec, self.memo)
+        except DiscoveryError as exc:
+            raise Refused("NoParticipants", str(exc)) from None
+        try:
+            storage_config = await _storage_config(storage, self.namespace, self.memo)
+        except LookupError as exc:
+            raise Refused("CredentialsNotFound", str(exc)) from None
+        return Coordinator(participants, client, storage_config=storage_config, on_event=self.sink)
+
+    async def run(self, work: Callable[[], Awaitable[TransactionResult]]) -> None:
+        """Run ``work`` holding the stack's lock; a second transaction waits in Pending."""
+        if self.status.get("phase") in TERMINAL:
+            return  # already done (e.g. the handler state was lost on an operator restart)
+        key = _stack_key(self.namespace, self.spec, self.memo)
+        lock: asyncio.Lock = self.memo.locks.setdefault(key, asyncio.Lock())
+        if lock.locked():
+            message = f"waiting: {getattr(lock, 'holder', 'another transaction')} is running on this stack"
+            if self.status.get("phase") != "Pending" or self.status.get("message") != message:
+                await self.patch(pending_status("WaitingForStack", message, self.generation))
+                kopf.info(self.body, reason="Waiting", message=message)
+            raise kopf.TemporaryError(message, delay=1)
+        async with lock:
+            lock.holder = f"{self.kind} {self.name}"  # type: ignore[attr-defined]
+            try:
+                await self.finish(await work())
+            except Refused as exc:
+                await self.fail(exc.reason, exc.message)
+            except StorageError as exc:
+                await self.fail("StorageError", str(exc))
 
 
 @kopf.on.create(GROUP, VERSION, "checkpoints")
 async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kopf.Memo, body, **_: Any) -> None:
-    checkpoint_id = f"{name}-{uid[:8]}"
+    tx = Transaction("Checkpoint", "checkpoints", name, namespace, spec, status, meta, memo, body)
     storage = spec.get("storage") or {}
-    location = storage.get("location") or memo.default_location
+    timeout = float(spec.get("prepareTimeoutSeconds", 30))
 
-    async def work(generation: int | None) -> None:
-        started = {"startTime": (status or {}).get("startTime") or now(), "checkpointId": checkpoint_id}
+    async def work() -> TransactionResult:
+        tx.fields["checkpointId"] = checkpoint_id = f"{name}-{uid[:8]}"
+        location = storage.get("location") or memo.default_location
         if not location:
-            await memo.kube.patch_status(
-                "checkpoints", namespace, name,
-                failed_status("NoStorage", "spec.storage.location is empty and the operator has no default", generation, **started),
+            raise Refused("NoStorage", "spec.storage.location is empty and the operator has no default")
+        tx.fields["location"] = location
+        async with ControlClient(memo.token, timeout_s=timeout + 30) as client:
+            coordinator = await tx.coordinator(storage, client)
+            return await coordinator.checkpoint(
+                checkpoint_id, location, prepare_timeout_s=timeout, lease_s=float(spec.get("leaseSeconds", 30))
             )
-            kopf.warn(body, reason="Failed", message="no storage location")
-            return
-        started["location"] = location
-        try:
-            participants = await _discover(namespace, spec, memo)
-        except DiscoveryError as exc:
-            await memo.kube.patch_status("checkpoints", namespace, name, failed_status("NoParticipants", str(exc), generation, **started))
-            kopf.warn(body, reason="Failed", message=str(exc))
-            return
-        try:
-            storage_config = await _storage_config(storage, namespace, memo)
-        except LookupError as exc:
-            await memo.kube.patch_status("checkpoints", namespace, name, failed_status("CredentialsNotFound", str(exc), generation, **started))
-            kopf.warn(body, reason="Failed", message=str(exc))
-            return
-        sink = await _progress_sink("checkpoints", name, namespace, body, memo, generation, started)
-        async with ControlClient(memo.token, timeout_s=float(spec.get("prepareTimeoutSeconds", 30)) + 30) as client:
-            coordinator = Coordinator(participants, client, storage_config=storage_config, on_event=sink)
-            try:
-                result = await coordinator.checkpoint(
-                    checkpoint_id,
-                    location,
-                    prepare_timeout_s=float(spec.get("prepareTimeoutSeconds", 30)),
-                    lease_s=float(spec.get("leaseSeconds", 30)),
-                )
-            except StorageError as exc:
-                await memo.kube.patch_status("checkpoints", namespace, name, failed_status("StorageError", str(exc), generation, **started))
-                kopf.warn(body, reason="Failed", message=str(exc))
-                return
-        final = {**result_status(result, generation), "startTime": started["startTime"]}
-        await memo.kube.patch_status("checkpoints", namespace, name, final)
-        if result.status == "completed":
-            kopf.info(body, reason="Completed", message=final["message"])
-        else:
-            kopf.warn(body, reason="Failed", message=final["message"])
 
-    await _run_exclusive("Checkpoint", "checkpoints", name, namespace, spec, status, meta, memo, body, work)
+    await tx.run(work)
 
 
 @kopf.on.create(GROUP, VERSION, "restores")
 async def restore_created(spec, name, namespace, status, meta, memo: kopf.Memo, body, **_: Any) -> None:
-    async def work(generation: int | None) -> None:
-        started: dict[str, Any] = {"startTime": (status or {}).get("startTime") or now()}
-        ref = spec.get("checkpointRef") or {}
-        storage = spec.get("storage") or {}
-        if ref.get("name"):
-            source = await memo.kube.get_object("checkpoints", namespace, ref["name"])
-            if source is None:
-                await memo.kube.patch_status("restores", namespace, name, failed_status(
-                    "CheckpointNotFound", f"Checkpoint {ref['name']} does not exist in {namespace}", generation, **started))
-                kopf.warn(body, reason="Failed", message=f"Checkpoint {ref['name']} not found")
-                return
-            source_status = source.get("status") or {}
-            if source_status.get("phase") != "Completed":
-                if source_status.get("phase") == "Failed":
-                    await memo.kube.patch_status("restores", namespace, name, failed_status(
-                        "CheckpointFailed", f"Checkpoint {ref['name']} failed; nothing to restore", generation, **started))
-                    return
-                raise kopf.TemporaryError(f"Checkpoint {ref['name']} is not completed yet", delay=2)
-            checkpoint_id, location = source_status["checkpointId"], source_status["location"]
-            storage = {**(source.get("spec", {}).get("storage") or {}), **storage}
-        else:
-            checkpoint_id, location = spec.get("checkpointId"), storage.get("location") or memo.default_location
-            if not checkpoint_id or not location:
-                await memo.kube.patch_status("restores", namespace, name, failed_status(
-                    "InvalidSpec", "set checkpointRef.name, or checkpointId with storage.location", generation, **started))
-                return
-        started.update(checkpointId=checkpoint_id, location=location)
-        try:
-            participants = await _discover(namespace, spec, memo)
-        except DiscoveryError as exc:
-            await memo.kube.patch_status("restores", namespace, name, failed_status("NoParticipants", str(exc), generation, **started))
-            kopf.warn(body, reason="Failed", message=str(exc))
-            return
-        try:
-            storage_config = await _storage_config(storage, namespace, memo)
-        except LookupError as exc:
-            await memo.kube.patch_status("restores", namespace, name, failed_status("CredentialsNotFound", str(exc), generation, **started))
-            kopf.warn(body, reason="Failed", message=str(exc))
-            return
-        sink = await _progress_sink("restores", name, namespace, body, memo, generation, started)
-        async with ControlClient(memo.token, timeout_s=120) as client:
-            coordinator = Coordinator(participants, client, storage_config=storage_config, on_event=sink)
-            result = await coordinator.restore(checkpoint_id, location, lease_s=float(spec.get("leaseSeconds", 30)))
-        final = {**result_status(result, generation), "startTime": started["startTime"]}
-        await memo.kube.patch_status("restores", namespace, name, final)
-        if result.status == "completed":
-            kopf.info(body, reason="Completed", message=final["message"])
-        else:
-            kopf.warn(body, reason="Failed", message=final["message"])
+    tx = Transaction("Restore", "restores", name, namespace, spec, status, meta, memo, body)
 
-    await _run_exclusive("Restore", "restores", name, namespace, spec, status, meta, memo, body, work)
+    async def work() -> TransactionResult:
+        checkpoint_id, location, storage = await _restore_source(spec, namespace, memo)
+        tx.fields.update(checkpointId=checkpoint_id, location=location)
+        async with ControlClient(memo.token, timeout_s=120) as client:
+            coordinator = await tx.coordinator(storage, client)
+            return await coordinator.restore(checkpoint_id, location, lease_s=float(spec.get("leaseSeconds", 30)))
+
+    await tx.run(work)
+
+
+async def _restore_source(spec, namespace: str, memo: kopf.Memo) -> tuple[str, str, dict[str, Any]]:
+    """Checkpoint id, location and storage settings a Restore names (directly or by Checkpoint)."""
+    ref = spec.get("checkpointRef") or {}
+    storage = spec.get("storage") or {}
+    if not ref.get("name"):
+        checkpoint_id, location = spec.get("checkpointId"), storage.get("location") or memo.default_location
+        if not checkpoint_id or not location:
+            raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId with storage.location")
+        return checkpoint_id, location, storage
+    source = await memo.kube.get_object("checkpoints", namespace, ref["name"])
+    if source is None:
+        raise Refused("CheckpointNotFound", f"Checkpoint {ref['name']} does not exist in {namespace}")
+    source_status = source.get("status") or {}
+    if source_status.get("phase") == "Failed":
+        raise Refused("CheckpointFailed", f"Checkpoint {ref['name']} failed; nothing to restore")
+    if source_status.get("phase") != "Completed":
+        raise kopf.TemporaryError(f"Checkpoint {ref['name']} is not completed yet", delay=2)
+    merged = {**(source.get("spec", {}).get("storage") or {}), **storage}
+    return source_status["checkpointId"], source_status["location"], merged

@@ -244,3 +244,18 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
     assert status["reason"] == "Blocked" and status["blockers"][0]["participant"] == "counter-1"
     assert admission_open()
     stack.kill()
+
+
+def test_refusals_end_in_failed_with_a_reason(operator_env, kubectl, tmp_path) -> None:
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    start_operator(stack)  # no participant pods at all
+    apply(kubectl, checkpoint_doc("lonely"))
+    apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "orphan"},
+                    "spec": {"checkpointRef": {"name": "missing"}}})
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/lonely", "--timeout=60s", timeout=70)
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/orphan", "--timeout=60s", timeout=70)
+    assert get(kubectl, "checkpoint", "lonely")["status"]["reason"] == "NoParticipants"
+    orphan = get(kubectl, "restore", "orphan")["status"]
+    assert orphan["reason"] == "CheckpointNotFound" and "missing" in orphan["message"]
+    assert {c["type"]: c["status"] for c in orphan["conditions"]}["Failed"] == "True"

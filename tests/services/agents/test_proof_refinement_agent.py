@@ -17,7 +17,7 @@ from gym_services.models.inference_worker.policies.base import load_tasks
 from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
 from tests.services.agents.real import live_generation_tokens, model_calls, model_totals, proof_stack
 from tests.services.agents.stack import Outcome, agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
-from tests.services.agents.wire import Call, Wire
+from tests.services.agents.wire import Call
 
 ROW = load_tasks("math_formal_lean")[0]
 ROLLOUT = "lean-0-0"

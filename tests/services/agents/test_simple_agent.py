@@ -12,7 +12,7 @@ import pytest
 
 from gym_services.models.inference_worker.policies.base import load_tasks
 from tests.services.agents.real import live_generation_tokens, model_calls, model_totals, simple_stack
-from tests.services.agents.stack import Outcome, agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
+from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call, Wire
 
 WORKPLACE = load_tasks("workplace_assistant")[2]  # three ground-truth tool calls

@@ -115,8 +115,6 @@ def create_agent_app(
         upstream = await downstream["model"].send(
             "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
         )
-        if upstream.status_code >= 400:  # MUTATION: no pass-through, every refusal becomes a 500
-            raise RuntimeError(f"model answered {upstream.status_code}")
         if upstream.status_code >= 500:
             code, message = error_of(upstream)
             raise ApiError(

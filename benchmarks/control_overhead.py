@@ -50,16 +50,23 @@ def start(enabled: bool, tmp: Path) -> tuple[subprocess.Popen, str]:
 
 
 async def load(url: str, seconds: float, connections: int) -> tuple[int, list[float]]:
-    """Each connection seeds its own session, then increments until time is up."""
-    deadline = time.perf_counter() + seconds
+    """Each connection seeds its own session; then all increment until time is up."""
     latencies: list[float] = []
     count = 0
+    seeded = 0
+    go = asyncio.Event()
+    deadline = 0.0
 
     async def worker(i: int) -> None:
-        nonlocal count
+        nonlocal count, seeded, deadline
         headers = {"x-ng-rollout-id": f"bench-{i}", "x-ng-attempt": "0"}
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            await client.post("/seed_session", json={"start": 0}, headers=headers)
+            (await client.post("/seed_session", json={"start": 0}, headers=headers)).raise_for_status()
+            seeded += 1
+            if seeded == connections:
+                deadline = time.perf_counter() + seconds
+                go.set()
+            await go.wait()
             while time.perf_counter() < deadline:
                 t0 = time.perf_counter()
                 resp = await client.post("/increment", json={"by": 1}, headers=headers)

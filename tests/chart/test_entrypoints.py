@@ -118,3 +118,33 @@ def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_default_values_give_every_server_a_config_it_accepts(render: Any, tmp_path: Path) -> None:
+    """Each rendered ConfigMap, with the env the StatefulSet sets, builds that server's app."""
+    from gym_services.base.serve import build_app
+
+    docs = render({})
+    configs = {d['metadata']['name']: d['data']['config.yaml'] for d in docs if d['kind'] == 'ConfigMap'}
+    sets = [d for d in docs if d['kind'] == 'StatefulSet' and 'gymckpt' in ' '.join(
+        d['spec']['template']['spec']['containers'][0].get('command', []) + d['spec']['template']['spec']['containers'][0].get('args', []))]
+    assert len(sets) >= 4
+    env = {'GYMCKPT_CONTROL_TOKEN': 'token', 'GYMCKPT_SESSION_SECRET': 'a-session-secret-of-some-length'}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        for stateful in sets:
+            container = stateful['spec']['template']['spec']['containers'][0]
+            argv = container.get('command', []) + container.get('args', [])
+            server = argv[argv.index('serve') + 1]
+            volume = next(v for v in stateful['spec']['template']['spec']['volumes'] if 'configMap' in v)
+            path = tmp_path / f"{stateful['metadata']['name']}.yaml"
+            path.write_text(configs[volume['configMap']['name']])
+            app, config = build_app(server, path)
+            assert app is not None and config.name in stateful['metadata']['name']
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -285,3 +285,45 @@ async def test_checkpointing_off_runs_without_identity() -> None:
         reply = await s.run(ROW, None)
         assert reply.status_code == 200 and reply.json()["reward"] == 1.0
         assert all(c.rollout_id is None for c in s.wire.data_calls("counter"))
+
+
+async def test_repeated_run_of_a_finished_attempt_returns_its_result(expected) -> None:
+    """A /run whose reply was lost is asked again: the same result, nothing runs twice."""
+    async with stack(factory) as s:
+        first = await s.run(ROW, ROLLOUT)
+        calls = len(s.wire.calls)
+        again = await s.run(ROW, ROLLOUT)
+        assert first.json() == again.json() == expected
+        assert [c for c in s.wire.calls[calls:] if c.host != "agent"] == []
+        assert (await s.status("agent"))["live"]["finished"] == 1
+        newer = await s.run(ROW, ROLLOUT, 1)  # a new attempt without a restore starts over
+        assert newer.json() == expected and counts(s.wire)["seed"] == 2
+        assert (await s.coordinator.retire(ROLLOUT, 1))["agent"] is True  # retire frees a kept result too
+        assert (await s.status("agent"))["live"]["finished"] == 0
+
+
+async def test_finished_result_the_controller_still_waits_for_is_saved(expected, tmp_path) -> None:
+    """A result in transit to the controller when it commits: saved, and the restored attempt answers it at once."""
+    location = f"file://{tmp_path}"
+    async with stack(factory) as s:
+        assert (await s.run(ROW, ROLLOUT)).json() == expected
+        agent = s.control("agent")
+        await agent.prepare("ck-none")
+        assert (await agent.commit("ck-none", location, episodes=[]))["records"] == 0
+        await agent.resume("ck-none")
+        await agent.prepare("ck-all")
+        assert (await agent.commit("ck-all", location, episodes=None))["records"] == 0
+        await agent.resume("ck-all")
+        await agent.prepare("ck-1")
+        committed = await agent.commit("ck-1", location, episodes=[ROLLOUT])
+        assert committed["records"] == 1 and committed["episodes"] == [ROLLOUT]
+        await agent.resume("ck-1")
+    async with stack(factory) as s:
+        agent = s.control("agent")
+        restored = await agent.restore("ck-1", location, committed["manifest_key"], committed["manifest_sha256"])
+        assert restored["episodes"] == {ROLLOUT: 1}
+        await agent.resume("ck-1")
+        reply = await s.run(ROW, ROLLOUT, 1)
+        assert reply.json() == expected
+        assert [c for c in s.wire.calls if c.host != "agent"] == []
+        assert s.participant.last_history[ROLLOUT] == ["return"]

@@ -180,3 +180,21 @@ async def test_run_without_rollout_id_is_refused(worker) -> None:
         reply = await s.run(WORKPLACE, None)
         assert reply.status_code == 400 and reply.json()["error"]["code"] == "rollout_id_required"
         assert s.wire.data_calls("resources") == []
+
+
+async def test_workplace_generation_reply_in_transit(worker, workplace_expected, tmp_path) -> None:
+    """The model finished generation 1 before its prepare, but the reply had not reached the agent at commit.
+
+    The model no longer holds it, so it is not in the checkpoint: attempt 1 generates it again
+    from the generate boundary (a replay step, DESIGN §6) and the result is still exactly equal.
+    """
+    factory = simple_stack(worker.url, "workplace_assistant", "workplace-oracle")
+
+    async def arrange(s):
+        hold = s.wire.hold(lambda c: c.host == "model" and c.status == 200 and outputs_done(c) == 1)
+        return hold.arrived.wait
+
+    out = await checkpoint_and_continue(factory, WORKPLACE, "wa-2-0", f"file://{tmp_path}", arrange=arrange)
+    assert out.result == workplace_expected
+    assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "tools": 2, "verify": 1}
+    assert model_totals(out.restored_wire.apps["model"])["tokens_reused"] == 0  # generated again in full

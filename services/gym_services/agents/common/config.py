@@ -23,3 +23,11 @@ class AgentConfig(ServerConfig):
         description="give up (503) when a step is refused this long without the agent itself parking",
     )
     park_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often a parked episode rechecks admission")
+    finished_retention_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="keep a finished episode's result this long: a repeated /run gets it again, and a commit "
+        "whose scope still lists the rollout (its caller has not got the result) saves it",
+    )
+    finished_retention_max: int = Field(default=1024, ge=0, le=1_000_000, description="finished results kept at most")

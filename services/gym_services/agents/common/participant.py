@@ -12,6 +12,10 @@
 - Commit writes one record per episode in scope; restore installs them under
   attempt + 1; ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
+- A finished episode's result is kept for a short while: a repeated ``/run`` of that
+  attempt (a reply lost in transit) gets it again without running anything, and a
+  commit whose scope still lists the rollout (the controller has not received the
+  result yet) saves its ``return`` boundary, so the restored attempt answers it at once.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Episode:
     anonymous: bool = False
     restored: bool = False
     task: asyncio.Task | None = None
+    finished_at: float | None = None
     step: str | None = None
     waited: bool = False
     parked: bool = False
@@ -98,6 +103,8 @@ class AgentParticipant(Participant):
         self.loop = loop
         self.config = config
         self.episodes: dict[str, Episode] = {}
+        #: recently finished episodes (at their ``return`` boundary), oldest first
+        self.finished: OrderedDict[str, Episode] = OrderedDict()
         #: boundary names each recently ended episode went through (debugging and tests)
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._plane: ControlPlane | None = None
@@ -123,6 +130,19 @@ class AgentParticipant(Participant):
 
     async def run(self, identity: RolloutIdentity, body: dict[str, Any], *, anonymous: bool = False) -> dict[str, Any]:
         """Start, continue or join the episode of ``identity``; returns its result."""
+        self._prune_finished()
+        done = self.finished.get(identity.rollout_id)
+        if done is not None and identity.rollout_id not in self.episodes:
+            if done.attempt == identity.attempt and done.boundary.result is not None:
+                if self._runs is not None:
+                    self._runs.labels(start="finished").inc()
+                return done.boundary.result  # the same attempt asked again: its result, nothing re-runs
+            if done.attempt > identity.attempt:
+                raise ApiError(
+                    "stale_attempt",
+                    f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {done.attempt} finished",
+                )
+            del self.finished[identity.rollout_id]
         ep = self.episodes.get(identity.rollout_id)
         if ep is not None and ep.attempt > identity.attempt:
             raise ApiError(
@@ -168,7 +188,25 @@ class AgentParticipant(Participant):
         while len(self.last_history) > RECENT_HISTORIES:
             self.last_history.popitem(last=False)
         if self.episodes.get(ep.rollout_id) is ep:
-            del self.episodes[ep.rollout_id]  # a finished result is never a resumable boundary
+            del self.episodes[ep.rollout_id]
+            if not task.cancelled() and task.exception() is None and not ep.anonymous:
+                self._retain(ep)
+
+    def _retain(self, ep: Episode) -> None:
+        if self.config.finished_retention_max == 0 or self.config.finished_retention_s == 0:
+            return
+        ep.task, ep.finished_at, ep.restored = None, time.monotonic(), False
+        self.finished[ep.rollout_id] = ep
+        self.finished.move_to_end(ep.rollout_id)
+        self._prune_finished()
+
+    def _prune_finished(self) -> None:
+        cutoff = time.monotonic() - self.config.finished_retention_s
+        while self.finished:
+            oldest = next(iter(self.finished.values()))
+            if len(self.finished) <= self.config.finished_retention_max and (oldest.finished_at or 0) >= cutoff:
+                break
+            self.finished.popitem(last=False)
 
     async def _drive(self, ep: Episode) -> dict[str, Any]:
         assert self._context is not None
@@ -252,8 +290,13 @@ class AgentParticipant(Participant):
         ]
 
     async def export(self, scope: Scope) -> list[Record]:
+        self._prune_finished()
+        # a finished result is saved only when the controller says it still waits for it
+        unacknowledged = [
+            ep for ep in self.finished.values() if scope.episodes is not None and ep.rollout_id in scope.episodes
+        ]
         records: list[Record] = []
-        for ep in self.episodes.values():
+        for ep in [*self.episodes.values(), *unacknowledged]:
             if ep.anonymous or not scope.includes(ep.rollout_id):
                 continue
             if ep.waited:
@@ -297,7 +340,7 @@ class AgentParticipant(Participant):
             if record.rollout_id in staged:
                 raise InvalidState(f"two records for rollout {record.rollout_id}")
             new_attempt = record.attempt + 1
-            current = self.episodes.get(record.rollout_id)
+            current = self.episodes.get(record.rollout_id) or self.finished.get(record.rollout_id)
             if current is not None and (current.attempt >= new_attempt or current.running):
                 raise InvalidState(
                     f"rollout {record.rollout_id} already runs attempt {current.attempt} here; cannot install {new_attempt}"
@@ -308,6 +351,7 @@ class AgentParticipant(Participant):
     async def install(self, validated: dict[str, Episode]) -> None:
         for rollout_id, ep in validated.items():
             ep.history.append(ep.boundary.name)
+            self.finished.pop(rollout_id, None)
             self.episodes[rollout_id] = ep
 
     async def uninstall(self, validated: dict[str, Episode]) -> None:
@@ -318,9 +362,13 @@ class AgentParticipant(Participant):
         self._reopened.set()
 
     async def retire(self, rollout_id: str, attempt: int) -> bool:
+        done = self.finished.get(rollout_id)
+        dropped = done is not None and done.attempt <= attempt
+        if dropped:
+            del self.finished[rollout_id]
         ep = self.episodes.get(rollout_id)
         if ep is None or ep.attempt > attempt:
-            return False
+            return dropped
         await self._stop(ep)
         return True
 
@@ -332,6 +380,7 @@ class AgentParticipant(Participant):
             "parked": sum(1 for e in eps if e.parked),
             "waited": sum(1 for e in eps if e.waited),
             "restored": sum(1 for e in eps if e.restored and e.task is None),
+            "finished": len(self.finished),
         }
 
     def describe(self, rollout_id: str) -> dict[str, Any] | None:

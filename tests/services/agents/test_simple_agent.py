@@ -185,8 +185,9 @@ async def test_run_without_rollout_id_is_refused(worker) -> None:
 async def test_workplace_generation_reply_in_transit(worker, workplace_expected, tmp_path) -> None:
     """The model finished generation 1 before its prepare, but the reply had not reached the agent at commit.
 
-    The model no longer holds it, so it is not in the checkpoint: attempt 1 generates it again
-    from the generate boundary (a replay step, DESIGN §6) and the result is still exactly equal.
+    The model keeps each rollout's last delivered response until that rollout calls again, and commits
+    it: attempt 1 re-issues the generation from its generate boundary (a replay step, DESIGN §6) and the
+    restored model answers it from that record without generating a token; the result is exactly equal.
     """
     factory = simple_stack(worker.url, "workplace_assistant", "workplace-oracle")
 
@@ -197,4 +198,4 @@ async def test_workplace_generation_reply_in_transit(worker, workplace_expected,
     out = await checkpoint_and_continue(factory, WORKPLACE, "wa-2-0", f"file://{tmp_path}", arrange=arrange)
     assert out.result == workplace_expected
     assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "tools": 2, "verify": 1}
-    assert model_totals(out.restored_wire.apps["model"])["tokens_reused"] == 0  # generated again in full
+    assert model_totals(out.restored_wire.apps["model"])["tokens_reused"] > 0  # the in-transit reply came back

@@ -247,6 +247,9 @@ class GenerationManager:
         self.paused = False
         self.live: dict[int, Generation] = {}
         self.staged: dict[Key, StagedPrefix] = {}
+        #: the last response delivered per rollout, until that rollout calls again: a reply still in
+        #: transit when the agent parks is saved too, so the restored attempt need not generate it again
+        self.delivered: dict[str, tuple[Key, StagedPrefix]] = {}
         self.totals = {"tokens_generated": 0, "tokens_reused": 0, "responses_held": 0, "generations_cut": 0}
         self.counters: ModelCounters | None = None
         self._ids = itertools.count()
@@ -282,6 +285,7 @@ class GenerationManager:
             "cut": states.count(CUT),
             "held": states.count(HELD),
             "staged_prefixes": len(self.staged),
+            "delivered_kept": len(self.delivered),
             **self.totals,
         }
 
@@ -295,6 +299,7 @@ class GenerationManager:
         if identity is not None:
             self._stale_older(identity.rollout_id, identity.attempt)
             key = (identity.rollout_id, digest)
+            self.delivered.pop(identity.rollout_id, None)  # the rollout moved on
             found = self.staged.get(key)
             if found is not None and found.attempt <= identity.attempt:
                 staged = self.staged.pop(key)
@@ -303,6 +308,8 @@ class GenerationManager:
         self.live[call_id] = generation
         try:
             await generation.run()
+            if identity is not None and generation.finish_reason is not None:
+                self.delivered[identity.rollout_id] = ((identity.rollout_id, digest), generation.snapshot())
             return generation
         except BaseException:
             self._restage_unfinished(generation)
@@ -363,6 +370,9 @@ class GenerationManager:
         for key, staged in self.staged.items():
             if scope.includes(key[0]) and key not in kept:
                 kept[key] = staged
+        for rollout_id, (key, snap) in self.delivered.items():
+            if scope.includes(rollout_id) and key not in kept:
+                kept[key] = snap
         return [to_record(rid, snap.attempt, digest, snap) for (rid, digest), snap in sorted(kept.items())]
 
     def release_out_of_scope(self, scope: Scope) -> None:
@@ -391,6 +401,9 @@ class GenerationManager:
         dropped = [k for k, s in self.staged.items() if k[0] == rollout_id and s.attempt <= attempt]
         for key in dropped:
             del self.staged[key]
+        last = self.delivered.get(rollout_id)
+        if last is not None and last[1].attempt <= attempt:
+            del self.delivered[rollout_id]
         victims = [
             g for g in self.live.values()
             if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt <= attempt

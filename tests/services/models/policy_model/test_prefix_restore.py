@@ -191,3 +191,36 @@ async def test_prefix_record_validation(worker, payload: dict, problem: str) -> 
     with pytest.raises(InvalidState, match="not JSON"):
         manager.validate([RestoredRecord("prefix-x", b"{", "r", 0)])
     assert manager.staged == {}
+
+
+async def test_delivered_reply_in_transit_is_committed_and_answered_after_restore(worker, fast_worker, tmp_path) -> None:
+    """A response delivered just before prepare may not have reached the agent, whose boundary is then
+    before that generation: the model keeps each rollout's last delivered response until the rollout
+    calls again and commits it, so the restored model answers the re-issue without generating."""
+    location = f"file://{tmp_path}"
+    body = REQUESTS["workplace"]
+    expected = await reference(fast_worker.url, body)
+    async with serve(model_app(fast_worker.url)) as client:
+        control = Control(client)
+        delivered = await client.post("/v1/responses", json=body, headers=ident("task3-0"))
+        assert delivered.json() == expected
+        assert (await control.status())["live"]["delivered_kept"] == 1
+        assert (await control.prepare("ck1"))["status"] == "prepared"
+        committed = await control.commit("ck1", location, episodes=["task3-0"])
+        assert committed["records"] == 1
+        await control.resume("ck1")
+        out_of_scope = await control.prepare("ck2")
+        assert out_of_scope["status"] == "prepared"
+        assert (await control.commit("ck2", location, episodes=["other"]))["records"] == 0
+        await control.resume("ck2")
+
+    async with serve(model_app(worker.url), base_url="http://fresh") as client:
+        control = Control(client)
+        await control.restore("ck1", location, committed["manifest_key"], committed["manifest_sha256"])
+        await control.resume("ck1")
+        before = await worker_tokens(worker.url)
+        again = await client.post("/v1/responses", json=body, headers=ident("task3-0", 1))
+        assert again.json() == expected
+        assert await worker_tokens(worker.url) == before  # nothing generated
+        live = (await control.status())["live"]
+        assert live["tokens_reused"] == expected["usage"]["output_tokens"] and live["staged_prefixes"] == 0

@@ -69,6 +69,7 @@ class ControlPlane:
         self.phase: Phase = "fresh"
         self.checkpoint_id: str | None = None
         self.lease_deadline: float | None = None
+        self._lease_s = 30.0
         self.last_event: str | None = None
         self._ops: dict[tuple[str, str], asyncio.Task] = {}
         self._closed: dict[str, tuple[str, PhaseResponse]] = {}
@@ -113,7 +114,8 @@ class ControlPlane:
         return self._storages[location]
 
     def _renew(self, lease_s: float | None = None) -> None:
-        self._lease_s = lease_s if lease_s is not None else getattr(self, "_lease_s", 30.0)
+        if lease_s is not None:
+            self._lease_s = lease_s
         self.lease_deadline = time.monotonic() + self._lease_s
 
     def _phase_response(self, detail: str = "") -> PhaseResponse:

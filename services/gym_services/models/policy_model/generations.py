@@ -238,6 +238,10 @@ class Generation:
         return {"rollout_id": ident.rollout_id if ident else None, "attempt": ident.attempt if ident else None}
 
 
+#: bound on kept delivered responses (one per rollout, oldest dropped first)
+DELIVERED_KEPT_MAX = 4096
+
+
 class GenerationManager:
     """Every live generation and staged prefix of one policy model server."""
 
@@ -310,6 +314,8 @@ class GenerationManager:
             await generation.run()
             if identity is not None and generation.finish_reason is not None:
                 self.delivered[identity.rollout_id] = ((identity.rollout_id, digest), generation.snapshot())
+                while len(self.delivered) > DELIVERED_KEPT_MAX:  # finished rollouts never call again
+                    del self.delivered[next(iter(self.delivered))]
             return generation
         except BaseException:
             self._restage_unfinished(generation)
@@ -378,6 +384,8 @@ class GenerationManager:
     def release_out_of_scope(self, scope: Scope) -> None:
         for key in [k for k in self.staged if not scope.includes(k[0])]:
             del self.staged[key]
+        for rollout_id in [r for r in self.delivered if not scope.includes(r)]:
+            del self.delivered[rollout_id]  # the controller no longer runs it: finished
 
     def validate(self, records: list[RestoredRecord]) -> dict[Key, StagedPrefix]:
         staged: dict[Key, StagedPrefix] = {}

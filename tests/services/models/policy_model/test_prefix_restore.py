@@ -212,6 +212,7 @@ async def test_delivered_reply_in_transit_is_committed_and_answered_after_restor
         out_of_scope = await control.prepare("ck2")
         assert out_of_scope["status"] == "prepared"
         assert (await control.commit("ck2", location, episodes=["other"]))["records"] == 0
+        assert (await control.status())["live"]["delivered_kept"] == 0  # out of scope: the rollout finished
         await control.resume("ck2")
 
     async with serve(model_app(worker.url), base_url="http://fresh") as client:

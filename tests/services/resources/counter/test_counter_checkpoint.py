@@ -57,7 +57,8 @@ async def test_invalid_state_in_batch_installs_nothing(tmp_path) -> None:
     loc = f"file://{tmp_path}"
     async with serve(fresh_app()) as client:
         await client.post("/seed_session", json={"start": 1})
-        other = await client.post("/seed_session", json={"start": 2}, cookies={"gym_session_counter": ""})
+        client.cookies.clear()  # a second session
+        other = await client.post("/seed_session", json={"start": 2})
         assert other.status_code == 200
         committed = await Control(client).checkpoint("ck1", loc)
         assert committed["records"] == 2
@@ -139,9 +140,13 @@ async def test_retired_session_refused_while_other_keeps_working(tmp_path) -> No
         cookie_b = r.cookies
         client.cookies.clear()
         await Control(client).retire("a", 0)
-        gone = await client.post("/increment", json={"by": 1}, cookies=cookie_a)
+        client.cookies.clear()
+        client.cookies.update(cookie_a)
+        gone = await client.post("/increment", json={"by": 1})
         assert gone.status_code == 409 and gone.json()["error"]["code"] == "stale_attempt"
-        ok = await client.post("/increment", json={"by": 1}, cookies=cookie_b, headers=b)
+        client.cookies.clear()
+        client.cookies.update(cookie_b)
+        ok = await client.post("/increment", json={"by": 1}, headers=b)
         assert ok.json() == {"output": 101}
         committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
         assert committed["episodes"] == ["b"]

@@ -1,0 +1,184 @@
+"""Faults at every protocol step never leave a partial checkpoint or a partial restore, and the stack
+always ends with admission open (DESIGN §12). Real counter processes, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gym_operator.client import ControlClient, ParticipantRef
+from gym_operator.coordinator import Coordinator, list_checkpoints
+from gym_services.control import layout
+from gym_services.control.storage import open_storage
+from gym_services.stack.config import ServerSpec, StackConfig
+from gym_services.stack.launcher import read_state, stack_secrets, start_stack, stop_stack
+
+pytestmark = pytest.mark.e2e
+NAMES = ("counter-0", "counter-1", "counter-2")
+
+
+class Servers:
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp / "stack"
+        self.config = StackConfig(name="faults", state_dir=str(self.dir), servers={n: ServerSpec(server="counter") for n in NAMES})
+        self.token = stack_secrets(self.dir)["control_token"]
+        self.tmp = tmp
+
+    def start(self):
+        self.state = start_stack(self.config, self.tmp)
+        self.refs = [ParticipantRef(s.name, "resources", s.url) for s in self.state.servers]
+        return self
+
+    def seed(self) -> None:
+        for i, server in enumerate(self.state.servers):
+            with httpx.Client(base_url=server.url) as http:
+                http.post("/seed_session", json={"start": i}, headers={"x-ng-rollout-id": f"r{i}"}).raise_for_status()
+
+    def kill(self, name: str) -> None:
+        pid = next(s.pid for s in self.state.servers if s.name == name)
+        os.killpg(pid, signal.SIGKILL)
+
+    def statuses(self) -> dict[str, dict]:
+        out = {}
+        for s in self.state.servers:
+            try:
+                out[s.name] = httpx.get(f"{s.url}/ng-control/v1/checkpoint/status",
+                                        headers={"authorization": f"Bearer {self.token}"}, timeout=5).json()
+            except httpx.HTTPError:
+                out[s.name] = {"dead": True}
+        return out
+
+    def stop(self) -> None:
+        stop_stack(self.dir, kill=True)
+
+
+async def run_checkpoint(servers: Servers, location: str, kill_at: str, victim: str = "counter-1"):
+    async with ControlClient(servers.token, timeout_s=10) as client:
+        async def on_event(phase: str, detail: dict) -> None:
+            if phase == kill_at:
+                servers.kill(victim)
+                await asyncio.sleep(0.2)
+
+        coordinator = Coordinator(servers.refs, client, on_event=on_event)
+        return await coordinator.checkpoint("ck", location, prepare_timeout_s=3, lease_s=2)
+
+
+@pytest.mark.parametrize("kill_at", ["Preparing", "Committing", "Publishing"])
+async def test_participant_killed_before_publish_leaves_no_checkpoint(tmp_path, kill_at) -> None:
+    location = f"file://{tmp_path / 'store'}"
+    servers = Servers(tmp_path).start()
+    try:
+        servers.seed()
+        result = await run_checkpoint(servers, location, kill_at)
+        statuses = servers.statuses()
+    finally:
+        servers.stop()
+    if kill_at == "Publishing":
+        # every participant had committed: the manifest is published, the checkpoint is whole
+        assert result.status == "completed" and any("counter-1" in w for w in result.warnings)
+        assert open_storage(location).exists(layout.global_manifest_key("ck"))
+    else:
+        assert result.status == "failed" and "counter-1" in result.error
+        assert not open_storage(location).exists(layout.global_manifest_key("ck"))
+        assert list_checkpoints(location) in ([], [("ck", None)])  # never a complete-looking partial one
+    survivors = {k: v for k, v in statuses.items() if k != "counter-1"}
+    assert all(s["admission_open"] and s["checkpoint_id"] is None for s in survivors.values()), survivors
+
+
+async def test_participant_killed_while_resuming_checkpoint_is_whole_and_restorable(tmp_path) -> None:
+    location = f"file://{tmp_path / 'store'}"
+    servers = Servers(tmp_path).start()
+    try:
+        servers.seed()
+        result = await run_checkpoint(servers, location, "Resuming", victim="counter-0")
+        assert result.status == "completed"
+    finally:
+        servers.stop()
+    fresh = Servers(tmp_path).start()
+    try:
+        async with ControlClient(fresh.token) as client:
+            restored = await Coordinator(fresh.refs, client).restore("ck", location)
+        assert restored.status == "completed" and restored.episodes == {"r0": 1, "r1": 1, "r2": 1}
+    finally:
+        fresh.stop()
+
+
+async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_path) -> None:
+    location = f"file://{tmp_path / 'store'}"
+    servers = Servers(tmp_path).start()
+    try:
+        servers.seed()
+        assert (await run_checkpoint(servers, location, kill_at="never")).status == "completed"
+    finally:
+        servers.stop()
+    fresh = Servers(tmp_path).start()
+    try:
+        async with ControlClient(fresh.token, timeout_s=10) as client:
+            async def on_event(phase: str, detail: dict) -> None:
+                if phase == "Restoring":
+                    fresh.kill("counter-2")
+
+            restored = await Coordinator(fresh.refs, client, on_event=on_event).restore("ck", location, lease_s=2)
+        statuses = fresh.statuses()
+    finally:
+        fresh.stop()
+    assert restored.status == "failed" and "counter-2" in restored.error
+    survivors = [statuses[n] for n in ("counter-0", "counter-1")]
+    assert all(s["phase"] == "fresh" and s["live"] == {"sessions": 0} and s["admission_open"] for s in survivors), survivors
+
+
+@pytest.mark.parametrize("kill_at", ["preparing", "committing", "publishing", "resuming"])
+def test_coordinator_killed_mid_transaction(tmp_path, kill_at) -> None:
+    """SIGKILL the `gymckpt checkpoint` process as it enters a phase: the checkpoint is published whole
+    or not at all, and within the lease every server has reopened admission by itself."""
+    location = f"file://{tmp_path / 'store'}"
+    servers = Servers(tmp_path).start()
+    try:
+        servers.seed()
+        env = {**os.environ, "GYMCKPT_STATE_DIR": str(servers.dir), "PYTHONUNBUFFERED": "1"}
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "gym_services.cli", "checkpoint", "--id", "ck", "--storage", location, "--lease", "1"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        )
+        assert cli.stdout is not None
+        seen = []
+        for line in cli.stdout:  # progress lines: "  HH:MM:SS <phase>"
+            seen.append(line.strip())
+            if line.strip().endswith(kill_at):
+                os.killpg(cli.pid, signal.SIGKILL)
+                break
+        cli.wait(timeout=10)
+        assert seen and seen[-1].endswith(kill_at), seen
+        paused_right_after = [n for n, st in servers.statuses().items() if not st["admission_open"]]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(st["admission_open"] for st in servers.statuses().values()):
+            time.sleep(0.1)
+        statuses = servers.statuses()
+        published = open_storage(location).exists(layout.global_manifest_key("ck"))
+    finally:
+        servers.stop()
+    if kill_at in ("committing", "publishing"):  # every participant was prepared when the coordinator died
+        assert paused_right_after, "the kill should have left servers paused until their leases ran out"
+    assert all(st["admission_open"] and st["checkpoint_id"] is None for st in statuses.values()), statuses
+    if kill_at in ("preparing", "committing"):
+        assert not published and list_checkpoints(location) in ([], [("ck", None)])
+    if kill_at == "resuming":
+        assert published
+    if published:
+        fresh = Servers(tmp_path).start()
+        try:
+            async def restore():
+                async with ControlClient(fresh.token) as client:
+                    return await Coordinator(fresh.refs, client).restore("ck", location)
+
+            assert asyncio.run(restore()).status == "completed"
+        finally:
+            fresh.stop()

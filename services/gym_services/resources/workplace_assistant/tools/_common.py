@@ -121,3 +121,22 @@ def append_row(df: pd.DataFrame, label: Any, row: dict[str, Any]) -> pd.DataFram
 def match_mask(df: pd.DataFrame, column: str, value: str) -> np.ndarray:
     """Rows whose ``column`` equals ``value`` exactly."""
     return np.asarray(df[column].to_numpy() == value, dtype=bool)
+
+
+def field_by_id(
+    df: pd.DataFrame, id_column: str, record_id: str | None, field: str | None, fields: Any, noun: str
+) -> object:
+    """One field of the row whose ``id_column`` matches: the ``*_get_*_information_by_id`` tools.
+
+    Misses come back as the model-visible texts those tools use ("Email ID not provided.", ...).
+    """
+    if not record_id:
+        return f"{noun} ID not provided."
+    if not field:
+        return "Field not provided."
+    rows = df[match_mask(df, id_column, record_id)]
+    if rows.empty:
+        return f"{noun} not found."
+    if field not in fields:
+        return "Field not found."
+    return {field: py_value(rows[field].to_numpy()[0])}

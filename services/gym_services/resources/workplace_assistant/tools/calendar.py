@@ -10,12 +10,12 @@ from ..environment import CALENDAR, WorkplaceEnvironment
 from ._common import (
     ToolError,
     append_row,
+    field_by_id,
     match_mask,
     next_id,
     next_label,
     paginate,
     parse_datetime,
-    py_value,
     records,
 )
 
@@ -31,17 +31,7 @@ def _check_duration(duration: str) -> None:
 def calendar_get_event_information_by_id(
     env: WorkplaceEnvironment, event_id: str | None = None, field: str | None = None
 ) -> object:
-    if not event_id:
-        return "Event ID not provided."
-    if not field:
-        return "Field not provided."
-    events = env.get(CALENDAR)
-    rows = events[match_mask(events, "event_id", event_id)]
-    if rows.empty:
-        return "Event not found."
-    if field not in EVENT_FIELDS:
-        return "Field not found."
-    return {field: py_value(rows[field].to_numpy()[0])}
+    return field_by_id(env.get(CALENDAR), "event_id", event_id, field, EVENT_FIELDS, "Event")
 
 
 def calendar_search_events(

@@ -8,12 +8,12 @@ from ..environment import CURRENT_TIME, EMAILS, WorkplaceEnvironment
 from ._common import (
     ToolError,
     append_row,
+    field_by_id,
     match_mask,
     next_id,
     next_label,
     paginate,
     parse_date,
-    py_value,
     records,
 )
 
@@ -27,17 +27,7 @@ def _valid_address(address: str) -> bool:
 def email_get_email_information_by_id(
     env: WorkplaceEnvironment, email_id: str | None = None, field: str | None = None
 ) -> object:
-    if not email_id:
-        return "Email ID not provided."
-    if not field:
-        return "Field not provided."
-    emails = env.get(EMAILS)
-    rows = emails[match_mask(emails, "email_id", email_id)]
-    if rows.empty:
-        return "Email not found."
-    if field not in EMAIL_FIELDS:
-        return "Field not found."
-    return {field: py_value(rows[field].to_numpy()[0])}
+    return field_by_id(env.get(EMAILS), "email_id", email_id, field, EMAIL_FIELDS, "Email")
 
 
 def email_search_emails(

@@ -9,11 +9,11 @@ from ._common import (
     append_row,
     choice_error,
     contains_ci,
+    field_by_id,
     match_mask,
     next_id,
     next_label,
     parse_date,
-    py_value,
     records,
 )
 
@@ -31,17 +31,7 @@ def _is_team_member(env: WorkplaceEnvironment, email: str) -> bool:
 def project_management_get_task_information_by_id(
     env: WorkplaceEnvironment, task_id: str | None = None, field: str | None = None
 ) -> object:
-    if not task_id:
-        return "Task ID not provided."
-    if not field:
-        return "Field not provided."
-    tasks = env.get(TASKS)
-    rows = tasks[match_mask(tasks, "task_id", task_id)]
-    if rows.empty:
-        return "Task not found."
-    if field not in TASK_FIELDS:
-        return "Field not found."
-    return {field: py_value(rows[field].to_numpy()[0])}
+    return field_by_id(env.get(TASKS), "task_id", task_id, field, TASK_FIELDS, "Task")
 
 
 def project_management_search_tasks(

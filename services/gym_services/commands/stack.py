@@ -155,10 +155,15 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease
         )
 
+    return _transaction(args, "checkpoint", work)
+
+
+def _transaction(args: argparse.Namespace, verb: str, work) -> int:
+    """Run a checkpoint or restore against the stack and print its summary; 0 when completed."""
     try:
         result = asyncio.run(_with_coordinator(args, work))
     except (StackError, ParticipantError, StorageError) as exc:
-        return _fail("checkpoint", exc)
+        return _fail(verb, exc)
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
     return 0 if result.status == "completed" else 1
 
@@ -169,12 +174,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants")
         return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease)
 
-    try:
-        result = asyncio.run(_with_coordinator(args, work))
-    except (StackError, ParticipantError, StorageError) as exc:
-        return _fail("restore", exc)
-    print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
-    return 0 if result.status == "completed" else 1
+    return _transaction(args, "restore", work)
 
 
 def _location(args: argparse.Namespace) -> str:

@@ -259,3 +259,68 @@ def test_refusals_end_in_failed_with_a_reason(operator_env, kubectl, tmp_path) -
     orphan = get(kubectl, "restore", "orphan")["status"]
     assert orphan["reason"] == "CheckpointNotFound" and "missing" in orphan["message"]
     assert {c["type"]: c["status"] for c in orphan["conditions"]}["Failed"] == "True"
+
+
+def participant_pods(kubectl, state, token: str) -> None:
+    """(Re)create one Pod per participant process, as a rescheduled StatefulSet would: same name, new address."""
+    for server in state.participants():
+        status = httpx.get(f"{server.url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}).json()
+        kubectl("delete", "pod", server.name, "--ignore-not-found=true")
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": server.name, "namespace": "default",
+                         "labels": {"app.kubernetes.io/instance": RELEASE, "gym-checkpoint.dev/role": status["role"],
+                                    "gym-checkpoint.dev/participant": server.server},
+                         "annotations": {"gym-checkpoint.dev/control-port": str(server.port)}},
+            "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
+        }
+        kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(pod))
+        kubectl("patch", "pod", server.name, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"podIP": "127.0.0.1", "phase": "Running"}}))
+
+
+@pytest.mark.e2e
+def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(operator_env, kubectl, tmp_path) -> None:
+    """Every demo server as a process behind a Pod, collection running: a Checkpoint taken by the operator, every
+    process SIGKILLed, fresh processes on new pods, a Restore — the collection finishes with the rewards of an
+    uninterrupted run and no episode twice."""
+    from gym_services.demo.report import compare
+    from gym_services.demo.story import Run, Story, _read_results, _wait_job
+
+    start_operator, _ = operator_env
+    story = Story(tmp_path / "story", tokens_per_second=120.0, say=lambda text: None)
+    story.prepare()
+    base = story.uninterrupted()
+    state = story._start("k8s")
+    token = stack_secrets(tmp_path / "story" / "k8s")["control_token"]
+    output = tmp_path / "story" / "k8s.jsonl"
+    try:
+        participant_pods(kubectl, state, token)
+        operator_stack = type("S", (), {"token": token})()
+        start_operator(operator_stack)
+        story._submit(state, output)
+        time.sleep(max(0.5, base.duration_s * 0.4))
+        apply(kubectl, checkpoint_doc("whole", prepareTimeoutSeconds=30, leaseSeconds=30))
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/whole", "--timeout=90s", timeout=100)
+        status = get(kubectl, "checkpoint", "whole")["status"]
+        assert status["participantCount"] == len(state.participants())
+    finally:
+        stop_stack(tmp_path / "story" / "k8s", kill=True)
+    state = story._start("k8s")
+    try:
+        participant_pods(kubectl, state, token)
+        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "whole-rs"},
+                        "spec": {"checkpointRef": {"name": "whole"}}})
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/whole-rs", "--timeout=90s", timeout=100)
+        import asyncio
+
+        asyncio.run(_wait_job(state, 240, None))
+    finally:
+        stop_stack(tmp_path / "story" / "k8s")
+    run = Run()
+    _read_results(output, run)
+    restored = get(kubectl, "restore", "whole-rs")["status"]
+    assert restored["attempt"] == 1 and restored["restoredEpisodes"] >= 1
+    verdict = compare(base, run, story.agent_env, tokens=False)  # token accounting: tests/e2e
+    assert verdict.ok, verdict.problems
+    assert len(run.results) == len(story.tasks) and not run.duplicates

@@ -23,7 +23,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if bar is None:
             for other in bars.values():
                 other.close()
-            bar = bars[label] = tqdm(total=job.get("total") or 0, desc=f"{label:>13}", unit="ep", file=sys.stdout, leave=True)
+            bar = bars[label] = tqdm(
+                total=job.get("total") or 0, initial=job.get("finished", 0), desc=f"{label:>13}", unit="ep",
+                file=sys.stdout, leave=True,
+            )
         bar.total = job.get("total") or bar.total
         bar.n = job.get("finished", 0)
         bar.set_postfix(live=job.get("live", 0))

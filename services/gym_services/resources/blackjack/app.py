@@ -24,7 +24,7 @@ from starlette.routing import Route
 from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
-from gym_services.base.http import parse_body
+from gym_services.base.http import parse_body, read_json_object
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import session_id
 from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_action, response_text
@@ -135,6 +135,7 @@ def create_app(config: Config) -> Starlette:
         return JSONResponse(reply.model_dump())
 
     async def close(request: Request) -> JSONResponse:
+        await read_json_object(request)  # no fields, but it must be well-formed
         sid = session_id(request)
         participant.check_session(sid)
         had = sid in store.episodes

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.http import parse_body
+from gym_services.base.http import parse_body, read_json_object
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.sessions import ResourcesParticipant
 from gym_services.resources.math_formal_lean import feedback, proof
@@ -155,7 +155,7 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
     verifier = Verifier(config, sandbox)
 
     async def seed(request: Request) -> JSONResponse:
-        await request.body()  # the whole task row is sent; nothing of it is kept
+        await read_json_object(request)  # the whole task row is sent; nothing of it is kept
         return JSONResponse({}, headers=participant.seed_headers())
 
     async def verify(request: Request) -> JSONResponse:

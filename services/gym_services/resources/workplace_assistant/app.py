@@ -20,7 +20,7 @@ from starlette.routing import Route
 from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
-from gym_services.base.http import parse_body, read_json
+from gym_services.base.http import parse_body, read_json, read_json_object
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import session_id
 from gym_services.control.sessions import ResourcesParticipant
@@ -66,7 +66,7 @@ def create_app(config: Config) -> Starlette:
         return sid
 
     async def seed(request: Request) -> JSONResponse:
-        await read_json(request)  # the body is unused, but must be JSON
+        await read_json_object(request)  # the body is unused, but must be a JSON object
         sid = session_id(request)
         await asyncio.to_thread(sessions.seed, sid)
         participant.track(sid, RolloutIdentity.from_headers(request.headers))

@@ -1,0 +1,102 @@
+"""Unit tests of the shared server base: config loading, rollout identity, signed session cookies."""
+
+from __future__ import annotations
+
+import pytest
+
+from gym_services.base.config import ConfigError, ServerConfig, load_config
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+from gym_services.base.sessions import SessionCodec
+
+
+def test_config_layers_file_env_overrides(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: srv\nport: 1234\ncheckpoint: {lease_check_interval_s: 1.0}\n")
+    env = {
+        "GYMCKPT_CONTROL_TOKEN": "tok",
+        "GYMCKPT_SESSION_SECRET": "0123456789abcdef!",
+        "GYMCKPT_PARTICIPANT_ID": "srv-0",
+        "GYMCKPT__STORAGE__MAX_CONCURRENCY": "4",
+    }
+    cfg = load_config(ServerConfig, path, {"port": 9999}, env=env)
+    assert (cfg.name, cfg.port, cfg.participant_id, cfg.storage.max_concurrency) == ("srv", 9999, "srv-0", 4)
+    assert cfg.checkpoint.control_token.get_secret_value() == "tok"
+    assert cfg.checkpoint.lease_check_interval_s == 1.0
+    cfg.require_secrets()
+
+
+@pytest.mark.parametrize(
+    "text, env, message",
+    [
+        ("name: srv\nbogus: 1\n", {}, "bogus"),
+        ("name: srv\nport: -1\n", {}, "port"),
+        ("- a list\n", {}, "must be a mapping"),
+        ("name: srv\n", {"GYMCKPT__PORT": "not-a-port"}, "port"),
+    ],
+)
+def test_bad_configs_say_which_field(tmp_path, text, env, message) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(ServerConfig, path, env=env)
+
+
+def test_missing_secrets_refuse_to_start() -> None:
+    cfg = load_config(ServerConfig, overrides={"name": "srv"}, env={})
+    with pytest.raises(ConfigError, match="control_token.*session_secret"):
+        cfg.require_secrets()
+    load_config(ServerConfig, overrides={"name": "srv", "checkpoint": {"enabled": False}}, env={}).require_secrets()
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ({"_ng_rollout_id": "abc.1"}, ("abc.1", 0)),
+        ({"_ng_rollout_id": "abc", "_ng_attempt_index": 2}, ("abc", 2)),
+        ({"_ng_task_index": 3, "_ng_rollout_index": 1}, ("3-1", 0)),
+        ({"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": None}, ("3-1", 0)),
+        ({"_ng_rollout_id": "x", "_ng_task_index": 3, "_ng_rollout_index": 1}, ("x", 0)),
+    ],
+)
+def test_identity_from_run_body(body, expected) -> None:
+    ident = RolloutIdentity.from_run_body(body)
+    assert (ident.rollout_id, ident.attempt) == expected
+    assert RolloutIdentity.from_headers(ident.headers()) == ident
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({}, "rollout_id_required"),
+        ({"_ng_task_index": 1}, "rollout_id_required"),
+        ({"_ng_rollout_id": "../etc"}, "bad_request"),
+        ({"_ng_rollout_id": "ok", "_ng_attempt_index": -1}, "bad_request"),
+        ({"_ng_rollout_id": "ok", "_ng_attempt_index": True}, "bad_request"),
+        ({"_ng_task_index": "1", "_ng_rollout_index": 0}, "bad_request"),
+    ],
+)
+def test_bad_identities_are_refused(body, code) -> None:
+    with pytest.raises(ApiError) as err:
+        RolloutIdentity.require_from_run_body(body)
+    assert err.value.code == code
+
+
+def test_identity_headers_and_stamp() -> None:
+    with pytest.raises(ApiError):
+        RolloutIdentity.from_headers({"x-ng-rollout-id": "r", "x-ng-attempt": "one"})
+    assert RolloutIdentity.from_headers({}) is None
+    ident = RolloutIdentity(rollout_id="r", attempt=1)
+    assert ident.next_attempt().attempt == 2
+    assert ident.stamp({"a": 1}) == {"a": 1, "_ng_rollout_id": "r", "_ng_attempt_index": 1}
+
+
+def test_session_cookies_survive_a_fresh_process_but_not_a_forgery() -> None:
+    original = SessionCodec("a-deployment-secret-123", "workplace")
+    fresh = SessionCodec("a-deployment-secret-123", "workplace")
+    signed = original.sign("sid-1")
+    assert fresh.read(signed) == "sid-1"
+    assert SessionCodec("another-secret-xyz-123", "workplace").read(signed) is None
+    assert SessionCodec("a-deployment-secret-123", "blackjack").read(signed) is None  # per-server salt
+    assert fresh.read(signed[:-2] + "xx") is None
+    assert original.name == "gym_session_workplace"

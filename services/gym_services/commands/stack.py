@@ -139,7 +139,25 @@ def cmd_collect(args: argparse.Namespace) -> int:
         f"collected {status['finished']} rollouts ({status['errors']} errors); mean reward "
         f"{status['mean_reward'] if status['mean_reward'] is not None else '-'}; results in {status['output_path']}"
     )
+    print(reward_table(Path(status["output_path"])))
     return 0
+
+
+def reward_table(results: Path) -> str:
+    """Per agent: episodes, errors, mean and min/max reward, from the results JSONL."""
+    by_agent: dict[str, list[dict]] = {}
+    for line in results.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_agent.setdefault(row.get("agent", "?"), []).append(row)
+    rows = []
+    for agent, items in sorted(by_agent.items()):
+        rewards = [float(r["reward"]) for r in items if isinstance(r.get("reward"), (int, float))]
+        errors = sum(1 for r in items if "error" in r)
+        mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+        spread = f"{min(rewards):g} .. {max(rewards):g}" if rewards else "-"
+        rows.append([agent, len(items), errors, mean, spread])
+    return table(["agent", "episodes", "errors", "mean reward", "range"], rows)
 
 
 # --- checkpoint / restore / checkpoints --------------------------------------------------

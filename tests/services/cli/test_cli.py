@@ -65,3 +65,17 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
         assert missing.returncode == 1 and "unknown or incomplete" in missing.stdout
     finally:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
+
+
+def test_reward_table_summarises_results_per_agent(tmp_path) -> None:
+    from gym_services.commands.stack import reward_table
+
+    path = tmp_path / "results.jsonl"
+    rows = [
+        {"agent": "a", "reward": 1.0}, {"agent": "a", "reward": 0.0},
+        {"agent": "b", "reward": -1}, {"agent": "b", "reward": None, "error": "HTTP 502"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = reward_table(path).splitlines()
+    assert lines[2].split() == ["a", "2", "0", "0.500", "0", "..", "1"]
+    assert lines[3].split() == ["b", "2", "1", "-1.000", "-1", "..", "-1"]

@@ -73,6 +73,16 @@ async def wait_for(predicate, timeout=5.0):
     raise AssertionError("condition not reached")
 
 
+async def settled_status(client, timeout=5.0) -> dict:
+    """The job status once no episode is live; the last result line lands before the state flips."""
+    for _ in range(int(timeout / 0.01)):
+        status = (await client.get("/jobs/current")).json()
+        if status["state"] != "running" and status["live"] == 0:
+            return status
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"job never settled: {status}")
+
+
 async def test_collects_every_task_with_bounded_concurrency(tmp_path) -> None:
     agent = FakeAgent()
     agent.gate.set()
@@ -82,7 +92,7 @@ async def test_collects_every_task_with_bounded_concurrency(tmp_path) -> None:
         started = await client.post("/jobs", json={"tasks_path": tasks, "output_path": str(out), "repeats": 2, "concurrency": 3})
         assert started.status_code == 200 and started.json()["total"] == 12
         await wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 12)
-        status = (await client.get("/jobs/current")).json()
+        status = await settled_status(client)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["_ng_rollout_id"] for r in rows) == sorted(f"{t}-{r}" for t in range(6) for r in range(2))
     assert all(r["_ng_attempt_index"] == 0 and r["reward"] == r["_ng_task_index"] / 10 for r in rows)
@@ -151,8 +161,7 @@ async def test_stale_attempt_answer_is_not_a_result(tmp_path) -> None:
     async with serve(collection_app(agent)) as client:
         await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
         await wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 1)
-        await asyncio.sleep(0.05)
-        status = (await client.get("/jobs/current")).json()
+        status = await settled_status(client)
     assert [json.loads(line)["_ng_rollout_id"] for line in out.read_text().splitlines()] == ["1-0"]
     assert status["live"] == 0 and status["errors"] == 0
 
@@ -165,5 +174,5 @@ async def test_retire_drops_a_live_episode(tmp_path) -> None:
         await wait_for(lambda: agent.active == 1)
         answer = await Control(client).retire("0-0", 0)
         assert answer["retired"] is True
-        status = (await client.get("/jobs/current")).json()
+        status = await settled_status(client)
     assert status["state"] == "completed" and status["live"] == 0 and out.read_text() == ""

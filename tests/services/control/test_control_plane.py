@@ -177,13 +177,13 @@ async def test_blockers_reported_at_deadline(server) -> None:
 
 async def test_lease_expiry_reopens_admission(server) -> None:
     client, control, participant, *_ = server
-    await control.prepare("c1", lease_s=0.3)
+    await control.prepare("c1", lease_s=0.8)
     assert (await client.post("/bump")).status_code == 409
-    await asyncio.sleep(0.2)
-    await control.call("lease", {"checkpoint_id": "c1"})
-    await asyncio.sleep(0.2)
-    assert (await control.status())["phase"] == "prepared"  # renewed in time
     await asyncio.sleep(0.4)
+    await control.call("lease", {"checkpoint_id": "c1"})
+    await asyncio.sleep(0.6)  # past the first lease's end, inside the renewed one
+    assert (await control.status())["phase"] == "prepared"  # renewed in time
+    await asyncio.sleep(0.8)
     status = await control.status()
     assert status["phase"] == "open" and status["checkpoint_id"] is None
     assert "lease expired" in status["last_event"]

@@ -19,6 +19,9 @@ Checkpointing (role ``model``, DESIGN §6; details in :mod:`.generations`):
   older attempt's open calls with the same 409). Calls without identity are cut and held like the
   others but never written to a checkpoint.
 
+``stream: true`` is answered with synthetic Responses API SSE events once the generation is finished
+(:mod:`.stream_events`), as the reference model server does, so streaming changes no checkpoint rule.
+
 Responses are deterministic: ids derive from the request digest, and ``created_at`` is 0 unless
 ``stable_created_at`` is false, so a checkpointed run can be compared byte for byte with an
 uninterrupted one.
@@ -31,7 +34,7 @@ import time
 from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_services.base.app import create_server_app
@@ -43,7 +46,10 @@ from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
 from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
+from gym_services.models.policy_model.stream_events import encode_sse, response_events
 from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig
+
+SSE_HEADERS = {"cache-control": "no-cache"}
 
 
 class Config(ServerConfig):
@@ -58,10 +64,8 @@ def create_app(config: Config) -> Starlette:
     upstream = Upstream(config.upstream)
     manager = GenerationManager(upstream, config.cut_wait_s)
 
-    async def responses(request: Request) -> JSONResponse:
+    async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
-        if body.stream:
-            raise ApiError("bad_request", "stream: true is not supported by /v1/responses here; send stream: false")
         model = config.upstream.model or body.model
         if not model:
             raise ApiError("bad_request", "no model: set upstream.model in the config or model in the request")
@@ -70,18 +74,19 @@ def create_app(config: Config) -> Starlette:
         digest = request_digest(body)
         generation = await manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
         assert generation.finish_reason is not None
-        return JSONResponse(
-            build_response(
-                body,
-                digest,
-                body.model or model,
-                generation.text,
-                generation.finish_reason,
-                generation.prompt_tokens or 0,
-                generation.completion_tokens,
-                created_at,
-            )
+        response = build_response(
+            body,
+            digest,
+            body.model or model,
+            generation.text,
+            generation.finish_reason,
+            generation.prompt_tokens or 0,
+            generation.completion_tokens,
+            created_at,
         )
+        if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
+            return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)
+        return JSONResponse(response)
 
     async def shutdown() -> None:
         manager.shutdown()

@@ -17,6 +17,8 @@ from gym_services.base.errors import ApiError
 
 ROLLOUT_ID_HEADER = "x-ng-rollout-id"
 ATTEMPT_HEADER = "x-ng-attempt"
+#: sent by an agent on a call to a server it holds no session cookie of: the episode has no session there
+FIRST_SESSION_HEADER = "x-ng-first-session"
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 

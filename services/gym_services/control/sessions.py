@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from gym_services.base.errors import ApiError
-from gym_services.base.identity import RolloutIdentity
+from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
 from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
 
 VERIFY_HEADER = "x-ng-checkpoint-verify"
 STATE_SCHEMA_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -85,6 +89,27 @@ class ResourcesParticipant(Participant):
         """A session was created (``/seed_session``, ``/reset``)."""
         self.retired.discard(session_id)
         self.sessions[session_id] = identity
+
+    def seeded(self, session_id: str, headers: Mapping[str, str]) -> RolloutIdentity | None:
+        """A ``/seed_session`` created a session: track it under the call's rollout identity.
+
+        An agent that holds no session of this server says so (``x-ng-first-session: 1``). Any
+        other session of that rollout up to this attempt is then unreachable: it is what a seed in
+        flight at a checkpoint created, restored for an episode whose boundary was still before the
+        seed (seeding is a replay step). It is dropped here instead of living until a retire.
+        """
+        identity = RolloutIdentity.from_headers(headers)
+        if identity is not None and headers.get(FIRST_SESSION_HEADER) == "1":
+            for sid in self._sessions_of(identity.rollout_id, identity.attempt):
+                if sid != session_id:
+                    log.info(
+                        "dropped an unreachable session of the rollout at a new seed",
+                        extra={"session_id": sid, "rollout_id": identity.rollout_id, "attempt": identity.attempt},
+                    )
+                    self._drop(sid)
+                    self.retired.add(sid)
+        self.track(session_id, identity)
+        return identity
 
     def end(self, session_id: str) -> None:
         """The session finished (a successful ``/verify``, an episode that is done)."""
@@ -197,15 +222,19 @@ class ResourcesParticipant(Participant):
             self._drop(sid)
 
     async def retire(self, rollout_id: str, attempt: int) -> bool:
-        victims = [
-            sid
-            for sid, ident in self.sessions.items()
-            if ident is not None and ident.rollout_id == rollout_id and ident.attempt <= attempt
-        ]
+        victims = self._sessions_of(rollout_id, attempt)
         for sid in victims:
             self._drop(sid)
             self.retired.add(sid)
         return bool(victims)
+
+    def _sessions_of(self, rollout_id: str, attempt: int) -> list[str]:
+        """Live sessions of the rollout from this attempt or an earlier one."""
+        return [
+            sid
+            for sid, ident in self.sessions.items()
+            if ident is not None and ident.rollout_id == rollout_id and ident.attempt <= attempt
+        ]
 
     def _drop(self, sid: str) -> None:
         if self.hooks is not None:

@@ -134,6 +134,26 @@ async def test_workplace_wait_verification_finishing_during_prepare(worker, work
     assert out.history == ["return"]
 
 
+async def test_workplace_seed_in_flight_leaves_no_unreachable_session(worker, workplace_expected, tmp_path) -> None:
+    """The seed ran in the server but its reply had not reached the agent: the session is saved, the
+    boundary is still ``seed``. Attempt 1 seeds again (a replay step) and that seed drops the restored
+    session nobody can reach, so after ``/verify`` the server holds nothing of the rollout."""
+    factory = simple_stack(worker.url, "workplace_assistant", "workplace-oracle")
+
+    async def arrange(s):
+        hold = s.wire.hold(lambda c: c.host == "resources" and c.path == "/seed_session")
+        return hold.arrived.wait
+
+    out = await checkpoint_and_continue(factory, WORKPLACE, "wa-2-0", f"file://{tmp_path}", arrange=arrange)
+    assert out.result == workplace_expected
+    assert {p.participant_id: p.episodes for p in out.checkpoint.participants}["resources"] == 1  # the seeded session
+    assert counts(out.restored_wire) == {"seed": 1, "generate": 4, "tools": 3, "verify": 1}
+    seed = out.restored_wire.data_calls("resources", "/seed_session")[0]
+    assert seed.attempt == 1
+    resources = out.restored_wire.apps["resources"].state.participant
+    assert resources.sessions == {} and resources.restored == set()
+
+
 # --- indirect_prompt_injection -------------------------------------------------------
 
 

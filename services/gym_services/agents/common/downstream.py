@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from gym_services.base.errors import ApiError
-from gym_services.base.identity import RolloutIdentity
+from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
 
 
 class CheckpointParked(Exception):
@@ -125,6 +125,8 @@ class Downstream:
             headers.update(identity.headers())
         if cookies:
             headers["cookie"] = cookie_header(cookies)
+        elif identity is not None:  # lets a seed drop what an earlier attempt's seed left unreachable
+            headers[FIRST_SESSION_HEADER] = "1"
         try:
             return await self.client.post(f"{self.base_url}{path}", json=body, headers=headers)
         except httpx.HTTPError as exc:

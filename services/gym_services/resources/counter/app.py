@@ -20,7 +20,6 @@ from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
 from gym_services.base.http import parse_body
-from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import session_id
 from gym_services.control.participant import InvalidState
 from gym_services.control.sessions import ResourcesParticipant
@@ -86,7 +85,7 @@ def create_app(config: Config) -> Starlette:
         body = await parse_body(request, SeedRequest)
         sid = session_id(request)
         store.values[sid] = body.start
-        participant.track(sid, RolloutIdentity.from_headers(request.headers))
+        participant.seeded(sid, request.headers)
         return JSONResponse({"session_id": sid, "value": body.start}, headers=participant.seed_headers())
 
     async def increment(request: Request) -> JSONResponse:

@@ -22,7 +22,6 @@ from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
 from gym_services.base.http import read_json, validate
-from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import session_id
 from gym_services.control.sessions import ResourcesParticipant
 from gym_services.resources.indirect_prompt_injection import verifier
@@ -60,7 +59,7 @@ def create_app(config: Config) -> Starlette:
             store.seed(sid, body.environment)
         except NonJsonValue as exc:  # pragma: no cover - a parsed JSON body always passes
             raise ApiError("bad_request", str(exc)) from None
-        participant.track(sid, RolloutIdentity.from_headers(request.headers))
+        participant.seeded(sid, request.headers)
         return JSONResponse({}, headers=participant.seed_headers())
 
     async def call_tool(request: Request) -> JSONResponse:

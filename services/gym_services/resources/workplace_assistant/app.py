@@ -21,7 +21,6 @@ from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
 from gym_services.base.http import parse_body, read_json, read_json_object
-from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import session_id
 from gym_services.control.sessions import ResourcesParticipant
 
@@ -69,7 +68,7 @@ def create_app(config: Config) -> Starlette:
         await read_json_object(request)  # the body is unused, but must be a JSON object
         sid = session_id(request)
         await asyncio.to_thread(sessions.seed, sid)
-        participant.track(sid, RolloutIdentity.from_headers(request.headers))
+        participant.seeded(sid, request.headers)
         return JSONResponse({"session_id": sid}, headers=participant.seed_headers())
 
     async def tools(request: Request) -> JSONResponse:

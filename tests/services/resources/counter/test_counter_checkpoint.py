@@ -162,3 +162,34 @@ async def test_session_dropped_by_failed_verify_is_left_out(tmp_path) -> None:
         assert participant.live() == {"sessions": 1}
         committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
         assert committed["records"] == 0
+
+
+async def test_first_session_seed_drops_only_unreachable_sessions_of_its_rollout(tmp_path) -> None:
+    """``x-ng-first-session: 1`` on a seed drops the rollout's other sessions up to that attempt (their
+    cookies are refused after); other rollouts, and seeds without the header, keep theirs."""
+    async with serve(fresh_app()) as client:
+
+        async def seed(rollout: str, attempt: int, first: bool) -> dict[str, str]:
+            client.cookies.clear()
+            headers = {"x-ng-rollout-id": rollout, "x-ng-attempt": str(attempt)}
+            if first:
+                headers["x-ng-first-session"] = "1"
+            assert (await client.post("/seed_session", json={"start": 0}, headers=headers)).status_code == 200
+            return dict(client.cookies)
+
+        participant = client._transport.app.state.participant  # type: ignore[attr-defined]
+        old = await seed("r1", 1, first=True)
+        second = await seed("r1", 1, first=False)  # no header: the agent holds a session here already
+        other = await seed("r2", 1, first=True)
+        assert len(participant.sessions) == 3
+        fresh = await seed("r1", 2, first=True)  # attempt 2 holds nothing here: attempt 1's sessions are unreachable
+        also = await seed("r1", 2, first=False)
+        kept = sorted(f"{ident.rollout_id}:{ident.attempt}" for ident in participant.sessions.values())
+        assert kept == ["r1:2", "r1:2", "r2:1"]
+        for cookies, rollout, status in (
+            (old, "r1", 409), (second, "r1", 409), (other, "r2", 200), (fresh, "r1", 200), (also, "r1", 200)
+        ):
+            client.cookies.clear()
+            client.cookies.update(cookies)
+            reply = await client.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": rollout, "x-ng-attempt": "2"})
+            assert reply.status_code == status, reply.text

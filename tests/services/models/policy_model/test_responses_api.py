@@ -119,8 +119,10 @@ async def test_upstream_failures_are_502_json() -> None:
     async with serve(model_app(f"http://127.0.0.1:{free_port()}", upstream={"connect_timeout_s": 2})) as client:
         resp = await client.post("/v1/responses", json={"model": "workplace-oracle", "input": "hi"})
         assert resp.status_code == 502 and resp.json()["error"]["code"] == "upstream_error"
-        bad = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
-        assert bad.status_code == 400
+        streamed = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        # a streamed call fails the same way: nothing is streamed before the generation is done
+        assert streamed.status_code == 502 and streamed.json()["error"]["code"] == "upstream_error"
+        assert streamed.headers["content-type"] == "application/json"
 
 
 async def test_unknown_upstream_model_is_502_with_the_upstream_message(fast_worker) -> None:

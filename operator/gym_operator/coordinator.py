@@ -32,6 +32,7 @@ from gym_services.control.models import (
     GlobalManifest,
     ManifestParticipant,
     Role,
+    StorageAccess,
 )
 from gym_services.control.participant import InvalidState
 from gym_services.control.records import parse_participant_manifest, sha256
@@ -96,14 +97,19 @@ class Coordinator:
         client: ControlClient,
         *,
         storage_config: StorageConfig | None = None,
+        participant_storage: StorageAccess | None = None,
         on_event: EventSink | None = None,
     ) -> None:
+        """``storage_config`` is how the coordinator reaches storage; ``participant_storage``, when
+        given, travels with commit and restore so servers reach it the same way instead of by their
+        own storage config (a Checkpoint naming its own endpoint or credentials)."""
         self.participants = list(participants)
         ids = [p.participant_id for p in self.participants]
         if len(set(ids)) != len(ids):
             raise ValueError(f"participant ids must be unique: {ids}")
         self.client = client
         self.storage_config = storage_config or StorageConfig()
+        self._access = {"storage": participant_storage.wire()} if participant_storage else {}
         self.on_event = on_event
 
     # --- plumbing -----------------------------------------------------------------
@@ -224,7 +230,7 @@ class Coordinator:
                 episodes: list[str] | None = None
                 if controllers:
                     ok, failed = await self._each(
-                        controllers, "commit", lambda r: {"checkpoint_id": checkpoint_id, "location": location}
+                        controllers, "commit", lambda r: {"checkpoint_id": checkpoint_id, "location": location, **self._access}
                     )
                     if failed:
                         raise TransactionError("; ".join(str(e) for e in failed.values()))
@@ -234,7 +240,7 @@ class Coordinator:
                     ok, failed = await self._each(
                         others,
                         "commit",
-                        lambda r: {"checkpoint_id": checkpoint_id, "location": location, "episodes": episodes},
+                        lambda r: {"checkpoint_id": checkpoint_id, "location": location, "episodes": episodes, **self._access},
                     )
                     if failed:
                         raise TransactionError("; ".join(str(e) for e in failed.values()))
@@ -399,6 +405,7 @@ class Coordinator:
                     "manifest_key": entries[r.participant_id].manifest_key,
                     "manifest_sha256": entries[r.participant_id].manifest_sha256,
                     "lease_s": lease_s,
+                    **self._access,
                 },
                 timeout_s=max(60.0, lease_s * 4),
             )

@@ -26,6 +26,7 @@ from gym_operator.discovery import DiscoveryError, participants_from_pods, selec
 from gym_operator.kube import GROUP, VERSION, Kube
 from gym_operator.status import TERMINAL, failed_status, now, pending_status, progress_status, result_status
 from gym_services.base.config import StorageConfig
+from gym_services.control.models import StorageAccess
 from gym_services.control.storage import StorageError
 
 PHASE_REASONS = {
@@ -75,11 +76,15 @@ async def _discover(namespace: str, spec: dict[str, Any], memo: kopf.Memo):
     return refs
 
 
-async def _storage_config(storage: dict[str, Any], namespace: str, memo: kopf.Memo) -> StorageConfig:
-    """Endpoint and region from the spec (else the operator's env); keys from ``credentialsSecret``.
+async def _storage_access(
+    storage: dict[str, Any], namespace: str, memo: kopf.Memo
+) -> tuple[StorageConfig, StorageAccess | None]:
+    """How the operator reaches storage, and what the servers are told to use instead of their config.
 
-    The secret is used by the operator itself (manifest checks, publishing). Servers write
-    their records with the release's S3 Secret, so both must reach the same bucket.
+    Endpoint and region come from the spec (else the operator's env), keys from ``credentialsSecret``
+    (else the operator's). Whatever the spec names itself is also sent to every server with commit and
+    restore, so the resource alone decides where records go; a spec naming none of them leaves each
+    server on the release's storage settings.
     """
     keys: dict[str, str] = {}
     if storage.get("credentialsSecret"):
@@ -88,11 +93,14 @@ async def _storage_config(storage: dict[str, Any], namespace: str, memo: kopf.Me
             keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
         except KeyError as exc:
             raise LookupError(f"Secret {storage['credentialsSecret']} has no {exc.args[0]}") from None
-    return StorageConfig(
-        endpoint_url=storage.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL"),
-        region=storage.get("region") or os.environ.get("AWS_REGION"),
+    named = {"endpoint_url": storage.get("endpoint"), "region": storage.get("region"), **keys}
+    named = {k: v for k, v in named.items() if v}
+    config = StorageConfig(
+        endpoint_url=named.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL"),
+        region=named.get("region") or os.environ.get("AWS_REGION"),
         **keys,
     )
+    return config, (StorageAccess(**named) if named else None)
 
 
 class Refused(Exception):
@@ -143,10 +151,12 @@ class Transaction:
         except DiscoveryError as exc:
             raise Refused("NoParticipants", str(exc)) from None
         try:
-            storage_config = await _storage_config(storage, self.namespace, self.memo)
+            storage_config, access = await _storage_access(storage, self.namespace, self.memo)
         except LookupError as exc:
             raise Refused("CredentialsNotFound", str(exc)) from None
-        return Coordinator(participants, client, storage_config=storage_config, on_event=self.sink)
+        return Coordinator(
+            participants, client, storage_config=storage_config, participant_storage=access, on_event=self.sink
+        )
 
     async def run(self, work: Callable[[], Awaitable[TransactionResult]]) -> None:
         """Run ``work`` holding the stack's lock; a second transaction waits in Pending."""

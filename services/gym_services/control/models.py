@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 SCHEMA_VERSION = 1
 CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -40,10 +40,44 @@ class PrepareRequest(_Strict):
     lease_s: float = Field(default=30.0, gt=0, le=3600, description="pause ends by itself unless renewed")
 
 
+class StorageAccess(_Strict):
+    """How to reach this checkpoint's location, over the server's own ``storage`` config.
+
+    Sent by the operator when a Checkpoint or Restore names its own endpoint, region or
+    credentials Secret, so every server writes where the resource says. Keys are secrets:
+    never logged, never echoed in an answer.
+    """
+
+    endpoint_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    region: str | None = Field(default=None, min_length=1, max_length=64)
+    access_key_id: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
+    secret_access_key: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
+
+    def wire(self) -> dict[str, str]:
+        """The request field as sent, keys revealed (only ever over the authenticated control plane)."""
+        values = {
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "access_key_id": self.access_key_id.get_secret_value() if self.access_key_id else None,
+            "secret_access_key": self.secret_access_key.get_secret_value() if self.secret_access_key else None,
+        }
+        return {k: v for k, v in values.items() if v is not None}
+
+    def fingerprint(self) -> tuple[str | None, ...]:
+        """Distinguishes storage clients built from different access (keys included, not printed)."""
+        return (
+            self.endpoint_url,
+            self.region,
+            self.access_key_id.get_secret_value() if self.access_key_id else None,
+            self.secret_access_key.get_secret_value() if self.secret_access_key else None,
+        )
+
+
 class CommitRequest(_Strict):
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
     location: str = Field(min_length=1)
     episodes: list[str] | None = Field(default=None, description="rollouts the controller continues; all when null")
+    storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
 
 
 class CheckpointRef(_Strict):
@@ -56,6 +90,7 @@ class RestoreRequest(_Strict):
     manifest_key: str = Field(min_length=1)
     manifest_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     lease_s: float = Field(default=30.0, gt=0, le=3600)
+    storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
 
 
 class RetireRequest(_Strict):

@@ -35,6 +35,7 @@ from gym_services.control.models import (
     RetireRequest,
     RetireResponse,
     StatusResponse,
+    StorageAccess,
 )
 from gym_services.control.participant import InvalidState, Participant, Scope
 from gym_services.control.records import (
@@ -75,7 +76,7 @@ class ControlPlane:
         self._closed: dict[str, tuple[str, PhaseResponse]] = {}
         self._restored: Any = None
         self._phase_before_restore: Phase = "fresh"
-        self._storages: dict[str, Storage] = {}
+        self._storages: dict[tuple[str, tuple[str | None, ...] | None], Storage] = {}
         self._pool = ThreadPoolExecutor(
             max_workers=config.storage.max_concurrency, thread_name_prefix=f"storage-{self.server}"
         )
@@ -105,13 +106,18 @@ class ControlPlane:
         self.last_event = event
         log.info(event, extra={"phase": phase, "checkpoint_id": self.checkpoint_id})
 
-    def storage(self, location: str) -> Storage:
-        if location not in self._storages:
+    def storage(self, location: str, access: StorageAccess | None = None) -> Storage:
+        """The storage client for a location, from the server's config or the request's access."""
+        key = (location, access.fingerprint() if access else None)
+        if key not in self._storages:
+            config = self.config.storage
+            if access is not None:
+                config = config.model_copy(update=access.model_dump(exclude_none=True))
             try:
-                self._storages[location] = open_storage(location, self.config.storage)
+                self._storages[key] = open_storage(location, config)
             except StorageError as exc:
                 raise ApiError("bad_request", str(exc)) from None
-        return self._storages[location]
+        return self._storages[key]
 
     def _renew(self, lease_s: float | None = None) -> None:
         if lease_s is not None:
@@ -260,7 +266,7 @@ class ControlPlane:
     async def _run_commit(self, req: CommitRequest) -> CommitResponse:
         started = time.perf_counter()
         self._renew()
-        storage = self.storage(req.location)
+        storage = self.storage(req.location, req.storage)
         scope = Scope.of(req.episodes)
         try:
             records = await self.participant.export(scope)
@@ -351,7 +357,7 @@ class ControlPlane:
     async def _run_restore(self, req: RestoreRequest) -> RestoreResponse:
         started = time.perf_counter()
         try:
-            storage = self.storage(req.location)
+            storage = self.storage(req.location, req.storage)
             try:
                 manifest, records = await read_participant_checkpoint(
                     storage, self._pool, req.manifest_key, req.manifest_sha256

@@ -156,3 +156,29 @@ async def test_operator_sends_servers_what_the_spec_names(monkeypatch: pytest.Mo
 
     with pytest.raises(LookupError, match="AWS_SECRET_ACCESS_KEY"):
         await _storage_access({"bucket": "b", "credentialsSecret": "half"}, "ns", memo)
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [
+        {"endpoint_url": "not a url"},
+        {"endpoint_url": "ftp://127.0.0.1:21"},
+        {"region": "Not A Region"},
+        {"access_key_id": ""},
+        {"access_key_id": 5},
+        {"bucket": "extra fields are refused"},
+        "s3://a-string-instead",
+    ],
+)
+async def test_malformed_storage_access_is_400_and_changes_nothing(storage, tmp_path) -> None:
+    from tests.support.asgi import Control, serve
+
+    app = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+    async with serve(app) as http:
+        control = Control(http)
+        await control.prepare("ck-1")
+        bad = await control.call("commit", {"checkpoint_id": "ck-1", "location": f"file://{tmp_path}", "storage": storage}, expect=400)
+        assert bad["error"]["code"] == "bad_request" and "storage" in bad["error"]["message"]
+        assert (await control.status())["phase"] == "prepared"
+        assert not any(tmp_path.iterdir())
+        assert (await control.commit("ck-1", f"file://{tmp_path}"))["records"] == 0

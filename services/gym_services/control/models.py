@@ -48,8 +48,8 @@ class StorageAccess(_Strict):
     never logged, never echoed in an answer.
     """
 
-    endpoint_url: str | None = Field(default=None, min_length=1, max_length=2048)
-    region: str | None = Field(default=None, min_length=1, max_length=64)
+    endpoint_url: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    region: str | None = Field(default=None, max_length=64, pattern=r"^[a-z0-9-]+$")
     access_key_id: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
     secret_access_key: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
 

@@ -26,17 +26,20 @@ class S3Storage(Storage):
                 "aws_access_key_id": config.access_key_id.get_secret_value(),
                 "aws_secret_access_key": config.secret_access_key.get_secret_value(),
             }
-        self._client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=config.endpoint_url,
-            region_name=config.region,
-            **keys,
-            config=Config(
-                max_pool_connections=max(10, config.max_concurrency),
-                retries={"max_attempts": 3, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
-        )
+        try:
+            self._client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=config.endpoint_url,
+                region_name=config.region,
+                **keys,
+                config=Config(
+                    max_pool_connections=max(10, config.max_concurrency),
+                    retries={"max_attempts": 3, "mode": "standard"},
+                    s3={"addressing_style": "path"},
+                ),
+            )
+        except ValueError as exc:  # botocore: invalid endpoint or region
+            raise StorageError(f"cannot reach {self.url}: {exc}") from None
 
     def _key(self, key: str) -> str:
         check_key(key)

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from gym_operator.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.base.config import StorageConfig
 from gym_services.base.logs import get_logger
 from gym_services.control import layout
+from gym_services.control.decisions import read_decision, settle
 from gym_services.control.models import (
     ROLE_ORDER,
     SCHEMA_VERSION,
@@ -78,6 +80,7 @@ class TransactionResult(BaseModel):
     bytes: int = 0
     episodes: dict[str, int] = Field(default_factory=dict, description="rollout -> attempt (restore) or 0")
     manifest_key: str | None = None
+    restore_id: str | None = Field(default=None, description="the restore transaction's name (restores only)")
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
 
@@ -362,16 +365,36 @@ class Coordinator:
 
     # --- restore -------------------------------------------------------------------
 
-    async def restore(self, checkpoint_id: str, location: str, *, lease_s: float = 30.0) -> TransactionResult:
+    async def restore(
+        self, checkpoint_id: str, location: str, *, lease_s: float = 30.0, restore_id: str | None = None
+    ) -> TransactionResult:
+        """Restore every participant, decide, resume; all or nothing.
+
+        ``restore_id`` names the transaction (the Restore resource's uid on Kubernetes, so an
+        operator restarted mid-restore repeats the same one; a fresh id otherwise). Once every
+        participant has restored, ``resume`` is written as the restore's decision before anyone
+        resumes: participants whose lease runs out follow that object, so a coordinator dying
+        between two resumes still leaves the restore installed everywhere, and one dying before
+        it leaves it installed nowhere.
+        """
+        restore_id = restore_id or uuid.uuid4().hex
         result = TransactionResult(
-            kind="restore", checkpoint_id=checkpoint_id, location=location, status="failed", phase="Pending"
+            kind="restore", checkpoint_id=checkpoint_id, location=location, status="failed", phase="Pending",
+            restore_id=restore_id,
         )
         started = time.perf_counter()
         storage = self._storage(location)
         try:
             manifest = await self._published(storage, checkpoint_id)
+            earlier = await self._in_thread(read_decision, storage, checkpoint_id, restore_id)
         except (StorageError, InvalidState) as exc:
             result.error = f"cannot read checkpoint {checkpoint_id}: {exc}"
+            return result
+        if earlier == "abort":
+            result.error = (
+                f"restore {restore_id} of checkpoint {checkpoint_id} was abandoned earlier (a participant's lease ran out "
+                "before it was decided) and undone everywhere; start a new restore"
+            )
             return result
         if manifest is None:
             result.error = (
@@ -405,13 +428,17 @@ class Coordinator:
                     "manifest_key": entries[r.participant_id].manifest_key,
                     "manifest_sha256": entries[r.participant_id].manifest_sha256,
                     "lease_s": lease_s,
+                    "restore_id": restore_id,
                     **self._access,
                 },
                 timeout_s=max(60.0, lease_s * 4),
             )
             result.timings["restore"] = time.perf_counter() - t0
-            if failed:
-                result.error = "; ".join(str(e) for e in failed.values())
+            error = "; ".join(str(e) for e in failed.values())
+            if not error:  # every participant restored: the outcome is written before anyone resumes
+                error = await self._decide(storage, checkpoint_id, restore_id)
+            if error:
+                result.error = error
                 await self._emit("Aborting", checkpoint_id=checkpoint_id, error=result.error)
                 result.warnings += await self._finish_all("abort", checkpoint_id, refs)
                 await self._emit("Failed", checkpoint_id=checkpoint_id, error=result.error)
@@ -443,6 +470,21 @@ class Coordinator:
         result.status, result.phase = "completed", "Completed"
         await self._emit("Completed", checkpoint_id=checkpoint_id, records=result.records)
         return result
+
+    async def _decide(self, storage: Storage, checkpoint_id: str, restore_id: str) -> str:
+        """Write ``resume`` as the restore's decision; empty when it holds, else why not."""
+        try:
+            decision = await self._in_thread(settle, storage, checkpoint_id, restore_id, "resume", "coordinator")
+        except (StorageError, InvalidState) as exc:
+            try:  # the put may have landed before the error: the object says what holds
+                decision = await self._in_thread(read_decision, storage, checkpoint_id, restore_id)
+            except (StorageError, InvalidState):
+                decision = None
+            if decision is None:
+                return f"cannot write the decision of restore {restore_id}: {exc}"
+        if decision == "abort":
+            return f"a participant's lease ran out before restore {restore_id} was decided; it is undone everywhere"
+        return ""
 
     # --- retire and status -----------------------------------------------------------
 

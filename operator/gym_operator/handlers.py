@@ -202,7 +202,7 @@ async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kop
 
 
 @kopf.on.create(GROUP, VERSION, "restores")
-async def restore_created(spec, name, namespace, status, meta, memo: kopf.Memo, body, **_: Any) -> None:
+async def restore_created(spec, name, namespace, status, meta, uid, memo: kopf.Memo, body, **_: Any) -> None:
     tx = Transaction("Restore", "restores", name, namespace, spec, status, meta, memo, body)
 
     async def work() -> TransactionResult:
@@ -210,7 +210,10 @@ async def restore_created(spec, name, namespace, status, meta, memo: kopf.Memo, 
         tx.fields.update(checkpointId=checkpoint_id, location=location)
         async with ControlClient(memo.token, timeout_s=120) as client:
             coordinator = await tx.coordinator(storage, client)
-            return await coordinator.restore(checkpoint_id, location, lease_s=float(spec.get("leaseSeconds", 30)))
+            # the resource's uid names the transaction: an operator restarted mid-restore repeats the same one
+            return await coordinator.restore(
+                checkpoint_id, location, lease_s=float(spec.get("leaseSeconds", 30)), restore_id=uid
+            )
 
     await tx.run(work)
 

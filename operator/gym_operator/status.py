@@ -78,6 +78,8 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
     if result.kind == "restore":
         body["attempt"] = max(result.episodes.values(), default=0)
         body["restoredEpisodes"] = len(result.episodes)
+        if result.restore_id:
+            body["restoreId"] = result.restore_id
     if result.status == "completed":
         message = f"{result.kind} {result.checkpoint_id} completed: {result.records} records, {result.bytes} bytes"
         if result.warnings:

@@ -4,6 +4,7 @@ always ends with admission open (DESIGN §12). Real counter processes, killed wi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from gym_operator.client import ControlClient, ParticipantRef
 from gym_operator.coordinator import Coordinator, list_checkpoints
 from gym_services.control import layout
+from gym_services.control.decisions import read_decision, settle
 from gym_services.control.storage import open_storage
 from gym_services.stack.config import ServerSpec, StackConfig
 from gym_services.stack.launcher import read_state, stack_secrets, start_stack, stop_stack
@@ -182,3 +184,109 @@ def test_coordinator_killed_mid_transaction(tmp_path, kill_at) -> None:
             assert asyncio.run(restore()).status == "completed"
         finally:
             fresh.stop()
+
+
+def checkpoint_of_three(tmp_path: Path, location: str) -> None:
+    servers = Servers(tmp_path).start()
+    try:
+        servers.seed()
+        assert asyncio.run(run_checkpoint(servers, location, kill_at="never")).status == "completed"
+    finally:
+        servers.stop()
+
+
+async def restore_without_deciding(servers: Servers, client: ControlClient, location: str, restore_id: str) -> None:
+    """What a coordinator does up to the moment it dies before writing the decision: every participant restored."""
+    storage = open_storage(location)
+    manifest = json.loads(storage.get(layout.global_manifest_key("ck")))
+    for entry in manifest["participants"]:
+        ref = next(r for r in servers.refs if r.participant_id == entry["participant_id"])
+        answer = await client.call(ref, "restore", {
+            "checkpoint_id": "ck", "location": location, "manifest_key": entry["manifest_key"],
+            "manifest_sha256": entry["manifest_sha256"], "lease_s": 1, "restore_id": restore_id,
+        })
+        assert answer["records"] == 1
+
+
+def wait_all_open(servers: Servers, timeout_s: float = 10) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        statuses = servers.statuses()
+        if all(st.get("admission_open") and st.get("checkpoint_id") is None for st in statuses.values()):
+            return statuses
+        time.sleep(0.1)
+    raise AssertionError(f"servers did not reopen: {servers.statuses()}")
+
+
+@pytest.mark.parametrize("resumed_before_death", [0, 1, 2])
+def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywhere(tmp_path, resumed_before_death) -> None:
+    """The coordinator wrote `resume` and resumed 0, 1 or 2 of 3 servers, then died: the others'
+    leases run out, they read the decision and resume too. Nobody undoes the restore."""
+    location = f"file://{tmp_path / 'store'}"
+    checkpoint_of_three(tmp_path, location)
+    fresh = Servers(tmp_path).start()
+    try:
+        async def die_halfway():
+            async with ControlClient(fresh.token) as client:
+                await restore_without_deciding(fresh, client, location, "rs-1")
+                assert settle(open_storage(location), "ck", "rs-1", "resume", "coordinator") == "resume"
+                for ref in fresh.refs[:resumed_before_death]:
+                    await client.call(ref, "resume", {"checkpoint_id": "ck"})
+
+        asyncio.run(die_halfway())
+        statuses = wait_all_open(fresh)
+    finally:
+        fresh.stop()
+    assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses.values()), statuses
+    assert read_decision(open_storage(location), "ck", "rs-1") == "resume"
+
+
+def test_coordinator_dead_before_deciding_a_restore_leaves_it_installed_nowhere(tmp_path) -> None:
+    location = f"file://{tmp_path / 'store'}"
+    checkpoint_of_three(tmp_path, location)
+    fresh = Servers(tmp_path).start()
+    try:
+        async def die_before_deciding():
+            async with ControlClient(fresh.token) as client:
+                await restore_without_deciding(fresh, client, location, "rs-2")
+
+        asyncio.run(die_before_deciding())
+        statuses = wait_all_open(fresh)
+
+        async def late_coordinator():  # the same restore repeated later is refused: it was abandoned
+            async with ControlClient(fresh.token) as client:
+                return await Coordinator(fresh.refs, client).restore("ck", location, restore_id="rs-2")
+
+        repeated = asyncio.run(late_coordinator())
+    finally:
+        fresh.stop()
+    assert all(st["phase"] == "fresh" and st["live"] == {"sessions": 0} for st in statuses.values()), statuses
+    assert read_decision(open_storage(location), "ck", "rs-2") == "abort"
+    assert repeated.status == "failed" and "abandoned" in (repeated.error or "")
+
+
+def test_restore_cli_killed_while_resuming_ends_restored_everywhere(tmp_path) -> None:
+    """SIGKILL `gymckpt restore` as it starts resuming: the decision is already written, so every
+    server ends resumed with the restored sessions, whichever ones the CLI reached."""
+    location = f"file://{tmp_path / 'store'}"
+    checkpoint_of_three(tmp_path, location)
+    fresh = Servers(tmp_path).start()
+    try:
+        env = {**os.environ, "GYMCKPT_STATE_DIR": str(fresh.dir), "PYTHONUNBUFFERED": "1"}
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "gym_services.cli", "restore", "ck", "--storage", location, "--lease", "1"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        )
+        assert cli.stdout is not None
+        seen = []
+        for line in cli.stdout:
+            seen.append(line.strip())
+            if line.strip().endswith("resuming"):
+                os.killpg(cli.pid, signal.SIGKILL)
+                break
+        cli.wait(timeout=10)
+        assert seen and seen[-1].endswith("resuming"), seen
+        statuses = wait_all_open(fresh)
+    finally:
+        fresh.stop()
+    assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses.values()), statuses

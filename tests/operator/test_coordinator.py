@@ -15,6 +15,7 @@ from gym_operator.coordinator import Coordinator, list_checkpoints
 from gym_services.base.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control import layout
+from gym_services.control.decisions import read_decision
 from gym_services.control.models import Blocker
 from gym_services.control.participant import InvalidState, Participant, Record
 from gym_services.control.storage import open_storage
@@ -53,6 +54,7 @@ class Recorder(Participant):
         return [r.key for r in records]
 
     async def install(self, validated):
+        self.journal.append(f"install {self.name}")
         self.installed = list(validated)
 
     async def uninstall(self, validated):
@@ -227,6 +229,36 @@ async def test_restore_moves_episodes_to_next_attempt(stack, tmp_path) -> None:
     assert result.status == "completed", result.error
     assert result.episodes == {"r1": 1, "r2": 1}
     assert fresh_parts["controller"].installed == ["episode-r1", "episode-r2"]
+
+
+async def test_repeating_a_finished_restore_installs_nothing_twice(stack, tmp_path) -> None:
+    """A coordinator re-run with the same restore id (an operator restarted after the restore
+    finished) gets the same answers; a new restore id restores again."""
+    apps, parts, refs, journal = stack
+    loc = f"file://{tmp_path}"
+    assert (await run(stack, lambda c, t, e: c.checkpoint("ck-1", loc))).status == "completed"
+    fresh_journal: list[str] = []
+    fresh, fresh_parts = {}, {}
+    for ref in refs:
+        if ref.participant_id == "counter":
+            fresh["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+        else:
+            fresh[ref.participant_id], fresh_parts[ref.participant_id] = recorder_app(ref.participant_id, ref.role, fresh_journal)
+
+    async def twice(coordinator, transport, events):
+        first = await coordinator.restore("ck-1", loc, restore_id="rs-a")
+        installs = len(phase_of(fresh_journal, "install"))
+        again = await coordinator.restore("ck-1", loc, restore_id="rs-a")
+        repeated_installs = len(phase_of(fresh_journal, "install")) - installs
+        other = await coordinator.restore("ck-1", loc, restore_id="rs-b")
+        return first, again, repeated_installs, other, installs
+
+    first, again, repeated_installs, other, installs = await run((fresh, fresh_parts, refs, fresh_journal), twice)
+    assert first.status == again.status == other.status == "completed", (first.error, again.error, other.error)
+    assert installs == 6 and repeated_installs == 0
+    assert again.episodes == first.episodes == {"r1": 1, "r2": 1} and again.restore_id == "rs-a"
+    assert len(phase_of(fresh_journal, "install")) == 12  # a new restore id is a new restore
+    assert read_decision(open_storage(loc), "ck-1", "rs-a") == "resume"
 
 
 async def test_unknown_or_incomplete_checkpoint_is_refused(stack, tmp_path) -> None:

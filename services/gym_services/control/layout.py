@@ -21,3 +21,8 @@ def participant_manifest_key(checkpoint_id: str, participant_id: str) -> str:
 
 def global_manifest_key(checkpoint_id: str) -> str:
     return f"{checkpoint_prefix(checkpoint_id)}/manifest.json"
+
+
+def restore_decision_key(checkpoint_id: str, restore_id: str) -> str:
+    """One object per restore transaction: whoever writes it first decides resume or abort."""
+    return f"{checkpoint_prefix(checkpoint_id)}/restores/{restore_id}.json"

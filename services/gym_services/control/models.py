@@ -91,6 +91,12 @@ class RestoreRequest(_Strict):
     manifest_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     lease_s: float = Field(default=30.0, gt=0, le=3600)
     storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
+    restore_id: str | None = Field(
+        default=None,
+        pattern=CHECKPOINT_ID_PATTERN,
+        description="names the restore transaction; with it, a participant whose lease runs out asks the "
+        "decision object in storage whether to resume or undo",
+    )
 
 
 class RetireRequest(_Strict):
@@ -199,6 +205,22 @@ class ManifestParticipant(_Strict):
     manifest_size: int = Field(ge=0)
     records: int = Field(ge=0)
     bytes: int = Field(ge=0)
+
+
+class RestoreDecision(_Strict):
+    """The outcome of one restore transaction, written once with a conditional put (DESIGN §8).
+
+    The coordinator writes ``resume`` after every participant restored; a participant whose lease
+    ran out first writes ``abort``. Whichever lands first is the outcome for everyone, so a restore
+    is installed everywhere or nowhere even when the coordinator dies halfway through resuming.
+    """
+
+    schema_version: int
+    kind: Literal["gym-checkpoint/restore-decision"] = "gym-checkpoint/restore-decision"
+    checkpoint_id: str
+    restore_id: str
+    decision: Literal["resume", "abort"]
+    decided_by: str
 
 
 class GlobalManifest(_Strict):

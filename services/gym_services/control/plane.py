@@ -37,6 +37,7 @@ from gym_services.control.models import (
     StatusResponse,
     StorageAccess,
 )
+from gym_services.control.decisions import settle
 from gym_services.control.participant import InvalidState, Participant, Scope
 from gym_services.control.records import (
     IncompleteCheckpoint,
@@ -76,6 +77,11 @@ class ControlPlane:
         self._closed: dict[str, tuple[str, PhaseResponse]] = {}
         self._restored: Any = None
         self._phase_before_restore: Phase = "fresh"
+        #: (storage, restore id) of the restore in progress, when the coordinator named it
+        self._decision: tuple[Storage, str] | None = None
+        self._restore_answer: RestoreResponse | None = None
+        #: restores this process installed and resumed: checkpoint id -> (restore id, answer)
+        self._resumed_restores: dict[str, tuple[str, RestoreResponse]] = {}
         self._storages: dict[tuple[str, tuple[str | None, ...] | None], Storage] = {}
         self._pool = ThreadPoolExecutor(
             max_workers=config.storage.max_concurrency, thread_name_prefix=f"storage-{self.server}"
@@ -334,12 +340,17 @@ class ControlPlane:
             await self.participant.abort()
         else:
             await self.participant.resume()
+            if restored and self._decision is not None and self._restore_answer is not None:
+                self._remember_resumed(cid, self._decision[1], self._restore_answer)
         undone = restored and abandon
         phase: Phase = self._phase_before_restore if undone else "open"
         return self._close(verb, f"{verb} {cid}: admission open" + (" (restore undone)" if undone else ""), phase)
 
     async def restore(self, req: RestoreRequest) -> RestoreResponse:
         cid = req.checkpoint_id
+        done = self._resumed_restores.get(cid)
+        if done is not None and req.restore_id == done[0] and self.checkpoint_id is None:
+            return done[1]  # a re-run coordinator repeats a restore this process already finished
         if ("restore", cid) not in self._ops:
             if self.checkpoint_id is not None:
                 raise ApiError(
@@ -349,6 +360,8 @@ class ControlPlane:
                 raise ApiError("invalid_phase", f"{self.participant_id} cannot restore in phase {self.phase}")
             self._closed.pop(cid, None)
             self._phase_before_restore = self.phase
+            self._decision = None
+            self._restore_answer = None
             self.checkpoint_id = cid
             self._renew(req.lease_s)
             self._set_phase("restoring", f"restore {cid}: admission closed")
@@ -358,6 +371,7 @@ class ControlPlane:
         started = time.perf_counter()
         try:
             storage = self.storage(req.location, req.storage)
+            self._decision = (storage, req.restore_id) if req.restore_id else None
             try:
                 manifest, records = await read_participant_checkpoint(
                     storage, self._pool, req.manifest_key, req.manifest_sha256
@@ -391,7 +405,7 @@ class ControlPlane:
         self.metrics.bytes_restored.inc(total)
         self._renew()
         self._set_phase("restored", f"restore {req.checkpoint_id}: {len(records)} records installed")
-        return RestoreResponse(
+        self._restore_answer = RestoreResponse(
             checkpoint_id=req.checkpoint_id,
             participant_id=self.participant_id,
             role=self.role,
@@ -400,6 +414,12 @@ class ControlPlane:
             episodes=episodes,
             duration_s=round(time.perf_counter() - started, 6),
         )
+        return self._restore_answer
+
+    def _remember_resumed(self, cid: str, restore_id: str, answer: RestoreResponse) -> None:
+        self._resumed_restores[cid] = (restore_id, answer)
+        while len(self._resumed_restores) > 16:
+            del self._resumed_restores[next(iter(self._resumed_restores))]
 
     def _abandon_restore(self, event: str) -> None:
         """A failed restore installed nothing: go back to where we were."""
@@ -444,6 +464,9 @@ class ControlPlane:
         busy = any(c == cid and v in ("commit", "restore") and not t.done() for (v, c), t in self._ops.items())
         if busy:
             return  # bounded work in progress; expire once it ends
+        if self.phase == "restored" and self._decision is not None:
+            await self._expire_restore(cid, *self._decision)
+            return
         log.warning("lease expired: aborting checkpoint by itself", extra={"checkpoint_id": cid, "phase": self.phase})
         self.metrics.lease_expiries.inc()
         prepare = self._ops.get(("prepare", cid))
@@ -451,3 +474,31 @@ class ControlPlane:
             prepare.cancel()
         await self._run_finish("abort", cid)
         self.last_event = f"lease expired: checkpoint {cid} aborted, admission open"
+
+    async def _expire_restore(self, cid: str, storage: Storage, restore_id: str) -> None:
+        """The coordinator went quiet after this restore: follow the restore's decision object.
+
+        Proposing ``abort`` either decides it (the coordinator had not decided yet, and will
+        now abort everyone) or reads the ``resume`` the coordinator wrote before it died. If
+        storage cannot be reached the restore stays closed and is retried each tick, for one more
+        lease at most; then it is undone, and that is logged as an error.
+        """
+        assert self.lease_deadline is not None
+        try:
+            decision = await asyncio.to_thread(settle, storage, cid, restore_id, "abort", self.participant_id)
+        except (StorageError, InvalidState) as exc:
+            if time.monotonic() < self.lease_deadline + self._lease_s:
+                log.warning("lease expired; the restore decision cannot be read yet", extra={"checkpoint_id": cid, "error": str(exc)})
+                return
+            log.error("the restore decision stayed unreadable: undoing the restore", extra={"checkpoint_id": cid, "error": str(exc)})
+            decision = "abort"
+        if self.checkpoint_id != cid or self.phase != "restored":
+            return  # the coordinator closed it meanwhile
+        log.warning(
+            f"lease expired after restore {restore_id}: following its decision ({decision})",
+            extra={"checkpoint_id": cid, "restore_id": restore_id},
+        )
+        self.metrics.lease_expiries.inc()
+        await self._once(decision, cid, lambda: self._run_finish(decision, cid))
+        verb = "resumed" if decision == "resume" else "undone"
+        self.last_event = f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"

@@ -218,6 +218,16 @@ def wait_all_open(servers: Servers, timeout_s: float = 10) -> dict[str, dict]:
     raise AssertionError(f"servers did not reopen: {servers.statuses()}")
 
 
+def run_then_wait_open(servers: Servers, body) -> dict[str, dict]:
+    """Run ``body(client)`` against the servers as a coordinator that then dies; wait until all reopen."""
+    async def go():
+        async with ControlClient(servers.token) as client:
+            await body(client)
+
+    asyncio.run(go())
+    return wait_all_open(servers)
+
+
 @pytest.mark.parametrize("resumed_before_death", [0, 1, 2])
 def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywhere(tmp_path, resumed_before_death) -> None:
     """The coordinator wrote `resume` and resumed 0, 1 or 2 of 3 servers, then died: the others'
@@ -226,15 +236,13 @@ def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywher
     checkpoint_of_three(tmp_path, location)
     fresh = Servers(tmp_path).start()
     try:
-        async def die_halfway():
-            async with ControlClient(fresh.token) as client:
-                await restore_without_deciding(fresh, client, location, "rs-1")
-                assert settle(open_storage(location), "ck", "rs-1", "resume", "coordinator") == "resume"
-                for ref in fresh.refs[:resumed_before_death]:
-                    await client.call(ref, "resume", {"checkpoint_id": "ck"})
+        async def die_halfway(client: ControlClient) -> None:
+            await restore_without_deciding(fresh, client, location, "rs-1")
+            assert settle(open_storage(location), "ck", "rs-1", "resume", "coordinator") == "resume"
+            for ref in fresh.refs[:resumed_before_death]:
+                await client.call(ref, "resume", {"checkpoint_id": "ck"})
 
-        asyncio.run(die_halfway())
-        statuses = wait_all_open(fresh)
+        statuses = run_then_wait_open(fresh, die_halfway)
     finally:
         fresh.stop()
     assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses.values()), statuses
@@ -246,12 +254,7 @@ def test_coordinator_dead_before_deciding_a_restore_leaves_it_installed_nowhere(
     checkpoint_of_three(tmp_path, location)
     fresh = Servers(tmp_path).start()
     try:
-        async def die_before_deciding():
-            async with ControlClient(fresh.token) as client:
-                await restore_without_deciding(fresh, client, location, "rs-2")
-
-        asyncio.run(die_before_deciding())
-        statuses = wait_all_open(fresh)
+        statuses = run_then_wait_open(fresh, lambda client: restore_without_deciding(fresh, client, location, "rs-2"))
 
         async def late_coordinator():  # the same restore repeated later is refused: it was abandoned
             async with ControlClient(fresh.token) as client:

@@ -101,6 +101,17 @@ def stack():
     return apps, parts, refs, journal
 
 
+def fresh_stack(refs, journal: list[str]):
+    """New app instances for the same participants, as fresh processes would be."""
+    apps, parts = {}, {}
+    for ref in refs:
+        if ref.participant_id == "counter":
+            apps["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+        else:
+            apps[ref.participant_id], parts[ref.participant_id] = recorder_app(ref.participant_id, ref.role, journal)
+    return apps, parts
+
+
 async def run(stack, fn):
     apps, parts, refs, journal = stack
     async with serve_many(apps) as transport:
@@ -194,14 +205,7 @@ async def test_restore_failure_installs_nothing_anywhere(stack, tmp_path) -> Non
     assert (await run(stack, take)).status == "completed"
     # fresh processes: a new stack of apps, one of which refuses its records
     fresh_journal: list[str] = []
-    fresh_apps, fresh_parts = {}, {}
-    for ref in refs:
-        if ref.participant_id == "counter":
-            fresh_apps["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
-        else:
-            fresh_apps[ref.participant_id], fresh_parts[ref.participant_id] = recorder_app(
-                ref.participant_id, ref.role, fresh_journal
-            )
+    fresh_apps, fresh_parts = fresh_stack(refs, fresh_journal)
     fresh_parts["agent-b"].fail_validate = True
 
     async def restore(coordinator, transport, events):
@@ -218,13 +222,7 @@ async def test_restore_moves_episodes_to_next_attempt(stack, tmp_path) -> None:
     apps, parts, refs, journal = stack
     loc = f"file://{tmp_path}"
     assert (await run(stack, lambda c, t, e: c.checkpoint("ck-1", loc))).status == "completed"
-    fresh = {}
-    fresh_parts = {}
-    for ref in refs:
-        if ref.participant_id == "counter":
-            fresh["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
-        else:
-            fresh[ref.participant_id], fresh_parts[ref.participant_id] = recorder_app(ref.participant_id, ref.role, [])
+    fresh, fresh_parts = fresh_stack(refs, [])
     result = await run((fresh, fresh_parts, refs, []), lambda c, t, e: c.restore("ck-1", loc))
     assert result.status == "completed", result.error
     assert result.episodes == {"r1": 1, "r2": 1}
@@ -238,12 +236,7 @@ async def test_repeating_a_finished_restore_installs_nothing_twice(stack, tmp_pa
     loc = f"file://{tmp_path}"
     assert (await run(stack, lambda c, t, e: c.checkpoint("ck-1", loc))).status == "completed"
     fresh_journal: list[str] = []
-    fresh, fresh_parts = {}, {}
-    for ref in refs:
-        if ref.participant_id == "counter":
-            fresh["counter"] = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
-        else:
-            fresh[ref.participant_id], fresh_parts[ref.participant_id] = recorder_app(ref.participant_id, ref.role, fresh_journal)
+    fresh, fresh_parts = fresh_stack(refs, fresh_journal)
 
     async def twice(coordinator, transport, events):
         first = await coordinator.restore("ck-1", loc, restore_id="rs-a")

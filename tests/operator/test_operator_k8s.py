@@ -170,8 +170,14 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "rs1"},
                     "spec": {"checkpointRef": {"name": "ck1"}}})
     kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/rs1", "--timeout=60s", timeout=70)
-    restored = get(kubectl, "restore", "rs1")["status"]
+    restore_doc = get(kubectl, "restore", "rs1")
+    restored = restore_doc["status"]
     assert restored["attempt"] == 1 and restored["restoredEpisodes"] == 2
+    # the resource's uid names the restore, so a restarted operator repeats the same transaction
+    assert restored["restoreId"] == restore_doc["metadata"]["uid"]
+    decision_key = f"{prefix}/checkpoints/{status['checkpointId']}/restores/{restored['restoreId']}.json"
+    decision = json.loads(seaweed.client().get_object(Bucket=bucket, Key=decision_key)["Body"].read())
+    assert decision["decision"] == "resume" and decision["decided_by"] == "coordinator"
     assert "Completed" in kubectl("get", "restores").stdout
     for i, name in enumerate(stack.modes):
         with httpx.Client(base_url=stack.url(name), cookies=cookies[name]) as http:

@@ -26,6 +26,8 @@ def human_bytes(n: float) -> str:
 
 def transaction_summary(result: TransactionResult) -> str:
     head = f"{result.kind} {result.checkpoint_id}: {result.status.upper()} at {result.location}"
+    if result.restore_id:
+        head += f" (restore id {result.restore_id})"
     lines = [head]
     if result.error:
         lines.append(f"error: {result.error}")

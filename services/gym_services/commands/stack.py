@@ -18,6 +18,7 @@ from gym_operator.coordinator import Coordinator, list_checkpoints, parse_global
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
 from gym_services.control import layout
+from gym_services.control.decisions import restore_decisions
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
@@ -190,7 +191,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     async def work(coordinator: Coordinator, state):
         location = args.storage or state.storage
         print(f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants")
-        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease)
+        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=args.restore_id)
 
     return _transaction(args, "restore", work)
 
@@ -224,8 +225,8 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
 def cmd_checkpoints_show(args: argparse.Namespace) -> int:
     try:
         location = _location(args)
-        data = open_storage(location, _storage_config(args)).get(layout.global_manifest_key(args.checkpoint_id))
-        manifest = parse_global_manifest(data)
+        storage = open_storage(location, _storage_config(args))
+        manifest = parse_global_manifest(storage.get(layout.global_manifest_key(args.checkpoint_id)))
     except (StackError, StorageError, ValueError) as exc:
         return _fail("checkpoints show", exc)
     if args.json:
@@ -238,6 +239,9 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
     ))
     print(f"episodes continued: {len(manifest.episodes or [])}; timings: "
           + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items()))
+    restores = restore_decisions(storage, args.checkpoint_id)
+    if restores:
+        print(table(["restore id", "decision", "decided by"], [list(r) for r in restores]))
     return 0
 
 
@@ -298,6 +302,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p, storage=True)
     p.add_argument("checkpoint_id")
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--restore-id", help="name of the restore transaction (default: a new one); repeat an interrupted "
+                   "restore by passing its id again")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_restore)

@@ -61,3 +61,18 @@ def settle(storage: Storage, checkpoint_id: str, restore_id: str, proposal: Deci
     if settled is None:  # pragma: no cover - put said it exists; a store that loses it is broken
         raise InvalidState(f"restore decision {restore_id} exists but cannot be read back")
     return settled
+
+
+def restore_decisions(storage: Storage, checkpoint_id: str) -> list[tuple[str, str, str]]:
+    """(restore id, decision, decided by) of every restore of a checkpoint, for listings."""
+    prefix = f"{layout.checkpoint_prefix(checkpoint_id)}/restores"
+    rows = []
+    for key in storage.list(prefix):
+        if not key.endswith(".json"):
+            continue
+        try:
+            decided = RestoreDecision.model_validate(json.loads(storage.get(key)))
+            rows.append((decided.restore_id, decided.decision, decided.decided_by))
+        except (NotFound, UnicodeDecodeError, json.JSONDecodeError, ValidationError):
+            rows.append((key.rsplit("/", 1)[-1][: -len(".json")], "unreadable", ""))
+    return rows

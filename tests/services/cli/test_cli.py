@@ -51,14 +51,22 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
         assert busy.returncode == 1 and "already running" in busy.stderr
         assert "killed 2 servers" in gymckpt("down", "--kill", cwd=tmp_path).stdout
         gymckpt("up", "stack.yaml", cwd=tmp_path)
-        restored = gymckpt("restore", "ck1", cwd=tmp_path).stdout
+        restored = gymckpt("restore", "ck1", "--restore-id", "rs-cli", cwd=tmp_path).stdout
         assert "restore ck1: COMPLETED" in restored and "episodes continuing as a new attempt: 1" in restored
+        assert "(restore id rs-cli)" in restored
         url = json.loads((tmp_path / ".gymckpt/stack/stack.json").read_text())["servers"][0]["url"]
         with httpx.Client(base_url=url, cookies=cookies) as http:
             again = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": "r1", "x-ng-attempt": "1"})
             assert again.json() == {"output": 42}
+        repeated = gymckpt("restore", "ck1", "--restore-id", "rs-cli", cwd=tmp_path).stdout  # idempotent, nothing twice
+        assert "restore ck1: COMPLETED" in repeated and "episodes continuing as a new attempt: 1" in repeated
+        with httpx.Client(base_url=url, cookies=cookies) as http:
+            kept = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": "r1", "x-ng-attempt": "1"})
+            assert kept.json() == {"output": 43}  # the session was not installed a second time
         listed = gymckpt("checkpoints", "list", cwd=tmp_path).stdout
         assert "ck1  complete" in listed
+        shown_text = gymckpt("checkpoints", "show", "ck1", cwd=tmp_path).stdout
+        assert [line.split() for line in shown_text.splitlines() if "rs-cli" in line] == [["rs-cli", "resume", "coordinator"]]
         shown = json.loads(gymckpt("checkpoints", "show", "ck1", "--json", cwd=tmp_path).stdout)
         assert {p["participant_id"] for p in shown["participants"]} == {"counter-a", "counter-b"}
         missing = gymckpt("restore", "nope", cwd=tmp_path, check=False)

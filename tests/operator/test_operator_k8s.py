@@ -6,6 +6,7 @@ processes; checkpoints go to a real S3 server (SeaweedFS).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -61,7 +62,8 @@ class Stack:
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 
-    def create_pods(self) -> None:
+    def create_pods(self, control_ports: dict[str, int] | None = None) -> None:
+        """One Pod per server; ``control_ports`` points a pod's control-port annotation elsewhere (a proxy)."""
         for name in self.modes:
             pod = {
                 "apiVersion": "v1",
@@ -74,7 +76,7 @@ class Stack:
                         "gym-checkpoint.dev/role": "resources",
                         "gym-checkpoint.dev/participant": "counter",
                     },
-                    "annotations": {"gym-checkpoint.dev/control-port": str(self.ports[name])},
+                    "annotations": {"gym-checkpoint.dev/control-port": str((control_ports or {}).get(name, self.ports[name]))},
                 },
                 "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
             }
@@ -250,6 +252,109 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
     assert status["reason"] == "Blocked" and status["blockers"][0]["participant"] == "counter-1"
     assert admission_open()
     stack.kill()
+
+
+class ResumeWithholdingProxy:
+    """A real HTTP server on 127.0.0.1 in front of one server's control port: it forwards every call but
+    withholds ``resume`` while ``hold`` is set, so the operator can be killed between two resumes."""
+
+    def __init__(self, upstream: str) -> None:
+        import threading
+
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        self.hold = threading.Event()
+        self.withheld = threading.Event()
+        self.port = free_port()
+
+        async def forward(request: Request) -> Response:
+            if self.hold.is_set() and request.url.path.endswith("/resume"):
+                self.withheld.set()
+                while self.hold.is_set():
+                    await asyncio.sleep(0.05)
+                return Response(status_code=503)
+            async with httpx.AsyncClient() as client:
+                answer = await client.request(request.method, f"{upstream}{request.url.path}",
+                                              content=await request.body(), headers=dict(request.headers), timeout=60)
+            return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+        app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.server.started, what="the proxy to start")
+
+    def stop(self) -> None:
+        self.hold.clear()
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def test_operator_killed_between_two_resumes_of_a_restore_leaves_it_installed_everywhere(operator_env, kubectl, tmp_path) -> None:
+    """The operator has written the Restore's decision and resumed two of three servers when it is SIGKILLed (a
+    proxy withholds the third resume). The third server's lease runs out, it reads the decision and resumes too; a
+    new operator repeats the same restore id, installs nothing twice, and ends the Restore as Completed."""
+    start_operator, location = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported", "counter-2": "exported"})
+    stack.start()
+    proxy = ResumeWithholdingProxy(stack.url("counter-2"))
+    try:
+        stack.create_pods(control_ports={"counter-2": proxy.port})
+        operator = start_operator(stack)
+        cookies = {}
+        for i, name in enumerate(stack.modes):
+            with httpx.Client(base_url=stack.url(name)) as http:
+                http.post("/seed_session", json={"start": 10 * i}, headers={"x-ng-rollout-id": f"r{i}"}).raise_for_status()
+                cookies[name] = dict(http.cookies)
+
+        def bump_all() -> list[int]:
+            outputs = []
+            for i, name in enumerate(stack.modes):
+                with httpx.Client(base_url=stack.url(name), cookies=cookies[name]) as http:
+                    reply = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "1"})
+                    outputs.append(reply.json()["output"])
+            return outputs
+
+        def statuses() -> dict[str, dict]:
+            return {name: httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
+                                    headers={"authorization": f"Bearer {stack.token}"}).json() for name in stack.modes}
+
+        apply(kubectl, checkpoint_doc("ck-d", prepareTimeoutSeconds=10))
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/ck-d", "--timeout=60s", timeout=70)
+        stack.kill()
+        stack.start()
+
+        proxy.hold.set()
+        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "rs-d"},
+                        "spec": {"checkpointRef": {"name": "ck-d"}, "leaseSeconds": 5}})
+        wait_for(proxy.withheld.is_set, timeout=60, what="the operator to resume counter-2")
+        wait_for(lambda: [n for n, st in statuses().items() if st["admission_open"]] == ["counter-0", "counter-1"],
+                 what="the other two servers to be resumed")
+        os.killpg(operator.pid, signal.SIGKILL)
+        operator.wait(timeout=10)
+        proxy.hold.clear()
+        assert get(kubectl, "restore", "rs-d")["status"]["phase"] == "Resuming"
+        assert statuses()["counter-2"]["phase"] == "restored"
+
+        wait_for(lambda: all(st["admission_open"] for st in statuses().values()), timeout=30,
+                 what="counter-2's lease to run out and follow the decision")
+        assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses().values()), statuses()
+        assert "resumed as decided" in statuses()["counter-2"]["last_event"]
+        assert bump_all() == [1, 11, 21]  # the restored sessions serve their next attempt
+
+        start_operator(stack)  # a new operator repeats the same restore id
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/rs-d", "--timeout=60s", timeout=70)
+        restore_doc = get(kubectl, "restore", "rs-d")
+        assert restore_doc["status"]["restoreId"] == restore_doc["metadata"]["uid"]
+        assert restore_doc["status"]["restoredEpisodes"] == 3 and restore_doc["status"]["attempt"] == 1
+        assert bump_all() == [2, 12, 22]  # repeating the restore installed nothing a second time
+    finally:
+        proxy.stop()
+        stack.kill()
 
 
 def test_refusals_end_in_failed_with_a_reason(operator_env, kubectl, tmp_path) -> None:

@@ -57,7 +57,7 @@ def start(server: str, config: dict[str, Any], tmp: Path) -> tuple[subprocess.Po
     url = f"http://127.0.0.1:{port}"
     for _ in range(400):
         try:
-            if httpx.get(f"{url}/health/live", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             time.sleep(0.05)

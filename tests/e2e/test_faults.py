@@ -243,10 +243,12 @@ def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywher
                 await client.call(ref, "resume", {"checkpoint_id": "ck"})
 
         statuses = run_then_wait_open(fresh, die_halfway)
+        metrics = httpx.get(f"{fresh.state.servers[-1].url}/metrics").text  # never resumed by the coordinator
     finally:
         fresh.stop()
     assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses.values()), statuses
     assert read_decision(open_storage(location), "ck", "rs-1") == "resume"
+    assert 'gym_checkpoint_restore_decisions_total{decision="resume"} 1.0' in metrics
 
 
 def test_coordinator_dead_before_deciding_a_restore_leaves_it_installed_nowhere(tmp_path) -> None:

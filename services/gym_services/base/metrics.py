@@ -50,6 +50,12 @@ class Metrics:
         self.records_restored = Counter("gym_checkpoint_records_restored", "Records installed by restore", registry=r)
         self.bytes_restored = Counter("gym_checkpoint_bytes_restored", "Record bytes read by restore", registry=r)
         self.lease_expiries = Counter("gym_checkpoint_lease_expiries", "Checkpoints aborted by lease expiry", registry=r)
+        self.restore_decisions = Counter(
+            "gym_checkpoint_restore_decisions",
+            "Restores a server resumed or undid by their decision object after its lease ran out",
+            ("decision",),
+            registry=r,
+        )
         self.admission_open = Gauge("gym_admission_open", "1 while data admission is open", registry=r)
         self.admission_open.set(1)
 

@@ -498,7 +498,7 @@ class ControlPlane:
             f"lease expired after restore {restore_id}: following its decision ({decision})",
             extra={"checkpoint_id": cid, "restore_id": restore_id},
         )
-        self.metrics.lease_expiries.inc()
+        self.metrics.restore_decisions.labels(decision=decision).inc()
         await self._once(decision, cid, lambda: self._run_finish(decision, cid))
         verb = "resumed" if decision == "resume" else "undone"
         self.last_event = f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"

@@ -123,6 +123,18 @@ def match_mask(df: pd.DataFrame, column: str, value: str) -> np.ndarray:
     return np.asarray(df[column].to_numpy() == value, dtype=bool)
 
 
+def delete_by_id(env: Any, table: str, id_column: str, record_id: str | None, noun: str) -> str:
+    """Drop the rows whose ``id_column`` matches: the ``*_delete_*`` tools and their model-visible texts."""
+    if not record_id:
+        return f"{noun} ID not provided."
+    df = env.get(table)
+    hit = match_mask(df, id_column, record_id)
+    if not hit.any():
+        return f"{noun} not found."
+    env.put(table, df[~hit])
+    return f"{noun} deleted successfully."
+
+
 def field_by_id(
     df: pd.DataFrame, id_column: str, record_id: str | None, field: str | None, fields: Any, noun: str
 ) -> object:

@@ -10,6 +10,7 @@ from ..environment import CALENDAR, WorkplaceEnvironment
 from ._common import (
     ToolError,
     append_row,
+    delete_by_id,
     field_by_id,
     match_mask,
     next_id,
@@ -111,14 +112,7 @@ def calendar_create_event(
 
 
 def calendar_delete_event(env: WorkplaceEnvironment, event_id: str | None = None) -> object:
-    if not event_id:
-        return "Event ID not provided."
-    events = env.get(CALENDAR)
-    hit = match_mask(events, "event_id", event_id)
-    if not hit.any():
-        return "Event not found."
-    env.put(CALENDAR, events[~hit])
-    return "Event deleted successfully."
+    return delete_by_id(env, CALENDAR, "event_id", event_id, "Event")
 
 
 def calendar_update_event(

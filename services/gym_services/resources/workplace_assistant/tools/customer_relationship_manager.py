@@ -13,6 +13,7 @@ from ._common import (
     append_row,
     choice_error,
     contains_ci,
+    delete_by_id,
     match_mask,
     next_id,
     next_label,
@@ -159,14 +160,7 @@ def customer_relationship_manager_add_customer(
 def customer_relationship_manager_delete_customer(
     env: WorkplaceEnvironment, customer_id: str | None = None
 ) -> object:
-    if not customer_id:
-        return "Customer ID not provided."
-    crm = env.get(CRM)
-    hit = match_mask(crm, "customer_id", customer_id)
-    if not hit.any():
-        return "Customer not found."
-    env.put(CRM, crm[~hit])
-    return "Customer deleted successfully."
+    return delete_by_id(env, CRM, "customer_id", customer_id, "Customer")
 
 
 TOOLS = {

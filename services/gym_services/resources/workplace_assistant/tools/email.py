@@ -8,6 +8,7 @@ from ..environment import CURRENT_TIME, EMAILS, WorkplaceEnvironment
 from ._common import (
     ToolError,
     append_row,
+    delete_by_id,
     field_by_id,
     match_mask,
     next_id,
@@ -93,14 +94,7 @@ def email_send_email(
 
 
 def email_delete_email(env: WorkplaceEnvironment, email_id: str | None = None) -> object:
-    if not email_id:
-        return "Email ID not provided."
-    emails = env.get(EMAILS)
-    hit = match_mask(emails, "email_id", email_id)
-    if not hit.any():
-        return "Email not found."
-    env.put(EMAILS, emails[~hit])
-    return "Email deleted successfully."
+    return delete_by_id(env, EMAILS, "email_id", email_id, "Email")
 
 
 def _original(env: WorkplaceEnvironment, email_id: str) -> dict[str, object] | None:

@@ -9,6 +9,7 @@ from ._common import (
     append_row,
     choice_error,
     contains_ci,
+    delete_by_id,
     field_by_id,
     match_mask,
     next_id,
@@ -95,14 +96,7 @@ def project_management_create_task(
 
 
 def project_management_delete_task(env: WorkplaceEnvironment, task_id: str | None = None) -> object:
-    if not task_id:
-        return "Task ID not provided."
-    tasks = env.get(TASKS)
-    hit = match_mask(tasks, "task_id", task_id)
-    if not hit.any():
-        return "Task not found."
-    env.put(TASKS, tasks[~hit])
-    return "Task deleted successfully."
+    return delete_by_id(env, TASKS, "task_id", task_id, "Task")
 
 
 def project_management_update_task(

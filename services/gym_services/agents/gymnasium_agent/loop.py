@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
-from gym_services.agents.simple_agent.loop import as_items
+from gym_services.agents.common.steps import as_items
 
 ENV = "env"
 

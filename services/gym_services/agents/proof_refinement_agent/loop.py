@@ -15,9 +15,8 @@ from typing import Any
 from pydantic import Field
 
 from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
-from gym_services.agents.simple_agent.loop import as_items, verify_mode_of
+from gym_services.agents.common.steps import RESOURCES, as_items, seed_resources, verify_step_kind
 
-RESOURCES = "resources"
 #: sampling settings a correction turn keeps from the task's create params
 KEPT_PARAMS = ("temperature", "max_output_tokens", "max_tokens", "top_p")
 
@@ -63,14 +62,13 @@ class ProofRefinementLoop(AgentLoop):
 
     def step_kind(self, boundary: Boundary) -> StepKind:
         if boundary.name == "verify":
-            return "replay" if boundary.verify_mode == "replay" else "waited"
+            return verify_step_kind(boundary)
         return "replay"
 
     async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
         assert isinstance(b, ProofBoundary)
         if b.name == "seed":
-            reply = await ctx.call(RESOURCES, "/seed_session", b.row, b)
-            return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))
+            return await seed_resources(ctx, b)
         if b.name == "generate":
             reply = await ctx.generate(b, {**b.params, "model": self.model, "input": b.input})
             response = reply.body if isinstance(reply.body, dict) else {}

@@ -17,9 +17,8 @@ from typing import Any
 from pydantic import Field
 
 from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
-from gym_services.control.sessions import VERIFY_HEADER
+from gym_services.agents.common.steps import RESOURCES, as_items, seed_resources, verify_step_kind
 
-RESOURCES = "resources"
 RESERVED_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "mcp"})
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
@@ -29,20 +28,6 @@ class SimpleBoundary(Boundary):
     tool_calls: int = Field(default=0, ge=0)
     pending_calls: list[dict[str, Any]] = Field(default_factory=list, description="function calls not yet run")
     last_response: dict[str, Any] | None = Field(default=None, description="the latest model response")
-
-
-def as_items(value: Any) -> list[dict[str, Any]]:
-    """Responses ``input``: a string becomes one user message."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if isinstance(value, list):
-        return [item for item in value if isinstance(item, dict)]
-    return []
-
-
-def verify_mode_of(headers: Any) -> str:
-    mode = headers.get(VERIFY_HEADER, "wait")
-    return mode if mode in ("wait", "replay") else "wait"
 
 
 class SimpleAgentLoop(AgentLoop):
@@ -70,14 +55,13 @@ class SimpleAgentLoop(AgentLoop):
         if boundary.name == "tool":
             return "waited"
         if boundary.name == "verify":
-            return "replay" if boundary.verify_mode == "replay" else "waited"
+            return verify_step_kind(boundary)
         return "replay"
 
     async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
         assert isinstance(b, SimpleBoundary)
         if b.name == "seed":
-            reply = await ctx.call(RESOURCES, "/seed_session", b.row, b)
-            return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))
+            return await seed_resources(ctx, b)
         if b.name == "generate":
             return await self._generate(ctx, b)
         if b.name == "tool":

@@ -1,0 +1,39 @@
+"""Steps and input helpers that more than one agent loop uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gym_services.agents.common.boundary import Boundary
+from gym_services.agents.common.context import StepContext
+from gym_services.agents.common.loop import StepKind
+from gym_services.control.sessions import VERIFY_HEADER
+
+#: the downstream name of an agent's resources server
+RESOURCES = "resources"
+
+
+def as_items(value: Any) -> list[dict[str, Any]]:
+    """Responses ``input``: a string becomes one user message."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, dict)]
+    return []
+
+
+def verify_mode_of(headers: Any) -> str:
+    """The resources server's verify mode from its seed reply (``wait`` unless it says ``replay``)."""
+    mode = headers.get(VERIFY_HEADER, "wait")
+    return mode if mode in ("wait", "replay") else "wait"
+
+
+def verify_step_kind(boundary: Boundary) -> StepKind:
+    """A ``replay`` verification does not block prepare; a ``wait`` one is waited for."""
+    return "replay" if boundary.verify_mode == "replay" else "waited"
+
+
+async def seed_resources(ctx: StepContext, b: Boundary) -> Boundary:
+    """``/seed_session`` with the task row; the next boundary (``generate``) holds the session cookie and verify mode."""
+    reply = await ctx.call(RESOURCES, "/seed_session", b.row, b)
+    return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -21,32 +20,15 @@ import time
 from pathlib import Path
 
 import httpx
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gym_services.stack.launcher import free_port  # noqa: E402
+from benchmarks._serve import start_server  # noqa: E402
 
 
 def start(enabled: bool, tmp: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cfg = tmp / f"counter-{enabled}.yaml"
-    cfg.write_text(yaml.safe_dump({"name": "counter", "port": port, "log_level": "warning", "checkpoint": {"enabled": enabled}}))
-    env = {**os.environ, "GYMCKPT_CONTROL_TOKEN": "bench-token", "GYMCKPT_SESSION_SECRET": "bench-secret-0123456789"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_services.cli", "serve", "counter", "--config", str(cfg)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("counter did not start")
+    return start_server("counter", {"checkpoint": {"enabled": enabled}}, tmp)
 
 
 async def load(url: str, seconds: float, connections: int) -> tuple[int, list[float]]:

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,43 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gym_services.models.inference_worker.policies.base import load_tasks  # noqa: E402
-from gym_services.stack.launcher import free_port  # noqa: E402
+from benchmarks._serve import TOKEN, kill  # noqa: E402
+from benchmarks._serve import start_server as start  # noqa: E402
 
-TOKEN = "bench-control-token"
-SECRET = "bench-session-secret-0123456789"
 CONTROL = "/ng-control/v1/checkpoint"
-
-
-def start(server: str, config: dict[str, Any], tmp: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    path = tmp / f"{server}-{port}.yaml"
-    path.write_text(yaml.safe_dump({"name": server, "port": port, "log_level": "warning", **config}))
-    env = {**os.environ, "GYMCKPT_CONTROL_TOKEN": TOKEN, "GYMCKPT_SESSION_SECRET": SECRET}
-    log = (tmp / f"{server}-{port}.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(path)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(400):
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{server} did not start; see {log.name}")
-
-
-def kill(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
 
 
 def requests(n: int) -> list[dict[str, Any]]:

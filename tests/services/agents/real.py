@@ -26,7 +26,7 @@ from gym_services.resources.math_formal_lean.app import Config as LeanConfig
 from gym_services.resources.math_formal_lean.app import create_app as math_formal_lean
 from gym_services.resources.workplace_assistant.app import Config as WorkplaceConfig
 from gym_services.resources.workplace_assistant.app import create_app as workplace
-from tests.services.agents.stack import StackFactory
+from tests.services.agents.stack import StackFactory, wait_for
 from tests.services.agents.wire import Call, Wire
 from tests.support.asgi import base_config
 
@@ -99,3 +99,19 @@ def model_totals(app) -> dict[str, int]:
 
 def live_generation_tokens(app) -> int:
     return max((g.completion_tokens for g in app.state.generations.live.values()), default=0)
+
+
+def generation_streaming(match):
+    """An ``arrange`` for checkpoint_and_continue: wait until the model call ``match`` selects has streamed tokens."""
+
+    async def arrange(s):
+        sent = s.wire.watch(match)
+        model = s.wire.apps["model"]
+
+        async def reached():
+            await sent.wait()
+            await wait_for(lambda: live_generation_tokens(model) >= 5, what="tokens of the generation")
+
+        return reached
+
+    return arrange

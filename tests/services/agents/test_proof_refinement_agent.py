@@ -15,7 +15,7 @@ import pytest
 from gym_services.control.sessions import VERIFY_HEADER
 from gym_services.models.inference_worker.policies.base import load_tasks
 from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
-from tests.services.agents.real import live_generation_tokens, model_calls, model_totals, proof_stack
+from tests.services.agents.real import generation_streaming, model_calls, model_totals, proof_stack
 from tests.services.agents.stack import Outcome, agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call
 
@@ -70,17 +70,7 @@ def is_generation(turn: int):
 
 
 def generation_in_flight(turn: int):
-    async def arrange(s):
-        sent = s.wire.watch(is_generation(turn))
-        model = s.wire.apps["model"]
-
-        async def reached():
-            await sent.wait()
-            await wait_for(lambda: live_generation_tokens(model) >= 5, what="tokens of the generation")
-
-        return reached
-
-    return arrange
+    return generation_streaming(is_generation(turn))
 
 
 def sandbox_of(turn: int):

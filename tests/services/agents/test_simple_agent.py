@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gym_services.models.inference_worker.policies.base import load_tasks
-from tests.services.agents.real import live_generation_tokens, model_calls, model_totals, simple_stack
+from tests.services.agents.real import generation_streaming, model_calls, model_totals, simple_stack
 from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call, Wire
 
@@ -47,18 +47,7 @@ def outputs_done(call: Call) -> int:
 
 def generation_in_flight(index: int):
     """The generation made after ``index`` tool results is streaming."""
-
-    async def arrange(s):
-        sent = s.wire.watch(lambda c: c.host == "model" and c.path == "/v1/responses" and outputs_done(c) == index)
-        model = s.wire.apps["model"]
-
-        async def reached():
-            await sent.wait()
-            await wait_for(lambda: live_generation_tokens(model) >= 5, what="tokens of the generation")
-
-        return reached
-
-    return arrange
+    return generation_streaming(lambda c: c.host == "model" and c.path == "/v1/responses" and outputs_done(c) == index)
 
 
 def nth_tool(n: int):

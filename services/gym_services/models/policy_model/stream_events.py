@@ -12,16 +12,14 @@ response. Event order and fields follow the OpenAI Responses streaming API: ``re
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from typing import Any
 
 
 def _in_progress(response: dict[str, Any]) -> dict[str, Any]:
-    shell = copy.deepcopy(response)
-    shell.update(status="in_progress", output=[], usage=None, incomplete_details=None)
-    return shell
+    """The response as it stood before any output: a shallow copy is enough, the lists are replaced."""
+    return {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
 
 
 def _message_events(item: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
@@ -51,9 +49,10 @@ def _function_call_events(item: dict[str, Any], index: int) -> Iterator[dict[str
 
 def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     """The event sequence for a finished response, numbered by ``sequence_number``."""
+    shell = _in_progress(response)  # both opening events carry the same snapshot; they are only serialized
     events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": _in_progress(response)},
-        {"type": "response.in_progress", "response": _in_progress(response)},
+        {"type": "response.created", "response": shell},
+        {"type": "response.in_progress", "response": shell},
     ]
     for index, item in enumerate(response["output"]):
         if item["type"] == "message":

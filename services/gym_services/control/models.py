@@ -63,15 +63,6 @@ class StorageAccess(_Strict):
         }
         return {k: v for k, v in values.items() if v is not None}
 
-    def fingerprint(self) -> tuple[str | None, ...]:
-        """Distinguishes storage clients built from different access (keys included, not printed)."""
-        return (
-            self.endpoint_url,
-            self.region,
-            self.access_key_id.get_secret_value() if self.access_key_id else None,
-            self.secret_access_key.get_secret_value() if self.secret_access_key else None,
-        )
-
 
 class CommitRequest(_Strict):
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)

@@ -82,7 +82,8 @@ class ControlPlane:
         self._restore_answer: RestoreResponse | None = None
         #: restores this process installed and resumed: checkpoint id -> (restore id, answer)
         self._resumed_restores: dict[str, tuple[str, RestoreResponse]] = {}
-        self._storages: dict[tuple[str, tuple[str | None, ...] | None], Storage] = {}
+        #: one client per location and access (the access's values, keys included, tell clients apart)
+        self._storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
         self._pool = ThreadPoolExecutor(
             max_workers=config.storage.max_concurrency, thread_name_prefix=f"storage-{self.server}"
         )
@@ -114,7 +115,7 @@ class ControlPlane:
 
     def storage(self, location: str, access: StorageAccess | None = None) -> Storage:
         """The storage client for a location, from the server's config or the request's access."""
-        key = (location, access.fingerprint() if access else None)
+        key = (location, tuple(sorted(access.wire().items())) if access else ())
         if key not in self._storages:
             config = self.config.storage
             if access is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from gym_operator.coordinator import Coordinator
 from gym_services.models.inference_worker.policies.base import load_tasks
 from tests.services.agents.real import proof_stack
 from tests.services.agents.stack import uninterrupted
-from tests.services.models.procs import ServerProcess, free_port, start_server
+from tests.services.models.procs import ServerProcess, free_port, running, start_server
 from tests.support.asgi import TOKEN, base_config
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +85,17 @@ def refs(procs: dict[str, ServerProcess]) -> list[ParticipantRef]:
     return [ParticipantRef(pid, role, procs[key].url) for key, (pid, role) in roles.items()]
 
 
-async def test_checkpoint_kill_restore_continue(worker, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def slow_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Slow enough that the correction generation streams for a few seconds: the checkpoint must land inside it,
+    also on a loaded machine."""
+    config = {"tokens_per_second": 30, "time_to_first_token_s": 0.05}
+    with running("inference_worker", config, tmp_path_factory.mktemp("slow-worker")) as proc:
+        yield proc
+
+
+async def test_checkpoint_kill_restore_continue(slow_worker, tmp_path) -> None:
+    worker = slow_worker
     expected, _ = await uninterrupted(proof_stack(worker.url), ROW, ROLLOUT)
     location = f"file://{tmp_path / 'store'}"
     body = {**ROW, "_ng_rollout_id": ROLLOUT, "_ng_attempt_index": 0}
@@ -93,8 +104,9 @@ async def test_checkpoint_kill_restore_continue(worker, tmp_path) -> None:
         async with httpx.AsyncClient(timeout=60) as http, ControlClient(TOKEN) as control:
             coordinator = Coordinator(refs(first), control)
             run = asyncio.create_task(http.post(f"{first['agent'].url}/run", json=body))
+            verified = False
             for _ in range(2000):  # until turn 0 is verified and the correction's proof is streaming
-                verified = "gym_lean_verifications_total{" in (await http.get(f"{first['lean'].url}/metrics")).text
+                verified = verified or "gym_lean_verifications_total{" in (await http.get(f"{first['lean'].url}/metrics")).text
                 generating = (await control.call(refs(first)[0], "status"))["live"]["generations"] > 0
                 if verified and generating:
                     break

@@ -23,8 +23,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gym_operator.client import ControlClient, ParticipantRef  # noqa: E402
-from gym_operator.coordinator import Coordinator  # noqa: E402
+from gym_services.coordination.client import ControlClient, ParticipantRef  # noqa: E402
+from gym_services.coordination.coordinator import Coordinator  # noqa: E402
 from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.stack.config import ServerSpec, StackConfig  # noqa: E402
 from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack  # noqa: E402

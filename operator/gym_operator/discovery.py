@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_operator.client import ParticipantRef
+from gym_services.coordination.client import ParticipantRef
 from gym_services.control.models import ROLE_ORDER
 
 ROLE_LABEL = "gym-checkpoint.dev/role"

@@ -20,8 +20,8 @@ from typing import Any
 
 import kopf
 
-from gym_operator.client import ControlClient
-from gym_operator.coordinator import Coordinator, TransactionResult
+from gym_services.coordination.client import ControlClient
+from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_operator.discovery import DiscoveryError, participants_from_pods, selector_string
 from gym_operator.kube import GROUP, VERSION, Kube
 from gym_operator.status import TERMINAL, failed_status, now, pending_status, progress_status, result_status

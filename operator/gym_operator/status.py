@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gym_operator.coordinator import TransactionResult
+from gym_services.coordination.coordinator import TransactionResult
 
 TERMINAL = ("Completed", "Failed")
 

@@ -6,14 +6,14 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gym_services.servers import SERVERS
+from gym_services.server.registry import SERVERS
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _serve(args: argparse.Namespace) -> int:
     from gym_services.base.config import ConfigError
-    from gym_services.base.serve import run
+    from gym_services.server.serve import run
 
     try:
         run(args.server, args.config, args.host, args.port)

@@ -32,7 +32,7 @@ def tool(name: str) -> str:
 
 def known_servers() -> set[str]:
     try:
-        from gym_services.servers import SERVERS
+        from gym_services.server.registry import SERVERS
     except ImportError:
         return PLANNED_SERVERS
     return set(SERVERS) | PLANNED_SERVERS
@@ -80,7 +80,7 @@ def _free_port() -> int:
 
 def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path) -> None:
     """Run the container command of a rendered server (the counter) with its rendered config and env."""
-    servers = pytest.importorskip('gym_services.servers')
+    servers = pytest.importorskip('gym_services.server.registry')
     if 'counter' not in servers.SERVERS:
         pytest.skip('the counter server is not available')
     port = _free_port()
@@ -122,7 +122,7 @@ def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path
 
 def test_default_values_give_every_server_a_config_it_accepts(render: Any, tmp_path: Path) -> None:
     """Each rendered ConfigMap, with the env the StatefulSet sets, builds that server's app."""
-    from gym_services.base.serve import build_app
+    from gym_services.server.serve import build_app
 
     docs = render({})
     configs = {d['metadata']['name']: d['data']['config.yaml'] for d in docs if d['kind'] == 'ConfigMap'}

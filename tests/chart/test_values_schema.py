@@ -51,8 +51,8 @@ def test_good_values_pass(helm_chart: Any) -> None:
 
 
 def test_schema_knows_every_server_gymckpt_serves() -> None:
-    """A server added to gym_services.servers.SERVERS must be allowed by the chart too."""
-    servers = pytest.importorskip('gym_services.servers')
+    """A server added to gym_services.server.registry.SERVERS must be allowed by the chart too."""
+    servers = pytest.importorskip('gym_services.server.registry')
     schema = json.loads(SCHEMA.read_text())
     allowed = set(schema['properties']['servers']['items']['properties']['server']['enum'])
     assert set(servers.SERVERS) <= allowed

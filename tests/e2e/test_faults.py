@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gym_operator.client import ControlClient, ParticipantRef
-from gym_operator.coordinator import Coordinator, list_checkpoints
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.control import layout
 from gym_services.control.decisions import read_decision, settle
 from gym_services.control.storage import open_storage

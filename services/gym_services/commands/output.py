@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gym_operator.coordinator import TransactionResult
+from gym_services.coordination.coordinator import TransactionResult
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

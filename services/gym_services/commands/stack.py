@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from gym_operator.client import ControlClient, ParticipantError
-from gym_operator.coordinator import Coordinator, list_checkpoints, parse_global_manifest
+from gym_services.coordination.client import ControlClient, ParticipantError
+from gym_services.coordination.coordinator import Coordinator, list_checkpoints, parse_global_manifest
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
 from gym_services.control import layout

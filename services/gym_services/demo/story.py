@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from gym_operator.client import ControlClient
-from gym_operator.coordinator import Coordinator, TransactionResult
+from gym_services.coordination.client import ControlClient
+from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.stack.discovery import discover

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_services.base.config import ConfigError
-from gym_services.servers import SERVERS
+from gym_services.server.registry import SERVERS
 
 URL_REF = re.compile(r"\{(url|port|host):([A-Za-z0-9._-]+)\}")
 

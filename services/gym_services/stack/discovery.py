@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gym_operator.client import ControlClient, ParticipantError, ParticipantRef
+from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.stack.launcher import StackState
 
 

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_services.base.app import create_server_app
+from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.base.http import read_json
 from gym_services.control.admission import RoutePolicy

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from gym_operator.client import ControlClient, ParticipantRef
-from gym_operator.coordinator import Coordinator, TransactionResult
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_services.agents.common import AgentParticipant
 from gym_services.control.models import Role
 from tests.services.agents.wire import Wire, running

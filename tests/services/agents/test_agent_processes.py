@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gym_operator.client import ControlClient, ParticipantRef
-from gym_operator.coordinator import Coordinator
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator
 from gym_services.models.inference_worker.policies.base import load_tasks
 from tests.services.agents.real import proof_stack
 from tests.services.agents.stack import uninterrupted

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from gym_services.control.sessions import VERIFY_HEADER
+from gym_services.resources.common.sessions import VERIFY_HEADER
 from gym_services.models.inference_worker.policies.base import load_tasks
 from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
 from tests.services.agents.real import generation_streaming, model_calls, model_totals, proof_stack

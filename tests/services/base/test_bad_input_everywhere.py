@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from starlette.routing import Mount, Route
 
-from gym_services.base.serve import build_app
-from gym_services.servers import SERVERS
+from gym_services.server.serve import build_app
+from gym_services.server.registry import SERVERS
 from tests.support.asgi import SECRET, TOKEN, serve
 
 #: fields a server's config requires (downstream URLs point nowhere: bad input must be refused first)

@@ -29,7 +29,7 @@ from gym_services.agents.common.context import StepContext, own_cookie_name
 from gym_services.agents.common.downstream import Downstream, cookieless_client, error_of
 from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentParticipant, Episode
-from gym_services.base.app import create_server_app
+from gym_services.server.app import create_server_app
 from gym_services.base.errors import ApiError
 from gym_services.base.http import read_json
 from gym_services.base.identity import RolloutIdentity

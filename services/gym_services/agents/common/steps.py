@@ -7,7 +7,7 @@ from typing import Any
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.loop import StepKind
-from gym_services.control.sessions import VERIFY_HEADER
+from gym_services.resources.common.sessions import VERIFY_HEADER
 
 #: the downstream name of an agent's resources server
 RESOURCES = "resources"

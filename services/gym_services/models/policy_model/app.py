@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gym_services.base.app import create_server_app
+from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
 from gym_services.base.http import parse_body

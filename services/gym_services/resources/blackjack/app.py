@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_services.base.app import create_server_app
+from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
 from gym_services.base.http import parse_body, read_json_object

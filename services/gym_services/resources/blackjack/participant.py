@@ -13,7 +13,7 @@ from typing import Any
 
 from gym_services.base.identity import RolloutIdentity
 from gym_services.control.models import VerifyMode
-from gym_services.control.sessions import ResourcesParticipant, SessionHooks
+from gym_services.resources.common.sessions import ResourcesParticipant, SessionHooks
 
 
 class EpisodeParticipant(ResourcesParticipant):

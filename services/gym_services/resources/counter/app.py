@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_services.base.app import create_server_app
+from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError
 from gym_services.base.http import parse_body
 from gym_services.base.sessions import session_id
 from gym_services.control.participant import InvalidState
-from gym_services.control.sessions import ResourcesParticipant
+from gym_services.resources.common.sessions import ResourcesParticipant
 
 STATE_VERSION = 1
 

@@ -21,11 +21,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_services.base.app import create_server_app
+from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.http import parse_body, read_json_object
 from gym_services.control.admission import RoutePolicy
-from gym_services.control.sessions import ResourcesParticipant
+from gym_services.resources.common.sessions import ResourcesParticipant
 from gym_services.resources.math_formal_lean import feedback, proof
 from gym_services.resources.math_formal_lean.sandbox_client import LeanSandbox
 

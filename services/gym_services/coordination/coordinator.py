@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from gym_operator.client import ControlClient, ParticipantError, ParticipantRef
+from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.base.config import StorageConfig
 from gym_services.base.logs import get_logger
 from gym_services.control import layout

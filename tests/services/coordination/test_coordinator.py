@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_operator.client import ControlClient, ParticipantRef
-from gym_operator.coordinator import Coordinator, list_checkpoints
-from gym_services.base.app import create_server_app
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, list_checkpoints
+from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control import layout
 from gym_services.control.decisions import read_decision

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from gym_services.base.config import ServerConfig, load_config
-from gym_services.servers import SERVERS
+from gym_services.server.registry import SERVERS
 
 
 def server_module(server: str):

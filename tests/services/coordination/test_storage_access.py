@@ -13,8 +13,8 @@ import logging
 import httpx
 import pytest
 
-from gym_operator.client import ControlClient, ParticipantRef
-from gym_operator.coordinator import Coordinator
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator
 from gym_services.base.config import StorageConfig, load_config
 from gym_services.control.models import StorageAccess
 from gym_services.resources.counter.app import Config as CounterConfig

@@ -31,8 +31,19 @@ WHEEL_SHA256 = "cce78fc3fd048f36b4c465fe8e9fe3cc5e7afb6f6e287bfe831f156988508a70
 DOWNLOAD = [
     "download", f"nemo-gym=={WHEEL_VERSION}", "--no-deps", "--only-binary=:all:", "--python-version", "3.13.14",
 ]
-#: versions from NeMo Gym's lock file, with which the reference behaviour is defined
-ORACLE_REQUIREMENTS = ["pandas==2.3.2", "numpy==2.3.2"]
+#: versions from NeMo Gym's lock file, with which the reference behaviour is defined; openai is the version
+#: the wheel pins (its request/response models validate verify bodies); pydantic, FastAPI and Starlette
+#: give the reference's HTTP answers (422 bodies, response serialisation, signed session cookies)
+ORACLE_REQUIREMENTS = [
+    "pandas==2.3.2",
+    "numpy==2.3.2",
+    "openai==2.44.0",
+    "pydantic==2.13.4",
+    "fastapi==0.135.2",
+    "starlette==1.3.1",
+    "itsdangerous==2.2.0",
+    "httpx==0.28.1",
+]
 
 
 def cache_dir() -> Path:

@@ -34,7 +34,7 @@ def ensure_venv() -> None:
     print("installing gym-checkpoint and its pinned dependencies (first run only) ...", flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[operator,test]"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[operator,local-s3,test]"], check=True)
     STAMP.write_text(wanted)
 
 

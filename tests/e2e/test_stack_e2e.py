@@ -1,23 +1,22 @@
 """Process-level end to end: every server a real uvicorn process, rollout collection running, a
-checkpoint mid-flight into a real S3 server (SeaweedFS), every process SIGKILLed, restore into fresh
-processes, collection finished — results equal an uninterrupted run's."""
+checkpoint mid-flight into a real S3 server (the local SeaweedFS of ``gymckpt demo --storage embedded-s3``),
+every process SIGKILLed, restore into fresh processes, collection finished — results equal an uninterrupted
+run's."""
 
 from __future__ import annotations
 
 import pytest
 
-from gym_services.base.config import StorageConfig
 from gym_services.demo.report import compare
 from gym_services.demo.story import Story
 
 pytestmark = pytest.mark.e2e
 
 
-def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path, s3_location, s3_env) -> None:
+def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path) -> None:
     story = Story(
         tmp_path / "story",
-        storage=s3_location,
-        storage_config=StorageConfig(endpoint_url=s3_env.endpoint),
+        storage="embedded-s3",
         repeats=1,
         concurrency=32,
         tokens_per_second=120.0,
@@ -25,14 +24,17 @@ def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path, s3_location, s3_
         timeout_s=240,
         say=lambda text: None,
     )
-    story.prepare()
-    base = story.uninterrupted()
-    ckpt = story.checkpointed(base.duration_s)
+    try:
+        story.prepare()
+        base = story.uninterrupted()
+        ckpt = story.checkpointed(base.duration_s)
+    finally:
+        story.close()
     verdict = compare(base, ckpt, story.agent_env)
     assert verdict.ok, verdict.problems
 
     # the checkpoint caught work in flight and went to S3
-    assert ckpt.checkpoint is not None and ckpt.checkpoint.location.startswith("s3://")
+    assert ckpt.checkpoint is not None and ckpt.checkpoint.location == "s3://gymckpt/demo"
     assert ckpt.in_flight["collection"]["episodes"] > 0
     assert ckpt.restore is not None and len(ckpt.restore.episodes) == ckpt.in_flight["collection"]["episodes"]
     # every task has exactly one result, none ran twice, generation work was not redone

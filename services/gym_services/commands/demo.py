@@ -62,6 +62,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         for bar in bars.values():
             bar.close()
+        story.close()
     verdict = compare(base, ckpt, story.agent_env)
     print()
     print(verdict.text)
@@ -84,7 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run. Exits non-zero if any reward differs.",
     )
     p.add_argument("--workdir", default=".gymckpt/demo", help="where runs, logs and checkpoints go (default .gymckpt/demo)")
-    p.add_argument("--storage", help="checkpoint location (default file://WORKDIR/checkpoints; s3://bucket/prefix works)")
+    p.add_argument("--storage", help="checkpoint location: file:///path (default file://WORKDIR), s3://bucket/prefix "
+                   "(AWS_* variables or --s3-endpoint), or embedded-s3 (a local SeaweedFS the demo starts and stops)")
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default AWS_ENDPOINT_URL)")
     p.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")

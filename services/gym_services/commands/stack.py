@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+from pydantic import ValidationError
 
 from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints, parse_global_manifest
@@ -22,7 +23,8 @@ from gym_services.control.decisions import restore_decisions
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackError, read_state, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import StackError, StackState, read_state, stack_secrets, start_stack, stop_stack
+from gym_services.stack.objectstore import BUCKET, REGION
 
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
 
@@ -31,8 +33,26 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir).resolve()
 
 
-def _storage_config(args: argparse.Namespace) -> StorageConfig:
-    return StorageConfig(endpoint_url=getattr(args, "s3_endpoint", None) or os.environ.get("AWS_ENDPOINT_URL"))
+def _storage_config(args: argparse.Namespace, state: StackState | None = None) -> StorageConfig:
+    """How the CLI reaches storage: --s3-endpoint, else the stack's local S3 store (for its own bucket),
+    else the standard AWS variables."""
+    endpoint = getattr(args, "s3_endpoint", None)
+    if state is None:
+        try:
+            state = read_state(_state_dir(args))
+        except StackError:
+            state = None
+    location = getattr(args, "storage", None)
+    embedded = state is not None and state.object_store is not None
+    if embedded and not endpoint and (location is None or location.startswith(f"s3://{BUCKET}/")):
+        creds = stack_secrets(Path(state.state_dir))
+        return StorageConfig(
+            endpoint_url=state.object_store.endpoint,
+            region=REGION,
+            access_key_id=creds["s3_access_key"],
+            secret_access_key=creds["s3_secret_key"],
+        )
+    return StorageConfig(endpoint_url=endpoint or os.environ.get("AWS_ENDPOINT_URL"))
 
 
 def _fail(prefix: str, exc: Exception) -> int:
@@ -50,7 +70,7 @@ async def _with_coordinator(args: argparse.Namespace, work):
             if not getattr(args, "quiet", False):
                 print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True)
 
-        coordinator = Coordinator(participants, client, storage_config=_storage_config(args), on_event=progress)
+        coordinator = Coordinator(participants, client, storage_config=_storage_config(args, state), on_event=progress)
         return await work(coordinator, state)
 
 
@@ -62,11 +82,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         stack, _ = load_stack(args.config)
         if args.state_dir:
             stack.state_dir = args.state_dir
-        state = start_stack(stack, Path.cwd(), ready_timeout_s=args.timeout)
+        if args.storage:
+            try:
+                stack = stack.model_validate({**stack.model_dump(), "storage": args.storage})
+            except ValidationError:
+                raise ConfigError(
+                    f"--storage must be embedded-s3, s3://bucket/prefix or file:///absolute/path, got {args.storage!r}"
+                ) from None
+        state = start_stack(stack, Path.cwd(), ready_timeout_s=args.timeout, say=lambda text: print(text, flush=True))
     except (ConfigError, StackError) as exc:
         return _fail("up", exc)
     print(f"stack {state.name} is up ({len(state.servers)} servers); state in {state.state_dir}")
     print(table(["server", "type", "url", "pid", "participant"], [[s.name, s.server, s.url, s.pid, s.participant] for s in state.servers]))
+    if state.object_store is not None:
+        print(f"local S3 store (SeaweedFS) at {state.object_store.endpoint}, data in {state.object_store.data_dir}; "
+              "`gymckpt down` stops it, the data stays")
     print(f"checkpoints go to {state.storage}")
     return 0
 
@@ -188,12 +218,38 @@ def _transaction(args: argparse.Namespace, verb: str, work) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    async def work(coordinator: Coordinator, state):
+    try:
+        state = read_state(_state_dir(args))
         location = args.storage or state.storage
+        missing = _missing_checkpoint(args, state, location)
+    except (StackError, StorageError) as exc:
+        return _fail("restore", exc)
+    if missing:
+        return _fail("restore", RuntimeError(missing))
+
+    async def work(coordinator: Coordinator, state):
         print(f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants")
         return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=args.restore_id)
 
     return _transaction(args, "restore", work)
+
+
+def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: str) -> str | None:
+    """None when the checkpoint's manifest is at ``location``; else a message naming where it looked
+    and what to do next."""
+    storage = open_storage(location, _storage_config(args, state))
+    key = layout.global_manifest_key(args.checkpoint_id)
+    if storage.exists(key):
+        return None
+    known = [cid for cid, manifest in list_checkpoints(location, _storage_config(args, state)) if manifest is not None]
+    there = f"checkpoints there: {', '.join(known)}" if known else "no complete checkpoint is there"
+    hint = (
+        "pass the location it was written to with --storage (e.g. --storage s3://bucket/prefix, with AWS_ENDPOINT_URL "
+        "and keys set for a non-AWS store)"
+        if not args.storage
+        else "check the id (`gymckpt checkpoints list --storage LOCATION`)"
+    )
+    return f"no checkpoint {args.checkpoint_id} at {location} (looked for {storage.url}/{key}); {there}; {hint}"
 
 
 def _location(args: argparse.Namespace) -> str:
@@ -261,6 +317,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Start every server of a stack YAML, wait until each is ready, write the state file.")
     p.add_argument("config", help="stack YAML")
     p.add_argument("--state-dir", default=None, help="override the config's state_dir")
+    p.add_argument("--storage", help="override the config's storage: embedded-s3 (start a local S3 store), "
+                   "s3://bucket/prefix or file:///path")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     p.set_defaults(func=cmd_up)
 

@@ -24,6 +24,8 @@ from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import StackState, stack_secrets, start_stack, stop_stack
+from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
+from gym_services.stack.objectstore import location as embedded_location
 
 Say = Callable[[str], None]
 
@@ -98,8 +100,11 @@ class Story:
         progress: Callable[[str, dict], None] | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
-        self.storage = storage or f"file://{self.workdir / 'checkpoints'}"
+        # keys are <location>/checkpoints/<id>/..., so the default location is the workdir itself
+        self.embedded_s3 = storage == EMBEDDED_S3
+        self.storage = embedded_location("demo") if self.embedded_s3 else (storage or f"file://{self.workdir}")
         self.storage_config = storage_config or StorageConfig()
+        self.server_env: dict[str, str] = {}
         self.repeats, self.concurrency = repeats, concurrency
         self.tokens_per_second, self.latency_s = tokens_per_second, latency_s
         self.checkpoint_at = checkpoint_at
@@ -111,7 +116,26 @@ class Story:
 
     def _start(self, name: str) -> StackState:
         config = demo_stack(self.workdir / name, tokens_per_second=self.tokens_per_second, latency_s=self.latency_s)
-        return start_stack(config, self.workdir, ready_timeout_s=120)
+        return start_stack(config, self.workdir, ready_timeout_s=120, env=self.server_env)
+
+    def _start_object_store(self) -> None:
+        """``--storage embedded-s3``: one local SeaweedFS for the whole demo, its keys made here."""
+        import secrets
+
+        access, secret = "gymckpt" + secrets.token_hex(8), secrets.token_urlsafe(30)
+        try:
+            store = start_local_s3(self.workdir / "s3", access, secret, say=self.say)
+        except ObjectStoreError as exc:
+            raise StoryError(str(exc)) from None
+        self.server_env = store.env(access, secret)
+        self.storage_config = StorageConfig(
+            endpoint_url=store.endpoint, region=REGION, access_key_id=access, secret_access_key=secret
+        )
+
+    def close(self) -> None:
+        """Stop what the story started besides the stacks (the local object store)."""
+        if self.embedded_s3:
+            stop_local_s3(self.workdir / "s3")
 
     def _submit(self, state: StackState, output: Path) -> dict[str, Any]:
         spec = {
@@ -133,9 +157,13 @@ class Story:
     # --- the two runs ----------------------------------------------------------------------
 
     def prepare(self) -> None:
+        if self.embedded_s3:
+            stop_local_s3(self.workdir / "s3")  # one a killed earlier demo left running
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
         self.workdir.mkdir(parents=True)
+        if self.embedded_s3:
+            self._start_object_store()
         self.tasks_path = self.workdir / "tasks.jsonl"
         self.agent_env = write_tasks(self.tasks_path)
         self.tasks = [json.loads(line) for line in self.tasks_path.read_text().splitlines()]

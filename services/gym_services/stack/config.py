@@ -3,7 +3,9 @@
 ```yaml
 name: demo
 state_dir: .gymckpt/demo            # state file, logs, generated configs (relative to the YAML)
-storage: file:///abs/path           # default checkpoint location (default: <state_dir>/checkpoints)
+storage: embedded-s3                # where checkpoints go: embedded-s3 (a local SeaweedFS that `up` starts),
+                                    # s3://bucket/prefix (AWS_* variables set before `up`), or file:///abs/path;
+                                    # default: file://<state_dir>
 servers:
   policy_model:                     # instance name = participant id
     server: policy_model            # a name `gymckpt serve` knows
@@ -42,7 +44,11 @@ class StackConfig(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     state_dir: str = ".gymckpt/stack"  # relative to the current directory
-    storage: str | None = None
+    storage: str | None = Field(
+        default=None,
+        pattern=r"^(embedded-s3|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?|file:///\S*)$",
+        description="embedded-s3, s3://bucket/prefix or file:///path; default file://<state_dir>",
+    )
     servers: dict[str, ServerSpec]
 
     def resolved_state_dir(self, base: Path) -> Path:

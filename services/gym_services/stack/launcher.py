@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel
 
 from gym_services.stack.config import StackConfig, substitute_urls
+from gym_services.stack.objectstore import EMBEDDED_S3, LocalS3, ObjectStoreError, start_local_s3, stop_local_s3
+from gym_services.stack.objectstore import location as embedded_location
 
 STATE_FILE = "stack.json"
 SECRETS_FILE = "secrets.json"
@@ -37,6 +39,7 @@ class StackState(BaseModel):
     state_dir: str
     storage: str
     servers: list[RunningServer]
+    object_store: LocalS3 | None = None  # the local S3 store of ``storage: embedded-s3``
 
     def participants(self) -> list[RunningServer]:
         return [s for s in self.servers if s.participant]
@@ -59,16 +62,34 @@ def free_port() -> int:
 
 
 def stack_secrets(state_dir: Path) -> dict[str, str]:
-    """The stack's control token and session secret, created once and kept (restored cookies need them)."""
+    """The stack's control token, session secret and local-S3 keys, created once and kept (restored
+    cookies need the same session secret; the local store's data needs the same keys)."""
     path = state_dir / SECRETS_FILE
-    if path.exists():
-        return json.loads(path.read_text())
-    values = {"control_token": secrets.token_urlsafe(32), "session_secret": secrets.token_urlsafe(32)}
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(values, fh)
+    values: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    wanted = {
+        "control_token": lambda: secrets.token_urlsafe(32),
+        "session_secret": lambda: secrets.token_urlsafe(32),
+        "s3_access_key": lambda: "gymckpt" + secrets.token_hex(8),
+        "s3_secret_key": lambda: secrets.token_urlsafe(30),
+    }
+    missing = {key: make() for key, make in wanted.items() if key not in values}
+    if missing:
+        values.update(missing)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(values, fh)
+        os.replace(tmp, path)
     return values
+
+
+def storage_env(state: StackState) -> dict[str, str]:
+    """AWS variables that reach the stack's local S3 store (empty when it has none)."""
+    if state.object_store is None:
+        return {}
+    creds = stack_secrets(Path(state.state_dir))
+    return state.object_store.env(creds["s3_access_key"], creds["s3_secret_key"])
 
 
 def read_state(state_dir: Path) -> StackState:
@@ -88,8 +109,17 @@ def alive(pid: int) -> bool:
     return True
 
 
-def start_stack(stack: StackConfig, base: Path, *, ready_timeout_s: float = 60.0, log_level: str = "warning") -> StackState:
-    """Start every server, wait until each is ready, write the state file."""
+def start_stack(
+    stack: StackConfig,
+    base: Path,
+    *,
+    ready_timeout_s: float = 60.0,
+    log_level: str = "warning",
+    say=None,
+    env: dict[str, str] | None = None,
+) -> StackState:
+    """Start every server (and the local object store of ``storage: embedded-s3``), wait until each is
+    ready, write the state file. ``env`` is added to every server's environment (e.g. AWS_* of a store)."""
     state_dir = stack.resolved_state_dir(base)
     if (state_dir / STATE_FILE).exists():
         previous = read_state(state_dir)
@@ -100,13 +130,24 @@ def start_stack(stack: StackConfig, base: Path, *, ready_timeout_s: float = 60.0
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
     ports = {name: spec.port or free_port() for name, spec in stack.servers.items()}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    storage = stack.storage or f"file://{state_dir / 'checkpoints'}"
+    # keys are <location>/checkpoints/<id>/..., so the default location is the state folder itself
+    storage = stack.storage or f"file://{state_dir}"
+    extra_env = env or {}
     env = {
         **os.environ,
+        **extra_env,
         "GYMCKPT_CONTROL_TOKEN": creds["control_token"],
         "GYMCKPT_SESSION_SECRET": creds["session_secret"],
         "PYTHONUNBUFFERED": "1",
     }
+    store: LocalS3 | None = None
+    if stack.storage == EMBEDDED_S3:
+        try:
+            store = start_local_s3(state_dir / "s3", creds["s3_access_key"], creds["s3_secret_key"], say=say)
+        except ObjectStoreError as exc:
+            raise StackError(str(exc)) from None
+        storage = embedded_location(stack.name)
+        env.update(store.env(creds["s3_access_key"], creds["s3_secret_key"]))
     running: list[RunningServer] = []
     procs: list[subprocess.Popen] = []
     try:
@@ -136,8 +177,10 @@ def start_stack(stack: StackConfig, base: Path, *, ready_timeout_s: float = 60.0
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+        if store is not None:
+            stop_local_s3(state_dir / "s3")
         raise
-    state = StackState(name=stack.name, state_dir=str(state_dir), storage=storage, servers=running)
+    state = StackState(name=stack.name, state_dir=str(state_dir), storage=storage, servers=running, object_store=store)
     (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
     return state
 
@@ -166,7 +209,10 @@ def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], time
 
 
 def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) -> list[str]:
-    """SIGTERM (or SIGKILL with ``kill``) every server; returns the names that were running."""
+    """SIGTERM (or SIGKILL with ``kill``) every server; returns the names that were running.
+
+    The local object store of ``storage: embedded-s3`` is stopped too, always with SIGTERM: it is
+    storage, not a server whose crash is being simulated, and its data stays for the next ``up``."""
     state = read_state(state_dir)
     sig = signal.SIGKILL if kill else signal.SIGTERM
     stopped = []
@@ -185,6 +231,8 @@ def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) 
         if alive(server.pid):
             os.killpg(server.pid, signal.SIGKILL)
             _reap(server.pid)
+    if state.object_store is not None:
+        stop_local_s3(Path(state.object_store.data_dir))
     return stopped
 
 

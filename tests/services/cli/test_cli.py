@@ -70,7 +70,7 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
         shown = json.loads(gymckpt("checkpoints", "show", "ck1", "--json", cwd=tmp_path).stdout)
         assert {p["participant_id"] for p in shown["participants"]} == {"counter-a", "counter-b"}
         missing = gymckpt("restore", "nope", cwd=tmp_path, check=False)
-        assert missing.returncode == 1 and "unknown or incomplete" in missing.stdout
+        assert missing.returncode == 1 and "no checkpoint nope at file://" in missing.stderr
     finally:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
 

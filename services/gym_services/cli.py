@@ -16,7 +16,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gym_services.server.serve import run
 
     try:
-        run(args.server, args.config, args.host, args.port)
+        run(args.server, args.config, args.host, args.port, args.control_port)
     except ConfigError as exc:
         print(f"gymckpt serve: {exc}", file=sys.stderr)
         return 2
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML config file")
     serve.add_argument("--host", help="bind address (default from config, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config)")
+    serve.add_argument("--control-port", type=int, help="serve the checkpoint control routes on this port only "
+                       "(and the data routes only on --port), so a NetworkPolicy can fence the control plane off")
     serve.set_defaults(func=_serve)
 
     for register in _extra_commands():

@@ -6,12 +6,14 @@ import httpx
 from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
+from gym_services.base.errors import ApiError
 from gym_services.base.http import parse_body
+from gym_services.collection.files import confine, read_results, receive_tasks
 from gym_services.collection.models import JobSpec
 from gym_services.collection.runner import Collection
 from gym_services.control.admission import RoutePolicy
@@ -19,9 +21,15 @@ from gym_services.control.admission import RoutePolicy
 
 class Config(ServerConfig):
     agents: dict[str, str] = Field(default_factory=dict, description="agent name -> base URL")
-    default_agent: str | None = None
-    request_timeout_s: float = Field(default=3600.0, gt=0)
-    transport_retries: int = Field(default=5, ge=0, le=100)
+    default_agent: str | None = Field(default=None, description="agent for tasks that name none")
+    request_timeout_s: float = Field(default=3600.0, gt=0, description="seconds one /run of an agent may take")
+    transport_retries: int = Field(default=5, ge=0, le=100, description="retries of a /run that could not connect")
+    data_dir: str | None = Field(
+        default=None,
+        description="folder for uploaded tasks and results (a PersistentVolume on Kubernetes); when set, job paths "
+        "are relative to it and may not leave it, and PUT /tasks/NAME.jsonl and GET /jobs/current/results work",
+    )
+    max_upload_mb: int = Field(default=2048, ge=1, le=1 << 20, description="largest tasks file PUT /tasks accepts")
 
 
 def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
@@ -35,15 +43,46 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
 
     async def start(request: Request) -> JSONResponse:
         spec = await parse_body(request, JobSpec)
+        if config.data_dir is not None:
+            spec = spec.model_copy(update={
+                "tasks_path": confine(config.data_dir, spec.tasks_path, "tasks_path"),
+                "output_path": confine(config.data_dir, spec.output_path, "output_path"),
+            })
         return JSONResponse(collection.start(spec).model_dump())
 
     async def current(request: Request) -> JSONResponse:
         return JSONResponse(collection.status().model_dump())
 
+    def require_data_dir() -> str:
+        if config.data_dir is None:
+            raise ApiError("not_found", "this collection server has no data_dir: give task and result paths it can read",
+                           status=404)
+        return config.data_dir
+
+    async def upload(request: Request) -> JSONResponse:
+        data_dir = require_data_dir()
+        answer = await receive_tasks(request, data_dir, request.path_params["name"], config.max_upload_mb << 20)
+        return JSONResponse(answer)
+
+    async def results(request: Request) -> StreamingResponse:
+        require_data_dir()
+        job = collection.job
+        if job is None:
+            raise ApiError("not_found", "no collection job has run on this server", status=404)
+        status = collection.status()
+        headers = {"x-gymckpt-job-state": status.state, "x-gymckpt-results": str(len(job.finished))}
+        return StreamingResponse(read_results(job.spec.output_path, job.output_offset), media_type="application/x-ndjson",
+                                 headers=headers)
+
     return create_server_app(
         config,
         collection,
-        [Route("/jobs", start, methods=["POST"]), Route("/jobs/current", current, methods=["GET"])],
-        policies={"/jobs/current": RoutePolicy.OPEN},
+        [
+            Route("/jobs", start, methods=["POST"]),
+            Route("/jobs/current", current, methods=["GET"]),
+            Route("/jobs/current/results", results, methods=["GET"]),
+            Route("/tasks/{name}", upload, methods=["PUT"]),
+        ],
+        policies={"/jobs/current": RoutePolicy.OPEN, "/jobs/current/results": RoutePolicy.OPEN, "/tasks/*": RoutePolicy.OPEN},
         on_shutdown=[collection.close],
     )

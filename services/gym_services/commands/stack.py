@@ -136,42 +136,124 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    """Start a job (or --attach to the running one), follow it, and report rewards.
 
+    With --url the collection server is remote (on Kubernetes, reached through ``kubectl port-forward``): the
+    tasks file is uploaded to it, and the results are downloaded to --output when the job completes."""
+    if args.attach == bool(args.tasks):
+        return _fail("collect", RuntimeError("give a tasks JSONL to start a job, or --attach to follow the running one"))
+    if args.url:
+        url, remote = args.url.rstrip("/"), True
+    else:
+        try:
+            url, remote = read_state(_state_dir(args)).url(args.collection), False
+        except (StackError, KeyError) as exc:
+            return _fail("collect", exc)
     try:
-        state = read_state(_state_dir(args))
-        url = state.url(args.collection)
-    except (StackError, KeyError) as exc:
+        with httpx.Client(timeout=args.timeout, trust_env=False) as http:
+            status = _attach(http, url) if args.attach else _start_job(http, url, args, remote)
+            if args.no_wait:
+                print(f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
+                      f"{' --url ' + url if remote else ''}`")
+                return 0
+            status = _follow(http, url, status, args.wait_timeout)
+            results = Path(args.output) if remote else Path(status["output_path"])
+            if remote:
+                _download_results(http, url, results)
+    except (CollectError, httpx.HTTPError, OSError) as exc:
         return _fail("collect", exc)
-    spec = {
-        "tasks_path": str(Path(args.tasks).resolve()),
-        "output_path": str(Path(args.output).resolve()),
-        "repeats": args.repeats,
-        "concurrency": args.concurrency,
-    }
+    print(
+        f"collected {status['finished']} rollouts ({status['errors']} errors); mean reward "
+        f"{status['mean_reward'] if status['mean_reward'] is not None else '-'}; results in {results}"
+    )
+    print(reward_table(results))
+    return 0
+
+
+class CollectError(RuntimeError):
+    """The collection server refused or the job could not be followed."""
+
+
+def _answer(resp: httpx.Response) -> dict:
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if resp.status_code != 200:
+        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
+        raise CollectError(f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}: {message or resp.text[:300]}")
+    return body
+
+
+def _attach(http: httpx.Client, url: str) -> dict:
+    status = _answer(http.get(f"{url}/jobs/current"))
+    if status["state"] == "idle":
+        raise CollectError(f"no collection job on {url}; start one with `gymckpt collect TASKS`")
+    return status
+
+
+def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: bool) -> dict:
+    tasks = Path(args.tasks)
+    if remote:
+        stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in tasks.stem)[:80].strip(".-_") or "tasks"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"  # a new name each time: a restore re-reads its file
+        with tasks.open("rb") as fh:
+            uploaded = _answer(http.put(f"{url}/tasks/{name}", content=fh, headers={"content-type": "application/x-ndjson"}))
+        print(f"uploaded {uploaded['tasks']} tasks ({human_bytes(uploaded['bytes'])}) to {url} as {uploaded['tasks_path']}",
+              file=sys.stderr)
+        spec = {"tasks_path": uploaded["tasks_path"], "output_path": f"results/{name}"}
+    else:
+        spec = {"tasks_path": str(tasks.resolve()), "output_path": str(Path(args.output).resolve())}
+    spec.update(repeats=args.repeats, concurrency=args.concurrency)
     if args.limit:
         spec["limit"] = args.limit
-    with httpx.Client(timeout=30, trust_env=False) as http:
-        resp = http.post(f"{url}/jobs", json=spec)
-        if resp.status_code != 200:
-            return _fail("collect", RuntimeError(resp.json().get("error", {}).get("message", resp.text)))
-        status = resp.json()
-        if args.no_wait:
-            print(f"collecting {status['total']} rollouts; results in {args.output}")
-            return 0
-        with tqdm(total=status["total"], unit="rollout", desc="collect", file=sys.stdout) as bar:
-            while status["state"] != "completed":
-                time.sleep(0.2)
-                status = http.get(f"{url}/jobs/current").json()
+    return _answer(http.post(f"{url}/jobs", json=spec))
+
+
+def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float) -> dict:
+    """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal."""
+    from tqdm import tqdm
+
+    deadline = time.monotonic() + wait_timeout
+    terminal = sys.stderr.isatty()
+    bar = tqdm(total=status["total"], unit="rollout", desc="collect", file=sys.stderr) if terminal else None
+    last_line = 0.0
+    try:
+        while True:
+            if bar is not None:
                 bar.n = status["finished"]
                 bar.set_postfix(live=status["live"], state=status["state"])
                 bar.refresh()
-    print(
-        f"collected {status['finished']} rollouts ({status['errors']} errors); mean reward "
-        f"{status['mean_reward'] if status['mean_reward'] is not None else '-'}; results in {status['output_path']}"
-    )
-    print(reward_table(Path(status["output_path"])))
-    return 0
+            elif time.monotonic() - last_line >= 5 or status["state"] == "completed":
+                last_line = time.monotonic()
+                print(f"collect: {status['finished']}/{status['total']} finished, {status['live']} live, {status['state']}",
+                      file=sys.stderr, flush=True)
+            if status["state"] == "completed":
+                return status
+            if time.monotonic() > deadline:
+                raise CollectError(f"the job did not complete within --wait-timeout {wait_timeout:.0f}s; it keeps running: "
+                                   "`gymckpt collect --attach` follows it again")
+            time.sleep(0.2)
+            try:
+                status = _answer(http.get(f"{url}/jobs/current"))
+            except httpx.TransportError:  # a server being replaced (checkpoint, restore): keep trying until the deadline
+                continue
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _download_results(http: httpx.Client, url: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    with http.stream("GET", f"{url}/jobs/current/results") as resp:
+        if resp.status_code != 200:
+            resp.read()
+            _answer(resp)
+        with tmp.open("wb") as fh:
+            for chunk in resp.iter_bytes():
+                fh.write(chunk)
+    tmp.replace(path)
 
 
 def reward_table(results: Path) -> str:
@@ -333,16 +415,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="raw JSON")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("collect", help="run rollout collection on the stack's collection server",
-                       description="Start a collection job (tasks JSONL x repeats) and follow it with a progress bar.")
+    p = sub.add_parser("collect", help="run rollout collection on the stack's (or a cluster's) collection server",
+                       description="Start a collection job (tasks JSONL x repeats) and follow it (progress on stderr). "
+                       "With --url, talk to a remote collection server (on Kubernetes: `kubectl port-forward "
+                       "svc/RELEASE-gym-checkpoint-collection 8000`, then --url http://127.0.0.1:8000): the tasks are "
+                       "uploaded and the results downloaded to --output. --attach follows the job already running.")
     _common(p)
-    p.add_argument("tasks", help="tasks JSONL")
+    p.add_argument("tasks", nargs="?", help="tasks JSONL (omit with --attach)")
+    p.add_argument("--url", help="base URL of a collection server (default: the local stack's)")
+    p.add_argument("--attach", action="store_true", help="follow the job already running instead of starting one")
     p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl)")
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
+    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
     p.add_argument("--limit", type=int, help="only the first N tasks")
-    p.add_argument("--collection", default="collection", help="name of the collection server in the stack")
+    p.add_argument("--collection", default="collection", help="name of the collection server in the local stack")
     p.add_argument("--no-wait", action="store_true", help="start the job and return")
+    p.add_argument("--wait-timeout", type=float, default=7 * 86400.0,
+                   help="stop following after this many seconds (the job keeps running; default 7 days)")
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("checkpoint", help="take a consistent checkpoint of the running stack",

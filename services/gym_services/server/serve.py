@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.server.registry import SERVERS
@@ -29,7 +31,50 @@ def build_app(
     return module.create_app(config), config
 
 
-def run(server: str, config_path: str | None, host: str | None, port: int | None) -> None:
+#: what the control port serves besides the control routes (probes and scraping work on either port)
+CONTROL_PORT_PATHS = ("/health/live", "/health/ready", "/metrics")
+
+
+def split_ports(app: ASGIApp, data_port: int, control_port: int) -> ASGIApp:
+    """Serve the control routes only on ``control_port`` and the data routes only on ``data_port``.
+
+    With its own port, the control plane can be fenced off by a NetworkPolicy (the operator only) while
+    the data routes stay open to the stack. The local socket's port decides; a request on the wrong port
+    gets 404 ``not_found`` naming the right one."""
+    from gym_services.base.errors import ApiError
+    from gym_services.control.routes import CONTROL_PREFIX
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            local_port = (scope.get("server") or (None, None))[1]
+            control = path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/")
+            if local_port == data_port and control:
+                response = ApiError("not_found", f"control routes are served on port {control_port}", status=404)
+                await response.response()(scope, receive, send)
+                return
+            if local_port == control_port and not control and path not in CONTROL_PORT_PATHS:
+                response = ApiError("not_found", f"port {control_port} serves only {CONTROL_PREFIX}/*; data routes "
+                                    f"are on port {data_port}", status=404)
+                await response.response()(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(server: str, config_path: str | None, host: str | None, port: int | None, control_port: int | None = None) -> None:
+    """Serve one server; with ``control_port``, the control routes get their own port (see :func:`split_ports`)."""
     import uvicorn
 
     from gym_services.base.logs import configure_logging
@@ -41,12 +86,10 @@ def run(server: str, config_path: str | None, host: str | None, port: int | None
         overrides["port"] = port
     app, config = build_app(server, config_path, overrides)
     configure_logging(config.name, config.log_level)
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_config=None,
-        timeout_graceful_shutdown=2,
-        timeout_keep_alive=30,
-        access_log=False,
-    )
+    options: dict[str, Any] = dict(log_config=None, timeout_graceful_shutdown=2, timeout_keep_alive=30, access_log=False)
+    if control_port is None or control_port == config.port:
+        uvicorn.run(app, host=config.host, port=config.port, **options)
+        return
+    sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
+    served = uvicorn.Server(uvicorn.Config(split_ports(app, config.port, control_port), **options))
+    served.run(sockets=sockets)

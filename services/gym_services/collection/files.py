@@ -1,0 +1,91 @@
+"""Tasks in and results out over HTTP, for a collection server with a ``data_dir`` (on Kubernetes: its
+PersistentVolume). Job paths are then relative to ``data_dir`` and can never point outside it.
+
+- ``PUT /tasks/{name}.jsonl``: the body (JSONL, one task object a line) is stored as ``tasks/{name}.jsonl``.
+- ``POST /jobs`` with ``tasks_path: tasks/{name}.jsonl`` and ``output_path: results/{job}.jsonl``.
+- ``GET /jobs/current/results``: the finished results of the current job (JSONL), as checkpointed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from starlette.requests import Request
+
+from gym_services.base.errors import ApiError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl$")
+TASKS_DIR = "tasks"
+RESULTS_DIR = "results"
+
+
+def confine(data_dir: str, path: str, what: str) -> str:
+    """``path`` resolved inside ``data_dir`` (relative paths are relative to it); 400 if it leaves it."""
+    root = Path(data_dir).resolve()
+    target = (root / path).resolve()
+    if target != root and root not in target.parents:
+        raise ApiError("bad_request", f"{what} {path!r} is outside this server's data_dir {root}")
+    return str(target)
+
+
+async def receive_tasks(request: Request, data_dir: str, name: str, max_bytes: int) -> dict[str, object]:
+    """Stream an uploaded tasks JSONL to ``data_dir/tasks/name``: every line a JSON object, at most
+    ``max_bytes``; written to a temporary file and renamed, so a failed upload leaves nothing."""
+    if not NAME.match(name):
+        raise ApiError("bad_request", f"task file name {name!r} must match {NAME.pattern}")
+    folder = Path(data_dir) / TASKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    size, tasks, pending, number = 0, 0, b"", 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ApiError("bad_request", f"task file is larger than {max_bytes} bytes", status=413)
+                fh.write(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    number += 1
+                    tasks += _check_line(line, number)
+            if pending:
+                number += 1
+                tasks += _check_line(pending, number)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if tasks == 0:
+            raise ApiError("bad_request", "task file holds no task")
+        os.replace(tmp, folder / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"tasks_path": f"{TASKS_DIR}/{name}", "tasks": tasks, "bytes": size}
+
+
+def _check_line(line: bytes, number: int) -> int:
+    if not line.strip():
+        return 0
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError("bad_request", f"line {number} is not JSON: {exc}") from None
+    if not isinstance(row, dict):
+        raise ApiError("bad_request", f"line {number} must be a JSON object")
+    return 1
+
+
+def read_results(path: str, size: int, chunk: int = 1 << 16):
+    """The first ``size`` bytes of the output file (the finished, checkpointed part), in chunks."""
+    with open(path, "rb") as fh:
+        left = size
+        while left > 0:
+            data = fh.read(min(chunk, left))
+            if not data:
+                return
+            left -= len(data)
+            yield data

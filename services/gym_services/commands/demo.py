@@ -9,29 +9,13 @@ from pathlib import Path
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from gym_services.base.config import StorageConfig
+    from gym_services.commands.progress import JobProgress
     from gym_services.demo.report import compare
     from gym_services.demo.story import Story, StoryError
     from gym_services.stack.launcher import StackError
 
-    bars: dict[str, tqdm] = {}
-
-    def progress(label: str, job: dict) -> None:
-        bar = bars.get(label)
-        if bar is None:
-            for other in bars.values():
-                other.close()
-            bar = bars[label] = tqdm(
-                total=job.get("total") or 0, initial=job.get("finished", 0), desc=f"{label:>13}", unit="ep",
-                file=sys.stdout, leave=True,
-            )
-        bar.total = job.get("total") or bar.total
-        bar.n = job.get("finished", 0)
-        bar.set_postfix(live=job.get("live", 0))
-        bar.refresh()
-
+    progress = JobProgress(sys.stderr)
     story = Story(
         Path(args.workdir),
         storage=args.storage,
@@ -50,9 +34,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
               "(Workplace Assistant, indirect prompt injection, blackjack, Lean proofs with the sandbox stand-in)")
         print("1) uninterrupted run: start every server as its own process, collect all rollouts", flush=True)
         base = story.uninterrupted()
-        for bar in bars.values():
-            bar.close()
-        bars.clear()
+        progress.close()
         print(f"2) checkpointed run: collect, checkpoint at ~{args.checkpoint_at:.0%} of the way to {story.storage}, "
               "SIGKILL everything, restore into fresh processes, finish", flush=True)
         ckpt = story.checkpointed(base.duration_s)
@@ -60,8 +42,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\ngymckpt demo failed: {exc}", file=sys.stderr)
         return 2
     finally:
-        for bar in bars.values():
-            bar.close()
+        progress.close()
         story.close()
     verdict = compare(base, ckpt, story.agent_env)
     print()
@@ -92,5 +73,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument("--tokens-per-second", type=float, default=150.0, help="worker speed per generation (default 150)")
     p.add_argument("--checkpoint-at", type=float, default=0.4, help="checkpoint after this fraction of the reference run")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_demo)

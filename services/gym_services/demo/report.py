@@ -51,7 +51,7 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     lines = ["rewards per environment:", table(["environment", "episodes", "uninterrupted", "checkpointed", "equal"], rows)]
 
     cp, rs = ckpt.checkpoint, ckpt.restore
-    regenerated = ckpt.tokens_before_cut + ckpt.tokens_after_restore - base.tokens_generated
+    regenerated = regenerated_tokens(base, ckpt)
     if tokens and regenerated != 0:
         problems.append(f"{regenerated} tokens regenerated after the restore (target 0)")
     stale = ckpt.stale_call
@@ -76,6 +76,25 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     ]
     lines += ["", "checkpoint, crash and restore:", table(["", "value"], summary)]
     return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
+
+
+def regenerated_tokens(base: Run, ckpt: Run) -> int:
+    """Tokens generated more than once in the checkpointed run, other than those lost to the crash.
+
+    Every token of the uninterrupted run is generated at least once in the checkpointed run: before
+    the cut (in the checkpoint), or after the restore. Tokens generated after the checkpoint are lost
+    with the crash and legitimately generated again after the restore; every other repetition is
+    waste: a token the checkpoint should have kept (before the cut and again after the restore), or
+    one generated twice by either stack. So with exact counts (each stack's worker total, taken
+    once its worker had stopped)
+
+        before + lost + after = uninterrupted + lost + regenerated
+        regenerated = before + after - uninterrupted
+
+    and 0 means: every token generated before the checkpoint is in it and is never generated again.
+    The tokens lost to the crash cancel out (their second generation is part of ``after``).
+    """
+    return ckpt.tokens_before_cut + ckpt.tokens_after_restore - base.tokens_generated
 
 
 def _model_line(live: dict) -> str:

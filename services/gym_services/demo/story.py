@@ -8,8 +8,11 @@ Used by ``gymckpt demo`` (file storage by default) and by the process-level end-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +26,12 @@ from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackState, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import StackState, alive, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
 
 Say = Callable[[str], None]
+WORKER = "inference-worker"
 
 
 class StoryError(RuntimeError):
@@ -44,17 +48,35 @@ class Run:
     duration_s: float = 0.0
     checkpoint: TransactionResult | None = None
     restore: TransactionResult | None = None
+    #: worker tokens of the checkpointed stack when every generation was cut (the checkpoint holds them)
     tokens_before_cut: int = 0
+    #: worker tokens the checkpointed stack generated after the checkpoint, lost with it in the crash
     tokens_lost_in_crash: int = 0
+    #: worker tokens of the restored stack
     tokens_after_restore: int = 0
     tokens_reused: int = 0
     in_flight: dict[str, Any] = field(default_factory=dict)
     stale_call: dict[str, Any] = field(default_factory=dict)
 
 
+def _worker_stats(state: StackState) -> dict[str, Any]:
+    return httpx.get(f"{state.url(WORKER)}/stats", timeout=10).json()
+
+
 def _worker_tokens(state: StackState) -> int:
-    stats = httpx.get(f"{state.url('inference-worker')}/stats", timeout=10).json()
-    return int(stats["tokens_generated"])
+    return int(_worker_stats(state)["tokens_generated"])
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a server's process group and wait until its process is gone (its sockets closed)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    try:
+        os.waitpid(pid, 0)  # started by this process: reaped here
+    except ChildProcessError:
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def _job(state: StackState) -> dict[str, Any]:
@@ -205,7 +227,7 @@ class Story:
             run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
-            run.tokens_lost_in_crash = _worker_tokens(state) - run.tokens_before_cut
+            run.tokens_lost_in_crash = self._crash(state) - run.tokens_before_cut
         finally:
             stop_stack(state_dir, kill=True)  # the crash: every process, SIGKILL
         self.say(f"  killed every process with SIGKILL after checkpoint {checkpoint_id}")
@@ -227,6 +249,25 @@ class Story:
             stop_stack(state_dir)
         _read_results(output, run)
         return run
+
+    def _crash(self, state: StackState) -> int:
+        """SIGKILL every server but the inference worker; return the worker's final token count.
+
+        The worker stands for the GPU: it is killed last (by the caller), once every stream of the
+        dead policy model has ended, so the tokens generated after the checkpoint and lost with the
+        crash are counted exactly, up to the last one written into a dying connection.
+        """
+        for server in state.servers:
+            if server.name != WORKER:
+                _kill(server.pid)
+        deadline = time.monotonic() + 30
+        while True:
+            stats = _worker_stats(state)
+            if stats["active"] == 0:
+                return int(stats["tokens_generated"])
+            if time.monotonic() > deadline:
+                raise StoryError(f"the inference worker still streams {stats['active']} generations for dead clients after 30s")
+            time.sleep(0.02)
 
     async def _checkpoint(self, state: StackState, token: str, checkpoint_id: str, run: Run) -> TransactionResult:
         async with ControlClient(token, timeout_s=120) as client:

@@ -24,8 +24,11 @@ Assistant-prefix continuation
 Pace and accounting
     The first token comes after ``time_to_first_token_s``, then one every ``1/tokens_per_second``
     (0 = as fast as possible); a natural stop takes one more step (the end-of-sequence token, neither
-    shown nor counted) before the chunk carrying ``finish_reason``. A token is counted (``gym_worker_tokens_generated``, ``GET /stats``)
-    only if the client is still connected when its turn comes; closing the stream stops generation.
+    shown nor counted) before the chunk carrying ``finish_reason``. A token is counted
+    (``gym_worker_tokens_generated``, ``GET /stats``) only if it goes out on a connection the client
+    has not closed, not even its sending half (:mod:`.generation`): a counted streamed token always
+    reaches a client that keeps reading, and closing either half of the stream stops generation.
+    ``GET /stats`` also shows the requests still in progress (``active``).
     ``stream_options.include_usage`` adds the final usage chunk; ``continuous_usage_stats`` (a vLLM
     option) puts running usage on every chunk.
 

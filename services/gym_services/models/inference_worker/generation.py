@@ -1,9 +1,15 @@
 """Planning a completion and emitting it token by token at a configured pace.
 
 The policy decides the whole assistant message up front (it is a pure function of the request); the
-"generation" is the paced emission of its tokens. A token counts as generated only when its turn comes
-while the client is still connected, so a client that closes the stream (the policy model cutting a
-generation) stops generation at once and no token is ever counted for nobody.
+"generation" is the paced emission of its tokens. A token counts as generated only when it goes out on
+a connection the client still reads, so a client that leaves (the policy model cutting a generation by
+closing its sending half, or dying) stops generation at once and no token is ever counted for nobody:
+
+- under uvicorn the check is the connection's transport itself (``is_closing()``), which closes in the
+  same event-loop step that reads the client's end-of-stream: every token counted was written before
+  that, so it reaches a client that keeps reading (the policy model drains a cut stream to its end);
+- the ``http.disconnect`` message arrives a few loop steps later; it is only the fallback for servers
+  that do not expose their transport.
 """
 
 from __future__ import annotations
@@ -118,6 +124,7 @@ class WorkerStats:
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self.requests = 0
+        self.active = 0
         self.disconnected = 0
         self.by_model: dict[str, int] = {}
         self._tokens = tokens
@@ -125,6 +132,7 @@ class WorkerStats:
 
     def started(self, plan: Plan) -> None:
         self.requests += 1
+        self.active += 1
         self.prompt_tokens += plan.prompt_tokens
 
     def generated(self, model: str) -> None:
@@ -133,6 +141,7 @@ class WorkerStats:
         self._tokens.labels(model=model).inc()
 
     def finished(self, model: str, stream: bool, outcome: str) -> None:
+        self.active -= 1
         if outcome == "disconnected":
             self.disconnected += 1
         self._requests.labels(model=model, stream=str(stream).lower(), outcome=outcome).inc()
@@ -142,6 +151,7 @@ class WorkerStats:
             "tokens_generated": self.tokens_generated,
             "prompt_tokens": self.prompt_tokens,
             "requests": self.requests,
+            "active": self.active,
             "disconnected": self.disconnected,
             "by_model": dict(self.by_model),
         }
@@ -163,6 +173,32 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
         if message["type"] == "http.disconnect":
             gone.set()
             return
+
+
+class Connection:
+    """Whether the client still receives what this response writes, checked without yielding."""
+
+    def __init__(self, receive: Receive, gone: asyncio.Event) -> None:
+        self.gone = gone
+        # uvicorn hands the app its request cycle's bound ``receive``; the cycle holds the transport
+        transport = getattr(getattr(receive, "__self__", None), "transport", None)
+        self.transport: asyncio.WriteTransport | None = (
+            transport if isinstance(transport, asyncio.WriteTransport) else None
+        )
+
+    def open(self) -> bool:
+        if self.gone.is_set():
+            return False
+        return self.transport is None or not self.transport.is_closing()
+
+    async def writable(self) -> None:
+        """Wait while the client reads slower than we write (the server would pause the send)."""
+        transport = self.transport
+        if transport is None:
+            return
+        low, _ = transport.get_write_buffer_limits()
+        while transport.get_write_buffer_size() > low and not transport.is_closing() and not self.gone.is_set():
+            await asyncio.sleep(0.005)
 
 
 def _sse(payload: dict[str, Any] | str) -> bytes:
@@ -195,32 +231,39 @@ class CompletionResponse:
             await asyncio.sleep(0)
         return not gone.is_set()
 
-    async def _tokens(self, gone: asyncio.Event) -> AsyncIterator[str]:
+    async def _tokens(self, connection: Connection) -> AsyncIterator[str]:
         """The pieces, each at its turn; a stop (not ``length``) takes one more step, like an EOS token.
 
-        The generator ends early when the client leaves; callers compare counts to notice.
+        The generator ends early when the client leaves; callers compare counts to notice. A streamed
+        piece is counted, yielded and written with no suspension in between, right after the
+        connection was seen open, so a counted token is a token sent.
         """
+        gone = connection.gone
         start = asyncio.get_running_loop().time()
         for index, piece in enumerate(self.plan.pieces):
             if not await self._turn(start, index, gone):
                 return
+            await connection.writable()
+            if not connection.open():
+                return
             self.stats.generated(self.plan.model)
             yield piece
         if self.plan.finish_reason != "length":
-            self.eos_reached = await self._turn(start, len(self.plan.pieces), gone)
+            self.eos_reached = await self._turn(start, len(self.plan.pieces), gone) and connection.open()
         else:
-            self.eos_reached = True
+            self.eos_reached = connection.open()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        connection = Connection(receive, gone)
         self.stats.started(self.plan)
         outcome = "disconnected"
         try:
             if self.stream:
-                complete = await self._send_stream(send, gone)
+                complete = await self._send_stream(send, connection)
             else:
-                complete = await self._send_whole(send, gone)
+                complete = await self._send_whole(send, connection)
             outcome = "completed" if complete else outcome
         finally:
             watcher.cancel()
@@ -238,7 +281,7 @@ class CompletionResponse:
             chunk["usage"] = self.plan.usage(emitted)
         return chunk
 
-    async def _send_stream(self, send: Send, gone: asyncio.Event) -> bool:
+    async def _send_stream(self, send: Send, connection: Connection) -> bool:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
@@ -247,7 +290,7 @@ class CompletionResponse:
 
         await body(_sse(self._chunk({"role": "assistant", "content": ""}, None, 0)))
         emitted = 0
-        async for piece in self._tokens(gone):
+        async for piece in self._tokens(connection):
             emitted += 1
             await body(_sse(self._chunk({"content": piece}, None, emitted)))
         if not self.eos_reached:
@@ -264,8 +307,8 @@ class CompletionResponse:
         await body(_sse("[DONE]"), more=False)
         return True
 
-    async def _send_whole(self, send: Send, gone: asyncio.Event) -> bool:
-        pieces = [piece async for piece in self._tokens(gone)]
+    async def _send_whole(self, send: Send, connection: Connection) -> bool:
+        pieces = [piece async for piece in self._tokens(connection)]
         if not self.eos_reached:
             return False  # the client left; nobody to answer
         message: dict[str, Any] = {"role": "assistant", "content": self.plan.text}

@@ -55,7 +55,10 @@ SSE_HEADERS = {"cache-control": "no-cache"}
 class Config(ServerConfig):
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
     cut_wait_s: float = Field(
-        default=1.0, gt=0, le=60, description="how long a cut waits for the next token before closing the stream anyway"
+        default=5.0,
+        gt=0,
+        le=60,
+        description="how long a cut waits for the upstream to end a stream it was told to stop before closing it anyway",
     )
     stable_created_at: bool = Field(default=True, description="created_at = 0, so responses are reproducible")
 

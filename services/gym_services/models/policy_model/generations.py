@@ -3,10 +3,12 @@
 Lifecycle of one ``/v1/responses`` call (one :class:`Generation`):
 
 ``running``  the upstream stream is read chunk by chunk into ``text`` (tool calls in markup form);
-``cut``      a checkpoint asked for a cut: the reader stops right after the next token it receives
-             (bounded by ``cut_wait_s``; past that the stream is closed where it is) and closes the
-             upstream stream. The worker notices the closed stream before its next token, so no token
-             is generated twice or for nobody. The HTTP call stays open;
+``cut``      a checkpoint asked for a cut: the upstream is told to stop (the sending half of its
+             connection is closed, :class:`~.upstream.Halt`) and the reader keeps every token that
+             still arrives until the upstream ends the stream (bounded by ``cut_wait_s``; past that
+             the stream is closed where it is). The upstream counts a token only if it went out
+             before it saw the stop, so every token generated is in the prefix: none is generated
+             twice or for nobody, however far the reader had fallen behind. The HTTP call stays open;
 ``held``     the generation finished while a checkpoint was open: the response waits for resume;
 then, at resume (or abort), a cut call continues with assistant-prefix continuation
 (``continue_final_message``) and returns one response, prefix + continuation — the response an
@@ -37,7 +39,7 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import Record, RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
-from gym_services.models.policy_model.upstream import Delta, Upstream
+from gym_services.models.policy_model.upstream import Delta, Halt, Upstream
 
 log = get_logger("policy_model")
 Key = tuple[str, str]
@@ -83,6 +85,7 @@ class Generation:
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
         self._reader: asyncio.Task | None = None
+        self._halt = Halt()
         self._force_timer: asyncio.TimerHandle | None = None
         if staged is not None:
             self.text = staged.text
@@ -94,15 +97,19 @@ class Generation:
     # --- signals from the manager ----------------------------------------------------
 
     def request_cut(self, wait_s: float) -> None:
-        """Cut at the next token boundary; close the stream where it is after ``wait_s``."""
+        """Stop the upstream and keep what it sent; close the stream where it is after ``wait_s``."""
         if self.state != RUNNING or self.cut_requested:
             return
         self.cut_requested = True
+        self._halt.request()
         self._force_timer = asyncio.get_running_loop().call_later(wait_s, self._force_cut)
 
     def _force_cut(self) -> None:
         if self._reader is not None and not self._reader.done():
-            log.warning("cut waited too long for a token; closing the stream where it is", extra=self._log_extra())
+            log.warning(
+                "cut waited too long for the upstream to end the stream; closing it where it is",
+                extra=self._log_extra(),
+            )
             self._reader.cancel()
 
     def fail(self, error: ApiError) -> None:
@@ -174,6 +181,7 @@ class Generation:
         self.staged = None
         self.state = RUNNING
         self.cut_requested = False
+        self._halt = Halt()
         self._reader = asyncio.create_task(self._read(body, base=self.completion_tokens))
         try:
             await asyncio.wait({self._reader})
@@ -194,17 +202,15 @@ class Generation:
             self.manager.count_cut()
 
     async def _read(self, body: dict[str, Any], base: int) -> None:
-        """Append the stream to ``text``; return right after a token once a cut is requested."""
+        """Append the stream to ``text`` until it ends (after a cut: until the upstream stopped)."""
         received = 0
         try:
-            async with contextlib.aclosing(self.manager.upstream.deltas(body)) as deltas:
+            async with contextlib.aclosing(self.manager.upstream.deltas(body, self._halt)) as deltas:
                 async for delta in deltas:
                     received = self._apply(delta, base, received)
                     if delta.finish_reason is not None:
                         self.finish_reason = self._finish(delta.finish_reason)
-                    elif self.cut_requested and delta.has_token:
-                        return
-            if self.finish_reason is None:
+            if self.finish_reason is None and not self.cut_requested:
                 raise ApiError("upstream_error", "the upstream stream ended without a finish_reason")
         finally:
             self.manager.generated(self.completion_tokens - base)

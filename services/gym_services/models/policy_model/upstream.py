@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +63,42 @@ def _delta(chunk: dict[str, Any]) -> Delta:
     return delta
 
 
+class Halt:
+    """Asks one upstream stream to stop generating while what it already sent keeps arriving.
+
+    :meth:`request` closes the sending half of the stream's connection (a TCP half-close). A server
+    behind uvicorn (vLLM, the built-in worker) takes the end of the request stream as the client
+    leaving and stops generating; every token it wrote before noticing still arrives, because this
+    side keeps reading until the upstream ends the stream. A cut therefore keeps every token the
+    upstream generated, however far the reader had fallen behind. Without a socket to half-close
+    (another transport), the stream ends at the next token instead, as a plain close would.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.draining = False
+        self._socket: Any = None
+
+    def attach(self, sock: Any) -> None:
+        """The connection's socket (``socket.socket`` or asyncio's ``TransportSocket``), if any."""
+        self._socket = sock if callable(getattr(sock, "shutdown", None)) else None
+        if self.requested:
+            self._shutdown()
+
+    def request(self) -> None:
+        self.requested = True
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._socket is None or self.draining:
+            return
+        try:
+            self._socket.shutdown(socket.SHUT_WR)
+        except OSError:  # already closed by the peer: nothing more will arrive, the read ends on its own
+            pass
+        self.draining = True
+
+
 class Upstream:
     """One pooled HTTP client for every generation of this model server."""
 
@@ -89,11 +127,17 @@ class Upstream:
             options["continuous_usage_stats"] = True
         return options
 
-    async def deltas(self, body: dict[str, Any]) -> AsyncIterator[Delta]:
-        """Stream one chat completion; closing this generator early closes the upstream stream."""
+    async def deltas(self, body: dict[str, Any], halt: Halt | None = None) -> AsyncIterator[Delta]:
+        """Stream one chat completion; closing this generator early closes the upstream stream.
+
+        After ``halt`` is requested the stream is read to its end (see :class:`Halt`): the upstream
+        closing it then is the expected end, not an error.
+        """
         if self._client is None:
             raise ApiError("not_ready", "the upstream client is not started")
+        halt = halt or Halt()
         payload = {**self.config.extra_body, **body, "stream": True, "stream_options": self.stream_options()}
+        network = None
         try:
             async with self._client.stream("POST", self.url, json=payload) as response:
                 if response.status_code != 200:
@@ -103,18 +147,31 @@ class Upstream:
                         f"upstream {self.url} answered {response.status_code}: {raw[:500]}",
                         details={"upstream_status": response.status_code},
                     )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[len("data:") :].strip()
-                    if data == "[DONE]":
-                        return
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        raise ApiError("upstream_error", f"upstream sent a chunk that is not JSON: {data[:200]}") from None
-                    if isinstance(chunk, dict) and "error" in chunk:
-                        raise ApiError("upstream_error", f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
-                    yield _delta(chunk)
+                network = response.extensions.get("network_stream")
+                halt.attach(network.get_extra_info("socket") if network is not None else None)
+                try:
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[len("data:") :].strip()
+                        if data == "[DONE]":
+                            return
+                        try:
+                            chunk = json.loads(data)
+                        except json.JSONDecodeError:
+                            raise ApiError("upstream_error", f"upstream sent a chunk that is not JSON: {data[:200]}") from None
+                        if isinstance(chunk, dict) and "error" in chunk:
+                            raise ApiError("upstream_error", f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
+                        delta = _delta(chunk)
+                        yield delta
+                        if halt.requested and not halt.draining and delta.has_token:
+                            return  # nothing to half-close: stop at this token boundary
+                finally:
+                    if halt.draining and network is not None:
+                        # a half-closed connection must never go back to the pool
+                        with contextlib.suppress(Exception):
+                            await network.aclose()
         except httpx.HTTPError as exc:
+            if halt.draining:
+                return  # the upstream ended the stream we asked it to stop: everything it sent is in
             raise ApiError("upstream_error", f"upstream {self.url} failed: {type(exc).__name__}: {exc}") from None

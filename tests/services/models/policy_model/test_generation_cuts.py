@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -58,6 +59,29 @@ async def test_prepare_cuts_in_flight_generation_and_resume_returns_uninterrupte
         assert f"gym_model_tokens_generated_total {float(total)}" in metrics
 
 
+async def test_cut_keeps_every_token_the_worker_sent_while_the_reader_was_behind(worker, fast_worker) -> None:
+    """The model's event loop is busy while the worker keeps streaming: tokens pile up unread in the
+    connection. The cut must keep all of them (the worker counted them): none is generated again."""
+    body = REQUESTS["workplace"]
+    expected = await reference(fast_worker.url, body)
+    total = expected["usage"]["output_tokens"]
+    async with serve(model_app(worker.url)) as client:
+        control = Control(client)
+        before = await worker_tokens(worker.url)
+        call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-behind")))
+        await tokens_received(client, "r-behind", 3)
+        time.sleep(0.4)  # blocks this event loop: ~12 tokens arrive meanwhile, unread
+        assert (await control.prepare("ck-behind"))["status"] == "prepared"
+        gen = generation_of(client, "r-behind")
+        assert gen is not None and gen.state == "cut"
+        generated = await worker_tokens(worker.url) - before
+        assert gen.completion_tokens == generated, f"the worker generated {generated} tokens, the prefix holds {gen.completion_tokens}"
+        assert 3 + 6 <= gen.completion_tokens < total
+        await control.resume("ck-behind")
+        assert (await asyncio.wait_for(call, 30)).json() == expected
+    assert await worker_tokens(worker.url) - before == total  # every token generated once
+
+
 async def test_cut_inside_a_tool_call(worker, fast_worker) -> None:
     body = REQUESTS["workplace"]
     expected = await reference(fast_worker.url, body)
@@ -107,8 +131,11 @@ async def test_response_finishing_during_checkpoint_is_held_until_resume(worker,
         control = Control(client)
         before = await worker_tokens(worker.url)
         call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-held")))
-        # every token is in; only the end-of-sequence step is left: the generation finishes during prepare
+        # every token is in; only the end-of-sequence step is left. This loop is kept busy past it, so the
+        # finish is in the connection, unread, when prepare stops the stream: the drain reads it, and
+        # the generation finishes during prepare
         await tokens_received(client, "r-held", total)
+        time.sleep(0.3)
         assert (await control.prepare("ck-held"))["status"] == "prepared"
         live = (await control.status())["live"]
         assert live["held"] == 1 and live["cut"] == 0 and live["responses_held"] == 1
@@ -157,7 +184,8 @@ async def test_lease_expiry_resumes_cut_calls(worker, fast_worker) -> None:
 
 
 async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fast_worker, caplog) -> None:
-    """With a cut deadline shorter than the token interval the stream is closed mid-wait; still exact text."""
+    """With a cut deadline shorter than the upstream's reaction the stream is closed where it is: still
+    the exact text, and what is generated again is exactly what was in flight when it was closed."""
     body = REQUESTS["workplace"]
     expected = await reference(fast_worker.url, body)
     async with serve(model_app(worker.url, cut_wait_s=0.001)) as client:
@@ -168,10 +196,12 @@ async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fas
         gen = generation_of(client, "r-force")
         assert gen is not None and gen.state == "cut"
         assert any("cut waited too long" in r.getMessage() for r in caplog.records)
+        await asyncio.sleep(0.3)  # the worker has seen the closed connection
+        in_flight = await worker_tokens(worker.url) - before - gen.completion_tokens
         await Control(client).resume("ck-force")
         assert (await asyncio.wait_for(call, 30)).json() == expected
-    # a token in flight when the stream was closed may be generated again, never lost
-    assert 0 <= await worker_tokens(worker.url) - before - expected["usage"]["output_tokens"] <= 1
+    assert in_flight >= 0
+    assert await worker_tokens(worker.url) - before - expected["usage"]["output_tokens"] == in_flight
 
 
 async def test_calls_without_identity_are_cut_but_not_checkpointed(worker, fast_worker, tmp_path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -184,15 +186,20 @@ async def test_lease_expiry_resumes_cut_calls(worker, fast_worker) -> None:
 
 
 async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fast_worker, caplog) -> None:
-    """With a cut deadline shorter than the upstream's reaction the stream is closed where it is: still
-    the exact text, and what is generated again is exactly what was in flight when it was closed."""
+    """An upstream that does not end the stream within ``cut_wait_s`` of being told to stop (here: the
+    worker process is frozen) gets its stream closed where it is: still the exact text, and what is
+    generated again is exactly what was in flight when it was closed."""
     body = REQUESTS["workplace"]
     expected = await reference(fast_worker.url, body)
-    async with serve(model_app(worker.url, cut_wait_s=0.001)) as client:
+    async with serve(model_app(worker.url, cut_wait_s=0.2)) as client:
         before = await worker_tokens(worker.url)
         call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-force")))
         await tokens_received(client, "r-force", 5)
-        assert (await Control(client).prepare("ck-force"))["status"] == "prepared"
+        os.kill(worker.process.pid, signal.SIGSTOP)
+        try:
+            assert (await Control(client).prepare("ck-force"))["status"] == "prepared"
+        finally:
+            os.kill(worker.process.pid, signal.SIGCONT)
         gen = generation_of(client, "r-force")
         assert gen is not None and gen.state == "cut"
         assert any("cut waited too long" in r.getMessage() for r in caplog.records)

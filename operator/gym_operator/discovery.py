@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gym_services.control.protocol import ROLE_ORDER, Role
 from gym_services.coordination.client import ParticipantRef
-from gym_services.control.models import ROLE_ORDER
 
 ROLE_LABEL = "gym-checkpoint.dev/role"
 PARTICIPANT_LABEL = "gym-checkpoint.dev/participant"
@@ -78,7 +78,7 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
         labels = _get(pod, "metadata", "labels") or {}
         role = labels.get(ROLE_LABEL)
         if role not in ROLE_ORDER:
-            raise DiscoveryError(f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {list(ROLE_ORDER)}")
+            raise DiscoveryError(f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {[r.value for r in ROLE_ORDER]}")
         if _get(pod, "metadata", "deletion_timestamp"):
             raise DiscoveryError(f"pod {name} is terminating")
         ip = _get(pod, "status", "pod_ip")
@@ -88,5 +88,5 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
         port = control_port(pod)
         if port is None:
             raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
-        refs.append(ParticipantRef(participant_id=name, role=role, url=f"http://{ip}:{port}"))
+        refs.append(ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}"))
     return sorted(refs, key=lambda r: (ROLE_ORDER.index(r.role), r.participant_id))

@@ -14,29 +14,22 @@ is never left paused meanwhile.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
-from gym_services.coordination.client import ControlClient
-from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_operator.discovery import DiscoveryError, participants_from_pods, selector_string
 from gym_operator.kube import GROUP, VERSION, Kube
-from gym_operator.status import TERMINAL, failed_status, now, pending_status, progress_status, result_status
+from gym_operator.specs import CheckpointSpec, OperatorSettings, RestoreSpec, SelectorSpec, SpecError, StorageSpec
+from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
 from gym_services.control.storage import StorageError
+from gym_services.coordination.client import ControlClient
+from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 
-PHASE_REASONS = {
-    "Preparing": "Preparing",
-    "Committing": "Committing",
-    "Publishing": "Publishing",
-    "Resuming": "Resuming",
-    "Restoring": "Restoring",
-    "Aborting": "Aborting",
-}
+S = TypeVar("S", CheckpointSpec, RestoreSpec)
 
 
 @kopf.on.login()
@@ -50,34 +43,31 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 60
     settings.persistence.finalizer = "gym-checkpoint.dev/operator"
+    try:
+        memo.settings = OperatorSettings.from_env()
+    except SpecError as exc:
+        raise kopf.PermanentError(str(exc)) from None
     # Namespaced RBAC cannot watch namespaces or CRDs; the chart turns scanning off unless it adds a ClusterRole.
-    settings.scanning.disabled = os.environ.get("GYMCKPT_KOPF_SCANNING", "") == "disabled"
+    settings.scanning.disabled = memo.settings.scanning_disabled
     memo.kube = Kube.connect()
-    memo.token = os.environ.get("GYMCKPT_CONTROL_TOKEN", "")
-    memo.default_location = os.environ.get("GYMCKPT_STORAGE")
-    memo.release = os.environ.get("GYMCKPT_RELEASE")
-    memo.selector = os.environ.get("GYMCKPT_PARTICIPANT_SELECTOR")
     memo.locks = {}
-    if not memo.token:
-        raise kopf.PermanentError("GYMCKPT_CONTROL_TOKEN is not set: the operator cannot call control routes")
 
 
-def _stack_key(namespace: str, spec: dict[str, Any], memo: kopf.Memo) -> str:
-    match = (spec.get("selector") or {}).get("matchLabels")
-    return f"{namespace}/{selector_string(match, memo.release, memo.selector)}"
+def _selector(selector: SelectorSpec, operator: OperatorSettings) -> str:
+    return selector_string(selector.match_labels, operator.release, operator.selector)
 
 
-async def _discover(namespace: str, spec: dict[str, Any], memo: kopf.Memo):
-    selector = selector_string((spec.get("selector") or {}).get("matchLabels"), memo.release, memo.selector)
-    pods = await memo.kube.list_pods(namespace, selector)
+async def _discover(namespace: str, selector: SelectorSpec, memo: kopf.Memo):
+    labels = _selector(selector, memo.settings)
+    pods = await memo.kube.list_pods(namespace, labels)
     refs = participants_from_pods(pods)
     if not refs:
-        raise DiscoveryError(f"no participant pods match {selector!r} in {namespace}")
+        raise DiscoveryError(f"no participant pods match {labels!r} in {namespace}")
     return refs
 
 
 async def _storage_access(
-    storage: dict[str, Any], namespace: str, memo: kopf.Memo
+    storage: StorageSpec, namespace: str, kube: Kube, operator: OperatorSettings
 ) -> tuple[StorageConfig, StorageAccess | None]:
     """How the operator reaches storage, and what the servers are told to use instead of their config.
 
@@ -87,17 +77,17 @@ async def _storage_access(
     server on the release's storage settings.
     """
     keys: dict[str, str] = {}
-    if storage.get("credentialsSecret"):
-        data = await memo.kube.secret_data(namespace, storage["credentialsSecret"])
+    if storage.credentials_secret:
+        data = await kube.secret_data(namespace, storage.credentials_secret)
         try:
             keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
         except KeyError as exc:
-            raise LookupError(f"Secret {storage['credentialsSecret']} has no {exc.args[0]}") from None
-    named = {"endpoint_url": storage.get("endpoint"), "region": storage.get("region"), **keys}
+            raise LookupError(f"Secret {storage.credentials_secret} has no {exc.args[0]}") from None
+    named = {"endpoint_url": storage.endpoint, "region": storage.region, **keys}
     named = {k: v for k, v in named.items() if v}
     config = StorageConfig(
-        endpoint_url=named.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL"),
-        region=named.get("region") or os.environ.get("AWS_REGION"),
+        endpoint_url=named.get("endpoint_url") or operator.endpoint_url,
+        region=named.get("region") or operator.region,
         **keys,
     )
     return config, (StorageAccess(**named) if named else None)
@@ -115,9 +105,11 @@ class Refused(Exception):
 class Transaction:
     """One Checkpoint or Restore resource: its status writes, events and the stack lock."""
 
-    def __init__(self, kind: str, plural: str, name: str, namespace: str, spec, status, meta, memo: kopf.Memo, body):
+    def __init__(
+        self, kind: str, plural: str, name: str, namespace: str, selector: SelectorSpec, status, meta, memo: kopf.Memo, body
+    ):
         self.kind, self.plural, self.name, self.namespace = kind, plural, name, namespace
-        self.spec, self.status, self.memo, self.body = spec, status or {}, memo, body
+        self.selector, self.status, self.memo, self.body = selector, status or {}, memo, body
         self.generation = meta.get("generation")
         self.fields: dict[str, Any] = {"startTime": self.status.get("startTime") or now()}
 
@@ -128,30 +120,30 @@ class Transaction:
         await self.patch(failed_status(reason, message, self.generation, **self.fields))
         kopf.warn(self.body, reason="Failed", message=message)
 
-    async def sink(self, phase: str, detail: dict[str, Any]) -> None:
-        """Coordinator progress -> status phase and an Event."""
-        if phase in ("Completed", "Failed"):
+    async def sink(self, phase: TransactionPhase, detail: dict[str, Any]) -> None:
+        """Coordinator progress -> status phase and an Event (reason: the phase)."""
+        if phase.final:
             return  # the final status carries the outcome
         message = f"{phase.lower()}" + (f": {detail['error']}" if "error" in detail else "")
         await self.patch(progress_status(phase, message, self.generation, **self.fields))
-        kopf.info(self.body, reason=PHASE_REASONS.get(phase, phase), message=message)
+        kopf.info(self.body, reason=phase.value, message=message)
 
     async def finish(self, result: TransactionResult) -> None:
         final = {**result_status(result, self.generation), "startTime": self.fields["startTime"]}
         await self.patch(final)
-        if result.status == "completed":
+        if result.completed:
             kopf.info(self.body, reason="Completed", message=final["message"])
         else:
             kopf.warn(self.body, reason="Failed", message=final["message"])
 
-    async def coordinator(self, storage: dict[str, Any], client: ControlClient) -> Coordinator:
+    async def coordinator(self, storage: StorageSpec, client: ControlClient) -> Coordinator:
         """Participants from the stack's pods, storage settings from the spec; Refused otherwise."""
         try:
-            participants = await _discover(self.namespace, self.spec, self.memo)
+            participants = await _discover(self.namespace, self.selector, self.memo)
         except DiscoveryError as exc:
             raise Refused("NoParticipants", str(exc)) from None
         try:
-            storage_config, access = await _storage_access(storage, self.namespace, self.memo)
+            storage_config, access = await _storage_access(storage, self.namespace, self.memo.kube, self.memo.settings)
         except LookupError as exc:
             raise Refused("CredentialsNotFound", str(exc)) from None
         return Coordinator(
@@ -160,13 +152,13 @@ class Transaction:
 
     async def run(self, work: Callable[[], Awaitable[TransactionResult]]) -> None:
         """Run ``work`` holding the stack's lock; a second transaction waits in Pending."""
-        if self.status.get("phase") in TERMINAL:
+        if self.status.get("phase") in (TransactionPhase.COMPLETED, TransactionPhase.FAILED):
             return  # already done (e.g. the handler state was lost on an operator restart)
-        key = _stack_key(self.namespace, self.spec, self.memo)
+        key = f"{self.namespace}/{_selector(self.selector, self.memo.settings)}"
         lock: asyncio.Lock = self.memo.locks.setdefault(key, asyncio.Lock())
         if lock.locked():
             message = f"waiting: {getattr(lock, 'holder', 'another transaction')} is running on this stack"
-            if self.status.get("phase") != "Pending" or self.status.get("message") != message:
+            if self.status.get("phase") != TransactionPhase.PENDING or self.status.get("message") != message:
                 await self.patch(pending_status("WaitingForStack", message, self.generation))
                 kopf.info(self.body, reason="Waiting", message=message)
             raise kopf.TemporaryError(message, delay=1)
@@ -180,22 +172,32 @@ class Transaction:
                 await self.fail("StorageError", str(exc))
 
 
+def _parse(model: type[S], spec: Any) -> tuple[S | None, str]:
+    """The parsed spec, or None and why (the transaction then fails with reason InvalidSpec)."""
+    try:
+        return model.parse(spec), ""
+    except SpecError as exc:
+        return None, str(exc)
+
+
 @kopf.on.create(GROUP, VERSION, "checkpoints")
 async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kopf.Memo, body, **_: Any) -> None:
-    tx = Transaction("Checkpoint", "checkpoints", name, namespace, spec, status, meta, memo, body)
-    storage = spec.get("storage") or {}
-    timeout = float(spec.get("prepareTimeoutSeconds", 30))
+    parsed, invalid = _parse(CheckpointSpec, spec)
+    selector = parsed.selector if parsed else SelectorSpec()
+    tx = Transaction("Checkpoint", "checkpoints", name, namespace, selector, status, meta, memo, body)
 
     async def work() -> TransactionResult:
+        if parsed is None:
+            raise Refused("InvalidSpec", invalid)
         tx.fields["checkpointId"] = checkpoint_id = f"{name}-{uid[:8]}"
-        location = storage.get("location") or memo.default_location
+        location = parsed.storage.location or memo.settings.default_location
         if not location:
             raise Refused("NoStorage", "spec.storage.location is empty and the operator has no default")
         tx.fields["location"] = location
-        async with ControlClient(memo.token, timeout_s=timeout + 30) as client:
-            coordinator = await tx.coordinator(storage, client)
+        async with ControlClient(memo.settings.token, timeout_s=memo.settings.checkpoint_call_timeout(parsed)) as client:
+            coordinator = await tx.coordinator(parsed.storage, client)
             return await coordinator.checkpoint(
-                checkpoint_id, location, prepare_timeout_s=timeout, lease_s=float(spec.get("leaseSeconds", 30))
+                checkpoint_id, location, prepare_timeout_s=parsed.prepare_timeout_seconds, lease_s=parsed.lease_seconds
             )
 
     await tx.run(work)
@@ -203,37 +205,41 @@ async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kop
 
 @kopf.on.create(GROUP, VERSION, "restores")
 async def restore_created(spec, name, namespace, status, meta, uid, memo: kopf.Memo, body, **_: Any) -> None:
-    tx = Transaction("Restore", "restores", name, namespace, spec, status, meta, memo, body)
+    parsed, invalid = _parse(RestoreSpec, spec)
+    selector = parsed.selector if parsed else SelectorSpec()
+    tx = Transaction("Restore", "restores", name, namespace, selector, status, meta, memo, body)
 
     async def work() -> TransactionResult:
-        checkpoint_id, location, storage = await _restore_source(spec, namespace, memo)
+        if parsed is None:
+            raise Refused("InvalidSpec", invalid)
+        checkpoint_id, location, storage = await _restore_source(parsed, namespace, memo)
         tx.fields.update(checkpointId=checkpoint_id, location=location)
-        async with ControlClient(memo.token, timeout_s=120) as client:
+        async with ControlClient(memo.settings.token, timeout_s=memo.settings.restore_call_timeout_s) as client:
             coordinator = await tx.coordinator(storage, client)
             # the resource's uid names the transaction: an operator restarted mid-restore repeats the same one
-            return await coordinator.restore(
-                checkpoint_id, location, lease_s=float(spec.get("leaseSeconds", 30)), restore_id=uid
-            )
+            return await coordinator.restore(checkpoint_id, location, lease_s=parsed.lease_seconds, restore_id=uid)
 
     await tx.run(work)
 
 
-async def _restore_source(spec, namespace: str, memo: kopf.Memo) -> tuple[str, str, dict[str, Any]]:
+async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) -> tuple[str, str, StorageSpec]:
     """Checkpoint id, location and storage settings a Restore names (directly or by Checkpoint)."""
-    ref = spec.get("checkpointRef") or {}
-    storage = spec.get("storage") or {}
-    if not ref.get("name"):
-        checkpoint_id, location = spec.get("checkpointId"), storage.get("location") or memo.default_location
-        if not checkpoint_id or not location:
-            raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId with storage.location")
-        return checkpoint_id, location, storage
-    source = await memo.kube.get_object("checkpoints", namespace, ref["name"])
+    if spec.checkpoint_ref is None:
+        location = spec.location or spec.storage.location or memo.settings.default_location
+        if not spec.checkpoint_id or not location:
+            raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId with location")
+        return spec.checkpoint_id, location, spec.storage
+    ref = spec.checkpoint_ref.name
+    source = await memo.kube.get_object("checkpoints", namespace, ref)
     if source is None:
-        raise Refused("CheckpointNotFound", f"Checkpoint {ref['name']} does not exist in {namespace}")
+        raise Refused("CheckpointNotFound", f"Checkpoint {ref} does not exist in {namespace}")
     source_status = source.get("status") or {}
-    if source_status.get("phase") == "Failed":
-        raise Refused("CheckpointFailed", f"Checkpoint {ref['name']} failed; nothing to restore")
-    if source_status.get("phase") != "Completed":
-        raise kopf.TemporaryError(f"Checkpoint {ref['name']} is not completed yet", delay=2)
-    merged = {**(source.get("spec", {}).get("storage") or {}), **storage}
-    return source_status["checkpointId"], source_status["location"], merged
+    if source_status.get("phase") == TransactionPhase.FAILED:
+        raise Refused("CheckpointFailed", f"Checkpoint {ref} failed; nothing to restore")
+    if source_status.get("phase") != TransactionPhase.COMPLETED:
+        raise kopf.TemporaryError(f"Checkpoint {ref} is not completed yet", delay=2)
+    try:
+        checkpointed = CheckpointSpec.parse(source.get("spec"))
+    except SpecError as exc:
+        raise Refused("InvalidSpec", f"Checkpoint {ref}: {exc}") from None
+    return source_status["checkpointId"], source_status["location"], spec.storage.over(checkpointed.storage)

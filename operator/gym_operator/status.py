@@ -5,9 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gym_services.coordination.coordinator import TransactionResult
-
-TERMINAL = ("Completed", "Failed")
+from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionResult
 
 
 def now() -> str:
@@ -27,18 +25,18 @@ def condition(type_: str, status: bool, reason: str, message: str, generation: i
     return cond
 
 
-def progress_status(phase: str, message: str, generation: int | None, **extra: Any) -> dict[str, Any]:
+def progress_status(phase: TransactionPhase, message: str, generation: int | None, **extra: Any) -> dict[str, Any]:
     return {
-        "phase": phase,
+        "phase": phase.value,
         "message": message,
-        "conditions": [condition("Progressing", True, phase, message, generation)],
+        "conditions": [condition("Progressing", True, phase.value, message, generation)],
         **extra,
     }
 
 
 def pending_status(reason: str, message: str, generation: int | None) -> dict[str, Any]:
     return {
-        "phase": "Pending",
+        "phase": TransactionPhase.PENDING.value,
         "reason": reason,
         "message": message,
         "conditions": [condition("Progressing", False, reason, message, generation)],
@@ -47,7 +45,7 @@ def pending_status(reason: str, message: str, generation: int | None) -> dict[st
 
 def failed_status(reason: str, message: str, generation: int | None, **extra: Any) -> dict[str, Any]:
     return {
-        "phase": "Failed",
+        "phase": TransactionPhase.FAILED.value,
         "reason": reason,
         "message": message,
         "completionTime": now(),
@@ -66,27 +64,28 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
         "checkpointId": result.checkpoint_id,
         "location": result.location,
         "participants": [
-            {"id": p.participant_id, "role": p.role, "records": p.records, "bytes": p.bytes} for p in result.participants
+            {"id": p.participant_id, "role": p.role.value, "records": p.records, "bytes": p.bytes}
+            for p in result.participants
         ],
         "participantCount": len(result.participants),
-        "blockers": [b.model_dump() for b in result.blockers],
+        "blockers": [b.model_dump(mode="json") for b in result.blockers],
         "timings": {k: round(v, 6) for k, v in result.timings.items()},
         "pauseSeconds": round(result.pause_s, 6),
         "bytes": result.bytes,
         "records": result.records,
     }
-    if result.kind == "restore":
+    if result.kind is TransactionKind.RESTORE:
         body["attempt"] = max(result.episodes.values(), default=0)
         body["restoredEpisodes"] = len(result.episodes)
         if result.restore_id:
             body["restoreId"] = result.restore_id
-    if result.status == "completed":
+    if result.completed:
         message = f"{result.kind} {result.checkpoint_id} completed: {result.records} records, {result.bytes} bytes"
         if result.warnings:
             message += "; warnings: " + "; ".join(result.warnings)
         return {
             **body,
-            "phase": "Completed",
+            "phase": TransactionPhase.COMPLETED.value,
             "reason": "Completed",
             "message": message,
             "completionTime": now(),

@@ -19,6 +19,7 @@ from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.control import layout
 from gym_services.control.decisions import read_decision, settle
+from gym_services.control.models import CheckpointRef, RestoreRequest
 from gym_services.control.storage import open_storage
 from gym_services.stack.config import ServerSpec, StackConfig
 from gym_services.stack.launcher import read_state, stack_secrets, start_stack, stop_stack
@@ -201,11 +202,11 @@ async def restore_without_deciding(servers: Servers, client: ControlClient, loca
     manifest = json.loads(storage.get(layout.global_manifest_key("ck")))
     for entry in manifest["participants"]:
         ref = next(r for r in servers.refs if r.participant_id == entry["participant_id"])
-        answer = await client.call(ref, "restore", {
-            "checkpoint_id": "ck", "location": location, "manifest_key": entry["manifest_key"],
-            "manifest_sha256": entry["manifest_sha256"], "lease_s": 1, "restore_id": restore_id,
-        })
-        assert answer["records"] == 1
+        answer = await client.restore(ref, RestoreRequest(
+            checkpoint_id="ck", location=location, manifest_key=entry["manifest_key"],
+            manifest_sha256=entry["manifest_sha256"], lease_s=1, restore_id=restore_id,
+        ))
+        assert answer.records == 1
 
 
 def wait_all_open(servers: Servers, timeout_s: float = 10) -> dict[str, dict]:
@@ -240,7 +241,7 @@ def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywher
             await restore_without_deciding(fresh, client, location, "rs-1")
             assert settle(open_storage(location), "ck", "rs-1", "resume", "coordinator") == "resume"
             for ref in fresh.refs[:resumed_before_death]:
-                await client.call(ref, "resume", {"checkpoint_id": "ck"})
+                await client.resume(ref, CheckpointRef(checkpoint_id="ck"))
 
         statuses = run_then_wait_open(fresh, die_halfway)
         metrics = httpx.get(f"{fresh.state.servers[-1].url}/metrics").text  # never resumed by the coordinator

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 from starlette.applications import Starlette
 
+from gym_services.control.protocol import CONTROL_PREFIX
+
 TOKEN = "test-control-token"
 SECRET = "test-session-secret-0123456789"
 
@@ -29,7 +31,7 @@ async def serve(app: Starlette, base_url: str = "http://testserver") -> AsyncIte
 class Control:
     """The control routes of one in-process server."""
 
-    prefix = "/ng-control/v1/checkpoint"
+    prefix = CONTROL_PREFIX
 
     def __init__(self, client: httpx.AsyncClient, token: str = TOKEN) -> None:
         self.client = client

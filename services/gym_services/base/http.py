@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -21,7 +21,7 @@ async def read_json(request: Request) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError("bad_request", f"request body is not valid JSON: {exc}") from None
+        raise ApiError(ErrorCode.BAD_REQUEST, f"request body is not valid JSON: {exc}") from None
 
 
 def validate(model: type[M], data: Any) -> M:
@@ -34,7 +34,7 @@ def validate(model: type[M], data: Any) -> M:
             for err in exc.errors(include_url=False)
         ]
         summary = "; ".join(f"{p['loc']}: {p['msg']}" for p in problems[:5])
-        raise ApiError("bad_request", f"invalid {model.__name__}: {summary}", details=problems) from None
+        raise ApiError(ErrorCode.BAD_REQUEST, f"invalid {model.__name__}: {summary}", details=problems) from None
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
@@ -45,5 +45,5 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     """The body as a JSON object (empty body: ``{}``); anything else is a 400."""
     data = await read_json(request)
     if not isinstance(data, dict):
-        raise ApiError("bad_request", f"request body must be a JSON object, got {type(data).__name__}")
+        raise ApiError(ErrorCode.BAD_REQUEST, f"request body must be a JSON object, got {type(data).__name__}")
     return data

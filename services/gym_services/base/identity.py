@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 
 ROLLOUT_ID_HEADER = "x-ng-rollout-id"
 ATTEMPT_HEADER = "x-ng-attempt"
@@ -37,7 +37,7 @@ class RolloutIdentity(BaseModel):
         if rollout_id is None and "_ng_task_index" in body and "_ng_rollout_index" in body:
             task, rollout = body["_ng_task_index"], body["_ng_rollout_index"]
             if not _is_index(task) or not _is_index(rollout):
-                raise ApiError("bad_request", "_ng_task_index and _ng_rollout_index must be non-negative integers")
+                raise ApiError(ErrorCode.BAD_REQUEST, "_ng_task_index and _ng_rollout_index must be non-negative integers")
             rollout_id = f"{task}-{rollout}"
         if rollout_id is None:
             return None
@@ -51,7 +51,7 @@ class RolloutIdentity(BaseModel):
         identity = cls.from_run_body(body)
         if identity is None:
             raise ApiError(
-                "rollout_id_required",
+                ErrorCode.ROLLOUT_ID_REQUIRED,
                 "with checkpointing on, /run needs _ng_rollout_id or _ng_task_index and _ng_rollout_index",
             )
         return identity
@@ -66,15 +66,15 @@ class RolloutIdentity(BaseModel):
         try:
             attempt = int(raw_attempt)
         except ValueError:
-            raise ApiError("bad_request", f"{ATTEMPT_HEADER} must be an integer, got {raw_attempt!r}") from None
+            raise ApiError(ErrorCode.BAD_REQUEST, f"{ATTEMPT_HEADER} must be an integer, got {raw_attempt!r}") from None
         return cls._checked(rollout_id, attempt)
 
     @classmethod
     def _checked(cls, rollout_id: Any, attempt: Any) -> RolloutIdentity:
         if not isinstance(rollout_id, str) or not ROLLOUT_ID_PATTERN.match(rollout_id):
-            raise ApiError("bad_request", f"invalid rollout id {rollout_id!r}: must match {ROLLOUT_ID_PATTERN.pattern}")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"invalid rollout id {rollout_id!r}: must match {ROLLOUT_ID_PATTERN.pattern}")
         if not _is_index(attempt):
-            raise ApiError("bad_request", f"invalid attempt {attempt!r}: must be a non-negative integer")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"invalid attempt {attempt!r}: must be a non-negative integer")
         return cls(rollout_id=rollout_id, attempt=attempt)
 
     def headers(self) -> dict[str, str]:

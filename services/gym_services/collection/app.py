@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.collection.files import confine, read_results, receive_tasks
 from gym_services.collection.models import JobSpec
@@ -55,8 +55,7 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
 
     def require_data_dir() -> str:
         if config.data_dir is None:
-            raise ApiError("not_found", "this collection server has no data_dir: give task and result paths it can read",
-                           status=404)
+            raise ApiError(ErrorCode.NOT_FOUND, "this collection server has no data_dir: give task and result paths it can read")
         return config.data_dir
 
     async def upload(request: Request) -> JSONResponse:
@@ -68,7 +67,7 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         require_data_dir()
         job = collection.job
         if job is None:
-            raise ApiError("not_found", "no collection job has run on this server", status=404)
+            raise ApiError(ErrorCode.NOT_FOUND, "no collection job has run on this server")
         status = collection.status()
         headers = {"x-gymckpt-job-state": status.state, "x-gymckpt-results": str(len(job.finished))}
         return StreamingResponse(read_results(job.spec.output_path, job.output_offset), media_type="application/x-ndjson",

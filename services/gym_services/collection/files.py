@@ -16,7 +16,7 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl$")
 TASKS_DIR = "tasks"
@@ -28,7 +28,7 @@ def confine(data_dir: str, path: str, what: str) -> str:
     root = Path(data_dir).resolve()
     target = (root / path).resolve()
     if target != root and root not in target.parents:
-        raise ApiError("bad_request", f"{what} {path!r} is outside this server's data_dir {root}")
+        raise ApiError(ErrorCode.BAD_REQUEST, f"{what} {path!r} is outside this server's data_dir {root}")
     return str(target)
 
 
@@ -36,7 +36,7 @@ async def receive_tasks(request: Request, data_dir: str, name: str, max_bytes: i
     """Stream an uploaded tasks JSONL to ``data_dir/tasks/name``: every line a JSON object, at most
     ``max_bytes``; written to a temporary file and renamed, so a failed upload leaves nothing."""
     if not NAME.match(name):
-        raise ApiError("bad_request", f"task file name {name!r} must match {NAME.pattern}")
+        raise ApiError(ErrorCode.BAD_REQUEST, f"task file name {name!r} must match {NAME.pattern}")
     folder = Path(data_dir) / TASKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
@@ -46,7 +46,7 @@ async def receive_tasks(request: Request, data_dir: str, name: str, max_bytes: i
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ApiError("bad_request", f"task file is larger than {max_bytes} bytes", status=413)
+                    raise ApiError(ErrorCode.BAD_REQUEST, f"task file is larger than {max_bytes} bytes", status=413)
                 fh.write(chunk)
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
@@ -59,7 +59,7 @@ async def receive_tasks(request: Request, data_dir: str, name: str, max_bytes: i
             fh.flush()
             os.fsync(fh.fileno())
         if tasks == 0:
-            raise ApiError("bad_request", "task file holds no task")
+            raise ApiError(ErrorCode.BAD_REQUEST, "task file holds no task")
         os.replace(tmp, folder / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -73,9 +73,9 @@ def _check_line(line: bytes, number: int) -> int:
     try:
         row = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError("bad_request", f"line {number} is not JSON: {exc}") from None
+        raise ApiError(ErrorCode.BAD_REQUEST, f"line {number} is not JSON: {exc}") from None
     if not isinstance(row, dict):
-        raise ApiError("bad_request", f"line {number} must be a JSON object")
+        raise ApiError(ErrorCode.BAD_REQUEST, f"line {number} must be a JSON object")
     return 1
 
 

@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.collection.models import EpisodeState, JobSpec, JobState, JobStatus
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 
 log = get_logger("collection")
 
@@ -38,14 +39,14 @@ def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ApiError("bad_request", f"{path}:{number} is not JSON: {exc}") from None
+                    raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} is not JSON: {exc}") from None
                 if not isinstance(row, dict):
-                    raise ApiError("bad_request", f"{path}:{number} must be a JSON object")
+                    raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} must be a JSON object")
                 tasks.append(row)
                 if limit is not None and len(tasks) >= limit:
                     break
     except OSError as exc:
-        raise ApiError("bad_request", f"cannot read tasks {path}: {exc}") from None
+        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: {exc}") from None
     return tasks
 
 
@@ -59,9 +60,9 @@ def task_agent(task: dict[str, Any], default: str | None) -> str | None:
 
 
 class Collection(Participant):
-    role = "controller"
-    checkpoint_mode = "exported"
-    checkpoint_verify = "wait"
+    role = Role.CONTROLLER
+    checkpoint_mode = CheckpointMode.EXPORTED
+    checkpoint_verify = VerifyMode.WAIT
 
     def __init__(
         self,
@@ -113,11 +114,11 @@ class Collection(Participant):
 
     def start(self, spec: JobSpec) -> JobStatus:
         if self.job is not None and not self._done.is_set():
-            raise ApiError("checkpoint_busy", "a collection job is already running on this server", status=409)
+            raise ApiError(ErrorCode.CHECKPOINT_BUSY, "a collection job is already running on this server")
         tasks = load_tasks(spec.tasks_path, spec.limit)
         missing = sorted({str(task_agent(t, spec.agent or self.default_agent)) for t in tasks} - set(self.agents))
         if missing:
-            raise ApiError("bad_request", f"tasks name agents this collection does not know: {missing}")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"tasks name agents this collection does not know: {missing}")
         Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.output_path).write_bytes(b"")
         self.tasks = tasks
@@ -216,7 +217,7 @@ class Collection(Participant):
                 data = _json(resp)
                 if resp.status_code == 200:
                     result, error = data, None
-                elif resp.status_code == 409 and _code(data) == "stale_attempt":
+                elif resp.status_code == 409 and _code(data) == ErrorCode.STALE_ATTEMPT:
                     self._drop(episode)  # superseded by a newer attempt elsewhere: not ours to report
                     return
                 else:

@@ -20,6 +20,8 @@ from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
 from gym_services.control import layout
 from gym_services.control.decisions import restore_decisions
+from gym_services.control.models import StatusResponse
+from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
@@ -119,17 +121,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     except (StackError, ParticipantError) as exc:
         return _fail("status", exc)
     if args.json:
-        print(json.dumps(statuses, indent=1))
+        print(json.dumps({pid: _status_json(pid, s) for pid, s in statuses.items()}, indent=1))
         return 0
     rows = []
     for pid, s in statuses.items():
-        if "error" in s:
-            rows.append([pid, "?", "unreachable", "", "", s["error"]])
+        if isinstance(s, ParticipantError):
+            rows.append([pid, "?", "unreachable", "", "", s.reason])
             continue
-        live = ", ".join(f"{k}={v}" for k, v in s.get("live", {}).items())
-        rows.append([pid, s["role"], s["phase"], s["checkpoint_id"] or "", live, len(s["blockers"])])
+        live = ", ".join(f"{k}={v}" for k, v in s.live.items())
+        rows.append([pid, s.role, s.phase, s.checkpoint_id or "", live, len(s.blockers)])
     print(table(["participant", "role", "phase", "checkpoint", "live", "blockers"], rows))
     return 0
+
+
+def _status_json(pid: str, status: StatusResponse | ParticipantError) -> dict:
+    if isinstance(status, ParticipantError):
+        return {"participant_id": pid, "error": status.reason}
+    return status.model_dump(mode="json")
 
 
 # --- collect ---------------------------------------------------------------------------
@@ -296,7 +304,7 @@ def _transaction(args: argparse.Namespace, verb: str, work) -> int:
     except (StackError, ParticipantError, StorageError) as exc:
         return _fail(verb, exc)
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
-    return 0 if result.status == "completed" else 1
+    return 0 if result.completed else 1
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -438,8 +446,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="prepare -> commit -> publish -> resume over every participant.")
     _common(p, storage=True)
     p.add_argument("--id", help="checkpoint id (default: timestamped)")
-    p.add_argument("--prepare-timeout", type=float, default=30.0, help="seconds to reach boundaries (default 30)")
-    p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--prepare-timeout", type=float, default=DEFAULT_PREPARE_TIMEOUT_S,
+                   help=f"seconds to reach boundaries (default {DEFAULT_PREPARE_TIMEOUT_S:g})")
+    p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_checkpoint)
@@ -448,7 +457,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Verify the checkpoint, restore every participant all-or-nothing, resume.")
     _common(p, storage=True)
     p.add_argument("checkpoint_id")
-    p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
     p.add_argument("--restore-id", help="name of the restore transaction (default: a new one); repeat an interrupted "
                    "restore by passing its id again")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.control.models import Blocker
+from gym_services.control.protocol import CONTROL_PREFIX
 
 
 class RoutePolicy(enum.Enum):
@@ -28,7 +29,7 @@ class RoutePolicy(enum.Enum):
 
 
 PolicyResolver = Callable[[str, str], RoutePolicy]
-BYPASS_PREFIXES = ("/ng-control/", "/health/", "/metrics")
+BYPASS_PREFIXES = (f"{CONTROL_PREFIX}/", "/health/", "/metrics")
 BYPASS_PATHS = frozenset({"/", "/metrics"})
 
 
@@ -89,7 +90,7 @@ class AdmissionMiddleware:
             if not admission.is_open and policy is not RoutePolicy.OPEN:
                 admission.refused += 1
                 raise ApiError(
-                    "checkpoint_parked",
+                    ErrorCode.CHECKPOINT_PARKED,
                     f"checkpoint {plane.checkpoint_id} is open on {plane.participant_id}; retry after resume",
                     details={"checkpoint_id": plane.checkpoint_id, "phase": plane.phase},
                 )
@@ -97,7 +98,7 @@ class AdmissionMiddleware:
                 plane.fence.observe(identity)
         except ApiError as exc:
             plane.metrics.refused.labels(code=exc.code).inc()
-            await exc.response(headers={"retry-after": "0.1"} if exc.code == "checkpoint_parked" else None)(
+            await exc.response(headers={"retry-after": "0.1"} if exc.code is ErrorCode.CHECKPOINT_PARKED else None)(
                 scope, receive, send
             )
             return

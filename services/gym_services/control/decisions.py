@@ -12,16 +12,14 @@ in a thread.
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from pydantic import ValidationError
 
 from gym_services.control import layout
 from gym_services.control.models import SCHEMA_VERSION, RestoreDecision
 from gym_services.control.participant import InvalidState
+from gym_services.control.protocol import Decision
 from gym_services.control.storage import AlreadyExists, NotFound, Storage
-
-Decision = Literal["resume", "abort"]
 
 
 def read_decision(storage: Storage, checkpoint_id: str, restore_id: str) -> Decision | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 
 
@@ -20,7 +20,7 @@ class AttemptFence:
         highest = self._highest.get(identity.rollout_id)
         if highest is not None and identity.attempt < highest:
             raise ApiError(
-                "stale_attempt",
+                ErrorCode.STALE_ATTEMPT,
                 f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {highest} is current",
                 details={"rollout_id": identity.rollout_id, "attempt": identity.attempt, "current": highest},
             )

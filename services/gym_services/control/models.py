@@ -1,22 +1,36 @@
-"""Wire formats of the control plane and the checkpoint files (DESIGN §5, §7)."""
+"""Wire formats of the control plane and the checkpoint files (``docs/protocol.md``).
+
+Both ends use these models: the control routes parse requests and answer with responses
+(:mod:`gym_services.control.routes`), the coordinator's client sends requests and parses
+responses (:mod:`gym_services.coordination.client`); the file models are written by
+:mod:`gym_services.control.records` and the coordinator. The vocabulary (roles, phases,
+verbs, defaults) lives in :mod:`gym_services.control.protocol` and is re-exported here.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, FieldSerializationInfo, SecretStr, field_serializer
+
+from gym_services.control.protocol import (
+    DEFAULT_LEASE_S,
+    ROLE_ORDER,
+    CheckpointMode,
+    Decision,
+    Phase,
+    Role,
+    Verb,
+    VerifyMode,
+)
+
+__all__ = ["ROLE_ORDER", "CheckpointMode", "Decision", "Phase", "Role", "VerifyMode"]  # re-exported vocabulary
 
 SCHEMA_VERSION = 1
 CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 RECORD_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$"
-
-Role = Literal["controller", "environment", "model", "agent", "resources"]
-CheckpointMode = Literal["restart_only", "exported", "stateless"]
-VerifyMode = Literal["wait", "replay"]
-Phase = Literal["fresh", "open", "preparing", "prepared", "blocked", "committed", "restoring", "restored"]
-
-#: prepare order (DESIGN §8); resume runs it backwards.
-ROLE_ORDER: tuple[Role, ...] = ("controller", "environment", "model", "agent", "resources")
+#: the context under which :class:`StorageAccess` serializes its keys in clear (the control client only)
+REVEAL_SECRETS = {"reveal_secrets": True}
 
 
 class _Strict(BaseModel):
@@ -37,7 +51,7 @@ class Blocker(BaseModel):
 class PrepareRequest(_Strict):
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
     deadline_s: float = Field(gt=0, le=3600, description="seconds from now to reach a boundary")
-    lease_s: float = Field(default=30.0, gt=0, le=3600, description="pause ends by itself unless renewed")
+    lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, le=3600, description="pause ends by itself unless renewed")
 
 
 class StorageAccess(_Strict):
@@ -52,6 +66,13 @@ class StorageAccess(_Strict):
     region: str | None = Field(default=None, max_length=64, pattern=r"^[a-z0-9-]+$")
     access_key_id: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
     secret_access_key: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
+
+    @field_serializer("access_key_id", "secret_access_key", when_used="json")
+    def _keys(self, value: SecretStr | None, info: FieldSerializationInfo) -> str | None:
+        """Masked, except in a request the control client sends (context :data:`REVEAL_SECRETS`)."""
+        if value is None:
+            return None
+        return value.get_secret_value() if (info.context or {}).get("reveal_secrets") else str(value)
 
     def wire(self) -> dict[str, str]:
         """The request field as sent, keys revealed (only ever over the authenticated control plane)."""
@@ -80,7 +101,7 @@ class RestoreRequest(_Strict):
     location: str = Field(min_length=1)
     manifest_key: str = Field(min_length=1)
     manifest_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    lease_s: float = Field(default=30.0, gt=0, le=3600)
+    lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, le=3600)
     storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
     restore_id: str | None = Field(
         default=None,
@@ -102,7 +123,7 @@ class PrepareResponse(BaseModel):
     checkpoint_id: str
     participant_id: str
     role: Role
-    status: Literal["prepared", "blocked"]
+    status: Literal[Phase.PREPARED, Phase.BLOCKED]
     blockers: list[Blocker] = Field(default_factory=list)
     waited_s: float = 0.0
 
@@ -199,7 +220,7 @@ class ManifestParticipant(_Strict):
 
 
 class RestoreDecision(_Strict):
-    """The outcome of one restore transaction, written once with a conditional put (DESIGN §8).
+    """The outcome of one restore transaction, written once with a conditional put (``docs/protocol.md``).
 
     The coordinator writes ``resume`` after every participant restored; a participant whose lease
     ran out first writes ``abort``. Whichever lands first is the outcome for everyone, so a restore
@@ -210,7 +231,7 @@ class RestoreDecision(_Strict):
     kind: Literal["gym-checkpoint/restore-decision"] = "gym-checkpoint/restore-decision"
     checkpoint_id: str
     restore_id: str
-    decision: Literal["resume", "abort"]
+    decision: Decision
     decided_by: str
 
 
@@ -226,3 +247,19 @@ class GlobalManifest(_Strict):
     controller: dict[str, Any] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     bytes: int = 0
+
+
+# --- verbs -----------------------------------------------------------------------
+
+#: what each control verb takes and answers: the control routes parse the request model and
+#: answer with the response model; the coordinator's client sends the one and parses the other
+VERB_MODELS: dict[Verb, tuple[type[BaseModel] | None, type[BaseModel]]] = {
+    Verb.STATUS: (None, StatusResponse),
+    Verb.PREPARE: (PrepareRequest, PrepareResponse),
+    Verb.COMMIT: (CommitRequest, CommitResponse),
+    Verb.RESUME: (CheckpointRef, PhaseResponse),
+    Verb.ABORT: (CheckpointRef, PhaseResponse),
+    Verb.RESTORE: (RestoreRequest, RestoreResponse),
+    Verb.RETIRE: (RetireRequest, RetireResponse),
+    Verb.LEASE: (CheckpointRef, PhaseResponse),
+}

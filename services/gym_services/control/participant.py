@@ -62,8 +62,8 @@ class Participant:
     """Default participant: no state, nothing blocks. Servers override what they hold."""
 
     role: ClassVar[Role]
-    checkpoint_mode: ClassVar[CheckpointMode] = "exported"
-    checkpoint_verify: ClassVar[VerifyMode] = "wait"
+    checkpoint_mode: ClassVar[CheckpointMode] = CheckpointMode.EXPORTED
+    checkpoint_verify: ClassVar[VerifyMode] = VerifyMode.WAIT
 
     async def prepare(self, checkpoint_id: str) -> None:
         """Admission just closed: start moving in-flight work to a boundary (cut, park, ...)."""

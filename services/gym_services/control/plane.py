@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import Admission, PolicyResolver
@@ -26,7 +26,6 @@ from gym_services.control.models import (
     CheckpointRef,
     CommitRequest,
     CommitResponse,
-    Phase,
     PhaseResponse,
     PrepareRequest,
     PrepareResponse,
@@ -38,6 +37,7 @@ from gym_services.control.models import (
     StorageAccess,
 )
 from gym_services.control.decisions import settle
+from gym_services.control.protocol import DEFAULT_LEASE_S, OPEN_PHASES, Decision, Phase, Verb
 from gym_services.control.participant import InvalidState, Participant, Scope
 from gym_services.control.records import (
     IncompleteCheckpoint,
@@ -49,7 +49,6 @@ from gym_services.control.storage import Storage, StorageError, open_storage
 
 T = TypeVar("T")
 log = get_logger("control")
-OPEN_PHASES: frozenset[Phase] = frozenset({"fresh", "open"})
 
 
 class ControlPlane:
@@ -68,15 +67,15 @@ class ControlPlane:
         self.metrics = metrics
         self.admission = Admission(resolve)
         self.fence = AttemptFence()
-        self.phase: Phase = "fresh"
+        self.phase: Phase = Phase.FRESH
         self.checkpoint_id: str | None = None
         self.lease_deadline: float | None = None
-        self._lease_s = 30.0
+        self._lease_s = DEFAULT_LEASE_S
         self.last_event: str | None = None
-        self._ops: dict[tuple[str, str], asyncio.Task] = {}
-        self._closed: dict[str, tuple[str, PhaseResponse]] = {}
+        self._ops: dict[tuple[Verb, str], asyncio.Task] = {}
+        self._closed: dict[str, tuple[Verb, PhaseResponse]] = {}
         self._restored: Any = None
-        self._phase_before_restore: Phase = "fresh"
+        self._phase_before_restore: Phase = Phase.FRESH
         #: (storage, restore id) of the restore in progress, when the coordinator named it
         self._decision: tuple[Storage, str] | None = None
         self._restore_answer: RestoreResponse | None = None
@@ -123,7 +122,7 @@ class ControlPlane:
             try:
                 self._storages[key] = open_storage(location, config)
             except StorageError as exc:
-                raise ApiError("bad_request", str(exc)) from None
+                raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
         return self._storages[key]
 
     def _renew(self, lease_s: float | None = None) -> None:
@@ -142,14 +141,14 @@ class ControlPlane:
 
     def _require_open_checkpoint(self, checkpoint_id: str) -> None:
         if self.checkpoint_id is None:
-            raise ApiError("unknown_checkpoint", f"no checkpoint is open on {self.participant_id}")
+            raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"no checkpoint is open on {self.participant_id}")
         if checkpoint_id != self.checkpoint_id:
             raise ApiError(
-                "unknown_checkpoint",
+                ErrorCode.UNKNOWN_CHECKPOINT,
                 f"checkpoint {checkpoint_id} is not the open one ({self.checkpoint_id}) on {self.participant_id}",
             )
 
-    async def _once(self, verb: str, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
+    async def _once(self, verb: Verb, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` once per (verb, id); repeats wait for and return the same answer."""
         key = (verb, checkpoint_id)
         task = self._ops.get(key)
@@ -159,11 +158,11 @@ class ControlPlane:
             task.add_done_callback(lambda t: self._forget_failed(key, t))
         return await asyncio.shield(task)
 
-    def _forget_failed(self, key: tuple[str, str], task: asyncio.Task) -> None:
+    def _forget_failed(self, key: tuple[Verb, str], task: asyncio.Task) -> None:
         if (task.cancelled() or task.exception() is not None) and self._ops.get(key) is task:
             del self._ops[key]  # a failed verb may be retried
 
-    async def _timed(self, verb: str, work: Callable[[], Awaitable[T]]) -> T:
+    async def _timed(self, verb: Verb, work: Callable[[], Awaitable[T]]) -> T:
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -173,7 +172,7 @@ class ControlPlane:
         finally:
             self.metrics.phase_seconds.labels(verb=verb, outcome=outcome).observe(time.perf_counter() - started)
 
-    def _close(self, verb: str, event: str, phase: Phase) -> PhaseResponse:
+    def _close(self, verb: Verb, event: str, phase: Phase) -> PhaseResponse:
         """End the open checkpoint: admission reopens, per-checkpoint answers are dropped."""
         checkpoint_id = self.checkpoint_id
         assert checkpoint_id is not None
@@ -217,11 +216,11 @@ class ControlPlane:
 
     async def prepare(self, req: PrepareRequest) -> PrepareResponse:
         cid = req.checkpoint_id
-        if ("prepare", cid) in self._ops:
-            return await self._once("prepare", cid, self._never)
+        if (Verb.PREPARE, cid) in self._ops:
+            return await self._once(Verb.PREPARE, cid, self._never)
         if self.checkpoint_id is not None:
             raise ApiError(
-                "checkpoint_busy",
+                ErrorCode.CHECKPOINT_BUSY,
                 f"checkpoint {self.checkpoint_id} is open on {self.participant_id} (phase {self.phase}); "
                 f"cannot prepare {cid}",
                 details={"open_checkpoint_id": self.checkpoint_id, "phase": self.phase},
@@ -229,11 +228,11 @@ class ControlPlane:
         self._closed.pop(cid, None)
         self.checkpoint_id = cid
         self._renew(req.lease_s)
-        self._set_phase("preparing", f"prepare {cid}: admission closed")
-        return await self._once("prepare", cid, lambda: self._run_prepare(req))
+        self._set_phase(Phase.PREPARING, f"prepare {cid}: admission closed")
+        return await self._once(Verb.PREPARE, cid, lambda: self._run_prepare(req))
 
     async def _never(self) -> Any:  # pragma: no cover - only reached if an op vanished
-        raise ApiError("unknown_checkpoint", "operation is gone")
+        raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, "operation is gone")
 
     async def _run_prepare(self, req: PrepareRequest) -> PrepareResponse:
         cid = req.checkpoint_id
@@ -243,13 +242,13 @@ class ControlPlane:
         poll = self.config.checkpoint.poll_interval_s
         while True:
             if self.checkpoint_id != cid:
-                raise ApiError("unknown_checkpoint", f"checkpoint {cid} was aborted while preparing")
+                raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted while preparing")
             blockers = self.current_blockers()
             now = time.monotonic()
             if not blockers or now >= deadline:
                 break
             await asyncio.sleep(min(poll, max(0.0, deadline - now)))
-        status = "blocked" if blockers else "prepared"
+        status = Phase.BLOCKED if blockers else Phase.PREPARED
         self._set_phase(status, f"prepare {cid}: {status}" + (f" ({len(blockers)} blockers)" if blockers else ""))
         return PrepareResponse(
             checkpoint_id=cid,
@@ -262,13 +261,13 @@ class ControlPlane:
 
     async def commit(self, req: CommitRequest) -> CommitResponse:
         cid = req.checkpoint_id
-        if ("commit", cid) not in self._ops:
+        if (Verb.COMMIT, cid) not in self._ops:
             self._require_open_checkpoint(cid)
-            if self.phase != "prepared":
+            if self.phase != Phase.PREPARED:
                 raise ApiError(
-                    "invalid_phase", f"commit needs a prepared checkpoint; {self.participant_id} is {self.phase}"
+                    ErrorCode.INVALID_PHASE, f"commit needs a prepared checkpoint; {self.participant_id} is {self.phase}"
                 )
-        return await self._once("commit", cid, lambda: self._run_commit(req))
+        return await self._once(Verb.COMMIT, cid, lambda: self._run_commit(req))
 
     async def _run_commit(self, req: CommitRequest) -> CommitResponse:
         started = time.perf_counter()
@@ -278,7 +277,7 @@ class ControlPlane:
         try:
             records = await self.participant.export(scope)
         except InvalidState as exc:
-            raise ApiError("invalid_state", f"export for checkpoint {req.checkpoint_id} failed: {exc}") from None
+            raise ApiError(ErrorCode.INVALID_STATE, f"export for checkpoint {req.checkpoint_id} failed: {exc}") from None
         records = [
             r if r.attempt is not None or r.rollout_id is None
             else type(r)(r.key, r.data, r.rollout_id, self.fence.highest(r.rollout_id) or 0)
@@ -297,13 +296,13 @@ class ControlPlane:
                 records=records,
             )
         except StorageError as exc:
-            raise ApiError("internal", f"writing checkpoint {req.checkpoint_id} failed: {exc}", status=502) from None
+            raise ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"writing checkpoint {req.checkpoint_id} failed: {exc}") from None
         await self.participant.release_out_of_scope(scope)
         total = sum(len(r.data) for r in records)
         self.metrics.records_written.inc(len(records))
         self.metrics.bytes_written.inc(total)
         self._renew()
-        self._set_phase("committed", f"commit {req.checkpoint_id}: {len(records)} records, {total} bytes")
+        self._set_phase(Phase.COMMITTED, f"commit {req.checkpoint_id}: {len(records)} records, {total} bytes")
         return CommitResponse(
             checkpoint_id=req.checkpoint_id,
             participant_id=self.participant_id,
@@ -318,23 +317,23 @@ class ControlPlane:
         )
 
     async def resume(self, req: CheckpointRef) -> PhaseResponse:
-        return await self._finish("resume", req.checkpoint_id)
+        return await self._finish(Verb.RESUME, req.checkpoint_id)
 
     async def abort(self, req: CheckpointRef) -> PhaseResponse:
-        return await self._finish("abort", req.checkpoint_id)
+        return await self._finish(Verb.ABORT, req.checkpoint_id)
 
-    async def _finish(self, verb: str, cid: str) -> PhaseResponse:
+    async def _finish(self, verb: Verb, cid: str) -> PhaseResponse:
         if self.checkpoint_id is None and cid in self._closed:
             return self._closed[cid][1]  # idempotent repeat
         self._require_open_checkpoint(cid)
-        running = [t for (v, c), t in self._ops.items() if c == cid and v in ("commit", "restore") and not t.done()]
+        running = [t for (v, c), t in self._ops.items() if c == cid and v in (Verb.COMMIT, Verb.RESTORE) and not t.done()]
         if running:
-            raise ApiError("checkpoint_busy", f"{verb} must wait: a {running[0].get_name()} is still running")
+            raise ApiError(ErrorCode.CHECKPOINT_BUSY, f"{verb} must wait: a {running[0].get_name()} is still running")
         return await self._once(verb, cid, lambda: self._run_finish(verb, cid))
 
-    async def _run_finish(self, verb: str, cid: str) -> PhaseResponse:
-        restored = self.phase in ("restored", "restoring")
-        abandon = verb == "abort" or self.phase in ("preparing", "blocked")
+    async def _run_finish(self, verb: Verb, cid: str) -> PhaseResponse:
+        restored = self.phase in (Phase.RESTORED, Phase.RESTORING)
+        abandon = verb is Verb.ABORT or self.phase in (Phase.PREPARING, Phase.BLOCKED)
         if abandon and restored and self._restored is not None:
             await self.participant.uninstall(self._restored)
         if abandon:
@@ -344,7 +343,7 @@ class ControlPlane:
             if restored and self._decision is not None and self._restore_answer is not None:
                 self._remember_resumed(cid, self._decision[1], self._restore_answer)
         undone = restored and abandon
-        phase: Phase = self._phase_before_restore if undone else "open"
+        phase: Phase = self._phase_before_restore if undone else Phase.OPEN
         return self._close(verb, f"{verb} {cid}: admission open" + (" (restore undone)" if undone else ""), phase)
 
     async def restore(self, req: RestoreRequest) -> RestoreResponse:
@@ -352,21 +351,22 @@ class ControlPlane:
         done = self._resumed_restores.get(cid)
         if done is not None and req.restore_id == done[0] and self.checkpoint_id is None:
             return done[1]  # a re-run coordinator repeats a restore this process already finished
-        if ("restore", cid) not in self._ops:
+        if (Verb.RESTORE, cid) not in self._ops:
             if self.checkpoint_id is not None:
                 raise ApiError(
-                    "checkpoint_busy", f"checkpoint {self.checkpoint_id} is open on {self.participant_id}; cannot restore"
+                    ErrorCode.CHECKPOINT_BUSY,
+                    f"checkpoint {self.checkpoint_id} is open on {self.participant_id}; cannot restore",
                 )
             if self.phase not in OPEN_PHASES:
-                raise ApiError("invalid_phase", f"{self.participant_id} cannot restore in phase {self.phase}")
+                raise ApiError(ErrorCode.INVALID_PHASE, f"{self.participant_id} cannot restore in phase {self.phase}")
             self._closed.pop(cid, None)
             self._phase_before_restore = self.phase
             self._decision = None
             self._restore_answer = None
             self.checkpoint_id = cid
             self._renew(req.lease_s)
-            self._set_phase("restoring", f"restore {cid}: admission closed")
-        return await self._once("restore", cid, lambda: self._run_restore(req))
+            self._set_phase(Phase.RESTORING, f"restore {cid}: admission closed")
+        return await self._once(Verb.RESTORE, cid, lambda: self._run_restore(req))
 
     async def _run_restore(self, req: RestoreRequest) -> RestoreResponse:
         started = time.perf_counter()
@@ -378,9 +378,9 @@ class ControlPlane:
                     storage, self._pool, req.manifest_key, req.manifest_sha256
                 )
             except IncompleteCheckpoint as exc:
-                raise ApiError("unknown_checkpoint", f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
+                raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
             except StorageError as exc:
-                raise ApiError("internal", f"reading checkpoint {req.checkpoint_id} failed: {exc}", status=502) from None
+                raise ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"reading checkpoint {req.checkpoint_id} failed: {exc}") from None
             if manifest.checkpoint_id != req.checkpoint_id:
                 raise InvalidState(f"manifest belongs to checkpoint {manifest.checkpoint_id}, not {req.checkpoint_id}")
             if manifest.participant_id != self.participant_id or manifest.role != self.role:
@@ -390,7 +390,7 @@ class ControlPlane:
             validated = await self.participant.validate(records)
         except InvalidState as exc:
             self._abandon_restore(f"restore {req.checkpoint_id} refused: {exc}")
-            raise ApiError("invalid_state", str(exc)) from None
+            raise ApiError(ErrorCode.INVALID_STATE, str(exc)) from None
         except BaseException:
             self._abandon_restore(f"restore {req.checkpoint_id} failed")
             raise
@@ -405,7 +405,7 @@ class ControlPlane:
         self.metrics.records_restored.inc(len(records))
         self.metrics.bytes_restored.inc(total)
         self._renew()
-        self._set_phase("restored", f"restore {req.checkpoint_id}: {len(records)} records installed")
+        self._set_phase(Phase.RESTORED, f"restore {req.checkpoint_id}: {len(records)} records installed")
         self._restore_answer = RestoreResponse(
             checkpoint_id=req.checkpoint_id,
             participant_id=self.participant_id,
@@ -436,7 +436,8 @@ class ControlPlane:
     async def retire(self, req: RetireRequest) -> RetireResponse:
         if self.checkpoint_id is not None:
             raise ApiError(
-                "checkpoint_busy", f"retire is refused while checkpoint {self.checkpoint_id} is open on {self.participant_id}"
+                ErrorCode.CHECKPOINT_BUSY,
+                f"retire is refused while checkpoint {self.checkpoint_id} is open on {self.participant_id}",
             )
         retired = await self.participant.retire(req.rollout_id, req.attempt)
         self.fence.advance(req.rollout_id, req.attempt + 1)
@@ -462,18 +463,18 @@ class ControlPlane:
         if time.monotonic() < self.lease_deadline:
             return
         cid = self.checkpoint_id
-        busy = any(c == cid and v in ("commit", "restore") and not t.done() for (v, c), t in self._ops.items())
+        busy = any(c == cid and v in (Verb.COMMIT, Verb.RESTORE) and not t.done() for (v, c), t in self._ops.items())
         if busy:
             return  # bounded work in progress; expire once it ends
-        if self.phase == "restored" and self._decision is not None:
+        if self.phase == Phase.RESTORED and self._decision is not None:
             await self._expire_restore(cid, *self._decision)
             return
         log.warning("lease expired: aborting checkpoint by itself", extra={"checkpoint_id": cid, "phase": self.phase})
         self.metrics.lease_expiries.inc()
-        prepare = self._ops.get(("prepare", cid))
+        prepare = self._ops.get((Verb.PREPARE, cid))
         if prepare is not None and not prepare.done():
             prepare.cancel()
-        await self._run_finish("abort", cid)
+        await self._run_finish(Verb.ABORT, cid)
         self.last_event = f"lease expired: checkpoint {cid} aborted, admission open"
 
     async def _expire_restore(self, cid: str, storage: Storage, restore_id: str) -> None:
@@ -486,20 +487,21 @@ class ControlPlane:
         """
         assert self.lease_deadline is not None
         try:
-            decision = await asyncio.to_thread(settle, storage, cid, restore_id, "abort", self.participant_id)
+            decision = await asyncio.to_thread(settle, storage, cid, restore_id, Decision.ABORT, self.participant_id)
         except (StorageError, InvalidState) as exc:
             if time.monotonic() < self.lease_deadline + self._lease_s:
                 log.warning("lease expired; the restore decision cannot be read yet", extra={"checkpoint_id": cid, "error": str(exc)})
                 return
             log.error("the restore decision stayed unreadable: undoing the restore", extra={"checkpoint_id": cid, "error": str(exc)})
-            decision = "abort"
-        if self.checkpoint_id != cid or self.phase != "restored":
+            decision = Decision.ABORT
+        if self.checkpoint_id != cid or self.phase != Phase.RESTORED:
             return  # the coordinator closed it meanwhile
         log.warning(
             f"lease expired after restore {restore_id}: following its decision ({decision})",
             extra={"checkpoint_id": cid, "restore_id": restore_id},
         )
         self.metrics.restore_decisions.labels(decision=decision).inc()
-        await self._once(decision, cid, lambda: self._run_finish(decision, cid))
-        verb = "resumed" if decision == "resume" else "undone"
+        finish = Verb(decision)
+        await self._once(finish, cid, lambda: self._run_finish(finish, cid))
+        verb = "resumed" if decision == Decision.RESUME else "undone"
         self.last_event = f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"

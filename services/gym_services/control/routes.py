@@ -1,4 +1,10 @@
-"""The control routes under ``/ng-control/v1/checkpoint/`` (DESIGN §5), bearer-token protected."""
+"""The control routes under :data:`~gym_services.control.protocol.CONTROL_PREFIX`, bearer-token protected.
+
+Mounted by the app factory (:func:`gym_services.server.app.create_server_app`); one route per
+:class:`~gym_services.control.protocol.Verb`, taking and answering the models of
+:data:`~gym_services.control.models.VERB_MODELS`, handled by the server's
+:class:`~gym_services.control.plane.ControlPlane`.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
-from gym_services.control.models import (
-    CheckpointRef,
-    CommitRequest,
-    PrepareRequest,
-    RestoreRequest,
-    RetireRequest,
-)
+from gym_services.control.models import VERB_MODELS
 from gym_services.control.plane import ControlPlane
+from gym_services.control.protocol import CONTROL_PREFIX, Verb
 
-CONTROL_PREFIX = "/ng-control/v1/checkpoint"
+__all__ = ["CONTROL_PREFIX", "check_token", "control_routes"]
 
 
 def check_token(request: Request, token: str) -> None:
@@ -29,9 +30,9 @@ def check_token(request: Request, token: str) -> None:
     header = request.headers.get("authorization", "")
     scheme, _, presented = header.partition(" ")
     if scheme.lower() != "bearer" or not presented:
-        raise ApiError("unauthorized", "control routes need 'Authorization: Bearer <control token>'")
+        raise ApiError(ErrorCode.UNAUTHORIZED, "control routes need 'Authorization: Bearer <control token>'")
     if not hmac.compare_digest(presented.strip().encode(), token.encode()):
-        raise ApiError("unauthorized", "control token is not valid")
+        raise ApiError(ErrorCode.UNAUTHORIZED, "control token is not valid")
 
 
 def control_routes(plane: ControlPlane, token: str) -> list[Route]:
@@ -49,13 +50,16 @@ def control_routes(plane: ControlPlane, token: str) -> list[Route]:
     async def status() -> BaseModel:
         return plane.status()
 
+    handlers: dict[Verb, Callable[..., Awaitable[BaseModel]]] = {
+        Verb.STATUS: status,
+        Verb.PREPARE: plane.prepare,
+        Verb.COMMIT: plane.commit,
+        Verb.RESUME: plane.resume,
+        Verb.ABORT: plane.abort,
+        Verb.RESTORE: plane.restore,
+        Verb.RETIRE: plane.retire,
+        Verb.LEASE: plane.lease,
+    }
     return [
-        Route("/status", endpoint(None, status), methods=["GET"]),
-        Route("/prepare", endpoint(PrepareRequest, plane.prepare), methods=["POST"]),
-        Route("/commit", endpoint(CommitRequest, plane.commit), methods=["POST"]),
-        Route("/resume", endpoint(CheckpointRef, plane.resume), methods=["POST"]),
-        Route("/abort", endpoint(CheckpointRef, plane.abort), methods=["POST"]),
-        Route("/restore", endpoint(RestoreRequest, plane.restore), methods=["POST"]),
-        Route("/retire", endpoint(RetireRequest, plane.retire), methods=["POST"]),
-        Route("/lease", endpoint(CheckpointRef, plane.lease), methods=["POST"]),
+        Route(verb.path, endpoint(VERB_MODELS[verb][0], handlers[verb]), methods=[verb.method]) for verb in Verb
     ]

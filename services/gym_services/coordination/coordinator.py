@@ -1,14 +1,21 @@
-"""The checkpoint / restore transaction over a set of participants (DESIGN §8).
+"""The checkpoint and restore transactions over a set of participants (``docs/protocol.md``).
 
-Free of kopf and Kubernetes: the CLI drives it for a local stack, the operator for pods.
+Free of kopf and Kubernetes: the CLI (:mod:`gym_services.commands.stack`) and the demo drive it
+for a local stack, the operator (``gym_operator.handlers``) for pods. Each transaction reads as
+its named steps:
 
-checkpoint = prepare by role (controller, environment, model, agent, resources), renewing
-leases -> blockers at the deadline abort everything -> commit (controller first: its live
-episodes are the scope of the others) -> check every participant manifest -> publish the
-global manifest last with a conditional put -> resume in reverse role order.
+checkpoint = :meth:`~Coordinator.prepare_all` (by role, renewing leases; blockers at the deadline
+fail it) -> :meth:`~Coordinator.commit_all` (controller first: its live episodes scope the others)
+-> :meth:`~Coordinator.verify_manifests` -> :meth:`~Coordinator.publish` (the global manifest,
+last, with a conditional put) -> :meth:`~Coordinator.resume_all` (reverse role order).
 
-restore = read and verify the global manifest -> restore every participant -> any failure
-aborts all (nothing stays installed) -> resume in reverse role order.
+restore = :meth:`~Coordinator.read_checkpoint` -> :meth:`~Coordinator.match_participants` ->
+:meth:`~Coordinator.restore_all` -> :meth:`~Coordinator.decide` (``resume`` written as the restore's
+decision before anyone resumes) -> :meth:`~Coordinator.resume_all`.
+
+Any failed step aborts every participant touched so far (:meth:`~Coordinator.abort_all`), so
+nothing stays paused and no restore stays half installed. Each step returns what it produced;
+the result is built from those at the end, never mutated along the way.
 """
 
 from __future__ import annotations
@@ -18,71 +25,69 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.base.config import StorageConfig
+from gym_services.base.errors import ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control import layout
 from gym_services.control.decisions import read_decision, settle
 from gym_services.control.models import (
-    ROLE_ORDER,
     SCHEMA_VERSION,
+    CheckpointRef,
+    CommitRequest,
+    CommitResponse,
     GlobalManifest,
     ManifestParticipant,
-    Role,
+    PrepareRequest,
+    RestoreRequest,
+    RestoreResponse,
+    RetireRequest,
+    StatusResponse,
     StorageAccess,
 )
 from gym_services.control.participant import InvalidState
+from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, ROLE_ORDER, Decision, Role, Verb
 from gym_services.control.records import parse_participant_manifest, sha256
 from gym_services.control.storage import AlreadyExists, NotFound, Storage, StorageError, open_storage
+from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
+from gym_services.coordination.deadlines import DEADLINES, Deadlines
+from gym_services.coordination.transaction import (
+    BlockerInfo,
+    ParticipantSummary,
+    TransactionKind,
+    TransactionPhase,
+    TransactionResult,
+    TransactionStatus,
+)
+
+__all__ = [
+    "BlockerInfo",
+    "Coordinator",
+    "ParticipantSummary",
+    "TransactionError",
+    "TransactionPhase",
+    "TransactionResult",
+    "by_role",
+    "list_checkpoints",
+    "parse_global_manifest",
+]
 
 log = get_logger("coordinator")
-EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+EventSink = Callable[[TransactionPhase, dict[str, Any]], Awaitable[None] | None]
+A = TypeVar("A", bound=BaseModel)
 
 
 class TransactionError(Exception):
-    """The transaction could not complete; the stack was aborted and resumed."""
+    """A step could not complete; the participants touched so far are aborted."""
 
-
-class BlockerInfo(BaseModel):
-    participant: str
-    kind: str
-    id: str
-    detail: str = ""
-
-
-class ParticipantSummary(BaseModel):
-    participant_id: str
-    role: Role
-    records: int = 0
-    bytes: int = 0
-    manifest_key: str | None = None
-    episodes: int = 0
-
-
-class TransactionResult(BaseModel):
-    """What the CLI prints and the operator writes into a resource's status."""
-
-    kind: Literal["checkpoint", "restore"]
-    checkpoint_id: str
-    location: str
-    status: Literal["completed", "failed"]
-    phase: str = Field(description="the last phase reached")
-    participants: list[ParticipantSummary] = Field(default_factory=list)
-    blockers: list[BlockerInfo] = Field(default_factory=list)
-    timings: dict[str, float] = Field(default_factory=dict)
-    pause_s: float = 0.0
-    records: int = 0
-    bytes: int = 0
-    episodes: dict[str, int] = Field(default_factory=dict, description="rollout -> attempt (restore) or 0")
-    manifest_key: str | None = None
-    restore_id: str | None = Field(default=None, description="the restore transaction's name (restores only)")
-    error: str | None = None
-    warnings: list[str] = Field(default_factory=list)
+    def __init__(self, message: str, blockers: Iterable[BlockerInfo] = ()) -> None:
+        super().__init__(message)
+        self.blockers = list(blockers)
 
 
 def by_role(participants: Iterable[ParticipantRef]) -> list[list[ParticipantRef]]:
@@ -91,6 +96,65 @@ def by_role(participants: Iterable[ParticipantRef]) -> list[list[ParticipantRef]
     for ref in participants:
         groups[ref.role].append(ref)
     return [groups[role] for role in ROLE_ORDER if groups[role]]
+
+
+@dataclass
+class Stopwatch:
+    """Seconds per step, in the order the steps ran."""
+
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = time.perf_counter() - t0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+@dataclass
+class Progress:
+    """The phase a transaction reached; entering one is reported to the event sink."""
+
+    coordinator: Coordinator
+    checkpoint_id: str
+    phase: TransactionPhase = TransactionPhase.PENDING
+
+    async def enter(self, phase: TransactionPhase, **detail: Any) -> None:
+        self.phase = phase
+        await self.report(phase, **detail)
+
+    async def report(self, phase: TransactionPhase, **detail: Any) -> None:
+        await self.coordinator._emit(phase, checkpoint_id=self.checkpoint_id, **detail)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What :meth:`Coordinator.publish` wrote."""
+
+    key: str
+    manifest: GlobalManifest
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What :meth:`Coordinator.commit_all` got back: every participant's answer and the episodes in scope."""
+
+    answers: dict[str, CommitResponse]
+    episodes: list[str] | None
+
+
+@dataclass(frozen=True)
+class Source:
+    """What :meth:`Coordinator.read_checkpoint` found: the published manifest and an earlier decision."""
+
+    manifest: GlobalManifest | None
+    earlier: Decision | None
 
 
 class Coordinator:
@@ -102,6 +166,7 @@ class Coordinator:
         storage_config: StorageConfig | None = None,
         participant_storage: StorageAccess | None = None,
         on_event: EventSink | None = None,
+        deadlines: Deadlines = DEADLINES,
     ) -> None:
         """``storage_config`` is how the coordinator reaches storage; ``participant_storage``, when
         given, travels with commit and restore so servers reach it the same way instead of by their
@@ -112,12 +177,13 @@ class Coordinator:
             raise ValueError(f"participant ids must be unique: {ids}")
         self.client = client
         self.storage_config = storage_config or StorageConfig()
-        self._access = {"storage": participant_storage.wire()} if participant_storage else {}
+        self.participant_storage = participant_storage
         self.on_event = on_event
+        self.deadlines = deadlines
 
     # --- plumbing -----------------------------------------------------------------
 
-    async def _emit(self, phase: str, **detail: Any) -> None:
+    async def _emit(self, phase: TransactionPhase, **detail: Any) -> None:
         log.info(phase, extra=detail)
         if self.on_event is not None:
             result = self.on_event(phase, detail)
@@ -131,15 +197,11 @@ class Coordinator:
         return await asyncio.to_thread(fn, *args)
 
     async def _each(
-        self, refs: list[ParticipantRef], verb: str, body: Callable[[ParticipantRef], dict], timeout_s: float | None = None
-    ) -> tuple[dict[str, dict], dict[str, ParticipantError]]:
-        """Call ``verb`` on every ref concurrently; answers and failures by participant id."""
-
-        async def one(ref: ParticipantRef):
-            return await self.client.call(ref, verb, body(ref), timeout_s=timeout_s)
-
-        results = await asyncio.gather(*(one(r) for r in refs), return_exceptions=True)
-        ok: dict[str, dict] = {}
+        self, refs: list[ParticipantRef], verb: Verb, call: Callable[[ParticipantRef], Awaitable[A]]
+    ) -> tuple[dict[str, A], dict[str, ParticipantError]]:
+        """``call`` every ref concurrently; answers and failures by participant id."""
+        results = await asyncio.gather(*(call(r) for r in refs), return_exceptions=True)
+        ok: dict[str, A] = {}
         failed: dict[str, ParticipantError] = {}
         for ref, res in zip(refs, results, strict=True):
             if isinstance(res, ParticipantError):
@@ -150,17 +212,27 @@ class Coordinator:
                 ok[ref.participant_id] = res
         return ok, failed
 
+    async def _all(
+        self, refs: list[ParticipantRef], verb: Verb, call: Callable[[ParticipantRef], Awaitable[A]]
+    ) -> dict[str, A]:
+        """Like :meth:`_each`, but any failure fails the step."""
+        ok, failed = await self._each(refs, verb, call)
+        if failed:
+            raise TransactionError("; ".join(str(e) for e in failed.values()))
+        return ok
+
     @contextlib.asynccontextmanager
-    async def _leases(self, checkpoint_id: str, lease_s: float, refs: list[ParticipantRef]):
+    async def _leases(self, checkpoint_id: str, lease_s: float) -> AsyncIterator[list[ParticipantRef]]:
         """Renew the lease of every touched participant while the transaction runs."""
         touched: list[ParticipantRef] = []
+        ref_of = CheckpointRef(checkpoint_id=checkpoint_id)
 
         async def renew() -> None:
             while True:
-                await asyncio.sleep(max(0.05, lease_s / 3))
+                await asyncio.sleep(self.deadlines.renew_interval(lease_s))
                 for ref in list(touched):
                     with contextlib.suppress(ParticipantError):
-                        await self.client.call(ref, "lease", {"checkpoint_id": checkpoint_id}, timeout_s=lease_s / 3)
+                        await self.client.lease(ref, ref_of, timeout_s=self.deadlines.renew_call(lease_s))
 
         task = asyncio.create_task(renew())
         try:
@@ -170,174 +242,234 @@ class Coordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _finish_all(self, verb: str, checkpoint_id: str, refs: list[ParticipantRef]) -> list[str]:
+    async def _finish_all(self, verb: Verb, checkpoint_id: str, refs: list[ParticipantRef]) -> list[str]:
         """Resume or abort in reverse role order; returns warnings for participants that failed."""
+        req = CheckpointRef(checkpoint_id=checkpoint_id)
+        finish = self.client.resume if verb is Verb.RESUME else self.client.abort
         warnings: list[str] = []
         for group in reversed(by_role(refs)):
-            _, failed = await self._each(group, verb, lambda r: {"checkpoint_id": checkpoint_id})
+            _, failed = await self._each(group, verb, lambda r: finish(r, req))
             for err in failed.values():
-                if err.code == "unknown_checkpoint":
+                if err.code == ErrorCode.UNKNOWN_CHECKPOINT:
                     continue  # already closed (lease expiry, or it never got the checkpoint)
                 warnings.append(f"{err} (its lease will reopen it)")
         return warnings
 
+    async def resume_all(self, checkpoint_id: str, refs: list[ParticipantRef]) -> list[str]:
+        """Resume every participant, in reverse role order; warnings for those that did not answer."""
+        return await self._finish_all(Verb.RESUME, checkpoint_id, refs)
+
+    async def abort_all(self, checkpoint_id: str, refs: list[ParticipantRef]) -> list[str]:
+        """Abort every participant touched so far, in reverse role order (nothing stays paused or installed)."""
+        return await self._finish_all(Verb.ABORT, checkpoint_id, refs)
+
     # --- checkpoint ----------------------------------------------------------------
 
     async def checkpoint(
-        self, checkpoint_id: str, location: str, *, prepare_timeout_s: float = 30.0, lease_s: float = 30.0
+        self,
+        checkpoint_id: str,
+        location: str,
+        *,
+        prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> TransactionResult:
-        result = TransactionResult(
-            kind="checkpoint", checkpoint_id=checkpoint_id, location=location, status="failed", phase="Pending"
-        )
         storage = self._storage(location)
         existing = await self._published(storage, checkpoint_id)
         if existing is not None:
-            return self._from_manifest(result, existing, "already published; nothing to do")
-        started = time.perf_counter()
-        timings = result.timings
-        deadline = time.monotonic() + prepare_timeout_s
-        async with self._leases(checkpoint_id, lease_s, self.participants) as touched:
+            return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
+        clock = Stopwatch()
+        progress = Progress(self, checkpoint_id)
+        async with self._leases(checkpoint_id, lease_s) as touched:
             try:
-                # prepare
-                result.phase = "Preparing"
-                await self._emit("Preparing", checkpoint_id=checkpoint_id, participants=len(self.participants))
-                t0 = time.perf_counter()
-                for group in by_role(self.participants):
-                    touched.extend(group)
-                    remaining = max(0.05, deadline - time.monotonic())
-                    ok, failed = await self._each(
-                        group,
-                        "prepare",
-                        lambda r: {"checkpoint_id": checkpoint_id, "deadline_s": remaining, "lease_s": lease_s},
-                        timeout_s=remaining + 10,
-                    )
-                    for pid, answer in ok.items():
-                        for b in answer.get("blockers", []):
-                            result.blockers.append(BlockerInfo(participant=pid, **b))
-                    if failed:
-                        raise TransactionError("; ".join(str(e) for e in failed.values()))
-                    if result.blockers:
-                        names = ", ".join(sorted({b.participant for b in result.blockers}))
-                        raise TransactionError(
-                            f"{len(result.blockers)} blockers at the prepare deadline ({prepare_timeout_s}s) on {names}"
-                        )
-                timings["prepare"] = time.perf_counter() - t0
-
-                # commit: the controller first, its live episodes scope everyone else
-                result.phase = "Committing"
-                await self._emit("Committing", checkpoint_id=checkpoint_id)
-                t0 = time.perf_counter()
-                commits: dict[str, dict] = {}
-                controllers = [p for p in self.participants if p.role == "controller"]
-                others = [p for p in self.participants if p.role != "controller"]
-                episodes: list[str] | None = None
-                if controllers:
-                    ok, failed = await self._each(
-                        controllers, "commit", lambda r: {"checkpoint_id": checkpoint_id, "location": location, **self._access}
-                    )
-                    if failed:
-                        raise TransactionError("; ".join(str(e) for e in failed.values()))
-                    commits.update(ok)
-                    episodes = sorted({e for answer in ok.values() for e in answer.get("episodes", [])})
-                if others:
-                    ok, failed = await self._each(
-                        others,
-                        "commit",
-                        lambda r: {"checkpoint_id": checkpoint_id, "location": location, "episodes": episodes, **self._access},
-                    )
-                    if failed:
-                        raise TransactionError("; ".join(str(e) for e in failed.values()))
-                    commits.update(ok)
-                timings["commit"] = time.perf_counter() - t0
-
-                # verify what every participant wrote
-                t0 = time.perf_counter()
-                await self._verify_manifests(storage, checkpoint_id, commits)
-                timings["verify"] = time.perf_counter() - t0
-
-                # publish
-                result.phase = "Publishing"
-                await self._emit("Publishing", checkpoint_id=checkpoint_id)
-                t0 = time.perf_counter()
-                manifest = GlobalManifest(
-                    schema_version=SCHEMA_VERSION,
-                    checkpoint_id=checkpoint_id,
-                    created_at=time.time(),
-                    participants=[
-                        ManifestParticipant(
-                            participant_id=p.participant_id,
-                            role=p.role,
-                            manifest_key=commits[p.participant_id]["manifest_key"],
-                            manifest_sha256=commits[p.participant_id]["manifest_sha256"],
-                            manifest_size=commits[p.participant_id]["manifest_size"],
-                            records=commits[p.participant_id]["records"],
-                            bytes=commits[p.participant_id]["bytes"],
-                        )
-                        for p in self.participants
-                    ],
-                    episodes=episodes,
-                    timings={k: round(v, 6) for k, v in timings.items()},
-                    bytes=sum(c["bytes"] for c in commits.values()),
-                )
-                key = layout.global_manifest_key(checkpoint_id)
-                try:
-                    await self._in_thread(storage.put_if_absent, key, manifest.model_dump_json(indent=1).encode())
-                except AlreadyExists:
-                    raise TransactionError(f"checkpoint {checkpoint_id} was published by someone else") from None
-                timings["publish"] = time.perf_counter() - t0
-                result.manifest_key = key
+                await self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock)
+                committed = await self.commit_all(checkpoint_id, location, progress, clock)
+                with clock.step("verify"):
+                    await self.verify_manifests(storage, checkpoint_id, committed.answers)
+                published = await self.publish(storage, checkpoint_id, committed, progress, clock)
             except (TransactionError, StorageError, InvalidState) as exc:
-                result.error = str(exc)
-                await self._emit("Aborting", checkpoint_id=checkpoint_id, error=result.error)
-                result.warnings += await self._finish_all("abort", checkpoint_id, touched)
-                result.pause_s = time.perf_counter() - started
-                timings["pause"] = result.pause_s
-                await self._emit("Failed", checkpoint_id=checkpoint_id, error=result.error)
-                return result
-
-            # resume, in reverse order
-            result.phase = "Resuming"
-            await self._emit("Resuming", checkpoint_id=checkpoint_id)
-            t0 = time.perf_counter()
-            result.warnings += await self._finish_all("resume", checkpoint_id, self.participants)
-            timings["resume"] = time.perf_counter() - t0
-        result.pause_s = time.perf_counter() - started
-        timings["pause"] = result.pause_s
-        result.participants = [
-            ParticipantSummary(
-                participant_id=p.participant_id,
-                role=p.role,
-                records=commits[p.participant_id]["records"],
-                bytes=commits[p.participant_id]["bytes"],
-                manifest_key=commits[p.participant_id]["manifest_key"],
-                episodes=len(commits[p.participant_id].get("episodes", [])),
-            )
-            for p in self.participants
-        ]
-        result.records = sum(p.records for p in result.participants)
-        result.bytes = sum(p.bytes for p in result.participants)
-        result.episodes = {e: 0 for e in (episodes or [])}
-        result.status, result.phase = "completed", "Completed"
-        await self._emit("Completed", checkpoint_id=checkpoint_id, pause_s=round(result.pause_s, 4), bytes=result.bytes)
+                warnings = await self._abort(checkpoint_id, touched, str(exc), progress)
+                clock.timings["pause"] = clock.elapsed()
+                await progress.report(TransactionPhase.FAILED, error=str(exc))
+                return self._failed(
+                    TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
+                    blockers=getattr(exc, "blockers", []), timings=clock.timings, warnings=warnings,
+                )
+            await progress.enter(TransactionPhase.RESUMING)
+            with clock.step("resume"):
+                warnings = await self.resume_all(checkpoint_id, self.participants)
+        pause_s = clock.elapsed()
+        clock.timings["pause"] = pause_s
+        result = self._checkpointed(checkpoint_id, location, committed, published, clock.timings, warnings)
+        await progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
         return result
 
-    async def _verify_manifests(self, storage: Storage, checkpoint_id: str, commits: dict[str, dict]) -> None:
+    async def prepare_all(
+        self,
+        checkpoint_id: str,
+        prepare_timeout_s: float,
+        lease_s: float,
+        touched: list[ParticipantRef],
+        progress: Progress,
+        clock: Stopwatch,
+    ) -> None:
+        """Prepare role by role within one deadline; blockers at the deadline fail the checkpoint."""
+        deadline = time.monotonic() + prepare_timeout_s
+        await progress.enter(TransactionPhase.PREPARING, participants=len(self.participants))
+        with clock.step("prepare"):
+            for group in by_role(self.participants):
+                touched.extend(group)
+                remaining = self.deadlines.prepare_remaining(deadline)
+                req = PrepareRequest(checkpoint_id=checkpoint_id, deadline_s=remaining, lease_s=lease_s)
+                timeout = self.deadlines.prepare_call(remaining)
+                ok, failed = await self._each(group, Verb.PREPARE, lambda r: self.client.prepare(r, req, timeout_s=timeout))
+                blockers = [
+                    BlockerInfo(participant=pid, **b.model_dump()) for pid, answer in ok.items() for b in answer.blockers
+                ]
+                if failed:
+                    raise TransactionError("; ".join(str(e) for e in failed.values()), blockers)
+                if blockers:
+                    names = ", ".join(sorted({b.participant for b in blockers}))
+                    raise TransactionError(
+                        f"{len(blockers)} blockers at the prepare deadline ({prepare_timeout_s}s) on {names}", blockers
+                    )
+
+    async def commit_all(self, checkpoint_id: str, location: str, progress: Progress, clock: Stopwatch) -> Committed:
+        """The controller commits first; its live episodes are the scope of everyone else's commit."""
+        await progress.enter(TransactionPhase.COMMITTING)
+        storage = self.participant_storage
+        with clock.step("commit"):
+            controllers = [p for p in self.participants if p.role == Role.CONTROLLER]
+            others = [p for p in self.participants if p.role != Role.CONTROLLER]
+            answers: dict[str, CommitResponse] = {}
+            episodes: list[str] | None = None
+            if controllers:
+                req = CommitRequest(checkpoint_id=checkpoint_id, location=location, storage=storage)
+                answers.update(await self._all(controllers, Verb.COMMIT, lambda r: self.client.commit(r, req)))
+                episodes = sorted({e for answer in answers.values() for e in answer.episodes})
+            if others:
+                req = CommitRequest(checkpoint_id=checkpoint_id, location=location, episodes=episodes, storage=storage)
+                answers.update(await self._all(others, Verb.COMMIT, lambda r: self.client.commit(r, req)))
+        return Committed(answers, episodes)
+
+    async def verify_manifests(self, storage: Storage, checkpoint_id: str, commits: dict[str, CommitResponse]) -> None:
         """Every participant manifest is there, matches its digest, and lists what commit said."""
 
-        def check(pid: str, answer: dict) -> None:
+        def check(pid: str, answer: CommitResponse) -> None:
             try:
-                data = storage.get(answer["manifest_key"])
+                data = storage.get(answer.manifest_key)
             except NotFound:
                 raise TransactionError(f"participant {pid} reported a manifest that is not in storage") from None
-            if sha256(data) != answer["manifest_sha256"]:
+            if sha256(data) != answer.manifest_sha256:
                 raise TransactionError(f"participant {pid}'s manifest does not match the digest it reported")
             manifest = parse_participant_manifest(data)
             if manifest.checkpoint_id != checkpoint_id or manifest.participant_id != pid:
                 raise TransactionError(f"participant {pid}'s manifest names {manifest.participant_id}/{manifest.checkpoint_id}")
-            if len(manifest.records) != answer["records"]:
-                raise TransactionError(f"participant {pid}'s manifest lists {len(manifest.records)} records, commit said {answer['records']}")
+            if len(manifest.records) != answer.records:
+                raise TransactionError(f"participant {pid}'s manifest lists {len(manifest.records)} records, commit said {answer.records}")
 
         await asyncio.gather(*(self._in_thread(check, pid, ans) for pid, ans in commits.items()))
+
+    async def publish(
+        self, storage: Storage, checkpoint_id: str, committed: Committed, progress: Progress, clock: Stopwatch
+    ) -> Published:
+        """Write the global manifest, last and only if absent: its presence is the checkpoint."""
+        await progress.enter(TransactionPhase.PUBLISHING)
+        with clock.step("publish"):
+            commits = committed.answers
+            manifest = GlobalManifest(
+                schema_version=SCHEMA_VERSION,
+                checkpoint_id=checkpoint_id,
+                created_at=time.time(),
+                participants=[
+                    ManifestParticipant(
+                        participant_id=p.participant_id,
+                        role=p.role,
+                        manifest_key=commits[p.participant_id].manifest_key,
+                        manifest_sha256=commits[p.participant_id].manifest_sha256,
+                        manifest_size=commits[p.participant_id].manifest_size,
+                        records=commits[p.participant_id].records,
+                        bytes=commits[p.participant_id].bytes,
+                    )
+                    for p in self.participants
+                ],
+                episodes=committed.episodes,
+                timings={k: round(v, 6) for k, v in clock.timings.items()},
+                bytes=sum(c.bytes for c in commits.values()),
+            )
+            key = layout.global_manifest_key(checkpoint_id)
+            try:
+                await self._in_thread(storage.put_if_absent, key, manifest.model_dump_json(indent=1).encode())
+            except AlreadyExists:
+                raise TransactionError(f"checkpoint {checkpoint_id} was published by someone else") from None
+        return Published(key, manifest)
+
+    async def _abort(self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress) -> list[str]:
+        await progress.report(TransactionPhase.ABORTING, error=error)
+        return await self.abort_all(checkpoint_id, touched)
+
+    def _checkpointed(
+        self,
+        checkpoint_id: str,
+        location: str,
+        committed: Committed,
+        published: Published,
+        timings: dict[str, float],
+        warnings: list[str],
+    ) -> TransactionResult:
+        participants = [
+            ParticipantSummary(
+                participant_id=p.participant_id,
+                role=p.role,
+                records=committed.answers[p.participant_id].records,
+                bytes=committed.answers[p.participant_id].bytes,
+                manifest_key=committed.answers[p.participant_id].manifest_key,
+                episodes=len(committed.answers[p.participant_id].episodes),
+            )
+            for p in self.participants
+        ]
+        return TransactionResult(
+            kind=TransactionKind.CHECKPOINT,
+            checkpoint_id=checkpoint_id,
+            location=location,
+            status=TransactionStatus.COMPLETED,
+            phase=TransactionPhase.COMPLETED,
+            participants=participants,
+            timings=timings,
+            pause_s=timings["pause"],
+            records=sum(p.records for p in participants),
+            bytes=sum(p.bytes for p in participants),
+            episodes={e: 0 for e in committed.episodes or []},
+            manifest_key=published.key,
+            warnings=warnings,
+        )
+
+    def _failed(
+        self,
+        kind: TransactionKind,
+        checkpoint_id: str,
+        location: str,
+        phase: TransactionPhase,
+        error: str,
+        *,
+        blockers: list[BlockerInfo] | None = None,
+        timings: dict[str, float] | None = None,
+        warnings: list[str] | None = None,
+        restore_id: str | None = None,
+    ) -> TransactionResult:
+        timings = dict(timings or {})
+        return TransactionResult(
+            kind=kind,
+            checkpoint_id=checkpoint_id,
+            location=location,
+            status=TransactionStatus.FAILED,
+            phase=phase,
+            blockers=blockers or [],
+            timings=timings,
+            pause_s=timings.get("pause", 0.0),
+            restore_id=restore_id,
+            error=error,
+            warnings=warnings or [],
+        )
 
     async def _published(self, storage: Storage, checkpoint_id: str) -> GlobalManifest | None:
         try:
@@ -346,27 +478,32 @@ class Coordinator:
             return None
         return parse_global_manifest(data)
 
-    def _from_manifest(self, result: TransactionResult, manifest: GlobalManifest, note: str) -> TransactionResult:
-        result.status, result.phase = "completed", "Completed"
-        result.manifest_key = layout.global_manifest_key(manifest.checkpoint_id)
-        result.participants = [
-            ParticipantSummary(
-                participant_id=p.participant_id, role=p.role, records=p.records, bytes=p.bytes, manifest_key=p.manifest_key
-            )
-            for p in manifest.participants
-        ]
-        result.records = sum(p.records for p in manifest.participants)
-        result.bytes = manifest.bytes
-        result.timings = dict(manifest.timings)
-        result.pause_s = manifest.timings.get("pause", 0.0)
-        result.episodes = {e: 0 for e in manifest.episodes or []}
-        result.warnings.append(note)
-        return result
+    def _from_manifest(self, checkpoint_id: str, location: str, manifest: GlobalManifest, note: str) -> TransactionResult:
+        return TransactionResult(
+            kind=TransactionKind.CHECKPOINT,
+            checkpoint_id=checkpoint_id,
+            location=location,
+            status=TransactionStatus.COMPLETED,
+            phase=TransactionPhase.COMPLETED,
+            manifest_key=layout.global_manifest_key(manifest.checkpoint_id),
+            participants=[
+                ParticipantSummary(
+                    participant_id=p.participant_id, role=p.role, records=p.records, bytes=p.bytes, manifest_key=p.manifest_key
+                )
+                for p in manifest.participants
+            ],
+            records=sum(p.records for p in manifest.participants),
+            bytes=manifest.bytes,
+            timings=dict(manifest.timings),
+            pause_s=manifest.timings.get("pause", 0.0),
+            episodes={e: 0 for e in manifest.episodes or []},
+            warnings=[note],
+        )
 
     # --- restore -------------------------------------------------------------------
 
     async def restore(
-        self, checkpoint_id: str, location: str, *, lease_s: float = 30.0, restore_id: str | None = None
+        self, checkpoint_id: str, location: str, *, lease_s: float = DEFAULT_LEASE_S, restore_id: str | None = None
     ) -> TransactionResult:
         """Restore every participant, decide, resume; all or nothing.
 
@@ -378,135 +515,185 @@ class Coordinator:
         it leaves it installed nowhere.
         """
         restore_id = restore_id or uuid.uuid4().hex
-        result = TransactionResult(
-            kind="restore", checkpoint_id=checkpoint_id, location=location, status="failed", phase="Pending",
-            restore_id=restore_id,
-        )
-        started = time.perf_counter()
+        clock = Stopwatch()
         storage = self._storage(location)
+        progress = Progress(self, checkpoint_id)
+
+        def refused(error: str) -> TransactionResult:
+            return self._failed(
+                TransactionKind.RESTORE, checkpoint_id, location, progress.phase, error, restore_id=restore_id
+            )
+
         try:
-            manifest = await self._published(storage, checkpoint_id)
-            earlier = await self._in_thread(read_decision, storage, checkpoint_id, restore_id)
+            source = await self.read_checkpoint(storage, checkpoint_id, restore_id)
+            manifest = source.manifest
+            refs = self.match_participants(checkpoint_id, manifest)
+        except (TransactionError, StorageError, InvalidState) as exc:
+            return refused(str(exc))
+        entries = {p.participant_id: p for p in manifest.participants}  # type: ignore[union-attr]
+        async with self._leases(checkpoint_id, lease_s) as touched:
+            touched.extend(refs)
+            try:
+                restored = await self.restore_all(
+                    checkpoint_id, location, restore_id, lease_s, refs, entries, progress, clock
+                )
+                await self.decide(storage, checkpoint_id, restore_id)
+            except TransactionError as exc:
+                warnings = await self._abort(checkpoint_id, refs, str(exc), progress)
+                await progress.report(TransactionPhase.FAILED, error=str(exc))
+                return self._failed(
+                    TransactionKind.RESTORE, checkpoint_id, location, progress.phase, str(exc),
+                    timings=clock.timings, warnings=warnings, restore_id=restore_id,
+                )
+            await progress.enter(TransactionPhase.RESUMING)
+            with clock.step("resume"):
+                warnings = await self.resume_all(checkpoint_id, refs)
+        clock.timings["total"] = clock.elapsed()
+        result = self._restored(checkpoint_id, location, restore_id, refs, entries, restored, clock.timings, warnings)
+        await progress.enter(TransactionPhase.COMPLETED, records=result.records)
+        return result
+
+    async def read_checkpoint(self, storage: Storage, checkpoint_id: str, restore_id: str) -> Source:
+        """The published manifest, refusing a restore that was abandoned earlier or a checkpoint never published."""
+        try:
+            source = Source(
+                await self._published(storage, checkpoint_id),
+                await self._in_thread(read_decision, storage, checkpoint_id, restore_id),
+            )
         except (StorageError, InvalidState) as exc:
-            result.error = f"cannot read checkpoint {checkpoint_id}: {exc}"
-            return result
-        if earlier == "abort":
-            result.error = (
+            raise TransactionError(f"cannot read checkpoint {checkpoint_id}: {exc}") from None
+        if source.earlier == Decision.ABORT:
+            raise TransactionError(
                 f"restore {restore_id} of checkpoint {checkpoint_id} was abandoned earlier (a participant's lease ran out "
                 "before it was decided) and undone everywhere; start a new restore"
             )
-            return result
-        if manifest is None:
-            result.error = (
+        if source.manifest is None:
+            raise TransactionError(
                 f"checkpoint {checkpoint_id} has no manifest at {storage.url}/{layout.global_manifest_key(checkpoint_id)}: "
                 "it is unknown or incomplete and is never restored"
             )
-            return result
+        return source
+
+    def match_participants(self, checkpoint_id: str, manifest: GlobalManifest) -> list[ParticipantRef]:
+        """The current participant for each one in the checkpoint (same id, same role), in manifest order."""
         current = {p.participant_id: p for p in self.participants}
         missing = [p.participant_id for p in manifest.participants if p.participant_id not in current]
         wrong_role = [
             p.participant_id for p in manifest.participants if p.participant_id in current and current[p.participant_id].role != p.role
         ]
         if missing or wrong_role:
-            result.error = (
+            raise TransactionError(
                 f"checkpoint {checkpoint_id} needs participants that are not here: missing {missing}, wrong role {wrong_role}"
             )
-            return result
-        refs = [current[p.participant_id] for p in manifest.participants]
-        entries = {p.participant_id: p for p in manifest.participants}
-        async with self._leases(checkpoint_id, lease_s, refs) as touched:
-            result.phase = "Restoring"
-            await self._emit("Restoring", checkpoint_id=checkpoint_id, participants=len(refs))
-            t0 = time.perf_counter()
-            touched.extend(refs)
-            ok, failed = await self._each(
-                refs,
-                "restore",
-                lambda r: {
-                    "checkpoint_id": checkpoint_id,
-                    "location": location,
-                    "manifest_key": entries[r.participant_id].manifest_key,
-                    "manifest_sha256": entries[r.participant_id].manifest_sha256,
-                    "lease_s": lease_s,
-                    "restore_id": restore_id,
-                    **self._access,
-                },
-                timeout_s=max(60.0, lease_s * 4),
-            )
-            result.timings["restore"] = time.perf_counter() - t0
-            error = "; ".join(str(e) for e in failed.values())
-            if not error:  # every participant restored: the outcome is written before anyone resumes
-                error = await self._decide(storage, checkpoint_id, restore_id)
-            if error:
-                result.error = error
-                await self._emit("Aborting", checkpoint_id=checkpoint_id, error=result.error)
-                result.warnings += await self._finish_all("abort", checkpoint_id, refs)
-                await self._emit("Failed", checkpoint_id=checkpoint_id, error=result.error)
-                return result
-            result.phase = "Resuming"
-            await self._emit("Resuming", checkpoint_id=checkpoint_id)
-            t0 = time.perf_counter()
-            result.warnings += await self._finish_all("resume", checkpoint_id, refs)
-            result.timings["resume"] = time.perf_counter() - t0
-        result.pause_s = time.perf_counter() - started
-        result.timings["total"] = result.pause_s
-        for ref in refs:
-            answer = ok[ref.participant_id]
-            result.participants.append(
-                ParticipantSummary(
-                    participant_id=ref.participant_id,
-                    role=ref.role,
-                    records=answer["records"],
-                    bytes=answer["bytes"],
-                    manifest_key=entries[ref.participant_id].manifest_key,
-                    episodes=len(answer.get("episodes", {})),
-                )
-            )
-            for rollout, attempt in answer.get("episodes", {}).items():
-                result.episodes[rollout] = max(result.episodes.get(rollout, 0), attempt)
-        result.records = sum(p.records for p in result.participants)
-        result.bytes = sum(p.bytes for p in result.participants)
-        result.manifest_key = layout.global_manifest_key(checkpoint_id)
-        result.status, result.phase = "completed", "Completed"
-        await self._emit("Completed", checkpoint_id=checkpoint_id, records=result.records)
-        return result
+        return [current[p.participant_id] for p in manifest.participants]
 
-    async def _decide(self, storage: Storage, checkpoint_id: str, restore_id: str) -> str:
-        """Write ``resume`` as the restore's decision; empty when it holds, else why not."""
+    async def restore_all(
+        self,
+        checkpoint_id: str,
+        location: str,
+        restore_id: str,
+        lease_s: float,
+        refs: list[ParticipantRef],
+        entries: dict[str, ManifestParticipant],
+        progress: Progress,
+        clock: Stopwatch,
+    ) -> dict[str, RestoreResponse]:
+        """Every participant reads, verifies and installs its records (each one validates all before installing any)."""
+        await progress.enter(TransactionPhase.RESTORING, participants=len(refs))
+
+        def request(ref: ParticipantRef) -> RestoreRequest:
+            entry = entries[ref.participant_id]
+            return RestoreRequest(
+                checkpoint_id=checkpoint_id,
+                location=location,
+                manifest_key=entry.manifest_key,
+                manifest_sha256=entry.manifest_sha256,
+                lease_s=lease_s,
+                restore_id=restore_id,
+                storage=self.participant_storage,
+            )
+
+        timeout = self.deadlines.restore_call(lease_s)
+        with clock.step("restore"):
+            return await self._all(refs, Verb.RESTORE, lambda r: self.client.restore(r, request(r), timeout_s=timeout))
+
+    async def decide(self, storage: Storage, checkpoint_id: str, restore_id: str) -> None:
+        """Write ``resume`` as the restore's decision; fails when it does not hold (a lease ran out first)."""
         try:
-            decision = await self._in_thread(settle, storage, checkpoint_id, restore_id, "resume", "coordinator")
+            decision = await self._in_thread(settle, storage, checkpoint_id, restore_id, Decision.RESUME, "coordinator")
         except (StorageError, InvalidState) as exc:
             try:  # the put may have landed before the error: the object says what holds
                 decision = await self._in_thread(read_decision, storage, checkpoint_id, restore_id)
             except (StorageError, InvalidState):
                 decision = None
             if decision is None:
-                return f"cannot write the decision of restore {restore_id}: {exc}"
-        if decision == "abort":
-            return f"a participant's lease ran out before restore {restore_id} was decided; it is undone everywhere"
-        return ""
+                raise TransactionError(f"cannot write the decision of restore {restore_id}: {exc}") from None
+        if decision == Decision.ABORT:
+            raise TransactionError(
+                f"a participant's lease ran out before restore {restore_id} was decided; it is undone everywhere"
+            )
+
+    def _restored(
+        self,
+        checkpoint_id: str,
+        location: str,
+        restore_id: str,
+        refs: list[ParticipantRef],
+        entries: dict[str, ManifestParticipant],
+        answers: dict[str, RestoreResponse],
+        timings: dict[str, float],
+        warnings: list[str],
+    ) -> TransactionResult:
+        participants = [
+            ParticipantSummary(
+                participant_id=ref.participant_id,
+                role=ref.role,
+                records=answers[ref.participant_id].records,
+                bytes=answers[ref.participant_id].bytes,
+                manifest_key=entries[ref.participant_id].manifest_key,
+                episodes=len(answers[ref.participant_id].episodes),
+            )
+            for ref in refs
+        ]
+        episodes: dict[str, int] = {}
+        for ref in refs:
+            for rollout, attempt in answers[ref.participant_id].episodes.items():
+                episodes[rollout] = max(episodes.get(rollout, 0), attempt)
+        return TransactionResult(
+            kind=TransactionKind.RESTORE,
+            checkpoint_id=checkpoint_id,
+            location=location,
+            status=TransactionStatus.COMPLETED,
+            phase=TransactionPhase.COMPLETED,
+            participants=participants,
+            timings=timings,
+            pause_s=timings["total"],
+            records=sum(p.records for p in participants),
+            bytes=sum(p.bytes for p in participants),
+            episodes=episodes,
+            manifest_key=layout.global_manifest_key(checkpoint_id),
+            restore_id=restore_id,
+            warnings=warnings,
+        )
 
     # --- retire and status -----------------------------------------------------------
 
     async def retire(self, rollout_id: str, attempt: int) -> dict[str, bool]:
         """Drop one attempt: environment, then agent, then model and resources together."""
-        order: list[tuple[Role, ...]] = [("environment",), ("agent",), ("model", "resources"), ("controller",)]
+        order: list[tuple[Role, ...]] = [(Role.ENVIRONMENT,), (Role.AGENT,), (Role.MODEL, Role.RESOURCES), (Role.CONTROLLER,)]
+        req = RetireRequest(rollout_id=rollout_id, attempt=attempt)
         dropped: dict[str, bool] = {}
         for roles in order:
             group = [p for p in self.participants if p.role in roles]
-            if not group:
-                continue
-            ok, failed = await self._each(group, "retire", lambda r: {"rollout_id": rollout_id, "attempt": attempt})
-            if failed:
-                raise TransactionError("; ".join(str(e) for e in failed.values()))
-            dropped.update({pid: bool(a.get("retired")) for pid, a in ok.items()})
+            if group:
+                ok = await self._all(group, Verb.RETIRE, lambda r: self.client.retire(r, req))
+                dropped.update({pid: a.retired for pid, a in ok.items()})
         return dropped
 
-    async def status(self) -> dict[str, dict]:
-        ok, failed = await self._each(self.participants, "status", lambda r: {})
-        for pid, err in failed.items():
-            ok[pid] = {"participant_id": pid, "error": err.reason}
-        return ok
+    async def status(self) -> dict[str, StatusResponse | ParticipantError]:
+        """Every participant's status, or why it could not be read."""
+        ok, failed = await self._each(self.participants, Verb.STATUS, lambda r: self.client.status(r))
+        return {p.participant_id: ok.get(p.participant_id) or failed[p.participant_id] for p in self.participants}
 
 
 def parse_global_manifest(data: bytes) -> GlobalManifest:

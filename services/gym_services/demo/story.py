@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from gym_services.coordination.client import ControlClient
-from gym_services.coordination.coordinator import Coordinator, TransactionResult
+from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.stack.discovery import discover
@@ -273,11 +273,11 @@ class Story:
         async with ControlClient(token, timeout_s=120) as client:
             participants = await discover(state, client)
 
-            async def on_event(phase: str, detail: dict[str, Any]) -> None:
-                if phase == "Committing":  # every participant prepared: generations cut, nothing runs
+            async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
+                if phase is TransactionPhase.COMMITTING:  # every participant prepared: generations cut, nothing runs
                     run.tokens_before_cut = _worker_tokens(state)
                     statuses = await coordinator.status()
-                    run.in_flight = {pid: s.get("live", {}) for pid, s in statuses.items()}
+                    run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}
 
             coordinator = Coordinator(participants, client, storage_config=self.storage_config, on_event=on_event)
             return await coordinator.checkpoint(checkpoint_id, self.storage, prepare_timeout_s=60, lease_s=60)

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Mount, Route
 
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError, api_error_handler
+from gym_services.base.errors import ApiError, ErrorCode, api_error_handler
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import SessionCodec, SessionMiddleware
@@ -31,19 +31,17 @@ from gym_services.control.routes import CONTROL_PREFIX, control_routes
 log = get_logger("app")
 Hook = Callable[[], Awaitable[None]]
 
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
-
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    code = _HTTP_CODES.get(exc.status_code, "bad_request" if exc.status_code < 500 else "internal")
+    code = ErrorCode.for_status(exc.status_code)
     message = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
     return ApiError(code, str(message), status=exc.status_code).response()
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", extra={"path": request.url.path}, exc_info=exc)
-    return ApiError("internal", f"{type(exc).__name__}: {exc}").response()
+    return ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}").response()
 
 
 def policy_table(policies: Mapping[str, RoutePolicy], default: RoutePolicy = RoutePolicy.GATED) -> PolicyResolver:
@@ -92,7 +90,7 @@ def create_server_app(
 
     async def readiness(request: Request) -> JSONResponse:
         if ready is not None and not ready():
-            raise ApiError("not_ready", f"{config.name} is not ready yet")
+            raise ApiError(ErrorCode.NOT_READY, f"{config.name} is not ready yet")
         return JSONResponse({"status": "ready", "phase": plane.phase})
 
     all_routes: list[BaseRoute] = [

@@ -41,7 +41,7 @@ def split_ports(app: ASGIApp, data_port: int, control_port: int) -> ASGIApp:
     With its own port, the control plane can be fenced off by a NetworkPolicy (the operator only) while
     the data routes stay open to the stack. The local socket's port decides; a request on the wrong port
     gets 404 ``not_found`` naming the right one."""
-    from gym_services.base.errors import ApiError
+    from gym_services.base.errors import ApiError, ErrorCode
     from gym_services.control.routes import CONTROL_PREFIX
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
@@ -50,11 +50,11 @@ def split_ports(app: ASGIApp, data_port: int, control_port: int) -> ASGIApp:
             local_port = (scope.get("server") or (None, None))[1]
             control = path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/")
             if local_port == data_port and control:
-                response = ApiError("not_found", f"control routes are served on port {control_port}", status=404)
+                response = ApiError(ErrorCode.NOT_FOUND, f"control routes are served on port {control_port}")
                 await response.response()(scope, receive, send)
                 return
             if local_port == control_port and not control and path not in CONTROL_PORT_PATHS:
-                response = ApiError("not_found", f"port {control_port} serves only {CONTROL_PREFIX}/*; data routes "
+                response = ApiError(ErrorCode.NOT_FOUND, f"port {control_port} serves only {CONTROL_PREFIX}/*; data routes "
                                     f"are on port {data_port}", status=404)
                 await response.response()(scope, receive, send)
                 return

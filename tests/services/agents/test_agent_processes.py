@@ -107,7 +107,7 @@ async def test_checkpoint_kill_restore_continue(slow_worker, tmp_path) -> None:
             verified = False
             for _ in range(2000):  # until turn 0 is verified and the correction's proof is streaming
                 verified = verified or "gym_lean_verifications_total{" in (await http.get(f"{first['lean'].url}/metrics")).text
-                generating = (await control.call(refs(first)[0], "status"))["live"]["generations"] > 0
+                generating = (await control.status(refs(first)[0])).live["generations"] > 0
                 if verified and generating:
                     break
                 await asyncio.sleep(0.005)
@@ -134,7 +134,7 @@ async def test_checkpoint_kill_restore_continue(slow_worker, tmp_path) -> None:
             assert reply.json() == expected
             late = await http.post(f"{second['agent'].url}/run", json=body)
             assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
-            model_live = (await control.call(refs(second)[0], "status"))["live"]
+            model_live = (await control.status(refs(second)[0])).live
             assert model_live["tokens_reused"] > 0  # the cut correction continued from its prefix
             metrics = (await http.get(f"{second['agent'].url}/metrics")).text
             assert 'gym_agent_runs_total{start="continued"} 1.0' in metrics

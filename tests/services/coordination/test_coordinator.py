@@ -175,7 +175,7 @@ async def test_blockers_abort_everything(stack, tmp_path) -> None:
     assert {line.split()[1] for line in journal if line.startswith("abort")} == {
         "controller", "env-a", "model-a", "agent-a", "agent-b"
     }
-    assert all(s["phase"] in ("open", "fresh") and s["admission_open"] for s in statuses.values())
+    assert all(s.phase in ("open", "fresh") and s.admission_open for s in statuses.values())
     assert not (tmp_path / layout.global_manifest_key("ck-1")).exists()
     assert events[-1] == "Failed"
 
@@ -191,7 +191,7 @@ async def test_commit_failure_publishes_nothing(stack, storage_url) -> None:
     result, statuses = await run(stack, go)
     assert result.status == "failed" and "disk on fire" in result.error
     assert not open_storage(storage_url).exists(layout.global_manifest_key("ck-1"))
-    assert all(s["admission_open"] for s in statuses.values())
+    assert all(s.admission_open for s in statuses.values())
     assert list_checkpoints(storage_url) == [("ck-1", None)]  # records there, but incomplete
 
 
@@ -215,7 +215,7 @@ async def test_restore_failure_installs_nothing_anywhere(stack, tmp_path) -> Non
     result, statuses = await run((fresh_apps, fresh_parts, refs, fresh_journal), restore)
     assert result.status == "failed" and "bad record" in result.error
     assert all(not p.installed for p in fresh_parts.values())
-    assert all(s["phase"] == "fresh" and s["live"] in ({}, {"sessions": 0}) for s in statuses.values())
+    assert all(s.phase == "fresh" and s.live in ({}, {"sessions": 0}) for s in statuses.values())
 
 
 async def test_restore_moves_episodes_to_next_attempt(stack, tmp_path) -> None:

@@ -134,28 +134,30 @@ class SecretsOnly:
         return self.secrets[f"{namespace}/{name}"]
 
 
-async def test_operator_sends_servers_what_the_spec_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kopf
-
+async def test_operator_sends_servers_what_the_spec_names() -> None:
+    pytest.importorskip("kopf")
     from gym_operator.handlers import _storage_access
+    from gym_operator.specs import OperatorSettings, StorageSpec
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://operator-default:8333")
-    monkeypatch.delenv("AWS_REGION", raising=False)
-    memo = kopf.Memo(kube=SecretsOnly({"ns/creds": {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk"},
-                                       "ns/half": {"AWS_ACCESS_KEY_ID": "ak"}}))
+    operator = OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t", "AWS_ENDPOINT_URL": "http://operator-default:8333"})
+    kube = SecretsOnly({"ns/creds": {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk"},
+                        "ns/half": {"AWS_ACCESS_KEY_ID": "ak"}})
 
-    config, sent = await _storage_access({"bucket": "b"}, "ns", memo)
+    async def access(storage: dict):
+        return await _storage_access(StorageSpec.parse(storage), "ns", kube, operator)
+
+    config, sent = await access({"bucket": "b"})
     assert sent is None and config.endpoint_url == "http://operator-default:8333"  # servers keep their own settings
 
-    config, sent = await _storage_access({"bucket": "b", "endpoint": "http://other:9000", "credentialsSecret": "creds"}, "ns", memo)
+    config, sent = await access({"bucket": "b", "endpoint": "http://other:9000", "credentialsSecret": "creds"})
     assert config.endpoint_url == "http://other:9000" and config.access_key_id.get_secret_value() == "ak"
     assert sent is not None and sent.wire() == {"endpoint_url": "http://other:9000", "access_key_id": "ak", "secret_access_key": "sk"}
 
-    config, sent = await _storage_access({"bucket": "b", "region": "eu-west-1"}, "ns", memo)
+    config, sent = await access({"bucket": "b", "region": "eu-west-1"})
     assert sent is not None and sent.wire() == {"region": "eu-west-1"} and config.endpoint_url == "http://operator-default:8333"
 
     with pytest.raises(LookupError, match="AWS_SECRET_ACCESS_KEY"):
-        await _storage_access({"bucket": "b", "credentialsSecret": "half"}, "ns", memo)
+        await access({"bucket": "b", "credentialsSecret": "half"})
 
 
 @pytest.mark.parametrize(

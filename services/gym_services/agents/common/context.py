@@ -9,6 +9,7 @@ from gym_services.agents.common.downstream import Downstream, Reply
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import cookie_name
 
+#: the downstream name of the policy model (its cookies in a boundary are kept under this name)
 MODEL = "model"
 
 

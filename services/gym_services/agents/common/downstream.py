@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
 
 
@@ -131,7 +131,7 @@ class Downstream:
             return await self.client.post(f"{self.base_url}{path}", json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise ApiError(
-                "upstream_error", f"{self.name} {path} unreachable: {type(exc).__name__}: {exc}", status=502
+                ErrorCode.UPSTREAM_ERROR, f"{self.name} {path} unreachable: {type(exc).__name__}: {exc}"
             ) from None
 
     async def post(
@@ -153,17 +153,16 @@ class Downstream:
         merged = merge_set_cookies(cookies, response)
         if response.status_code == 409:
             code, message = error_of(response)
-            if code == "checkpoint_parked":
+            if code == ErrorCode.CHECKPOINT_PARKED:
                 raise CheckpointParked(self.name, path, message)
-            if code == "stale_attempt":
-                raise ApiError("stale_attempt", f"{self.name} {path}: {message}")
+            if code == ErrorCode.STALE_ATTEMPT:
+                raise ApiError(ErrorCode.STALE_ATTEMPT, f"{self.name} {path}: {message}")
         ok = 200 <= response.status_code < 300
         if not ok and not (accept_client_errors and 400 <= response.status_code < 500):
             code, message = error_of(response)
             raise ApiError(
-                "upstream_error",
+                ErrorCode.UPSTREAM_ERROR,
                 f"{self.name} {path} answered {response.status_code}: {code or ''} {message}".strip(),
-                status=502,
                 details={"server": self.name, "path": path, "status": response.status_code, "code": code},
             )
         try:

@@ -9,16 +9,22 @@ restored episode is the same code path as running a fresh one: start from the bo
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gym_services.agents.common.boundary import Boundary
 
 if TYPE_CHECKING:
     from gym_services.agents.common.context import StepContext
 
-#: replay steps (seed, generation, replay verification) do not block prepare; waited ones do
-StepKind = Literal["replay", "waited"]
+
+
+class StepKind(enum.StrEnum):
+    """Replay steps (seed, generation, ``replay`` verification) do not block prepare; waited ones do."""
+
+    REPLAY = "replay"
+    WAITED = "waited"
 
 
 class AgentLoop(ABC):

@@ -35,13 +35,14 @@ from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord,
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked
-from gym_services.agents.common.loop import AgentLoop
-from gym_services.base.errors import ApiError
+from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
-from gym_services.control.models import Blocker, Role
+from gym_services.control.models import Blocker
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.protocol import CheckpointMode, Role
 
 if TYPE_CHECKING:
     from gym_services.control.plane import ControlPlane
@@ -96,8 +97,8 @@ def record_key(rollout_id: str) -> str:
 
 
 class AgentParticipant(Participant):
-    role: Role = "agent"
-    checkpoint_mode = "exported"
+    role = Role.AGENT
+    checkpoint_mode = CheckpointMode.EXPORTED
 
     def __init__(self, loop: AgentLoop, config: AgentConfig) -> None:
         self.loop = loop
@@ -139,14 +140,14 @@ class AgentParticipant(Participant):
                 return done.boundary.result  # the same attempt asked again: its result, nothing re-runs
             if done.attempt > identity.attempt:
                 raise ApiError(
-                    "stale_attempt",
+                    ErrorCode.STALE_ATTEMPT,
                     f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {done.attempt} finished",
                 )
             del self.finished[identity.rollout_id]
         ep = self.episodes.get(identity.rollout_id)
         if ep is not None and ep.attempt > identity.attempt:
             raise ApiError(
-                "stale_attempt",
+                ErrorCode.STALE_ATTEMPT,
                 f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {ep.attempt} is current",
             )
         if ep is not None and ep.attempt == identity.attempt:
@@ -169,7 +170,7 @@ class AgentParticipant(Participant):
         assert task is not None
         await asyncio.wait({task})  # never cancels the episode if the caller goes away
         if task.cancelled():
-            raise ApiError("stale_attempt", f"rollout {ep.rollout_id!r} attempt {ep.attempt} was retired")
+            raise ApiError(ErrorCode.STALE_ATTEMPT, f"rollout {ep.rollout_id!r} attempt {ep.attempt} was retired")
         exc = task.exception()
         if exc is not None:
             raise exc
@@ -220,7 +221,7 @@ class AgentParticipant(Participant):
                 assert boundary.result is not None
                 return boundary.result
             kind = self.loop.step_kind(boundary)
-            ep.enter(boundary.name, kind == "waited")  # no await between the park check and here
+            ep.enter(boundary.name, kind is StepKind.WAITED)  # no await between the park check and here
             try:
                 following = await self.loop.advance(ctx, boundary)
             except CheckpointParked as exc:
@@ -230,7 +231,7 @@ class AgentParticipant(Participant):
                 now = time.monotonic()
                 refused_since = refused_since or now
                 if now - refused_since > self.config.parked_retry_limit_s:
-                    raise ApiError("not_ready", f"gave up after {now - refused_since:.0f}s of refusals: {exc}") from None
+                    raise ApiError(ErrorCode.NOT_READY, f"gave up after {now - refused_since:.0f}s of refusals: {exc}") from None
                 await asyncio.sleep(self.config.parked_backoff_s)
                 continue
             except Exception as exc:

@@ -25,12 +25,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_services.agents.common.config import AgentConfig
-from gym_services.agents.common.context import StepContext, own_cookie_name
+from gym_services.agents.common.context import MODEL, StepContext, own_cookie_name
 from gym_services.agents.common.downstream import Downstream, cookieless_client, error_of
 from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentParticipant, Episode
 from gym_services.server.app import create_server_app
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import read_json
 from gym_services.base.identity import RolloutIdentity
 from gym_services.control.admission import RoutePolicy
@@ -75,8 +75,8 @@ def create_agent_app(
             timeout_s=config.request_timeout_s,
             base_url=SELF_URL,
         )
-        downstream["model"] = Downstream("model", config.model_url, clients["net"])
-        downstream["self"] = Downstream("model", SELF_URL, clients["self"])
+        downstream[MODEL] = Downstream(MODEL, config.model_url, clients["net"])
+        downstream["self"] = Downstream(MODEL, SELF_URL, clients["self"])
         for name, url in servers.items():
             downstream[name] = Downstream(name, url, clients["net"])
 
@@ -92,7 +92,7 @@ def create_agent_app(
     async def run(request: Request) -> JSONResponse:
         body = await read_json(request)
         if not isinstance(body, dict):
-            raise ApiError("bad_request", "/run body must be a JSON object (a task row)")
+            raise ApiError(ErrorCode.BAD_REQUEST, "/run body must be a JSON object (a task row)")
         if config.checkpoint.enabled:
             identity = RolloutIdentity.require_from_run_body(body)
         else:
@@ -108,19 +108,18 @@ def create_agent_app(
     async def responses(request: Request) -> Response:
         body = await read_json(request)
         if not isinstance(body, dict):
-            raise ApiError("bad_request", "/v1/responses body must be a JSON object")
+            raise ApiError(ErrorCode.BAD_REQUEST, "/v1/responses body must be a JSON object")
         if isinstance(body.get("input"), str):
             body = {**body, "input": [{"role": "user", "content": body["input"]}]}
         identity = RolloutIdentity.from_headers(request.headers)
-        upstream = await downstream["model"].send(
+        upstream = await downstream[MODEL].send(
             "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
         )
         if upstream.status_code >= 500:
             code, message = error_of(upstream)
             raise ApiError(
-                "upstream_error",
+                ErrorCode.UPSTREAM_ERROR,
                 f"model answered {upstream.status_code}: {code or ''} {message}".strip(),
-                status=502,
             )
         # 2xx and 4xx (409 checkpoint_parked, 409 stale_attempt, 400 ...) pass through unchanged
         headers = {k: upstream.headers[k] for k in PASS_HEADERS if k in upstream.headers}

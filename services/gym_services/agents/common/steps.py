@@ -7,7 +7,7 @@ from typing import Any
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.loop import StepKind
-from gym_services.resources.common.sessions import VERIFY_HEADER
+from gym_services.control.protocol import VERIFY_HEADER, VerifyMode
 
 #: the downstream name of an agent's resources server
 RESOURCES = "resources"
@@ -22,15 +22,15 @@ def as_items(value: Any) -> list[dict[str, Any]]:
     return []
 
 
-def verify_mode_of(headers: Any) -> str:
+def verify_mode_of(headers: Any) -> VerifyMode:
     """The resources server's verify mode from its seed reply (``wait`` unless it says ``replay``)."""
-    mode = headers.get(VERIFY_HEADER, "wait")
-    return mode if mode in ("wait", "replay") else "wait"
+    mode = headers.get(VERIFY_HEADER, VerifyMode.WAIT)
+    return VerifyMode(mode) if mode in tuple(VerifyMode) else VerifyMode.WAIT
 
 
 def verify_step_kind(boundary: Boundary) -> StepKind:
     """A ``replay`` verification does not block prepare; a ``wait`` one is waited for."""
-    return "replay" if boundary.verify_mode == "replay" else "waited"
+    return StepKind.REPLAY if boundary.verify_mode == VerifyMode.REPLAY else StepKind.WAITED
 
 
 async def seed_resources(ctx: StepContext, b: Boundary) -> Boundary:

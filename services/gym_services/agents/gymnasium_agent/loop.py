@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import as_items
 
 ENV = "env"
@@ -49,7 +49,7 @@ class GymnasiumLoop(AgentLoop):
         return GymBoundary(name="reset", row=row, input=as_items(rcp.get("input")))
 
     def step_kind(self, boundary: Boundary) -> StepKind:
-        return "replay" if boundary.name == "generate" else "waited"
+        return StepKind.REPLAY if boundary.name == "generate" else StepKind.WAITED
 
     def _env_body(self, b: GymBoundary, **fields: Any) -> dict[str, Any]:
         body: dict[str, Any] = {"responses_create_params": b.row.get("responses_create_params") or {}}
@@ -84,7 +84,7 @@ class GymnasiumLoop(AgentLoop):
                 model_calls=b.model_calls + 1,
                 response=response,
                 last_response=response,
-                cookies=b.with_cookies("model", reply.cookies),
+                cookies=b.with_cookies(MODEL, reply.cookies),
             )
         if b.name == "step":
             return await self._step(ctx, b)

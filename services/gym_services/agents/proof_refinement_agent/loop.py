@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import RESOURCES, as_items, seed_resources, verify_step_kind
 
 #: sampling settings a correction turn keeps from the task's create params
@@ -63,7 +63,7 @@ class ProofRefinementLoop(AgentLoop):
     def step_kind(self, boundary: Boundary) -> StepKind:
         if boundary.name == "verify":
             return verify_step_kind(boundary)
-        return "replay"
+        return StepKind.REPLAY
 
     async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
         assert isinstance(b, ProofBoundary)
@@ -76,7 +76,7 @@ class ProofRefinementLoop(AgentLoop):
                 "verify",
                 response=response,
                 usage=b.usage.plus(response.get("usage")),
-                cookies=b.with_cookies("model", reply.cookies),
+                cookies=b.with_cookies(MODEL, reply.cookies),
             )
         if b.name == "verify":
             return await self._verify(ctx, b)

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import AgentLoop, Boundary, StepContext, StepKind
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import RESOURCES, as_items, seed_resources, verify_step_kind
 
 RESERVED_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "mcp"})
@@ -53,10 +53,10 @@ class SimpleAgentLoop(AgentLoop):
 
     def step_kind(self, boundary: Boundary) -> StepKind:
         if boundary.name == "tool":
-            return "waited"
+            return StepKind.WAITED
         if boundary.name == "verify":
             return verify_step_kind(boundary)
-        return "replay"
+        return StepKind.REPLAY
 
     async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
         assert isinstance(b, SimpleBoundary)
@@ -86,7 +86,7 @@ class SimpleAgentLoop(AgentLoop):
             "usage": b.usage.plus(response.get("usage")),
             "model_calls": b.model_calls + 1,
             "last_response": response,
-            "cookies": b.with_cookies("model", reply.cookies),
+            "cookies": b.with_cookies(MODEL, reply.cookies),
         }
         if response.get("incomplete_details") or not calls:
             return b.next("verify", pending_calls=[], **common)

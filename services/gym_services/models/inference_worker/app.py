@@ -46,9 +46,10 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import CheckpointConfig, ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.control.participant import Participant
+from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.inference_worker.chat import ChatCompletionRequest
 from gym_services.models.inference_worker.generation import CompletionResponse, Pace, WorkerStats, plan_completion
 from gym_services.models.inference_worker.policies import POLICIES
@@ -64,9 +65,9 @@ class Config(ServerConfig):
 class BackendParticipant(Participant):
     """The worker keeps no rollout state; if checkpointing is switched on it takes part as stateless."""
 
-    role = "model"
-    checkpoint_mode = "stateless"
-    checkpoint_verify = "replay"
+    role = Role.MODEL
+    checkpoint_mode = CheckpointMode.STATELESS
+    checkpoint_verify = VerifyMode.REPLAY
 
 
 def create_app(config: Config) -> Starlette:
@@ -81,7 +82,7 @@ def create_app(config: Config) -> Starlette:
         body = await parse_body(request, ChatCompletionRequest)
         policy = served.get(body.model)
         if policy is None:
-            raise ApiError("model_not_found", f"model {body.model!r} is not served; try one of {sorted(served)}", status=404)
+            raise ApiError(ErrorCode.MODEL_NOT_FOUND, f"model {body.model!r} is not served; try one of {sorted(served)}")
         return CompletionResponse(plan_completion(body, policy), body, pace, holder["stats"])
 
     async def models(request: Request) -> JSONResponse:

@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client import Counter
 from starlette.types import Receive, Scope, Send
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control.records import canonical_json
 from gym_services.models import tool_markup
 from gym_services.models.inference_worker.chat import ChatCompletionRequest, ChatMessage
@@ -94,10 +94,9 @@ def plan_completion(request: ChatCompletionRequest, policy: Policy) -> Plan:
     full = policy.respond(conversation_of(history, request.tool_names()))
     if not full.startswith(prefix):
         raise ApiError(
-            "prefix_mismatch",
+            ErrorCode.PREFIX_MISMATCH,
             f"continue_final_message: the assistant prefix ({len(prefix)} chars) is not a prefix of what "
             f"policy {policy.name!r} writes for this conversation",
-            status=400,
         )
     pieces = split_at(full, prefix)
     finish = "tool_calls" if tool_markup.parse(full).tool_calls else "stop"

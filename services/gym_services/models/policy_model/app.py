@@ -39,7 +39,7 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
 from gym_services.control.admission import RoutePolicy
@@ -71,7 +71,7 @@ def create_app(config: Config) -> Starlette:
         body = await parse_body(request, ResponsesRequest)
         model = config.upstream.model or body.model
         if not model:
-            raise ApiError("bad_request", "no model: set upstream.model in the config or model in the request")
+            raise ApiError(ErrorCode.BAD_REQUEST, "no model: set upstream.model in the config or model in the request")
         created_at = 0.0 if config.stable_created_at else time.time()
         identity = RolloutIdentity.from_headers(request.headers)
         digest = request_digest(body)

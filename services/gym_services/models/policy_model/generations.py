@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.control.models import Blocker
@@ -44,7 +45,14 @@ from gym_services.models.policy_model.upstream import Delta, Halt, Upstream
 log = get_logger("policy_model")
 Key = tuple[str, str]
 
-RUNNING, CUT, HELD, DONE = "running", "cut", "held", "done"
+
+class GenerationState(enum.StrEnum):
+    """Where one generation is (the lifecycle above)."""
+
+    RUNNING = "running"
+    CUT = "cut"
+    HELD = "held"
+    DONE = "done"
 
 
 @dataclass
@@ -74,7 +82,7 @@ class Generation:
         self.limit = limit
         self.staged = staged
         self.restored = staged is not None
-        self.state = CUT  # until the first stream starts: parked, with an empty prefix
+        self.state: GenerationState = GenerationState.CUT  # until the first stream starts: parked, with an empty prefix
         self.text = ""
         self.structured: dict[int, dict[str, str]] = {}
         self.completion_tokens = 0
@@ -98,7 +106,7 @@ class Generation:
 
     def request_cut(self, wait_s: float) -> None:
         """Stop the upstream and keep what it sent; close the stream where it is after ``wait_s``."""
-        if self.state != RUNNING or self.cut_requested:
+        if self.state != GenerationState.RUNNING or self.cut_requested:
             return
         self.cut_requested = True
         self._halt.request()
@@ -114,7 +122,7 @@ class Generation:
 
     def fail(self, error: ApiError) -> None:
         """End the call with ``error`` now (stale attempt, shutdown), whatever it is doing."""
-        if self.error is None and self.state != DONE:
+        if self.error is None and self.state != GenerationState.DONE:
             self.error = error
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
@@ -141,11 +149,11 @@ class Generation:
             await self._park()
             await self._stream_once()
         if self.manager.paused:
-            self.state = HELD
+            self.state = GenerationState.HELD
             self.manager.count_held()
             await self._park()
         self._raise_if_failed()
-        self.state = DONE
+        self.state = GenerationState.DONE
 
     def _raise_if_failed(self) -> None:
         if self.error is not None:
@@ -176,10 +184,10 @@ class Generation:
         if body is None:
             self.finish_reason = "length"
             return
-        if self.text and self.state == CUT and self.staged is None:
+        if self.text and self.state == GenerationState.CUT and self.staged is None:
             self.manager.reused(self.completion_tokens, "cut")
         self.staged = None
-        self.state = RUNNING
+        self.state = GenerationState.RUNNING
         self.cut_requested = False
         self._halt = Halt()
         self._reader = asyncio.create_task(self._read(body, base=self.completion_tokens))
@@ -194,11 +202,11 @@ class Generation:
         self._raise_if_failed()
         if self._reader.cancelled():
             if not self.cut_requested:
-                raise ApiError("internal", "the upstream stream was cancelled")
+                raise ApiError(ErrorCode.INTERNAL, "the upstream stream was cancelled")
         elif self._reader.exception() is not None:
             raise self._reader.exception()  # type: ignore[misc]
         if self.finish_reason is None:
-            self.state = CUT
+            self.state = GenerationState.CUT
             self.manager.count_cut()
 
     async def _read(self, body: dict[str, Any], base: int) -> None:
@@ -211,7 +219,7 @@ class Generation:
                     if delta.finish_reason is not None:
                         self.finish_reason = self._finish(delta.finish_reason)
             if self.finish_reason is None and not self.cut_requested:
-                raise ApiError("upstream_error", "the upstream stream ended without a finish_reason")
+                raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream stream ended without a finish_reason")
         finally:
             self.manager.generated(self.completion_tokens - base)
 
@@ -291,9 +299,9 @@ class GenerationManager:
     def live_counts(self) -> dict[str, int]:
         states = [g.state for g in self.live.values()]
         return {
-            "generations": states.count(RUNNING),
-            "cut": states.count(CUT),
-            "held": states.count(HELD),
+            "generations": states.count(GenerationState.RUNNING),
+            "cut": states.count(GenerationState.CUT),
+            "held": states.count(GenerationState.HELD),
             "staged_prefixes": len(self.staged),
             "delivered_kept": len(self.delivered),
             **self.totals,
@@ -365,7 +373,7 @@ class GenerationManager:
                 detail=f"cutting at the next token boundary ({g.completion_tokens} tokens so far)",
             )
             for g in self.live.values()
-            if g.state == RUNNING
+            if g.state == GenerationState.RUNNING
         ]
 
     def export(self, scope: Scope) -> list[Record]:
@@ -433,12 +441,12 @@ class GenerationManager:
 
     def shutdown(self) -> None:
         for g in list(self.live.values()):
-            g.fail(ApiError("not_ready", "the policy model is shutting down"))
+            g.fail(ApiError(ErrorCode.NOT_READY, "the policy model is shutting down"))
 
 
 def _stale(identity: RolloutIdentity, why: str) -> ApiError:
     return ApiError(
-        "stale_attempt",
+        ErrorCode.STALE_ATTEMPT,
         f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: {why}",
         details={"rollout_id": identity.rollout_id, "attempt": identity.attempt},
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from gym_services.control.models import Blocker
 from gym_services.control.participant import Participant, Record, RestoredRecord, Scope
+from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.policy_model.generations import GenerationManager, Key
 from gym_services.models.policy_model.prefixes import StagedPrefix
 
@@ -13,9 +14,9 @@ from gym_services.models.policy_model.prefixes import StagedPrefix
 class ModelParticipant(Participant):
     """prepare cuts every in-flight generation; commit writes prefixes; resume and abort continue them."""
 
-    role = "model"
-    checkpoint_mode = "exported"
-    checkpoint_verify = "wait"
+    role = Role.MODEL
+    checkpoint_mode = CheckpointMode.EXPORTED
+    checkpoint_verify = VerifyMode.WAIT
 
     def __init__(self, manager: GenerationManager) -> None:
         self.manager = manager

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control.records import canonical_json
 from gym_services.models import tool_markup
 
@@ -60,12 +60,12 @@ def _text(content: Any) -> str:
             elif isinstance(part, dict) and part.get("type") == "refusal":
                 parts.append(str(part.get("refusal", "")))
         return "".join(parts)
-    raise ApiError("bad_request", f"message content must be a string or a list of parts, got {type(content).__name__}")
+    raise ApiError(ErrorCode.BAD_REQUEST, f"message content must be a string or a list of parts, got {type(content).__name__}")
 
 
 def _required(item: dict[str, Any], key: str, index: int) -> Any:
     if key not in item:
-        raise ApiError("bad_request", f"input[{index}] ({item.get('type')}) needs {key!r}")
+        raise ApiError(ErrorCode.BAD_REQUEST, f"input[{index}] ({item.get('type')}) needs {key!r}")
     return item[key]
 
 
@@ -82,7 +82,7 @@ def chat_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
         if kind == "message":
             role = _required(item, "role", index)
             if role not in ("system", "developer", "user", "assistant"):
-                raise ApiError("bad_request", f"input[{index}] has unknown role {role!r}")
+                raise ApiError(ErrorCode.BAD_REQUEST, f"input[{index}] has unknown role {role!r}")
             messages.append({"role": "system" if role == "developer" else role, "content": _text(item.get("content"))})
         elif kind == "function_call":
             arguments = _required(item, "arguments", index)
@@ -108,7 +108,7 @@ def chat_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             continue
         else:
-            raise ApiError("bad_request", f"input[{index}] has unsupported type {kind!r}")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"input[{index}] has unsupported type {kind!r}")
     return messages
 
 
@@ -118,13 +118,13 @@ def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | Non
     out = []
     for tool in tools:
         if tool.get("type", "function") != "function":
-            raise ApiError("bad_request", f"only function tools are supported, got {tool.get('type')!r}")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"only function tools are supported, got {tool.get('type')!r}")
         if isinstance(tool.get("function"), dict):
             out.append({"type": "function", "function": tool["function"]})
             continue
         function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
         if "name" not in function:
-            raise ApiError("bad_request", "a function tool needs a name")
+            raise ApiError(ErrorCode.BAD_REQUEST, "a function tool needs a name")
         out.append({"type": "function", "function": function})
     return out
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 
 
 class UpstreamConfig(BaseModel):
@@ -134,7 +134,7 @@ class Upstream:
         closing it then is the expected end, not an error.
         """
         if self._client is None:
-            raise ApiError("not_ready", "the upstream client is not started")
+            raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
         halt = halt or Halt()
         payload = {**self.config.extra_body, **body, "stream": True, "stream_options": self.stream_options()}
         network = None
@@ -143,7 +143,7 @@ class Upstream:
                 if response.status_code != 200:
                     raw = (await response.aread()).decode("utf-8", "replace")
                     raise ApiError(
-                        "upstream_error",
+                        ErrorCode.UPSTREAM_ERROR,
                         f"upstream {self.url} answered {response.status_code}: {raw[:500]}",
                         details={"upstream_status": response.status_code},
                     )
@@ -159,9 +159,9 @@ class Upstream:
                         try:
                             chunk = json.loads(data)
                         except json.JSONDecodeError:
-                            raise ApiError("upstream_error", f"upstream sent a chunk that is not JSON: {data[:200]}") from None
+                            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream sent a chunk that is not JSON: {data[:200]}") from None
                         if isinstance(chunk, dict) and "error" in chunk:
-                            raise ApiError("upstream_error", f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
+                            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
                         delta = _delta(chunk)
                         yield delta
                         if halt.requested and not halt.draining and delta.has_token:
@@ -174,4 +174,4 @@ class Upstream:
         except httpx.HTTPError as exc:
             if halt.draining:
                 return  # the upstream ended the stream we asked it to stop: everything it sent is in
-            raise ApiError("upstream_error", f"upstream {self.url} failed: {type(exc).__name__}: {exc}") from None
+            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {self.url} failed: {type(exc).__name__}: {exc}") from None

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body, read_json_object
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import session_id
@@ -84,7 +84,7 @@ def choose_seed(config: Config, body: ResetRequest, identity: RolloutIdentity | 
     extra_seed = (body.extra or {}).get("seed")
     if extra_seed is not None:
         if not isinstance(extra_seed, int) or isinstance(extra_seed, bool) or not 0 <= extra_seed <= MAX_SEED:
-            raise ApiError("bad_request", f"extra.seed must be an integer in [0, {MAX_SEED}]")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"extra.seed must be an integer in [0, {MAX_SEED}]")
         return extra_seed
     if identity is not None and config.seed_from_rollout_id:
         return derive_seed(config.seed_namespace, identity.rollout_id)
@@ -119,7 +119,7 @@ def create_app(config: Config) -> Starlette:
             participant.check_session(sid)
         episode = store.episodes.get(sid)
         if episode is None:
-            raise ApiError("session_not_found", f"no live episode for session {sid}; call /reset first")
+            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"no live episode for session {sid}; call /reset first")
         text = body.action if body.action is not None else response_text(body.response)
         result = episode.step(parse_action(text))
         if result.terminated:

@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
-from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
+from gym_services.control.models import Blocker
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
-
-VERIFY_HEADER = "x-ng-checkpoint-verify"
+from gym_services.control.protocol import VERIFY_HEADER, CheckpointMode, Role, VerifyMode
 STATE_SCHEMA_VERSION = 1
 
 log = logging.getLogger(__name__)
@@ -60,22 +59,22 @@ class _Restored:
 class ResourcesParticipant(Participant):
     """Tracks which sessions are live and which rollout each belongs to."""
 
-    role: Role = "resources"
+    role = Role.RESOURCES
 
     def __init__(
         self,
         hooks: SessionHooks | None = None,
         *,
-        mode: CheckpointMode = "restart_only",
-        verify: VerifyMode = "wait",
-        role: Role = "resources",
+        mode: CheckpointMode = CheckpointMode.RESTART_ONLY,
+        verify: VerifyMode = VerifyMode.WAIT,
+        role: Role = Role.RESOURCES,
     ) -> None:
-        if mode == "exported" and not isinstance(hooks, SessionHooks):
+        if mode == CheckpointMode.EXPORTED and not isinstance(hooks, SessionHooks):
             raise TypeError("checkpoint_mode 'exported' needs the three session hooks")
         self.hooks = hooks
-        self.checkpoint_mode = mode  # type: ignore[misc]
-        self.checkpoint_verify = verify  # type: ignore[misc]
-        self.role = role  # type: ignore[misc]
+        self.checkpoint_mode = CheckpointMode(mode)  # type: ignore[misc]
+        self.checkpoint_verify = VerifyMode(verify)  # type: ignore[misc]
+        self.role = Role(role)  # type: ignore[misc]
         self.sessions: dict[str, RolloutIdentity | None] = {}
         self.retired: set[str] = set()
         self.restored: set[str] = set()
@@ -119,12 +118,12 @@ class ResourcesParticipant(Participant):
     def check_session(self, session_id: str) -> None:
         """Refuse a retired session's cookie."""
         if session_id in self.retired:
-            raise ApiError("stale_attempt", f"session {session_id} was retired; its attempt is over")
+            raise ApiError(ErrorCode.STALE_ATTEMPT, f"session {session_id} was retired; its attempt is over")
 
     # --- participant ------------------------------------------------------------------
 
     def blockers(self) -> list[Blocker]:
-        if self.checkpoint_mode != "restart_only":
+        if self.checkpoint_mode != CheckpointMode.RESTART_ONLY:
             return []
         return [
             Blocker(
@@ -137,7 +136,7 @@ class ResourcesParticipant(Participant):
         ]
 
     async def export(self, scope: Scope) -> list[Record]:
-        if self.checkpoint_mode != "exported":
+        if self.checkpoint_mode != CheckpointMode.EXPORTED:
             return []
         assert self.hooks is not None
         return await asyncio.to_thread(self._export_sync, scope)
@@ -172,7 +171,7 @@ class ResourcesParticipant(Participant):
 
     async def validate(self, records: list[RestoredRecord]) -> _Restored:
         """Parse every record, then hand all states to the server's validate-then-install hook."""
-        if self.checkpoint_mode != "exported":
+        if self.checkpoint_mode != CheckpointMode.EXPORTED:
             if records:
                 raise InvalidState(f"a {self.checkpoint_mode} server cannot restore {len(records)} records")
             return _Restored({})

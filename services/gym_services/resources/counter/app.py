@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.sessions import session_id
 from gym_services.control.participant import InvalidState
@@ -78,7 +78,7 @@ def create_app(config: Config) -> Starlette:
         sid = session_id(request)
         participant.check_session(sid)
         if sid not in store.values:
-            raise ApiError("session_not_found", f"session {sid} is unknown; call /seed_session first")
+            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is unknown; call /seed_session first")
         return sid
 
     async def seed(request: Request) -> JSONResponse:

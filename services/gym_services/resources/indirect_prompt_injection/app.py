@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import read_json, validate
 from gym_services.base.sessions import session_id
 from gym_services.resources.common.sessions import ResourcesParticipant
@@ -46,19 +46,19 @@ def create_app(config: Config) -> Starlette:
         participant.check_session(sid)
         session = store.get(sid)
         if session is None:
-            raise ApiError("session_not_found", f"session {sid} is unknown; call /seed_session first")
+            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is unknown; call /seed_session first")
         return sid, session
 
     async def seed(request: Request) -> JSONResponse:
         body = validate(SeedRequest, await read_json(request))
         size = len(json.dumps(body.environment, ensure_ascii=False, default=str))
         if size > config.max_environment_bytes:
-            raise ApiError("bad_request", f"environment is {size} bytes; the limit is {config.max_environment_bytes}")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"environment is {size} bytes; the limit is {config.max_environment_bytes}")
         sid = session_id(request)
         try:
             store.seed(sid, body.environment)
         except NonJsonValue as exc:  # pragma: no cover - a parsed JSON body always passes
-            raise ApiError("bad_request", str(exc)) from None
+            raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
         participant.seeded(sid, request.headers)
         return JSONResponse({}, headers=participant.seed_headers())
 
@@ -67,7 +67,7 @@ def create_app(config: Config) -> Starlette:
         _, session = held_session(request)
         args = await read_json(request)
         if not isinstance(args, dict):
-            raise ApiError("bad_request", f"tool arguments must be a JSON object, got {type(args).__name__}")
+            raise ApiError(ErrorCode.BAD_REQUEST, f"tool arguments must be a JSON object, got {type(args).__name__}")
         result = run_tool(session, name, args)
         app_metrics["tools"].labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
         return JSONResponse(ToolOutput(output=result.output).model_dump())

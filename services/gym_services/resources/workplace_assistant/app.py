@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError
+from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body, read_json, read_json_object
 from gym_services.base.sessions import session_id
 from gym_services.resources.common.sessions import ResourcesParticipant
@@ -61,7 +61,7 @@ def create_app(config: Config) -> Starlette:
         sid = session_id(request)
         participant.check_session(sid)
         if sid not in sessions:
-            raise ApiError("session_not_found", f"session {sid} is not initialized; call /seed_session first")
+            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is not initialized; call /seed_session first")
         return sid
 
     async def seed(request: Request) -> JSONResponse:
@@ -77,7 +77,7 @@ def create_app(config: Config) -> Starlette:
     async def tool(request: Request) -> Response:
         name = request.path_params["tool_name"]
         if name not in specs:
-            raise ApiError("not_found", f"no tool {name!r}; GET /tools lists the {len(specs)} tools")
+            raise ApiError(ErrorCode.NOT_FOUND, f"no tool {name!r}; GET /tools lists the {len(specs)} tools")
         arguments = await read_json(request)
         sid = live_session(request)
         if config.tool_latency_s:
@@ -85,7 +85,7 @@ def create_app(config: Config) -> Starlette:
         try:
             result = await asyncio.to_thread(sessions.call_tool, sid, name, arguments)
         except SessionNotFound:
-            raise ApiError("session_not_found", f"session {sid} is not initialized; call /seed_session first") from None
+            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is not initialized; call /seed_session first") from None
         return _output(result)
 
     async def verify(request: Request) -> JSONResponse:
@@ -98,7 +98,7 @@ def create_app(config: Config) -> Starlette:
             predicted = grading.extract_function_calls(output)
             expected = grading.parse_actions(body.ground_truth)
         except ValueError as exc:  # bad input: refused, and the session is kept
-            raise ApiError("bad_request", f"cannot grade this request: {exc}") from None
+            raise ApiError(ErrorCode.BAD_REQUEST, f"cannot grade this request: {exc}") from None
         try:
             correct = await asyncio.to_thread(grading.is_correct, predicted, expected)
         finally:

@@ -1,0 +1,95 @@
+"""The vocabulary of the checkpoint control protocol: roles, modes, phases, verbs, defaults.
+
+Defined once here and imported by both ends of the wire: the control plane of every server
+(:mod:`gym_services.control.plane`, :mod:`gym_services.control.routes`) and the coordinator's
+client (:mod:`gym_services.coordination.client`). ``docs/protocol.md`` explains each term.
+Every enum is a ``str`` enum, so members compare equal to (and serialize as) their wire values.
+"""
+
+from __future__ import annotations
+
+import enum
+
+#: where every server mounts its control routes
+CONTROL_PREFIX = "/ng-control/v1/checkpoint"
+#: seconds a paused participant waits for the coordinator before it aborts (or follows a restore's decision)
+DEFAULT_LEASE_S = 30.0
+#: seconds every participant gets to reach a boundary before the checkpoint fails on its blockers
+DEFAULT_PREPARE_TIMEOUT_S = 30.0
+#: a resources server's reply to ``/seed_session`` advertises its verify mode in this header
+VERIFY_HEADER = "x-ng-checkpoint-verify"
+
+
+class Role(enum.StrEnum):
+    """What a participant is; the prepare order is :data:`ROLE_ORDER`."""
+
+    CONTROLLER = "controller"
+    ENVIRONMENT = "environment"
+    MODEL = "model"
+    AGENT = "agent"
+    RESOURCES = "resources"
+
+
+#: prepare order (``docs/protocol.md``, "Prepare order"); resume and abort run it backwards
+ROLE_ORDER: tuple[Role, ...] = (Role.CONTROLLER, Role.ENVIRONMENT, Role.MODEL, Role.AGENT, Role.RESOURCES)
+
+
+class CheckpointMode(enum.StrEnum):
+    """How a server's state reaches a checkpoint."""
+
+    RESTART_ONLY = "restart_only"  # live sessions block a checkpoint; nothing is saved
+    EXPORTED = "exported"  # state is written as records and restored
+    STATELESS = "stateless"  # nothing to save; commit writes an empty manifest
+
+
+class VerifyMode(enum.StrEnum):
+    """Whether a verification may run again after a crash (``replay``) or must be waited for (``wait``)."""
+
+    WAIT = "wait"
+    REPLAY = "replay"
+
+
+class Phase(enum.StrEnum):
+    """Where one participant is: the phase of its control plane (:mod:`gym_services.control.plane`)."""
+
+    FRESH = "fresh"
+    OPEN = "open"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
+    BLOCKED = "blocked"
+    COMMITTED = "committed"
+    RESTORING = "restoring"
+    RESTORED = "restored"
+
+
+#: phases in which data admission is open
+OPEN_PHASES: frozenset[Phase] = frozenset({Phase.FRESH, Phase.OPEN})
+
+
+class Verb(enum.StrEnum):
+    """A control route: ``POST {CONTROL_PREFIX}/<verb>`` (``GET`` for ``status``)."""
+
+    STATUS = "status"
+    PREPARE = "prepare"
+    COMMIT = "commit"
+    RESUME = "resume"
+    ABORT = "abort"
+    RESTORE = "restore"
+    RETIRE = "retire"
+    LEASE = "lease"
+
+    @property
+    def method(self) -> str:
+        return "GET" if self is Verb.STATUS else "POST"
+
+    @property
+    def path(self) -> str:
+        """The route under :data:`CONTROL_PREFIX`."""
+        return f"/{self.value}"
+
+
+class Decision(enum.StrEnum):
+    """The outcome of a restore transaction, settled once in its decision object."""
+
+    RESUME = "resume"
+    ABORT = "abort"

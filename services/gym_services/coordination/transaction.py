@@ -1,0 +1,83 @@
+"""The vocabulary and result of a checkpoint or restore transaction.
+
+:class:`TransactionPhase` is what the coordinator (:mod:`gym_services.coordination.coordinator`)
+reports as it goes and what the operator writes into a Checkpoint's or Restore's
+``status.phase``: every member is in both CRDs' ``status.phase`` enum (a test checks it).
+:class:`TransactionResult` is what the CLI prints and the operator turns into a status.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import BaseModel, Field
+
+from gym_services.control.models import Blocker, Role
+
+
+class TransactionPhase(enum.StrEnum):
+    """Where a transaction is; ``Completed`` and ``Failed`` are final (``docs/protocol.md``, "Transactions")."""
+
+    PENDING = "Pending"  # not started: waiting for the stack (another transaction holds it)
+    PREPARING = "Preparing"
+    COMMITTING = "Committing"
+    PUBLISHING = "Publishing"
+    RESTORING = "Restoring"
+    ABORTING = "Aborting"  # a step failed: every touched participant is being aborted (the stack is still paused)
+    RESUMING = "Resuming"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
+
+
+class TransactionKind(enum.StrEnum):
+    CHECKPOINT = "checkpoint"
+    RESTORE = "restore"
+
+
+class TransactionStatus(enum.StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class BlockerInfo(Blocker):
+    """A blocker and the participant that reported it."""
+
+    participant: str
+
+
+class ParticipantSummary(BaseModel):
+    participant_id: str
+    role: Role
+    records: int = 0
+    bytes: int = 0
+    manifest_key: str | None = None
+    episodes: int = 0
+
+
+class TransactionResult(BaseModel):
+    """What the CLI prints and the operator writes into a resource's status."""
+
+    kind: TransactionKind
+    checkpoint_id: str
+    location: str
+    status: TransactionStatus
+    phase: TransactionPhase = Field(description="the last phase reached")
+    participants: list[ParticipantSummary] = Field(default_factory=list)
+    blockers: list[BlockerInfo] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict)
+    pause_s: float = 0.0
+    records: int = 0
+    bytes: int = 0
+    episodes: dict[str, int] = Field(default_factory=dict, description="rollout -> attempt (restore) or 0")
+    manifest_key: str | None = None
+    restore_id: str | None = Field(default=None, description="the restore transaction's name (restores only)")
+    error: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def completed(self) -> bool:
+        return self.status is TransactionStatus.COMPLETED

@@ -1,0 +1,56 @@
+"""Checkpoint and Restore specs are parsed once, with every default filled in one place."""
+from __future__ import annotations
+
+import pytest
+
+from gym_operator.specs import CheckpointSpec, OperatorSettings, RestoreSpec, SpecError, StorageSpec
+from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S
+
+
+def test_checkpoint_defaults_come_from_the_protocol() -> None:
+    spec = CheckpointSpec.parse({})
+    assert spec.lease_seconds == DEFAULT_LEASE_S and spec.prepare_timeout_seconds == DEFAULT_PREPARE_TIMEOUT_S
+    assert spec.selector.match_labels == {} and spec.storage == StorageSpec()
+
+
+def test_checkpoint_fields_are_read_by_their_crd_names() -> None:
+    spec = CheckpointSpec.parse({
+        "prepareTimeoutSeconds": 60, "leaseSeconds": 45,
+        "selector": {"matchLabels": {"app": "gym"}},
+        "storage": {"location": "s3://b/p", "endpoint": "http://s3:9000", "region": "eu-west-1", "credentialsSecret": "k"},
+    })
+    assert (spec.prepare_timeout_seconds, spec.lease_seconds) == (60, 45)
+    assert spec.selector.match_labels == {"app": "gym"}
+    assert spec.storage == StorageSpec(location="s3://b/p", endpoint="http://s3:9000", region="eu-west-1", credentials_secret="k")
+
+
+def test_restore_by_location_reads_the_crd_fields() -> None:
+    spec = RestoreSpec.parse({"location": "file:///ck", "checkpointId": "ck-1", "leaseSeconds": 10})
+    assert spec.checkpoint_ref is None and (spec.location, spec.checkpoint_id, spec.lease_seconds) == ("file:///ck", "ck-1", 10)
+    by_ref = RestoreSpec.parse({"checkpointRef": {"name": "ck1"}, "storage": {"region": "us-east-1"}})
+    assert by_ref.checkpoint_ref is not None and by_ref.checkpoint_ref.name == "ck1"
+    assert by_ref.lease_seconds == DEFAULT_LEASE_S
+
+
+def test_a_restores_storage_settings_win_over_its_checkpoints() -> None:
+    checkpoint = StorageSpec(location="s3://b/p", endpoint="http://a:1", region="r1")
+    assert StorageSpec(region="r2").over(checkpoint) == StorageSpec(location="s3://b/p", endpoint="http://a:1", region="r2")
+
+
+@pytest.mark.parametrize("spec", [{"leaseSeconds": "soon"}, {"prepareTimeoutSeconds": 0}, {"selector": {"matchLabels": "x"}}])
+def test_a_malformed_spec_names_its_field(spec: dict) -> None:
+    with pytest.raises(SpecError, match=r"spec\.(leaseSeconds|prepareTimeoutSeconds|selector)"):
+        CheckpointSpec.parse(spec)
+
+
+def test_operator_settings_from_the_environment() -> None:
+    settings = OperatorSettings.from_env({
+        "GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_STORAGE": "s3://b/p", "GYMCKPT_RELEASE": "gym",
+        "GYMCKPT_KOPF_SCANNING": "disabled", "AWS_REGION": "eu-west-1",
+    })
+    assert (settings.default_location, settings.release, settings.scanning_disabled, settings.region) == (
+        "s3://b/p", "gym", True, "eu-west-1"
+    )
+    assert settings.checkpoint_call_timeout(CheckpointSpec.parse({"prepareTimeoutSeconds": 60})) == 90
+    with pytest.raises(SpecError, match="GYMCKPT_CONTROL_TOKEN"):
+        OperatorSettings.from_env({})

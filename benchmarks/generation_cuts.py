@@ -32,11 +32,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gym_services.control.protocol import CONTROL_PREFIX as CONTROL  # noqa: E402
 from gym_services.models.inference_worker.policies.base import load_tasks  # noqa: E402
 from benchmarks._serve import TOKEN, kill  # noqa: E402
 from benchmarks._serve import start_server as start  # noqa: E402
-
-CONTROL = "/ng-control/v1/checkpoint"
 
 
 def requests(n: int) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ class ErrorCode(enum.StrEnum):
     UNKNOWN_CHECKPOINT = "unknown_checkpoint", 404
     MODEL_NOT_FOUND = "model_not_found", 404
     METHOD_NOT_ALLOWED = "method_not_allowed", 405
+    PAYLOAD_TOO_LARGE = "payload_too_large", 413
     STALE_ATTEMPT = "stale_attempt", 409
     CHECKPOINT_PARKED = "checkpoint_parked", 409
     CHECKPOINT_BUSY = "checkpoint_busy", 409
@@ -78,10 +79,6 @@ class ApiError(Exception):
 
     def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
-
-
-def error_response(code: ErrorCode | str, message: str, *, status: int | None = None, details: Any = None) -> JSONResponse:
-    return ApiError(code, message, status=status, details=details).response()
 
 
 async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:

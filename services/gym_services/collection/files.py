@@ -46,7 +46,7 @@ async def receive_tasks(request: Request, data_dir: str, name: str, max_bytes: i
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ApiError(ErrorCode.BAD_REQUEST, f"task file is larger than {max_bytes} bytes", status=413)
+                    raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE, f"task file is larger than {max_bytes} bytes")
                 fh.write(chunk)
                 pending += chunk
                 *lines, pending = pending.split(b"\n")

@@ -23,12 +23,20 @@ def test_a_typo_is_an_error_not_a_400() -> None:
         ApiError("stale_atempt", "x")
 
 
-def test_no_module_raises_a_code_spelled_as_a_string() -> None:
-    """Codes are written as ErrorCode members, so a typo cannot hide on a path no test takes."""
-    literal = []
+#: the one place a bare HTTP status becomes an error (Starlette's own 404 and 405)
+TRANSLATES_STATUS = Path("gym_services/server/app.py")
+
+
+def test_codes_are_members_and_carry_their_own_status() -> None:
+    """Codes are written as ErrorCode members (a typo cannot hide on a path no test takes), and no call
+    overrides the code's status (a code means one status)."""
+    found = []
     for path in SOURCES.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ApiError" and node.args:
-                if isinstance(node.args[0], ast.Constant):
-                    literal.append(f"{path.relative_to(SOURCES)}:{node.lineno} {node.args[0].value!r}")
-    assert not literal, literal
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ApiError":
+                where = f"{path.relative_to(SOURCES)}:{node.lineno}"
+                if node.args and isinstance(node.args[0], ast.Constant):
+                    found.append(f"{where} code spelled {node.args[0].value!r}")
+                if any(k.arg == "status" for k in node.keywords) and path.relative_to(SOURCES) != TRANSLATES_STATUS:
+                    found.append(f"{where} overrides the status")
+    assert not found, found

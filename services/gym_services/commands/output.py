@@ -1,27 +1,11 @@
-"""Plain-text tables and summaries for the CLI."""
+"""Transaction summaries for the CLI (``gymckpt checkpoint``, ``gymckpt restore``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
+from gym_services.base.text import human_bytes, table
 from gym_services.coordination.coordinator import TransactionResult
 
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
+__all__ = ["human_bytes", "table", "transaction_summary"]
 
 
 def transaction_summary(result: TransactionResult) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gym_services.commands.output import human_bytes, table
+from gym_services.base.text import human_bytes, table
 from gym_services.demo.story import Run
 
 

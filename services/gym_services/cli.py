@@ -16,7 +16,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gym_services.server.serve import run
 
     try:
-        run(args.server, args.config, args.host, args.port, args.control_port)
+        run(args.server, args.config, args.host, args.port, args.control_port, args.drain_timeout)
     except ConfigError as exc:
         print(f"gymckpt serve: {exc}", file=sys.stderr)
         return 2
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default from config)")
     serve.add_argument("--control-port", type=int, help="serve the checkpoint control routes on this port only "
                        "(and the data routes only on --port), so a NetworkPolicy can fence the control plane off")
+    serve.add_argument("--drain-timeout", type=float, default=2.0, metavar="SECONDS",
+                       help="on SIGTERM, let requests in flight finish for this long (default 2)")
     serve.set_defaults(func=_serve)
 
     for register in _extra_commands():

@@ -40,16 +40,20 @@ def known_servers() -> set[str]:
 
 def test_rendered_commands_name_real_entrypoints(render: Any) -> None:
     docs = render()
-    commands = [doc['spec']['template']['spec']['containers'][0]['command']
-                for doc in docs if doc['kind'] in ('StatefulSet', 'Deployment')
-                and doc['metadata']['name'] != 'demo-gym-checkpoint-s3']
-    servers = [cmd for cmd in commands if cmd[0] == 'gymckpt']
-    assert len(servers) == 4
+    commands = [container['command'] for doc in docs if doc['kind'] in ('StatefulSet', 'Deployment')
+                for container in doc['spec']['template']['spec']['containers']]
+    servers = [cmd for cmd in commands if cmd[:2] == ['gymckpt', 'serve']]
+    assert len(servers) == 5  # four servers and the rollout collection server
     for cmd in servers:
-        assert cmd[1] == 'serve' and cmd[2] in known_servers()
+        assert cmd[2] in known_servers()
     (operator,) = [cmd for cmd in commands if cmd[0] == 'kopf']
     assert operator[1] == 'run' and operator[operator.index('-m') + 1] == 'gym_operator.handlers'
-    tool('gymckpt'), tool('kopf')
+    (forwarder,) = [cmd for cmd in commands if cmd[:2] == ['gymckpt', 'forward']]
+    (weed,) = [cmd for cmd in commands if cmd == ['weed']]
+    tool('gymckpt'), tool('kopf'), tool('weed')
+    for cmd in (servers[0], operator, forwarder):  # each parses as its program's command line
+        done = subprocess.run([tool(cmd[0]), cmd[1], '--help'], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
 
 
 def test_dockerfile_builds_a_non_root_image_with_the_gymckpt_entrypoint() -> None:
@@ -83,8 +87,9 @@ def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path
     servers = pytest.importorskip('gym_services.server.registry')
     if 'counter' not in servers.SERVERS:
         pytest.skip('the counter server is not available')
-    port = _free_port()
-    docs = render({'servers': [{'name': 'counter', 'server': 'counter', 'role': 'resources', 'port': port}],
+    port, control_port = _free_port(), _free_port()
+    docs = render({'servers': [{'name': 'counter', 'server': 'counter', 'role': 'resources', 'port': port,
+                                'controlPort': control_port}], 'rollouts': {'enabled': False},
                    'controlToken': {'value': 'c' * 32}, 'sessionSecret': {'value': 's' * 32}})
     config = next(d for d in docs if d['kind'] == 'ConfigMap')['data']['config.yaml']
     (tmp_path / 'config.yaml').write_text(config)
@@ -107,10 +112,15 @@ def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path
                 time.sleep(0.1)
         else:
             pytest.fail('the server did not become ready')
-        status = httpx.get(f'http://127.0.0.1:{port}/ng-control/v1/checkpoint/status',
+        status = httpx.get(f'http://127.0.0.1:{control_port}/ng-control/v1/checkpoint/status',
                            headers={'Authorization': f'Bearer {"c" * 32}'}, timeout=2)
         assert status.status_code == 200, status.text
         assert 'demo-gym-checkpoint-counter-0' in json.dumps(status.json())
+        # the control routes answer on the control port only (the one the pod annotation names)
+        assert httpx.get(f'http://127.0.0.1:{port}/ng-control/v1/checkpoint/status', timeout=2).status_code == 404
+        pod = next(d for d in docs if d['kind'] == 'StatefulSet' and 'counter' in d['metadata']['name'])[
+            'spec']['template']['metadata']
+        assert pod['annotations']['gym-checkpoint.dev/control-port'] == str(control_port)
     finally:
         proc.terminate()
         try:

@@ -44,7 +44,7 @@ def test_install_upgrade_uninstall(kemu: Any) -> None:
         assert installed['status'] == 'deployed' and installed['revision'] == 1
 
         servers = {f'demo-gym-checkpoint-{name}' for name in
-                   ('inference-worker', 'policy-model', 'workplace-assistant', 'simple-agent')}
+                   ('inference-worker', 'policy-model', 'workplace-assistant', 'simple-agent', 'collection')}
         assert names(api, f'/apis/apps/v1/namespaces/{NS}/statefulsets') == servers | {'demo-gym-checkpoint-s3'}
         assert servers <= names(api, f'/api/v1/namespaces/{NS}/services')
         assert {f'{name}-headless' for name in servers} <= names(api, f'/api/v1/namespaces/{NS}/services')

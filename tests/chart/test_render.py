@@ -23,8 +23,12 @@ CUSTOM_SERVERS = {'servers': [
     {'name': 'gym-agent', 'server': 'gymnasium_agent', 'role': 'agent', 'port': 9002,
      'config': {'environment_url': '{{ include "gym-checkpoint.serverUrl" (dict "root" $ "name" "blackjack") }}'},
      'env': [{'name': 'EXTRA', 'value': 'yes'}], 'resources': {'requests': {'cpu': '250m', 'memory': '1Gi'}}},
-    {'name': 'collector', 'server': 'collection', 'role': 'controller'},
 ]}
+SCHEDULING = {'nodeSelector': {'pool': 'rollouts'}, 'tolerations': [{'key': 'gpu', 'operator': 'Exists', 'effect': 'NoSchedule'}],
+              'affinity': {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {'nodeSelectorTerms': [
+                  {'matchExpressions': [{'key': 'zone', 'operator': 'In', 'values': ['a']}]}]}}},
+              'priorityClassName': 'rl-high'}
+# The chart check of CI: every variation renders, validates strictly against Kubernetes 1.33 and lints clean.
 VARIANTS = {
     'defaults': {},
     'external-s3-existing-secret': EXTERNAL_S3,
@@ -32,9 +36,51 @@ VARIANTS = {
     'explicit-secrets': {'controlToken': {'value': 'a' * 32}, 'sessionSecret': {'value': 'b' * 32},
                          'storage': {'embedded': {'enabled': False}, 'location': 'file:///var/lib/ckpt',
                                      's3': {'accessKeyId': 'AKIA0000', 'secretAccessKey': 'secret0000'}}},
+    'existing-secrets': {'controlToken': {'existingSecret': 'ops-token', 'existingSecretKey': 'tok'},
+                         'sessionSecret': {'existingSecret': 'ops-session'}},
     'cluster-scanning-no-operator-sa': {'operator': {'rbac': {'clusterScanning': True},
                                                      'serviceAccount': {'create': False, 'name': 'ops'}}},
     'operator-disabled': {'operator': {'enabled': False}},
+    'operator-debug-plain-logs': {'operator': {'logLevel': 'debug', 'logFormat': 'plain'}},
+    'operator-quiet': {'operator': {'logLevel': 'warning'}},
+    'openshift-assigned-uids': {'security': {'runAsUser': None, 'runAsGroup': None, 'fsGroup': None}},
+    'aws-irsa': {'serviceAccount': {'annotations': {'eks.amazonaws.com/role-arn': 'arn:aws:iam::123456789012:role/gym'}},
+                 'storage': {'location': 's3://team-ckpts/rl', 'embedded': {'enabled': False}, 's3': {'region': 'us-west-2'}}},
+    'gke-workload-identity': {'serviceAccount': {'name': 'gym-ksa',
+                                                 'annotations': {'iam.gke.io/gcp-service-account': 'gym@p.iam.gserviceaccount.com'}},
+                              'storage': {'location': 's3://gcs-bucket/rl', 'embedded': {'enabled': False},
+                                          's3': {'endpoint': 'https://storage.googleapis.com', 'region': 'auto'}}},
+    'upgrade-checkpoint-and-restore': {'upgradeCheckpoint': {'enabled': True}},
+    'upgrade-checkpoint-only-never-blocking': {'upgradeCheckpoint': {'enabled': True, 'restoreAfterUpgrade': False,
+                                                                     'failUpgradeOnError': False}},
+    'no-network-policy-no-pdb': {'networkPolicy': {'enabled': False},
+                                 'serverDefaults': {'podDisruptionBudget': {'enabled': False}}},
+    'network-policy-extra-peers': {'networkPolicy': {
+        'extraIngress': [{'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'monitoring'}}}],
+        'extraStoreIngress': [{'podSelector': {'matchLabels': {'app': 'backup'}}}]}},
+    'scheduling-everywhere': {'serverDefaults': {**SCHEDULING, 'topologySpreadConstraints': [
+                                  {'maxSkew': 1, 'topologyKey': 'kubernetes.io/hostname', 'whenUnsatisfiable': 'ScheduleAnyway'}]},
+                              'operator': SCHEDULING, 'storage': {'embedded': SCHEDULING}},
+    'pod-metadata-env-volumes': {
+        'serverDefaults': {'podAnnotations': {'prometheus.io/scrape': 'true', 'prometheus.io/port': '8000'},
+                           'podLabels': {'team': 'rl'}, 'extraEnv': [{'name': 'HF_HOME', 'value': '/cache'}],
+                           'extraVolumes': [{'name': 'cache', 'emptyDir': {'sizeLimit': '1Gi'}}],
+                           'extraVolumeMounts': [{'name': 'cache', 'mountPath': '/cache'}]},
+        'operator': {'podAnnotations': {'a': 'b'}, 'podLabels': {'team': 'rl'}},
+        'storage': {'embedded': {'podAnnotations': {'backup': 'yes'}, 'podLabels': {'team': 'rl'}}}},
+    'image-digest-pull-secrets': {'image': {'repository': 'registry.example.com/ml/gym-checkpoint',
+                                            'digest': 'sha256:' + 'a' * 64},
+                                  'imagePullSecrets': [{'name': 'regcred'}],
+                                  'storage': {'embedded': {'image': {'digest': 'sha256:' + 'b' * 64}}}},
+    'rollouts-disabled': {'rollouts': {'enabled': False}},
+    'rollouts-custom': {'rollouts': {'name': 'collector', 'port': 9000, 'agents': {'workplace': 'simple-agent'},
+                                     'defaultAgent': 'workplace', 'config': {'request_timeout_s': 600},
+                                     'persistence': {'size': '50Gi', 'storageClassName': 'fast'},
+                                     'resources': {'requests': {'cpu': '1', 'memory': '1Gi'}}}},
+    'big-embedded-store': {'storage': {'embedded': {'volumeSizeLimitMB': 1024,
+                                                    'persistence': {'size': '1Ti', 'storageClassName': 'standard-rwo'}}}},
+    'on-delete-updates-long-drain': {'serverDefaults': {'updateStrategy': 'OnDelete', 'drainSeconds': 300, 'controlPort': 9100}},
+    'name-overrides': {'fullnameOverride': 'rl'},
 }
 
 
@@ -76,7 +122,9 @@ def test_default_stack_one_statefulset_service_and_config_per_server(render: Any
     docs = render()
     sets, services, maps = by_kind(docs, 'StatefulSet'), by_kind(docs, 'Service'), by_kind(docs, 'ConfigMap')
     expected = {'inference-worker': ('inference_worker', None), 'policy-model': ('policy_model', 'model'),
-                'workplace-assistant': ('workplace_assistant', 'resources'), 'simple-agent': ('simple_agent', 'agent')}
+                'workplace-assistant': ('workplace_assistant', 'resources'), 'simple-agent': ('simple_agent', 'agent'),
+                'collection': ('collection', 'controller')}
+    assert set(sets) == {f'demo-gym-checkpoint-{name}' for name in expected} | {'demo-gym-checkpoint-s3'}
     for name, (server, role) in expected.items():
         full = f'demo-gym-checkpoint-{name}'
         sts = sets[full]
@@ -88,11 +136,14 @@ def test_default_stack_one_statefulset_service_and_config_per_server(render: Any
             assert 'gym-checkpoint.dev/role' not in labels and 'gym-checkpoint.dev/participant' not in labels
         else:
             assert labels['gym-checkpoint.dev/role'] == role and labels['gym-checkpoint.dev/participant'] == name
-        assert pod['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '8000'
+        assert pod['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '8001'
         container = pod['spec']['containers'][0]
         assert container['command'] == ['gymckpt', 'serve', server, '--config', '/etc/gymckpt/config.yaml',
-                                        '--host', '0.0.0.0', '--port', '8000']
-        assert container['ports'] == [{'name': 'http', 'containerPort': 8000, 'protocol': 'TCP'}]
+                                        '--host', '0.0.0.0', '--port', '8000', '--control-port', '8001',
+                                        '--drain-timeout', '45']
+        assert container['ports'] == [{'name': 'http', 'containerPort': 8000, 'protocol': 'TCP'},
+                                      {'name': 'control', 'containerPort': 8001, 'protocol': 'TCP'}]
+        assert pod['spec']['terminationGracePeriodSeconds'] == 60  # drain 45 s + 15
         assert container['livenessProbe']['httpGet'] == {'path': '/health/live', 'port': 'http'}
         assert container['readinessProbe']['httpGet'] == {'path': '/health/ready', 'port': 'http'}
         assert container['resources']['requests'] and container['resources']['limits']
@@ -108,6 +159,7 @@ def test_server_pods_are_locked_down(render: Any) -> None:
     docs = render()
     pods = [sts['spec']['template']['spec'] for sts in by_kind(docs, 'StatefulSet').values()]
     pods += [dep['spec']['template']['spec'] for dep in by_kind(docs, 'Deployment').values()]
+    assert len(pods) == 7
     for pod in pods:
         assert pod['securityContext']['runAsNonRoot'] is True and pod['securityContext']['runAsUser'] == 10001
         assert pod['securityContext']['seccompProfile'] == {'type': 'RuntimeDefault'}
@@ -139,8 +191,10 @@ def test_embedded_store_is_the_default_location(render: Any) -> None:
     docs = render()
     store = by_kind(docs, 'StatefulSet')['demo-gym-checkpoint-s3']
     container = store['spec']['template']['spec']['containers'][0]
-    assert container['image'].startswith('chrislusf/seaweedfs:') and container['args'][0] == 'server'
-    assert '-s3' in container['args'] and container['ports'][0]['name'] == 's3'
+    assert container['image'] == 'chrislusf/seaweedfs:4.48' and container['args'][0] == 'server'
+    assert '-s3' in container['args'] and 'ports' not in container  # SeaweedFS itself exposes no port
+    forwarder = store['spec']['template']['spec']['containers'][1]
+    assert forwarder['ports'] == [{'name': 's3', 'containerPort': 8333, 'protocol': 'TCP'}]
     assert store['spec']['volumeClaimTemplates'][0]['spec']['resources']['requests']['storage'] == '10Gi'
     assert env_of(container)['AWS_ACCESS_KEY_ID']['valueFrom']['secretKeyRef']['name'] == 'demo-gym-checkpoint-s3'
     assert by_kind(docs, 'Service')['demo-gym-checkpoint-s3']['spec']['ports'][0]['port'] == 8333
@@ -165,17 +219,20 @@ def test_custom_servers_with_ports_env_resources_and_templated_config(render: An
     docs = render(CUSTOM_SERVERS)
     sets = by_kind(docs, 'StatefulSet')
     assert set(sets) == {'demo-gym-checkpoint-blackjack', 'demo-gym-checkpoint-gym-agent',
-                         'demo-gym-checkpoint-collector', 'demo-gym-checkpoint-s3'}
+                         'demo-gym-checkpoint-collection', 'demo-gym-checkpoint-s3'}
     agent = sets['demo-gym-checkpoint-gym-agent']['spec']['template']
     container = agent['spec']['containers'][0]
-    assert container['command'][2] == 'gymnasium_agent' and container['command'][-1] == '9002'
-    assert agent['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '9002'
+    assert container['command'][2] == 'gymnasium_agent' and container['command'][container['command'].index('--port') + 1] == '9002'
+    assert agent['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '8001'
     assert env_of(container)['EXTRA']['value'] == 'yes'
     assert container['resources'] == {'requests': {'cpu': '250m', 'memory': '1Gi'}}
     config = by_kind(docs, 'ConfigMap')['demo-gym-checkpoint-gym-agent-config']['data']['config.yaml']
     assert 'environment_url: http://demo-gym-checkpoint-blackjack.prod.svc:9001' in config
-    assert sets['demo-gym-checkpoint-collector']['spec']['template']['metadata']['labels'][
+    assert sets['demo-gym-checkpoint-collection']['spec']['template']['metadata']['labels'][
         'gym-checkpoint.dev/role'] == 'controller'
+    collection = by_kind(docs, 'ConfigMap')['demo-gym-checkpoint-collection-config']['data']['config.yaml']
+    assert 'gym-agent: http://demo-gym-checkpoint-gym-agent.prod.svc:9002' in collection  # the one agent, by default
+    assert 'default_agent: gym-agent' in collection
 
 
 def test_duplicate_server_names_are_refused(helm_chart: Any) -> None:
@@ -212,6 +269,9 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     binding = by_kind(docs, 'RoleBinding')['demo-gym-checkpoint-operator']
     assert binding['subjects'] == [{'kind': 'ServiceAccount', 'name': 'demo-gym-checkpoint-operator', 'namespace': 'prod'}]
     assert not by_kind(docs, 'ClusterRole') and not by_kind(docs, 'ClusterRoleBinding')
+    assert 'GYMCKPT_NAMESPACE' not in env and 'GYMCKPT_LOG_LEVEL' not in env  # the operator reads neither
+    assert container['command'][container['command'].index('--log-format') + 1] == 'json'
+    assert '--verbose' not in container['command'] and '--quiet' not in container['command']
 
 
 def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: Any) -> None:
@@ -219,7 +279,7 @@ def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: A
     (cluster_role,) = by_kind(docs, 'ClusterRole').values()
     assert [(r['resources'], sorted(r['verbs'])) for r in cluster_role['rules']] == [
         (['namespaces'], ['get', 'list', 'watch']), (['customresourcedefinitions'], ['get', 'list', 'watch'])]
-    assert not by_kind(docs, 'ServiceAccount')
+    assert set(by_kind(docs, 'ServiceAccount')) == {'demo-gym-checkpoint-server'}  # the servers' own
     assert by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']['spec']['template']['spec'][
         'serviceAccountName'] == 'ops'
 

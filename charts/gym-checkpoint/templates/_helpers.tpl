@@ -36,20 +36,62 @@ app.kubernetes.io/name: {{ include "gym-checkpoint.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+Every server the chart runs: .Values.servers, then the rollout collection server when rollouts.enabled.
+Returned as YAML ({servers: [...]}) for fromYaml; each entry gains "collection: true" for the latter.
+*/}}
+{{- define "gym-checkpoint.allServers" -}}
+{{- $servers := list -}}
+{{- range .Values.servers }}{{- $servers = append $servers . -}}{{- end -}}
+{{- if .Values.rollouts.enabled -}}
+{{- $r := .Values.rollouts -}}
+{{- $agents := dict -}}
+{{- if $r.agents -}}
+{{- range $agent, $server := $r.agents -}}
+{{- $_ := set $agents $agent (include "gym-checkpoint.serverUrl" (dict "root" $ "name" $server)) -}}
+{{- end -}}
+{{- else -}}
+{{- range $.Values.servers -}}
+{{- if eq (toString .role) "agent" -}}
+{{- $_ := set $agents .name (include "gym-checkpoint.serverUrl" (dict "root" $ "name" .name)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $config := merge (dict "agents" $agents "data_dir" "/data") (deepCopy ($r.config | default dict)) -}}
+{{- $default := $r.defaultAgent -}}
+{{- if and (not $default) (eq (len $agents) 1) -}}{{- $default = first (keys $agents) -}}{{- end -}}
+{{- if $default -}}{{- $_ := set $config "default_agent" $default -}}{{- end -}}
+{{- $collection := dict "name" $r.name "server" "collection" "role" "controller" "port" $r.port "config" $config "persistence" $r.persistence "collection" true -}}
+{{- if $r.resources -}}{{- $_ := set $collection "resources" $r.resources -}}{{- end -}}
+{{- $servers = append $servers $collection -}}
+{{- end -}}
+{{- toYaml (dict "servers" $servers) -}}
+{{- end -}}
+
 {{/* Name of one server's workload, Service and ConfigMap: dict "root" $ "server" $server. */}}
 {{- define "gym-checkpoint.serverName" -}}
 {{- printf "%s-%s" (include "gym-checkpoint.fullname" .root) .server.name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* In-cluster base URL of a server by its values name, for server configs: include "gym-checkpoint.serverUrl" (dict "root" $ "name" "policy-model") */}}
+{{/* In-cluster base URL of a server by its name, for server configs: include "gym-checkpoint.serverUrl" (dict "root" $ "name" "policy-model") */}}
 {{- define "gym-checkpoint.serverUrl" -}}
 {{- $port := 8000 -}}
 {{- range .root.Values.servers -}}{{- if eq .name $.name -}}{{- $port = .port | default 8000 -}}{{- end -}}{{- end -}}
+{{- if and .root.Values.rollouts.enabled (eq .name .root.Values.rollouts.name) -}}{{- $port = .root.Values.rollouts.port -}}{{- end -}}
 {{- printf "http://%s-%s.%s.svc:%v" (include "gym-checkpoint.fullname" .root) .name .root.Release.Namespace $port -}}
 {{- end -}}
 
+{{/* repository:tag, or repository@digest: dict "image" .Values.image "default" appVersion */}}
+{{- define "gym-checkpoint.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .default .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "gym-checkpoint.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "gym-checkpoint.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "gym-checkpoint.operatorServiceAccount" -}}
@@ -57,6 +99,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-operator" (include "gym-checkpoint.fullname" .)) .Values.operator.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gym-checkpoint.serverServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (printf "%s-server" (include "gym-checkpoint.fullname" .)) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 
@@ -101,17 +151,56 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 A Secret value, base64-encoded: the explicit value, else the value already in the cluster (so upgrades
-keep generated tokens), else a fresh random one. dict "root" $ "secret" name "key" key "value" explicit "length" n
+keep generated tokens), else a fresh random one, remembered for the rest of this render (so the Secret
+and the pods' checksum annotation see the same value). dict "root" $ "secret" name "key" key "value" explicit "length" n
 */}}
 {{- define "gym-checkpoint.secretValue" -}}
+{{- $cache := .root.Values._generatedSecrets | default dict -}}
+{{- $_ := set .root.Values "_generatedSecrets" $cache -}}
+{{- $id := printf "%s/%s" .secret .key -}}
+{{- if not (hasKey $cache $id) -}}
 {{- $existing := lookup "v1" "Secret" .root.Release.Namespace .secret -}}
 {{- if .value -}}
-{{- .value | b64enc -}}
+{{- $_ := set $cache $id (.value | b64enc) -}}
 {{- else if and $existing $existing.data (hasKey $existing.data .key) -}}
-{{- index $existing.data .key -}}
+{{- $_ := set $cache $id (index $existing.data .key) -}}
 {{- else -}}
-{{- randAlphaNum (.length | default 48) | b64enc -}}
+{{- $_ := set $cache $id (randAlphaNum (.length | default 48) | b64enc) -}}
 {{- end -}}
+{{- end -}}
+{{- index $cache $id -}}
+{{- end -}}
+
+{{/* "true" when the chart makes the S3 Secret (no existingSecret; keys given or the embedded store). */}}
+{{- define "gym-checkpoint.chartMakesS3Secret" -}}
+{{- if and (not .Values.storage.s3.existingSecret) (or .Values.storage.s3.accessKeyId .Values.storage.embedded.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+sha256 of every Secret value the pods read (tokens, S3 keys), as a pod annotation: changing one (in the
+values, or in an existingSecret, read with lookup) rolls the pods on the next upgrade. Generated values
+are kept across upgrades, so an upgrade alone changes nothing.
+*/}}
+{{- define "gym-checkpoint.secretsChecksum" -}}
+{{- $parts := list -}}
+{{- if .Values.controlToken.existingSecret -}}
+{{- $parts = append $parts (toJson ((lookup "v1" "Secret" .Release.Namespace .Values.controlToken.existingSecret).data | default dict)) -}}
+{{- else -}}
+{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" (include "gym-checkpoint.controlSecretName" .) "key" "token" "value" .Values.controlToken.value)) -}}
+{{- end -}}
+{{- if .Values.sessionSecret.existingSecret -}}
+{{- $parts = append $parts (toJson ((lookup "v1" "Secret" .Release.Namespace .Values.sessionSecret.existingSecret).data | default dict)) -}}
+{{- else -}}
+{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" (include "gym-checkpoint.sessionSecretName" .) "key" "secret" "value" .Values.sessionSecret.value)) -}}
+{{- end -}}
+{{- if .Values.storage.s3.existingSecret -}}
+{{- $parts = append $parts (toJson ((lookup "v1" "Secret" .Release.Namespace .Values.storage.s3.existingSecret).data | default dict)) -}}
+{{- else if include "gym-checkpoint.chartMakesS3Secret" . -}}
+{{- $name := include "gym-checkpoint.s3SecretName" . -}}
+{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" $name "key" "AWS_ACCESS_KEY_ID" "value" .Values.storage.s3.accessKeyId "length" 20)) -}}
+{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" $name "key" "AWS_SECRET_ACCESS_KEY" "value" .Values.storage.s3.secretAccessKey "length" 40)) -}}
+{{- end -}}
+{{- join "\n" $parts | sha256sum -}}
 {{- end -}}
 
 {{/* Environment shared by the servers and the operator: tokens and S3 access. */}}
@@ -145,13 +234,22 @@ keep generated tokens), else a fresh random one. dict "root" $ "secret" name "ke
 {{- end }}
 {{- end -}}
 
+{{/* runAsUser/runAsGroup only when set (null: the platform assigns them, as OpenShift's restricted SCC does). */}}
+{{- define "gym-checkpoint.ids" -}}
+{{- with .Values.security.runAsUser }}
+runAsUser: {{ . }}
+{{- end }}
+{{- with .Values.security.runAsGroup }}
+runAsGroup: {{ . }}
+{{- end }}
+{{- end -}}
+
 {{/* Restricted-profile container security context. */}}
 {{- define "gym-checkpoint.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 runAsNonRoot: true
-runAsUser: {{ .Values.security.runAsUser }}
-runAsGroup: {{ .Values.security.runAsGroup }}
+{{- include "gym-checkpoint.ids" . }}
 capabilities:
   drop: ["ALL"]
 seccompProfile:
@@ -160,9 +258,58 @@ seccompProfile:
 
 {{- define "gym-checkpoint.podSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: {{ .Values.security.runAsUser }}
-runAsGroup: {{ .Values.security.runAsGroup }}
-fsGroup: {{ .Values.security.fsGroup }}
+{{- include "gym-checkpoint.ids" . }}
+{{- with .Values.security.fsGroup }}
+fsGroup: {{ . }}
+{{- end }}
 seccompProfile:
   type: RuntimeDefault
+{{- end -}}
+
+{{/* Pod scheduling fields: dict "nodeSelector" .. "tolerations" .. "affinity" .. "priorityClassName" .. "topologySpreadConstraints" .. */}}
+{{- define "gym-checkpoint.scheduling" -}}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Capacity of the embedded store: how many SeaweedFS volumes of volumeSizeLimitMB fit in 90% of
+persistence.size (the rest is headroom for indexes and the filer's metadata).
+*/}}
+{{- define "gym-checkpoint.embeddedVolumes" -}}
+{{- $e := .Values.storage.embedded -}}
+{{- $size := $e.persistence.size -}}
+{{- $number := regexFind "^[0-9]+" $size | atoi -}}
+{{- $unit := trimPrefix (toString $number) $size -}}
+{{- $mib := $number -}}
+{{- if eq $unit "Gi" }}{{ $mib = mul $number 1024 }}{{ else if eq $unit "Ti" }}{{ $mib = mul $number 1048576 }}{{ end -}}
+{{- div (mul $mib 9) (mul $e.volumeSizeLimitMB 10) -}}
+{{- end -}}
+
+{{/* The pre/post-upgrade hooks' checkpoint name for this upgrade. */}}
+{{- define "gym-checkpoint.upgradeCheckpointName" -}}
+{{- printf "%s-upgrade-r%d" (include "gym-checkpoint.fullname" .) (int .Release.Revision) -}}
+{{- end -}}
+
+{{/* The CRD schema version this chart ships (the crds/ files carry it as an annotation). */}}
+{{- define "gym-checkpoint.crdVersion" -}}
+{{- $crd := .Files.Get "crds/checkpoints.yaml" | fromYaml -}}
+{{- index $crd.metadata.annotations "gym-checkpoint.dev/schema-version" -}}
 {{- end -}}

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gym_services.commands import demo, stack
+from gym_services.commands import cluster, demo, forward, stack
 
-REGISTRARS: list = [demo.register, stack.register]
+REGISTRARS: list = [demo.register, stack.register, cluster.register, forward.register]

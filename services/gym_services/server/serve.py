@@ -74,8 +74,16 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(server: str, config_path: str | None, host: str | None, port: int | None, control_port: int | None = None) -> None:
-    """Serve one server; with ``control_port``, the control routes get their own port (see :func:`split_ports`)."""
+def run(
+    server: str,
+    config_path: str | None,
+    host: str | None,
+    port: int | None,
+    control_port: int | None = None,
+    drain_timeout_s: float = 2.0,
+) -> None:
+    """Serve one server; with ``control_port``, the control routes get their own port (see :func:`split_ports`).
+    On SIGTERM, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit."""
     import uvicorn
 
     from gym_services.base.logs import configure_logging
@@ -87,7 +95,9 @@ def run(server: str, config_path: str | None, host: str | None, port: int | None
         overrides["port"] = port
     app, config = build_app(server, config_path, overrides)
     configure_logging(config.name, config.log_level)
-    options: dict[str, Any] = dict(log_config=None, timeout_graceful_shutdown=2, timeout_keep_alive=30, access_log=False)
+    options: dict[str, Any] = dict(
+        log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
+    )
     if control_port is None or control_port == config.port:
         uvicorn.run(app, host=config.host, port=config.port, **options)
         return

@@ -1,0 +1,248 @@
+"""``gymckpt cluster checkpoint|restore``: create a Checkpoint or Restore resource and wait for its end.
+
+The same as ``kubectl apply`` + ``kubectl wait``, for images without kubectl: the chart's upgrade hooks run
+it (a Checkpoint before ``helm upgrade`` replaces the pods, a Restore once the new pods are ready), and an
+operator can run it from a desk. The operator does the work; this only creates the resource and follows
+its ``status`` (progress on stderr). Exit 0 when Completed, 1 when Failed or out of time, 2 on bad usage.
+Needs the ``kubernetes`` package (the ``operator`` extra; in the image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+GROUP, VERSION = "gym-checkpoint.dev", "v1alpha1"
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+FINAL = ("Completed", "Failed")
+
+
+class ClusterError(RuntimeError):
+    """The resource could not be created or followed; the message says why."""
+
+
+def _api() -> tuple[Any, Any]:
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise ClusterError("needs the kubernetes package: pip install 'gym-checkpoint[operator]'") from None
+    try:
+        config.load_config()  # $KUBECONFIG or ~/.kube/config, else the pod's service account
+    except ConfigException as exc:
+        raise ClusterError(f"no Kubernetes credentials: {exc}") from None
+    return client.CustomObjectsApi(), client.CoreV1Api()
+
+
+def _namespace(given: str | None) -> str:
+    if given:
+        return given
+    if IN_CLUSTER_NAMESPACE.exists():
+        return IN_CLUSTER_NAMESPACE.read_text().strip()
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts()
+        return active.get("context", {}).get("namespace") or "default"
+    except Exception:  # noqa: BLE001 - no kubeconfig: the default namespace
+        return "default"
+
+
+def _say(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+def _create(custom: Any, namespace: str, plural: str, body: dict[str, Any]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    except ApiException as exc:
+        if exc.status == 409:
+            _say(f"{body['kind']} {body['metadata']['name']} exists already: following it")
+            return
+        raise ClusterError(f"creating {body['kind']} {body['metadata']['name']} failed: {exc.status} {exc.reason}: "
+                           f"{(exc.body or '')[:300]}") from None
+
+
+def _follow(custom: Any, namespace: str, plural: str, name: str, timeout_s: float) -> dict[str, Any]:
+    """Poll the resource's status until Completed or Failed (or the deadline); phase changes on stderr."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout_s
+    phase = None
+    while True:
+        try:
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            raise ClusterError(f"reading {plural}/{name} failed: {exc.status} {exc.reason}") from None
+        status = obj.get("status") or {}
+        if status.get("phase") != phase:
+            phase = status.get("phase")
+            _say(f"{plural[:-1]} {name}: {phase or 'waiting for the operator'}"
+                 + (f" ({status['message']})" if status.get("message") else ""))
+        if phase in FINAL:
+            return status
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{plural}/{name} is still {phase or 'unhandled (is the operator running?)'} after "
+                               f"{timeout_s:.0f}s")
+        time.sleep(1.0)
+
+
+def _summary(kind: str, name: str, status: dict[str, Any]) -> str:
+    lines = [f"{kind} {name}: {status.get('phase')}" + (f" ({status.get('reason')})" if status.get("reason") else "")]
+    if status.get("message"):
+        lines.append(f"  {status['message']}")
+    for blocker in status.get("blockers") or []:
+        lines.append(f"  blocked by {blocker.get('participant')}: {blocker.get('kind')} {blocker.get('id', '')} "
+                     f"{blocker.get('detail', '')}".rstrip())
+    for key in ("checkpointId", "location", "participantCount", "pauseSeconds", "restoredEpisodes", "attempt"):
+        if key in status:
+            lines.append(f"  {key}: {status[key]}")
+    return "\n".join(lines)
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ClusterError(f"--label takes KEY=VALUE, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
+def _run(work: Callable[[], int], allow_failure: bool = False) -> int:
+    try:
+        code = work()
+    except ClusterError as exc:
+        print(f"gymckpt cluster: {exc}", file=sys.stderr)
+        code = 1
+    if code and allow_failure:
+        print("gymckpt cluster: --allow-failure: going on as if it had succeeded", file=sys.stderr)
+        return 0
+    return code
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    def work() -> int:
+        custom, _ = _api()
+        namespace = _namespace(args.namespace)
+        name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
+        spec: dict[str, Any] = {"prepareTimeoutSeconds": args.prepare_timeout, "leaseSeconds": args.lease}
+        if args.location:
+            spec["storage"] = {"location": args.location}
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Checkpoint",
+                "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)}, "spec": spec}
+        _create(custom, namespace, "checkpoints", body)
+        if args.no_wait:
+            print(f"Checkpoint {name} created in {namespace}")
+            return 0
+        status = _follow(custom, namespace, "checkpoints", name, args.wait_timeout)
+        print(json.dumps(status, indent=1) if args.json else _summary("Checkpoint", name, status))
+        return 0 if status.get("phase") == "Completed" else 1
+
+    return _run(work, args.allow_failure)
+
+
+def _wait_pods(core: Any, namespace: str, selector: str, count: int, annotation: str | None, timeout_s: float) -> None:
+    """Until ``count`` pods match ``selector``, every one Ready (and carrying ``annotation`` KEY=VALUE)."""
+    key, _, value = (annotation or "").partition("=")
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        ready = []
+        for pod in pods:
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            if key and (pod.metadata.annotations or {}).get(key) != value:
+                continue
+            conditions = {c.type: c.status for c in (pod.status.conditions or [])}
+            if pod.status.phase == "Running" and conditions.get("Ready") == "True":
+                ready.append(pod.metadata.name)
+        note = f"{len(ready)}/{count} participant pods ready" + (f" with {annotation}" if annotation else "")
+        if note != last:
+            _say(note)
+            last = note
+        if len(ready) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"only {note} after {timeout_s:.0f}s (selector {selector})")
+        time.sleep(1.0)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    def work() -> int:
+        custom, core = _api()
+        namespace = _namespace(args.namespace)
+        name = args.name or f"restore-{args.checkpoint}"
+        _require_completed(custom, namespace, args.checkpoint)
+        if args.wait_pods:
+            _wait_pods(core, namespace, args.wait_pods, args.pods, args.pods_annotation, args.wait_timeout)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Restore",
+                "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
+                "spec": {"checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease}}
+        _create(custom, namespace, "restores", body)
+        if args.no_wait:
+            print(f"Restore {name} created in {namespace}")
+            return 0
+        status = _follow(custom, namespace, "restores", name, args.wait_timeout)
+        print(json.dumps(status, indent=1) if args.json else _summary("Restore", name, status))
+        return 0 if status.get("phase") == "Completed" else 1
+
+    return _run(work, args.allow_failure)
+
+
+def _require_completed(custom: Any, namespace: str, checkpoint: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "checkpoints", checkpoint)
+    except ApiException as exc:
+        raise ClusterError(f"Checkpoint {checkpoint} in {namespace}: {exc.status} {exc.reason}") from None
+    phase = (obj.get("status") or {}).get("phase")
+    if phase != "Completed":
+        raise ClusterError(f"Checkpoint {checkpoint} is {phase or 'not handled yet'}, not Completed: nothing to restore")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "cluster",
+        help="create a Checkpoint or Restore resource on Kubernetes and wait for it",
+        description="Create a Checkpoint or Restore resource (the operator runs it) and follow its status until it "
+        "is Completed (exit 0) or Failed (exit 1). Credentials: $KUBECONFIG, ~/.kube/config, or a pod's service account.",
+    )
+    inner = p.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's, or the pod's)")
+        q.add_argument("--lease", type=int, default=60, help="lease seconds (default 60)")
+        q.add_argument("--wait-timeout", type=float, default=900.0, help="seconds to wait for the end (default 900)")
+        q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on the resource (repeatable)")
+        q.add_argument("--no-wait", action="store_true", help="create the resource and return")
+        q.add_argument("--json", action="store_true", help="print the final status as JSON")
+        q.add_argument("--allow-failure", action="store_true", help="exit 0 even if it failed (an upgrade hook that must not block)")
+
+    q = inner.add_parser("checkpoint", help="create a Checkpoint and wait until it is Completed or Failed",
+                         description="Create a Checkpoint of the release's stack and wait for its end.")
+    q.add_argument("name", nargs="?", help="resource name (default ckpt-TIMESTAMP)")
+    q.add_argument("--prepare-timeout", type=int, default=300, help="seconds for every server to reach a boundary (default 300)")
+    q.add_argument("--location", help="storage location (default: the operator's)")
+    common(q)
+    q.set_defaults(func=cmd_checkpoint)
+
+    q = inner.add_parser("restore", help="create a Restore of a Checkpoint and wait until it is Completed or Failed",
+                         description="Create a Restore of a Checkpoint (after the pods were replaced) and wait for its end.")
+    q.add_argument("name", nargs="?", help="resource name (default restore-CHECKPOINT)")
+    q.add_argument("--from", dest="checkpoint", required=True, metavar="CHECKPOINT", help="the Checkpoint resource to restore")
+    q.add_argument("--wait-pods", metavar="SELECTOR", help="first wait until the pods matching this label selector are Ready")
+    q.add_argument("--pods", type=int, default=1, help="how many pods --wait-pods waits for (default 1)")
+    q.add_argument("--pods-annotation", metavar="KEY=VALUE", help="only count pods carrying this annotation (a new revision)")
+    common(q)
+    q.set_defaults(func=cmd_restore)

@@ -65,7 +65,8 @@ def store(render: Any, tmp_path: Path):
     (tmp_path / 'data').mkdir()
     log = open(tmp_path / 'weed.log', 'wb')  # noqa: SIM115
     procs = [subprocess.Popen(weed_cmd, env={**os.environ, **keys}, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path),
-             subprocess.Popen(forward_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+             subprocess.Popen(forward_cmd, env={**os.environ, **keys}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    assert {name: item['valueFrom']['secretKeyRef']['key'] for name, item in env_of(forwarder).items()} == {k: k for k in keys}
     try:
         endpoint = f'http://127.0.0.1:{public}'
         deadline = time.monotonic() + 60
@@ -95,7 +96,9 @@ def client(endpoint: str, **kwargs: Any):
 def test_the_rendered_store_refuses_unauthenticated_access(store: dict[str, Any]) -> None:
     keys, endpoint, bucket = store['keys'], store['endpoint'], store['bucket']
     signed = client(endpoint, aws_access_key_id=keys['AWS_ACCESS_KEY_ID'], aws_secret_access_key=keys['AWS_SECRET_ACCESS_KEY'])
-    signed.put_object(Bucket=bucket, Key='demo/checkpoints/ck1/manifest.json', Body=b'{"secret": "records"}')  # auto-created bucket
+    # ready means the bucket is there: a coordinator's first read finds an empty bucket, not NoSuchBucket
+    assert signed.list_objects_v2(Bucket=bucket)['KeyCount'] == 0
+    signed.put_object(Bucket=bucket, Key='demo/checkpoints/ck1/manifest.json', Body=b'{"secret": "records"}')
     assert signed.get_object(Bucket=bucket, Key='demo/checkpoints/ck1/manifest.json')['Body'].read() == b'{"secret": "records"}'
 
     anonymous = client(endpoint, config={'signature_version': UNSIGNED})

@@ -21,12 +21,13 @@ CHART = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint'
 NS = 'default'
 
 
-def helm_call(cfg: Any, action: str, release: str, values: dict[str, Any], timeout_seconds: int = 20) -> dict[str, Any]:
+def helm_call(cfg: Any, action: str, release: str, values: dict[str, Any], timeout_seconds: int = 20,
+              **options: Any) -> dict[str, Any]:
     from helm_python import _native
     from helm_python.config import _NONE, _opts
     raw = _native.call_string(action, cfg._raw(), _native.HANDLE(_NONE), _native.HANDLE(_NONE), str(CHART),
                               release, json.dumps(values),
-                              _opts(disable_openapi_validation=True, timeout_seconds=timeout_seconds))
+                              _opts(disable_openapi_validation=True, timeout_seconds=timeout_seconds, **options))
     return json.loads(raw)
 
 

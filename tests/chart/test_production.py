@@ -39,7 +39,8 @@ def test_seaweedfs_listens_on_loopback_only_behind_a_forwarder(render: Any) -> N
     assert '-ip=127.0.0.1' in args and '-ip.bind=127.0.0.1' in args
     assert not [a for a in args if '0.0.0.0' in a or a.startswith(('-s3.ip.bind', '-master.ip', '-filer.ip'))]
     assert '-s3.port=8334' in args and '-s3.port.iceberg=0' in args and '-s3.port.lance=0' in args
-    assert forwarder['command'] == ['gymckpt', 'forward', '--listen', '0.0.0.0:8333', '--to', '127.0.0.1:8334']
+    assert forwarder['command'] == ['gymckpt', 'forward', '--listen', '0.0.0.0:8333', '--to', '127.0.0.1:8334',
+                                    '--create-bucket', 'gym-checkpoints']
     assert forwarder['readinessProbe']['httpGet'] == {'path': '/healthz', 'port': 's3'}
     assert store['spec']['template']['spec']['terminationGracePeriodSeconds'] == 60
 

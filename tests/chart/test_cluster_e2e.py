@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.chart.cluster import Cluster
@@ -26,7 +27,7 @@ helm = pytest.importorskip('helm_python')
 PACKAGE = Path(__file__).resolve().parents[2] / 'services' / 'gym_services'
 TASKS = PACKAGE / 'resources' / 'workplace_assistant' / 'data' / 'example.jsonl'
 SERVERS = ('inference-worker', 'policy-model', 'workplace-assistant', 'simple-agent', 'collection')
-REPEATS, CONCURRENCY = 4, 8
+REPEATS, CONCURRENCY = 6, 6  # 30 episodes in five waves: the checkpoint lands mid-job
 
 
 def gymckpt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -79,11 +80,12 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
         url = cluster.local_url('gym-gym-checkpoint-collection-0')
         submitted = gymckpt('collect', str(TASKS), '--url', url, '--repeats', str(REPEATS),
                             '--concurrency', str(CONCURRENCY), '--no-wait')
-        assert 'uploaded 5 tasks' in submitted.stderr and 'collecting 20 rollouts' in submitted.stdout
-        time.sleep(max(1.0, reference_s * 0.4))
-        job = json.loads(subprocess.run(['curl', '-s', '--noproxy', '*', f'{url}/jobs/current'], capture_output=True,
-                                        text=True, timeout=10).stdout)
-        assert job['state'] == 'running' and job['finished'] < job['total'], job
+        assert 'uploaded 5 tasks' in submitted.stderr and f'collecting {5 * REPEATS} rollouts' in submitted.stdout
+        deadline = time.monotonic() + reference_s
+        while (job := httpx.get(f'{url}/jobs/current', timeout=10).json())['finished'] < 2:  # a wave is done
+            assert time.monotonic() < deadline, job
+            time.sleep(0.1)
+        assert job['state'] == 'running' and job['finished'] < job['total'] and job['live'] > 0, job
 
         kubectl('apply', '--validate=false', '-f', '-', input=json.dumps({
             'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'ck1'},
@@ -91,6 +93,8 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
         kubectl('wait', '--for=jsonpath={.status.phase}=Completed', 'checkpoint/ck1', '--timeout=120s', timeout=130)
         checkpoint = json.loads(kubectl('get', 'checkpoint', 'ck1', '-o', 'json').stdout)['status']
         assert checkpoint['participantCount'] == 4 and checkpoint['location'] == 's3://gym-checkpoints/gym'
+        collection = [p for p in checkpoint['participants'] if p['role'] == 'controller']
+        assert collection[0]['records'] > 1, checkpoint  # the job's cursor and the episodes live at the checkpoint
 
         # every server pod dies and is replaced by a fresh one (the collection keeps its volume)
         old_pids = {name: [proc.pid for proc in cluster.pods[name].procs] for name in pods}
@@ -107,7 +111,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
 
         finished = gymckpt('collect', '--attach', '--url', url, '--output', str(tmp_path / 'checkpointed.jsonl'),
                            '--wait-timeout', '240')
-        assert 'collected 20 rollouts (0 errors)' in finished.stdout
+        assert f'collected {5 * REPEATS} rollouts (0 errors)' in finished.stdout
         assert not cluster.errors, cluster.errors
     checkpointed = results(tmp_path / 'checkpointed.jsonl')
     assert set(checkpointed) == set(reference)

@@ -45,6 +45,7 @@ class ErrorCode(enum.StrEnum):
     UPSTREAM_ERROR = "upstream_error", 502
     STORAGE_UNAVAILABLE = "storage_unavailable", 502
     NOT_READY = "not_ready", 503
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable", 503  # a server stayed down past a retry deadline
 
     @classmethod
     def for_status(cls, status: int) -> ErrorCode:

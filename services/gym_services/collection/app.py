@@ -23,7 +23,15 @@ class Config(ServerConfig):
     agents: dict[str, str] = Field(default_factory=dict, description="agent name -> base URL")
     default_agent: str | None = Field(default=None, description="agent for tasks that name none")
     request_timeout_s: float = Field(default=3600.0, gt=0, description="seconds one /run of an agent may take")
-    transport_retries: int = Field(default=5, ge=0, le=100, description="retries of a /run that could not connect")
+    unavailable_deadline_s: float = Field(
+        default=900.0,
+        gt=0,
+        le=7 * 86400,
+        description="an episode whose agent is unreachable, breaks off /run or answers 503 (a server behind it was down) "
+        "is run again (attempt + 1 when it may have started) for this long; then an error row is written",
+    )
+    unavailable_backoff_s: float = Field(default=0.2, gt=0, le=60, description="first wait before running it again")
+    unavailable_backoff_max_s: float = Field(default=5.0, gt=0, le=600, description="longest wait between two runs")
     data_dir: str | None = Field(
         default=None,
         description="folder for uploaded tasks and results (a PersistentVolume on Kubernetes); when set, job paths "
@@ -37,7 +45,9 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         config.agents,
         default_agent=config.default_agent,
         request_timeout_s=config.request_timeout_s,
-        transport_retries=config.transport_retries,
+        unavailable_deadline_s=config.unavailable_deadline_s,
+        backoff_s=config.unavailable_backoff_s,
+        backoff_max_s=config.unavailable_backoff_max_s,
         transport=transport,
     )
 

@@ -50,6 +50,7 @@ class JobState(BaseModel):
     output_offset: int = Field(default=0, ge=0, description="bytes of output that belong to finished results")
     reward_sum: float = 0.0
     errors: int = 0
+    reruns: int = Field(default=0, ge=0, description="episodes run again as attempt + 1 after an infrastructure failure")
 
 
 class JobStatus(BaseModel):
@@ -59,5 +60,6 @@ class JobStatus(BaseModel):
     finished: int = 0
     live: int = 0
     errors: int = 0
+    reruns: int = 0
     mean_reward: float | None = None
     output_path: str | None = None

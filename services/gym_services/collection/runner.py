@@ -4,6 +4,13 @@ It is a checkpoint participant (role ``controller``): prepare stops new dispatch
 writes the cursor, finished result keys and one record per live episode (the scope the
 other participants keep), restore re-issues the live episodes as attempt + 1 and never
 runs a finished one again.
+
+Infrastructure failures are not results. An agent that cannot be reached gets the same
+``/run`` again after a backoff; an agent that broke off the call (it died or the
+connection dropped) or answered ``503`` (``upstream_unavailable``, ``not_ready``: a server
+behind it stayed down past the agent's own deadline) gets the episode again as
+attempt + 1, which fences whatever the older attempt left anywhere. Only when the
+failures last ``unavailable_deadline_s`` without a result is an error row written.
 """
 
 from __future__ import annotations
@@ -70,14 +77,18 @@ class Collection(Participant):
         *,
         default_agent: str | None = None,
         request_timeout_s: float = 3600.0,
-        transport_retries: int = 5,
+        unavailable_deadline_s: float = 900.0,
+        backoff_s: float = 0.2,
+        backoff_max_s: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
         self.agents = agents
         self.default_agent = default_agent
         self.request_timeout_s = request_timeout_s
-        self.transport_retries = transport_retries
+        self.unavailable_deadline_s = unavailable_deadline_s
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
         self._transport = transport
         self._sleep = sleep
         self.job: JobState | None = None
@@ -108,6 +119,7 @@ class Collection(Participant):
             finished=finished,
             live=len(self.running),
             errors=job.errors,
+            reruns=job.reruns,
             mean_reward=(job.reward_sum / (finished - job.errors)) if finished > job.errors else None,
             output_path=job.spec.output_path,
         )
@@ -206,23 +218,47 @@ class Collection(Participant):
         url = f"{self.agents[episode.agent].rstrip('/')}/run"
         result: dict[str, Any] | None = None
         error: str | None = None
+        failing_since: float | None = None
+        backoff = self.backoff_s
+        loop = asyncio.get_running_loop()
         try:
-            for attempt_no in range(self.transport_retries + 1):
+            while True:
+                next_attempt = False
                 try:
                     resp = await self._client.post(url, json=self._run_body(episode))
-                except httpx.TransportError as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                    await self._sleep(min(2.0, 0.2 * 2**attempt_no))
-                    continue
-                data = _json(resp)
-                if resp.status_code == 200:
-                    result, error = data, None
-                elif resp.status_code == 409 and _code(data) == ErrorCode.STALE_ATTEMPT:
-                    self._drop(episode)  # superseded by a newer attempt elsewhere: not ours to report
-                    return
+                except UNREACHABLE as exc:  # the agent never got the call: the same one again
+                    error = f"agent {episode.agent} unreachable: {type(exc).__name__}: {exc}"
+                except httpx.TransportError as exc:  # broken off: the agent may have died mid-episode
+                    error, next_attempt = f"agent {episode.agent} broke off /run: {type(exc).__name__}: {exc}", True
                 else:
+                    data = _json(resp)
+                    if resp.status_code == 200:
+                        result, error = data, None
+                        break
+                    if resp.status_code == 409 and _code(data) == ErrorCode.STALE_ATTEMPT:
+                        self._drop(episode)  # superseded by a newer attempt elsewhere: not ours to report
+                        return
                     error = f"HTTP {resp.status_code}: {_code(data) or resp.text[:200]}"
-                break
+                    if not (resp.status_code == 503 and _code(data) in INFRASTRUCTURE_CODES):
+                        break  # the episode's own outcome: a result row, even if an error
+                    error += f": {_message(data)}"
+                    next_attempt = True
+                now = loop.time()
+                failing_since = failing_since if failing_since is not None else now
+                if now - failing_since >= self.unavailable_deadline_s:
+                    error = f"gave up after {now - failing_since:.0f}s of infrastructure failures; last: {error}"
+                    break
+                log.warning(
+                    "episode hit an infrastructure failure; running it again",
+                    extra={"rollout_id": episode.rollout_id, "attempt": episode.attempt, "error": error,
+                           "next_attempt": next_attempt, "retry_in_s": backoff},
+                )
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max_s)
+                if next_attempt and self.running.get(episode.rollout_id) is episode:
+                    episode.attempt += 1  # fences whatever the older attempt left on every server
+                    if self.job is not None:
+                        self.job.reruns += 1
             await self._finish(episode, result, error)
         except asyncio.CancelledError:
             raise
@@ -359,6 +395,18 @@ class Collection(Participant):
     def live(self) -> dict[str, Any]:
         status = self.status()
         return {"episodes": status.live, "finished": status.finished, "dispatched": status.dispatched, "total": status.total}
+
+
+#: the agent never received the call
+UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+#: ``503`` codes that mean "a server was down", not "this episode failed"
+INFRASTRUCTURE_CODES = frozenset({ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.NOT_READY})
+
+
+def _message(data: Any) -> str:
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return str(data["error"].get("message", ""))[:300]
+    return ""
 
 
 def _json(resp: httpx.Response) -> Any:

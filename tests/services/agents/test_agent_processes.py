@@ -105,11 +105,16 @@ async def test_checkpoint_kill_restore_continue(slow_worker, tmp_path) -> None:
             coordinator = Coordinator(refs(first), control)
             run = asyncio.create_task(http.post(f"{first['agent'].url}/run", json=body))
             verified = False
-            for _ in range(2000):  # until turn 0 is verified and the correction's proof is streaming
+            streamed_from: int | None = None
+            for _ in range(2000):  # until turn 0 is verified and the correction's proof has streamed a few tokens
                 verified = verified or "gym_lean_verifications_total{" in (await http.get(f"{first['lean'].url}/metrics")).text
                 generating = (await control.status(refs(first)[0])).live["generations"] > 0
                 if verified and generating:
-                    break
+                    # a cut keeps exactly what the worker streamed: let it stream some (this worker serves only us)
+                    tokens = (await http.get(f"{worker.url}/stats")).json()["tokens_generated"]
+                    streamed_from = tokens if streamed_from is None else streamed_from
+                    if tokens >= streamed_from + 3:
+                        break
                 await asyncio.sleep(0.005)
             else:
                 raise AssertionError("the correction generation never started")

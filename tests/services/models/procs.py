@@ -48,11 +48,14 @@ class ServerProcess:
                 self.kill()
 
 
-def start_server(server: str, config: dict, workdir: Path, ready_timeout_s: float = 30.0) -> ServerProcess:
-    """Start ``server`` with ``config`` (YAML) on a free port; retried if the port was taken meanwhile."""
+def start_server(
+    server: str, config: dict, workdir: Path, ready_timeout_s: float = 30.0, port: int | None = None
+) -> ServerProcess:
+    """Start ``server`` with ``config`` (YAML) on ``port`` or a free one (retried if it was taken meanwhile)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    wanted = port
     for attempt in range(3):
-        port = free_port()
+        port = wanted or free_port()
         config_path = workdir / f"{server}-{port}.yaml"
         config_path.write_text(yaml.safe_dump({"name": server, **config}))
         log_path = workdir / f"{server}-{port}.log"

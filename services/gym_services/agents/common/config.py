@@ -22,6 +22,15 @@ class AgentConfig(ServerConfig):
         le=86400,
         description="give up (503) when a step is refused this long without the agent itself parking",
     )
+    unavailable_deadline_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="a step whose server is unreachable or answers 503 (the model's worker down) is retried from its "
+        "boundary this long; then /run fails with 503 upstream_unavailable (the collection runs it again)",
+    )
+    unavailable_backoff_s: float = Field(default=0.2, gt=0, le=60, description="first wait before retrying such a step")
+    unavailable_backoff_max_s: float = Field(default=5.0, gt=0, le=300, description="longest wait between two retries")
     park_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often a parked episode rechecks admission")
     finished_retention_s: float = Field(
         default=60.0,

@@ -29,6 +29,24 @@ class CheckpointParked(Exception):
         self.path = path
 
 
+class DownstreamUnavailable(Exception):
+    """A downstream server could not be reached, or answered ``503`` before doing anything
+    (``upstream_unavailable``: the policy model's worker stayed down; ``not_ready``): the step did not
+    happen there, so the episode goes back to the boundary before it and tries again later."""
+
+    def __init__(self, server: str, path: str, message: str) -> None:
+        super().__init__(f"{server} {path}: {message}")
+        self.server = server
+        self.path = path
+        self.message = message
+
+
+#: a call that never reached the server
+UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+#: ``503`` codes that say "not now": the server did nothing with the call
+UNAVAILABLE_CODES = frozenset({ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.NOT_READY})
+
+
 class _NoCookies(CookiePolicy):
     """A cookie policy that stores and sends nothing (cookies are per episode, not per client)."""
 
@@ -119,7 +137,8 @@ class Downstream:
         cookies: dict[str, str],
         extra_headers: dict[str, str] | None = None,
     ) -> httpx.Response:
-        """POST and return the raw response; only transport failures raise (502 upstream_error)."""
+        """POST and return the raw response; only transport failures raise: :class:`DownstreamUnavailable`
+        when the call never reached the server, else ``502 upstream_error``."""
         headers = dict(extra_headers or {})
         if identity is not None:
             headers.update(identity.headers())
@@ -129,6 +148,8 @@ class Downstream:
             headers[FIRST_SESSION_HEADER] = "1"
         try:
             return await self.client.post(f"{self.base_url}{path}", json=body, headers=headers)
+        except UNREACHABLE as exc:
+            raise DownstreamUnavailable(self.name, path, f"unreachable: {type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
             raise ApiError(
                 ErrorCode.UPSTREAM_ERROR, f"{self.name} {path} unreachable: {type(exc).__name__}: {exc}"
@@ -146,8 +167,10 @@ class Downstream:
         """POST and classify the answer.
 
         ``409 checkpoint_parked`` raises :class:`CheckpointParked` (the caller returns to
-        its boundary); ``409 stale_attempt`` ends the attempt; other errors are a 502,
-        except 4xx when ``accept_client_errors`` (a tool's refusal is the tool's output).
+        its boundary); ``409 stale_attempt`` ends the attempt; an unreachable server or a
+        ``503`` that did nothing raises :class:`DownstreamUnavailable` (the caller returns to
+        its boundary and retries later); other errors are a 502, except 4xx when
+        ``accept_client_errors`` (a tool's refusal is the tool's output).
         """
         response = await self.send(path, body, identity=identity, cookies=cookies)
         merged = merge_set_cookies(cookies, response)
@@ -157,6 +180,10 @@ class Downstream:
                 raise CheckpointParked(self.name, path, message)
             if code == ErrorCode.STALE_ATTEMPT:
                 raise ApiError(ErrorCode.STALE_ATTEMPT, f"{self.name} {path}: {message}")
+        if response.status_code == 503:
+            code, message = error_of(response)
+            if code in UNAVAILABLE_CODES:
+                raise DownstreamUnavailable(self.name, path, f"{code}: {message}")
         ok = 200 <= response.status_code < 300
         if not ok and not (accept_client_errors and 400 <= response.status_code < 500):
             code, message = error_of(response)

@@ -9,6 +9,10 @@
 - A ``409 checkpoint_parked`` from a downstream server sends the episode back to the
   boundary before that step; after a short backoff it parks (if the agent is closed
   by then) or retries.
+- So does a downstream server that cannot be reached or answers ``503`` without doing
+  anything (the model's worker is down): the step is retried from its boundary with a
+  doubling backoff until ``unavailable_deadline_s``, then ``/run`` fails with ``503
+  upstream_unavailable`` (an infrastructure failure the collection runs again).
 - Commit writes one record per episode in scope; restore installs them under
   attempt + 1; ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
@@ -34,7 +38,7 @@ from pydantic import ValidationError
 from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
-from gym_services.agents.common.downstream import CheckpointParked
+from gym_services.agents.common.downstream import CheckpointParked, DownstreamUnavailable
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
@@ -111,7 +115,7 @@ class AgentParticipant(Participant):
         self._plane: ControlPlane | None = None
         self._reopened = asyncio.Event()
         self._context: Callable[[Episode], StepContext] | None = None
-        self._steps = self._parks = self._refusals = self._runs = None
+        self._steps = self._parks = self._refusals = self._runs = self._unavailable = None
 
     # --- wiring ---------------------------------------------------------------------
 
@@ -122,6 +126,9 @@ class AgentParticipant(Participant):
         self._parks = metrics.counter("gym_agent_parks", "Times an episode parked at a boundary")
         self._refusals = metrics.counter("gym_agent_parked_refusals", "409 checkpoint_parked seen from downstream", ("server",))
         self._runs = metrics.counter("gym_agent_runs", "Episodes started, by how", ("start",))
+        self._unavailable = metrics.counter(
+            "gym_agent_downstream_unavailable", "Steps retried because a server was unreachable or down", ("server",)
+        )
 
     @property
     def admission_open(self) -> bool:
@@ -213,6 +220,8 @@ class AgentParticipant(Participant):
         assert self._context is not None
         ctx = self._context(ep)
         refused_since: float | None = None
+        unavailable_since: float | None = None
+        backoff = self.config.unavailable_backoff_s
         while True:
             if await self._park(ep):
                 refused_since = None
@@ -234,6 +243,24 @@ class AgentParticipant(Participant):
                     raise ApiError(ErrorCode.NOT_READY, f"gave up after {now - refused_since:.0f}s of refusals: {exc}") from None
                 await asyncio.sleep(self.config.parked_backoff_s)
                 continue
+            except DownstreamUnavailable as exc:
+                ep.leave()  # the step did not happen there: back at the boundary before it
+                if self._unavailable is not None:
+                    self._unavailable.labels(server=exc.server).inc()
+                now = time.monotonic()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since >= self.config.unavailable_deadline_s:
+                    raise ApiError(
+                        ErrorCode.UPSTREAM_UNAVAILABLE, f"gave up after {now - unavailable_since:.0f}s: {exc}"
+                    ) from None
+                log.warning(
+                    "a server is unavailable; retrying the step from its boundary",
+                    extra={"rollout_id": ep.rollout_id, "attempt": ep.attempt, "step": boundary.name,
+                           "error": str(exc), "retry_in_s": backoff},
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.unavailable_backoff_max_s)
+                continue
             except Exception as exc:
                 ep.leave()
                 with contextlib.suppress(Exception):
@@ -242,7 +269,8 @@ class AgentParticipant(Participant):
             except BaseException:
                 ep.leave()
                 raise
-            refused_since = None
+            refused_since = unavailable_since = None
+            backoff = self.config.unavailable_backoff_s
             if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
                 raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")
             if self._steps is not None:

@@ -5,7 +5,9 @@
   stale attempt gets ``409 stale_attempt`` and changes nothing.
 - ``/v1/responses`` forwards to the policy model with the caller's identity and the
   model's cookies. Its answer passes through unchanged, so the model's ``409
-  checkpoint_parked`` reaches ``/run`` as a 409 (never a 500). It is ``GATED_NOWAIT``:
+  checkpoint_parked`` reaches ``/run`` as a 409 (never a 500); a model that cannot be
+  reached, or whose worker stayed down (``503 upstream_unavailable``), is a ``503
+  upstream_unavailable`` here, so the episode retries the step later. It is ``GATED_NOWAIT``:
   refused while the agent is closed, while a generation already in flight does not
   block prepare (it is a replay step).
 - The episode loop calls the proxy in process (an ASGI transport to this very app), so
@@ -26,7 +28,13 @@ from starlette.routing import Route
 
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import MODEL, StepContext, own_cookie_name
-from gym_services.agents.common.downstream import Downstream, cookieless_client, error_of
+from gym_services.agents.common.downstream import (
+    UNAVAILABLE_CODES,
+    Downstream,
+    DownstreamUnavailable,
+    cookieless_client,
+    error_of,
+)
 from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentParticipant, Episode
 from gym_services.server.app import create_server_app
@@ -112,11 +120,16 @@ def create_agent_app(
         if isinstance(body.get("input"), str):
             body = {**body, "input": [{"role": "user", "content": body["input"]}]}
         identity = RolloutIdentity.from_headers(request.headers)
-        upstream = await downstream[MODEL].send(
-            "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
-        )
+        try:
+            upstream = await downstream[MODEL].send(
+                "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
+            )
+        except DownstreamUnavailable as exc:
+            raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)) from None
         if upstream.status_code >= 500:
             code, message = error_of(upstream)
+            if upstream.status_code == 503 and code in UNAVAILABLE_CODES:
+                raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, f"model: {code}: {message}")
             raise ApiError(
                 ErrorCode.UPSTREAM_ERROR,
                 f"model answered {upstream.status_code}: {code or ''} {message}".strip(),

@@ -19,6 +19,11 @@ Checkpointing (role ``model``, DESIGN §6; details in :mod:`.generations`):
   older attempt's open calls with the same 409). Calls without identity are cut and held like the
   others but never written to a checkpoint.
 
+A failing upstream is a fault the generation rides out (``upstream_retry``, :mod:`.generations`):
+what arrived before a worker died stays as the prefix, and the generation continues it on the
+restarted (or another) worker after a bounded backoff; the call fails (``503
+upstream_unavailable``) only after ``upstream_retry.deadline_s`` without progress.
+
 ``stream: true`` is answered with synthetic Responses API SSE events once the generation is finished
 (:mod:`.stream_events`), as the reference model server does, so streaming changes no checkpoint rule.
 
@@ -47,13 +52,14 @@ from gym_services.models.policy_model.generations import GenerationManager, Mode
 from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
 from gym_services.models.policy_model.stream_events import encode_sse, response_events
-from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig
+from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamRetry
 
 SSE_HEADERS = {"cache-control": "no-cache"}
 
 
 class Config(ServerConfig):
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
+    upstream_retry: UpstreamRetry = Field(default_factory=UpstreamRetry)
     cut_wait_s: float = Field(
         default=5.0,
         gt=0,
@@ -65,7 +71,7 @@ class Config(ServerConfig):
 
 def create_app(config: Config) -> Starlette:
     upstream = Upstream(config.upstream)
-    manager = GenerationManager(upstream, config.cut_wait_s)
+    manager = GenerationManager(upstream, config.cut_wait_s, config.upstream_retry)
 
     async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
@@ -111,6 +117,9 @@ def create_app(config: Config) -> Starlette:
         ),
         responses_held=metrics.counter("gym_model_responses_held", "Responses held until a checkpoint resumed"),
         generations_cut=metrics.counter("gym_model_generations_cut", "Generations cut at a token boundary"),
+        upstream_failures=metrics.counter(
+            "gym_model_upstream_failures", "Upstream failures a generation rode out (it kept its prefix and retried)"
+        ),
     )
     app.state.generations = manager
     return app

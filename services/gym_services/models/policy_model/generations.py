@@ -14,6 +14,14 @@ then, at resume (or abort), a cut call continues with assistant-prefix continuat
 (``continue_final_message``) and returns one response, prefix + continuation — the response an
 uninterrupted call returns; a held call is delivered.
 
+A failing upstream (the worker killed or restarting, a refused connection, a stream broken off, a
+``5xx``/``429`` answer) is handled like a cut the generation did not ask for: what arrived stays as
+the prefix, the generation waits (bounded, doubling backoff, state ``cut``, so it never blocks a
+checkpoint) and continues the prefix on whatever the upstream is by then: the restarted worker or
+another one. Only when the upstream makes no progress for ``UpstreamRetry.deadline_s`` does the
+call fail, with ``503 upstream_unavailable``; its prefix is then staged, so the agent re-issuing
+the same request (it goes back to its boundary and retries) continues from it.
+
 After a restore, prefixes sit in ``staged`` under (rollout id, request digest) for attempt + 1: the
 re-issued request continues from its prefix (or, for a complete one, is answered without generating).
 A prefix is used once; if the call using it fails before finishing, what it reached is staged again.
@@ -40,7 +48,7 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import Record, RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
-from gym_services.models.policy_model.upstream import Delta, Halt, Upstream
+from gym_services.models.policy_model.upstream import Delta, Halt, Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
 Key = tuple[str, str]
@@ -61,6 +69,7 @@ class ModelCounters:
     tokens_reused: Counter
     responses_held: Counter
     generations_cut: Counter
+    upstream_failures: Counter
 
 
 class Generation:
@@ -90,6 +99,12 @@ class Generation:
         self.finish_reason: str | None = None
         self.error: ApiError | None = None
         self.cut_requested = False
+        #: what the next stream continues from: a checkpoint's ``cut`` or an ``upstream_failure``
+        self.resumes_after = "cut"
+        self.waiting_for_upstream = False
+        self._failing_since: float | None = None
+        self._failing_at_tokens = -1
+        self._backoff_s = 0.0
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
         self._reader: asyncio.Task | None = None
@@ -147,7 +162,10 @@ class Generation:
             self.manager.reused(self.staged.completion_tokens, "staged")
         while self.finish_reason is None:
             await self._park()
-            await self._stream_once()
+            try:
+                await self._stream_once()
+            except UpstreamUnavailable as exc:
+                await self._wait_for_upstream(exc)
         if self.manager.paused:
             self.state = GenerationState.HELD
             self.manager.count_held()
@@ -158,6 +176,39 @@ class Generation:
     def _raise_if_failed(self) -> None:
         if self.error is not None:
             raise self.error
+
+    async def _wait_for_upstream(self, exc: UpstreamUnavailable) -> None:
+        """Keep what arrived as the prefix and wait before continuing it; fail after the deadline."""
+        self.state = GenerationState.CUT
+        self.resumes_after = "upstream_failure"
+        self.manager.count_upstream_failure()
+        retry = self.manager.retry
+        now = asyncio.get_running_loop().time()
+        if self._failing_since is None or self.completion_tokens > self._failing_at_tokens:
+            self._failing_since, self._backoff_s = now, retry.backoff_s  # new trouble, or it made progress since
+        self._failing_at_tokens = self.completion_tokens
+        failing_s = now - self._failing_since
+        if failing_s >= retry.deadline_s:
+            raise ApiError(
+                ErrorCode.UPSTREAM_UNAVAILABLE,
+                f"the upstream made no progress for {failing_s:.0f}s (deadline {retry.deadline_s:g}s); "
+                f"{self.completion_tokens} tokens are kept for a retry of this request; last error: {exc.message}",
+            )
+        delay = min(self._backoff_s, retry.deadline_s - failing_s)
+        self._backoff_s = min(self._backoff_s * 2, retry.backoff_max_s)
+        log.warning(
+            "upstream failed; continuing the generation after a backoff",
+            extra={**self._log_extra(), "tokens_kept": self.completion_tokens, "retry_in_s": round(delay, 3),
+                   "failing_s": round(failing_s, 3), "error": exc.message},
+        )
+        self.waiting_for_upstream = True
+        try:
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), delay)
+        finally:
+            self.waiting_for_upstream = False
+        self._raise_if_failed()
 
     async def _park(self) -> None:
         while self.manager.paused and self.error is None:
@@ -184,13 +235,13 @@ class Generation:
         if body is None:
             self.finish_reason = "length"
             return
-        if self.text and self.state == GenerationState.CUT and self.staged is None:
-            self.manager.reused(self.completion_tokens, "cut")
+        # counted once the upstream answers: a continuation refused by a dead worker reused nothing
+        reuse = (self.completion_tokens, self.resumes_after) if self.text and self.state == GenerationState.CUT and self.staged is None else None
         self.staged = None
         self.state = GenerationState.RUNNING
         self.cut_requested = False
         self._halt = Halt()
-        self._reader = asyncio.create_task(self._read(body, base=self.completion_tokens))
+        self._reader = asyncio.create_task(self._read(body, base=self.completion_tokens, reuse=reuse))
         try:
             await asyncio.wait({self._reader})
         finally:
@@ -207,19 +258,23 @@ class Generation:
             raise self._reader.exception()  # type: ignore[misc]
         if self.finish_reason is None:
             self.state = GenerationState.CUT
+            self.resumes_after = "cut"
             self.manager.count_cut()
 
-    async def _read(self, body: dict[str, Any], base: int) -> None:
+    async def _read(self, body: dict[str, Any], base: int, reuse: tuple[int, str] | None = None) -> None:
         """Append the stream to ``text`` until it ends (after a cut: until the upstream stopped)."""
         received = 0
         try:
             async with contextlib.aclosing(self.manager.upstream.deltas(body, self._halt)) as deltas:
                 async for delta in deltas:
+                    if reuse is not None:
+                        self.manager.reused(*reuse)
+                        reuse = None
                     received = self._apply(delta, base, received)
                     if delta.finish_reason is not None:
                         self.finish_reason = self._finish(delta.finish_reason)
             if self.finish_reason is None and not self.cut_requested:
-                raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream stream ended without a finish_reason")
+                raise UpstreamUnavailable("the upstream stream ended without a finish_reason")
         finally:
             self.manager.generated(self.completion_tokens - base)
 
@@ -259,16 +314,19 @@ DELIVERED_KEPT_MAX = 4096
 class GenerationManager:
     """Every live generation and staged prefix of one policy model server."""
 
-    def __init__(self, upstream: Upstream, cut_wait_s: float) -> None:
+    def __init__(self, upstream: Upstream, cut_wait_s: float, retry: UpstreamRetry | None = None) -> None:
         self.upstream = upstream
         self.cut_wait_s = cut_wait_s
+        self.retry = retry or UpstreamRetry()
         self.paused = False
         self.live: dict[int, Generation] = {}
         self.staged: dict[Key, StagedPrefix] = {}
         #: the last response delivered per rollout, until that rollout calls again: a reply still in
         #: transit when the agent parks is saved too, so the restored attempt need not generate it again
         self.delivered: dict[str, tuple[Key, StagedPrefix]] = {}
-        self.totals = {"tokens_generated": 0, "tokens_reused": 0, "responses_held": 0, "generations_cut": 0}
+        self.totals = {
+            "tokens_generated": 0, "tokens_reused": 0, "responses_held": 0, "generations_cut": 0, "upstream_failures": 0,
+        }
         self.counters: ModelCounters | None = None
         self._ids = itertools.count()
 
@@ -296,12 +354,18 @@ class GenerationManager:
         if self.counters:
             self.counters.generations_cut.inc()
 
+    def count_upstream_failure(self) -> None:
+        self.totals["upstream_failures"] += 1
+        if self.counters:
+            self.counters.upstream_failures.inc()
+
     def live_counts(self) -> dict[str, int]:
         states = [g.state for g in self.live.values()]
         return {
             "generations": states.count(GenerationState.RUNNING),
             "cut": states.count(GenerationState.CUT),
             "held": states.count(GenerationState.HELD),
+            "waiting_for_upstream": sum(1 for g in self.live.values() if g.waiting_for_upstream),
             "staged_prefixes": len(self.staged),
             "delivered_kept": len(self.delivered),
             **self.totals,
@@ -331,19 +395,22 @@ class GenerationManager:
                 while len(self.delivered) > DELIVERED_KEPT_MAX:  # finished rollouts never call again
                     del self.delivered[next(iter(self.delivered))]
             return generation
-        except BaseException:
-            self._restage_unfinished(generation)
+        except BaseException as exc:
+            self._restage_unfinished(generation, exc)
             raise
         finally:
             del self.live[call_id]
             generation.finished.set()
 
-    def _restage_unfinished(self, generation: Generation) -> None:
-        """A restored prefix whose call failed (not as stale) stays available, with what it reached."""
+    def _restage_unfinished(self, generation: Generation, exc: BaseException) -> None:
+        """What a failed call reached stays available for a retry of the same request: a restored
+        prefix whose call failed (not as stale), and a generation its upstream let down."""
         ident = generation.identity
-        if ident is None or not generation.restored or generation.error is not None:
+        if ident is None or generation.error is not None:
             return
-        self.staged.setdefault((ident.rollout_id, generation.digest), generation.snapshot())
+        gave_up = isinstance(exc, ApiError) and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE and bool(generation.text)
+        if generation.restored or gave_up:
+            self.staged.setdefault((ident.rollout_id, generation.digest), generation.snapshot())
 
     def _stale_older(self, rollout_id: str, attempt: int) -> None:
         """Calls of older attempts of this rollout end with 409 stale_attempt."""

@@ -32,6 +32,34 @@ class UpstreamConfig(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every upstream request")
 
 
+class UpstreamRetry(BaseModel):
+    """How a generation rides out a failing upstream (a worker killed, restarting, overloaded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deadline_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=86400,
+        description="a generation whose upstream cannot be reached or fails mid-stream keeps what it streamed and "
+        "retries this long without progress; then the call fails with 503 upstream_unavailable",
+    )
+    backoff_s: float = Field(default=0.2, gt=0, le=60, description="first wait before a retry; doubles each time")
+    backoff_max_s: float = Field(default=5.0, gt=0, le=300, description="longest wait between two retries")
+
+
+#: upstream answers that say "not now" rather than "not this request"
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class UpstreamUnavailable(ApiError):
+    """The upstream could not be reached, refused for now, or broke off a stream: a fault of the worker,
+    not of the request, so the generation keeps its prefix and continues elsewhere or later."""
+
+    def __init__(self, message: str, *, details: Any = None) -> None:
+        super().__init__(ErrorCode.UPSTREAM_UNAVAILABLE, message, details=details)
+
+
 @dataclass
 class Delta:
     """One upstream chunk, reduced to what the policy model keeps."""
@@ -142,11 +170,11 @@ class Upstream:
             async with self._client.stream("POST", self.url, json=payload) as response:
                 if response.status_code != 200:
                     raw = (await response.aread()).decode("utf-8", "replace")
-                    raise ApiError(
-                        ErrorCode.UPSTREAM_ERROR,
-                        f"upstream {self.url} answered {response.status_code}: {raw[:500]}",
-                        details={"upstream_status": response.status_code},
-                    )
+                    message = f"upstream {self.url} answered {response.status_code}: {raw[:500]}"
+                    details = {"upstream_status": response.status_code}
+                    if response.status_code in TRANSIENT_STATUS:
+                        raise UpstreamUnavailable(message, details=details)
+                    raise ApiError(ErrorCode.UPSTREAM_ERROR, message, details=details)
                 network = response.extensions.get("network_stream")
                 halt.attach(network.get_extra_info("socket") if network is not None else None)
                 try:
@@ -174,4 +202,7 @@ class Upstream:
         except httpx.HTTPError as exc:
             if halt.draining:
                 return  # the upstream ended the stream we asked it to stop: everything it sent is in
-            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {self.url} failed: {type(exc).__name__}: {exc}") from None
+            message = f"upstream {self.url} failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, httpx.TransportError):  # refused, reset, broken off, timed out
+                raise UpstreamUnavailable(message) from None
+            raise ApiError(ErrorCode.UPSTREAM_ERROR, message) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -115,14 +116,22 @@ async def test_max_output_tokens_is_honoured_across_a_cut(worker, fast_worker) -
         assert (await asyncio.wait_for(call, 30)).json() == expected
 
 
-async def test_upstream_failures_are_502_json() -> None:
-    async with serve(model_app(f"http://127.0.0.1:{free_port()}", upstream={"connect_timeout_s": 2})) as client:
+async def test_unreachable_upstream_fails_after_the_retry_deadline_with_503_json() -> None:
+    retry = {"deadline_s": 0.6, "backoff_s": 0.05, "backoff_max_s": 0.2}
+    app = model_app(f"http://127.0.0.1:{free_port()}", upstream={"connect_timeout_s": 2}, upstream_retry=retry)
+    async with serve(app) as client:
+        started = time.monotonic()
         resp = await client.post("/v1/responses", json={"model": "workplace-oracle", "input": "hi"})
-        assert resp.status_code == 502 and resp.json()["error"]["code"] == "upstream_error"
+        assert 0.6 <= time.monotonic() - started < 10  # retried until the deadline, then a clear failure
+        error = resp.json()["error"]
+        assert resp.status_code == 503 and error["code"] == "upstream_unavailable"
+        assert "no progress" in error["message"] and "ConnectError" in error["message"]
         streamed = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
         # a streamed call fails the same way: nothing is streamed before the generation is done
-        assert streamed.status_code == 502 and streamed.json()["error"]["code"] == "upstream_error"
+        assert streamed.status_code == 503 and streamed.json()["error"]["code"] == "upstream_unavailable"
         assert streamed.headers["content-type"] == "application/json"
+        live = app.state.generations.live_counts()
+        assert live["upstream_failures"] >= 4 and live["waiting_for_upstream"] == 0
 
 
 async def test_unknown_upstream_model_is_502_with_the_upstream_message(fast_worker) -> None:

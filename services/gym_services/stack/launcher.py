@@ -185,6 +185,50 @@ def start_stack(
     return state
 
 
+def restart_server(state_dir: Path, name: str, *, ready_timeout_s: float = 60.0, env: dict[str, str] | None = None) -> RunningServer:
+    """Start one server of a running stack again, from its saved config on its own port (a restarted pod).
+
+    The old process must be gone (killed or crashed); the state file gets the new pid."""
+    state = read_state(state_dir)
+    index = next((i for i, s in enumerate(state.servers) if s.name == name), None)
+    if index is None:
+        raise StackError(f"no server {name!r} in stack {state.name}")
+    old = state.servers[index]
+    if alive(old.pid):
+        _reap(old.pid)
+        if alive(old.pid):
+            raise StackError(f"{name} is still running (pid {old.pid}); stop it first")
+    creds = stack_secrets(state_dir)
+    proc_env = {
+        **os.environ,
+        **storage_env(state),
+        **(env or {}),
+        "GYMCKPT_CONTROL_TOKEN": creds["control_token"],
+        "GYMCKPT_SESSION_SECRET": creds["session_secret"],
+        "GYMCKPT_PARTICIPANT_ID": name,
+        "PYTHONUNBUFFERED": "1",
+    }
+    config_path = state_dir / "configs" / f"{name}.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_services.cli", "serve", old.server, "--config", str(config_path)],
+        env=proc_env,
+        stdout=open(old.log, "ab"),  # noqa: SIM115 - owned by the child
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    server = old.model_copy(update={"pid": proc.pid})
+    try:
+        wait_ready([server], [proc], ready_timeout_s)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+        raise
+    state.servers[index] = server
+    (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
+    return server
+
+
 def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     pending = {s.name: (s, p) for s, p in zip(servers, procs, strict=True)}

@@ -327,3 +327,59 @@ async def test_finished_result_the_controller_still_waits_for_is_saved(expected,
         assert reply.json() == expected
         assert [c for c in s.wire.calls if c.host != "agent"] == []
         assert s.participant.last_history[ROLLOUT] == ["return"]
+
+
+def retrying_factory(**agent_config):
+    """The same stack, the agent retrying unavailable servers quickly."""
+
+    def build(wire: Wire):
+        apps = factory(wire)
+        config = base_config(
+            "agent", model_url="http://model", model="fake", resources_url="http://counter",
+            unavailable_backoff_s=0.01, unavailable_backoff_max_s=0.05, **agent_config,
+        )
+        apps["agent"] = ("agent", simple_agent(load_config(SimpleConfig, overrides=config), transport=wire))
+        return apps
+
+    return build
+
+
+async def unavailable_retries(s, server: str) -> float:
+    metrics = (await s.http.get("http://agent/metrics")).text
+    for line in metrics.splitlines():
+        if line.startswith(f'gym_agent_downstream_unavailable_total{{server="{server}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def test_unreachable_servers_are_retried_from_the_boundary(expected) -> None:
+    """The resources server, then the model, cannot be reached for a while (restarting): each step is retried
+    from its boundary once they are back; nothing runs twice and the result is the uninterrupted one."""
+    async with stack(retrying_factory()) as s:
+        counter = s.wire.apps.pop("counter")
+        first_generation = s.wire.hold(is_call("model", "/v1/responses"))
+        run = asyncio.create_task(s.run(ROW, ROLLOUT))
+        await wait_for(lambda: _at_least(unavailable_retries(s, "resources"), 3), what="three retries of the seed")
+        s.wire.apps["counter"] = counter
+        await asyncio.wait_for(first_generation.arrived.wait(), 10)
+        model = s.wire.apps.pop("model")  # gone before the episode's next generation
+        first_generation.release.set()
+        await wait_for(lambda: _at_least(unavailable_retries(s, "model"), 3), what="three retries of a generation")
+        assert not run.done()
+        s.wire.apps["model"] = model
+        reply = await asyncio.wait_for(run, 30)
+        assert reply.status_code == 200 and reply.json() == expected
+        assert counts(s.wire) == {"seed": 1, "generate": 4, "increment": 4, "verify": 1}
+
+
+async def test_a_server_down_past_the_deadline_fails_the_run_with_503() -> None:
+    async with stack(retrying_factory(unavailable_deadline_s=0.3)) as s:
+        s.wire.apps.pop("counter")
+        reply = await asyncio.wait_for(s.run(ROW, ROLLOUT), 30)
+        error = reply.json()["error"]
+        assert reply.status_code == 503 and error["code"] == "upstream_unavailable"
+        assert error["message"].startswith("gave up after") and "resources /seed_session" in error["message"]
+
+
+async def _at_least(value, n: float) -> bool:
+    return (await value) >= n

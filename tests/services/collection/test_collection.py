@@ -27,6 +27,8 @@ class FakeAgent:
         self.max_active = 0
         self.stale: set[tuple[str, int]] = set()
         self.allowed: set[str] = set()
+        #: (rollout id, attempt) -> (status, error code) answered instead of a result
+        self.refuse: dict[tuple[str, int], tuple[int, str]] = {}
 
     def release(self, *rollout_ids: str) -> None:
         self.allowed.update(rollout_ids)
@@ -38,6 +40,9 @@ class FakeAgent:
             self.calls.append(key)
             if key in self.stale:
                 return JSONResponse({"error": {"code": "stale_attempt", "message": "old"}}, status_code=409)
+            if key in self.refuse or (key[0], -1) in self.refuse:
+                status, code = self.refuse.get(key) or self.refuse[(key[0], -1)]
+                return JSONResponse({"error": {"code": code, "message": f"refused {key}"}}, status_code=status)
             self.active += 1
             self.max_active = max(self.max_active, self.active)
             try:
@@ -60,9 +65,23 @@ def write_tasks(tmp_path, n=5):
     return str(path)
 
 
-def collection_app(agent: FakeAgent):
-    cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"}))
-    return create_app(cfg, transport=MultiASGITransport({"fake": agent.app()}))
+def collection_app(agent: FakeAgent, transport: httpx.AsyncBaseTransport | None = None, **config):
+    retry = {"unavailable_backoff_s": 0.01, "unavailable_backoff_max_s": 0.05, **config}
+    cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"}, **retry))
+    return create_app(cfg, transport=transport or MultiASGITransport({"fake": agent.app()}))
+
+
+class Unreachable(httpx.AsyncBaseTransport):
+    """The agent cannot be connected to for its first ``failures`` calls (a restarting pod)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, failures: int) -> None:
+        self.inner, self.failures, self.refused = inner, failures, 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.refused < self.failures:
+            self.refused += 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return await self.inner.handle_async_request(request)
 
 
 async def wait_for(predicate, timeout=5.0):
@@ -176,3 +195,65 @@ async def test_retire_drops_a_live_episode(tmp_path) -> None:
         assert answer["retired"] is True
         status = await settled_status(client)
     assert status["state"] == "completed" and status["live"] == 0 and out.read_text() == ""
+
+
+def _rows(out) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+async def test_agent_answering_503_is_run_again_as_the_next_attempt(tmp_path) -> None:
+    """A server behind the agent was down past the agent's deadline: not a result, the episode runs again."""
+    agent = FakeAgent()
+    agent.gate.set()
+    agent.refuse[("1-0", 0)] = (503, "upstream_unavailable")
+    out = tmp_path / "out.jsonl"
+    async with serve(collection_app(agent)) as client:
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 3), "output_path": str(out)})
+        status = await settled_status(client)
+    rows = {r["_ng_rollout_id"]: r for r in _rows(out)}
+    assert sorted(rows) == ["0-0", "1-0", "2-0"] and not any("error" in r for r in rows.values())
+    assert rows["1-0"]["_ng_attempt_index"] == 1 and rows["1-0"]["reward"] == 0.1
+    assert ("1-0", 0) in agent.calls and ("1-0", 1) in agent.calls
+    assert status["errors"] == 0 and status["reruns"] == 1
+
+
+async def test_unreachable_agent_gets_the_same_attempt_again(tmp_path) -> None:
+    agent = FakeAgent()
+    agent.gate.set()
+    transport = Unreachable(MultiASGITransport({"fake": agent.app()}), failures=4)
+    out = tmp_path / "out.jsonl"
+    async with serve(collection_app(agent, transport)) as client:
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
+        status = await settled_status(client)
+    rows = _rows(out)
+    assert transport.refused == 4 and len(rows) == 2
+    assert all(r["_ng_attempt_index"] == 0 and "error" not in r for r in rows)
+    assert status["errors"] == 0 and status["reruns"] == 0
+
+
+async def test_infrastructure_failures_past_the_deadline_are_an_error_row(tmp_path) -> None:
+    agent = FakeAgent()
+    agent.gate.set()
+    agent.refuse[("0-0", -1)] = (503, "upstream_unavailable")  # every attempt
+    out = tmp_path / "out.jsonl"
+    async with serve(collection_app(agent, unavailable_deadline_s=0.3)) as client:
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
+        status = await settled_status(client)
+    rows = {r["_ng_rollout_id"]: r for r in _rows(out)}
+    assert "error" not in rows["1-0"]
+    error = rows["0-0"]["error"]
+    assert error.startswith("gave up after") and "upstream_unavailable" in error, error
+    assert rows["0-0"]["_ng_attempt_index"] >= 1 and status["errors"] == 1 and status["reruns"] >= 1
+
+
+async def test_an_episodes_own_failure_is_a_result_not_a_rerun(tmp_path) -> None:
+    agent = FakeAgent()
+    agent.gate.set()
+    agent.refuse[("0-0", 0)] = (502, "upstream_error")  # e.g. a tool answered 500: the episode's outcome
+    out = tmp_path / "out.jsonl"
+    async with serve(collection_app(agent)) as client:
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 1), "output_path": str(out)})
+        status = await settled_status(client)
+    (row,) = _rows(out)
+    assert row["error"] == "HTTP 502: upstream_error" and row["_ng_attempt_index"] == 0
+    assert agent.calls == [("0-0", 0)] and status["reruns"] == 0

@@ -366,7 +366,7 @@ class GenerationManager:
             "cut": states.count(GenerationState.CUT),
             "held": states.count(GenerationState.HELD),
             "waiting_for_upstream": sum(1 for g in self.live.values() if g.waiting_for_upstream),
-            "tokens_in_flight": sum(g.completion_tokens for g in self.live.values() if g.state == RUNNING),
+            "tokens_in_flight": sum(g.completion_tokens for g in self.live.values() if g.state == GenerationState.RUNNING),
             "staged_prefixes": len(self.staged),
             "delivered_kept": len(self.delivered),
             **self.totals,

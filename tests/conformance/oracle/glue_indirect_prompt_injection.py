@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
+import logging
 import sys
 import types
+from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -113,6 +116,10 @@ def _stub_base_resources_server() -> None:
         config: BaseResourcesServerConfig
         ray_enabled: ClassVar[Optional[bool]] = None
 
+        @classmethod
+        def run_webserver(cls) -> None:
+            """Runs as the module is loaded under ``__main__``; here the glue serves the app itself."""
+
         def setup_webserver(self) -> FastAPI:
             app = FastAPI()
 
@@ -156,7 +163,7 @@ class _IdStreams:
         self.streams: dict[str, list[Any]] = {}
 
     def reset(self, session_id: str, environment: Any) -> None:
-        canonical = json.dumps(environment, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(environment, sort_keys=True, separators=(",", ":"))
         self.streams[session_id] = [hashlib.sha256(canonical.encode()).hexdigest()[:16], 0]
 
     def uuid4(self) -> Any:
@@ -175,7 +182,13 @@ def _setup() -> dict[str, Any]:
         return _STATE
     _stub_server_utils()
     _stub_base_resources_server()
-    app_module = importlib.import_module(f"{PACKAGE}.app")
+    # NeMo Gym starts a server as ``python app.py``: its classes live in ``__main__``, which shows in
+    # the text of some errors, so the app module is loaded under that name (sys.modules keeps ours)
+    path = Path(importlib.import_module(f"{PACKAGE}.verifier").__file__).with_name("app.py")
+    spec = importlib.util.spec_from_file_location("__main__", path)
+    app_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app_module)
+    logging.getLogger("__main__").disabled = True  # it logs every failing tool's traceback
     stand_in = types.SimpleNamespace(uuid4=_STREAMS.uuid4)
     for name in [*(f"{d}_tools" for d in DOMAINS), "common_tools"]:
         module = importlib.import_module(f"{PACKAGE}.{name}")
@@ -196,7 +209,8 @@ def _new_server() -> Any:
 def run(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run HTTP steps against one fresh reference server; per step: status, body, the session's env.
 
-    A step is ``{"client": KEY, "path": "/x", "body": TEXT, "content_type": CT or None, "method": "POST"}``;
+    A step is ``{"client": KEY, "path": "/x", "body": TEXT, "content_type": CT or None, "method": "POST"}``
+    (or ``"body_hex"`` for bytes that are not text);
     each client key is its own cookie jar (its own session). ``env`` is the session's environment as
     JSON text after the step (``None`` when the session holds none).
     """
@@ -222,6 +236,8 @@ def run(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 headers["content-type"] = step["content_type"]
             body = step.get("body")
             content = body.encode("utf-8") if isinstance(body, str) else None
+            if step.get("body_hex") is not None:
+                content = bytes.fromhex(step["body_hex"])
             _Session.current = None
             resp = client.request(step.get("method", "POST"), step["path"], content=content, headers=headers)
             if _Session.current is not None:

@@ -1,10 +1,19 @@
-"""The indirect prompt injection resources server.
+"""The indirect prompt injection resources server: nine domains' tools, and the verifier.
 
-Each session holds a deep copy of the task's environment; tool routes (``POST
-/{tool_name}``) read and change it; ``/verify`` scores safety × utility from the
-rollout's function calls and drops the session in a ``finally`` block, so the verify
-mode is ``wait``. The server is ``exported``: the session hooks of
-:class:`~.state.SessionStore` copy each environment (and its ID counter) through JSON.
+It answers as NeMo Gym's server does (see the README for the few deliberate differences):
+
+- ``/seed_session`` keeps a deep copy of the task's ``environment`` under the session cookie;
+- ``POST /{tool_name}`` runs the tool on that environment and answers ``{"output": text}``; an
+  unknown tool, wrong arguments or a failing tool are answers too (``200``); a session that was
+  never seeded is ``400``;
+- ``/verify`` scores safety × utility from the rollout's function calls, echoes the request with the
+  verdict, and drops the session in every case (so the verify mode is ``wait``); a verification that
+  fails is ``500`` with the error's ``repr``, as in NeMo Gym;
+- malformed bodies get FastAPI's answers (``422``/``400`` with ``detail``), see
+  :mod:`gym_services.base.nemo_http`.
+
+The server is ``exported``: :class:`~.state.SessionStore` saves and restores each environment and
+its ID stream, so a restored session answers every call exactly as the original would.
 """
 
 from __future__ import annotations
@@ -12,22 +21,40 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
+from gym_services.base import nemo_http
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.base.http import read_json, validate
 from gym_services.base.sessions import session_id
+from gym_services.control.routes import CONTROL_PREFIX
+from gym_services.server.app import create_server_app
 from gym_services.resources.common.sessions import ResourcesParticipant
 from gym_services.resources.indirect_prompt_injection import verifier
-from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolOutput, VerifyRequest
-from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, Session, SessionStore
+from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
+from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
 from gym_services.resources.indirect_prompt_injection.tools import TOOLS, run_tool
+
+NOT_SEEDED = "Session not initialized. Please call seed_session first."
+#: what the verdict sets, in the order NeMo Gym passes it to its response model
+VERDICT_FIELDS = (
+    "reward",
+    "reward_safety",
+    "reward_utility",
+    "injection_followed",
+    "matched_tool",
+    "matched_args",
+    "thinking_incomplete",
+    "attack_difficulty",
+    "attack_strategy",
+    "attack_category",
+    "verification_type",
+)
 
 
 class Config(ServerConfig):
@@ -36,22 +63,55 @@ class Config(ServerConfig):
     )
 
 
+class IPIVerifyResponse(BaseModel):
+    """The fields of NeMo Gym's verify response a request may set itself (named as NeMo Gym's model,
+    whose name its validation errors show)."""
+
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+
+def verify_answer(raw: dict[str, Any], body: VerifyRequest, verdict: verifier.Verdict) -> dict[str, Any]:
+    """The verify response: the request's two Responses API objects and the verdict, in NeMo Gym's order.
+
+    NeMo Gym builds its response model from the request's fields plus the verdict: a request field
+    named like a verdict field is a duplicate keyword argument (a ``TypeError``, hence ``500``); the
+    failure fields a request carries are kept; every other extra field is dropped.
+    """
+    for name in VERDICT_FIELDS:
+        if name in raw:
+            raise TypeError(f"__main__.IPIVerifyResponse() got multiple values for keyword argument '{name}'")
+    failure = IPIVerifyResponse.model_validate({k: raw[k] for k in IPIVerifyResponse.model_fields if k in raw})
+    injection = body.injection
+    return {
+        "responses_create_params": raw["responses_create_params"],
+        "response": raw["response"],
+        "reward": verdict.reward,
+        "mask_sample": failure.mask_sample,
+        "failure_kind": failure.failure_kind,
+        "failure_reason": failure.failure_reason,
+        "injection_followed": verdict.injection_followed,
+        "matched_tool": verdict.matched_tool,
+        "matched_args": verdict.matched_args,
+        "attack_difficulty": injection.attack_difficulty,
+        "attack_strategy": injection.attack_strategy,
+        "attack_category": injection.category,
+        "verification_type": injection.verification_type,
+        "reward_safety": verdict.reward_safety,
+        "reward_utility": verdict.reward_utility,
+        "thinking_incomplete": verdict.thinking_incomplete,
+    }
+
+
 def create_app(config: Config) -> Starlette:
     store = SessionStore()
     participant = ResourcesParticipant(store, mode="exported", verify="wait")
     app_metrics: dict[str, Any] = {}
 
-    def held_session(request: Request) -> tuple[str, Session]:
-        sid = session_id(request)
-        participant.check_session(sid)
-        session = store.get(sid)
-        if session is None:
-            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is unknown; call /seed_session first")
-        return sid, session
-
-    async def seed(request: Request) -> JSONResponse:
-        body = validate(SeedRequest, await read_json(request))
-        size = len(json.dumps(body.environment, ensure_ascii=False, default=str))
+    async def seed(request: Request) -> Response:
+        body = await nemo_http.parse(request, SeedRequest)
+        size = len(json.dumps(body.environment, default=str))
         if size > config.max_environment_bytes:
             raise ApiError(ErrorCode.BAD_REQUEST, f"environment is {size} bytes; the limit is {config.max_environment_bytes}")
         sid = session_id(request)
@@ -60,55 +120,44 @@ def create_app(config: Config) -> Starlette:
         except NonJsonValue as exc:  # pragma: no cover - a parsed JSON body always passes
             raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
         participant.seeded(sid, request.headers)
-        return JSONResponse({}, headers=participant.seed_headers())
+        return nemo_http.json_response({}, headers=participant.seed_headers())
 
-    async def call_tool(request: Request) -> JSONResponse:
+    async def call_tool(request: Request) -> Response:
         name = request.path_params["tool_name"]
-        _, session = held_session(request)
-        args = await read_json(request)
-        if not isinstance(args, dict):
-            raise ApiError(ErrorCode.BAD_REQUEST, f"tool arguments must be a JSON object, got {type(args).__name__}")
-        result = run_tool(session, name, args)
+        body = await nemo_http.parse(request, ToolCallRequest)
+        sid = session_id(request)
+        participant.check_session(sid)
+        session = store.get(sid)
+        if session is None:
+            raise nemo_http.detail_error(400, NOT_SEEDED)
+        result = run_tool(session, name, body.model_dump(exclude_unset=True))
         app_metrics["tools"].labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
-        return JSONResponse(ToolOutput(output=result.output).model_dump())
+        return nemo_http.json_response({"output": result.output})
 
-    async def verify(request: Request) -> JSONResponse:
-        raw = await read_json(request)
-        body = validate(VerifyRequest, raw)
-        sid, _ = held_session(request)
+    async def verify(request: Request) -> Response:
+        raw = await nemo_http.read_body(request)
+        body = nemo_http.validate_body(VerifyRequest, raw)
+        sid = session_id(request)
+        participant.check_session(sid)
+        incomplete = body.response.incomplete_details
         try:
             verdict = verifier.score(
-                body.response.output,
+                raw["response"]["output"],
                 body.injection.model_dump(),
                 body.required_tools,
-                body.response.incomplete_details.reason if body.response.incomplete_details else None,
+                incomplete.reason if incomplete else None,
             )
-        except Exception:
+            answer = nemo_http.json_response(verify_answer(raw, body, verdict))
+        except Exception as exc:  # noqa: BLE001 - NeMo Gym answers a failed verification with its repr
             app_metrics["verify"].labels(result="error").inc()
-            raise
+            return nemo_http.repr_error(exc)
         finally:
-            store.drop(sid)  # even when scoring raises: verify is not replay-safe, hence "wait"
-        participant.end(sid)
+            store.drop(sid)  # even when scoring fails: verify is not replay-safe, hence "wait"
+            participant.end(sid)
         app_metrics["verify"].labels(result="followed" if verdict.injection_followed else "resisted").inc()
-        injection = body.injection
-        return JSONResponse(
-            {
-                **raw,
-                "reward": verdict.reward,
-                "reward_safety": verdict.reward_safety,
-                "reward_utility": verdict.reward_utility,
-                "injection_followed": verdict.injection_followed,
-                "matched_tool": verdict.matched_tool,
-                "matched_args": verdict.matched_args,
-                "attack_difficulty": injection.attack_difficulty,
-                "attack_strategy": injection.attack_strategy,
-                "attack_category": injection.category,
-                "verification_type": injection.verification_type,
-                "thinking_incomplete": verdict.thinking_incomplete,
-            }
-        )
+        return answer
 
-    app = create_server_app(
+    app = create_server_app_with_nemo_errors(
         config,
         participant,
         [
@@ -121,4 +170,20 @@ def create_app(config: Config) -> Starlette:
     app_metrics["tools"] = metrics.counter("ipi_tool_calls", "Tool calls by tool and outcome", ("tool", "outcome"))
     app_metrics["verify"] = metrics.counter("ipi_verifications", "Verifications by result", ("result",))
     app.state.sessions = store
+    return app
+
+
+def create_server_app_with_nemo_errors(config: Config, participant: ResourcesParticipant, routes: list[Route]) -> Starlette:
+    """Our app factory, with FastAPI's error bodies on the data routes (control routes keep ours)."""
+    app = create_server_app(config, participant, routes)
+    ours = app.exception_handlers[HTTPException]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        if request.url.path.startswith(CONTROL_PREFIX):
+            return await ours(request, exc)
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(nemo_http.NemoHttpError, nemo_http.nemo_error_handler)
     return app

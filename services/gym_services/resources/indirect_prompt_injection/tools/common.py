@@ -1,9 +1,16 @@
-"""Tools and helpers every domain shares: messaging, and adding records to containers.
+"""The messaging tools several domains share, and what every domain module uses.
 
-Environments store collections either as lists or as dicts keyed by ID (``messages``
-is a list in the healthcare tasks, the HR ``inbox`` a dict). Helpers here handle both
-shapes; IDs come from the session's counter (:meth:`Session.mint_id`), never from
-randomness or the clock.
+Handlers follow one convention, the reference server's: ``handler(env, **arguments)``, where ``env``
+is the session's environment (a dict changed in place) and the arguments are the model's call
+arguments minus those that are ``null``. A handler returns text or a JSON-able value read from the
+environment. It raises on inputs it cannot handle; the caller turns the exception into the text
+the model sees (``Error executing tool '<name>' (<Type>): <message>``), so a handler's name, its
+parameter names and order, and the order in which it touches the environment are all part of what
+the model sees and are kept as NeMo Gym's are.
+
+``send_message`` and ``get_messages`` serve every domain's environment shape: the addressee is
+``recipient``, ``to`` or ``recipients`` (a list is joined), the mailbox ``messages`` a list or a dict
+keyed by message ID; ``get_messages`` filters by case, sender, addressee and read flag when asked.
 """
 
 from __future__ import annotations
@@ -11,109 +18,90 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gym_services.resources.indirect_prompt_injection.state import Session
+from gym_services.resources.indirect_prompt_injection.state import new_id
 
 Handler = Callable[..., Any]
-DEFAULT_SENDER = "system@example.com"
+FALLBACK_SENDER = "system@example.com"
 
 
-def ids_in(container: Any, id_field: str) -> set[str]:
-    """The IDs a container already uses (dict keys, or ``id_field`` of list items)."""
-    if isinstance(container, dict):
-        return set(container)
-    if isinstance(container, list):
-        return {item[id_field] for item in container if isinstance(item, dict) and isinstance(item.get(id_field), str)}
-    return set()
+def _addressee(kwargs: dict[str, Any]) -> str:
+    """The first truthy of ``recipient``, ``to``, ``recipients``, as text (``unknown`` if none)."""
+    value = kwargs.get("recipient") or kwargs.get("to") or kwargs.get("recipients")
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return str(value) if value else "unknown"
 
 
-def file_record(container: Any, record_id: str, record: dict[str, Any]) -> None:
-    """Put ``record`` into a dict container under its ID, or append it to a list container."""
-    if isinstance(container, dict):
-        container[record_id] = record
-    elif isinstance(container, list):
-        container.append(record)
-    else:
-        raise TypeError(f"cannot add a record to a {type(container).__name__}")
-
-
-def find_record(container: Any, id_field: str, record_id: str) -> dict[str, Any] | None:
-    """The record with this ID in a dict (by key) or list (by ``id_field``) container."""
-    if isinstance(container, dict):
-        record = container.get(record_id)
-        return record if isinstance(record, dict) else None
-    if isinstance(container, list):
-        for item in container:
-            if isinstance(item, dict) and item.get(id_field) == record_id:
-                return item
-    return None
-
-
-def as_list(container: Any) -> list[Any]:
-    """A collection's records in stored order, whatever its shape."""
-    if isinstance(container, dict):
-        return list(container.values())
-    if isinstance(container, list):
-        return container
-    return []
-
-
-def sender_of(env: dict[str, Any], explicit: str | None = None) -> str:
-    if explicit:
-        return explicit
-    user = env.get("current_user")
-    email = user.get("email") if isinstance(user, dict) else None
-    return email if isinstance(email, str) and email else DEFAULT_SENDER
-
-
-def deliver(session: Session, key: str, message: dict[str, Any]) -> str | None:
-    """Store an outgoing message in ``env[key]``; a dict-shaped box files it under a minted ID."""
-    env = session.environment
-    box = env.setdefault(key, [])
-    if isinstance(box, dict):
-        message_id = session.mint_id("MSG-", box)
-        box[message_id] = {"message_id": message_id, **message}
-        return message_id
-    if isinstance(box, list):
-        box.append(message)
-        return None
-    raise TypeError(f"cannot deliver a message into a {type(box).__name__}")
-
-
-def send_message(
-    session: Session,
-    /,
-    recipient: Any = None,
-    subject: str = "",
-    body: str = "",
-    to: Any = None,
-    recipients: Any = None,
-    from_: str | None = None,
-    case_id: str | None = None,
-    related_claim_id: str | None = None,
-) -> str:
-    """Send a message; domains name the addressee ``recipient``, ``to`` or ``recipients``."""
-    target = next((value for value in (recipient, to, recipients) if value not in (None, "", [])), None)
-    if target is None:
-        raise ValueError("send_message needs a recipient")
+def send_message(env, **kwargs) -> str:
+    """File an outgoing message in ``env["messages"]`` (appended to a list, keyed by a new ID in a dict)."""
+    user = env.get("current_user", {})
+    sender = kwargs.get("from_") or user.get("email") or user.get("name", FALLBACK_SENDER)
+    shown = _addressee(kwargs)
     message: dict[str, Any] = {
-        "from": sender_of(session.environment, from_),
-        "to": target,
-        "subject": subject,
-        "body": body,
+        "from": sender,
+        "to": shown,
+        "subject": kwargs.get("subject", ""),
+        "body": kwargs.get("body", ""),
         "timestamp": "sent",
     }
-    if case_id is not None:
-        message["case_id"] = case_id
-    if related_claim_id is not None:
-        message["related_claim_id"] = related_claim_id
-    deliver(session, "messages", message)
-    shown = ", ".join(str(t) for t in target) if isinstance(target, list) else target
+    for optional in ("case_id", "related_claim_id"):
+        if optional in kwargs:
+            message[optional] = kwargs[optional]
+    box = env.get("messages")
+    if isinstance(box, dict):
+        message_id = new_id("MSG-")
+        message["message_id"] = message_id
+        box[message_id] = message
+    elif isinstance(box, list):
+        box.append(message)
+    else:
+        env.setdefault("messages", []).append(message)
     return f"Message sent to {shown}."
 
 
-def get_messages(session: Session, /) -> list[Any]:
-    """Messages of the current user, in stored order."""
-    return as_list(session.environment.get("messages", []))
+def _matching(records: list[Any], field: str, wanted: Any) -> list[Any]:
+    """Records whose ``field`` equals ``wanted`` ignoring case (both must be text)."""
+    return [r for r in records if r.get(field, "").lower() == wanted.lower()]
+
+
+def get_messages(env, **kwargs) -> list[Any]:
+    """The mailbox in stored order, optionally narrowed by ``case_id``, ``from_``, ``to``, ``is_read``."""
+    box = env.get("messages", [])
+    found = list(box.values()) if isinstance(box, dict) else list(box)
+    if kwargs.get("case_id"):
+        found = [m for m in found if m.get("case_id") == kwargs["case_id"]]
+    if kwargs.get("from_"):
+        found = _matching(found, "from", kwargs["from_"])
+    if kwargs.get("to"):
+        found = _matching(found, "to", kwargs["to"])
+    if kwargs.get("is_read") is not None:
+        found = [m for m in found if m.get("is_read") == kwargs["is_read"]]
+    return found
+
+
+# --- helpers the domain modules share ------------------------------------------------------------
+
+
+def lookup(container: Any, key: Any, missing: Any) -> Any:
+    """``container[key]``, or ``missing`` when the key is absent (``in`` first, as the tools check)."""
+    if key not in container:
+        return missing
+    return container[key]
+
+
+def appended_text(existing: Any, addition: Any) -> Any:
+    """Notes that grow: ``existing + "\\n" + addition`` when there is something, else ``addition``."""
+    return existing + "\n" + addition if existing else addition
+
+
+def text_contains(needle: str, record: Any, field: str) -> bool:
+    """``needle`` (already lower case) occurs in the record's field, ignoring case."""
+    return needle in record.get(field, "").lower()
+
+
+def same_text(record: Any, field: str, wanted: Any) -> bool:
+    """The record's field equals ``wanted`` ignoring case (the record's side is read first)."""
+    return record.get(field, "").lower() == wanted.lower()
 
 
 TOOLS: dict[str, Handler] = {

@@ -1,114 +1,96 @@
-"""Healthcare tools: patients, charts, appointments, referrals, prescriptions, lab results.
+"""Healthcare: patients, charts, appointments, referrals, prescriptions, lab results (plus messaging).
 
-Environment keys: ``patients`` and ``appointments`` (dicts keyed by ID), ``messages``
-(list or dict), ``prescriptions`` and ``lab_results`` (dicts of lists keyed by patient
-ID), ``current_user``; ``sent_actions`` appears once a referral is sent. Handlers change
-the environment in place and return either text or JSON-able values read from it.
+Environment: ``patients`` and ``appointments`` (dicts keyed by ID, required by the tools that read
+them), ``prescriptions`` and ``lab_results`` (dicts of lists keyed by patient ID), ``messages``,
+``current_user``; ``sent_actions`` appears with the first referral. New appointments get ``A`` and
+six hex digits.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gym_services.resources.indirect_prompt_injection.state import Session
-from gym_services.resources.indirect_prompt_injection.tools.common import (
-    Handler,
-    as_list,
-    file_record,
-    find_record,
-    ids_in,
-)
+from gym_services.resources.indirect_prompt_injection.state import new_id
+from gym_services.resources.indirect_prompt_injection.tools.common import Handler, appended_text, lookup, text_contains
 
 
-def _patients(session: Session) -> dict[str, Any]:
-    patients = session.environment.get("patients", {})
-    return patients if isinstance(patients, dict) else {}
-
-
-def search_patients(session: Session, /, query: str) -> list[dict[str, Any]]:
-    """Patients whose name or any condition contains ``query`` (case-insensitive)."""
+def search_patients(env, query) -> list[dict[str, Any]]:
+    """ID and name of every patient whose name or one of whose conditions contains ``query``."""
     needle = query.lower()
     hits = []
-    for patient in _patients(session).values():
-        name = str(patient.get("name", ""))
-        conditions = patient.get("conditions", []) or []
-        if needle in name.lower() or any(needle in str(c).lower() for c in conditions):
-            hits.append({"patient_id": patient.get("patient_id"), "name": patient.get("name")})
+    for patient in env["patients"].values():
+        by_name = text_contains(needle, patient, "name")
+        by_condition = any(needle in condition.lower() for condition in patient.get("conditions", []))
+        if by_name or by_condition:
+            hits.append({"patient_id": patient["patient_id"], "name": patient["name"]})
     return hits
 
 
-def get_patient_record(session: Session, /, patient_id: str) -> dict[str, Any]:
-    patients = _patients(session)
-    if patient_id not in patients:
-        return {"error": f"Patient {patient_id} not found."}
-    return patients[patient_id]
+def get_patient_record(env, patient_id) -> Any:
+    return lookup(env["patients"], patient_id, {"error": f"Patient {patient_id} not found."})
 
 
-def update_patient_chart(session: Session, /, patient_id: str, notes: str) -> str:
-    """Append ``notes`` to the chart on a new line."""
-    patients = _patients(session)
+def update_patient_chart(env, patient_id, notes) -> str:
+    """Add ``notes`` to the chart on a new line (or as the chart when it is empty)."""
+    patients = env["patients"]
     if patient_id not in patients:
         return f"Error: Patient {patient_id} not found."
     record = patients[patient_id]
-    existing = record.get("chart_notes", "")
-    record["chart_notes"] = f"{existing}\n{notes}" if existing else notes
+    record["chart_notes"] = appended_text(record.get("chart_notes", ""), notes)
     return f"Chart updated for patient {patient_id}."
 
 
-def get_schedule(session: Session, /, date: str) -> list[dict[str, Any]]:
-    appointments = as_list(session.environment.get("appointments", {}))
-    return [a for a in appointments if isinstance(a, dict) and a.get("date") == date]
+def get_schedule(env, date) -> list[Any]:
+    return [appointment for appointment in env["appointments"].values() if appointment.get("date") == date]
 
 
-def schedule_appointment(session: Session, /, patient_id: str, date: str, time: str, reason: str) -> str:
-    appointments = session.environment.setdefault("appointments", {})
-    appointment_id = session.mint_id("APT-", ids_in(appointments, "appointment_id"))
-    file_record(
-        appointments,
-        appointment_id,
-        {
-            "appointment_id": appointment_id,
-            "patient_id": patient_id,
-            "date": date,
-            "time": time,
-            "reason": reason,
-            "status": "scheduled",
-        },
-    )
+def schedule_appointment(env, patient_id, date, time, reason) -> str:
+    appointment_id = new_id("A")
+    env["appointments"][appointment_id] = {
+        "appointment_id": appointment_id,
+        "patient_id": patient_id,
+        "date": date,
+        "time": time,
+        "reason": reason,
+        "status": "scheduled",
+    }
     return f"Appointment {appointment_id} scheduled for patient {patient_id} on {date} at {time}."
 
 
-def cancel_appointment(session: Session, /, appointment_id: str) -> str:
+def cancel_appointment(env, appointment_id) -> str:
     """Mark the appointment cancelled; it stays in the schedule."""
-    appointment = find_record(session.environment.get("appointments", {}), "appointment_id", appointment_id)
-    if appointment is None:
+    appointments = env["appointments"]
+    if appointment_id not in appointments:
         return f"Error: Appointment {appointment_id} not found."
-    appointment["status"] = "cancelled"
+    appointments[appointment_id]["status"] = "cancelled"
     return f"Appointment {appointment_id} has been cancelled."
 
 
-def send_referral(session: Session, /, patient_id: str, specialist_email: str, reason: str) -> str:
-    session.environment.setdefault("sent_actions", []).append(
-        {"type": "referral", "patient_id": patient_id, "specialist_email": specialist_email, "reason": reason}
-    )
+def send_referral(env, patient_id, specialist_email, reason) -> str:
+    if "sent_actions" not in env:
+        env["sent_actions"] = []
+    referral = {"type": "referral", "patient_id": patient_id, "specialist_email": specialist_email, "reason": reason}
+    env["sent_actions"].append(referral)
     return f"Referral sent for patient {patient_id} to {specialist_email}."
 
 
-def prescribe_medication(session: Session, /, patient_id: str, medication: str, dosage: str, instructions: str) -> str:
-    prescriptions = session.environment.setdefault("prescriptions", {})
-    prescriptions.setdefault(patient_id, []).append(
-        {"medication": medication, "dosage": dosage, "instructions": instructions}
-    )
+def prescribe_medication(env, patient_id, medication, dosage, instructions) -> str:
+    if patient_id not in env.get("prescriptions", {}):
+        env.setdefault("prescriptions", {})[patient_id] = []
+    env["prescriptions"][patient_id].append({"medication": medication, "dosage": dosage, "instructions": instructions})
     return f"Prescribed {medication} {dosage} for patient {patient_id}."
 
 
-def get_prescriptions(session: Session, /, patient_id: str) -> list[Any]:
-    return session.environment.get("prescriptions", {}).get(patient_id, [])
+def get_prescriptions(env, patient_id) -> Any:
+    return env.get("prescriptions", {}).get(patient_id, [])
 
 
-def get_lab_results(session: Session, /, patient_id: str) -> list[Any]:
-    return session.environment.get("lab_results", {}).get(patient_id, [])
+def get_lab_results(env, patient_id) -> Any:
+    return env.get("lab_results", {}).get(patient_id, [])
 
+
+#: shared tools (tools/common.py) this domain offers too
+SHARED = ("send_message", "get_messages")
 
 TOOLS: dict[str, Handler] = {
     "search_patients": search_patients,

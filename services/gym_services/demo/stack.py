@@ -9,20 +9,23 @@ from gym_services.stack.config import ServerSpec, StackConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
-#: environment -> (example tasks, agent instance that runs them)
-ENVIRONMENTS: dict[str, tuple[Path, str]] = {
-    "workplace_assistant": (PACKAGE / "resources/workplace_assistant/data/example.jsonl", "agent-workplace"),
-    "indirect_prompt_injection": (PACKAGE / "resources/indirect_prompt_injection/data/example.jsonl", "agent-ipi"),
-    "blackjack": (PACKAGE / "resources/blackjack/data/example.jsonl", "agent-blackjack"),
-    "math_formal_lean": (PACKAGE / "resources/math_formal_lean/data/example.jsonl", "agent-lean"),
+IPI_DATA = PACKAGE / "resources/indirect_prompt_injection/data"
+
+#: environment -> (example task files, agent instance that runs them)
+ENVIRONMENTS: dict[str, tuple[tuple[Path, ...], str]] = {
+    "workplace_assistant": ((PACKAGE / "resources/workplace_assistant/data/example.jsonl",), "agent-workplace"),
+    # NeMo Gym's healthcare and HR examples, and one task of each of the other seven domains
+    "indirect_prompt_injection": ((IPI_DATA / "example.jsonl", IPI_DATA / "domain_examples.jsonl"), "agent-ipi"),
+    "blackjack": ((PACKAGE / "resources/blackjack/data/example.jsonl",), "agent-blackjack"),
+    "math_formal_lean": ((PACKAGE / "resources/math_formal_lean/data/example.jsonl",), "agent-lean"),
 }
 
 
 def write_tasks(path: Path) -> dict[str, str]:
     """All example tasks in one JSONL, each naming its agent; returns agent -> environment."""
     lines = []
-    for env, (source, agent) in ENVIRONMENTS.items():
-        for line in source.read_text(encoding="utf-8").splitlines():
+    for env, (sources, agent) in ENVIRONMENTS.items():
+        for line in (line for source in sources for line in source.read_text(encoding="utf-8").splitlines()):
             if line.strip():
                 row = json.loads(line)
                 row["agent"] = agent

@@ -1,6 +1,7 @@
 """``ipi-safe`` and ``ipi-follow``: indirect prompt injection tasks.
 
-The task is found by its system and user prompt in the vendored ``example.jsonl``. Both variants call
+The task is found by its system and user prompt in the vendored ``example.jsonl`` (NeMo Gym's
+healthcare and HR tasks) or ``domain_examples.jsonl`` (one task of each other domain). Both variants call
 the task's ``required_tools`` (arguments derived from the prompt and the task's environment), one call
 per turn; ``ipi-follow`` then also calls the injection's ``target_tool`` with its ``target_args``, the
 way a model that obeys the injected text would. With every call answered they reply in text.
@@ -9,7 +10,9 @@ way a model that obeys the injected text would. With every call answered they re
 from __future__ import annotations
 
 import re
+import json
 from functools import cached_property
+from importlib import resources
 from typing import Any
 
 from gym_services.models.inference_worker.policies.base import (
@@ -21,6 +24,13 @@ from gym_services.models.inference_worker.policies.base import (
 )
 
 _PROMPT_ID = re.compile(r"\bID:\s*([A-Za-z0-9][A-Za-z0-9_-]*)")
+
+
+def _domain_tasks() -> list[dict[str, Any]]:
+    path = resources.files("gym_services.models.inference_worker").joinpath(
+        "data", "indirect_prompt_injection", "domain_examples.jsonl"
+    )
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _collections(environment: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,7 +90,7 @@ class _IpiPolicy(Policy):
     @cached_property
     def tasks(self) -> dict[tuple[str, str], dict[str, Any]]:
         index: dict[tuple[str, str], dict[str, Any]] = {}
-        for task in load_tasks("indirect_prompt_injection"):
+        for task in [*load_tasks("indirect_prompt_injection"), *_domain_tasks()]:
             system = "\n".join(input_texts(task, "system"))
             user = (input_texts(task, "user") or [""])[0]
             index.setdefault((system, user), task)

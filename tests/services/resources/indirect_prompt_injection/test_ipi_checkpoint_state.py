@@ -1,5 +1,5 @@
 """The session hooks through the real control routes: invalid restores, retire, failed verify,
-aliasing, non-JSON values, key order."""
+aliasing, non-JSON values, non-finite numbers, key order, records of the previous schema."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from gym_services.control.participant import InvalidState
 from gym_services.control.storage import open_storage
 from gym_services.resources.indirect_prompt_injection import verifier
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, Session, SessionStore
+from gym_services.resources.indirect_prompt_injection.app import NOT_SEEDED
 from tests.services.resources.indirect_prompt_injection.scenarios import (
     COOKIE,
     TASKS,
@@ -70,19 +71,23 @@ def _set(key: str, value: Any):
     return mutate
 
 
-def _env_nan(state: dict) -> None:
-    state["environment"]["current_user"]["score"] = math.nan
+def _env_text(text: str):
+    def mutate(state: dict) -> None:
+        state["environment_json"] = text
+
+    return mutate
 
 
 CORRUPTIONS = {
-    "schema_version": _set("schema_version", 2),
-    "environment_not_object": _set("environment", ["not", "an", "object"]),
+    "schema_version": _set("schema_version", 3),
+    "environment_not_text": _set("environment_json", {"patients": {}}),
+    "environment_not_json": _env_text("{not json"),
+    "environment_not_object": _env_text('["not", "an", "object"]'),
     "negative_counter": _set("next_id", -1),
     "counter_as_string": _set("next_id", "3"),
     "bad_id_seed": _set("id_seed", "zz"),
     "extra_field": _set("rng", 1),
-    "nan_in_environment": _env_nan,
-    "missing_environment": lambda state: state.pop("environment"),
+    "missing_environment": lambda state: state.pop("environment_json"),
 }
 
 
@@ -145,7 +150,7 @@ async def test_retired_session_gone_and_cookie_refused_while_other_keeps_working
         assert committed["records"] == 1 and committed["episodes"] == ["ipi-3"]
 
 
-async def test_session_dropped_by_failed_verify_is_left_out_of_next_commit(tmp_path, monkeypatch) -> None:
+async def test_failed_verify_drops_the_session_and_answers_like_nemo_gym(tmp_path, monkeypatch) -> None:
     app = fresh_app()
 
     def broken(*args, **kwargs):
@@ -159,15 +164,15 @@ async def test_session_dropped_by_failed_verify_is_left_out_of_next_commit(tmp_p
             monkeypatch.setattr(verifier, "score", broken)
             body = verify_body(TASKS[2], [], [])
             failed = await post_as(client, cookie_a, "/verify", body, ident(2, 0))
-            assert failed.status_code == 500 and failed.json()["error"]["code"] == "internal"
+            assert failed.status_code == 500 and failed.json() == "RuntimeError('verifier exploded')"
             monkeypatch.undo()
-            # the finally dropped the environment; the participant still tracks the session
+            # the finally dropped the environment and the session with it, as NeMo Gym's does
             assert set(sessions_of(client).sessions) == {sid_of(client, cookie_b)}
-            assert (await Control(client).status())["live"] == {"sessions": 2}
+            assert (await Control(client).status())["live"] == {"sessions": 1}
             committed = await Control(client).checkpoint("ck1", f"file://{tmp_path}")
             assert committed["records"] == 1 and committed["episodes"] == ["ipi-4"]
             again = await post_as(client, cookie_a, "/get_patient_record", {"patient_id": "P-7742"})
-            assert again.status_code == 404 and again.json()["error"]["code"] == "session_not_found"
+            assert again.status_code == 400 and again.json() == {"detail": NOT_SEEDED}
 
 
 def sid_of(client: httpx.AsyncClient, cookie: dict[str, str]) -> str:
@@ -182,15 +187,12 @@ def test_export_and_restore_do_not_alias_live_state() -> None:
     assert session.environment["patients"]["P001"]["name"] == "Aisha Rahman"
 
     exported = store.export_session_states()
-    exported["s"]["environment"]["patients"]["P001"]["name"] = "changed in export"
-    assert session.environment["patients"]["P001"]["name"] == "Aisha Rahman"
     session.environment["messages"].append({"to": "x"})
-    assert exported["s"]["environment"]["messages"] == []
+    assert json.loads(exported["s"]["environment_json"])["messages"] == []  # the export is a snapshot
 
     restored = SessionStore()
     states = store.export_session_states()
     restored.restore_session_states(states)
-    states["s"]["environment"]["messages"].append({"to": "y"})
     states["s"]["next_id"] = 99
     assert restored.sessions["s"].environment["messages"] == [{"to": "x"}]
     assert restored.sessions["s"].next_id == 0
@@ -203,8 +205,6 @@ def test_export_and_restore_do_not_alias_live_state() -> None:
     [
         ({1, 2}, "environment.current_user.extra holds a set"),
         ((1, 2), "environment.current_user.extra holds a tuple"),
-        (math.nan, "environment.current_user.extra is nan"),
-        (math.inf, "environment.current_user.extra is inf"),
         ({1: "x"}, "environment.current_user.extra has a int key 1"),
         ([object()], r"environment.current_user.extra\[0\] holds a object"),
     ],
@@ -214,6 +214,31 @@ def test_export_rejects_values_json_cannot_carry(value: Any, message: str) -> No
     store.seed("s", TASKS[0]["environment"]).environment["current_user"]["extra"] = value
     with pytest.raises(NonJsonValue, match=f"session s: {message}"):
         store.export_session_states()
+
+
+def test_non_finite_numbers_and_number_types_survive_export() -> None:
+    """NaN and infinities parse from request bodies (as in NeMo Gym's server) and must survive a restore."""
+    env = {"a": math.nan, "b": -math.inf, "c": 1, "d": 1.0, "e": -0.0, "f": 10**30, "g": "\ud800"}
+    store = SessionStore()
+    store.seed("s", env)
+    restored = SessionStore()
+    restored.restore_session_states(store.export_session_states())
+    got = restored.sessions["s"].environment
+    assert json.dumps(got) == json.dumps(store.sessions["s"].environment)
+    assert [type(v) for v in got.values()] == [float, float, int, float, float, int, str]
+    assert str(got["e"]) == "-0.0" and math.isnan(got["a"])
+
+
+def test_records_of_schema_1_still_restore() -> None:
+    """Records written before the environment was stored as text (schema 1) restore unchanged."""
+    old = {"schema_version": 1, "environment": {"patients": {"P1": {"name": "N"}}, "messages": []},
+           "id_seed": "0123456789abcdef", "next_id": 4}
+    store = SessionStore()
+    store.restore_session_states({"s": old})
+    session = store.sessions["s"]
+    assert session.environment == old["environment"] and (session.id_seed, session.next_id) == ("0123456789abcdef", 4)
+    with pytest.raises(InvalidState, match="invalid state"):
+        store.restore_session_states({"t": {**old, "environment": {"x": math.nan}}})
 
 
 async def test_commit_with_non_json_value_is_refused_then_server_recovers(tmp_path) -> None:
@@ -268,6 +293,7 @@ def test_minted_ids_come_from_checkpointed_counter() -> None:
     """Same environment, same counter -> same next ID; the counter is part of the state."""
     a = Session.seeded(TASKS[4]["environment"])
     first = [a.mint_id("I-") for _ in range(3)]
+    assert all(len(i) == 8 and i[2:] == i[2:].upper() for i in first)
     b = Session.seeded(TASKS[4]["environment"])
     assert [b.mint_id("I-") for _ in range(3)] == first
     store = SessionStore()
@@ -276,6 +302,3 @@ def test_minted_ids_come_from_checkpointed_counter() -> None:
     copy_store = SessionStore()
     copy_store.restore_session_states(store.export_session_states())
     assert copy_store.sessions["s"].mint_id("I-") == first[1]
-    # an ID already taken is skipped, deterministically
-    c = Session.seeded(TASKS[4]["environment"])
-    assert c.mint_id("I-", taken={first[0]}) == first[1]

@@ -31,6 +31,9 @@ from tests.conformance.oracle.client import Oracle  # noqa: E402
 from tests.conformance.oracle.reference import oracle_python, reference_root  # noqa: E402
 
 
+CHUNK = 50  # sequences per oracle round trip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sequences", type=int, default=500, help="random sessions (default 500)")
@@ -53,12 +56,12 @@ async def _run(oracle: Oracle, args) -> int:
     rows = []
     for label, sequences in groups(oracle, args.seed, args.sequences, args.verify).items():
         tally = Tally()
-        for i, steps in enumerate(sequences):
-            ref = oracle.call(GLUE, "run", steps)
-            ours = await run_ours(steps)
-            tally.add(compare(steps, ours, ref, allowed=allowed, keep=args.show))
-            if sys.stderr.isatty() or (i + 1) % 200 == 0:
-                print(f"\r{label}: {i + 1}/{len(sequences)}", end="" if sys.stderr.isatty() else "\n", file=sys.stderr)
+        for start in range(0, len(sequences), CHUNK):
+            chunk = sequences[start:start + CHUNK]
+            for steps, ref in zip(chunk, oracle.call(GLUE, "run_many", chunk), strict=True):
+                tally.add(compare(steps, await run_ours(steps), ref, allowed=allowed, keep=args.show))
+            done = start + len(chunk)
+            print(f"\r{label}: {done}/{len(sequences)}", end="" if sys.stderr.isatty() else "\n", file=sys.stderr)
         if sys.stderr.isatty():
             print(file=sys.stderr)
         rows.append((label, tally))

@@ -630,7 +630,7 @@ def value_for(kind: str, env: dict[str, Any], rng: random.Random) -> Any:
     if kind == "money":
         return rng.choice(["95000", 95000, "$120,000"])
     if kind == "bool":
-        return rng.choice([True, False])
+        return rng.choice([True, False, True, False, 1, 0])  # 1 == True for the reference's filters
     raise ValueError(kind)
 
 
@@ -677,14 +677,14 @@ def seed_body(domain: str, env: dict[str, Any]) -> dict[str, Any]:
     return {"environment": env, "domain": domain, "responses_create_params": {"input": [{"role": "user", "content": "help"}]}}
 
 
-def valid_call_sequences(seed: int = 0) -> list[list[dict[str, Any]]]:
+def valid_call_sequences(seed: int = 0, variants: int = 2) -> list[list[dict[str, Any]]]:
     """Per tool: a session of its domain calling it with valid arguments, then reading the state back."""
     rng = random.Random(seed)
     out = []
     for tool, (domain, _, _) in TOOLS.items():
         domains = DOMAINS if domain == "common" else [domain]
         for dom in domains:
-            for variant in range(2):
+            for variant in range(variants):
                 env = ENVIRONMENTS[dom](random.Random(seed * 1000 + variant))
                 seq = [step("/seed_session", seed_body(dom, env))]
                 for _ in range(3):
@@ -766,6 +766,7 @@ def invalid_sequences() -> list[list[dict[str, Any]]]:
         step("/add_billing_entry", {"case_id": "C", "date": "d", "description": "x", "hours": 2.5, "rate": 1e308}),
         step("/add_billing_entry", {"case_id": "C", "date": "d", "description": "x", "hours": {"a": 1}, "rate": 2}),
         step("/update_product_stock", {"product_id": "P", "stock_quantity": 10**40}),
+
         step("/get_billing_report", {"start_date": 5}),
         step("/unknown_tool", {}),
         step("/unknown_tool", raw="[]"),
@@ -785,8 +786,12 @@ def invalid_sequences() -> list[list[dict[str, Any]]]:
         step("/get_patient_record", {"patient_id": "P1"}),
         step("/search_patients", {"query": "n"}),
     ]
+    big = {"patients": {f"P{i}": {"patient_id": f"P{i}", "name": "N" * 1000} for i in range(1100)}, "appointments": {}}
     return [
         [step("/get_schedule", {"date": "2025-04-15"}), step("/verify", {}), step("/send_message", {"recipient": "a"})],
+        [step("/seed_session", seed_body("healthcare", big))],  # over the 1 MB bound: refused (allowed)
+        [step("/seed_session", seed_body("legal", legal_env(rng))),  # a repetition over the bound (allowed)
+         step("/add_billing_entry", {"case_id": "C", "date": "d", "description": "x", "hours": "ab", "rate": 600_000})],
         [seed, *bad_bodies],
         [seed, step("/get_schedule", {"date": "2025-04-15"}, client="b"), step("/seed_session", seed_body("hr", hr_env(rng)), client="b"),
          step("/get_inbox", {}, client="b"), step("/get_inbox", {}), step("/search_patients", {"query": "a"}, client="b")],

@@ -40,10 +40,17 @@ def verify_sequences(oracle: Any, seed: int, n: int) -> list[list[dict[str, Any]
         if rng.random() < 0.2:
             seq.append(cases.step("/get_messages", {}))
         out.append(seq)
-    for body in cases.invalid_verify_bodies():
-        out.append([cases.step("/seed_session", {"environment": cases.healthcare_env(rng)}), cases.step("/verify", canonical(oracle, body)),
-                    cases.step("/get_messages", {})])
     return out
+
+
+def invalid_verify_sequences(oracle: Any) -> list[list[dict[str, Any]]]:
+    """Verify requests the reference refuses (422), fails on (500) or answers from odd fields."""
+    rng = random.Random(5)
+    return [
+        [cases.step("/seed_session", {"environment": cases.healthcare_env(rng)}),
+         cases.step("/verify", canonical(oracle, body)), cases.step("/get_messages", {})]
+        for body in cases.invalid_verify_bodies()
+    ]
 
 
 def groups(oracle: Any, seed: int, sequences: int, verifies: int) -> dict[str, list[list[dict[str, Any]]]]:
@@ -51,5 +58,5 @@ def groups(oracle: Any, seed: int, sequences: int, verifies: int) -> dict[str, l
         "valid call per tool": cases.valid_call_sequences(seed),
         "invalid args/bodies": cases.invalid_sequences(),
         "random sequences": cases.random_sequences(seed, sequences),
-        "verify": verify_sequences(oracle, seed, verifies),
+        "verify": verify_sequences(oracle, seed, verifies) + invalid_verify_sequences(oracle),
     }

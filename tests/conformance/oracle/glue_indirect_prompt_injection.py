@@ -19,7 +19,7 @@ name is pointed at a stand-in whose ``uuid4()`` draws from the session's ID stre
 server draws from (sha256 of ``"<seed>:<n>"``, the seed being a digest of the environment as seeded),
 so minted IDs can be compared byte for byte. Nothing else differs from the released code.
 
-Entry points (called through ``driver.py``): ``run(steps)``, ``canonical_verify(body)``,
+Entry points (called through ``driver.py``): ``run(steps)``, ``run_many(sequences)``, ``canonical_verify(body)``,
 ``tool_names()``, ``verification_types()``.
 """
 
@@ -206,58 +206,76 @@ def _new_server() -> Any:
 # --- entry points ------------------------------------------------------------------------------
 
 
-def run(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run HTTP steps against one fresh reference server; per step: status, body, the session's env.
+def _server() -> Any:
+    """One reference server and its app for every run (each run's clients are new sessions)."""
+    if "server" not in _STATE:
+        server = _new_server()
+        _STATE["server"], _STATE["app"] = server, server.setup_webserver()
+    return _STATE["server"]
 
-    A step is ``{"client": KEY, "path": "/x", "body": TEXT, "content_type": CT or None, "method": "POST"}``
-    (or ``"body_hex"`` for bytes that are not text);
-    each client key is its own cookie jar (its own session). ``env`` is the session's environment as
-    JSON text after the step (``None`` when the session holds none).
-    """
-    import warnings
 
-    with warnings.catch_warnings():  # Starlette suggests httpx2 for its test client; httpx is what we pin
-        warnings.simplefilter("ignore")
-        from fastapi.testclient import TestClient
+async def _run(client: Any, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    import httpx
 
-    server = _new_server()
-    app = server.setup_webserver()
-    clients: dict[str, Any] = {}
+    server = _server()
+    jars: dict[str, Any] = {}
     sessions: dict[str, str] = {}
     answers = []
-    try:
-        for step in steps:
-            key = step.get("client", "a")
-            client = clients.get(key)
-            if client is None:
-                client = clients[key] = TestClient(app, raise_server_exceptions=False)
-            headers = {}
-            if step.get("content_type") is not None:
-                headers["content-type"] = step["content_type"]
-            body = step.get("body")
-            content = body.encode("utf-8") if isinstance(body, str) else None
-            if step.get("body_hex") is not None:
-                content = bytes.fromhex(step["body_hex"])
-            _Session.current = None
-            resp = client.request(step.get("method", "POST"), step["path"], content=content, headers=headers)
-            if _Session.current is not None:
-                sessions[key] = _Session.current
-            sid = sessions.get(key)
-            if step["path"] == "/seed_session" and resp.status_code == 200 and sid in server.session_id_to_env:
-                _STREAMS.reset(sid, server.session_id_to_env[sid])
-            env = server.session_id_to_env.get(sid) if sid is not None else None
-            answers.append(
-                {
-                    "status": resp.status_code,
-                    "body": resp.content.decode("utf-8", errors="replace"),
-                    "content_type": resp.headers.get("content-type"),
-                    "env": None if env is None else json.dumps(env),
-                }
-            )
-    finally:
-        for client in clients.values():
-            client.close()
+    for step in steps:
+        key = step.get("client", "a")
+        client.cookies = jars.get(key) or httpx.Cookies()
+        headers = {}
+        if step.get("content_type") is not None:
+            headers["content-type"] = step["content_type"]
+        body = step.get("body")
+        content = body.encode("utf-8") if isinstance(body, str) else None
+        if step.get("body_hex") is not None:
+            content = bytes.fromhex(step["body_hex"])
+        _Session.current = None
+        resp = await client.request(step.get("method", "POST"), step["path"], content=content, headers=headers)
+        jars[key] = httpx.Cookies(client.cookies)
+        if _Session.current is not None:
+            sessions[key] = _Session.current
+        sid = sessions.get(key)
+        if step["path"] == "/seed_session" and resp.status_code == 200 and sid in server.session_id_to_env:
+            _STREAMS.reset(sid, server.session_id_to_env[sid])
+        env = server.session_id_to_env.get(sid) if sid is not None else None
+        answers.append(
+            {
+                "status": resp.status_code,
+                "body": resp.content.decode("utf-8", errors="replace"),
+                "content_type": resp.headers.get("content-type"),
+                "env": None if env is None else json.dumps(env),
+            }
+        )
     return answers
+
+
+async def _run_all(sequences: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    import httpx
+
+    _server()
+    transport = httpx.ASGITransport(app=_STATE["app"], raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        return [await _run(client, steps) for steps in sequences]
+
+
+def run(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run HTTP steps against the reference server; per step: status, body, the session's environment.
+
+    A step is ``{"client": KEY, "path": "/x", "body": TEXT, "content_type": CT or None, "method": "POST"}``
+    (or ``"body_hex"`` for bytes that are not text); each client key of a run is its own cookie jar,
+    so its own session (sessions of earlier runs are never reached again). ``env`` is the session's
+    environment as JSON text after the step (``None`` when the session holds none).
+    """
+    return run_many([steps])[0]
+
+
+def run_many(sequences: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """``run`` for each sequence, in one round trip."""
+    import asyncio
+
+    return asyncio.run(_run_all(sequences))
 
 
 def canonical_verify(body: dict[str, Any]) -> dict[str, Any] | None:

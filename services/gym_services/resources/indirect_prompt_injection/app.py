@@ -32,7 +32,7 @@ from gym_services.base import nemo_http
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.sessions import session_id
-from gym_services.control.routes import CONTROL_PREFIX
+from gym_services.control.protocol import CONTROL_PREFIX
 from gym_services.server.app import create_server_app
 from gym_services.resources.common.sessions import ResourcesParticipant
 from gym_services.resources.indirect_prompt_injection import verifier

@@ -19,13 +19,14 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".gymckpt-installed"
+LOCK = ROOT / "docker" / "requirements.lock"  # the image's pins: the environment uses the same versions
 
 
 def ensure_venv() -> None:
-    """Create the venv and (re)install the project when pyproject.toml changed."""
+    """Create the venv and (re)install the project when pyproject.toml or docker/requirements.lock changed."""
     if sys.version_info < (3, 11):
         sys.exit(f"Python >= 3.11 is required, this is {sys.version.split()[0]}")
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "gymckpt").exists():
         return
     if not (BIN / "python").exists():
@@ -34,7 +35,7 @@ def ensure_venv() -> None:
     print("installing gym-checkpoint and its pinned dependencies (first run only) ...", flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[operator,local-s3,test]"], check=True)
+    subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test]"], check=True)
     STAMP.write_text(wanted)
 
 

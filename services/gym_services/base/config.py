@@ -41,7 +41,7 @@ class StorageConfig(BaseModel):
     region: str | None = Field(default=None, description="S3 region; AWS_REGION/AWS_DEFAULT_REGION otherwise")
     max_concurrency: int = Field(default=16, ge=1, le=256, description="parallel record reads/writes")
     access_key_id: SecretStr | None = Field(default=None, description="S3 key; the AWS credential chain otherwise")
-    secret_access_key: SecretStr | None = None
+    secret_access_key: SecretStr | None = Field(default=None, description="S3 secret key, with access_key_id")
 
 
 class CheckpointConfig(BaseModel):
@@ -49,10 +49,10 @@ class CheckpointConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    control_token: SecretStr | None = None
+    enabled: bool = Field(default=True, description="mount the control plane; false: not a checkpoint participant")
+    control_token: SecretStr | None = Field(default=None, description="bearer token of the control routes (GYMCKPT_CONTROL_TOKEN)")
     participant_id: str | None = Field(default=None, description="stable id; the server name when unset")
-    lease_check_interval_s: float = Field(default=0.2, gt=0, le=10)
+    lease_check_interval_s: float = Field(default=0.2, gt=0, le=10, description="how often a paused server checks its lease")
     poll_interval_s: float = Field(default=0.005, gt=0, le=1, description="prepare's wait-for-boundary poll")
 
 
@@ -61,13 +61,15 @@ class ServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    session_secret: SecretStr | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="server name; the participant id by default")
+    host: str = Field(default="127.0.0.1", description="bind address")
+    port: int = Field(default=8000, ge=0, le=65535, description="data port")
+    session_secret: SecretStr | None = Field(
+        default=None, description="signs session cookies, at least 16 characters (GYMCKPT_SESSION_SECRET)"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="structured (JSON) log level")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="the control plane")
+    storage: StorageConfig = Field(default_factory=StorageConfig, description="how checkpoint storage is reached")
 
     @property
     def participant_id(self) -> str:

@@ -14,6 +14,7 @@ import pytest
 COMMANDS = [
     ["serve"], ["up"], ["down"], ["status"], ["collect"], ["checkpoint"], ["restore"],
     ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["demo"],
+    ["cluster"], ["cluster", "checkpoint"], ["cluster", "restore"], ["forward"],
 ]
 
 

@@ -106,7 +106,7 @@ def create_app(config: Config) -> Starlette:
         participant.end(sid)
         return JSONResponse({**body.model_dump(), "reward": 1.0 if correct else 0.0})
 
-    return create_server_app(
+    app = create_server_app(
         config,
         participant,
         [
@@ -116,3 +116,5 @@ def create_app(config: Config) -> Starlette:
             Route("/{tool_name}", tool, methods=["POST"]),
         ],
     )
+    app.state.workplace_sessions = sessions  # the conformance suite reads the final tables
+    return app

@@ -1,0 +1,494 @@
+"""Inputs for the workplace_assistant conformance runs, and OUR side of each run.
+
+Shared by ``test_workplace_assistant.py`` (CI) and ``benchmarks/conformance_workplace.py`` (longer
+runs). The same steps go to the oracle (``oracle/glue_workplace_assistant.py``, NeMo Gym's modules)
+and to our server through its real Starlette routes; answers are compared as status codes and exact
+body bytes, and the final tables as columns, dtypes, index labels and exactly typed cells.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from gym_services.base.sessions import SessionCodec
+from gym_services.resources.workplace_assistant.app import Config, create_app
+from gym_services.resources.workplace_assistant.environment import DATA_DIR, TABLE_KEYS
+from tests.conformance.oracle.glue_workplace_assistant import describe_table
+from tests.support.asgi import SECRET, base_config, serve
+
+SERVER = "workplace_assistant"
+
+# --------------------------------------------------------------------------- argument pools
+
+FIELDS_EMAIL = ["email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body"]
+FIELDS_EVENT = ["event_id", "event_name", "participant_email", "event_start", "duration"]
+FIELDS_TASK = ["task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board"]
+FIELDS_CRM = ["customer_id", "customer_name", "customer_email", "customer_phone", "last_contact_date",
+              "product_interest", "status", "assigned_to_email", "notes", "follow_up_by"]
+LISTS = ["Backlog", "In Progress", "In Review", "Completed"]
+BOARDS = ["Back end", "Front end", "Design"]
+STATUSES = ["Qualified", "Won", "Lost", "Lead", "Proposal"]
+PRODUCTS = ["Software", "Hardware", "Services", "Consulting", "Training"]
+METRICS = ["total_visits", "session_duration_seconds", "user_engaged", "visits_direct", "visits_referral",
+           "visits_search_engine", "visits_social_media"]
+PLOTS = ["bar", "line", "scatter", "histogram"]
+SOURCES = ["direct", "referral", "search engine", "social media"]
+
+#: values of the wrong kind or shape a model sometimes sends
+ODD = [0, 7, -1, 1.5, True, False, "", " ", [], ["x"], {}, {"a": 1}, "(", "[a-", ".*", "a+b", "\\", "ü—✓"]
+DATES = ["2023-11-01", "2023-11-30", "2023-10-15", "2023-12-01", "2023-11", "2023", "11/20/2023",
+         "November 20, 2023", "2023-11-20 10:00:00", "2023-11-20T10:00", "20231120", "2023-13-45", "bad",
+         "2023-11-31", "tomorrow"]
+DATETIMES = ["2023-11-30 09:00:00", "2023-12-01 10:30:00", "2023-08-01 09:00:00", "2023-11-15", "2023-11-15 25:00:00",
+             "2023-11-15T14:00:00", "Dec 4 2023 3pm", "bad", "2023-12-04 10:00", "2024-01-01 00:00:00"]
+QUERIES = ["", "update", "Task Update", "budget planning", "carlos", "santiago", "q4", "UPDATE on", "nomatch",
+           "review", "sync", "meeting", "atlas", "luis", "("]
+PAGES = [1, 1, 2, 3, 0, -1, 100]
+PAGE_SIZES = [5, 5, 1, 3, 10, 50, 0, -2]
+
+
+def _pick(rng: random.Random, pool: list, odd: float = 0.08) -> Any:
+    return rng.choice(ODD) if rng.random() < odd else rng.choice(pool)
+
+
+class CallBuilder:
+    """Random tool calls built from real table IDs and values (plus some odd ones)."""
+
+    def __init__(self, ids: dict[str, list[str]]) -> None:
+        self.ids = ids
+        self.addresses = ids["address"]
+        self.names = sorted({a.split("@")[0].split(".")[0] for a in self.addresses})
+
+    def _id(self, rng: random.Random, kind: str) -> Any:
+        r = rng.random()
+        if r < 0.8:
+            return rng.choice(self.ids[kind])
+        if r < 0.9:
+            return rng.choice(["00000000", "99999999", "500", "501", "1", "0000013", "00000013 ", "abc"])
+        return rng.choice(ODD)
+
+    def _address(self, rng: random.Random) -> Any:
+        r = rng.random()
+        if r < 0.75:
+            a = rng.choice(self.addresses)
+            return a.upper() if rng.random() < 0.15 else a
+        return rng.choice(["someone@example.com", "no-at-sign.com", "x@y", "raj.patel", "Raj.Patel@Atlas.com", ""]
+                          + ODD[:6])
+
+    def build(self, rng: random.Random) -> tuple[str, dict[str, Any]]:
+        name = rng.choice(TOOL_NAMES)
+        args = getattr(self, "_" + name)(rng)
+        # sometimes: drop an argument, null one, add an unexpected one
+        if args and rng.random() < 0.07:
+            args.pop(rng.choice(list(args)))
+        if args and rng.random() < 0.05:
+            args[rng.choice(list(args))] = None
+        if rng.random() < 0.03:
+            args[rng.choice(["foo", "id", "limit", "query"])] = rng.choice(["x", 1, None])
+        return name, args
+
+    # one generator per tool: mostly well-formed, sometimes odd
+    def _company_directory_find_email_address(self, rng):
+        return {"name": _pick(rng, self.names + ["", "raj", "ZHANG", "a", "(", "x.y"])}
+
+    def _email_get_email_information_by_id(self, rng):
+        return {"email_id": self._id(rng, "email_id"), "field": _pick(rng, FIELDS_EMAIL + ["sender", "date"])}
+
+    def _search(self, rng, date_keys: tuple[str, str], dates: list) -> dict:
+        args: dict[str, Any] = {}
+        if rng.random() < 0.8:
+            args["query"] = _pick(rng, QUERIES + self.names)
+        for key in date_keys:
+            if rng.random() < 0.3:
+                args[key] = _pick(rng, dates)
+        if rng.random() < 0.4:
+            args["page"] = _pick(rng, PAGES, 0.05)
+        if rng.random() < 0.4:
+            args["page_size"] = _pick(rng, PAGE_SIZES, 0.05)
+        return args
+
+    def _email_search_emails(self, rng):
+        return self._search(rng, ("date_min", "date_max"), DATES)
+
+    def _email_send_email(self, rng):
+        return {"recipient": self._address(rng), "subject": _pick(rng, ["Hello", "Q4 plan", "Re: budget", ""]),
+                "body": _pick(rng, ["Thanks!", "See you at 10.", "Draft attached.", ""])}
+
+    def _email_delete_email(self, rng):
+        return {"email_id": self._id(rng, "email_id")}
+
+    def _email_forward_email(self, rng):
+        return {"email_id": self._id(rng, "email_id"), "recipient": self._address(rng)}
+
+    def _email_reply_email(self, rng):
+        return {"email_id": self._id(rng, "email_id"), "body": _pick(rng, ["Thanks for the update.", "OK", ""])}
+
+    def _calendar_get_event_information_by_id(self, rng):
+        return {"event_id": self._id(rng, "event_id"), "field": _pick(rng, FIELDS_EVENT + ["start", "participants"])}
+
+    def _calendar_search_events(self, rng):
+        return self._search(rng, ("time_min", "time_max"), DATETIMES + DATES[:4])
+
+    def _calendar_create_event(self, rng):
+        return {"event_name": _pick(rng, ["Budget sync", "1:1", "Design review", ""]),
+                "participant_email": self._address(rng),
+                "event_start": _pick(rng, DATETIMES),
+                "duration": _pick(rng, ["30", "60", "90", 45, "0", "-15", "1.5", "half an hour", "15 "])}
+
+    def _calendar_delete_event(self, rng):
+        return {"event_id": self._id(rng, "event_id")}
+
+    def _calendar_update_event(self, rng):
+        field = _pick(rng, FIELDS_EVENT + ["location"])
+        value = {"event_name": "Renamed", "participant_email": self._address(rng), "event_start": rng.choice(DATETIMES),
+                 "duration": rng.choice(["45", "0", "x", 30, "-5"]), "event_id": "00000001"}.get(field if isinstance(field, str) else "", "v")
+        return {"event_id": self._id(rng, "event_id"), "field": field, "new_value": _pick(rng, [value])}
+
+    def _time_range(self, rng) -> dict:
+        args: dict[str, Any] = {}
+        if rng.random() < 0.6:
+            args["time_min"] = _pick(rng, DATES)
+        if rng.random() < 0.6:
+            args["time_max"] = _pick(rng, DATES)
+        return args
+
+    def _analytics_engaged_users_count(self, rng):
+        return self._time_range(rng)
+
+    def _analytics_get_visitor_information_by_id(self, rng):
+        return {"visitor_id": self._id(rng, "visitor_id")}
+
+    def _analytics_create_plot(self, rng):
+        return {**self._time_range(rng), "value_to_plot": _pick(rng, METRICS + ["visits"]),
+                "plot_type": _pick(rng, PLOTS + ["pie"])}
+
+    def _analytics_traffic_source_count(self, rng):
+        args = self._time_range(rng)
+        if rng.random() < 0.7:
+            args["traffic_source"] = _pick(rng, SOURCES + ["email"])
+        return args
+
+    def _analytics_total_visits_count(self, rng):
+        return self._time_range(rng)
+
+    def _analytics_get_average_session_duration(self, rng):
+        return self._time_range(rng)
+
+    def _project_management_get_task_information_by_id(self, rng):
+        return {"task_id": self._id(rng, "task_id"), "field": _pick(rng, FIELDS_TASK + ["owner"])}
+
+    def _project_management_search_tasks(self, rng):
+        pools = {"task_name": ["prototype", "Add", "carousel", "(", "API"], "assigned_to_email": None,
+                 "list_name": LISTS + ["progress"], "due_date": ["2023-11-27", "2023-12", "11-27"],
+                 "board": BOARDS + ["end"]}
+        args: dict[str, Any] = {}
+        for key, pool in pools.items():
+            if rng.random() < 0.35:
+                args[key] = self._address(rng) if pool is None else _pick(rng, pool)
+        return args
+
+    def _project_management_create_task(self, rng):
+        return {"task_name": _pick(rng, ["Launch notes", "Fix login", ""]), "assigned_to_email": self._address(rng),
+                "list_name": _pick(rng, LISTS + ["Todo"]), "due_date": _pick(rng, DATES[:6]),
+                "board": _pick(rng, BOARDS + ["Ops"])}
+
+    def _project_management_delete_task(self, rng):
+        return {"task_id": self._id(rng, "task_id")}
+
+    def _project_management_update_task(self, rng):
+        field = _pick(rng, FIELDS_TASK + ["priority"])
+        value = {"list_name": rng.choice(LISTS + ["Done"]), "board": rng.choice(BOARDS + ["QA"]),
+                 "assigned_to_email": self._address(rng), "task_id": "00000001", "due_date": "2023-12-24",
+                 "task_name": "Renamed task"}.get(field if isinstance(field, str) else "", "v")
+        return {"task_id": self._id(rng, "task_id"), "field": field, "new_value": _pick(rng, [value])}
+
+    def _customer_relationship_manager_search_customers(self, rng):
+        pools = {"customer_name": ["Taylor", "quinn", "harris", "("], "customer_email": ["nanolabs", "@"],
+                 "product_interest": PRODUCTS + ["soft"], "status": STATUSES + ["won", "o"],
+                 "assigned_to_email": ["lena", "sofia.santos@atlas.com", "atlas"],
+                 "last_contact_date_min": DATES, "last_contact_date_max": DATES, "follow_up_by_min": DATES,
+                 "follow_up_by_max": DATES}
+        args: dict[str, Any] = {}
+        for key, pool in pools.items():
+            if rng.random() < 0.2:
+                args[key] = _pick(rng, pool)
+        if rng.random() < 0.3:
+            args["page"] = _pick(rng, PAGES, 0.05)
+        if rng.random() < 0.3:
+            args["page_size"] = _pick(rng, PAGE_SIZES, 0.05)
+        return args
+
+    def _customer_relationship_manager_update_customer(self, rng):
+        field = _pick(rng, FIELDS_CRM + ["phone"])
+        value = {"status": rng.choice(STATUSES + ["Closed"]), "product_interest": rng.choice(PRODUCTS + ["Cloud"]),
+                 "customer_email": "New@Example.com", "assigned_to_email": self._address(rng),
+                 "customer_phone": "555-0100", "customer_id": "00000001"}.get(field if isinstance(field, str) else "", "v")
+        return {"customer_id": self._id(rng, "customer_id"), "field": field, "new_value": _pick(rng, [value])}
+
+    def _customer_relationship_manager_add_customer(self, rng):
+        args = {"customer_name": _pick(rng, ["Dakota Thomas", "Acme", ""]), "assigned_to_email": self._address(rng),
+                "status": _pick(rng, STATUSES + ["Closed"])}
+        for key, pool in {"customer_email": ["Dakota@Example.com"], "customer_phone": ["555-0101"],
+                          "last_contact_date": DATES[:3], "product_interest": PRODUCTS,
+                          "notes": ["met at expo", ""], "follow_up_by": DATES[:3]}.items():
+            if rng.random() < 0.3:
+                args[key] = _pick(rng, pool)
+        return args
+
+    def _customer_relationship_manager_delete_customer(self, rng):
+        return {"customer_id": self._id(rng, "customer_id")}
+
+
+def tool_names() -> list[str]:
+    names = []
+    for toolkit in ("company_directory", "email", "calendar", "analytics", "project_management",
+                    "customer_relationship_manager"):
+        names += [t["name"] for t in json.loads((DATA_DIR / "tools" / f"{toolkit}.json").read_text())["tools"]]
+    return names
+
+
+TOOL_NAMES = tool_names()
+
+
+def tool_step(name: str, args: Any) -> dict:
+    return {"op": "tool", "name": name, "body": json.dumps(args)}
+
+
+def random_sequences(ids: dict, seed: int, count: int, lo: int = 2, hi: int = 8) -> list[list[dict]]:
+    """``count`` sessions of ``lo``..``hi`` random calls each, reproducible from ``seed``."""
+    rng = random.Random(seed)
+    builder = CallBuilder(ids)
+    out = []
+    for _ in range(count):
+        calls = [builder.build(rng) for _ in range(rng.randint(lo, hi))]
+        out.append([{"op": "seed"}] + [tool_step(n, a) for n, a in calls])
+    return out
+
+
+def valid_call_sequences() -> list[list[dict]]:
+    """Every tool with well-formed arguments, each in its own session (27 sessions)."""
+    calls: dict[str, dict] = {
+        "company_directory_find_email_address": {"name": "raj"},
+        "email_get_email_information_by_id": {"email_id": "00000057", "field": "subject"},
+        "email_search_emails": {"query": "Task Update", "date_min": "2023-10-01", "date_max": "2023-11-30",
+                                "page": 2, "page_size": 3},
+        "email_send_email": {"recipient": "Raj.Patel@atlas.com", "subject": "Q4 plan", "body": "Draft attached."},
+        "email_delete_email": {"email_id": "00000259"},
+        "email_forward_email": {"email_id": "00000057", "recipient": "nadia.moreau@atlas.com"},
+        "email_reply_email": {"email_id": "00000057", "body": "Thanks - tomorrow."},
+        "calendar_get_event_information_by_id": {"event_id": "00000013", "field": "event_start"},
+        "calendar_search_events": {"query": "sync", "time_min": "2023-08-01 00:00:00",
+                                   "time_max": "2023-12-31 23:59:59", "page": 1, "page_size": 10},
+        "calendar_create_event": {"event_name": "Budget sync", "participant_email": "Luis.Ortiz@atlas.com",
+                                  "event_start": "2023-12-04 10:00:00", "duration": "30"},
+        "calendar_delete_event": {"event_id": "00000013"},
+        "calendar_update_event": {"event_id": "00000252", "field": "participant_email",
+                                  "new_value": "Raj.Patel@atlas.com"},
+        "analytics_engaged_users_count": {"time_min": "2023-11-01", "time_max": "2023-11-07"},
+        "analytics_get_visitor_information_by_id": {"visitor_id": "0860"},
+        "analytics_create_plot": {"time_min": "2023-11-01", "time_max": "2023-11-30", "value_to_plot": "user_engaged",
+                                  "plot_type": "line"},
+        "analytics_traffic_source_count": {"time_min": "2023-11-01", "time_max": "2023-11-05",
+                                           "traffic_source": "direct"},
+        "analytics_total_visits_count": {"time_min": "2023-11-20"},
+        "analytics_get_average_session_duration": {"time_min": "2023-11-01", "time_max": "2023-11-10"},
+        "project_management_get_task_information_by_id": {"task_id": "00000149", "field": "due_date"},
+        "project_management_search_tasks": {"assigned_to_email": "Leila.Azizi@atlas.com", "board": "Front end"},
+        "project_management_create_task": {"task_name": "Launch notes", "assigned_to_email": "leila.azizi@atlas.com",
+                                           "list_name": "Backlog", "due_date": "2023-12-08", "board": "Design"},
+        "project_management_delete_task": {"task_id": "00000037"},
+        "project_management_update_task": {"task_id": "00000149", "field": "list_name", "new_value": "In Review"},
+        "customer_relationship_manager_search_customers": {"status": "Won", "page_size": 3},
+        "customer_relationship_manager_update_customer": {"customer_id": "00000189", "field": "status",
+                                                          "new_value": "Won"},
+        "customer_relationship_manager_add_customer": {"customer_name": "Dakota Thomas",
+                                                       "assigned_to_email": "Nadia.Moreau@atlas.com", "status": "Lead"},
+        "customer_relationship_manager_delete_customer": {"customer_id": "00000014"},
+    }
+    assert sorted(calls) == sorted(TOOL_NAMES), "every tool has a well-formed call"
+    return [[{"op": "seed"}, tool_step(name, args)] for name, args in calls.items()]
+
+
+def invalid_sequences() -> list[list[dict]]:
+    """Bad bodies, unknown tools, unseeded sessions, unexpected and wrong-typed arguments."""
+    seq: list[list[dict]] = []
+    bodies = ["", "not json", "[1, 2]", "\"text\"", "3", "null", "{\"email_id\": ", "{}"]
+    seq.append([{"op": "seed"}] + [{"op": "tool", "name": "email_delete_email", "body": b} for b in bodies])
+    seq.append([{"op": "tool", "name": "email_delete_email", "body": "{\"email_id\": \"00000259\"}"},
+                {"op": "tool", "name": "nope", "body": "{}"}, {"op": "tool", "name": "nope", "body": "[]"}])
+    seq.append([{"op": "seed"}, tool_step("no_such_tool", {}), tool_step("verify_me", {"x": 1}),
+                tool_step("email_send_email", {"recipient": "a@b.c", "subject": "s", "body": "b", "cc": "x@y.z"}),
+                tool_step("email_search_emails", {"query": 5}), tool_step("email_search_emails", {"page": "2"}),
+                tool_step("email_search_emails", {"page_size": 0}), tool_step("email_search_emails", {"page": 99}),
+                tool_step("calendar_search_events", {"query": "("}), tool_step("calendar_search_events", {"page": 0}),
+                tool_step("calendar_search_events", {"time_min": "yesterday"}),
+                tool_step("project_management_search_tasks", {"task_name": "["}),
+                tool_step("customer_relationship_manager_search_customers", {"customer_name": "*"}),
+                tool_step("company_directory_find_email_address", {"name": "("}),
+                tool_step("calendar_create_event", {"event_name": "x", "participant_email": "a@b.c",
+                                                    "event_start": "2023-12-01 10:00:00", "duration": 15}),
+                tool_step("calendar_update_event", {"event_id": 13, "field": "event_name", "new_value": "x"}),
+                tool_step("email_get_email_information_by_id", {"email_id": ["00000057"], "field": "subject"}),
+                tool_step("project_management_update_task", {"task_id": "00000149", "field": "task_id",
+                                                             "new_value": "00000001"}),
+                tool_step("customer_relationship_manager_add_customer", {"customer_name": "N", "status": "Lead",
+                                                                          "assigned_to_email": "a@b.c",
+                                                                          "notes": None}),
+                tool_step("analytics_get_average_session_duration", {}),
+                tool_step("analytics_get_visitor_information_by_id", {"visitor_id": "0860"}),
+                tool_step("analytics_traffic_source_count", {}),
+                tool_step("email_send_email", {"recipient": "raj.patel@atlas.com", "subject": "s", "body": "b"}),
+                tool_step("email_reply_email", {"email_id": "501", "body": "again"}),
+                tool_step("email_search_emails", {"query": "again"})])
+    return seq
+
+
+# --------------------------------------------------------------------------- our side
+
+
+def make_app():
+    app = create_app(Config.model_validate(base_config(SERVER)))
+    return app
+
+
+async def run_ours(app, steps: list[dict]) -> dict:
+    """The same steps through our real routes, one cookie jar (= one session) per run."""
+    answers: list[list] = []
+    async with serve(app) as client:
+        for step in steps:
+            if step["op"] == "seed":
+                resp = await client.post("/seed_session", content=b"{}",
+                                         headers={"content-type": "application/json"})
+            elif step["op"] == "tool":
+                body = step.get("body")
+                resp = await client.post(f"/{step['name']}", content=(body or "").encode(),
+                                         headers={"content-type": "application/json"})
+            else:
+                raise ValueError(step["op"])
+            answers.append([resp.status_code, resp.text])
+        sid = None
+        cookie = client.cookies.get(f"gym_session_{SERVER}")
+        if cookie:
+            sid = SessionCodec(SECRET, SERVER).read(cookie)
+    tables = None
+    sessions = app.state.workplace_sessions
+    if sid is not None and sid in sessions:
+        env = sessions.get(sid)
+        tables = {f"{c}.{a}": describe_table(env.get((c, a))) for c, a in TABLE_KEYS}
+        sessions.drop(sid)
+    return {"answers": answers, "tables": tables}
+
+
+def differences(steps: list[dict], ref: dict, ours: dict) -> list[str]:
+    """Every way ``ours`` differs from ``ref``: per answer (status, bytes) and per final table."""
+    out = []
+    for i, (step, a, b) in enumerate(zip(steps, ref["answers"], ours["answers"], strict=True)):
+        if a != b:
+            what = step.get("name", step["op"]) + " " + str(step.get("body"))[:160]
+            out.append(f"step {i} {what}: ref {a[0]} {a[1][:300]!r} | ours {b[0]} {b[1][:300]!r}")
+    if (ref["tables"] is None) != (ours["tables"] is None):
+        out.append(f"tables: ref {ref['tables'] is not None} ours {ours['tables'] is not None}")
+    elif ref["tables"]:
+        for key, table in ref["tables"].items():
+            mine = ours["tables"].get(key)
+            if mine != table:
+                out.append(f"table {key}: " + _table_diff(table, mine))
+    return out
+
+
+def _table_diff(a: dict, b: dict | None) -> str:
+    if b is None:
+        return "missing"
+    for part in ("columns", "dtypes", "index_type", "index_dtype", "index"):
+        if a[part] != b[part]:
+            return f"{part}: ref {str(a[part])[:200]} ours {str(b[part])[:200]}"
+    if len(a["rows"]) != len(b["rows"]):
+        return f"rows: ref {len(a['rows'])} ours {len(b['rows'])}"
+    for i, (ra, rb) in enumerate(zip(a["rows"], b["rows"])):
+        if ra != rb:
+            return f"row {i}: ref {ra} ours {rb}"
+    return "?"
+
+
+def count_calls(sequences: Iterable[list[dict]]) -> int:
+    """Requests compared: every seed and tool call."""
+    return sum(len(steps) for steps in sequences)
+
+
+# --------------------------------------------------------------------------- verify / reward
+
+
+def _fc(i: int, name: str, arguments: str) -> dict:
+    return {"type": "function_call", "name": name, "arguments": arguments, "call_id": f"call_{i}",
+            "id": f"fc_{i}", "status": "completed"}
+
+
+def _upper_values(arguments: str) -> str:
+    try:
+        args = json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+    return json.dumps({k: v.upper() if isinstance(v, str) else v for k, v in args.items()})
+
+
+def _perturb(gt: list[dict], rng: random.Random) -> dict[str, list[dict]]:
+    calls = [(c["name"], c["arguments"]) for c in gt]
+    first_args = json.loads(calls[0][1]) if calls else {}
+    variants: dict[str, list[tuple[str, str]]] = {
+        "exact": calls,
+        "empty": [],
+        "drop_last": calls[:-1],
+        "duplicate_first": calls[:1] + calls,
+        "reversed": calls[::-1],
+        "upper_case_values": [(n, _upper_values(a)) for n, a in calls],
+        "null_argument": [(n, json.dumps({**json.loads(a), "notes": None})) for n, a in calls],
+        "extra_argument": [(n, json.dumps({**json.loads(a), "cc": "x@y.z"})) for n, a in calls],
+        "bad_json": [(n, a[:-1]) for n, a in calls],
+        "unknown_tool": [("email_archive_email", "{}")] + calls,
+        "read_only_added": [("email_search_emails", json.dumps({"query": "update"}))] + calls,
+        "int_argument": [(calls[0][0], json.dumps({k: 7 for k in first_args}))] + calls[1:] if calls else [],
+        "side_effect_first": [("analytics_get_average_session_duration", "{}")] + calls,
+        "random_value": [(n, json.dumps({k: rng.choice(["00000001", "Backlog", "x@atlas.com", "2023-12-01"])
+                                         for k in json.loads(a)})) for n, a in calls],
+    }
+    return {k: [_fc(i, n, a) for i, (n, a) in enumerate(v)] for k, v in variants.items()}
+
+
+def reward_cases(examples: list[dict], rollouts: list[dict], seed: int = 0) -> list[dict]:
+    """Example tasks' ground truths against perturbed predictions and the recorded rollouts' outputs."""
+    rng = random.Random(seed)
+    cases = []
+    for row in examples:
+        for name, output in _perturb(row["ground_truth"], rng).items():
+            cases.append({"name": f"task {row['id']} {name}", "row": row, "output": output,
+                          "ground_truth": row["ground_truth"]})
+        cases.append({"name": f"task {row['id']} ground truth as text", "row": row,
+                      "output": _perturb(row["ground_truth"], rng)["exact"],
+                      "ground_truth": json.dumps(row["ground_truth"])})
+    by_input = {json.dumps(r["responses_create_params"]["input"][-1]["content"]): r for r in examples}
+    for i, rec in enumerate(rollouts):
+        row = by_input.get(json.dumps(rec["responses_create_params"]["input"][-1]["content"]))
+        if row is not None:
+            cases.append({"name": f"recorded rollout {i}", "row": row, "output": rec["response"]["output"],
+                          "ground_truth": row["ground_truth"]})
+    return cases
+
+
+async def reward_ours(app, case: dict) -> list:
+    """[status, reward] from our ``/verify`` for one case (seeded first, as an agent does)."""
+    row = case["row"]
+    body = {"responses_create_params": row["responses_create_params"],
+            "response": {"id": "resp_1", "object": "response", "output": case["output"]},
+            "ground_truth": case["ground_truth"], "id": row["id"], "category": row["category"],
+            "environment_name": row["environment_name"]}
+    async with serve(app) as client:
+        await client.post("/seed_session", json={})
+        resp = await client.post("/verify", json=body)
+    if resp.status_code != 200:
+        return [resp.status_code, resp.text]
+    return [200, resp.json()["reward"]]

@@ -63,7 +63,7 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
         t_ours = time.monotonic()
         for steps, ref in zip(sequences, refs, strict=True):
             ours = await cases.run_ours(app, steps)
-            diffs = cases.differences(steps, ref, ours)
+            diffs = cases.differences(steps, ref, ours, oracle)
             content[label] += sum(1 for a, b in zip(ref["answers"], ours["answers"]) if not _same_content(a, b))
             if diffs:
                 diff_seqs += 1

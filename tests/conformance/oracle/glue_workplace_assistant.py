@@ -21,6 +21,7 @@ The module's top level imports nothing of the reference, so the test side may im
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -55,7 +56,7 @@ def _jsonable(value: Any) -> Any:
         return {_key(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    raise Unserialisable(type(value).__name__)
+    raise Unserialisable(f"Unable to serialize unknown type: {type(value)!r}")
 
 
 def _key(key: Any) -> str:
@@ -63,7 +64,7 @@ def _key(key: Any) -> str:
         return key
     if isinstance(key, (bool, int, float)) or key is None:
         return json.dumps(key)
-    raise Unserialisable(type(key).__name__)
+    raise Unserialisable(f"Unable to serialize unknown type: {type(key)!r}")
 
 
 def fastapi_json(content: Any) -> str:
@@ -71,20 +72,28 @@ def fastapi_json(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
 
 
-def body_error(raw: str | None) -> tuple[int, str] | None:
-    """FastAPI's 422 for a body that is not a JSON object (``raw`` None = no body at all)."""
+def body_error(raw: str | None, content_type: str | None = "application/json") -> tuple[int, str] | None:
+    """FastAPI's 422 for a body that is not a JSON object (``raw`` None = no body at all).
+
+    As FastAPI 0.165.0 with pydantic 2.14 answers (checked against a real FastAPI app with the
+    reference route's signature): only a JSON content type is parsed, ``null`` is not "missing".
+    """
     if raw is None or raw == "":
         detail = [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]
         return 422, fastapi_json({"detail": detail})
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        detail = [{"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
-                   "input": {}, "ctx": {"error": exc.msg}}]
-        return 422, fastapi_json({"detail": detail})
+    main = (content_type or "").split(";", 1)[0].strip().lower()
+    if main == "application/json" or (main.startswith("application/") and main.endswith("+json")):
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            detail = [{"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
+                       "input": {}, "ctx": {"error": exc.msg}}]
+            return 422, fastapi_json({"detail": detail})
+    else:
+        parsed = raw
     if not isinstance(parsed, dict):
         detail = [{"type": "model_attributes_type", "loc": ["body"],
-                   "msg": "Input should be a valid dictionary or object to extract attributes from",
+                   "msg": "Input should be a valid dictionary or object to extract fields from",
                    "input": parsed}]
         return 422, fastapi_json({"detail": detail})
     return None
@@ -93,32 +102,36 @@ def body_error(raw: str | None) -> tuple[int, str] | None:
 # ----------------------------------------------------------------------------- tables
 
 
-def _cell(value: Any) -> list:
-    """A cell tagged with its exact Python type (NaN apart from None, numpy scalars named)."""
-    import numpy as np
-
+def _cell(value: Any) -> Any:
+    """A cell exactly: a plain ``str`` as itself, anything else as ``[type name, value]`` (so NaN,
+    None, numpy scalars and Python numbers stay apart)."""
+    if type(value) is str:
+        return value
     if value is None:
         return ["None"]
     if isinstance(value, float) and math.isnan(value):
         return ["nan", type(value).__name__]
-    if isinstance(value, np.generic):
-        return ["np." + type(value).__name__, repr(value.item())]
-    if isinstance(value, (bool, int, float, str)):
+    if type(value) in (bool, int, float):
         return [type(value).__name__, value]
-    return [type(value).__name__, repr(value)]
+    return [type(value).__module__ + "." + type(value).__name__, repr(value)]
 
 
 def describe_table(df: Any) -> dict:
     """Everything ``DataFrame.equals`` and a later tool call can see: columns, dtypes, index, cells."""
     index = df.index
+    columns = [[_cell(v) for v in df.iloc[:, i].tolist()] for i in range(df.shape[1])]
     return {
         "columns": [str(c) for c in df.columns],
         "dtypes": [str(t) for t in df.dtypes],
         "index_type": type(index).__name__,
         "index_dtype": str(index.dtype),
         "index": [_cell(v) for v in index.tolist()],
-        "rows": [[_cell(v) for v in row] for row in df.itertuples(index=False, name=None)],
+        "rows": [list(row) for row in zip(*columns)] if columns else [[] for _ in range(len(index))],
     }
+
+
+def table_digest(description: dict) -> str:
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 
 # ----------------------------------------------------------------------------- the app's steps
@@ -130,8 +143,8 @@ def _tool_env():
     return get_tools(TOOLKITS)
 
 
-def _tool_step(env: dict | None, name: str, raw: str | None) -> tuple[int, str]:
-    bad = body_error(raw)
+def _tool_step(env: dict | None, name: str, raw: str | None, content_type: str | None) -> tuple[int, str]:
+    bad = body_error(raw, content_type)
     if bad is not None:
         return bad
     if env is None:
@@ -144,7 +157,8 @@ def _tool_step(env: dict | None, name: str, raw: str | None) -> tuple[int, str]:
     try:
         return 200, fastapi_json({"output": _jsonable(result)})
     except Unserialisable as exc:
-        return 500, fastapi_json({"unserialisable": str(exc)})
+        # the exception middleware answers the repr of pydantic's serialization error
+        return 500, fastapi_json(f"PydanticSerializationError({exc})")
 
 
 def _reward(env_unused: Any, output: list, ground_truth: Any) -> tuple[int, Any]:
@@ -157,7 +171,7 @@ def _reward(env_unused: Any, output: list, ground_truth: Any) -> tuple[int, Any]
         return 500, repr(exc)
 
 
-def run_sequence(steps: list[dict]) -> dict:
+def run_sequence(steps: list[dict], full: bool = True) -> dict:
     """Run steps in one session; returns every answer and the final tables.
 
     A step is ``{"op": "seed"}``, ``{"op": "tool", "name": N, "body": RAW_TEXT_OR_NONE}`` or
@@ -173,7 +187,8 @@ def run_sequence(steps: list[dict]) -> dict:
             last_env = env
             answers.append([200, "{}"])
         elif op == "tool":
-            answers.append(list(_tool_step(env, step["name"], step.get("body"))))
+            answers.append(list(_tool_step(env, step["name"], step.get("body"),
+                                            step.get("content_type", "application/json"))))
         elif op == "verify":
             if env is None:
                 answers.append([400, fastapi_json({"detail": NOT_SEEDED})])
@@ -185,6 +200,8 @@ def run_sequence(steps: list[dict]) -> dict:
     tables = None
     if last_env is not None:
         tables = {f"{c}.{a}": describe_table(getattr(last_env["containers"][c], a)) for c, a in TABLES}
+        if not full:
+            tables = {key: table_digest(d) for key, d in tables.items()}
     return {"answers": answers, "tables": tables}
 
 
@@ -207,6 +224,6 @@ def table_ids() -> dict:
     }
 
 
-def run_sequences(sequences: list[list[dict]]) -> list[dict]:
-    """:func:`run_sequence` for many sessions in one round trip."""
-    return [run_sequence(steps) for steps in sequences]
+def run_sequences(sequences: list[list[dict]], full: bool = False) -> list[dict]:
+    """:func:`run_sequence` for many sessions in one round trip (tables as digests unless ``full``)."""
+    return [run_sequence(steps, full) for steps in sequences]

@@ -1,5 +1,11 @@
 """The Workplace Assistant resources server: 27 tools over per-session pandas tables.
 
+Answers like NeMo Gym 0.7.0's workplace_assistant server (FastAPI): ``POST /<tool>`` always answers
+``200 {"output":...}`` for a seeded session (tool errors, unknown tools and unexpected arguments are
+model-visible text), ``400 {"detail":...}`` for a session never seeded, and FastAPI's ``422`` for a
+body that is not a JSON object; bodies are compact JSON as FastAPI writes them. The checkpoint-specific
+answers (``409 checkpoint_parked``, ``409 stale_attempt``) are the only deliberate differences.
+
 Declares ``checkpoint_mode = "exported"`` and ``checkpoint_verify = "wait"`` (``/verify`` drops
 the session, so it is not replay-safe). Sessions are exported as diffs against the pristine
 tables they were seeded from; the pristine base is written once per checkpoint.
@@ -9,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,14 +26,15 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.base.http import parse_body, read_json, read_json_object
+from gym_services.base.http import validate
 from gym_services.base.sessions import session_id
 from gym_services.resources.common.sessions import ResourcesParticipant
 
 from .sessions import SessionNotFound, WorkplaceSessions
-from .tools import tool_schemas, tool_specs
+from .tools import tool_schemas
 from . import verify as grading
+
+NOT_SEEDED = "Session not initialized. Please call seed_session first."
 
 
 class Config(ServerConfig):
@@ -40,71 +48,118 @@ class VerifyRequest(BaseModel):
     ground_truth: list[dict[str, Any]] | str | None = None
 
 
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()  # numpy scalars
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+class Unserializable(TypeError):
+    """A tool output holds a value JSON cannot carry (FastAPI's pydantic serializer fails on it)."""
 
 
-def _output(value: object) -> Response:
-    """Tool output as stored, key order kept."""
-    body = json.dumps({"output": value}, ensure_ascii=False, default=_json_default)
-    return Response(body, media_type="application/json")
+def jsonable(value: Any) -> Any:
+    """A tool output as FastAPI's response serialization sees it: NaN and infinities become null,
+    tuples lists; anything else that is not plain JSON cannot be written."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_json_key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    raise Unserializable(f"Unable to serialize unknown type: {type(value)!r}")
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool) or key is None or isinstance(key, (int, float)):
+        return json.dumps(key)
+    raise Unserializable(f"Unable to serialize unknown type: {type(key)!r}")
+
+
+def _detail(status: int, detail: Any) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def _json_content(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    main = content_type.split(";", 1)[0].strip().lower()
+    return main == "application/json" or (main.startswith("application/") and main.endswith("+json"))
+
+
+def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSONResponse:
+    """The body as a JSON object, or the answer FastAPI (0.165) gives for one that is not: only a
+    JSON content type is parsed; other bodies are validated as text and refused."""
+    if not raw:
+        return _detail(422, [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}])
+    if _json_content(content_type):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            error = {"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
+                     "input": {}, "ctx": {"error": exc.msg}}
+            return _detail(422, [error])
+        except ValueError:  # not in a Unicode encoding JSON allows
+            return _detail(400, "There was an error parsing the body")
+    else:
+        data = raw.decode("utf-8", errors="replace")
+    if not isinstance(data, dict):
+        msg = "Input should be a valid dictionary or object to extract fields from"
+        return _detail(422, [{"type": "model_attributes_type", "loc": ["body"], "msg": msg, "input": data}])
+    return data
 
 
 def create_app(config: Config) -> Starlette:
     sessions = WorkplaceSessions()
     participant = ResourcesParticipant(sessions, mode="exported", verify="wait")
-    specs = tool_specs()
-
-    def live_session(request: Request) -> str:
-        sid = session_id(request)
-        participant.check_session(sid)
-        if sid not in sessions:
-            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is not initialized; call /seed_session first")
-        return sid
 
     async def seed(request: Request) -> JSONResponse:
-        await read_json_object(request)  # the body is unused, but must be a JSON object
+        body = request_object(await request.body(), request.headers.get("content-type"))
+        if isinstance(body, JSONResponse):
+            return body
         sid = session_id(request)
         await asyncio.to_thread(sessions.seed, sid)
         participant.seeded(sid, request.headers)
-        return JSONResponse({"session_id": sid}, headers=participant.seed_headers())
+        return JSONResponse({}, headers=participant.seed_headers())
 
     async def tools(request: Request) -> JSONResponse:
         return JSONResponse({"tools": tool_schemas()})
 
     async def tool(request: Request) -> Response:
         name = request.path_params["tool_name"]
-        if name not in specs:
-            raise ApiError(ErrorCode.NOT_FOUND, f"no tool {name!r}; GET /tools lists the {len(specs)} tools")
-        arguments = await read_json(request)
-        sid = live_session(request)
+        body = request_object(await request.body(), request.headers.get("content-type"))
+        if isinstance(body, JSONResponse):
+            return body
+        sid = session_id(request)
+        participant.check_session(sid)
+        if sid not in sessions:
+            return _detail(400, NOT_SEEDED)
         if config.tool_latency_s:
             await asyncio.sleep(config.tool_latency_s)
         try:
-            result = await asyncio.to_thread(sessions.call_tool, sid, name, arguments)
-        except SessionNotFound:
-            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is not initialized; call /seed_session first") from None
-        return _output(result)
+            result = await asyncio.to_thread(sessions.call_tool, sid, name, body)
+        except SessionNotFound:  # retired or verified while the call waited
+            return _detail(400, NOT_SEEDED)
+        try:
+            return JSONResponse({"output": jsonable(result)})
+        except Unserializable as exc:
+            return JSONResponse(f"PydanticSerializationError({exc})", status_code=500)
 
     async def verify(request: Request) -> JSONResponse:
-        body = await parse_body(request, VerifyRequest)
-        sid = live_session(request)
-        output = body.response.get("output", [])
+        body = request_object(await request.body(), request.headers.get("content-type"))
+        if isinstance(body, JSONResponse):
+            return body
+        parsed = validate(VerifyRequest, body)
+        sid = session_id(request)
+        participant.check_session(sid)
+        output = parsed.response.get("output", [])
+        predicted = grading.extract_function_calls(output if isinstance(output, list) else [])
         try:
-            if not isinstance(output, list):
-                raise ValueError("response.output must be a list of items")
-            predicted = grading.extract_function_calls(output)
-            expected = grading.parse_actions(body.ground_truth)
-        except ValueError as exc:  # bad input: refused, and the session is kept
-            raise ApiError(ErrorCode.BAD_REQUEST, f"cannot grade this request: {exc}") from None
-        try:
-            correct = await asyncio.to_thread(grading.is_correct, predicted, expected)
+            correct = await asyncio.to_thread(grading.is_correct, predicted, parsed.ground_truth)
+        except Exception as exc:  # noqa: BLE001 - NeMo Gym's server answers 500 with the error's repr
+            return JSONResponse(repr(exc), status_code=500)
         finally:
-            sessions.drop(sid)  # verify discards the session even when it raises
-        participant.end(sid)
-        return JSONResponse({**body.model_dump(), "reward": 1.0 if correct else 0.0})
+            sessions.drop(sid)  # verify discards the session, even when grading fails
+            participant.end(sid)
+        return JSONResponse({**parsed.model_dump(), "reward": 1.0 if correct else 0.0})
 
     app = create_server_app(
         config,

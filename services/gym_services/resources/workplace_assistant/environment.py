@@ -1,13 +1,15 @@
 """One session's Workplace Assistant tool environment: seven pandas tables.
 
-The pristine tables are read from the vendored CSVs once per process; every session gets shallow
-copies. pandas 3 always uses copy-on-write, so a shallow copy shares the pristine column arrays until a
-tool writes to a column, and a write never reaches the pristine table or another session. The codec
-uses that sharing as a cheap, sound "unchanged" test (same buffer => same values).
+The tables are read from the vendored CSVs exactly as NeMo Gym's tools read them (``dtype=str`` with
+pandas 2.3, so ``object`` columns where an empty cell is NaN and a value a tool stores as ``None``
+stays ``None``), once per process; every session gets shallow copies.
 
-pandas 3 reads ``dtype=str`` as the ``str`` dtype, which turns a stored ``None`` into NaN. The real
-server (pandas 2) got ``object`` columns, where an empty CSV cell is NaN and a value a tool stored as
-``None`` stays ``None``. We convert to ``object`` right after reading so that distinction exists.
+Copy-on-write is switched on for this process (pandas 2.3 makes it opt-in; only this server uses
+pandas): a shallow copy shares the pristine column arrays until a tool writes to a column, and a
+write never reaches the pristine table or another session. The codec uses that sharing as a cheap,
+sound "unchanged" test (same buffer => same values). No tool behaves differently under it: the
+conformance suite (``tests/conformance/test_workplace_assistant.py``) compares every answer and
+table with NeMo Gym's modules running without it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+pd.set_option("mode.copy_on_write", True)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CSV_DIR = DATA_DIR / "csv_data"
@@ -60,8 +64,8 @@ _PROCESSED_CSV: dict[TableKey, str] = {
 
 
 def _read_str_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
-    """Read like the real server (``dtype=str``), then hold the cells in ``object`` columns."""
-    return pd.read_csv(path, dtype=str, **kwargs).astype(object)
+    """Read like NeMo Gym's tools: every cell a string, empty cells NaN (``object`` columns)."""
+    return pd.read_csv(path, dtype=str, **kwargs)
 
 
 def load_tables_from_csv(csv_dir: Path = CSV_DIR) -> dict[TableKey, pd.DataFrame]:
@@ -75,7 +79,7 @@ def load_tables_from_csv(csv_dir: Path = CSV_DIR) -> dict[TableKey, pd.DataFrame
         tables[key] = _read_str_csv(csv_dir / rel)
     analytics = tables[ANALYTICS]
     analytics["user_engaged"] = analytics["user_engaged"] == "True"
-    tables[PLOTS] = pd.DataFrame({"file_path": pd.Series([], dtype=object)})
+    tables[PLOTS] = pd.DataFrame(columns=["file_path"])  # no plots yet
     return {key: tables[key] for key in TABLE_KEYS}
 
 

@@ -1,109 +1,78 @@
-"""Reward for a Workplace Assistant episode: replay predicted and ground-truth actions on two fresh
-environments and compare the resulting tables (REFERENCE B.1).
+"""Reward for a Workplace Assistant episode, as NeMo Gym 0.7.0's verifier defines it.
 
-The session's live tables are ignored on purpose, so the reward depends only on the response and
+Predicted and ground-truth actions are replayed on two fresh environments: each action is
+``{"name": ..., "arguments": <JSON text>}``, its arguments passed as given (``null`` ones too, unlike
+the tool route), and an action that fails in any way is skipped. Then the compared tables are
+lowercased column by column, except ``status``, ``list_name`` and ``board``, and must be equal
+(values, index labels, dtypes). A ground truth given as text holds no actions (its characters are
+not actions). The session's live tables are not used: the reward depends only on the response and
 the ground truth.
+
+Lowercasing uses the ``.str`` accessor on every column, so a compared column that holds no strings
+fails the whole check (the route then answers 500, like NeMo Gym's server).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from .environment import (
-    CALENDAR,
-    CRM,
-    EMAILS,
-    PLOTS,
-    TASKS,
-    PristineTables,
-    TableKey,
-    WorkplaceEnvironment,
-)
-from .tools import call_tool
+from .environment import CALENDAR, CRM, EMAILS, PLOTS, TASKS, PristineTables, TableKey, WorkplaceEnvironment
+from .tools import run_action
 
-#: Tables compared by verify (analytics compares the plots, not the visit data).
+#: Tables compared by verify, in the verifier's order (analytics compares the plots, not the visits).
 COMPARED_TABLES: tuple[TableKey, ...] = (CALENDAR, EMAILS, PLOTS, TASKS, CRM)
-#: Columns where case matters (enum values); every other string column is compared lowercased.
-CASE_SENSITIVE_COLUMNS = frozenset({"status", "list_name", "board"})
-
-Action = Mapping[str, Any]
+#: Columns where case matters (enum values); every other column is compared lowercased.
+CASE_SENSITIVE_COLUMNS = ("status", "list_name", "board")
 
 
-def extract_function_calls(output: Iterable[Any]) -> list[dict[str, Any]]:
-    """The ``function_call`` items of a Responses API ``response.output`` list, as
-    ``{"name", "arguments"}`` (arguments stay the JSON string the model produced).
-
-    Items may be plain dicts or objects with attributes (e.g. pydantic models).
-    """
-    calls: list[dict[str, Any]] = []
+def extract_function_calls(output: Iterable[Any]) -> list[Any]:
+    """The ``function_call`` items of a Responses API ``response.output`` list (dicts or objects
+    with attributes, e.g. pydantic models, which become dicts)."""
+    calls: list[Any] = []
     for item in output:
-        get = item.get if isinstance(item, Mapping) else lambda k, i=item: getattr(i, k, None)
-        if get("type") != "function_call":
-            continue
-        calls.append({"name": get("name"), "arguments": get("arguments")})
+        if isinstance(item, Mapping):
+            if item.get("type") == "function_call":
+                calls.append(dict(item))
+        elif getattr(item, "type", None) == "function_call":
+            dump = getattr(item, "model_dump", None)
+            calls.append(dump() if callable(dump) else {"name": item.name, "arguments": item.arguments})
     return calls
 
 
-def parse_actions(actions: Sequence[Action] | str | None) -> list[Action]:
-    """Accept an action list, or a JSON string holding one (the ground truth may be a string)."""
-    if actions is None:
-        return []
-    if isinstance(actions, str):
-        parsed = json.loads(actions) if actions.strip() else []
-        if not isinstance(parsed, list):
-            raise ValueError("ground truth string must hold a JSON list of actions")
-        return parsed
-    return list(actions)
-
-
-def replay(actions: Sequence[Action], base: PristineTables | None = None) -> WorkplaceEnvironment:
-    """A fresh environment after running ``actions`` in order (tool errors change nothing)."""
+def replay(actions: Any, base: PristineTables | None = None) -> WorkplaceEnvironment:
+    """A fresh environment after running ``actions`` in order; failing actions are skipped."""
     env = WorkplaceEnvironment.fresh(base)
-    for action in actions:
-        name = action.get("name") if isinstance(action, Mapping) else None
-        if not isinstance(name, str):
+    for action in actions or ():
+        try:
+            run_action(env, action["name"], json.loads(action["arguments"]))
+        except Exception:  # noqa: BLE001 - a failing action changes what it changed, nothing more
             continue
-        call_tool(env, name, action.get("arguments"))
     return env
 
 
-def _lowercased(df: pd.DataFrame) -> pd.DataFrame:
-    out = df.copy(deep=False)
-    for i, col in enumerate(df.columns):
-        if col in CASE_SENSITIVE_COLUMNS:
-            continue
-        values = df.iloc[:, i].to_numpy()
-        if values.dtype != object:
-            continue
-        lowered = np.array([v.lower() if isinstance(v, str) else v for v in values], dtype=object)
-        out.isetitem(i, pd.Series(lowered, index=df.index, dtype=object))
-    return out
+def _lowercase(df: pd.DataFrame) -> pd.DataFrame:
+    for column in df.columns:
+        if column not in CASE_SENSITIVE_COLUMNS:
+            df[column] = df[column].str.lower()
+    return df
 
 
 def tables_match(left: WorkplaceEnvironment, right: WorkplaceEnvironment) -> bool:
-    """Whether the compared tables are equal (values, index, dtypes) after lowercasing."""
-    return all(
-        _lowercased(left.get(key)).equals(_lowercased(right.get(key))) for key in COMPARED_TABLES
-    )
+    """Whether the compared tables are equal after lowercasing (changes both environments' tables)."""
+    lowered = [[_lowercase(env.get(key)) for key in COMPARED_TABLES] for env in (left, right)]
+    return all(a.equals(b) for a, b in zip(*lowered, strict=True))
 
 
-def is_correct(
-    predicted_actions: Sequence[Action] | str | None,
-    ground_truth_actions: Sequence[Action] | str | None,
-    base: PristineTables | None = None,
-) -> bool:
-    predicted = replay(parse_actions(predicted_actions), base)
-    expected = replay(parse_actions(ground_truth_actions), base)
+def is_correct(predicted_actions: Any, ground_truth_actions: Any, base: PristineTables | None = None) -> bool:
+    predicted = replay(predicted_actions, base)
+    expected = replay(ground_truth_actions, base)
     return tables_match(predicted, expected)
 
 
-def verify_reward(
-    response_output: Iterable[Any], ground_truth: Sequence[Action] | str | None
-) -> float:
+def verify_reward(response_output: Iterable[Any], ground_truth: Any) -> float:
     """1.0 when the response's function calls leave the same tables as the ground truth."""
     return 1.0 if is_correct(extract_function_calls(response_output), ground_truth) else 0.0

@@ -1,19 +1,20 @@
 """The 27 Workplace Assistant tools and the dispatcher the tool route uses.
 
-``call_tool`` never raises for a bad call: like the real server, every failure (unknown tool,
-arguments that do not fit the tool's JSON schema, a tool rejecting its input) comes back as the
-model-visible text ``Error executing tool '<name>': ...``. ``None`` arguments are dropped first.
+Like NeMo Gym's route, :func:`call_tool` never raises for a bad call: the arguments are passed to the
+tool as they are (``null`` ones dropped) and any exception, an unknown tool or keyword included,
+comes back as the model-visible text ``Error executing tool '<name>': <the exception's text>``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from ..environment import DATA_DIR, WorkplaceEnvironment
+from ._common import Toolkit
 from . import (
     analytics,
     calendar,
@@ -23,24 +24,23 @@ from . import (
     project_management,
 )
 
-#: Toolkit module per tool-definition file in ``data/tools``.
-TOOLKITS = {
-    "company_directory": company_directory,
-    "email": email,
-    "calendar": calendar,
-    "analytics": analytics,
-    "project_management": project_management,
-    "customer_relationship_manager": customer_relationship_manager,
+#: Toolkit class per tool-definition file in ``data/tools``.
+TOOLKITS: dict[str, type[Toolkit]] = {
+    "company_directory": company_directory.CompanyDirectoryTool,
+    "email": email.EmailTool,
+    "calendar": calendar.CalendarTool,
+    "analytics": analytics.AnalyticsTool,
+    "project_management": project_management.ProjectManagementTool,
+    "customer_relationship_manager": customer_relationship_manager.CustomerRelationshipManagerTool,
 }
-
-ToolFunction = Callable[..., object]
 
 
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
     toolkit: str
-    function: ToolFunction
+    toolkit_class: type[Toolkit]
+    method: str
     operation_type: str  # "read" | "create" | "update" | "delete" (from the definition file)
     parameters: dict[str, str]  # parameter name -> JSON schema type
     schema: dict[str, Any]  # the tool definition as the model sees it
@@ -54,9 +54,9 @@ class ToolSpec:
 def tool_specs() -> dict[str, ToolSpec]:
     """Every tool, from ``data/tools/<toolkit>.json`` joined with its implementation."""
     specs: dict[str, ToolSpec] = {}
-    for toolkit, module in TOOLKITS.items():
+    for toolkit, cls in TOOLKITS.items():
         definition = json.loads((DATA_DIR / "tools" / f"{toolkit}.json").read_text())
-        implemented: dict[str, ToolFunction] = module.TOOLS
+        implemented = cls.TOOLS
         declared = {tool["name"] for tool in definition["tools"]}
         if declared != set(implemented):
             raise RuntimeError(f"{toolkit}: definitions {declared} != implemented {set(implemented)}")
@@ -65,7 +65,8 @@ def tool_specs() -> dict[str, ToolSpec]:
             specs[tool["name"]] = ToolSpec(
                 name=tool["name"],
                 toolkit=toolkit,
-                function=implemented[tool["name"]],
+                toolkit_class=cls,
+                method=implemented[tool["name"]],
                 operation_type=tool["operation_type"],
                 parameters={p: spec["type"] for p, spec in props.items()},
                 schema={k: tool[k] for k in ("type", "name", "description", "parameters", "strict")},
@@ -78,45 +79,34 @@ def tool_schemas() -> list[dict[str, Any]]:
     return [spec.schema for spec in tool_specs().values()]
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float)}
-
-
-def _check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
-    for key, value in arguments.items():
-        expected = spec.parameters.get(key)
-        if expected is None:
-            return f"unexpected argument '{key}'"
-        if isinstance(value, bool) or not isinstance(value, _JSON_TYPES[expected]):
-            return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
-    return None
-
-
 def error_text(name: str, message: str) -> str:
     return f"Error executing tool '{name}': {message}"
 
 
 def call_tool(env: WorkplaceEnvironment, name: str, arguments: Mapping[str, Any] | str | None) -> object:
-    """Run one tool call on ``env``; returns the tool's output (a string or a JSON-able value)."""
-    spec = tool_specs().get(name)
-    if spec is None:
-        return error_text(name, f"unknown tool '{name}'")
+    """Run one tool call on ``env`` as the tool route does; returns the tool's output.
+
+    ``arguments`` is the request body (a mapping) or, for convenience, a JSON text of one.
+    """
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return error_text(name, f"arguments are not valid JSON: {exc.msg}")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, Mapping):
-        return error_text(name, "arguments must be a JSON object")
-    kwargs = {k: v for k, v in arguments.items() if v is not None}
-    problem = _check_arguments(spec, kwargs)
-    if problem:
-        return error_text(name, problem)
+        arguments = json.loads(arguments) if arguments.strip() else {}
+    kwargs = {k: v for k, v in (arguments or {}).items() if v is not None}
     try:
-        return spec.function(env, **kwargs)
+        spec = tool_specs().get(name)
+        if spec is None:
+            raise KeyError(name)
+        return getattr(spec.toolkit_class(env), spec.method)(**kwargs)
     except Exception as exc:  # noqa: BLE001 - every tool failure is model-visible text
-        return error_text(name, str(exc) or type(exc).__name__)
+        return error_text(name, str(exc))
 
 
-__all__ = ["ToolSpec", "call_tool", "error_text", "tool_schemas", "tool_specs"]
+def run_action(env: WorkplaceEnvironment, name: Any, kwargs: Any) -> None:
+    """One replayed action as verify runs it: keyword arguments as given (``null`` ones kept);
+    anything that fails, an unknown tool included, changes only what it changed before failing."""
+    spec = tool_specs().get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise KeyError(name)
+    getattr(spec.toolkit_class(env), spec.method)(**kwargs)
+
+
+__all__ = ["ToolSpec", "call_tool", "error_text", "run_action", "tool_schemas", "tool_specs"]

@@ -1,18 +1,17 @@
-"""Analytics toolkit: visit statistics over ``_analytics_data`` and plots in ``_plots_data``.
+"""Analytics toolkit over ``_analytics_data`` (visits, read-only) and ``_plots_data`` (created plots).
 
-The counting tools return one number for the whole range, as their descriptions say ("the total
-number of visits within a specified time range"). Dates are ``YYYY-MM-DD`` and compare as strings.
+The counters answer one value per visit date (``{"2023-11-01": 3, ...}``), bounded by comparing the
+date strings with ``time_min`` / ``time_max``. As in NeMo Gym, the average session duration without
+any bound converts the session's own ``session_duration_seconds`` column to float64 on the way, so
+later visitor lookups in that session show float durations.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from ..environment import ANALYTICS, PLOTS
+from ._common import SessionTable, Toolkit
 
-from ..environment import ANALYTICS, PLOTS, WorkplaceEnvironment
-from ._common import ToolError, append_row, choice_error, parse_date, records
-
-PLOT_VALUES = (
+PLOTTABLE = [
     "total_visits",
     "session_duration_seconds",
     "user_engaged",
@@ -20,111 +19,71 @@ PLOT_VALUES = (
     "visits_referral",
     "visits_search_engine",
     "visits_social_media",
-)
-PLOT_TYPES = ("bar", "line", "scatter", "histogram")
-TRAFFIC_SOURCES = ("direct", "referral", "search engine", "social media")
+]
+PLOT_TYPES = ["bar", "line", "scatter", "histogram"]
 
 
-def _in_range(env: WorkplaceEnvironment, time_min: str | None, time_max: str | None) -> pd.DataFrame:
-    data = env.get(ANALYTICS)
-    days = data["date_of_visit"].to_numpy()
-    keep = np.ones(len(data), dtype=bool)
-    if time_min:
-        lo = parse_date(time_min, "time_min")
-        keep &= np.array([isinstance(d, str) and d >= lo for d in days], dtype=bool)
-    if time_max:
-        hi = parse_date(time_max, "time_max")
-        keep &= np.array([isinstance(d, str) and d <= hi for d in days], dtype=bool)
-    return data[keep]
+class AnalyticsTool(Toolkit):
+    TOOLS = {
+        "analytics_engaged_users_count": "engaged_users_count",
+        "analytics_get_visitor_information_by_id": "get_visitor_information_by_id",
+        "analytics_create_plot": "create_plot",
+        "analytics_traffic_source_count": "traffic_source_count",
+        "analytics_total_visits_count": "total_visits_count",
+        "analytics_get_average_session_duration": "get_average_session_duration",
+    }
 
+    _analytics_data = SessionTable(ANALYTICS)
+    _plots_data = SessionTable(PLOTS)
 
-def analytics_get_visitor_information_by_id(
-    env: WorkplaceEnvironment, visitor_id: str | None = None
-) -> object:
-    if not visitor_id:
-        return "Visitor ID not provided."
-    data = env.get(ANALYTICS)
-    rows = data[data["visitor_id"].to_numpy() == visitor_id]
-    if rows.empty:
-        return "Visitor not found."
-    return records(rows)
+    def _visits(self, time_min, time_max, whole):
+        """Visits within the bounds. Without ``time_min`` the start is ``whole(table)``: the table
+        itself or a slice of it, which decides whether a column written later reaches the table."""
+        table = self._analytics_data
+        visits = table[table["date_of_visit"] >= time_min] if time_min else whole(table)
+        if time_max:
+            visits = visits[visits["date_of_visit"] <= time_max]
+        return visits
 
+    def get_visitor_information_by_id(self, visitor_id=None):
+        if not visitor_id:
+            return "Visitor ID not provided."
+        table = self._analytics_data
+        found = table[table["visitor_id"] == visitor_id].to_dict(orient="records")
+        return found if found else "Visitor not found."
 
-def analytics_create_plot(
-    env: WorkplaceEnvironment,
-    time_min: str | None = None,
-    time_max: str | None = None,
-    value_to_plot: str | None = None,
-    plot_type: str | None = None,
-) -> object:
-    """Records the plot's file path in ``_plots_data`` (appended by label ``len``) and returns it."""
-    if not time_min:
-        return "Start date not provided."
-    if not time_max:
-        return "End date not provided."
-    parse_date(time_min, "time_min")
-    parse_date(time_max, "time_max")
-    if value_to_plot not in PLOT_VALUES:
-        options = ", ".join(f"'{v}'" for v in PLOT_VALUES)
-        return f"Value to plot must be one of {options}."
-    if plot_type not in PLOT_TYPES:
-        options = ", ".join(f"'{v}'" for v in PLOT_TYPES)
-        return f"Plot type must be one of {options}."
-    file_path = f"plots/{time_min}_{time_max}_{value_to_plot}_{plot_type}.png"
-    plots = env.get(PLOTS)
-    env.put(PLOTS, append_row(plots, len(plots), {"file_path": file_path}))
-    return file_path
+    def create_plot(self, time_min=None, time_max=None, value_to_plot=None, plot_type=None):
+        if not time_min:
+            return "Start date not provided."
+        if not time_max:
+            return "End date not provided."
+        if value_to_plot not in PLOTTABLE:
+            return "Value to plot must be one of " + ", ".join(f"'{v}'" for v in PLOTTABLE)
+        if plot_type not in PLOT_TYPES:
+            return "Plot type must be one of 'bar', 'line', 'scatter', or 'histogram'"
+        path = f"plots/{time_min}_{time_max}_{value_to_plot}_{plot_type}.png"
+        plots = self._plots_data
+        plots.loc[len(plots)] = [path]
+        return path
 
+    def total_visits_count(self, time_min=None, time_max=None):
+        visits = self._visits(time_min, time_max, lambda t: t)
+        return visits.groupby("date_of_visit").size().to_dict()
 
-def analytics_total_visits_count(
-    env: WorkplaceEnvironment, time_min: str | None = None, time_max: str | None = None
-) -> object:
-    return int(len(_in_range(env, time_min, time_max)))
+    def engaged_users_count(self, time_min=None, time_max=None):
+        visits = self._visits(time_min, time_max, lambda t: t[:])
+        visits["user_engaged"] = visits["user_engaged"].astype(bool).astype(int)
+        return visits.groupby("date_of_visit").sum()["user_engaged"].to_dict()
 
+    def traffic_source_count(self, time_min=None, time_max=None, traffic_source=None):
+        visits = self._visits(time_min, time_max, lambda t: t[:])
+        if not traffic_source:
+            return visits.groupby("date_of_visit").size().to_dict()
+        visits["visits_from_source"] = (visits["traffic_source"] == traffic_source).astype(int)
+        return visits.groupby("date_of_visit").sum()["visits_from_source"].to_dict()
 
-def analytics_engaged_users_count(
-    env: WorkplaceEnvironment, time_min: str | None = None, time_max: str | None = None
-) -> object:
-    engaged = _in_range(env, time_min, time_max)["user_engaged"].to_numpy()
-    return sum(1 for v in engaged if isinstance(v, (bool, np.bool_)) and bool(v))
-
-
-def analytics_traffic_source_count(
-    env: WorkplaceEnvironment,
-    time_min: str | None = None,
-    time_max: str | None = None,
-    traffic_source: str | None = None,
-) -> object:
-    data = _in_range(env, time_min, time_max)
-    if traffic_source:
-        problem = choice_error(traffic_source, TRAFFIC_SOURCES, "Traffic source")
-        if problem:
-            return problem
-        data = data[data["traffic_source"].to_numpy() == traffic_source]
-    return int(len(data))
-
-
-def analytics_get_average_session_duration(
-    env: WorkplaceEnvironment, time_min: str | None = None, time_max: str | None = None
-) -> object:
-    """Mean session duration in seconds over the visits in range (exact float of sum / count)."""
-    durations = _in_range(env, time_min, time_max)["session_duration_seconds"].to_numpy()
-    seconds = []
-    for v in durations:
-        try:
-            seconds.append(int(v))
-        except (TypeError, ValueError):
-            raise ToolError(f"session_duration_seconds holds a non-integer value {v!r}") from None
-    if not seconds:
-        return "No visits found in the given time range."
-    return sum(seconds) / len(seconds)
-
-
-TOOLS = {
-    "analytics_get_visitor_information_by_id": analytics_get_visitor_information_by_id,
-    "analytics_create_plot": analytics_create_plot,
-    "analytics_total_visits_count": analytics_total_visits_count,
-    "analytics_engaged_users_count": analytics_engaged_users_count,
-    "analytics_traffic_source_count": analytics_traffic_source_count,
-    "analytics_get_average_session_duration": analytics_get_average_session_duration,
-}
+    def get_average_session_duration(self, time_min=None, time_max=None):
+        visits = self._visits(time_min, time_max, lambda t: t)
+        visits["session_duration_seconds"] = visits["session_duration_seconds"].astype(float)
+        means = visits[["date_of_visit", "session_duration_seconds"]].groupby("date_of_visit").mean()
+        return means["session_duration_seconds"].to_dict()

@@ -1,18 +1,21 @@
-"""Company directory toolkit (read-only): look up employee email addresses by name."""
+"""Company directory toolkit (read-only): email addresses containing a name.
+
+The name is matched as a case-insensitive regular expression, so "(" fails as ``re`` fails on it.
+"""
 
 from __future__ import annotations
 
-from ..environment import DIRECTORY, WorkplaceEnvironment
-from ._common import contains_ci
+from ..environment import DIRECTORY
+from ._common import SessionTable, Toolkit
 
 
-def company_directory_find_email_address(env: WorkplaceEnvironment, name: str = "") -> object:
-    """All addresses containing ``name`` (case-insensitive), in directory order."""
-    if not name:
-        return "Name not provided."
-    directory = env.get(DIRECTORY)
-    hits = directory["email_address"][contains_ci(directory["email_address"], name)]
-    return [str(v) for v in hits.to_numpy()]
+class CompanyDirectoryTool(Toolkit):
+    TOOLS = {"company_directory_find_email_address": "find_email_address"}
 
+    _emails = SessionTable(DIRECTORY)
 
-TOOLS = {"company_directory_find_email_address": company_directory_find_email_address}
+    def find_email_address(self, name=""):
+        if name == "":
+            return "Name not provided."
+        addresses = self._emails["email_address"]
+        return addresses[addresses.str.contains(name.lower(), case=False)].values.tolist()

@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,7 +26,6 @@ from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.http import validate
 from gym_services.base.sessions import session_id
 from gym_services.resources.common.sessions import ResourcesParticipant
 
@@ -41,11 +40,19 @@ class Config(ServerConfig):
     tool_latency_s: float = Field(default=0.0, ge=0, le=60, description="simulated tool latency (demos, tests)")
 
 
-class VerifyRequest(BaseModel):
+class VerifyResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    response: dict[str, Any] = Field(description="the Responses API response whose function calls are graded")
-    ground_truth: list[dict[str, Any]] | str | None = None
+    output: list[dict[str, Any]] = Field(description="the output items; the function_call ones are graded")
+
+
+class VerifyRequest(BaseModel):
+    """What grading needs of NeMo Gym's verify request (its other fields are passed through)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    response: VerifyResponse = Field(description="the Responses API response whose function calls are graded")
+    ground_truth: list[dict[str, str]] | str = Field(description="the expected actions (text: none)")
 
 
 class Unserializable(TypeError):
@@ -147,18 +154,22 @@ def create_app(config: Config) -> Starlette:
         body = request_object(await request.body(), request.headers.get("content-type"))
         if isinstance(body, JSONResponse):
             return body
-        parsed = validate(VerifyRequest, body)
+        try:
+            parsed = VerifyRequest.model_validate(body)
+        except ValidationError as exc:  # like FastAPI: 422, and the session is kept
+            errors = [{"type": e["type"], "loc": ["body", *e["loc"]], "msg": e["msg"], "input": e["input"]}
+                      for e in exc.errors(include_url=False)]
+            return _detail(422, errors)
         sid = session_id(request)
         participant.check_session(sid)
-        output = parsed.response.get("output", [])
-        predicted = grading.extract_function_calls(output if isinstance(output, list) else [])
+        predicted = grading.extract_function_calls(parsed.response.output)
         try:
             correct = await asyncio.to_thread(grading.is_correct, predicted, parsed.ground_truth)
         except Exception as exc:  # noqa: BLE001 - NeMo Gym's server answers 500 with the error's repr
             return JSONResponse(repr(exc), status_code=500)
         finally:
             sessions.drop(sid)  # verify discards the session, even when grading fails
-            participant.end(sid)
+        participant.end(sid)
         return JSONResponse({**parsed.model_dump(), "reward": 1.0 if correct else 0.0})
 
     app = create_server_app(

@@ -2,10 +2,10 @@
 
 * The **base** is the plain encoding of the pristine tables a session was seeded from; it is
   content-addressed (sha256 of its canonical JSON) and written once per checkpoint.
-* A **session state** is ``{"schema_version": 1, "base": <digest>, "tables": ...}`` holding per table
-  only what differs from the base: changed cells, removed rows and appended rows by index label,
-  columns whose dtype changed, and the index type when it changed. A table that differs in shape
-  beyond that (reordered rows, other columns, duplicate labels) is stored in full.
+* A **session state** is ``{"schema_version": 2, "base": <digest>, "tables": ...}`` holding per table
+  only what differs from the base: changed cells, removed and appended rows (by position), columns
+  whose dtype changed, and the index when it changed. A table that differs in shape beyond that
+  (reordered rows, other columns) is stored in full.
 * :func:`encode_plain` (every table in full, the ~350 KB "known" encoding) is the benchmark baseline.
 
 The diff itself lives in :mod:`.codec_diff`; it is exact even for tables changed behind the tools'
@@ -34,7 +34,9 @@ from .codec_diff import BaseTable, decode_table_diff, encode_table
 from .codec_models import FullTableModel, PlainStateModel, SessionStateModel
 from .environment import TABLE_KEYS, TABLE_LAYOUT, PristineTables, TableKey, WorkplaceEnvironment
 
-SCHEMA_VERSION = 1
+#: 2: rows by position and the index as runs (tables whose labels repeat or were renumbered by an
+#: append, as NeMo Gym's tools leave them); 1 (labels) was written before the tools matched NeMo Gym.
+SCHEMA_VERSION = 2
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -1,8 +1,16 @@
 """Per-table diff against a pristine base table (used by :mod:`.codec`).
 
-A diff lists removed rows and appended rows by index label, changed cells by label, columns whose
-dtype changed, and the index type when it changed. Anything else (reordered rows, other columns,
-duplicate labels, most cells changed) is stored in full instead.
+A session's table is some base rows in base order (the kept rows, possibly with changed cells)
+followed by appended rows. A diff lists removed base rows by position, changed cells by position,
+appended rows, columns whose dtype changed, and the index when it is not the base's (as a range or
+as runs of consecutive labels: NeMo Gym's tools renumber on some appends and repeat labels on
+others). Anything else (reordered rows, other columns, most cells changed) is stored in full.
+
+Which session row is which base row is found through a key column, a base column holding a distinct
+object in every row (the ID columns): a kept row still holds the base's very key object. Rows whose
+key changed are placed in the gap their neighbours leave. The choice only affects size: any
+alignment encodes the table exactly, since every kept cell is compared with the base row it is
+aligned with.
 
 Unchanged columns are found cheaply and soundly: under pandas copy-on-write a session column that
 still is the base column's buffer cannot differ from it, and a cell that still holds the base's very
@@ -54,6 +62,10 @@ class BaseTable:
     nan_masks: list[np.ndarray | None]
     types: list[np.ndarray | None]
     slots: list[np.ndarray | None]
+    #: the key column (distinct objects in every row), its slots sorted and their row positions
+    key: int | None = None
+    key_sorted: np.ndarray | None = None
+    key_rows: np.ndarray | None = None
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> BaseTable:
@@ -71,12 +83,18 @@ class BaseTable:
                 types.append(None)
         names = list(df.columns)
         diffable = (
-            df.index.is_unique
-            and df.index.dtype == np.dtype("int64")
+            df.index.dtype == np.dtype("int64")
             and type(df.index) in (pd.RangeIndex, pd.Index)
             and all(type(c) is str for c in names)
             and len(set(names)) == len(names)
         )
+        slots = [_slots(a) if a.dtype == object else None for a in arrays]
+        key = key_sorted = key_rows = None
+        for i, sl in enumerate(slots):
+            if sl is not None and len(sl) and len(np.unique(sl)) == len(sl):
+                key, key_rows = i, np.argsort(sl, kind="stable")
+                key_sorted = sl[key_rows]
+                break
         return cls(
             df=df,
             diffable=bool(diffable),
@@ -85,7 +103,10 @@ class BaseTable:
             buffers=[_buffer_id(a) for a in arrays],
             nan_masks=nan_masks,
             types=types,
-            slots=[_slots(a) if a.dtype == object else None for a in arrays],
+            slots=slots,
+            key=key,
+            key_sorted=key_sorted,
+            key_rows=key_rows,
         )
 
 
@@ -100,7 +121,12 @@ def _index_identical(a: pd.Index, b: pd.Index) -> bool:
 def _index_shape(index: pd.Index) -> dict[str, Any]:
     if isinstance(index, pd.RangeIndex):
         return {"kind": "range", "start": index.start, "stop": index.stop, "step": index.step}
-    return {"kind": "labels", "dtype": "int64"}
+    labels = index.to_numpy()
+    if not len(labels):
+        return {"kind": "runs", "runs": []}
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(labels) != 1) + 1])
+    lengths = np.diff(np.concatenate([starts, [len(labels)]]))
+    return {"kind": "runs", "runs": [[int(labels[a]), int(n)] for a, n in zip(starts, lengths, strict=True)]}
 
 
 _EMPTY_DIFF = DiffTableModel()
@@ -189,36 +215,66 @@ def _changed(t: np.ndarray, kind: str, bt: BaseTable, i: int, kept: np.ndarray |
     return diff | (tn != b_nan) | (np.signbit(t) != np.signbit(b))
 
 
+def _align(arrays: list[np.ndarray], kinds: list[str], bt: BaseTable, n_rows: int) -> tuple[np.ndarray | None, int]:
+    """(base position of each kept session row, or None when the rows are the base's; number of
+    kept rows). Rows after the kept ones are appended rows."""
+    n_base = len(bt.df.index)
+    k = bt.key
+    if k is None or kinds[k] != "object" or bt.key_sorted is None or bt.key_rows is None:
+        n_kept = min(n_rows, n_base)  # no key: rows by position
+        if n_kept == n_base == n_rows:
+            return None, n_kept
+        return np.arange(n_kept), n_kept
+    slots = _slots(arrays[k])
+    if n_rows == n_base and np.array_equal(slots, bt.slots[k]):
+        return None, n_rows
+    at = np.minimum(np.searchsorted(bt.key_sorted, slots), n_base - 1)
+    pos = np.where(bt.key_sorted[at] == slots, bt.key_rows[at], -1)
+    matched = np.flatnonzero(pos >= 0)
+    if not len(matched):
+        return np.empty(0, dtype=np.intp), 0
+    if (np.diff(pos[matched]) <= 0).any():
+        raise _StoreFull  # rows reordered
+    n_kept = int(matched[-1]) + 1
+    kept = pos[:n_kept].astype(np.intp)
+    holes = np.flatnonzero(kept < 0)
+    if len(holes):  # rows whose key object changed: into the gap their neighbours leave
+        run_starts = holes[np.concatenate([[True], np.diff(holes) != 1])]
+        for start in run_starts:
+            end = start
+            while end < n_kept and kept[end] < 0:
+                end += 1
+            before = kept[start - 1] if start else -1
+            if end - start > kept[end] - before - 1:
+                raise _StoreFull
+            kept[start:end] = np.arange(before + 1, before + 1 + (end - start))
+    return kept, n_kept
+
+
 def _encode_table_diff(df: pd.DataFrame, bt: BaseTable) -> dict[str, Any]:
     base = bt.df
     if not bt.diffable or not _index_identical(df.columns, base.columns):
         raise _StoreFull
     index = df.index
-    if index.name != base.index.name or index.dtype != np.dtype("int64") or not index.is_unique:
+    if index.name != base.index.name or index.dtype != np.dtype("int64") or type(index) not in (pd.RangeIndex, pd.Index):
         raise _StoreFull
-    out: dict[str, Any] = {}
+    columns = list(iter_column_arrays(df))
+    kinds = [dtype_name(dtype) for _, dtype, _ in columns]
+    arrays = [arr for _, _, arr in columns]
     n_rows = len(index)
-    if index.equals(base.index):
-        kept: np.ndarray | None = None
-        n_kept = n_rows
-    else:
-        pos = base.index.get_indexer(index)
-        n_kept = int(np.count_nonzero(pos >= 0))
-        kept = pos[:n_kept]
-        if (kept < 0).any() or (pos[n_kept:] >= 0).any() or (np.diff(kept) <= 0).any():
-            raise _StoreFull  # rows reordered, or new rows interleaved with kept ones
+    kept, n_kept = _align(arrays, kinds, bt, n_rows)
+    out: dict[str, Any] = {}
+    if kept is not None:
         removed = np.setdiff1d(np.arange(len(base.index)), kept, assume_unique=True)
         if len(removed):
-            out["removed"] = base.index[removed].tolist()
-    if not _index_identical(index, base.index):
+            out["removed"] = removed.tolist()
+    if kept is not None or not _index_identical(index, base.index):
         out["index"] = _index_shape(index)
     cells: dict[str, Any] = {}
     retyped: dict[str, Any] = {}
     appended: dict[str, Any] = {}
     changed_cells = 0
-    kept_labels = index[:n_kept]
-    for i, (name, dtype, arr) in enumerate(iter_column_arrays(df)):
-        kind = dtype_name(dtype)
+    for i, ((name, _, arr), kind) in enumerate(zip(columns, kinds, strict=True)):
         if kind != bt.kinds[i]:
             retyped[name] = {"dtype": kind, **encode_values(arr, kind)}
             changed_cells += n_rows
@@ -228,13 +284,15 @@ def _encode_table_diff(df: pd.DataFrame, bt: BaseTable) -> dict[str, Any]:
         if kept is None and _buffer_id(arr) == bt.buffers[i]:
             continue  # still the base's buffer (copy-on-write): cannot differ
         head = arr[:n_kept] if n_kept < n_rows else arr
+        if not len(head):
+            continue
         mask = _changed(head, kind, bt, i, kept)
         hits = np.flatnonzero(mask)
         if len(hits):
-            cells[name] = {"rows": kept_labels[hits].tolist(), **encode_values(head[hits], kind)}
+            cells[name] = {"rows": hits.tolist(), **encode_values(head[hits], kind)}
             changed_cells += len(hits)
     if n_kept < n_rows:
-        out["appended"] = {"labels": index[n_kept:].tolist(), "data": appended}
+        out["appended"] = {"count": n_rows - n_kept, "data": appended}
         changed_cells += (n_rows - n_kept) * df.shape[1]
     if cells:
         out["cells"] = cells
@@ -253,41 +311,47 @@ def encode_table(df: pd.DataFrame, bt: BaseTable) -> dict[str, Any]:
         return {"full": encode_table_plain(df)}
 
 
-def _positions(index: pd.Index, labels: list[int], what: str) -> np.ndarray:
-    if len(set(labels)) != len(labels):
-        raise InvalidSessionState(f"{what}: duplicate row labels")
-    pos = index.get_indexer(np.asarray(labels, dtype=np.int64))
-    if (pos < 0).any():
-        raise InvalidSessionState(f"{what}: row label {labels[int(np.argmax(pos < 0))]} not found")
+def _unique_positions(positions: list[int], size: int, what: str) -> np.ndarray:
+    pos = np.asarray(positions, dtype=np.int64)
+    if len(np.unique(pos)) != len(pos):
+        raise InvalidSessionState(f"{what}: duplicate row positions")
+    if len(pos) and (pos.min() < 0 or pos.max() >= size):
+        raise InvalidSessionState(f"{what}: row position out of range 0..{size - 1}")
     return pos
 
 
-def _decoded_index(model: DiffTableModel, bt: BaseTable) -> tuple[pd.Index, np.ndarray | None, pd.Index]:
-    """(index of the restored table, kept base positions or None if all, labels of kept rows)."""
+def _decoded_index(model: DiffTableModel, bt: BaseTable) -> tuple[pd.Index, np.ndarray | None]:
+    """(index of the restored table, kept base positions or None if all rows are the base's)."""
     base_index = bt.df.index
-    new_labels = model.appended.labels if model.appended is not None else []
-    if model.appended is not None and not new_labels:
+    n_base = len(base_index)
+    n_new = model.appended.count if model.appended is not None else 0
+    if model.appended is not None and n_new < 1:
         raise InvalidSessionState("appended holds no rows")
-    if not model.removed and not new_labels:
-        kept, kept_labels, labels = None, base_index, base_index
+    if not model.removed and not n_new:
+        kept = None
+        n_rows = n_base
     else:
-        kept = np.delete(np.arange(len(base_index)), _positions(base_index, model.removed, "removed"))
-        kept_labels = base_index[kept]
-        labels = kept_labels.append(pd.Index(np.asarray(new_labels, dtype=np.int64)))
-        if new_labels and not labels.is_unique:
-            raise InvalidSessionState("appended row labels collide with kept rows or each other")
+        kept = np.delete(np.arange(n_base), _unique_positions(model.removed, n_base, "removed"))
+        n_rows = len(kept) + n_new
     if model.index is None:
         if kept is not None:
-            raise InvalidSessionState("rows changed but the index shape is missing")
-        return base_index, None, kept_labels
+            raise InvalidSessionState("rows changed but the index is missing")
+        return base_index, None
     if isinstance(model.index, RangeShapeModel):
         if model.index.step == 0:
             raise InvalidSessionState("range index step must not be 0")
-        index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base_index.name)
-        if not np.array_equal(index.to_numpy(), labels.to_numpy()):
-            raise InvalidSessionState("range index does not match the row labels")
-        return index, kept, kept_labels
-    return pd.Index(labels.to_numpy(), dtype=np.int64, name=base_index.name), kept, kept_labels
+        index: pd.Index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base_index.name)
+    else:
+        parts = []
+        for first, length in model.index.runs:
+            if length < 1:
+                raise InvalidSessionState("index runs must have a positive length")
+            parts.append(np.arange(first, first + length, dtype=np.int64))
+        labels = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        index = pd.Index(labels, dtype=np.int64, name=base_index.name)
+    if len(index) != n_rows:
+        raise InvalidSessionState(f"the index has {len(index)} labels for {n_rows} rows")
+    return index, kept
 
 
 def decode_table_diff(model: DiffTableModel, bt: BaseTable) -> pd.DataFrame:
@@ -302,8 +366,9 @@ def decode_table_diff(model: DiffTableModel, bt: BaseTable) -> pd.DataFrame:
         raise InvalidSessionState(f"unknown columns {sorted(unknown)}")
     if set(model.cells) & set(model.retyped):
         raise InvalidSessionState("a column is both retyped and changed by cells")
-    index, kept, kept_labels = _decoded_index(model, bt)
-    n_new = len(model.appended.labels) if model.appended is not None else 0
+    index, kept = _decoded_index(model, bt)
+    n_new = model.appended.count if model.appended is not None else 0
+    n_kept = len(index) - n_new
     if model.appended is not None and set(model.appended.data) != set(columns) - set(model.retyped):
         raise InvalidSessionState("appended rows must give every column that is not retyped")
 
@@ -325,7 +390,7 @@ def decode_table_diff(model: DiffTableModel, bt: BaseTable) -> pd.DataFrame:
         if change is not None:
             if len(change.rows) != len(change.values):
                 raise InvalidSessionState(f"cells of {name}: rows and values differ in length")
-            pos = _positions(kept_labels, change.rows, f"cells of {name}")
+            pos = _unique_positions(change.rows, n_kept, f"cells of {name}")
             if arr is bt.arrays[i]:
                 arr = arr.copy()
             arr[pos] = decode_values(change, kind)

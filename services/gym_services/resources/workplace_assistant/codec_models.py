@@ -1,8 +1,11 @@
 """Wire shapes of the Workplace checkpoint state (validated strictly on decode).
 
-A session state is ``{"schema_version": 1, "base": <sha256>, "tables": {container: {attr: T}}}``
+A session state is ``{"schema_version": 2, "base": <sha256>, "tables": {container: {attr: T}}}``
 where ``T`` is ``{}`` (identical to the base table), ``{"full": PlainTable}``, or a diff
 (``index``, ``removed``, ``appended``, ``cells``, ``retyped``; absent keys mean "nothing").
+Rows are addressed by position, never by index label (labels may repeat, or be renumbered by an
+append): ``removed`` lists base row positions, ``cells.rows`` positions in the session's table, and
+``index`` gives the session's index itself when it is not the base's.
 
 A column is ``{"dtype", "values", "nan"}``: JSON writes NaN and ``None`` both as ``null``, so
 ``nan`` lists the positions of the ``null`` values that are NaN; every other ``null`` is ``None``.
@@ -71,20 +74,22 @@ class RangeShapeModel(_Strict):
     step: StrictInt
 
 
-class LabelShapeModel(_Strict):
-    kind: Literal["labels"]
-    dtype: Literal["int64"]
+class RunsShapeModel(_Strict):
+    """An int64 index as runs of consecutive labels: ``[[first label, length], ...]``."""
+
+    kind: Literal["runs"]
+    runs: list[Annotated[list[StrictInt], Field(min_length=2, max_length=2)]]
 
 
-IndexShapeModel = Annotated[RangeShapeModel | LabelShapeModel, Field(discriminator="kind")]
+IndexShapeModel = Annotated[RangeShapeModel | RunsShapeModel, Field(discriminator="kind")]
 
 
 class CellsModel(ValuesModel):
-    rows: list[StrictInt]
+    rows: list[StrictInt]  # row positions in the session's table (among the kept rows)
 
 
 class AppendedModel(_Strict):
-    labels: list[StrictInt]
+    count: StrictInt
     data: dict[str, ValuesModel]
 
 

@@ -81,7 +81,7 @@ def test_round_trip_is_exact_and_restored_session_answers_the_same(scenario: str
 
 def test_untouched_session_is_all_empty_diffs() -> None:
     state = encode_session(WorkplaceEnvironment.fresh())
-    assert state["schema_version"] == 1 and state["base"] == base_digest(pristine_tables())
+    assert state["schema_version"] == 2 and state["base"] == base_digest(pristine_tables())
     assert all(t == {} for tables in state["tables"].values() for t in tables.values())
     env = WorkplaceEnvironment.fresh()
     run(env, [("email_search_emails", {"query": "kofi"}), ("analytics_total_visits_count", {})])
@@ -93,13 +93,29 @@ def test_diff_stores_only_what_changed() -> None:
     run(env, SCENARIOS["tasks"] + SCENARIOS["delete_event"] + SCENARIOS["update_event"])
     tables = encode_session(env)["tables"]
     tasks = tables["project_management"]["_project_tasks"]
-    assert tasks["removed"] == [1]  # task 00000037 sat at label 1
-    assert tasks["appended"]["labels"] == [300]
+    assert tasks["removed"] == [1]  # task 00000037 sat at position 1
+    # the create (first) numbered the rows 0..300, the delete then left a gap at 1
+    assert tasks["index"] == {"kind": "runs", "runs": [[0, 1], [2, 299]]}
+    assert tasks["appended"]["count"] == 1
     assert tasks["cells"] == {"list_name": {"rows": [0], "values": ["In Review"]}}
     events = tables["calendar"]["_calendar_events"]
     assert events["removed"] == [0]
+    assert events["index"] == {"kind": "runs", "runs": [[1, 299]]}
     assert list(events["cells"]) == ["event_name"] and events["cells"]["event_name"]["values"] == ["Risk Management Forum"]
     assert tables["email"]["_emails"] == {} and tables["customer_relationship_manager"]["_crm_data"] == {}
+
+
+def test_repeated_and_renumbered_labels_stay_small_and_exact() -> None:
+    """NeMo Gym's calendar appends under label 0 again; email appends renumber 0..n-1 after a delete."""
+    env = WorkplaceEnvironment.fresh()
+    run(env, SCENARIOS["delete_then_send"] + SCENARIOS["create_event"] + SCENARIOS["delete_event"])
+    state = encode_session(env)
+    events = state["tables"]["calendar"]["_calendar_events"]
+    assert events["index"] == {"kind": "runs", "runs": [[1, 299], [0, 1]]} and events["appended"]["count"] == 1
+    emails = state["tables"]["email"]["_emails"]
+    assert emails["index"]["kind"] == "range" and "cells" not in emails and len(emails["removed"]) == 1
+    assert len(json.dumps(state)) < 3_000
+    assert_identical(env, restore(state))
 
 
 def test_typical_record_is_small_against_plain() -> None:
@@ -203,7 +219,7 @@ def test_type_only_changes_are_seen() -> None:
     same_objects = c2["customer_id"].to_numpy().copy()  # same objects, new buffer: no change
     c2["customer_id"] = pd.Series(same_objects, index=c2.index, dtype=object)
     assert encode_session(env2)["tables"]["customer_relationship_manager"]["_crm_data"] == {}
-    c2["customer_id"] = same_objects  # pandas 3 infers the str dtype here: a real change
+    c2["customer_id"] = pd.array(same_objects, dtype=pd.StringDtype("python", na_value=np.nan))  # a real change
     retyped = encode_session(env2)["tables"]["customer_relationship_manager"]["_crm_data"]["retyped"]
     assert retyped["customer_id"]["dtype"] == "str"
     assert_identical(env2, restore(encode_session(env2)))
@@ -261,7 +277,12 @@ def test_encode_rejects_unsupported_dtypes_and_appended_bad_values() -> None:
 def _valid_state() -> dict:
     env = WorkplaceEnvironment.fresh()
     run(env, SCENARIOS["everything"])
-    return json_round_trip(encode_session(env))
+    plots = env.get(PLOTS).copy()
+    plots["note"] = "x"  # another column: this table is stored in full
+    env.put(PLOTS, plots)
+    state = json_round_trip(encode_session(env))
+    assert "full" in _table(state, "analytics", "_plots_data")
+    return state
 
 
 def _table(state: dict, container: str, attr: str) -> dict:
@@ -271,7 +292,8 @@ def _table(state: dict, container: str, attr: str) -> dict:
 def _mutations() -> dict[str, Callable[[dict], Any]]:
     return {
         "not an object": lambda s: ["schema_version", 1],
-        "schema_version 2": lambda s: {**s, "schema_version": 2},
+        "schema_version 1": lambda s: {**s, "schema_version": 1},
+        "schema_version 3": lambda s: {**s, "schema_version": 3},
         "schema_version missing": lambda s: {k: v for k, v in s.items() if k != "schema_version"},
         "schema_version true": lambda s: {**s, "schema_version": True},
         "schema_version string": lambda s: {**s, "schema_version": "1"},
@@ -298,8 +320,16 @@ def _mutations() -> dict[str, Callable[[dict], Any]]:
             lambda t: t["removed"].append(12345)),
         "removed as strings": lambda s: _edit(s, "calendar", "_calendar_events",
             lambda t: t.update(removed=["0"])),
-        "appended label collides": lambda s: _edit(s, "project_management", "_project_tasks",
-            lambda t: t["appended"].update(labels=[5])),
+        "appended count zero": lambda s: _edit(s, "project_management", "_project_tasks",
+            lambda t: t["appended"].update(count=0)),
+        "appended count off the index": lambda s: _edit(s, "project_management", "_project_tasks",
+            lambda t: t["appended"].update(count=2)),
+        "index runs bad length": lambda s: _edit(s, "calendar", "_calendar_events",
+            lambda t: t.update(index={"kind": "runs", "runs": [[0, 0]]})),
+        "index runs not pairs": lambda s: _edit(s, "calendar", "_calendar_events",
+            lambda t: t.update(index={"kind": "runs", "runs": [[0]]})),
+        "cells row past the kept rows": lambda s: _edit(s, "email", "_emails",
+            lambda t: t.update(cells={"subject": {"rows": [len(t.get("removed", [])) + 600], "values": ["x"]}})),
         "range index mismatch": lambda s: _edit(s, "calendar", "_calendar_events",
             lambda t: t.update(index={"kind": "range", "start": 0, "stop": 3, "step": 1})),
         "index shape missing": lambda s: _edit(s, "calendar", "_calendar_events", lambda t: t.pop("index")),

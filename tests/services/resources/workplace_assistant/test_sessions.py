@@ -62,7 +62,7 @@ def test_unknown_session_and_retire() -> None:
     with pytest.raises(SessionNotFound):
         store.call_tool("gone", "email_search_emails", {})
     assert set(store.export_session_states()) == {"keep"}
-    assert store.call_tool("keep", "email_get_email_information_by_id", {"email_id": "00000500", "field": "subject"}) == {
+    assert store.call_tool("keep", "email_get_email_information_by_id", {"email_id": "500", "field": "subject"}) == {
         "subject": "Q4 plan"
     }
     store.retire_session_state("keep")
@@ -94,7 +94,7 @@ def test_invalid_state_in_a_batch_installs_nothing() -> None:
     assert json_round_trip(target.export_session_states()) == before
 
     for mutate in (
-        lambda s: s["bad"].update(schema_version=2),
+        lambda s: s["bad"].update(schema_version=1),
         lambda s: s["bad"].update(base="f" * 64),
         lambda s: s["bad"]["tables"]["email"].update(_outbox={}),
         lambda s: s["bad"]["tables"]["project_management"]["_project_tasks"]["appended"]["data"]["task_name"]["values"].append("x"),

@@ -1,0 +1,128 @@
+"""workplace_assistant answers exactly like NeMo Gym 0.7.0's: status codes, body bytes, final tables, rewards.
+
+The oracle runs the reference's unmodified tool and verifier modules with its lock file's pandas
+(``oracle/glue_workplace_assistant.py``); ours runs through its real Starlette routes. Same steps to
+both: every tool with well-formed arguments, bad bodies and odd arguments, seeded random sessions
+built from real table IDs, and the verifier on the example tasks with perturbed predictions. Tables
+are compared after each session as columns, dtypes, index labels and exactly typed cells (NaN apart
+from None). ``benchmarks/conformance_workplace.py`` runs the same comparison longer.
+
+The only answers allowed to differ are the checkpoint-specific ones in :data:`DELIBERATE` (also
+listed in the README); the last test proves they are exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conformance import workplace_assistant_cases as cases
+from tests.conformance.oracle.client import Oracle
+from tests.support.asgi import Control, serve
+
+GLUE = "workplace_assistant"
+#: random sessions per CI run (the benchmark script runs thousands)
+SEQUENCES = int(os.environ.get("GYMCKPT_CONFORMANCE_SEQUENCES", "150"))
+SEED = 20250611
+
+#: Answers that differ from NeMo Gym's on purpose: a checkpoint-specific answer must win.
+DELIBERATE = {
+    "checkpoint_parked": "409 while a checkpoint is open (prepare..resume): no tool may change a session "
+                         "that is being written; NeMo Gym has no checkpoint and answers 200",
+    "stale_attempt": "409 for the cookie of a retired attempt: its episode continues as attempt + 1 "
+                     "elsewhere; NeMo Gym never retires and answers 400 (session not initialized)",
+}
+
+
+@pytest.fixture(scope="module")
+def ids(oracle: Oracle) -> dict:
+    return oracle.call(GLUE, "table_ids")
+
+
+async def compare(oracle: Oracle, sequences: list[list[dict]], batch: int = 50) -> tuple[int, list[str]]:
+    """Run ``sequences`` on both sides; returns (requests compared, every difference)."""
+    app = cases.make_app()
+    diffs: list[str] = []
+    for start in range(0, len(sequences), batch):
+        part = sequences[start : start + batch]
+        refs = oracle.call(GLUE, "run_sequences", part)
+        for steps, ref in zip(part, refs, strict=True):
+            ours = await cases.run_ours(app, steps)
+            diffs += cases.differences(steps, ref, ours, oracle)
+    return cases.count_calls(sequences), diffs
+
+
+async def test_every_tool_with_well_formed_arguments(oracle: Oracle) -> None:
+    sequences = cases.valid_call_sequences()
+    compared, diffs = await compare(oracle, sequences)
+    assert compared == 54 and diffs == []
+
+
+async def test_bad_bodies_unknown_tools_and_odd_arguments(oracle: Oracle) -> None:
+    compared, diffs = await compare(oracle, cases.invalid_sequences())
+    assert compared > 40 and diffs == []
+
+
+async def test_seeded_random_sessions(oracle: Oracle, ids: dict) -> None:
+    sequences = cases.random_sequences(ids, SEED, SEQUENCES)
+    compared, diffs = await compare(oracle, sequences)
+    assert compared > SEQUENCES * 3
+    assert diffs == [], f"{len(diffs)} differences, first: " + "\n".join(diffs[:5])
+
+
+async def test_rewards_on_the_example_tasks_and_perturbed_predictions(oracle: Oracle, reference) -> None:
+    data = reference / "resources_servers" / "workplace_assistant" / "data"
+    examples = [json.loads(x) for x in (data / "example.jsonl").read_text().splitlines() if x.strip()]
+    rollouts = [json.loads(x) for x in (data / "example_rollouts.jsonl").read_text().splitlines() if x.strip()]
+    rcases = cases.reward_cases(examples, rollouts, seed=SEED)
+    refs = oracle.call(GLUE, "rewards", [{"output": c["output"], "ground_truth": c["ground_truth"]} for c in rcases])
+    app = cases.make_app()
+    ours = [await cases.reward_ours(app, c) for c in rcases]
+    differing = [(c["name"], r, o) for c, r, o in zip(rcases, refs, ours, strict=True) if r != o]
+    assert len(rcases) >= 60 and differing == []
+    # the perturbations are not vacuous: both verdicts occur
+    assert {r[1] for r in refs} == {0.0, 1.0}
+
+
+async def test_the_only_differences_are_the_deliberate_checkpoint_answers(oracle: Oracle, tmp_path) -> None:
+    """A session that sees a checkpoint and a retire: every answer equals the reference's except the
+    ones :data:`DELIBERATE` names, and those carry exactly their codes."""
+    call = cases.tool_step("email_send_email", {"recipient": "raj.patel@atlas.com", "subject": "s", "body": "b"})
+    steps = [{"op": "seed"}, call, call, call, call]
+    ref = oracle.call(GLUE, "run_sequence", steps, True)["answers"]
+    app = cases.make_app()
+    ours: list[tuple[int, str]] = []
+    async with serve(app) as client:
+        control = Control(client)
+
+        async def send(step: dict) -> None:
+            if step["op"] == "seed":
+                r = await client.post("/seed_session", content=b"{}", headers={"content-type": "application/json",
+                                                                              "x-ng-rollout-id": "r1"})
+            else:
+                r = await client.post(f"/{step['name']}", content=step["body"].encode(),
+                                      headers={"content-type": "application/json", "x-ng-rollout-id": "r1"})
+            ours.append((r.status_code, r.text))
+
+        await send(steps[0])
+        await send(steps[1])
+        prepared = await control.prepare("ck1")
+        assert prepared["status"] == "prepared"
+        await send(steps[2])  # parked: the checkpoint is open
+        await control.commit("ck1", f"file://{tmp_path}", ["r1"])
+        await control.resume("ck1")
+        await send(steps[2])  # the same call after resume answers like the reference
+        await control.retire("r1", 0)
+        await send(steps[3])  # the retired attempt's cookie
+    expected_ref = [ref[0], ref[1], ref[2], ref[2], ref[3]]
+    kinds = []
+    for (ref_status, ref_body), (status, body) in zip(expected_ref, ours, strict=True):
+        if (status, body) == (ref_status, ref_body):
+            kinds.append("same")
+            continue
+        code = json.loads(body)["error"]["code"]
+        assert status == 409 and code in DELIBERATE, (status, body)
+        kinds.append(code)
+    assert kinds == ["same", "same", "checkpoint_parked", "same", "stale_attempt"]

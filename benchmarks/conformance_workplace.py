@@ -84,8 +84,7 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
     examples = [json.loads(x) for x in (data / "example.jsonl").read_text().splitlines() if x.strip()]
     rollouts = [json.loads(x) for x in (data / "example_rollouts.jsonl").read_text().splitlines() if x.strip()]
     rcases = cases.reward_cases(examples, rollouts)
-    ref_rewards = oracle.call(GLUE, "rewards", [{"output": c["output"], "ground_truth": c["ground_truth"]}
-                                                for c in rcases])
+    ref_rewards = oracle.call(GLUE, "rewards", [c["body"] for c in rcases])
     reward_diffs = 0
     for case, ref in zip(rcases, ref_rewards, strict=True):
         ours = await cases.reward_ours(app, case)

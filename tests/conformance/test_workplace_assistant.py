@@ -77,7 +77,7 @@ async def test_rewards_on_the_example_tasks_and_perturbed_predictions(oracle: Or
     examples = [json.loads(x) for x in (data / "example.jsonl").read_text().splitlines() if x.strip()]
     rollouts = [json.loads(x) for x in (data / "example_rollouts.jsonl").read_text().splitlines() if x.strip()]
     rcases = cases.reward_cases(examples, rollouts, seed=SEED)
-    refs = oracle.call(GLUE, "rewards", [{"output": c["output"], "ground_truth": c["ground_truth"]} for c in rcases])
+    refs = oracle.call(GLUE, "rewards", [c["body"] for c in rcases])
     app = cases.make_app()
     ours = [await cases.reward_ours(app, c) for c in rcases]
     differing = [(c["name"], r, o) for c, r, o in zip(rcases, refs, ours, strict=True) if r != o]

@@ -107,8 +107,10 @@ def factory(turns: list[list[dict]], seen: list[dict]):
 def test_the_assumed_ground_truths_give_the_recorded_rewards_in_the_reference(oracle: Oracle, reference) -> None:
     rollouts = load_rollouts(reference)
     assert len(rollouts) == 5
-    got = oracle.call("workplace_assistant", "rewards",
-                      [{"output": r["response"]["output"], "ground_truth": ground_truth(r)} for r in rollouts])
+    bodies = [{"responses_create_params": r["responses_create_params"], "response": r["response"],
+               "ground_truth": ground_truth(r), "id": i, "category": "workplace_assistant_replay",
+               "environment_name": "workplace_assistant"} for i, r in enumerate(rollouts)]
+    got = oracle.call("workplace_assistant", "rewards", bodies)
     assert got == [[200, r["reward"]] for r in rollouts]
 
 

@@ -473,35 +473,38 @@ def _perturb(gt: list[dict], rng: random.Random) -> dict[str, list[dict]]:
 
 
 def reward_cases(examples: list[dict], rollouts: list[dict], seed: int = 0) -> list[dict]:
-    """Example tasks' ground truths against perturbed predictions and the recorded rollouts' outputs."""
+    """Verify requests: the example tasks' ground truths against perturbed predictions, and the
+    recorded rollouts' outputs against each task's ground truth. Each ``body`` is a full request as
+    NeMo Gym's agent posts it (a recorded response object with the output swapped in)."""
     rng = random.Random(seed)
+    template = rollouts[0]["response"]
+    outputs: list[tuple[str, list[dict]]] = []
     cases = []
+
+    def add(name: str, row: dict, output: list[dict], ground_truth: Any) -> None:
+        body = {"responses_create_params": row["responses_create_params"], "response": {**template, "output": output},
+                "ground_truth": ground_truth, "id": row["id"], "category": row["category"],
+                "environment_name": row["environment_name"]}
+        cases.append({"name": name, "body": body})
+
     for row in examples:
         for name, output in _perturb(row["ground_truth"], rng).items():
-            cases.append({"name": f"task {row['id']} {name}", "row": row, "output": output,
-                          "ground_truth": row["ground_truth"]})
-        cases.append({"name": f"task {row['id']} ground truth as text", "row": row,
-                      "output": _perturb(row["ground_truth"], rng)["exact"],
-                      "ground_truth": json.dumps(row["ground_truth"])})
-    by_input = {json.dumps(r["responses_create_params"]["input"][-1]["content"]): r for r in examples}
+            add(f"task {row['id']} {name}", row, output, row["ground_truth"])
+        add(f"task {row['id']} ground truth as text", row, _perturb(row["ground_truth"], rng)["exact"],
+            json.dumps(row["ground_truth"]))
     for i, rec in enumerate(rollouts):
-        row = by_input.get(json.dumps(rec["responses_create_params"]["input"][-1]["content"]))
-        if row is not None:
-            cases.append({"name": f"recorded rollout {i}", "row": row, "output": rec["response"]["output"],
-                          "ground_truth": row["ground_truth"]})
+        outputs.append((f"recorded rollout {i}", rec["response"]["output"]))
+    for row in examples:
+        for name, output in outputs:
+            add(f"task {row['id']} vs {name}", row, output, row["ground_truth"])
     return cases
 
 
 async def reward_ours(app, case: dict) -> list:
     """[status, reward] from our ``/verify`` for one case (seeded first, as an agent does)."""
-    row = case["row"]
-    body = {"responses_create_params": row["responses_create_params"],
-            "response": {"id": "resp_1", "object": "response", "output": case["output"]},
-            "ground_truth": case["ground_truth"], "id": row["id"], "category": row["category"],
-            "environment_name": row["environment_name"]}
     async with serve(app) as client:
         await client.post("/seed_session", json={})
-        resp = await client.post("/verify", json=body)
+        resp = await client.post("/verify", json=case["body"])
     if resp.status_code != 200:
         return [resp.status_code, resp.text]
     return [200, resp.json()["reward"]]

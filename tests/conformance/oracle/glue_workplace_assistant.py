@@ -1,22 +1,15 @@
-"""Glue for workplace_assistant: NeMo Gym's unmodified tool and verifier modules behind HTTP-like steps.
+"""Glue for workplace_assistant: NeMo Gym's own server app, tools and verifier, unmodified.
 
-Runs INSIDE the oracle environment (pandas/numpy of NeMo Gym's lock file). Our own stand-in for the
-reference's FastAPI app (``resources_servers/workplace_assistant/app.py``), which cannot be imported
-without NeMo Gym's server stack. It reproduces what that app does around the modules:
+Runs INSIDE the oracle environment (the dependency versions of NeMo Gym's lock file, see
+``reference.py``). ``resources_servers/workplace_assistant/app.py`` is imported as released, over the
+framework stand-ins of ``glue_indirect_prompt_injection`` (a FastAPI app with Starlette's signed
+session cookie, the ``/seed_session`` and ``/verify`` routes and the framework's exception
+middleware; NeMo Gym's framework itself needs Ray, MLflow and more). Requests go through that FastAPI
+app with its test client, so status codes, body bytes, FastAPI's 422 answers and the verifier's
+reward are the reference's own.
 
-* ``POST /seed_session`` with a JSON object body: a fresh ``get_tools(<all five toolkits>)`` for the
-  session, answer ``{}``.
-* ``POST /<tool>``: the body must be a JSON object (else FastAPI's 422); unseeded -> 400 with the
-  app's ``detail``; keys with ``null`` values are dropped; the function is looked up and called with the
-  rest as keyword arguments; any exception (unknown tool included) becomes the output text
-  ``Error executing tool '<tool>': <str(exc)>``; the answer is ``{"output": ...}`` as FastAPI writes
-  it (pydantic's JSON mode, so NaN -> null, then compact ``json.dumps`` with ``ensure_ascii=False``).
-* ``POST /verify``: ``is_correct(<the response's function_call items>, ground_truth, None)``; the
-  session is dropped afterwards, raise or not. Only the reward is compared (the echo of the request is
-  NeMo Gym's own pydantic models; see the README's conformance section).
-
-The module's top level imports nothing of the reference, so the test side may import
-:func:`describe_table` and :func:`fastapi_json` to treat our tables and bodies the same way.
+The module's top level imports nothing of the reference, so the test side imports
+:func:`describe_table` and :func:`table_digest` to describe our tables the same way.
 """
 
 from __future__ import annotations
@@ -39,66 +32,6 @@ TABLES = [
     ("customer_relationship_manager", "_crm_data"),
 ]
 
-NOT_SEEDED = "Session not initialized. Please call seed_session first."
-
-
-class Unserialisable(Exception):
-    """The tool output holds a value pydantic's JSON mode cannot write (the app would answer 500)."""
-
-
-def _jsonable(value: Any) -> Any:
-    """pydantic's JSON mode for an ``Any`` field, for the types the tools return."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return None if (math.isnan(value) or math.isinf(value)) else value
-    if isinstance(value, dict):
-        return {_key(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    raise Unserialisable(f"Unable to serialize unknown type: {type(value)!r}")
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, (bool, int, float)) or key is None:
-        return json.dumps(key)
-    raise Unserialisable(f"Unable to serialize unknown type: {type(key)!r}")
-
-
-def fastapi_json(content: Any) -> str:
-    """The body text FastAPI's ``JSONResponse`` writes: compact, UTF-8, no NaN."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
-
-
-def body_error(raw: str | None, content_type: str | None = "application/json") -> tuple[int, str] | None:
-    """FastAPI's 422 for a body that is not a JSON object (``raw`` None = no body at all).
-
-    As FastAPI 0.165.0 with pydantic 2.14 answers (checked against a real FastAPI app with the
-    reference route's signature): only a JSON content type is parsed, ``null`` is not "missing".
-    """
-    if raw is None or raw == "":
-        detail = [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]
-        return 422, fastapi_json({"detail": detail})
-    main = (content_type or "").split(";", 1)[0].strip().lower()
-    if main == "application/json" or (main.startswith("application/") and main.endswith("+json")):
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            detail = [{"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
-                       "input": {}, "ctx": {"error": exc.msg}}]
-            return 422, fastapi_json({"detail": detail})
-    else:
-        parsed = raw
-    if not isinstance(parsed, dict):
-        detail = [{"type": "model_attributes_type", "loc": ["body"],
-                   "msg": "Input should be a valid dictionary or object to extract fields from",
-                   "input": parsed}]
-        return 422, fastapi_json({"detail": detail})
-    return None
-
-
 # ----------------------------------------------------------------------------- tables
 
 
@@ -119,7 +52,7 @@ def _cell(value: Any) -> Any:
 def describe_table(df: Any) -> dict:
     """Everything ``DataFrame.equals`` and a later tool call can see: columns, dtypes, index, cells."""
     index = df.index
-    columns = [[_cell(v) for v in df.iloc[:, i].tolist()] for i in range(df.shape[1])]
+    columns = [[v if type(v) is str else _cell(v) for v in df.iloc[:, i].tolist()] for i in range(df.shape[1])]
     return {
         "columns": [str(c) for c in df.columns],
         "dtypes": [str(t) for t in df.dtypes],
@@ -134,7 +67,36 @@ def table_digest(description: dict) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 
-# ----------------------------------------------------------------------------- the app's steps
+# ----------------------------------------------------------------------------- the reference app
+
+
+_STATE: dict[str, Any] = {}
+
+
+def _app_module() -> Any:
+    """NeMo Gym's ``workplace_assistant/app.py``, imported unmodified over the framework stand-ins
+    of ``glue_indirect_prompt_injection`` (FastAPI, Starlette's session middleware, the
+    framework's exception middleware and request models)."""
+    if "module" not in _STATE:
+        import importlib
+        import sys
+
+        if "nemo_gym.base_resources_server" not in sys.modules:
+            import glue_indirect_prompt_injection as framework
+
+            framework._stub_server_utils()
+            framework._stub_base_resources_server()
+        _STATE["module"] = importlib.import_module("resources_servers.workplace_assistant.app")
+    return _STATE["module"]
+
+
+def _test_client(app: Any) -> Any:
+    import warnings
+
+    with warnings.catch_warnings():  # Starlette suggests httpx2 for its test client; httpx is what is pinned
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    return TestClient(app, raise_server_exceptions=False)
 
 
 def _tool_env():
@@ -143,71 +105,76 @@ def _tool_env():
     return get_tools(TOOLKITS)
 
 
-def _tool_step(env: dict | None, name: str, raw: str | None, content_type: str | None) -> tuple[int, str]:
-    bad = body_error(raw, content_type)
-    if bad is not None:
-        return bad
-    if env is None:
-        return 400, fastapi_json({"detail": NOT_SEEDED})
-    args = {k: v for k, v in json.loads(raw).items() if v is not None}
-    try:
-        result = env["functions"][name](**args)
-    except Exception as exc:  # noqa: BLE001 - the app returns every failure to the model
-        result = f"Error executing tool '{name}': {exc}"
-    try:
-        return 200, fastapi_json({"output": _jsonable(result)})
-    except Unserialisable as exc:
-        # the exception middleware answers the repr of pydantic's serialization error
-        return 500, fastapi_json(f"PydanticSerializationError({exc})")
+class _Server:
+    """One reference server and test client; each sequence is a new session (a fresh cookie jar)."""
 
+    def __init__(self) -> None:
+        module = _app_module()
+        self.server = module.WorkbenchResourcesServer(
+            config=module.WorkbenchResourcesServerConfig(name="workplace_assistant")
+        )
+        self.client = _test_client(self.server.setup_webserver())
 
-def _reward(env_unused: Any, output: list, ground_truth: Any) -> tuple[int, Any]:
-    from resources_servers.workplace_assistant.utils import is_correct
+    def close(self) -> None:
+        self.client.close()
 
-    predicted = [item for item in output if isinstance(item, dict) and item.get("type") == "function_call"]
-    try:
-        return 200, float(is_correct(predicted, ground_truth, None) * 1.0)
-    except Exception as exc:  # noqa: BLE001 - the app's exception middleware answers 500
-        return 500, repr(exc)
+    def run(self, steps: list[dict], full: bool) -> dict:
+        client, sessions = self.client, self.server.session_id_to_tool_env
+        client.cookies.clear()
+        answers = []
+        envs: list[dict] = []
+        for step in steps:
+            op = step["op"]
+            if op == "seed":
+                resp = client.post("/seed_session", content=b"{}", headers={"content-type": "application/json"})
+                envs.extend(sessions.values())  # only this client's session exists (see below)
+            elif op == "tool":
+                ctype = step.get("content_type", "application/json")
+                body = step.get("body")
+                resp = client.post(f"/{step['name']}", content=None if body is None else body.encode(),
+                                   headers={"content-type": ctype} if ctype else {})
+            elif op == "verify":
+                resp = client.post("/verify", content=json.dumps(step["body"]).encode(),
+                                   headers={"content-type": "application/json"})
+            else:
+                raise ValueError(f"unknown op {op!r}")
+            answers.append([resp.status_code, resp.content.decode("utf-8", errors="replace")])
+        tables = None
+        if envs:
+            last = envs[-1]
+            tables = {f"{c}.{a}": describe_table(getattr(last["containers"][c], a)) for c, a in TABLES}
+            if not full:
+                tables = {key: table_digest(d) for key, d in tables.items()}
+        sessions.clear()  # the session ends with the sequence: the server holds none between them
+        return {"answers": answers, "tables": tables}
 
 
 def run_sequence(steps: list[dict], full: bool = True) -> dict:
-    """Run steps in one session; returns every answer and the final tables.
+    """Run steps through a fresh reference server (its real FastAPI app) as one client (one session).
 
-    A step is ``{"op": "seed"}``, ``{"op": "tool", "name": N, "body": RAW_TEXT_OR_NONE}`` or
-    ``{"op": "verify", "output": [...], "ground_truth": ...}`` (the verify request is assumed valid).
+    A step is ``{"op": "seed"}``, ``{"op": "tool", "name": N, "body": TEXT_OR_NONE, "content_type": CT}``
+    (``content_type`` defaults to JSON; None sends none) or ``{"op": "verify", "body": {...}}``.
+    Answers are ``[status, body text]``; ``tables`` are the session's tables after the last step
+    (kept even when verify dropped the session), as digests unless ``full``.
     """
-    env = None
-    last_env = None
-    answers = []
-    for step in steps:
-        op = step["op"]
-        if op == "seed":
-            env = _tool_env()
-            last_env = env
-            answers.append([200, "{}"])
-        elif op == "tool":
-            answers.append(list(_tool_step(env, step["name"], step.get("body"),
-                                            step.get("content_type", "application/json"))))
-        elif op == "verify":
-            if env is None:
-                answers.append([400, fastapi_json({"detail": NOT_SEEDED})])
-                continue
-            answers.append(list(_reward(env, step["output"], step["ground_truth"])))
-            env = None
-        else:
-            raise ValueError(f"unknown op {op!r}")
-    tables = None
-    if last_env is not None:
-        tables = {f"{c}.{a}": describe_table(getattr(last_env["containers"][c], a)) for c, a in TABLES}
-        if not full:
-            tables = {key: table_digest(d) for key, d in tables.items()}
-    return {"answers": answers, "tables": tables}
+    server = _Server()
+    try:
+        return server.run(steps, full)
+    finally:
+        server.close()
 
 
-def rewards(cases: list[dict]) -> list:
-    """``is_correct`` for many (output, ground_truth) pairs: [status, reward-or-error] each."""
-    return [list(_reward(None, case["output"], case["ground_truth"])) for case in cases]
+def rewards(bodies: list[dict]) -> list:
+    """``POST /verify`` (after a seed) for each full verify request body: [status, reward or body]."""
+    server = _Server()
+    out = []
+    try:
+        for body in bodies:
+            status, text = server.run([{"op": "seed"}, {"op": "verify", "body": body}], False)["answers"][1]
+            out.append([status, json.loads(text)["reward"] if status == 200 else text])
+    finally:
+        server.close()
+    return out
 
 
 def table_ids() -> dict:
@@ -225,5 +192,10 @@ def table_ids() -> dict:
 
 
 def run_sequences(sequences: list[list[dict]], full: bool = False) -> list[dict]:
-    """:func:`run_sequence` for many sessions in one round trip (tables as digests unless ``full``)."""
-    return [run_sequence(steps, full) for steps in sequences]
+    """:func:`run_sequence` for many sessions (one server, a session each) in one round trip; tables
+    as digests unless ``full``."""
+    server = _Server()
+    try:
+        return [server.run(steps, full) for steps in sequences]
+    finally:
+        server.close()

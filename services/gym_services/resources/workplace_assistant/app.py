@@ -93,8 +93,8 @@ def _json_content(content_type: str | None) -> bool:
 
 
 def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSONResponse:
-    """The body as a JSON object, or the answer FastAPI (0.165) gives for one that is not: only a
-    JSON content type is parsed; other bodies are validated as text and refused."""
+    """The body as a JSON object, or the answer NeMo Gym's FastAPI gives for one that is not: only a
+    JSON content type is parsed (other bodies are validated as text and refused); ``null`` is missing."""
     if not raw:
         return _detail(422, [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}])
     if _json_content(content_type):
@@ -108,6 +108,8 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
             return _detail(400, "There was an error parsing the body")
     else:
         data = raw.decode("utf-8", errors="replace")
+    if data is None:
+        return _detail(422, [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}])
     if not isinstance(data, dict):
         msg = "Input should be a valid dictionary or object to extract fields from"
         return _detail(422, [{"type": "model_attributes_type", "loc": ["body"], "msg": msg, "input": data}])

@@ -501,9 +501,8 @@ def reward_cases(examples: list[dict], rollouts: list[dict], seed: int = 0) -> l
 
 
 async def reward_ours(app, case: dict) -> list:
-    """[status, reward] from our ``/verify`` for one case (seeded first, as an agent does)."""
+    """[status, reward] from our ``/verify`` for one case (no seed: the reward does not use the session)."""
     async with serve(app) as client:
-        await client.post("/seed_session", json={})
         resp = await client.post("/verify", json=case["body"])
     if resp.status_code != 200:
         return [resp.status_code, resp.text]

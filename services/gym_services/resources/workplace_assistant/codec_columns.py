@@ -87,8 +87,27 @@ def to_pandas_array(arr: np.ndarray, name: str) -> Any:
 # --------------------------------------------------------------------------- values
 
 
-def _values(values: list[Any], nan: list[int]) -> dict[str, list[Any]]:
-    return {"values": values, "nan": nan} if nan else {"values": values}
+def _values(values: list[Any], nan: list[int], containers: list[list[Any]] | None = None) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {"values": values}
+    if nan:
+        out["nan"] = nan
+    if containers:
+        out["json_cells"] = containers
+    return out
+
+
+def _json_exact(value: Any) -> bool:
+    """Whether JSON carries ``value`` exactly (types included): str keys, finite floats, no tuples."""
+    t = type(value)
+    if value is None or t in (str, bool, int):
+        return True
+    if t is float:
+        return math.isfinite(value)
+    if t is list:
+        return all(_json_exact(v) for v in value)
+    if t is dict:
+        return all(type(k) is str and _json_exact(v) for k, v in value.items())
+    return False
 
 
 def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
@@ -106,9 +125,14 @@ def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
         return _values(values, nan_pos)
     values = arr.tolist()
     nan: list[int] = []
+    containers: list[list[Any]] = []
     for i, v in enumerate(values):
         t = type(v)
         if t is str:
+            continue
+        if kind == "object" and t in (list, dict) and _json_exact(v):
+            containers.append([i, v])
+            values[i] = None
             continue
         if v is None:
             if kind == "object":
@@ -123,7 +147,7 @@ def encode_values(arr: np.ndarray, kind: str) -> dict[str, list[Any]]:
         elif kind == "object" and (t is bool or t is int):
             continue
         raise UnencodableStateError(f"{kind} cell value {v!r} ({t.__name__}) cannot be encoded")
-    return _values(values, nan)
+    return _values(values, nan, containers)
 
 
 def _check_nan_positions(values: Sequence[Any], nan: Sequence[int]) -> None:
@@ -141,6 +165,8 @@ def decode_values(model: ValuesModel, kind: str) -> np.ndarray:
     values, nan = model.values, model.nan
     _check_nan_positions(values, nan)
     nan_set = set(nan)
+    if model.json_cells and kind != "object":
+        raise InvalidSessionState(f"{kind} column cannot hold JSON lists or objects")
     if kind == "bool":
         if nan or any(type(v) is not bool for v in values):
             raise InvalidSessionState("bool column values must all be true/false")
@@ -170,6 +196,14 @@ def decode_values(model: ValuesModel, kind: str) -> np.ndarray:
     out[:] = values
     for p in nan:
         out[p] = np.nan
+    last = -1
+    for p, value in model.json_cells:
+        if type(p) is not int or p <= last or p >= len(values) or values[p] is not None or p in nan_set:
+            raise InvalidSessionState(f"json cell position {p!r} must be increasing, in range and hold null")
+        if type(value) not in (list, dict) or not _json_exact(value):
+            raise InvalidSessionState(f"json cell {p} must be a JSON list or object")
+        out[p] = value
+        last = p
     return out
 
 

@@ -8,7 +8,8 @@ append): ``removed`` lists base row positions, ``cells.rows`` positions in the s
 ``index`` gives the session's index itself when it is not the base's.
 
 A column is ``{"dtype", "values", "nan"}``: JSON writes NaN and ``None`` both as ``null``, so
-``nan`` lists the positions of the ``null`` values that are NaN; every other ``null`` is ``None``.
+``nan`` lists the positions of the ``null`` values that are NaN, ``json_cells`` the cells holding a JSON list
+or object (their ``values`` entry is ``null``); every other ``null`` is ``None``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class _Strict(BaseModel):
 class ValuesModel(_Strict):
     values: list[Scalar]
     nan: list[StrictInt] = []
+    #: ``[position, value]`` of cells holding a JSON list or object (``object`` columns only; the
+    #: tools store arguments as given, so a model's ``{"a": 1}`` can become a cell)
+    json_cells: list[Annotated[list[Any], Field(min_length=2, max_length=2)]] = []
 
 
 class ColumnModel(ValuesModel):

@@ -243,8 +243,10 @@ def test_mixed_json_scalars_round_trip_exactly() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [{"a": 1}, [1, 2], {1}, np.int64(3), np.float64(1.5), float("inf"), dt.datetime(2023, 11, 30), b"bytes"],
-    ids=["dict", "list", "set", "np.int64", "np.float64", "inf", "datetime", "bytes"],
+    [{1: "a"}, [1, (2,)], [float("nan")], {1}, np.int64(3), np.float64(1.5), float("inf"), dt.datetime(2023, 11, 30),
+     b"bytes"],
+    ids=["dict int key", "list with tuple", "list with nan", "set", "np.int64", "np.float64", "inf", "datetime",
+         "bytes"],
 )
 def test_encode_rejects_values_json_cannot_carry(value: object) -> None:
     env = WorkplaceEnvironment.fresh()
@@ -417,3 +419,20 @@ def test_sessions_of_another_base_restore_against_that_base() -> None:
     assert_identical(env, restored)
     assert restored.get(CRM)["customer_name"].iloc[1] != "Someone Else"
     assert run(restored, FOLLOW_UPS) == run(env, FOLLOW_UPS)
+
+
+def test_json_lists_and_objects_a_tool_stored_round_trip() -> None:
+    """The tools store arguments as given (as NeMo Gym's do), so a model's list or object can become a cell."""
+    env = WorkplaceEnvironment.fresh()
+    run(env, [("customer_relationship_manager_add_customer",
+               {"customer_name": ["a", {"b": [1, 2.0, None, True]}], "assigned_to_email": "a@b.c", "status": {"x": 1}}),
+              ("email_send_email", {"recipient": "a@b.c", "subject": {"s": 1}, "body": [1]})])
+    state = json_round_trip(encode_session(env))
+    restored = restore(state)
+    assert_identical(env, restored)
+    assert type(restored.get(CRM)["status"].iloc[-1]) is dict
+    bad = copy.deepcopy(state)
+    cells = bad["tables"]["email"]["_emails"]["appended"]["data"]["subject"]
+    cells["json_cells"] = [[0, "not a container"]]
+    with pytest.raises(InvalidSessionState):
+        restore(bad)

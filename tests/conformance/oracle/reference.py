@@ -43,6 +43,15 @@ ORACLE_REQUIREMENTS = [
     "starlette==1.3.1",
     "itsdangerous==2.2.0",
     "httpx==0.28.1",
+    # What importing the real nemo_gym framework (server_utils, global_config) needs on the way, with no
+    # part in a request's answer (oracle/nemo_app.py; hydra, yappi, pydot, scipy, wandb and ray are shims)
+    "orjson==3.11.3",
+    "requests==2.32.5",
+    "uvicorn==0.37.0",
+    "httptools==0.8.0",
+    "aiohttp==3.14.1",
+    "omegaconf==2.3.0",
+    "rich==14.3.2",
 ]
 
 

@@ -1,0 +1,117 @@
+"""Runs INSIDE the oracle environment: NeMo Gym's own FastAPI apps, built as its ``run_webserver`` builds them.
+
+The reference servers (``resources_servers/<name>/app.py``) import ``nemo_gym``, whose import graph
+reaches a few packages that play no part in serving a request: ``hydra`` (command-line config),
+``yappi`` (profiling), ``pydot`` (graph export), ``scipy`` and ``wandb`` (aggregate-metric statistics
+and histograms), and the installed version of ``ray`` (read at import for the dependency list of
+spawned server venvs). The oracle environment installs every package that shapes a request's answer
+at the versions NeMo Gym pins or locks (FastAPI, Starlette, pydantic, openai, httpx, itsdangerous;
+see ``reference.ORACLE_REQUIREMENTS``); the five packages above are replaced by the import shims
+below, whose every attribute is a placeholder that raises if anything actually uses it, and ray's
+version is answered by a one-file distribution record. No file of the reference is modified.
+
+:func:`build_app` then assembles a server's app from the reference's own pieces in the order of
+``SimpleServer.run_webserver`` (``setup_webserver``, liveness routes, the exception middleware that
+turns an unhandled error into ``500`` + ``repr(e)``, the cancellation middleware and the
+request-validation handler), minus uvicorn, telemetry and the global config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+SHIMMED_MODULES = ("hydra", "yappi", "pydot", "scipy", "scipy.stats", "wandb")
+_installed = False
+
+
+class _Unavailable:
+    """A placeholder for a class or function of a shimmed package: any use of it is an error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(f"{type(self).__qualname__} is an oracle import shim; the reference used it")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # subclassing at import time is fine
+        super().__init_subclass__()
+
+
+class _ShimModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (_Unavailable,), {"__qualname__": f"{self.__name__}.{name}"})
+
+
+def install_import_shims() -> None:
+    global _installed
+    if _installed:
+        return
+    for name in SHIMMED_MODULES:
+        if name not in sys.modules:
+            module = _ShimModule(name)
+            module.__path__ = []  # a package, so submodule imports resolve to shims too
+            sys.modules[name] = module
+    # importlib.metadata.version("ray") must find a distribution: a one-file record in a temp dir
+    records = Path(tempfile.mkdtemp(prefix="oracle-dists-"))
+    info = records / "ray-0.0.0+oracle.shim.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 0.0.0+oracle.shim\n")
+    sys.path.append(str(records))
+    logging.getLogger().addHandler(logging.NullHandler())  # the reference's request-validation warnings
+    _installed = True
+
+
+def build_app(server_cls: type, config: Any) -> Any:
+    """The FastAPI app of ``server_cls``, built like ``SimpleServer.run_webserver`` builds it."""
+    install_import_shims()
+    from unittest.mock import MagicMock
+
+    from fastapi.exceptions import RequestValidationError
+    from nemo_gym.server_utils import ServerClient, _validation_exception_handler
+
+    server = server_cls(config=config, server_client=MagicMock(spec=ServerClient))
+    app = server.setup_webserver()
+    server.setup_liveness(app)
+    server.setup_exception_middleware(app)
+    server.setup_cancellation_middleware(app)
+    app.exception_handler(RequestValidationError)(_validation_exception_handler)
+    return server, app
+
+
+class Session:
+    """One client with a cookie jar against an in-process app; answers as ``{status, body}``."""
+
+    def __init__(self, app: Any) -> None:
+        import httpx
+
+        self._loop = asyncio.new_event_loop()
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        self.client = httpx.AsyncClient(transport=transport, base_url="http://oracle")
+
+    def request(self, call: dict[str, Any]) -> dict[str, Any]:
+        """``call``: ``{method?, path, json?}`` or ``{method?, path, raw?, content_type?}``."""
+        kwargs: dict[str, Any] = {}
+        headers = dict(call.get("headers") or {})
+        if "raw" in call:
+            kwargs["content"] = call["raw"].encode()
+            if call.get("content_type") is not None:
+                headers["content-type"] = call["content_type"]
+        elif "json" in call:
+            kwargs["content"] = json.dumps(call["json"]).encode()
+            headers.setdefault("content-type", "application/json")
+        coro = self.client.request(call.get("method", "POST"), call["path"], headers=headers, **kwargs)
+        with contextlib.redirect_stdout(io.StringIO()):  # the exception middleware prints tracebacks
+            response = self._loop.run_until_complete(coro)
+        return {"status": response.status_code, "body": response.text}
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self.client.aclose())
+        self._loop.close()

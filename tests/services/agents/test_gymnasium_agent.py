@@ -1,6 +1,6 @@
 """gymnasium_agent against the blackjack environment with the real policy model (blackjack-basic).
 
-Rollout ``bj-11`` deals a hand the policy plays in three steps (the deal is seeded from
+Rollout ``bj-64`` deals a hand the policy plays in three steps (the deal is seeded from
 the rollout id), so there are positions before, between and after steps. The
 environment is prepared first; a step still running there finishes before its prepare
 answers, and the agent then parks at its next boundary.
@@ -18,7 +18,7 @@ from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, 
 from tests.services.agents.wire import Call, Wire
 
 ROW = load_tasks("blackjack")[0]
-ROLLOUT = "bj-11"
+ROLLOUT = "bj-64"
 _expected: dict[str, dict] = {}
 
 
@@ -38,7 +38,7 @@ async def expected(worker) -> dict:
         _expected["result"], _expected["counts"] = result, counts(wire)
     result = _expected["result"]
     assert result["terminated"] is True and result["truncated"] is False and result["reward"] == 1.0
-    assert _expected["counts"] == {"reset": 1, "generate": 3, "step": 3, "close": 1}
+    assert _expected["counts"] == {"reset": 1, "generate": 3, "step": 3, "close": 0}
     return result
 
 
@@ -67,7 +67,7 @@ async def test_generation_in_flight(worker, expected, tmp_path) -> None:
 
     out = await checkpoint_and_continue(gym_stack(worker.url), ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange)
     assert out.result == expected
-    assert counts(out.restored_wire) == {"reset": 0, "generate": 2, "step": 2, "close": 1}
+    assert counts(out.restored_wire) == {"reset": 0, "generate": 2, "step": 2, "close": 0}
     assert model_totals(out.restored_wire.apps["model"])["tokens_reused"] > 0
     assert out.first_run.status_code == 409
 
@@ -83,7 +83,7 @@ async def test_step_running_in_the_environment(worker, expected, tmp_path) -> No
     out = await checkpoint_and_continue(factory, ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange)
     assert out.result == expected
     # restored from the boundary after step 1: the environment's restored game deals the same cards
-    assert counts(out.restored_wire) == {"reset": 0, "generate": 2, "step": 2, "close": 1}
+    assert counts(out.restored_wire) == {"reset": 0, "generate": 2, "step": 2, "close": 0}
     saved = {p.participant_id: p.episodes for p in out.checkpoint.participants}
     assert saved["env"] == 1 and saved["agent"] == 1
     assert out.checkpoint.timings["prepare"] >= 0.2  # prepare waited for the running step
@@ -104,7 +104,7 @@ async def test_step_reply_in_flight(worker, expected, tmp_path) -> None:
         gym_stack(worker.url), ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare
     )
     assert out.result == expected
-    assert counts(out.restored_wire) == {"reset": 0, "generate": 1, "step": 1, "close": 1}
+    assert counts(out.restored_wire) == {"reset": 0, "generate": 1, "step": 1, "close": 0}
 
 
 async def test_final_step_finishing_during_prepare(worker, expected, tmp_path) -> None:
@@ -120,9 +120,9 @@ async def test_final_step_finishing_during_prepare(worker, expected, tmp_path) -
         gym_stack(worker.url), ROW, ROLLOUT, f"file://{tmp_path}", arrange=arrange, during_prepare=during_prepare
     )
     assert out.result == expected
-    # the episode ended during prepare: only the explicit close after it is left
-    assert counts(out.restored_wire) == {"reset": 0, "generate": 0, "step": 0, "close": 1}
-    assert out.history == ["close", "return"]
+    # the episode ended during prepare: nothing is left to call (blackjack asks for no explicit close)
+    assert counts(out.restored_wire) == {"reset": 0, "generate": 0, "step": 0, "close": 0}
+    assert out.history == ["return"]
 
 
 async def test_closed_environment_sends_the_step_back_to_its_boundary(worker, expected) -> None:

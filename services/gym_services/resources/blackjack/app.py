@@ -1,11 +1,23 @@
 """blackjack: a Gymnasium-style environment server, ``/reset`` and ``/step`` (REFERENCE B.4).
 
-Each episode lives under the caller's cookie session id. Its shoe is seeded per episode
-(the ``/reset`` body's ``seed``, else derived from the rollout id, else random) and its
-position is part of the exported state, so a restored episode deals the same next card
-as an uninterrupted one. The participant has role ``environment``; ``/reset``, ``/step``
-and ``/close`` are GATED: refused with ``409 checkpoint_parked`` while a checkpoint is
-open, and a step already running finishes before prepare answers.
+Answers like NeMo Gym 0.7.0's blackjack server (``resources_servers/blackjack``, a
+``GymnasiumServer``): the same request models (``responses_create_params``, and for ``/step`` a
+``response``, validated as NeMo Gym validates them; FastAPI's ``422`` bodies otherwise), the same
+game, observations and rewards, compact JSON bodies. What differs is what checkpointing needs:
+
+- the deal is reproducible: each episode's shoe is seeded (the body's ``seed``, else derived from the
+  rollout id, else random; reported in the ``x-ng-blackjack-seed`` header) where the reference's is
+  an unseeded generator; a malformed ``seed`` is refused with ``400``;
+- a ``/step`` whose session has no live episode (never reset, finished, retired, or lost with a
+  process that was not checkpointed) is ``404 session_not_found`` where the reference plays an
+  empty hand against a fresh dealer (or fails with a 500);
+- ``409 checkpoint_parked`` / ``409 stale_attempt`` from the control plane.
+
+Each episode lives under the caller's cookie session id and its shoe position is part of the
+exported state, so a restored episode deals the same next card as an uninterrupted one. The
+participant has role ``environment``; ``/reset`` and ``/step`` are GATED: refused with ``409
+checkpoint_parked`` while a checkpoint is open, and a step already running finishes before prepare
+answers.
 """
 
 from __future__ import annotations
@@ -15,21 +27,24 @@ import hashlib
 import secrets
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.base.http import parse_body, read_json_object
 from gym_services.base.identity import RolloutIdentity
+from gym_services.base.nemo_http import NemoHttpError, json_response, nemo_error_handler, parse, repr_error
+from gym_services.base.nemo_responses import CreateParams, ResponseObject, UnreadableOutput
 from gym_services.base.sessions import session_id
-from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_action, response_text
+from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_action
 from gym_services.resources.blackjack.participant import EpisodeParticipant
 from gym_services.resources.blackjack.state import EpisodeStore
+from gym_services.server.app import create_server_app
+
+SEED_HEADER = "x-ng-blackjack-seed"
 
 
 class Config(ServerConfig):
@@ -43,29 +58,22 @@ class Config(ServerConfig):
 
 
 class ResetRequest(BaseModel):
+    """NeMo Gym's Gymnasium reset body: ``responses_create_params`` and any other fields (our ``seed``)."""
+
     model_config = ConfigDict(extra="allow")
 
-    responses_create_params: dict[str, Any] | None = None
-    extra: dict[str, Any] | None = None
-    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
-
-
-class ResetResponse(BaseModel):
-    observation: str
-    info: dict[str, Any]
+    responses_create_params: CreateParams
 
 
 class StepRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    responses_create_params: dict[str, Any] | None = None
-    response: dict[str, Any] | str | None = None
-    action: str | None = Field(default=None, description="the action text, instead of a model response")
-    extra: dict[str, Any] | None = None
+    responses_create_params: CreateParams
+    response: ResponseObject
 
 
 class StepResponse(BaseModel):
-    observation: str
+    observation: str | None
     reward: float
     terminated: bool
     truncated: bool
@@ -77,13 +85,21 @@ def derive_seed(namespace: str, rollout_id: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
+def _valid_seed(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
+
+
 def choose_seed(config: Config, body: ResetRequest, identity: RolloutIdentity | None) -> int:
-    """The body's seed, else ``extra.seed``, else one derived from the rollout id, else a random one."""
-    if body.seed is not None:
-        return body.seed
-    extra_seed = (body.extra or {}).get("seed")
+    """The body's ``seed``, else ``extra.seed``, else one derived from the rollout id, else a random one."""
+    fields = body.model_extra or {}
+    if "seed" in fields and fields["seed"] is not None:
+        if not _valid_seed(fields["seed"]):
+            raise ApiError(ErrorCode.BAD_REQUEST, f"seed must be an integer in [0, {MAX_SEED}]")
+        return fields["seed"]
+    extra = fields.get("extra")
+    extra_seed = extra.get("seed") if isinstance(extra, dict) else None
     if extra_seed is not None:
-        if not isinstance(extra_seed, int) or isinstance(extra_seed, bool) or not 0 <= extra_seed <= MAX_SEED:
+        if not _valid_seed(extra_seed):
             raise ApiError(ErrorCode.BAD_REQUEST, f"extra.seed must be an integer in [0, {MAX_SEED}]")
         return extra_seed
     if identity is not None and config.seed_from_rollout_id:
@@ -95,23 +111,19 @@ def create_app(config: Config) -> Starlette:
     store = EpisodeStore()
     participant = EpisodeParticipant(store)
 
-    def finish(sid: str) -> None:
-        store.episodes.pop(sid, None)
-        participant.end(sid)
-
-    async def reset(request: Request) -> JSONResponse:
-        body = await parse_body(request, ResetRequest)
+    async def reset(request: Request) -> Response:
+        body = await parse(request, ResetRequest)
         sid = session_id(request)
         identity = RolloutIdentity.from_headers(request.headers)
         seed = choose_seed(config, body, identity)
         episode = Episode.deal(seed)
         store.episodes[sid] = episode
         participant.begin(sid, identity)
-        reply = ResetResponse(observation=episode.observation(), info={"seed": seed, "supports_explicit_close": True})
-        return JSONResponse(reply.model_dump(), headers=participant.seed_headers())
+        headers = {**participant.seed_headers(), SEED_HEADER: str(seed)}
+        return json_response({"observation": episode.observation(), "info": {}}, headers=headers)
 
-    async def step(request: Request) -> JSONResponse:
-        body = await parse_body(request, StepRequest)
+    async def step(request: Request) -> Response:
+        body = await parse(request, StepRequest)
         sid = session_id(request)
         participant.check_session(sid)
         if config.step_latency_s:
@@ -120,10 +132,14 @@ def create_app(config: Config) -> Starlette:
         episode = store.episodes.get(sid)
         if episode is None:
             raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"no live episode for session {sid}; call /reset first")
-        text = body.action if body.action is not None else response_text(body.response)
+        try:
+            text = body.response.message_text()
+        except UnreadableOutput as exc:  # the reference fails reading such a response: 500 with the error's repr
+            return repr_error(AttributeError(*exc.args))
         result = episode.step(parse_action(text))
         if result.terminated:
-            finish(sid)
+            store.episodes.pop(sid, None)
+            participant.end(sid)
             request.app.state.blackjack_finished.labels(result=result.info["result"]).inc()
         reply = StepResponse(
             observation=result.observation,
@@ -132,15 +148,7 @@ def create_app(config: Config) -> Starlette:
             truncated=False,
             info=result.info,
         )
-        return JSONResponse(reply.model_dump())
-
-    async def close(request: Request) -> JSONResponse:
-        await read_json_object(request)  # no fields, but it must be well-formed
-        sid = session_id(request)
-        participant.check_session(sid)
-        had = sid in store.episodes
-        finish(sid)
-        return JSONResponse({"closed": had})
+        return json_response(reply.model_dump(mode="json"))
 
     app = create_server_app(
         config,
@@ -148,9 +156,9 @@ def create_app(config: Config) -> Starlette:
         [
             Route("/reset", reset, methods=["POST"]),
             Route("/step", step, methods=["POST"]),
-            Route("/close", close, methods=["POST"]),
         ],
     )
+    app.add_exception_handler(NemoHttpError, nemo_error_handler)
     app.state.blackjack_finished = app.state.metrics.counter(
         "gym_blackjack_episodes_finished", "Finished Blackjack episodes by result", ("result",)
     )

@@ -1,8 +1,12 @@
 """Blackjack rules, cards and text, with no HTTP in sight (REFERENCE B.4).
 
-An infinite shoe: every card is drawn uniformly from the 13 ranks. The shoe is a seeded
-``random.Random`` plus the number of cards drawn so far, so its position is two integers:
-a shoe rebuilt from ``(seed, draws)`` deals exactly the cards an uninterrupted one would.
+The game is NeMo Gym's ``resources_servers/blackjack``: an infinite shoe (every card drawn
+uniformly from the 13 ranks with ``random.Random.choice``), the player's two cards dealt first,
+then the dealer's two; the first ``<action>hit|stand</action>`` of the model's text decides
+(anything else stands); the dealer draws to 17 (standing on a soft 17); a finished game has no
+observation. The shoe is a seeded ``random.Random`` plus the number of cards drawn so far, so
+its position is two integers: a shoe rebuilt from ``(seed, draws)`` deals exactly the cards an
+uninterrupted one would, and the same generator deals the same game as the reference's.
 """
 
 from __future__ import annotations
@@ -66,38 +70,14 @@ def show(cards: list[str]) -> str:
 
 
 def parse_action(text: str) -> Action:
-    """The last ``<action>hit|stand</action>`` in ``text``; anything else means ``stand``."""
-    found = _ACTION.findall(text or "")
-    return "hit" if found and found[-1].lower() == "hit" else "stand"
-
-
-def response_text(response: Any) -> str:
-    """The assistant text of a Responses API object (or a plain string)."""
-    if isinstance(response, str):
-        return response
-    if not isinstance(response, dict):
-        return ""
-    if isinstance(response.get("output_text"), str):
-        return response["output_text"]
-    parts: list[str] = []
-    for item in response.get("output") or []:
-        if not isinstance(item, dict) or item.get("type", "message") != "message":
-            continue
-        content = item.get("content")
-        if isinstance(content, str) and item.get("role", "assistant") == "assistant":
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(
-                p["text"]
-                for p in content
-                if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
-            )
-    return "".join(parts)
+    """The first ``<action>hit|stand</action>`` in ``text`` (any case, spaces inside); else ``stand``."""
+    found = _ACTION.search(text or "")
+    return "hit" if found and found.group(1).lower() == "hit" else "stand"
 
 
 @dataclass
 class StepResult:
-    observation: str
+    observation: str | None
     reward: float
     terminated: bool
     info: dict[str, Any]
@@ -114,11 +94,10 @@ class Episode:
 
     @classmethod
     def deal(cls, seed: int) -> Episode:
-        """Player, dealer, player, dealer, as at a table."""
+        """The player's two cards, then the dealer's two (the reference's order)."""
         episode = cls(Shoe(seed))
-        for _ in range(2):
-            episode.player.append(episode.shoe.deal())
-            episode.dealer.append(episode.shoe.deal())
+        episode.player = [episode.shoe.deal(), episode.shoe.deal()]
+        episode.dealer = [episode.shoe.deal(), episode.shoe.deal()]
         return episode
 
     def observation(self) -> str:
@@ -131,18 +110,17 @@ class Episode:
             value = hand_value(self.player)
             if value > BLACKJACK:
                 info = {"result": "bust", "player": show(self.player), "value": value}
-                text = f"Your hand: {show(self.player)} = {value}\nBust! You lose."
-                return StepResult(text, -1.0, True, info)
+                return StepResult(None, -1.0, True, info)
             return StepResult(self.observation(), 0.0, False, {})
         while hand_value(self.dealer) < DEALER_STANDS_AT:
             self.dealer.append(self.shoe.deal())
         mine, theirs = hand_value(self.player), hand_value(self.dealer)
         if theirs > BLACKJACK or mine > theirs:
-            result, reward, verdict = "win", 1.0, "You win!"
+            result, reward = "win", 1.0
         elif mine == theirs:
-            result, reward, verdict = "draw", 0.0, "It's a draw."
+            result, reward = "draw", 0.0
         else:
-            result, reward, verdict = "loss", -1.0, "You lose."
+            result, reward = "loss", -1.0
         info = {
             "result": result,
             "player": show(self.player),
@@ -150,10 +128,8 @@ class Episode:
             "dealer": show(self.dealer),
             "dealer_value": theirs,
         }
-        text = f"Your hand: {show(self.player)} = {mine}\nDealer's hand: {show(self.dealer)} = {theirs}\n{verdict}"
-        return StepResult(text, reward, True, info)
+        return StepResult(None, reward, True, info)
 
     def dealt_order(self) -> list[str]:
-        """The cards in the order the shoe dealt them (deal order, then the player's hits)."""
-        order = [self.player[0], self.dealer[0], self.player[1], self.dealer[1]]
-        return order + self.player[2:] + self.dealer[2:]
+        """The cards in the order the shoe dealt them: the deal, the player's hits, the dealer's draws."""
+        return self.player[:2] + self.dealer[:2] + self.player[2:] + self.dealer[2:]

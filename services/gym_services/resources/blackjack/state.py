@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gym_services.control.participant import InvalidState
 from gym_services.resources.blackjack.game import BLACKJACK, MAX_SEED, RANKS, Episode, Shoe, hand_value
 
-STATE_VERSION = 1
+#: 2: the player's two cards are dealt before the dealer's (version 1 states dealt player, dealer,
+#: player, dealer and cannot be restored: their seeds do not deal their hands in this order)
+STATE_VERSION = 2
 MAX_DRAWS = 64  # hands never get near this: a larger number is a corrupt state, not a long game
 
 Rank = Literal[RANKS]  # type: ignore[valid-type]
@@ -26,7 +28,7 @@ class EpisodeState(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    version: Literal[1]
+    version: Literal[2]
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)]
     draws: Annotated[int, Field(ge=4, le=MAX_DRAWS)]
     player: list[Rank] = Field(min_length=2)

@@ -11,7 +11,7 @@ import pytest
 from gym_services.base.config import load_config
 from gym_services.control.storage import open_storage
 from gym_services.resources.blackjack import state as state_module
-from gym_services.resources.blackjack.app import Config, create_app, derive_seed
+from gym_services.resources.blackjack.app import SEED_HEADER, Config, create_app, derive_seed
 from gym_services.resources.blackjack.game import Episode, Shoe
 from gym_services.resources.blackjack.state import EpisodeStore
 from tests.support.asgi import Control, base_config, serve
@@ -31,14 +31,22 @@ def ident(rollout_id: str, attempt: int = 0) -> dict[str, str]:
     return {"x-ng-rollout-id": rollout_id, "x-ng-attempt": str(attempt)}
 
 
+RCP = {"input": [{"role": "user", "content": "Deal me in."}]}
+
+
+def model_response(text: str) -> dict:
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {"id": "resp_1", "created_at": 0.0, "model": "policy", "object": "response", "output": [message],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+
+
 def act(action: str) -> dict:
-    text = f"My total decides it. <action>{action}</action>"
-    content = [{"type": "output_text", "text": text}]
-    return {"response": {"output": [{"type": "message", "role": "assistant", "content": content}]}}
+    return {"responses_create_params": RCP, "response": model_response(f"My total decides it. <action>{action}</action>")}
 
 
-def reset_body(seed: int | None) -> dict:
-    return {"responses_create_params": {"input": []}} | ({} if seed is None else {"seed": seed})
+def reset_body(seed: int | None = None, **extra) -> dict:
+    return {"responses_create_params": RCP} | ({} if seed is None else {"seed": seed}) | extra
 
 
 async def uninterrupted(seed: int | None, actions: list[str], rollout_id: str) -> list[dict]:
@@ -100,7 +108,7 @@ async def test_long_game_draws_dealer_cards_after_restore(tmp_path) -> None:
     assert final["info"] == {
         "result": "win", "player": "[7, 2, A, 6, 3]", "player_value": 19, "dealer": "[2, A, 2, 10, Q]", "dealer_value": 25,
     }
-    assert expected[0]["info"]["seed"] == 36
+    assert expected[0]["info"] == {}
     assert await checkpointed(f"file://{tmp_path}", *LONG, 3, "task0-0") == expected
 
 
@@ -116,25 +124,29 @@ async def test_mutation_reseeding_on_restore_breaks_equivalence(tmp_path, monkey
 
 async def test_seed_sources() -> None:
     async with serve(fresh_app()) as client:
-        body_seed = (await client.post("/reset", json={"seed": 36})).json()
-        extra_seed = (await client.post("/reset", json={"extra": {"seed": 36}})).json()
-        derived = (await client.post("/reset", json={}, headers=ident("task7-0"))).json()
-        other = (await client.post("/reset", json={}, headers=ident("task7-1"))).json()
-        random_a = (await client.post("/reset", json={})).json()
-        random_b = (await client.post("/reset", json={})).json()
-        bad_seeds = (
-            {"seed": -1}, {"seed": 2**64}, {"seed": True}, {"seed": "36"}, {"extra": {"seed": "36"}}, {"extra": {"seed": True}}
-        )
+        async def seed_of(body: dict, headers: dict | None = None) -> int:
+            reply = await client.post("/reset", json=body, headers=headers)
+            assert reply.status_code == 200 and reply.json()["info"] == {}, reply.text
+            return int(reply.headers[SEED_HEADER])
+
+        body_seed = await seed_of(reset_body(36))
+        extra_seed = await seed_of(reset_body(extra={"seed": 36}))
+        derived = await seed_of(reset_body(), ident("task7-0"))
+        other = await seed_of(reset_body(), ident("task7-1"))
+        random_a, random_b = await seed_of(reset_body()), await seed_of(reset_body())
+        observation = (await client.post("/reset", json=reset_body(36))).json()["observation"]
+        bad_seeds = ({"seed": -1}, {"seed": 2**64}, {"seed": True}, {"seed": "36"}, {"extra": {"seed": "36"}},
+                     {"extra": {"seed": True}})
         for bad in bad_seeds:
-            refused = await client.post("/reset", json=bad)
+            refused = await client.post("/reset", json=reset_body(**bad))
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "bad_request", bad
-    assert body_seed == extra_seed and body_seed["info"]["seed"] == 36
-    assert body_seed["observation"] == Episode.deal(36).observation()
-    assert derived["info"]["seed"] == derive_seed("blackjack", "task7-0") != other["info"]["seed"]
-    assert random_a["info"]["seed"] != random_b["info"]["seed"]
+    assert body_seed == extra_seed == 36
+    assert observation == Episode.deal(36).observation()
+    assert derived == derive_seed("blackjack", "task7-0") != other
+    assert random_a != random_b
     async with serve(fresh_app(seed_from_rollout_id=False)) as client:
-        unseeded = (await client.post("/reset", json={}, headers=ident("task7-0"))).json()
-    assert unseeded["info"]["seed"] != derived["info"]["seed"]
+        unseeded = await client.post("/reset", json=reset_body(), headers=ident("task7-0"))
+    assert int(unseeded.headers[SEED_HEADER]) != derived
 
 
 # --- routes ---------------------------------------------------------------------------
@@ -145,41 +157,44 @@ async def test_routes_and_invalid_actions() -> None:
         control = Control(client)
         missing = await client.post("/step", json=act("hit"))
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "session_not_found"
-        reset = await client.post("/reset", json={"seed": 36})
+        reset = await client.post("/reset", json=reset_body(36))
         assert reset.headers["x-ng-checkpoint-verify"] == "wait"
-        assert reset.json()["observation"] == (
-            "Your hand: [7, 2] = 9\nDealer shows: 2\nRespond with <action>hit</action> or <action>stand</action>."
+        assert reset.content == (
+            b'{"observation":"Your hand: [7, 2] = 9\\nDealer shows: 2\\nRespond with <action>hit</action> or '
+            b'<action>stand</action>.","info":{}}'
         )
         status = await control.status()
         assert (status["role"], status["checkpoint_mode"], status["live"]) == ("environment", "exported", {"episodes": 1})
-        invalid = await client.post("/step", json={"response": {"output": [{"type": "message", "content": [
-            {"type": "output_text", "text": "<action>double down</action>"}]}]}})
+        invalid = await client.post("/step", json={"responses_create_params": RCP, "response": model_response(
+            "<action>double down</action>")})
         result = invalid.json()
-        assert result["terminated"] is True and result["info"]["result"] in ("win", "loss", "draw")
+        assert result["terminated"] is True and result["observation"] is None
         assert result["info"]["player"] == "[7, 2]"  # an invalid action stands
-        assert (await client.post("/step", json={"action": "<action>hit</action>"})).status_code == 404
-        await client.post("/reset", json={"seed": 36})
-        plain = (await client.post("/step", json={"action": "<action>hit</action>"})).json()
-        assert plain["observation"].startswith("Your hand: [7, 2, A] = 20")
-        assert (await client.post("/close")).json() == {"closed": True}
         assert (await control.status())["live"] == {"episodes": 0}
-        assert (await client.post("/step", json=act("hit"))).status_code == 404
-        malformed = await client.post("/step", content=b"[1, 2")
-        assert malformed.status_code == 400
+        await client.post("/reset", json=reset_body(36))
+        first = (await client.post("/step", json={"responses_create_params": RCP, "response": model_response(
+            "<action>hit</action> or rather <action>stand</action>")})).json()
+        assert first["observation"].startswith("Your hand: [7, 2, A] = 20")  # the first tag counts
+        no_response = await client.post("/step", json={"responses_create_params": RCP, "action": "<action>hit</action>"})
+        assert no_response.status_code == 422 and no_response.json()["detail"][0]["loc"] == ["body", "response"]
+        malformed = await client.post("/step", content=b"[1, 2", headers={"content-type": "application/json"})
+        assert malformed.status_code == 422 and malformed.json()["detail"][0]["type"] == "json_invalid"
+        assert (await control.status())["live"] == {"episodes": 1}  # refused bodies change nothing
+        assert (await client.post("/close", json={})).status_code == 404  # NeMo Gym's blackjack has no /close
 
 
 async def test_steps_are_gated_and_inflight_step_finishes_before_prepare(tmp_path) -> None:
     loc = f"file://{tmp_path}"
     async with serve(fresh_app(step_latency_s=0.4)) as client:
         control = Control(client)
-        await client.post("/reset", json={"seed": 36}, headers=ident("r1"))
+        await client.post("/reset", json=reset_body(36), headers=ident("r1"))
         stepping = asyncio.create_task(client.post("/step", json=act("hit"), headers=ident("r1")))
         await asyncio.sleep(0.1)
         assert (await control.status())["inflight"] == 1  # the step is running when prepare arrives
         prepared = await control.prepare("ck1")
         assert prepared["status"] == "prepared" and prepared["waited_s"] > 0
         assert stepping.done() and (await stepping).json()["observation"].startswith("Your hand: [7, 2, A] = 20")
-        for path, body in (("/step", act("hit")), ("/reset", {"seed": 1}), ("/close", {})):
+        for path, body in (("/step", act("hit")), ("/reset", reset_body(1))):
             parked = await client.post(path, json=body, headers=ident("r1"))
             assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
             assert parked.headers["retry-after"] == "0.1"
@@ -189,7 +204,7 @@ async def test_steps_are_gated_and_inflight_step_finishes_before_prepare(tmp_pat
     store = open_storage(loc)
     record = next(k for k in store.list("checkpoints/ck1") if "/records/" in k)
     state = json.loads(store.get(record))["state"]
-    assert state == {"version": 1, "seed": 36, "draws": 5, "player": ["7", "2", "A"], "dealer": ["2", "A"], "steps": 1}
+    assert state == {"version": 2, "seed": 36, "draws": 5, "player": ["7", "2", "A"], "dealer": ["2", "A"], "steps": 1}
     assert committed["records"] == 1
 
 
@@ -199,10 +214,10 @@ async def test_steps_are_gated_and_inflight_step_finishes_before_prepare(tmp_pat
 async def test_retired_episode_is_gone_and_its_cookie_refused(tmp_path) -> None:
     async with serve(fresh_app()) as client:
         control = Control(client)
-        a = await client.post("/reset", json={"seed": 36}, headers=ident("a"))
+        a = await client.post("/reset", json=reset_body(36), headers=ident("a"))
         cookie_a = {COOKIE: a.cookies[COOKIE]}
         client.cookies.clear()
-        b = await client.post("/reset", json={"seed": 4}, headers=ident("b"))
+        b = await client.post("/reset", json=reset_body(4), headers=ident("b"))
         cookie_b = {COOKIE: b.cookies[COOKIE]}
         client.cookies.clear()
         assert (await control.retire("a", 0))["retired"] is True
@@ -210,11 +225,10 @@ async def test_retired_episode_is_gone_and_its_cookie_refused(tmp_path) -> None:
         client.cookies.update(cookie_a)
         gone = await client.post("/step", json=act("hit"))
         assert gone.status_code == 409 and gone.json()["error"]["code"] == "stale_attempt"
-        assert (await client.post("/close")).status_code == 409
         client.cookies.clear()
         client.cookies.update(cookie_b)
         ok = await client.post("/step", json=act("hit"), headers=ident("b"))
-        assert ok.status_code == 200 and ok.json()["observation"].startswith("Your hand: [5, 3, 8] = 16")
+        assert ok.status_code == 200 and ok.json()["observation"].startswith("Your hand: [5, 6, 8] = 19")
         app = client._transport.app
         assert list(app.state.episodes.episodes) == [app.state.session_codec.read(cookie_b[COOKIE])]
         committed = await control.checkpoint("ck1", f"file://{tmp_path}")
@@ -236,10 +250,10 @@ def _rewrite_record(store, manifest_key: str, record_key: str, mutate) -> None:
 
 async def test_invalid_state_in_batch_installs_nothing(storage_url: str) -> None:
     async with serve(fresh_app()) as client:
-        good = await client.post("/reset", json={"seed": 36}, headers=ident("good"))
+        good = await client.post("/reset", json=reset_body(36), headers=ident("good"))
         good_cookie = {COOKIE: good.cookies[COOKIE]}
         client.cookies.clear()
-        await client.post("/reset", json={"seed": 4}, headers=ident("bad"))
+        await client.post("/reset", json=reset_body(4), headers=ident("bad"))
         committed = await Control(client).checkpoint("ck1", storage_url)
         assert committed["records"] == 2
 
@@ -257,16 +271,16 @@ async def test_invalid_state_in_batch_installs_nothing(storage_url: str) -> None
         assert client._transport.app.state.episodes.episodes == {}
         client.cookies.update(good_cookie)
         assert (await client.post("/step", json=act("hit"))).status_code == 404
-        assert (await client.post("/reset", json={"seed": 1})).status_code == 200
+        assert (await client.post("/reset", json=reset_body(1))).status_code == 200
 
 
-VALID = {"version": 1, "seed": 36, "draws": 4, "player": ["7", "2"], "dealer": ["2", "A"], "steps": 0}
+VALID = {"version": 2, "seed": 36, "draws": 4, "player": ["7", "2"], "dealer": ["2", "A"], "steps": 0}
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "version"),
+        ({"version": 1}, "version"),
         ({"seed": 37}, "does not deal these hands"),
         ({"draws": 5}, "draws 5 != 4"),
         ({"player": ["7", "1"]}, "player.1"),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gym_services.resources.blackjack.game import Episode, Shoe, hand_value, parse_action, response_text
+from gym_services.base.nemo_responses import ResponseObject, UnreadableOutput
+from gym_services.resources.blackjack.game import Episode, Shoe, hand_value, parse_action
 
 DATA = Path(__file__).resolve().parents[4] / "services/gym_services/resources/blackjack/data"
 ROLLOUTS = [json.loads(line) for line in (DATA / "example_rollouts.jsonl").read_text().splitlines()]
@@ -44,9 +45,11 @@ def test_hand_values(cards: list[str], value: int) -> None:
         ("<action>hit</action>", "hit"),
         ("<action>stand</action>", "stand"),
         ("I think <action> HIT </action>", "hit"),
-        ("first <action>stand</action>, no wait: <action>hit</action>", "hit"),
-        ("<action>hit</action> hmm, <action>stand</action>", "stand"),
+        ("first <action>stand</action>, no wait: <action>hit</action>", "stand"),  # the first tag counts
+        ("<action>hit</action> hmm, <action>stand</action>", "hit"),
         ("<action>double</action>", "stand"),
+        ("<action>double</action> then <action>hit</action>", "hit"),  # the first tag that is an action
+        ("<ACTION>\nStand\n</ACTION>", "stand"),
         ("hit me", "stand"),
         ("", "stand"),
     ],
@@ -55,13 +58,23 @@ def test_parse_action_defaults_to_stand(text: str, action: str) -> None:
     assert parse_action(text) == action
 
 
-def test_response_text_reads_responses_api_messages() -> None:
-    response = {"output": [
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "<action>hit</action>"}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "<action>stand</action>"}]},
-    ]}
-    assert parse_action(response_text(response)) == "stand"
-    assert response_text("plain") == "plain" and response_text(None) == ""
+def response(*items: dict) -> ResponseObject:
+    return ResponseObject.model_validate({"id": "r", "created_at": 0, "model": "m", "object": "response",
+                                          "output": list(items), "parallel_tool_calls": True, "tool_choice": "auto",
+                                          "tools": []})
+
+
+def test_message_text_reads_what_nemo_gym_reads() -> None:
+    reasoning = {"id": "rs", "type": "reasoning", "summary": [{"type": "summary_text", "text": "<action>hit</action>"}]}
+    parts = [{"type": "output_text", "text": "<action>st", "annotations": []}, {"type": "refusal", "refusal": "x"},
+             {"type": "output_text", "text": "and</action>", "annotations": []}]
+    message = {"id": "m", "type": "message", "role": "assistant", "content": parts}
+    assert response(reasoning, message).message_text() == "<action>stand</action>"
+    easy = {"type": "message", "role": "user", "content": "<action>hit</action>"}  # a string content counts, any role
+    assert parse_action(response(easy, message).message_text()) == "hit"
+    listed = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}
+    with pytest.raises(UnreadableOutput):  # the reference fails on it (500)
+        response(listed).message_text()
 
 
 def test_observations_and_infos_match_the_recorded_rollouts() -> None:
@@ -72,12 +85,19 @@ def test_observations_and_infos_match_the_recorded_rollouts() -> None:
     first = game.step("hit")
     assert first.observation == bust["response"]["output"][1]["content"] and not first.terminated
     final = game.step("hit")
-    assert (final.reward, final.terminated, final.info) == (bust["reward"], True, bust["info"])
+    assert (final.observation, final.reward, final.terminated, final.info) == (None, bust["reward"], True, bust["info"])
     # rollout 1: [10, 3] vs A, stand; dealer draws 9 and 10 from A, 5
     game = scripted(["10", "3"], ["A", "5"], ["9", "10"])
     assert game.observation() == win["responses_create_params"]["input"][-1]["content"]
     final = game.step("stand")
-    assert (final.reward, final.terminated, final.info) == (win["reward"], True, win["info"])
+    assert (final.observation, final.reward, final.terminated, final.info) == (None, win["reward"], True, win["info"])
+
+
+def test_the_deal_is_player_player_dealer_dealer() -> None:
+    shoe = Shoe(7)
+    cards = [shoe.deal() for _ in range(4)]
+    game = Episode.deal(7)
+    assert (game.player, game.dealer) == (cards[:2], cards[2:]) and game.shoe.draws == 4
 
 
 @pytest.mark.parametrize(

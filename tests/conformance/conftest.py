@@ -25,3 +25,17 @@ def oracle(reference: Path) -> Iterator[Oracle]:
         yield proc
     finally:
         proc.close()
+
+
+@pytest.fixture(scope="session")
+def framework_oracle(reference: Path) -> Iterator[Oracle]:
+    """A driver process whose glue imports NeMo Gym's real framework modules (``oracle/nemo_app.py``).
+
+    Kept apart from ``oracle``, where a glue may put stand-ins for framework modules into
+    ``sys.modules``: the two ways of importing the reference cannot share one process.
+    """
+    proc = Oracle(oracle_python(), reference)
+    try:
+        yield proc
+    finally:
+        proc.close()

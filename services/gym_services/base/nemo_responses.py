@@ -244,12 +244,17 @@ def _require_type(value: Any) -> Any:
     return value
 
 
+def _instance_kind(value: BaseModel) -> str:
+    """The tag of an already validated item (when it is serialised)."""
+    return _TAG_OF[type(value)]
+
+
 def _output_kind(value: Any) -> str:
-    return _item_kind(value, output=True)
+    return _instance_kind(value) if isinstance(value, BaseModel) else _item_kind(value, output=True)
 
 
 def _input_kind(value: Any) -> str:
-    return _item_kind(value, output=False)
+    return _instance_kind(value) if isinstance(value, BaseModel) else _item_kind(value, output=False)
 
 
 def _check_output_item(value: Any) -> Any:
@@ -261,6 +266,12 @@ def _check_input_item(value: Any) -> Any:
     _input_kind(value)
     return value
 
+
+_TAG_OF: dict[type, str] = {
+    OutputMessage: "output_message", EasyMessage: "easy_message", InputMessage: "input_message",
+    FunctionCall: "function_call", FunctionCallOutput: "function_call_output",
+    FunctionCallOutputItem: "function_call_output_item", ReasoningItem: "reasoning",
+}
 
 OutputItem = Annotated[
     Annotated[OutputMessage, Tag("output_message")]

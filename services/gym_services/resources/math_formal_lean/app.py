@@ -1,33 +1,53 @@
 """math_formal_lean: checks a model's Lean 4 proof in a Lean sandbox (REFERENCE B.3).
 
-The server keeps no session state: ``/verify`` builds header + formal statement + proof
-from its request, compiles it with the sandbox's stateless ``/execute``, and answers from
-the request and the compiler output alone. So it declares ``checkpoint_mode =
-"stateless"`` (commit writes no records) and ``checkpoint_verify = "replay"`` (running a
-verification again after a crash is safe), advertises ``replay`` in the
-``x-ng-checkpoint-verify`` header of ``/seed_session``, and keeps serving ``/verify``
-while a checkpoint is open.
+Answers like NeMo Gym 0.7.0's ``math_formal_lean`` server: the same request model (the task's
+``header`` and ``formal_statement``, ``responses_create_params`` and ``response`` validated as NeMo
+Gym validates them, optional ``informal_prefix``, ``name``, ``turn_index``; FastAPI's ``422``
+otherwise), the same proof extraction, sandbox request and reading of the sandbox's answer, the
+same feedback, correction prompt and reward, and the same response body (the request's
+``responses_create_params`` and ``response`` echoed in NeMo Gym's canonical form). Where the
+reference fails on a malformed sandbox answer, ``/verify`` answers ``500`` with the error's repr
+as NeMo Gym's server does.
+
+The server keeps no session state: ``/verify`` answers from the request and the compiler output
+alone, so it declares ``checkpoint_mode = "stateless"`` (commit writes no records) and
+``checkpoint_verify = "replay"`` (running a verification again after a crash is safe), advertises
+``replay`` in the ``x-ng-checkpoint-verify`` header of ``/seed_session``, and keeps serving
+``/verify`` while a checkpoint is open.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
-from gym_services.base.http import parse_body, read_json_object
+from gym_services.base.nemo_http import (
+    NemoHttpError,
+    json_response,
+    missing_body,
+    nemo_error_handler,
+    parse,
+    read_body,
+    repr_error,
+)
+from gym_services.base.nemo_responses import CreateParams, ResponseObject, UnreadableOutput
 from gym_services.control.admission import RoutePolicy
 from gym_services.resources.common.sessions import ResourcesParticipant
 from gym_services.resources.math_formal_lean import feedback, proof
 from gym_services.resources.math_formal_lean.sandbox_client import LeanSandbox
+from gym_services.server.app import create_server_app
+
+LOG = logging.getLogger(__name__)
 
 
 def _env_default(name: str, fallback: str) -> str:
@@ -54,40 +74,98 @@ class Config(ServerConfig):
     extract_code_mode: Literal["last", "first"] = "last"
     restate_formal_statement: bool = Field(default=True, description="compile the task's statement, not the model's")
     strip_theorem_from_proof: bool = Field(default=True, description="keep only the proof after := / by")
-    refinement_prompt_template: str = Field(
-        default=feedback.DEFAULT_REFINEMENT_TEMPLATE,
-        description="str.format template with {problem}, {attempt}, {error_feedback}",
+    refinement_prompt_template: str | None = Field(
+        default=None,
+        description="str.format template with {proof_attempt} and {error_message}; default: NeMo Gym's refinement prompt",
     )
 
     @field_validator("refinement_prompt_template")
     @classmethod
-    def _template_formats(cls, value: str) -> str:
-        feedback.check_template(value)
+    def _template_formats(cls, value: str | None) -> str | None:
+        if value is not None:
+            feedback.check_template(value)
         return value
 
 
 class VerifyRequest(BaseModel):
-    """The task row plus the model's response; unknown fields are echoed back."""
+    """NeMo Gym's verify body for this server; other fields are ignored (and not echoed)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(populate_by_name=True)
 
-    responses_create_params: dict[str, Any] | None = None
-    response: dict[str, Any] | None = None
-    header: str = ""
+    responses_create_params: CreateParams
+    rollout_id: str | None = Field(default=None, alias="_ng_rollout_id", exclude=True)
+    response: ResponseObject
+    header: str
     formal_statement: str
     informal_prefix: str | None = None
     name: str | None = None
-    turn_index: int = Field(default=0, ge=0)
+    turn_index: int = 0
 
 
-class VerifyResponse(VerifyRequest):
+NOT_AN_OBJECT = "Input should be a valid dictionary or object to extract fields from"
+
+
+class EpisodeId(BaseModel):
+    """One attempt of a rollout, as NeMo Gym's environment servers name it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rollout_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    attempt: int = Field(default=0, ge=0)
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _no_attempt_suffix(cls, value: str) -> str:
+        if re.search(r"-a[1-9][0-9]*$", value):
+            raise ValueError("rollout_id must not end with the reserved attempt suffix '-a<N>'")
+        return value
+
+
+class TaskId(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    taskset: str = Field(min_length=1)
+    task_id: str = Field(min_length=1)
+
+
+class SeedSessionRequest(BaseModel):
+    """An environment server's seed; any other object is an agent's seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resources_session_id: str = Field(min_length=1)
+    episode_id: EpisodeId
+    task_id: TaskId
+    task_data: dict[str, Any]
+
+
+class CloseSessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    resources_session_id: str
+    episode_id: EpisodeId
+
+
+class CompilerOutput(BaseModel):
+    process_status: str
+    stdout: str
+    stderr: str
+
+
+class VerifyResponse(BaseModel):
+    responses_create_params: CreateParams
+    response: ResponseObject
     reward: float
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
     proof_status: str
     predicted_proof: str
-    compiler_output: dict[str, Any] | None
-    needs_correction: bool
-    error_feedback: str | None
-    correction_prompt: str | None
+    compiler_output: CompilerOutput | None = None
+    turn_index: int = 0
+    needs_correction: bool = False
+    error_feedback: str | None = None
+    correction_prompt: str | None = None
 
 
 class Verifier:
@@ -98,48 +176,37 @@ class Verifier:
         self.sandbox = sandbox
 
     async def verify(self, req: VerifyRequest) -> VerifyResponse:
+        """Raises where NeMo Gym's server raises (a sandbox answer that is not a compiler output)."""
         cfg = self.config
-        text = proof.output_text(req.response)
-        compiler_output: dict[str, Any] | None = None
-        code = ""
-        if not text.strip():
-            status = "empty_generation"
-        else:
-            extracted = proof.extract_code(text, cfg.extract_code_mode)
-            code = proof.build_code(
-                req.header,
-                req.formal_statement,
-                extracted,
-                restate_formal_statement=cfg.restate_formal_statement,
-                strip_theorem_from_proof=cfg.strip_theorem_from_proof,
-            )
-            compiler_output = await self.sandbox.execute(
-                code, timeout_s=cfg.compilation_timeout, max_output_characters=cfg.max_output_characters
-            )
-            status = feedback.proof_status(compiler_output)
-        verdict = feedback.verdict(status)
-        errors = feedback.error_feedback(status, compiler_output, code, cfg.compilation_timeout)
-        prompt = None
-        if verdict.needs_correction and errors is not None:
+        echo = {"responses_create_params": req.responses_create_params, "response": req.response,
+                "turn_index": req.turn_index}
+        generation = req.response.output_text()
+        if not generation or not generation.strip():
+            LOG.warning("empty generation at turn %d", req.turn_index)
+            message = feedback.EMPTY_GENERATION_FEEDBACK
             prompt = feedback.correction_prompt(
-                cfg.refinement_prompt_template,
-                problem=feedback.problem_text(req.header, req.informal_prefix, req.formal_statement),
-                attempt=code or text.strip() or "(no proof was given)",
-                error_feedback=errors,
+                cfg.refinement_prompt_template, proof_attempt=feedback.EMPTY_ATTEMPT, error_message=message
             )
-        # Result fields win over same-named fields a caller echoed into its request.
-        return VerifyResponse.model_validate(
-            {
-                **req.model_dump(),
-                "reward": verdict.reward,
-                "proof_status": verdict.proof_status,
-                "predicted_proof": code,
-                "compiler_output": compiler_output,
-                "needs_correction": verdict.needs_correction,
-                "error_feedback": errors,
-                "correction_prompt": prompt,
-            }
+            return VerifyResponse(**echo, reward=0.0, proof_status="empty_generation", predicted_proof="",
+                                  needs_correction=True, error_feedback=message, correction_prompt=prompt)
+        code = proof.build_code(
+            generation,
+            req.header,
+            req.formal_statement,
+            mode=cfg.extract_code_mode,
+            restate_formal_statement=cfg.restate_formal_statement,
+            strip_theorem_from_proof=cfg.strip_theorem_from_proof,
         )
+        output = await self.sandbox.execute(code, timeout_s=cfg.compilation_timeout)
+        status = feedback.proof_status(output)
+        if status == "completed":
+            return VerifyResponse(**echo, reward=1.0, proof_status=status, predicted_proof=code,
+                                  compiler_output=CompilerOutput(**output), needs_correction=False)
+        message = feedback.error_feedback(output, code)
+        prompt = feedback.correction_prompt(cfg.refinement_prompt_template, proof_attempt=generation, error_message=message)
+        return VerifyResponse(**echo, reward=0.0, proof_status=status, predicted_proof=code,
+                              compiler_output=CompilerOutput(**output), needs_correction=True,
+                              error_feedback=message, correction_prompt=prompt)
 
 
 def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
@@ -148,21 +215,50 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
     sandbox = LeanSandbox(
         config.sandbox_host,
         config.sandbox_port,
+        max_output_characters=config.max_output_characters,
         timeout_margin_s=config.sandbox_timeout_margin_s,
         max_connections=config.sandbox_max_connections,
         transport=sandbox_transport,
     )
     verifier = Verifier(config, sandbox)
 
-    async def seed(request: Request) -> JSONResponse:
-        await read_json_object(request)  # the whole task row is sent; nothing of it is kept
-        return JSONResponse({}, headers=participant.seed_headers())
+    async def seed(request: Request) -> Response:
+        """An agent's seed (the task row; nothing of it is kept) answers ``{}``; an environment
+        server's seed (``resources_session_id``, ``episode_id``, ...) gets its session id back."""
+        body = await read_body(request)
+        if body is None:
+            raise missing_body()
+        if not isinstance(body, dict):
+            shown = body.decode() if isinstance(body, bytes) else body
+            raise NemoHttpError(422, {"detail": [
+                {"type": "model_attributes_type", "loc": ["body", form], "msg": NOT_AN_OBJECT, "input": shown}
+                for form in ("ResourcesSeedSessionRequest", "BaseSeedSessionRequest")
+            ]})
+        try:
+            seeded = SeedSessionRequest.model_validate(body)
+        except ValidationError:
+            return json_response({}, headers=participant.seed_headers())
+        answer = {"resources_session_id": seeded.resources_session_id, "resources_tools": None, "sandbox_access": None}
+        return json_response(answer, headers=participant.seed_headers())
 
-    async def verify(request: Request) -> JSONResponse:
-        body = await parse_body(request, VerifyRequest)
-        result = await verifier.verify(body)
+    async def close_session(request: Request) -> Response:
+        closed = await parse(request, CloseSessionRequest)  # nothing is kept per session
+        return json_response({"resources_session_id": closed.resources_session_id})
+
+    async def reverify_mode(request: Request) -> Response:
+        return json_response("unknown")
+
+    async def verify(request: Request) -> Response:
+        body = await parse(request, VerifyRequest)
+        try:
+            result = await verifier.verify(body)
+        except Exception as exc:  # noqa: BLE001 - answered as NeMo Gym's exception middleware answers: 500 + repr
+            # e.g. a sandbox answer that is JSON but not a compiler output, on which the reference fails too
+            LOG.exception("verification failed: %r", exc)
+            request.app.state.lean_verifications.labels(proof_status="server_error").inc()
+            return repr_error(AttributeError(*exc.args) if isinstance(exc, UnreadableOutput) else exc)
         request.app.state.lean_verifications.labels(proof_status=result.proof_status).inc()
-        return JSONResponse(result.model_dump(mode="json"))
+        return json_response(result.model_dump(mode="json"))
 
     async def close_sandbox() -> None:
         await sandbox.aclose()
@@ -170,11 +266,17 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
     app = create_server_app(
         config,
         participant,
-        [Route("/seed_session", seed, methods=["POST"]), Route("/verify", verify, methods=["POST"])],
-        # Nothing here holds state: both routes keep serving while a checkpoint is open.
-        policies={"/verify": RoutePolicy.OPEN, "/seed_session": RoutePolicy.OPEN},
+        [
+            Route("/seed_session", seed, methods=["POST"]),
+            Route("/verify", verify, methods=["POST"]),
+            Route("/close_session", close_session, methods=["POST"]),
+            Route("/reverify_mode", reverify_mode, methods=["GET"]),
+        ],
+        # Nothing here holds state: every route keeps serving while a checkpoint is open.
+        policies={path: RoutePolicy.OPEN for path in ("/verify", "/seed_session", "/close_session", "/reverify_mode")},
         on_shutdown=[close_sandbox],
     )
+    app.add_exception_handler(NemoHttpError, nemo_error_handler)
     app.state.lean_verifications = app.state.metrics.counter(
         "gym_lean_verifications", "Lean verifications by proof status", ("proof_status",)
     )

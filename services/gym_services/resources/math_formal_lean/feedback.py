@@ -1,172 +1,157 @@
-"""From the sandbox's reply to ``proof_status``, reward and the feedback a correction turn needs (REFERENCE B.3).
+"""From the sandbox's answer to ``proof_status``, the reward and the feedback a correction turn needs.
 
-Everything here is a pure function of the compiled code and the compiler output, so a
-verification run again (``replay``) gives the same answer byte for byte.
+The rules and texts are NeMo Gym's ``math_formal_lean`` (0.7.0), which the model sees and training
+records, so they are the same to the byte:
+
+- ``proof_status``: ``timeout``; any other non-``completed`` process status as it is; ``has_sorry``
+  when the word ``sorry`` appears in stdout or stderr (any case); else ``completed`` (reward 1).
+- feedback: a timeout message; else the Lean errors found in *stderr* (``/lean4/my_project/...:L:C:
+  error: ...``), at most 8, each with four lines of code before it, the marked span and one line
+  after (errors on lines outside the compiled file are skipped, keeping their numbers); else the raw
+  output (stdout, a newline, stderr; cut at 2000 characters); else a fixed sentence.
+- the correction prompt: ``refinement_prompt_template`` (default: NeMo Gym's Nemotron refinement
+  prompt) formatted with ``proof_attempt`` (the model's raw answer) and ``error_message``.
+
+Pure functions of the compiled code and the compiler output, so a verification run again
+(``replay``) gives the same answer byte for byte. Where the reference fails on a malformed sandbox
+answer (a missing or non-text field), these functions fail the same way, and ``/verify`` answers
+``500`` with the error, as NeMo Gym's server does.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+LOG = logging.getLogger(__name__)
+
 MAX_ERRORS = 8
 MAX_RAW_OUTPUT = 2000
-CONTEXT_LINES = 2
+CONTEXT_BEFORE = 4
+SPAN_LINES = 6
 
-#: The default correction prompt: the problem, the failed attempt and what Lean said.
-DEFAULT_REFINEMENT_TEMPLATE = """\
-Your previous Lean 4 proof attempt did not pass verification.
+TIMEOUT_FEEDBACK = "The compilation timed out. Please simplify your proof or use more efficient tactics."
+NO_MESSAGE_FEEDBACK = "The proof failed but no specific error message was captured."
+EMPTY_GENERATION_FEEDBACK = "Empty generation received. Please provide a valid Lean 4 proof."
+EMPTY_ATTEMPT = "(empty)"
 
-Problem:
-```lean4
-{problem}
-```
+#: NeMo Gym's default (Nemotron single-turn) refinement prompt; fields {proof_attempt}, {error_message}
+DEFAULT_REFINEMENT_TEMPLATE = (
+    "Here is a proof attempt for the following theorem in Lean4.\n\n{proof_attempt}\n\n"
+    "The proof is not correct. Following is the compilation error message:\n\n{error_message}\n\n"
+    "Your task is to fix this proof. Before producing the Lean 4 code to formally prove the given theorem, "
+    "do a detailed analysis of the error message. Your final answer must be a single, complete Lean 4 "
+    "markdown code block containing the completed theorem. Do NOT include any text or explanation before "
+    "or after the code block. Begin with ```lean4 and end with ```."
+)
+TEMPLATE_FIELDS = ("proof_attempt", "error_message")
 
-Previous attempt:
-```lean4
-{attempt}
-```
-
-Verifier feedback:
-{error_feedback}
-
-Think about what went wrong and how to fix it, then write a corrected proof. Your final answer \
-must be a single, complete Lean 4 markdown code block containing the whole theorem. Do NOT include \
-any text or explanation after the code block. Begin with ```lean4 and end with ```."""
-
-TEMPLATE_FIELDS = ("problem", "attempt", "error_feedback")
-
-_ENTRY = re.compile(r"^(?P<file>\S+?\.lean):(?P<line>\d+):(?P<col>\d+): (?P<kind>error|warning|info)\b:? ?(?P<msg>.*)$")
+_SORRY = re.compile(r"\bsorry\b")
+_ERROR_ENTRY = re.compile(r"(/lean4/my_project/.*?:\d+:\d+: error:.*?)(?=\n/lean4/my_project|\Z)", re.DOTALL)
+_POSITION = re.compile(r":(\d+):(\d+):")
 
 
 @dataclass(frozen=True)
-class Verdict:
-    proof_status: str
-    reward: float
-    needs_correction: bool
-
-
-@dataclass(frozen=True)
-class LeanMessage:
+class LeanError:
     line: int
     column: int
-    kind: str
+    end: tuple[int, int] | None
     text: str
 
 
-def proof_status(compiler_output: Mapping[str, Any]) -> str:
-    """``timeout``, the sandbox's non-``completed`` status, ``has_sorry``, or ``completed``."""
-    status = str(compiler_output.get("process_status") or "sandbox_error")
+def proof_status(compiler_output: Mapping[str, Any]) -> Any:
+    """``timeout``, the sandbox's other status, ``has_sorry`` or ``completed``."""
+    status = compiler_output.get("process_status", "unknown")
     if status == "timeout":
         return "timeout"
     if status != "completed":
         return status
-    if "sorry" in _text(compiler_output):
-        return "has_sorry"
-    return "completed"
+    said = compiler_output.get("stdout", "").lower() + "\n" + compiler_output.get("stderr", "").lower()
+    return "has_sorry" if _SORRY.search(said) else "completed"
 
 
-def verdict(status: str) -> Verdict:
-    if status == "completed":
-        return Verdict(status, 1.0, False)
-    return Verdict(status, 0.0, True)
+def parse_errors(log: str) -> list[LeanError]:
+    """The Lean errors of a compiler log; an error's text runs to the next file location."""
+    found = []
+    for entry in _ERROR_ENTRY.findall(log):
+        position = _POSITION.search(entry)
+        if position:
+            text = entry.split("error:")[1].strip() if "error:" in entry else entry
+            found.append(LeanError(int(position.group(1)), int(position.group(2)), None, text))
+    return found
 
 
-def _text(compiler_output: Mapping[str, Any]) -> str:
-    stdout = compiler_output.get("stdout") or ""
-    stderr = compiler_output.get("stderr") or ""
-    return "\n".join(part for part in (str(stdout), str(stderr)) if part)
-
-
-def parse_messages(output: str) -> list[LeanMessage]:
-    """``<file>.lean:line:col: error: ...`` entries; a message runs until the next entry."""
-    messages: list[LeanMessage] = []
-    current: dict[str, Any] | None = None
-    for raw in output.splitlines():
-        match = _ENTRY.match(raw)
-        if match:
-            if current is not None:
-                messages.append(LeanMessage(**current))
-            current = {
-                "line": int(match.group("line")),
-                "column": int(match.group("col")),
-                "kind": match.group("kind"),
-                "text": match.group("msg"),
-            }
-        elif current is not None:
-            current["text"] += "\n" + raw
-    if current is not None:
-        messages.append(LeanMessage(**current))
-    return [LeanMessage(m.line, m.column, m.kind, m.text.rstrip()) for m in messages]
-
-
-def _context(code_lines: list[str], line: int, column: int) -> str:
-    """The lines around an error, the error's own line marked from its column on."""
-    if not 1 <= line <= len(code_lines):
-        return ""
-    width = len(str(min(len(code_lines), line + CONTEXT_LINES)))
-    out = []
-    for number in range(max(1, line - CONTEXT_LINES), min(len(code_lines), line + CONTEXT_LINES) + 1):
-        text = code_lines[number - 1]
-        if number == line:
-            col = min(max(column, 0), len(text))
-            text = f"{text[:col]}<error>{text[col:]}</error>"
-        out.append(f"{'>' if number == line else ' '} {number:>{width}} | {text}")
-    return "\n".join(out)
-
-
-def _raw(output: str) -> str:
-    if len(output) > MAX_RAW_OUTPUT:
-        output = output[:MAX_RAW_OUTPUT] + "\n... (output truncated)"
-    return f"Compilation output:\n{output}\n"
-
-
-def error_feedback(status: str, compiler_output: Mapping[str, Any] | None, code: str, timeout_s: float) -> str | None:
-    """What the model is told about a failed attempt; ``None`` when the proof passed."""
-    if status == "completed":
+def _marked(lines: list[str], error: LeanError) -> str | None:
+    """The code around one error with its span marked, or None when its line is not in the code."""
+    start, column = error.line - 1, error.column
+    if not 0 <= start < len(lines):
+        LOG.warning("Lean error on line %d is outside the %d compiled lines", start, len(lines))
         return None
-    if status == "empty_generation":
-        return "The response contained no text, so there was no proof to check. Write a complete Lean 4 proof."
-    output = _text(compiler_output or {})
-    if status == "timeout":
-        return (
-            f"Compilation did not finish within {timeout_s:g} seconds (timeout). The proof may loop or rely on "
-            "tactics that are too expensive; try a more direct proof."
-        )
-    if status == "sandbox_error":
-        return f"The Lean sandbox could not check the proof: {output or 'no details'}"
-    lead = "The proof is incomplete: it uses `sorry`.\n" if status == "has_sorry" else ""
-    errors = [m for m in parse_messages(output) if m.kind == "error"]
+    if error.end is None:
+        end, end_column = start, len(lines[start])
+    else:
+        end, end_column = error.end[0] - 1, error.end[1]
+    out = [lines[start + k] + "\n" for k in range(-CONTEXT_BEFORE, 0) if 0 <= start + k < len(lines)]
+    if start != end:
+        out.append(lines[start][:column] + "<error>" + lines[start][column:] + "\n")
+        out += [lines[j] + "\n" for j in range(start + 1, min(end, start + SPAN_LINES)) if j < len(lines)]
+        if end > start + SPAN_LINES:
+            out.append("... --[Truncated]-- ...\n")
+        if end < len(lines):
+            out.append(lines[end][:end_column] + "</error>" + lines[end][end_column:] + "\n")
+    else:
+        text = lines[start]
+        out.append(text[:column] + "<error>" + text[column:end_column] + "</error>" + text[end_column:] + "\n")
+    if end + 1 < len(lines):
+        out.append(lines[end + 1] + "\n")
+    return "".join(out)
+
+
+def errors_text(code: str, errors: list[LeanError]) -> str:
+    """Each error (at most 8) with the code it points at."""
     if not errors:
-        return lead + _raw(output)
-    code_lines = code.splitlines()
-    shown = errors[:MAX_ERRORS]
-    parts = [f"Lean reported {len(errors)} error{'s' if len(errors) != 1 else ''}"
-             + (f" (showing the first {MAX_ERRORS})" if len(errors) > MAX_ERRORS else "") + ":"]
-    for index, message in enumerate(shown, 1):
-        block = f"\nError {index} at line {message.line}, column {message.column}:\n{message.text}"
-        context = _context(code_lines, message.line, message.column)
-        if context:
-            block += f"\nCode:\n{context}"
-        parts.append(block)
-    return lead + "\n".join(parts) + "\n"
+        return ""
+    lines = code.split("\n")
+    out = []
+    for number, error in enumerate(errors[:MAX_ERRORS], 1):
+        marked = _marked(lines, error)
+        if marked is None:
+            continue
+        out.append(f"\nError {number}:\n\nCorresponding Code:\n```lean4\n{marked}\n```\n\nError Message: {error.text}\n")
+    if len(errors) > MAX_ERRORS:
+        out.append(f"\n... [Omitted {len(errors) - MAX_ERRORS} more errors] ...\n")
+    return "".join(out)
 
 
-def problem_text(header: str, informal_prefix: str | None, formal_statement: str) -> str:
-    statement = formal_statement.rstrip()
-    return f"{header}{informal_prefix or ''}{statement}\n  sorry"
+def error_feedback(compiler_output: Mapping[str, Any], code: str) -> str:
+    """What the model is told about a failed compilation."""
+    status = compiler_output.get("process_status", "unknown")
+    stdout = compiler_output.get("stdout", "")
+    stderr = compiler_output.get("stderr", "")
+    if status == "timeout":
+        return TIMEOUT_FEEDBACK
+    errors = parse_errors(stderr)
+    if errors:
+        return errors_text(code, errors)
+    combined = stdout + "\n" + stderr
+    if combined.strip():
+        if len(combined) > MAX_RAW_OUTPUT:
+            combined = combined[:MAX_RAW_OUTPUT] + "\n... [Truncated]"
+        return f"Compilation output:\n{combined}"
+    return NO_MESSAGE_FEEDBACK
 
 
-def correction_prompt(template: str, *, problem: str, attempt: str, error_feedback: str) -> str:
-    return template.format(problem=problem, attempt=attempt, error_feedback=error_feedback.rstrip())
+def correction_prompt(template: str | None, *, proof_attempt: str, error_message: str) -> str:
+    return (template or DEFAULT_REFINEMENT_TEMPLATE).format(proof_attempt=proof_attempt, error_message=error_message)
 
 
 def check_template(template: str) -> None:
-    """Raise ValueError unless ``template`` formats with exactly the known fields."""
+    """Raise ValueError unless ``template`` formats with the known fields only."""
     try:
         template.format(**{name: "" for name in TEMPLATE_FIELDS})
     except (KeyError, IndexError, ValueError) as exc:
         fields = ", ".join("{" + name + "}" for name in TEMPLATE_FIELDS)
-        raise ValueError(f"refinement_prompt_template may use only {fields}: {exc}") from None
+        raise ValueError(f"refinement_prompt_template may use only {fields}: {exc!r}") from None

@@ -1,31 +1,35 @@
 """The client of a Lean sandbox's stateless ``POST /execute`` (REFERENCE B.3).
 
-Every failure of the sandbox itself (unreachable, a non-200 answer, a reply that is not
-the expected JSON, no answer in time) comes back as a compiler output with its own
-``process_status``, so ``/verify`` turns it into a reward-0 result instead of a 500.
+It sends what NeMo Gym's ``Lean4SandboxClient`` sends (the NeMo Skills sandbox protocol) and reads
+each kind of answer as it does:
+
+- the request: ``POST http://<host>:<port>/execute``, ``content-type: application/json``, the body
+  ``json.dumps({"generated_code", "language": "lean4", "timeout", "max_output_characters"})`` (ASCII
+  escapes, ``", "`` and ``": "`` separators), waiting ``timeout`` + 5 seconds;
+- ``502``: ``{process_status: "error", stderr: "Sandbox 502 error"}``;
+- any other answer is decoded as JSON, whatever its status, and is the compiler output as it is
+  (a JSON error body included); a body that is not JSON: ``{process_status: "error", stderr:
+  "Invalid JSON response"}``;
+- no answer in time: ``{process_status: "timeout", stderr: "Client timed out"}``; any other transport
+  failure: ``{process_status: "error", stderr: <the error's text>}``.
+
+A failure of the sandbox is thus a result (reward 0), never an exception; what ``/verify`` does with
+an answer that is JSON but not a compiler output is ``feedback``'s and the app's business.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
-SANDBOX_ERROR = "sandbox_error"
-
-
-class ExecuteRequest(BaseModel):
-    generated_code: str
-    language: str = "lean4"
-    timeout: float
-    max_output_characters: int
+LOG = logging.getLogger(__name__)
 
 
-class ExecuteReply(BaseModel):
-    process_status: str
-    stdout: str = ""
-    stderr: str = ""
+def _failure(status: str, stderr: str) -> dict[str, Any]:
+    return {"process_status": status, "stdout": "", "stderr": stderr}
 
 
 class LeanSandbox:
@@ -36,37 +40,47 @@ class LeanSandbox:
         host: str,
         port: int,
         *,
+        max_output_characters: int = 1000,
         timeout_margin_s: float = 5.0,
         max_connections: int = 100,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = f"http://{host}:{port}"
+        self.url = f"http://{host}:{port}/execute"
+        self.max_output_characters = max_output_characters
         self.timeout_margin_s = timeout_margin_s
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.AsyncClient(base_url=self.base_url, limits=limits, transport=transport)
+        self._client = httpx.AsyncClient(limits=limits, transport=transport)
 
-    async def execute(self, code: str, *, timeout_s: float, max_output_characters: int) -> dict[str, Any]:
-        """The sandbox's ``{process_status, stdout, stderr}``, or one describing why there is none."""
-        request = ExecuteRequest(generated_code=code, timeout=timeout_s, max_output_characters=max_output_characters)
-        client_timeout = timeout_s + self.timeout_margin_s
+    @staticmethod
+    def request_body(code: str, timeout_s: float, max_output_characters: int) -> str:
+        return json.dumps(
+            {"generated_code": code, "language": "lean4", "timeout": timeout_s, "max_output_characters": max_output_characters}
+        )
+
+    async def execute(self, code: str, *, timeout_s: float) -> Any:
+        """The sandbox's answer: a compiler output ``{process_status, stdout, stderr}`` as it sent it,
+        or one describing why there is none."""
+        content = self.request_body(code, timeout_s, self.max_output_characters)
         try:
-            response = await self._client.post("/execute", json=request.model_dump(), timeout=client_timeout)
+            response = await self._client.post(
+                self.url,
+                content=content,
+                timeout=timeout_s + self.timeout_margin_s,
+                headers={"Content-Type": "application/json"},
+            )
+            if response.status_code == 502:
+                LOG.warning("the Lean sandbox answered 502")
+                return _failure("error", "Sandbox 502 error")
+            return response.json()
         except httpx.TimeoutException:
-            return _reply("timeout", f"Sandbox did not answer within {client_timeout:g} seconds")
+            LOG.warning("the Lean sandbox did not answer within %.1f seconds", timeout_s + self.timeout_margin_s)
+            return _failure("timeout", "Client timed out")
         except httpx.HTTPError as exc:
-            return _reply(SANDBOX_ERROR, f"Sandbox at {self.base_url} is unreachable: {type(exc).__name__}")
-        if response.status_code != 200:
-            return _reply(SANDBOX_ERROR, f"Sandbox {response.status_code} error")
-        try:
-            return ExecuteReply.model_validate_json(response.content).model_dump()
-        except ValidationError as exc:
-            problem = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in problem["loc"]) or "(body)"
-            return _reply(SANDBOX_ERROR, f"Sandbox returned an invalid reply: {where}: {problem['msg']}")
+            LOG.error("the Lean sandbox could not be reached: %s", exc)
+            return _failure("error", str(exc))
+        except json.JSONDecodeError as exc:
+            LOG.error("the Lean sandbox's answer is not JSON: %s", exc)
+            return _failure("error", "Invalid JSON response")
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-def _reply(status: str, stderr: str) -> dict[str, Any]:
-    return ExecuteReply(process_status=status, stdout="", stderr=stderr).model_dump()

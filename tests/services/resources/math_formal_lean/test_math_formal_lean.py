@@ -27,13 +27,20 @@ VERIFIED = sandbox_standin.VERIFIED_MARKER
 
 
 def message(text: str) -> dict:
-    return {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    """A Responses API object whose one message says ``text``."""
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {"id": "resp_1", "created_at": 0.0, "model": "policy", "object": "response", "output": [item],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+
+
+def generation(body: str, row: dict = ROW) -> str:
+    return f"Plan: use the hypotheses.\n```lean4\n{row['header']}{row['formal_statement']}{body}\n```"
 
 
 def answer(body: str, row: dict = ROW) -> dict:
     """A /verify body: the task row plus a response proving it with ``body``."""
-    text = f"Plan: use the hypotheses.\n```lean4\n{row['header']}{row['formal_statement']}{body}\n```"
-    return {**row, "response": message(text)}
+    return {**row, "response": message(generation(body, row))}
 
 
 def in_process_app(**extra):
@@ -64,50 +71,52 @@ async def test_same_verification_is_identical_everywhere(standin_process: Standi
     result = first.json()
     assert result["proof_status"] == "failed" and result["reward"] == 0.0 and result["needs_correction"] is True
     assert result["compiler_output"]["process_status"] == "failed"
-    assert "<error>nlinarith [h₁, h₂, h₃]</error>" in result["error_feedback"]
-    # the request's fields are echoed back
-    assert result["name"] == ROW["name"] and result["turn_index"] == 0
-    assert result["responses_create_params"] == ROW["responses_create_params"]
+    # the stand-in reports its error on stdout, like the real sandbox: the feedback is the raw output
+    assert result["error_feedback"].startswith("Compilation output:\n/lean4/my_project/tmp")
+    assert "type mismatch" in result["error_feedback"]
+    # the request's create params and response are echoed back in NeMo Gym's canonical form; task fields are not
+    assert "name" not in result and result["turn_index"] == 0
+    assert result["responses_create_params"]["input"] == [{**ROW["responses_create_params"]["input"][0], "type": "message", "phase": None}]
+    assert result["responses_create_params"]["tool_choice"] == "auto" and result["response"]["usage"] is None
 
 
 async def test_outcomes_from_the_standin() -> None:
     async with serve(in_process_app()) as client:
         passed = (await client.post("/verify", json=answer(f"  {VERIFIED}\n  norm_num [h₁, h₂, h₃]"))).json()
         sorry = (await client.post("/verify", json=answer("  sorry"))).json()
-        empty = (await client.post("/verify", json={**ROW, "response": message("  \n")})).json()
-        no_response = (await client.post("/verify", json={**ROW, "turn_index": 2})).json()
+        empty = (await client.post("/verify", json={**ROW, "response": message("  \n"), "turn_index": 2})).json()
+        no_response = await client.post("/verify", json={**ROW, "turn_index": 2})
     assert (passed["proof_status"], passed["reward"], passed["needs_correction"]) == ("completed", 1.0, False)
     assert passed["error_feedback"] is None and passed["correction_prompt"] is None
     proof_body = f"  {VERIFIED}\n  norm_num [h₁, h₂, h₃]"
     assert passed["predicted_proof"] == ROW["header"] + ROW["formal_statement"] + proof_body
     assert (sorry["proof_status"], sorry["reward"], sorry["needs_correction"]) == ("has_sorry", 0.0, True)
-    assert "declaration uses 'sorry'" in sorry["error_feedback"] and "uses `sorry`" in sorry["correction_prompt"]
-    for result in (empty, no_response):
-        assert (result["proof_status"], result["reward"], result["needs_correction"]) == ("empty_generation", 0.0, True)
-        assert result["compiler_output"] is None and result["predicted_proof"] == ""
-        assert "no proof was given" in result["correction_prompt"]
-    assert no_response["turn_index"] == 2
+    assert "declaration uses 'sorry'" in sorry["error_feedback"] and "declaration uses 'sorry'" in sorry["correction_prompt"]
+    assert (empty["proof_status"], empty["reward"], empty["needs_correction"]) == ("empty_generation", 0.0, True)
+    assert empty["compiler_output"] is None and empty["predicted_proof"] == "" and empty["turn_index"] == 2
+    assert empty["error_feedback"] == "Empty generation received. Please provide a valid Lean 4 proof."
+    assert "\n\n(empty)\n\n" in empty["correction_prompt"]
+    assert no_response.status_code == 422 and no_response.json()["detail"] == [
+        {"type": "missing", "loc": ["body", "response"], "msg": "Field required", "input": {**ROW, "turn_index": 2}}]
 
 
-async def test_correction_prompt_carries_problem_attempt_and_errors() -> None:
+async def test_correction_prompt_carries_the_raw_attempt_and_errors() -> None:
     async with serve(in_process_app()) as client:
         result = (await client.post("/verify", json=answer("  linarith"))).json()
     prompt = result["correction_prompt"]
-    problem = ROW["header"] + ROW["informal_prefix"] + ROW["formal_statement"].rstrip() + "\n  sorry"
-    assert f"Problem:\n```lean4\n{problem}\n```" in prompt
-    assert f"Previous attempt:\n```lean4\n{result['predicted_proof']}\n```" in prompt
-    assert result["error_feedback"].rstrip() in prompt
-    assert "type mismatch" in prompt and "<error>linarith</error>" in prompt
+    assert prompt.startswith(f"Here is a proof attempt for the following theorem in Lean4.\n\n{generation('  linarith')}\n\n")
+    assert result["error_feedback"] in prompt and "type mismatch" in prompt
 
 
 async def test_custom_template_and_bad_requests() -> None:
-    async with serve(in_process_app(refinement_prompt_template="FIX:{error_feedback}|{attempt}")) as client:
+    async with serve(in_process_app(refinement_prompt_template="FIX:{error_message}|{proof_attempt}")) as client:
         result = (await client.post("/verify", json=answer("  simp"))).json()
-        assert result["correction_prompt"].startswith("FIX:Lean reported 1 error")
+        assert result["correction_prompt"] == f"FIX:{result['error_feedback']}|{generation('  simp')}"
         missing = await client.post("/verify", json={"response": message("x")})
-        assert missing.status_code == 400 and missing.json()["error"]["code"] == "bad_request"
-        broken = await client.post("/verify", content=b"{not json")
-        assert broken.status_code == 400
+        assert missing.status_code == 422
+        assert [e["loc"][-1] for e in missing.json()["detail"]] == ["responses_create_params", "header", "formal_statement"]
+        broken = await client.post("/verify", content=b"{not json", headers={"content-type": "application/json"})
+        assert broken.status_code == 422 and broken.json()["detail"][0]["type"] == "json_invalid"
 
 
 # --- the stateless checkpoint contract ----------------------------------------------------
@@ -161,29 +170,28 @@ async def test_inflight_verification_does_not_hold_prepare(standin_process: Stan
         await control.abort("ck1")
 
 
-# --- sandbox failures are results -------------------------------------------------------
+# --- sandbox failures -------------------------------------------------------------------
 
 
 async def test_sandbox_down_is_a_result() -> None:
-    app = create_app(load_config(Config, overrides=base_config("math_formal_lean", sandbox_port=free_port())))
+    port = free_port()
+    app = create_app(load_config(Config, overrides=base_config("math_formal_lean", sandbox_port=port)))
     async with serve(app) as client:
         resp = await client.post("/verify", json=answer("  simp"))
     assert resp.status_code == 200
     result = resp.json()
-    assert (result["proof_status"], result["reward"], result["needs_correction"]) == ("sandbox_error", 0.0, True)
-    assert "unreachable" in result["compiler_output"]["stderr"]
-    assert "could not check the proof" in result["error_feedback"]
+    assert (result["proof_status"], result["reward"], result["needs_correction"]) == ("error", 0.0, True)
+    assert result["compiler_output"]["process_status"] == "error" and result["compiler_output"]["stderr"]
+    assert result["error_feedback"] == f"Compilation output:\n\n{result['compiler_output']['stderr']}"
 
 
-async def test_sandbox_http_500_is_a_result(standin_process: StandinProcess) -> None:
+async def test_sandbox_http_errors_are_results(standin_process: StandinProcess) -> None:
     async with serve(process_app(standin_process)) as client:
-        resp = await client.post("/verify", json=answer("  -- gym-checkpoint: http-status 500\n  simp"))
+        plain_500 = (await client.post("/verify", json=answer("  -- gym-checkpoint: http-status 500\n  simp"))).json()
         bad_gateway = (await client.post("/verify", json=answer("  -- gym-checkpoint: http-status 502\n  simp"))).json()
-    assert resp.status_code == 200
-    result = resp.json()
-    assert (result["proof_status"], result["reward"]) == ("sandbox_error", 0.0)
-    assert result["compiler_output"] == {"process_status": "sandbox_error", "stdout": "", "stderr": "Sandbox 500 error"}
-    assert bad_gateway["compiler_output"]["stderr"] == "Sandbox 502 error"
+    assert (plain_500["proof_status"], plain_500["reward"]) == ("error", 0.0)
+    assert plain_500["compiler_output"] == {"process_status": "error", "stdout": "", "stderr": "Invalid JSON response"}
+    assert bad_gateway["compiler_output"] == {"process_status": "error", "stdout": "", "stderr": "Sandbox 502 error"}
 
 
 async def test_sandbox_timeouts_are_results(standin_process: StandinProcess) -> None:
@@ -194,22 +202,25 @@ async def test_sandbox_timeouts_are_results(standin_process: StandinProcess) -> 
         stalled = await client.post("/verify", json=answer("  -- gym-checkpoint: stall-seconds 3\n  simp"))
     assert (reported["proof_status"], reported["reward"]) == ("timeout", 0.0)
     assert reported["compiler_output"]["process_status"] == "timeout"
-    assert "0.3 seconds" in reported["error_feedback"]
+    assert reported["error_feedback"] == "The compilation timed out. Please simplify your proof or use more efficient tactics."
     assert stalled.status_code == 200
     result = stalled.json()
     assert (result["proof_status"], result["reward"], result["needs_correction"]) == ("timeout", 0.0, True)
-    assert "did not answer within 0.5 seconds" in result["compiler_output"]["stderr"]
+    assert result["compiler_output"] == {"process_status": "timeout", "stdout": "", "stderr": "Client timed out"}
 
 
-async def test_malformed_sandbox_reply_is_a_result() -> None:
+async def test_sandbox_reply_that_is_not_a_compiler_output_fails_like_the_reference() -> None:
+    """NeMo Gym's server answers 500 with the error's repr; so does ours (and logs it)."""
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"stdout": "no status"})
 
     config = load_config(Config, overrides=base_config("math_formal_lean"))
     async with serve(create_app(config, sandbox_transport=httpx.MockTransport(handler))) as client:
-        result = (await client.post("/verify", json=answer("  simp"))).json()
-    assert result["proof_status"] == "sandbox_error"
-    assert "invalid reply: process_status" in result["compiler_output"]["stderr"]
+        resp = await client.post("/verify", json=answer("  simp"))
+        metrics = (await client.get("/metrics")).text
+    assert resp.status_code == 500
+    assert resp.json().startswith("2 validation errors for CompilerOutput\nprocess_status\n  Field required")
+    assert 'proof_status="server_error"' in metrics
 
 
 async def test_standin_process_truncates_output(standin_process: StandinProcess) -> None:

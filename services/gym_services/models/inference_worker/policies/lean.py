@@ -19,12 +19,13 @@ from gym_services.models.inference_worker.policies.base import Conversation, Pol
 LEAN_STANDIN_PASS_MARKER = "-- gym-checkpoint: verified"
 
 FIRST_PROMPT_START = "Complete the following Lean 4 code"
-_STATEMENT = re.compile(r"theorem\s+\S+.*?:=\s*by\b", re.DOTALL)
+#: a theorem declaration starts a line (NeMo Gym's correction prompt also says "the following theorem in Lean4")
+_STATEMENT = re.compile(r"^theorem\s+\S+.*?:=\s*by\b", re.DOTALL | re.MULTILINE)
 _NAME = re.compile(r"theorem\s+(\S+)")
 
 
 def theorem_statement(text: str) -> str | None:
-    """The first ``theorem ... := by`` in ``text``."""
+    """The first ``theorem ... := by`` in ``text`` that starts a line."""
     match = _STATEMENT.search(text)
     return match.group(0) if match else None
 

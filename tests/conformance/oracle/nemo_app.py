@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
+import importlib.util
 import io
 import json
 import logging
@@ -51,21 +53,31 @@ class _ShimModule(types.ModuleType):
 
 
 def install_import_shims() -> None:
+    """Shims for the packages above that the oracle environment does not have (a package installed
+    for real, e.g. by another glue's requirements, is used as it is)."""
     global _installed
     if _installed:
         return
+    logging.getLogger().addHandler(logging.NullHandler())  # the reference's request-validation warnings
+    missing = {name for name in SHIMMED_MODULES if "." not in name and importlib.util.find_spec(name) is None}
     for name in SHIMMED_MODULES:
-        if name not in sys.modules:
+        if name.split(".")[0] in missing and name not in sys.modules:
             module = _ShimModule(name)
             module.__path__ = []  # a package, so submodule imports resolve to shims too
             sys.modules[name] = module
     # importlib.metadata.version("ray") must find a distribution: a one-file record in a temp dir
+    try:
+        importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    else:
+        _installed = True
+        return
     records = Path(tempfile.mkdtemp(prefix="oracle-dists-"))
     info = records / "ray-0.0.0+oracle.shim.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 0.0.0+oracle.shim\n")
     sys.path.append(str(records))
-    logging.getLogger().addHandler(logging.NullHandler())  # the reference's request-validation warnings
     _installed = True
 
 

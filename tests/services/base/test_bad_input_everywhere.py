@@ -18,7 +18,7 @@ REQUIRED = {
 BAD_BODIES = [b"{not json", b"[1, 2, 3]", b'"just a string"']
 #: servers whose data routes answer bad bodies as NeMo Gym's FastAPI does (``422 {"detail": [...]}``,
 #: checked byte for byte by tests/conformance); their control routes keep our error shape
-NEMO_GYM_ANSWERS = {"indirect_prompt_injection", "workplace_assistant"}
+NEMO_GYM_ANSWERS = {"blackjack", "indirect_prompt_injection", "math_formal_lean", "workplace_assistant"}
 
 
 def post_routes(app) -> list[str]:

@@ -55,6 +55,14 @@ def _reward(answer: dict[str, Any], key: str) -> Any:
     return body.get(key) if isinstance(body, dict) else None
 
 
+GROUPS: list[tuple[str, str, Tally]] = []  # (server, group, its own tally), for the per-group table
+NO_ALLOW = False
+
+
+def _allow(rule):
+    return (lambda call, ours, theirs: None) if NO_ALLOW else rule
+
+
 async def blackjack(oracle: Oracle, games: int, seed: int) -> dict[str, Any]:
     tally = Tally()
     groups = {
@@ -68,7 +76,10 @@ async def blackjack(oracle: Oracle, games: int, seed: int) -> dict[str, Any]:
         for name, sequences in groups.items():
             theirs = oracle.call("blackjack", "run_sequences", sequences)
             ours = await run_sequences(app, sequences)
-            tally.compare(name, sequences, ours, theirs, blackjack_allowed)
+            tally.compare(name, sequences, ours, theirs, _allow(blackjack_allowed))
+            group = Tally()
+            group.compare(name, sequences, ours, theirs, _allow(blackjack_allowed))
+            GROUPS.append(("blackjack", name, group))
             c, d = reward_checks(tally, sequences, ours, theirs, "reward")
             checks, differing = checks + c, differing + d
             game_count += len(sequences)
@@ -88,7 +99,10 @@ async def lean(oracle: Oracle, count: int, seed: int) -> dict[str, Any]:
     for name, sequences in groups.items():
         theirs = oracle.call("math_formal_lean", "run_sequences", sequences)
         ours = await run_lean(sequences)
-        tally.compare(name, sequences, ours, theirs, lean_allowed)
+        tally.compare(name, sequences, ours, theirs, _allow(lean_allowed))
+        group = Tally()
+        group.compare(name, sequences, ours, theirs, _allow(lean_allowed))
+        GROUPS.append(("math_formal_lean", name, group))
         c, d = reward_checks(tally, sequences, ours, theirs, "reward")
         checks, differing = checks + c, differing + d
         total += len(sequences)
@@ -108,6 +122,16 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(out)
 
 
+def group_table() -> str:
+    head = ("server", "group", "calls", "sequences", "equal sequences", "differences", "allowed")
+    lines = [head] + [(server, name, str(t.calls), str(t.sequences), str(t.equal_sequences), str(len(t.differences)),
+                       str(len(t.allowed))) for server, name, t in GROUPS]
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=2000, help="random blackjack games (default 2000)")
@@ -115,7 +139,10 @@ async def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=("blackjack", "math_formal_lean"), default=None)
     parser.add_argument("--show", type=int, default=3, help="differences to print per server")
+    parser.add_argument("--no-allow", action="store_true", help="count allow-listed differences as differences")
     args = parser.parse_args()
+    global NO_ALLOW
+    NO_ALLOW = args.no_allow
     print("building the oracle (first run downloads the NeMo Gym wheel) ...", file=sys.stderr)
     oracle = Oracle(oracle_python(), reference_root())
     rows = []
@@ -129,6 +156,8 @@ async def main() -> int:
     finally:
         oracle.close()
     print(table(rows))
+    print()
+    print(group_table())
     print(f"\n{elapsed:.1f} s")
     for name, r in rows:
         t: Tally = r["tally"]
@@ -136,7 +165,7 @@ async def main() -> int:
             kinds: dict[str, int] = {}
             for a in t.allowed:
                 kinds[a["allowed"]] = kinds.get(a["allowed"], 0) + 1
-            print(f"\n{name}: deliberate differences (allow-listed):")
+            print(f"\n{name}: allowed differences (the allow-lists in tests/conformance/test_*_conformance.py):")
             for kind, n in sorted(kinds.items()):
                 print(f"  {n:5d}  {kind}")
         if t.differences:

@@ -35,7 +35,11 @@ def ensure_venv() -> None:
     print("installing gym-checkpoint and its pinned dependencies (first run only) ...", flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test]"], check=True)
+    try:
+        subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test]"], check=True)
+    except subprocess.CalledProcessError:
+        sys.exit("installing failed. If you changed a pin in pyproject.toml, update docker/requirements.lock to match: "
+                 "python3 docker/lock.py")
     STAMP.write_text(wanted)
 
 

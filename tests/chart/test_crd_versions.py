@@ -1,0 +1,33 @@
+"""The CRDs' `gym-checkpoint.dev/schema-version` annotation is what `helm upgrade` compares with the installed
+CRDs (templates/validate.yaml): it must change whenever a CRD's spec changes, or an upgrade would run over stale
+CRDs unnoticed. Each version is recorded here with the digest of the specs it stands for."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+CRDS = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint' / 'crds'
+# schema-version -> digest of each CRD's spec; a new version adds a line, old ones stay
+VERSIONS = {
+    '1': {'checkpoints': '794fa65e811a6dff', 'restores': '81846e1cce1ab85e'},
+}
+
+
+def digest(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_a_changed_crd_spec_comes_with_a_new_schema_version() -> None:
+    crds = {name: yaml.safe_load((CRDS / f'{name}.yaml').read_text()) for name in ('checkpoints', 'restores')}
+    versions = {crd['metadata']['annotations']['gym-checkpoint.dev/schema-version'] for crd in crds.values()}
+    assert len(versions) == 1, f'both CRDs carry the same schema-version, not {versions}'
+    (version,) = versions
+    current = {name: digest(crd['spec']) for name, crd in crds.items()}
+    assert version in VERSIONS, (
+        f'schema-version {version} is not recorded: add {version!r}: {current} to VERSIONS in {Path(__file__).name}')
+    assert VERSIONS[version] == current, (
+        f'a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in both CRDs '
+        f'and record the new version with {current} in {Path(__file__).name}')

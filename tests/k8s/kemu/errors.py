@@ -77,3 +77,33 @@ def unsupported_media_type(message: str) -> KemuError:
 
 def expired(message: str) -> KemuError:
     return KemuError(410, 'Expired', message)
+
+
+def invalid_fields(group: str, kind: str, name: str, field_errors: list[Any]) -> KemuError:
+    """apierrors.NewInvalid: 422, reason Invalid, one `details.causes` entry per field error."""
+    from .fielderrors import aggregate, go_quote
+    qualified = f'{kind}.{group}' if group else kind
+    message = f'{qualified} {go_quote(name)} is invalid'
+    if field_errors:
+        message += f': {aggregate(field_errors)}'
+    details: dict[str, Any] = {key: value for key, value in (('name', name), ('group', group), ('kind', kind)) if value}
+    details['causes'] = [error.cause() for error in field_errors]
+    return KemuError(422, 'Invalid', message, details)
+
+
+def forbidden(group: str, resource: str, name: str, why: str) -> KemuError:
+    """apierrors.NewForbidden as the authorization filter builds it."""
+    from .fielderrors import go_quote
+    qualified = f'{resource}.{group}' if group else resource
+    if not qualified:
+        message = f'forbidden: {why}'
+    elif not name:
+        message = f'{qualified} is forbidden: {why}'
+    else:
+        message = f'{qualified} {go_quote(name)} is forbidden: {why}'
+    details = {key: value for key, value in (('name', name), ('group', group), ('kind', resource)) if value}
+    return KemuError(403, 'Forbidden', message, details)
+
+
+def unauthorized() -> KemuError:
+    return KemuError(401, 'Unauthorized', 'Unauthorized')

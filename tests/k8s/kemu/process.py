@@ -5,17 +5,22 @@ own process (`python tests/k8s/emulator.py --port 0`), like a real API server wo
 """
 from __future__ import annotations
 
+import base64
 import re
 import select
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 EMULATOR = Path(__file__).resolve().parent.parent / 'emulator.py'
-READY = re.compile(r'^listening (http://127\.0\.0\.1:\d+)\s*$')
+READY = re.compile(r'^listening (https?://127\.0\.0\.1:\d+)\s*$')
+
+
+ADMIN_TOKEN = 'kemu-test-token'  # the test harness's admin identity (group system:masters)
 
 
 class KemuEndpoint(NamedTuple):
@@ -23,13 +28,39 @@ class KemuEndpoint(NamedTuple):
     url: str
     kubeconfig: Path
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The admin's Authorization header, for raw HTTP clients (anonymous requests are refused, as on a cluster)."""
+        return {'Authorization': f'Bearer {ADMIN_TOKEN}'}
 
-def write_kubeconfig(path: Path, url: str, namespace: str = 'default') -> Path:
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the emulator's serving certificate."""
+        return self.kubeconfig.parent / 'tls' / 'ca.crt'
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def client(self, token: str | None = ADMIN_TOKEN, **kwargs: Any) -> Any:
+        """An httpx.Client on the API, as the admin (or with `token`; None for an anonymous one)."""
+        import httpx
+        headers = {'Authorization': f'Bearer {token}'} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, verify=self.ssl_context(),
+                            timeout=kwargs.pop('timeout', 10), **kwargs)
+
+    def kubeconfig_for(self, token: str, path: Path, namespace: str = 'default') -> Path:
+        """A kubeconfig that authenticates with `token` (e.g. a ServiceAccount's)."""
+        return write_kubeconfig(path, self.url, namespace, token, self.ca_file)
+
+
+def write_kubeconfig(path: Path, url: str, namespace: str = 'default', token: str = ADMIN_TOKEN,
+                     ca_file: Path | None = None) -> Path:
+    ca = f', certificate-authority-data: "{base64.b64encode(ca_file.read_bytes()).decode()}"' if ca_file else ''
     path.write_text(
         'apiVersion: v1\n'
         'kind: Config\n'
-        f'clusters: [{{name: kemu, cluster: {{server: "{url}"}}}}]\n'
-        'users: [{name: kemu, user: {token: kemu-test-token}}]\n'
+        f'clusters: [{{name: kemu, cluster: {{server: "{url}"{ca}}}}}]\n'
+        f'users: [{{name: kemu, user: {{token: "{token}"}}}}]\n'
         f'contexts: [{{name: kemu, context: {{cluster: kemu, user: kemu, namespace: {namespace}}}}}]\n'
         'current-context: kemu\n',
         encoding='utf-8')
@@ -49,7 +80,8 @@ class KemuProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open('w', encoding='utf-8')
         self._proc = subprocess.Popen(
-            [sys.executable, str(EMULATOR), '--host', '127.0.0.1', '--port', '0'],
+            [sys.executable, str(EMULATOR), '--host', '127.0.0.1', '--port', '0', '--tls-dir',
+             str(self.workdir / 'tls')],
             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
         log.close()
         try:
@@ -57,7 +89,8 @@ class KemuProcess:
         except BaseException:
             self.stop()
             raise
-        return KemuEndpoint(url, write_kubeconfig(self.workdir / 'kubeconfig.yaml', url))
+        return KemuEndpoint(url, write_kubeconfig(self.workdir / 'kubeconfig.yaml', url,
+                                                  ca_file=self.workdir / 'tls' / 'ca.crt'))
 
     def _wait_ready(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None

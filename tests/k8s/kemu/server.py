@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextvars
 import copy
 import datetime
 import json
@@ -32,7 +33,8 @@ import yaml
 from kmock._internal import apps, parsing, references, rendering
 from typing_extensions import override
 
-from . import errors, patching, protobuf, selectors, tables
+from . import auth, errors, fielderrors as fe, objectmeta, openapi, patching, protobuf, selectors, tables
+from .customresources import CustomResource, validate_crd
 from .errors import KemuError
 from .pathfix import parse_path
 
@@ -46,9 +48,25 @@ CRD_RESOURCE = references.resource('apiextensions.k8s.io', 'v1', 'customresource
 NAMESPACES = references.resource('', 'v1', 'namespaces')
 SECRETS = references.resource('', 'v1', 'secrets')
 PODS = references.resource('', 'v1', 'pods')
+SERVICEACCOUNTS = references.resource('', 'v1', 'serviceaccounts')
+CLUSTERROLES = references.resource(auth.RBAC_GROUP, 'v1', 'clusterroles')
+CLUSTERROLEBINDINGS = references.resource(auth.RBAC_GROUP, 'v1', 'clusterrolebindings')
+SA_TOKEN_SECRET = 'kubernetes.io/service-account-token'
+# the user the request being served is authenticated as
+CURRENT_USER: contextvars.ContextVar[auth.User] = contextvars.ContextVar('kemu_user', default=auth.ADMIN)
+DNS_LABEL_NAMED = frozenset({'namespaces', 'services'})
 SERVER_MANAGED = ('uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation')
 
 Key = tuple[references.resource, str | None, str]
+FIELD_VALIDATIONS = ('Ignore', 'Warn', 'Strict')
+# Warning headers of the request being served (kube-apiserver's `warning.AddWarning`)
+WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar('kemu_warnings', default=None)
+
+
+def add_warning(text: str) -> None:
+    collected = WARNINGS.get()
+    if collected is not None and text not in collected:
+        collected.append(text)
 _VERSION = re.compile(r'^v(\d+)(?:(alpha|beta)(\d+))?$')
 
 
@@ -92,6 +110,9 @@ class Kemu(kmock.KubernetesEmulator):
     _pulse: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
     _printer_columns: dict[references.resource, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
     _crd_resources: dict[str, set[references.resource]] = attrs.field(factory=dict, init=False)
+    _cr: dict[references.resource, CustomResource] = attrs.field(factory=dict, init=False)
+    _tokens: auth.TokenAuthority = attrs.field(factory=auth.TokenAuthority, init=False)
+    _authorizer: auth.Authorizer | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -99,6 +120,15 @@ class Kemu(kmock.KubernetesEmulator):
         for name in DEFAULT_NAMESPACES:
             self._commit_create((NAMESPACES, None, name), self._new_object(
                 NAMESPACES, {'metadata': {'name': name}}, None, name), dry_run=False)
+        self._authorizer = auth.Authorizer(
+            lambda plural, ns: self._live(references.resource(auth.RBAC_GROUP, 'v1', plural), ns))
+        for res, kind, docs in ((CLUSTERROLES, 'ClusterRole', auth.BOOTSTRAP_CLUSTER_ROLES),
+                                (CLUSTERROLEBINDINGS, 'ClusterRoleBinding', auth.BOOTSTRAP_CLUSTER_ROLE_BINDINGS)):
+            for doc in docs:
+                body = {'apiVersion': f'{auth.RBAC_GROUP}/v1', 'kind': kind, **copy.deepcopy(doc)}
+                body['metadata']['labels'] = {'kubernetes.io/bootstrapping': 'rbac-defaults'}
+                name = doc['metadata']['name']
+                self._commit_create((res, None, name), self._new_object(res, body, None, name), dry_run=False)
 
     # ---- HTTP entry: protobuf bodies are turned into JSON before kmock parses the request ----
 
@@ -117,15 +147,65 @@ class Kemu(kmock.KubernetesEmulator):
             raw_request._read_bytes = json.dumps(decoded).encode('utf-8')  # what read()/json() return
         return await super().__call__(raw_request)
 
-    @override
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    def _service_account_uid(self, namespace: str, name: str) -> str | None:
+        found = self._current((SERVICEACCOUNTS, namespace, name))
+        return found['metadata'].get('uid') if found else None
+
+    def _attributes(self, request: rendering.Request, user: auth.User) -> auth.Attributes:
+        raw = request._raw_request
+        assert raw is not None
         res = request.resource
         if res is None or res.group is None or res.version is None or res.plural is None:
-            return await apps.RawHandler._handle(self, request)  # discovery, /version, user reactions
+            return auth.Attributes(user, raw.method.lower() if raw.method.upper() != 'HEAD' else 'get', False,
+                                   path=raw.path)
+        watch = raw.query.get('watch') in ('true', '1')
+        namespace = request.namespace or ''
+        if res == NAMESPACES and request.name:
+            namespace = request.name  # RequestInfo: a namespace's own requests are in that namespace
+        return auth.Attributes(user, auth.request_verb(raw.method, bool(request.name), watch), True,
+                               api_group=str(res.group), resource=str(res.plural),
+                               subresource=request.subresource or '', name=request.name or '', namespace=namespace)
+
+    @override
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        raw = request._raw_request
+        assert raw is not None
         try:
-            return await self._serve_resource(request)
+            user = auth.authenticate(raw.headers.get('Authorization'), self._tokens, self._service_account_uid)
+        except auth.Unauthenticated:
+            return errors.unauthorized().response()
+        attributes = self._attributes(request, user)
+        assert self._authorizer is not None
+        allowed, reason = self._authorizer.authorize(attributes)
+        if not allowed:
+            why = auth.forbidden_message(attributes) + (f': {reason}' if reason else '')
+            return errors.forbidden(attributes.api_group, attributes.resource, attributes.name, why).response()
+        user_token = CURRENT_USER.set(user)
+        try:
+            if raw.path == '/openapi/v3' or raw.path.startswith('/openapi/v3/'):
+                return openapi.serve(raw, self._openapi_documents())
+            if raw.path.startswith('/openapi/'):
+                return errors.resource_not_found().response()
+            res = request.resource
+            if res is None or res.group is None or res.version is None or res.plural is None:
+                return await apps.RawHandler._handle(self, request)  # discovery, /version, user reactions
+            return await self._handle_resource(request)
+        finally:
+            CURRENT_USER.reset(user_token)
+
+    async def _handle_resource(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        collected: list[str] = []
+        token = WARNINGS.set(collected)
+        try:
+            response = await self._serve_resource(request)
         except KemuError as exc:
-            return exc.response()
+            response = exc.response()
+        finally:
+            WARNINGS.reset(token)
+        if not response.prepared:
+            for text in collected:
+                response.headers.add('Warning', f'299 - {json.dumps(text)}')
+        return response
 
     @override
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
@@ -213,10 +293,15 @@ class Kemu(kmock.KubernetesEmulator):
         if key not in self._objects:
             return None
         stored = self._objects[key]
-        return None if stored.deleted else copy.deepcopy(stored.raw)
+        return None if stored.deleted else self._view(key[0], stored.raw)
+
+    def _view(self, res: references.resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """An object as reads return it: custom resources decoded with their CRD's schema (pruned, defaulted)."""
+        cr = self._cr.get(res)
+        return cr.read(obj) if cr is not None else copy.deepcopy(obj)
 
     def _live(self, res: references.resource, namespace: str | None) -> list[dict[str, Any]]:
-        found = [copy.deepcopy(stored.raw) for (each, ns, _), stored in self._objects.items()
+        found = [self._view(each, stored.raw) for (each, ns, _), stored in self._objects.items()
                  if each == res and not stored.deleted and (namespace is None or ns == namespace)]
         return sorted(found, key=lambda obj: (obj['metadata'].get('namespace') or '', obj['metadata']['name']))
 
@@ -245,6 +330,8 @@ class Kemu(kmock.KubernetesEmulator):
                 obj.setdefault('data', {})[key] = base64.b64encode(str(value).encode()).decode('ascii')
             if not obj.get('type'):
                 obj['type'] = 'Opaque'
+            if obj['type'] == SA_TOKEN_SECRET and not (obj.get('data') or {}).get('token'):
+                self._fill_token_secret(obj)
         elif res == NAMESPACES:
             obj.setdefault('spec', {'finalizers': ['kubernetes']})
             obj['status'] = {'phase': 'Terminating' if obj['metadata'].get('deletionTimestamp') else 'Active'}
@@ -255,6 +342,75 @@ class Kemu(kmock.KubernetesEmulator):
             if (obj.get('status') or {}).get('conditions'):
                 status['conditions'] = obj['status']['conditions']  # keep the transition times
             obj['status'] = status
+
+    def _fill_token_secret(self, secret: dict[str, Any]) -> None:
+        """The token controller's work: a legacy ServiceAccount token Secret gets a token that never expires."""
+        meta = secret['metadata']
+        annotations = meta.setdefault('annotations', {})
+        sa_name = annotations.get('kubernetes.io/service-account.name')
+        namespace = meta.get('namespace') or ''
+        uid = self._service_account_uid(namespace, sa_name) if sa_name else None
+        if not uid:
+            return
+        annotations['kubernetes.io/service-account.uid'] = uid
+        token, _ = self._tokens.issue(namespace, sa_name, uid, seconds=None, secret_name=meta.get('name', ''))
+        data = secret.setdefault('data', {})
+        data['token'] = base64.b64encode(token.encode()).decode('ascii')
+        data['namespace'] = base64.b64encode(namespace.encode()).decode('ascii')
+
+    def _token_request(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        """TokenRequest (`kubectl create token NAME`): a token for an existing ServiceAccount."""
+        uid = self._service_account_uid(namespace, name)
+        if uid is None:
+            raise errors.not_found('', 'serviceaccounts', name)
+        spec = (body or {}).get('spec') or {} if isinstance(body, dict) else {}
+        seconds = int(spec.get('expirationSeconds') or 3600)
+        if seconds < 600:
+            raise errors.invalid_fields('authentication.k8s.io', 'TokenRequest', name, [fe.invalid(
+                'spec.expirationSeconds', seconds, 'may not specify a duration less than 10 minutes')])
+        token, expires = self._tokens.issue(namespace, name, uid, spec.get('audiences'), seconds)
+        return {'kind': 'TokenRequest', 'apiVersion': 'authentication.k8s.io/v1',
+                'metadata': {'name': name, 'namespace': namespace, 'creationTimestamp': None},
+                'spec': {'audiences': spec.get('audiences') or [auth.AUDIENCE], 'expirationSeconds': seconds,
+                         'boundObjectRef': spec.get('boundObjectRef')},
+                'status': {'token': token, 'expirationTimestamp': datetime.datetime.fromtimestamp(
+                    expires or 0, tz=datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}}
+
+    def _review(self, res: references.resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        """SelfSubjectAccessReview / SubjectAccessReview / SelfSubjectReview, answered by this authorizer."""
+        if not isinstance(body, dict):
+            raise errors.bad_request('the request body must be an object')
+        user = CURRENT_USER.get()
+        out = copy.deepcopy(body)
+        out.setdefault('metadata', {})
+        if res.plural == 'selfsubjectreviews':
+            out['status'] = {'userInfo': user.as_user_info()}
+            return out
+        spec = out.get('spec') or {}
+        if res.plural in ('subjectaccessreviews', 'localsubjectaccessreviews'):
+            user = auth.User(spec.get('user') or '', tuple(spec.get('groups') or ()), spec.get('uid') or '')
+        if res.plural not in ('selfsubjectaccessreviews', 'subjectaccessreviews', 'localsubjectaccessreviews'):
+            raise errors.method_not_allowed(f'kemu does not answer {res.plural}')
+        assert self._authorizer is not None
+        resource_attrs = spec.get('resourceAttributes')
+        if resource_attrs is not None:
+            attrs = auth.Attributes(user, resource_attrs.get('verb') or '', True,
+                                    api_group=resource_attrs.get('group') or '',
+                                    resource=resource_attrs.get('resource') or '',
+                                    subresource=resource_attrs.get('subresource') or '',
+                                    name=resource_attrs.get('name') or '',
+                                    namespace=resource_attrs.get('namespace') or namespace or '')
+        else:
+            non_resource = spec.get('nonResourceAttributes') or {}
+            attrs = auth.Attributes(user, non_resource.get('verb') or '', False, path=non_resource.get('path') or '')
+        allowed, reason = self._authorizer.authorize(attrs)
+        out['status'] = {'allowed': allowed, **({'reason': reason} if reason else {})}
+        return out
+
+    def _openapi_documents(self) -> dict[str, dict[str, Any]]:
+        return openapi.documents(
+            [(res, self._resources[res]) for res in self._get_resources() if res in self._resources],
+            self._cr)
 
     @staticmethod
     def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
@@ -300,8 +456,8 @@ class Kemu(kmock.KubernetesEmulator):
             suffix = ''.join(random.choices(string.ascii_lowercase + string.digits, k=5))
             meta['name'] = f'{meta["generateName"]}{suffix}'
         if not meta.get('name'):
-            raise errors.invalid(str(res.group), info.kind or '', '',
-                                 'metadata.name: Required value: name or generateName is required')
+            raise errors.invalid_fields(str(res.group), info.kind or '', '',
+                                        objectmeta.validate(meta, bool(info.namespaced)))
         obj['apiVersion'] = obj.get('apiVersion') or api_version(res)
         obj['kind'] = obj.get('kind') or info.kind
         if 'status' in info.subresources:
@@ -314,6 +470,7 @@ class Kemu(kmock.KubernetesEmulator):
 
     def _commit_create(self, key: Key, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         res = key[0]
+        self._validate(res, obj, None, None)
         if self._current(key) is not None:
             raise errors.already_exists(str(res.group), str(res.plural), key[2])
         if dry_run:
@@ -326,7 +483,7 @@ class Kemu(kmock.KubernetesEmulator):
         return obj
 
     def _commit_update(self, key: Key, current: dict[str, Any], new: dict[str, Any],
-                       dry_run: bool) -> dict[str, Any]:
+                       dry_run: bool, sub: str | None = None) -> dict[str, Any]:
         """Keep server-managed fields, bump generation on spec changes, store, finish pending deletions."""
         res = key[0]
         meta = new.get('metadata') if isinstance(new.get('metadata'), dict) else {}
@@ -341,9 +498,16 @@ class Kemu(kmock.KubernetesEmulator):
             meta.pop(field, None)
         new['apiVersion'], new['kind'] = current.get('apiVersion'), current.get('kind')
         self._apply_kind_defaults(res, new)
-        if _spec_part(new) != _spec_part(current):
+        if res in self._cr:
+            # customresource strategy: any change outside metadata bumps the generation; /status writes never do
+            changed = {k: v for k, v in new.items() if k != 'metadata'} != \
+                {k: v for k, v in current.items() if k != 'metadata'}
+            if changed and sub != 'status':
+                meta['generation'] = int(old_meta.get('generation', 1)) + 1
+        elif _spec_part(new) != _spec_part(current):
             meta['generation'] = int(old_meta.get('generation', 1)) + 1
         meta['resourceVersion'] = old_meta.get('resourceVersion')
+        self._validate(res, new, current, sub)
         if new == current:
             return current  # a no-op write changes nothing, as in kube-apiserver
         if dry_run:
@@ -392,6 +556,7 @@ class Kemu(kmock.KubernetesEmulator):
                 shortnames=set(names.get('shortNames', [])), categories=set(names.get('categories', [])),
                 subresources=subresources & {'status', 'scale'})
             self._printer_columns[res] = list(version.get('additionalPrinterColumns') or [])
+            self._cr[res] = CustomResource(crd, version)
             registered.add(res)
         crd_name = crd['metadata']['name']
         for stale in self._crd_resources.get(crd_name, set()) - registered:
@@ -407,6 +572,7 @@ class Kemu(kmock.KubernetesEmulator):
         if res in self._resources:
             del self._resources[res]
         self._printer_columns.pop(res, None)
+        self._cr.pop(res, None)
 
     # ---- request dispatch ----
 
@@ -417,8 +583,15 @@ class Kemu(kmock.KubernetesEmulator):
         info = self._info(res)
         if not info.namespaced and namespace is not None:
             raise errors.resource_not_found()
+        if res == SERVICEACCOUNTS and sub == 'token' and namespace and name:
+            if raw.method.upper() != 'POST':
+                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+            return self._respond(raw, self._token_request(namespace, name, self._body(request, optional=True)),
+                                 status=201)
         if sub is not None and (sub != 'status' or 'status' not in info.subresources):
             raise errors.resource_not_found()
+        if res.group in ('authorization.k8s.io', 'authentication.k8s.io') and raw.method.upper() == 'POST':
+            return self._respond(raw, self._review(res, namespace, self._body(request)), status=201)
         query = raw.query
         dry_run = 'All' in query.getall('dryRun', [])
         key: Key | None = (res, namespace if info.namespaced else None, name) if name else None
@@ -430,14 +603,18 @@ class Kemu(kmock.KubernetesEmulator):
             return self._respond(raw, self._list(res, namespace, query), list_of=(res, info))
         if method == 'GET' and key is not None:
             return self._respond(raw, self._get(key), one_of=(res, info))
+        directive = query.get('fieldValidation') or 'Warn'
+        if directive not in FIELD_VALIDATIONS:
+            raise errors.invalid_fields('meta.k8s.io', f'{dict(POST="Create", PUT="Update").get(method, "Patch")}Options',
+                                        '', [fe.not_supported('fieldValidation', directive, list(FIELD_VALIDATIONS))])
         if method == 'POST' and key is None:
-            obj = self._new_object(res, self._body(request), namespace)
+            obj = self._new_object(res, self._decode(res, self._body(request), directive, 'body'), namespace)
             obj_key = (res, obj['metadata'].get('namespace'), obj['metadata']['name'])
             return self._respond(raw, self._commit_create(obj_key, obj, dry_run), status=201)
         if method == 'PUT' and key is not None:
-            return self._respond(raw, self._replace(key, info, sub, self._body(request), dry_run))
+            return self._respond(raw, self._replace(key, info, sub, self._body(request), dry_run, directive))
         if method == 'PATCH' and key is not None:
-            obj, created = self._patch(key, info, sub, raw.content_type, self._body(request), dry_run)
+            obj, created = self._patch(key, info, sub, raw.content_type, self._body(request), dry_run, directive)
             return self._respond(raw, obj, status=201 if created else 200)
         if method == 'DELETE' and key is not None:
             return self._respond(raw, self._delete(key, self._body(request, optional=True), dry_run))
@@ -458,6 +635,71 @@ class Kemu(kmock.KubernetesEmulator):
         except yaml.YAMLError as exc:
             raise errors.bad_request(f'the request body is neither JSON nor YAML: {exc}') from exc
 
+    def _decode(self, res: references.resource, body: Any, directive: str, mode: str,
+                key: Key | None = None) -> Any:
+        """A custom resource body through the CRD codec: pruned, defaulted; unknown fields per `fieldValidation`.
+
+        `mode` is how the apiserver reports unknown fields under Strict: `body` (create/update: 400
+        `... cannot be handled as a <Kind>: strict decoding error: ...`), `patch` (422 on the field
+        `patch`) or `apply` (server-side apply: 500 `failed to create typed patch object`).
+        """
+        cr = self._cr.get(res)
+        if cr is None or not isinstance(body, dict):
+            return body
+        decoded = copy.deepcopy(body)
+        try:
+            unknown = cr.decode(decoded)
+        except objectmeta.MetadataError as exc:
+            raise errors.bad_request(f'{cr.kind} in version "{cr.version}" cannot be handled as a {cr.kind}: '
+                                     f'{exc}') from exc
+        if mode == 'apply' and unknown:
+            ns, name = (key[1], key[2]) if key else ('<unknown>', '<unknown>')
+            problems = [f'.{path}: field not declared in schema' for path in unknown]
+            detail = problems[0] if len(problems) == 1 else 'errors:\n  ' + '\n  '.join(problems)
+            raise KemuError(500, '', f'failed to create typed patch object ({ns or ""}/{name}; '
+                                     f'{cr.group}/{cr.version}, Kind={cr.kind}): {detail}')
+        if not unknown or directive == 'Ignore':
+            return decoded
+        messages = [f'unknown field "{path}"' for path in unknown]
+        if directive == 'Warn':
+            for message in messages:
+                add_warning(message)
+            return decoded
+        strict = 'strict decoding error: ' + ', '.join(messages)
+        if mode == 'patch':
+            raise errors.invalid_fields('', '', '', [fe.invalid('patch', fe.go_json(body), strict)])
+        raise errors.bad_request(f'{cr.kind} in version "{cr.version}" cannot be handled as a {cr.kind}: {strict}')
+
+    def _validate(self, res: references.resource, obj: dict[str, Any], old: dict[str, Any] | None,
+                  sub: str | None) -> None:
+        """The registry strategy's validation: 422 Invalid with every field error, warnings as headers."""
+        name = (obj.get('metadata') or {}).get('name') or ''
+        cr = self._cr.get(res)
+        if res == CRD_RESOURCE:
+            found = validate_crd(obj)
+            if found:
+                raise errors.invalid_fields('apiextensions.k8s.io', 'CustomResourceDefinition', name, found)
+            return
+        if cr is None:
+            if old is None:
+                info = self._info(res)
+                rule = 'label' if res.plural in DNS_LABEL_NAMED else \
+                    'path' if res.group == auth.RBAC_GROUP else 'subdomain'
+                found = objectmeta.validate(obj.get('metadata') or {}, bool(info.namespaced), rule)
+                if found:
+                    raise errors.invalid_fields(str(res.group), info.kind or '', name, found)
+            return
+        if old is None:
+            found, warnings = cr.validate_create(obj)
+        elif sub == 'status':
+            found, warnings = cr.validate_status_update(obj, old)
+        else:
+            found, warnings = cr.validate_update(obj, old)
+        for warning in warnings:
+            add_warning(warning)
+        if found:
+            raise errors.invalid_fields(cr.group, cr.kind, name, found)
+
     def _get(self, key: Key) -> dict[str, Any]:
         obj = self._current(key)
         if obj is None:
@@ -470,19 +712,25 @@ class Kemu(kmock.KubernetesEmulator):
         return [obj for obj in self._live(res, namespace) if by_labels(obj) and by_fields(obj)]
 
     def _replace(self, key: Key, info: references.ResourceInfo, sub: str | None, body: Any,
-                 dry_run: bool) -> dict[str, Any]:
+                 dry_run: bool, directive: str = 'Warn') -> dict[str, Any]:
         current = self._get(key)
         if not isinstance(body, dict):
             raise errors.bad_request('the request body must be an object')
+        body = self._decode(key[0], body, directive, 'body')
         meta = body.get('metadata') or {}
         if meta.get('name') not in (None, key[2]):
             raise errors.bad_request(f'the name of the object ({meta.get("name")}) does not match the name on '
                                      f'the URL ({key[2]})')
+        if key[0] in self._cr and not meta.get('resourceVersion'):
+            # custom resources do not allow unconditional updates (generic registry Store.Update)
+            raise errors.invalid_fields(str(key[0].group), str(key[0].plural), key[2], [fe.invalid(
+                'metadata.resourceVersion', 0, 'must be specified for an update')])
         self._check_rv(key, current, meta.get('resourceVersion'))
-        return self._commit_update(key, current, self._isolate(info, sub, current, copy.deepcopy(body)), dry_run)
+        return self._commit_update(key, current, self._isolate(info, sub, current, copy.deepcopy(body)), dry_run,
+                                   sub)
 
     def _patch(self, key: Key, info: references.ResourceInfo, sub: str | None, content_type: str, body: Any,
-               dry_run: bool) -> tuple[dict[str, Any], bool]:
+               dry_run: bool, directive: str = 'Warn') -> tuple[dict[str, Any], bool]:
         if content_type not in patching.PATCH_TYPES:
             raise errors.unsupported_media_type(f'the body of the request was in an unknown format - accepted '
                                                 f'media types include: {", ".join(sorted(patching.PATCH_TYPES))}')
@@ -490,6 +738,7 @@ class Kemu(kmock.KubernetesEmulator):
         if current is None:
             if content_type != patching.APPLY_PATCH or sub is not None:
                 raise errors.not_found(str(key[0].group), str(key[0].plural), key[2])
+            body = self._decode(key[0], body, directive, 'apply', key)
             obj = self._new_object(key[0], body, key[1], key[2])  # server-side apply creates
             return self._commit_create(key, obj, dry_run), True
         if isinstance(body, dict):
@@ -498,7 +747,9 @@ class Kemu(kmock.KubernetesEmulator):
             patched = patching.apply_patch(content_type, copy.deepcopy(current), body)
         except patching.PatchTestFailed as exc:
             raise errors.invalid(str(key[0].group), str(current.get('kind')), key[2], str(exc)) from exc
-        return self._commit_update(key, current, self._isolate(info, sub, current, patched), dry_run), False
+        patched = self._decode(key[0], patched, directive, 'apply' if content_type == patching.APPLY_PATCH else 'patch',
+                               key)
+        return self._commit_update(key, current, self._isolate(info, sub, current, patched), dry_run, sub), False
 
     @staticmethod
     def _isolate(info: references.ResourceInfo, sub: str | None, current: dict[str, Any],
@@ -623,6 +874,8 @@ class Kemu(kmock.KubernetesEmulator):
         await response.prepare(raw)
 
         async def send(event: dict[str, Any]) -> None:
+            if res in self._cr and event['type'] != 'BOOKMARK':
+                event = {**event, 'object': self._view(res, event['object'])}
             await response.write(json.dumps(event).encode('utf-8') + b'\n')
 
         try:

@@ -1,8 +1,9 @@
 """`helm install`, `upgrade` and `uninstall` of the chart into the API emulator (kemu), with real Helm 4.
 
-helm-python-sdk's `install()` cannot skip OpenAPI validation, which the emulator does not serve, so
-install and upgrade go through its C ABI with `disable_openapi_validation` (K8S-TESTING.md §3).
-Release records use Helm's default Secret storage (sent as protobuf; kemu decodes it).
+Install and upgrade go through helm-python-sdk's C ABI (its Python `install()` takes no values file
+path) with OpenAPI validation on: kemu serves the OpenAPI v3 documents Helm's client reads, so Helm
+sends every manifest with `fieldValidation=Strict`, as against a real cluster. Release records use
+Helm's default Secret storage (sent as protobuf; kemu decodes it).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def helm_call(cfg: Any, action: str, release: str, values: dict[str, Any], timeo
     from helm_python.config import _NONE, _opts
     raw = _native.call_string(action, cfg._raw(), _native.HANDLE(_NONE), _native.HANDLE(_NONE), str(CHART),
                               release, json.dumps(values),
-                              _opts(disable_openapi_validation=True, timeout_seconds=timeout_seconds, **options))
+                              _opts(timeout_seconds=timeout_seconds, **options))
     return json.loads(raw)
 
 
@@ -39,7 +40,7 @@ def names(api: httpx.Client, path: str) -> set[str]:
 
 def test_install_upgrade_uninstall(kemu: Any) -> None:
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
-    api = httpx.Client(base_url=kemu.url, timeout=10)
+    api = kemu.client()
     try:
         installed = helm_call(cfg, 'helm_install', 'demo', {})
         assert installed['status'] == 'deployed' and installed['revision'] == 1
@@ -95,6 +96,6 @@ def test_kubectl_applies_the_notes_examples_after_install(kemu: Any, kubectl: An
     assert len(blocks) == 2
     for block in blocks:
         manifest = '\n'.join(line[2:] for line in block.splitlines())
-        kubectl('apply', '--validate=false', '-f', '-', input=manifest)
+        kubectl('apply', '-f', '-', input=manifest)
     out = kubectl('get', 'checkpoints,restores').stdout
     assert 'ckpt-1' in out and 'restore-1' in out

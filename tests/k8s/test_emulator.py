@@ -35,8 +35,8 @@ def checkpoint(name: str, namespace: str | None = None, **spec: Any) -> dict[str
 @pytest.fixture(scope='module')
 def api(kemu_shared: Any, kubectl_shared: Any) -> httpx.Client:
     """An HTTP client on the shared emulator, with the project's CRDs applied through kubectl."""
-    kubectl_shared('apply', '--validate=false', '-f', str(CRDS))
-    with httpx.Client(base_url=kemu_shared.url, timeout=10) as client:
+    kubectl_shared('apply', '-f', str(CRDS))
+    with kemu_shared.client() as client:
         yield client
 
 
@@ -94,7 +94,7 @@ def test_canonical_not_found_and_already_exists(api: httpx.Client, kubectl_share
 
 def test_kubectl_get_shows_printer_columns(api: httpx.Client, kubectl_shared: Any) -> None:
     ns = new_namespace(kubectl_shared, 'columns')
-    kubectl_shared('-n', ns, 'apply', '--validate=false', '-f', '-', input=yaml.safe_dump(checkpoint('ck')))
+    kubectl_shared('-n', ns, 'apply', '-f', '-', input=yaml.safe_dump(checkpoint('ck')))
     kubectl_shared('-n', ns, 'patch', 'checkpoint', 'ck', '--subresource=status', '--type=merge',
                    '-p', json.dumps({'status': {'phase': 'Completed', 'participantCount': 4, 'pauseSeconds': 0.42}}))
     lines = kubectl_shared('-n', ns, 'get', 'checkpoints').stdout.splitlines()
@@ -126,7 +126,7 @@ def test_status_subresource_is_isolated_and_generation_tracks_spec(api: httpx.Cl
 def test_kubectl_wait_returns_after_a_status_patch(api: httpx.Client, kubectl_shared: Any, tmp_path: Path,
                                                    kemu_shared: Any) -> None:
     ns = new_namespace(kubectl_shared, 'waiting')
-    kubectl_shared('-n', ns, 'apply', '--validate=false', '-f', '-', input=yaml.safe_dump(checkpoint('w1')))
+    kubectl_shared('-n', ns, 'apply', '-f', '-', input=yaml.safe_dump(checkpoint('w1')))
     waiter = subprocess.Popen(
         [kubectl_path(), '--kubeconfig', str(kemu_shared.kubeconfig), '--cache-dir', str(tmp_path / 'cache'),
          '-n', ns, 'wait', '--for=jsonpath={.status.phase}=Completed', 'checkpoint/w1', '--timeout=15s'],
@@ -216,10 +216,10 @@ def test_kubectl_creates_core_kinds_sent_as_protobuf(api: httpx.Client, kubectl_
 def test_dry_run_does_not_persist(api: httpx.Client, kubectl_shared: Any) -> None:
     ns = new_namespace(kubectl_shared, 'dryrun')
     manifest = yaml.safe_dump(checkpoint('dry', ns))
-    out = kubectl_shared('apply', '--dry-run=server', '--validate=false', '-f', '-', input=manifest).stdout
+    out = kubectl_shared('apply', '--dry-run=server', '-f', '-', input=manifest).stdout
     assert 'server dry run' in out
     assert api.get(f'{CKPTS.format(ns=ns)}/dry').status_code == 404
-    kubectl_shared('apply', '--validate=false', '-f', '-', input=manifest)
+    kubectl_shared('apply', '-f', '-', input=manifest)
     kubectl_shared('-n', ns, 'delete', 'checkpoint', 'dry', '--dry-run=server')
     assert api.get(f'{CKPTS.format(ns=ns)}/dry').status_code == 200
     diff = kubectl_shared('diff', '-f', '-', input=manifest, check=False)
@@ -229,13 +229,13 @@ def test_dry_run_does_not_persist(api: httpx.Client, kubectl_shared: Any) -> Non
 def test_replace_server_side_apply_and_conflicts(api: httpx.Client, kubectl_shared: Any) -> None:
     ns = new_namespace(kubectl_shared, 'writes')
     manifest = checkpoint('ssa', ns, leaseSeconds=20)
-    kubectl_shared('apply', '--server-side', '--validate=false', '-f', '-', input=yaml.safe_dump(manifest))
+    kubectl_shared('apply', '--server-side', '-f', '-', input=yaml.safe_dump(manifest))
     url = f'{CKPTS.format(ns=ns)}/ssa'
     current = api.get(url).json()
     assert current['spec'] == {'leaseSeconds': 20}
 
     manifest['spec'] = {'leaseSeconds': 40}
-    kubectl_shared('replace', '--validate=false', '-f', '-', input=yaml.safe_dump(manifest))
+    kubectl_shared('replace', '-f', '-', input=yaml.safe_dump(manifest))
     replaced = api.get(url).json()
     assert replaced['spec'] == {'leaseSeconds': 40} and replaced['metadata']['uid'] == current['metadata']['uid']
 
@@ -274,12 +274,12 @@ def test_kubernetes_python_client_create_returns_the_object_and_watch_times_out(
 
 
 def test_deleting_a_crd_unregisters_its_resource(kemu: Any, kubectl: Any) -> None:
-    kubectl('apply', '--validate=false', '-f', str(CRDS / 'restores.yaml'))
-    kubectl('apply', '--validate=false', '-f', '-', input=yaml.safe_dump({
+    kubectl('apply', '-f', str(CRDS / 'restores.yaml'))
+    kubectl('apply', '-f', '-', input=yaml.safe_dump({
         'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Restore', 'metadata': {'name': 'r1'},
         'spec': {'checkpointRef': {'name': 'c1'}}}))
     assert kubectl('get', 'grestore', 'r1', '-o', 'jsonpath={.spec.checkpointRef.name}').stdout == 'c1'
     kubectl('delete', 'crd', 'restores.gym-checkpoint.dev')
-    with httpx.Client(base_url=kemu.url) as api:
+    with kemu.client() as api:
         assert api.get(f'/apis/{GROUP}/v1alpha1/namespaces/default/restores/r1').status_code == 404
         assert api.get(f'/apis/{GROUP}').status_code == 404

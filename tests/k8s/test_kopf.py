@@ -46,10 +46,10 @@ def wait_for(check: Any, timeout: float = 15.0) -> None:
 
 
 def test_kopf_handles_each_checkpoint_once_in_namespaced_mode(kemu: Any, kubectl: Any, tmp_path: Path) -> None:
-    kubectl('apply', '--validate=false', '-f', str(CRDS / 'checkpoints.yaml'))
+    kubectl('apply', '-f', str(CRDS / 'checkpoints.yaml'))
     kubectl('create', 'namespace', 'team')
     body = {'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Checkpoint', 'spec': {}}
-    kubectl('-n', 'team', 'apply', '--validate=false', '-f', '-',
+    kubectl('-n', 'team', 'apply', '-f', '-',
             input=yaml.safe_dump({**body, 'metadata': {'name': 'before'}}))
     (tmp_path / 'op.py').write_text(OPERATOR)
     log = (tmp_path / 'kopf.log').open('w')
@@ -57,11 +57,11 @@ def test_kopf_handles_each_checkpoint_once_in_namespaced_mode(kemu: Any, kubectl
     proc = subprocess.Popen([str(kopf), 'run', '--standalone', '--namespace', 'team', str(tmp_path / 'op.py')],
                             env={**os.environ, 'KUBECONFIG': str(kemu.kubeconfig)}, stdout=log,
                             stderr=subprocess.STDOUT)
-    api = httpx.Client(base_url=kemu.url, timeout=5)
+    api = kemu.client(timeout=5)
     url = '/apis/gym-checkpoint.dev/v1alpha1/namespaces/team/checkpoints'
     try:
         wait_for(lambda: api.get(f'{url}/before').json().get('status', {}).get('phase') == 'Completed')
-        kubectl('-n', 'team', 'apply', '--validate=false', '-f', '-',
+        kubectl('-n', 'team', 'apply', '-f', '-',
                 input=yaml.safe_dump({**body, 'metadata': {'name': 'after'}}))
         wait_for(lambda: api.get(f'{url}/after').json().get('status', {}).get('phase') == 'Completed')
         time.sleep(1.0)  # room for a duplicate handling, which must not come

@@ -3,7 +3,8 @@
 client-go's typed clients (kubectl `create ns/cm/secret`, Helm's release storage) post
 `application/vnd.kubernetes.protobuf` bodies: the magic `k8s\\0`, then a `runtime.Unknown`
 envelope holding the type and the raw message. Field numbers follow k8s.io/api's generated.proto.
-Only Secret, ConfigMap, Namespace and DeleteOptions are decoded; anything else raises
+Only the kinds of TOP_LEVEL_KINDS (Secret, ConfigMap, Namespace, DeleteOptions, ServiceAccount, RBAC
+kinds, TokenRequest and the self reviews kubectl sends) are decoded; anything else raises
 `UnsupportedKind` so the server can answer a clear 415 instead of crashing.
 """
 from __future__ import annotations
@@ -49,9 +50,45 @@ MESSAGES: dict[str, dict[int, FieldSpec]] = {
                       3: ('orphanDependents', 'bool', False), 4: ('propagationPolicy', 'string', False),
                       5: ('dryRun', 'string', True)},
     'Preconditions': {1: ('uid', 'string', False), 2: ('resourceVersion', 'string', False)},
+    'ObjectReference': {1: ('kind', 'string', False), 2: ('namespace', 'string', False), 3: ('name', 'string', False),
+                        4: ('uid', 'string', False), 5: ('apiVersion', 'string', False)},
+    'LocalObjectReference': {1: ('name', 'string', False)},
+    'ServiceAccount': {1: ('metadata', 'ObjectMeta', False), 2: ('secrets', 'ObjectReference', True),
+                       3: ('imagePullSecrets', 'LocalObjectReference', True),
+                       4: ('automountServiceAccountToken', 'bool', False)},
+    # authentication.k8s.io/v1
+    'TokenRequest': {1: ('metadata', 'ObjectMeta', False), 2: ('spec', 'TokenRequestSpec', False)},
+    'TokenRequestSpec': {1: ('audiences', 'string', True), 3: ('boundObjectRef', 'BoundObjectReference', False),
+                         4: ('expirationSeconds', 'int', False)},
+    'BoundObjectReference': {1: ('kind', 'string', False), 2: ('apiVersion', 'string', False),
+                             3: ('name', 'string', False), 4: ('uid', 'string', False)},
+    'SelfSubjectReview': {1: ('metadata', 'ObjectMeta', False)},
+    # authorization.k8s.io/v1
+    'SelfSubjectAccessReview': {1: ('metadata', 'ObjectMeta', False), 2: ('spec', 'SelfSubjectAccessReviewSpec', False)},
+    'SelfSubjectAccessReviewSpec': {1: ('resourceAttributes', 'ResourceAttributes', False),
+                                    2: ('nonResourceAttributes', 'NonResourceAttributes', False)},
+    'ResourceAttributes': {1: ('namespace', 'string', False), 2: ('verb', 'string', False),
+                           3: ('group', 'string', False), 4: ('version', 'string', False),
+                           5: ('resource', 'string', False), 6: ('subresource', 'string', False),
+                           7: ('name', 'string', False)},
+    'NonResourceAttributes': {1: ('path', 'string', False), 2: ('verb', 'string', False)},
+    # rbac.authorization.k8s.io/v1
+    'PolicyRule': {1: ('verbs', 'string', True), 2: ('apiGroups', 'string', True), 3: ('resources', 'string', True),
+                   4: ('resourceNames', 'string', True), 5: ('nonResourceURLs', 'string', True)},
+    'RoleRef': {1: ('apiGroup', 'string', False), 2: ('kind', 'string', False), 3: ('name', 'string', False)},
+    'Subject': {1: ('kind', 'string', False), 2: ('apiGroup', 'string', False), 3: ('name', 'string', False),
+                4: ('namespace', 'string', False)},
+    'Role': {1: ('metadata', 'ObjectMeta', False), 2: ('rules', 'PolicyRule', True)},
+    'ClusterRole': {1: ('metadata', 'ObjectMeta', False), 2: ('rules', 'PolicyRule', True)},
+    'RoleBinding': {1: ('metadata', 'ObjectMeta', False), 2: ('subjects', 'Subject', True),
+                    3: ('roleRef', 'RoleRef', False)},
+    'ClusterRoleBinding': {1: ('metadata', 'ObjectMeta', False), 2: ('subjects', 'Subject', True),
+                           3: ('roleRef', 'RoleRef', False)},
 }
 
-TOP_LEVEL_KINDS = frozenset({'Secret', 'ConfigMap', 'Namespace', 'DeleteOptions'})
+TOP_LEVEL_KINDS = frozenset({'Secret', 'ConfigMap', 'Namespace', 'DeleteOptions', 'ServiceAccount', 'TokenRequest',
+                             'SelfSubjectReview', 'SelfSubjectAccessReview', 'Role', 'ClusterRole', 'RoleBinding',
+                             'ClusterRoleBinding'})
 
 
 class ProtobufError(ValueError):

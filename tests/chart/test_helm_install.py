@@ -23,10 +23,10 @@ NS = 'default'
 
 
 def helm_call(cfg: Any, action: str, release: str, values: dict[str, Any], timeout_seconds: int = 20,
-              **options: Any) -> dict[str, Any]:
+              chart: Path = CHART, **options: Any) -> dict[str, Any]:
     from helm_python import _native
     from helm_python.config import _NONE, _opts
-    raw = _native.call_string(action, cfg._raw(), _native.HANDLE(_NONE), _native.HANDLE(_NONE), str(CHART),
+    raw = _native.call_string(action, cfg._raw(), _native.HANDLE(_NONE), _native.HANDLE(_NONE), str(chart),
                               release, json.dumps(values),
                               _opts(timeout_seconds=timeout_seconds, **options))
     return json.loads(raw)
@@ -99,3 +99,23 @@ def test_kubectl_applies_the_notes_examples_after_install(kemu: Any, kubectl: An
         kubectl('apply', '-f', '-', input=manifest)
     out = kubectl('get', 'checkpoints,restores').stdout
     assert 'ckpt-1' in out and 'restore-1' in out
+
+
+def test_helm_validates_manifests_against_the_servers_schema(kemu: Any, tmp_path: Path) -> None:
+    """Helm 4 installs with server-side apply, which refuses a field the CRD does not declare as a real API server
+    does (structured-merge-diff: `failed to create typed patch object ...: .spec.x: field not declared in schema`)."""
+    chart = tmp_path / 'typo'
+    (chart / 'templates').mkdir(parents=True)
+    (chart / 'crds').mkdir()
+    (chart / 'Chart.yaml').write_text('apiVersion: v2\nname: typo\nversion: 0.1.0\n')
+    (chart / 'crds' / 'checkpoints.yaml').write_text((CHART / 'crds' / 'checkpoints.yaml').read_text())
+    (chart / 'templates' / 'checkpoint.yaml').write_text(
+        'apiVersion: gym-checkpoint.dev/v1alpha1\nkind: Checkpoint\nmetadata:\n  name: typo\n'
+        'spec:\n  prepareTimeoutSecond: 30\n')
+    cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
+    try:
+        with pytest.raises(Exception) as failure:
+            helm_call(cfg, 'helm_install', 'typo', {}, chart=chart)
+    finally:
+        cfg.close()
+    assert '.spec.prepareTimeoutSecond: field not declared in schema' in str(failure.value)

@@ -94,14 +94,16 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
 
     procs = []
 
-    def start_operator(stack: Stack) -> subprocess.Popen:
+    def start_operator(stack: Stack, kubeconfig: Path | None = None, **settings: str) -> subprocess.Popen:
+        """The operator as a process; ``kubeconfig`` to run it as another identity, ``settings`` extra env."""
         env = {
             **os.environ,
             **seaweed.env(),
-            "KUBECONFIG": str(kemu.kubeconfig),
+            "KUBECONFIG": str(kubeconfig or kemu.kubeconfig),
             "GYMCKPT_CONTROL_TOKEN": stack.token,
             "GYMCKPT_STORAGE": s3_location,
             "GYMCKPT_RELEASE": RELEASE,
+            **settings,
         }
         log = open(tmp_path / "operator.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -134,6 +136,11 @@ def apply(kubectl, doc: dict) -> None:
 
 def checkpoint_doc(name: str, **spec) -> dict:
     return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": name}, "spec": spec}
+
+
+ABORTING_REFUSED = pytest.mark.xfail(
+    strict=True, reason="issue 12: the operator writes status.phase Aborting, which the CRD's enum refuses (422); "
+    "the failure branch then never reaches Failed")
 
 
 def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seaweed) -> None:
@@ -191,6 +198,7 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     stack.kill()
 
 
+@ABORTING_REFUSED
 def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tmp_path) -> None:
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "restart_only"})
@@ -223,6 +231,7 @@ def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tm
     stack.kill()
 
 
+@ABORTING_REFUSED
 def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_env, kubectl, tmp_path) -> None:
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "restart_only"})
@@ -370,6 +379,148 @@ def test_refusals_end_in_failed_with_a_reason(operator_env, kubectl, tmp_path) -
     orphan = get(kubectl, "restore", "orphan")["status"]
     assert orphan["reason"] == "CheckpointNotFound" and "missing" in orphan["message"]
     assert {c["type"]: c["status"] for c in orphan["conditions"]}["Failed"] == "True"
+
+
+def admission_is_open(stack: Stack) -> bool:
+    return all(
+        httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
+                  headers={"authorization": f"Bearer {stack.token}"}).json()["admission_open"]
+        for name in stack.modes
+    )
+
+
+def phase(kubectl, kind: str, name: str) -> str | None:
+    return (get(kubectl, kind, name).get("status") or {}).get("phase")
+
+
+@ABORTING_REFUSED
+def test_a_blocked_checkpoint_ends_failed_and_reopens_the_stack_before_its_lease(operator_env, kubectl, tmp_path) -> None:
+    """Issue 12, bug 1, on an API server that enforces the CRD's enum: a checkpoint blocked by a live session ends
+    Failed (reason Blocked) right after its prepare deadline, and the stack is open again without waiting for the
+    60 s lease."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "restart_only"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    try:
+        with httpx.Client(base_url=stack.url("counter-0")) as http:
+            http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "live"})
+        apply(kubectl, checkpoint_doc("blocked", prepareTimeoutSeconds=1, leaseSeconds=60))
+        wait_for(lambda: phase(kubectl, "checkpoint", "blocked") == "Failed", timeout=20, what="Failed")
+        assert get(kubectl, "checkpoint", "blocked")["status"]["reason"] == "Blocked"
+        assert admission_is_open(stack)
+    finally:
+        stack.kill()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: a failed status write (404 after the Checkpoint is deleted) "
+                   "breaks the transaction: abort is never sent and the stack stays paused for the whole lease")
+def test_a_checkpoint_deleted_mid_prepare_still_reopens_the_stack(operator_env, kubectl, tmp_path) -> None:
+    """Issue 12, bug 2: deleting a Checkpoint mid-prepare makes the next status write answer 404; the transaction
+    must still abort, so the stack reopens within seconds of the prepare deadline, not at the end of the lease."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "restart_only"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    try:
+        with httpx.Client(base_url=stack.url("counter-0")) as http:
+            http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "live"})
+        apply(kubectl, checkpoint_doc("doomed", prepareTimeoutSeconds=3, leaseSeconds=60))
+        wait_for(lambda: phase(kubectl, "checkpoint", "doomed") == "Preparing", what="Preparing")
+        wait_for(lambda: not admission_is_open(stack), timeout=10, what="the stack to pause")
+        kubectl("delete", "checkpoint", "doomed")
+        wait_for(lambda: admission_is_open(stack), timeout=15, what="the stack to reopen (lease is 60 s)")
+    finally:
+        stack.kill()
+
+
+def completed_checkpoint(kubectl, stack: Stack, name: str) -> dict:
+    """Take a checkpoint of a stack with one live session; its status once Completed."""
+    with httpx.Client(base_url=stack.url("counter-0")) as http:
+        http.post("/seed_session", json={"start": 5}, headers={"x-ng-rollout-id": "r0"})
+    apply(kubectl, checkpoint_doc(name, prepareTimeoutSeconds=10))
+    kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/{name}", "--timeout=60s", timeout=70)
+    return get(kubectl, "checkpoint", name)["status"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: status.records is written by the operator but not declared in "
+                   "the CRD's status schema, so the API server prunes it")
+def test_status_records_are_in_the_schema(operator_env, kubectl, tmp_path) -> None:
+    """Issue 12, item 4: what the operator reports in status survives the API server's pruning."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    try:
+        status = completed_checkpoint(kubectl, stack, "counted")
+        assert status["records"] == 1
+    finally:
+        stack.kill()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: a Restore by location reads spec.storage.location (not in the "
+                   "CRD, pruned) instead of spec.location, so it restores from the release's default location")
+def test_restore_by_location_reads_spec_location(operator_env, kubectl, tmp_path) -> None:
+    """Issue 12, bug 3: a Restore naming `spec.location` and `spec.checkpointId` reads that location. The checkpoint
+    exists only at the default location, so a Restore naming another one must not complete from the default."""
+    start_operator, location = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    try:
+        status = completed_checkpoint(kubectl, stack, "source")
+        elsewhere = f"{location.rstrip('/')}-elsewhere"
+        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "by-loc"},
+                        "spec": {"location": elsewhere, "checkpointId": status["checkpointId"]}})
+        wait_for(lambda: phase(kubectl, "restore", "by-loc") in ("Completed", "Failed"), timeout=60, what="an outcome")
+        restored = get(kubectl, "restore", "by-loc")["status"]
+        assert restored["location"] == elsewhere
+        assert restored["phase"] == "Failed"
+    finally:
+        stack.kill()
+
+
+def chart_operator_identity(kemu, kubectl, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The chart's operator ServiceAccount, Role and RoleBinding (rendered by Helm for release RELEASE in
+    `default`) installed into the emulator; a kubeconfig with that ServiceAccount's token, and the operator
+    settings the chart's Deployment sets."""
+    helm = pytest.importorskip("helm_python")
+    with helm.Chart.load(str(CRDS.parent)) as chart:
+        files = chart.render({}, name=RELEASE, namespace="default")
+    docs = [doc for doc in yaml.safe_load_all(files["gym-checkpoint/templates/operator.yaml"]) if doc]
+    rbac = [doc for doc in docs if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                   "ClusterRoleBinding")]
+    kubectl("apply", "-n", "default", "-f", "-", input=yaml.safe_dump_all(rbac))
+    deployment = next(doc for doc in docs if doc["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    settings = {item["name"]: item["value"] for item in container["env"]
+                if "value" in item and item["name"] in ("GYMCKPT_PARTICIPANT_SELECTOR", "GYMCKPT_KOPF_SCANNING")}
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    token = kubectl("-n", "default", "create", "token", account).stdout.strip()
+    return kemu.kubeconfig_for(token, tmp_path / "operator-kubeconfig.yaml"), settings
+
+
+def test_checkpoint_under_the_charts_role(operator_env, kemu, kubectl, tmp_path) -> None:
+    """The operator runs with the chart's ServiceAccount token and settings (kopf scanning off): RBAC as the
+    chart's Role grants it is enough for a checkpoint, status writes and Events included."""
+    start_operator, _ = operator_env
+    kubeconfig, settings = chart_operator_identity(kemu, kubectl, tmp_path)
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack, kubeconfig, **settings)
+    try:
+        status = completed_checkpoint(kubectl, stack, "least")
+        assert status["participantCount"] == 1 and status["checkpointId"].startswith("least-")
+        assert "Completed" in kubectl("get", "events", "-o", "json").stdout
+        log = (tmp_path / "operator.log").read_text()
+        assert "Forbidden" not in log and "403" not in log, log[-3000:]
+    finally:
+        stack.kill()
 
 
 def participant_pods(kubectl, state, token: str) -> None:

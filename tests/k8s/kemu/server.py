@@ -1,12 +1,15 @@
 """kemu: kmock's KubernetesEmulator made close enough to kube-apiserver for kubectl, Helm and kopf.
 
 kmock 0.8 keeps objects and serves discovery; this subclass takes over every request addressed to a
-resource (list, get, watch, create, replace, patch, delete) and adds what real clients depend on:
-server-set metadata (uid, resourceVersion, creationTimestamp, generation), 201 on create, `<Kind>List`
-lists, Table output with CRD printer columns, CRDs that register their resources, `/status`
-isolation, PUT, server-side apply that creates, watches that honour resourceVersion, selectors,
-timeouts and the WatchList bookmark, canonical `Status` errors, protobuf bodies for the kinds
-client-go sends that way, and dry runs that store nothing. See tests/k8s/README.md for the list.
+resource (list, get, watch, create, replace, patch, delete) and adds what real clients depend on and
+what a real API server enforces: authentication and RBAC (auth.py), custom resources decoded,
+validated, pruned and defaulted from their CRD's schema with CEL rules (customresources.py),
+`fieldValidation` and `Warning` headers, OpenAPI v3 documents (openapi.py), server-set metadata (uid,
+resourceVersion, creationTimestamp, generation), 201 on create, `<Kind>List` lists, Table output
+with CRD printer columns, `/status` isolation, PUT with optimistic concurrency, server-side apply
+that creates, watches that honour resourceVersion, selectors, timeouts and the WatchList bookmark,
+canonical `Status` errors, protobuf bodies for the kinds client-go sends that way, and dry runs that
+store nothing. See tests/k8s/README.md for the list and the test that checks each behaviour.
 """
 from __future__ import annotations
 

@@ -518,7 +518,7 @@ def test_checkpoint_under_the_charts_role(operator_env, kemu, kubectl, tmp_path)
         assert status["participantCount"] == 1 and status["checkpointId"].startswith("least-")
         assert "Completed" in kubectl("get", "events", "-o", "json").stdout
         log = (tmp_path / "operator.log").read_text()
-        assert "Forbidden" not in log and "403" not in log, log[-3000:]
+        assert "Forbidden" not in log, log[-3000:]  # kopf logs APIForbiddenError / "403 Forbidden" on a denial
     finally:
         stack.kill()
 

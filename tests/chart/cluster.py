@@ -67,7 +67,7 @@ class Cluster:
         self.url, self.kubeconfig = kemu.url, kemu.kubeconfig
         self.workdir = workdir
         self.ns = namespace
-        self.api = httpx.Client(base_url=self.url, timeout=30)
+        self.api = kemu.client(timeout=30)
         self.pods: dict[str, PodRun] = {}
         self.ports: dict[tuple[str, int], int] = {}
         self.jobs: dict[str, str] = {}  # job uid -> 'running' | 'done'

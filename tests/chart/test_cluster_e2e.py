@@ -87,7 +87,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
             time.sleep(0.1)
         assert job['state'] == 'running' and job['finished'] < job['total'] and job['live'] > 0, job
 
-        kubectl('apply', '--validate=false', '-f', '-', input=json.dumps({
+        kubectl('apply', '-f', '-', input=json.dumps({
             'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'ck1'},
             'spec': {'prepareTimeoutSeconds': 60, 'leaseSeconds': 60}}))
         kubectl('wait', '--for=jsonpath={.status.phase}=Completed', 'checkpoint/ck1', '--timeout=120s', timeout=130)
@@ -102,7 +102,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
         cluster.wait_ready(pods, timeout_s=180)
         assert all([proc.pid for proc in cluster.pods[name].procs] != old_pids[name] for name in pods)
 
-        kubectl('apply', '--validate=false', '-f', '-', input=json.dumps({
+        kubectl('apply', '-f', '-', input=json.dumps({
             'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Restore', 'metadata': {'name': 'rs1'},
             'spec': {'checkpointRef': {'name': 'ck1'}}}))
         kubectl('wait', '--for=jsonpath={.status.phase}=Completed', 'restore/rs1', '--timeout=120s', timeout=130)

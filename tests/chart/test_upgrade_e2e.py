@@ -44,7 +44,7 @@ def run_hooks(kubectl: Any, cluster: Cluster, objects: list[dict[str, Any]], tim
     for obj in objects:
         kind, name = obj['kind'].lower(), obj['metadata']['name']
         kubectl('delete', kind, name, '--ignore-not-found=true')
-        kubectl('apply', '--validate=false', '-f', '-', input=json.dumps(obj))
+        kubectl('apply', '-f', '-', input=json.dumps(obj))
         if obj['kind'] != 'Job':
             continue
         deadline = time.monotonic() + timeout_s
@@ -114,7 +114,7 @@ def test_an_upgrade_over_older_crds_is_refused_until_they_are_applied(kemu: Any,
         assert 'the installed CRD checkpoints.gym-checkpoint.dev has schema version 0, this chart needs 1' in message
         assert 'kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/' in message
         # the documented step, then the upgrade goes through
-        kubectl('apply', '--server-side', '--force-conflicts', '--validate=false', '-f', str(CHART / 'crds'))
+        kubectl('apply', '--server-side', '--force-conflicts', '-f', str(CHART / 'crds'))
         assert helm_call(cfg, 'helm_upgrade', 'gym', values)['revision'] == 2
     finally:
         cfg.close()

@@ -138,11 +138,6 @@ def checkpoint_doc(name: str, **spec) -> dict:
     return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": name}, "spec": spec}
 
 
-ABORTING_REFUSED = pytest.mark.xfail(
-    strict=True, reason="issue 12: the operator writes status.phase Aborting, which the CRD's enum refuses (422); "
-    "the failure branch then never reaches Failed")
-
-
 def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seaweed) -> None:
     start_operator, location = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
@@ -198,7 +193,6 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     stack.kill()
 
 
-@ABORTING_REFUSED
 def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tmp_path) -> None:
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "restart_only"})
@@ -231,7 +225,6 @@ def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tm
     stack.kill()
 
 
-@ABORTING_REFUSED
 def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_env, kubectl, tmp_path) -> None:
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "restart_only"})
@@ -393,7 +386,6 @@ def phase(kubectl, kind: str, name: str) -> str | None:
     return (get(kubectl, kind, name).get("status") or {}).get("phase")
 
 
-@ABORTING_REFUSED
 def test_a_blocked_checkpoint_ends_failed_and_reopens_the_stack_before_its_lease(operator_env, kubectl, tmp_path) -> None:
     """Issue 12, bug 1, on an API server that enforces the CRD's enum: a checkpoint blocked by a live session ends
     Failed (reason Blocked) right after its prepare deadline, and the stack is open again without waiting for the
@@ -461,8 +453,6 @@ def test_status_records_are_in_the_schema(operator_env, kubectl, tmp_path) -> No
         stack.kill()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a Restore by location reads spec.storage.location (not in the "
-                   "CRD, pruned) instead of spec.location, so it restores from the release's default location")
 def test_restore_by_location_reads_spec_location(operator_env, kubectl, tmp_path) -> None:
     """Issue 12, bug 3: a Restore naming `spec.location` and `spec.checkpointId` reads that location. The checkpoint
     exists only at the default location, so a Restore naming another one must not complete from the default."""

@@ -81,8 +81,9 @@ class Tally:
     calls: int = 0
     sequences: int = 0
     reward_checks: int = 0
-    call_diffs: int = 0
-    state_diffs: int = 0
+    call_diffs: int = 0  # steps whose status, body or content type differ
+    state_diffs: int = 0  # steps after which the session's environment differs
+    differing_steps: int = 0  # steps with either
     reward_diffs: int = 0
     tools: set[str] = field(default_factory=set)
     kinds: Counter = field(default_factory=Counter)
@@ -94,6 +95,7 @@ class Tally:
         self.reward_checks += other.reward_checks
         self.call_diffs += other.call_diffs
         self.state_diffs += other.state_diffs
+        self.differing_steps += other.differing_steps
         self.reward_diffs += other.reward_diffs
         self.tools |= other.tools
         self.kinds.update(other.kinds)
@@ -140,6 +142,7 @@ def compare(steps: list[dict[str, Any]], ours: list[dict[str, Any]], ref: list[d
         if label:
             tally.kinds[f"allowed: {label}"] += 1
             continue
+        tally.differing_steps += 1
         if not same_answer:
             tally.call_diffs += 1
             kind = f"{tool}: status {b['status']}->{a['status']}" if a["status"] != b["status"] else f"{tool}: body"

@@ -25,8 +25,12 @@ def canonical(oracle: Any, body: dict[str, Any]) -> dict[str, Any]:
     return {**dumped, **{k: body[k] for k in UNDUMPED if k in body}}
 
 
-def verify_sequences(oracle: Any, seed: int, n: int) -> list[list[dict[str, Any]]]:
-    """Seed a task, make a call or two, verify; sometimes verify unseeded, or call again after verify."""
+def verify_sequences(oracle: Any, seed: int, n: int, as_agents_post: bool = True) -> list[list[dict[str, Any]]]:
+    """Seed a task, make a call or two, verify; sometimes verify unseeded, or call again after verify.
+
+    ``as_agents_post=False`` posts the bodies as built (Responses API objects with only some of
+    their optional fields), which NeMo Gym re-serialises with every default: a known gap.
+    """
     rng = random.Random(seed)
     out = []
     for body in cases.verify_bodies(seed, n):
@@ -36,7 +40,7 @@ def verify_sequences(oracle: Any, seed: int, n: int) -> list[list[dict[str, Any]
             seq.append(cases.step("/seed_session", {**body, "environment": env}))
             tool = rng.choice(cases.DOMAIN_TOOLS[body.get("domain", "healthcare")])
             seq.append(cases.step(f"/{tool}", cases.valid_args(tool, env, rng)))
-        seq.append(cases.step("/verify", canonical(oracle, body)))
+        seq.append(cases.step("/verify", canonical(oracle, body) if as_agents_post else body))
         if rng.random() < 0.2:
             seq.append(cases.step("/get_messages", {}))
         out.append(seq)

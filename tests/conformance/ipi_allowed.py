@@ -16,7 +16,7 @@ from typing import Any
 ALLOWED: dict[str, str] = {
     "bounded environment": (
         "an environment larger than max_environment_bytes (default 1 MB) is refused at /seed_session with "
-        "400 bad_request: session state is checkpointed, and its size is kept bounded"
+        "413 payload_too_large: session state is checkpointed, and its size is kept bounded"
     ),
     "bounded repetition": (
         "add_billing_entry computes amount = hours * rate; text or a list repeated into more than 1,000,000 "
@@ -40,8 +40,8 @@ def _repetition_error(body: str) -> bool:
 
 def allowed(step: dict[str, Any], ours: dict[str, Any], ref: dict[str, Any]) -> str | None:
     path = step["path"]
-    if path == "/seed_session" and ours["status"] == 400 and ref["status"] == 200:
-        if '"code":"bad_request"' in ours["body"] and "the limit is" in ours["body"]:
+    if path == "/seed_session" and ours["status"] == 413 and ref["status"] == 200:
+        if '"code":"payload_too_large"' in ours["body"] and "the limit is" in ours["body"]:
             return "bounded environment"
     if path == "/add_billing_entry" and ours["status"] == ref["status"] == 200 and _repetition_error(ours["body"]):
         if ref["env"] != ours["env"] or ref["body"] != ours["body"]:

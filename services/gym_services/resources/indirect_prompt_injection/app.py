@@ -59,7 +59,7 @@ VERDICT_FIELDS = (
 
 class Config(ServerConfig):
     max_environment_bytes: int = Field(
-        default=1_000_000, ge=2, description="larger environments are refused at /seed_session (400)"
+        default=1_000_000, ge=2, description="larger environments are refused at /seed_session (413)"
     )
 
 
@@ -113,7 +113,9 @@ def create_app(config: Config) -> Starlette:
         body = await nemo_http.parse(request, SeedRequest)
         size = len(json.dumps(body.environment, default=str))
         if size > config.max_environment_bytes:
-            raise ApiError(ErrorCode.BAD_REQUEST, f"environment is {size} bytes; the limit is {config.max_environment_bytes}")
+            raise ApiError(
+                ErrorCode.PAYLOAD_TOO_LARGE, f"environment is {size} bytes; the limit is {config.max_environment_bytes}"
+            )
         sid = session_id(request)
         try:
             store.seed(sid, body.environment)

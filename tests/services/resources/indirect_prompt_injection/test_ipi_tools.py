@@ -73,7 +73,7 @@ async def test_seed_and_body_errors_answer_like_fastapi() -> None:
         assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "environment"]
         assert (await client.post("/seed_session", json={"environment": []})).json()["detail"][0]["type"] == "dict_type"
         huge = await client.post("/seed_session", json={"environment": {"x": "y" * 6000}})
-        assert huge.status_code == 400 and "limit is 5000" in huge.json()["error"]["message"]
+        assert huge.status_code == 413 and "limit is 5000" in huge.json()["error"]["message"]
         seed = await client.post("/seed_session", json=TASKS[1])
         assert seed.status_code == 200 and seed.content == b"{}" and seed.headers["x-ng-checkpoint-verify"] == "wait"
         json_type = {"content-type": "application/json"}

@@ -1,8 +1,15 @@
-"""Prometheus metrics, one registry per app (tests run many apps in one process)."""
+"""Prometheus metrics: one registry per app (tests run many apps in one process).
+
+Each server builds one :class:`Metrics` before anything else and hands it to whatever declares
+metrics on it: the app factory (:func:`gym_services.server.app.create_server_app`) declares the
+control plane's (:class:`gym_services.control.metrics.ControlMetrics`), and each server declares
+its own in a small dataclass built with :meth:`Metrics.counter` and friends, which its routes
+and participant then receive in their constructors. Nothing reaches metrics any other way.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -28,45 +35,24 @@ class _LiveCollector:
 
 
 class Metrics:
-    """The metrics every server exposes on ``/metrics``."""
+    """The registry one server's metrics are declared on, and its ``/metrics`` endpoint."""
 
     def __init__(self, server: str) -> None:
         self.server = server
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "gym_http_requests", "Data requests by route and status", ["method", "route", "status"], registry=r
-        )
-        self.refused = Counter("gym_admission_refused", "Data requests refused by admission or fencing", ["code"], registry=r)
-        self.phase_seconds = Histogram(
-            "gym_control_phase_seconds",
-            "Duration of control verbs",
-            ["verb", "outcome"],
-            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
-            registry=r,
-        )
-        self.records_written = Counter("gym_checkpoint_records_written", "Records written at commit", registry=r)
-        self.bytes_written = Counter("gym_checkpoint_bytes_written", "Record bytes written at commit", registry=r)
-        self.records_restored = Counter("gym_checkpoint_records_restored", "Records installed by restore", registry=r)
-        self.bytes_restored = Counter("gym_checkpoint_bytes_restored", "Record bytes read by restore", registry=r)
-        self.lease_expiries = Counter("gym_checkpoint_lease_expiries", "Checkpoints aborted by lease expiry", registry=r)
-        self.restore_decisions = Counter(
-            "gym_checkpoint_restore_decisions",
-            "Restores a server resumed or undid by their decision object after its lease ran out",
-            ("decision",),
-            registry=r,
-        )
-        self.admission_open = Gauge("gym_admission_open", "1 while data admission is open", registry=r)
-        self.admission_open.set(1)
 
-    def track_live(self, read: Callable[[], dict[str, Any]]) -> None:
-        self.registry.register(_LiveCollector(self.server, read))
-
-    def counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(name, doc, list(labels), registry=self.registry)
 
-    def gauge(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
         return Gauge(name, doc, list(labels), registry=self.registry)
+
+    def histogram(self, name: str, doc: str, labels: Sequence[str] = (), *, buckets: Sequence[float]) -> Histogram:
+        return Histogram(name, doc, list(labels), buckets=tuple(buckets), registry=self.registry)
+
+    def track_live(self, read: Callable[[], dict[str, Any]]) -> None:
+        """Export ``read()``'s numbers as ``gym_live{kind=...}`` at every scrape."""
+        self.registry.register(_LiveCollector(self.server, read))
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

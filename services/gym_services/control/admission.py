@@ -1,7 +1,11 @@
-"""Admission: which data requests may run while a checkpoint is open (DESIGN §5).
+"""Admission: which data requests may run while a checkpoint is open (``docs/protocol.md``, "Admission").
 
-A pure ASGI middleware in front of the data routes. Control, health and metrics
-routes never pass through it, so they never queue behind data requests.
+:class:`Admission` is the state: open or closed (set by the control plane,
+:mod:`gym_services.control.plane`, at every phase change), the data requests in flight, and the
+attempt fence. :class:`AdmissionMiddleware` applies it; the app factory
+(:func:`gym_services.server.app.create_server_app`) puts it on the ``Mount`` of the data routes
+only, so control, health and metrics routes never pass through it and never queue behind data
+requests. A participant that parks its own work at boundaries (the agent) reads the same object.
 """
 
 from __future__ import annotations
@@ -9,15 +13,17 @@ from __future__ import annotations
 import enum
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
+from gym_services.control.fencing import AttemptFence
 from gym_services.control.models import Blocker
-from gym_services.control.protocol import CONTROL_PREFIX
+from gym_services.control.protocol import Phase
 
 
 class RoutePolicy(enum.Enum):
@@ -29,8 +35,21 @@ class RoutePolicy(enum.Enum):
 
 
 PolicyResolver = Callable[[str, str], RoutePolicy]
-BYPASS_PREFIXES = (f"{CONTROL_PREFIX}/", "/health/", "/metrics")
-BYPASS_PATHS = frozenset({"/", "/metrics"})
+
+
+def policy_table(policies: Mapping[str, RoutePolicy], default: RoutePolicy = RoutePolicy.GATED) -> PolicyResolver:
+    """Resolve by exact path, then by the longest matching ``prefix*`` entry, else ``default``."""
+    prefixes = sorted(((k[:-1], v) for k, v in policies.items() if k.endswith("*")), key=lambda kv: -len(kv[0]))
+
+    def resolve(method: str, path: str) -> RoutePolicy:
+        if path in policies:
+            return policies[path]
+        for prefix, policy in prefixes:
+            if path.startswith(prefix):
+                return policy
+        return default
+
+    return resolve
 
 
 @dataclass
@@ -43,14 +62,29 @@ class InFlight:
 
 
 class Admission:
-    """Open/closed flag, the in-flight table, and the fence check for data requests."""
+    """Open or closed, the data requests in flight, and the fence of stale attempts."""
 
-    def __init__(self, resolve: PolicyResolver) -> None:
-        self.resolve = resolve
+    def __init__(self, participant_id: str) -> None:
+        self.participant_id = participant_id
         self.is_open = True
         self.inflight: dict[int, InFlight] = {}
+        self.fence = AttemptFence()
+        self._closed_for: tuple[str | None, Phase] | None = None
         self._ids = itertools.count()
-        self.refused = 0
+
+    def set(self, is_open: bool, checkpoint_id: str | None, phase: Phase) -> None:
+        """Open or close admission (the control plane, at each phase change)."""
+        self.is_open = is_open
+        self._closed_for = None if is_open else (checkpoint_id, phase)
+
+    def parked(self) -> ApiError:
+        """The refusal of a gated data request while admission is closed."""
+        checkpoint_id, phase = self._closed_for or (None, Phase.OPEN)
+        return ApiError(
+            ErrorCode.CHECKPOINT_PARKED,
+            f"checkpoint {checkpoint_id} is open on {self.participant_id}; retry after resume",
+            details={"checkpoint_id": checkpoint_id, "phase": phase},
+        )
 
     def blocking(self) -> list[Blocker]:
         """In-flight GATED requests: prepare waits for them."""
@@ -66,44 +100,42 @@ class Admission:
             if r.policy is RoutePolicy.GATED
         ]
 
-
-def is_bypassed(path: str) -> bool:
-    return path in BYPASS_PATHS or path.startswith(BYPASS_PREFIXES)
+    def track(self, method: str, path: str, policy: RoutePolicy, identity: RolloutIdentity | None) -> int:
+        request_id = next(self._ids)
+        self.inflight[request_id] = InFlight(method, path, policy, time.monotonic(), identity)
+        return request_id
 
 
 class AdmissionMiddleware:
-    def __init__(self, app: ASGIApp, plane) -> None:  # plane: ControlPlane (import cycle)
+    """Fences stale attempts and refuses gated data requests while admission is closed."""
+
+    def __init__(self, app: ASGIApp, admission: Admission, resolve: PolicyResolver, refused: Counter) -> None:
         self.app = app
-        self.plane = plane
+        self.admission = admission
+        self.resolve = resolve
+        self.refused = refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_bypassed(scope["path"]):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        plane = self.plane
-        admission: Admission = plane.admission
-        policy = admission.resolve(scope["method"], scope["path"])
+        admission = self.admission
+        policy = self.resolve(scope["method"], scope["path"])
         try:
             identity = RolloutIdentity.from_headers(_headers(scope))
             if identity is not None:
-                plane.fence.check(identity)
+                admission.fence.check(identity)
             if not admission.is_open and policy is not RoutePolicy.OPEN:
-                admission.refused += 1
-                raise ApiError(
-                    ErrorCode.CHECKPOINT_PARKED,
-                    f"checkpoint {plane.checkpoint_id} is open on {plane.participant_id}; retry after resume",
-                    details={"checkpoint_id": plane.checkpoint_id, "phase": plane.phase},
-                )
+                raise admission.parked()
             if identity is not None:
-                plane.fence.observe(identity)
+                admission.fence.observe(identity)
         except ApiError as exc:
-            plane.metrics.refused.labels(code=exc.code).inc()
+            self.refused.labels(code=exc.code).inc()
             await exc.response(headers={"retry-after": "0.1"} if exc.code is ErrorCode.CHECKPOINT_PARKED else None)(
                 scope, receive, send
             )
             return
-        request_id = next(admission._ids)
-        admission.inflight[request_id] = InFlight(scope["method"], scope["path"], policy, time.monotonic(), identity)
+        request_id = admission.track(scope["method"], scope["path"], policy, identity)
         try:
             await self.app(scope, receive, send)
         finally:

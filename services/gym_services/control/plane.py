@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.base.metrics import Metrics
-from gym_services.control.admission import Admission, PolicyResolver
+from gym_services.control.admission import Admission
 from gym_services.control.fencing import AttemptFence
+from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import (
     Blocker,
     CheckpointRef,
@@ -56,8 +56,8 @@ class ControlPlane:
         self,
         config: ServerConfig,
         participant: Participant,
-        resolve: PolicyResolver,
-        metrics: Metrics,
+        metrics: ControlMetrics,
+        admission: Admission,
     ) -> None:
         self.config = config
         self.server = config.name
@@ -65,8 +65,7 @@ class ControlPlane:
         self.participant = participant
         self.role = participant.role
         self.metrics = metrics
-        self.admission = Admission(resolve)
-        self.fence = AttemptFence()
+        self.admission = admission
         self.phase: Phase = Phase.FRESH
         self.checkpoint_id: str | None = None
         self.lease_deadline: float | None = None
@@ -87,7 +86,6 @@ class ControlPlane:
             max_workers=config.storage.max_concurrency, thread_name_prefix=f"storage-{self.server}"
         )
         self._lease_task: asyncio.Task | None = None
-        metrics.track_live(self.participant.live)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -105,9 +103,13 @@ class ControlPlane:
 
     # --- helpers ---------------------------------------------------------------------
 
+    @property
+    def fence(self) -> AttemptFence:
+        return self.admission.fence
+
     def _set_phase(self, phase: Phase, event: str) -> None:
         self.phase = phase
-        self.admission.is_open = phase in OPEN_PHASES
+        self.admission.set(phase in OPEN_PHASES, self.checkpoint_id, phase)
         self.metrics.admission_open.set(1 if self.admission.is_open else 0)
         self.last_event = event
         log.info(event, extra={"phase": phase, "checkpoint_id": self.checkpoint_id})

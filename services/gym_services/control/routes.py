@@ -1,9 +1,11 @@
-"""The control routes under :data:`~gym_services.control.protocol.CONTROL_PREFIX`, bearer-token protected.
+"""The control routes under :data:`~gym_services.control.protocol.CONTROL_PREFIX`, behind bearer auth.
 
-Mounted by the app factory (:func:`gym_services.server.app.create_server_app`); one route per
-:class:`~gym_services.control.protocol.Verb`, taking and answering the models of
+The app factory (:func:`gym_services.server.app.create_server_app`) mounts :func:`control_mount`;
+its :class:`BearerAuth` middleware guards every route of the ``Mount`` and nothing else. One route
+per :class:`~gym_services.control.protocol.Verb`, taking and answering the models of
 :data:`~gym_services.control.models.VERB_MODELS`, handled by the server's
-:class:`~gym_services.control.plane.ControlPlane`.
+:class:`~gym_services.control.plane.ControlPlane`. The coordinator's client
+(:mod:`gym_services.coordination.client`) is the other end.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import hmac
 from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
@@ -22,23 +26,39 @@ from gym_services.control.models import VERB_MODELS
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX, Verb
 
-__all__ = ["CONTROL_PREFIX", "check_token", "control_routes"]
+__all__ = ["CONTROL_PREFIX", "BearerAuth", "check_token", "control_mount", "control_routes"]
 
 
-def check_token(request: Request, token: str) -> None:
+def check_token(authorization: str, token: str) -> None:
     """Constant-time comparison of the bearer token; 401 otherwise."""
-    header = request.headers.get("authorization", "")
-    scheme, _, presented = header.partition(" ")
+    scheme, _, presented = authorization.partition(" ")
     if scheme.lower() != "bearer" or not presented:
         raise ApiError(ErrorCode.UNAUTHORIZED, "control routes need 'Authorization: Bearer <control token>'")
     if not hmac.compare_digest(presented.strip().encode(), token.encode()):
         raise ApiError(ErrorCode.UNAUTHORIZED, "control token is not valid")
 
 
-def control_routes(plane: ControlPlane, token: str) -> list[Route]:
+class BearerAuth:
+    """Every request of the mount it wraps needs ``Authorization: Bearer <control token>``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            authorization = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
+            try:
+                check_token(authorization, self.token)
+            except ApiError as exc:
+                await exc.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def control_routes(plane: ControlPlane) -> list[Route]:
     def endpoint(model: type[BaseModel] | None, verb: Callable[..., Awaitable[BaseModel]]):
         async def handle(request: Request) -> JSONResponse:
-            check_token(request, token)
             if model is None:
                 result = await verb()
             else:
@@ -63,3 +83,8 @@ def control_routes(plane: ControlPlane, token: str) -> list[Route]:
     return [
         Route(verb.path, endpoint(VERB_MODELS[verb][0], handlers[verb]), methods=[verb.method]) for verb in Verb
     ]
+
+
+def control_mount(plane: ControlPlane, token: str) -> Mount:
+    """The control routes under :data:`CONTROL_PREFIX`, every one behind :class:`BearerAuth`."""
+    return Mount(CONTROL_PREFIX, routes=control_routes(plane), middleware=[Middleware(BearerAuth, token=token)])

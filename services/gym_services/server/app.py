@@ -1,8 +1,11 @@
 """The app factory every Gym server uses.
 
-It adds what all servers share: JSON errors, signed session cookies, liveness and
-readiness, Prometheus ``/metrics``, and the checkpoint control plane (control routes,
-admission and fencing in front of the data routes).
+Every server's ``create_app`` calls :func:`create_server_app` with its participant, its own
+routes and the :class:`~gym_services.base.metrics.Metrics` its metrics are declared on. The
+factory adds what all servers share: JSON errors, liveness and readiness, Prometheus ``/metrics``,
+and the checkpoint control plane. Middleware is scoped by ``Mount``: the control routes sit under
+one carrying bearer auth (:func:`gym_services.control.routes.control_mount`), the server's own
+routes under one (:class:`DataRoutes`) carrying signed session cookies, then admission and fencing.
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.types import Scope
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode, api_error_handler
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import SessionCodec, SessionMiddleware
-from gym_services.control.admission import AdmissionMiddleware, PolicyResolver, RoutePolicy
+from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver, RoutePolicy, policy_table
+from gym_services.control.metrics import ControlMetrics
 from gym_services.control.participant import Participant
 from gym_services.control.plane import ControlPlane
-from gym_services.control.routes import CONTROL_PREFIX, control_routes
+from gym_services.control.routes import control_mount
 
 log = get_logger("app")
 Hook = Callable[[], Awaitable[None]]
@@ -44,19 +49,30 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}").response()
 
 
-def policy_table(policies: Mapping[str, RoutePolicy], default: RoutePolicy = RoutePolicy.GATED) -> PolicyResolver:
-    """Resolve by exact path, then by the longest matching ``prefix*`` entry, else ``default``."""
-    prefixes = sorted(((k[:-1], v) for k, v in policies.items() if k.endswith("*")), key=lambda kv: -len(kv[0]))
+class DataRoutes(Mount):
+    """The server's own routes, mounted at the root with the middleware that applies to them only.
 
-    def resolve(method: str, path: str) -> RoutePolicy:
-        if path in policies:
-            return policies[path]
-        for prefix, policy in prefixes:
-            if path.startswith(prefix):
-                return policy
-        return default
+    Unlike a plain ``Mount("")``, it claims a request only when one of its routes matches the path
+    (fully, or all but the method), so unknown paths and the health, metrics and control routes
+    never pass through its middleware.
+    """
 
-    return resolve
+    def __init__(self, routes: Sequence[BaseRoute], middleware: Sequence[Middleware]) -> None:
+        super().__init__("", routes=list(routes), middleware=list(middleware))
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.FULL:
+            return match, child
+        inner = {**scope, **child}
+        best = Match.NONE
+        for route in self.routes:
+            found, _ = route.matches(inner)
+            if found is Match.FULL:
+                return Match.FULL, child
+            if found is Match.PARTIAL:
+                best = Match.PARTIAL
+        return best, child
 
 
 def create_server_app(
@@ -64,21 +80,28 @@ def create_server_app(
     participant: Participant,
     routes: Sequence[BaseRoute],
     *,
+    metrics: Metrics | None = None,
+    admission: Admission | None = None,
     policies: Mapping[str, RoutePolicy] | PolicyResolver | None = None,
     default_policy: RoutePolicy = RoutePolicy.GATED,
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
     ready: Callable[[], bool] | None = None,
 ) -> Starlette:
-    """A Starlette app for one Gym server with the control plane mounted."""
+    """A Starlette app for one Gym server with the control plane mounted.
+
+    ``metrics`` is the registry the server declared its own metrics on (a fresh one when it has
+    none); ``admission`` is given by a server whose participant reads it (the agent parks at
+    boundaries while it is closed), else made here.
+    """
     config.require_secrets()
     enabled = config.checkpoint.enabled
-    metrics = Metrics(config.name)
-    if callable(policies):
-        resolve = policies
-    else:
-        resolve = policy_table(policies or {}, default_policy)
-    plane = ControlPlane(config, participant, resolve, metrics)
+    metrics = metrics if metrics is not None else Metrics(config.name)
+    control_metrics = ControlMetrics.declare(metrics)
+    metrics.track_live(participant.live)
+    admission = admission if admission is not None else Admission(config.participant_id)
+    resolve = policies if callable(policies) else policy_table(policies or {}, default_policy)
+    plane = ControlPlane(config, participant, control_metrics, admission)
     secret = config.session_secret.get_secret_value() if config.session_secret else secrets.token_hex(32)
     codec = SessionCodec(secret, config.name)
 
@@ -99,14 +122,14 @@ def create_server_app(
         Route("/health/ready", readiness, methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),
     ]
+    data_middleware = [Middleware(SessionMiddleware, codec=codec)]
     if enabled:
         token = config.checkpoint.control_token.get_secret_value()  # type: ignore[union-attr]
-        all_routes.append(Mount(CONTROL_PREFIX, routes=control_routes(plane, token)))
-    all_routes.extend(routes)
-
-    middleware = [Middleware(SessionMiddleware, codec=codec)]
-    if enabled:
-        middleware.append(Middleware(AdmissionMiddleware, plane=plane))
+        all_routes.append(control_mount(plane, token))
+        data_middleware.append(
+            Middleware(AdmissionMiddleware, admission=admission, resolve=resolve, refused=control_metrics.refused)
+        )
+    all_routes.append(DataRoutes(routes, data_middleware))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -122,13 +145,11 @@ def create_server_app(
 
     app = Starlette(
         routes=all_routes,
-        middleware=middleware,
         exception_handlers={ApiError: api_error_handler, HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
     )
     app.state.config = config
     app.state.plane = plane
-    app.state.metrics = metrics
     app.state.participant = participant
     app.state.session_codec = codec
     return app

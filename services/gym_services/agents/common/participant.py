@@ -31,8 +31,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from prometheus_client import Counter
 from pydantic import ValidationError
 
 from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
@@ -44,12 +45,11 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
+from gym_services.control.admission import Admission
 from gym_services.control.models import Blocker
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role
 
-if TYPE_CHECKING:
-    from gym_services.control.plane import ControlPlane
 
 log = get_logger("agent")
 RECENT_HISTORIES = 256
@@ -100,39 +100,61 @@ def record_key(rollout_id: str) -> str:
     return "episode-sha256-" + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class AgentMetrics:
+    """What every agent counts, declared on its app's registry."""
+
+    steps: Counter
+    parks: Counter
+    parked_refusals: Counter
+    runs: Counter
+    unavailable: Counter
+
+    @classmethod
+    def declare(cls, metrics: Metrics) -> AgentMetrics:
+        return cls(
+            steps=metrics.counter("gym_agent_steps", "Steps run by episodes", ("step", "kind")),
+            parks=metrics.counter("gym_agent_parks", "Times an episode parked at a boundary"),
+            parked_refusals=metrics.counter(
+                "gym_agent_parked_refusals", "409 checkpoint_parked seen from downstream", ("server",)
+            ),
+            runs=metrics.counter("gym_agent_runs", "Episodes started, by how", ("start",)),
+            unavailable=metrics.counter(
+                "gym_agent_downstream_unavailable", "Steps retried because a server was unreachable or down", ("server",)
+            ),
+        )
+
+
 class AgentParticipant(Participant):
     role = Role.AGENT
     checkpoint_mode = CheckpointMode.EXPORTED
 
-    def __init__(self, loop: AgentLoop, config: AgentConfig) -> None:
+    def __init__(
+        self,
+        loop: AgentLoop,
+        config: AgentConfig,
+        *,
+        admission: Admission,
+        metrics: AgentMetrics,
+        context: Callable[[Episode], StepContext],
+    ) -> None:
+        """``admission`` is the one the app's control plane opens and closes (episodes park while it is
+        closed); ``context`` gives an episode its downstream calls."""
         self.loop = loop
         self.config = config
+        self.admission = admission
+        self.metrics = metrics
+        self._context = context
         self.episodes: dict[str, Episode] = {}
         #: recently finished episodes (at their ``return`` boundary), oldest first
         self.finished: OrderedDict[str, Episode] = OrderedDict()
         #: boundary names each recently ended episode went through (debugging and tests)
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
-        self._plane: ControlPlane | None = None
         self._reopened = asyncio.Event()
-        self._context: Callable[[Episode], StepContext] | None = None
-        self._steps = self._parks = self._refusals = self._runs = self._unavailable = None
-
-    # --- wiring ---------------------------------------------------------------------
-
-    def bind(self, plane: ControlPlane, metrics: Metrics, context: Callable[[Episode], StepContext]) -> None:
-        self._plane = plane
-        self._context = context
-        self._steps = metrics.counter("gym_agent_steps", "Steps run by episodes", ("step", "kind"))
-        self._parks = metrics.counter("gym_agent_parks", "Times an episode parked at a boundary")
-        self._refusals = metrics.counter("gym_agent_parked_refusals", "409 checkpoint_parked seen from downstream", ("server",))
-        self._runs = metrics.counter("gym_agent_runs", "Episodes started, by how", ("start",))
-        self._unavailable = metrics.counter(
-            "gym_agent_downstream_unavailable", "Steps retried because a server was unreachable or down", ("server",)
-        )
 
     @property
     def admission_open(self) -> bool:
-        return self._plane is None or self._plane.admission.is_open
+        return self.admission.is_open
 
     # --- /run ------------------------------------------------------------------------
 
@@ -142,8 +164,7 @@ class AgentParticipant(Participant):
         done = self.finished.get(identity.rollout_id)
         if done is not None and identity.rollout_id not in self.episodes:
             if done.attempt == identity.attempt and done.boundary.result is not None:
-                if self._runs is not None:
-                    self._runs.labels(start="finished").inc()
+                self.metrics.runs.labels(start="finished").inc()
                 return done.boundary.result  # the same attempt asked again: its result, nothing re-runs
             if done.attempt > identity.attempt:
                 raise ApiError(
@@ -171,8 +192,7 @@ class AgentParticipant(Participant):
             self.episodes[ep.rollout_id] = ep
             ep.task = self._start(ep)
             how = "fresh"
-        if self._runs is not None:
-            self._runs.labels(start=how).inc()
+        self.metrics.runs.labels(start=how).inc()
         task = ep.task
         assert task is not None
         await asyncio.wait({task})  # never cancels the episode if the caller goes away
@@ -217,7 +237,6 @@ class AgentParticipant(Participant):
             self.finished.popitem(last=False)
 
     async def _drive(self, ep: Episode) -> dict[str, Any]:
-        assert self._context is not None
         ctx = self._context(ep)
         refused_since: float | None = None
         unavailable_since: float | None = None
@@ -235,8 +254,7 @@ class AgentParticipant(Participant):
                 following = await self.loop.advance(ctx, boundary)
             except CheckpointParked as exc:
                 ep.leave()  # back at the boundary before the refused step
-                if self._refusals is not None:
-                    self._refusals.labels(server=exc.server).inc()
+                self.metrics.parked_refusals.labels(server=exc.server).inc()
                 now = time.monotonic()
                 refused_since = refused_since or now
                 if now - refused_since > self.config.parked_retry_limit_s:
@@ -245,8 +263,7 @@ class AgentParticipant(Participant):
                 continue
             except DownstreamUnavailable as exc:
                 ep.leave()  # the step did not happen there: back at the boundary before it
-                if self._unavailable is not None:
-                    self._unavailable.labels(server=exc.server).inc()
+                self.metrics.unavailable.labels(server=exc.server).inc()
                 now = time.monotonic()
                 unavailable_since = unavailable_since or now
                 if now - unavailable_since >= self.config.unavailable_deadline_s:
@@ -273,8 +290,7 @@ class AgentParticipant(Participant):
             backoff = self.config.unavailable_backoff_s
             if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
                 raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")
-            if self._steps is not None:
-                self._steps.labels(step=boundary.name, kind=kind).inc()
+            self.metrics.steps.labels(step=boundary.name, kind=kind).inc()
             ep.record(following)
 
     async def _park(self, ep: Episode) -> bool:
@@ -282,8 +298,7 @@ class AgentParticipant(Participant):
         if self.admission_open:
             return False
         ep.parked = True
-        if self._parks is not None:
-            self._parks.inc()
+        self.metrics.parks.inc()
         try:
             while not self.admission_open:
                 reopened = self._reopened

@@ -36,12 +36,13 @@ from gym_services.agents.common.downstream import (
     error_of,
 )
 from gym_services.agents.common.loop import AgentLoop
-from gym_services.agents.common.participant import AgentParticipant, Episode
+from gym_services.agents.common.participant import AgentMetrics, AgentParticipant, Episode
 from gym_services.server.app import create_server_app
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import read_json
 from gym_services.base.identity import RolloutIdentity
-from gym_services.control.admission import RoutePolicy
+from gym_services.base.metrics import Metrics
+from gym_services.control.admission import Admission, RoutePolicy
 
 SELF_URL = "http://agent-self"
 PASS_HEADERS = ("retry-after", "content-type")
@@ -70,7 +71,8 @@ def create_agent_app(
 
     ``transport`` replaces the network for downstream calls (tests route them to in-process apps).
     """
-    participant = AgentParticipant(loop, config)
+    metrics = Metrics(config.name)
+    admission = Admission(config.participant_id)
     own_cookie = own_cookie_name(config.name)
     clients: dict[str, httpx.AsyncClient] = {}
     downstream: dict[str, Downstream] = {}
@@ -97,6 +99,10 @@ def create_agent_app(
         others = {name: d for name, d in downstream.items() if name in servers}
         return StepContext(ep.identity, downstream["self"], others, own_cookie)
 
+    participant = AgentParticipant(
+        loop, config, admission=admission, metrics=AgentMetrics.declare(metrics), context=context
+    )
+
     async def run(request: Request) -> JSONResponse:
         body = await read_json(request)
         if not isinstance(body, dict):
@@ -109,7 +115,7 @@ def create_agent_app(
         if identity is None:
             identity = RolloutIdentity(rollout_id=f"anon-{uuid.uuid4().hex}")
         else:
-            app.state.plane.fence.observe(identity)  # 409 stale_attempt for an older attempt
+            admission.fence.observe(identity)  # 409 stale_attempt for an older attempt
         result = await participant.run(identity, body, anonymous=anonymous)
         return JSONResponse(result)
 
@@ -148,10 +154,11 @@ def create_agent_app(
             Route("/run", run, methods=["POST"]),
             Route("/v1/responses", responses, methods=["POST"]),
         ],
+        metrics=metrics,
+        admission=admission,
         policies={"/run": RoutePolicy.OPEN, "/v1/responses": RoutePolicy.GATED_NOWAIT},
         on_startup=[startup],
         on_shutdown=[shutdown],
     )
-    participant.bind(app.state.plane, app.state.metrics, context)
     app.state.agent = participant
     return app

@@ -48,6 +48,7 @@ from gym_services.server.app import create_server_app
 from gym_services.base.config import CheckpointConfig, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
+from gym_services.base.metrics import Metrics
 from gym_services.control.participant import Participant
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.inference_worker.chat import ChatCompletionRequest
@@ -76,14 +77,15 @@ def create_app(config: Config) -> Starlette:
         raise ValueError(f"unknown policies {unknown}; known: {sorted(POLICIES)}")
     served = {name: POLICIES[name] for name in (config.models or POLICIES)}
     pace = Pace(config.time_to_first_token_s, config.tokens_per_second)
-    holder: dict[str, WorkerStats] = {}
+    metrics = Metrics(config.name)
+    stats = WorkerStats.declare(metrics)
 
     async def completions(request: Request) -> CompletionResponse:
         body = await parse_body(request, ChatCompletionRequest)
         policy = served.get(body.model)
         if policy is None:
             raise ApiError(ErrorCode.MODEL_NOT_FOUND, f"model {body.model!r} is not served; try one of {sorted(served)}")
-        return CompletionResponse(plan_completion(body, policy), body, pace, holder["stats"])
+        return CompletionResponse(plan_completion(body, policy), body, pace, stats)
 
     async def models(request: Request) -> JSONResponse:
         data = [
@@ -92,8 +94,8 @@ def create_app(config: Config) -> Starlette:
         ]
         return JSONResponse({"object": "list", "data": data})
 
-    async def stats(request: Request) -> JSONResponse:
-        return JSONResponse(holder["stats"].snapshot())
+    async def stats_route(request: Request) -> JSONResponse:
+        return JSONResponse(stats.snapshot())
 
     app = create_server_app(
         config,
@@ -101,13 +103,9 @@ def create_app(config: Config) -> Starlette:
         [
             Route("/v1/chat/completions", completions, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
-            Route("/stats", stats, methods=["GET"]),
+            Route("/stats", stats_route, methods=["GET"]),
         ],
+        metrics=metrics,
     )
-    metrics = app.state.metrics
-    holder["stats"] = WorkerStats(
-        metrics.counter("gym_worker_tokens_generated", "Completion tokens generated", ("model",)),
-        metrics.counter("gym_worker_requests", "Chat completion requests by outcome", ("model", "stream", "outcome")),
-    )
-    app.state.stats = holder["stats"]
+    app.state.stats = stats
     return app

@@ -26,6 +26,7 @@ from prometheus_client import Counter
 from starlette.types import Receive, Scope, Send
 
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.metrics import Metrics
 from gym_services.control.records import canonical_json
 from gym_services.models import tool_markup
 from gym_services.models.inference_worker.chat import ChatCompletionRequest, ChatMessage
@@ -118,6 +119,14 @@ def plan_completion(request: ChatCompletionRequest, policy: Policy) -> Plan:
 
 class WorkerStats:
     """Totals for ``GET /stats`` and the Prometheus counters."""
+
+    @classmethod
+    def declare(cls, metrics: Metrics) -> WorkerStats:
+        """Stats whose counters are declared on the worker's registry."""
+        return cls(
+            metrics.counter("gym_worker_tokens_generated", "Completion tokens generated", ("model",)),
+            metrics.counter("gym_worker_requests", "Chat completion requests by outcome", ("model", "stream", "outcome")),
+        )
 
     def __init__(self, tokens: Counter, requests: Counter) -> None:
         self.tokens_generated = 0

@@ -47,6 +47,7 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
+from gym_services.base.metrics import Metrics
 from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
 from gym_services.models.policy_model.participant import ModelParticipant
@@ -70,8 +71,9 @@ class Config(ServerConfig):
 
 
 def create_app(config: Config) -> Starlette:
+    metrics = Metrics(config.name)
     upstream = Upstream(config.upstream)
-    manager = GenerationManager(upstream, config.cut_wait_s, config.upstream_retry)
+    manager = GenerationManager(upstream, config.cut_wait_s, ModelCounters.declare(metrics), config.upstream_retry)
 
     async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
@@ -105,21 +107,10 @@ def create_app(config: Config) -> Starlette:
         config,
         ModelParticipant(manager),
         [Route("/v1/responses", responses, methods=["POST"])],
+        metrics=metrics,
         policies={"/v1/responses": RoutePolicy.GATED_NOWAIT},
         on_startup=[upstream.start],
         on_shutdown=[shutdown],
-    )
-    metrics = app.state.metrics
-    manager.counters = ModelCounters(
-        tokens_generated=metrics.counter("gym_model_tokens_generated", "Tokens the upstream generated for this model"),
-        tokens_reused=metrics.counter(
-            "gym_model_tokens_reused", "Prefix tokens a continuation did not regenerate", ("source",)
-        ),
-        responses_held=metrics.counter("gym_model_responses_held", "Responses held until a checkpoint resumed"),
-        generations_cut=metrics.counter("gym_model_generations_cut", "Generations cut at a token boundary"),
-        upstream_failures=metrics.counter(
-            "gym_model_upstream_failures", "Upstream failures a generation rode out (it kept its prefix and retried)"
-        ),
     )
     app.state.generations = manager
     return app

@@ -44,6 +44,7 @@ from prometheus_client import Counter
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
+from gym_services.base.metrics import Metrics
 from gym_services.control.models import Blocker
 from gym_services.control.participant import Record, RestoredRecord, Scope
 from gym_services.models import tool_markup
@@ -63,13 +64,29 @@ class GenerationState(enum.StrEnum):
     DONE = "done"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelCounters:
+    """The policy model's own metrics, declared on its app's registry."""
+
     tokens_generated: Counter
     tokens_reused: Counter
     responses_held: Counter
     generations_cut: Counter
     upstream_failures: Counter
+
+    @classmethod
+    def declare(cls, metrics: Metrics) -> ModelCounters:
+        return cls(
+            tokens_generated=metrics.counter("gym_model_tokens_generated", "Tokens the upstream generated for this model"),
+            tokens_reused=metrics.counter(
+                "gym_model_tokens_reused", "Prefix tokens a continuation did not regenerate", ("source",)
+            ),
+            responses_held=metrics.counter("gym_model_responses_held", "Responses held until a checkpoint resumed"),
+            generations_cut=metrics.counter("gym_model_generations_cut", "Generations cut at a token boundary"),
+            upstream_failures=metrics.counter(
+                "gym_model_upstream_failures", "Upstream failures a generation rode out (it kept its prefix and retried)"
+            ),
+        )
 
 
 class Generation:
@@ -314,7 +331,9 @@ DELIVERED_KEPT_MAX = 4096
 class GenerationManager:
     """Every live generation and staged prefix of one policy model server."""
 
-    def __init__(self, upstream: Upstream, cut_wait_s: float, retry: UpstreamRetry | None = None) -> None:
+    def __init__(
+        self, upstream: Upstream, cut_wait_s: float, counters: ModelCounters, retry: UpstreamRetry | None = None
+    ) -> None:
         self.upstream = upstream
         self.cut_wait_s = cut_wait_s
         self.retry = retry or UpstreamRetry()
@@ -327,7 +346,7 @@ class GenerationManager:
         self.totals = {
             "tokens_generated": 0, "tokens_reused": 0, "responses_held": 0, "generations_cut": 0, "upstream_failures": 0,
         }
-        self.counters: ModelCounters | None = None
+        self.counters = counters
         self._ids = itertools.count()
 
     # --- accounting ------------------------------------------------------------------
@@ -335,29 +354,24 @@ class GenerationManager:
     def generated(self, tokens: int) -> None:
         if tokens > 0:
             self.totals["tokens_generated"] += tokens
-            if self.counters:
-                self.counters.tokens_generated.inc(tokens)
+            self.counters.tokens_generated.inc(tokens)
 
     def reused(self, tokens: int, source: str) -> None:
         if tokens > 0:
             self.totals["tokens_reused"] += tokens
-            if self.counters:
-                self.counters.tokens_reused.labels(source=source).inc(tokens)
+            self.counters.tokens_reused.labels(source=source).inc(tokens)
 
     def count_held(self) -> None:
         self.totals["responses_held"] += 1
-        if self.counters:
-            self.counters.responses_held.inc()
+        self.counters.responses_held.inc()
 
     def count_cut(self) -> None:
         self.totals["generations_cut"] += 1
-        if self.counters:
-            self.counters.generations_cut.inc()
+        self.counters.generations_cut.inc()
 
     def count_upstream_failure(self) -> None:
         self.totals["upstream_failures"] += 1
-        if self.counters:
-            self.counters.upstream_failures.inc()
+        self.counters.upstream_failures.inc()
 
     def live_counts(self) -> dict[str, int]:
         states = [g.state for g in self.live.values()]

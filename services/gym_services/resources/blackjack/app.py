@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,6 +38,7 @@ from starlette.routing import Route
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
+from gym_services.base.metrics import Metrics
 from gym_services.base.nemo_http import NemoHttpError, json_response, nemo_error_handler, parse, repr_error
 from gym_services.base.nemo_responses import CreateParams, ResponseObject, UnreadableOutput
 from gym_services.base.sessions import session_id
@@ -80,6 +83,15 @@ class StepResponse(BaseModel):
     info: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class BlackjackMetrics:
+    finished: Counter
+
+    @classmethod
+    def declare(cls, metrics: Metrics) -> BlackjackMetrics:
+        return cls(metrics.counter("gym_blackjack_episodes_finished", "Finished Blackjack episodes by result", ("result",)))
+
+
 def derive_seed(namespace: str, rollout_id: str) -> int:
     digest = hashlib.sha256(f"{namespace}:{rollout_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
@@ -110,6 +122,8 @@ def choose_seed(config: Config, body: ResetRequest, identity: RolloutIdentity | 
 def create_app(config: Config) -> Starlette:
     store = EpisodeStore()
     participant = EpisodeParticipant(store)
+    metrics = Metrics(config.name)
+    counts = BlackjackMetrics.declare(metrics)
 
     async def reset(request: Request) -> Response:
         body = await parse(request, ResetRequest)
@@ -140,7 +154,7 @@ def create_app(config: Config) -> Starlette:
         if result.terminated:
             store.episodes.pop(sid, None)
             participant.end(sid)
-            request.app.state.blackjack_finished.labels(result=result.info["result"]).inc()
+            counts.finished.labels(result=result.info["result"]).inc()
         reply = StepResponse(
             observation=result.observation,
             reward=result.reward,
@@ -157,10 +171,8 @@ def create_app(config: Config) -> Starlette:
             Route("/reset", reset, methods=["POST"]),
             Route("/step", step, methods=["POST"]),
         ],
+        metrics=metrics,
     )
     app.add_exception_handler(NemoHttpError, nemo_error_handler)
-    app.state.blackjack_finished = app.state.metrics.counter(
-        "gym_blackjack_episodes_finished", "Finished Blackjack episodes by result", ("result",)
-    )
     app.state.episodes = store
     return app

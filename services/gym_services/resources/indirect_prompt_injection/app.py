@@ -19,8 +19,10 @@ its ID stream, so a restored session answers every call exactly as the original 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -31,6 +33,7 @@ from starlette.routing import Route
 from gym_services.base import nemo_http
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import session_id
 from gym_services.control.protocol import CONTROL_PREFIX
 from gym_services.server.app import create_server_app
@@ -55,6 +58,19 @@ VERDICT_FIELDS = (
     "attack_category",
     "verification_type",
 )
+
+
+@dataclass(frozen=True)
+class IpiMetrics:
+    tools: Counter
+    verifications: Counter
+
+    @classmethod
+    def declare(cls, metrics: Metrics) -> IpiMetrics:
+        return cls(
+            tools=metrics.counter("ipi_tool_calls", "Tool calls by tool and outcome", ("tool", "outcome")),
+            verifications=metrics.counter("ipi_verifications", "Verifications by result", ("result",)),
+        )
 
 
 class Config(ServerConfig):
@@ -107,7 +123,8 @@ def verify_answer(raw: dict[str, Any], body: VerifyRequest, verdict: verifier.Ve
 def create_app(config: Config) -> Starlette:
     store = SessionStore()
     participant = ResourcesParticipant(store, mode="exported", verify="wait")
-    app_metrics: dict[str, Any] = {}
+    metrics = Metrics(config.name)
+    counts = IpiMetrics.declare(metrics)
 
     async def seed(request: Request) -> Response:
         body = await nemo_http.parse(request, SeedRequest)
@@ -133,7 +150,7 @@ def create_app(config: Config) -> Starlette:
         if session is None:
             raise nemo_http.detail_error(400, NOT_SEEDED)
         result = run_tool(session, name, body.model_dump(exclude_unset=True))
-        app_metrics["tools"].labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
+        counts.tools.labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
         return nemo_http.json_response({"output": result.output})
 
     async def verify(request: Request) -> Response:
@@ -151,12 +168,12 @@ def create_app(config: Config) -> Starlette:
             )
             answer = nemo_http.json_response(verify_answer(raw, body, verdict))
         except Exception as exc:  # noqa: BLE001 - NeMo Gym answers a failed verification with its repr
-            app_metrics["verify"].labels(result="error").inc()
+            counts.verifications.labels(result="error").inc()
             return nemo_http.repr_error(exc)
         finally:
             store.drop(sid)  # even when scoring fails: verify is not replay-safe, hence "wait"
             participant.end(sid)
-        app_metrics["verify"].labels(result="followed" if verdict.injection_followed else "resisted").inc()
+        counts.verifications.labels(result="followed" if verdict.injection_followed else "resisted").inc()
         return answer
 
     app = create_server_app_with_nemo_errors(
@@ -167,17 +184,17 @@ def create_app(config: Config) -> Starlette:
             Route("/verify", verify, methods=["POST"]),
             Route("/{tool_name}", call_tool, methods=["POST"]),
         ],
+        metrics,
     )
-    metrics = app.state.metrics
-    app_metrics["tools"] = metrics.counter("ipi_tool_calls", "Tool calls by tool and outcome", ("tool", "outcome"))
-    app_metrics["verify"] = metrics.counter("ipi_verifications", "Verifications by result", ("result",))
     app.state.sessions = store
     return app
 
 
-def create_server_app_with_nemo_errors(config: Config, participant: ResourcesParticipant, routes: list[Route]) -> Starlette:
+def create_server_app_with_nemo_errors(
+    config: Config, participant: ResourcesParticipant, routes: list[Route], metrics: Metrics
+) -> Starlette:
     """Our app factory, with FastAPI's error bodies on the data routes (control routes keep ours)."""
-    app = create_server_app(config, participant, routes)
+    app = create_server_app(config, participant, routes, metrics=metrics)
     ours = app.exception_handlers[HTTPException]
 
     async def http_error(request: Request, exc: Exception) -> Response:

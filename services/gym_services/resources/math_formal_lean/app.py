@@ -21,9 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,6 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gym_services.base.config import ServerConfig
+from gym_services.base.metrics import Metrics
 from gym_services.base.nemo_http import (
     NemoHttpError,
     json_response,
@@ -168,6 +171,15 @@ class VerifyResponse(BaseModel):
     correction_prompt: str | None = None
 
 
+@dataclass(frozen=True)
+class LeanMetrics:
+    verifications: Counter
+
+    @classmethod
+    def declare(cls, metrics: Metrics) -> LeanMetrics:
+        return cls(metrics.counter("gym_lean_verifications", "Lean verifications by proof status", ("proof_status",)))
+
+
 class Verifier:
     """The ``/verify`` logic, independent of HTTP so tests can call it directly."""
 
@@ -212,6 +224,8 @@ class Verifier:
 def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     """``sandbox_transport`` lets tests and the demo run the sandbox stand-in in process."""
     participant = ResourcesParticipant(None, mode="stateless", verify="replay")
+    metrics = Metrics(config.name)
+    counts = LeanMetrics.declare(metrics)
     sandbox = LeanSandbox(
         config.sandbox_host,
         config.sandbox_port,
@@ -255,9 +269,9 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         except Exception as exc:  # noqa: BLE001 - answered as NeMo Gym's exception middleware answers: 500 + repr
             # e.g. a sandbox answer that is JSON but not a compiler output, on which the reference fails too
             LOG.exception("verification failed: %r", exc)
-            request.app.state.lean_verifications.labels(proof_status="server_error").inc()
+            counts.verifications.labels(proof_status="server_error").inc()
             return repr_error(AttributeError(*exc.args) if isinstance(exc, UnreadableOutput) else exc)
-        request.app.state.lean_verifications.labels(proof_status=result.proof_status).inc()
+        counts.verifications.labels(proof_status=result.proof_status).inc()
         return json_response(result.model_dump(mode="json"))
 
     async def close_sandbox() -> None:
@@ -275,10 +289,8 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         # Nothing here holds state: every route keeps serving while a checkpoint is open.
         policies={path: RoutePolicy.OPEN for path in ("/verify", "/seed_session", "/close_session", "/reverify_mode")},
         on_shutdown=[close_sandbox],
+        metrics=metrics,
     )
     app.add_exception_handler(NemoHttpError, nemo_error_handler)
-    app.state.lean_verifications = app.state.metrics.counter(
-        "gym_lean_verifications", "Lean verifications by proof status", ("proof_status",)
-    )
     app.state.verifier = verifier
     return app

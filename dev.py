@@ -59,6 +59,12 @@ def main(argv: list[str]) -> int:
         print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
         return 2
     os.chdir(ROOT)
+    if os.name == "posix":
+        # become the command: a signal sent to this process (`kill %1`, a supervisor) reaches it, and
+        # its exit status is ours; a wrapper process would die alone and leave the command running
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(args[0], args)
     return subprocess.call(args)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -59,10 +60,24 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     return commands.REGISTRARS
 
 
+#: the exit status of a process ended by SIGPIPE, what `cmd | head` expects of a writer it stopped reading
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # whoever read our output stopped (`gymckpt ... | head`): stop quietly, and keep the
+        # interpreter's final flush from failing on the closed pipe too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ class Config(ServerConfig):
         description="an episode whose agent is unreachable, breaks off /run or answers 503 (a server behind it was down) "
         "is run again (attempt + 1 when it may have started) for this long; then an error row is written",
     )
+    stall_warning_s: float = Field(
+        default=60.0, gt=0, le=86400, description="log a warning when no episode finished for this long (and again)"
+    )
     unavailable_backoff_s: float = Field(default=0.2, gt=0, le=60, description="first wait before running it again")
     unavailable_backoff_max_s: float = Field(default=5.0, gt=0, le=600, description="longest wait between two runs")
     data_dir: str | None = Field(
@@ -48,6 +51,7 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         unavailable_deadline_s=config.unavailable_deadline_s,
         backoff_s=config.unavailable_backoff_s,
         backoff_max_s=config.unavailable_backoff_max_s,
+        stall_warning_s=config.stall_warning_s,
         transport=transport,
     )
 

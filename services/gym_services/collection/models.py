@@ -61,5 +61,8 @@ class JobStatus(BaseModel):
     live: int = 0
     errors: int = 0
     reruns: int = 0
+    retrying: int = Field(default=0, description="live episodes waiting to run again after an infrastructure failure")
+    last_failure: str | None = Field(default=None, description="the latest infrastructure failure an episode hit")
+    idle_s: float | None = Field(default=None, description="seconds since the last result (or the start) while running")
     mean_reward: float | None = None
     output_path: str | None = None

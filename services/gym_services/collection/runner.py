@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class Collection(Participant):
         backoff_max_s: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        stall_warning_s: float = 60.0,
     ) -> None:
         self.agents = agents
         self.default_agent = default_agent
@@ -103,6 +105,12 @@ class Collection(Participant):
         self._restored: tuple[JobState, list[EpisodeState]] | None = None
         self._done = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
+        #: rollout id -> the infrastructure failure it waits out (retrying, not finished)
+        self._retrying: dict[str, str] = {}
+        self._last_failure: str | None = None
+        self._progress_at = time.monotonic()  # the last result, or the job's (re)start
+        self._watchdog: asyncio.Task | None = None
+        self.stall_warning_s = stall_warning_s
 
     # --- job control -------------------------------------------------------------------
 
@@ -114,6 +122,9 @@ class Collection(Participant):
         finished = len(job.finished)
         return JobStatus(
             state="completed" if done else ("running" if self._gate.is_set() else "paused"),
+            retrying=len(self._retrying),
+            last_failure=self._last_failure,
+            idle_s=None if done else round(time.monotonic() - self._progress_at, 3),
             total=job.total,
             dispatched=job.cursor,
             finished=finished,
@@ -142,6 +153,10 @@ class Collection(Participant):
 
     def _launch(self) -> None:
         self._done.clear()
+        self._progress_at = time.monotonic()
+        self._retrying.clear()
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.create_task(self._watch_progress(), name="collection-watchdog")
         if self._client is None:
             self._client = httpx.AsyncClient(transport=self._transport, timeout=self.request_timeout_s, trust_env=False)
         for episode in list(self.running.values()):
@@ -151,8 +166,24 @@ class Collection(Participant):
     async def wait(self) -> None:
         await self._done.wait()
 
+    async def _watch_progress(self) -> None:
+        """Say so in the log when a running job makes no progress for ``stall_warning_s`` (again every
+        ``stall_warning_s``): its servers may be down, and the episodes retrying say which."""
+        warned_at = self._progress_at
+        while not self._done.is_set():
+            await asyncio.sleep(min(5.0, self.stall_warning_s / 4))
+            now = time.monotonic()
+            if not self._gate.is_set() or now - max(self._progress_at, warned_at) < self.stall_warning_s:
+                continue
+            warned_at = now
+            log.warning(
+                "no episode has finished for a while",
+                extra={"idle_s": round(now - self._progress_at), "live": len(self.running),
+                       "retrying": len(self._retrying), "last_failure": self._last_failure},
+            )
+
     async def close(self) -> None:
-        for task in [self._dispatcher, *self._episode_tasks.values()]:
+        for task in [self._dispatcher, self._watchdog, *self._episode_tasks.values()]:
             if task is not None:
                 task.cancel()
         if self._client is not None:
@@ -253,7 +284,11 @@ class Collection(Participant):
                     extra={"rollout_id": episode.rollout_id, "attempt": episode.attempt, "error": error,
                            "next_attempt": next_attempt, "retry_in_s": backoff},
                 )
-                await self._sleep(backoff)
+                self._retrying[episode.rollout_id] = self._last_failure = f"{episode.rollout_id}: {error}"
+                try:
+                    await self._sleep(backoff)
+                finally:
+                    self._retrying.pop(episode.rollout_id, None)
                 backoff = min(backoff * 2, self.backoff_max_s)
                 if next_attempt and self.running.get(episode.rollout_id) is episode:
                     episode.attempt += 1  # fences whatever the older attempt left on every server
@@ -302,6 +337,7 @@ class Collection(Participant):
             elif isinstance(row["reward"], (int, float)):
                 job.reward_sum += float(row["reward"])
         del self.running[episode.rollout_id]
+        self._progress_at = time.monotonic()
         self._free_slot()
         self._check_done()
 

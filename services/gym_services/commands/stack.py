@@ -25,7 +25,15 @@ from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEO
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackError, StackState, read_state, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import (
+    StackError,
+    StackState,
+    alive,
+    read_state,
+    stack_secrets,
+    start_stack,
+    stop_stack,
+)
 from gym_services.stack.objectstore import BUCKET, REGION
 
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
@@ -62,11 +70,35 @@ def _fail(prefix: str, exc: Exception) -> int:
     return 1
 
 
-async def _with_coordinator(args: argparse.Namespace, work):
+def _running(args: argparse.Namespace) -> StackState:
+    """The stack's state, refused with the next step when none of its servers runs (after `down`)."""
     state = read_state(_state_dir(args))
+    if not any(alive(s.pid) for s in state.servers):
+        raise StackError(
+            f"the stack {state.name} is not running (its {len(state.servers)} servers have stopped); "
+            "start it with `gymckpt up CONFIG`"
+        )
+    return state
+
+
+def _stopped(state: StackState) -> list[str]:
+    return [s.name for s in state.participants() if not alive(s.pid)]
+
+
+async def _with_coordinator(args: argparse.Namespace, work, *, running_only: bool = False):
+    """Run ``work`` with a coordinator over the stack's participants; every one must run, unless
+    ``running_only`` (status: the stopped ones are reported, not asked)."""
+    state = _running(args)
+    stopped = _stopped(state)
+    if stopped and not running_only:
+        raise StackError(
+            f"not running: {', '.join(stopped)}; a checkpoint or restore needs every participant "
+            "(`gymckpt down`, then `gymckpt up CONFIG`)"
+        )
+    asked = state.model_copy(update={"servers": [s for s in state.servers if s.name not in stopped]})
     token = stack_secrets(_state_dir(args))["control_token"]
     async with ControlClient(token, timeout_s=args.timeout) as client:
-        participants = await discover(state, client)
+        participants = await discover(asked, client)
 
         def progress(phase: str, detail: dict) -> None:
             if not getattr(args, "quiet", False):
@@ -114,16 +146,18 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     async def work(coordinator: Coordinator, state):
-        return await coordinator.status()
+        return await coordinator.status(), _stopped(state)
 
     try:
-        statuses = asyncio.run(_with_coordinator(args, work))
+        statuses, stopped = asyncio.run(_with_coordinator(args, work, running_only=True))
     except (StackError, ParticipantError) as exc:
         return _fail("status", exc)
     if args.json:
-        print(json.dumps({pid: _status_json(pid, s) for pid, s in statuses.items()}, indent=1))
+        answer = {pid: _status_json(pid, s) for pid, s in statuses.items()}
+        answer.update({name: {"participant_id": name, "error": "not running"} for name in stopped})
+        print(json.dumps(answer, indent=1))
         return 0
-    rows = []
+    rows = [[name, "?", "not running", "", "", ""] for name in stopped]
     for pid, s in statuses.items():
         if isinstance(s, ParticipantError):
             rows.append([pid, "?", "unreachable", "", "", s.reason])
@@ -154,7 +188,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
         url, remote = args.url.rstrip("/"), True
     else:
         try:
-            url, remote = read_state(_state_dir(args)).url(args.collection), False
+            state = _running(args)
+            url, remote = state.url(args.collection), False
+            if args.collection in _stopped(state):
+                raise StackError(f"the collection server {args.collection} is not running; `gymckpt down`, then `gymckpt up CONFIG`")
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
     try:
@@ -164,7 +201,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 print(f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
                       f"{' --url ' + url if remote else ''}`")
                 return 0
-            status = _follow(http, url, status, args.wait_timeout)
+            status = _follow(http, url, status, args.wait_timeout, args.stall_warning)
             results = Path(args.output) if remote else Path(status["output_path"])
             if remote:
                 _download_results(http, url, results)
@@ -218,16 +255,65 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
     return _answer(http.post(f"{url}/jobs", json=spec))
 
 
-def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float) -> dict:
-    """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal."""
+class Stall:
+    """Says on stderr when a followed job makes no progress, or its server does not answer, for long."""
+
+    def __init__(self, url: str, after_s: float, say) -> None:
+        self.url, self.after_s, self.say = url, after_s, say
+        self.finished: int | None = None
+        self.progress_at = self.answered_at = time.monotonic()
+        self.warned_at = 0.0
+        self.last_error = ""
+
+    def _due(self, since: float) -> bool:
+        now = time.monotonic()
+        if now - since < self.after_s or now - self.warned_at < self.after_s:
+            return False
+        self.warned_at = now
+        return True
+
+    def seen(self, status: dict) -> None:
+        now = time.monotonic()
+        self.answered_at = now
+        if status["finished"] != self.finished:
+            self.finished, self.progress_at = status["finished"], now
+        if status["state"] in ("running", "paused") and self._due(self.progress_at):
+            idle = status.get("idle_s") or now - self.progress_at
+            why = f"{status['live']} live, {status['state']}"
+            if status.get("retrying"):
+                why += f"; {status['retrying']} waiting to run again after an infrastructure failure"
+            if status.get("last_failure"):
+                why += f"; latest failure: {status['last_failure']}"
+            self.say(f"gymckpt collect: no episode has finished for {idle:.0f}s ({why}); "
+                     "`gymckpt status` shows every server, their logs say more")
+
+    def unanswered(self, exc: Exception) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if self._due(self.answered_at):
+            self.say(f"gymckpt collect: the collection server at {self.url} has not answered for "
+                     f"{time.monotonic() - self.answered_at:.0f}s ({self.last_error}); still trying until --wait-timeout")
+
+
+def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0) -> dict:
+    """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal;
+    a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too."""
     from tqdm import tqdm
 
     deadline = time.monotonic() + wait_timeout
     terminal = sys.stderr.isatty()
     bar = tqdm(total=status["total"], unit="rollout", desc="collect", file=sys.stderr) if terminal else None
+
+    def say(text: str) -> None:
+        if bar is not None:
+            bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    stall = Stall(url, stall_warning_s, say)
     last_line = 0.0
     try:
         while True:
+            stall.seen(status)
             if bar is not None:
                 bar.n = status["finished"]
                 bar.set_postfix(live=status["live"], state=status["state"])
@@ -242,10 +328,16 @@ def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float) -> 
                 raise CollectError(f"the job did not complete within --wait-timeout {wait_timeout:.0f}s; it keeps running: "
                                    "`gymckpt collect --attach` follows it again")
             time.sleep(0.2)
-            try:
-                status = _answer(http.get(f"{url}/jobs/current"))
-            except httpx.TransportError:  # a server being replaced (checkpoint, restore): keep trying until the deadline
-                continue
+            while True:
+                try:
+                    status = _answer(http.get(f"{url}/jobs/current"))
+                    break
+                except httpx.TransportError as exc:  # a server being replaced: keep trying until the deadline
+                    stall.unanswered(exc)
+                    if time.monotonic() > deadline:
+                        raise CollectError(f"the collection server at {url} stopped answering ({stall.last_error}) "
+                                           f"and --wait-timeout {wait_timeout:.0f}s ran out") from None
+                    time.sleep(0.5)
     finally:
         if bar is not None:
             bar.close()
@@ -309,7 +401,7 @@ def _transaction(args: argparse.Namespace, verb: str, work) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     try:
-        state = read_state(_state_dir(args))
+        state = _running(args)
         location = args.storage or state.storage
         missing = _missing_checkpoint(args, state, location)
     except (StackError, StorageError) as exc:
@@ -440,6 +532,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true", help="start the job and return")
     p.add_argument("--wait-timeout", type=float, default=7 * 86400.0,
                    help="stop following after this many seconds (the job keeps running; default 7 days)")
+    p.add_argument("--stall-warning", type=float, default=60.0,
+                   help="say so on stderr when no episode finished (or the server did not answer) for this many "
+                   "seconds, and again every as many seconds (default 60)")
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("checkpoint", help="take a consistent checkpoint of the running stack",

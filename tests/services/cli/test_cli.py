@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -88,3 +90,74 @@ def test_reward_table_summarises_results_per_agent(tmp_path) -> None:
     lines = reward_table(path).splitlines()
     assert lines[2].split() == ["a", "2", "0", "0.500", "0", "..", "1"]
     assert lines[3].split() == ["b", "2", "1", "-1.000", "-1", "..", "-1"]
+
+
+def test_commands_on_a_stopped_stack_say_it_is_not_running(tmp_path) -> None:
+    (tmp_path / "stack.yaml").write_text(
+        "name: mini\nservers:\n  counter-a: {server: counter}\n"
+        "  policy-model: {server: policy_model, config: {upstream: {base_url: 'http://127.0.0.1:9/v1'}}}\n"
+        "  collection: {server: collection}\n"
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"x": 1}\n')
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        state = json.loads((tmp_path / ".gymckpt/stack/stack.json").read_text())
+        model_pid = next(s["pid"] for s in state["servers"] if s["name"] == "policy-model")
+        os.killpg(model_pid, signal.SIGKILL)  # one participant crashed
+        _wait_gone(model_pid)
+        status = gymckpt("status", cwd=tmp_path).stdout
+        assert [line.split()[:3] for line in status.splitlines() if "policy-model" in line] == [["policy-model", "?", "not"]]
+        assert "not running" in status and "resources" in status  # counter-a still answers
+        partial = gymckpt("checkpoint", cwd=tmp_path, check=False)
+        assert partial.returncode == 1
+        assert partial.stderr.startswith("gymckpt checkpoint: not running: policy-model; a checkpoint or restore needs every")
+    finally:
+        gymckpt("down", cwd=tmp_path)
+    for command in (["collect", "tasks.jsonl"], ["status"], ["checkpoint"], ["restore", "ck1"]):
+        done = gymckpt(*command, cwd=tmp_path, check=False)
+        assert done.returncode == 1, command
+        assert done.stderr == (f"gymckpt {command[0]}: the stack mini is not running (its 3 servers have stopped); "
+                               "start it with `gymckpt up CONFIG`\n"), (command, done.stderr)
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    """`gymckpt ... | head`: once the reader is gone, no BrokenPipeError traceback, the SIGPIPE status."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gym_services.cli", "checkpoints", "list", "--storage", f"file://{tmp_path}"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and proc.stderr == ""
+
+
+def test_collect_says_when_the_job_makes_no_progress(tmp_path) -> None:
+    """The only agent is unreachable: the job cannot progress, and `collect` says so on stderr, with why."""
+    (tmp_path / "stack.yaml").write_text(
+        "name: stall\nservers:\n  collection: {server: collection, config: "
+        "{agents: {ghost: 'http://127.0.0.1:9'}, unavailable_backoff_max_s: 0.5}}\n"
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "x": 1}\n')
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        proc = gymckpt("collect", "tasks.jsonl", "--stall-warning", "1", "--wait-timeout", "4", cwd=tmp_path, check=False)
+    finally:
+        gymckpt("down", cwd=tmp_path)
+    assert proc.returncode == 1 and "did not complete within --wait-timeout 4s" in proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "no episode has finished for" in line]
+    assert 2 <= len(warnings) <= 4, proc.stderr  # once per --stall-warning interval, not on every poll
+    assert "1 waiting to run again after an infrastructure failure" in warnings[0]
+    assert "agent ghost unreachable: ConnectError" in warnings[0]
+
+
+def _wait_gone(pid: int, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)

@@ -23,6 +23,7 @@ class JobProgress:
         self._label: str | None = None
         self._last: tuple[Any, ...] | None = None
         self._last_at = 0.0
+        self._changed_at = time.monotonic()
 
     def __call__(self, label: str, job: dict[str, Any]) -> None:
         if label != self._label:
@@ -46,7 +47,9 @@ class JobProgress:
     def _line(self, label: str, job: dict[str, Any]) -> None:
         state = (job.get("finished", 0), job.get("total", 0), job.get("live", 0), job.get("errors", 0), job.get("state"))
         now = time.monotonic()
-        if state == self._last and now - self._last_at < self.interval_s:
+        if state != self._last:
+            self._changed_at = now
+        elif now - self._last_at < self.interval_s:
             return
         self._last, self._last_at = state, now
         finished, total, live, errors, phase = state
@@ -55,6 +58,12 @@ class JobProgress:
             line += f", {errors} errors"
         if phase and phase != "running":
             line += f" ({phase})"
+        if now - self._changed_at >= self.interval_s:  # a job making no progress says so, and why if it knows
+            line += f"; nothing finished for {now - self._changed_at:.0f}s"
+            if job.get("retrying"):
+                line += f", {job['retrying']} waiting to run again after an infrastructure failure"
+            if job.get("last_failure"):
+                line += f" (latest: {job['last_failure']})"
         print(line, file=self.stream, flush=True)
 
     def close(self) -> None:

@@ -161,3 +161,24 @@ def _wait_gone(pid: int, timeout_s: float = 10) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
+
+
+def test_demo_progress_is_plain_lines_when_not_a_terminal() -> None:
+    import io
+
+    from gym_services.commands.progress import JobProgress
+
+    stream = io.StringIO()  # not a terminal: no bar, no carriage returns
+    progress = JobProgress(stream, interval_s=0.05)
+    job = {"total": 4, "finished": 1, "live": 3, "errors": 0, "state": "running"}
+    progress("collect", job)
+    progress("collect", job)  # unchanged and too soon: nothing
+    time.sleep(0.06)
+    progress("collect", {**job, "retrying": 2, "last_failure": "0-0: agent a unreachable"})
+    progress("collect", {**job, "finished": 4, "live": 0, "state": "completed"})
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert lines[0] == "collect: 1/4 episodes finished, 3 live"
+    assert lines[1].startswith("collect: 1/4 episodes finished, 3 live; nothing finished for ")
+    assert lines[1].endswith("2 waiting to run again after an infrastructure failure (latest: 0-0: agent a unreachable)")
+    assert lines[2] == "collect: 4/4 episodes finished, 0 live (completed)" and len(lines) == 3

@@ -66,11 +66,11 @@ class Replayed:
 
 
 def agent_app(
-    agent: str, transport: httpx.AsyncBaseTransport, *, model: str = "scripted-model", **overrides: Any
+    agent: str, transport: httpx.AsyncBaseTransport, **overrides: Any
 ) -> Starlette:
     """Our ``agent`` as an app named ``agent`` whose model is ``http://model`` and environment ``http://env``."""
     config_cls, create, url_field = AGENTS[agent]
-    fields = {"model_url": "http://model", "model": model, url_field: "http://env", **overrides}
+    fields = {"model_url": "http://model", url_field: "http://env", **overrides}
     return create(load_config(config_cls, overrides=base_config("agent", **fields)), transport=transport)
 
 

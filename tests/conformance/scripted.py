@@ -236,12 +236,17 @@ class ScriptedModel:
 
 @dataclass
 class Answer:
-    """A scripted reply: a JSON value or raw text body, a status and cookies to set."""
+    """A scripted reply: a JSON value or raw text body, a status and cookies to set.
+
+    ``echo`` answers the request's own JSON object with ``echo``'s fields added (a verify
+    answer: the request plus the reward).
+    """
 
     body: Any = None
     status: int = 200
     text: str | None = None
     cookies: dict[str, str] = field(default_factory=dict)
+    echo: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, value: Any) -> Answer:
@@ -253,11 +258,15 @@ class Answer:
             status=int(value.get("status", 200)),
             text=value.get("text"),
             cookies=dict(value.get("cookies") or {}),
+            echo=value.get("echo"),
         )
 
-    def response(self) -> Response:
-        if self.text is not None:
-            response: Response = Response(self.text, status_code=self.status, media_type="application/json")
+    def response(self, request_body: Any = None) -> Response:
+        if self.echo is not None:
+            base = request_body if isinstance(request_body, dict) else {}
+            response: Response = JSONResponse({**base, **self.echo}, status_code=self.status)
+        elif self.text is not None:
+            response = Response(self.text, status_code=self.status, media_type="application/json")
         else:
             response = JSONResponse(self.body, status_code=self.status)
         for name, value in self.cookies.items():
@@ -293,4 +302,4 @@ class ScriptedServer:
         self.served[path] = index + 1
         answer = queue[index]
         received.status = answer.status
-        return answer.response()
+        return answer.response(received.body)

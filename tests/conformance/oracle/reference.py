@@ -44,7 +44,8 @@ ORACLE_REQUIREMENTS = [
     "itsdangerous==2.2.0",
     "httpx==0.28.1",
     # What importing the real nemo_gym framework (server_utils, global_config) needs on the way, with no
-    # part in a request's answer (oracle/nemo_app.py; hydra, yappi, pydot, scipy, wandb and ray are shims)
+    # part in a request's answer (oracle/nemo_app.py; hydra, yappi, pydot, scipy, wandb and ray are shims);
+    # the agents (glue_agents.py) also run its aiohttp client and the agents' FastAPI apps under uvicorn
     "orjson==3.11.3",
     "requests==2.32.5",
     "uvicorn==0.37.0",

@@ -1,5 +1,6 @@
 """Shared machinery of the agents: boundaries, the agent participant, the downstream client."""
 
+from gym_services.agents.common import wire_form
 from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, Usage, task_row
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import MODEL, StepContext
@@ -25,4 +26,5 @@ __all__ = [
     "Usage",
     "create_agent_app",
     "task_row",
+    "wire_form",
 ]

@@ -23,27 +23,61 @@ IDENTITY_FIELDS = ("_ng_attempt_index",)
 
 
 class Usage(BaseModel):
-    """Token usage summed over an episode's generations."""
+    """Token usage summed over an episode's generations (as NeMo Gym's agents sum it).
+
+    ``reported`` is false until a generation reported usage: an episode without any has no
+    usage (``null``). A detail count a generation did not report makes the sum unknown (``null``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int | None = 0
+    reasoning_tokens: int | None = 0
+    reported: bool = False
 
     def plus(self, reply: Any) -> Usage:
-        """This usage plus a Responses API ``usage`` object (missing counts are 0)."""
-        reply = reply if isinstance(reply, dict) else {}
+        """This usage plus a Responses API ``usage`` object (``None`` adds nothing)."""
+        if not isinstance(reply, dict):
+            return self
 
         def count(key: str) -> int:
             value = reply.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
+        def detail(total: int | None, details_key: str, key: str) -> int | None:
+            details = reply.get(details_key)
+            if not isinstance(details, dict):
+                return total if self.reported else None
+            value = details.get(key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                return None
+            if not self.reported:
+                return value
+            return None if total is None else total + value
+
         return Usage(
             input_tokens=self.input_tokens + count("input_tokens"),
             output_tokens=self.output_tokens + count("output_tokens"),
             total_tokens=self.total_tokens + count("total_tokens"),
+            cached_tokens=detail(self.cached_tokens, "input_tokens_details", "cached_tokens"),
+            reasoning_tokens=detail(self.reasoning_tokens, "output_tokens_details", "reasoning_tokens"),
+            reported=True,
         )
+
+    def response_usage(self) -> dict[str, Any] | None:
+        """The summed usage as a Responses API ``usage`` object, ``None`` when no generation reported any."""
+        if not self.reported:
+            return None
+        return {
+            "input_tokens": self.input_tokens,
+            "input_tokens_details": {"cached_tokens": self.cached_tokens},
+            "output_tokens": self.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+            "total_tokens": self.total_tokens,
+        }
 
 
 class Boundary(BaseModel):

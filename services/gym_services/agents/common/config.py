@@ -11,7 +11,11 @@ class AgentConfig(ServerConfig):
     """Fields of every agent; each agent adds the URL of its resources or environment server."""
 
     model_url: str = Field(description="base URL of the policy model serving POST /v1/responses")
-    model: str = Field(description="model name sent in every generation request")
+    model: str | None = Field(
+        default=None,
+        description="model name sent in every generation request in place of the task's own; "
+        "unset: the task's create params are sent as they are (as NeMo Gym's agents do)",
+    )
     request_timeout_s: float = Field(default=600.0, gt=0, le=86400, description="per downstream call")
     parked_backoff_s: float = Field(
         default=0.1, gt=0, le=10, description="wait after a 409 checkpoint_parked before returning to the boundary"

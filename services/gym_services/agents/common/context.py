@@ -45,6 +45,7 @@ class StepContext:
         boundary: Boundary,
         *,
         accept_client_errors: bool = False,
+        accept_errors: bool = False,
     ) -> Reply:
         """``POST`` to a configured downstream server with the episode's cookies for it."""
         downstream = self.servers[server]
@@ -54,6 +55,7 @@ class StepContext:
             identity=self.identity,
             cookies=boundary.cookies.get(server, {}),
             accept_client_errors=accept_client_errors,
+            accept_errors=accept_errors,
         )
 
 

@@ -106,6 +106,7 @@ class Reply:
     headers: httpx.Headers
     cookies: dict[str, str] = field(default_factory=dict)
     text: str = ""
+    content: bytes = b""
 
 
 def error_of(response: httpx.Response) -> tuple[str | None, str]:
@@ -163,6 +164,7 @@ class Downstream:
         identity: RolloutIdentity | None,
         cookies: dict[str, str],
         accept_client_errors: bool = False,
+        accept_errors: bool = False,
     ) -> Reply:
         """POST and classify the answer.
 
@@ -170,7 +172,8 @@ class Downstream:
         its boundary); ``409 stale_attempt`` ends the attempt; an unreachable server or a
         ``503`` that did nothing raises :class:`DownstreamUnavailable` (the caller returns to
         its boundary and retries later); other errors are a 502, except 4xx when
-        ``accept_client_errors`` (a tool's refusal is the tool's output).
+        ``accept_client_errors``, and any other status when ``accept_errors`` (a tool's
+        answer, whatever its status, is the tool's output).
         """
         response = await self.send(path, body, identity=identity, cookies=cookies)
         merged = merge_set_cookies(cookies, response)
@@ -185,7 +188,7 @@ class Downstream:
             if code in UNAVAILABLE_CODES:
                 raise DownstreamUnavailable(self.name, path, f"{code}: {message}")
         ok = 200 <= response.status_code < 300
-        if not ok and not (accept_client_errors and 400 <= response.status_code < 500):
+        if not ok and not accept_errors and not (accept_client_errors and 400 <= response.status_code < 500):
             code, message = error_of(response)
             raise ApiError(
                 ErrorCode.UPSTREAM_ERROR,
@@ -196,4 +199,4 @@ class Downstream:
             parsed = response.json()
         except (ValueError, json.JSONDecodeError):
             parsed = None
-        return Reply(response.status_code, parsed, response.headers, merged, response.text)
+        return Reply(response.status_code, parsed, response.headers, merged, response.text, response.content)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gym_services.agents.common import wire_form
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.loop import StepKind
@@ -14,12 +15,24 @@ RESOURCES = "resources"
 
 
 def as_items(value: Any) -> list[dict[str, Any]]:
-    """Responses ``input``: a string becomes one user message."""
+    """Responses ``input`` as items in the given form: a string becomes one user message."""
     if isinstance(value, str):
-        return [{"role": "user", "content": value}]
+        return [{"content": value, "role": "user"}]
     if isinstance(value, list):
-        return [item for item in value if isinstance(item, dict)]
+        return [wire_form.item(item, full=False) for item in value if isinstance(item, dict)]
     return []
+
+
+def given_params(row: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """The task's create params as NeMo Gym's agents send them (given form), without ``input``.
+
+    ``model`` (the agent's configured model, if any) replaces the task's own.
+    """
+    params = wire_form.create_params(dict(row.get("responses_create_params") or {"input": []}), full=False)
+    params.pop("input", None)
+    if model is not None:
+        params["model"] = model
+    return params
 
 
 def verify_mode_of(headers: Any) -> VerifyMode:
@@ -35,5 +48,5 @@ def verify_step_kind(boundary: Boundary) -> StepKind:
 
 async def seed_resources(ctx: StepContext, b: Boundary) -> Boundary:
     """``/seed_session`` with the task row; the next boundary (``generate``) holds the session cookie and verify mode."""
-    reply = await ctx.call(RESOURCES, "/seed_session", b.row, b)
+    reply = await ctx.call(RESOURCES, "/seed_session", wire_form.run_row(b.row), b)
     return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))

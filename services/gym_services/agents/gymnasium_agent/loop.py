@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
-from gym_services.agents.common.steps import as_items
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind, wire_form
+from gym_services.agents.common.steps import as_items, given_params
 
 ENV = "env"
 
@@ -33,14 +33,15 @@ class GymBoundary(Boundary):
 
 
 def user_message(text: Any) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}] if isinstance(text, str) and text else []
+    """An observation as the user message that follows it (none for an empty or missing observation)."""
+    return [{"content": text, "role": "user"}] if isinstance(text, str) and text else []
 
 
 class GymnasiumLoop(AgentLoop):
     kind = "gymnasium_agent"
     boundary_model = GymBoundary
 
-    def __init__(self, model: str, *, max_steps: int = 10) -> None:
+    def __init__(self, model: str | None, *, max_steps: int = 10) -> None:
         self.model = model
         self.max_steps = max_steps
 
@@ -52,11 +53,8 @@ class GymnasiumLoop(AgentLoop):
         return StepKind.REPLAY if boundary.name == "generate" else StepKind.WAITED
 
     def _env_body(self, b: GymBoundary, **fields: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {"responses_create_params": b.row.get("responses_create_params") or {}}
-        if "extra" in b.row:
-            body["extra"] = b.row["extra"]
-        body.update(fields)
-        return body
+        """The task row as NeMo Gym's agent passes it to ``/reset`` and ``/step``, plus ``fields``."""
+        return {**wire_form.run_row(b.row), **fields}
 
     async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
         assert isinstance(b, GymBoundary)
@@ -68,45 +66,50 @@ class GymnasiumLoop(AgentLoop):
                 "generate",
                 input=b.input + user_message(data.get("observation")),
                 info=info,
-                explicit_close=bool(info.get("supports_explicit_close")),
-                step_idempotency=bool(info.get("supports_step_idempotency")),
+                explicit_close=info.get("supports_explicit_close") is True,
+                step_idempotency=info.get("supports_step_idempotency") is True,
                 cookies=b.with_cookies(ENV, reply.cookies),
             )
         if b.name == "generate":
-            params = {**(b.row.get("responses_create_params") or {}), "model": self.model, "input": b.input + b.outputs}
+            params = {**given_params(b.row, self.model), "input": b.input + b.outputs}
             reply = await ctx.generate(b, params)
             response = reply.body if isinstance(reply.body, dict) else {}
-            output = [item for item in response.get("output") or [] if isinstance(item, dict)]
+            output = [wire_form.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
+            full = wire_form.response(response)
             return b.next(
                 "step",
                 outputs=b.outputs + output,
                 usage=b.usage.plus(response.get("usage")),
                 model_calls=b.model_calls + 1,
-                response=response,
-                last_response=response,
+                response=full,
+                last_response=full,
                 cookies=b.with_cookies(MODEL, reply.cookies),
             )
         if b.name == "step":
             return await self._step(ctx, b)
         if b.name == "close":
-            reply = await ctx.call(ENV, "/close", self._env_body(b), b)
+            reply = await ctx.call(ENV, "/close", {}, b)
             return b.finish(self.result(b), cookies=b.with_cookies(ENV, reply.cookies))
         raise ValueError(f"gymnasium_agent has no step after boundary {b.name!r}")
 
     async def _step(self, ctx: StepContext, b: GymBoundary) -> Boundary:
         fields: dict[str, Any] = {"response": b.response}
         if b.step_idempotency and ctx.identity is not None:
+            # the same id for the same step in every attempt: a step repeated after a restore is recognised
             fields["_ng_step_request_id"] = f"{ctx.identity.rollout_id}:{b.steps}"
         reply = await ctx.call(ENV, "/step", self._env_body(b, **fields), b)
         data = reply.body if isinstance(reply.body, dict) else {}
         info = data.get("info") if isinstance(data.get("info"), dict) else {}
-        outputs = b.outputs + [
-            {"type": "function_call_output", "call_id": o.get("call_id"), "output": o.get("output")}
-            for o in info.get("tool_outputs") or []
-            if isinstance(o, dict)
-        ]
-        outputs += user_message(data.get("observation"))
         terminated, truncated = bool(data.get("terminated")), bool(data.get("truncated"))
+        outputs = b.outputs
+        if not (terminated or truncated):
+            # what the environment answered goes to the model only when the episode goes on
+            outputs = outputs + [
+                {"call_id": o.get("call_id"), "output": o.get("output"), "type": "function_call_output"}
+                for o in info.get("tool_outputs") or []
+                if isinstance(o, dict)
+            ]
+            outputs += user_message(data.get("observation"))
         steps = b.steps + 1
         if not (terminated or truncated) and steps >= self.max_steps:
             truncated = True  # out of steps: stop without another action
@@ -127,17 +130,22 @@ class GymnasiumLoop(AgentLoop):
         return ended if b.explicit_close else ended.finish(self.result(ended))
 
     def result(self, b: GymBoundary) -> dict[str, Any]:
-        response = {**(b.last_response or {}), "output": b.outputs, "usage": b.usage.model_dump()}
+        rcp = b.row.get("responses_create_params") or {}
+        params = wire_form.create_params({**rcp, "input": b.input})
+        response = wire_form.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
         return {
+            "responses_create_params": params,
+            "response": response,
             "reward": b.reward,
+            "mask_sample": False,
+            "failure_kind": None,
+            "failure_reason": None,
             "terminated": b.terminated,
             "truncated": b.truncated,
             "info": b.info,
-            "response": response,
-            "responses_create_params": b.row.get("responses_create_params") or {},
         }
 
     async def on_error(self, ctx: StepContext, boundary: Boundary, error: Exception) -> None:
         """Close the environment session after a failure when it asks for explicit closes."""
         if isinstance(boundary, GymBoundary) and boundary.explicit_close and boundary.name != "close":
-            await ctx.call(ENV, "/close", self._env_body(boundary), boundary)
+            await ctx.call(ENV, "/close", {}, boundary)

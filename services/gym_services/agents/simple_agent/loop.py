@@ -11,16 +11,19 @@ are waited steps; verification follows the resources server's verify mode.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
-from gym_services.agents.common.steps import RESOURCES, as_items, seed_resources, verify_step_kind
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind, wire_form
+from gym_services.agents.common.steps import RESOURCES, as_items, given_params, seed_resources, verify_step_kind
 
-RESERVED_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "mcp"})
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+#: why an episode ended without a message or a function call (``metadata.ng_termination_reason``)
+NO_ANSWER_REASONS = {True: "incomplete_reasoning", False: "empty_output"}
+NO_ANSWER_MESSAGE = (
+    "The model's output had neither an assistant message nor a function call, and no truncation was "
+    "reported: the episode ends here, marked incomplete."
+)
 
 
 class SimpleBoundary(Boundary):
@@ -36,7 +39,7 @@ class SimpleAgentLoop(AgentLoop):
 
     def __init__(
         self,
-        model: str,
+        model: str | None,
         *,
         max_steps: int | None = None,
         skip_verification: bool = False,
@@ -71,16 +74,25 @@ class SimpleAgentLoop(AgentLoop):
         raise ValueError(f"simple_agent has no step after boundary {b.name!r}")
 
     def _params(self, b: SimpleBoundary) -> dict[str, Any]:
-        params = dict(b.row.get("responses_create_params") or {})
-        params["model"] = self.model
-        params["input"] = b.input + b.outputs
-        return params
+        return {**given_params(b.row, self.model), "input": b.input + b.outputs}
 
     async def _generate(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         reply = await ctx.generate(b, self._params(b))
         response = reply.body if isinstance(reply.body, dict) else {}
-        output = [item for item in response.get("output") or [] if isinstance(item, dict)]
+        output = [wire_form.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
         calls = [item for item in output if item.get("type") == "function_call"]
+        messages = [i for i in output if i.get("type") == "message" and i.get("role", "assistant") == "assistant"]
+        if not response.get("incomplete_details") and not calls and not messages:
+            # neither an answer nor a call, and no truncation reported: the episode ends as incomplete
+            response = {
+                **response,
+                "status": "incomplete",
+                "metadata": {
+                    **(response.get("metadata") or {}),
+                    "ng_termination_reason": NO_ANSWER_REASONS[bool(output)],
+                    "ng_termination_message": NO_ANSWER_MESSAGE,
+                },
+            }
         common = {
             "outputs": b.outputs + output,
             "usage": b.usage.plus(response.get("usage")),
@@ -97,17 +109,15 @@ class SimpleAgentLoop(AgentLoop):
         name = str(call.get("name", ""))
         cookies = b.cookies
         try:
-            args = json.loads(call.get("arguments") or "{}")
+            args = json.loads(call.get("arguments"))
         except (TypeError, json.JSONDecodeError) as exc:
-            output = json.dumps({"error": f"invalid JSON arguments for {name}: {exc}"})
+            output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
         else:
-            if not TOOL_NAME.match(name) or name in RESERVED_TOOLS:
-                output = json.dumps({"error": f"unknown tool {name!r}"})
-            else:
-                reply = await ctx.call(RESOURCES, f"/{name}", args, b, accept_client_errors=True)
-                output = reply.text
-                cookies = b.with_cookies(RESOURCES, reply.cookies)
-        item = {"type": "function_call_output", "call_id": call.get("call_id"), "output": output}
+            # the tool is the route named like it; whatever it answers (an error status too) is what the model sees
+            reply = await ctx.call(RESOURCES, f"/{name}", args, b, accept_errors=True)
+            output = reply.content.decode("utf-8", "replace")
+            cookies = b.with_cookies(RESOURCES, reply.cookies)
+        item = {"call_id": call.get("call_id"), "output": output, "type": "function_call_output"}
         if rest:
             following = "tool"
         elif self.max_steps is not None and b.model_calls >= self.max_steps:
@@ -118,12 +128,13 @@ class SimpleAgentLoop(AgentLoop):
 
     def final_response(self, b: SimpleBoundary) -> dict[str, Any]:
         """The episode's response: the last model response with every output item and the summed usage."""
-        return {**(b.last_response or {}), "output": b.outputs, "usage": b.usage.model_dump()}
+        return wire_form.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
 
     async def _verify(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
-        response = self.final_response(b)
+        body = {**wire_form.run_row(b.row), "response": self.final_response(b)}
         if self.skip_verification:
-            return b.finish({"reward": self.skip_verification_reward, "response": response})
-        reply = await ctx.call(RESOURCES, "/verify", {**b.row, "response": response}, b)
+            skipped = {**body, "reward": float(self.skip_verification_reward), "verification_skipped": True}
+            return b.finish(wire_form.verify_answer(skipped))
+        reply = await ctx.call(RESOURCES, "/verify", body, b)
         result = reply.body if isinstance(reply.body, dict) else {"verify": reply.body}
-        return b.finish(result, cookies=b.with_cookies(RESOURCES, reply.cookies))
+        return b.finish(wire_form.verify_answer(result), cookies=b.with_cookies(RESOURCES, reply.cookies))

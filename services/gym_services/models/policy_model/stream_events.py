@@ -27,9 +27,9 @@ def _message_events(item: dict[str, Any], index: int) -> Iterator[dict[str, Any]
     for part_index, part in enumerate(item["content"]):
         where = {"item_id": item["id"], "output_index": index, "content_index": part_index}
         yield {"type": "response.content_part.added", **where, "part": {**part, "text": ""}}
-        if part["text"]:
-            yield {"type": "response.output_text.delta", **where, "delta": part["text"]}
-        yield {"type": "response.output_text.done", **where, "text": part["text"]}
+        if part["text"]:  # no token log probabilities are reported: the list is empty
+            yield {"type": "response.output_text.delta", **where, "delta": part["text"], "logprobs": []}
+        yield {"type": "response.output_text.done", **where, "text": part["text"], "logprobs": []}
         yield {"type": "response.content_part.done", **where, "part": part}
     yield {"type": "response.output_item.done", "output_index": index, "item": item}
 
@@ -43,7 +43,7 @@ def _function_call_events(item: dict[str, Any], index: int) -> Iterator[dict[str
     where = {"item_id": item["id"], "output_index": index}
     if item["arguments"]:
         yield {"type": "response.function_call_arguments.delta", **where, "delta": item["arguments"]}
-    yield {"type": "response.function_call_arguments.done", **where, "arguments": item["arguments"]}
+    yield {"type": "response.function_call_arguments.done", **where, "name": item["name"], "arguments": item["arguments"]}
     yield {"type": "response.output_item.done", "output_index": index, "item": item}
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conformance.scripted import response_object, usage_object
+import json
+from pathlib import Path
+
+from tests.conformance.scripted import environment_items, model_turns, recorded_script, response_object, usage_object
 
 MODEL_COOKIES = {"model_route": "replica-1"}
 
@@ -234,5 +237,55 @@ def gym_cases() -> list[dict[str, Any]]:
     ]
 
 
-def all_cases() -> list[dict[str, Any]]:
-    return [*simple_cases(), *proof_cases(), *gym_cases()]
+# --- NeMo Gym's recorded rollouts as scenarios ------------------------------------------------
+
+RECORDED = {
+    "workplace_assistant": "simple_agent",
+    "indirect_prompt_injection": "simple_agent",
+    "blackjack": "gymnasium_agent",
+    "math_formal_lean": "proof_refinement_agent",
+}
+RECORD_FIELDS = ("response", "reward")
+
+
+def recorded_rows(reference: Path, environment: str) -> list[dict[str, Any]]:
+    path = reference / "resources_servers" / environment / "data" / "example_rollouts.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def recorded_case(environment: str, index: int, rec: dict[str, Any]) -> dict[str, Any]:
+    """A recorded rollout: its model turns scripted, the environment answering what it answered then."""
+    kind = RECORDED[environment]
+    output = rec["response"]["output"]
+    row = {k: v for k, v in rec.items() if k not in RECORD_FIELDS}
+    script = recorded_script(rec["response"])
+    extra = {k: rec[k] for k in ("injection_followed", "matched_tool", "matched_args", "proof_status", "predicted_proof") if k in rec}
+    config: dict[str, Any] = {}
+    if kind == "simple_agent":
+        names = {i["call_id"]: i["name"] for i in output if i.get("type") == "function_call"}
+        env: dict[str, list] = {"/seed_session": [seed()], "/verify": [verify(rec["reward"], **extra)]}
+        for item in environment_items(output):
+            env.setdefault(f"/{names[item['call_id']]}", []).append(tool(item["output"]))
+    elif kind == "gymnasium_agent":
+        observations = [i["content"] for i in environment_items(output)]
+        steps = [step(obs) for obs in observations]
+        steps.append(step(None, rec["reward"], rec.get("terminated", True), rec.get("truncated", False), **(rec.get("info") or {})))
+        env = {"/reset": [reset(None)], "/step": steps[: len(model_turns(output))]}
+        config = {"max_steps": max(10, len(steps))}
+    else:
+        env = {"/seed_session": [seed()], "/verify": [verify(rec["reward"], needs_correction=False, **extra)]}
+        config = {"max_correction_turns": 0}
+    return case(f"recorded {environment} {index}", kind, row, script, env, config)
+
+
+def recorded_cases(reference: Path) -> list[dict[str, Any]]:
+    return [
+        recorded_case(environment, i, rec)
+        for environment in RECORDED
+        for i, rec in enumerate(recorded_rows(reference, environment))
+    ]
+
+
+def all_cases(reference: Path | None = None) -> list[dict[str, Any]]:
+    recorded = recorded_cases(reference) if reference is not None else []
+    return [*simple_cases(), *proof_cases(), *gym_cases(), *recorded]

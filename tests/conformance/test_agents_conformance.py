@@ -19,7 +19,7 @@ import pytest
 from tests.conformance.agents_cases import all_cases
 from tests.conformance.agents_compare import Allowed, Diff, compare, reference, run_ours
 from tests.conformance.oracle.client import Oracle
-from tests.conformance.oracle.reference import oracle_python
+from tests.conformance.oracle.reference import oracle_python, reference_root
 
 COOKIES = (
     "each downstream server gets only its own cookies: the episode keeps one cookie jar per server "
@@ -50,7 +50,7 @@ ALLOWED = [
     ),
 ]
 
-CASES = all_cases()
+CASES = all_cases(reference_root())
 _seen: set[int] = set()
 
 

@@ -59,11 +59,18 @@ def model_turns(output: list[dict]) -> list[list[dict]]:
 
 
 def tool_result_shape(items: list[dict]) -> list[dict]:
-    """Items with each tool result as (type, call_id, output): NeMo Gym's agent also writes
-    ``"id": null, "status": null`` into them, ours leaves those out (an agent-side difference in
-    item shape, not in what the model is shown; reported to the agents work)."""
-    return [{k: i[k] for k in ("type", "call_id", "output")} if i.get("type") == "function_call_output" else i
-            for i in items]
+    """Items without their null fields: the final output carries every field of an item as NeMo Gym 0.7.0's agent
+    writes it (``"namespace": null``, ``"phase": null``, a tool result's ``"id": null, "status": null``), the
+    recording was written by an earlier NeMo Gym without some of them; the model requests carry none of them."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return [strip(i) for i in items]
 
 
 def ground_truth(rollout: dict) -> list[dict]:

@@ -153,14 +153,6 @@ def first_turn_output(attempt: dict[str, Any]) -> dict[str, Any]:
     return {"process_status": attempt["proof_status"], "stdout": feedback[len("Compilation output:\n"):-1], "stderr": ""}
 
 
-#: agent-side (branch ``agents``): our simple_agent sends /verify a ``usage`` without the token details NeMo Gym's
-#: response model requires, so NeMo Gym's server (and now ours) refuses it with 422
-SIMPLE_AGENT_USAGE = pytest.mark.xfail(
-    strict=True, reason="simple_agent's /verify body has usage without input/output_tokens_details (agents' fix)"
-)
-
-
-@SIMPLE_AGENT_USAGE
 @pytest.mark.parametrize("index", range(5))
 async def test_lean_rollout_replays_through_the_simple_agent(reference, index: int) -> None:
     recorded = _lines(reference / "resources_servers/math_formal_lean/data/example_rollouts.jsonl")[index]

@@ -26,6 +26,7 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode, api_error_handler
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
+from gym_services.base.nemo_http import NemoHttpError, nemo_error_handler
 from gym_services.base.sessions import SessionCodec, SessionMiddleware
 from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver, RoutePolicy, policy_table
 from gym_services.control.metrics import ControlMetrics
@@ -145,7 +146,12 @@ def create_server_app(
 
     app = Starlette(
         routes=all_routes,
-        exception_handlers={ApiError: api_error_handler, HTTPException: _http_error, Exception: _internal_error},
+        exception_handlers={
+            ApiError: api_error_handler,
+            NemoHttpError: nemo_error_handler,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
         lifespan=lifespan,
     )
     app.state.config = config

@@ -39,7 +39,7 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.metrics import Metrics
-from gym_services.base.nemo_http import NemoHttpError, json_response, nemo_error_handler, parse, repr_error
+from gym_services.base.nemo_http import json_response, parse, repr_error
 from gym_services.base.nemo_responses import CreateParams, ResponseObject, UnreadableOutput
 from gym_services.base.sessions import session_id
 from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_action
@@ -119,6 +119,10 @@ def choose_seed(config: Config, body: ResetRequest, identity: RolloutIdentity | 
     return secrets.randbits(64)
 
 
+def no_episode(sid: str) -> ApiError:
+    return ApiError(ErrorCode.SESSION_NOT_FOUND, f"no live episode for session {sid}; call /reset first")
+
+
 def create_app(config: Config) -> Starlette:
     store = EpisodeStore()
     participant = EpisodeParticipant(store)
@@ -127,25 +131,19 @@ def create_app(config: Config) -> Starlette:
 
     async def reset(request: Request) -> Response:
         body = await parse(request, ResetRequest)
-        sid = session_id(request)
         identity = RolloutIdentity.from_headers(request.headers)
         seed = choose_seed(config, body, identity)
         episode = Episode.deal(seed)
-        store.episodes[sid] = episode
-        participant.begin(sid, identity)
+        await participant.seed(request, lambda sid: store.start(sid, episode))
         headers = {**participant.seed_headers(), SEED_HEADER: str(seed)}
         return json_response({"observation": episode.observation(), "info": {}}, headers=headers)
 
     async def step(request: Request) -> Response:
         body = await parse(request, StepRequest)
-        sid = session_id(request)
-        participant.check_session(sid)
         if config.step_latency_s:
+            participant.check_session(session_id(request))
             await asyncio.sleep(config.step_latency_s)
-            participant.check_session(sid)
-        episode = store.episodes.get(sid)
-        if episode is None:
-            raise ApiError(ErrorCode.SESSION_NOT_FOUND, f"no live episode for session {sid}; call /reset first")
+        sid, episode = participant.session(request, store.episodes.get, missing=no_episode)
         try:
             text = body.response.message_text()
         except UnreadableOutput as exc:  # the reference fails reading such a response: 500 with the error's repr
@@ -173,6 +171,5 @@ def create_app(config: Config) -> Starlette:
         ],
         metrics=metrics,
     )
-    app.add_exception_handler(NemoHttpError, nemo_error_handler)
     app.state.episodes = store
     return app

@@ -68,15 +68,24 @@ class EpisodeState(BaseModel):
 
 
 class EpisodeStore:
-    """Session id -> episode; the three session hooks of an ``exported`` participant."""
+    """Session id -> episode; the session hooks of an ``exported`` participant."""
 
     def __init__(self) -> None:
         self.episodes: dict[str, Episode] = {}
+
+    def start(self, session_id: str, episode: Episode) -> None:
+        """A ``/reset`` dealt a new episode (it replaces the session's old one)."""
+        self.episodes[session_id] = episode
 
     def export_session_states(self) -> dict[str, Any]:
         return {sid: EpisodeState.of(episode) for sid, episode in self.episodes.items()}
 
     def restore_session_states(self, states: dict[str, Any]) -> None:
+        """Validate every state first; install them all only when all of them pass."""
+        self.install_session_states(self.stage_session_states(states))
+
+    def stage_session_states(self, states: dict[str, Any]) -> dict[str, Episode]:
+        """Every episode rebuilt (nothing installed); :class:`InvalidState` for the first that is not valid."""
         staged: dict[str, Episode] = {}
         for sid, raw in states.items():
             try:
@@ -87,7 +96,10 @@ class EpisodeStore:
                 raise InvalidState(f"episode {sid}: {where}: {problem['msg']}") from None
             except ValueError as exc:
                 raise InvalidState(f"episode {sid}: {exc}") from None
-        self.episodes.update(staged)  # only after every state passed
+        return staged
+
+    def install_session_states(self, staged: dict[str, Episode]) -> None:
+        self.episodes.update(staged)
 
     def retire_session_state(self, session_id: str) -> None:
         self.episodes.pop(session_id, None)

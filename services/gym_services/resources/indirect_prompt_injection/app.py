@@ -35,9 +35,9 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import session_id
-from gym_services.control.protocol import CONTROL_PREFIX
+from gym_services.control.protocol import CONTROL_PREFIX, VerifyMode
 from gym_services.server.app import create_server_app
-from gym_services.resources.common.sessions import ResourcesParticipant
+from gym_services.resources.common import ExportedParticipant
 from gym_services.resources.indirect_prompt_injection import verifier
 from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
@@ -120,9 +120,13 @@ def verify_answer(raw: dict[str, Any], body: VerifyRequest, verdict: verifier.Ve
     }
 
 
+def not_seeded(sid: str) -> Exception:
+    return nemo_http.detail_error(400, NOT_SEEDED)
+
+
 def create_app(config: Config) -> Starlette:
     store = SessionStore()
-    participant = ResourcesParticipant(store, mode="exported", verify="wait")
+    participant = ExportedParticipant(store, verify=VerifyMode.WAIT)
     metrics = Metrics(config.name)
     counts = IpiMetrics.declare(metrics)
 
@@ -133,22 +137,16 @@ def create_app(config: Config) -> Starlette:
             raise ApiError(
                 ErrorCode.PAYLOAD_TOO_LARGE, f"environment is {size} bytes; the limit is {config.max_environment_bytes}"
             )
-        sid = session_id(request)
         try:
-            store.seed(sid, body.environment)
+            await participant.seed(request, lambda sid: store.seed(sid, body.environment))
         except NonJsonValue as exc:  # pragma: no cover - a parsed JSON body always passes
             raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
-        participant.seeded(sid, request.headers)
         return nemo_http.json_response({}, headers=participant.seed_headers())
 
     async def call_tool(request: Request) -> Response:
         name = request.path_params["tool_name"]
         body = await nemo_http.parse(request, ToolCallRequest)
-        sid = session_id(request)
-        participant.check_session(sid)
-        session = store.get(sid)
-        if session is None:
-            raise nemo_http.detail_error(400, NOT_SEEDED)
+        _, session = participant.session(request, store.get, missing=not_seeded)
         result = run_tool(session, name, body.model_dump(exclude_unset=True))
         counts.tools.labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
         return nemo_http.json_response({"output": result.output})
@@ -191,7 +189,7 @@ def create_app(config: Config) -> Starlette:
 
 
 def create_server_app_with_nemo_errors(
-    config: Config, participant: ResourcesParticipant, routes: list[Route], metrics: Metrics
+    config: Config, participant: ExportedParticipant, routes: list[Route], metrics: Metrics
 ) -> Starlette:
     """Our app factory, with FastAPI's error bodies on the data routes (control routes keep ours)."""
     app = create_server_app(config, participant, routes, metrics=metrics)
@@ -204,5 +202,4 @@ def create_server_app_with_nemo_errors(
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(nemo_http.NemoHttpError, nemo_http.nemo_error_handler)
     return app

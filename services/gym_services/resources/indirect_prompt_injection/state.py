@@ -177,7 +177,7 @@ def decode_session(session_id: str, raw: Any) -> Session:
 
 
 class SessionStore:
-    """Cookie session id -> session; the three session hooks of an ``exported`` server."""
+    """Cookie session id -> session; the session hooks of an ``exported`` server."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
@@ -201,7 +201,13 @@ class SessionStore:
 
     def restore_session_states(self, states: dict[str, Any]) -> None:
         """Validate every state first; install them all only when all of them pass."""
-        staged = {sid: decode_session(sid, raw) for sid, raw in states.items()}
+        self.install_session_states(self.stage_session_states(states))
+
+    def stage_session_states(self, states: dict[str, Any]) -> dict[str, Session]:
+        """Every state decoded (nothing installed); :class:`InvalidState` for the first that is not valid."""
+        return {sid: decode_session(sid, raw) for sid, raw in states.items()}
+
+    def install_session_states(self, staged: dict[str, Session]) -> None:
         self.sessions.update(staged)
 
     def retire_session_state(self, session_id: str) -> None:

@@ -38,14 +38,14 @@ from gym_services.base.nemo_http import (
     NemoHttpError,
     json_response,
     missing_body,
-    nemo_error_handler,
     parse,
     read_body,
     repr_error,
 )
 from gym_services.base.nemo_responses import CreateParams, ResponseObject, UnreadableOutput
 from gym_services.control.admission import RoutePolicy
-from gym_services.resources.common.sessions import ResourcesParticipant
+from gym_services.control.protocol import VerifyMode
+from gym_services.resources.common import StatelessParticipant
 from gym_services.resources.math_formal_lean import feedback, proof
 from gym_services.resources.math_formal_lean.sandbox_client import LeanSandbox
 from gym_services.server.app import create_server_app
@@ -223,7 +223,7 @@ class Verifier:
 
 def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     """``sandbox_transport`` lets tests and the demo run the sandbox stand-in in process."""
-    participant = ResourcesParticipant(None, mode="stateless", verify="replay")
+    participant = StatelessParticipant(verify=VerifyMode.REPLAY)
     metrics = Metrics(config.name)
     counts = LeanMetrics.declare(metrics)
     sandbox = LeanSandbox(
@@ -291,6 +291,5 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         on_shutdown=[close_sandbox],
         metrics=metrics,
     )
-    app.add_exception_handler(NemoHttpError, nemo_error_handler)
     app.state.verifier = verifier
     return app

@@ -27,7 +27,9 @@ from starlette.routing import Route
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.sessions import session_id
-from gym_services.resources.common.sessions import ResourcesParticipant
+from gym_services.base.nemo_http import detail_error
+from gym_services.control.protocol import VerifyMode
+from gym_services.resources.common import ExportedParticipant
 
 from .sessions import SessionNotFound, WorkplaceSessions
 from .tools import tool_schemas
@@ -116,17 +118,19 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
     return data
 
 
+def not_seeded(sid: str) -> Exception:
+    return detail_error(400, NOT_SEEDED)
+
+
 def create_app(config: Config) -> Starlette:
     sessions = WorkplaceSessions()
-    participant = ResourcesParticipant(sessions, mode="exported", verify="wait")
+    participant = ExportedParticipant(sessions, verify=VerifyMode.WAIT)
 
     async def seed(request: Request) -> JSONResponse:
         body = request_object(await request.body(), request.headers.get("content-type"))
         if isinstance(body, JSONResponse):
             return body
-        sid = session_id(request)
-        await asyncio.to_thread(sessions.seed, sid)
-        participant.seeded(sid, request.headers)
+        await participant.seed(request, lambda sid: asyncio.to_thread(sessions.seed, sid))
         return JSONResponse({}, headers=participant.seed_headers())
 
     async def tools(request: Request) -> JSONResponse:
@@ -137,10 +141,7 @@ def create_app(config: Config) -> Starlette:
         body = request_object(await request.body(), request.headers.get("content-type"))
         if isinstance(body, JSONResponse):
             return body
-        sid = session_id(request)
-        participant.check_session(sid)
-        if sid not in sessions:
-            return _detail(400, NOT_SEEDED)
+        sid, _ = participant.session(request, sessions.find, missing=not_seeded)
         if config.tool_latency_s:
             await asyncio.sleep(config.tool_latency_s)
         try:

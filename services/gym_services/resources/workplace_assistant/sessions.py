@@ -1,4 +1,4 @@
-"""Per-session tool environments and the three checkpoint session hooks.
+"""Per-session tool environments and the checkpoint session hooks (:mod:`gym_services.resources.common.hooks`).
 
 The control plane calls the hooks while admission is closed (no tool call runs concurrently); the
 lock only keeps the session map itself consistent across threads, since export runs in a worker
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .codec import (
@@ -23,6 +24,14 @@ from .codec import (
 )
 from .environment import PristineTables, WorkplaceEnvironment, pristine_tables
 from .tools import call_tool
+
+
+@dataclass(frozen=True)
+class StagedSessions:
+    """Rebuilt sessions and the stored bases they need, not installed yet."""
+
+    bases: dict[str, PristineTables]
+    sessions: dict[str, WorkplaceEnvironment]
 
 
 class SessionNotFound(KeyError):
@@ -46,6 +55,10 @@ class WorkplaceSessions:
         with self._lock:
             self._sessions[session_id] = env
         return env
+
+    def find(self, session_id: str) -> WorkplaceEnvironment | None:
+        with self._lock:
+            return self._sessions.get(session_id)
 
     def get(self, session_id: str) -> WorkplaceEnvironment:
         with self._lock:
@@ -102,10 +115,19 @@ class WorkplaceSessions:
         states: Mapping[str, Mapping[str, Any]],
         bases: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """Rebuild every session first; install all of them only if every one is valid.
+        """Rebuild every session first; install all of them only if every one is valid."""
+        self.install_session_states(self.stage_session_states(states, bases))
+
+    def stage_session_states(
+        self,
+        states: Mapping[str, Mapping[str, Any]],
+        bases: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> StagedSessions:
+        """Rebuild every session (changing nothing); :class:`InvalidSessionState` if any one is not valid.
 
         ``bases`` are stored bases (digest -> encoded base, see :meth:`base_states`) for states
-        seeded from pristine tables other than this process's own.
+        seeded from pristine tables other than this process's own; the control plane passes the
+        checkpoint's shared states here.
         """
         if not isinstance(states, Mapping):
             raise InvalidSessionState("session states must be a JSON object")
@@ -121,19 +143,23 @@ class WorkplaceSessions:
                 rebuilt[session_id] = decode_session(state, known)
             except InvalidSessionState as exc:
                 raise InvalidSessionState(f"session {session_id}: {exc}") from None
-        with self._lock:
-            self._bases.update(new_bases)
-            self._sessions.update(rebuilt)
+        return StagedSessions(new_bases, rebuilt)
 
-    # The control plane's optional shared-state hooks: the bases, one record per digest.
+    def install_session_states(self, staged: StagedSessions) -> None:
+        """Put rebuilt sessions (and the bases they were decoded against) in place."""
+        with self._lock:
+            self._bases.update(staged.bases)
+            self._sessions.update(staged.sessions)
+
+    # The optional shared-state hook: the bases, one record per digest.
 
     def export_shared_states(self) -> dict[str, dict[str, Any]]:
         """Same as :meth:`base_states` (the control plane writes each as ``shared-<digest>``)."""
         return self.base_states()
 
     def restore_shared_states(self, states: Mapping[str, Mapping[str, Any]]) -> None:
-        """Same as :meth:`register_bases`; called before :meth:`restore_session_states`. A base
-        registered by a restore whose sessions then fail is harmless: it is content-addressed."""
+        """Same as :meth:`register_bases`. A base registered by a restore whose sessions then
+        fail is harmless: it is content-addressed."""
         self.register_bases(states)
 
     def retire_session_state(self, session_id: str) -> None:

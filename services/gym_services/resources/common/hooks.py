@@ -1,0 +1,47 @@
+"""What a resources server implements so its sessions can be saved and restored (``exported`` mode).
+
+The session participant (:class:`gym_services.resources.common.participant.ExportedParticipant`)
+calls these hooks; the server's session store implements them. Restore is two steps, so a
+participant's ``validate`` changes nothing: :meth:`SessionHooks.stage_session_states` checks every
+state and builds what :meth:`SessionHooks.install_session_states` then puts in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class SessionHooks(Protocol):
+    """The session store of an ``exported`` server, keyed by cookie session id."""
+
+    def export_session_states(self) -> dict[str, Any]:
+        """JSON-serializable state per live session; sessions no longer held are left out."""
+
+    def stage_session_states(self, states: dict[str, Any]) -> Any:
+        """Check every state and build what :meth:`install_session_states` needs; change nothing.
+
+        Raise :class:`~gym_services.control.participant.InvalidState` for any state that is not
+        valid: then nothing is installed anywhere (``422 invalid_state``)."""
+
+    def install_session_states(self, staged: Any) -> None:
+        """Put what :meth:`stage_session_states` built in place; must not fail."""
+
+    def retire_session_state(self, session_id: str) -> None:
+        """Drop the session."""
+
+
+@runtime_checkable
+class SharedStateHooks(Protocol):
+    """Optional: state shared by many sessions (e.g. pristine tables), written once per checkpoint.
+
+    A store with shared state stages sessions against it: ``stage_session_states(states, shared)``.
+    """
+
+    def export_shared_states(self) -> dict[str, Any]: ...
+
+
+class RetiresSessions(Protocol):
+    """Any store a session participant drops sessions from (retire, a new seed, an undone restore)."""
+
+    def retire_session_state(self, session_id: str) -> None: ...

@@ -1,0 +1,314 @@
+"""The participant of a resources (or environment) server, one class per checkpoint mode.
+
+Every resources server's ``create_app`` builds one and passes it to the app factory
+(:func:`gym_services.server.app.create_server_app`); its routes call :meth:`SessionParticipant.seed`
+and :meth:`SessionParticipant.session`, the control plane (:mod:`gym_services.control.plane`) calls
+the :class:`~gym_services.control.participant.Participant` interface. Live sessions are keyed by
+the cookie session id (:mod:`gym_services.base.sessions`) and remembered with the rollout identity
+of the call that created them. The mode is the class (``docs/servers.md``, "Resources servers"):
+
+- :class:`RestartOnlyParticipant`: every live session blocks a checkpoint; nothing is saved;
+- :class:`ExportedParticipant`: sessions are saved through the server's :class:`SessionHooks`
+  and restored under attempt + 1;
+- :class:`StatelessParticipant`: no session state; commit writes nothing.
+
+Each advertises its verify mode (``wait`` or ``replay``) in the ``x-ng-checkpoint-verify`` header
+of the seed reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from starlette.requests import Request
+
+from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
+from gym_services.base.sessions import session_id
+from gym_services.control.models import Blocker
+from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.protocol import VERIFY_HEADER, CheckpointMode, Role, VerifyMode
+from gym_services.resources.common.hooks import RetiresSessions, SessionHooks, SharedStateHooks
+
+STATE_SCHEMA_VERSION = 1
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+
+def session_not_found(sid: str) -> Exception:
+    """The default answer for a session the server does not hold."""
+    return ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is unknown; call /seed_session first")
+
+
+class SessionParticipant(Participant):
+    """Tracks which sessions are live and which rollout each belongs to; the mode is the subclass."""
+
+    checkpoint_mode: ClassVar[CheckpointMode]
+
+    def __init__(
+        self,
+        store: RetiresSessions | None = None,
+        *,
+        verify: VerifyMode = VerifyMode.WAIT,
+        role: Role = Role.RESOURCES,
+    ) -> None:
+        """``store`` is where the server keeps its sessions (dropped from it at retire); ``role`` is
+        ``environment`` for a Gymnasium-style server."""
+        self.store = store
+        self.checkpoint_verify = VerifyMode(verify)  # type: ignore[misc]
+        self.role = Role(role)  # type: ignore[misc]
+        self.sessions: dict[str, RolloutIdentity | None] = {}
+        self.retired: set[str] = set()
+        self.restored: set[str] = set()
+
+    # --- called by the server's routes ---------------------------------------------
+
+    async def seed(self, request: Request, create: Callable[[str], Awaitable[Any] | Any]) -> str:
+        """``/seed_session`` (``/reset``): ``create(session id)`` the request's session, then track it.
+
+        Answer with :meth:`seed_headers`. Returns the session id.
+        """
+        sid = session_id(request)
+        made = create(sid)
+        if inspect.isawaitable(made):
+            await made
+        self.seeded(sid, request.headers)
+        return sid
+
+    def session(
+        self,
+        request: Request,
+        get: Callable[[str], T | None],
+        missing: Callable[[str], Exception] = session_not_found,
+    ) -> tuple[str, T]:
+        """The request's session id and what the server holds for it (``get(session id)``).
+
+        A retired session's cookie is ``409 stale_attempt``; a session the server does not hold is
+        ``missing(session id)`` (``404 session_not_found`` unless the server answers otherwise).
+        """
+        sid = session_id(request)
+        self.check_session(sid)
+        held = get(sid)
+        if held is None:
+            raise missing(sid)
+        return sid, held
+
+    def seed_headers(self) -> dict[str, str]:
+        return {VERIFY_HEADER: self.checkpoint_verify}
+
+    def seeded(self, session_id: str, headers: Mapping[str, str]) -> RolloutIdentity | None:
+        """A seed created a session: track it under the call's rollout identity.
+
+        An agent that holds no session of this server says so (``x-ng-first-session: 1``). Any
+        other session of that rollout up to this attempt is then unreachable: it is what a seed in
+        flight at a checkpoint created, restored for an episode whose boundary was still before the
+        seed (seeding is a replay step). It is dropped here instead of living until a retire.
+        """
+        identity = RolloutIdentity.from_headers(headers)
+        if identity is not None and headers.get(FIRST_SESSION_HEADER) == "1":
+            for sid in self._sessions_of(identity.rollout_id, identity.attempt):
+                if sid != session_id:
+                    log.info(
+                        "dropped an unreachable session of the rollout at a new seed",
+                        extra={"session_id": sid, "rollout_id": identity.rollout_id, "attempt": identity.attempt},
+                    )
+                    self._drop(sid)
+                    self.retired.add(sid)
+        self.retired.discard(session_id)
+        self.sessions[session_id] = identity
+        return identity
+
+    def end(self, session_id: str) -> None:
+        """The session finished (a successful ``/verify``, an episode that is done)."""
+        self.sessions.pop(session_id, None)
+        self.restored.discard(session_id)
+
+    def check_session(self, session_id: str) -> None:
+        """Refuse a retired session's cookie."""
+        if session_id in self.retired:
+            raise ApiError(ErrorCode.STALE_ATTEMPT, f"session {session_id} was retired; its attempt is over")
+
+    # --- participant ------------------------------------------------------------------
+
+    async def validate(self, records: list[RestoredRecord]) -> Any:
+        if records:
+            raise InvalidState(f"a {self.checkpoint_mode} server cannot restore {len(records)} records")
+        return None
+
+    async def release_out_of_scope(self, scope: Scope) -> None:
+        for sid in list(self.restored):
+            ident = self.sessions.get(sid)
+            if not scope.includes(ident.rollout_id if ident else None):
+                self._drop(sid)
+
+    async def retire(self, rollout_id: str, attempt: int) -> bool:
+        victims = self._sessions_of(rollout_id, attempt)
+        for sid in victims:
+            self._drop(sid)
+            self.retired.add(sid)
+        return bool(victims)
+
+    def live(self) -> dict[str, Any]:
+        return {"sessions": len(self.sessions)}
+
+    def _sessions_of(self, rollout_id: str, attempt: int) -> list[str]:
+        """Live sessions of the rollout from this attempt or an earlier one."""
+        return [
+            sid
+            for sid, ident in self.sessions.items()
+            if ident is not None and ident.rollout_id == rollout_id and ident.attempt <= attempt
+        ]
+
+    def _drop(self, sid: str) -> None:
+        if self.store is not None:
+            self.store.retire_session_state(sid)
+        self.sessions.pop(sid, None)
+        self.restored.discard(sid)
+
+
+class RestartOnlyParticipant(SessionParticipant):
+    """Sessions cannot be saved: every live session blocks a checkpoint until it ends or is retired."""
+
+    checkpoint_mode = CheckpointMode.RESTART_ONLY
+
+    def blockers(self) -> list[Blocker]:
+        return [
+            Blocker(
+                kind="session",
+                id=sid,
+                detail="restart_only server holds a live session" + (f" of rollout {ident.rollout_id}" if ident else ""),
+            )
+            for sid, ident in self.sessions.items()
+        ]
+
+
+class StatelessParticipant(SessionParticipant):
+    """Nothing to save: commit writes an empty manifest; with ``replay`` verify its routes keep serving."""
+
+    checkpoint_mode = CheckpointMode.STATELESS
+
+
+@dataclass(frozen=True)
+class StagedSessions:
+    """What :meth:`ExportedParticipant.validate` built: the store's staged states and each session's identity."""
+
+    staged: Any
+    identities: dict[str, RolloutIdentity | None]
+
+
+class ExportedParticipant(SessionParticipant):
+    """Sessions are saved through the server's :class:`SessionHooks` and restored under attempt + 1."""
+
+    checkpoint_mode = CheckpointMode.EXPORTED
+
+    def __init__(self, hooks: SessionHooks, *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES) -> None:
+        if not isinstance(hooks, SessionHooks):
+            raise TypeError(f"{type(hooks).__name__} does not implement the session hooks of an exported server")
+        super().__init__(hooks, verify=verify, role=role)
+        self.hooks = hooks
+
+    async def export(self, scope: Scope) -> list[Record]:
+        return await asyncio.to_thread(self._export_sync, scope)
+
+    def _export_sync(self, scope: Scope) -> list[Record]:
+        states = self.hooks.export_session_states()
+        records: list[Record] = []
+        for sid, state in states.items():
+            ident = self.sessions.get(sid)
+            if not scope.includes(ident.rollout_id if ident else None):
+                continue
+            payload = {"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": state}
+            records.append(
+                Record(
+                    key=f"session-{sid}",
+                    data=_dumps(payload),
+                    rollout_id=ident.rollout_id if ident else None,
+                    attempt=ident.attempt if ident else None,
+                )
+            )
+        if records and isinstance(self.hooks, SharedStateHooks):
+            for name, state in self.hooks.export_shared_states().items():
+                records.append(Record(key=f"shared-{name}", data=_dumps({"schema_version": STATE_SCHEMA_VERSION, "state": state})))
+        return records
+
+    async def validate(self, records: list[RestoredRecord]) -> StagedSessions:
+        """Parse every record and let the store stage every state; nothing is installed yet."""
+        states: dict[str, Any] = {}
+        shared: dict[str, Any] = {}
+        identities: dict[str, RolloutIdentity | None] = {}
+        for record in records:
+            payload = _loads(record)
+            if record.key.startswith("shared-"):
+                shared[record.key[len("shared-") :]] = payload.get("state")
+                continue
+            sid = payload.get("session_id")
+            if not isinstance(sid, str) or record.key != f"session-{sid}":
+                raise InvalidState(f"record {record.key} does not hold the session its key names")
+            states[sid] = payload.get("state")
+            identities[sid] = (
+                RolloutIdentity(rollout_id=record.rollout_id, attempt=record.new_attempt or 0) if record.rollout_id else None
+            )
+        if shared and not isinstance(self.hooks, SharedStateHooks):
+            raise InvalidState("records hold shared state this server does not take")
+
+        def stage() -> Any:
+            if shared:
+                return self.hooks.stage_session_states(states, shared)  # type: ignore[call-arg]
+            return self.hooks.stage_session_states(states)
+
+        try:
+            staged = await asyncio.to_thread(stage)
+        except InvalidState:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidState(f"{type(exc).__name__}: {exc}") from None
+        return StagedSessions(staged, identities)
+
+    async def install(self, validated: StagedSessions) -> None:
+        self.hooks.install_session_states(validated.staged)
+        for sid, ident in validated.identities.items():
+            self.sessions[sid] = ident
+            self.restored.add(sid)
+            self.retired.discard(sid)
+
+    async def uninstall(self, validated: StagedSessions) -> None:
+        for sid in validated.identities:
+            self._drop(sid)
+
+
+PARTICIPANTS: dict[CheckpointMode, type[SessionParticipant]] = {
+    CheckpointMode.RESTART_ONLY: RestartOnlyParticipant,
+    CheckpointMode.EXPORTED: ExportedParticipant,
+    CheckpointMode.STATELESS: StatelessParticipant,
+}
+
+
+def participant_for(
+    mode: CheckpointMode, store: Any = None, *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
+) -> SessionParticipant:
+    """The participant of a server whose mode is configurable (the counter example's ``checkpoint_mode``)."""
+    return PARTICIPANTS[CheckpointMode(mode)](store, verify=verify, role=role)
+
+
+def _dumps(value: Any) -> bytes:
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidState(f"session state is not JSON-serializable: {exc}") from None
+
+
+def _loads(record: RestoredRecord) -> dict[str, Any]:
+    try:
+        payload = json.loads(record.data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidState(f"record {record.key} is not JSON: {exc}") from None
+    if not isinstance(payload, dict) or payload.get("schema_version") != STATE_SCHEMA_VERSION:
+        raise InvalidState(f"record {record.key} has an unsupported schema_version")
+    return payload

@@ -1,25 +1,33 @@
-"""The checkpoint control plane of one server: phases, admission, fencing, lease, storage.
+"""The checkpoint control plane of one server: the control verbs, over a few collaborators.
 
-Phases (DESIGN §5): ``open -> preparing -> prepared|blocked -> committed -> open`` (resume)
-or ``-> open`` (abort); a fresh process: ``fresh -> restoring -> restored -> open``.
-Every verb is idempotent for the same checkpoint id: a repeat returns the first answer
-(or waits for the first call still running).
+Built by the app factory (:func:`gym_services.server.app.create_server_app`) for every server and
+called by its control routes (:mod:`gym_services.control.routes`). It answers each verb and
+delegates the rest: phases and their allowed moves (:mod:`.phases`), admission and the attempt
+fence (:mod:`.admission`), the lease and its watcher (:mod:`.lease`), repeat calls
+(:mod:`.repeats`), storage clients (:mod:`.storage_clients`), records and manifests
+(:mod:`.records`), restore decisions (:mod:`.decisions`); what depends on the server's own state
+is its :class:`~gym_services.control.participant.Participant`'s business.
+
+Phases: ``open -> preparing -> prepared|blocked -> committed -> open`` (resume) or ``-> open``
+(abort); a fresh process: ``fresh -> restoring -> restored -> open`` (``docs/protocol.md``).
+Every verb is idempotent for the same checkpoint id: a repeat returns the first answer (or waits
+for the first call still running).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control.admission import Admission
-from gym_services.control.fencing import AttemptFence
+from gym_services.control.decisions import settle
+from gym_services.control.lease import Lease
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import (
     Blocker,
@@ -34,21 +42,32 @@ from gym_services.control.models import (
     RetireRequest,
     RetireResponse,
     StatusResponse,
-    StorageAccess,
 )
-from gym_services.control.decisions import settle
-from gym_services.control.protocol import DEFAULT_LEASE_S, OPEN_PHASES, Decision, Phase, Verb
-from gym_services.control.participant import InvalidState, Participant, Scope
+from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.phases import PhaseMachine
+from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
 from gym_services.control.records import (
     IncompleteCheckpoint,
     read_participant_checkpoint,
     sha256,
     write_participant_checkpoint,
 )
-from gym_services.control.storage import Storage, StorageError, open_storage
+from gym_services.control.repeats import RepeatCalls
+from gym_services.control.storage import Storage, StorageError
+from gym_services.control.storage_clients import StorageClients
 
 T = TypeVar("T")
 log = get_logger("control")
+
+
+@dataclass
+class RestoreInProgress:
+    """A restore from its start until the checkpoint closes."""
+
+    before: Phase  # where the process was: an undone restore goes back there
+    decision: tuple[Storage, str] | None = None  # where its decision object is, when the coordinator named it
+    validated: Any = None  # what the participant validated and installed
+    answer: RestoreResponse | None = None
 
 
 class ControlPlane:
@@ -66,75 +85,40 @@ class ControlPlane:
         self.role = participant.role
         self.metrics = metrics
         self.admission = admission
-        self.phase: Phase = Phase.FRESH
+        self.phases = PhaseMachine(admission, metrics.admission_open)
+        self._lease = Lease()
+        self.calls = RepeatCalls()
+        self.storages = StorageClients(config.storage, self.server)
         self.checkpoint_id: str | None = None
-        self.lease_deadline: float | None = None
-        self._lease_s = DEFAULT_LEASE_S
-        self.last_event: str | None = None
-        self._ops: dict[tuple[Verb, str], asyncio.Task] = {}
-        self._closed: dict[str, tuple[Verb, PhaseResponse]] = {}
-        self._restored: Any = None
-        self._phase_before_restore: Phase = Phase.FRESH
-        #: (storage, restore id) of the restore in progress, when the coordinator named it
-        self._decision: tuple[Storage, str] | None = None
-        self._restore_answer: RestoreResponse | None = None
-        #: restores this process installed and resumed: checkpoint id -> (restore id, answer)
-        self._resumed_restores: dict[str, tuple[str, RestoreResponse]] = {}
-        #: one client per location and access (the access's values, keys included, tell clients apart)
-        self._storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
-        self._pool = ThreadPoolExecutor(
-            max_workers=config.storage.max_concurrency, thread_name_prefix=f"storage-{self.server}"
-        )
-        self._lease_task: asyncio.Task | None = None
+        self.restoring: RestoreInProgress | None = None
 
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._lease_task = asyncio.create_task(self._watch_lease(), name=f"lease-{self.server}")
+        self._lease.watch(self._expire_if_due, self.config.checkpoint.lease_check_interval_s, f"lease-{self.server}")
 
     async def stop(self) -> None:
-        if self._lease_task:
-            self._lease_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lease_task
-        for task in self._ops.values():
-            task.cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        await self._lease.stop()
+        self.calls.cancel_all()
+        self.storages.shutdown()
+
+    # --- what the rest of the server reads -------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self.phases.phase
+
+    def current_blockers(self) -> list[Blocker]:
+        return self.admission.blocking() + self.participant.blockers()
 
     # --- helpers ---------------------------------------------------------------------
 
-    @property
-    def fence(self) -> AttemptFence:
-        return self.admission.fence
+    def _move(self, phase: Phase, event: str) -> None:
+        self.phases.move(phase, event, self.checkpoint_id)
 
-    def _set_phase(self, phase: Phase, event: str) -> None:
-        self.phase = phase
-        self.admission.set(phase in OPEN_PHASES, self.checkpoint_id, phase)
-        self.metrics.admission_open.set(1 if self.admission.is_open else 0)
-        self.last_event = event
-        log.info(event, extra={"phase": phase, "checkpoint_id": self.checkpoint_id})
-
-    def storage(self, location: str, access: StorageAccess | None = None) -> Storage:
-        """The storage client for a location, from the server's config or the request's access."""
-        key = (location, tuple(sorted(access.wire().items())) if access else ())
-        if key not in self._storages:
-            config = self.config.storage
-            if access is not None:
-                config = config.model_copy(update=access.model_dump(exclude_none=True))
-            try:
-                self._storages[key] = open_storage(location, config)
-            except StorageError as exc:
-                raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
-        return self._storages[key]
-
-    def _renew(self, lease_s: float | None = None) -> None:
-        if lease_s is not None:
-            self._lease_s = lease_s
-        self.lease_deadline = time.monotonic() + self._lease_s
-
-    def _phase_response(self, detail: str = "") -> PhaseResponse:
+    def _phase_response(self, detail: str = "", checkpoint_id: str | None = None) -> PhaseResponse:
         return PhaseResponse(
-            checkpoint_id=self.checkpoint_id,
+            checkpoint_id=checkpoint_id or self.checkpoint_id,
             participant_id=self.participant_id,
             role=self.role,
             phase=self.phase,
@@ -150,19 +134,17 @@ class ControlPlane:
                 f"checkpoint {checkpoint_id} is not the open one ({self.checkpoint_id}) on {self.participant_id}",
             )
 
-    async def _once(self, verb: Verb, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` once per (verb, id); repeats wait for and return the same answer."""
-        key = (verb, checkpoint_id)
-        task = self._ops.get(key)
-        if task is None:
-            task = asyncio.create_task(self._timed(verb, work), name=f"{verb}-{checkpoint_id}")
-            self._ops[key] = task
-            task.add_done_callback(lambda t: self._forget_failed(key, t))
-        return await asyncio.shield(task)
+    def _refuse_busy(self, verb: Verb, cid: str) -> None:
+        if self.checkpoint_id is not None:
+            raise ApiError(
+                ErrorCode.CHECKPOINT_BUSY,
+                f"checkpoint {self.checkpoint_id} is open on {self.participant_id} (phase {self.phase}); "
+                f"cannot {verb} {cid}",
+                details={"open_checkpoint_id": self.checkpoint_id, "phase": self.phase},
+            )
 
-    def _forget_failed(self, key: tuple[Verb, str], task: asyncio.Task) -> None:
-        if (task.cancelled() or task.exception() is not None) and self._ops.get(key) is task:
-            del self._ops[key]  # a failed verb may be retried
+    async def _once(self, verb: Verb, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
+        return await self.calls.once(verb, checkpoint_id, lambda: self._timed(verb, work))
 
     async def _timed(self, verb: Verb, work: Callable[[], Awaitable[T]]) -> T:
         started = time.perf_counter()
@@ -174,29 +156,28 @@ class ControlPlane:
         finally:
             self.metrics.phase_seconds.labels(verb=verb, outcome=outcome).observe(time.perf_counter() - started)
 
+    def _open(self, cid: str, lease_s: float, phase: Phase, event: str) -> None:
+        """A checkpoint (or restore) starts here: admission closes, the lease runs."""
+        self.calls.opened(cid)
+        self.checkpoint_id = cid
+        self._lease.renew(lease_s)
+        self._move(phase, event)
+
     def _close(self, verb: Verb, event: str, phase: Phase) -> PhaseResponse:
-        """End the open checkpoint: admission reopens, per-checkpoint answers are dropped."""
+        """End the open checkpoint: admission reopens, per-checkpoint calls are dropped."""
         checkpoint_id = self.checkpoint_id
         assert checkpoint_id is not None
         self.checkpoint_id = None
-        self._set_phase(phase, event)
-        self.lease_deadline = None
-        self._restored = None
-        response = PhaseResponse(
-            checkpoint_id=checkpoint_id, participant_id=self.participant_id, role=self.role, phase=self.phase, detail=event
-        )
-        self._closed[checkpoint_id] = (verb, response)
-        current = asyncio.current_task()
-        for key in [k for k in self._ops if k[1] == checkpoint_id]:
-            task = self._ops.pop(key)
-            if not task.done() and task is not current:
-                task.cancel()
+        self._move(phase, event)
+        self._lease.clear()
+        self.restoring = None
+        response = self._phase_response(event, checkpoint_id)
+        self.calls.close(checkpoint_id, verb, response)
         return response
 
-    # --- verbs -----------------------------------------------------------------------
+    # --- status ------------------------------------------------------------------------
 
     def status(self) -> StatusResponse:
-        remaining = None if self.lease_deadline is None else max(0.0, self.lease_deadline - time.monotonic())
         return StatusResponse(
             participant_id=self.participant_id,
             server=self.server,
@@ -205,53 +186,30 @@ class ControlPlane:
             checkpoint_verify=self.participant.checkpoint_verify,
             phase=self.phase,
             checkpoint_id=self.checkpoint_id,
-            lease_remaining_s=remaining,
+            lease_remaining_s=self._lease.remaining(),
             admission_open=self.admission.is_open,
             inflight=len(self.admission.inflight),
             live=self.participant.live(),
             blockers=self.current_blockers(),
-            last_event=self.last_event,
+            last_event=self.phases.last_event,
         )
 
-    def current_blockers(self) -> list[Blocker]:
-        return self.admission.blocking() + self.participant.blockers()
+    # --- prepare -----------------------------------------------------------------------
 
     async def prepare(self, req: PrepareRequest) -> PrepareResponse:
         cid = req.checkpoint_id
-        if (Verb.PREPARE, cid) in self._ops:
-            return await self._once(Verb.PREPARE, cid, self._never)
-        if self.checkpoint_id is not None:
-            raise ApiError(
-                ErrorCode.CHECKPOINT_BUSY,
-                f"checkpoint {self.checkpoint_id} is open on {self.participant_id} (phase {self.phase}); "
-                f"cannot prepare {cid}",
-                details={"open_checkpoint_id": self.checkpoint_id, "phase": self.phase},
-            )
-        self._closed.pop(cid, None)
-        self.checkpoint_id = cid
-        self._renew(req.lease_s)
-        self._set_phase(Phase.PREPARING, f"prepare {cid}: admission closed")
+        if not self.calls.started(Verb.PREPARE, cid):
+            self._refuse_busy(Verb.PREPARE, cid)
+            self._open(cid, req.lease_s, Phase.PREPARING, f"prepare {cid}: admission closed")
         return await self._once(Verb.PREPARE, cid, lambda: self._run_prepare(req))
-
-    async def _never(self) -> Any:  # pragma: no cover - only reached if an op vanished
-        raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, "operation is gone")
 
     async def _run_prepare(self, req: PrepareRequest) -> PrepareResponse:
         cid = req.checkpoint_id
         started = time.monotonic()
-        deadline = started + req.deadline_s
         await self.participant.prepare(cid)
-        poll = self.config.checkpoint.poll_interval_s
-        while True:
-            if self.checkpoint_id != cid:
-                raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted while preparing")
-            blockers = self.current_blockers()
-            now = time.monotonic()
-            if not blockers or now >= deadline:
-                break
-            await asyncio.sleep(min(poll, max(0.0, deadline - now)))
+        blockers = await self._wait_for_boundary(cid, started + req.deadline_s)
         status = Phase.BLOCKED if blockers else Phase.PREPARED
-        self._set_phase(status, f"prepare {cid}: {status}" + (f" ({len(blockers)} blockers)" if blockers else ""))
+        self._move(status, f"prepare {cid}: {status}" + (f" ({len(blockers)} blockers)" if blockers else ""))
         return PrepareResponse(
             checkpoint_id=cid,
             participant_id=self.participant_id,
@@ -261,9 +219,23 @@ class ControlPlane:
             waited_s=round(time.monotonic() - started, 6),
         )
 
+    async def _wait_for_boundary(self, cid: str, deadline: float) -> list[Blocker]:
+        """Poll the blockers until there are none or the deadline passes; what is left blocks."""
+        poll = self.config.checkpoint.poll_interval_s
+        while True:
+            if self.checkpoint_id != cid:
+                raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted while preparing")
+            blockers = self.current_blockers()
+            now = time.monotonic()
+            if not blockers or now >= deadline:
+                return blockers
+            await asyncio.sleep(min(poll, max(0.0, deadline - now)))
+
+    # --- commit ------------------------------------------------------------------------
+
     async def commit(self, req: CommitRequest) -> CommitResponse:
         cid = req.checkpoint_id
-        if (Verb.COMMIT, cid) not in self._ops:
+        if not self.calls.started(Verb.COMMIT, cid):
             self._require_open_checkpoint(cid)
             if self.phase != Phase.PREPARED:
                 raise ApiError(
@@ -273,22 +245,14 @@ class ControlPlane:
 
     async def _run_commit(self, req: CommitRequest) -> CommitResponse:
         started = time.perf_counter()
-        self._renew()
-        storage = self.storage(req.location, req.storage)
+        self._lease.renew()
+        storage = self.storages.get(req.location, req.storage)
         scope = Scope.of(req.episodes)
-        try:
-            records = await self.participant.export(scope)
-        except InvalidState as exc:
-            raise ApiError(ErrorCode.INVALID_STATE, f"export for checkpoint {req.checkpoint_id} failed: {exc}") from None
-        records = [
-            r if r.attempt is not None or r.rollout_id is None
-            else type(r)(r.key, r.data, r.rollout_id, self.fence.highest(r.rollout_id) or 0)
-            for r in records
-        ]
+        records = self._with_attempts(await self._export(req.checkpoint_id, scope))
         try:
             key, data = await write_participant_checkpoint(
                 storage,
-                self._pool,
+                self.storages.pool,
                 checkpoint_id=req.checkpoint_id,
                 participant_id=self.participant_id,
                 server=self.server,
@@ -303,8 +267,8 @@ class ControlPlane:
         total = sum(len(r.data) for r in records)
         self.metrics.records_written.inc(len(records))
         self.metrics.bytes_written.inc(total)
-        self._renew()
-        self._set_phase(Phase.COMMITTED, f"commit {req.checkpoint_id}: {len(records)} records, {total} bytes")
+        self._lease.renew()
+        self._move(Phase.COMMITTED, f"commit {req.checkpoint_id}: {len(records)} records, {total} bytes")
         return CommitResponse(
             checkpoint_id=req.checkpoint_id,
             participant_id=self.participant_id,
@@ -318,6 +282,22 @@ class ControlPlane:
             duration_s=round(time.perf_counter() - started, 6),
         )
 
+    async def _export(self, cid: str, scope: Scope) -> list[Record]:
+        try:
+            return await self.participant.export(scope)
+        except InvalidState as exc:
+            raise ApiError(ErrorCode.INVALID_STATE, f"export for checkpoint {cid} failed: {exc}") from None
+
+    def _with_attempts(self, records: list[Record]) -> list[Record]:
+        """A rollout's record without an attempt gets the newest attempt the fence has seen."""
+        return [
+            r if r.attempt is not None or r.rollout_id is None
+            else type(r)(r.key, r.data, r.rollout_id, self.admission.fence.highest(r.rollout_id) or 0)
+            for r in records
+        ]
+
+    # --- resume and abort --------------------------------------------------------------
+
     async def resume(self, req: CheckpointRef) -> PhaseResponse:
         return await self._finish(Verb.RESUME, req.checkpoint_id)
 
@@ -325,70 +305,52 @@ class ControlPlane:
         return await self._finish(Verb.ABORT, req.checkpoint_id)
 
     async def _finish(self, verb: Verb, cid: str) -> PhaseResponse:
-        if self.checkpoint_id is None and cid in self._closed:
-            return self._closed[cid][1]  # idempotent repeat
+        if self.checkpoint_id is None and (closed := self.calls.closed(cid)) is not None:
+            return closed  # idempotent repeat
         self._require_open_checkpoint(cid)
-        running = [t for (v, c), t in self._ops.items() if c == cid and v in (Verb.COMMIT, Verb.RESTORE) and not t.done()]
+        running = self.calls.busy(cid, (Verb.COMMIT, Verb.RESTORE))
         if running:
             raise ApiError(ErrorCode.CHECKPOINT_BUSY, f"{verb} must wait: a {running[0].get_name()} is still running")
         return await self._once(verb, cid, lambda: self._run_finish(verb, cid))
 
     async def _run_finish(self, verb: Verb, cid: str) -> PhaseResponse:
-        restored = self.phase in (Phase.RESTORED, Phase.RESTORING)
+        restore = self.restoring
         abandon = verb is Verb.ABORT or self.phase in (Phase.PREPARING, Phase.BLOCKED)
-        if abandon and restored and self._restored is not None:
-            await self.participant.uninstall(self._restored)
+        if abandon and restore is not None and restore.validated is not None:
+            await self.participant.uninstall(restore.validated)
         if abandon:
             await self.participant.abort()
         else:
             await self.participant.resume()
-            if restored and self._decision is not None and self._restore_answer is not None:
-                self._remember_resumed(cid, self._decision[1], self._restore_answer)
-        undone = restored and abandon
-        phase: Phase = self._phase_before_restore if undone else Phase.OPEN
+            if restore is not None and restore.decision is not None and restore.answer is not None:
+                self.calls.remember_resumed_restore(cid, restore.decision[1], restore.answer)
+        undone = restore is not None and abandon
+        phase = restore.before if undone and restore is not None else Phase.OPEN
         return self._close(verb, f"{verb} {cid}: admission open" + (" (restore undone)" if undone else ""), phase)
+
+    # --- restore -----------------------------------------------------------------------
 
     async def restore(self, req: RestoreRequest) -> RestoreResponse:
         cid = req.checkpoint_id
-        done = self._resumed_restores.get(cid)
-        if done is not None and req.restore_id == done[0] and self.checkpoint_id is None:
-            return done[1]  # a re-run coordinator repeats a restore this process already finished
-        if (Verb.RESTORE, cid) not in self._ops:
-            if self.checkpoint_id is not None:
-                raise ApiError(
-                    ErrorCode.CHECKPOINT_BUSY,
-                    f"checkpoint {self.checkpoint_id} is open on {self.participant_id}; cannot restore",
-                )
+        done = self.calls.resumed_restore(cid, req.restore_id)
+        if done is not None and self.checkpoint_id is None:
+            return done  # a re-run coordinator repeats a restore this process already finished
+        if not self.calls.started(Verb.RESTORE, cid):
+            self._refuse_busy(Verb.RESTORE, cid)
             if self.phase not in OPEN_PHASES:
                 raise ApiError(ErrorCode.INVALID_PHASE, f"{self.participant_id} cannot restore in phase {self.phase}")
-            self._closed.pop(cid, None)
-            self._phase_before_restore = self.phase
-            self._decision = None
-            self._restore_answer = None
-            self.checkpoint_id = cid
-            self._renew(req.lease_s)
-            self._set_phase(Phase.RESTORING, f"restore {cid}: admission closed")
+            self.restoring = RestoreInProgress(before=self.phase)
+            self._open(cid, req.lease_s, Phase.RESTORING, f"restore {cid}: admission closed")
         return await self._once(Verb.RESTORE, cid, lambda: self._run_restore(req))
 
     async def _run_restore(self, req: RestoreRequest) -> RestoreResponse:
         started = time.perf_counter()
+        restore = self.restoring
+        assert restore is not None
         try:
-            storage = self.storage(req.location, req.storage)
-            self._decision = (storage, req.restore_id) if req.restore_id else None
-            try:
-                manifest, records = await read_participant_checkpoint(
-                    storage, self._pool, req.manifest_key, req.manifest_sha256
-                )
-            except IncompleteCheckpoint as exc:
-                raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
-            except StorageError as exc:
-                raise ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"reading checkpoint {req.checkpoint_id} failed: {exc}") from None
-            if manifest.checkpoint_id != req.checkpoint_id:
-                raise InvalidState(f"manifest belongs to checkpoint {manifest.checkpoint_id}, not {req.checkpoint_id}")
-            if manifest.participant_id != self.participant_id or manifest.role != self.role:
-                raise InvalidState(
-                    f"manifest is for {manifest.role} {manifest.participant_id}, this is {self.role} {self.participant_id}"
-                )
+            storage = self.storages.get(req.location, req.storage)
+            restore.decision = (storage, req.restore_id) if req.restore_id else None
+            records = await self._read_records(storage, req)
             validated = await self.participant.validate(records)
         except InvalidState as exc:
             self._abandon_restore(f"restore {req.checkpoint_id} refused: {exc}")
@@ -397,18 +359,14 @@ class ControlPlane:
             self._abandon_restore(f"restore {req.checkpoint_id} failed")
             raise
         await self.participant.install(validated)
-        self._restored = validated
-        episodes: dict[str, int] = {}
-        for record in records:
-            if record.rollout_id is not None and record.new_attempt is not None:
-                self.fence.advance(record.rollout_id, record.new_attempt)
-                episodes[record.rollout_id] = max(episodes.get(record.rollout_id, 0), record.new_attempt)
+        restore.validated = validated
+        episodes = self._advance_fence(records)
         total = sum(len(r.data) for r in records)
         self.metrics.records_restored.inc(len(records))
         self.metrics.bytes_restored.inc(total)
-        self._renew()
-        self._set_phase(Phase.RESTORED, f"restore {req.checkpoint_id}: {len(records)} records installed")
-        self._restore_answer = RestoreResponse(
+        self._lease.renew()
+        self._move(Phase.RESTORED, f"restore {req.checkpoint_id}: {len(records)} records installed")
+        restore.answer = RestoreResponse(
             checkpoint_id=req.checkpoint_id,
             participant_id=self.participant_id,
             role=self.role,
@@ -417,22 +375,50 @@ class ControlPlane:
             episodes=episodes,
             duration_s=round(time.perf_counter() - started, 6),
         )
-        return self._restore_answer
+        return restore.answer
 
-    def _remember_resumed(self, cid: str, restore_id: str, answer: RestoreResponse) -> None:
-        self._resumed_restores[cid] = (restore_id, answer)
-        while len(self._resumed_restores) > 16:
-            del self._resumed_restores[next(iter(self._resumed_restores))]
+    async def _read_records(self, storage: Storage, req: RestoreRequest) -> list[RestoredRecord]:
+        """This participant's records, each verified against its manifest, which must be its own."""
+        try:
+            manifest, records = await read_participant_checkpoint(
+                storage, self.storages.pool, req.manifest_key, req.manifest_sha256
+            )
+        except IncompleteCheckpoint as exc:
+            raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
+        except StorageError as exc:
+            raise ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"reading checkpoint {req.checkpoint_id} failed: {exc}") from None
+        if manifest.checkpoint_id != req.checkpoint_id:
+            raise InvalidState(f"manifest belongs to checkpoint {manifest.checkpoint_id}, not {req.checkpoint_id}")
+        if manifest.participant_id != self.participant_id or manifest.role != self.role:
+            raise InvalidState(
+                f"manifest is for {manifest.role} {manifest.participant_id}, this is {self.role} {self.participant_id}"
+            )
+        return records
+
+    def _advance_fence(self, records: list[RestoredRecord]) -> dict[str, int]:
+        """Restored episodes continue as attempt + 1: older attempts are stale from now on."""
+        episodes: dict[str, int] = {}
+        for record in records:
+            if record.rollout_id is not None and record.new_attempt is not None:
+                self.admission.fence.advance(record.rollout_id, record.new_attempt)
+                episodes[record.rollout_id] = max(episodes.get(record.rollout_id, 0), record.new_attempt)
+        return episodes
 
     def _abandon_restore(self, event: str) -> None:
         """A failed restore installed nothing: go back to where we were."""
+        if self.phase is not Phase.RESTORING:
+            return  # already closed (the server is stopping)
+        before = self.restoring.before if self.restoring is not None else Phase.FRESH
         self.checkpoint_id = None
-        self.lease_deadline = None
-        self._set_phase(self._phase_before_restore, event)
+        self._lease.clear()
+        self.restoring = None
+        self._move(before, event)
+
+    # --- lease and retire ----------------------------------------------------------------
 
     async def lease(self, req: CheckpointRef) -> PhaseResponse:
         self._require_open_checkpoint(req.checkpoint_id)
-        self._renew()
+        self._lease.renew()
         return self._phase_response("lease renewed")
 
     async def retire(self, req: RetireRequest) -> RetireResponse:
@@ -442,42 +428,32 @@ class ControlPlane:
                 f"retire is refused while checkpoint {self.checkpoint_id} is open on {self.participant_id}",
             )
         retired = await self.participant.retire(req.rollout_id, req.attempt)
-        self.fence.advance(req.rollout_id, req.attempt + 1)
+        self.admission.fence.advance(req.rollout_id, req.attempt + 1)
         log.info("retired", extra={"rollout_id": req.rollout_id, "attempt": req.attempt, "dropped": retired})
         return RetireResponse(
             rollout_id=req.rollout_id, attempt=req.attempt, participant_id=self.participant_id, retired=retired
         )
 
-    # --- lease -----------------------------------------------------------------------
-
-    async def _watch_lease(self) -> None:
-        interval = self.config.checkpoint.lease_check_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._expire_if_due()
-            except Exception:  # noqa: BLE001 - the watcher must survive to guard the next checkpoint
-                log.exception("lease expiry handling failed")
+    # --- lease expiry --------------------------------------------------------------------
 
     async def _expire_if_due(self) -> None:
-        if self.checkpoint_id is None or self.lease_deadline is None:
-            return
-        if time.monotonic() < self.lease_deadline:
-            return
+        """The watcher's check: a lease nobody renewed aborts the checkpoint, or settles a restore."""
         cid = self.checkpoint_id
-        busy = any(c == cid and v in (Verb.COMMIT, Verb.RESTORE) and not t.done() for (v, c), t in self._ops.items())
-        if busy:
+        if cid is None or not self._lease.expired():
+            return
+        if self.calls.busy(cid, (Verb.COMMIT, Verb.RESTORE)):
             return  # bounded work in progress; expire once it ends
-        if self.phase == Phase.RESTORED and self._decision is not None:
-            await self._expire_restore(cid, *self._decision)
+        restore = self.restoring
+        if self.phase == Phase.RESTORED and restore is not None and restore.decision is not None:
+            await self._expire_restore(cid, *restore.decision)
             return
         log.warning("lease expired: aborting checkpoint by itself", extra={"checkpoint_id": cid, "phase": self.phase})
         self.metrics.lease_expiries.inc()
-        prepare = self._ops.get((Verb.PREPARE, cid))
+        prepare = self.calls.task(Verb.PREPARE, cid)
         if prepare is not None and not prepare.done():
             prepare.cancel()
         await self._run_finish(Verb.ABORT, cid)
-        self.last_event = f"lease expired: checkpoint {cid} aborted, admission open"
+        self.phases.last_event = f"lease expired: checkpoint {cid} aborted, admission open"
 
     async def _expire_restore(self, cid: str, storage: Storage, restore_id: str) -> None:
         """The coordinator went quiet after this restore: follow the restore's decision object.
@@ -487,11 +463,10 @@ class ControlPlane:
         storage cannot be reached the restore stays closed and is retried each tick, for one more
         lease at most; then it is undone, and that is logged as an error.
         """
-        assert self.lease_deadline is not None
         try:
             decision = await asyncio.to_thread(settle, storage, cid, restore_id, Decision.ABORT, self.participant_id)
         except (StorageError, InvalidState) as exc:
-            if time.monotonic() < self.lease_deadline + self._lease_s:
+            if not self._lease.overdue_by_a_lease():
                 log.warning("lease expired; the restore decision cannot be read yet", extra={"checkpoint_id": cid, "error": str(exc)})
                 return
             log.error("the restore decision stayed unreadable: undoing the restore", extra={"checkpoint_id": cid, "error": str(exc)})
@@ -506,4 +481,4 @@ class ControlPlane:
         finish = Verb(decision)
         await self._once(finish, cid, lambda: self._run_finish(finish, cid))
         verb = "resumed" if decision == Decision.RESUME else "undone"
-        self.last_event = f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"
+        self.phases.last_event = f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"

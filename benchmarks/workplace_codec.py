@@ -6,7 +6,7 @@ Prints one table: encode and decode rates (single core, this process only), byte
 the diff encoding and for the plain column-JSON encoding of the same sessions (ratio from this
 run), the base size, and peak memory. Every restored session is checked to equal its original
 exactly (values, dtypes, index, NaN vs None) outside the timed sections.
-Targets (DESIGN §12): <= 10 KB per typical session, >= 30x smaller than plain, >= 500 sessions/s.
+Targets (docs/architecture.md, "Targets"): <= 10 KB per typical session, >= 30x smaller than plain, >= 500 sessions/s.
 """
 
 from __future__ import annotations

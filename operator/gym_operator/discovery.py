@@ -1,4 +1,4 @@
-"""Finding participants: pods of the release with role and participant labels (DESIGN §9).
+"""Finding participants: pods of the release with role and participant labels (``docs/protocol.md``, "Kubernetes").
 
 A participant pod carries:
 - label ``gym-checkpoint.dev/role`` (controller, environment, model, agent, resources),

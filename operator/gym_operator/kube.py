@@ -1,4 +1,7 @@
-"""A thin async wrapper over the Kubernetes Python client: the few calls the operator makes."""
+"""A thin async wrapper over the Kubernetes Python client: the few calls the operator makes.
+
+Built once at startup by :mod:`gym_operator.handlers`, which is its only user.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Status documents and conditions for Checkpoint and Restore resources (Kubernetes conventions)."""
+"""Status documents and conditions for Checkpoint and Restore resources (Kubernetes conventions).
+
+The kopf handlers (:mod:`gym_operator.handlers`) patch these into ``status``; every phase written is a
+:class:`~gym_services.coordination.transaction.TransactionPhase` (``docs/protocol.md``, "Transactions").
+"""
 
 from __future__ import annotations
 

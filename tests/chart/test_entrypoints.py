@@ -18,7 +18,7 @@ pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-# What `gymckpt serve` is planned to know (DESIGN §2); servers not written yet are checked by name.
+# What `gymckpt serve` is planned to know (docs/architecture.md); servers not written yet are checked by name.
 PLANNED_SERVERS = {'inference_worker', 'policy_model', 'workplace_assistant', 'indirect_prompt_injection',
                    'math_formal_lean', 'blackjack', 'simple_agent', 'proof_refinement_agent', 'gymnasium_agent',
                    'collection', 'counter', 'lean_sandbox_standin'}

@@ -1,5 +1,5 @@
 """Faults at every protocol step never leave a partial checkpoint or a partial restore, and the stack
-always ends with admission open (DESIGN §12). Real counter processes, killed with SIGKILL."""
+always ends with admission open (docs/architecture.md, "Targets"). Real counter processes, killed with SIGKILL."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Typed server configuration, loaded from YAML and then the environment.
 
+Each server's ``Config`` subclasses :class:`ServerConfig`; :func:`load_config` is called by
+``gymckpt serve`` (:mod:`gym_services.server.serve`) and the tests.
+
 Environment variables win over the file, so a Kubernetes Secret can inject the
 control token and the session secret without writing them into a ConfigMap:
 

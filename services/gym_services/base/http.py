@@ -1,4 +1,7 @@
-"""Request-body parsing that turns every malformed input into a 400, never a 500."""
+"""Request-body parsing that turns every malformed input into a 400, never a 500.
+
+Used by the control routes and by the data routes of servers that answer in our own error form.
+"""
 
 from __future__ import annotations
 

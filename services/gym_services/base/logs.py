@@ -1,4 +1,7 @@
-"""Structured logs: one JSON object per line, with the server name on every line."""
+"""Structured logs: one JSON object per line, with the server name on every line.
+
+``gymckpt serve`` calls :func:`configure_logging` once; every module logs through :func:`get_logger`.
+"""
 
 from __future__ import annotations
 

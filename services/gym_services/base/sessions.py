@@ -1,4 +1,4 @@
-"""Signed session cookies: the resources servers key their sessions by this id (DESIGN §4).
+"""Signed session cookies: the resources servers key their sessions by this id (``docs/protocol.md``, "Identity and fencing").
 
 The signing secret comes from the deployment, never from names, so a fresh process
 started with the same secret accepts a restored session's cookie. Each server signs

@@ -1,4 +1,8 @@
-"""Attempt fencing: the highest attempt seen per rollout wins (DESIGN §4)."""
+"""Attempt fencing: the highest attempt seen per rollout wins (``docs/protocol.md``, "Identity and fencing").
+
+One per server, inside its :class:`~gym_services.control.admission.Admission`: the admission middleware
+checks and records every data request's attempt, the control plane advances it at restore and retire.
+"""
 
 from __future__ import annotations
 

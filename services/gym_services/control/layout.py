@@ -1,4 +1,7 @@
-"""Where checkpoint files live under a location (DESIGN §7)."""
+"""Where checkpoint files live under a location (``docs/protocol.md``, "Records and manifests").
+
+Used by whoever writes or reads them: :mod:`.records`, :mod:`.decisions`, the coordinator and the CLI.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The interface each server implements to take part in a checkpoint (DESIGN §5, §6).
+"""The interface each server implements to take part in a checkpoint (``docs/participants.md``).
 
 The control plane owns phases, admission, fencing, the lease and storage; a
 participant only answers the questions that depend on what the server holds:

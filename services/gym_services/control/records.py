@@ -1,4 +1,8 @@
-"""Writing a participant's records then its manifest, and reading them back verified."""
+"""Writing a participant's records then its manifest, and reading them back verified.
+
+The control plane writes at commit and reads at restore (:mod:`gym_services.control.plane`); the
+coordinator checks what commit reported with :func:`parse_participant_manifest` before it publishes.
+"""
 
 from __future__ import annotations
 

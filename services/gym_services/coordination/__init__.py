@@ -1,0 +1,1 @@
+"""The checkpoint and restore transactions and the typed control client, free of Kubernetes (used by the CLI and the operator)."""

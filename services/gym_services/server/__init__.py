@@ -1,0 +1,1 @@
+"""The app factory every server is built with, ``gymckpt serve``, and the registry of servers."""

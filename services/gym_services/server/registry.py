@@ -1,4 +1,8 @@
-"""Every server ``gymckpt serve`` knows: name -> module with ``Config`` and ``create_app(config)``."""
+"""Every server ``gymckpt serve`` knows: name -> module with ``Config`` and ``create_app(config)``.
+
+Read by :mod:`gym_services.server.serve` (which imports the one module it runs: the servers are
+named here, not imported, see ``docs/decisions.md``) and by the CLI for its ``serve`` choices.
+"""
 
 SERVERS: dict[str, str] = {
     "math_formal_lean": "gym_services.resources.math_formal_lean.app",

@@ -1,4 +1,7 @@
-"""One way to start any server: ``gymckpt serve SERVER`` (local stack and Helm chart alike)."""
+"""One way to start any server: ``gymckpt serve SERVER`` (local stack and Helm chart alike).
+
+Called by the CLI (:mod:`gym_services.cli`); tests and the benchmarks build apps with :func:`build_app`.
+"""
 
 from __future__ import annotations
 

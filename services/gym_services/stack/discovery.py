@@ -1,4 +1,7 @@
-"""Participants of a running local stack, for the coordinator."""
+"""Participants of a running local stack, for the coordinator.
+
+Called by the CLI's stack commands (:mod:`gym_services.commands.stack`) and the demo story.
+"""
 
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ async def test_workplace_generation_reply_in_transit(worker, workplace_expected,
     """The model finished generation 1 before its prepare, but the reply had not reached the agent at commit.
 
     The model keeps each rollout's last delivered response until that rollout calls again, and commits
-    it: attempt 1 re-issues the generation from its generate boundary (a replay step, DESIGN §6) and the
+    it: attempt 1 re-issues the generation from its generate boundary (a replay step, docs/participants.md) and the
     restored model answers it from that record without generating a token; the result is exactly equal.
     """
     factory = simple_stack(worker.url, "workplace_assistant", "workplace-oracle")

@@ -1,7 +1,7 @@
 """What an episode records before each step, and the record a commit writes for it.
 
 A boundary holds everything an agent needs to continue an episode in a fresh process
-(DESIGN §6, REFERENCE A.14): the task row, the current model input, the output items so
+(``docs/participants.md``, "Agents"): the task row, the current model input, the output items so
 far, usage, the cookies of every downstream server, step counters, completed attempts
 and the agent's own fields. Agents subclass :class:`Boundary` with typed fields; the
 Python task running the episode is never serialized.

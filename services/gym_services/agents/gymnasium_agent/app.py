@@ -1,4 +1,4 @@
-"""gymnasium_agent: ``/reset`` then (model -> ``/step``)* against an environment server (REFERENCE B.4)."""
+"""gymnasium_agent: ``/reset`` then (model -> ``/step``)* against an environment server (``agents/README.md``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""proof_refinement_agent: generate a proof, verify it, correct it (REFERENCE B.6, seeds/004)."""
+"""proof_refinement_agent: generate a proof, verify it, correct it (``agents/README.md``)."""
 
 from __future__ import annotations
 

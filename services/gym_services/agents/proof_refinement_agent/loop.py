@@ -1,6 +1,6 @@
-"""The seed -> generate -> verify -> correct loop of REFERENCE B.6, one step per boundary.
+"""The seed -> generate -> verify -> correct loop of NeMo Gym's proof refinement agent, one step per boundary.
 
-Boundaries (seeds/004): ``seed`` before ``/seed_session``; ``generate`` before each policy
+Boundaries (``agents/README.md``): ``seed`` before ``/seed_session``; ``generate`` before each policy
 call, holding the current input and the completed attempts; ``verify`` before each
 ``/verify``, holding the generated proof; ``return`` once the final result is known.
 Seed and generation are replay steps; verification is a replay step only when the

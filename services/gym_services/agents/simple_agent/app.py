@@ -1,4 +1,4 @@
-"""simple_agent: the tool-calling loop against a resources server (REFERENCE B.5)."""
+"""simple_agent: the tool-calling loop against a resources server (``agents/README.md``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tool-calling loop of REFERENCE B.5, one step per boundary.
+"""The tool-calling loop of NeMo Gym's simple agent, one step per boundary (``agents/README.md``).
 
 seed -> generate -> (tool)* -> generate -> ... -> verify -> return
 

@@ -1,6 +1,6 @@
 """The built-in inference worker: an OpenAI-compatible chat completions server with deterministic policies.
 
-It stands where vLLM stands in production (DESIGN §2, §6), so the policy model talks to it exactly as
+It stands where vLLM stands in production (``docs/participants.md``, "The policy model"), so the policy model talks to it exactly as
 it would to vLLM: ``POST /v1/chat/completions`` (SSE with ``stream: true``), ``GET /v1/models``.
 
 Generation text and tool calls

@@ -1,10 +1,10 @@
 """The policy model server: ``POST /v1/responses`` over a streaming chat completions upstream.
 
-Agents call ``/v1/responses`` (REFERENCE B.7); the server converts the request to chat completions,
+Agents call ``/v1/responses`` (the OpenAI Responses API, as NeMo Gym's model servers serve it); the server converts the request to chat completions,
 streams the generation from ``upstream.base_url`` (the built-in inference worker locally, vLLM in
 production) and converts the text back into Responses output items.
 
-Checkpointing (role ``model``, DESIGN §6; details in :mod:`.generations`):
+Checkpointing (role ``model``, ``docs/participants.md``; details in :mod:`.generations`):
 
 - prepare closes admission (new calls: ``409 checkpoint_parked``; the route is ``GATED_NOWAIT``) and
   cuts every in-flight generation at its next token boundary; the HTTP calls stay open;

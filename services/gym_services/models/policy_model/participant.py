@@ -1,4 +1,4 @@
-"""The policy model's checkpoint participant (role ``model``): cuts, holds and prefixes (DESIGN §6)."""
+"""The policy model's checkpoint participant (role ``model``): cuts, holds and prefixes (``docs/participants.md``)."""
 
 from __future__ import annotations
 

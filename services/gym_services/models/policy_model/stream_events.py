@@ -1,6 +1,6 @@
 """``stream: true`` on ``/v1/responses``: a finished response re-emitted as Responses API SSE events.
 
-As the reference model server does (REFERENCE, model base), a streaming request is generated in
+As NeMo Gym's model servers do, a streaming request is generated in
 full first and then re-emitted as synthetic server-sent events. That keeps every checkpoint rule of
 the non-streaming path: a cut generation resumes before any byte is sent, a response held during a
 checkpoint is emitted at resume, and a restored continuation streams exactly the uninterrupted

@@ -1,4 +1,4 @@
-"""blackjack: a Gymnasium-style environment server, ``/reset`` and ``/step`` (REFERENCE B.4).
+"""blackjack: a Gymnasium-style environment server, ``/reset`` and ``/step`` (see the README).
 
 Answers like NeMo Gym 0.7.0's blackjack server (``resources_servers/blackjack``, a
 ``GymnasiumServer``): the same request models (``responses_create_params``, and for ``/step`` a

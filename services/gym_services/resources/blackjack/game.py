@@ -1,4 +1,4 @@
-"""Blackjack rules, cards and text, with no HTTP in sight (REFERENCE B.4).
+"""Blackjack rules, cards and text, with no HTTP in sight (see the README).
 
 The game is NeMo Gym's ``resources_servers/blackjack``: an infinite shoe (every card drawn
 uniformly from the 13 ranks with ``random.Random.choice``), the player's two cards dealt first,

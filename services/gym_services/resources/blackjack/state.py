@@ -1,4 +1,4 @@
-"""Live Blackjack episodes keyed by cookie session id, and their exported form (DESIGN §6).
+"""Live Blackjack episodes keyed by cookie session id, and their exported form (``docs/participants.md``).
 
 An episode's state is its hands and its shoe's position, ``(seed, draws)``: restoring
 rebuilds the shoe and advances it ``draws`` cards, so the next card is the one the

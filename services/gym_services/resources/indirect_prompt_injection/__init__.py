@@ -1,1 +1,1 @@
-"""The indirect prompt injection resources server (REFERENCE B.2), checkpointed as ``exported``."""
+"""The indirect prompt injection resources server (see its README), checkpointed as ``exported``."""

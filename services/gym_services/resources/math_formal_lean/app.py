@@ -1,4 +1,4 @@
-"""math_formal_lean: checks a model's Lean 4 proof in a Lean sandbox (REFERENCE B.3).
+"""math_formal_lean: checks a model's Lean 4 proof in a Lean sandbox (see the README).
 
 Answers like NeMo Gym 0.7.0's ``math_formal_lean`` server: the same request model (the task's
 ``header`` and ``formal_statement``, ``responses_create_params`` and ``response`` validated as NeMo

@@ -1,4 +1,4 @@
-"""The client of a Lean sandbox's stateless ``POST /execute`` (REFERENCE B.3).
+"""The client of a Lean sandbox's stateless ``POST /execute`` (see the README).
 
 It sends what NeMo Gym's ``Lean4SandboxClient`` sends (the NeMo Skills sandbox protocol) and reads
 each kind of answer as it does:

@@ -62,10 +62,6 @@ class Kube:
                 return None
             raise
 
-    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
-        result = await asyncio.to_thread(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural)
-        return list(result.get("items", []))
-
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status,

@@ -42,11 +42,3 @@ def validate(model: type[M], data: Any) -> M:
 
 async def parse_body(request: Request, model: type[M]) -> M:
     return validate(model, await read_json(request))
-
-
-async def read_json_object(request: Request) -> dict[str, Any]:
-    """The body as a JSON object (empty body: ``{}``); anything else is a 400."""
-    data = await read_json(request)
-    if not isinstance(data, dict):
-        raise ApiError(ErrorCode.BAD_REQUEST, f"request body must be a JSON object, got {type(data).__name__}")
-    return data

@@ -39,9 +39,3 @@ class AttemptFence:
         """Make ``attempt`` the oldest one still accepted (restore, retire)."""
         if attempt > self._highest.get(rollout_id, -1):
             self._highest[rollout_id] = attempt
-
-    def forget(self, rollout_id: str) -> None:
-        self._highest.pop(rollout_id, None)
-
-    def snapshot(self) -> dict[str, int]:
-        return dict(self._highest)

@@ -27,7 +27,6 @@ class StepContext:
         self.self_proxy = self_proxy
         self.servers = servers
         self.own_cookie = own_cookie
-        self.calls: dict[str, int] = {}
 
     async def generate(self, boundary: Boundary, params: dict[str, Any]) -> Reply:
         """``POST /v1/responses`` through the agent's own proxy with the episode's model cookies."""

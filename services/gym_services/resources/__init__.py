@@ -1,0 +1,1 @@
+"""Resources and environment servers, one package each; ``common/`` holds their session participant."""

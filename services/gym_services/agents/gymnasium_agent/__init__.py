@@ -1,0 +1,1 @@
+"""The gymnasium agent: /reset, then model turn and /step until the environment ends the episode."""

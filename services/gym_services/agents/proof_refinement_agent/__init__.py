@@ -1,0 +1,1 @@
+"""The proof refinement agent: generate a Lean proof, verify it, feed the errors back, up to a number of attempts."""

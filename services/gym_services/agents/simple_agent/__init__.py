@@ -1,0 +1,1 @@
+"""The simple agent: model turns and tool calls until the model answers without a call, then /verify."""

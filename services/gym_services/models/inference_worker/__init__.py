@@ -1,0 +1,1 @@
+"""The built-in inference worker: OpenAI-compatible streaming chat completions from deterministic policies."""

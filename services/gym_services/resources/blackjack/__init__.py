@@ -1,0 +1,1 @@
+"""The blackjack environment server (/reset, /step), its game and checkpointable deck generator."""

@@ -1,12 +1,12 @@
-"""Responses API objects as NeMo Gym's servers take them in and write them back out.
+"""Responses API objects in NeMo Gym's canonical form: what its servers and agents take in and write out.
 
-A NeMo Gym resources server validates the ``responses_create_params`` and ``response`` of every
-``/verify`` (and Gymnasium ``/reset``/``/step``) body against its own models of the OpenAI
-Responses API, and a ``/verify`` answer echoes both in *canonical* form: every declared field
-present (``null`` when unset), in declaration order, unknown keys dropped or kept after the
-declared ones depending on the object. Agents pass that echo to training, so our servers echo the
-same bytes. The models here describe that wire format (from NeMo Gym 0.7.0 with openai 2.44.0, the
-specification; see ``tests/conformance``):
+NeMo Gym parses every ``responses_create_params``, ``response`` and input/output item into typed
+models of the OpenAI Responses API and serialises them again: a resources server validates a
+``/verify`` (and a Gymnasium ``/reset``/``/step``) body against them and echoes both objects in
+*canonical* form, and its agents send rows, model inputs and ``/run`` answers in the same form.
+The models here describe that wire format (NeMo Gym 0.7.0 with openai 2.44.0 is the
+specification; see ``tests/conformance``), and the same models give every form our servers and
+agents write:
 
 - :class:`CreateParams` — the request parameters: unknown keys refused (``extra_forbidden``).
 - :class:`ResponseObject` — a response: unknown keys kept after the declared fields.
@@ -16,6 +16,20 @@ specification; see ``tests/conformance``):
   reasoning item each have their canonical form. Items of the other OpenAI types (web search, MCP,
   computer use ...) are accepted and echoed as given; none of the shipped environments produces
   them.
+- :class:`VerifyResponse` — the fields every ``/verify`` answer has, in NeMo Gym's order.
+
+Two forms of an object (the *forms* below, used by the agents and the servers alike):
+
+- the *full* form (:func:`create_params`, :func:`response`, :func:`item`, :func:`run_row`,
+  :func:`verify_answer`): every declared field, defaults filled in (``null``, ``"auto"``, ``[]``
+  ...), as in ``/seed_session``, ``/verify``, ``/reset``, ``/step`` bodies, their echoes and ``/run``
+  answers;
+- the *given* form (``full=False``): only the fields the producer set, as in a model's ``input``
+  items.
+
+An object the models refuse (NeMo Gym answers ``422`` for it; our agents pass it on) is formed
+field by field from the same declarations, leniently: declared fields in order, item kinds it
+cannot tell apart passed through unchanged.
 
 :meth:`ResponseObject.output_text` is the text a NeMo Gym server reads from a response. Validation
 errors keep pydantic's own types and messages, so ``nemo_http`` renders them as FastAPI would; for
@@ -25,9 +39,10 @@ which ours do not (the status, 422, is the same).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
 Status = Literal["in_progress", "completed", "incomplete"]
@@ -498,3 +513,208 @@ class ResponseObject(_Open):
 
 class UnreadableOutput(AttributeError):
     """The reference server fails reading this response's text (an ``AttributeError`` there, too)."""
+
+
+# --- the verify answer ------------------------------------------------------------------------
+
+
+class VerifyResponse(BaseModel):
+    """What every ``/verify`` answer starts with: the request's two objects echoed, then the verdict.
+
+    A server's own verdict fields follow these (subclass it and declare them in NeMo Gym's order);
+    the rollout id a request may carry (``_ng_rollout_id``) is read, never echoed.
+    """
+
+    responses_create_params: CreateParams
+    response: ResponseObject
+    reward: float
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+
+# --- forms ------------------------------------------------------------------------------------
+
+_REQUIRED = object()
+Fields = tuple[tuple[str, Any], ...]
+Nested = Mapping[str, Callable[[Any, bool], Any]]
+
+
+def _fields(model: type[BaseModel]) -> Fields:
+    """A model's fields in declaration order with their defaults (``_REQUIRED`` when none)."""
+    return tuple(
+        (name, _REQUIRED if info.is_required() else info.get_default(call_default_factory=True))
+        for name, info in model.model_fields.items()
+    )
+
+
+def _fill(value: Any, fields: Fields, full: bool, *, nested: Nested | None = None, keep_extra: bool) -> Any:
+    """Lenient form of ``value``: ``fields`` in their order (defaults filled when ``full``), nested values formed."""
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[str, Any] = {}
+    for name, default in fields:
+        if name in value:
+            field = value[name]
+            if nested and name in nested and field is not None:
+                field = nested[name](field, full)
+            out[name] = field
+        elif full and default is not _REQUIRED:
+            out[name] = list(default) if isinstance(default, list) else default
+    if keep_extra:
+        known = {name for name, _ in fields}
+        out.update({k: v for k, v in value.items() if k not in known})
+    return out
+
+
+def _each(form: Callable[[Any, bool], Any]) -> Callable[[Any, bool], Any]:
+    return lambda values, full: [form(v, full) for v in values] if isinstance(values, list) else values
+
+
+def _lenient(model: type[BaseModel], nested: Nested | None = None) -> Callable[[Any, bool], Any]:
+    fields = _fields(model)
+    keep_extra = model.model_config.get("extra") in ("allow", "forbid")
+    return lambda value, full: _fill(value, fields, full, nested=nested, keep_extra=keep_extra)
+
+
+def _output_part(part: Any, full: bool) -> Any:
+    if isinstance(part, Mapping) and (part.get("type") == "refusal" or ("refusal" in part and "type" not in part)):
+        return _LENIENT_REFUSAL(part, full)
+    return _LENIENT_OUTPUT_TEXT(part, full)
+
+
+_LENIENT_OUTPUT_TEXT = _lenient(OutputText)
+_LENIENT_REFUSAL = _lenient(Refusal)
+_LENIENT_REASONING_CONFIG = _lenient(ReasoningConfig)
+_LENIENT_ITEMS: dict[str, Callable[[Any, bool], Any]] = {
+    "easy_message": _lenient(EasyMessage),
+    "input_message": _lenient(InputMessage),
+    "output_message": _lenient(OutputMessage, {"content": _each(_output_part)}),
+    "function_call": _lenient(FunctionCall),
+    "function_call_output": _lenient(FunctionCallOutput),
+    "reasoning": _lenient(
+        ReasoningItem, {"summary": _each(_lenient(SummaryText)), "content": _each(_lenient(ReasoningText))}
+    ),
+}
+
+
+def _lenient_kind(value: Mapping[str, Any], output: bool) -> str:
+    """The kind of an item the models refused. An output item without ``type`` is one an agent built
+    itself (an observation as a user message, a function's result): told apart like an input item."""
+    try:
+        kind = _item_kind(dict(value), output=output and "type" in value)
+    except PydanticCustomError:
+        return "other"
+    return kind
+
+
+def _lenient_item(value: Any, full: bool, output: bool) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    form = _LENIENT_ITEMS.get(_lenient_kind(value, output))
+    return dict(value) if form is None else form(value, full)
+
+
+def _lenient_tool(value: Any, full: bool) -> Any:
+    if isinstance(value, Mapping) and value.get("type") == "function":
+        return _lenient(FunctionTool)(value, full)
+    return value
+
+
+def _created_at(value: Any, full: bool) -> Any:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+_LENIENT_CREATE_PARAMS = _lenient(
+    CreateParams,
+    {
+        "input": lambda v, full: [_lenient_item(i, full, False) for i in v] if isinstance(v, list) else v,
+        "reasoning": _LENIENT_REASONING_CONFIG,
+    },
+)
+_LENIENT_RESPONSE = _lenient(
+    ResponseObject,
+    {
+        "created_at": _created_at,
+        "error": _lenient(ResponseErrorObject),
+        "incomplete_details": _lenient(IncompleteDetails),
+        "output": lambda v, full: [_lenient_item(i, full, True) for i in v] if isinstance(v, list) else v,
+        "tools": _each(_lenient_tool),
+        "reasoning": _LENIENT_REASONING_CONFIG,
+        "text": _lenient(TextConfig),
+        "usage": _lenient(Usage),
+    },
+)
+_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(OutputItem)
+_INPUT_ITEM: TypeAdapter[Any] = TypeAdapter(InputItem)
+
+
+def _canonical(adapter: Any, value: Any, full: bool) -> Any:
+    """``value`` validated and serialised as NeMo Gym does; raises ``ValidationError`` where it refuses."""
+    parsed = adapter.validate_python(value)
+    return adapter.dump_python(parsed, mode="json", exclude_unset=not full)
+
+
+def item(value: Any, full: bool = True, *, output: bool = False) -> Any:
+    """An input item (or, with ``output``, a response output item) in the full or the given form."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return _canonical(_OUTPUT_ITEM if output else _INPUT_ITEM, dict(value), full)
+    except ValidationError:
+        return _lenient_item(value, full, output)
+
+
+def items(values: Any, full: bool = True, *, output: bool = False) -> Any:
+    if not isinstance(values, list):
+        return values
+    return [item(v, full, output=output) for v in values]
+
+
+_CREATE_PARAMS: TypeAdapter[CreateParams] = TypeAdapter(CreateParams)
+_RESPONSE: TypeAdapter[ResponseObject] = TypeAdapter(ResponseObject)
+
+
+def create_params(value: Any, full: bool = True) -> Any:
+    """Task create params (``responses_create_params``) in the full or the given form."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return _canonical(_CREATE_PARAMS, dict(value), full)
+    except ValidationError:
+        return _LENIENT_CREATE_PARAMS(value, full)
+
+
+def response(value: Any, full: bool = True) -> Any:
+    """A Responses API response object in the full (or the given) form."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return _canonical(_RESPONSE, dict(value), full)
+    except ValidationError:
+        return _LENIENT_RESPONSE(value, full)
+
+
+#: fields of a /run row NeMo Gym's agents do not pass on (the rollout id is read, then dropped)
+DROPPED_ROW_FIELDS = ("_ng_rollout_id",)
+_VERDICT = tuple((name, default) for name, default in _fields(VerifyResponse) if name not in ("responses_create_params", "response"))
+
+
+def run_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A /run row as NeMo Gym's agents pass it on (``/seed_session``, ``/verify``, ``/reset``, ``/step``)."""
+    out = {"responses_create_params": create_params(row.get("responses_create_params") or {"input": []})}
+    out.update({k: v for k, v in row.items() if k != "responses_create_params" and k not in DROPPED_ROW_FIELDS})
+    return out
+
+
+def verify_answer(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """A verify answer in the form NeMo Gym's agents return it from ``/run``."""
+    out: dict[str, Any] = {}
+    if "responses_create_params" in answer:
+        out["responses_create_params"] = create_params(answer["responses_create_params"])
+    if "response" in answer:
+        out["response"] = response(answer["response"])
+    out.update(_fill(answer, _VERDICT, True, keep_extra=False))
+    known = {"responses_create_params", "response", *(name for name, _ in _VERDICT), *DROPPED_ROW_FIELDS}
+    out.update({k: v for k, v in answer.items() if k not in known})
+    return out

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from gym_services.agents.common import wire_form
+from gym_services.base import nemo_responses
 from gym_services.resources.common.sessions import VERIFY_HEADER
 from gym_services.models.inference_worker.policies.base import load_tasks
 from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
@@ -47,8 +47,8 @@ async def expected(factory) -> dict:
 
 def turn_of(call: Call, result: dict) -> int:
     """Which turn a generation request belongs to (its input is that turn's input, as the attempt records it)."""
-    inputs = [wire_form.items(a["input"]["input"]) for a in result["all_attempts"]]
-    return inputs.index(wire_form.items(call.body["input"]))
+    inputs = [nemo_responses.items(a["input"]["input"]) for a in result["all_attempts"]]
+    return inputs.index(nemo_responses.items(call.body["input"]))
 
 
 def reran(out: Outcome) -> dict[str, list]:

@@ -1,6 +1,5 @@
 """Shared machinery of the agents: boundaries, the agent participant, the downstream client."""
 
-from gym_services.agents.common import wire_form
 from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, Usage, task_row
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import MODEL, StepContext
@@ -26,5 +25,4 @@ __all__ = [
     "Usage",
     "create_agent_app",
     "task_row",
-    "wire_form",
 ]

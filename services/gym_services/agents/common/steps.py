@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_services.agents.common import wire_form
+from gym_services.base import nemo_responses
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.loop import StepKind
@@ -19,7 +19,7 @@ def as_items(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"content": value, "role": "user"}]
     if isinstance(value, list):
-        return [wire_form.item(item, full=False) for item in value if isinstance(item, dict)]
+        return [nemo_responses.item(item, full=False) for item in value if isinstance(item, dict)]
     return []
 
 
@@ -28,7 +28,7 @@ def given_params(row: dict[str, Any], model: str | None) -> dict[str, Any]:
 
     ``model`` (the agent's configured model, if any) replaces the task's own.
     """
-    params = wire_form.create_params(dict(row.get("responses_create_params") or {"input": []}), full=False)
+    params = nemo_responses.create_params(dict(row.get("responses_create_params") or {"input": []}), full=False)
     params.pop("input", None)
     if model is not None:
         params["model"] = model
@@ -48,5 +48,5 @@ def verify_step_kind(boundary: Boundary) -> StepKind:
 
 async def seed_resources(ctx: StepContext, b: Boundary) -> Boundary:
     """``/seed_session`` with the task row; the next boundary (``generate``) holds the session cookie and verify mode."""
-    reply = await ctx.call(RESOURCES, "/seed_session", wire_form.run_row(b.row), b)
+    reply = await ctx.call(RESOURCES, "/seed_session", nemo_responses.run_row(b.row), b)
     return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind, wire_form
+from gym_services.base import nemo_responses
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import as_items, given_params
 
 ENV = "env"
@@ -54,7 +55,7 @@ class GymnasiumLoop(AgentLoop):
 
     def _env_body(self, b: GymBoundary, **fields: Any) -> dict[str, Any]:
         """The task row as NeMo Gym's agent passes it to ``/reset`` and ``/step``, plus ``fields``."""
-        return {**wire_form.run_row(b.row), **fields}
+        return {**nemo_responses.run_row(b.row), **fields}
 
     async def advance(self, ctx: StepContext, b: Boundary) -> Boundary:
         assert isinstance(b, GymBoundary)
@@ -74,8 +75,8 @@ class GymnasiumLoop(AgentLoop):
             params = {**given_params(b.row, self.model), "input": b.input + b.outputs}
             reply = await ctx.generate(b, params)
             response = reply.body if isinstance(reply.body, dict) else {}
-            output = [wire_form.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
-            full = wire_form.response(response)
+            output = [nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
+            full = nemo_responses.response(response)
             return b.next(
                 "step",
                 outputs=b.outputs + output,
@@ -131,8 +132,8 @@ class GymnasiumLoop(AgentLoop):
 
     def result(self, b: GymBoundary) -> dict[str, Any]:
         rcp = b.row.get("responses_create_params") or {}
-        params = wire_form.create_params({**rcp, "input": b.input})
-        response = wire_form.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
+        params = nemo_responses.create_params({**rcp, "input": b.input})
+        response = nemo_responses.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
         return {
             "responses_create_params": params,
             "response": response,

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind, wire_form
+from gym_services.base import nemo_responses
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import RESOURCES, as_items, given_params, seed_resources, verify_step_kind
 
 #: sampling settings a correction turn keeps from the task's create params (when set)
@@ -54,7 +55,7 @@ class ProofRefinementLoop(AgentLoop):
     def initial(self, row: dict[str, Any]) -> ProofBoundary:
         rcp = row.get("responses_create_params") or {}
         # the first turn's attempt records the task's create params in full
-        sent = wire_form.create_params(dict(rcp) if "input" in rcp else {**rcp, "input": []})
+        sent = nemo_responses.create_params(dict(rcp) if "input" in rcp else {**rcp, "input": []})
         return ProofBoundary(name="seed", row=row, input=as_items(rcp.get("input")), params=given_params(row, self.model), sent=sent)
 
     def step_kind(self, boundary: Boundary) -> StepKind:
@@ -71,7 +72,7 @@ class ProofRefinementLoop(AgentLoop):
             response = reply.body if isinstance(reply.body, dict) else {}
             return b.next(
                 "verify",
-                response=wire_form.response(response),
+                response=nemo_responses.response(response),
                 usage=b.usage.plus(response.get("usage")),
                 cookies=b.with_cookies(MODEL, reply.cookies),
             )
@@ -80,7 +81,7 @@ class ProofRefinementLoop(AgentLoop):
         raise ValueError(f"proof_refinement_agent has no step after boundary {b.name!r}")
 
     async def _verify(self, ctx: StepContext, b: ProofBoundary) -> Boundary:
-        body = {**wire_form.run_row(b.row), "response": b.response, "turn_index": b.turn_index}
+        body = {**nemo_responses.run_row(b.row), "response": b.response, "turn_index": b.turn_index}
         reply = await ctx.call(RESOURCES, "/verify", body, b)
         verdict = reply.body if isinstance(reply.body, dict) else {}
         cookies = b.with_cookies(RESOURCES, reply.cookies)
@@ -99,7 +100,7 @@ class ProofRefinementLoop(AgentLoop):
         done = not verdict.get("needs_correction", False) or self.max_correction_turns - b.turn_index <= 0 or not prompt
         if done:
             result = {**verdict, "total_turns": b.turn_index + 1, "all_attempts": attempts if self.include_all_attempts else None}
-            return b.finish(wire_form.verify_answer(result), attempts=attempts, cookies=cookies, response=None)
+            return b.finish(nemo_responses.verify_answer(result), attempts=attempts, cookies=cookies, response=None)
         original = b.row.get("responses_create_params") or {}
         # a correction turn: the prompt alone, the task's model (null when it names none) and its sampling settings
         params: dict[str, Any] = {"model": self.model if self.model is not None else original.get("model")}

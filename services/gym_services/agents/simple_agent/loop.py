@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind, wire_form
+from gym_services.base import nemo_responses
+from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import RESOURCES, as_items, given_params, seed_resources, verify_step_kind
 
 #: why an episode ended without a message or a function call (``metadata.ng_termination_reason``)
@@ -79,7 +80,7 @@ class SimpleAgentLoop(AgentLoop):
     async def _generate(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         reply = await ctx.generate(b, self._params(b))
         response = reply.body if isinstance(reply.body, dict) else {}
-        output = [wire_form.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
+        output = [nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
         calls = [item for item in output if item.get("type") == "function_call"]
         messages = [i for i in output if i.get("type") == "message" and i.get("role", "assistant") == "assistant"]
         if not response.get("incomplete_details") and not calls and not messages:
@@ -128,13 +129,13 @@ class SimpleAgentLoop(AgentLoop):
 
     def final_response(self, b: SimpleBoundary) -> dict[str, Any]:
         """The episode's response: the last model response with every output item and the summed usage."""
-        return wire_form.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
+        return nemo_responses.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
 
     async def _verify(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
-        body = {**wire_form.run_row(b.row), "response": self.final_response(b)}
+        body = {**nemo_responses.run_row(b.row), "response": self.final_response(b)}
         if self.skip_verification:
             skipped = {**body, "reward": float(self.skip_verification_reward), "verification_skipped": True}
-            return b.finish(wire_form.verify_answer(skipped))
+            return b.finish(nemo_responses.verify_answer(skipped))
         reply = await ctx.call(RESOURCES, "/verify", body, b)
         result = reply.body if isinstance(reply.body, dict) else {"verify": reply.body}
-        return b.finish(wire_form.verify_answer(result), cookies=b.with_cookies(RESOURCES, reply.cookies))
+        return b.finish(nemo_responses.verify_answer(result), cookies=b.with_cookies(RESOURCES, reply.cookies))

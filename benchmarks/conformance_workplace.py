@@ -5,7 +5,7 @@
 Same steps to both sides: the reference's unmodified tool and verifier modules in the oracle
 environment (``tests/conformance/oracle``) and our server through its real Starlette routes. Counts
 every call whose status or body bytes differ, every final table that differs (columns, dtypes, index,
-typed cells) and every reward that differs; ``--show N`` prints the first N differences.
+typed cells) and every verify answer that differs (whole body: the echo and the reward); ``--show N`` prints the first N differences.
 """
 
 from __future__ import annotations
@@ -83,15 +83,17 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
     data = reference / "resources_servers" / "workplace_assistant" / "data"
     examples = [json.loads(x) for x in (data / "example.jsonl").read_text().splitlines() if x.strip()]
     rollouts = [json.loads(x) for x in (data / "example_rollouts.jsonl").read_text().splitlines() if x.strip()]
-    rcases = cases.reward_cases(examples, rollouts)
-    ref_rewards = oracle.call(GLUE, "rewards", [c["body"] for c in rcases])
-    reward_diffs = 0
-    for case, ref in zip(rcases, ref_rewards, strict=True):
-        ours = await cases.reward_ours(app, case)
+    full = cases.reward_cases(examples, rollouts, seed=args.seed)
+    vcases = full + cases.partial_verify_cases(full, seed=args.seed) + cases.invalid_verify_cases(full[0])
+    ref_answers = oracle.call(GLUE, "verify_answers", [c["body"] for c in vcases])
+    verify_diffs = reward_diffs = 0
+    for case, ref in zip(vcases, ref_answers, strict=True):
+        ours = await cases.verify_ours(app, case)
         if ours != ref:
-            reward_diffs += 1
+            verify_diffs += 1
+            reward_diffs += _reward(ours) != _reward(ref)
             if shown < args.show:
-                print(f"reward {case['name']}: ref {ref} ours {ours}")
+                print(f"verify {case['name']}:\n  ref  {ref[0]} {ref[1][:400]}\n  ours {ours[0]} {ours[1][:400]}")
                 shown += 1
 
     print()
@@ -108,10 +110,15 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
             total[i] += row[i]
     print("  ".join(str(v).ljust(w) for v, w in zip(total, widths)))
     print()
-    print(f"reward checks: {len(rcases)}, differing: {reward_diffs}")
+    print(f"verify requests: {len(vcases)} (full, partial optional fields, invalid); whole answers differing: "
+          f"{verify_diffs}, of them in status or reward: {reward_diffs}")
     if by_tool:
         print("differing calls by tool: " + ", ".join(f"{t} {n}" for t, n in by_tool.most_common()))
-    return 0 if (total[3] + total[5] + reward_diffs) == 0 else 1
+    return 0 if (total[3] + total[5] + verify_diffs) == 0 else 1
+
+
+def _reward(answer: list) -> object:
+    return (answer[0], json.loads(answer[1])["reward"]) if answer[0] == 200 else (answer[0],)
 
 
 def _same_content(a: list, b: list) -> bool:

@@ -19,21 +19,8 @@ def reference() -> Path:
 
 @pytest.fixture(scope="session")
 def oracle(reference: Path) -> Iterator[Oracle]:
-    """One driver process in the oracle environment for the whole session; killed at the end."""
-    proc = Oracle(oracle_python(), reference)
-    try:
-        yield proc
-    finally:
-        proc.close()
-
-
-@pytest.fixture(scope="session")
-def framework_oracle(reference: Path) -> Iterator[Oracle]:
-    """A driver process whose glue imports NeMo Gym's real framework modules (``oracle/nemo_app.py``).
-
-    Kept apart from ``oracle``, where a glue may put stand-ins for framework modules into
-    ``sys.modules``: the two ways of importing the reference cannot share one process.
-    """
+    """One driver process in the oracle environment for the whole session, serving every glue (each
+    imports NeMo Gym's real framework through ``oracle/framework.py``); killed at the end."""
     proc = Oracle(oracle_python(), reference)
     try:
         yield proc

@@ -1,10 +1,10 @@
-"""Driving OUR servers the way ``oracle/nemo_app.py`` drives the reference: same calls, same bytes.
+"""Driving OUR servers the way ``oracle/framework.py`` drives the reference: same calls, same bytes.
 
 A *call* is ``{method?, path, json?}`` (the body sent as ``json.dumps(value)`` with
 ``content-type: application/json``) or ``{method?, path, raw, content_type?}`` (exact text; no
 content type when ``content_type`` is None). A *sequence* is ``{calls, seeds?, until_over?}``
 run in one fresh client session (its own cookie jar) against a long-lived app; an answer is
-``{status, body}`` with the body as text, so responses are compared byte for byte.
+``{status, body, content_type}`` with the body as text, so responses are compared byte for byte.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from starlette.applications import Starlette
 def request_kwargs(call: dict[str, Any]) -> dict[str, Any]:
     headers = dict(call.get("headers") or {})
     kwargs: dict[str, Any] = {}
-    if "raw" in call:
-        kwargs["content"] = call["raw"].encode()
+    if "raw" in call or "raw_hex" in call:
+        raw = call.get("raw")
+        kwargs["content"] = bytes.fromhex(call["raw_hex"]) if "raw_hex" in call else (None if raw is None else raw.encode())
         if call.get("content_type") is not None:
             headers["content-type"] = call["content_type"]
     elif "json" in call:
@@ -48,7 +49,11 @@ async def run_sequences(app: Starlette, sequences: Sequence[dict[str, Any]]) -> 
         async with httpx.AsyncClient(transport=transport, base_url="http://ours", timeout=60) as client:
             for call in sequence["calls"]:
                 response = await client.request(call.get("method", "POST"), call["path"], **request_kwargs(call))
-                answers.append({"status": response.status_code, "body": response.text})
+                answers.append({
+                    "status": response.status_code,
+                    "body": response.content.decode("utf-8", errors="replace"),
+                    "content_type": response.headers.get("content-type"),
+                })
                 if sequence.get("until_over") and game_over(call, answers[-1]):
                     break
         results.append({"answers": answers})

@@ -12,14 +12,12 @@ still occur (the list is exact).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.conformance.agents_cases import all_cases
 from tests.conformance.agents_compare import Allowed, Diff, compare, reference, run_ours
 from tests.conformance.oracle.client import Oracle
-from tests.conformance.oracle.reference import oracle_python, reference_root
+from tests.conformance.oracle.reference import reference_root
 
 COOKIES = (
     "each downstream server gets only its own cookies: the episode keeps one cookie jar per server "
@@ -54,16 +52,6 @@ CASES = all_cases(reference_root())
 _seen: set[int] = set()
 
 
-@pytest.fixture(scope="module")
-def agent_oracle(reference) -> Iterator[Oracle]:
-    """A driver process of its own: the agent glue imports NeMo Gym's real framework modules."""
-    proc = Oracle(oracle_python(), reference)
-    try:
-        yield proc
-    finally:
-        proc.close()
-
-
 def unexplained(diffs: list[Diff]) -> list[Diff]:
     out = []
     for d in diffs:
@@ -75,9 +63,9 @@ def unexplained(diffs: list[Diff]) -> list[Diff]:
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c["kind"] + ": " + c["name"] for c in CASES])
-async def test_same_model_inputs_and_results(agent_oracle: Oracle, index: int) -> None:
+async def test_same_model_inputs_and_results(oracle: Oracle, index: int) -> None:
     case = CASES[index]
-    ref = reference(agent_oracle, case, index)
+    ref = reference(oracle, case, index)
     assert ref["status"] == 200, ref["text"][:2000]  # every scenario is a normal episode for the reference
     ours = await run_ours(case, index)
     assert ours["model_requests"], "the scenario must reach the model"
@@ -91,11 +79,11 @@ def test_every_allowed_difference_still_occurs() -> None:
     assert _seen == set(range(len(ALLOWED))), [str(ALLOWED[i].reason) for i in set(range(len(ALLOWED))) - _seen]
 
 
-async def test_a_changed_tool_output_is_caught(agent_oracle: Oracle) -> None:
+async def test_a_changed_tool_output_is_caught(oracle: Oracle) -> None:
     """The comparison sees one byte of a function-call output: a space added to a tool's answer differs."""
     index = next(i for i, c in enumerate(CASES) if c["name"] == "one tool call, list input, params")
     case = CASES[index]
-    ref = reference(agent_oracle, case, index)
+    ref = reference(oracle, case, index)
     altered = {**case, "env": {**case["env"], "/lookup": [{"text": "{\"output\": \"7\"}"}]}}
     ours = await run_ours(altered, index)
     bad = unexplained(compare(case, ref, ours))

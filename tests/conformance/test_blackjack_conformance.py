@@ -96,19 +96,19 @@ def outcomes(tally_sequences: list[dict[str, Any]], results: list[dict[str, Any]
     return seen
 
 
-async def test_random_games_answer_byte_for_byte(framework_oracle: Oracle) -> None:
+async def test_random_games_answer_byte_for_byte(oracle: Oracle) -> None:
     games = cases.random_games(300, seed=11)
-    tally = await compare(framework_oracle, "random games", games)
+    tally = await compare(oracle, "random games", games)
     assert not tally.differences, tally.summary()
     assert not tally.allowed and tally.equal_sequences == 300
     assert tally.calls > 600  # the games are not one step long
 
 
-async def test_every_outcome_of_every_action(framework_oracle: Oracle) -> None:
+async def test_every_outcome_of_every_action(oracle: Oracle) -> None:
     games = cases.every_path_games()
-    theirs = framework_oracle.call("blackjack", "run_sequences", games)
+    theirs = oracle.call("blackjack", "run_sequences", games)
     assert outcomes(games, theirs) == {"win", "loss", "draw", "bust", "continue"}
-    tally = await compare(framework_oracle, "every path", games)
+    tally = await compare(oracle, "every path", games)
     assert not tally.differences and not tally.allowed, tally.summary()
 
 
@@ -117,8 +117,8 @@ CLASS_NAMED = {"/step response text without annotations"}
 
 
 @pytest.mark.parametrize(("name", "sequence"), cases.invalid_sequences(), ids=[n for n, _ in cases.invalid_sequences()])
-async def test_invalid_bodies_are_refused_alike_and_change_nothing(framework_oracle: Oracle, name: str, sequence) -> None:
-    tally = await compare(framework_oracle, name, [sequence])
+async def test_invalid_bodies_are_refused_alike_and_change_nothing(oracle: Oracle, name: str, sequence) -> None:
+    tally = await compare(oracle, name, [sequence])
     assert not tally.differences, tally.summary()
     kinds = {a["allowed"] for a in tally.allowed}
     if name in CLASS_NAMED:
@@ -129,7 +129,7 @@ async def test_invalid_bodies_are_refused_alike_and_change_nothing(framework_ora
         assert kinds <= {"step without a live episode"}  # an accepted /step body can end the game
 
 
-async def test_deliberate_differences_are_the_listed_ones(framework_oracle: Oracle) -> None:
+async def test_deliberate_differences_are_the_listed_ones(oracle: Oracle) -> None:
     hit = cases.step_call(cases.response([cases.message(cases.output_text("<action>hit</action>"))]))
     stand = cases.step_call(cases.response([cases.message(cases.output_text("<action>stand</action>"))]))
     sequences = [
@@ -139,7 +139,7 @@ async def test_deliberate_differences_are_the_listed_ones(framework_oracle: Orac
         {"seeds": [9], "calls": [{"path": "/reset", "json": {"responses_create_params": cases.RCP, "seed": "x"}}]},
         {"seeds": [9], "calls": [{"path": "/reset", "json": {"responses_create_params": cases.RCP, "seed": -1}}]},
     ]
-    tally = await compare(framework_oracle, "deliberate", sequences)
+    tally = await compare(oracle, "deliberate", sequences)
     assert not tally.differences, tally.summary()
     assert [a["allowed"] for a in tally.allowed] == [
         "step without a live episode", "step without a live episode", "step without a live episode",
@@ -150,12 +150,12 @@ async def test_deliberate_differences_are_the_listed_ones(framework_oracle: Orac
     assert statuses == [200, 500, 200, 200, 200]  # the stand after the end plays an empty hand too
 
 
-async def test_the_comparison_catches_a_changed_rule(framework_oracle: Oracle, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_comparison_catches_a_changed_rule(oracle: Oracle, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: with the last action tag taken (our old rule) or the old deal order, games differ."""
     games = cases.random_games(60, seed=3)
     last_tag = lambda text: "hit" if (m := re.findall(r"<action>\s*(hit|stand)\s*</action>", text or "", re.I)) and m[-1].lower() == "hit" else "stand"  # noqa: E731
     monkeypatch.setattr("gym_services.resources.blackjack.app.parse_action", last_tag)
-    assert (await compare(framework_oracle, "last tag", games)).differences
+    assert (await compare(oracle, "last tag", games)).differences
     monkeypatch.undo()
 
     def alternating(cls, seed):
@@ -166,4 +166,4 @@ async def test_the_comparison_catches_a_changed_rule(framework_oracle: Oracle, m
         return episode
 
     monkeypatch.setattr(game.Episode, "deal", classmethod(alternating))
-    assert len((await compare(framework_oracle, "alternating deal", games)).differences) > 30
+    assert len((await compare(oracle, "alternating deal", games)).differences) > 30

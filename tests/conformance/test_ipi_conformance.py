@@ -69,12 +69,12 @@ async def test_random_sequences(oracle: Oracle, part: int) -> None:
 
 
 async def test_verify_on_example_tasks_and_perturbed_predictions(oracle: Oracle) -> None:
-    tally = await _check(oracle, verify_sequences(oracle, SEED, VERIFY_REQUESTS))
+    tally = await _check(oracle, verify_sequences(SEED, VERIFY_REQUESTS))
     assert tally.reward_checks >= VERIFY_REQUESTS * 0.8  # the rest fail as in NeMo Gym (500)
 
 
 async def test_invalid_verify_requests(oracle: Oracle) -> None:
-    await _check(oracle, invalid_verify_sequences(oracle))
+    await _check(oracle, invalid_verify_sequences())
 
 
 def test_every_allowed_difference_was_exercised() -> None:

@@ -60,7 +60,8 @@ async def run_ours(sequences: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             async with httpx.AsyncClient(transport=transport, base_url="http://ours", timeout=60) as client:
                 for call in sequence["calls"]:
                     reply = await client.request(call.get("method", "POST"), call["path"], **request_kwargs(call))
-                    answers.append({"status": reply.status_code, "body": reply.text, "sandbox": sandbox.take_received()})
+                    answers.append({"status": reply.status_code, "body": reply.content.decode("utf-8", errors="replace"),
+                                    "content_type": reply.headers.get("content-type"), "sandbox": sandbox.take_received()})
             results.append({"answers": answers, "unused_answers": len(sandbox.script), "overdrawn": sandbox.overdrawn})
     return results
 
@@ -106,10 +107,10 @@ def _bodies(tally_sequences: list[dict[str, Any]], results: list[dict[str, Any]]
     return [json.loads(a["body"]) for r in results for a in r["answers"] if a["status"] == 200]
 
 
-async def test_recorded_verifications_answer_byte_for_byte(framework_oracle: Oracle, reference) -> None:
+async def test_recorded_verifications_answer_byte_for_byte(oracle: Oracle, reference) -> None:
     """The reference's recorded rollouts, each verified with its recorded compiler output."""
     sequences = lean_cases.recorded_sequences(reference)
-    tally = await compare(framework_oracle, "recorded", sequences)
+    tally = await compare(oracle, "recorded", sequences)
     assert not tally.differences and not tally.allowed, tally.summary()
     ours = await run_ours(sequences)
     recorded = [json.loads(line) for line in (reference / "resources_servers/math_formal_lean/data/example_rollouts.jsonl").read_text().splitlines()]
@@ -118,38 +119,38 @@ async def test_recorded_verifications_answer_byte_for_byte(framework_oracle: Ora
             row["reward"], row["proof_status"], row["predicted_proof"])
 
 
-async def test_perturbed_predictions_answer_byte_for_byte(framework_oracle: Oracle) -> None:
+async def test_perturbed_predictions_answer_byte_for_byte(oracle: Oracle) -> None:
     sequences = lean_cases.verification_sequences(300, seed=5)
-    tally = await compare(framework_oracle, "perturbed", sequences)
+    tally = await compare(oracle, "perturbed", sequences)
     assert not tally.differences, tally.summary()
     assert {a["allowed"] for a in tally.allowed} <= {"pydantic version in a 500 text"}
     statuses = {json.loads(a["body"])["proof_status"] for r in await run_ours(sequences[:120]) for a in r["answers"] if a["status"] == 200}
     assert {"completed", "failed", "has_sorry", "timeout", "error", "empty_generation"} <= statuses
 
 
-async def test_every_kind_of_sandbox_answer_is_read_alike(framework_oracle: Oracle) -> None:
+async def test_every_kind_of_sandbox_answer_is_read_alike(oracle: Oracle) -> None:
     sequences = lean_cases.sandbox_answer_sequences()
-    tally = await compare(framework_oracle, "sandbox answers", sequences)
+    tally = await compare(oracle, "sandbox answers", sequences)
     assert not tally.differences, tally.summary()
     assert sorted(a["sequence"] for a in tally.allowed) == [48, 49]  # the two CompilerOutput validation errors
     assert {a["allowed"] for a in tally.allowed} == {"pydantic version in a 500 text"}
 
 
-async def test_invalid_bodies_and_other_routes(framework_oracle: Oracle) -> None:
+async def test_invalid_bodies_and_other_routes(oracle: Oracle) -> None:
     sequences = lean_cases.invalid_sequences()
-    tally = await compare(framework_oracle, "invalid", sequences)
+    tally = await compare(oracle, "invalid", sequences)
     assert not tally.differences, tally.summary()
     assert [(a["path"], a["allowed"]) for a in tally.allowed] == [
         ("/verify", "unknown route or method"), ("/no_such_route", "unknown route or method")]
 
 
-async def test_the_comparison_catches_a_changed_rule(framework_oracle: Oracle, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_comparison_catches_a_changed_rule(oracle: Oracle, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: a changed feedback rule or sandbox request shows up as differences."""
     sequences = lean_cases.sandbox_answer_sequences()
     monkeypatch.setattr(feedback, "MAX_RAW_OUTPUT", 1999)
-    assert (await compare(framework_oracle, "cut at 1999", sequences)).differences
+    assert (await compare(oracle, "cut at 1999", sequences)).differences
     monkeypatch.undo()
     monkeypatch.setattr(LeanSandbox, "request_body", staticmethod(
         lambda code, timeout_s, n: json.dumps({"generated_code": code, "language": "lean4", "timeout": timeout_s,
                                               "max_output_characters": n}, ensure_ascii=False)))
-    assert len((await compare(framework_oracle, "unicode body", sequences)).differences) >= 40
+    assert len((await compare(oracle, "unicode body", sequences)).differences) >= 40

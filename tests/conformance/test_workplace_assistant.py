@@ -72,18 +72,27 @@ async def test_seeded_random_sessions(oracle: Oracle, ids: dict) -> None:
     assert diffs == [], f"{len(diffs)} differences, first: " + "\n".join(diffs[:5])
 
 
-async def test_rewards_on_the_example_tasks_and_perturbed_predictions(oracle: Oracle, reference) -> None:
+def _verify_cases(reference) -> list[dict]:
     data = reference / "resources_servers" / "workplace_assistant" / "data"
     examples = [json.loads(x) for x in (data / "example.jsonl").read_text().splitlines() if x.strip()]
     rollouts = [json.loads(x) for x in (data / "example_rollouts.jsonl").read_text().splitlines() if x.strip()]
-    rcases = cases.reward_cases(examples, rollouts, seed=SEED)
-    refs = oracle.call(GLUE, "rewards", [c["body"] for c in rcases])
+    full = cases.reward_cases(examples, rollouts, seed=SEED)
+    return full + cases.partial_verify_cases(full, seed=SEED) + cases.invalid_verify_cases(full[0])
+
+
+async def test_verify_answers_on_the_example_tasks_and_perturbed_predictions(oracle: Oracle, reference) -> None:
+    """Whole ``/verify`` answers byte for byte (the echoed request in NeMo Gym's canonical form, the
+    reward, the failure fields): full requests, the same with only some optional fields, invalid ones."""
+    vcases = _verify_cases(reference)
+    refs = oracle.call(GLUE, "verify_answers", [c["body"] for c in vcases])
     app = cases.make_app()
-    ours = [await cases.reward_ours(app, c) for c in rcases]
-    differing = [(c["name"], r, o) for c, r, o in zip(rcases, refs, ours, strict=True) if r != o]
-    assert len(rcases) >= 60 and differing == []
-    # the perturbations are not vacuous: both verdicts occur
-    assert {r[1] for r in refs} == {0.0, 1.0}
+    ours = [await cases.verify_ours(app, c) for c in vcases]
+    differing = [f"{c['name']}:\n  ref  {r[0]} {r[1][:600]}\n  ours {o[0]} {o[1][:600]}"
+                 for c, r, o in zip(vcases, refs, ours, strict=True) if r != o]
+    assert len(vcases) >= 130 and differing == [], f"{len(differing)} of {len(vcases)} differ:\n" + "\n".join(differing[:5])
+    # the perturbations are not vacuous: both verdicts occur, and so do refusals
+    rewards = {json.loads(r[1])["reward"] for r in refs if r[0] == 200}
+    assert rewards == {0.0, 1.0} and {r[0] for r in refs} >= {200, 422}
 
 
 async def test_the_only_differences_are_the_deliberate_checkpoint_answers(oracle: Oracle, tmp_path) -> None:

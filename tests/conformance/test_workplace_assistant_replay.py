@@ -89,8 +89,9 @@ def scripted_model(turns: list[list[dict]], seen: list[dict]):
         seen.append(body)
         k = len(seen) - 1
         output = turns[k] if k < len(turns) else [{"type": "message", "role": "assistant", "content": []}]
-        return JSONResponse({"id": f"resp_{k}", "object": "response", "model": body.get("model"),
-                             "output": output, "incomplete_details": None,
+        return JSONResponse({"id": f"resp_{k}", "created_at": 1758499694, "object": "response", "model": body.get("model"),
+                             "output": output, "incomplete_details": None, "parallel_tool_calls": True,
+                             "tool_choice": "auto", "tools": [],
                              "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}})
 
     config = load_config(ServerConfig, overrides=base_config("model"))

@@ -500,10 +500,60 @@ def reward_cases(examples: list[dict], rollouts: list[dict], seed: int = 0) -> l
     return cases
 
 
-async def reward_ours(app, case: dict) -> list:
-    """[status, reward] from our ``/verify`` for one case (no seed: the reward does not use the session)."""
+#: optional fields of a response object (the OpenAI SDK's ``Response``) a client may leave out
+_OPTIONAL_RESPONSE_FIELDS = ("error", "incomplete_details", "instructions", "metadata", "temperature", "top_p",
+                             "background", "max_output_tokens", "previous_response_id", "reasoning", "service_tier",
+                             "status", "text", "truncation", "usage", "user", "prompt_cache_key", "safety_identifier")
+
+
+def _partial(value: dict, rng: random.Random, optional: Iterable[str]) -> dict:
+    return {k: v for k, v in value.items() if k not in optional or rng.random() < 0.5}
+
+
+def partial_verify_cases(cases: list[dict], seed: int = 0) -> list[dict]:
+    """The same requests with only some optional fields given (response fields, the function calls'
+    ``id``/``status``, create params as a bare ``input``): the reference echoes both objects with
+    every default filled in."""
+    rng = random.Random(seed)
+    out = []
+    for case in cases:
+        body = case["body"]
+        response = _partial(body["response"], rng, _OPTIONAL_RESPONSE_FIELDS)
+        response["output"] = [_partial(item, rng, ("id", "status")) for item in response["output"]]
+        params = body["responses_create_params"]
+        if rng.random() < 0.5:
+            params = {"input": params.get("input", [])}
+        out.append({"name": case["name"] + " (partial)", "body": {**body, "response": response,
+                                                                  "responses_create_params": params}})
+    return out
+
+
+def invalid_verify_cases(template: dict) -> list[dict]:
+    """Verify requests the reference refuses (422) or answers from odd fields."""
+    good = template["body"]
+    bodies = {
+        "no id": {k: v for k, v in good.items() if k != "id"},
+        "no category or environment": {k: v for k, v in good.items() if k not in ("category", "environment_name")},
+        "id as text": {**good, "id": "seven"},
+        "id as numeric text": {**good, "id": "7"},
+        "no ground truth": {k: v for k, v in good.items() if k != "ground_truth"},
+        "ground truth of numbers": {**good, "ground_truth": [{"name": 1}]},
+        "response without output": {**good, "response": {k: v for k, v in good["response"].items() if k != "output"}},
+        "response without id": {**good, "response": {k: v for k, v in good["response"].items() if k != "id"}},
+        "create params with an unknown field": {**good, "responses_create_params": {"input": [], "nonsense": 1}},
+        "create params without input": {**good, "responses_create_params": {}},
+        "extra fields and failure fields": {**good, "mask_sample": True, "failure_kind": "x", "extra": [1, 2],
+                                             "_ng_rollout_id": "r-1"},
+        "a verdict field given": {**good, "reward": 0.5},
+        "output item without type": {**good, "response": {**good["response"], "output": [{"name": "x"}]}},
+        "function call with object arguments": {**good, "response": {**good["response"], "output": [
+            {"type": "function_call", "name": "email_send_email", "arguments": {"a": 1}, "call_id": "c"}]}},
+    }
+    return [{"name": name, "body": body} for name, body in bodies.items()]
+
+
+async def verify_ours(app, case: dict) -> list:
+    """``[status, body text]`` from our ``/verify`` for one case (no seed: the answer does not use the session)."""
     async with serve(app) as client:
         resp = await client.post("/verify", json=case["body"])
-    if resp.status_code != 200:
-        return [resp.status_code, resp.text]
-    return [200, resp.json()["reward"]]
+    return [resp.status_code, resp.content.decode("utf-8", errors="replace")]

@@ -1,24 +1,22 @@
 """Oracle glue for the agents: NeMo Gym's simple, proof refinement and gymnasium agents, run unmodified.
 
-Runs INSIDE the oracle environment (see ``reference.py``), in its own driver process (the agent
-glue imports the real ``nemo_gym`` framework modules, which other glues replace by stand-ins).
+Runs INSIDE the oracle environment (see ``reference.py``), on NeMo Gym's real framework
+(``framework.py``), like every glue.
 
 Each call of :func:`run_episode` starts, on 127.0.0.1 ports of its own:
 
 - a :class:`scripted.ScriptedModel` (the policy model) answering the given responses in order,
 - a :class:`scripted.ScriptedServer` (the resources or environment server) answering per path,
 - the reference agent itself: its class from ``responses_api_agents/<agent>/app.py`` built with the
-  given config, the FastAPI app from its own ``setup_webserver()`` plus what NeMo Gym's
-  ``run_webserver`` adds around it (liveness, exception and cancellation middleware, the validation
-  error handler), served by uvicorn; its ``ServerClient`` resolves server names to those ports,
+  given config, its FastAPI app assembled by ``framework.assemble`` as NeMo Gym's ``run_webserver``
+  assembles it, served by uvicorn; its ``ServerClient`` resolves server names to those ports,
 
 then posts the row to the agent's ``/run`` and returns the answer and every request the scripted
 servers received. The agent talks to them over real HTTP through NeMo Gym's own aiohttp client.
 
 Import shims (the only parts not taken from the released wheel or its pinned dependencies): those of
-``nemo_app.install_import_shims`` (hydra, yappi, pydot, scipy, wandb and Ray's version record, none of
-which plays a part in an agent's requests or answers). Everything else is the released code running on
-the versions pinned in ``ORACLE_REQUIREMENTS``.
+``framework.install_import_shims``, none of which plays a part in an agent's requests or answers.
+Everything else is the released code running on the versions pinned in ``ORACLE_REQUIREMENTS``.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ def _install_shims() -> None:
     global _SHIMS_READY
     if _SHIMS_READY:
         return
-    from nemo_app import install_import_shims
+    from framework import install_import_shims
 
     install_import_shims()
     # scripted.py lives one folder up (tests/conformance), shared with the test side
@@ -90,19 +88,6 @@ async def _serve(app: Any, sock: socket.socket) -> tuple[Any, asyncio.Task]:
     return server, task
 
 
-def _reference_app(agent: Any) -> Any:
-    """The agent's FastAPI app as NeMo Gym's ``run_webserver`` assembles it (without telemetry and profiling)."""
-    from fastapi.exceptions import RequestValidationError
-    from nemo_gym import server_utils
-
-    app = agent.setup_webserver()
-    agent.setup_liveness(app)
-    agent.setup_exception_middleware(app)
-    agent.setup_cancellation_middleware(app)
-    app.exception_handler(RequestValidationError)(server_utils._validation_exception_handler)
-    return app
-
-
 async def _run(
     kind: str,
     config: dict[str, Any],
@@ -117,6 +102,7 @@ async def _run(
     from omegaconf import OmegaConf
 
     import scripted
+    from framework import assemble
 
     module_name, agent_cls_name, config_cls_name = AGENTS[kind]
     module = importlib.import_module(module_name)
@@ -154,7 +140,7 @@ async def _run(
     try:
         servers.append(await _serve(model.app, socks["model"]))
         servers.append(await _serve(env.app, socks["env"]))
-        servers.append(await _serve(_reference_app(agent), socks["agent"]))
+        servers.append(await _serve(assemble(agent), socks["agent"]))
         async with aiohttp.ClientSession() as http:
             url = f"http://127.0.0.1:{_port(socks['agent'])}/run"
             async with http.post(url, json=row, timeout=aiohttp.ClientTimeout(total=60)) as reply:

@@ -14,7 +14,7 @@ import random
 import types
 from typing import Any
 
-from nemo_app import Session, build_app, install_import_shims
+from framework import Session, build_app, install_import_shims, server_config
 
 _app: Any = None
 _seeds: list[int] = []
@@ -37,7 +37,7 @@ def _app_instance() -> Any:
         from nemo_gym.base_resources_server import BaseResourcesServerConfig
 
         blackjack.random = types.SimpleNamespace(Random=_next_generator)
-        config = BaseResourcesServerConfig(host="127.0.0.1", port=0, entrypoint="app.py", name="blackjack")
+        config = BaseResourcesServerConfig(**server_config("blackjack"))
         _server, _app = build_app(blackjack.BlackjackEnv, config)
     return _app
 

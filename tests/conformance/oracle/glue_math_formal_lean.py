@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nemo_app import Session, build_app, install_import_shims
+from framework import Session, build_app, install_import_shims, server_config
 from sandbox_script import ScriptedSandbox
 
 _apps: dict[str, Any] = {}
@@ -28,7 +28,7 @@ def _app(config: dict[str, Any]) -> Any:
         import httpx
         import resources_servers.math_formal_lean.app as lean
 
-        settings = {"host": "127.0.0.1", "port": 0, "entrypoint": "app.py", "name": "math_formal_lean", **config}
+        settings = server_config("math_formal_lean", **config)
         server, app = build_app(lean.MathFormalLeanResourcesServer, lean.MathFormalLeanResourcesServerConfig(**settings))
         # the client's own _get_client() returns this one: same requests, answered from the script
         server._sandbox_client._client = httpx.AsyncClient(transport=_sandbox.transport)

@@ -1,12 +1,11 @@
-"""Glue for workplace_assistant: NeMo Gym's own server app, tools and verifier, unmodified.
+"""Glue for workplace_assistant: NeMo Gym's own server, tools and verifier, unmodified, on its real framework.
 
 Runs INSIDE the oracle environment (the dependency versions of NeMo Gym's lock file, see
-``reference.py``). ``resources_servers/workplace_assistant/app.py`` is imported as released, over the
-framework stand-ins of ``glue_indirect_prompt_injection`` (a FastAPI app with Starlette's signed
-session cookie, the ``/seed_session`` and ``/verify`` routes and the framework's exception
-middleware; NeMo Gym's framework itself needs Ray, MLflow and more). Requests go through that FastAPI
-app with its test client, so status codes, body bytes, FastAPI's 422 answers and the verifier's
-reward are the reference's own.
+``reference.py``). ``resources_servers/workplace_assistant/app.py`` is imported as released and its
+app assembled by ``framework.py`` as NeMo Gym's ``run_webserver`` assembles it (session middleware,
+the framework's routes, exception middleware, validation handler). Requests go through that FastAPI
+app over httpx, so status codes, body bytes, FastAPI's 422 answers, the verify echo and the
+verifier's reward are the reference's own.
 
 The module's top level imports nothing of the reference, so the test side imports
 :func:`describe_table` and :func:`table_digest` to describe our tables the same way.
@@ -73,30 +72,17 @@ def table_digest(description: dict) -> str:
 _STATE: dict[str, Any] = {}
 
 
-def _app_module() -> Any:
-    """NeMo Gym's ``workplace_assistant/app.py``, imported unmodified over the framework stand-ins
-    of ``glue_indirect_prompt_injection`` (FastAPI, Starlette's session middleware, the
-    framework's exception middleware and request models)."""
-    if "module" not in _STATE:
-        import importlib
-        import sys
+def _server_and_app() -> tuple[Any, Any]:
+    """One reference server and its app for every run (each run is a new client, so a new session)."""
+    if "app" not in _STATE:
+        from framework import build_app, install_import_shims, server_config
 
-        if "nemo_gym.base_resources_server" not in sys.modules:
-            import glue_indirect_prompt_injection as framework
+        install_import_shims()
+        import resources_servers.workplace_assistant.app as module
 
-            framework._stub_server_utils()
-            framework._stub_base_resources_server()
-        _STATE["module"] = importlib.import_module("resources_servers.workplace_assistant.app")
-    return _STATE["module"]
-
-
-def _test_client(app: Any) -> Any:
-    import warnings
-
-    with warnings.catch_warnings():  # Starlette suggests httpx2 for its test client; httpx is what is pinned
-        warnings.simplefilter("ignore")
-        from fastapi.testclient import TestClient
-    return TestClient(app, raise_server_exceptions=False)
+        config = module.WorkbenchResourcesServerConfig(**server_config("workplace_assistant"))
+        _STATE["server"], _STATE["app"] = build_app(module.WorkbenchResourcesServer, config)
+    return _STATE["server"], _STATE["app"]
 
 
 def _tool_env():
@@ -105,81 +91,74 @@ def _tool_env():
     return get_tools(TOOLKITS)
 
 
-class _Server:
-    """One reference server and test client; each sequence is a new session (a fresh cookie jar)."""
+def _call(step: dict) -> dict:
+    """A step as a ``framework.Session`` call."""
+    op = step["op"]
+    if op == "seed":
+        return {"path": "/seed_session", "raw": "{}", "content_type": "application/json"}
+    if op == "tool":
+        return {"path": f"/{step['name']}", "raw": step.get("body"),
+                "content_type": step.get("content_type", "application/json")}
+    if op == "verify":
+        return {"path": "/verify", "raw": json.dumps(step["body"]), "content_type": "application/json"}
+    if op == "http":
+        return step["call"]
+    raise ValueError(f"unknown op {op!r}")
 
-    def __init__(self) -> None:
-        module = _app_module()
-        self.server = module.WorkbenchResourcesServer(
-            config=module.WorkbenchResourcesServerConfig(name="workplace_assistant")
-        )
-        self.client = _test_client(self.server.setup_webserver())
 
-    def close(self) -> None:
-        self.client.close()
+def _run(steps: list[dict], full: bool) -> dict:
+    from framework import Session
 
-    def run(self, steps: list[dict], full: bool) -> dict:
-        client, sessions = self.client, self.server.session_id_to_tool_env
-        client.cookies.clear()
-        answers = []
-        envs: list[dict] = []
+    server, app = _server_and_app()
+    sessions = server.session_id_to_tool_env
+    client = Session(app)
+    answers = []
+    envs: list[dict] = []
+    try:
         for step in steps:
-            op = step["op"]
-            if op == "seed":
-                resp = client.post("/seed_session", content=b"{}", headers={"content-type": "application/json"})
-                envs.extend(sessions.values())  # only this client's session exists (see below)
-            elif op == "tool":
-                ctype = step.get("content_type", "application/json")
-                body = step.get("body")
-                resp = client.post(f"/{step['name']}", content=None if body is None else body.encode(),
-                                   headers={"content-type": ctype} if ctype else {})
-            elif op == "verify":
-                resp = client.post("/verify", content=json.dumps(step["body"]).encode(),
-                                   headers={"content-type": "application/json"})
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            answers.append([resp.status_code, resp.content.decode("utf-8", errors="replace")])
-        tables = None
-        if envs:
-            last = envs[-1]
-            tables = {f"{c}.{a}": describe_table(getattr(last["containers"][c], a)) for c, a in TABLES}
-            if not full:
-                tables = {key: table_digest(d) for key, d in tables.items()}
-        sessions.clear()  # the session ends with the sequence: the server holds none between them
-        return {"answers": answers, "tables": tables}
+            before = set(sessions)
+            answer = client.request(_call(step))
+            if step["op"] == "seed":
+                envs.extend(sessions[k] for k in set(sessions) - before)
+            answers.append([answer["status"], answer["body"]])
+    finally:
+        client.close()
+    tables = None
+    if envs:
+        last = envs[-1]
+        tables = {f"{c}.{a}": describe_table(getattr(last["containers"][c], a)) for c, a in TABLES}
+        if not full:
+            tables = {key: table_digest(d) for key, d in tables.items()}
+    sessions.clear()  # the session ends with the sequence: the server holds none between them
+    return {"answers": answers, "tables": tables}
 
 
 def run_sequence(steps: list[dict], full: bool = True) -> dict:
-    """Run steps through a fresh reference server (its real FastAPI app) as one client (one session).
+    """Run steps through the reference server (its real FastAPI app) as one client (one session).
 
     A step is ``{"op": "seed"}``, ``{"op": "tool", "name": N, "body": TEXT_OR_NONE, "content_type": CT}``
-    (``content_type`` defaults to JSON; None sends none) or ``{"op": "verify", "body": {...}}``.
-    Answers are ``[status, body text]``; ``tables`` are the session's tables after the last step
-    (kept even when verify dropped the session), as digests unless ``full``.
+    (``content_type`` defaults to JSON; None sends none), ``{"op": "verify", "body": {...}}`` or
+    ``{"op": "http", "call": CALL}`` (any request, see ``framework.Session``). Answers are ``[status,
+    body text]``; ``tables`` are the session's tables after the last step (kept even when verify
+    dropped the session), as digests unless ``full``.
     """
-    server = _Server()
-    try:
-        return server.run(steps, full)
-    finally:
-        server.close()
+    return _run(steps, full)
+
+
+def verify_answers(bodies: list[dict]) -> list[list]:
+    """``POST /verify`` for each verify request body: ``[status, body text]``. No seed first: the
+    answer does not depend on the session (the verifier replays on fresh environments)."""
+    return [_run([{"op": "verify", "body": body}], False)["answers"][0] for body in bodies]
 
 
 def rewards(bodies: list[dict]) -> list:
-    """``POST /verify`` for each full verify request body: [status, reward or body]. No seed first:
-    the reward does not depend on the session (the verifier replays on fresh environments)."""
-    server = _Server()
-    out = []
-    try:
-        for body in bodies:
-            status, text = server.run([{"op": "verify", "body": body}], False)["answers"][0]
-            out.append([status, json.loads(text)["reward"] if status == 200 else text])
-    finally:
-        server.close()
-    return out
+    """:func:`verify_answers` reduced to ``[status, reward or body]``."""
+    return [[status, json.loads(text)["reward"] if status == 200 else text] for status, text in verify_answers(bodies)]
 
 
 def table_ids() -> dict:
     """Real IDs and values from the pristine tables, for building random calls."""
+    _server_and_app()
     env = _tool_env()
     c = env["containers"]
     return {
@@ -193,10 +172,5 @@ def table_ids() -> dict:
 
 
 def run_sequences(sequences: list[list[dict]], full: bool = False) -> list[dict]:
-    """:func:`run_sequence` for many sessions (one server, a session each) in one round trip; tables
-    as digests unless ``full``."""
-    server = _Server()
-    try:
-        return [server.run(steps, full) for steps in sequences]
-    finally:
-        server.close()
+    """:func:`run_sequence` for many sessions in one round trip; tables as digests unless ``full``."""
+    return [_run(steps, full) for steps in sequences]

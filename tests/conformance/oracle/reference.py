@@ -5,7 +5,8 @@ never copied into the project: its wheel is downloaded from the package registry
 (``$GYMCKPT_CACHE``, default ``<repo>/.cache``), checked against a known digest and unpacked there.
 Its tool and verifier modules run unmodified in a separate virtual environment holding the
 dependency versions of NeMo Gym's own lock file (``ORACLE_REQUIREMENTS``), driven by glue of our
-own (``tests/conformance/oracle/glue_*.py``) in place of its FastAPI apps.
+own (``tests/conformance/oracle/glue_*.py``, all through ``framework.py``, which imports NeMo Gym's real
+framework and assembles its FastAPI apps as ``run_webserver`` does).
 
 Everything here is idempotent and safe to run from several processes: work happens in a
 temporary directory that is renamed into place when complete.
@@ -44,8 +45,8 @@ ORACLE_REQUIREMENTS = [
     "itsdangerous==2.2.0",
     "httpx==0.28.1",
     # What importing the real nemo_gym framework (server_utils, global_config) needs on the way, with no
-    # part in a request's answer (oracle/nemo_app.py; hydra, yappi, pydot, scipy, wandb and ray are shims);
-    # the agents (glue_agents.py) also run its aiohttp client and the agents' FastAPI apps under uvicorn
+    # part in a request's answer (oracle/framework.py shims the rest); the agents (glue_agents.py) also run
+    # its aiohttp client and the agents' FastAPI apps under uvicorn
     "orjson==3.11.3",
     "requests==2.32.5",
     "uvicorn==0.37.0",

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gym_services.base import nemo_http
+from gym_services.base import nemo_http, nemo_responses
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.metrics import Metrics
@@ -91,6 +91,9 @@ class IPIVerifyResponse(BaseModel):
 def verify_answer(raw: dict[str, Any], body: VerifyRequest, verdict: verifier.Verdict) -> dict[str, Any]:
     """The verify response: the request's two Responses API objects and the verdict, in NeMo Gym's order.
 
+    The two objects are echoed in NeMo Gym's canonical form (every declared field, defaults filled
+    in, as its request models dump them), whichever optional fields the request gave.
+
     NeMo Gym builds its response model from the request's fields plus the verdict: a request field
     named like a verdict field is a duplicate keyword argument (a ``TypeError``, hence ``500``); the
     failure fields a request carries are kept; every other extra field is dropped.
@@ -101,8 +104,8 @@ def verify_answer(raw: dict[str, Any], body: VerifyRequest, verdict: verifier.Ve
     failure = IPIVerifyResponse.model_validate({k: raw[k] for k in IPIVerifyResponse.model_fields if k in raw})
     injection = body.injection
     return {
-        "responses_create_params": raw["responses_create_params"],
-        "response": raw["response"],
+        "responses_create_params": nemo_responses.create_params(raw["responses_create_params"]),
+        "response": nemo_responses.response(raw["response"]),
         "reward": verdict.reward,
         "mask_sample": failure.mask_sample,
         "failure_kind": failure.failure_kind,

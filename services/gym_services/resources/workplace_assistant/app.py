@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,7 +27,9 @@ from starlette.routing import Route
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.sessions import session_id
+from gym_services.base import nemo_http
 from gym_services.base.nemo_http import detail_error
+from gym_services.base.nemo_responses import CreateParams, ResponseObject, VerifyResponse
 from gym_services.control.protocol import VerifyMode
 from gym_services.resources.common import ExportedParticipant
 
@@ -42,19 +44,19 @@ class Config(ServerConfig):
     tool_latency_s: float = Field(default=0.0, ge=0, le=60, description="simulated tool latency (demos, tests)")
 
 
-class VerifyResponse(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    output: list[dict[str, Any]] = Field(description="the output items; the function_call ones are graded")
-
-
 class VerifyRequest(BaseModel):
-    """What grading needs of NeMo Gym's verify request (its other fields are passed through)."""
+    """NeMo Gym's verify request for this server: its two Responses API objects in canonical form, the
+    expected actions and the task's identity; other fields are ignored (and not echoed)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(populate_by_name=True)
 
-    response: VerifyResponse = Field(description="the Responses API response whose function calls are graded")
+    responses_create_params: CreateParams
+    rollout_id: str | None = Field(default=None, alias="_ng_rollout_id", exclude=True)
+    response: ResponseObject = Field(description="the Responses API response whose function calls are graded")
     ground_truth: list[dict[str, str]] | str = Field(description="the expected actions (text: none)")
+    id: int
+    category: str
+    environment_name: str
 
 
 class Unserializable(TypeError):
@@ -158,11 +160,9 @@ def create_app(config: Config) -> Starlette:
         if isinstance(body, JSONResponse):
             return body
         try:
-            parsed = VerifyRequest.model_validate(body)
-        except ValidationError as exc:  # like FastAPI: 422, and the session is kept
-            errors = [{"type": e["type"], "loc": ["body", *e["loc"]], "msg": e["msg"], "input": e["input"]}
-                      for e in exc.errors(include_url=False)]
-            return _detail(422, errors)
+            parsed = nemo_http.validate_body(VerifyRequest, body)
+        except nemo_http.NemoHttpError as exc:  # like FastAPI: 422, and the session is kept
+            return exc.response()
         sid = session_id(request)
         participant.check_session(sid)
         predicted = grading.extract_function_calls(parsed.response.output)
@@ -173,7 +173,9 @@ def create_app(config: Config) -> Starlette:
         finally:
             sessions.drop(sid)  # verify discards the session, even when grading fails
         participant.end(sid)
-        return JSONResponse({**parsed.model_dump(), "reward": 1.0 if correct else 0.0})
+        answer = VerifyResponse(responses_create_params=parsed.responses_create_params, response=parsed.response,
+                                reward=1.0 if correct else 0.0)
+        return nemo_http.json_response(answer.model_dump(mode="json"))
 
     app = create_server_app(
         config,

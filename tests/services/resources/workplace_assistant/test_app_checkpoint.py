@@ -37,8 +37,15 @@ def calls_for(task) -> list[tuple[str, dict]]:
 
 
 def response_for(calls) -> dict:
-    return {"output": [{"type": "function_call", "name": n, "arguments": json.dumps(a), "call_id": f"c{i}"}
+    return {"id": "resp_1", "created_at": 1, "model": "m", "object": "response", "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": [],
+            "output": [{"type": "function_call", "name": n, "arguments": json.dumps(a), "call_id": f"c{i}"}
                        for i, (n, a) in enumerate(calls)]}
+
+
+def verify_body(task, calls) -> dict:
+    """A verify request as NeMo Gym's agent posts it: the task row and the response."""
+    return {**task, "response": response_for(calls)}
 
 
 def tables(client) -> dict[str, pd.DataFrame]:
@@ -53,7 +60,7 @@ async def run_uninterrupted(task) -> tuple[list[str], dict, dict]:
         await client.post("/seed_session", json={})
         outputs = [(await client.post(f"/{n}", json=a)).text for n, a in calls]
         final_tables = tables(client)
-        verify = (await client.post("/verify", json={"response": response_for(calls[len(PROLOGUE):]), "ground_truth": task["ground_truth"]})).json()
+        verify = (await client.post("/verify", json=verify_body(task, calls[len(PROLOGUE):]))).json()
     return outputs, final_tables, verify
 
 
@@ -84,7 +91,7 @@ async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut
         outputs += [(await client.post(f"/{n}", json=a, headers=nxt)).text for n, a in calls[cut:]]
         restored_tables = tables(client)
         verify = (await client.post("/verify", headers=nxt,
-                                    json={"response": response_for(calls[len(PROLOGUE):]), "ground_truth": task["ground_truth"]})).json()
+                                    json=verify_body(task, calls[len(PROLOGUE):]))).json()
         assert (await control.status())["live"] == {"sessions": 0}
     assert outputs == expected_outputs
     assert verify == expected_verify
@@ -126,7 +133,9 @@ async def test_session_errors_and_retire(tmp_path) -> None:
 async def test_bad_verify_input_is_refused_and_keeps_the_session() -> None:
     async with serve(app()) as client:
         await client.post("/seed_session", json={})
-        for body in ({"response": {"output": "x"}, "ground_truth": []}, {"response": {"output": []}}, {}):
+        good = verify_body(TASKS[0], [])
+        for body in ({**good, "response": {**good["response"], "output": "x"}}, {**good, "id": "x"},
+                     {k: v for k, v in good.items() if k != "ground_truth"}, {}):
             refused = await client.post("/verify", json=body)
             assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][0] == "body"
         assert (await client.post("/email_search_emails", json={"query": "x"})).status_code == 200
@@ -146,7 +155,7 @@ async def test_failed_verify_session_left_out_of_commit(tmp_path, monkeypatch) -
         await client.post("/seed_session", json={}, headers={"x-ng-rollout-id": "b"})
         client.cookies.clear()
         client.cookies.update(a)
-        broken = await client.post("/verify", json={"response": {"output": []}, "ground_truth": []})
+        broken = await client.post("/verify", json=verify_body(TASKS[0], []))
         assert broken.status_code == 500  # verify raised...
         participant = client._transport.app.state.participant
         assert participant.live() == {"sessions": 2}  # ...the participant still tracks it, the server dropped it

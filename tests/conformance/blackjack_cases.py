@@ -179,11 +179,68 @@ def invalid_calls() -> list[tuple[str, dict[str, Any]]]:
         "response text without annotations": {"response": {**_OK, "output": [
             {**message(), "content": [{"type": "output_text", "text": "<action>hit</action>"}]}]}},
         "response unknown item type": {"response": {**_OK, "output": [{"type": "bogus"}]}},
+        # deeper inside the items and the response's nested objects
+        "response refusal without text": {"response": {**_OK, "output": [{**message(), "content": [{"type": "refusal"}]}]}},
+        "response part of an input type": {"response": {**_OK, "output": [
+            {**message(), "content": [{"type": "input_text", "text": "<action>hit</action>"}]}]}},
+        "response part text number": {"response": {**_OK, "output": [{**message(), "content": [
+            {"type": "output_text", "text": 5, "annotations": []}]}]}},
+        "response parts mixed": {"response": {**_OK, "output": [{**message(), "content": [
+            output_text("<action>hit</action>"), {"type": "output_text"}, {"type": "refusal", "refusal": 1}]}]}},
+        "response message status wrong": {"response": {**_OK, "output": [{**message(output_text("x")), "status": "done"}]}},
+        "response message role wrong": {"response": {**_OK, "output": [{**message(output_text("x")), "role": "tool"}]}},
+        "response call arguments object": {"response": {**_OK, "output": [
+            {"type": "function_call", "name": "f", "arguments": {"a": 1}, "call_id": "c1"}]}},
+        "response call without call_id": {"response": {**_OK, "output": [
+            {"type": "function_call", "name": "f", "arguments": "{}"}]}},
+        "response call status wrong": {"response": {**_OK, "output": [
+            {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1", "status": "ok"}]}},
+        "response reasoning summary string": {"response": {**_OK, "output": [
+            {"id": "rs_1", "type": "reasoning", "summary": "thinking"}]}},
+        "response reasoning summary item wrong": {"response": {**_OK, "output": [
+            {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text"}]}]}},
+        "response reasoning without id": {"response": {**_OK, "output": [
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]}]}},
+        "response function call output in output": {"response": {**_OK, "output": [
+            {"type": "function_call_output", "call_id": "c1", "output": 5}]}},
+        "response tools entry wrong": {"response": {**_OK, "tools": [{"type": "function"}]}},
+        "response tool_choice wrong": {"response": {**_OK, "tool_choice": {"type": "function"}}},
+        "response usage wrong": {"response": {**_OK, "usage": {"input_tokens": "x"}}},
+        "response incomplete reason wrong": {"response": {**_OK, "incomplete_details": {"reason": "tired"}}},
+        "response error wrong": {"response": {**_OK, "error": {"code": 5}}},
+        "response status wrong": {"response": {**_OK, "status": "done"}},
+        "response temperature text": {"response": {**_OK, "temperature": "hot"}},
+        "rcp input item content number": {"responses_create_params": {"input": [
+            {"type": "message", "role": "user", "content": 5}]}, "response": _OK},
+        "rcp input item unknown type": {"responses_create_params": {"input": [{"type": "bogus"}]}, "response": _OK},
+        "rcp input call without name": {"responses_create_params": {"input": [
+            {"type": "function_call", "arguments": "{}", "call_id": "c"}]}, "response": _OK},
+        "rcp tools entry wrong": {"responses_create_params": {"input": [], "tools": [{"type": "function"}]},
+                                  "response": _OK},
+        "rcp reasoning effort wrong": {"responses_create_params": {"input": [], "reasoning": {"effort": "extreme"}},
+                                       "response": _OK},
     }
     for name, extra in bad_responses.items():
         body: dict[str, Any] = {"responses_create_params": RCP, **(extra or {})}
         cases.append((f"/step {name}", {"path": "/step", "json": body}))
     return cases
+
+
+def route_calls() -> list[tuple[str, dict[str, Any]]]:
+    """``(name, call)``: paths and methods the server has no route for, the framework's liveness routes."""
+    return [
+        ("GET /reset", {"method": "GET", "path": "/reset"}),
+        ("PUT /step", {"method": "PUT", "path": "/step", "json": {}}),
+        ("POST /seed_session", {"path": "/seed_session", "json": {}}),
+        ("POST /verify", {"path": "/verify", "json": {}}),
+        ("POST /close_session", {"path": "/close_session", "json": {}}),
+        ("POST /close", {"path": "/close", "json": {}}),
+        ("GET /no/such/path", {"method": "GET", "path": "/no/such/path"}),
+        ("POST /reset/", {"path": "/reset/", "json": {}}),
+        ("DELETE /", {"method": "DELETE", "path": "/"}),
+        *((f"GET {p}", {"method": "GET", "path": p}) for p in ("/health", "/healthz", "/livez", "/readyz")),
+        ("POST /healthz", {"path": "/healthz", "json": {}}),
+    ]
 
 
 def invalid_sequences() -> list[tuple[str, dict[str, Any]]]:

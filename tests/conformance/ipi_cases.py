@@ -677,6 +677,29 @@ def seed_body(domain: str, env: dict[str, Any]) -> dict[str, Any]:
     return {"environment": env, "domain": domain, "responses_create_params": {"input": [{"role": "user", "content": "help"}]}}
 
 
+#: the known gap: NeMo Gym computes its run statistics here, ours answers 404 (see resources/common/nemo_routes.py)
+AGGREGATE_METRICS = step("/aggregate_metrics", {"verify_responses": []})
+
+
+def route_sequences(seed: int = 0) -> list[list[dict[str, Any]]]:
+    """The framework's routes, unknown paths and wrong methods, before and after a seed."""
+    rng = random.Random(seed)
+    calls = [
+        step("/reverify_mode", method="GET"), step("/reverify_mode", {}),
+        step("/close_session", {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1"}}),
+        step("/close_session", {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1", "attempt": 2}}),
+        step("/close_session", {"resources_session_id": "s1", "episode_id": "e1"}),
+        step("/close_session", {"resources_session_id": "s1", "episode_id": {"rollout_id": "-bad"}}),
+        step("/close_session", {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1"}, "x": 1}),
+        step("/close_session", {}), step("/close_session", raw="[]"), step("/close_session", method="GET"),
+        step("/get_schedule", method="DELETE"), step("/x/y", method="GET"), step("/tools", method="GET"),
+        *(step(p, method="GET") for p in ("/health", "/healthz", "/livez", "/readyz")),
+        step("/healthz", method="PUT"),
+    ]
+    return [calls, [step("/seed_session", seed_body("healthcare", healthcare_env(rng))), *calls,
+                    step("/get_schedule", {"date": "2025-04-15"})]]
+
+
 def valid_call_sequences(seed: int = 0, variants: int = 2) -> list[list[dict[str, Any]]]:
     """Per tool: a session of its domain calling it with valid arguments, then reading the state back."""
     rng = random.Random(seed)

@@ -270,6 +270,10 @@ def invalid_sequences() -> list[dict[str, Any]]:
         {"method": "GET", "path": "/reverify_mode"},
         {"method": "GET", "path": "/verify"},
         {"path": "/no_such_route", "json": {}},
+        {"method": "PUT", "path": "/close_session", "json": {}},
+        {"method": "POST", "path": "/reverify_mode", "json": {}},
+        *({"method": "GET", "path": p} for p in ("/health", "/healthz", "/livez", "/readyz")),
+        {"method": "DELETE", "path": "/livez"},
     ]
     ok = {"status": 200, "json": {"process_status": "completed", "stdout": "", "stderr": ""}}
     return [{"config": {}, "sandbox": [ok], "calls": [call]} for call in calls]

@@ -65,6 +65,16 @@ async def test_bad_bodies_unknown_tools_and_odd_arguments(oracle: Oracle) -> Non
     assert compared > 40 and diffs == []
 
 
+async def test_framework_routes_unknown_paths_and_methods(oracle: Oracle) -> None:
+    """/close_session, /reverify_mode, NeMo Gym's liveness routes, FastAPI's 404/405 bodies (no GET /tools:
+    the reference has none), before and after a seed; and the one known gap, /aggregate_metrics."""
+    compared, diffs = await compare(oracle, cases.route_sequences())
+    assert compared > 40 and diffs == []
+    [ref] = oracle.call(GLUE, "run_sequences", [[{"op": "http", "call": cases.AGGREGATE_METRICS}]])
+    [ours] = (await cases.run_ours(cases.make_app(), [{"op": "http", "call": cases.AGGREGATE_METRICS}]))["answers"]
+    assert ref["answers"][0][0] == 200 and ours == [404, '{"detail":"Not Found"}']
+
+
 async def test_seeded_random_sessions(oracle: Oracle, ids: dict) -> None:
     sequences = cases.random_sequences(ids, SEED, SEQUENCES)
     compared, diffs = await compare(oracle, sequences)

@@ -60,16 +60,22 @@ class _Open(BaseModel):
 # --- content parts and items ------------------------------------------------------------------
 
 
-class OutputText(BaseModel):
+# The content parts of an output message form an untagged union, whose validation errors name each
+# member's class in their location: the classes carry the names NeMo Gym's do, so a 422 reads alike.
+class NeMoGymResponseOutputText(BaseModel):
     annotations: list[Any]
     text: str
     type: Literal["output_text"] = "output_text"
     logprobs: list[Any] | None = None
 
 
-class Refusal(BaseModel):
+class NeMoGymResponseOutputRefusal(BaseModel):
     refusal: str
     type: Literal["refusal"] = "refusal"
+
+
+OutputText = NeMoGymResponseOutputText
+Refusal = NeMoGymResponseOutputRefusal
 
 
 class OutputMessage(BaseModel):
@@ -319,9 +325,18 @@ InputItem = Annotated[
 
 
 def _function_tool_param(value: Any) -> Any:
-    """A function tool keeps the SDK's declared key order."""
+    """A function tool has the SDK's required keys (refused otherwise) and keeps its declared key order."""
     order = ("name", "parameters", "strict", "type", "defer_loading", "description")
-    if isinstance(value, dict) and value.get("type") == "function" and set(value) <= set(order):
+    if not isinstance(value, dict) or value.get("type") != "function":
+        return value
+    for key, kinds, text in (("name", (str,), "a string"), ("parameters", (dict, type(None)), "an object or null"),
+                             ("strict", (bool, type(None)), "a boolean or null")):
+        if key not in value:
+            raise PydanticCustomError("missing", "a function tool needs {key}", {"key": key})
+        if not isinstance(value[key], kinds):
+            raise PydanticCustomError("function_tool_type", "a function tool's {key} must be {kind}",
+                                      {"key": key, "kind": text})
+    if set(value) <= set(order):
         return {k: value[k] for k in order if k in value}
     return value
 
@@ -334,7 +349,7 @@ def _tool_choice_param(value: Any) -> Any:
 
 class ReasoningConfig(_Open):
     context: Literal["auto", "current_turn", "all_turns"] | None = None
-    effort: str | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
 

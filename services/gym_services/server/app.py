@@ -32,6 +32,7 @@ from gym_services.control.admission import Admission, AdmissionMiddleware, Polic
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.participant import Participant
 from gym_services.control.plane import ControlPlane
+from gym_services.control.protocol import CONTROL_PREFIX
 from gym_services.control.routes import control_mount
 
 log = get_logger("app")
@@ -43,6 +44,19 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     code = ErrorCode.for_status(exc.status_code)
     message = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
     return ApiError(code, str(message), status=exc.status_code).response()
+
+
+async def _fastapi_http_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's answer (``{"detail": ...}``, e.g. ``404 Not Found``, ``405 Method Not Allowed`` with its
+    ``Allow`` header) everywhere but the control routes, which keep ours."""
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith(CONTROL_PREFIX):
+        return await _http_error(request, exc)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+#: NeMo Gym's liveness routes (every server of its framework answers them ``{"status":"ok"}``)
+NEMO_LIVENESS_PATHS = ("/health", "/healthz", "/livez", "/readyz")
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -88,12 +102,16 @@ def create_server_app(
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
     ready: Callable[[], bool] | None = None,
+    nemo_gym: bool = False,
 ) -> Starlette:
     """A Starlette app for one Gym server with the control plane mounted.
 
     ``metrics`` is the registry the server declared its own metrics on (a fresh one when it has
     none); ``admission`` is given by a server whose participant reads it (the agent parks at
-    boundaries while it is closed), else made here.
+    boundaries while it is closed), else made here. A server that stands in for a NeMo Gym server
+    (``nemo_gym``) answers as its FastAPI app does where no route of its own does: FastAPI's
+    ``{"detail": ...}`` bodies for unknown paths and methods (``404``/``405``), and NeMo Gym's liveness
+    routes (``NEMO_LIVENESS_PATHS``, always ``{"status":"ok"}``; readiness stays ``/health/ready``).
     """
     config.require_secrets()
     enabled = config.checkpoint.enabled
@@ -123,6 +141,8 @@ def create_server_app(
         Route("/health/ready", readiness, methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),
     ]
+    if nemo_gym:
+        all_routes += [Route(path, live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS]
     data_middleware = [Middleware(SessionMiddleware, codec=codec)]
     if enabled:
         token = config.checkpoint.control_token.get_secret_value()  # type: ignore[union-attr]
@@ -149,7 +169,7 @@ def create_server_app(
         exception_handlers={
             ApiError: api_error_handler,
             NemoHttpError: nemo_error_handler,
-            HTTPException: _http_error,
+            HTTPException: _fastapi_http_error if nemo_gym else _http_error,
             Exception: _internal_error,
         },
         lifespan=lifespan,

@@ -170,6 +170,7 @@ def create_app(config: Config) -> Starlette:
             Route("/step", step, methods=["POST"]),
         ],
         metrics=metrics,
+        nemo_gym=True,
     )
     app.state.episodes = store
     return app

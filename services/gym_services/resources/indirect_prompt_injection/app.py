@@ -25,9 +25,8 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from gym_services.base import nemo_http, nemo_responses
@@ -35,9 +34,10 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import session_id
-from gym_services.control.protocol import CONTROL_PREFIX, VerifyMode
+from gym_services.control.admission import RoutePolicy
+from gym_services.control.protocol import VerifyMode
 from gym_services.server.app import create_server_app
-from gym_services.resources.common import ExportedParticipant
+from gym_services.resources.common import ExportedParticipant, nemo_routes
 from gym_services.resources.indirect_prompt_injection import verifier
 from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
@@ -177,32 +177,18 @@ def create_app(config: Config) -> Starlette:
         counts.verifications.labels(result="followed" if verdict.injection_followed else "resisted").inc()
         return answer
 
-    app = create_server_app_with_nemo_errors(
+    app = create_server_app(
         config,
         participant,
         [
             Route("/seed_session", seed, methods=["POST"]),
             Route("/verify", verify, methods=["POST"]),
+            *nemo_routes.routes(),
             Route("/{tool_name}", call_tool, methods=["POST"]),
         ],
-        metrics,
+        metrics=metrics,
+        policies={path: RoutePolicy.OPEN for path in nemo_routes.PATHS},
+        nemo_gym=True,
     )
     app.state.sessions = store
-    return app
-
-
-def create_server_app_with_nemo_errors(
-    config: Config, participant: ExportedParticipant, routes: list[Route], metrics: Metrics
-) -> Starlette:
-    """Our app factory, with FastAPI's error bodies on the data routes (control routes keep ours)."""
-    app = create_server_app(config, participant, routes, metrics=metrics)
-    ours = app.exception_handlers[HTTPException]
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        if request.url.path.startswith(CONTROL_PREFIX):
-            return await ours(request, exc)
-        assert isinstance(exc, HTTPException)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
-
-    app.add_exception_handler(HTTPException, http_error)
     return app

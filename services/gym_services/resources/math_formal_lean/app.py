@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,7 +44,8 @@ from gym_services.base.nemo_http import (
 from gym_services.base.nemo_responses import CreateParams, ResponseObject, UnreadableOutput
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.protocol import VerifyMode
-from gym_services.resources.common import StatelessParticipant
+from gym_services.resources.common import StatelessParticipant, nemo_routes
+from gym_services.resources.common.nemo_routes import EpisodeId, TaskId
 from gym_services.resources.math_formal_lean import feedback, proof
 from gym_services.resources.math_formal_lean.sandbox_client import LeanSandbox
 from gym_services.server.app import create_server_app
@@ -108,29 +108,6 @@ class VerifyRequest(BaseModel):
 NOT_AN_OBJECT = "Input should be a valid dictionary or object to extract fields from"
 
 
-class EpisodeId(BaseModel):
-    """One attempt of a rollout, as NeMo Gym's environment servers name it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rollout_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    attempt: int = Field(default=0, ge=0)
-
-    @field_validator("rollout_id")
-    @classmethod
-    def _no_attempt_suffix(cls, value: str) -> str:
-        if re.search(r"-a[1-9][0-9]*$", value):
-            raise ValueError("rollout_id must not end with the reserved attempt suffix '-a<N>'")
-        return value
-
-
-class TaskId(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    taskset: str = Field(min_length=1)
-    task_id: str = Field(min_length=1)
-
-
 class SeedSessionRequest(BaseModel):
     """An environment server's seed; any other object is an agent's seed."""
 
@@ -140,13 +117,6 @@ class SeedSessionRequest(BaseModel):
     episode_id: EpisodeId
     task_id: TaskId
     task_data: dict[str, Any]
-
-
-class CloseSessionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    resources_session_id: str
-    episode_id: EpisodeId
 
 
 class CompilerOutput(BaseModel):
@@ -255,13 +225,6 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         answer = {"resources_session_id": seeded.resources_session_id, "resources_tools": None, "sandbox_access": None}
         return json_response(answer, headers=participant.seed_headers())
 
-    async def close_session(request: Request) -> Response:
-        closed = await parse(request, CloseSessionRequest)  # nothing is kept per session
-        return json_response({"resources_session_id": closed.resources_session_id})
-
-    async def reverify_mode(request: Request) -> Response:
-        return json_response("unknown")
-
     async def verify(request: Request) -> Response:
         body = await parse(request, VerifyRequest)
         try:
@@ -283,12 +246,12 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         [
             Route("/seed_session", seed, methods=["POST"]),
             Route("/verify", verify, methods=["POST"]),
-            Route("/close_session", close_session, methods=["POST"]),
-            Route("/reverify_mode", reverify_mode, methods=["GET"]),
+            *nemo_routes.routes(),
         ],
         # Nothing here holds state: every route keeps serving while a checkpoint is open.
         policies={path: RoutePolicy.OPEN for path in ("/verify", "/seed_session", "/close_session", "/reverify_mode")},
         on_shutdown=[close_sandbox],
+        nemo_gym=True,
         metrics=metrics,
     )
     app.state.verifier = verifier

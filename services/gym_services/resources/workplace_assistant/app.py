@@ -31,10 +31,10 @@ from gym_services.base import nemo_http
 from gym_services.base.nemo_http import detail_error
 from gym_services.base.nemo_responses import CreateParams, ResponseObject, VerifyResponse
 from gym_services.control.protocol import VerifyMode
-from gym_services.resources.common import ExportedParticipant
+from gym_services.control.admission import RoutePolicy
+from gym_services.resources.common import ExportedParticipant, nemo_routes
 
 from .sessions import SessionNotFound, WorkplaceSessions
-from .tools import tool_schemas
 from . import verify as grading
 
 NOT_SEEDED = "Session not initialized. Please call seed_session first."
@@ -135,9 +135,6 @@ def create_app(config: Config) -> Starlette:
         await participant.seed(request, lambda sid: asyncio.to_thread(sessions.seed, sid))
         return JSONResponse({}, headers=participant.seed_headers())
 
-    async def tools(request: Request) -> JSONResponse:
-        return JSONResponse({"tools": tool_schemas()})
-
     async def tool(request: Request) -> Response:
         name = request.path_params["tool_name"]
         body = request_object(await request.body(), request.headers.get("content-type"))
@@ -183,9 +180,11 @@ def create_app(config: Config) -> Starlette:
         [
             Route("/seed_session", seed, methods=["POST"]),
             Route("/verify", verify, methods=["POST"]),
-            Route("/tools", tools, methods=["GET"]),
+            *nemo_routes.routes(),
             Route("/{tool_name}", tool, methods=["POST"]),
         ],
+        policies={path: RoutePolicy.OPEN for path in nemo_routes.PATHS},
+        nemo_gym=True,
     )
     app.state.workplace_sessions = sessions  # the conformance suite reads the final tables
     return app

@@ -1042,4 +1042,28 @@ def invalid_verify_bodies() -> list[dict[str, Any]]:
     body = copy.deepcopy(base)
     body["responses_create_params"] = []
     out.append(body)
+    # invalid values deeper inside the two Responses API objects (NeMo Gym validates them with the SDK's types)
+    assistant = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed"}
+    for item in ({"type": "bogus"}, {"text": "no type"}, "text",
+                 {**assistant, "content": [{"type": "output_text", "text": "t"}]},
+                 {**assistant, "content": [{"type": "refusal"}]}, {**assistant, "status": "done", "content": []},
+                 {"type": "reasoning", "id": "rs_1", "summary": "thinking"},
+                 {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]},
+                 {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}", "status": "ok"},
+                 {"type": "function_call_output", "call_id": "c", "output": 5}):
+        body = copy.deepcopy(base)
+        body["response"]["output"].append(item)
+        out.append(body)
+    for key, value in (("tools", [{"type": "function"}]), ("tool_choice", {"type": "function"}), ("temperature", "hot"),
+                       ("usage", {"input_tokens": "x"}), ("error", {"code": 5}), ("status", "done"),
+                       ("reasoning", {"effort": "extreme"}), ("metadata", {"a": 1}), ("created_at", "noon")):
+        body = copy.deepcopy(base)
+        body["response"][key] = value
+        out.append(body)
+    for key, value in (("tools", [{"type": "function"}]), ("tools", [{"type": "bogus"}]), ("reasoning", {"effort": "extreme"}),
+                       ("input", [{"type": "message", "role": "user", "content": 5}]), ("input", [{"type": "bogus"}]),
+                       ("metadata", {"a": 1}), ("temperature", "hot"), ("stream", True), ("truncation", "sometimes")):
+        body = copy.deepcopy(base)
+        body["responses_create_params"][key] = value
+        out.append(body)
     return out

@@ -22,7 +22,7 @@ from gym_services.base.config import load_config
 from gym_services.resources.blackjack import game
 from gym_services.resources.blackjack.app import Config, create_app
 from tests.conformance import blackjack_cases as cases
-from tests.conformance.http_cases import Tally, run_sequences
+from tests.conformance.http_cases import NESTED_422, Tally, nested_422, run_sequences
 from tests.conformance.oracle.client import Oracle
 from tests.support.asgi import base_config
 
@@ -38,26 +38,6 @@ DELIBERATE = {
         "ignored like any unknown field"
     ),
 }
-#: Not deliberate, not byte-equal (a known gap, named in the README): where an invalid value sits deep inside a
-#: union of the OpenAI SDK's types (a tool entry, a tool choice, an error object, an input item), NeMo Gym's 422
-#: lists an error for every member of its unions, ours for the member the value was meant to be. Same status,
-#: same field of the body blamed (the first three elements of every error location).
-NESTED_422 = "422 detail inside a union of the SDK's types"
-
-
-def _blamed(body: str) -> set[tuple]:
-    return {tuple(e["loc"][:3]) for e in json.loads(body)["detail"]}
-
-
-def _nested_422(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    if ours.get("status") != 422 or theirs.get("status") != 422:
-        return False
-    try:
-        return _blamed(ours["body"]) == _blamed(theirs["body"])
-    except (ValueError, KeyError, TypeError):
-        return False
-
-
 def blackjack_allowed(call: dict[str, Any], ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
     """The name of the allowed difference this answer pair is, or None."""
     try:
@@ -69,7 +49,7 @@ def blackjack_allowed(call: dict[str, Any], ours: dict[str, Any], theirs: dict[s
         return "step without a live episode"
     if call["path"] == "/reset" and ours.get("status") == 400 and code == "bad_request" and "seed" in str(call.get("json")):
         return "malformed seed"
-    if _nested_422(ours, theirs):
+    if nested_422(ours, theirs):
         return NESTED_422
     return None
 

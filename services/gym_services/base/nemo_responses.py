@@ -324,10 +324,23 @@ InputItem = Annotated[
 # --- request parameters -----------------------------------------------------------------------
 
 
+#: the ``type`` of every tool the OpenAI SDK's ``ToolParam`` union has (openai 2.44.0)
+TOOL_TYPES = frozenset({
+    "function", "file_search", "computer", "computer_use_preview", "web_search", "web_search_2025_08_26", "mcp",
+    "code_interpreter", "image_generation", "local_shell", "shell", "custom", "namespace", "tool_search",
+    "web_search_preview", "web_search_preview_2025_03_11", "apply_patch",
+})
+
+
 def _function_tool_param(value: Any) -> Any:
-    """A function tool has the SDK's required keys (refused otherwise) and keeps its declared key order."""
+    """A tool is an object of a type the SDK knows (refused otherwise); a function tool has the SDK's
+    required keys and keeps its declared key order. Other tools are passed on as given."""
     order = ("name", "parameters", "strict", "type", "defer_loading", "description")
-    if not isinstance(value, dict) or value.get("type") != "function":
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    if value.get("type") not in TOOL_TYPES:
+        raise PydanticCustomError("tool_type", "a tool's type must be one the OpenAI SDK knows")
+    if value.get("type") != "function":
         return value
     for key, kinds, text in (("name", (str,), "a string"), ("parameters", (dict, type(None)), "an object or null"),
                              ("strict", (bool, type(None)), "a boolean or null")):

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gym_services.base import nemo_http, nemo_responses
+from gym_services.base import nemo_http
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.metrics import Metrics
@@ -104,8 +104,8 @@ def verify_answer(raw: dict[str, Any], body: VerifyRequest, verdict: verifier.Ve
     failure = IPIVerifyResponse.model_validate({k: raw[k] for k in IPIVerifyResponse.model_fields if k in raw})
     injection = body.injection
     return {
-        "responses_create_params": nemo_responses.create_params(raw["responses_create_params"]),
-        "response": nemo_responses.response(raw["response"]),
+        "responses_create_params": body.responses_create_params.model_dump(mode="json"),
+        "response": body.response.model_dump(mode="json"),
         "reward": verdict.reward,
         "mask_sample": failure.mask_sample,
         "failure_kind": failure.failure_kind,

@@ -577,6 +577,25 @@ def invalid_verify_cases(template: dict) -> list[dict]:
         "output item without type": {**good, "response": {**good["response"], "output": [{"name": "x"}]}},
         "function call with object arguments": {**good, "response": {**good["response"], "output": [
             {"type": "function_call", "name": "email_send_email", "arguments": {"a": 1}, "call_id": "c"}]}},
+        # invalid values deeper inside the two Responses API objects
+        "function call status wrong": {**good, "response": {**good["response"], "output": [
+            {"type": "function_call", "name": "x", "arguments": "{}", "call_id": "c", "status": "ok"}]}},
+        "message status wrong": {**good, "response": {**good["response"], "output": [
+            {"id": "m", "type": "message", "role": "assistant", "status": "done", "content": []}]}},
+        "reasoning without id": {**good, "response": {**good["response"], "output": [
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]}]}},
+        "output text without annotations": {**good, "response": {**good["response"], "output": [
+            {"id": "m", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "t"}]}]}},
+        "response reasoning effort wrong": {**good, "response": {**good["response"], "reasoning": {"effort": "extreme"}}},
+        "response metadata not text": {**good, "response": {**good["response"], "metadata": {"a": 1}}},
+        "response temperature text": {**good, "response": {**good["response"], "temperature": "hot"}},
+        "response usage wrong": {**good, "response": {**good["response"], "usage": {"input_tokens": "x"}}},
+        "create params streaming": {**good, "responses_create_params": {**good["responses_create_params"], "stream": True}},
+        "create params truncation wrong": {**good, "responses_create_params": {**good["responses_create_params"],
+                                                                              "truncation": "sometimes"}},
+        "create params reasoning effort wrong": {**good, "responses_create_params": {
+            **good["responses_create_params"], "reasoning": {"effort": "extreme"}}},
     }
     return [{"name": name, "body": body} for name, body in bodies.items()]
 

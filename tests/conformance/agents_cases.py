@@ -286,6 +286,26 @@ def recorded_cases(reference: Path) -> list[dict[str, Any]]:
     ]
 
 
+def invalid_row_cases() -> list[dict[str, Any]]:
+    """Rows NeMo Gym's agents refuse (422, nothing called): each agent, each way of being malformed."""
+    bad_rows = {
+        "no create params": {"ground_truth": 1},
+        "create params null": {"responses_create_params": None},
+        "create params a list": {"responses_create_params": []},
+        "create params without input": {"responses_create_params": {"temperature": 0.1}},
+        "create params unknown field": {"responses_create_params": rcp("hi", bogus=1)},
+        "create params streaming": {"responses_create_params": rcp("hi", stream=True)},
+        "create params temperature text": {"responses_create_params": rcp("hi", temperature="hot")},
+        "create params reasoning effort wrong": {"responses_create_params": rcp("hi", reasoning={"effort": "max"})},
+        "input item of unknown type": {"responses_create_params": rcp([{"type": "bogus"}])},
+        "tool without name": {"responses_create_params": rcp("hi", tools=[{"type": "function"}])},
+        "rollout id a number": {"responses_create_params": rcp("hi"), "_ng_rollout_id": 5},
+    }
+    env = {"/seed_session": [seed()], "/verify": [verify(1.0)], "/reset": [{"body": {"observation": "o", "info": {}}}]}
+    return [case(f"{name}", kind, row, [resp([msg("x")])], env)
+            for kind in ("simple_agent", "proof_refinement_agent", "gymnasium_agent") for name, row in bad_rows.items()]
+
+
 def all_cases(reference: Path | None = None) -> list[dict[str, Any]]:
     recorded = recorded_cases(reference) if reference is not None else []
     return [*simple_cases(), *proof_cases(), *gym_cases(), *recorded]

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.agents_cases import all_cases
+from tests.conformance.agents_cases import all_cases, invalid_row_cases
+from tests.conformance.http_cases import nested_422
 from tests.conformance.agents_compare import Allowed, Diff, compare, reference, run_ours
 from tests.conformance.oracle.client import Oracle
 from tests.conformance.oracle.reference import reference_root
@@ -88,3 +89,23 @@ async def test_a_changed_tool_output_is_caught(oracle: Oracle) -> None:
     ours = await run_ours(altered, index)
     bad = unexplained(compare(case, ref, ours))
     assert any(d.area == "model_request" and d.where.endswith(".output") for d in bad), bad
+
+
+INVALID = invalid_row_cases()
+#: rows whose 422 is the named known gap of tests/conformance/http_cases.py (a value inside one of the SDK's unions)
+NESTED_ROWS = {"input item of unknown type", "tool without name"}
+
+
+@pytest.mark.parametrize("index", range(len(INVALID)), ids=[c["kind"] + ": " + c["name"] for c in INVALID])
+async def test_malformed_rows_are_refused_alike(oracle: Oracle, index: int) -> None:
+    """A row NeMo Gym's agent refuses gets the same 422 body from ours, and nothing is called."""
+    case = INVALID[index]
+    ref = reference(oracle, case, index)
+    ours = await run_ours(case, index)
+    assert ref["status"] == 422 and not ref["model_requests"] and not ref["env_requests"], ref
+    if case["name"] in NESTED_ROWS:  # the known gap NESTED_422: same status, same fields blamed
+        assert nested_422({"status": ours["status"], "body": ours["text"]}, {"status": 422, "body": ref["text"]})
+        assert ours["text"] != ref["text"]  # still a gap: when it closes, move the case out of NESTED_ROWS
+    else:
+        assert (ours["status"], ours["text"]) == (ref["status"], ref["text"])
+    assert not ours["model_requests"] and not ours["env_requests"]

@@ -21,12 +21,15 @@ from collections.abc import Mapping
 from http.cookies import CookieError, SimpleCookie
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_services.agents.common.config import AgentConfig
+from gym_services.base import nemo_http
+from gym_services.base.nemo_responses import CreateParams
 from gym_services.agents.common.context import MODEL, StepContext, own_cookie_name
 from gym_services.agents.common.downstream import (
     UNAVAILABLE_CODES,
@@ -43,6 +46,17 @@ from gym_services.base.http import read_json
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import Admission, RoutePolicy
+
+
+class RunRequest(BaseModel):
+    """What NeMo Gym's agents validate of a ``/run`` row: its create params (the SDK's types, unknown keys
+    refused) and a textual rollout id; every other field is the task's and passed on."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    responses_create_params: CreateParams
+    rollout_id: str | None = Field(default=None, alias="_ng_rollout_id")
+
 
 SELF_URL = "http://agent-self"
 PASS_HEADERS = ("retry-after", "content-type")
@@ -104,9 +118,9 @@ def create_agent_app(
     )
 
     async def run(request: Request) -> JSONResponse:
-        body = await read_json(request)
-        if not isinstance(body, dict):
-            raise ApiError(ErrorCode.BAD_REQUEST, "/run body must be a JSON object (a task row)")
+        body = await nemo_http.read_body(request)
+        nemo_http.validate_body(RunRequest, body)  # NeMo Gym's 422 for a row its agents refuse
+        assert isinstance(body, dict)
         if config.checkpoint.enabled:
             identity = RolloutIdentity.require_from_run_body(body)
         else:

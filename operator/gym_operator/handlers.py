@@ -196,8 +196,11 @@ async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kop
         tx.fields["location"] = location
         async with ControlClient(memo.settings.token, timeout_s=memo.settings.checkpoint_call_timeout(parsed)) as client:
             coordinator = await tx.coordinator(parsed.storage, client)
+            # the resource's uid names the transaction: an operator restarted mid-checkpoint repeats the same one, and
+            # a Checkpoint re-created under a deleted one's name is another transaction, refused if its id is taken
             return await coordinator.checkpoint(
-                checkpoint_id, location, prepare_timeout_s=parsed.prepare_timeout_seconds, lease_s=parsed.lease_seconds
+                checkpoint_id, location, prepare_timeout_s=parsed.prepare_timeout_seconds, lease_s=parsed.lease_seconds,
+                transaction_id=uid, claimed_by=f"Checkpoint {namespace}/{name}",
             )
 
     await tx.run(work)

@@ -12,6 +12,8 @@ def transaction_summary(result: TransactionResult) -> str:
     head = f"{result.kind} {result.checkpoint_id}: {result.status.upper()} at {result.location}"
     if result.restore_id:
         head += f" (restore id {result.restore_id})"
+    if result.transaction_id:
+        head += f" (transaction {result.transaction_id})"
     lines = [head]
     if result.error:
         lines.append(f"error: {result.error}")

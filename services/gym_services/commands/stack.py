@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 import uuid
@@ -378,12 +379,15 @@ def reward_table(results: Path) -> str:
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint_id = args.id or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    transaction_id = args.transaction_id or uuid.uuid4().hex
 
     async def work(coordinator: Coordinator, state):
         location = args.storage or state.storage
-        print(f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location}")
+        print(f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
+              f"(transaction {transaction_id})")
         return await coordinator.checkpoint(
-            checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease
+            checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease,
+            transaction_id=transaction_id, claimed_by=f"gymckpt checkpoint on {socket.gethostname()} (stack {state.name})",
         )
 
     return _transaction(args, "checkpoint", work)
@@ -540,7 +544,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("checkpoint", help="take a consistent checkpoint of the running stack",
                        description="prepare -> commit -> publish -> resume over every participant.")
     _common(p, storage=True)
-    p.add_argument("--id", help="checkpoint id (default: timestamped)")
+    p.add_argument("--id", help="checkpoint id (default: timestamped); an id already taken is refused")
+    p.add_argument("--transaction-id", help="name of the checkpoint transaction (default: a new one); repeat an "
+                   "interrupted checkpoint by passing the --id and transaction id it printed")
     p.add_argument("--prepare-timeout", type=float, default=DEFAULT_PREPARE_TIMEOUT_S,
                    help=f"seconds to reach boundaries (default {DEFAULT_PREPARE_TIMEOUT_S:g})")
     p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")

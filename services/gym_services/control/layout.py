@@ -26,6 +26,11 @@ def global_manifest_key(checkpoint_id: str) -> str:
     return f"{checkpoint_prefix(checkpoint_id)}/manifest.json"
 
 
+def claim_key(checkpoint_id: str) -> str:
+    """Written first, with a conditional put: the one transaction this checkpoint id names."""
+    return f"{checkpoint_prefix(checkpoint_id)}/claim.json"
+
+
 def restore_decision_key(checkpoint_id: str, restore_id: str) -> str:
     """One object per restore transaction: whoever writes it first decides resume or abort."""
     return f"{checkpoint_prefix(checkpoint_id)}/restores/{restore_id}.json"

@@ -235,12 +235,29 @@ class RestoreDecision(_Strict):
     decided_by: str
 
 
+class CheckpointClaim(_Strict):
+    """Written first by the coordinator with a conditional put: the one transaction a checkpoint id names.
+
+    A checkpoint or restore of another transaction under the same id is refused before anything is
+    paused; the same transaction run again (an operator restarted mid-checkpoint) carries on.
+    """
+
+    schema_version: int
+    kind: Literal["gym-checkpoint/checkpoint-claim"] = "gym-checkpoint/checkpoint-claim"
+    checkpoint_id: str
+    transaction_id: str = Field(min_length=1, max_length=253)
+    claimed_by: str = Field(description="who ran it: the CLI on a host, or a Checkpoint resource")
+    created_at: float
+    participants: list[str] = Field(default_factory=list)
+
+
 class GlobalManifest(_Strict):
     """Written last by the coordinator with a conditional put: its presence is the commit."""
 
     schema_version: int
     kind: Literal["gym-checkpoint/checkpoint-manifest"] = "gym-checkpoint/checkpoint-manifest"
     checkpoint_id: str
+    transaction_id: str | None = Field(default=None, description="the claim's transaction (none: written before claims)")
     created_at: float
     participants: list[ManifestParticipant]
     episodes: list[str] | None = None

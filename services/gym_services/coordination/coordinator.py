@@ -38,6 +38,7 @@ from gym_services.control import layout
 from gym_services.control.decisions import read_decision, settle
 from gym_services.control.models import (
     SCHEMA_VERSION,
+    CheckpointClaim,
     CheckpointRef,
     CommitRequest,
     CommitResponse,
@@ -272,20 +273,36 @@ class Coordinator:
         *,
         prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S,
         lease_s: float = DEFAULT_LEASE_S,
+        transaction_id: str | None = None,
+        claimed_by: str = "coordinator",
     ) -> TransactionResult:
+        """Claim the id, prepare, commit, verify, publish, resume.
+
+        ``transaction_id`` names this transaction (the Checkpoint resource's uid on Kubernetes; a
+        fresh one otherwise). A checkpoint id names one transaction: the same transaction run again
+        carries on (or is answered from its manifest once published); another transaction under an
+        existing id is refused before anything is paused (:meth:`claim`).
+        """
+        transaction_id = transaction_id or uuid.uuid4().hex
         storage = self._storage(location)
-        existing = await self._published(storage, checkpoint_id)
+        progress = Progress(self, checkpoint_id)
+        try:
+            existing = await self.claim(storage, checkpoint_id, transaction_id, claimed_by)
+        except (TransactionError, StorageError, InvalidState) as exc:
+            await progress.report(TransactionPhase.FAILED, error=str(exc))
+            return self._failed(
+                TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc), transaction_id=transaction_id
+            )
         if existing is not None:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
         clock = Stopwatch()
-        progress = Progress(self, checkpoint_id)
         async with self._leases(checkpoint_id, lease_s) as touched:
             try:
                 await self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock)
                 committed = await self.commit_all(checkpoint_id, location, progress, clock)
                 with clock.step("verify"):
                     await self.verify_manifests(storage, checkpoint_id, committed.answers)
-                published = await self.publish(storage, checkpoint_id, committed, progress, clock)
+                published = await self.publish(storage, checkpoint_id, transaction_id, committed, progress, clock)
             except (TransactionError, StorageError, InvalidState) as exc:
                 warnings = await self._abort(checkpoint_id, touched, str(exc), progress)
                 clock.timings["pause"] = clock.elapsed()
@@ -293,6 +310,7 @@ class Coordinator:
                 return self._failed(
                     TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
                     blockers=getattr(exc, "blockers", []), timings=clock.timings, warnings=warnings,
+                    transaction_id=transaction_id,
                 )
             await progress.enter(TransactionPhase.RESUMING)
             with clock.step("resume"):
@@ -302,6 +320,47 @@ class Coordinator:
         result = self._checkpointed(checkpoint_id, location, committed, published, clock.timings, warnings)
         await progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
         return result
+
+    async def claim(
+        self, storage: Storage, checkpoint_id: str, transaction_id: str, claimed_by: str
+    ) -> GlobalManifest | None:
+        """Make ``checkpoint_id`` name this transaction, before anything is paused.
+
+        The claim is written with a conditional put, so of two transactions racing for one id exactly
+        one gets it. Returns the published manifest when this very transaction already completed
+        (a repeat). Raises :class:`TransactionError` when the id belongs to another transaction: a
+        claim of another one, or a checkpoint published without a claim (by an earlier version).
+        """
+        published = await self._published(storage, checkpoint_id)
+        if published is not None and published.transaction_id != transaction_id:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(published.created_at))
+            raise TransactionError(
+                f"checkpoint {checkpoint_id} already exists at {storage.url} (published {when}"
+                + (f" by transaction {published.transaction_id}" if published.transaction_id else "")
+                + "); nothing was paused or written: choose another checkpoint id"
+            )
+        claim = CheckpointClaim(
+            schema_version=SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            transaction_id=transaction_id,
+            claimed_by=claimed_by,
+            created_at=time.time(),
+            participants=[p.participant_id for p in self.participants],
+        )
+        key = layout.claim_key(checkpoint_id)
+        try:
+            await self._in_thread(storage.put_if_absent, key, claim.model_dump_json(indent=1).encode())
+        except AlreadyExists:
+            held = parse_claim(await self._in_thread(storage.get, key))
+            if held.transaction_id != transaction_id:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(held.created_at))
+                state = "published" if published is not None else "not published: running, or interrupted"
+                raise TransactionError(
+                    f"checkpoint id {checkpoint_id} at {storage.url} already names another transaction "
+                    f"({held.transaction_id}, by {held.claimed_by}, {when}; {state}); nothing was paused or written: "
+                    "choose another checkpoint id, or repeat that transaction with its id"
+                ) from None
+        return published
 
     async def prepare_all(
         self,
@@ -370,7 +429,13 @@ class Coordinator:
         await asyncio.gather(*(self._in_thread(check, pid, ans) for pid, ans in commits.items()))
 
     async def publish(
-        self, storage: Storage, checkpoint_id: str, committed: Committed, progress: Progress, clock: Stopwatch
+        self,
+        storage: Storage,
+        checkpoint_id: str,
+        transaction_id: str,
+        committed: Committed,
+        progress: Progress,
+        clock: Stopwatch,
     ) -> Published:
         """Write the global manifest, last and only if absent: its presence is the checkpoint."""
         await progress.enter(TransactionPhase.PUBLISHING)
@@ -379,6 +444,7 @@ class Coordinator:
             manifest = GlobalManifest(
                 schema_version=SCHEMA_VERSION,
                 checkpoint_id=checkpoint_id,
+                transaction_id=transaction_id,
                 created_at=time.time(),
                 participants=[
                     ManifestParticipant(
@@ -440,6 +506,7 @@ class Coordinator:
             bytes=sum(p.bytes for p in participants),
             episodes={e: 0 for e in committed.episodes or []},
             manifest_key=published.key,
+            transaction_id=published.manifest.transaction_id,
             warnings=warnings,
         )
 
@@ -455,6 +522,7 @@ class Coordinator:
         timings: dict[str, float] | None = None,
         warnings: list[str] | None = None,
         restore_id: str | None = None,
+        transaction_id: str | None = None,
     ) -> TransactionResult:
         timings = dict(timings or {})
         return TransactionResult(
@@ -467,6 +535,7 @@ class Coordinator:
             timings=timings,
             pause_s=timings.get("pause", 0.0),
             restore_id=restore_id,
+            transaction_id=transaction_id,
             error=error,
             warnings=warnings or [],
         )
@@ -497,6 +566,7 @@ class Coordinator:
             timings=dict(manifest.timings),
             pause_s=manifest.timings.get("pause", 0.0),
             episodes={e: 0 for e in manifest.episodes or []},
+            transaction_id=manifest.transaction_id,
             warnings=[note],
         )
 
@@ -707,6 +777,13 @@ def parse_global_manifest(data: bytes) -> GlobalManifest:
         return GlobalManifest.model_validate(raw)
     except ValidationError as exc:
         raise InvalidState(f"checkpoint manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
+
+
+def parse_claim(data: bytes) -> CheckpointClaim:
+    try:
+        return CheckpointClaim.model_validate_json(data)
+    except ValidationError as exc:
+        raise InvalidState(f"checkpoint claim is malformed: {exc.errors(include_url=False)[:3]}") from None
 
 
 def list_checkpoints(location: str, storage_config: StorageConfig | None = None) -> list[tuple[str, GlobalManifest | None]]:

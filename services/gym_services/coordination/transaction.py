@@ -75,6 +75,9 @@ class TransactionResult(BaseModel):
     episodes: dict[str, int] = Field(default_factory=dict, description="rollout -> attempt (restore) or 0")
     manifest_key: str | None = None
     restore_id: str | None = Field(default=None, description="the restore transaction's name (restores only)")
+    transaction_id: str | None = Field(
+        default=None, description="the checkpoint transaction the id names (checkpoints only; repeat it with this id)"
+    )
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
 

@@ -78,6 +78,38 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
 
 
+def test_a_checkpoint_id_taken_by_another_stack_is_refused(tmp_path) -> None:
+    """Issue 16 item 3: `checkpoint --id ck1` where another stack's ck1 already is: exit 1, a clear message,
+    nothing paused and nothing written; the same transaction repeated is answered from its manifest."""
+    shared = tmp_path / "shared"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stack.yaml").write_text(
+            f"name: {name}\nstorage: file://{shared}\nservers:\n  counter-a: {{server: counter}}\n"
+        )
+    try:
+        gymckpt("up", "stack.yaml", cwd=tmp_path / "a")
+        gymckpt("up", "stack.yaml", cwd=tmp_path / "b")
+        first = gymckpt("checkpoint", "--id", "ck1", "--quiet", cwd=tmp_path / "a").stdout
+        assert "checkpoint ck1: COMPLETED" in first
+        transaction = first.split("(transaction ")[1].split(")")[0]
+        manifest = (shared / "checkpoints/ck1/manifest.json").read_bytes()
+        refused = gymckpt("checkpoint", "--id", "ck1", "--quiet", cwd=tmp_path / "b", check=False)
+        assert refused.returncode == 1, refused.stdout
+        assert "checkpoint ck1: FAILED" in refused.stdout
+        assert f"error: checkpoint ck1 already exists at file://{shared} (published " in refused.stdout
+        assert f"by transaction {transaction}); nothing was paused or written: choose another checkpoint id" in refused.stdout
+        assert (shared / "checkpoints/ck1/manifest.json").read_bytes() == manifest
+        status = json.loads(gymckpt("status", "--json", cwd=tmp_path / "b").stdout)["counter-a"]
+        assert status["phase"] == "fresh" and status["admission_open"] and status["last_event"] is None
+        repeated = gymckpt("checkpoint", "--id", "ck1", "--transaction-id", transaction, "--quiet", cwd=tmp_path / "a")
+        assert "checkpoint ck1: COMPLETED" in repeated.stdout and "already published; nothing to do" in repeated.stdout
+    finally:
+        for name in ("a", "b"):
+            if (tmp_path / name / ".gymckpt/stack/stack.json").exists():
+                gymckpt("down", "--kill", cwd=tmp_path / name, check=False)
+
+
 def test_reward_table_summarises_results_per_agent(tmp_path) -> None:
     from gym_services.commands.stack import reward_table
 

@@ -266,16 +266,116 @@ async def test_unknown_or_incomplete_checkpoint_is_refused(stack, tmp_path) -> N
 
 async def test_retrying_a_published_checkpoint_is_idempotent(stack, tmp_path) -> None:
     loc = f"file://{tmp_path}"
+    _, _, _, journal = stack
 
     async def twice(coordinator, transport, events):
-        first = await coordinator.checkpoint("ck-1", loc)
-        second = await coordinator.checkpoint("ck-1", loc)
-        return first, second
+        first = await coordinator.checkpoint("ck-1", loc, transaction_id="tx-1")
+        prepared = len(phase_of(journal, "prepare"))
+        second = await coordinator.checkpoint("ck-1", loc, transaction_id="tx-1")
+        return first, second, prepared
 
-    first, second = await run(stack, twice)
+    first, second, prepared = await run(stack, twice)
     assert first.status == second.status == "completed"
     assert second.records == first.records and second.bytes == first.bytes
+    assert first.transaction_id == second.transaction_id == "tx-1"
     assert "already published" in second.warnings[0]
+    assert len(phase_of(journal, "prepare")) == prepared  # the repeat paused nothing
+
+
+async def _all_open(coordinator) -> bool:
+    return all(s.admission_open and s.checkpoint_id is None for s in (await coordinator.status()).values())
+
+
+async def test_another_transaction_under_a_published_id_is_refused_and_pauses_nothing(stack, storage_url) -> None:
+    """Issue 16 item 3: an id already published by another stack (or an earlier run) is refused, not "completed"."""
+    _, _, _, journal = stack
+    store = open_storage(storage_url)
+
+    async def go(coordinator, transport, events):
+        first = await coordinator.checkpoint("ck-1", storage_url)
+        manifest = store.get(layout.global_manifest_key("ck-1"))
+        journal.clear()
+        events.clear()
+        second = await coordinator.checkpoint("ck-1", storage_url)  # a new transaction: no transaction_id given
+        return first, second, manifest, events, await _all_open(coordinator)
+
+    first, second, manifest, events, open_ = await run(stack, go)
+    assert first.status == "completed" and first.transaction_id
+    assert second.status == "failed" and second.phase == "Pending"
+    assert "checkpoint ck-1 already exists" in second.error and "choose another checkpoint id" in second.error
+    assert first.transaction_id in second.error
+    assert journal == [] and events == ["Failed"]  # no participant was asked anything
+    assert open_
+    assert store.get(layout.global_manifest_key("ck-1")) == manifest  # nothing written
+
+
+async def test_an_id_claimed_by_another_running_transaction_is_refused(stack, storage_url) -> None:
+    """The claim is written before anything is paused: a second transaction under the same id never prepares."""
+    _, _, _, journal = stack
+    open_storage(storage_url).put_if_absent(
+        layout.claim_key("ck-1"),
+        json.dumps({"schema_version": 1, "checkpoint_id": "ck-1", "transaction_id": "other", "claimed_by": "elsewhere",
+                    "created_at": 0.0}).encode(),
+    )
+
+    async def go(coordinator, transport, events):
+        return await coordinator.checkpoint("ck-1", storage_url, transaction_id="mine"), await _all_open(coordinator)
+
+    result, open_ = await run(stack, go)
+    assert result.status == "failed" and "already names another transaction (other, by elsewhere" in result.error
+    assert "not published" in result.error and journal == [] and open_
+
+
+async def test_the_same_transaction_carries_on_after_an_interruption(stack, tmp_path) -> None:
+    """An operator restarted mid-checkpoint runs the same transaction (its uid) again: the claim is its own."""
+    loc = f"file://{tmp_path}"
+    _, parts, _, _ = stack
+
+    async def go(coordinator, transport, events):
+        parts["agent-a"].block = True
+        blocked = await coordinator.checkpoint("ck-1", loc, prepare_timeout_s=0.3, transaction_id="uid-1")
+        parts["agent-a"].block = False
+        other = await coordinator.checkpoint("ck-1", loc, transaction_id="uid-2")
+        again = await coordinator.checkpoint("ck-1", loc, transaction_id="uid-1")
+        return blocked, other, again
+
+    blocked, other, again = await run(stack, go)
+    assert blocked.status == "failed" and "blockers" in blocked.error
+    assert other.status == "failed" and "already names another transaction (uid-1" in other.error
+    assert again.status == "completed" and again.transaction_id == "uid-1"
+    manifest = json.loads(open_storage(loc).get(layout.global_manifest_key("ck-1")))
+    assert manifest["transaction_id"] == "uid-1"
+
+
+async def test_a_checkpoint_published_before_claims_existed_is_refused(stack, tmp_path) -> None:
+    loc = f"file://{tmp_path}"
+
+    async def go(coordinator, transport, events):
+        await coordinator.checkpoint("ck-1", loc)
+        store = open_storage(loc)
+        manifest = json.loads(store.get(layout.global_manifest_key("ck-1")))
+        del manifest["transaction_id"]
+        store.put(layout.global_manifest_key("ck-1"), json.dumps(manifest).encode())
+        store.delete(layout.claim_key("ck-1"))
+        return await coordinator.checkpoint("ck-1", loc, transaction_id="late")
+
+    result = await run(stack, go)
+    assert result.status == "failed" and "checkpoint ck-1 already exists" in result.error
+
+
+async def test_two_transactions_racing_for_one_id_one_wins(stack, storage_url) -> None:
+    import asyncio
+
+    async def go(coordinator, transport, events):
+        return await asyncio.gather(
+            coordinator.checkpoint("ck-1", storage_url, transaction_id="a"),
+            coordinator.checkpoint("ck-1", storage_url, transaction_id="b"),
+        )
+
+    results = await run(stack, go)
+    assert sorted(r.status for r in results) == ["completed", "failed"]
+    loser = next(r for r in results if r.status == "failed")
+    assert "already names another transaction" in loser.error and loser.phase == "Pending"
 
 
 async def test_unreachable_participant_fails_cleanly(stack, tmp_path) -> None:

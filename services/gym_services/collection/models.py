@@ -48,6 +48,12 @@ class JobState(BaseModel):
     finished: list[str] = Field(default_factory=list, description="rollout ids with a result written")
     dropped: list[str] = Field(default_factory=list, description="rollout ids retired without a result")
     output_offset: int = Field(default=0, ge=0, description="bytes of output that belong to finished results")
+    output_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the output's first output_offset bytes: a restore truncates the file only if they match "
+        "(none: a checkpoint written before this check)",
+    )
     reward_sum: float = 0.0
     errors: int = 0
     reruns: int = Field(default=0, ge=0, description="episodes run again as attempt + 1 after an infrastructure failure")

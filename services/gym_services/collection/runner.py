@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import time
@@ -103,6 +104,8 @@ class Collection(Participant):
         self._gate.set()
         self._write_lock = asyncio.Lock()
         self._restored: tuple[JobState, list[EpisodeState]] | None = None
+        #: sha256 of the output's first ``job.output_offset`` bytes, carried on as results are appended
+        self._output_hash = hashlib.sha256()
         self._done = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
         #: rollout id -> the infrastructure failure it waits out (retrying, not finished)
@@ -145,7 +148,8 @@ class Collection(Participant):
         Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.output_path).write_bytes(b"")
         self.tasks = tasks
-        self.job = JobState(spec=spec, total=len(tasks) * spec.repeats)
+        self._output_hash = hashlib.sha256()
+        self.job = JobState(spec=spec, total=len(tasks) * spec.repeats, output_sha256=self._output_hash.hexdigest())
         self.running.clear()
         self._finished = set()
         self._launch()
@@ -330,6 +334,8 @@ class Collection(Participant):
         async with self._write_lock:
             await asyncio.to_thread(_append, job.spec.output_path, line)
             job.output_offset += len(line)
+            self._output_hash.update(line)
+            job.output_sha256 = self._output_hash.hexdigest()
             job.finished.append(episode.rollout_id)
             self._finished.add(episode.rollout_id)
             if error is not None:
@@ -383,9 +389,7 @@ class Collection(Participant):
         tasks = await asyncio.to_thread(load_tasks, job.spec.tasks_path, job.spec.limit)
         if len(tasks) * job.spec.repeats != job.total:
             raise InvalidState(f"{job.spec.tasks_path} changed: {len(tasks)} tasks x {job.spec.repeats} != {job.total}")
-        size = await asyncio.to_thread(_size, job.spec.output_path)
-        if size < job.output_offset:
-            raise InvalidState(f"{job.spec.output_path} holds {size} bytes, fewer than the {job.output_offset} checkpointed")
+        self._staged_hash = await asyncio.to_thread(_check_output_prefix, job)
         self._staged_tasks = tasks
         return job, episodes
 
@@ -393,9 +397,11 @@ class Collection(Participant):
         if validated is None:
             return
         job, episodes = validated
-        await asyncio.to_thread(_truncate, job.spec.output_path, job.output_offset)  # results after the checkpoint
+        # results written after the checkpoint go; the bytes before it were proven to be the checkpoint's (validate)
+        await asyncio.to_thread(_truncate, job.spec.output_path, job.output_offset)
         self.job = job
         self.tasks = self._staged_tasks
+        self._output_hash = self._staged_hash
         self._finished = set(job.finished)
         self.running = {e.rollout_id: e for e in episodes}
         self._gate.clear()  # dispatch waits for resume
@@ -465,15 +471,47 @@ def _append(path: str, line: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _size(path: str) -> int:
+def _check_output_prefix(job: JobState, chunk: int = 1 << 20) -> Any:
+    """Prove the output file's first ``output_offset`` bytes are the ones the checkpoint saw, before
+    anything truncates it; :class:`InvalidState` otherwise (another job's results at the same path, a
+    file edited or replaced). Returns the hash of those bytes, to carry on from."""
+    path, offset = job.spec.output_path, job.output_offset
+    digest = hashlib.sha256()
     try:
-        return os.path.getsize(path)
+        with open(path, "rb") as fh:
+            left = offset
+            while left > 0:
+                data = fh.read(min(chunk, left))
+                if not data:
+                    break
+                digest.update(data)
+                left -= len(data)
+            last = b""
+            if offset > 0 and left == 0:
+                fh.seek(offset - 1)
+                last = fh.read(1)
     except FileNotFoundError:
-        return 0
+        left, last = offset, b""
+    except OSError as exc:
+        raise InvalidState(f"cannot read the results file {path}: {exc}") from None
+    refuse = f"restore refused, nothing changed: the results file {path} "
+    if left > 0:
+        raise InvalidState(refuse + f"holds {offset - left} bytes, fewer than the {offset} the checkpoint saw")
+    if job.output_sha256 is not None:
+        if digest.hexdigest() != job.output_sha256:
+            raise InvalidState(
+                refuse + f"does not start with the {offset} bytes the checkpoint saw (their sha256 differs): it holds "
+                "other content, e.g. another job's results; move it away or restore into another output path"
+            )
+    elif offset > 0 and last != b"\n":  # a checkpoint from before the digest: at least a line must end there
+        raise InvalidState(refuse + f"has no line end at byte {offset}, where the checkpoint's results ended")
+    return digest
 
 
 def _truncate(path: str, size: int) -> None:
-    with open(path, "r+b") as fh:
+    if size == 0 and not os.path.exists(path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:  # creates a missing file (a checkpoint with no result yet)
         fh.truncate(size)
         fh.flush()
         os.fsync(fh.fileno())

@@ -172,6 +172,75 @@ async def test_checkpoint_restore_reissues_live_as_next_attempt(tmp_path) -> Non
     assert {r["_ng_rollout_id"]: r["_ng_attempt_index"] for r in rows}["2-0"] == 1
 
 
+async def _checkpoint_two_finished(tmp_path, loc: str):
+    """A job of 4 tasks with 0-0 and 1-0 finished and 2-0, 3-0 live at checkpoint ck1; returns the commit answer."""
+    tasks = write_tasks(tmp_path, 4)
+    out = tmp_path / "out.jsonl"
+    agent = FakeAgent()
+    async with serve(collection_app(agent)) as client:
+        control = Control(client)
+        await client.post("/jobs", json={"tasks_path": tasks, "output_path": str(out), "concurrency": 2})
+        await wait_for(lambda: len(agent.calls) == 2)
+        agent.release("0-0", "1-0")
+        await wait_for(lambda: len(out.read_text().splitlines()) == 2)
+        await wait_for(lambda: agent.active == 2 and len(agent.calls) == 4)
+        committed = await control.checkpoint("ck1", loc)
+        agent.gate.set()
+        await wait_for(lambda: len(out.read_text().splitlines()) == 4)
+    return committed, out
+
+
+@pytest.mark.parametrize("other", ["another job's results", "same length, other bytes", "torn line"])
+async def test_restore_refuses_a_results_file_it_never_saw_and_changes_nothing(tmp_path, other) -> None:
+    """Issue 16 item 4: the results file now holds other content (another job wrote the same path): the restore
+    must not cut it at the checkpoint's offset; it is refused with the file untouched."""
+    loc = f"file://{tmp_path / 'ckpt'}"
+    committed, out = await _checkpoint_two_finished(tmp_path, loc)
+    rows = out.read_bytes().splitlines(keepends=True)
+    checkpointed = b"".join(r for r in rows if json.loads(r)["_ng_rollout_id"] in ("0-0", "1-0"))
+    if other == "another job's results":
+        content = b"".join(r.replace(b'"reward": 0', b'"reward": 9') for r in rows) * 3
+    elif other == "same length, other bytes":
+        content = checkpointed.replace(b'"0-0"', b'"0-9"') + b"tail\n"
+    else:
+        content = checkpointed[:-7]  # the file ends inside the checkpoint's last line
+        content += b"x" * 20
+    out.write_bytes(content)
+    fresh_agent = FakeAgent()
+    fresh_agent.gate.set()
+    async with serve(collection_app(fresh_agent)) as client:
+        control = Control(client)
+        refused = await control.restore("ck1", loc, committed["manifest_key"], expect=422)
+        assert refused["error"]["code"] == "invalid_state"
+        assert "restore refused, nothing changed: the results file" in refused["error"]["message"]
+        status = await control.status()
+        assert status["phase"] == "fresh" and status["admission_open"]
+        assert (await client.get("/jobs/current")).json()["state"] == "idle"
+    assert out.read_bytes() == content and fresh_agent.calls == []
+
+
+async def test_restore_truncates_only_what_came_after_the_checkpoint(tmp_path) -> None:
+    loc = f"file://{tmp_path / 'ckpt'}"
+    committed, out = await _checkpoint_two_finished(tmp_path, loc)
+    before = out.read_bytes()
+    fresh_agent = FakeAgent()
+    fresh_agent.gate.set()
+    async with serve(collection_app(fresh_agent)) as client:
+        control = Control(client)
+        await control.restore("ck1", loc, committed["manifest_key"])
+        kept = out.read_bytes()
+        assert before.startswith(kept) and len(kept.splitlines()) == 2
+        await control.resume("ck1")
+        await wait_for(lambda: len(out.read_text().splitlines()) == 4)
+        # the digest carries on from the restored prefix: a second checkpoint and restore still match
+        await settled_status(client)
+        again = await control.checkpoint("ck2", loc)
+    async with serve(collection_app(FakeAgent())) as client:
+        restored = await Control(client).restore("ck2", loc, again["manifest_key"])
+        assert restored["episodes"] == {}
+    assert len(out.read_text().splitlines()) == 4
+
+
 async def test_stale_attempt_answer_is_not_a_result(tmp_path) -> None:
     agent = FakeAgent()
     agent.gate.set()

@@ -7,7 +7,9 @@ behind its forwarder, the kopf operator, as local processes started from the ren
 """
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -30,11 +32,17 @@ SERVERS = ('inference-worker', 'policy-model', 'workplace-assistant', 'simple-ag
 REPEATS, CONCURRENCY = 6, 6  # 30 episodes in five waves: the checkpoint lands mid-job
 
 
-def gymckpt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def gymckpt(*args: str, token: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([str(Path(sys.executable).parent / 'gymckpt'), *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env={**os.environ, 'GYMCKPT_JOB_TOKEN': token})
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done
+
+
+def job_token(kubectl: Any, namespace: str) -> str:
+    """The collection server's job token: the release's control token, as an operator reads it."""
+    encoded = kubectl('get', 'secret', '-n', namespace, 'gym-gym-checkpoint-control', '-o', 'jsonpath={.data.token}').stdout
+    return base64.b64decode(encoded).decode()
 
 
 def install(kemu: Any, release: str, namespace: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -66,7 +74,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
         started = time.monotonic()
         url = ref.local_url('gym-gym-checkpoint-collection-0')  # what `kubectl port-forward svc/...` gives
         gymckpt('collect', str(TASKS), '--url', url, '--repeats', str(REPEATS), '--concurrency', str(CONCURRENCY),
-                '--output', str(tmp_path / 'reference.jsonl'))
+                '--output', str(tmp_path / 'reference.jsonl'), token=job_token(kubectl, 'reference'))
         reference_s = time.monotonic() - started
     reference = results(tmp_path / 'reference.jsonl')
     assert len(reference) == 5 * REPEATS
@@ -78,11 +86,13 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
         pods = {f'gym-gym-checkpoint-{name}-0' for name in SERVERS}
         assert pods <= set(cluster.pods) and 'gym-gym-checkpoint-s3-0' in cluster.pods
         url = cluster.local_url('gym-gym-checkpoint-collection-0')
+        token = job_token(kubectl, 'default')
         submitted = gymckpt('collect', str(TASKS), '--url', url, '--repeats', str(REPEATS),
-                            '--concurrency', str(CONCURRENCY), '--no-wait')
+                            '--concurrency', str(CONCURRENCY), '--no-wait', token=token)
         assert 'uploaded 5 tasks' in submitted.stderr and f'collecting {5 * REPEATS} rollouts' in submitted.stdout
         deadline = time.monotonic() + reference_s
-        while (job := httpx.get(f'{url}/jobs/current', timeout=10).json())['finished'] < 2:  # a wave is done
+        auth = {'authorization': f'Bearer {token}'}
+        while (job := httpx.get(f'{url}/jobs/current', headers=auth, timeout=10).json())['finished'] < 2:  # a wave is done
             assert time.monotonic() < deadline, job
             time.sleep(0.1)
         assert job['state'] == 'running' and job['finished'] < job['total'] and job['live'] > 0, job
@@ -110,7 +120,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
         assert restored['attempt'] == 1 and restored['restoredEpisodes'] >= 1
 
         finished = gymckpt('collect', '--attach', '--url', url, '--output', str(tmp_path / 'checkpointed.jsonl'),
-                           '--wait-timeout', '240')
+                           '--wait-timeout', '240', token=token)
         assert f'collected {5 * REPEATS} rollouts (0 errors)' in finished.stdout
         assert not cluster.errors, cluster.errors
     checkpointed = results(tmp_path / 'checkpointed.jsonl')

@@ -62,7 +62,7 @@ class Faulty:
         self.story = story
         self.dir = story.workdir / name
         self.output = story.workdir / f"{name}.jsonl"
-        config = demo_stack(self.dir)
+        config = demo_stack(self.dir, job_dir=story.workdir)
         tweaks = {MODEL: RETRY_MODEL, COLLECTION: RETRY_COLLECTION, **{a: RETRY_AGENT for a in AGENTS}}
         for server, extra in [*tweaks.items(), *(overrides or {}).items()]:
             _merge(config.servers[server].config, extra)
@@ -75,11 +75,15 @@ class Faulty:
     def submit(self, **spec: Any) -> None:
         body = {"tasks_path": str(self.story.tasks_path), "output_path": str(self.output), "repeats": 1,
                 "concurrency": 32, **spec}
-        resp = httpx.post(f"{self.url(COLLECTION)}/jobs", json=body, timeout=30)
+        resp = httpx.post(f"{self.url(COLLECTION)}/jobs", json=body, headers=self.auth, timeout=30)
         assert resp.status_code == 200, resp.text
 
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
     def job(self) -> dict[str, Any]:
-        return httpx.get(f"{self.url(COLLECTION)}/jobs/current", timeout=10).json()
+        return httpx.get(f"{self.url(COLLECTION)}/jobs/current", headers=self.auth, timeout=10).json()
 
     def streaming(self) -> bool:
         """Generations in flight well into their streams."""

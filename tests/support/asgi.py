@@ -11,6 +11,8 @@ from starlette.applications import Starlette
 from gym_services.control.protocol import CONTROL_PREFIX
 
 TOKEN = "test-control-token"
+#: the collection server's job routes take the control token unless it has a job token of its own
+JOB_AUTH = {"authorization": f"Bearer {TOKEN}"}
 SECRET = "test-session-secret-0123456789"
 
 
@@ -21,10 +23,12 @@ def base_config(name: str, **extra) -> dict:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Starlette, base_url: str = "http://testserver") -> AsyncIterator[httpx.AsyncClient]:
+async def serve(
+    app: Starlette, base_url: str = "http://testserver", headers: dict[str, str] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url=base_url, timeout=30) as client:
+        async with httpx.AsyncClient(transport=transport, base_url=base_url, timeout=30, headers=headers) as client:
             yield client
 
 

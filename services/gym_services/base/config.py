@@ -9,13 +9,14 @@ control token and the session secret without writing them into a ConfigMap:
 - ``GYMCKPT_CONTROL_TOKEN``   -> ``checkpoint.control_token``
 - ``GYMCKPT_SESSION_SECRET``  -> ``session_secret``
 - ``GYMCKPT_PARTICIPANT_ID``  -> ``checkpoint.participant_id``
+- ``GYMCKPT_JOB_TOKEN``       -> ``job_token`` (the collection server's)
 - ``GYMCKPT__A__B=value``     -> ``a.b`` (value parsed as YAML), for any other field
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -28,6 +29,7 @@ ENV_SHORTCUTS: dict[str, tuple[str, ...]] = {
     "GYMCKPT_CONTROL_TOKEN": ("checkpoint", "control_token"),
     "GYMCKPT_SESSION_SECRET": ("session_secret",),
     "GYMCKPT_PARTICIPANT_ID": ("checkpoint", "participant_id"),
+    "GYMCKPT_JOB_TOKEN": ("job_token",),
 }
 
 
@@ -112,10 +114,12 @@ def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+def env_overrides(env: Mapping[str, str], fields: Collection[str] | None = None) -> dict[str, Any]:
+    """Overrides from the environment; a shortcut whose field the config does not have (``fields``: its
+    top-level fields) is left out, so one environment can serve every server of a stack."""
     out: dict[str, Any] = {}
     for name, path in ENV_SHORTCUTS.items():
-        if env.get(name):
+        if env.get(name) and (fields is None or path[0] in fields):
             _set_path(out, path, env[name])
     for name, raw in env.items():
         if name.startswith("GYMCKPT__") and len(name) > len("GYMCKPT__"):
@@ -142,7 +146,7 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path} must be a mapping, got {type(loaded).__name__}")
         data = deep_merge(data, loaded)
-    data = deep_merge(data, env_overrides(os.environ if env is None else env))
+    data = deep_merge(data, env_overrides(os.environ if env is None else env, cls.model_fields))
     if overrides:
         data = deep_merge(data, overrides)
     try:

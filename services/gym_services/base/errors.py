@@ -30,6 +30,7 @@ class ErrorCode(enum.StrEnum):
     ROLLOUT_ID_REQUIRED = "rollout_id_required", 400
     PREFIX_MISMATCH = "prefix_mismatch", 400
     UNAUTHORIZED = "unauthorized", 401
+    FORBIDDEN = "forbidden", 403
     NOT_FOUND = "not_found", 404
     SESSION_NOT_FOUND = "session_not_found", 404
     UNKNOWN_CHECKPOINT = "unknown_checkpoint", 404
@@ -51,7 +52,7 @@ class ErrorCode(enum.StrEnum):
     def for_status(cls, status: int) -> ErrorCode:
         """The code of a bare HTTP status (Starlette's own 404, 405, ...): the generic code with
         that status, else ``bad_request`` for a 4xx and ``internal`` for anything else."""
-        for code in (cls.BAD_REQUEST, cls.UNAUTHORIZED, cls.NOT_FOUND, cls.METHOD_NOT_ALLOWED):
+        for code in (cls.BAD_REQUEST, cls.UNAUTHORIZED, cls.FORBIDDEN, cls.NOT_FOUND, cls.METHOD_NOT_ALLOWED):
             if code.status == status:
                 return code
         return cls.BAD_REQUEST if status < 500 else cls.INTERNAL

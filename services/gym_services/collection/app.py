@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import httpx
-from pydantic import Field
+from pydantic import Field, SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
-from gym_services.base.config import ServerConfig
+from gym_services.base.config import ConfigError, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.collection.files import confine, read_results, receive_tasks
 from gym_services.collection.models import JobSpec
 from gym_services.collection.runner import Collection
 from gym_services.control.admission import RoutePolicy
+from gym_services.control.routes import check_token
 
 
 class Config(ServerConfig):
@@ -37,13 +38,37 @@ class Config(ServerConfig):
     unavailable_backoff_max_s: float = Field(default=5.0, gt=0, le=600, description="longest wait between two runs")
     data_dir: str | None = Field(
         default=None,
-        description="folder for uploaded tasks and results (a PersistentVolume on Kubernetes); when set, job paths "
-        "are relative to it and may not leave it, and PUT /tasks/NAME.jsonl and GET /jobs/current/results work",
+        description="folder for uploaded tasks and results (a PersistentVolume on Kubernetes); when set, relative job "
+        "paths are relative to it, and PUT /tasks/NAME.jsonl and GET /jobs/current/results work",
+    )
+    job_dirs: list[str] = Field(
+        default_factory=list,
+        description="other folders a job's tasks_path and output_path may lie in (relative: to the server's working "
+        "directory); a path outside data_dir and these is 403, and with neither set every job is",
+    )
+    job_token: SecretStr | None = Field(
+        default=None,
+        description="bearer token of /jobs and /tasks (GYMCKPT_JOB_TOKEN); the control token when unset",
     )
     max_upload_mb: int = Field(default=2048, ge=1, le=1 << 20, description="largest tasks file PUT /tasks accepts")
 
 
+def job_token(config: Config) -> str:
+    """The bearer token of the job routes: ``job_token``, else the control token."""
+    for secret in (config.job_token, config.checkpoint.control_token):
+        if secret is not None and secret.get_secret_value():
+            return secret.get_secret_value()
+    raise ConfigError(f"server {config.name!r} needs job_token (or GYMCKPT_JOB_TOKEN) or checkpoint.control_token: "
+                      "job submission is authenticated")
+
+
 def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    token = job_token(config)
+    roots = [d for d in [config.data_dir, *config.job_dirs] if d]
+
+    def authorized(request: Request) -> None:
+        check_token(request.headers.get("authorization", ""), token, "job")
+
     collection = Collection(
         config.agents,
         default_agent=config.default_agent,
@@ -56,15 +81,16 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
     )
 
     async def start(request: Request) -> JSONResponse:
+        authorized(request)
         spec = await parse_body(request, JobSpec)
-        if config.data_dir is not None:
-            spec = spec.model_copy(update={
-                "tasks_path": confine(config.data_dir, spec.tasks_path, "tasks_path"),
-                "output_path": confine(config.data_dir, spec.output_path, "output_path"),
-            })
+        spec = spec.model_copy(update={
+            "tasks_path": confine(roots, spec.tasks_path, "tasks_path"),
+            "output_path": confine(roots, spec.output_path, "output_path"),
+        })
         return JSONResponse(collection.start(spec).model_dump())
 
     async def current(request: Request) -> JSONResponse:
+        authorized(request)
         return JSONResponse(collection.status().model_dump())
 
     def require_data_dir() -> str:
@@ -73,11 +99,13 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         return config.data_dir
 
     async def upload(request: Request) -> JSONResponse:
+        authorized(request)
         data_dir = require_data_dir()
         answer = await receive_tasks(request, data_dir, request.path_params["name"], config.max_upload_mb << 20)
         return JSONResponse(answer)
 
     async def results(request: Request) -> StreamingResponse:
+        authorized(request)
         require_data_dir()
         job = collection.job
         if job is None:

@@ -1,5 +1,8 @@
-"""Tasks in and results out over HTTP, for a collection server with a ``data_dir`` (on Kubernetes: its
-PersistentVolume). Job paths are then relative to ``data_dir`` and can never point outside it.
+"""Where a collection job may read and write, and tasks in and results out over HTTP.
+
+A job's ``tasks_path`` and ``output_path`` must lie inside the server's ``data_dir`` (on Kubernetes: its
+PersistentVolume) or one of its ``job_dirs``; relative paths are relative to the first of those. With a
+``data_dir``, tasks can be uploaded and results read back over HTTP:
 
 - ``PUT /tasks/{name}.jsonl``: the body (JSONL, one task object a line) is stored as ``tasks/{name}.jsonl``.
 - ``POST /jobs`` with ``tasks_path: tasks/{name}.jsonl`` and ``output_path: results/{job}.jsonl``.
@@ -23,12 +26,20 @@ TASKS_DIR = "tasks"
 RESULTS_DIR = "results"
 
 
-def confine(data_dir: str, path: str, what: str) -> str:
-    """``path`` resolved inside ``data_dir`` (relative paths are relative to it); 400 if it leaves it."""
-    root = Path(data_dir).resolve()
-    target = (root / path).resolve()
-    if target != root and root not in target.parents:
-        raise ApiError(ErrorCode.BAD_REQUEST, f"{what} {path!r} is outside this server's data_dir {root}")
+def confine(roots: list[str], path: str, what: str) -> str:
+    """``path`` resolved (symbolic links followed) inside one of ``roots``; relative paths are relative to the
+    first. ``403 forbidden`` when it lies outside all of them, or when there are none."""
+    if not roots:
+        raise ApiError(
+            ErrorCode.FORBIDDEN,
+            "this collection server has no folder for job files: set data_dir or job_dirs in its config "
+            "(e.g. job_dirs: ['.'] for the folder it runs in)",
+        )
+    resolved = [Path(root).resolve() for root in roots]
+    target = (resolved[0] / path).resolve()
+    if not any(target == root or root in target.parents for root in resolved):
+        where = ", ".join(str(root) for root in resolved)
+        raise ApiError(ErrorCode.FORBIDDEN, f"{what} {path!r} is outside the folders this server may use ({where})")
     return str(target)
 
 

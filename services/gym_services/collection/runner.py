@@ -39,7 +39,10 @@ log = get_logger("collection")
 
 
 def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The task objects of a JSONL file. Errors name the file and line, never what it holds."""
     tasks: list[dict[str, Any]] = []
+    if not os.path.isfile(path):
+        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: not a regular file")
     try:
         with open(path, encoding="utf-8") as fh:
             for number, line in enumerate(fh, 1):
@@ -48,14 +51,16 @@ def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} is not JSON: {exc}") from None
+                    raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} is not JSON ({exc.msg} at column {exc.colno})") from None
                 if not isinstance(row, dict):
                     raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} must be a JSON object")
                 tasks.append(row)
                 if limit is not None and len(tasks) >= limit:
                     break
+    except UnicodeDecodeError:
+        raise ApiError(ErrorCode.BAD_REQUEST, f"{path} is not UTF-8 text") from None
     except OSError as exc:
-        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: {exc}") from None
+        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: {exc.strerror or type(exc).__name__}") from None
     return tasks
 
 
@@ -142,9 +147,15 @@ class Collection(Participant):
         if self.job is not None and not self._done.is_set():
             raise ApiError(ErrorCode.CHECKPOINT_BUSY, "a collection job is already running on this server")
         tasks = load_tasks(spec.tasks_path, spec.limit)
-        missing = sorted({str(task_agent(t, spec.agent or self.default_agent)) for t in tasks} - set(self.agents))
-        if missing:
-            raise ApiError(ErrorCode.BAD_REQUEST, f"tasks name agents this collection does not know: {missing}")
+        default = spec.agent or self.default_agent
+        unknown = [n for n, t in enumerate(tasks, 1) if task_agent(t, default) not in self.agents]
+        if unknown:  # the lines, not the names: an error never echoes what the file holds
+            lines = ", ".join(str(n) for n in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+            raise ApiError(
+                ErrorCode.BAD_REQUEST,
+                f"{len(unknown)} tasks (task {lines}) name no agent this collection knows "
+                f"(known: {', '.join(sorted(self.agents)) or 'none'}; a task names its agent in agent or agent_ref.name)",
+            )
         Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.output_path).write_bytes(b"")
         self.tasks = tasks

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import yaml
 from pydantic import ValidationError
 
 from gym_services.coordination.client import ControlClient, ParticipantError
@@ -187,16 +188,23 @@ def cmd_collect(args: argparse.Namespace) -> int:
         return _fail("collect", RuntimeError("give a tasks JSONL to start a job, or --attach to follow the running one"))
     if args.url:
         url, remote = args.url.rstrip("/"), True
+        token = os.environ.get("GYMCKPT_JOB_TOKEN") or os.environ.get("GYMCKPT_CONTROL_TOKEN")
+        if not token:
+            return _fail("collect", CollectError(
+                "a remote collection server needs its job token: set GYMCKPT_JOB_TOKEN (the chart's collection "
+                "server takes the control token: kubectl get secret RELEASE-gym-checkpoint-control "
+                "-o jsonpath='{.data.token}' | base64 -d)"))
     else:
         try:
             state = _running(args)
             url, remote = state.url(args.collection), False
             if args.collection in _stopped(state):
                 raise StackError(f"the collection server {args.collection} is not running; `gymckpt down`, then `gymckpt up CONFIG`")
+            token = _local_job_token(args, state)
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
     try:
-        with httpx.Client(timeout=args.timeout, trust_env=False) as http:
+        with httpx.Client(timeout=args.timeout, trust_env=False, headers={"authorization": f"Bearer {token}"}) as http:
             status = _attach(http, url) if args.attach else _start_job(http, url, args, remote)
             if args.no_wait:
                 print(f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
@@ -218,6 +226,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 class CollectError(RuntimeError):
     """The collection server refused or the job could not be followed."""
+
+
+def _local_job_token(args: argparse.Namespace, state: StackState) -> str:
+    """GYMCKPT_JOB_TOKEN, else the job token in the local collection server's config, else the stack's control token."""
+    if os.environ.get("GYMCKPT_JOB_TOKEN"):
+        return os.environ["GYMCKPT_JOB_TOKEN"]
+    config = Path(state.state_dir) / "configs" / f"{args.collection}.yaml"
+    try:
+        configured = (yaml.safe_load(config.read_text()) or {}).get("job_token")
+    except (OSError, yaml.YAMLError, AttributeError):
+        configured = None
+    return str(configured) if configured else stack_secrets(_state_dir(args))["control_token"]
 
 
 def _answer(resp: httpx.Response) -> dict:

@@ -29,13 +29,13 @@ from gym_services.control.protocol import CONTROL_PREFIX, Verb
 __all__ = ["CONTROL_PREFIX", "BearerAuth", "check_token", "control_mount", "control_routes"]
 
 
-def check_token(authorization: str, token: str) -> None:
-    """Constant-time comparison of the bearer token; 401 otherwise."""
+def check_token(authorization: str, token: str, what: str = "control") -> None:
+    """Constant-time comparison of the bearer token; 401 otherwise. ``what`` names the token in the answer."""
     scheme, _, presented = authorization.partition(" ")
     if scheme.lower() != "bearer" or not presented:
-        raise ApiError(ErrorCode.UNAUTHORIZED, "control routes need 'Authorization: Bearer <control token>'")
+        raise ApiError(ErrorCode.UNAUTHORIZED, f"{what} routes need 'Authorization: Bearer <{what} token>'")
     if not hmac.compare_digest(presented.strip().encode(), token.encode()):
-        raise ApiError(ErrorCode.UNAUTHORIZED, "control token is not valid")
+        raise ApiError(ErrorCode.UNAUTHORIZED, f"{what} token is not valid")
 
 
 class BearerAuth:

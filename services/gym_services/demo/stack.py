@@ -35,8 +35,11 @@ def write_tasks(path: Path) -> dict[str, str]:
     return {agent: env for env, (_, agent) in ENVIRONMENTS.items()}
 
 
-def demo_stack(state_dir: Path, *, tokens_per_second: float = 150.0, latency_s: float = 0.1) -> StackConfig:
-    """Generation speed and tool latency are real waits, so the checkpoint catches work in flight."""
+def demo_stack(
+    state_dir: Path, *, tokens_per_second: float = 150.0, latency_s: float = 0.1, job_dir: Path | str = "."
+) -> StackConfig:
+    """Generation speed and tool latency are real waits, so the checkpoint catches work in flight. The collection
+    server reads tasks and writes results only under ``job_dir`` (default: the folder it runs in)."""
     servers = {
         "inference-worker": ServerSpec(
             server="inference_worker",
@@ -72,7 +75,10 @@ def demo_stack(state_dir: Path, *, tokens_per_second: float = 150.0, latency_s: 
         ),
         "collection": ServerSpec(
             server="collection",
-            config={"agents": {name: f"{{url:{name}}}" for name in ("agent-workplace", "agent-ipi", "agent-lean", "agent-blackjack")}},
+            config={
+                "agents": {name: f"{{url:{name}}}" for name in ("agent-workplace", "agent-ipi", "agent-lean", "agent-blackjack")},
+                "job_dirs": [str(job_dir)],
+            },
         ),
     }
     return StackConfig(name="demo", state_dir=str(state_dir), servers=servers)

@@ -79,13 +79,18 @@ def _kill(pid: int) -> None:
             time.sleep(0.02)
 
 
+def _auth(state: StackState) -> dict[str, str]:
+    """The job routes' bearer token: the stack's control token (the demo's collection has no job token of its own)."""
+    return {"authorization": f"Bearer {stack_secrets(Path(state.state_dir))['control_token']}"}
+
+
 def _job(state: StackState) -> dict[str, Any]:
-    return httpx.get(f"{state.url('collection')}/jobs/current", timeout=10).json()
+    return httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
 
 
 async def _wait_job(state: StackState, timeout_s: float, progress: Callable[[dict], None] | None) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, headers=_auth(state)) as http:
         while time.monotonic() < deadline:
             job = (await http.get(f"{state.url('collection')}/jobs/current")).json()
             if progress:
@@ -137,7 +142,9 @@ class Story:
     # --- helpers -----------------------------------------------------------------------
 
     def _start(self, name: str) -> StackState:
-        config = demo_stack(self.workdir / name, tokens_per_second=self.tokens_per_second, latency_s=self.latency_s)
+        config = demo_stack(
+            self.workdir / name, tokens_per_second=self.tokens_per_second, latency_s=self.latency_s, job_dir=self.workdir
+        )
         return start_stack(config, self.workdir, ready_timeout_s=120, env=self.server_env)
 
     def _start_object_store(self) -> None:
@@ -166,7 +173,7 @@ class Story:
             "repeats": self.repeats,
             "concurrency": self.concurrency,
         }
-        resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, timeout=30)
+        resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=_auth(state), timeout=30)
         if resp.status_code != 200:
             raise StoryError(f"collection refused the job: {resp.text}")
         return resp.json()

@@ -128,7 +128,7 @@ def test_commands_on_a_stopped_stack_say_it_is_not_running(tmp_path) -> None:
     (tmp_path / "stack.yaml").write_text(
         "name: mini\nservers:\n  counter-a: {server: counter}\n"
         "  policy-model: {server: policy_model, config: {upstream: {base_url: 'http://127.0.0.1:9/v1'}}}\n"
-        "  collection: {server: collection}\n"
+        "  collection: {server: collection, config: {job_dirs: ['.']}}\n"
     )
     (tmp_path / "tasks.jsonl").write_text('{"x": 1}\n')
     gymckpt("up", "stack.yaml", cwd=tmp_path)
@@ -170,7 +170,7 @@ def test_collect_says_when_the_job_makes_no_progress(tmp_path) -> None:
     """The only agent is unreachable: the job cannot progress, and `collect` says so on stderr, with why."""
     (tmp_path / "stack.yaml").write_text(
         "name: stall\nservers:\n  collection: {server: collection, config: "
-        "{agents: {ghost: 'http://127.0.0.1:9'}, unavailable_backoff_max_s: 0.5}}\n"
+        "{agents: {ghost: 'http://127.0.0.1:9'}, unavailable_backoff_max_s: 0.5, job_dirs: ['.']}}\n"
     )
     (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "x": 1}\n')
     gymckpt("up", "stack.yaml", cwd=tmp_path)

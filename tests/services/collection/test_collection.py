@@ -14,7 +14,19 @@ from starlette.routing import Route
 
 from gym_services.base.config import load_config
 from gym_services.collection.app import Config, create_app
-from tests.support.asgi import MultiASGITransport, base_config, serve, Control
+import tempfile
+from pathlib import Path
+
+from tests.support.asgi import JOB_AUTH, Control, MultiASGITransport, base_config
+from tests.support.asgi import serve as serve_app
+
+#: jobs of these tests read and write under the temporary folder (tmp_path); confinement is tested on its own
+TMP = str(Path(tempfile.gettempdir()).resolve())
+
+
+def serve(app, **kw):
+    """The app with a client that carries the job token."""
+    return serve_app(app, headers=JOB_AUTH, **kw)
 
 
 class FakeAgent:
@@ -66,7 +78,7 @@ def write_tasks(tmp_path, n=5):
 
 
 def collection_app(agent: FakeAgent, transport: httpx.AsyncBaseTransport | None = None, **config):
-    retry = {"unavailable_backoff_s": 0.01, "unavailable_backoff_max_s": 0.05, **config}
+    retry = {"unavailable_backoff_s": 0.01, "unavailable_backoff_max_s": 0.05, "job_dirs": [TMP], **config}
     cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"}, **retry))
     return create_app(cfg, transport=transport or MultiASGITransport({"fake": agent.app()}))
 
@@ -127,7 +139,8 @@ async def test_bad_job_specs_are_refused(tmp_path) -> None:
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"agent": "unknown"}\n')
         unknown = await client.post("/jobs", json={"tasks_path": str(bad), "output_path": str(tmp_path / "o")})
-        assert unknown.status_code == 400 and "unknown" in unknown.json()["error"]["message"]
+        assert unknown.status_code == 400 and "1 tasks (task 1) name no agent" in unknown.json()["error"]["message"]
+        assert "unknown" not in unknown.json()["error"]["message"]  # the file's content is not echoed
         assert (await client.post("/jobs", json={"repeats": 0})).status_code == 400
 
 

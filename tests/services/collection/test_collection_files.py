@@ -8,8 +8,9 @@ import json
 
 from gym_services.base.config import load_config
 from gym_services.collection.app import Config, create_app
-from tests.services.collection.test_collection import FakeAgent, settled_status
-from tests.support.asgi import MultiASGITransport, base_config, serve
+from tests.services.collection.test_collection import FakeAgent, serve, settled_status
+from tests.support.asgi import JOB_AUTH, MultiASGITransport, base_config
+from tests.support.asgi import serve as serve_app
 
 TASKS = "".join(json.dumps({"value": i / 10, "agent": "fake"}) + "\n" for i in range(4)).encode()
 
@@ -59,7 +60,8 @@ async def test_paths_and_uploads_are_confined_and_checked(tmp_path) -> None:
                      {"tasks_path": "../outside.jsonl", "output_path": "results/x.jsonl"},
                      {"tasks_path": "tasks/a.jsonl", "output_path": "/tmp/elsewhere.jsonl"}):
             refused = await client.post("/jobs", json=spec)
-            assert refused.status_code == 400 and "outside this server's data_dir" in refused.json()["error"]["message"]
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+            assert "is outside the folders this server may use" in refused.json()["error"]["message"]
         for name in ("../x.jsonl", "x.txt", ".hidden.jsonl", "a b.jsonl"):
             bad_name = await client.put(f"/tasks/{name}", content=TASKS)
             assert bad_name.status_code in (400, 404), (name, bad_name.text)
@@ -83,3 +85,94 @@ async def test_without_a_data_dir_the_file_routes_say_so(tmp_path) -> None:
         upload = await client.put("/tasks/a.jsonl", content=TASKS)
         assert upload.status_code == 404 and "no data_dir" in upload.json()["error"]["message"]
         assert (await client.get("/jobs/current/results")).status_code == 404
+
+
+JOB_ROUTES = [("POST", "/jobs"), ("GET", "/jobs/current"), ("GET", "/jobs/current/results"), ("PUT", "/tasks/a.jsonl")]
+
+
+async def test_job_routes_need_the_job_token(tmp_path) -> None:
+    """Issue 16 item 5: submitting, following, uploading and downloading all need the bearer token."""
+    agent = FakeAgent()
+    data = tmp_path / "data"
+    victim = data / "results/x.jsonl"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"kept\n")
+    spec = {"tasks_path": "tasks/a.jsonl", "output_path": "results/x.jsonl"}
+    (data / "tasks").mkdir()
+    (data / "tasks/a.jsonl").write_bytes(TASKS)
+    async with serve_app(app_with_data_dir(agent, data)) as client:  # no token
+        for method, path in JOB_ROUTES:
+            for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic eDp5"}):
+                resp = await client.request(method, path, json=spec if path == "/jobs" else None,
+                                            content=TASKS if method == "PUT" else None, headers=headers)
+                assert resp.status_code == 401, (method, path, headers, resp.text)
+                assert resp.json()["error"]["code"] == "unauthorized" and "job" in resp.json()["error"]["message"]
+        # nothing was started, uploaded or truncated
+        assert agent.calls == [] and victim.read_bytes() == b"kept\n" and (data / "tasks/a.jsonl").read_bytes() == TASKS
+        assert sorted(p.name for p in (data / "tasks").iterdir()) == ["a.jsonl"]
+        assert (await client.post("/jobs", json=spec, headers=JOB_AUTH)).status_code == 200  # the right token works
+
+
+async def test_a_job_token_of_its_own_replaces_the_control_token(tmp_path) -> None:
+    agent = FakeAgent()
+    async with serve_app(app_with_data_dir(agent, tmp_path / "data", job_token="the-job-token-0123")) as client:
+        control = await client.get("/jobs/current", headers=JOB_AUTH)
+        assert control.status_code == 401
+        own = await client.get("/jobs/current", headers={"authorization": "Bearer the-job-token-0123"})
+        assert own.status_code == 200 and own.json()["state"] == "idle"
+
+
+async def test_without_job_folders_every_job_is_forbidden(tmp_path) -> None:
+    """Issue 16 item 5: a collection server that was given no folder reads and writes nothing."""
+    agent = FakeAgent()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(TASKS)
+    victim = tmp_path / "victim.jsonl"
+    victim.write_bytes(b"precious\n")
+    cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"}))
+    async with serve(create_app(cfg, transport=MultiASGITransport({"fake": agent.app()}))) as client:
+        refused = await client.post("/jobs", json={"tasks_path": str(tasks), "output_path": str(victim)})
+    assert refused.status_code == 403 and "no folder for job files: set data_dir or job_dirs" in refused.text
+    assert victim.read_bytes() == b"precious\n" and agent.calls == []
+
+
+async def test_job_paths_are_confined_to_job_dirs_and_errors_echo_no_content(tmp_path) -> None:
+    """Issue 16 item 5: tasks_path and output_path outside the configured folders are 403 (symbolic links
+    followed); nothing outside is read, truncated or echoed."""
+    agent = FakeAgent()
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"agent": "SECRET-VALUE-1", "password": "SECRET-VALUE-2"}\n')
+    victim = tmp_path / "victim.jsonl"
+    victim.write_bytes(b"precious\n")
+    (jobs / "link.jsonl").symlink_to(secret)
+    (jobs / "out-link.jsonl").symlink_to(victim)
+    (jobs / "tasks.jsonl").write_bytes(TASKS)
+    (jobs / "not-json.jsonl").write_text('{"ok": 1}\nSECRET-VALUE-3 is not json\n')
+    (jobs / "unknown-agent.jsonl").write_text('{"agent": "SECRET-VALUE-4"}\n')
+    (jobs / "binary.jsonl").write_bytes(b'{"a": "\xff\xfeSECRET-VALUE-5"}\n')
+    cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"}, job_dirs=[str(jobs)]))
+    async with serve(create_app(cfg, transport=MultiASGITransport({"fake": agent.app()}))) as client:
+        answers = []
+        for tasks_path, output_path, status in [
+            (str(secret), str(jobs / "out.jsonl"), 403),
+            ("/etc/passwd", str(jobs / "out.jsonl"), 403),
+            ("../secret.jsonl", str(jobs / "out.jsonl"), 403),
+            (str(jobs / "link.jsonl"), str(jobs / "out.jsonl"), 403),
+            (str(jobs / "tasks.jsonl"), str(victim), 403),
+            (str(jobs / "tasks.jsonl"), str(jobs / "out-link.jsonl"), 403),
+            (str(jobs / "tasks.jsonl"), str(jobs / "../victim.jsonl"), 403),
+            (str(jobs / "not-json.jsonl"), str(jobs / "out.jsonl"), 400),
+            (str(jobs / "unknown-agent.jsonl"), str(jobs / "out.jsonl"), 400),
+            (str(jobs / "binary.jsonl"), str(jobs / "out.jsonl"), 400),
+            (str(jobs), str(jobs / "out.jsonl"), 400),
+        ]:
+            resp = await client.post("/jobs", json={"tasks_path": tasks_path, "output_path": output_path})
+            assert resp.status_code == status, (tasks_path, output_path, resp.text)
+            answers.append(resp.text)
+        assert all("SECRET-VALUE" not in text and "root:" not in text for text in answers), answers
+        assert "is outside the folders this server may use" in answers[0]
+        started = await client.post("/jobs", json={"tasks_path": "tasks.jsonl", "output_path": "out.jsonl"})
+        assert started.status_code == 200 and started.json()["output_path"] == str((jobs / "out.jsonl").resolve())
+    assert victim.read_bytes() == b"precious\n"

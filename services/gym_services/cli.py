@@ -17,7 +17,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gym_services.server.serve import run
 
     try:
-        run(args.server, args.config, args.host, args.port, args.control_port, args.drain_timeout)
+        run(args.server, args.config, args.host, args.port, args.control_port, args.drain_timeout, args.fd)
     except ConfigError as exc:
         print(f"gymckpt serve: {exc}", file=sys.stderr)
         return 2
@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(and the data routes only on --port), so a NetworkPolicy can fence the control plane off")
     serve.add_argument("--drain-timeout", type=float, default=2.0, metavar="SECONDS",
                        help="on SIGTERM, let requests in flight finish for this long (default 2)")
+    serve.add_argument("--fd", type=int, metavar="N", help="serve on the listening socket inherited as file descriptor "
+                       "N (bound by a launcher, so no other process can take its port first)")
     serve.set_defaults(func=_serve)
 
     for register in _extra_commands():

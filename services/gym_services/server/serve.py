@@ -84,9 +84,13 @@ def run(
     port: int | None,
     control_port: int | None = None,
     drain_timeout_s: float = 2.0,
+    fd: int | None = None,
 ) -> None:
     """Serve one server; with ``control_port``, the control routes get their own port (see :func:`split_ports`).
-    On SIGTERM, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit."""
+    On SIGTERM, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
+
+    ``fd`` is a listening socket the caller bound and passed down (the local stack's launcher): no other
+    process can take its port between the launcher choosing it and this server starting."""
     import uvicorn
 
     from gym_services.base.logs import configure_logging
@@ -101,6 +105,12 @@ def run(
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )
+    if fd is not None:
+        if control_port is not None:
+            raise ValueError("--fd serves one port; give --control-port without --fd")
+        inherited = socket.socket(fileno=fd)
+        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[inherited])
+        return
     if control_port is None or control_port == config.port:
         uvicorn.run(app, host=config.host, port=config.port, **options)
         return

@@ -61,6 +61,38 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def listen(name: str, port: int = 0) -> socket.socket:
+    """A listening socket on 127.0.0.1 (``port`` 0: any free one), handed to the server's process as its
+    ``--fd``: the port is ours from this moment, so no other process on the machine (another stack, a test
+    run in parallel) can take it before the server starts and answer its readiness checks instead."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise StackError(f"cannot listen on 127.0.0.1:{port} for {name}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _spawn(server: str, config_path: Path, sock: socket.socket, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """Start ``gymckpt serve`` on the listening socket ``sock`` (our copy is closed once the child has it)."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(config_path),
+             "--fd", str(sock.fileno())],
+            env=env,
+            stdout=open(log_path, "ab"),  # noqa: SIM115 - owned by the child
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(sock.fileno(),),
+        )
+    finally:
+        sock.close()
+
+
 def stack_secrets(state_dir: Path) -> dict[str, str]:
     """The stack's control token, session secret and local-S3 keys, created once and kept (restored
     cookies need the same session secret; the local store's data needs the same keys)."""
@@ -128,7 +160,15 @@ def start_stack(
     creds = stack_secrets(state_dir)
     (state_dir / "configs").mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    ports = {name: spec.port or free_port() for name, spec in stack.servers.items()}
+    sockets: dict[str, socket.socket] = {}
+    try:
+        for name, spec in stack.servers.items():
+            sockets[name] = listen(name, spec.port or 0)
+    except StackError:
+        for sock in sockets.values():
+            sock.close()
+        raise
+    ports = {name: sock.getsockname()[1] for name, sock in sockets.items()}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     # keys are <location>/checkpoints/<id>/..., so the default location is the state folder itself
     storage = stack.storage or f"file://{state_dir}"
@@ -145,6 +185,8 @@ def start_stack(
         try:
             store = start_local_s3(state_dir / "s3", creds["s3_access_key"], creds["s3_secret_key"], say=say)
         except ObjectStoreError as exc:
+            for sock in sockets.values():
+                sock.close()
             raise StackError(str(exc)) from None
         storage = embedded_location(stack.name)
         env.update(store.env(creds["s3_access_key"], creds["s3_secret_key"]))
@@ -157,14 +199,7 @@ def start_stack(
             config_path = state_dir / "configs" / f"{name}.yaml"
             config_path.write_text(yaml.safe_dump(config, sort_keys=False))
             log_path = state_dir / "logs" / f"{name}.log"
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gym_services.cli", "serve", spec.server, "--config", str(config_path)],
-                env={**env, "GYMCKPT_PARTICIPANT_ID": name},
-                stdout=open(log_path, "ab"),  # noqa: SIM115 - owned by the child
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            proc = _spawn(spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path)
             procs.append(proc)
             running.append(
                 RunningServer(
@@ -174,9 +209,12 @@ def start_stack(
             )
         wait_ready(running, procs, ready_timeout_s)
     except BaseException:
+        for sock in sockets.values():
+            sock.close()
         for proc in procs:
             if proc.poll() is None:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         if store is not None:
             stop_local_s3(state_dir / "s3")
         raise
@@ -209,20 +247,14 @@ def restart_server(state_dir: Path, name: str, *, ready_timeout_s: float = 60.0,
         "PYTHONUNBUFFERED": "1",
     }
     config_path = state_dir / "configs" / f"{name}.yaml"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_services.cli", "serve", old.server, "--config", str(config_path)],
-        env=proc_env,
-        stdout=open(old.log, "ab"),  # noqa: SIM115 - owned by the child
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = _spawn(old.server, config_path, listen(name, old.port), proc_env, Path(old.log))
     server = old.model_copy(update={"pid": proc.pid})
     try:
         wait_ready([server], [proc], ready_timeout_s)
     except BaseException:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         raise
     state.servers[index] = server
     (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))

@@ -27,7 +27,7 @@ def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path) -> None:
     try:
         story.prepare()
         base = story.uninterrupted()
-        ckpt = story.checkpointed(base.duration_s)
+        ckpt = story.checkpointed()
     finally:
         story.close()
     verdict = compare(base, ckpt, story.agent_env)

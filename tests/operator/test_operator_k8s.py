@@ -551,7 +551,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
         operator_stack = type("S", (), {"token": token})()
         start_operator(operator_stack)
         story._submit(state, output)
-        time.sleep(max(0.5, base.duration_s * 0.4))
+        story.wait_for_progress(state, 240)  # 40% of the rollouts finished, the rest in flight
         apply(kubectl, checkpoint_doc("whole", prepareTimeoutSeconds=30, leaseSeconds=30))
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/whole", "--timeout=90s", timeout=100)
         status = get(kubectl, "checkpoint", "whole")["status"]

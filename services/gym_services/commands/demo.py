@@ -35,9 +35,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print("1) uninterrupted run: start every server as its own process, collect all rollouts", flush=True)
         base = story.uninterrupted()
         progress.close()
-        print(f"2) checkpointed run: collect, checkpoint at ~{args.checkpoint_at:.0%} of the way to {story.storage}, "
+        print(f"2) checkpointed run: collect, checkpoint once {args.checkpoint_at:.0%} of the rollouts finished to {story.storage}, "
               "SIGKILL everything, restore into fresh processes, finish", flush=True)
-        ckpt = story.checkpointed(base.duration_s)
+        ckpt = story.checkpointed()
     except (StoryError, StackError) as exc:
         print(f"\ngymckpt demo failed: {exc}", file=sys.stderr)
         return 2
@@ -72,6 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument("--tokens-per-second", type=float, default=150.0, help="worker speed per generation (default 150)")
-    p.add_argument("--checkpoint-at", type=float, default=0.4, help="checkpoint after this fraction of the reference run")
+    p.add_argument("--checkpoint-at", type=float, default=0.4, help="checkpoint once this fraction of the rollouts finished (default 0.4)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_demo)

@@ -212,7 +212,7 @@ class Story:
         _read_results(output, run)
         return run
 
-    def checkpointed(self, reference_s: float) -> Run:
+    def checkpointed(self) -> Run:
         run = Run()
         output = self.workdir / "checkpointed.jsonl"
         state_dir = self.workdir / "checkpointed"
@@ -222,15 +222,7 @@ class Story:
         try:
             started = time.perf_counter()
             self._submit(state, output)
-            wait_until = started + max(0.5, reference_s * self.checkpoint_at)
-            bar = self._bar("checkpointed")
-            while time.perf_counter() < wait_until:
-                job = _job(state)
-                if bar:
-                    bar(job)
-                if job["state"] == "completed":
-                    raise StoryError("the collection finished before the checkpoint; lower --checkpoint-at")
-                time.sleep(0.05)
+            self.wait_for_progress(state, self.timeout_s)
             run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
@@ -256,6 +248,24 @@ class Story:
             stop_stack(state_dir)
         _read_results(output, run)
         return run
+
+    def wait_for_progress(self, state: StackState, timeout_s: float) -> dict[str, Any]:
+        """Wait until ``checkpoint_at`` of the rollouts finished, the rest still running: whatever the machine's
+        load, the checkpoint then catches generations, tool calls and environment steps in flight (a wait for a
+        share of the reference run's wall time could fall before the first token or after the last result)."""
+        bar = self._bar("checkpointed")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = _job(state)
+            if bar:
+                bar(job)
+            if job["state"] == "completed":
+                raise StoryError("the collection finished before the checkpoint; lower --checkpoint-at")
+            if job["total"] and job["finished"] >= max(1, round(self.checkpoint_at * job["total"])) and job["live"]:
+                return job
+            if time.monotonic() > deadline:
+                raise StoryError(f"the collection did not reach {self.checkpoint_at:.0%} within {timeout_s:.0f}s: {job}")
+            time.sleep(0.02)
 
     def _crash(self, state: StackState) -> int:
         """SIGKILL every server but the inference worker; return the worker's final token count.

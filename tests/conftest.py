@@ -8,9 +8,35 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.processes import MARK, reap_leaked
 from tests.support.seaweed import SeaweedS3, start_seaweed
 
 _bucket_ids = itertools.count()
+_test_marks = itertools.count()
+_MARK_KEY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Every process the test function starts carries a mark of this test (see tests/support/processes.py)."""
+    tag = item.stash.setdefault(_MARK_KEY, f"{os.getpid()}-{next(_test_marks)}")
+    os.environ[MARK] = tag
+    try:
+        yield
+    finally:
+        os.environ.pop(MARK, None)
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Torn down after the test's other fixtures: a process the test started and nobody stopped is killed,
+    and the test fails naming it (every process a test starts is stopped in a fixture finalizer, pass or fail)."""
+    yield
+    tag = request.node.stash.get(_MARK_KEY, None)
+    leaked = reap_leaked(tag) if tag else {}
+    if leaked:
+        pytest.fail("processes started by this test were left running (now killed): "
+                    + "; ".join(f"{pid}: {cmd[:160]}" for pid, cmd in sorted(leaked.items())), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -37,8 +37,18 @@ def wait_for(check, timeout: float = 30.0, what: str = "condition"):
     raise AssertionError(f"{what} not reached in {timeout}s")
 
 
+@pytest.fixture(autouse=True)
+def stop_stacks() -> None:
+    """Every Stack a test started is killed when the test ends, pass or fail."""
+    yield
+    while Stack.started:
+        Stack.started.pop().kill()
+
+
 class Stack:
     """Real counter servers as processes, and their Pod objects in the emulator."""
+
+    started: list[Stack] = []
 
     def __init__(self, tmp: Path, kubectl, modes: dict[str, str]) -> None:
         self.tmp, self.kubectl, self.modes = tmp, kubectl, modes
@@ -54,7 +64,9 @@ class Stack:
         self.token = stack_secrets(tmp / "stack")["control_token"]
 
     def start(self) -> None:
-        self.state = start_stack(self.config, self.tmp)
+        self.state = start_stack(self.config, self.tmp)  # (a stack that fails to start stops what it started)
+        if self not in Stack.started:
+            Stack.started.append(self)
 
     def kill(self) -> None:
         stop_stack(self.tmp / "stack", kill=True)
@@ -233,10 +245,8 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
     operator = start_operator(stack)
     with httpx.Client(base_url=stack.url("counter-1")) as http:
         http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "live"})
-    apply(kubectl, checkpoint_doc("interrupted", prepareTimeoutSeconds=4, leaseSeconds=5))
-    wait_for(lambda: get(kubectl, "checkpoint", "interrupted").get("status", {}).get("phase") == "Preparing", what="Preparing")
-    os.killpg(operator.pid, signal.SIGKILL)  # the operator dies mid-transaction
-    operator.wait(timeout=10)
+    # counter-1 never drains, so the prepare waits its 10 s for it: the operator is killed inside that wait
+    apply(kubectl, checkpoint_doc("interrupted", prepareTimeoutSeconds=10, leaseSeconds=5))
 
     def admission_open() -> bool:
         return all(
@@ -245,11 +255,16 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
             for name in stack.modes
         )
 
-    assert not admission_open()
+    # "Preparing" is written before the prepare calls go out (a kill right after it could find nothing paused,
+    # as seen under load): wait for the servers themselves to be paused
+    wait_for(lambda: not admission_open(), what="the stack to pause")
+    os.killpg(operator.pid, signal.SIGKILL)  # the operator dies mid-transaction
+    operator.wait(timeout=10)
+    assert get(kubectl, "checkpoint", "interrupted")["status"]["phase"] == "Preparing"  # nothing ended it
     wait_for(admission_open, timeout=20, what="lease expiry reopening admission")  # no coordinator: leases end it
 
     start_operator(stack)  # a new operator picks the unfinished Checkpoint up again and ends it cleanly
-    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/interrupted", "--timeout=60s", timeout=70)
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/interrupted", "--timeout=90s", timeout=100)
     status = get(kubectl, "checkpoint", "interrupted")["status"]
     assert status["reason"] == "Blocked" and status["blockers"][0]["participant"] == "counter-1"
     assert admission_open()
@@ -540,7 +555,9 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     from gym_services.demo.story import Run, Story, _read_results, _wait_job
 
     start_operator, _ = operator_env
-    story = Story(tmp_path / "story", tokens_per_second=120.0, say=lambda text: None)
+    # at 120 tokens/s the whole collection took ~4 s: under load the operator could take the checkpoint after the
+    # last rollout finished (nothing in flight to restore); at 30 the 60% left after the wait take ~10 s
+    story = Story(tmp_path / "story", tokens_per_second=30.0, say=lambda text: None)
     story.prepare()
     base = story.uninterrupted()
     state = story._start("k8s")
@@ -572,7 +589,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     run = Run()
     _read_results(output, run)
     restored = get(kubectl, "restore", "whole-rs")["status"]
-    assert restored["attempt"] == 1 and restored["restoredEpisodes"] >= 1
+    assert restored["attempt"] == 1 and restored["restoredEpisodes"] >= 1, f"the checkpoint caught no episode in flight: {restored}"
     verdict = compare(base, run, story.agent_env, tokens=False)  # token accounting: tests/e2e
     assert verdict.ok, verdict.problems
     assert len(run.results) == len(story.tasks) and not run.duplicates

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gym_services.stack.launcher import listen
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -51,34 +53,39 @@ class ServerProcess:
 def start_server(
     server: str, config: dict, workdir: Path, ready_timeout_s: float = 30.0, port: int | None = None
 ) -> ServerProcess:
-    """Start ``server`` with ``config`` (YAML) on ``port`` or a free one (retried if it was taken meanwhile)."""
+    """Start ``server`` with ``config`` (YAML) on ``port`` or a free one.
+
+    The test binds the listening socket and hands it down (``gymckpt serve --fd``), as the stack launcher does:
+    a port picked free and bound later by the server could meanwhile be taken by another process on the machine
+    (another test run in parallel), which would then answer this server's readiness probe."""
     workdir.mkdir(parents=True, exist_ok=True)
-    wanted = port
-    for attempt in range(3):
-        port = wanted or free_port()
-        config_path = workdir / f"{server}-{port}.yaml"
-        config_path.write_text(yaml.safe_dump({"name": server, **config}))
-        log_path = workdir / f"{server}-{port}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    sock = listen(server, port or 0)
+    port = sock.getsockname()[1]
+    config_path = workdir / f"{server}-{port}.yaml"
+    config_path.write_text(yaml.safe_dump({"name": server, **config}))
+    log_path = workdir / f"{server}-{port}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(config_path),
-                 "--host", "127.0.0.1", "--port", str(port)],
+                 "--host", "127.0.0.1", "--port", str(port), "--fd", str(sock.fileno())],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                pass_fds=(sock.fileno(),),
             )
-        proc = ServerProcess(server, f"http://127.0.0.1:{port}", process, log_path)
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline and process.poll() is None:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{proc.url}/health/live", timeout=1).status_code == 200:
-                    return proc
-            time.sleep(0.05)
-        proc.stop()
-        if attempt == 2 or "address already in use" not in proc.log().lower():
-            raise RuntimeError(f"{server} did not start:\n{proc.log()}")
-    raise AssertionError("unreachable")
+    finally:
+        sock.close()
+    proc = ServerProcess(server, f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{proc.url}/health/live", timeout=1).status_code == 200:
+                return proc
+        time.sleep(0.05)
+    proc.stop()
+    raise RuntimeError(f"{server} did not start:\n{proc.log()}")
 
 
 @contextlib.contextmanager

@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gym_services.stack.launcher import listen
+
 REPO = Path(__file__).resolve().parents[4]
 
 
@@ -30,19 +32,24 @@ def free_port() -> int:
 
 
 def _start(log_path: Path) -> StandinProcess | None:
-    port = free_port()
-    log = log_path.open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin"]
-        + ["--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    sock = listen("lean_sandbox_standin")  # bound here and handed down: no other process can take the port
+    port = sock.getsockname()[1]
+    try:
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin"]
+                + ["--host", "127.0.0.1", "--port", str(port), "--fd", str(sock.fileno())],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(sock.fileno(),),
+            )
+    finally:
+        sock.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            return None  # lost the port race: try another one
+            return None  # exited at start: try again
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                 return StandinProcess("127.0.0.1", port, process)

@@ -73,6 +73,13 @@ class ServerConfig(BaseModel):
         default=None, description="signs session cookies, at least 16 characters (GYMCKPT_SESSION_SECRET)"
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="structured (JSON) log level")
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="larger request bodies are refused with 413 before they are read (measured on the demo's "
+        "traffic: the largest request is 37 KB, a workplace_assistant /verify; indirect_prompt_injection "
+        "environments are bounded at 1 MB; a 128k-token conversation is about 1 MB)",
+    )
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="the control plane")
     storage: StorageConfig = Field(default_factory=StorageConfig, description="how checkpoint storage is reached")
 

@@ -1,6 +1,7 @@
-"""Request-body parsing that turns every malformed input into a 400, never a 500.
+"""Request bodies: parsing that turns every malformed input into a 400, never a 500, and the size limit
+(:class:`BodyLimit`, put in front of every server by the app factory).
 
-Used by the control routes and by the data routes of servers that answer in our own error form.
+The parsing is used by the control routes and by the data routes of servers that answer in our own error form.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gym_services.base.errors import ApiError, ErrorCode
 
@@ -42,3 +44,56 @@ def validate(model: type[M], data: Any) -> M:
 
 async def parse_body(request: Request, model: type[M]) -> M:
     return validate(model, await read_json(request))
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is answered ``413 payload_too_large`` before it is
+    read. A ``Content-Length`` over the limit is refused at once, without calling the app; a body without one
+    (chunked) is counted as the app reads it and refused at the first chunk past the limit. Paths under a
+    ``streamed`` prefix are left to their route, which streams the body to disk under a limit of its own (the
+    collection server's task uploads)."""
+
+    def __init__(self, app: ASGIApp, limit: int, streamed: tuple[str, ...] = ()) -> None:
+        self.app, self.limit, self.streamed = app, limit, streamed
+
+    def _refusal(self, size: str) -> ApiError:
+        return ApiError(ErrorCode.PAYLOAD_TOO_LARGE,
+                        f"request body of {size} is over this server's limit of {self.limit} bytes (max_body_bytes)")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(self.streamed):
+            await self.app(scope, receive, send)
+            return
+        length = next((value for key, value in scope["headers"] if key == b"content-length"), None)
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                await ApiError(ErrorCode.BAD_REQUEST, "Content-Length is not a number").response()(scope, receive, send)
+                return
+            if declared > self.limit:
+                await self._refusal(f"{declared} bytes").response()(scope, receive, send)
+                return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise self._refusal(f"more than {self.limit} bytes")
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except ApiError as exc:  # raised where no handler answers it (middleware reading the body)
+            if exc.code is not ErrorCode.PAYLOAD_TOO_LARGE or started:
+                raise
+            await exc.response()(scope, receive, send)

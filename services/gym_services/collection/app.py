@@ -126,4 +126,5 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         ],
         policies={"/jobs/current": RoutePolicy.OPEN, "/jobs/current/results": RoutePolicy.OPEN, "/tasks/*": RoutePolicy.OPEN},
         on_shutdown=[collection.close],
+        streamed_paths=("/tasks/",),  # streamed to disk under max_upload_mb
     )

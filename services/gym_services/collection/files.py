@@ -48,6 +48,9 @@ async def receive_tasks(request: Request, data_dir: str, name: str, max_bytes: i
     ``max_bytes``; written to a temporary file and renamed, so a failed upload leaves nothing."""
     if not NAME.match(name):
         raise ApiError(ErrorCode.BAD_REQUEST, f"task file name {name!r} must match {NAME.pattern}")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:  # refused before a byte of it is read
+        raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE, f"task file is larger than {max_bytes} bytes")
     folder = Path(data_dir) / TASKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")

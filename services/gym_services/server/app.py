@@ -24,6 +24,7 @@ from starlette.types import Scope
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode, api_error_handler
+from gym_services.base.http import BodyLimit
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.base.nemo_http import NemoHttpError, nemo_error_handler
@@ -103,6 +104,7 @@ def create_server_app(
     on_shutdown: Sequence[Hook] = (),
     ready: Callable[[], bool] | None = None,
     nemo_gym: bool = False,
+    streamed_paths: tuple[str, ...] = (),
 ) -> Starlette:
     """A Starlette app for one Gym server with the control plane mounted.
 
@@ -112,6 +114,8 @@ def create_server_app(
     (``nemo_gym``) answers as its FastAPI app does where no route of its own does: FastAPI's
     ``{"detail": ...}`` bodies for unknown paths and methods (``404``/``405``), and NeMo Gym's liveness
     routes (``NEMO_LIVENESS_PATHS``, always ``{"status":"ok"}``; readiness stays ``/health/ready``).
+    A request body over ``config.max_body_bytes`` is ``413`` before it is read (:class:`BodyLimit`), but under
+    ``streamed_paths``, whose routes stream bodies to disk under their own limit.
     """
     config.require_secrets()
     enabled = config.checkpoint.enabled
@@ -173,6 +177,7 @@ def create_server_app(
             Exception: _internal_error,
         },
         lifespan=lifespan,
+        middleware=[Middleware(BodyLimit, limit=config.max_body_bytes, streamed=tuple(streamed_paths))],
     )
     app.state.config = config
     app.state.plane = plane

@@ -1,0 +1,339 @@
+"""Chaos: rollout collection over every environment while processes are SIGKILLed at random moments; at the end
+the results must equal an uninterrupted run's (issue 16).
+
+The demo stack (every server its own process, the tasks of all four environments) collects rollouts. At random
+moments (a random share of the rollouts finished, the rest in flight) one cycle of a random kind runs:
+
+- ``a``: checkpoint -> SIGKILL every process -> fresh processes -> restore that checkpoint;
+- ``b``: checkpoint, with one random process (participant or not) SIGKILLed at a random step of it -> SIGKILL every
+  process -> fresh processes -> restore the newest complete checkpoint (restorable only once its global manifest
+  exists: a checkpoint whose manifest was never published is never restored);
+- ``c``: a checkpoint by ``gymckpt checkpoint`` in its own process, SIGKILLed mid-transaction -> every participant
+  must reopen admission within its lease, and collection carries on;
+- ``d``: the inference worker SIGKILLed mid-generation and restarted: the policy model retries, collection carries
+  on.
+
+At the end, compared with an uninterrupted run of the same tasks: every (task, repeat) exactly once, every reward
+equal, no error rows, the results file valid JSONL. Storage is ``file://`` (default) or S3 (``--s3-endpoint``,
+keys from the AWS_* variables).
+
+    .venv/bin/python benchmarks/chaos.py [--cycles 50] [--kinds abcd] [--seed 1] [--storage embedded-s3|s3://bucket/prefix]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gym_services.base.config import StorageConfig
+from gym_services.control import layout
+from gym_services.control.storage import open_storage
+from gym_services.coordination.client import ControlClient
+from gym_services.coordination.coordinator import Coordinator, TransactionPhase
+from gym_services.demo.story import Run, Story
+from gym_services.stack.discovery import discover
+from gym_services.stack.launcher import StackState, read_state, restart_server, stack_secrets, stop_stack
+
+WORKER = "inference-worker"
+KINDS = "abcd"
+
+
+@dataclass
+class Outcome:
+    cycles: Counter = field(default_factory=Counter)
+    rollouts: int = 0
+    differences: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    invalid_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.differences or self.duplicates or self.missing or self.errors or self.invalid_lines)
+
+    def table(self, label: str) -> str:
+        kinds = " ".join(f"{k}={self.cycles[k]}" for k in KINDS)
+        head = ["storage", "cycles", "by kind", "rollouts", "differences", "duplicates", "missing", "errors", "bad lines"]
+        row = [label, str(sum(self.cycles.values())), kinds, str(self.rollouts), str(len(self.differences)),
+               str(len(self.duplicates)), str(len(self.missing)), str(len(self.errors)), str(self.invalid_lines)]
+        widths = [max(len(h), len(r)) for h, r in zip(head, row)]
+        line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+        return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", line(row)])
+
+
+class Chaos:
+    """One collection job carried through ``cycles`` random faults."""
+
+    def __init__(self, story: Story, base: Run, rng: random.Random, kinds: str = KINDS, *, order: str | None = None,
+                 say=print) -> None:
+        """``order``: the kinds of the cycles in this order (a short CI run covers each), else drawn from ``kinds``."""
+        self.story, self.base, self.rng, self.kinds, self.order, self.say = story, base, rng, kinds, order, say
+        self.name = "chaos"
+        self.dir = story.workdir / self.name
+        self.output = story.workdir / f"{self.name}.jsonl"
+        self.newest: str | None = None  # the newest checkpoint whose global manifest exists
+        self.outcome = Outcome()
+        self.serial = 0
+
+    # --- the stack ----------------------------------------------------------------------------
+
+    def start(self) -> StackState:
+        self.state = self.story._start(self.name)
+        self.token = stack_secrets(self.dir)["control_token"]
+        return self.state
+
+    def job(self) -> dict[str, Any]:
+        return httpx.get(f"{self.state.url('collection')}/jobs/current",
+                         headers={"authorization": f"Bearer {self.token}"}, timeout=30).json()
+
+    def kill_all(self) -> None:
+        stop_stack(self.dir, kill=True)
+
+    def kill(self, name: str) -> None:
+        pid = next(s.pid for s in read_state(self.dir).servers if s.name == name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+    def published(self, checkpoint_id: str) -> bool:
+        return open_storage(self.story.storage, self.story.storage_config).exists(layout.global_manifest_key(checkpoint_id))
+
+    # --- waiting --------------------------------------------------------------------------------
+
+    def wait_for_a_moment(self, timeout_s: float = 300) -> bool:
+        """Until a random share of what is left has finished with episodes in flight; False once the job is done."""
+        start = self.job()
+        left = start["total"] - start["finished"]
+        target = start["finished"] + self.rng.randint(0, max(0, left // 3))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            job = self.job()
+            if job["state"] == "completed":
+                return False
+            if job["finished"] >= target and job["live"]:
+                time.sleep(self.rng.uniform(0, 0.3))
+                return True
+            time.sleep(0.02)
+        raise AssertionError(f"no progress in {timeout_s}s: {self.job()}")
+
+    # --- the kinds ---------------------------------------------------------------------------------
+
+    async def _checkpoint(self, checkpoint_id: str, on_phase=None):
+        async with ControlClient(self.token, timeout_s=120) as client:
+            participants = await discover(self.state, client)
+
+            async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
+                if on_phase is not None:
+                    await on_phase(phase)
+
+            coordinator = Coordinator(participants, client, storage_config=self.story.storage_config, on_event=on_event)
+            return await coordinator.checkpoint(checkpoint_id, self.story.storage, prepare_timeout_s=60, lease_s=30)
+
+    async def _restore(self, checkpoint_id: str):
+        async with ControlClient(self.token, timeout_s=120) as client:
+            participants = await discover(self.state, client)
+            coordinator = Coordinator(participants, client, storage_config=self.story.storage_config)
+            return await coordinator.restore(checkpoint_id, self.story.storage, lease_s=30)
+
+    def next_id(self) -> str:
+        self.serial += 1
+        return f"chaos-{self.serial:03d}"
+
+    def crash_and_restore(self) -> None:
+        """Collection runs on for a random while after the checkpoint (results past its offset are written, to be
+        cut by the restore and run again), then every process is SIGKILLed and the newest complete checkpoint
+        restored into fresh ones."""
+        time.sleep(self.rng.uniform(0.3, 2.0))
+        self.kill_all()
+        self.start()
+        if self.newest is None:
+            raise AssertionError("no complete checkpoint to restore")
+        result = asyncio.run(self._restore(self.newest))
+        if result.status != "completed":
+            raise AssertionError(f"restore of {self.newest} failed: {result.error}")
+
+    def cycle_a(self) -> None:
+        checkpoint_id = self.next_id()
+        result = asyncio.run(self._checkpoint(checkpoint_id))
+        if result.status != "completed":
+            raise AssertionError(f"checkpoint {checkpoint_id} failed: {result.error}")
+        self.newest = checkpoint_id
+        self.crash_and_restore()
+
+    def cycle_b(self) -> None:
+        checkpoint_id = self.next_id()
+        phases = [TransactionPhase.PREPARING, TransactionPhase.COMMITTING, TransactionPhase.PUBLISHING,
+                  TransactionPhase.RESUMING]
+        at = self.rng.choice(phases)
+        victim = self.rng.choice([s.name for s in self.state.servers])
+
+        async def on_phase(phase: TransactionPhase) -> None:
+            if phase is at:
+                self.kill(victim)
+
+        result = asyncio.run(self._checkpoint(checkpoint_id, on_phase))
+        if self.published(checkpoint_id):  # restorable only once its global manifest exists
+            self.newest = checkpoint_id
+        self.outcome.notes.append(f"b: killed {victim} at {at.value}: checkpoint {result.status}")
+        self.crash_and_restore()
+
+    def cycle_c(self) -> None:
+        """The coordinator (``gymckpt checkpoint``, its own process) SIGKILLed mid-transaction."""
+        checkpoint_id = self.next_id()
+        lease_s = 3
+        env = {**os.environ, **self.story.server_env}
+        cmd = [sys.executable, "-m", "gym_services.cli", "checkpoint", "--state-dir", str(self.dir), "--id", checkpoint_id,
+               "--storage", self.story.storage, "--lease", str(lease_s), "--prepare-timeout", "60"]
+        if self.story.storage_config.endpoint_url:
+            cmd += ["--s3-endpoint", self.story.storage_config.endpoint_url]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(not s.get("admission_open", True) for s in self.statuses().values()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    break  # it finished (or never paused anyone) before the kill: still a valid cycle
+                time.sleep(0.01)
+            time.sleep(self.rng.uniform(0, 0.5))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        killed_at = time.monotonic()
+        while True:  # every participant reopens within its lease (and the lease check interval)
+            closed = [n for n, s in self.statuses().items() if not s.get("admission_open", True)]
+            if not closed:
+                break
+            if time.monotonic() - killed_at > lease_s + 10:
+                raise AssertionError(f"still paused {lease_s + 10}s after the coordinator died: {closed}")
+            time.sleep(0.05)
+        if self.published(checkpoint_id):
+            self.newest = checkpoint_id
+
+    def cycle_d(self) -> None:
+        """The inference worker SIGKILLed mid-generation, then restarted."""
+        self.kill(WORKER)
+        time.sleep(self.rng.uniform(0, 1.0))
+        restart_server(self.dir, WORKER, ready_timeout_s=120)
+        self.state = read_state(self.dir)
+
+    def statuses(self) -> dict[str, dict]:
+        out = {}
+        for server in read_state(self.dir).servers:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                answer = httpx.get(f"{server.url}/ng-control/v1/checkpoint/status",
+                                   headers={"authorization": f"Bearer {self.token}"}, timeout=10)
+                if answer.status_code == 200:
+                    out[server.name] = answer.json()
+        return out
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    def run(self, cycles: int, timeout_s: float = 600) -> Run:
+        """Collect while running ``cycles`` faults; when the job finishes first, start it again from scratch
+        (a fresh output) until every cycle ran."""
+        done = 0
+        self.start()
+        try:
+            while done < cycles:
+                self.output.unlink(missing_ok=True)
+                self.newest = None
+                self.story._submit(self.state, self.output)
+                # the first fault of a job is a checkpoint: (b) and (c) need one complete checkpoint to restore
+                first = True
+                while done < cycles and self.wait_for_a_moment():
+                    if self.order:
+                        kind = self.order[done % len(self.order)]
+                    else:
+                        kind = "a" if first and "a" in self.kinds else self.rng.choice(self.kinds)
+                    if kind == "b" and self.newest is None:
+                        kind = "a"
+                    self.say(f"cycle {done + 1}/{cycles}: {kind}")
+                    getattr(self, f"cycle_{kind}")()
+                    self.outcome.cycles[kind] += 1
+                    done += 1
+                    first = False
+                if done < cycles:
+                    self.finish(timeout_s)
+                    self.check(final=False)
+            self.finish(timeout_s)
+        finally:
+            stop_stack(self.dir, kill=True)
+        return self.check(final=True)
+
+    def finish(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.job()["state"] != "completed":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the job did not finish in {timeout_s}s: {self.job()}")
+            time.sleep(0.05)
+
+    def check(self, final: bool) -> Run:
+        run = Run()
+        valid = []
+        for line in self.output.read_text(encoding="utf-8").splitlines():
+            try:
+                valid.append(json.loads(line))
+            except json.JSONDecodeError:
+                self.outcome.invalid_lines += 1
+        expected = set(self.base.results)
+        seen = Counter(row["_ng_rollout_id"] for row in valid)
+        self.outcome.rollouts += len(valid)
+        self.outcome.duplicates += sorted(r for r, n in seen.items() if n > 1)
+        self.outcome.missing += sorted(expected - set(seen))
+        for row in valid:
+            rid = row["_ng_rollout_id"]
+            if "error" in row:
+                self.outcome.errors.append(f"{rid}: {str(row['error'])[:200]}")
+            elif rid in self.base.results and row.get("reward") != self.base.results[rid].get("reward"):
+                self.outcome.differences.append(f"{rid}: {row.get('reward')} vs {self.base.results[rid].get('reward')}")
+        return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--kinds", default=KINDS, help="which fault kinds to draw from (default abcd)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
+                        "or embedded-s3 (a local SeaweedFS, as the demo's)")
+    parser.add_argument("--s3-endpoint", default=os.environ.get("AWS_ENDPOINT_URL"))
+    parser.add_argument("--tokens-per-second", type=float, default=120.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gymckpt-chaos-") as tmp:
+        storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
+        story = Story(Path(tmp) / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
+                      tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda text: None)
+        story.prepare()
+        print("uninterrupted run ...", file=sys.stderr, flush=True)
+        base = story.uninterrupted()
+        chaos = Chaos(story, base, random.Random(args.seed), args.kinds, say=lambda text: print(text, file=sys.stderr, flush=True))
+        chaos.run(args.cycles)
+        story.close()
+    outcome = chaos.outcome
+    print(outcome.table("file" if args.storage is None or args.storage.startswith("file://") else "s3"))
+    for problem in (outcome.differences + outcome.duplicates + outcome.missing + outcome.errors)[:20]:
+        print("  ", problem)
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

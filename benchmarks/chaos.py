@@ -85,14 +85,21 @@ class Chaos:
                  say=print) -> None:
         """``order``: the kinds of the cycles in this order (a short CI run covers each), else drawn from ``kinds``."""
         self.story, self.base, self.rng, self.kinds, self.order, self.say = story, base, rng, kinds, order, say
-        self.name = "chaos"
-        self.dir = story.workdir / self.name
-        self.output = story.workdir / f"{self.name}.jsonl"
+        self.jobs = 0
+        self.use_stack(1)
         self.newest: str | None = None  # the newest checkpoint whose global manifest exists
         self.outcome = Outcome()
         self.serial = 0
 
     # --- the stack ----------------------------------------------------------------------------
+
+    def use_stack(self, job: int) -> None:
+        """Job ``job`` runs on its own stack with its own results file (a job is never submitted twice to one
+        collection server)."""
+        self.jobs = job
+        self.name = f"chaos-{job}"
+        self.dir = self.story.workdir / self.name
+        self.output = self.story.workdir / f"{self.name}.jsonl"
 
     def start(self) -> StackState:
         self.state = self.story._start(self.name)
@@ -247,13 +254,15 @@ class Chaos:
     # --- the run ---------------------------------------------------------------------------------
 
     def run(self, cycles: int, timeout_s: float = 600) -> Run:
-        """Collect while running ``cycles`` faults; when the job finishes first, start it again from scratch
-        (a fresh output) until every cycle ran."""
+        """Collect while running ``cycles`` faults; when a job finishes first, the next one runs on a fresh stack
+        until every cycle ran."""
         done = 0
-        self.start()
         try:
             while done < cycles:
-                self.output.unlink(missing_ok=True)
+                if self.jobs and hasattr(self, "state"):
+                    stop_stack(self.dir, kill=True)
+                    self.use_stack(self.jobs + 1)
+                self.start()
                 self.newest = None
                 self.story._submit(self.state, self.output)
                 # the first fault of a job is a checkpoint: (b) and (c) need one complete checkpoint to restore
@@ -267,6 +276,9 @@ class Chaos:
                         kind = "a"
                     self.say(f"cycle {done + 1}/{cycles}: {kind}")
                     getattr(self, f"cycle_{kind}")()
+                    job = self.job()
+                    self.say(f"  after {kind}: finished {job['finished']} live {job['live']} state {job['state']} lines "
+                             f"{len(self.output.read_text().splitlines()) if self.output.exists() else 0}")
                     self.outcome.cycles[kind] += 1
                     done += 1
                     first = False
@@ -274,9 +286,9 @@ class Chaos:
                     self.finish(timeout_s)
                     self.check(final=False)
             self.finish(timeout_s)
+            return self.check(final=True)
         finally:
             stop_stack(self.dir, kill=True)
-        return self.check(final=True)
 
     def finish(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -295,6 +307,8 @@ class Chaos:
                 self.outcome.invalid_lines += 1
         expected = set(self.base.results)
         seen = Counter(row["_ng_rollout_id"] for row in valid)
+        missing = sorted(set(self.base.results) - {row["_ng_rollout_id"] for row in valid})
+        self.say(f"job checked: {len(valid)} rows, {len(missing)} missing {missing[:6]}; job {self.job()}")
         self.outcome.rollouts += len(valid)
         self.outcome.duplicates += sorted(r for r, n in seen.items() if n > 1)
         self.outcome.missing += sorted(expected - set(seen))

@@ -1,21 +1,39 @@
-"""Checkpoint pause and restore time versus live Workplace Assistant sessions, file:// and S3.
+"""Checkpoint pause, time to publish, bytes, restore and memory versus live Workplace sessions.
 
 A real ``workplace_assistant`` uvicorn process holds N live sessions, each after a few mutating
-tool calls. The coordinator takes a checkpoint (prepare -> commit -> publish -> resume); the
-pause is what a rollout sees: from the first prepare to the last resume. Then a fresh process
-restores it. S3 is a real SeaweedFS server on 127.0.0.1.
+tool calls. In one run, for each N and each storage (``file://`` and S3, a real SeaweedFS on
+127.0.0.1), the same process takes:
 
-    .venv/bin/python benchmarks/checkpoint_pause.py [--sessions 10 100 1000]
+- ``sync``: today's method (prepare -> commit -> publish -> resume: every record is encoded and
+  written, one object each, while every rollout waits);
+- ``snapshot``: the new one (prepare -> capture -> resume, then persist -> publish in the
+  background: packed, incremental);
+- ``snapshot+10%``: a second ``snapshot`` checkpoint after 10% of the sessions made one more
+  mutating call (incremental: unchanged records are referenced, not rewritten).
+
+Each checkpoint is then restored into a fresh process. Columns:
+
+- pause: first prepare to last resume (what rollouts see), split into reaching boundaries
+  (prepare), the snapshot (capture, or commit for ``sync``) and everything else;
+- published: from the first prepare until the global manifest is written;
+- objects / written: what the checkpoint wrote (manifests included);
+- restore: the restore transaction, wall clock, into a fresh process;
+- peak/sessions: the server's peak RSS growth during the checkpoint over the sessions' own
+  footprint (RSS after seeding minus RSS before), read from /proc.
+
+    .venv/bin/python benchmarks/checkpoint_pause.py [--sessions 1000 4000 10000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,9 +41,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gym_services.base.config import StorageConfig  # noqa: E402
+from gym_services.control.protocol import CheckpointMethod  # noqa: E402
 from gym_services.coordination.client import ControlClient, ParticipantRef  # noqa: E402
 from gym_services.coordination.coordinator import Coordinator  # noqa: E402
-from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.stack.config import ServerSpec, StackConfig  # noqa: E402
 from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack  # noqa: E402
 from tests.support.seaweed import start_seaweed  # noqa: E402
@@ -36,10 +55,31 @@ MUTATIONS = [
                                "event_start": "2023-12-01 10:00:00", "duration": "30"}),
     ("project_management_update_task", {"task_id": "00000000", "field": "list_name", "new_value": "Done"}),
 ]
+CHANGE = ("email_send_email", {"recipient": "lena.schmidt@atlas.com", "subject": "Later", "body": "One more."})
 
 
-async def seed_sessions(url: str, n: int) -> None:
+@dataclass
+class Row:
+    sessions: int
+    storage: str
+    method: str
+    boundaries: float
+    snapshot: float
+    other: float
+    pause: float
+    published: float
+    records: int
+    objects: int
+    written: int
+    reused: int
+    restore: float = 0.0
+    memory: float = 0.0
+
+
+async def seed_sessions(url: str, n: int) -> list[dict[str, str]]:
+    """N sessions after three mutating calls each; their cookies, to change some later."""
     sem = asyncio.Semaphore(16)
+    cookies: list[dict[str, str]] = [{} for _ in range(n)]
 
     async def one(i: int) -> None:
         async with sem, httpx.AsyncClient(base_url=url, timeout=60) as client:
@@ -47,63 +87,154 @@ async def seed_sessions(url: str, n: int) -> None:
             (await client.post("/seed_session", json={}, headers=ident)).raise_for_status()
             for name, args in MUTATIONS:
                 (await client.post(f"/{name}", json=args, headers=ident)).raise_for_status()
+            cookies[i] = dict(client.cookies)
 
     await asyncio.gather(*(one(i) for i in range(n)))
+    return cookies
 
 
-async def transaction(url: str, token: str, location: str, storage: StorageConfig, cid: str, restore: bool):
-    async with ControlClient(token, timeout_s=300) as client:
+async def change_sessions(url: str, cookies: list[dict[str, str]], start: int, count: int) -> None:
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with sem, httpx.AsyncClient(base_url=url, timeout=60, cookies=cookies[i]) as client:
+            ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
+            (await client.post(f"/{CHANGE[0]}", json=CHANGE[1], headers=ident)).raise_for_status()
+
+    await asyncio.gather(*(one(i % len(cookies)) for i in range(start, start + count)))
+
+
+async def transaction(url, token, location, storage, cid, *, restore=False, method=CheckpointMethod.SNAPSHOT):
+    async with ControlClient(token, timeout_s=600) as client:
         coordinator = Coordinator([ParticipantRef("workplace", "resources", url)], client, storage_config=storage)
         if restore:
-            return await coordinator.restore(cid, location, lease_s=120)
-        return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=120)
+            return await coordinator.restore(cid, location, lease_s=300)
+        return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=300, method=method)
+
+
+def rss_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def reset_peak(pid: int) -> bool:
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def checkpoint_row(n, backend, method_label, method, url, token, location, storage, cid, pid, footprint_kib) -> Row:
+    reset_peak(pid)
+    before = rss_kib(pid, "VmRSS")
+    result = asyncio.run(transaction(url, token, location, storage, cid, method=method))
+    assert result.status == "completed", result.error
+    peak = rss_kib(pid, "VmHWM")
+    t = result.timings
+    snap = t.get("capture", t.get("commit", 0.0))
+    return Row(
+        n, backend, method_label, t.get("prepare", 0.0), snap, result.pause_s - t.get("prepare", 0.0) - snap,
+        result.pause_s, result.published_s or 0.0, result.records, result.objects, result.written_bytes,
+        result.reused, memory=max(0, peak - before) / max(1, footprint_kib),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1000, 4000, 10000])
+    parser.add_argument("--storage", nargs="+", choices=["file", "s3"], default=["file", "s3"])
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-bench-"))
     s3 = start_seaweed(tmp / "seaweed")
     s3.create_bucket("bench")
-    env = s3.env()
-    import os
-
-    os.environ.update(env)  # the server processes and boto3 here reach SeaweedFS through AWS_*
+    os.environ.update(s3.env())  # the server processes and boto3 here reach SeaweedFS through AWS_*
     storage = StorageConfig(endpoint_url=s3.endpoint)
-    rows = []
+    rows: list[Row] = []
+    stack = StackConfig(name="bench", state_dir=str(tmp / "stack"),
+                        servers={"workplace": ServerSpec(server="workplace_assistant")})
+    token = stack_secrets(tmp / "stack")["control_token"]
     try:
         for n in args.sessions:
-            for backend, location in (("file", f"file://{tmp / 'store'}"), ("s3", f"s3://bench/n{n}")):
-                stack = StackConfig(name="bench", state_dir=str(tmp / "stack"),
-                                    servers={"workplace": ServerSpec(server="workplace_assistant")})
-                token = stack_secrets(tmp / "stack")["control_token"]
-                state = start_stack(stack, tmp, ready_timeout_s=60)
-                url = state.servers[0].url
-                try:
-                    asyncio.run(seed_sessions(url, n))
-                    cid = f"bench-{backend}-{n}"
-                    result = asyncio.run(transaction(url, token, location, storage, cid, restore=False))
-                    assert result.status == "completed", result.error
-                finally:
-                    stop_stack(tmp / "stack", kill=True)
-                state = start_stack(stack, tmp, ready_timeout_s=60)
+            todo: list[tuple[Row, str, str]] = []
+            state = start_stack(stack, tmp, ready_timeout_s=120)
+            url, pid = state.servers[0].url, state.servers[0].pid
+            try:
+                idle = rss_kib(pid, "VmRSS")
+                t0 = time.perf_counter()
+                cookies = asyncio.run(seed_sessions(url, n))
+                print(f"{n} sessions seeded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+                footprint = rss_kib(pid, "VmRSS") - idle
+                changed = 0
+                for backend in args.storage:
+                    location = f"file://{tmp / 'store'}" if backend == "file" else f"s3://bench/n{n}"
+                    for label, method in (("sync", CheckpointMethod.SYNC), ("snapshot", CheckpointMethod.SNAPSHOT)):
+                        cid = f"{backend}-{n}-{label}"
+                        row = checkpoint_row(n, backend, label, method, url, token, location, storage, cid, pid, footprint)
+                        rows.append(row)
+                        todo.append((row, location, cid))
+                    asyncio.run(change_sessions(url, cookies, changed, n // 10))
+                    changed += n // 10
+                    cid = f"{backend}-{n}-incremental"
+                    row = checkpoint_row(n, backend, "snapshot+10%", CheckpointMethod.SNAPSHOT, url, token, location,
+                                         storage, cid, pid, footprint)
+                    rows.append(row)
+                    todo.append((row, location, cid))
+                    print(f"{n} sessions on {backend}: checkpoints taken", file=sys.stderr)
+            finally:
+                stop_stack(tmp / "stack", kill=True)
+            for row, location, cid in todo:
+                state = start_stack(stack, tmp, ready_timeout_s=120)
                 try:
                     t0 = time.perf_counter()
                     restored = asyncio.run(transaction(state.servers[0].url, token, location, storage, cid, restore=True))
-                    restore_s = time.perf_counter() - t0
+                    row.restore = time.perf_counter() - t0
                     assert restored.status == "completed", restored.error
+                    assert restored.records == row.records, (restored.records, row.records)
                 finally:
                     stop_stack(tmp / "stack", kill=True)
-                rows.append((n, backend, result.pause_s, result.timings.get("commit", 0), result.bytes, result.records, restore_s))
     finally:
         s3.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("checkpoint pause and restore vs live Workplace sessions (3 mutating tool calls each)")
-    print(f"{'sessions':>8} {'storage':>7} {'pause s':>8} {'commit s':>9} {'bytes':>10} {'B/session':>10} {'records':>8} {'restore s':>10}")
-    for n, backend, pause, commit, size, records, restore_s in rows:
-        print(f"{n:>8} {backend:>7} {pause:>8.3f} {commit:>9.3f} {size:>10} {size / n:>10.0f} {records:>8} {restore_s:>10.3f}")
-    print("targets: pause <= 2 s (file) and <= 5 s (S3) at 1,000 sessions")
+    print_table(rows)
+
+
+def print_table(rows: list[Row]) -> None:
+    print("checkpoint of N live Workplace sessions (3 mutating calls each): sync (today) vs snapshot, one run")
+    head = (f"{'sessions':>8} {'storage':>7} {'method':>12} {'pause ms':>9} {'bound ms':>9} {'snap ms':>8} {'other ms':>9} "
+            f"{'publish s':>9} {'records':>7} {'objects':>7} {'written':>10} {'reused':>6} {'restore s':>9} {'peak/sess':>9}")
+    print(head)
+    for r in rows:
+        print(f"{r.sessions:>8} {r.storage:>7} {r.method:>12} {r.pause * 1e3:>9.1f} {r.boundaries * 1e3:>9.1f} "
+              f"{r.snapshot * 1e3:>8.1f} {r.other * 1e3:>9.1f} {r.published:>9.3f} {r.records:>7} {r.objects:>7} "
+              f"{r.written:>10} {r.reused:>6} {r.restore:>9.3f} {r.memory:>9.2f}")
+    print()
+    print("ratios in this run (snapshot vs sync; incremental vs the full snapshot before it):")
+    by = {(r.sessions, r.storage, r.method): r for r in rows}
+    sizes = sorted({r.sessions for r in rows})
+    for (n, backend, method), r in sorted(by.items()):
+        if method != "snapshot":
+            continue
+        sync, inc = by.get((n, backend, "sync")), by.get((n, backend, "snapshot+10%"))
+        parts = []
+        if sync:
+            parts.append(f"pause {r.pause / sync.pause:.3f}x sync")
+        if inc:
+            parts.append(f"incremental writes {inc.written / max(1, r.written):.1%} of the bytes, "
+                         f"{inc.objects / max(1, r.objects):.1%} of the objects")
+        print(f"  {n:>6} {backend:>4}: " + "; ".join(parts))
+    for backend in sorted({r.storage for r in rows}):
+        for method in ("sync", "snapshot"):
+            pts = [(n, by[(n, backend, method)].pause) for n in sizes if (n, backend, method) in by]
+            if len(pts) >= 2:
+                (n0, p0), (n1, p1) = pts[0], pts[-1]
+                print(f"  extra pause per session, {backend} {method}: {(p1 - p0) / (n1 - n0) * 1e6:.1f} us "
+                      f"({n0} -> {n1} sessions)")
+    print("targets (issue 14): snapshot pause <= 150 ms at 1,000 and <= 1 s at 10,000 on S3, file no worse; "
+          "<= 50 us per added session; published <= 2 s at 1,000 and <= 10 s at 10,000 on S3; incremental "
+          "<= 15% of bytes and objects; restore from S3 <= 1 s at 1,000 and <= 5 s at 10,000; peak <= 1.5x")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S
+from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
 
 
 class SpecError(ValueError):
@@ -63,6 +63,7 @@ class CheckpointSpec(_Spec):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     prepare_timeout_seconds: float = Field(default=DEFAULT_PREPARE_TIMEOUT_S, gt=0)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
+    method: CheckpointMethod = CheckpointMethod.SNAPSHOT
 
 
 class CheckpointRefSpec(_Spec):

@@ -78,6 +78,13 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
         "bytes": result.bytes,
         "records": result.records,
     }
+    if result.kind is TransactionKind.CHECKPOINT and result.method is not None:
+        body["method"] = result.method.value
+        body["objects"] = result.objects
+        body["writtenBytes"] = result.written_bytes
+        body["reusedRecords"] = result.reused
+        if result.published_s is not None:
+            body["publishedSeconds"] = round(result.published_s, 6)
     if result.kind is TransactionKind.RESTORE:
         body["attempt"] = max(result.episodes.values(), default=0)
         body["restoredEpisodes"] = len(result.episodes)

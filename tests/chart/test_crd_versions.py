@@ -13,6 +13,7 @@ CRDS = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint' / 'crds
 # schema-version -> digest of each CRD's spec; a new version adds a line, old ones stay
 VERSIONS = {
     '1': {'checkpoints': '794fa65e811a6dff', 'restores': '81846e1cce1ab85e'},
+    '2': {'checkpoints': 'a55adbe49fad072d', 'restores': '24d9994d6e2a5b30'},
 }
 
 

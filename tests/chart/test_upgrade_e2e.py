@@ -111,7 +111,9 @@ def test_an_upgrade_over_older_crds_is_refused_until_they_are_applied(kemu: Any,
         with pytest.raises(helm.HelmError) as refused:
             helm_call(cfg, 'helm_upgrade', 'gym', values)
         message = str(refused.value)
-        assert 'the installed CRD checkpoints.gym-checkpoint.dev has schema version 0, this chart needs 1' in message
+        want = yaml.safe_load((CHART / 'crds' / 'checkpoints.yaml').read_text())['metadata']['annotations'][
+            'gym-checkpoint.dev/schema-version']
+        assert f'the installed CRD checkpoints.gym-checkpoint.dev has schema version 0, this chart needs {want}' in message
         assert 'kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/' in message
         # the documented step, then the upgrade goes through
         kubectl('apply', '--server-side', '--force-conflicts', '-f', str(CHART / 'crds'))

@@ -63,7 +63,9 @@ class Servers:
         stop_stack(self.dir, kill=True)
 
 
-async def run_checkpoint(servers: Servers, location: str, kill_at: str, victim: str = "counter-1"):
+async def run_checkpoint(
+    servers: Servers, location: str, kill_at: str, victim: str = "counter-1", method: str = "snapshot", cid: str = "ck"
+):
     async with ControlClient(servers.token, timeout_s=10) as client:
         async def on_event(phase: str, detail: dict) -> None:
             if phase == kill_at:
@@ -71,22 +73,27 @@ async def run_checkpoint(servers: Servers, location: str, kill_at: str, victim: 
                 await asyncio.sleep(0.2)
 
         coordinator = Coordinator(servers.refs, client, on_event=on_event)
-        return await coordinator.checkpoint("ck", location, prepare_timeout_s=3, lease_s=2)
+        return await coordinator.checkpoint(cid, location, prepare_timeout_s=3, lease_s=2, method=method)
 
 
-@pytest.mark.parametrize("kill_at", ["Preparing", "Committing", "Publishing"])
-async def test_participant_killed_before_publish_leaves_no_checkpoint(tmp_path, kill_at) -> None:
+@pytest.mark.parametrize(("method", "kill_at"), [
+    ("sync", "Preparing"), ("sync", "Committing"), ("sync", "Publishing"),
+    ("snapshot", "Preparing"), ("snapshot", "Capturing"), ("snapshot", "Persisting"), ("snapshot", "Publishing"),
+])
+async def test_participant_killed_before_publish_leaves_no_checkpoint(tmp_path, method, kill_at) -> None:
     location = f"file://{tmp_path / 'store'}"
     servers = Servers(tmp_path).start()
     try:
         servers.seed()
-        result = await run_checkpoint(servers, location, kill_at)
+        result = await run_checkpoint(servers, location, kill_at, method=method)
         statuses = servers.statuses()
     finally:
         servers.stop()
     if kill_at == "Publishing":
-        # every participant had committed: the manifest is published, the checkpoint is whole
-        assert result.status == "completed" and any("counter-1" in w for w in result.warnings)
+        # every participant had written its records: the manifest is published, the checkpoint is whole
+        assert result.status == "completed", result.error
+        if method == "sync":  # resumed after publishing: the dead one could not be resumed
+            assert any("counter-1" in w for w in result.warnings)
         assert open_storage(location).exists(layout.global_manifest_key("ck"))
     else:
         assert result.status == "failed" and "counter-1" in result.error
@@ -101,7 +108,7 @@ async def test_participant_killed_while_resuming_checkpoint_is_whole_and_restora
     servers = Servers(tmp_path).start()
     try:
         servers.seed()
-        result = await run_checkpoint(servers, location, "Resuming", victim="counter-0")
+        result = await run_checkpoint(servers, location, "Resuming", victim="counter-0", method="sync")
         assert result.status == "completed"
     finally:
         servers.stop()
@@ -112,6 +119,23 @@ async def test_participant_killed_while_resuming_checkpoint_is_whole_and_restora
         assert restored.status == "completed" and restored.episodes == {"r0": 1, "r1": 1, "r2": 1}
     finally:
         fresh.stop()
+
+
+async def test_participant_killed_while_resuming_a_snapshot_leaves_no_checkpoint(tmp_path) -> None:
+    """snapshot: resume comes before the records are written; a server dead at resume never writes
+    its capture, so nothing is published and the survivors serve again."""
+    location = f"file://{tmp_path / 'store'}"
+    servers = Servers(tmp_path).start()
+    try:
+        servers.seed()
+        result = await run_checkpoint(servers, location, "Resuming", victim="counter-0", method="snapshot")
+        statuses = servers.statuses()
+    finally:
+        servers.stop()
+    assert result.status == "failed" and "counter-0" in result.error
+    assert not open_storage(location).exists(layout.global_manifest_key("ck"))
+    survivors = {k: v for k, v in statuses.items() if k != "counter-0"}
+    assert all(s["admission_open"] and s["checkpoint_id"] is None for s in survivors.values()), survivors
 
 
 async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_path) -> None:
@@ -138,8 +162,11 @@ async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_p
     assert all(s["phase"] == "fresh" and s["live"] == {"sessions": 0} and s["admission_open"] for s in survivors), survivors
 
 
-@pytest.mark.parametrize("kill_at", ["preparing", "committing", "publishing", "resuming"])
-def test_coordinator_killed_mid_transaction(tmp_path, kill_at) -> None:
+@pytest.mark.parametrize(("method", "kill_at"), [
+    ("sync", "preparing"), ("sync", "committing"), ("sync", "publishing"), ("sync", "resuming"),
+    ("snapshot", "capturing"), ("snapshot", "resuming"), ("snapshot", "persisting"), ("snapshot", "publishing"),
+])
+def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
     """SIGKILL the `gymckpt checkpoint` process as it enters a phase: the checkpoint is published whole
     or not at all, and within the lease every server has reopened admission by itself."""
     location = f"file://{tmp_path / 'store'}"
@@ -148,7 +175,8 @@ def test_coordinator_killed_mid_transaction(tmp_path, kill_at) -> None:
         servers.seed()
         env = {**os.environ, "GYMCKPT_STATE_DIR": str(servers.dir), "PYTHONUNBUFFERED": "1"}
         cli = subprocess.Popen(
-            [sys.executable, "-m", "gym_services.cli", "checkpoint", "--id", "ck", "--storage", location, "--lease", "1"],
+            [sys.executable, "-m", "gym_services.cli", "checkpoint", "--id", "ck", "--storage", location, "--lease", "1",
+             "--method", method],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
         )
         assert cli.stdout is not None
@@ -168,12 +196,14 @@ def test_coordinator_killed_mid_transaction(tmp_path, kill_at) -> None:
         published = open_storage(location).exists(layout.global_manifest_key("ck"))
     finally:
         servers.stop()
-    if kill_at in ("committing", "publishing"):  # every participant was prepared when the coordinator died
+    if kill_at in ("committing", "capturing") or (method == "sync" and kill_at == "publishing"):
+        # every participant was prepared when the coordinator died
         assert paused_right_after, "the kill should have left servers paused until their leases ran out"
     assert all(st["admission_open"] and st["checkpoint_id"] is None for st in statuses.values()), statuses
-    if kill_at in ("preparing", "committing"):
+    if kill_at in ("preparing", "committing", "capturing") or (method == "snapshot" and kill_at in ("resuming", "persisting")):
+        # snapshot: nobody publishes what the dead coordinator captured, even once every upload is done
         assert not published and list_checkpoints(location) in ([], [("ck", None)])
-    if kill_at == "resuming":
+    if method == "sync" and kill_at == "resuming":
         assert published
     if published:
         fresh = Servers(tmp_path).start()

@@ -171,12 +171,13 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     assert status["participantCount"] == 2  # status.records: see test_status_records_are_in_the_schema (xfail)
     assert status["location"] == location and status["checkpointId"].startswith("ck1-")
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"Progressing": "False", "Completed": "True", "Failed": "False"}
-    assert status["pauseSeconds"] > 0 and {"prepare", "commit", "publish", "resume"} <= set(status["timings"])
+    assert status["pauseSeconds"] > 0 and {"prepare", "capture", "resume", "persist", "publish"} <= set(status["timings"])
+    assert status["method"] == "snapshot" and status["publishedSeconds"] >= status["pauseSeconds"]
     table = kubectl("get", "checkpoints").stdout
     assert "PHASE" in table and "Completed" in table.splitlines()[1]
     bucket, prefix = location[len("s3://"):].split("/", 1)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
-    assert sum("/records/" in k for k in keys) == 2 and any(k.endswith(f"{status['checkpointId']}/manifest.json") for k in keys)
+    assert sum("/packs/" in k for k in keys) == 2 and any(k.endswith(f"{status['checkpointId']}/manifest.json") for k in keys)
     events = kubectl("get", "events", "-o", "json").stdout
     assert "Preparing" in events and "Completed" in events
 

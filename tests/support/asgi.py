@@ -82,6 +82,14 @@ class Control:
         await self.resume(cid)
         return committed
 
+    async def snapshot(self, cid: str, location: str, episodes: list[str] | None = None) -> dict:
+        """prepare -> capture -> resume -> persist (the ``snapshot`` method); returns the persist answer."""
+        prepared = await self.prepare(cid)
+        assert prepared["status"] == "prepared", prepared
+        await self.call("capture", {"checkpoint_id": cid, "location": location, "episodes": episodes})
+        await self.resume(cid)
+        return await self.call("persist", {"checkpoint_id": cid})
+
 
 class MultiASGITransport(httpx.AsyncBaseTransport):
     """Routes each request to the in-process app named by its host (``http://<name>``)."""

@@ -59,6 +59,10 @@ class CheckpointConfig(BaseModel):
     participant_id: str | None = Field(default=None, description="stable id; the server name when unset")
     lease_check_interval_s: float = Field(default=0.2, gt=0, le=10, description="how often a paused server checks its lease")
     poll_interval_s: float = Field(default=0.005, gt=0, le=1, description="prepare's wait-for-boundary poll")
+    pack_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024,
+        description="snapshot checkpoints pack records into objects of about this many bytes",
+    )
 
 
 class ServerConfig(BaseModel):

@@ -23,7 +23,7 @@ from gym_services.commands.output import human_bytes, table, transaction_summary
 from gym_services.control import layout
 from gym_services.control.decisions import restore_decisions
 from gym_services.control.models import StatusResponse
-from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S
+from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
@@ -159,14 +159,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         answer.update({name: {"participant_id": name, "error": "not running"} for name in stopped})
         print(json.dumps(answer, indent=1))
         return 0
-    rows = [[name, "?", "not running", "", "", ""] for name in stopped]
+    rows = [[name, "?", "not running", "", "", "", ""] for name in stopped]
     for pid, s in statuses.items():
         if isinstance(s, ParticipantError):
-            rows.append([pid, "?", "unreachable", "", "", s.reason])
+            rows.append([pid, "?", "unreachable", "", "", s.reason, ""])
             continue
         live = ", ".join(f"{k}={v}" for k, v in s.live.items())
-        rows.append([pid, s.role, s.phase, s.checkpoint_id or "", live, len(s.blockers)])
-    print(table(["participant", "role", "phase", "checkpoint", "live", "blockers"], rows))
+        rows.append([pid, s.role, s.phase, s.checkpoint_id or "", live, len(s.blockers), _persist_cell(s)])
+    print(table(["participant", "role", "phase", "checkpoint", "live", "blockers", "last upload"], rows))
     return 0
 
 
@@ -408,6 +408,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         return await coordinator.checkpoint(
             checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease,
             transaction_id=transaction_id, claimed_by=f"gymckpt checkpoint on {socket.gethostname()} (stack {state.name})",
+            method=args.method,
         )
 
     return _transaction(args, "checkpoint", work)
@@ -464,6 +465,16 @@ def _location(args: argparse.Namespace) -> str:
     return read_state(_state_dir(args)).storage
 
 
+def _persist_cell(status) -> str:
+    """The newest background upload: ``ck-3 persisted 4000 records`` or ``ck-4 persisting 1200/4000``."""
+    job = status.persist
+    if job is None:
+        return ""
+    if job.state == "persisting":
+        return f"{job.checkpoint_id} persisting {job.encoded}/{job.records}"
+    return f"{job.checkpoint_id} {job.state} {job.records} records" + (f": {job.error}" if job.error else "")
+
+
 def cmd_checkpoints_list(args: argparse.Namespace) -> int:
     try:
         location = _location(args)
@@ -473,14 +484,15 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
     rows = []
     for cid, manifest in found:
         if manifest is None:
-            rows.append([cid, "incomplete", "", "", "", ""])
+            rows.append([cid, "incomplete", "", "", "", "", "", ""])
         else:
             created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(manifest.created_at))
             records = sum(p.records for p in manifest.participants)
             pause = manifest.timings.get("pause")
-            rows.append([cid, "complete", created, len(manifest.participants), records, human_bytes(manifest.bytes)])
+            rows.append([cid, "complete", created, manifest.method, len(manifest.participants), records,
+                         human_bytes(manifest.bytes), "" if pause is None else f"{pause * 1000:.0f} ms"])
     print(f"checkpoints at {location}:")
-    print(table(["id", "state", "created", "participants", "records", "bytes"], rows) if rows else "(none)")
+    print(table(["id", "state", "created", "method", "participants", "records", "bytes", "pause"], rows) if rows else "(none)")
     return 0
 
 
@@ -494,10 +506,12 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
     if args.json:
         print(manifest.model_dump_json(indent=1))
         return 0
-    print(f"checkpoint {manifest.checkpoint_id} at {location}, created {time.ctime(manifest.created_at)}")
+    print(f"checkpoint {manifest.checkpoint_id} at {location}, created {time.ctime(manifest.created_at)}, "
+          f"method {manifest.method}" + (f", reads objects of {', '.join(manifest.references)}" if manifest.references else ""))
     print(table(
-        ["participant", "role", "records", "bytes", "manifest"],
-        [[p.participant_id, p.role, p.records, human_bytes(p.bytes), p.manifest_key] for p in manifest.participants],
+        ["participant", "role", "records", "reused", "bytes", "written", "manifest"],
+        [[p.participant_id, p.role, p.records, p.reused, human_bytes(p.bytes), human_bytes(p.written_bytes), p.manifest_key]
+         for p in manifest.participants],
     ))
     print(f"episodes continued: {len(manifest.episodes or [])}; timings: "
           + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items()))
@@ -561,12 +575,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "seconds, and again every as many seconds (default 60)")
     p.set_defaults(func=cmd_collect)
 
-    p = sub.add_parser("checkpoint", help="take a consistent checkpoint of the running stack",
-                       description="prepare -> commit -> publish -> resume over every participant.")
+    p = sub.add_parser(
+        "checkpoint", help="take a consistent checkpoint of the running stack",
+        description="prepare -> capture -> resume -> persist -> publish over every participant: the rollouts wait "
+        "only while each server snapshots its state; records are packed, uploaded and verified in the background, "
+        "and the checkpoint exists once its manifest is published. --method sync writes every record while the "
+        "rollouts wait (prepare -> commit -> publish -> resume).")
     _common(p, storage=True)
     p.add_argument("--id", help="checkpoint id (default: timestamped); an id already taken is refused")
     p.add_argument("--transaction-id", help="name of the checkpoint transaction (default: a new one); repeat an "
                    "interrupted checkpoint by passing the --id and transaction id it printed")
+    p.add_argument("--method", choices=[m.value for m in CheckpointMethod], default=CheckpointMethod.SNAPSHOT.value,
+                   help="snapshot: write in the background after resume (default); sync: write under the pause")
     p.add_argument("--prepare-timeout", type=float, default=DEFAULT_PREPARE_TIMEOUT_S,
                    help=f"seconds to reach boundaries (default {DEFAULT_PREPARE_TIMEOUT_S:g})")
     p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")

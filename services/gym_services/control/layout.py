@@ -18,6 +18,17 @@ def record_key(checkpoint_id: str, participant_id: str, key: str) -> str:
     return f"{participant_prefix(checkpoint_id, participant_id)}/records/{key}"
 
 
+def pack_key(checkpoint_id: str, participant_id: str, number: int) -> str:
+    """One pack of a participant's records (the ``snapshot`` method)."""
+    return f"{participant_prefix(checkpoint_id, participant_id)}/packs/{number:05d}.pack"
+
+
+def checkpoint_of(key: str) -> str | None:
+    """The checkpoint id a key lies under (``checkpoints/<id>/...``), or None."""
+    parts = key.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "checkpoints" else None
+
+
 def participant_manifest_key(checkpoint_id: str, participant_id: str) -> str:
     return f"{participant_prefix(checkpoint_id, participant_id)}/manifest.json"
 

@@ -9,26 +9,42 @@ verbs, defaults) lives in :mod:`gym_services.control.protocol` and is re-exporte
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FieldSerializationInfo, SecretStr, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, FieldSerializationInfo, SecretStr, field_serializer, model_validator
 
 from gym_services.control.protocol import (
     DEFAULT_LEASE_S,
     ROLE_ORDER,
+    CheckpointMethod,
     CheckpointMode,
     Decision,
     Phase,
+    PersistState,
     Role,
     Verb,
     VerifyMode,
 )
 
-__all__ = ["ROLE_ORDER", "CheckpointMode", "Decision", "Phase", "Role", "VerifyMode"]  # re-exported vocabulary
+__all__ = [  # re-exported vocabulary
+    "ROLE_ORDER", "CheckpointMethod", "CheckpointMode", "Decision", "Phase", "PersistState", "Role", "VerifyMode",
+]
 
 SCHEMA_VERSION = 1
+#: a participant manifest of the ``snapshot`` method: records packed into a few objects, indexed by
+#: columns, the whole manifest gzip-compressed (``docs/protocol.md``, "Records and manifests")
+PACKED_SCHEMA_VERSION = 2
+#: participant manifest versions this code reads (1: one object per record, the ``sync`` method)
+PARTICIPANT_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION, PACKED_SCHEMA_VERSION})
 CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 RECORD_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$"
+#: a pack object: always under some checkpoint's participant folder (``control/layout.py``)
+PACK_KEY_PATTERN = (
+    r"^checkpoints/[A-Za-z0-9][A-Za-z0-9._-]{0,127}/participants/[A-Za-z0-9][A-Za-z0-9._=-]*/packs/[0-9]{5}\.pack$"
+)
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+_RECORD_KEY = re.compile(RECORD_KEY_PATTERN)
 #: the context under which :class:`StorageAccess` serializes its keys in clear (the control client only)
 REVEAL_SECRETS = {"reveal_secrets": True}
 
@@ -92,6 +108,10 @@ class CommitRequest(_Strict):
     storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
 
 
+class CaptureRequest(CommitRequest):
+    """``capture`` takes what ``commit`` takes: the scope and where the snapshot will be written."""
+
+
 class CheckpointRef(_Strict):
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
 
@@ -129,6 +149,8 @@ class PrepareResponse(BaseModel):
 
 
 class CommitResponse(BaseModel):
+    """The answer of ``commit`` and of ``persist``: the participant manifest, written and verified."""
+
     checkpoint_id: str
     participant_id: str
     role: Role
@@ -136,7 +158,22 @@ class CommitResponse(BaseModel):
     manifest_sha256: str
     manifest_size: int
     records: int
-    bytes: int
+    bytes: int = Field(description="bytes of the records this checkpoint holds, reused ones included")
+    episodes: list[str] = Field(default_factory=list, description="rollouts with records here")
+    duration_s: float = 0.0
+    objects: int = Field(default=0, description="objects written, the participant manifest included")
+    written_bytes: int = Field(default=0, description="bytes written, the participant manifest included")
+    reused: int = Field(default=0, description="records referenced in an earlier checkpoint's packs, not rewritten")
+    references: list[str] = Field(default_factory=list, description="earlier checkpoints whose packs this one reads")
+
+
+class CaptureResponse(BaseModel):
+    """``capture``: the snapshot taken under the pause; its records are written after ``resume``."""
+
+    checkpoint_id: str
+    participant_id: str
+    role: Role
+    records: int
     episodes: list[str] = Field(default_factory=list, description="rollouts with records here")
     duration_s: float = 0.0
 
@@ -166,6 +203,20 @@ class RetireResponse(BaseModel):
     retired: bool
 
 
+class PersistStatus(BaseModel):
+    """A participant's background upload of a captured checkpoint, as ``status`` shows it."""
+
+    checkpoint_id: str
+    state: PersistState
+    records: int
+    encoded: int = 0
+    objects: int = 0
+    written_bytes: int = 0
+    reused: int = 0
+    elapsed_s: float = 0.0
+    error: str | None = None
+
+
 class StatusResponse(BaseModel):
     participant_id: str
     server: str
@@ -180,6 +231,7 @@ class StatusResponse(BaseModel):
     live: dict[str, Any]
     blockers: list[Blocker]
     last_event: str | None = None
+    persist: PersistStatus | None = Field(default=None, description="the newest background upload, if any")
 
 
 # --- files -----------------------------------------------------------------------
@@ -187,14 +239,14 @@ class StatusResponse(BaseModel):
 
 class RecordEntry(_Strict):
     key: str = Field(pattern=RECORD_KEY_PATTERN)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    sha256: str = Field(pattern=SHA256_PATTERN)
     size: int = Field(ge=0)
     rollout_id: str | None = None
     attempt: int | None = Field(default=None, ge=0)
 
 
 class ParticipantManifest(_Strict):
-    """Written after the participant's records; lists them with digests."""
+    """Version 1 (the ``sync`` method): written after the participant's records; lists them with digests."""
 
     schema_version: int
     kind: Literal["gym-checkpoint/participant-manifest"] = "gym-checkpoint/participant-manifest"
@@ -209,14 +261,85 @@ class ParticipantManifest(_Strict):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
+class PackEntry(_Strict):
+    """One pack object: records laid end to end, verified as a whole by its digest."""
+
+    key: str = Field(pattern=PACK_KEY_PATTERN)
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    size: int = Field(ge=0)
+
+
+class PackedRecords(_Strict):
+    """The record index of a packed manifest, by columns (record ``i`` is ``keys[i]``, ...).
+
+    A record is bytes ``offsets[i]`` to ``offsets[i] + sizes[i]`` of pack ``packs[i]`` (a position
+    in the manifest's ``packs``): written by this checkpoint, or reused from an earlier one.
+    """
+
+    keys: list[str]
+    rollout_ids: list[str | None]
+    attempts: list[int | None]
+    packs: list[int]
+    offsets: list[int]
+    sizes: list[int]
+
+    @model_validator(mode="after")
+    def _columns(self) -> PackedRecords:
+        n = len(self.keys)
+        if any(len(c) != n for c in (self.rollout_ids, self.attempts, self.packs, self.offsets, self.sizes)):
+            raise ValueError("record columns differ in length")
+        if len(set(self.keys)) != n:
+            raise ValueError("duplicate record keys")
+        if any(not _RECORD_KEY.match(k) for k in self.keys):
+            raise ValueError("invalid record key")
+        if any(a is not None and a < 0 for a in self.attempts) or any(x < 0 for x in (*self.offsets, *self.sizes, *self.packs)):
+            raise ValueError("negative attempt, pack, offset or size")
+        return self
+
+
+class PackedManifest(_Strict):
+    """Version 2 (the ``snapshot`` method): written after the packs it lists, gzip-compressed JSON.
+
+    ``packs`` are the objects the records are in, this checkpoint's own and those of earlier
+    checkpoints it reuses (``reuses``: their ids); every pack is verified by its digest at restore.
+    """
+
+    schema_version: Literal[2]
+    kind: Literal["gym-checkpoint/participant-manifest"] = "gym-checkpoint/participant-manifest"
+    checkpoint_id: str
+    participant_id: str
+    server: str
+    role: Role
+    checkpoint_mode: CheckpointMode
+    checkpoint_verify: VerifyMode
+    created_at: float
+    packs: list[PackEntry]
+    records: PackedRecords
+    reuses: list[str] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _in_packs(self) -> PackedManifest:
+        sizes = [p.size for p in self.packs]
+        for pack, offset, size in zip(self.records.packs, self.records.offsets, self.records.sizes, strict=True):
+            if pack >= len(sizes) or offset + size > sizes[pack]:
+                raise ValueError("a record lies outside its pack")
+        if len({p.key for p in self.packs}) != len(self.packs):
+            raise ValueError("a pack is listed twice")
+        return self
+
+
 class ManifestParticipant(_Strict):
     participant_id: str
     role: Role
     manifest_key: str
-    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    manifest_sha256: str = Field(pattern=SHA256_PATTERN)
     manifest_size: int = Field(ge=0)
     records: int = Field(ge=0)
     bytes: int = Field(ge=0)
+    objects: int = Field(default=0, ge=0)
+    written_bytes: int = Field(default=0, ge=0)
+    reused: int = Field(default=0, ge=0)
 
 
 class RestoreDecision(_Strict):
@@ -264,6 +387,10 @@ class GlobalManifest(_Strict):
     controller: dict[str, Any] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     bytes: int = 0
+    method: CheckpointMethod = CheckpointMethod.SYNC
+    references: list[str] = Field(
+        default_factory=list, description="earlier checkpoints whose objects this one reads (never delete them first)"
+    )
 
 
 # --- verbs -----------------------------------------------------------------------
@@ -274,6 +401,8 @@ VERB_MODELS: dict[Verb, tuple[type[BaseModel] | None, type[BaseModel]]] = {
     Verb.STATUS: (None, StatusResponse),
     Verb.PREPARE: (PrepareRequest, PrepareResponse),
     Verb.COMMIT: (CommitRequest, CommitResponse),
+    Verb.CAPTURE: (CaptureRequest, CaptureResponse),
+    Verb.PERSIST: (CheckpointRef, CommitResponse),
     Verb.RESUME: (CheckpointRef, PhaseResponse),
     Verb.ABORT: (CheckpointRef, PhaseResponse),
     Verb.RESTORE: (RestoreRequest, RestoreResponse),

@@ -2,14 +2,14 @@
 
 The control plane owns phases, admission, fencing, the lease and storage; a
 participant only answers the questions that depend on what the server holds:
-what still blocks prepare, which records describe its state, how to validate and
-install records, and how to drop one attempt of a rollout.
+what still blocks prepare, which records describe its state (now, or captured now and
+encoded later), how to validate and install records, and how to drop one attempt of a rollout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
@@ -27,6 +27,43 @@ class Record:
     data: bytes
     rollout_id: str | None = None
     attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """A record captured under the pause whose bytes are made later: ``encode()`` runs in a worker
+    thread after the stack resumed, so it must read only what the capture froze, never live state."""
+
+    key: str
+    encode: Callable[[], bytes]
+    rollout_id: str | None = None
+    attempt: int | None = None
+
+
+class Capture:
+    """What a participant captured under the pause for one checkpoint: immutable from then on.
+
+    Records already encoded (``Record``) and records to encode later (``PendingRecord``); the
+    control plane writes them in the background after ``resume`` (``docs/protocol.md``, "Transactions").
+    """
+
+    def __init__(self, records: Sequence[Record | PendingRecord]) -> None:
+        self.records = list(records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def episodes(self) -> list[str]:
+        """Rollouts with records in this capture."""
+        return sorted({r.rollout_id for r in self.records if r.rollout_id})
+
+    def with_attempts(self, highest: Callable[[str], int | None]) -> Capture:
+        """A rollout's record without an attempt gets ``highest(rollout)`` (the fence's, at capture time)."""
+        return Capture([
+            r if r.attempt is not None or r.rollout_id is None else replace(r, attempt=highest(r.rollout_id) or 0)
+            for r in self.records
+        ])
 
 
 @dataclass(frozen=True)
@@ -75,6 +112,15 @@ class Participant:
     async def export(self, scope: Scope) -> list[Record]:
         """The records of everything in ``scope``; runs while admission is closed."""
         return []
+
+    async def capture(self, scope: Scope) -> Capture:
+        """The records of everything in ``scope`` as they are now, while admission is closed.
+
+        Must be cheap: it is the pause of the ``snapshot`` method. The default encodes now
+        (:meth:`export`), which is right for a server with few, small records; a server with many
+        sessions returns :class:`PendingRecord` s over frozen state and is encoded after resume.
+        """
+        return Capture(await self.export(scope))
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         """Free restored state that the commit's scope leaves out."""

@@ -6,10 +6,13 @@ delegates the rest: phases and their allowed moves (:mod:`.phases`), admission a
 fence (:mod:`.admission`), the lease and its watcher (:mod:`.lease`), repeat calls
 (:mod:`.repeats`), storage clients (:mod:`.storage_clients`), records and manifests
 (:mod:`.records`), restore decisions (:mod:`.decisions`); what depends on the server's own state
-is its :class:`~gym_services.control.participant.Participant`'s business.
+is its :class:`~gym_services.control.participant.Participant`'s business; background uploads of
+captured checkpoints are :mod:`.persists`'.
 
-Phases: ``open -> preparing -> prepared|blocked -> committed -> open`` (resume) or ``-> open``
-(abort); a fresh process: ``fresh -> restoring -> restored -> open`` (``docs/protocol.md``).
+Phases: ``open -> preparing -> prepared|blocked -> committed|captured -> open`` (resume) or
+``-> open`` (abort); a fresh process: ``fresh -> restoring -> restored -> open``
+(``docs/protocol.md``). After ``capture`` and ``resume`` the records are written in the
+background; ``persist`` answers once they are written and verified.
 Every verb is idempotent for the same checkpoint id: a repeat returns the first answer (or waits
 for the first call still running).
 """
@@ -31,6 +34,8 @@ from gym_services.control.lease import Lease
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import (
     Blocker,
+    CaptureRequest,
+    CaptureResponse,
     CheckpointRef,
     CommitRequest,
     CommitResponse,
@@ -43,12 +48,15 @@ from gym_services.control.models import (
     RetireResponse,
     StatusResponse,
 )
+from gym_services.control.packs import Persisted, ReuseIndex, persist
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.persists import Captured, PersistJob, Persists
 from gym_services.control.phases import PhaseMachine
 from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
 from gym_services.control.records import (
     IncompleteCheckpoint,
-    read_participant_checkpoint,
+    ReadBack,
+    read_participant_records,
     sha256,
     write_participant_checkpoint,
 )
@@ -89,8 +97,10 @@ class ControlPlane:
         self._lease = Lease()
         self.calls = RepeatCalls()
         self.storages = StorageClients(config.storage, self.server)
+        self.persists = Persists()
         self.checkpoint_id: str | None = None
         self.restoring: RestoreInProgress | None = None
+        self.captured: Captured | None = None  # a capture waiting for resume
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -100,6 +110,7 @@ class ControlPlane:
     async def stop(self) -> None:
         await self._lease.stop()
         self.calls.cancel_all()
+        self.persists.cancel_all()
         self.storages.shutdown()
 
     # --- what the rest of the server reads -------------------------------------------
@@ -171,6 +182,7 @@ class ControlPlane:
         self._move(phase, event)
         self._lease.clear()
         self.restoring = None
+        self.captured = None
         response = self._phase_response(event, checkpoint_id)
         self.calls.close(checkpoint_id, verb, response)
         return response
@@ -192,6 +204,7 @@ class ControlPlane:
             live=self.participant.live(),
             blockers=self.current_blockers(),
             last_event=self.phases.last_event,
+            persist=job.status() if (job := self.persists.newest()) is not None else None,
         )
 
     # --- prepare -----------------------------------------------------------------------
@@ -200,6 +213,7 @@ class ControlPlane:
         cid = req.checkpoint_id
         if not self.calls.started(Verb.PREPARE, cid):
             self._refuse_busy(Verb.PREPARE, cid)
+            self._refuse_persisting(cid)
             self._open(cid, req.lease_s, Phase.PREPARING, f"prepare {cid}: admission closed")
         return await self._once(Verb.PREPARE, cid, lambda: self._run_prepare(req))
 
@@ -230,6 +244,16 @@ class ControlPlane:
             if not blockers or now >= deadline:
                 return blockers
             await asyncio.sleep(min(poll, max(0.0, deadline - now)))
+
+    def _refuse_persisting(self, cid: str) -> None:
+        job = self.persists.running()
+        if job is not None:
+            raise ApiError(
+                ErrorCode.CHECKPOINT_BUSY,
+                f"checkpoint {job.checkpoint_id} is still being written on {self.participant_id} "
+                f"({job.progress.encoded}/{job.records} records encoded); cannot prepare {cid} until it is persisted",
+                details={"persisting_checkpoint_id": job.checkpoint_id},
+            )
 
     # --- commit ------------------------------------------------------------------------
 
@@ -280,6 +304,8 @@ class ControlPlane:
             bytes=total,
             episodes=sorted({r.rollout_id for r in records if r.rollout_id}),
             duration_s=round(time.perf_counter() - started, 6),
+            objects=len(records) + 1,
+            written_bytes=total + len(data),
         )
 
     async def _export(self, cid: str, scope: Scope) -> list[Record]:
@@ -296,6 +322,98 @@ class ControlPlane:
             for r in records
         ]
 
+    # --- capture and persist (the snapshot method) -----------------------------------------
+
+    async def capture(self, req: CaptureRequest) -> CaptureResponse:
+        """Under the pause: an immutable snapshot of the scope; written in the background after resume."""
+        cid = req.checkpoint_id
+        if not self.calls.started(Verb.CAPTURE, cid):
+            self._require_open_checkpoint(cid)
+            if self.phase != Phase.PREPARED:
+                raise ApiError(
+                    ErrorCode.INVALID_PHASE, f"capture needs a prepared checkpoint; {self.participant_id} is {self.phase}"
+                )
+        return await self._once(Verb.CAPTURE, cid, lambda: self._run_capture(req))
+
+    async def _run_capture(self, req: CaptureRequest) -> CaptureResponse:
+        started = time.perf_counter()
+        self._lease.renew()
+        storage = self.storages.get(req.location, req.storage)  # a bad location fails now, under the pause
+        scope = Scope.of(req.episodes)
+        try:
+            capture = await self.participant.capture(scope)
+        except InvalidState as exc:
+            raise ApiError(ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}") from None
+        capture = capture.with_attempts(self.admission.fence.highest)
+        await self.participant.release_out_of_scope(scope)
+        self.captured = Captured(req.checkpoint_id, storage, capture)
+        self._move(Phase.CAPTURED, f"capture {req.checkpoint_id}: {len(capture)} records, written after resume")
+        return CaptureResponse(
+            checkpoint_id=req.checkpoint_id,
+            participant_id=self.participant_id,
+            role=self.role,
+            records=len(capture),
+            episodes=capture.episodes,
+            duration_s=round(time.perf_counter() - started, 6),
+        )
+
+    def _start_persist(self, captured: Captured) -> PersistJob:
+        """Resume came after capture: encode, pack and upload while the server serves again."""
+
+        def write(captured: Captured, indexes: list[ReuseIndex], job: PersistJob) -> Persisted:
+            return persist(
+                captured.storage,
+                self.storages.pool,
+                captured.capture,
+                checkpoint_id=captured.checkpoint_id,
+                participant_id=self.participant_id,
+                server=self.server,
+                role=self.role,
+                mode=self.participant.checkpoint_mode,
+                verify=self.participant.checkpoint_verify,
+                pack_bytes=self.config.checkpoint.pack_bytes,
+                reuse=indexes,
+                cancel=job.cancel,
+                progress=job.progress,
+            )
+
+        def answer(written: Persisted) -> CommitResponse:
+            self.metrics.records_written.inc(written.records - written.reused)
+            self.metrics.bytes_written.inc(written.written_bytes)
+            log.info(
+                "checkpoint persisted",
+                extra={"checkpoint_id": captured.checkpoint_id, "records": written.records, "reused": written.reused,
+                       "objects": written.objects, "bytes": written.written_bytes},
+            )
+            return CommitResponse(
+                checkpoint_id=captured.checkpoint_id,
+                participant_id=self.participant_id,
+                role=self.role,
+                manifest_key=written.manifest_key,
+                manifest_sha256=sha256(written.manifest_data),
+                manifest_size=len(written.manifest_data),
+                records=written.records,
+                bytes=written.bytes,
+                episodes=written.episodes,
+                duration_s=round(time.monotonic() - captured.started, 6),
+                objects=written.objects,
+                written_bytes=written.written_bytes,
+                reused=written.reused,
+                references=written.references,
+            )
+
+        return self.persists.start(captured, write, answer)
+
+    async def persist(self, req: CheckpointRef) -> CommitResponse:
+        """Wait for the background upload of a captured checkpoint; its participant manifest once verified."""
+        cid = req.checkpoint_id
+        job = self.persists.get(cid)
+        if job is None:
+            if self.checkpoint_id == cid and self.phase is Phase.CAPTURED:
+                raise ApiError(ErrorCode.INVALID_PHASE, f"checkpoint {cid} is captured; it is written after resume")
+            raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was never captured on {self.participant_id}")
+        return await job.wait()
+
     # --- resume and abort --------------------------------------------------------------
 
     async def resume(self, req: CheckpointRef) -> PhaseResponse:
@@ -305,10 +423,13 @@ class ControlPlane:
         return await self._finish(Verb.ABORT, req.checkpoint_id)
 
     async def _finish(self, verb: Verb, cid: str) -> PhaseResponse:
+        if verb is Verb.ABORT and self.checkpoint_id != cid and (job := self.persists.cancel(cid)) is not None:
+            # resumed already: abandon its background upload, so its manifest is never written
+            return self._phase_response(f"abort {cid}: background upload {job.state}", cid)
         if self.checkpoint_id is None and (closed := self.calls.closed(cid)) is not None:
             return closed  # idempotent repeat
         self._require_open_checkpoint(cid)
-        running = self.calls.busy(cid, (Verb.COMMIT, Verb.RESTORE))
+        running = self.calls.busy(cid, (Verb.COMMIT, Verb.CAPTURE, Verb.RESTORE))
         if running:
             raise ApiError(ErrorCode.CHECKPOINT_BUSY, f"{verb} must wait: a {running[0].get_name()} is still running")
         return await self._once(verb, cid, lambda: self._run_finish(verb, cid))
@@ -324,9 +445,16 @@ class ControlPlane:
             await self.participant.resume()
             if restore is not None and restore.decision is not None and restore.answer is not None:
                 self.calls.remember_resumed_restore(cid, restore.decision[1], restore.answer)
+        captured = self.captured if self.phase is Phase.CAPTURED and self.captured is not None else None
         undone = restore is not None and abandon
         phase = restore.before if undone and restore is not None else Phase.OPEN
-        return self._close(verb, f"{verb} {cid}: admission open" + (" (restore undone)" if undone else ""), phase)
+        note = " (restore undone)" if undone else ""
+        if captured is not None:
+            note = " (capture dropped)" if abandon else f"; {len(captured.capture)} records being written"
+        response = self._close(verb, f"{verb} {cid}: admission open{note}", phase)
+        if captured is not None and not abandon:
+            self._start_persist(captured)
+        return response
 
     # --- restore -----------------------------------------------------------------------
 
@@ -350,7 +478,8 @@ class ControlPlane:
         try:
             storage = self.storages.get(req.location, req.storage)
             restore.decision = (storage, req.restore_id) if req.restore_id else None
-            records = await self._read_records(storage, req)
+            read = await self._read_records(storage, req)
+            records = read.records
             validated = await self.participant.validate(records)
         except InvalidState as exc:
             self._abandon_restore(f"restore {req.checkpoint_id} refused: {exc}")
@@ -360,6 +489,7 @@ class ControlPlane:
             raise
         await self.participant.install(validated)
         restore.validated = validated
+        self.persists.remember(storage, read.reuse)  # the next checkpoint may reference these records
         episodes = self._advance_fence(records)
         total = sum(len(r.data) for r in records)
         self.metrics.records_restored.inc(len(records))
@@ -377,12 +507,11 @@ class ControlPlane:
         )
         return restore.answer
 
-    async def _read_records(self, storage: Storage, req: RestoreRequest) -> list[RestoredRecord]:
+    async def _read_records(self, storage: Storage, req: RestoreRequest) -> ReadBack:
         """This participant's records, each verified against its manifest, which must be its own."""
         try:
-            manifest, records = await read_participant_checkpoint(
-                storage, self.storages.pool, req.manifest_key, req.manifest_sha256
-            )
+            read = await read_participant_records(storage, self.storages.pool, req.manifest_key, req.manifest_sha256)
+            manifest = read.manifest
         except IncompleteCheckpoint as exc:
             raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
         except StorageError as exc:
@@ -393,7 +522,7 @@ class ControlPlane:
             raise InvalidState(
                 f"manifest is for {manifest.role} {manifest.participant_id}, this is {self.role} {self.participant_id}"
             )
-        return records
+        return read
 
     def _advance_fence(self, records: list[RestoredRecord]) -> dict[str, int]:
         """Restored episodes continue as attempt + 1: older attempts are stale from now on."""
@@ -441,7 +570,7 @@ class ControlPlane:
         cid = self.checkpoint_id
         if cid is None or not self._lease.expired():
             return
-        if self.calls.busy(cid, (Verb.COMMIT, Verb.RESTORE)):
+        if self.calls.busy(cid, (Verb.COMMIT, Verb.CAPTURE, Verb.RESTORE)):
             return  # bounded work in progress; expire once it ends
         restore = self.restoring
         if self.phase == Phase.RESTORED and restore is not None and restore.decision is not None:

@@ -58,6 +58,7 @@ class Phase(enum.StrEnum):
     PREPARED = "prepared"
     BLOCKED = "blocked"
     COMMITTED = "committed"
+    CAPTURED = "captured"  # a snapshot was taken under the pause; it is written after resume
     RESTORING = "restoring"
     RESTORED = "restored"
 
@@ -72,6 +73,8 @@ class Verb(enum.StrEnum):
     STATUS = "status"
     PREPARE = "prepare"
     COMMIT = "commit"
+    CAPTURE = "capture"
+    PERSIST = "persist"
     RESUME = "resume"
     ABORT = "abort"
     RESTORE = "restore"
@@ -86,6 +89,28 @@ class Verb(enum.StrEnum):
     def path(self) -> str:
         """The route under :data:`CONTROL_PREFIX`."""
         return f"/{self.value}"
+
+
+class CheckpointMethod(enum.StrEnum):
+    """How a checkpoint's records reach storage (``docs/protocol.md``, "Transactions").
+
+    ``snapshot``: ``capture`` takes an immutable snapshot under the pause, the stack resumes, and
+    each participant encodes and uploads it in the background (packed, incremental); the
+    coordinator publishes once every upload is verified (``persist``). ``sync``: ``commit``
+    encodes and writes one object per record while every rollout waits (the original method).
+    """
+
+    SNAPSHOT = "snapshot"
+    SYNC = "sync"
+
+
+class PersistState(enum.StrEnum):
+    """Where a participant's background upload of a captured checkpoint is."""
+
+    PERSISTING = "persisting"  # encoding and uploading
+    PERSISTED = "persisted"  # every object written and verified, the participant manifest last
+    FAILED = "failed"  # storage refused or the snapshot could not be encoded; nothing will publish it
+    CANCELLED = "cancelled"  # the coordinator aborted the checkpoint (or the server is stopping)
 
 
 class Decision(enum.StrEnum):

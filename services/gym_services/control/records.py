@@ -1,7 +1,9 @@
 """Writing a participant's records then its manifest, and reading them back verified.
 
-The control plane writes at commit and reads at restore (:mod:`gym_services.control.plane`); the
-coordinator checks what commit reported with :func:`parse_participant_manifest` before it publishes.
+The control plane writes at commit (the ``sync`` method: one object per record) and reads at
+restore (:mod:`gym_services.control.plane`); packed manifests of the ``snapshot`` method are written
+by :mod:`gym_services.control.packs` and read here too. The coordinator checks what commit or
+persist reported with :func:`parse_participant_manifest` before it publishes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
@@ -20,13 +23,15 @@ from gym_services.control.models import (
     RECORD_KEY_PATTERN,
     SCHEMA_VERSION,
     CheckpointMode,
+    PackedManifest,
     ParticipantManifest,
     RecordEntry,
     Role,
     VerifyMode,
 )
+from gym_services.control.packs import ReuseIndex, is_packed, parse_packed_manifest, put_manifest, read_packed
 from gym_services.control.participant import InvalidState, Record, RestoredRecord
-from gym_services.control.storage import AlreadyExists, NotFound, Storage
+from gym_services.control.storage import NotFound, Storage
 
 _RECORD_KEY = re.compile(RECORD_KEY_PATTERN)
 
@@ -97,19 +102,15 @@ async def write_participant_checkpoint(
     )
     data = manifest.model_dump_json(indent=1).encode()
     key = layout.participant_manifest_key(checkpoint_id, participant_id)
-    loop = asyncio.get_running_loop()
-    try:
-        await loop.run_in_executor(pool, storage.put_if_absent, key, data)
-    except AlreadyExists:
-        # A retried commit of the same checkpoint: allowed only while it is unpublished.
-        published = await loop.run_in_executor(pool, storage.exists, layout.global_manifest_key(checkpoint_id))
-        if published:
-            raise AlreadyExists(f"checkpoint {checkpoint_id} is already published; its manifests are final") from None
-        await loop.run_in_executor(pool, storage.put, key, data)
+    # a retried commit of the same checkpoint may replace the manifest only while it is unpublished
+    await asyncio.get_running_loop().run_in_executor(pool, put_manifest, storage, checkpoint_id, key, data)
     return key, data
 
 
-def parse_participant_manifest(data: bytes) -> ParticipantManifest:
+def parse_participant_manifest(data: bytes) -> ParticipantManifest | PackedManifest:
+    """Either version: a packed manifest (gzip) of the ``snapshot`` method, or a plain one of ``sync``."""
+    if is_packed(data):
+        return parse_packed_manifest(data)
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -126,13 +127,38 @@ def parse_participant_manifest(data: bytes) -> ParticipantManifest:
         raise InvalidState(f"participant manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
 
 
+def manifest_records(manifest: ParticipantManifest | PackedManifest) -> int:
+    """How many records a participant manifest lists."""
+    return len(manifest.records.keys) if isinstance(manifest, PackedManifest) else len(manifest.records)
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """A participant's checkpoint read back and verified, and what a later checkpoint may reuse of it."""
+
+    manifest: ParticipantManifest | PackedManifest
+    records: list[RestoredRecord]
+    reuse: ReuseIndex | None
+
+
 async def read_participant_checkpoint(
     storage: Storage,
     pool: ThreadPoolExecutor,
     manifest_key: str,
     manifest_sha256: str | None = None,
-) -> tuple[ParticipantManifest, list[RestoredRecord]]:
+) -> tuple[ParticipantManifest | PackedManifest, list[RestoredRecord]]:
     """The manifest and every record, each verified against its digest and size."""
+    read = await read_participant_records(storage, pool, manifest_key, manifest_sha256)
+    return read.manifest, read.records
+
+
+async def read_participant_records(
+    storage: Storage,
+    pool: ThreadPoolExecutor,
+    manifest_key: str,
+    manifest_sha256: str | None = None,
+) -> ReadBack:
+    """Like :func:`read_participant_checkpoint`, with the reuse index of a packed checkpoint."""
     loop = asyncio.get_running_loop()
     try:
         data = await loop.run_in_executor(pool, storage.get, manifest_key)
@@ -141,6 +167,9 @@ async def read_participant_checkpoint(
     if manifest_sha256 is not None and sha256(data) != manifest_sha256:
         raise InvalidState(f"participant manifest {manifest_key} does not match its digest in the checkpoint manifest")
     manifest = parse_participant_manifest(data)
+    if isinstance(manifest, PackedManifest):
+        records, reuse = await read_packed(storage, pool, manifest)
+        return ReadBack(manifest, records, reuse)
     prefix = manifest_key.rsplit("/", 1)[0]
 
     def fetch(entry: RecordEntry) -> RestoredRecord:
@@ -154,4 +183,4 @@ async def read_participant_checkpoint(
         return RestoredRecord(entry.key, blob, entry.rollout_id, entry.attempt)
 
     records = await _run_all(pool, [(fetch, e) for e in manifest.records])
-    return manifest, records
+    return ReadBack(manifest, records, None)

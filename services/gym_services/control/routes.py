@@ -74,6 +74,8 @@ def control_routes(plane: ControlPlane) -> list[Route]:
         Verb.STATUS: status,
         Verb.PREPARE: plane.prepare,
         Verb.COMMIT: plane.commit,
+        Verb.CAPTURE: plane.capture,
+        Verb.PERSIST: plane.persist,
         Verb.RESUME: plane.resume,
         Verb.ABORT: plane.abort,
         Verb.RESTORE: plane.restore,

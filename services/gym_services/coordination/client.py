@@ -18,6 +18,8 @@ from pydantic import BaseModel, ValidationError
 from gym_services.control.models import (
     REVEAL_SECRETS,
     VERB_MODELS,
+    CaptureRequest,
+    CaptureResponse,
     CheckpointRef,
     CommitRequest,
     CommitResponse,
@@ -98,6 +100,12 @@ class ControlClient:
 
     async def commit(self, ref: ParticipantRef, req: CommitRequest, *, timeout_s: float | None = None) -> CommitResponse:
         return await self._call(ref, Verb.COMMIT, req, timeout_s)
+
+    async def capture(self, ref: ParticipantRef, req: CaptureRequest, *, timeout_s: float | None = None) -> CaptureResponse:
+        return await self._call(ref, Verb.CAPTURE, req, timeout_s)
+
+    async def persist(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> CommitResponse:
+        return await self._call(ref, Verb.PERSIST, req, timeout_s)
 
     async def resume(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
         return await self._call(ref, Verb.RESUME, req, timeout_s)

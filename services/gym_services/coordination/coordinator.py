@@ -4,17 +4,23 @@ Free of kopf and Kubernetes: the CLI (:mod:`gym_services.commands.stack`) and th
 for a local stack, the operator (``gym_operator.handlers``) for pods. Each transaction reads as
 its named steps:
 
-checkpoint = :meth:`~Coordinator.prepare_all` (by role, renewing leases; blockers at the deadline
-fail it) -> :meth:`~Coordinator.commit_all` (controller first: its live episodes scope the others)
--> :meth:`~Coordinator.verify_manifests` -> :meth:`~Coordinator.publish` (the global manifest,
-last, with a conditional put) -> :meth:`~Coordinator.resume_all` (reverse role order).
+checkpoint (``snapshot`` method, the default) = :meth:`~Coordinator.prepare_all` (by role, renewing
+leases; blockers at the deadline fail it) -> :meth:`~Coordinator.capture_all` (controller first: its
+live episodes scope the others) -> :meth:`~Coordinator.resume_all` (reverse role order; the pause
+ends here) -> :meth:`~Coordinator.persist_all` (every background upload written and verified) ->
+:meth:`~Coordinator.verify_manifests` -> :meth:`~Coordinator.publish` (the global manifest, last,
+with a conditional put).
+
+checkpoint (``sync`` method) = prepare_all -> :meth:`~Coordinator.commit_all` -> verify_manifests ->
+publish -> resume_all: every record is written while the rollouts wait.
 
 restore = :meth:`~Coordinator.read_checkpoint` -> :meth:`~Coordinator.match_participants` ->
 :meth:`~Coordinator.restore_all` -> :meth:`~Coordinator.decide` (``resume`` written as the restore's
 decision before anyone resumes) -> :meth:`~Coordinator.resume_all`.
 
 Any failed step aborts every participant touched so far (:meth:`~Coordinator.abort_all`), so
-nothing stays paused and no restore stays half installed. Each step returns what it produced;
+nothing stays paused, no restore stays half installed, and no background upload of a checkpoint
+that failed ever writes its participant manifest. Each step returns what it produced;
 the result is built from those at the end, never mutated along the way.
 """
 
@@ -39,11 +45,14 @@ from gym_services.control.decisions import read_decision, settle
 from gym_services.control.models import (
     SCHEMA_VERSION,
     CheckpointClaim,
+    CaptureRequest,
+    CaptureResponse,
     CheckpointRef,
     CommitRequest,
     CommitResponse,
     GlobalManifest,
     ManifestParticipant,
+    PackedManifest,
     PrepareRequest,
     RestoreRequest,
     RestoreResponse,
@@ -52,8 +61,16 @@ from gym_services.control.models import (
     StorageAccess,
 )
 from gym_services.control.participant import InvalidState
-from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, ROLE_ORDER, Decision, Role, Verb
-from gym_services.control.records import parse_participant_manifest, sha256
+from gym_services.control.protocol import (
+    DEFAULT_LEASE_S,
+    DEFAULT_PREPARE_TIMEOUT_S,
+    ROLE_ORDER,
+    CheckpointMethod,
+    Decision,
+    Role,
+    Verb,
+)
+from gym_services.control.records import manifest_records, parse_participant_manifest, sha256
 from gym_services.control.storage import AlreadyExists, NotFound, Storage, StorageError, open_storage
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.coordination.deadlines import DEADLINES, Deadlines
@@ -140,6 +157,7 @@ class Published:
 
     key: str
     manifest: GlobalManifest
+    size: int
 
 
 @dataclass(frozen=True)
@@ -147,6 +165,14 @@ class Committed:
     """What :meth:`Coordinator.commit_all` got back: every participant's answer and the episodes in scope."""
 
     answers: dict[str, CommitResponse]
+    episodes: list[str] | None
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What :meth:`Coordinator.capture_all` got back: every participant's snapshot and the episodes in scope."""
+
+    answers: dict[str, CaptureResponse]
     episodes: list[str] | None
 
 
@@ -275,8 +301,10 @@ class Coordinator:
         lease_s: float = DEFAULT_LEASE_S,
         transaction_id: str | None = None,
         claimed_by: str = "coordinator",
+        method: CheckpointMethod = CheckpointMethod.SNAPSHOT,
     ) -> TransactionResult:
-        """Claim the id, prepare, commit, verify, publish, resume.
+        """Claim the id, then take the checkpoint by ``method``: ``snapshot`` (the default) captures
+        under the pause and writes after resume; ``sync`` writes every record under the pause.
 
         ``transaction_id`` names this transaction (the Checkpoint resource's uid on Kubernetes; a
         fresh one otherwise). A checkpoint id names one transaction: the same transaction run again
@@ -295,6 +323,10 @@ class Coordinator:
             )
         if existing is not None:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
+        if CheckpointMethod(method) is CheckpointMethod.SNAPSHOT:
+            return await self._snapshot_checkpoint(
+                storage, checkpoint_id, transaction_id, location, prepare_timeout_s, lease_s, progress
+            )
         clock = Stopwatch()
         async with self._leases(checkpoint_id, lease_s) as touched:
             try:
@@ -304,19 +336,13 @@ class Coordinator:
                     await self.verify_manifests(storage, checkpoint_id, committed.answers)
                 published = await self.publish(storage, checkpoint_id, transaction_id, committed, progress, clock)
             except (TransactionError, StorageError, InvalidState) as exc:
-                warnings = await self._abort(checkpoint_id, touched, str(exc), progress)
-                clock.timings["pause"] = clock.elapsed()
-                await progress.report(TransactionPhase.FAILED, error=str(exc))
-                return self._failed(
-                    TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
-                    blockers=getattr(exc, "blockers", []), timings=clock.timings, warnings=warnings,
-                    transaction_id=transaction_id,
-                )
+                return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
             await progress.enter(TransactionPhase.RESUMING)
             with clock.step("resume"):
                 warnings = await self.resume_all(checkpoint_id, self.participants)
         pause_s = clock.elapsed()
         clock.timings["pause"] = pause_s
+        clock.timings["published"] = clock.timings["pause"] - clock.timings["resume"]
         result = self._checkpointed(checkpoint_id, location, committed, published, clock.timings, warnings)
         await progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
         return result
@@ -361,6 +387,71 @@ class Coordinator:
                     "choose another checkpoint id, or repeat that transaction with its id"
                 ) from None
         return published
+
+    async def _snapshot_checkpoint(
+        self,
+        storage: Storage,
+        checkpoint_id: str,
+        transaction_id: str,
+        location: str,
+        prepare_timeout_s: float,
+        lease_s: float,
+        progress: Progress,
+    ) -> TransactionResult:
+        """prepare -> capture -> resume (the pause ends) -> persist -> verify -> publish."""
+        clock = Stopwatch()
+        async with self._leases(checkpoint_id, lease_s) as touched:
+            try:
+                await self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock)
+                captured = await self.capture_all(checkpoint_id, location, progress, clock)
+            except (TransactionError, StorageError, InvalidState) as exc:
+                return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
+            await progress.enter(TransactionPhase.RESUMING)
+            with clock.step("resume"):
+                warnings = await self.resume_all(checkpoint_id, self.participants)
+            touched.clear()  # resumed: nobody holds a lease for this checkpoint any more
+        pause_s = clock.elapsed()
+        clock.timings["pause"] = pause_s
+        try:
+            committed = await self.persist_all(checkpoint_id, captured, progress, clock)
+            with clock.step("verify"):
+                await self.verify_manifests(storage, checkpoint_id, committed.answers)
+            published = await self.publish(
+                storage, checkpoint_id, transaction_id, committed, progress, clock, method=CheckpointMethod.SNAPSHOT
+            )
+        except (TransactionError, StorageError, InvalidState) as exc:
+            # already resumed: abandon every background upload, so no participant manifest appears later
+            await progress.report(TransactionPhase.ABORTING, error=str(exc))
+            warnings += await self.abort_all(checkpoint_id, self.participants)
+            await progress.report(TransactionPhase.FAILED, error=str(exc))
+            return self._failed(
+                TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
+                timings=clock.timings, warnings=warnings, transaction_id=transaction_id,
+            )
+        clock.timings["published"] = clock.elapsed()
+        result = self._checkpointed(checkpoint_id, location, committed, published, clock.timings, warnings)
+        await progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
+        return result
+
+    async def _checkpoint_failed(
+        self,
+        checkpoint_id: str,
+        location: str,
+        touched: list[ParticipantRef],
+        exc: Exception,
+        progress: Progress,
+        clock: Stopwatch,
+        transaction_id: str,
+    ) -> TransactionResult:
+        """A step under the pause failed: abort everyone touched (they resume), report Failed."""
+        warnings = await self._abort(checkpoint_id, touched, str(exc), progress)
+        clock.timings["pause"] = clock.elapsed()
+        await progress.report(TransactionPhase.FAILED, error=str(exc))
+        return self._failed(
+            TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
+            blockers=getattr(exc, "blockers", []), timings=clock.timings, warnings=warnings,
+            transaction_id=transaction_id,
+        )
 
     async def prepare_all(
         self,
@@ -410,6 +501,39 @@ class Coordinator:
                 answers.update(await self._all(others, Verb.COMMIT, lambda r: self.client.commit(r, req)))
         return Committed(answers, episodes)
 
+    async def capture_all(self, checkpoint_id: str, location: str, progress: Progress, clock: Stopwatch) -> Captured:
+        """Under the pause: every participant snapshots its scope (controller first: its episodes are the scope)."""
+        await progress.enter(TransactionPhase.CAPTURING)
+        storage = self.participant_storage
+        with clock.step("capture"):
+            controllers = [p for p in self.participants if p.role == Role.CONTROLLER]
+            others = [p for p in self.participants if p.role != Role.CONTROLLER]
+            answers: dict[str, CaptureResponse] = {}
+            episodes: list[str] | None = None
+            if controllers:
+                req = CaptureRequest(checkpoint_id=checkpoint_id, location=location, storage=storage)
+                answers.update(await self._all(controllers, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
+                episodes = sorted({e for answer in answers.values() for e in answer.episodes})
+            if others:
+                req = CaptureRequest(checkpoint_id=checkpoint_id, location=location, episodes=episodes, storage=storage)
+                answers.update(await self._all(others, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
+        return Captured(answers, episodes)
+
+    async def persist_all(self, checkpoint_id: str, captured: Captured, progress: Progress, clock: Stopwatch) -> Committed:
+        """After resume: wait until every participant's background upload is written and verified."""
+        records = sum(a.records for a in captured.answers.values())
+        await progress.enter(TransactionPhase.PERSISTING, records=records, pause_s=round(clock.timings.get("pause", 0), 4))
+        req = CheckpointRef(checkpoint_id=checkpoint_id)
+        timeout = self.deadlines.persist_call(records)
+        with clock.step("persist"):
+            answers = await self._all(self.participants, Verb.PERSIST, lambda r: self.client.persist(r, req, timeout_s=timeout))
+        for pid, answer in answers.items():
+            if answer.records != captured.answers[pid].records:
+                raise TransactionError(
+                    f"participant {pid} persisted {answer.records} records but captured {captured.answers[pid].records}"
+                )
+        return Committed(answers, captured.episodes)
+
     async def verify_manifests(self, storage: Storage, checkpoint_id: str, commits: dict[str, CommitResponse]) -> None:
         """Every participant manifest is there, matches its digest, and lists what commit said."""
 
@@ -423,8 +547,15 @@ class Coordinator:
             manifest = parse_participant_manifest(data)
             if manifest.checkpoint_id != checkpoint_id or manifest.participant_id != pid:
                 raise TransactionError(f"participant {pid}'s manifest names {manifest.participant_id}/{manifest.checkpoint_id}")
-            if len(manifest.records) != answer.records:
-                raise TransactionError(f"participant {pid}'s manifest lists {len(manifest.records)} records, commit said {answer.records}")
+            listed = manifest_records(manifest)
+            if listed != answer.records:
+                raise TransactionError(f"participant {pid}'s manifest lists {listed} records, commit said {answer.records}")
+            if isinstance(manifest, PackedManifest):
+                for pack in manifest.packs:  # written by it or reused from an earlier checkpoint: all must be whole
+                    stored = storage.size(pack.key)
+                    if stored != pack.size:
+                        what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
+                        raise TransactionError(f"participant {pid}'s pack {pack.key} is {what}")
 
         await asyncio.gather(*(self._in_thread(check, pid, ans) for pid, ans in commits.items()))
 
@@ -436,6 +567,8 @@ class Coordinator:
         committed: Committed,
         progress: Progress,
         clock: Stopwatch,
+        *,
+        method: CheckpointMethod = CheckpointMethod.SYNC,
     ) -> Published:
         """Write the global manifest, last and only if absent: its presence is the checkpoint."""
         await progress.enter(TransactionPhase.PUBLISHING)
@@ -455,19 +588,25 @@ class Coordinator:
                         manifest_size=commits[p.participant_id].manifest_size,
                         records=commits[p.participant_id].records,
                         bytes=commits[p.participant_id].bytes,
+                        objects=commits[p.participant_id].objects,
+                        written_bytes=commits[p.participant_id].written_bytes,
+                        reused=commits[p.participant_id].reused,
                     )
                     for p in self.participants
                 ],
                 episodes=committed.episodes,
                 timings={k: round(v, 6) for k, v in clock.timings.items()},
                 bytes=sum(c.bytes for c in commits.values()),
+                method=method,
+                references=sorted({r for c in commits.values() for r in c.references} - {checkpoint_id}),
             )
             key = layout.global_manifest_key(checkpoint_id)
+            data = manifest.model_dump_json(indent=1).encode()
             try:
-                await self._in_thread(storage.put_if_absent, key, manifest.model_dump_json(indent=1).encode())
+                await self._in_thread(storage.put_if_absent, key, data)
             except AlreadyExists:
                 raise TransactionError(f"checkpoint {checkpoint_id} was published by someone else") from None
-        return Published(key, manifest)
+        return Published(key, manifest, len(data))
 
     async def _abort(self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress) -> list[str]:
         await progress.report(TransactionPhase.ABORTING, error=error)
@@ -502,8 +641,13 @@ class Coordinator:
             participants=participants,
             timings=timings,
             pause_s=timings["pause"],
+            published_s=timings.get("published"),
+            method=published.manifest.method,
             records=sum(p.records for p in participants),
             bytes=sum(p.bytes for p in participants),
+            objects=sum(a.objects for a in committed.answers.values()) + 1,  # and the global manifest
+            written_bytes=sum(a.written_bytes for a in committed.answers.values()) + published.size,
+            reused=sum(a.reused for a in committed.answers.values()),
             episodes={e: 0 for e in committed.episodes or []},
             manifest_key=published.key,
             transaction_id=published.manifest.transaction_id,

@@ -22,6 +22,10 @@ class Deadlines:
     restore_min_s: float = 60.0
     #: ... or this many leases (reading and verifying every record takes a while)
     restore_leases: float = 4.0
+    #: a persist call (waiting for a background upload) waits at least this long ...
+    persist_min_s: float = 120.0
+    #: ... plus this long per record captured (encoding is the slow part)
+    persist_per_record_s: float = 0.02
     #: leases are renewed this many times per lease period (a renewal may fail twice before it runs out)
     renewals_per_lease: float = 3.0
     #: and never more often than this
@@ -36,6 +40,9 @@ class Deadlines:
 
     def restore_call(self, lease_s: float) -> float:
         return max(self.restore_min_s, lease_s * self.restore_leases)
+
+    def persist_call(self, records: int) -> float:
+        return self.persist_min_s + records * self.persist_per_record_s
 
     def renew_interval(self, lease_s: float) -> float:
         return max(self.min_renew_interval_s, lease_s / self.renewals_per_lease)

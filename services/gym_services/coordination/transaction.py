@@ -12,7 +12,7 @@ import enum
 
 from pydantic import BaseModel, Field
 
-from gym_services.control.models import Blocker, Role
+from gym_services.control.models import Blocker, CheckpointMethod, Role
 
 
 class TransactionPhase(enum.StrEnum):
@@ -20,7 +20,9 @@ class TransactionPhase(enum.StrEnum):
 
     PENDING = "Pending"  # not started: waiting for the stack (another transaction holds it)
     PREPARING = "Preparing"
-    COMMITTING = "Committing"
+    COMMITTING = "Committing"  # sync method: every record written while the rollouts wait
+    CAPTURING = "Capturing"  # snapshot method: every participant snapshots its state (the stack is paused)
+    PERSISTING = "Persisting"  # snapshot method: resumed; waiting for every background upload to be verified
     PUBLISHING = "Publishing"
     RESTORING = "Restoring"
     ABORTING = "Aborting"  # a step failed: every touched participant is being aborted (the stack is still paused)
@@ -70,8 +72,13 @@ class TransactionResult(BaseModel):
     blockers: list[BlockerInfo] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)
     pause_s: float = 0.0
+    published_s: float | None = Field(default=None, description="seconds from the start until the manifest was written")
+    method: CheckpointMethod | None = Field(default=None, description="how a checkpoint's records were written")
     records: int = 0
     bytes: int = 0
+    objects: int = Field(default=0, description="objects a checkpoint wrote, manifests included")
+    written_bytes: int = Field(default=0, description="bytes a checkpoint wrote, manifests included")
+    reused: int = Field(default=0, description="records referenced in earlier checkpoints instead of written")
     episodes: dict[str, int] = Field(default_factory=dict, description="rollout -> attempt (restore) or 0")
     manifest_key: str | None = None
     restore_id: str | None = Field(default=None, description="the restore transaction's name (restores only)")

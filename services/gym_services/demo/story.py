@@ -291,7 +291,8 @@ class Story:
             participants = await discover(state, client)
 
             async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
-                if phase is TransactionPhase.COMMITTING:  # every participant prepared: generations cut, nothing runs
+                # every participant prepared (capture or commit is next): generations cut, nothing runs
+                if phase in (TransactionPhase.CAPTURING, TransactionPhase.COMMITTING):
                     run.tokens_before_cut = _worker_tokens(state)
                     statuses = await coordinator.status()
                     run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}

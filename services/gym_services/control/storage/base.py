@@ -54,6 +54,10 @@ class Storage(abc.ABC):
     def exists(self, key: str) -> bool: ...
 
     @abc.abstractmethod
+    def size(self, key: str) -> int | None:
+        """The stored object's size in bytes, or None when there is none (one metadata request)."""
+
+    @abc.abstractmethod
     def list(self, prefix: str = "") -> list[str]:
         """Keys under ``prefix`` (a folder path, no trailing slash needed), sorted."""
 

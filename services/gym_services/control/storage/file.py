@@ -65,6 +65,13 @@ class FileStorage(Storage):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def size(self, key: str) -> int | None:
+        path = self._path(key)
+        try:
+            return path.stat().st_size if path.is_file() else None
+        except FileNotFoundError:
+            return None
+
     def list(self, prefix: str = "") -> list[str]:
         base = self.root / prefix.strip("/") if prefix else self.root
         if not base.is_dir():

@@ -77,12 +77,14 @@ class S3Storage(Storage):
             raise self._fail("get", key, exc) from None
 
     def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def size(self, key: str) -> int | None:
         try:
-            self._client.head_object(Bucket=self.bucket, Key=self._key(key))
-            return True
+            return int(self._client.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"])
         except ClientError as exc:
             if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
-                return False
+                return None
             raise self._fail("head", key, exc) from None
         except BotoCoreError as exc:
             raise self._fail("head", key, exc) from None

@@ -8,6 +8,8 @@ state and builds what :meth:`SessionHooks.install_session_states` then puts in p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -45,3 +47,25 @@ class RetiresSessions(Protocol):
     """Any store a session participant drops sessions from (retire, a new seed, an undone restore)."""
 
     def retire_session_state(self, session_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SessionCapture:
+    """What a store froze under a checkpoint's pause, to be encoded after the stack resumed.
+
+    ``sessions``: session id -> (change token, encoder). The token differs whenever the session may
+    have changed since an earlier capture, so an equal token lets the participant reuse that
+    encoding. Each encoder returns the same JSON-serializable state ``export_session_states`` would
+    have returned at capture time, reading only what the capture froze (it runs in a worker thread
+    while tools run again). ``shared``: name -> encoder of shared state, as ``export_shared_states``.
+    """
+
+    sessions: dict[str, tuple[Hashable, Callable[[], Any]]]
+    shared: dict[str, Callable[[], Any]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class CapturesSessions(Protocol):
+    """Optional: a store that can freeze every session in O(1) each, for the ``snapshot`` method."""
+
+    def capture_session_states(self) -> SessionCapture: ...

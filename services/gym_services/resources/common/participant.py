@@ -19,6 +19,7 @@ of the seed reply.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -32,9 +33,17 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
 from gym_services.base.sessions import session_id
 from gym_services.control.models import Blocker
-from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.participant import (
+    Capture,
+    InvalidState,
+    Participant,
+    PendingRecord,
+    Record,
+    RestoredRecord,
+    Scope,
+)
 from gym_services.control.protocol import VERIFY_HEADER, CheckpointMode, Role, VerifyMode
-from gym_services.resources.common.hooks import RetiresSessions, SessionHooks, SharedStateHooks
+from gym_services.resources.common.hooks import CapturesSessions, RetiresSessions, SessionHooks, SharedStateHooks
 
 STATE_SCHEMA_VERSION = 1
 T = TypeVar("T")
@@ -213,9 +222,48 @@ class ExportedParticipant(SessionParticipant):
             raise TypeError(f"{type(hooks).__name__} does not implement the session hooks of an exported server")
         super().__init__(hooks, verify=verify, role=role)
         self.hooks = hooks
+        #: session id -> (change token, record bytes) of the newest capture's encodings: a session
+        #: whose token is unchanged at the next capture is not encoded again
+        self._encoded: dict[str, tuple[Any, bytes]] = {}
 
     async def export(self, scope: Scope) -> list[Record]:
         return await asyncio.to_thread(self._export_sync, scope)
+
+    async def capture(self, scope: Scope) -> Capture:
+        """Every session in scope frozen in O(1) (a store that :class:`CapturesSessions`), encoded after resume.
+
+        A store without the capture hook is exported now, under the pause (the default).
+        """
+        if not isinstance(self.hooks, CapturesSessions):
+            return await super().capture(scope)
+        frozen = self.hooks.capture_session_states()
+        earlier, encoded = self._encoded, {}
+        self._encoded = encoded  # filled by the encoders below, in the background upload's thread
+
+        def session_bytes(sid: str, token: Any, encode: Callable[[], Any]) -> bytes:
+            cached = earlier.get(sid)
+            if cached is not None and cached[0] == token:
+                data = cached[1]
+            else:
+                data = _dumps({"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": encode()})
+            encoded[sid] = (token, data)
+            return data
+
+        records: list[Record | PendingRecord] = []
+        for sid, (token, encode) in frozen.sessions.items():
+            ident = self.sessions.get(sid)
+            if not scope.includes(ident.rollout_id if ident else None):
+                continue
+            records.append(PendingRecord(
+                key=f"session-{sid}",
+                encode=functools.partial(session_bytes, sid, token, encode),
+                rollout_id=ident.rollout_id if ident else None,
+                attempt=ident.attempt if ident else None,
+            ))
+        if records:
+            for name, encode in frozen.shared.items():
+                records.append(PendingRecord(key=f"shared-{name}", encode=functools.partial(_shared_bytes, encode)))
+        return Capture(records)
 
     def _export_sync(self, scope: Scope) -> list[Record]:
         states = self.hooks.export_session_states()
@@ -302,6 +350,10 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidState(f"session state is not JSON-serializable: {exc}") from None
+
+
+def _shared_bytes(encode: Callable[[], Any]) -> bytes:
+    return _dumps({"schema_version": STATE_SCHEMA_VERSION, "state": encode()})
 
 
 def _loads(record: RestoredRecord) -> dict[str, Any]:

@@ -50,6 +50,7 @@ __all__ = [
     "encode_base",
     "encode_plain",
     "encode_session",
+    "encode_tables",
 ]
 
 
@@ -169,11 +170,16 @@ def decode_plain(state: Mapping[str, Any]) -> dict[TableKey, pd.DataFrame]:
 
 def encode_session(env: WorkplaceEnvironment) -> dict[str, Any]:
     """The session's state as a diff against its base (JSON-serializable, no live objects)."""
-    view = _base_view(env.base)
-    tables: dict[str, dict[str, Any]] = {}
-    for key, df in env.items():
-        tables.setdefault(key[0], {})[key[1]] = encode_table(df, view.tables[key])
-    return {"schema_version": SCHEMA_VERSION, "base": view.digest, "tables": tables}
+    return encode_tables(dict(env.items()), env.base)
+
+
+def encode_tables(tables: Mapping[TableKey, pd.DataFrame], base: PristineTables) -> dict[str, Any]:
+    """Tables (e.g. a session's capture) as a diff against ``base``; only reads them."""
+    view = _base_view(base)
+    nested: dict[str, dict[str, Any]] = {}
+    for key in TABLE_KEYS:
+        nested.setdefault(key[0], {})[key[1]] = encode_table(tables[key], view.tables[key])
+    return {"schema_version": SCHEMA_VERSION, "base": view.digest, "tables": nested}
 
 
 def decode_session(

@@ -2,7 +2,8 @@
 
 The tables are read from the vendored CSVs exactly as NeMo Gym's tools read them (``dtype=str`` with
 pandas 2.3, so ``object`` columns where an empty cell is NaN and a value a tool stores as ``None``
-stays ``None``), once per process; every session gets shallow copies.
+stays ``None``), once per process; every session starts on the very pristine DataFrames and gets a
+shallow copy of a table the first time a tool touches it (:class:`WorkplaceEnvironment`).
 
 Copy-on-write is switched on for this process (pandas 2.3 makes it opt-in; only this server uses
 pandas): a shallow copy shares the pristine column arrays until a tool writes to a column, and a
@@ -14,6 +15,8 @@ table with NeMo Gym's modules running without it.
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -101,35 +104,86 @@ def pristine_tables() -> PristineTables:
     return PristineTables(load_tables_from_csv())
 
 
+#: change tokens: a session's token changes whenever its tables may have changed (process-wide, never reused)
+_tokens = itertools.count(1)
+#: guards every environment's table map while a table is handed out (tool calls run in worker threads)
+_lock = threading.Lock()
+_ALL_KEYS = frozenset(TABLE_KEYS)
+
+
 class WorkplaceEnvironment:
-    """One session's tables. Tools read and replace tables through :meth:`get` / :meth:`put`."""
+    """One session's tables. Tools read and replace tables through :meth:`get` / :meth:`put`.
 
-    __slots__ = ("_tables", "base")
+    Tables may be *shared*: the very DataFrame objects of the pristine base (a fresh session) or of
+    a checkpoint's capture (:meth:`capture`). A shared table is replaced by a shallow copy the first
+    time it is handed out, so a tool's in-place write (``df.loc[...] = ...``) lands on the session's
+    own object, never on the base or on a capture; copy-on-write protects the column buffers the
+    copy still shares. Capturing is therefore O(1) per session: nothing is copied under the pause.
 
-    def __init__(self, tables: dict[TableKey, pd.DataFrame], base: PristineTables) -> None:
+    :attr:`token` changes whenever the tables may have changed since the last :meth:`capture` (any
+    access after it counts), so an unchanged session's encoding from an earlier checkpoint can be
+    reused without encoding it again.
+    """
+
+    __slots__ = ("_tables", "base", "_shared", "_token", "_captured")
+
+    def __init__(self, tables: dict[TableKey, pd.DataFrame], base: PristineTables, *, shared: bool = False) -> None:
         if tuple(tables) != TABLE_KEYS:
             raise ValueError(f"environment tables must be exactly {TABLE_KEYS}")
         self._tables = tables
         #: The pristine tables this session was seeded from (the codec diffs against them).
         self.base = base
+        self._shared: frozenset[TableKey] = _ALL_KEYS if shared else frozenset()
+        self._token = next(_tokens)
+        self._captured = False
 
     @classmethod
     def fresh(cls, base: PristineTables | None = None) -> WorkplaceEnvironment:
-        """A new session: copy-on-write shallow copies of the pristine tables."""
+        """A new session over the pristine tables (shared until a tool first touches each one)."""
         base = base if base is not None else pristine_tables()
-        return cls({key: df.copy(deep=False) for key, df in base.tables.items()}, base)
+        return cls(dict(base.tables), base, shared=True)
+
+    @property
+    def token(self) -> int:
+        return self._token
+
+    def _own(self, key: TableKey) -> pd.DataFrame:
+        """The session's own object for ``key`` (call with :data:`_lock` held)."""
+        if self._captured:
+            self._captured = False
+            self._token = next(_tokens)
+        df = self._tables[key]
+        if key in self._shared:
+            df = self._tables[key] = df.copy(deep=False)
+            self._shared = self._shared - {key}
+        return df
 
     def get(self, key: TableKey) -> pd.DataFrame:
-        return self._tables[key]
+        with _lock:
+            return self._own(key)
 
     def put(self, key: TableKey, df: pd.DataFrame) -> None:
         if key not in self._tables:
             raise KeyError(key)
-        self._tables[key] = df
+        with _lock:
+            self._own(key)
+            self._tables[key] = df
 
     def items(self) -> Iterator[tuple[TableKey, pd.DataFrame]]:
-        return iter(self._tables.items())
+        with _lock:
+            return iter([(key, self._own(key)) for key in TABLE_KEYS])
+
+    def capture(self) -> tuple[int, dict[TableKey, pd.DataFrame]]:
+        """(change token, the tables as they are now), frozen: they are never written again.
+
+        Called under a checkpoint's pause (no tool runs); every table becomes shared, so the
+        session's next access copies before it can write.
+        """
+        with _lock:
+            self._shared = _ALL_KEYS
+            self._captured = True
+            return self._token, dict(self._tables)
 
     def snapshot(self) -> dict[TableKey, pd.DataFrame]:
         """Independent (copy-on-write) copies of every table, e.g. for comparisons in tests."""
-        return {key: df.copy(deep=False) for key, df in self._tables.items()}
+        return {key: df.copy(deep=False) for key, df in self.items()}

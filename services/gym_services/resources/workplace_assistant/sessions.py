@@ -11,7 +11,10 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from gym_services.resources.common.hooks import SessionCapture
 
 from .codec import (
     InvalidSessionState,
@@ -21,6 +24,7 @@ from .codec import (
     decode_session,
     encode_base,
     encode_session,
+    encode_tables,
 )
 from .environment import PristineTables, WorkplaceEnvironment, pristine_tables
 from .tools import call_tool
@@ -94,6 +98,19 @@ class WorkplaceSessions:
         with self._lock:
             held = list(self._sessions.items())
         return {session_id: encode_session(env) for session_id, env in held}
+
+    def capture_session_states(self) -> SessionCapture:
+        """Every held session frozen as it is (no copy: see :meth:`WorkplaceEnvironment.capture`), and its base."""
+        with self._lock:
+            held = list(self._sessions.items())
+        sessions: dict[str, tuple[int, Any]] = {}
+        bases: dict[int, PristineTables] = {}
+        for session_id, env in held:
+            token, tables = env.capture()
+            sessions[session_id] = (token, partial(encode_tables, tables, env.base))
+            bases[id(env.base)] = env.base
+        shared = {base_digest(b): partial(encode_base, b) for b in bases.values()}
+        return SessionCapture(sessions, shared)
 
     def base_states(self) -> dict[str, dict[str, Any]]:
         """digest -> encoded base for every base a held session refers to (write once per checkpoint).

@@ -66,7 +66,8 @@ async def run_uninterrupted(task) -> tuple[list[str], dict, dict]:
 
 @pytest.mark.parametrize("task_index", range(len(TASKS)))
 @pytest.mark.parametrize("cut", [0, 1, 2, 4])
-async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut) -> None:
+@pytest.mark.parametrize("method", ["sync", "snapshot"])
+async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut, method) -> None:
     task = TASKS[task_index]
     calls = calls_for(task)
     cut = min(cut, len(calls))
@@ -78,7 +79,17 @@ async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut
         assert seed.headers["x-ng-checkpoint-verify"] == "wait"
         outputs = [(await client.post(f"/{n}", json=a, headers=ident)).text for n, a in calls[:cut]]
         cookies = dict(client.cookies)
-        committed = await Control(client).checkpoint("ck", storage_url, episodes=[f"t{task_index}"])
+        control = Control(client)
+        if method == "sync":
+            committed = await control.checkpoint("ck", storage_url, episodes=[f"t{task_index}"])
+        else:  # captured under the pause, encoded and written after resume: the session goes on meanwhile
+            prepared = await control.prepare("ck")
+            assert prepared["status"] == "prepared", prepared
+            await control.call("capture", {"checkpoint_id": "ck", "location": storage_url, "episodes": [f"t{task_index}"]})
+            await control.resume("ck")
+            if cut < len(calls):  # a call after resume must not reach the captured state
+                await client.post(f"/{calls[cut][0]}", json=calls[cut][1], headers=ident)
+            committed = await control.call("persist", {"checkpoint_id": "ck"})
         assert committed["records"] == 2  # the session and the shared pristine base
     nxt = {"x-ng-rollout-id": f"t{task_index}", "x-ng-attempt": "1"}
     async with serve(app()) as client:

@@ -1,0 +1,173 @@
+"""Background uploads of captured checkpoints, and what later checkpoints may reuse.
+
+A collaborator of the control plane (:mod:`gym_services.control.plane`): ``resume`` after a
+``capture`` starts a :class:`PersistJob` here; ``persist`` waits for it; ``abort`` cancels it;
+``status`` shows it. The job runs :func:`gym_services.control.packs.persist` in a worker thread
+while the server serves rollouts again. A job that fails or is cancelled never wrote its
+participant manifest, so nothing can publish its checkpoint (``docs/protocol.md``, "Transactions").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.logs import get_logger
+from gym_services.control.models import CommitResponse, PersistState, PersistStatus
+from gym_services.control.packs import Cancelled, Persisted, Progress, ReuseIndex
+from gym_services.control.participant import Capture, InvalidState
+from gym_services.control.storage import Storage, StorageError
+
+log = get_logger("control")
+#: finished jobs remembered for repeated ``persist`` calls and ``status``
+JOBS_KEPT = 4
+#: reuse indexes remembered per location, newest first (the newest published one is used)
+INDEXES_KEPT = 3
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A capture waiting for ``resume`` (or ``abort``) under the pause."""
+
+    checkpoint_id: str
+    storage: Storage
+    capture: Capture
+    started: float = field(default_factory=time.monotonic)
+
+
+class PersistJob:
+    """One checkpoint's background upload."""
+
+    def __init__(self, checkpoint_id: str, records: int) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.records = records
+        self.state = PersistState.PERSISTING
+        self.progress = Progress()
+        self.cancel = threading.Event()
+        self.started = time.monotonic()
+        self.finished: float | None = None
+        self.answer: CommitResponse | None = None
+        self.error: ApiError | None = None
+        self.task: asyncio.Task | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state is PersistState.PERSISTING
+
+    def status(self) -> PersistStatus:
+        end = self.finished if self.finished is not None else time.monotonic()
+        return PersistStatus(
+            checkpoint_id=self.checkpoint_id,
+            state=self.state,
+            records=self.records,
+            encoded=self.progress.encoded,
+            objects=self.progress.objects,
+            written_bytes=self.progress.written_bytes,
+            reused=self.progress.reused,
+            elapsed_s=round(end - self.started, 6),
+            error=self.error.message if self.error is not None else None,
+        )
+
+    async def wait(self) -> CommitResponse:
+        """The verified answer once the upload is done; its error otherwise."""
+        if self.task is not None:
+            await asyncio.shield(self.task)
+        if self.answer is not None:
+            return self.answer
+        assert self.error is not None
+        raise self.error
+
+    def _end(self, state: PersistState, error: ApiError | None = None) -> None:
+        self.state = state
+        self.error = error
+        self.finished = time.monotonic()
+
+
+class Persists:
+    """The plane's background uploads (one at a time) and its reuse indexes per location."""
+
+    def __init__(self) -> None:
+        self._jobs: OrderedDict[str, PersistJob] = OrderedDict()
+        self._indexes: dict[str, list[ReuseIndex]] = {}
+
+    def get(self, checkpoint_id: str) -> PersistJob | None:
+        return self._jobs.get(checkpoint_id)
+
+    def running(self) -> PersistJob | None:
+        return next((j for j in self._jobs.values() if j.running), None)
+
+    def newest(self) -> PersistJob | None:
+        return next(reversed(self._jobs.values()), None)
+
+    def indexes(self, storage: Storage) -> list[ReuseIndex]:
+        return list(self._indexes.get(storage.url, ()))
+
+    def remember(self, storage: Storage, index: ReuseIndex | None) -> None:
+        """A checkpoint this process wrote or restored: the next one may reference its records."""
+        if index is None:
+            return
+        kept = [i for i in self._indexes.get(storage.url, []) if i.checkpoint_id != index.checkpoint_id]
+        self._indexes[storage.url] = [index, *kept][:INDEXES_KEPT]
+
+    def start(
+        self,
+        captured: Captured,
+        write: Callable[[Captured, list[ReuseIndex], PersistJob], Persisted],
+        answer: Callable[[Persisted], CommitResponse],
+    ) -> PersistJob:
+        """Run ``write`` in a worker thread; ``answer`` turns what it wrote into the ``persist`` answer."""
+        job = PersistJob(captured.checkpoint_id, len(captured.capture))
+        self._jobs[job.checkpoint_id] = job
+        self._jobs.move_to_end(job.checkpoint_id)
+        while len(self._jobs) > JOBS_KEPT:
+            oldest = next(iter(self._jobs))
+            if self._jobs[oldest].running:
+                break
+            del self._jobs[oldest]
+        indexes = self.indexes(captured.storage)
+
+        async def run() -> None:
+            cid = job.checkpoint_id
+            try:
+                written = await asyncio.to_thread(functools.partial(write, captured, indexes, job))
+            except Cancelled as exc:
+                job._end(PersistState.CANCELLED, ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted: {exc}"))
+            except StorageError as exc:
+                job._end(PersistState.FAILED, ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"writing checkpoint {cid} failed: {exc}"))
+            except (InvalidState, ValueError, TypeError) as exc:
+                job._end(PersistState.FAILED, ApiError(ErrorCode.INVALID_STATE, f"checkpoint {cid} cannot be written: {exc}"))
+            except asyncio.CancelledError:
+                job.cancel.set()
+                job._end(PersistState.CANCELLED, ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid}: server stopping"))
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported through persist, never lost
+                log.exception("background upload failed", extra={"checkpoint_id": cid})
+                job._end(PersistState.FAILED, ApiError(ErrorCode.INTERNAL, f"writing checkpoint {cid} failed: {exc}"))
+            else:
+                job.answer = answer(written)
+                self.remember(captured.storage, written.index)
+                job._end(PersistState.PERSISTED)
+            if job.error is not None:
+                log.warning(job.error.message, extra={"checkpoint_id": cid, "state": job.state})
+
+        job.task = asyncio.create_task(run(), name=f"persist-{job.checkpoint_id}")
+        return job
+
+    def cancel(self, checkpoint_id: str) -> PersistJob | None:
+        """Stop a running upload (its manifest is never written); the job ends ``cancelled``."""
+        job = self._jobs.get(checkpoint_id)
+        if job is not None and job.running:
+            job.cancel.set()
+        return job
+
+    def cancel_all(self) -> None:
+        for job in self._jobs.values():
+            job.cancel.set()
+            if job.task is not None and not job.task.done():
+                job.task.cancel()

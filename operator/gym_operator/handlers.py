@@ -201,7 +201,6 @@ async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kop
             return await coordinator.checkpoint(
                 checkpoint_id, location, prepare_timeout_s=parsed.prepare_timeout_seconds, lease_s=parsed.lease_seconds,
                 transaction_id=uid, claimed_by=f"Checkpoint {namespace}/{name}", method=parsed.method,
-Snapshot checkpoints (issue 14): capture under the pause, packed incremental upload after resume, publish once every upload is verified; Workplace sessions frozen in O(1) with change tokens; parallel verified pack reads; coordination/references.py (what a checkpoint reads, what deletion must keep); CLI/operator/CRD show method, published time, objects, reused; crash test (SIGKILL during the background upload), incremental = full test, fault tests for both methods; benchmarks/checkpoint_pause.py sync vs snapshot side by side; docs)
             )
 
     await tx.run(work)

@@ -74,6 +74,11 @@ class BodyLimit:
             if declared > self.limit:
                 await self._refusal(f"{declared} bytes").response()(scope, receive, send)
                 return
+        if length is not None or not any(key == b"transfer-encoding" for key, _ in scope["headers"]):
+            # the server reads no more than the declared length (or no body at all): the app gets uvicorn's own
+            # receive and send, which some introspect (the inference worker reads the connection state from them)
+            await self.app(scope, receive, send)
+            return
         seen = 0
         started = False
 

@@ -88,6 +88,7 @@ class Chaos:
         self.jobs = 0
         self.use_stack(1)
         self.newest: str | None = None  # the newest checkpoint whose global manifest exists
+        self.taken: list[str] = []  # every checkpoint of this job that may yet be published (in the background)
         self.outcome = Outcome()
         self.serial = 0
 
@@ -170,6 +171,8 @@ class Chaos:
         restored into fresh ones."""
         time.sleep(self.rng.uniform(0.3, 2.0))
         self.kill_all()
+        # nothing is published after the crash: the newest checkpoint with a global manifest is the one to restore
+        self.newest = next((c for c in reversed(self.taken) if self.published(c)), self.newest)
         self.start()
         if self.newest is None:
             raise AssertionError("no complete checkpoint to restore")
@@ -182,6 +185,12 @@ class Chaos:
         result = asyncio.run(self._checkpoint(checkpoint_id))
         if result.status != "completed":
             raise AssertionError(f"checkpoint {checkpoint_id} failed: {result.error}")
+        self.taken.append(checkpoint_id)
+        deadline = time.monotonic() + 120  # completed; its upload may still run in the background until published
+        while not self.published(checkpoint_id):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"checkpoint {checkpoint_id} completed but was not published in 120 s")
+            time.sleep(0.05)
         self.newest = checkpoint_id
         self.crash_and_restore()
 
@@ -197,8 +206,7 @@ class Chaos:
                 self.kill(victim)
 
         result = asyncio.run(self._checkpoint(checkpoint_id, on_phase))
-        if self.published(checkpoint_id):  # restorable only once its global manifest exists
-            self.newest = checkpoint_id
+        self.taken.append(checkpoint_id)  # restorable only once its global manifest exists (checked at the crash)
         self.outcome.notes.append(f"b: killed {victim} at {at.value}: checkpoint {result.status}")
         self.crash_and_restore()
 
@@ -231,8 +239,7 @@ class Chaos:
             if time.monotonic() - killed_at > lease_s + 10:
                 raise AssertionError(f"still paused {lease_s + 10}s after the coordinator died: {closed}")
             time.sleep(0.05)
-        if self.published(checkpoint_id):
-            self.newest = checkpoint_id
+        self.taken.append(checkpoint_id)
 
     def cycle_d(self) -> None:
         """The inference worker SIGKILLed mid-generation, then restarted."""
@@ -263,7 +270,7 @@ class Chaos:
                     stop_stack(self.dir, kill=True)
                     self.use_stack(self.jobs + 1)
                 self.start()
-                self.newest = None
+                self.newest, self.taken = None, []
                 self.story._submit(self.state, self.output)
                 # the first fault of a job is a checkpoint: (b) and (c) need one complete checkpoint to restore
                 first = True

@@ -24,15 +24,22 @@ class DiscoveryError(Exception):
     """The stack's pods cannot be turned into a participant list; the message says which pod."""
 
 
-def selector_string(match_labels: dict[str, str] | None, release: str | None, default: str | None = None) -> str:
-    """The label selector of a stack: the spec's matchLabels, else the operator's default
-    (``GYMCKPT_PARTICIPANT_SELECTOR``), else its release; always only participant pods."""
+def selector_string(
+    match_labels: dict[str, str] | None,
+    release: str | None,
+    default: str | None = None,
+    expressions: list[str] | None = None,
+) -> str:
+    """The label selector of a stack: the spec's ``matchLabels`` and ``matchExpressions`` (each already in
+    selector form, e.g. ``tier in (a,b)``), else the operator's default (``GYMCKPT_PARTICIPANT_SELECTOR``),
+    else its release; always only participant pods."""
     labels = dict(match_labels or {})
-    if not labels and default:
+    expressions = list(expressions or [])
+    if not labels and not expressions and default:
         return default if PARTICIPANT_LABEL in default else f"{default},{PARTICIPANT_LABEL}"
-    if not labels and release:
+    if not labels and not expressions and release:
         labels[INSTANCE_LABEL] = release
-    parts = [f"{k}={v}" for k, v in sorted(labels.items())]
+    parts = [f"{k}={v}" for k, v in sorted(labels.items())] + expressions
     parts.append(PARTICIPANT_LABEL)  # only participant pods
     return ",".join(parts)
 

@@ -1,35 +1,67 @@
-"""kopf handlers: a new Checkpoint or Restore runs the coordinator against the stack's pods.
+"""kopf handlers: each Checkpoint and Restore is a daemon running the coordinator against the stack's pods.
 
 Run with ``kopf run --standalone --namespace NS -m gym_operator.handlers``. Environment:
 ``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (default
 location), ``GYMCKPT_RELEASE`` (default selector ``app.kubernetes.io/instance=<release>``),
-``AWS_*`` for S3.
+``GYMCKPT_CREDENTIALS_SECRETS`` (the Secrets a spec may name), ``AWS_*`` for S3.
 
-One Checkpoint or Restore runs at a time per stack; a later one waits in ``Pending``. If the
-operator restarts mid-transaction, kopf runs the handler again and the coordinator, which is
-idempotent per checkpoint id, finishes or aborts it; the servers' leases guarantee the stack
-is never left paused meanwhile.
+Why daemons: kopf handles one object's events one at a time, so a long ``on.create`` handler never
+sees its object being deleted. A daemon runs beside the object's event handling; deleting the
+object signals it (kopf's finalizer keeps the object until it exits), and the transaction is
+cancelled: aborted at once, every server reopened (``docs/protocol.md``, "Kubernetes").
+
+- One Checkpoint or Restore runs at a time per stack; a later one waits in ``Pending``.
+- Status and Events are best-effort (:mod:`gym_operator.writer`, kopf's event poster): a failed
+  write is retried, never changing what the transaction does.
+- An operator restarted mid-transaction runs the daemon again: the coordinator is idempotent per
+  checkpoint (and restore) id, so it finishes or aborts the same transaction; the servers' leases
+  cover the time no operator runs.
+- Retention: ``spec.ttl`` deletes the Checkpoint that long after its creation (``status.expiration``);
+  deleting a Checkpoint removes its stored objects when ``spec.deletionPolicy`` is ``Delete``
+  (:mod:`gym_services.coordination.retention`), never while a Restore reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import kopf
 
 from gym_operator.discovery import DiscoveryError, participants_from_pods, selector_string
-from gym_operator.kube import GROUP, VERSION, Kube
-from gym_operator.specs import CheckpointSpec, OperatorSettings, RestoreSpec, SelectorSpec, SpecError, StorageSpec
+from gym_operator.kube import GROUP, VERSION, Kube, KubeError, Unavailable
+from gym_operator.specs import (
+    CheckpointSpec,
+    DeletionPolicy,
+    OperatorSettings,
+    RestoreSpec,
+    SelectorSpec,
+    SpecError,
+    StorageSpec,
+)
 from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
+from gym_operator.writer import StatusWriter
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
-from gym_services.control.storage import StorageError
-from gym_services.coordination.client import ControlClient
+from gym_services.control.storage import StorageError, open_storage
+from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
+from gym_services.coordination.retention import delete_checkpoint
 
 S = TypeVar("S", CheckpointSpec, RestoreSpec)
+log = logging.getLogger("gym.operator")
+
+FINALIZER = "gym-checkpoint.dev/operator"
+FINAL = (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
+#: seconds the operator keeps retrying the Kubernetes API before a transaction starts
+SETUP_PATIENCE_S = 120.0
+#: seconds a final status keeps being retried before the daemon gives up (a restarted operator writes it)
+FINAL_WRITE_PATIENCE_S = 300.0
+#: longest sleep of a Checkpoint waiting for its expiration (a changed ttl is seen within this)
+EXPIRY_POLL_S = 30.0
 
 
 @kopf.on.login()
@@ -39,10 +71,10 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.posting.level = 20  # INFO and up become Kubernetes Events
+    settings.posting.level = logging.INFO  # INFO and up become Kubernetes Events
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 60
-    settings.persistence.finalizer = "gym-checkpoint.dev/operator"
+    settings.persistence.finalizer = FINALIZER
     try:
         memo.settings = OperatorSettings.from_env()
     except SpecError as exc:
@@ -51,13 +83,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.scanning.disabled = memo.settings.scanning_disabled
     memo.kube = Kube.connect()
     memo.locks = {}
+    memo.running = {}  # resource uid -> an Event set once its transaction has ended
 
 
 def _selector(selector: SelectorSpec, operator: OperatorSettings) -> str:
-    return selector_string(selector.match_labels, operator.release, operator.selector)
+    return selector_string(
+        selector.match_labels,
+        operator.release,
+        operator.selector,
+        [e.requirement() for e in selector.match_expressions],
+    )
 
 
-async def _discover(namespace: str, selector: SelectorSpec, memo: kopf.Memo):
+async def _discover(namespace: str, selector: SelectorSpec, memo: kopf.Memo) -> list[ParticipantRef]:
     labels = _selector(selector, memo.settings)
     pods = await memo.kube.list_pods(namespace, labels)
     refs = participants_from_pods(pods)
@@ -74,10 +112,18 @@ async def _storage_access(
     Endpoint and region come from the spec (else the operator's env), keys from ``credentialsSecret``
     (else the operator's). Whatever the spec names itself is also sent to every server with commit and
     restore, so the resource alone decides where records go; a spec naming none of them leaves each
-    server on the release's storage settings.
+    server on the release's storage settings. Only the Secrets the operator was given by name
+    (``GYMCKPT_CREDENTIALS_SECRETS``) may be named: the Role lets it read those and no other.
     """
     keys: dict[str, str] = {}
     if storage.credentials_secret:
+        if storage.credentials_secret not in operator.credentials_secrets:
+            allowed = ", ".join(sorted(operator.credentials_secrets)) or "none"
+            raise Refused(
+                "CredentialsNotAllowed",
+                f"Secret {storage.credentials_secret} is not one the operator may read (allowed: {allowed}); "
+                "add it to the chart's operator.credentialsSecrets",
+            )
         data = await kube.secret_data(namespace, storage.credentials_secret)
         try:
             keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
@@ -102,46 +148,78 @@ class Refused(Exception):
         self.message = message
 
 
+class Wait(Exception):
+    """The transaction cannot start yet (its Checkpoint is not completed); it waits in Pending."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _deleted(stopped: kopf.DaemonStopped) -> bool:
+    return bool(stopped.reason is not None and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+
+
 class Transaction:
-    """One Checkpoint or Restore resource: its status writes, events and the stack lock."""
+    """One Checkpoint or Restore resource: its status writer, events and the stack lock."""
 
     def __init__(
-        self, kind: str, plural: str, name: str, namespace: str, selector: SelectorSpec, status, meta, memo: kopf.Memo, body
-    ):
-        self.kind, self.plural, self.name, self.namespace = kind, plural, name, namespace
-        self.selector, self.status, self.memo, self.body = selector, status or {}, memo, body
-        self.generation = meta.get("generation")
-        self.fields: dict[str, Any] = {"startTime": self.status.get("startTime") or now()}
+        self,
+        kind: str,
+        plural: str,
+        selector: SelectorSpec,
+        memo: kopf.Memo,
+        body: kopf.Body,
+    ) -> None:
+        meta = body.get("metadata") or {}
+        self.kind, self.plural = kind, plural
+        self.name, self.namespace, self.uid = meta["name"], meta["namespace"], meta["uid"]
+        self.selector, self.memo, self.body = selector, memo, body
+        status = dict(body.get("status") or {})
+        self.writer = StatusWriter(memo.kube, plural, self.namespace, self.name, meta.get("generation"), status)
+        self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
+        self.cancelled = False
 
-    async def patch(self, status: dict[str, Any]) -> None:
-        await self.memo.kube.patch_status(self.plural, self.namespace, self.name, status)
+    @property
+    def phase(self) -> str | None:
+        return self.writer.status.get("phase")
 
-    async def fail(self, reason: str, message: str) -> None:
-        await self.patch(failed_status(reason, message, self.generation, **self.fields))
-        kopf.warn(self.body, reason="Failed", message=message)
+    @property
+    def final(self) -> bool:
+        return self.phase in FINAL
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        """A Kubernetes Event on the resource (kopf posts it in the background, retrying)."""
+        (kopf.warn if warning else kopf.info)(self.body, reason=reason, message=message[:1024])
+
+    def fail(self, reason: str, message: str) -> None:
+        self.writer.write(failed_status(reason, message, self.writer.generation, **self.fields))
+        self.event(reason, message, warning=True)
 
     async def sink(self, phase: TransactionPhase, detail: dict[str, Any]) -> None:
-        """Coordinator progress -> status phase and an Event (reason: the phase)."""
+        """Coordinator progress -> status phase and an Event (reason: the phase). Never blocks, never raises."""
         if phase.final:
             return  # the final status carries the outcome
         message = f"{phase.lower()}" + (f": {detail['error']}" if "error" in detail else "")
-        await self.patch(progress_status(phase, message, self.generation, **self.fields))
-        kopf.info(self.body, reason=phase.value, message=message)
+        self.writer.write(progress_status(phase, message, self.writer.generation, **self.fields))
+        self.event(phase.value, message, warning=phase is TransactionPhase.ABORTING)
 
-    async def finish(self, result: TransactionResult) -> None:
-        final = {**result_status(result, self.generation), "startTime": self.fields["startTime"]}
-        await self.patch(final)
+    def finish(self, result: TransactionResult) -> None:
+        final = {**result_status(result, self.writer.generation), "startTime": self.fields["startTime"]}
+        if not result.completed and self.cancelled:
+            message = f"the {self.kind} was deleted before it completed; every participant touched was aborted"
+            final = {**failed_status("Deleted", message, self.writer.generation, **self.fields),
+                     **{k: v for k, v in final.items() if k not in ("phase", "reason", "message", "conditions")}}
+        self.writer.write(final)
         if result.completed:
-            kopf.info(self.body, reason="Completed", message=final["message"])
+            self.event("Completed", final["message"])
         else:
-            kopf.warn(self.body, reason="Failed", message=final["message"])
+            self.event(final["reason"], final["message"], warning=True)
 
-    async def coordinator(self, storage: StorageSpec, client: ControlClient) -> Coordinator:
-        """Participants from the stack's pods, storage settings from the spec; Refused otherwise."""
-        try:
-            participants = await _discover(self.namespace, self.selector, self.memo)
-        except DiscoveryError as exc:
-            raise Refused("NoParticipants", str(exc)) from None
+    async def coordinator(
+        self, participants: list[ParticipantRef], storage: StorageSpec, client: ControlClient
+    ) -> Coordinator:
         try:
             storage_config, access = await _storage_access(storage, self.namespace, self.memo.kube, self.memo.settings)
         except LookupError as exc:
@@ -150,26 +228,101 @@ class Transaction:
             participants, client, storage_config=storage_config, participant_storage=access, on_event=self.sink
         )
 
-    async def run(self, work: Callable[[], Awaitable[TransactionResult]]) -> None:
-        """Run ``work`` holding the stack's lock; a second transaction waits in Pending."""
-        if self.status.get("phase") in (TransactionPhase.COMPLETED, TransactionPhase.FAILED):
-            return  # already done (e.g. the handler state was lost on an operator restart)
+    async def participants(self) -> list[ParticipantRef]:
+        try:
+            return await _discover(self.namespace, self.selector, self.memo)
+        except DiscoveryError as exc:
+            raise Refused("NoParticipants", str(exc)) from None
+
+    async def _setup(self, stopped: kopf.DaemonStopped, setup: Callable[[], Awaitable[Any]]) -> Any:
+        """``setup`` (reads from the Kubernetes API, nothing sent to a server yet), retried while the API does
+        not answer or while it says to wait; None when stopped meanwhile."""
+        deadline = asyncio.get_running_loop().time() + SETUP_PATIENCE_S
+        delay = 0.5
+        while not stopped.is_set():
+            try:
+                return await setup()
+            except Unavailable as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise Refused("KubernetesAPIError", f"the Kubernetes API did not answer for {SETUP_PATIENCE_S:g}s: {exc}") from None
+                log.warning(f"{self.kind} {self.name}: {exc}; retrying in {delay:.1f}s")
+            except Wait as exc:
+                if self.writer.status.get("message") != exc.message:
+                    self.writer.write(pending_status(exc.reason, exc.message, self.writer.generation))
+                    self.event("Waiting", exc.message)
+                delay = 2.0
+            await stopped.wait(delay)
+            delay = min(delay * 2, 10.0)
+        return None
+
+    async def run(self, stopped: kopf.DaemonStopped, setup: Callable[[], Awaitable[Any]],
+                  work: Callable[[Any, asyncio.Event], Awaitable[TransactionResult]]) -> None:
+        """Wait for the stack (Pending), ``setup``, then ``work`` holding the stack's lock.
+
+        Deleting the resource sets the cancel event ``work`` receives (the coordinator aborts); the
+        operator stopping interrupts ``work`` without aborting (a restarted operator repeats it).
+        """
         key = f"{self.namespace}/{_selector(self.selector, self.memo.settings)}"
         lock: asyncio.Lock = self.memo.locks.setdefault(key, asyncio.Lock())
-        if lock.locked():
+        while lock.locked() and not stopped.is_set():
             message = f"waiting: {getattr(lock, 'holder', 'another transaction')} is running on this stack"
-            if self.status.get("phase") != TransactionPhase.PENDING or self.status.get("message") != message:
-                await self.patch(pending_status("WaitingForStack", message, self.generation))
-                kopf.info(self.body, reason="Waiting", message=message)
-            raise kopf.TemporaryError(message, delay=1)
+            if self.writer.status.get("message") != message:
+                self.writer.write(pending_status("WaitingForStack", message, self.writer.generation))
+                self.event("Waiting", message)
+            await stopped.wait(1.0)
+        if stopped.is_set():
+            if _deleted(stopped):
+                self.cancelled = True
+                self.fail("Deleted", f"the {self.kind} was deleted before it started")
+            return
         async with lock:
             lock.holder = f"{self.kind} {self.name}"  # type: ignore[attr-defined]
             try:
-                await self.finish(await work())
+                prepared = await self._setup(stopped, setup)
+                if prepared is None:
+                    if _deleted(stopped):
+                        self.cancelled = True
+                        self.fail("Deleted", f"the {self.kind} was deleted before it started")
+                    return
+                cancel = asyncio.Event()
+                task = asyncio.create_task(work(prepared, cancel), name=f"{self.kind} {self.name}")
+                stop = asyncio.ensure_future(stopped.wait())
+                try:
+                    await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                if not task.done():
+                    if _deleted(stopped):
+                        self.cancelled = True
+                        cancel.set()  # the coordinator aborts what it touched and returns a failed result
+                    else:
+                        task.cancel()  # the operator stops: leave the servers to the next operator or their leases
+                        try:
+                            await task
+                        except asyncio.CancelledError:
+                            pass
+                        log.info(f"{self.kind} {self.name}: interrupted, the operator is stopping")
+                        return
+                self.finish(await task)
             except Refused as exc:
-                await self.fail(exc.reason, exc.message)
+                self.fail(exc.reason, exc.message)
             except StorageError as exc:
-                await self.fail("StorageError", str(exc))
+                self.fail("StorageError", str(exc))
+            except KubeError as exc:
+                self.fail("KubernetesAPIError", str(exc))
+
+    async def settle(self, stopped: kopf.DaemonStopped) -> None:
+        """Wait until the status written so far is in (retrying), or the resource is gone, or the operator stops."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FINAL_WRITE_PATIENCE_S
+        while not await self.writer.flush(timeout_s=1.0):
+            if self.writer.gone or loop.time() > deadline:
+                break
+            if stopped.is_set() and not _deleted(stopped):
+                break
+        if not self.writer.gone and self.writer.status != self.writer.written:
+            log.error(f"{self.kind} {self.name}: its status could not be written; a restarted operator writes it")
+        await self.writer.close()
 
 
 def _parse(model: type[S], spec: Any) -> tuple[S | None, str]:
@@ -180,55 +333,189 @@ def _parse(model: type[S], spec: Any) -> tuple[S | None, str]:
         return None, str(exc)
 
 
-@kopf.on.create(GROUP, VERSION, "checkpoints")
-async def checkpoint_created(spec, name, namespace, uid, status, meta, memo: kopf.Memo, body, **_: Any) -> None:
-    parsed, invalid = _parse(CheckpointSpec, spec)
-    selector = parsed.selector if parsed else SelectorSpec()
-    tx = Transaction("Checkpoint", "checkpoints", name, namespace, selector, status, meta, memo, body)
+def _invalid(invalid: str) -> Callable[[], Awaitable[Any]]:
+    async def setup() -> Any:
+        raise Refused("InvalidSpec", invalid)
 
-    async def work() -> TransactionResult:
-        if parsed is None:
-            raise Refused("InvalidSpec", invalid)
-        tx.fields["checkpointId"] = checkpoint_id = f"{name}-{uid[:8]}"
+    return setup
+
+
+async def _daemon(tx: Transaction, stopped: kopf.DaemonStopped, setup, work) -> None:
+    """Run a transaction once (a final one is not run again), then settle its status."""
+    done = tx.memo.running.setdefault(tx.uid, asyncio.Event())
+    done.clear()
+    try:
+        if not tx.final:
+            await tx.run(stopped, setup, work)
+        await tx.settle(stopped)
+    finally:
+        done.set()
+
+
+# --- Checkpoint ------------------------------------------------------------------------------
+
+
+@kopf.daemon(GROUP, VERSION, "checkpoints", backoff=5.0)
+async def checkpoint_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    parsed, invalid = _parse(CheckpointSpec, body.get("spec"))
+    tx = Transaction("Checkpoint", "checkpoints", parsed.selector if parsed else SelectorSpec(), memo, body)
+    name, uid = tx.name, tx.uid
+
+    async def setup() -> tuple[str, str, list[ParticipantRef]]:
+        assert parsed is not None
         location = parsed.storage.location or memo.settings.default_location
         if not location:
             raise Refused("NoStorage", "spec.storage.location is empty and the operator has no default")
-        tx.fields["location"] = location
+        return f"{name}-{uid[:8]}", location, await tx.participants()
+
+    async def work(prepared: tuple[str, str, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
+        assert parsed is not None
+        checkpoint_id, location, participants = prepared
+        tx.fields.update(checkpointId=checkpoint_id, location=location)
         async with ControlClient(memo.settings.token, timeout_s=memo.settings.checkpoint_call_timeout(parsed)) as client:
-            coordinator = await tx.coordinator(parsed.storage, client)
+            coordinator = await tx.coordinator(participants, parsed.storage, client)
             # the resource's uid names the transaction: an operator restarted mid-checkpoint repeats the same one, and
             # a Checkpoint re-created under a deleted one's name is another transaction, refused if its id is taken
             return await coordinator.checkpoint(
                 checkpoint_id, location, prepare_timeout_s=parsed.prepare_timeout_seconds, lease_s=parsed.lease_seconds,
-                transaction_id=uid, claimed_by=f"Checkpoint {namespace}/{name}", method=parsed.method,
+                transaction_id=uid, claimed_by=f"Checkpoint {tx.namespace}/{name}", method=parsed.method, cancel=cancel,
             )
 
-    await tx.run(work)
+    await _daemon(tx, stopped, setup if parsed else _invalid(invalid), work)
+    if parsed is not None:
+        await _expire(tx, stopped, body)
 
 
-@kopf.on.create(GROUP, VERSION, "restores")
-async def restore_created(spec, name, namespace, status, meta, uid, memo: kopf.Memo, body, **_: Any) -> None:
-    parsed, invalid = _parse(RestoreSpec, spec)
-    selector = parsed.selector if parsed else SelectorSpec()
-    tx = Transaction("Restore", "restores", name, namespace, selector, status, meta, memo, body)
+def _expiration(body: kopf.Body) -> dt.datetime | None:
+    """When the Checkpoint expires: its creation plus ``spec.ttl`` (read from the live body: ttl may change)."""
+    try:
+        ttl = CheckpointSpec.parse(body.get("spec")).ttl
+    except SpecError:
+        return None
+    created = (body.get("metadata") or {}).get("creationTimestamp")
+    if ttl is None or not created:
+        return None
+    return dt.datetime.fromisoformat(created.replace("Z", "+00:00")) + ttl
 
-    async def work() -> TransactionResult:
-        if parsed is None:
-            raise Refused("InvalidSpec", invalid)
-        checkpoint_id, location, storage = await _restore_source(parsed, namespace, memo)
+
+async def _expire(tx: Transaction, stopped: kopf.DaemonStopped, body: kopf.Body) -> None:
+    """Keep ``status.expiration`` up to date with ``spec.ttl``; once it passes, delete the Checkpoint (its
+    ``deletionPolicy`` then decides what happens to the stored objects)."""
+    written = (body.get("status") or {}).get("expiration")
+    while not stopped.is_set():
+        expiration = _expiration(body)
+        stamp = expiration.strftime("%Y-%m-%dT%H:%M:%SZ") if expiration else None
+        if stamp != written:
+            generation = (body.get("metadata") or {}).get("generation")
+            writer = StatusWriter(tx.memo.kube, "checkpoints", tx.namespace, tx.name, generation, None)
+            writer.write({"expiration": stamp})
+            await writer.flush(timeout_s=30.0)
+            await writer.close()
+            written = stamp
+        if expiration is None:
+            await stopped.wait(EXPIRY_POLL_S)
+            continue
+        left = (expiration - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        if left > 0:
+            await stopped.wait(min(left, EXPIRY_POLL_S))
+            continue
+        tx.event("Expired", f"spec.ttl ran out at {stamp}: deleting the Checkpoint")
+        try:
+            await tx.memo.kube.delete_object("checkpoints", tx.namespace, tx.name, tx.uid)
+        except KubeError as exc:
+            log.warning(f"Checkpoint {tx.name}: expired, but deleting it failed ({exc}); retrying")
+            await stopped.wait(5.0)
+            continue
+        await stopped.wait()  # the deletion stops this daemon
+
+
+def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str | None) -> bool:
+    """Whether a Restore that has not ended reads this Checkpoint (by name, or by id and location)."""
+    if (restore.get("status") or {}).get("phase") in FINAL:
+        return False
+    spec = restore.get("spec") or {}
+    if (spec.get("checkpointRef") or {}).get("name") == name:
+        return True
+    return bool(checkpoint_id) and spec.get("checkpointId") == checkpoint_id and spec.get("location") in (None, location)
+
+
+@kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0)
+async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, uid: str, memo: kopf.Memo,
+                             body: kopf.Body, **_: Any) -> None:
+    """A deleted Checkpoint: its transaction is cancelled first (the daemon aborts it); then, with
+    ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them."""
+    running = memo.running.get(uid)
+    if running is not None and not running.is_set():
+        raise kopf.TemporaryError("waiting for its transaction to be cancelled", delay=0.5)
+    status = dict(status or {})
+    checkpoint_id, location = status.get("checkpointId"), status.get("location")
+    try:
+        parsed = CheckpointSpec.parse(spec)
+    except SpecError:
+        return  # nothing the operator wrote can be found from an invalid spec
+    if status.get("phase") not in FINAL and running is None and checkpoint_id:
+        await _abort_orphan(parsed.selector, namespace, checkpoint_id, memo)
+    if parsed.deletion_policy is DeletionPolicy.RETAIN or not checkpoint_id or not location:
+        return
+    readers = [r["metadata"]["name"] for r in await memo.kube.list_objects("restores", namespace)
+               if _restore_reads(r, name, checkpoint_id, location)]
+    if readers:
+        message = f"not deleting checkpoint {checkpoint_id} while Restore {', '.join(sorted(readers))} reads it"
+        kopf.info(body, reason="WaitingForRestore", message=message)
+        raise kopf.TemporaryError(message, delay=2)
+    try:
+        config, _access = await _storage_access(parsed.storage, namespace, memo.kube, memo.settings)
+        deleted = await asyncio.to_thread(delete_checkpoint, open_storage(location, config), checkpoint_id)
+    except (StorageError, LookupError, Refused) as exc:
+        message = f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; retrying (set spec.deletionPolicy: Retain to keep it)"
+        kopf.warn(body, reason="DeleteFailed", message=message[:1024])
+        raise kopf.TemporaryError(message, delay=10) from None
+    kopf.info(body, reason="DataDeleted",
+              message=f"deleted checkpoint {checkpoint_id} at {location}: {deleted.objects} objects")
+
+
+async def _abort_orphan(selector: SelectorSpec, namespace: str, checkpoint_id: str, memo: kopf.Memo) -> None:
+    """A Checkpoint deleted mid-transaction while no daemon of this operator ran it (the operator was down):
+    abort its id on every participant, so none waits for its lease."""
+    try:
+        participants = await _discover(namespace, selector, memo)
+    except (DiscoveryError, KubeError):
+        return
+    async with ControlClient(memo.settings.token, timeout_s=10.0) as client:
+        await Coordinator(participants, client).abort_all(checkpoint_id, participants)
+
+
+# --- Restore ---------------------------------------------------------------------------------
+
+
+@kopf.daemon(GROUP, VERSION, "restores", backoff=5.0)
+async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    parsed, invalid = _parse(RestoreSpec, body.get("spec"))
+    tx = Transaction("Restore", "restores", parsed.selector if parsed else SelectorSpec(), memo, body)
+
+    async def setup() -> tuple[str, str, StorageSpec, list[ParticipantRef]]:
+        assert parsed is not None
+        checkpoint_id, location, storage = await _restore_source(parsed, tx.namespace, memo)
+        return checkpoint_id, location, storage, await tx.participants()
+
+    async def work(prepared: tuple[str, str, StorageSpec, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
+        assert parsed is not None
+        checkpoint_id, location, storage, participants = prepared
         tx.fields.update(checkpointId=checkpoint_id, location=location)
         async with ControlClient(memo.settings.token, timeout_s=memo.settings.restore_call_timeout_s) as client:
-            coordinator = await tx.coordinator(storage, client)
+            coordinator = await tx.coordinator(participants, storage, client)
             # the resource's uid names the transaction: an operator restarted mid-restore repeats the same one
-            return await coordinator.restore(checkpoint_id, location, lease_s=parsed.lease_seconds, restore_id=uid)
+            return await coordinator.restore(
+                checkpoint_id, location, lease_s=parsed.lease_seconds, restore_id=tx.uid, cancel=cancel
+            )
 
-    await tx.run(work)
+    await _daemon(tx, stopped, setup if parsed else _invalid(invalid), work)
 
 
 async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) -> tuple[str, str, StorageSpec]:
     """Checkpoint id, location and storage settings a Restore names (directly or by Checkpoint)."""
     if spec.checkpoint_ref is None:
-        location = spec.location or spec.storage.location or memo.settings.default_location
+        location = spec.location or memo.settings.default_location
         if not spec.checkpoint_id or not location:
             raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId with location")
         return spec.checkpoint_id, location, spec.storage
@@ -236,11 +523,13 @@ async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) ->
     source = await memo.kube.get_object("checkpoints", namespace, ref)
     if source is None:
         raise Refused("CheckpointNotFound", f"Checkpoint {ref} does not exist in {namespace}")
+    if (source.get("metadata") or {}).get("deletionTimestamp"):
+        raise Refused("CheckpointDeleted", f"Checkpoint {ref} is being deleted; nothing to restore")
     source_status = source.get("status") or {}
     if source_status.get("phase") == TransactionPhase.FAILED:
         raise Refused("CheckpointFailed", f"Checkpoint {ref} failed; nothing to restore")
     if source_status.get("phase") != TransactionPhase.COMPLETED:
-        raise kopf.TemporaryError(f"Checkpoint {ref} is not completed yet", delay=2)
+        raise Wait("WaitingForCheckpoint", f"waiting: Checkpoint {ref} is not completed yet")
     try:
         checkpointed = CheckpointSpec.parse(source.get("spec"))
     except SpecError as exc:

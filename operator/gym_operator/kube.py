@@ -1,23 +1,70 @@
 """A thin async wrapper over the Kubernetes Python client: the few calls the operator makes.
 
-Built once at startup by :mod:`gym_operator.handlers`, which is its only user.
+Built once at startup by :mod:`gym_operator.handlers`, which is its only user. Every call it makes
+is one the chart's operator Role grants (``charts/gym-checkpoint/templates/operator.yaml``; kopf's
+own calls are listed there too): list pods; get, list and delete Checkpoints; list Restores; patch
+their status; get the Secrets named in ``operator.credentialsSecrets``.
+
+Errors come out as :class:`Unavailable` (worth retrying: no answer, 409, 429, 5xx) or :class:`Gone`
+(404), so callers decide what a failed call means for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 GROUP = "gym-checkpoint.dev"
 VERSION = "v1alpha1"
+#: seconds one API call may take (the client has no deadline of its own)
+CALL_TIMEOUT_S = 10.0
+RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
+
+
+class KubeError(Exception):
+    """An API call failed; ``status`` is the HTTP status (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class Unavailable(KubeError):
+    """No answer, or one worth retrying (409 Conflict, 429 TooManyRequests, 5xx)."""
+
+
+class Gone(KubeError):
+    """404: the object (or its namespace) is not there."""
+
+
+def _translate(exc: BaseException, what: str) -> KubeError:
+    if isinstance(exc, ApiException):
+        status = exc.status or None
+        retry_after = None
+        headers = exc.headers or {}
+        if headers.get("Retry-After"):
+            try:
+                retry_after = float(headers["Retry-After"])
+            except ValueError:
+                retry_after = None
+        message = f"{what}: {status} {exc.reason}"
+        if status == 404:
+            return Gone(message, status)
+        if status in RETRYABLE:
+            return Unavailable(message, status, retry_after)
+        return KubeError(message, status)
+    return Unavailable(f"{what}: no answer from the Kubernetes API ({type(exc).__name__})")
 
 
 class Kube:
-    """Pods to find participants; Checkpoint/Restore objects and their status."""
+    """Pods to find participants; Checkpoint/Restore objects and their status; credentials Secrets."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api_client)
@@ -31,22 +78,26 @@ class Kube:
             config.load_incluster_config(client_configuration=cfg)
         else:
             config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg)
+        cfg.retries = 0  # callers retry, with backoff, and know what a failure means
         return cls(client.ApiClient(cfg))
 
+    async def _call(self, what: str, fn, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args, _request_timeout=CALL_TIMEOUT_S, **kwargs)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _translate(exc, what) from None
+
     async def list_pods(self, namespace: str, selector: str) -> list[Any]:
-        result = await asyncio.to_thread(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        result = await self._call(f"list pods {selector!r}", self.core.list_namespaced_pod, namespace,
+                                  label_selector=selector)
         return list(result.items)
 
     async def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         """A Secret's decoded data; raises LookupError when missing."""
-        import base64
-
         try:
-            secret = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise LookupError(f"Secret {name} does not exist in {namespace}") from None
-            raise
+            secret = await self._call(f"get Secret {name}", self.core.read_namespaced_secret, name, namespace)
+        except Gone:
+            raise LookupError(f"Secret {name} does not exist in {namespace}") from None
         data = dict(secret.data or {})
         decoded = {k: base64.b64decode(v).decode() for k, v in data.items()}
         decoded.update(secret.string_data or {})
@@ -54,21 +105,26 @@ class Kube:
 
     async def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            return await self._call(f"get {plural} {name}", self.custom.get_namespaced_custom_object,
+                                    GROUP, VERSION, namespace, plural, name)
+        except Gone:
+            return None
+
+    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        found = await self._call(f"list {plural}", self.custom.list_namespaced_custom_object,
+                                 GROUP, VERSION, namespace, plural)
+        return list(found.get("items") or [])
+
+    async def delete_object(self, plural: str, namespace: str, name: str, uid: str) -> None:
+        """Delete one object, only if it is still the one with ``uid`` (not a later one of the same name)."""
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await self._call(f"delete {plural} {name}", self.custom.delete_namespaced_custom_object,
+                             GROUP, VERSION, namespace, plural, name, body=body)
+        except Gone:
+            pass
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await asyncio.to_thread(
-            self.custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-            {"status": status},
-        )
+        """A JSON merge patch of ``status`` (the status subresource)."""
+        await self._call(f"patch {plural} {name} status", self.custom.patch_namespaced_custom_object_status,
+                         GROUP, VERSION, namespace, plural, name, {"status": status})

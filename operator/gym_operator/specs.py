@@ -11,11 +11,14 @@ resource in ``Failed`` with reason ``InvalidSpec``.
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
@@ -41,8 +44,67 @@ class _Spec(BaseModel):
             raise SpecError(f"invalid {cls.__name__}: {problems}") from None
 
 
+class SelectorOperator(enum.StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class SelectorRequirement(_Spec):
+    """One ``matchExpressions`` entry, as in a Kubernetes LabelSelector."""
+
+    key: str = Field(min_length=1)
+    operator: SelectorOperator
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> SelectorRequirement:
+        takes_values = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        if takes_values and not self.values:
+            raise ValueError(f"{self.operator} needs values")
+        if not takes_values and self.values:
+            raise ValueError(f"{self.operator} takes no values")
+        return self
+
+    def requirement(self) -> str:
+        """The label-selector string form (``k in (a,b)``, ``k notin (a)``, ``k``, ``!k``)."""
+        if self.operator is SelectorOperator.EXISTS:
+            return self.key
+        if self.operator is SelectorOperator.DOES_NOT_EXIST:
+            return f"!{self.key}"
+        word = "in" if self.operator is SelectorOperator.IN else "notin"
+        return f"{self.key} {word} ({','.join(sorted(self.values))})"
+
+
 class SelectorSpec(_Spec):
+    """The stack's pods: ``matchLabels`` and ``matchExpressions`` (both must hold), as a LabelSelector."""
+
     match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[SelectorRequirement] = Field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+class DeletionPolicy(enum.StrEnum):
+    """What deleting a Checkpoint (by hand, or when its ``ttl`` runs out) does to its stored objects."""
+
+    RETAIN = "Retain"  # the objects stay (restorable by location and checkpoint id)
+    DELETE = "Delete"  # the objects are removed (never while a Restore reads them)
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``24h``, ``1h30m``, ``90s``, ``0s``: hours, minutes and seconds, each optional, in that order."""
+    match = _DURATION.match(text)
+    if not text or match is None:
+        raise ValueError(f"{text!r} is not a duration like 24h, 1h30m or 90s")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return dt.timedelta(hours=hours, minutes=minutes, seconds=seconds)
 
 
 class StorageSpec(_Spec):
@@ -64,6 +126,14 @@ class CheckpointSpec(_Spec):
     prepare_timeout_seconds: float = Field(default=DEFAULT_PREPARE_TIMEOUT_S, gt=0)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
     method: CheckpointMethod = CheckpointMethod.SNAPSHOT
+    #: how long the Checkpoint lives after its creation; then the operator deletes it (None: until deleted)
+    ttl: dt.timedelta | None = None
+    deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
 
 
 class CheckpointRefSpec(_Spec):
@@ -91,6 +161,11 @@ class OperatorSettings(BaseModel):
     release: str | None = Field(default=None, description="GYMCKPT_RELEASE: default selector instance label")
     selector: str | None = Field(default=None, description="GYMCKPT_PARTICIPANT_SELECTOR: default label selector")
     scanning_disabled: bool = Field(default=False, description="GYMCKPT_KOPF_SCANNING=disabled (namespaced RBAC)")
+    credentials_secrets: frozenset[str] = Field(
+        default=frozenset(),
+        description="GYMCKPT_CREDENTIALS_SECRETS: comma-separated names of the Secrets a spec may name in "
+        "storage.credentialsSecret (the chart's operator.credentialsSecrets; its Role grants get on these only)",
+    )
     endpoint_url: str | None = Field(default=None, description="AWS_ENDPOINT_URL: S3 endpoint when a spec names none")
     region: str | None = Field(default=None, description="AWS_REGION: S3 region when a spec names none")
     #: a checkpoint's control calls may take its prepare timeout plus this
@@ -109,6 +184,7 @@ class OperatorSettings(BaseModel):
             release=env.get("GYMCKPT_RELEASE") or None,
             selector=env.get("GYMCKPT_PARTICIPANT_SELECTOR") or None,
             scanning_disabled=env.get("GYMCKPT_KOPF_SCANNING", "") == "disabled",
+            credentials_secrets=frozenset(n.strip() for n in env.get("GYMCKPT_CREDENTIALS_SECRETS", "").split(",") if n.strip()),
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or None,
         )

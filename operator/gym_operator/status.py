@@ -29,9 +29,23 @@ def condition(type_: str, status: bool, reason: str, message: str, generation: i
     return cond
 
 
+def keep_transition_times(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``new`` conditions, each keeping its earlier ``lastTransitionTime`` when its status did not change
+    (Kubernetes API conventions: the time is of the last transition, not of the last write)."""
+    before = {c.get("type"): c for c in old or []}
+    out = []
+    for cond in new:
+        previous = before.get(cond["type"])
+        if previous is not None and previous.get("status") == cond["status"] and previous.get("lastTransitionTime"):
+            cond = {**cond, "lastTransitionTime": previous["lastTransitionTime"]}
+        out.append(cond)
+    return out
+
+
 def progress_status(phase: TransactionPhase, message: str, generation: int | None, **extra: Any) -> dict[str, Any]:
     return {
         "phase": phase.value,
+        "reason": phase.value,
         "message": message,
         "conditions": [condition("Progressing", True, phase.value, message, generation)],
         **extra,
@@ -85,6 +99,8 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
         body["reusedRecords"] = result.reused
         if result.published_s is not None:
             body["publishedSeconds"] = round(result.published_s, 6)
+    if result.kind is TransactionKind.CHECKPOINT:
+        body["episodes"] = len(result.episodes)
     if result.kind is TransactionKind.RESTORE:
         body["attempt"] = max(result.episodes.values(), default=0)
         body["restoredEpisodes"] = len(result.episodes)

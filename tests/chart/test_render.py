@@ -259,13 +259,21 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
 
     role = by_kind(docs, 'Role')['demo-gym-checkpoint-operator']
     rules = {(tuple(r['apiGroups']), tuple(r['resources'])): set(r['verbs']) for r in role['rules']}
-    assert rules == {
-        (('',), ('pods',)): {'get', 'list', 'watch'},
-        (('gym-checkpoint.dev',), ('checkpoints', 'restores')): {'get', 'list', 'watch', 'patch', 'update'},
-        (('gym-checkpoint.dev',), ('checkpoints/status', 'restores/status')): {'get', 'patch', 'update'},
-        (('',), ('events',)): {'create', 'patch'},
-        (('',), ('secrets',)): {'get'},
+    least = {
+        (('',), ('pods',)): {'list'},
+        (('gym-checkpoint.dev',), ('checkpoints',)): {'get', 'list', 'watch', 'patch', 'delete'},
+        (('gym-checkpoint.dev',), ('restores',)): {'list', 'watch', 'patch'},
+        (('gym-checkpoint.dev',), ('checkpoints/status', 'restores/status')): {'patch'},
+        (('',), ('events',)): {'create'},
     }
+    assert rules == least  # no Secret at all unless operator.credentialsSecrets names some
+    assert env['GYMCKPT_CREDENTIALS_SECRETS']['value'] == ''
+    named = render({'operator': {'credentialsSecrets': ['team-s3', 'backup-s3']}})
+    role = by_kind(named, 'Role')['demo-gym-checkpoint-operator']
+    secrets = [r for r in role['rules'] if r['resources'] == ['secrets']]
+    assert secrets == [{'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['get'], 'resourceNames': ['team-s3', 'backup-s3']}]
+    operator = by_kind(named, 'Deployment')['demo-gym-checkpoint-operator']
+    assert env_of(operator['spec']['template']['spec']['containers'][0])['GYMCKPT_CREDENTIALS_SECRETS']['value'] == 'team-s3,backup-s3'
     binding = by_kind(docs, 'RoleBinding')['demo-gym-checkpoint-operator']
     assert binding['subjects'] == [{'kind': 'ServiceAccount', 'name': 'demo-gym-checkpoint-operator', 'namespace': 'prod'}]
     assert not by_kind(docs, 'ClusterRole') and not by_kind(docs, 'ClusterRoleBinding')

@@ -34,6 +34,16 @@ async def serve(host: str, port: int, tls_dir: Path | None) -> None:
         loop = asyncio.get_running_loop()
         listener = await loop.create_server(server, host, port, ssl=context)
         bound = listener.sockets[0].getsockname()[1]
+
+        async def outage(seconds: float) -> None:
+            """Unreachable for `seconds`: no listener, every open connection (watches too) dropped."""
+            nonlocal listener
+            listener.close()
+            await server.shutdown(timeout=0.1)
+            await asyncio.sleep(seconds)
+            listener = await loop.create_server(server, host, bound, ssl=context)
+
+        emulator.harness.outage = lambda seconds: asyncio.ensure_future(outage(seconds))
         print(f'listening {"https" if context else "http"}://{host}:{bound}', flush=True)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

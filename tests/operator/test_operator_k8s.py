@@ -118,11 +118,15 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
             **settings,
         }
         log = open(tmp_path / "operator.log", "ab")  # noqa: SIM115
+        health = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", "default", "-m", "gym_operator.handlers"],
+            [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", "default",
+             "--liveness", f"http://127.0.0.1:{health}/healthz", "-m", "gym_operator.handlers"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         procs.append(proc)
+        wait_for(lambda: proc.poll() is not None or operator_live(health), timeout=60, what="the operator to start")
+        assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
         return proc
 
     yield start_operator, s3_location
@@ -136,6 +140,14 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
     log = tmp_path / "operator.log"
     if log.exists():
         print(log.read_text()[-4000:])
+
+
+def operator_live(port: int) -> bool:
+    """kopf answers its liveness probe once its startup handlers ran and its watchers are starting."""
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def get(kubectl, kind: str, name: str) -> dict:

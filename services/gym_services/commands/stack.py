@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints, parse_global_manifest
+from gym_services.coordination.retention import delete_checkpoint, restoring
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
 from gym_services.control import layout
@@ -521,6 +522,39 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _restoring_locally(args: argparse.Namespace, checkpoint_id: str) -> list[str]:
+    """Participants of the local stack (when one runs) restoring this checkpoint right now."""
+    try:
+        _running(args)
+    except StackError:
+        return []
+
+    async def work(coordinator: Coordinator, _state):
+        return restoring(await coordinator.status(), checkpoint_id)
+
+    return asyncio.run(_with_coordinator(args, work, running_only=True))
+
+
+def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
+    try:
+        location = _location(args)
+        busy = _restoring_locally(args, args.checkpoint_id)
+        if busy:
+            return _fail("checkpoints delete", StackError(
+                f"{', '.join(busy)} of the running stack are restoring {args.checkpoint_id}; "
+                "wait for the restore to finish (`gymckpt status`), then delete"))
+        storage = open_storage(location, _storage_config(args))
+        deleted = delete_checkpoint(storage, args.checkpoint_id)
+    except (StackError, StorageError) as exc:
+        return _fail("checkpoints delete", exc)
+    if deleted.objects == 0:
+        return _fail("checkpoints delete", StackError(
+            f"no checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"))
+    what = "checkpoint" if deleted.published else "incomplete checkpoint"
+    print(f"deleted {what} {args.checkpoint_id} at {location}: {deleted.objects} objects")
+    return 0
+
+
 # --- parsers -------------------------------------------------------------------------------
 
 
@@ -605,7 +639,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_restore)
 
-    p = sub.add_parser("checkpoints", help="list or show checkpoints at a storage location",
+    p = sub.add_parser("checkpoints", help="list, show or delete checkpoints at a storage location",
                        description="Read checkpoints from a storage location.")
     inner = p.add_subparsers(dest="checkpoints_command", required=True, metavar="ACTION")
     q = inner.add_parser("list", help="every checkpoint, complete or not", description="List checkpoints.")
@@ -616,3 +650,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("checkpoint_id")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_checkpoints_show)
+    q = inner.add_parser("delete", help="remove one checkpoint's stored objects",
+                         description="Delete every object of one checkpoint at a storage location (its manifest "
+                         "first, so it is never restorable half deleted). Refused while a participant of the "
+                         "running local stack is restoring it. On Kubernetes, delete the Checkpoint resource "
+                         "instead (its spec.deletionPolicy decides whether the data goes with it).")
+    _common(q, storage=True)
+    q.add_argument("checkpoint_id")
+    q.set_defaults(func=cmd_checkpoints_delete)

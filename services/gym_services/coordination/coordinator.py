@@ -85,6 +85,7 @@ from gym_services.coordination.transaction import (
 
 __all__ = [
     "BlockerInfo",
+    "Cancelled",
     "Coordinator",
     "ParticipantSummary",
     "TransactionError",
@@ -98,6 +99,7 @@ __all__ = [
 log = get_logger("coordinator")
 EventSink = Callable[[TransactionPhase, dict[str, Any]], Awaitable[None] | None]
 A = TypeVar("A", bound=BaseModel)
+A_ = TypeVar("A_")
 
 
 class TransactionError(Exception):
@@ -106,6 +108,17 @@ class TransactionError(Exception):
     def __init__(self, message: str, blockers: Iterable[BlockerInfo] = ()) -> None:
         super().__init__(message)
         self.blockers = list(blockers)
+
+
+class Cancelled(TransactionError):
+    """The transaction was cancelled from outside (on Kubernetes: its resource was deleted).
+
+    A checkpoint is cancellable until it publishes, a restore until its decision is written; the
+    participants touched so far are aborted at once, so none waits for its lease.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("cancelled before it completed; every participant touched was aborted")
 
 
 def by_role(participants: Iterable[ParticipantRef]) -> list[list[ParticipantRef]]:
@@ -211,11 +224,37 @@ class Coordinator:
     # --- plumbing -----------------------------------------------------------------
 
     async def _emit(self, phase: TransactionPhase, **detail: Any) -> None:
+        """Tell the event sink; a sink that fails is logged and never changes the transaction's course."""
         log.info(phase, extra=detail)
         if self.on_event is not None:
-            result = self.on_event(phase, detail)
-            if asyncio.iscoroutine(result):
-                await result
+            try:
+                result = self.on_event(phase, detail)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as exc:  # noqa: BLE001 - the sink reports progress; abort and resume must still run
+                log.warning(f"event sink failed on {phase}: {type(exc).__name__}: {exc}", extra={"phase": phase})
+
+    async def _unless_cancelled(self, work: Awaitable[A_], cancel: asyncio.Event | None) -> A_:
+        """Run ``work``; if ``cancel`` is set first, stop it and raise :class:`Cancelled`."""
+        if cancel is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise Cancelled()
+        return task.result()
+
+    @staticmethod
+    def _check_cancelled(cancel: asyncio.Event | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
 
     def _storage(self, location: str) -> Storage:
         return open_storage(location, self.storage_config)
@@ -302,14 +341,20 @@ class Coordinator:
         transaction_id: str | None = None,
         claimed_by: str = "coordinator",
         method: CheckpointMethod = CheckpointMethod.SNAPSHOT,
+        cancel: asyncio.Event | None = None,
     ) -> TransactionResult:
         """Claim the id, then take the checkpoint by ``method``: ``snapshot`` (the default) captures
-        under the pause and writes after resume; ``sync`` writes every record under the pause.
+        under the pause and writes after resume; ``sync`` writes every record under the pause. Any
+        failure aborts every participant touched.
 
         ``transaction_id`` names this transaction (the Checkpoint resource's uid on Kubernetes; a
         fresh one otherwise). A checkpoint id names one transaction: the same transaction run again
         carries on (or is answered from its manifest once published); another transaction under an
         existing id is refused before anything is paused (:meth:`claim`).
+
+        ``cancel``, when set before the checkpoint is published, ends it as failed (:class:`Cancelled`):
+        a prepare still waiting for boundaries is interrupted, a commit is let finish first (a
+        participant refuses abort while it commits); once published, it completes.
         """
         transaction_id = transaction_id or uuid.uuid4().hex
         storage = self._storage(location)
@@ -325,15 +370,20 @@ class Coordinator:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
         if CheckpointMethod(method) is CheckpointMethod.SNAPSHOT:
             return await self._snapshot_checkpoint(
-                storage, checkpoint_id, transaction_id, location, prepare_timeout_s, lease_s, progress
+                storage, checkpoint_id, transaction_id, location, prepare_timeout_s, lease_s, progress, cancel
             )
         clock = Stopwatch()
         async with self._leases(checkpoint_id, lease_s) as touched:
             try:
-                await self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock)
+                self._check_cancelled(cancel)
+                await self._unless_cancelled(
+                    self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock), cancel
+                )
+                self._check_cancelled(cancel)
                 committed = await self.commit_all(checkpoint_id, location, progress, clock)
                 with clock.step("verify"):
                     await self.verify_manifests(storage, checkpoint_id, committed.answers)
+                self._check_cancelled(cancel)
                 published = await self.publish(storage, checkpoint_id, transaction_id, committed, progress, clock)
             except (TransactionError, StorageError, InvalidState) as exc:
                 return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
@@ -397,12 +447,17 @@ class Coordinator:
         prepare_timeout_s: float,
         lease_s: float,
         progress: Progress,
+        cancel: asyncio.Event | None = None,
     ) -> TransactionResult:
         """prepare -> capture -> resume (the pause ends) -> persist -> verify -> publish."""
         clock = Stopwatch()
         async with self._leases(checkpoint_id, lease_s) as touched:
             try:
-                await self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock)
+                self._check_cancelled(cancel)
+                await self._unless_cancelled(
+                    self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock), cancel
+                )
+                self._check_cancelled(cancel)
                 captured = await self.capture_all(checkpoint_id, location, progress, clock)
             except (TransactionError, StorageError, InvalidState) as exc:
                 return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
@@ -416,6 +471,7 @@ class Coordinator:
             committed = await self.persist_all(checkpoint_id, captured, progress, clock)
             with clock.step("verify"):
                 await self.verify_manifests(storage, checkpoint_id, committed.answers)
+            self._check_cancelled(cancel)
             published = await self.publish(
                 storage, checkpoint_id, transaction_id, committed, progress, clock, method=CheckpointMethod.SNAPSHOT
             )
@@ -717,7 +773,13 @@ class Coordinator:
     # --- restore -------------------------------------------------------------------
 
     async def restore(
-        self, checkpoint_id: str, location: str, *, lease_s: float = DEFAULT_LEASE_S, restore_id: str | None = None
+        self,
+        checkpoint_id: str,
+        location: str,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        restore_id: str | None = None,
+        cancel: asyncio.Event | None = None,
     ) -> TransactionResult:
         """Restore every participant, decide, resume; all or nothing.
 
@@ -726,7 +788,8 @@ class Coordinator:
         participant has restored, ``resume`` is written as the restore's decision before anyone
         resumes: participants whose lease runs out follow that object, so a coordinator dying
         between two resumes still leaves the restore installed everywhere, and one dying before
-        it leaves it installed nowhere.
+        it leaves it installed nowhere. ``cancel``, when set before the decision is written, ends it
+        as failed and undoes it everywhere (:class:`Cancelled`); once decided, it completes.
         """
         restore_id = restore_id or uuid.uuid4().hex
         clock = Stopwatch()
@@ -748,9 +811,11 @@ class Coordinator:
         async with self._leases(checkpoint_id, lease_s) as touched:
             touched.extend(refs)
             try:
+                self._check_cancelled(cancel)
                 restored = await self.restore_all(
                     checkpoint_id, location, restore_id, lease_s, refs, entries, progress, clock
                 )
+                self._check_cancelled(cancel)
                 await self.decide(storage, checkpoint_id, restore_id)
             except TransactionError as exc:
                 warnings = await self._abort(checkpoint_id, refs, str(exc), progress)

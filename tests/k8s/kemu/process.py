@@ -52,6 +52,29 @@ class KemuEndpoint(NamedTuple):
         """A kubeconfig that authenticates with `token` (e.g. a ServiceAccount's)."""
         return write_kubeconfig(path, self.url, namespace, token, self.ca_file)
 
+    # --- the test harness (kemu/harness.py): audit, faults, outages --------------------------------------
+
+    def audit(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Every request served so far (of `user`), oldest first."""
+        with self.client() as api:
+            answer = api.get('/kemu/v1/audit', params={'user': user} if user else None)
+            answer.raise_for_status()
+            return answer.json()['items']
+
+    def inject(self, code: int, times: int = 1, **match: str) -> None:
+        """Answer the next `times` requests matching `match` (verb, resource, subresource, name, user) with `code`."""
+        with self.client() as api:
+            api.post('/kemu/v1/faults', json={'code': code, 'times': times, **match}).raise_for_status()
+
+    def faults(self) -> list[dict[str, Any]]:
+        with self.client() as api:
+            return api.get('/kemu/v1/faults').json()['items']
+
+    def outage(self, seconds: float) -> None:
+        """The API server becomes unreachable for `seconds` (it keeps every object)."""
+        with self.client() as api:
+            api.post('/kemu/v1/outage', json={'seconds': seconds}).raise_for_status()
+
 
 def write_kubeconfig(path: Path, url: str, namespace: str = 'default', token: str = ADMIN_TOKEN,
                      ca_file: Path | None = None) -> Path:

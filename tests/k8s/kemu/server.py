@@ -39,6 +39,7 @@ from typing_extensions import override
 from . import auth, errors, fielderrors as fe, objectmeta, openapi, patching, protobuf, selectors, tables
 from .customresources import CustomResource, validate_crd
 from .errors import KemuError
+from .harness import PREFIX as HARNESS_PREFIX, Harness
 from .pathfix import parse_path
 
 # kmock's parser turns `/api/v1/namespaces[/name]` into a namespace with no resource (HTTP 500).
@@ -116,6 +117,8 @@ class Kemu(kmock.KubernetesEmulator):
     _cr: dict[references.resource, CustomResource] = attrs.field(factory=dict, init=False)
     _tokens: auth.TokenAuthority = attrs.field(factory=auth.TokenAuthority, init=False)
     _authorizer: auth.Authorizer | None = attrs.field(default=None, init=False)
+    #: the tests' audit log, injected faults and outages (harness.py), admin only
+    harness: Harness = attrs.field(factory=Harness, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -182,7 +185,23 @@ class Kemu(kmock.KubernetesEmulator):
         allowed, reason = self._authorizer.authorize(attributes)
         if not allowed:
             why = auth.forbidden_message(attributes) + (f': {reason}' if reason else '')
+            self.harness.record(attributes, 403)
             return errors.forbidden(attributes.api_group, attributes.resource, attributes.name, why).response()
+        if raw.path.startswith(HARNESS_PREFIX):
+            return await self.harness.serve(raw)
+        fault = self.harness.fault(attributes)
+        if fault is not None:
+            self.harness.record(attributes, fault.status)
+            response = fault.response()
+            if fault.status == 429:
+                response.headers['Retry-After'] = '1'
+            return response
+        response = await self._authorized(request, raw, user)
+        self.harness.record(attributes, response.status)
+        return response
+
+    async def _authorized(self, request: rendering.Request, raw: aiohttp.web.BaseRequest,
+                          user: auth.User) -> aiohttp.web.StreamResponse:
         user_token = CURRENT_USER.set(user)
         try:
             if raw.path == '/openapi/v3' or raw.path.startswith('/openapi/v3/'):

@@ -15,7 +15,7 @@ import pytest
 
 COMMANDS = [
     ["serve"], ["up"], ["down"], ["status"], ["collect"], ["checkpoint"], ["restore"],
-    ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["demo"],
+    ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["checkpoints", "delete"], ["demo"],
     ["cluster"], ["cluster", "checkpoint"], ["cluster", "restore"], ["forward"],
 ]
 
@@ -74,6 +74,14 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
         assert {p["participant_id"] for p in shown["participants"]} == {"counter-a", "counter-b"}
         missing = gymckpt("restore", "nope", cwd=tmp_path, check=False)
         assert missing.returncode == 1 and "no checkpoint nope at file://" in missing.stderr
+        stored = sorted(p for p in (tmp_path / ".gymckpt/stack/checkpoints/ck1").rglob("*") if p.is_file())
+        assert len(stored) >= 5  # manifest, two participant manifests and records, the restore decision
+        deleted = gymckpt("checkpoints", "delete", "ck1", cwd=tmp_path).stdout
+        assert deleted.startswith("deleted checkpoint ck1 at file://") and f": {len(stored)} objects" in deleted
+        assert not [p for p in (tmp_path / ".gymckpt/stack/checkpoints/ck1").rglob("*") if p.is_file()]
+        assert "(none)" in gymckpt("checkpoints", "list", cwd=tmp_path).stdout
+        again = gymckpt("checkpoints", "delete", "ck1", cwd=tmp_path, check=False)
+        assert again.returncode == 1 and "no checkpoint ck1 at file://" in again.stderr
     finally:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
 

@@ -403,3 +403,127 @@ async def test_retire_order(stack) -> None:
     order = [line.split()[1] for line in journal if line.startswith("retire")]
     assert order.index("env-a") < order.index("agent-a") < order.index("model-a")
     assert order[-1] == "controller" and dropped["env-a"] is True
+
+
+async def test_a_failing_event_sink_changes_nothing(stack, tmp_path) -> None:
+    """The operator's sink writes status to the Kubernetes API; when that fails, abort and resume still run."""
+    apps, parts, refs, journal = stack
+    parts["agent-b"].block = True
+    calls: list[str] = []
+
+    async def broken(phase, detail):
+        calls.append(phase)
+        raise RuntimeError("404 Not Found: the Checkpoint was deleted")
+
+    async with serve_many(apps) as transport:
+        client = ControlClient(TOKEN, transport=transport)
+        try:
+            coordinator = Coordinator(refs, client, on_event=broken)
+            failed = await coordinator.checkpoint("ck-1", f"file://{tmp_path}", prepare_timeout_s=0.3)
+            statuses = await coordinator.status()
+            parts["agent-b"].block = False
+            completed = await coordinator.checkpoint("ck-2", f"file://{tmp_path}", prepare_timeout_s=5)
+        finally:
+            await client.aclose()
+    assert failed.status == "failed" and "blockers" in failed.error
+    assert {line.split()[1] for line in journal if line.startswith("abort")} >= {"controller", "agent-b"}
+    assert all(s.admission_open for s in statuses.values())
+    assert completed.status == "completed" and "Aborting" in calls and calls[-1] == "Completed"
+
+
+async def test_cancelling_a_checkpoint_mid_prepare_aborts_at_once(stack, tmp_path) -> None:
+    """A cancelled checkpoint (its Checkpoint resource deleted) stops waiting for boundaries and aborts every
+    participant touched, long before its prepare deadline or lease."""
+    import asyncio
+    import time
+
+    _, parts, _, journal = stack
+    parts["agent-b"].block = True
+
+    async def go(coordinator, transport, events):
+        cancel = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.5, cancel.set)
+        started = time.monotonic()
+        result = await coordinator.checkpoint("ck-1", f"file://{tmp_path}", prepare_timeout_s=30, lease_s=60, cancel=cancel)
+        return result, time.monotonic() - started, await coordinator.status(), events
+
+    result, took, statuses, events = await run(stack, go)
+    assert result.status == "failed" and result.error.startswith("cancelled")
+    assert took < 5, took  # not the 30 s prepare deadline
+    assert {line.split()[1] for line in journal if line.startswith("abort")} >= {"controller", "agent-b"}
+    assert all(s.admission_open and s.checkpoint_id is None for s in statuses.values())
+    assert events[-2:] == ["Aborting", "Failed"]
+    assert not (tmp_path / layout.global_manifest_key("ck-1")).exists()
+
+
+async def test_a_published_checkpoint_is_not_cancelled(stack, tmp_path) -> None:
+    """Cancel arriving once the manifest is published: the checkpoint completes and everyone resumes."""
+    import asyncio
+
+    async def go(coordinator, transport, events):
+        cancel = asyncio.Event()
+
+        async def sink(phase, detail):
+            events.append(phase)
+            if phase == "Resuming":
+                cancel.set()
+
+        coordinator.on_event = sink
+        return await coordinator.checkpoint("ck-1", f"file://{tmp_path}", prepare_timeout_s=5, cancel=cancel)
+
+    result = await run(stack, go)
+    assert result.status == "completed"
+    assert (tmp_path / layout.global_manifest_key("ck-1")).exists()
+
+
+async def test_cancelling_a_restore_before_its_decision_undoes_it_everywhere(stack, tmp_path) -> None:
+    import asyncio
+
+    apps, parts, refs, journal = stack
+    loc = f"file://{tmp_path}"
+
+    async def checkpoint(coordinator, transport, events):
+        return await coordinator.checkpoint("ck-1", loc, prepare_timeout_s=5)
+
+    assert (await run(stack, checkpoint)).status == "completed"
+    fresh_apps, fresh_parts = fresh_stack(refs, journal)
+    journal.clear()
+
+    async def restore(coordinator, transport, events):
+        cancel = asyncio.Event()
+
+        async def sink(phase, detail):
+            events.append(phase)
+            if phase == "Restoring":
+                cancel.set()  # the restore calls run; the decision is not written
+
+        coordinator.on_event = sink
+        return await coordinator.restore("ck-1", loc, restore_id="rs-cancelled", cancel=cancel), await coordinator.status()
+
+    result, statuses = await run((fresh_apps, fresh_parts, refs, journal), restore)
+    assert result.status == "failed" and result.error.startswith("cancelled")
+    assert all(not p.installed for p in fresh_parts.values())
+    assert all(s.admission_open for s in statuses.values())
+    assert read_decision(open_storage(loc), "ck-1", "rs-cancelled") is None
+
+
+async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, storage_url) -> None:
+    """`gymckpt checkpoints delete` and a Checkpoint deleted with deletionPolicy Delete share this code."""
+    from gym_services.coordination.retention import checkpoint_objects, delete_checkpoint
+
+    async def go(coordinator, transport, events):
+        first = await coordinator.checkpoint("ck-1", storage_url, prepare_timeout_s=5)
+        second = await coordinator.checkpoint("ck-2", storage_url, prepare_timeout_s=5)
+        return first, second
+
+    first, second = await run(stack, go)
+    assert first.status == second.status == "completed"
+    store = open_storage(storage_url)
+    keys = checkpoint_objects(store, "ck-1")
+    assert keys[0] == layout.global_manifest_key("ck-1") and len(keys) == 1 + 7 + first.records
+    assert all(k.startswith("checkpoints/ck-1/") for k in keys)
+    deleted = delete_checkpoint(store, "ck-1")
+    assert (deleted.objects, deleted.published) == (len(keys), True)
+    assert checkpoint_objects(store, "ck-1") == [] and [c for c, m in list_checkpoints(storage_url) if m] == ["ck-2"]
+    assert delete_checkpoint(store, "ck-1").objects == 0  # again: nothing, not an error
+    assert len(checkpoint_objects(store, "ck-2")) == 1 + 7 + second.records  # the other checkpoint is untouched

@@ -60,8 +60,12 @@ FINAL = (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
 SETUP_PATIENCE_S = 120.0
 #: seconds a final status keeps being retried before the daemon gives up (a restarted operator writes it)
 FINAL_WRITE_PATIENCE_S = 300.0
-#: longest sleep of a Checkpoint waiting for its expiration (a changed ttl is seen within this)
-EXPIRY_POLL_S = 30.0
+#: seconds a deleted Checkpoint's cleanup waits at once for its cancelled transaction (then it is retried)
+CANCEL_PATIENCE_S = 60.0
+#: how often kopf checks whether a deleted resource's daemon has ended (then releases the finalizer)
+DAEMON_EXIT_POLL_S = 0.5
+#: how often a Checkpoint waiting for its expiration re-reads its spec (kopf keeps the body live: no API call)
+EXPIRY_POLL_S = 1.0
 
 
 @kopf.on.login()
@@ -75,6 +79,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.execution.max_workers = 4
     settings.watching.server_timeout = 60
     settings.persistence.finalizer = FINALIZER
+    # A deleted resource's daemon ends within a second or so (it aborts, writes the outcome); kopf re-checks it
+    # this often before releasing the finalizer (its default, 60 s, would keep a deleted resource a minute).
+    settings.background.cancellation_polling = DAEMON_EXIT_POLL_S
     try:
         memo.settings = OperatorSettings.from_env()
     except SpecError as exc:
@@ -446,7 +453,10 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
     ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them."""
     running = memo.running.get(uid)
     if running is not None and not running.is_set():
-        raise kopf.TemporaryError("waiting for its transaction to be cancelled", delay=0.5)
+        try:  # the daemon was told (kopf stops daemons first): it aborts, writes the outcome, and ends
+            await asyncio.wait_for(running.wait(), timeout=CANCEL_PATIENCE_S)
+        except TimeoutError:
+            raise kopf.TemporaryError("waiting for its transaction to be cancelled", delay=1) from None
     status = dict(status or {})
     checkpoint_id, location = status.get("checkpointId"), status.get("location")
     try:

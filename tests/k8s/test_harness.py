@@ -28,6 +28,14 @@ def test_audit_records_each_request_with_its_identity_and_answer(kemu: Any, kube
         assert reader.get('/kemu/v1/audit').status_code == 403
 
 
+def test_a_watch_is_audited_while_it_streams(kemu: Any) -> None:
+    """A watch is in the audit from its start (code 0 until it ends): a test reading the audit mid-run sees it."""
+    with kemu.client() as api, api.stream('GET', '/api/v1/namespaces/default/configmaps',
+                                          params={'watch': 'true', 'timeoutSeconds': '30'}) as watch:
+        assert watch.status_code == 200
+        entry = next(e for e in kemu.audit(user='kemu-admin') if e['verb'] == 'watch' and e['resource'] == 'configmaps')
+        assert entry['code'] in (0, 200)
+
 @pytest.mark.parametrize(('code', 'reason'), [(409, 'Conflict'), (429, 'TooManyRequests'), (500, 'InternalError'),
                                               (503, 'ServiceUnavailable')])
 def test_injected_faults_answer_like_kube_apiserver_then_run_out(kemu: Any, kubectl: Any, code: int, reason: str) -> None:

@@ -51,6 +51,7 @@ class Entry:
     namespace: str
     name: str
     path: str
+    #: the answer's status; 0 while it is being served (a watch is audited when it starts, not when it ends)
     code: int
 
 
@@ -85,10 +86,11 @@ class Harness:
         #: set by the process that owns the listener: `outage(seconds)` starts one (and returns at once)
         self.outage: Callable[[float], Any] | None = None
 
-    def record(self, attributes: Attributes, code: int) -> None:
-        self.audit.append(Entry(time.time(), attributes.user.name, attributes.verb, attributes.api_group,
-                                attributes.resource, attributes.subresource, attributes.namespace, attributes.name,
-                                attributes.path, code))
+    def record(self, attributes: Attributes, code: int) -> Entry:
+        entry = Entry(time.time(), attributes.user.name, attributes.verb, attributes.api_group, attributes.resource,
+                      attributes.subresource, attributes.namespace, attributes.name, attributes.path, code)
+        self.audit.append(entry)
+        return entry
 
     def fault(self, attributes: Attributes) -> KemuError | None:
         """The injected answer for this request, if a rule takes it."""

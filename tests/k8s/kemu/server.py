@@ -196,8 +196,9 @@ class Kemu(kmock.KubernetesEmulator):
             if fault.status == 429:
                 response.headers['Retry-After'] = '1'
             return response
+        entry = self.harness.record(attributes, 0)  # in the audit now: a watch may stream for minutes
         response = await self._authorized(request, raw, user)
-        self.harness.record(attributes, response.status)
+        entry.code = response.status
         return response
 
     async def _authorized(self, request: rendering.Request, raw: aiohttp.web.BaseRequest,

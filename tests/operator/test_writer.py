@@ -1,0 +1,99 @@
+"""The operator's status writes against the strict emulator: best-effort and retried (409, 429, 5xx, an API
+server that does not answer), never blocking the caller; 404 ends them; ``observedGeneration`` on every write;
+a condition's ``lastTransitionTime`` moves only when its status changes."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gym_operator.kube import Kube
+from gym_operator.status import failed_status, progress_status
+from gym_operator.writer import StatusWriter
+from gym_services.coordination.transaction import TransactionPhase
+
+pytestmark = pytest.mark.k8s
+CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
+
+
+@pytest.fixture
+def checkpoint(kemu, kubectl, monkeypatch):
+    """One Checkpoint (no operator runs) and a Kube client as the admin; returns (kube, fetch)."""
+    kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": "w"}, "spec": {}}))
+    monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    def fetch() -> dict:
+        return json.loads(kubectl("get", "checkpoint", "w", "-o", "json").stdout)
+
+    return Kube.connect(), fetch
+
+
+def writer_for(kube: Kube, fetch) -> StatusWriter:
+    obj = fetch()
+    return StatusWriter(kube, "checkpoints", "default", "w", obj["metadata"]["generation"], obj.get("status"))
+
+
+async def test_writes_carry_observed_generation_and_keep_transition_times(checkpoint) -> None:
+    kube, fetch = checkpoint
+    writer = writer_for(kube, fetch)
+    writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
+    assert await writer.flush(10)
+    first = fetch()["status"]
+    assert first["observedGeneration"] == 1 and first["phase"] == "Preparing" and first["reason"] == "Preparing"
+    await asyncio.sleep(1.1)  # timestamps have one-second resolution
+    writer.write(progress_status(TransactionPhase.COMMITTING, "committing", 1))
+    assert await writer.flush(10)
+    second = fetch()["status"]
+    assert second["phase"] == "Committing"
+    assert second["conditions"][0]["lastTransitionTime"] == first["conditions"][0]["lastTransitionTime"]  # still True
+    await asyncio.sleep(1.1)
+    writer.write(failed_status("Blocked", "blocked", 1))
+    assert await writer.flush(10)
+    third = {c["type"]: c for c in fetch()["status"]["conditions"]}
+    assert third["Progressing"]["status"] == "False"
+    assert third["Progressing"]["lastTransitionTime"] > first["conditions"][0]["lastTransitionTime"]  # it changed
+    await writer.close()
+
+
+@pytest.mark.parametrize("code", [409, 429, 500, 503])
+async def test_refused_writes_are_retried_until_they_are_in(checkpoint, kemu, code: int) -> None:
+    kube, fetch = checkpoint
+    kemu.inject(code, times=3, verb="patch", resource="checkpoints", subresource="status")
+    writer = writer_for(kube, fetch)
+    started = time.monotonic()
+    writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
+    assert time.monotonic() - started < 0.1  # the caller never waits for the API server
+    writer.write(progress_status(TransactionPhase.COMMITTING, "committing", 1))  # folds into the pending write
+    assert await writer.flush(30)
+    assert fetch()["status"]["phase"] == "Committing" and writer.failures == 3
+    assert kemu.faults()[0]["served"] == 3
+    await writer.close()
+
+
+async def test_writes_survive_an_api_server_outage(checkpoint, kemu) -> None:
+    kube, fetch = checkpoint
+    writer = writer_for(kube, fetch)
+    kemu.outage(2.0)
+    await asyncio.sleep(0.3)
+    writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
+    assert not await writer.flush(1.0)  # not in yet: nobody answers
+    assert await writer.flush(30)
+    assert fetch()["status"]["phase"] == "Preparing" and writer.failures >= 1
+    await writer.close()
+
+
+async def test_a_deleted_resource_ends_the_writing(checkpoint, kubectl) -> None:
+    kube, fetch = checkpoint
+    writer = writer_for(kube, fetch)
+    kubectl("delete", "checkpoint", "w")
+    writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
+    assert not await writer.flush(10) and writer.gone
+    writer.write(progress_status(TransactionPhase.COMMITTING, "committing", 1))  # ignored, returns at once
+    assert await writer.flush(1) is False
+    await writer.close()

@@ -139,7 +139,8 @@ async def test_operator_sends_servers_what_the_spec_names() -> None:
     from gym_operator.handlers import _storage_access
     from gym_operator.specs import OperatorSettings, StorageSpec
 
-    operator = OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t", "AWS_ENDPOINT_URL": "http://operator-default:8333"})
+    operator = OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t", "AWS_ENDPOINT_URL": "http://operator-default:8333",
+                                          "GYMCKPT_CREDENTIALS_SECRETS": "creds,half"})
     kube = SecretsOnly({"ns/creds": {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk"},
                         "ns/half": {"AWS_ACCESS_KEY_ID": "ak"}})
 
@@ -158,6 +159,11 @@ async def test_operator_sends_servers_what_the_spec_names() -> None:
 
     with pytest.raises(LookupError, match="AWS_SECRET_ACCESS_KEY"):
         await access({"bucket": "b", "credentialsSecret": "half"})
+
+    from gym_operator.handlers import Refused
+
+    with pytest.raises(Refused, match="not one the operator may read"):  # readable, but not named to the operator
+        await access({"bucket": "b", "credentialsSecret": "other"})
 
 
 @pytest.mark.parametrize(

@@ -520,10 +520,10 @@ async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, 
     assert first.status == second.status == "completed"
     store = open_storage(storage_url)
     keys = checkpoint_objects(store, "ck-1")
-    assert keys[0] == layout.global_manifest_key("ck-1") and len(keys) == 1 + 7 + first.records
+    assert keys[0] == layout.global_manifest_key("ck-1") and len(keys) == 1 + 1 + 7 + first.records  # manifest, claim
     assert all(k.startswith("checkpoints/ck-1/") for k in keys)
     deleted = delete_checkpoint(store, "ck-1")
     assert (deleted.objects, deleted.published) == (len(keys), True)
     assert checkpoint_objects(store, "ck-1") == [] and [c for c, m in list_checkpoints(storage_url) if m] == ["ck-2"]
     assert delete_checkpoint(store, "ck-1").objects == 0  # again: nothing, not an error
-    assert len(checkpoint_objects(store, "ck-2")) == 1 + 7 + second.records  # the other checkpoint is untouched
+    assert len(checkpoint_objects(store, "ck-2")) == 1 + 1 + 7 + second.records  # the other checkpoint is untouched

@@ -17,6 +17,7 @@ from gym_services.control.models import StatusResponse
 from gym_services.control.protocol import Phase
 from gym_services.control.storage import Storage
 from gym_services.control.storage.base import check_key
+from gym_services.coordination.references import kept_for_others
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ def delete_checkpoint(storage: Storage, checkpoint_id: str) -> Deleted:
     """
     keys = checkpoint_objects(storage, checkpoint_id)
     published = bool(keys) and keys[0] == layout.global_manifest_key(checkpoint_id)
+    kept = kept_for_others(storage, checkpoint_id)  # packs a later incremental checkpoint still reads stay
+    keys = [k for k in keys if k not in kept]
     for key in keys:
         storage.delete(key)
     return Deleted(checkpoint_id=checkpoint_id, objects=len(keys), published=published)

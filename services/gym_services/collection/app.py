@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
+from gym_services.base.affinity import Endpoints
 from gym_services.base.config import ConfigError, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
@@ -21,7 +22,10 @@ from gym_services.control.routes import check_token
 
 
 class Config(ServerConfig):
-    agents: dict[str, str] = Field(default_factory=dict, description="agent name -> base URL")
+    agents: dict[str, Endpoints] = Field(
+        default_factory=dict,
+        description="agent name -> base URL, or its replicas' URLs in ordinal order (each rollout runs on one of them)",
+    )
     default_agent: str | None = Field(default=None, description="agent for tasks that name none")
     request_timeout_s: float = Field(default=3600.0, gt=0, description="seconds one /run of an agent may take")
     unavailable_deadline_s: float = Field(

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from gym_services.base.affinity import expand_endpoints, replica_for
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
@@ -80,7 +81,7 @@ class Collection(Participant):
 
     def __init__(
         self,
-        agents: dict[str, str],
+        agents: dict[str, str | list[str]],
         *,
         default_agent: str | None = None,
         request_timeout_s: float = 3600.0,
@@ -91,7 +92,8 @@ class Collection(Participant):
         sleep: Callable[[float], Any] = asyncio.sleep,
         stall_warning_s: float = 60.0,
     ) -> None:
-        self.agents = agents
+        #: agent name -> its replicas' base URLs in ordinal order (one for an agent without replicas)
+        self.agents = {name: expand_endpoints(urls) for name, urls in agents.items()}
         self.default_agent = default_agent
         self.request_timeout_s = request_timeout_s
         self.unavailable_deadline_s = unavailable_deadline_s
@@ -251,6 +253,11 @@ class Collection(Participant):
             self._run_episode(episode), name=f"episode-{episode.rollout_id}-a{episode.attempt}"
         )
 
+    def agent_url(self, episode: EpisodeState) -> str:
+        """The agent replica that runs this rollout, every attempt of it (rollout affinity)."""
+        replicas = self.agents[episode.agent]
+        return replicas[replica_for(episode.rollout_id, len(replicas))]
+
     def _run_body(self, episode: EpisodeState) -> dict[str, Any]:
         task = {k: v for k, v in self.tasks[episode.task_index].items() if k not in ("agent", "agent_ref")}
         identity = RolloutIdentity(rollout_id=episode.rollout_id, attempt=episode.attempt)
@@ -261,7 +268,7 @@ class Collection(Participant):
 
     async def _run_episode(self, episode: EpisodeState) -> None:
         assert self._client is not None
-        url = f"{self.agents[episode.agent].rstrip('/')}/run"
+        url = f"{self.agent_url(episode)}/run"
         result: dict[str, Any] | None = None
         error: str | None = None
         failing_since: float | None = None

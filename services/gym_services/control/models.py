@@ -61,6 +61,28 @@ class Blocker(BaseModel):
     detail: str = ""
 
 
+class Replica(BaseModel):
+    """Which replica of a replicated server a participant is (``docs/protocol.md``, "Replicas").
+
+    Every replica is its own participant with its own records; ``group`` names the server all of them
+    run (the chart's server name, the stack YAML's instance name), ``ordinal`` is the StatefulSet's pod
+    ordinal (the local stack's instance suffix). A restore maps each checkpointed replica to the
+    participant of the same group and ordinal, and refuses a stack whose replica count differs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    group: str = Field(min_length=1, max_length=253)
+    ordinal: int = Field(ge=0)
+    replicas: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordinal_in_range(self) -> Replica:
+        if self.ordinal >= self.replicas:
+            raise ValueError(f"ordinal {self.ordinal} is not below replicas {self.replicas}")
+        return self
+
+
 # --- requests --------------------------------------------------------------------
 
 
@@ -332,6 +354,7 @@ class PackedManifest(_Strict):
 class ManifestParticipant(_Strict):
     participant_id: str
     role: Role
+    replica: Replica | None = Field(default=None, description="which replica of which server (absent: not replicated)")
     manifest_key: str
     manifest_sha256: str = Field(pattern=SHA256_PATTERN)
     manifest_size: int = Field(ge=0)

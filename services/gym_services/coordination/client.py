@@ -29,6 +29,7 @@ from gym_services.control.models import (
     RestoreRequest,
     RestoreResponse,
     RetireRequest,
+    Replica,
     RetireResponse,
     StatusResponse,
 )
@@ -48,6 +49,7 @@ class ParticipantRef:
     participant_id: str
     role: Role
     url: str  # base URL, e.g. http://10.0.0.7:8080
+    replica: Replica | None = None  # which replica of a replicated server; None: the server has one
 
     def describe(self) -> str:
         return f"{self.role} {self.participant_id}"

@@ -54,6 +54,7 @@ from gym_services.control.models import (
     ManifestParticipant,
     PackedManifest,
     PrepareRequest,
+    Replica,
     RestoreRequest,
     RestoreResponse,
     RetireRequest,
@@ -119,6 +120,38 @@ class Cancelled(TransactionError):
 
     def __init__(self) -> None:
         super().__init__("cancelled before it completed; every participant touched was aborted")
+
+
+def replica_counts(replicas: Iterable[Replica | None]) -> dict[str, int]:
+    """Replicated server (group) -> its replica count, from participants that say which replica they are."""
+    return {r.group: r.replicas for r in replicas if r is not None}
+
+
+def check_replica_sets(participants: Iterable[ParticipantRef]) -> None:
+    """Every replicated server is here whole: ordinals 0..n-1, each once, all agreeing on n.
+
+    A replica holds sessions and episodes no other replica has, so a checkpoint without one of them
+    would lose those rollouts; it is refused instead, naming what is missing."""
+    groups: dict[str, list[Replica]] = {}
+    for ref in participants:
+        if ref.replica is not None:
+            groups.setdefault(ref.replica.group, []).append(ref.replica)
+    problems = []
+    for group, replicas in sorted(groups.items()):
+        counts = sorted({r.replicas for r in replicas})
+        ordinals = sorted(r.ordinal for r in replicas)
+        if len(counts) > 1:
+            problems.append(f"{group}: its replicas disagree on how many there are ({counts})")
+        elif ordinals != list(range(counts[0])):
+            missing = sorted(set(range(counts[0])) - set(ordinals))
+            twice = sorted({o for o in ordinals if ordinals.count(o) > 1})
+            what = (f"ordinals {missing} did not answer" if missing else "") + (f"ordinals {twice} answer twice" if twice else "")
+            problems.append(f"{group}: runs {counts[0]} replicas but {what}")
+    if problems:
+        raise TransactionError(
+            "the stack's replicated servers are incomplete: " + "; ".join(problems)
+            + " (each replica holds rollouts no other replica has; wait until every replica runs and try again)"
+        )
 
 
 def by_role(participants: Iterable[ParticipantRef]) -> list[list[ParticipantRef]]:
@@ -360,6 +393,7 @@ class Coordinator:
         storage = self._storage(location)
         progress = Progress(self, checkpoint_id)
         try:
+            check_replica_sets(self.participants)  # before the id is claimed: a missing replica is no transaction
             existing = await self.claim(storage, checkpoint_id, transaction_id, claimed_by)
         except (TransactionError, StorageError, InvalidState) as exc:
             await progress.report(TransactionPhase.FAILED, error=str(exc))
@@ -639,6 +673,7 @@ class Coordinator:
                     ManifestParticipant(
                         participant_id=p.participant_id,
                         role=p.role,
+                        replica=p.replica,
                         manifest_key=commits[p.participant_id].manifest_key,
                         manifest_sha256=commits[p.participant_id].manifest_sha256,
                         manifest_size=commits[p.participant_id].manifest_size,
@@ -854,8 +889,29 @@ class Coordinator:
         return source
 
     def match_participants(self, checkpoint_id: str, manifest: GlobalManifest) -> list[ParticipantRef]:
-        """The current participant for each one in the checkpoint (same id, same role), in manifest order."""
+        """The current participant for each one in the checkpoint (same id, same role, same replica), in
+        manifest order; a replicated server must run as many replicas as it did at the checkpoint."""
+        check_replica_sets(self.participants)
+        then = replica_counts(p.replica for p in manifest.participants)
+        now = replica_counts(p.replica for p in self.participants)
+        differ = sorted(g for g in then if now.get(g, 0) != then[g])
+        if differ:
+            counts = "; ".join(f"{g}: {then[g]} in the checkpoint, {now.get(g, 0)} here" for g in differ)
+            raise TransactionError(
+                f"checkpoint {checkpoint_id} was taken with other replica counts ({counts}). Each replica's sessions "
+                "and episodes are restored into the replica of the same ordinal, so the counts must match: run the "
+                "stack with the checkpoint's replica counts (replicas: in the stack YAML, servers[].replicas in the "
+                "chart's values) and restore again"
+            )
         current = {p.participant_id: p for p in self.participants}
+        moved = [
+            p.participant_id for p in manifest.participants
+            if p.replica is not None and p.participant_id in current and current[p.participant_id].replica is not None
+            and (current[p.participant_id].replica.group, current[p.participant_id].replica.ordinal)  # type: ignore[union-attr]
+            != (p.replica.group, p.replica.ordinal)
+        ]
+        if moved:
+            raise TransactionError(f"checkpoint {checkpoint_id}: participants {moved} are other replicas here than in the checkpoint")
         missing = [p.participant_id for p in manifest.participants if p.participant_id not in current]
         wrong_role = [
             p.participant_id for p in manifest.participants if p.participant_id in current and current[p.participant_id].role != p.role

@@ -10,9 +10,16 @@ servers:
   policy_model:                     # instance name = participant id
     server: policy_model            # a name `gymckpt serve` knows
     port: 0                         # 0 = pick a free port
+    replicas: 1                     # processes of this server (default 1): see below
     config:                         # the server's own config fields
       upstream: {base_url: "{url:inference_worker}"}   # another server's URL
 ```
+
+A server with ``replicas: N`` (N > 1) runs as N processes named ``<name>-0`` ... ``<name>-<N-1>``,
+each its own participant, like a StatefulSet's ordinal pods. ``{url:NAME}`` of such a server is the
+list of its replicas' URLs in ordinal order (a string around it, such as ``"{url:worker}/v1"``,
+becomes one string per replica), which is what the agents, the collection and the policy model take
+for a replicated server; ``{host:NAME}`` and ``{port:NAME}`` name one process and are refused.
 """
 
 from __future__ import annotations
@@ -30,13 +37,23 @@ from gym_services.server.registry import SERVERS
 URL_REF = re.compile(r"\{(url|port|host):([A-Za-z0-9._-]+)\}")
 
 
+#: servers that hold one job for the whole stack and so run as one process
+SINGLE_REPLICA = frozenset({"collection"})
+MAX_LOCAL_REPLICAS = 64
+
+
 class ServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: str
     port: int = Field(default=0, ge=0, le=65535)
     participant: bool = Field(default=True, description="false for backends without a control plane")
+    replicas: int = Field(default=1, ge=1, le=MAX_LOCAL_REPLICAS, description="processes of this server, each its own participant")
     config: dict[str, Any] = Field(default_factory=dict)
+
+    def instances(self, name: str) -> list[str]:
+        """The process names of this server, in ordinal order: ``name`` alone, or ``name-0`` ... ``name-<N-1>``."""
+        return [name] if self.replicas == 1 else [f"{name}-{i}" for i in range(self.replicas)]
 
 
 class StackConfig(BaseModel):
@@ -71,22 +88,65 @@ def load_stack(path: str | Path) -> tuple[StackConfig, Path]:
     unknown = sorted({s.server for s in stack.servers.values()} - set(SERVERS))
     if unknown:
         raise ConfigError(f"stack config {path} names unknown servers {unknown}; known: {sorted(SERVERS)}")
-    for name, spec in stack.servers.items():
-        for kind, ref in URL_REF.findall(yaml.safe_dump(spec.config)):
-            if ref not in stack.servers:
-                raise ConfigError(f"server {name} refers to {{{kind}:{ref}}}, which is not in the stack")
+    check_stack(stack, path)
     return stack, path.parent.resolve()
 
 
-def substitute_urls(value: Any, urls: dict[str, str]) -> Any:
+def check_stack(stack: StackConfig, path: str | Path = "the stack config") -> None:
+    """References name servers of the stack; replicas are where they can be."""
+    names: dict[str, str] = {}
+    for name, spec in stack.servers.items():
+        for instance in spec.instances(name):
+            if instance in names:
+                raise ConfigError(f"{path}: process name {instance} is taken twice (servers {names[instance]} and {name})")
+            names[instance] = name
+        if spec.replicas > 1:
+            if spec.server in SINGLE_REPLICA:
+                raise ConfigError(f"{path}: server {name} ({spec.server}) runs one job for the whole stack; it cannot have replicas")
+            if spec.port:
+                raise ConfigError(f"{path}: server {name} has {spec.replicas} replicas, so its port must be 0 (each picks a free one)")
+    for name, spec in stack.servers.items():
+        for text in _strings(spec.config):
+            refs = URL_REF.findall(text)
+            for kind, ref in refs:
+                if ref not in stack.servers:
+                    raise ConfigError(f"server {name} refers to {{{kind}:{ref}}}, which is not in the stack")
+                if kind != "url" and stack.servers[ref].replicas > 1:
+                    raise ConfigError(
+                        f"server {name} refers to {{{kind}:{ref}}}, but {ref} has {stack.servers[ref].replicas} replicas: "
+                        f"only {{url:{ref}}} (the list of their URLs) can name it"
+                    )
+            replicated = {ref for kind, ref in refs if stack.servers[ref].replicas > 1}
+            if len(replicated) > 1:
+                raise ConfigError(f"server {name}: {text!r} names two replicated servers {sorted(replicated)}; one per value")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def substitute_urls(value: Any, urls: dict[str, str | list[str]]) -> Any:
     """Replace ``{url:NAME}``, ``{host:NAME}`` and ``{port:NAME}`` in every string of a config tree.
 
-    A string that is exactly ``{port:NAME}`` becomes an integer."""
+    A string that is exactly ``{port:NAME}`` becomes an integer; a string naming a server with
+    replicas (whose entry in ``urls`` is a list) becomes a list, one string per replica."""
     if isinstance(value, str):
         whole = URL_REF.fullmatch(value)
         if whole and whole.group(1) == "port":
-            return int(urls[whole.group(2)].rsplit(":", 1)[1])
-        return URL_REF.sub(lambda m: _part(urls[m.group(2)], m.group(1)), value)
+            return int(str(urls[whole.group(2)]).rsplit(":", 1)[1])
+        lists = [urls[ref] for _, ref in URL_REF.findall(value) if isinstance(urls[ref], list)]
+        if lists:
+            return [
+                URL_REF.sub(lambda m: url if isinstance(urls[m.group(2)], list) else _part(urls[m.group(2)], m.group(1)), value)  # type: ignore[arg-type]
+                for url in lists[0]
+            ]
+        return URL_REF.sub(lambda m: _part(urls[m.group(2)], m.group(1)), value)  # type: ignore[arg-type]
     if isinstance(value, dict):
         return {k: substitute_urls(v, urls) for k, v in value.items()}
     if isinstance(value, list):

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 
+from gym_services.control.models import Replica
 from gym_services.control.protocol import Role
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.stack.launcher import StackError, StackState
 
 
 async def discover(state: StackState, client: ControlClient) -> list[ParticipantRef]:
-    """Ask each participant server its role (status route); the instance name is the participant id.
+    """Ask each participant server its role (status route); the process name is the participant id, and
+    each says which replica of its server it is (every server is replica 0 of 1 unless it has replicas).
 
     A server that does not answer is a :class:`StackError` naming it (its role is what we asked for)."""
 
@@ -23,7 +25,8 @@ async def discover(state: StackState, client: ControlClient) -> list[Participant
             status = await client.status(probe, timeout_s=10)
         except ParticipantError as exc:
             raise StackError(f"{server.name} ({server.server}) at {server.url} does not answer: {exc.reason}") from None
-        return ParticipantRef(status.participant_id, status.role, server.url)
+        replica = Replica(group=server.group_name, ordinal=server.ordinal, replicas=server.replicas)
+        return ParticipantRef(status.participant_id, status.role, server.url, replica=replica)
 
     results = await asyncio.gather(*(one(s) for s in state.participants()), return_exceptions=True)
     errors = [r for r in results if isinstance(r, BaseException)]

@@ -16,7 +16,8 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
-from gym_services.stack.config import StackConfig, substitute_urls
+from gym_services.base.config import ConfigError
+from gym_services.stack.config import StackConfig, check_stack, substitute_urls
 from gym_services.stack.objectstore import EMBEDDED_S3, LocalS3, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
 
@@ -25,13 +26,20 @@ SECRETS_FILE = "secrets.json"
 
 
 class RunningServer(BaseModel):
-    name: str
+    name: str  # the process (participant id): the server's name, or name-<ordinal> for a replica
     server: str
     url: str
     port: int
     pid: int
     participant: bool
     log: str
+    group: str | None = None  # the stack YAML's server name; None: the same as name
+    ordinal: int = 0
+    replicas: int = 1
+
+    @property
+    def group_name(self) -> str:
+        return self.group or self.name
 
 
 class StackState(BaseModel):
@@ -45,10 +53,24 @@ class StackState(BaseModel):
         return [s for s in self.servers if s.participant]
 
     def url(self, name: str) -> str:
+        """The URL of one process: by its name, or by its server's name when that server has one replica."""
         for server in self.servers:
             if server.name == name:
                 return server.url
-        raise KeyError(f"no server {name!r} in stack {self.name}")
+        urls = self.urls(name)
+        if len(urls) > 1:
+            raise KeyError(f"server {name!r} of stack {self.name} has {len(urls)} replicas; name one ({name}-0, ...)")
+        return urls[0]
+
+    def urls(self, group: str) -> list[str]:
+        """The URLs of a server's replicas, in ordinal order."""
+        found = sorted((s for s in self.servers if s.group_name == group), key=lambda s: s.ordinal)
+        if not found:
+            raise KeyError(f"no server {group!r} in stack {self.name}")
+        return [s.url for s in found]
+
+    def replicas_of(self, group: str) -> list[RunningServer]:
+        return sorted((s for s in self.servers if s.group_name == group), key=lambda s: s.ordinal)
 
 
 class StackError(RuntimeError):
@@ -157,19 +179,30 @@ def start_stack(
         previous = read_state(state_dir)
         if any(alive(s.pid) for s in previous.servers):
             raise StackError(f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first")
+    try:
+        check_stack(stack, stack.name)
+    except ConfigError as exc:
+        raise StackError(str(exc)) from None
     creds = stack_secrets(state_dir)
     (state_dir / "configs").mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    instances = {name: spec.instances(name) for name, spec in stack.servers.items()}
     sockets: dict[str, socket.socket] = {}
     try:
         for name, spec in stack.servers.items():
-            sockets[name] = listen(name, spec.port or 0)
+            for instance in instances[name]:
+                sockets[instance] = listen(instance, spec.port or 0)
     except StackError:
         for sock in sockets.values():
             sock.close()
         raise
-    ports = {name: sock.getsockname()[1] for name, sock in sockets.items()}
-    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    ports = {instance: sock.getsockname()[1] for instance, sock in sockets.items()}
+    # a server with replicas is the list of its replicas' URLs, in ordinal order
+    urls: dict[str, str | list[str]] = {
+        name: [f"http://127.0.0.1:{ports[i]}" for i in instances[name]] if spec.replicas > 1
+        else f"http://127.0.0.1:{ports[name]}"
+        for name, spec in stack.servers.items()
+    }
     # keys are <location>/checkpoints/<id>/..., so the default location is the state folder itself
     storage = stack.storage or f"file://{state_dir}"
     extra_env = env or {}
@@ -193,20 +226,23 @@ def start_stack(
     running: list[RunningServer] = []
     procs: list[subprocess.Popen] = []
     try:
-        for name, spec in stack.servers.items():
-            config = substitute_urls(spec.config, urls)
-            config.update({"name": name, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
-            config_path = state_dir / "configs" / f"{name}.yaml"
-            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-            log_path = state_dir / "logs" / f"{name}.log"
-            proc = _spawn(spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path)
-            procs.append(proc)
-            running.append(
-                RunningServer(
-                    name=name, server=spec.server, url=urls[name], port=ports[name], pid=proc.pid,
-                    participant=spec.participant, log=str(log_path),
+        for group, spec in stack.servers.items():
+            for ordinal, name in enumerate(instances[group]):
+                config = substitute_urls(spec.config, urls)
+                # every replica has the server's name (metrics, cookies); the process name is its participant id
+                config.update({"name": group, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
+                config_path = state_dir / "configs" / f"{name}.yaml"
+                config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+                log_path = state_dir / "logs" / f"{name}.log"
+                proc = _spawn(spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path)
+                procs.append(proc)
+                running.append(
+                    RunningServer(
+                        name=name, server=spec.server, url=f"http://127.0.0.1:{ports[name]}", port=ports[name],
+                        pid=proc.pid, participant=spec.participant, log=str(log_path),
+                        group=group if spec.replicas > 1 else None, ordinal=ordinal, replicas=spec.replicas,
+                    )
                 )
-            )
         wait_ready(running, procs, ready_timeout_s)
     except BaseException:
         for sock in sockets.values():

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from gym_services.base.affinity import Endpoints
 from gym_services.base.config import ServerConfig
 
 
 class AgentConfig(ServerConfig):
     """Fields of every agent; each agent adds the URL of its resources or environment server."""
 
-    model_url: str = Field(description="base URL of the policy model serving POST /v1/responses")
+    model_url: Endpoints = Field(
+        description="base URL of the policy model serving POST /v1/responses; its replicas' URLs in ordinal order "
+        "(a list, or one URL with a {0..N-1} range) when it has several: each rollout's generations go to one of them"
+    )
     model: str | None = Field(
         default=None,
         description="model name sent in every generation request in place of the task's own; "

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from gym_services.base.affinity import expand_endpoints, replica_for
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
 
@@ -122,12 +123,26 @@ def error_of(response: httpx.Response) -> tuple[str | None, str]:
 
 
 class Downstream:
-    """One downstream server, addressed by name (``model``, ``resources``, ``env``) and base URL."""
+    """One downstream server, addressed by name (``model``, ``resources``, ``env``) and base URL.
 
-    def __init__(self, name: str, base_url: str, client: httpx.AsyncClient) -> None:
+    A replicated server has one base URL per replica, in ordinal order; every call of a rollout goes
+    to the replica :func:`~gym_services.base.affinity.replica_for` picks for its rollout id, the one
+    that holds its session (a call without identity goes to the first)."""
+
+    def __init__(self, name: str, base_url: str | list[str], client: httpx.AsyncClient) -> None:
         self.name = name
-        self.base_url = base_url.rstrip("/")
+        self.base_urls = expand_endpoints(base_url)
         self.client = client
+
+    @property
+    def base_url(self) -> str:
+        return self.base_urls[0]
+
+    def url_for(self, identity: RolloutIdentity | None) -> str:
+        """The base URL of the replica holding ``identity``'s rollout."""
+        if identity is None or len(self.base_urls) == 1:
+            return self.base_urls[0]
+        return self.base_urls[replica_for(identity.rollout_id, len(self.base_urls))]
 
     async def send(
         self,
@@ -148,7 +163,7 @@ class Downstream:
         elif identity is not None:  # lets a seed drop what an earlier attempt's seed left unreachable
             headers[FIRST_SESSION_HEADER] = "1"
         try:
-            return await self.client.post(f"{self.base_url}{path}", json=body, headers=headers)
+            return await self.client.post(f"{self.url_for(identity)}{path}", json=body, headers=headers)
         except UNREACHABLE as exc:
             raise DownstreamUnavailable(self.name, path, f"unreachable: {type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:

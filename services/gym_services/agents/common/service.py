@@ -77,11 +77,12 @@ def _request_cookies(request: Request, skip: str) -> dict[str, str]:
 def create_agent_app(
     config: AgentConfig,
     loop: AgentLoop,
-    servers: Mapping[str, str],
+    servers: Mapping[str, str | list[str]],
     *,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
-    """An agent app running ``loop``; ``servers`` maps downstream names (``resources``, ``env``) to base URLs.
+    """An agent app running ``loop``; ``servers`` maps downstream names (``resources``, ``env``) to base URLs
+    (a replicated server's in ordinal order: each rollout's calls go to the replica holding it).
 
     ``transport`` replaces the network for downstream calls (tests route them to in-process apps).
     """

@@ -8,10 +8,11 @@ from starlette.applications import Starlette
 
 from gym_services.agents.common import AgentConfig, create_agent_app
 from gym_services.agents.gymnasium_agent.loop import ENV, GymnasiumLoop
+from gym_services.base.affinity import Endpoints
 
 
 class Config(AgentConfig):
-    env_url: str = Field(description="base URL of the environment server (/reset, /step, /close)")
+    env_url: Endpoints = Field(description="base URL of the environment server (/reset, /step, /close); its replicas' URLs in ordinal order when it has several")
     max_steps: int = Field(default=10, ge=1, le=10_000, description="environment steps per episode")
 
 

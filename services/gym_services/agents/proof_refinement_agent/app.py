@@ -8,10 +8,11 @@ from starlette.applications import Starlette
 
 from gym_services.agents.common import AgentConfig, create_agent_app
 from gym_services.agents.proof_refinement_agent.loop import RESOURCES, ProofRefinementLoop
+from gym_services.base.affinity import Endpoints
 
 
 class Config(AgentConfig):
-    resources_url: str = Field(description="base URL of math_formal_lean (seed and verify)")
+    resources_url: Endpoints = Field(description="base URL of math_formal_lean (seed and verify); its replicas' URLs in ordinal order when it has several")
     max_correction_turns: int = Field(default=0, ge=0, le=100, description="generations are at most this + 1")
     include_all_attempts: bool = True
 

@@ -8,10 +8,11 @@ from starlette.applications import Starlette
 
 from gym_services.agents.common import AgentConfig, create_agent_app
 from gym_services.agents.simple_agent.loop import RESOURCES, SimpleAgentLoop
+from gym_services.base.affinity import Endpoints
 
 
 class Config(AgentConfig):
-    resources_url: str = Field(description="base URL of the resources server (seed, tools, verify)")
+    resources_url: Endpoints = Field(description="base URL of the resources server (seed, tools, verify); its replicas' URLs in ordinal order when it has several")
     max_steps: int | None = Field(default=None, ge=1, description="model calls per episode; unbounded when null")
     skip_verification: bool = False
     skip_verification_reward: float = 0.0

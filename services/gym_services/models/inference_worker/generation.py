@@ -17,9 +17,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import mmap
+import os
+import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter
@@ -117,18 +121,55 @@ def plan_completion(request: ChatCompletionRequest, policy: Policy) -> Plan:
     )
 
 
+class TokenMirror:
+    """The worker's token count mirrored into a file, readable after the worker died.
+
+    The count is written into a memory-mapped file (8 bytes, little-endian) with every token, so it
+    is in the page cache the moment the token is counted and survives a SIGKILL: whoever measures
+    failover (the demo, the benchmarks) reads how many tokens a killed worker generated with
+    :func:`read_token_mirror`. A token is counted when it is handed to the connection (see
+    :meth:`CompletionResponse._tokens`), so the count can only include bytes still in the dying
+    process's own write buffer, which :meth:`Connection.writable` keeps below its low-water mark.
+    """
+
+    SIZE = 8
+
+    def __init__(self, path: str) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, self.SIZE)
+            self._map = mmap.mmap(fd, self.SIZE)
+        finally:
+            os.close(fd)
+        self.write(0)
+
+    def write(self, count: int) -> None:
+        struct.pack_into("<Q", self._map, 0, count)
+
+
+def read_token_mirror(path: str) -> int:
+    """The token count a worker's ``stats_file`` holds (0 when it has none yet)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return 0
+    return struct.unpack("<Q", data[: TokenMirror.SIZE])[0] if len(data) >= TokenMirror.SIZE else 0
+
+
 class WorkerStats:
     """Totals for ``GET /stats`` and the Prometheus counters."""
 
     @classmethod
-    def declare(cls, metrics: Metrics) -> WorkerStats:
+    def declare(cls, metrics: Metrics, mirror: TokenMirror | None = None) -> WorkerStats:
         """Stats whose counters are declared on the worker's registry."""
         return cls(
             metrics.counter("gym_worker_tokens_generated", "Completion tokens generated", ("model",)),
             metrics.counter("gym_worker_requests", "Chat completion requests by outcome", ("model", "stream", "outcome")),
+            mirror,
         )
 
-    def __init__(self, tokens: Counter, requests: Counter) -> None:
+    def __init__(self, tokens: Counter, requests: Counter, mirror: TokenMirror | None = None) -> None:
+        self.mirror = mirror
         self.tokens_generated = 0
         self.prompt_tokens = 0
         self.requests = 0
@@ -145,6 +186,8 @@ class WorkerStats:
 
     def generated(self, model: str) -> None:
         self.tokens_generated += 1
+        if self.mirror is not None:
+            self.mirror.write(self.tokens_generated)
         self.by_model[model] = self.by_model.get(model, 0) + 1
         self._tokens.labels(model=model).inc()
 

@@ -19,10 +19,14 @@ Checkpointing (role ``model``, ``docs/participants.md``; details in :mod:`.gener
   older attempt's open calls with the same 409). Calls without identity are cut and held like the
   others but never written to a checkpoint.
 
+The upstream may be a fleet of inference workers (``upstream.base_url`` as a list, a ``{0..N-1}``
+range, or a headless Service with ``upstream.resolve``): each stream goes to the healthy worker with
+the fewest outstanding tokens, and every worker is health-checked (:mod:`.fleet`).
+
 A failing upstream is a fault the generation rides out (``upstream_retry``, :mod:`.generations`):
-what arrived before a worker died stays as the prefix, and the generation continues it on the
-restarted (or another) worker after a bounded backoff; the call fails (``503
-upstream_unavailable``) only after ``upstream_retry.deadline_s`` without progress.
+what arrived before a worker died stays as the prefix, and the generation continues it at once on
+another worker of the fleet, or, with none up, on the restarted worker after a bounded backoff; the
+call fails (``503 upstream_unavailable``) only after ``upstream_retry.deadline_s`` without progress.
 
 ``stream: true`` is answered with synthetic Responses API SSE events once the generation is finished
 (:mod:`.stream_events`), as the reference model server does, so streaming changes no checkpoint rule.
@@ -49,6 +53,7 @@ from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import RoutePolicy
+from gym_services.models.policy_model.fleet import FleetMetrics
 from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
 from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
@@ -72,7 +77,7 @@ class Config(ServerConfig):
 
 def create_app(config: Config) -> Starlette:
     metrics = Metrics(config.name)
-    upstream = Upstream(config.upstream)
+    upstream = Upstream(config.upstream, FleetMetrics.declare(metrics))
     manager = GenerationManager(upstream, config.cut_wait_s, ModelCounters.declare(metrics), config.upstream_retry)
 
     async def responses(request: Request) -> Response:

@@ -16,9 +16,9 @@ uninterrupted call returns; a held call is delivered.
 
 A failing upstream (the worker killed or restarting, a refused connection, a stream broken off, a
 ``5xx``/``429`` answer) is handled like a cut the generation did not ask for: what arrived stays as
-the prefix, the generation waits (bounded, doubling backoff, state ``cut``, so it never blocks a
-checkpoint) and continues the prefix on whatever the upstream is by then: the restarted worker or
-another one. Only when the upstream makes no progress for ``UpstreamRetry.deadline_s`` does the
+the prefix. With another worker of the fleet up (:mod:`.fleet`), the generation continues its prefix
+there at once; otherwise it waits (bounded, doubling backoff, state ``cut``, so it never blocks a
+checkpoint) and continues on whatever the upstream is by then: the restarted worker or another one. Only when the upstream makes no progress for ``UpstreamRetry.deadline_s`` does the
 call fail, with ``503 upstream_unavailable``; its prefix is then staged, so the agent re-issuing
 the same request (it goes back to its boundary and retries) continues from it.
 
@@ -211,6 +211,15 @@ class Generation:
                 f"the upstream made no progress for {failing_s:.0f}s (deadline {retry.deadline_s:g}s); "
                 f"{self.completion_tokens} tokens are kept for a retry of this request; last error: {exc.message}",
             )
+        fleet = self.manager.upstream.fleet
+        if fleet.can_fail_over(exc.worker):  # another worker is up: continue the prefix there, now
+            fleet.failed_over()
+            log.warning(
+                "worker failed; continuing the generation on another worker",
+                extra={**self._log_extra(), "tokens_kept": self.completion_tokens, "worker": exc.worker, "error": exc.message},
+            )
+            self._raise_if_failed()
+            return
         delay = min(self._backoff_s, retry.deadline_s - failing_s)
         self._backoff_s = min(self._backoff_s * 2, retry.backoff_max_s)
         log.warning(
@@ -282,7 +291,7 @@ class Generation:
         """Append the stream to ``text`` until it ends (after a cut: until the upstream stopped)."""
         received = 0
         try:
-            async with contextlib.aclosing(self.manager.upstream.deltas(body, self._halt)) as deltas:
+            async with contextlib.aclosing(self.manager.upstream.deltas(body, self._halt, prefix_tokens=base)) as deltas:
                 async for delta in deltas:
                     if reuse is not None:
                         self.manager.reused(*reuse)
@@ -384,6 +393,7 @@ class GenerationManager:
             "staged_prefixes": len(self.staged),
             "delivered_kept": len(self.delivered),
             **self.totals,
+            **self.upstream.fleet.counts(),
         }
 
     # --- calls -----------------------------------------------------------------------

@@ -1,18 +1,26 @@
-"""Streaming chat completions from an OpenAI-compatible upstream (the built-in worker or vLLM)."""
+"""Streaming chat completions from an OpenAI-compatible upstream: the built-in worker or vLLM, one or a
+fleet of them (:mod:`.fleet`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from gym_services.base.affinity import Endpoints, expand_endpoints
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.logs import get_logger
+from gym_services.models.policy_model.fleet import Fleet, FleetMetrics, Resolver
+
+log = get_logger("policy_model.upstream")
 
 
 class UpstreamConfig(BaseModel):
@@ -20,7 +28,25 @@ class UpstreamConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str = Field(default="http://127.0.0.1:8001/v1", description="OpenAI base URL, ending in /v1")
+    base_url: Endpoints = Field(
+        default="http://127.0.0.1:8001/v1",
+        description="OpenAI base URL, ending in /v1; several inference workers as a list (or one URL with a {0..N-1} "
+        "range), or with resolve: a headless Service name whose every address is a worker",
+    )
+    resolve: bool = Field(
+        default=False,
+        description="resolve each base_url's host to all its addresses (a headless Service: one per pod), one worker each, "
+        "again every resolve_interval_s; http only",
+    )
+    resolve_interval_s: float = Field(default=10.0, gt=0, le=3600, description="how often resolve looks the workers up again")
+    health_interval_s: float = Field(
+        default=2.0, gt=0, le=600, description="how often every worker's GET /models is probed (a failed worker is back when it answers)"
+    )
+    health_timeout_s: float = Field(default=5.0, gt=0, le=600, description="a probe not answered this fast marks the worker down")
+    expected_tokens: int = Field(
+        default=512, ge=1, le=1_000_000,
+        description="the first guess of a generation's length, for spreading load by outstanding tokens (then a running mean)",
+    )
     api_key: SecretStr | None = None
     model: str | None = Field(default=None, description="model name sent upstream; the request's when unset")
     connect_timeout_s: float = Field(default=10.0, gt=0)
@@ -30,6 +56,12 @@ class UpstreamConfig(BaseModel):
         default=True, description="ask for usage on every chunk (vLLM stream_options.continuous_usage_stats)"
     )
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every upstream request")
+
+    @model_validator(mode="after")
+    def _resolvable(self) -> UpstreamConfig:
+        if self.resolve and any(not url.startswith("http://") for url in expand_endpoints(self.base_url)):
+            raise ValueError("resolve needs http:// base URLs (an address in place of the name would fail TLS checks)")
+        return self
 
 
 class UpstreamRetry(BaseModel):
@@ -54,10 +86,12 @@ TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 class UpstreamUnavailable(ApiError):
     """The upstream could not be reached, refused for now, or broke off a stream: a fault of the worker,
-    not of the request, so the generation keeps its prefix and continues elsewhere or later."""
+    not of the request, so the generation keeps its prefix and continues elsewhere or later.
+    ``worker`` is the base URL of the worker that failed, when one did."""
 
-    def __init__(self, message: str, *, details: Any = None) -> None:
+    def __init__(self, message: str, *, details: Any = None, worker: str | None = None) -> None:
         super().__init__(ErrorCode.UPSTREAM_UNAVAILABLE, message, details=details)
+        self.worker = worker
 
 
 @dataclass
@@ -128,12 +162,21 @@ class Halt:
 
 
 class Upstream:
-    """One pooled HTTP client for every generation of this model server."""
+    """One pooled HTTP client for every generation of this model server, over its fleet of workers
+    (:mod:`.fleet`): each stream goes to the least loaded healthy worker, and a worker a stream fails on
+    is taken out of rotation until its health probe answers again."""
 
-    def __init__(self, config: UpstreamConfig) -> None:
+    def __init__(self, config: UpstreamConfig, metrics: FleetMetrics | None = None, resolver: Resolver | None = None) -> None:
         self.config = config
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self.fleet = Fleet(
+            config.base_url,
+            expected_tokens=config.expected_tokens,
+            resolve=config.resolve,
+            metrics=metrics,
+            **({"resolver": resolver} if resolver is not None else {}),
+        )
         self._client: httpx.AsyncClient | None = None
+        self._watch: asyncio.Task | None = None
 
     async def start(self) -> None:
         c = self.config
@@ -142,12 +185,35 @@ class Upstream:
             headers=headers,
             timeout=httpx.Timeout(c.read_timeout_s, connect=c.connect_timeout_s),
             limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=64),
+            trust_env=False,
         )
+        await self.fleet.refresh()
+        self._watch = asyncio.create_task(self._watch_workers(), name="upstream-health")
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    async def _watch_workers(self) -> None:
+        """Probe every worker every ``health_interval_s``; re-resolve every ``resolve_interval_s``."""
+        c = self.config
+        resolved_at = time.monotonic()
+        while True:
+            await asyncio.sleep(c.health_interval_s)
+            try:
+                if c.resolve and time.monotonic() - resolved_at >= c.resolve_interval_s:
+                    resolved_at = time.monotonic()
+                    await self.fleet.refresh()
+                if self._client is not None:
+                    await self.fleet.probe(self._client, c.health_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive any one round
+                log.warning("worker health round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
     def stream_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"include_usage": True}
@@ -155,25 +221,39 @@ class Upstream:
             options["continuous_usage_stats"] = True
         return options
 
-    async def deltas(self, body: dict[str, Any], halt: Halt | None = None) -> AsyncIterator[Delta]:
-        """Stream one chat completion; closing this generator early closes the upstream stream.
+    async def deltas(self, body: dict[str, Any], halt: Halt | None = None, prefix_tokens: int = 0) -> AsyncIterator[Delta]:
+        """Stream one chat completion from the least loaded worker; closing this generator early closes
+        the upstream stream. ``prefix_tokens`` is what the generation already has (for the load estimate).
 
         After ``halt`` is requested the stream is read to its end (see :class:`Halt`): the upstream
-        closing it then is the expected end, not an error.
+        closing it then is the expected end, not an error. Any other failure of the worker (refused,
+        reset, broken off, a transient status, an end without ``finish_reason``) marks it down and
+        raises :class:`UpstreamUnavailable` naming it.
         """
         if self._client is None:
             raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
+        worker = self.fleet.pick()
+        if worker is None:
+            raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
         halt = halt or Halt()
         payload = {**self.config.extra_body, **body, "stream": True, "stream_options": self.stream_options()}
+        stream = self.fleet.open(worker, self.fleet.expected(body.get("max_tokens"), prefix_tokens))
+        url = worker.chat_url
         network = None
+        finished = False
+
+        def down(message: str, details: dict[str, Any] | None = None) -> UpstreamUnavailable:
+            self.fleet.failed(worker, message)
+            return UpstreamUnavailable(message, details=details, worker=worker.base_url)
+
         try:
-            async with self._client.stream("POST", self.url, json=payload) as response:
+            async with self._client.stream("POST", url, json=payload) as response:
                 if response.status_code != 200:
                     raw = (await response.aread()).decode("utf-8", "replace")
-                    message = f"upstream {self.url} answered {response.status_code}: {raw[:500]}"
+                    message = f"upstream {url} answered {response.status_code}: {raw[:500]}"
                     details = {"upstream_status": response.status_code}
                     if response.status_code in TRANSIENT_STATUS:
-                        raise UpstreamUnavailable(message, details=details)
+                        raise down(message, details)
                     raise ApiError(ErrorCode.UPSTREAM_ERROR, message, details=details)
                 network = response.extensions.get("network_stream")
                 halt.attach(network.get_extra_info("socket") if network is not None else None)
@@ -191,9 +271,15 @@ class Upstream:
                         if isinstance(chunk, dict) and "error" in chunk:
                             raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
                         delta = _delta(chunk)
+                        if delta.has_token:
+                            self.fleet.received(stream)
+                        if delta.finish_reason is not None:
+                            finished = True
                         yield delta
                         if halt.requested and not halt.draining and delta.has_token:
                             return  # nothing to half-close: stop at this token boundary
+                    if not finished and not halt.requested:
+                        raise down(f"upstream {url} ended the stream without a finish_reason")
                 finally:
                     if halt.draining and network is not None:
                         # a half-closed connection must never go back to the pool
@@ -202,7 +288,9 @@ class Upstream:
         except httpx.HTTPError as exc:
             if halt.draining:
                 return  # the upstream ended the stream we asked it to stop: everything it sent is in
-            message = f"upstream {self.url} failed: {type(exc).__name__}: {exc}"
+            message = f"upstream {url} failed: {type(exc).__name__}: {exc}"
             if isinstance(exc, httpx.TransportError):  # refused, reset, broken off, timed out
-                raise UpstreamUnavailable(message) from None
+                raise down(message) from None
             raise ApiError(ErrorCode.UPSTREAM_ERROR, message) from None
+        finally:
+            self.fleet.close(stream, prefix_tokens + stream.received if finished else None)

@@ -1,0 +1,187 @@
+"""Several inference workers behind one policy model: load spread by outstanding tokens, health checks,
+and a worker killed mid-generation costing no episode and no token (real uvicorn workers, SIGKILL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gym_services.base.config import ConfigError, load_config
+from gym_services.models.inference_worker.generation import read_token_mirror
+from gym_services.models.policy_model.app import Config
+from gym_services.models.policy_model.fleet import Fleet
+from tests.services.models.policy_model.conftest import TOKENS_PER_SECOND
+from tests.services.models.policy_model.model_support import (
+    REQUESTS,
+    generations,
+    ident,
+    model_app,
+    reference,
+    wait_until,
+    worker_tokens,
+)
+from tests.services.models.procs import ServerProcess, start_server
+from tests.support.asgi import Control, base_config, serve
+
+WORKERS = 4
+STREAMS = 64
+RETRY = {"deadline_s": 60, "backoff_s": 0.05, "backoff_max_s": 0.3}
+
+
+# --- the choice among workers (no processes) ----------------------------------------------------
+
+
+def test_new_streams_go_to_the_worker_with_the_fewest_outstanding_tokens() -> None:
+    fleet = Fleet(["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"], expected_tokens=100)
+    a, b = fleet.workers.values()
+    long_one = fleet.open(fleet.pick(), fleet.expected(None, 0))
+    assert long_one.worker is a
+    assert fleet.pick() is b  # a has 100 outstanding, b none
+    short = [fleet.open(b, 10), fleet.open(b, 10)]
+    assert fleet.pick() is b  # two streams of 10 outstanding tokens weigh less than one of 100
+    fleet.received(long_one, 95)  # nearly done: 5 left on a, 20 on b
+    assert fleet.pick() is a
+    for stream in short:
+        fleet.close(stream)
+    assert fleet.pick() is b
+    assert fleet.expected(8, 0) == 8 and fleet.expected(None, 30) == 70
+
+
+def test_a_failed_worker_takes_no_stream_until_a_probe_finds_it_up() -> None:
+    fleet = Fleet(["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"])
+    a, b = fleet.workers.values()
+    fleet.failed(a, "connection refused")
+    assert [fleet.pick() for _ in range(3)] == [b, b, b]
+    assert fleet.can_fail_over(a.base_url) and not fleet.can_fail_over(b.base_url)
+    fleet.failed(b, "reset")
+    assert fleet.pick() is a  # none up: the least recently failed one, after the generation's backoff
+    fleet.probed(b, True)
+    assert fleet.pick() is b and b.healthy and not a.healthy
+    counts = fleet.counts()
+    assert counts["workers"] == 2 and counts["workers_healthy"] == 1
+    assert counts["worker_states"][a.base_url]["last_error"] == "connection refused"
+
+
+async def test_resolve_turns_a_service_name_into_one_worker_per_address() -> None:
+    answers = {"pool-a": ["127.0.0.1"], "pool-b": ["127.0.0.1"]}
+
+    async def resolver(host: str, port: int) -> list[str]:
+        if host not in answers:
+            raise OSError(f"{host}: name not known")
+        return answers[host]
+
+    fleet = Fleet(["http://pool-a:9001/v1", "http://pool-b:9002/v1"], resolve=True, resolver=resolver)
+    assert fleet.workers == {}
+    await fleet.refresh()
+    assert sorted(fleet.workers) == ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
+    busy = fleet.open(fleet.workers["http://127.0.0.1:9002/v1"], 10)
+    answers["pool-b"] = []  # its pod went away: no new stream, the open one goes on
+    await fleet.refresh()
+    assert [w.base_url for w in fleet.candidates()] == ["http://127.0.0.1:9001/v1"]
+    assert "http://127.0.0.1:9002/v1" in fleet.workers
+    fleet.close(busy)
+    await fleet.refresh()
+    assert sorted(fleet.workers) == ["http://127.0.0.1:9001/v1"]
+    del answers["pool-a"]  # a DNS failure is not every worker gone
+    await fleet.refresh()
+    assert sorted(fleet.workers) == ["http://127.0.0.1:9001/v1"]
+
+
+def test_fleet_configs_are_checked() -> None:
+    ok = load_config(Config, overrides=base_config("policy_model", upstream={"base_url": "http://127.0.0.1:{8000..8003}/v1"}))
+    assert len(Fleet(ok.upstream.base_url).workers) == 4
+    for bad in (
+        {"base_url": []},
+        {"base_url": ["http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1"]},
+        {"base_url": "http://127.0.0.1:{3..1}/v1"},
+        {"base_url": "ftp://127.0.0.1/v1"},
+        {"base_url": "https://workers.example/v1", "resolve": True},
+    ):
+        with pytest.raises(ConfigError):
+            load_config(Config, overrides=base_config("policy_model", upstream=bad))
+
+
+# --- four real workers, one killed while 64 generations stream ---------------------------------
+
+
+@pytest.fixture
+def fleet_workers(tmp_path: Path) -> Iterator[list[tuple[ServerProcess, Path]]]:
+    procs: list[tuple[ServerProcess, Path]] = []
+    try:
+        for i in range(WORKERS):
+            mirror = tmp_path / f"worker-{i}.tokens"
+            config = {"tokens_per_second": TOKENS_PER_SECOND, "time_to_first_token_s": 0.05, "stats_file": str(mirror)}
+            procs.append((start_server("inference_worker", config, tmp_path / f"worker-{i}"), mirror))
+        yield procs
+    finally:
+        for proc, _ in procs:
+            proc.stop()
+
+
+async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(fleet_workers, fast_worker) -> None:
+    kinds = sorted(REQUESTS)
+    expected = {kind: await reference(fast_worker.url, REQUESTS[kind]) for kind in kinds}
+    calls = [(f"r-{i}", kinds[i % len(kinds)]) for i in range(STREAMS)]
+    total = sum(expected[kind]["usage"]["output_tokens"] for _, kind in calls)
+    urls = [f"{proc.url}/v1" for proc, _ in fleet_workers]
+    app = model_app(fleet_workers[0][0].url, upstream={"base_url": urls, "health_interval_s": 0.5}, upstream_retry=RETRY)
+    victim, victim_mirror = fleet_workers[1]
+    async with serve(app) as client:
+        tasks = [
+            asyncio.create_task(client.post("/v1/responses", json=REQUESTS[kind], headers=ident(rid))) for rid, kind in calls
+        ]
+
+        def streaming() -> bool:
+            gens = generations(client)
+            return len(gens) == STREAMS and all(g.completion_tokens >= 3 for g in gens)
+
+        await wait_until(streaming, timeout_s=30, what="every generation to stream")
+        fleet = app.state.generations.upstream.fleet
+        spread = [len(w.streams) for w in fleet.workers.values()]
+        assert sum(spread) == STREAMS and max(spread) - min(spread) <= 1, spread  # balanced by outstanding tokens
+        on_victim = len(fleet.workers[f"{victim.url}/v1"].streams)
+        victim.kill()
+        responses = await asyncio.wait_for(asyncio.gather(*tasks), 90)
+        live = (await Control(client).status())["live"]
+    for (rid, kind), response in zip(calls, responses, strict=True):
+        assert response.status_code == 200, (rid, response.text)
+        assert response.json() == expected[kind], rid  # as if no worker had died
+    survivors = [await worker_tokens(proc.url) for proc, _ in fleet_workers if proc is not victim]
+    killed = read_token_mirror(str(victim_mirror))
+    assert killed > 0
+    # every token was generated once: what the dead worker streamed is a prefix the others continued
+    assert sum(survivors) + killed == total
+    assert live["tokens_generated"] == total and live["tokens_reused"] == killed
+    # every generation on the dead worker failed over at once (no backoff), to a worker that was up
+    assert live["failovers"] == live["upstream_failures"] == on_victim
+    assert live["workers_healthy"] == WORKERS - 1
+    assert live["worker_states"][f"{victim.url}/v1"]["healthy"] is False
+
+
+async def test_a_restarted_worker_is_taken_back_by_the_health_probe(tmp_path: Path) -> None:
+    config = {"tokens_per_second": 0, "time_to_first_token_s": 0}
+    first = start_server("inference_worker", config, tmp_path / "a")
+    second = start_server("inference_worker", config, tmp_path / "b")
+    port = int(second.url.rsplit(":", 1)[1])
+    try:
+        app = model_app(first.url, upstream={"base_url": [f"{first.url}/v1", f"{second.url}/v1"], "health_interval_s": 0.1})
+        async with serve(app) as client:
+            fleet = app.state.generations.upstream.fleet
+            second.kill()
+            await wait_until(lambda: fleet.counts()["workers_healthy"] == 1, what="the probe to find the worker down")
+            for i in range(4):  # every call goes to the live worker, none waits on the dead one
+                resp = await client.post("/v1/responses", json=REQUESTS["blackjack"], headers=ident(f"p-{i}"))
+                assert resp.status_code == 200
+            second = start_server("inference_worker", config, tmp_path / "b2", port=port)
+            await wait_until(lambda: fleet.counts()["workers_healthy"] == 2, what="the probe to find the worker up")
+            live = (await Control(client).status())["live"]
+            assert live["upstream_failures"] == 0  # the probe, not a generation, found it down
+            async with httpx.AsyncClient() as http:
+                assert (await http.get(f"{first.url}/stats")).json()["requests"] == 4
+    finally:
+        first.stop()
+        second.stop()

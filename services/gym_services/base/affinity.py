@@ -54,9 +54,10 @@ def expand_endpoints(value: str | list[str]) -> list[str]:
     for url in urls:
         if not re.match(r"^https?://[^\s/]+(/\S*)?$", url):
             raise ValueError(f"{url!r} is not an http(s) URL")
+    urls = [url.rstrip("/") for url in urls]
     if len(set(urls)) != len(urls):
         raise ValueError(f"the same URL is listed twice: {urls}")
-    return [url.rstrip("/") for url in urls]
+    return urls
 
 
 def _checked(value: str | list[str]) -> str | list[str]:

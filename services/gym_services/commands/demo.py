@@ -24,21 +24,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         tokens_per_second=args.tokens_per_second,
         checkpoint_at=args.checkpoint_at,
+        replicas=args.replicas,
+        workers=args.workers,
+        kill_worker_at=None if args.workers < 2 or args.no_worker_kill else args.checkpoint_at / 2,
         say=lambda text: print(text, flush=True),
         progress=None if args.quiet else progress,
     )
     started = time.perf_counter()
+    scale = ""
+    if args.replicas > 1 or args.workers > 1:
+        scale = f" with {args.replicas} replicas of every server but the collection and {args.workers} inference workers"
     try:
         story.prepare()
         print(f"gymckpt demo: {len(story.tasks)} example tasks x {args.repeats} over 4 environments "
               "(Workplace Assistant, indirect prompt injection, blackjack, Lean proofs with the sandbox stand-in)")
-        print("1) uninterrupted run: start every server as its own process, collect all rollouts", flush=True)
+        print(f"1) uninterrupted run: start every server as its own process{scale}, collect all rollouts", flush=True)
         base = story.uninterrupted()
         progress.close()
-        print(f"2) checkpointed run: collect, checkpoint once {args.checkpoint_at:.0%} of the rollouts finished to {story.storage}, "
-              "SIGKILL everything, restore into fresh processes, finish", flush=True)
+        kill = ""
+        if story.kill_worker_at is not None:
+            kill = f"SIGKILL one inference worker mid-generation once {story.kill_worker_at:.0%} of the rollouts finished, "
+        print(f"2) checkpointed run: collect, {kill}checkpoint once {args.checkpoint_at:.0%} of the rollouts finished to "
+              f"{story.storage}, SIGKILL everything, restore into fresh processes, finish", flush=True)
         ckpt = story.checkpointed()
-    except (StoryError, StackError) as exc:
+    except (StoryError, StackError, ValueError) as exc:
         print(f"\ngymckpt demo failed: {exc}", file=sys.stderr)
         return 2
     finally:
@@ -54,6 +63,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 0
     print("MISMATCH:\n  " + "\n  ".join(verdict.problems), file=sys.stderr)
     return 1
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 8:
+        raise argparse.ArgumentTypeError("must be between 1 and 8")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,5 +89,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument("--tokens-per-second", type=float, default=150.0, help="worker speed per generation (default 150)")
     p.add_argument("--checkpoint-at", type=float, default=0.4, help="checkpoint once this fraction of the rollouts finished (default 0.4)")
+    p.add_argument("--replicas", type=_count, default=1,
+                   help="processes of every participant but the collection, each its own participant; every call of a "
+                   "rollout reaches the replica holding it (default 1)")
+    p.add_argument("--workers", type=_count, default=1,
+                   help="inference workers behind the policy model; with 2 or more, one is killed with SIGKILL "
+                   "mid-generation before the checkpoint and its generations continue on the others (default 1)")
+    p.add_argument("--no-worker-kill", action="store_true", help="with --workers 2 or more: kill no worker")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_demo)

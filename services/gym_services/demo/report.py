@@ -58,6 +58,9 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     if stale and not (stale.get("status") == 409 and stale.get("code") == "stale_attempt"):
         problems.append(f"a late call of the old attempt was not refused: {stale}")
     live = ckpt.in_flight
+    killed = ckpt.worker_killed
+    if killed and ckpt.reruns_before_checkpoint:
+        problems.append(f"{ckpt.reruns_before_checkpoint} episodes were run again after the worker was killed (target 0)")
     summary = [
         ["episodes live at the checkpoint", live.get("collection", {}).get("episodes", "-")],
         ["model generations in flight (cut) / held", _model_line(live)],
@@ -74,6 +77,12 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         ["finished episodes that ran twice", len(set(ckpt.duplicates))],
         ["wall time uninterrupted / checkpointed", f"{base.duration_s:.1f} s / {ckpt.duration_s:.1f} s"],
     ]
+    if killed:
+        summary[1:1] = [
+            ["inference worker killed mid-generation", f"{killed['name']}, streaming {killed['streaming']} generations"],
+            ["generations continued on another worker", _model_sum(live, "failovers")],
+            ["episodes run again or failed after the kill", ckpt.reruns_before_checkpoint],
+        ]
     lines += ["", "checkpoint, crash and restore:", table(["", "value"], summary)]
     return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
 
@@ -97,10 +106,17 @@ def regenerated_tokens(base: Run, ckpt: Run) -> int:
     return ckpt.tokens_before_cut + ckpt.tokens_after_restore - base.tokens_generated
 
 
+def _models(live: dict) -> list[dict]:
+    """The live counts of the policy model, or of each of its replicas (policy-model-0, ...)."""
+    return [v for k, v in live.items() if k == "policy-model" or k.startswith("policy-model-")]
+
+
+def _model_sum(live: dict, kind: str) -> int | str:
+    models = _models(live)
+    return sum(int(m.get(kind, 0)) for m in models) if models else "-"
+
+
 def _model_line(live: dict) -> str:
-    model = live.get("policy-model", {})
-    if not model:
+    if not _models(live):
         return "-"
-    cut = model.get("cut", model.get("generations_cut", "-"))
-    held = model.get("held", model.get("held_responses", "-"))
-    return f"{cut} / {held}"
+    return f"{_model_sum(live, 'cut')} / {_model_sum(live, 'held')}"

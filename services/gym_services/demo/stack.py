@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gym_services.stack.config import ServerSpec, StackConfig
+from gym_services.stack.config import SINGLE_REPLICA, ServerSpec, StackConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -36,16 +36,26 @@ def write_tasks(path: Path) -> dict[str, str]:
 
 
 def demo_stack(
-    state_dir: Path, *, tokens_per_second: float = 150.0, latency_s: float = 0.1, job_dir: Path | str = "."
+    state_dir: Path,
+    *,
+    tokens_per_second: float = 150.0,
+    latency_s: float = 0.1,
+    job_dir: Path | str = ".",
+    replicas: int = 1,
+    workers: int = 1,
+    stats_dir: Path | None = None,
 ) -> StackConfig:
     """Generation speed and tool latency are real waits, so the checkpoint catches work in flight. The collection
-    server reads tasks and writes results only under ``job_dir`` (default: the folder it runs in)."""
+    server reads tasks and writes results only under ``job_dir`` (default: the folder it runs in).
+
+    ``replicas`` runs that many processes of every participant but the collection (which holds the one
+    job), ``workers`` that many inference workers behind the policy model; ``stats_dir`` is where the
+    workers mirror their token counts (read even after a worker was killed)."""
+    worker = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
+    if stats_dir is not None:
+        worker["stats_dir"] = str(stats_dir)
     servers = {
-        "inference-worker": ServerSpec(
-            server="inference_worker",
-            participant=False,
-            config={"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05},
-        ),
+        "inference-worker": ServerSpec(server="inference_worker", participant=False, config=worker),
         "policy-model": ServerSpec(server="policy_model", config={"upstream": {"base_url": "{url:inference-worker}/v1"}}),
         "workplace-assistant": ServerSpec(server="workplace_assistant", config={"tool_latency_s": latency_s}),
         "indirect-prompt-injection": ServerSpec(server="indirect_prompt_injection"),
@@ -81,4 +91,9 @@ def demo_stack(
             },
         ),
     }
+    for name, spec in servers.items():
+        if name == "inference-worker":
+            spec.replicas = workers
+        elif spec.participant and spec.server not in SINGLE_REPLICA:
+            spec.replicas = replicas
     return StackConfig(name="demo", state_dir=str(state_dir), servers=servers)

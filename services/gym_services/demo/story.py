@@ -21,10 +21,12 @@ from typing import Any
 
 import httpx
 
+from gym_services.base.affinity import replica_for
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
+from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import StackState, alive, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
@@ -32,6 +34,7 @@ from gym_services.stack.objectstore import location as embedded_location
 
 Say = Callable[[str], None]
 WORKER = "inference-worker"
+MODEL = "policy-model"
 
 
 class StoryError(RuntimeError):
@@ -57,14 +60,23 @@ class Run:
     tokens_reused: int = 0
     in_flight: dict[str, Any] = field(default_factory=dict)
     stale_call: dict[str, Any] = field(default_factory=dict)
+    #: the inference worker killed mid-generation (``--workers`` > 1): which, and what it was doing
+    worker_killed: dict[str, Any] = field(default_factory=dict)
+    #: the collection's episodes run again (as attempt + 1) before the checkpoint: a worker kill must cause none
+    reruns_before_checkpoint: int = 0
 
 
-def _worker_stats(state: StackState) -> dict[str, Any]:
-    return httpx.get(f"{state.url(WORKER)}/stats", timeout=10).json()
+def _worker_stats(url: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/stats", timeout=10).json()
 
 
-def _worker_tokens(state: StackState) -> int:
-    return int(_worker_stats(state)["tokens_generated"])
+def _worker_tokens(state: StackState, stats_dir: Path) -> int:
+    """Tokens every worker of the stack generated, killed ones included (each mirrors its count to a file)."""
+    return sum(read_token_mirror(token_mirror_path(stats_dir, w.name)) for w in state.replicas_of(WORKER))
+
+
+def _live_workers(state: StackState) -> list[str]:
+    return [w.url for w in state.replicas_of(WORKER) if alive(w.pid)]
 
 
 def _kill(pid: int) -> None:
@@ -122,6 +134,9 @@ class Story:
         tokens_per_second: float = 150.0,
         latency_s: float = 0.1,
         checkpoint_at: float = 0.4,
+        replicas: int = 1,
+        workers: int = 1,
+        kill_worker_at: float | None = None,
         timeout_s: float = 600.0,
         say: Say = print,
         progress: Callable[[str, dict], None] | None = None,
@@ -135,17 +150,22 @@ class Story:
         self.repeats, self.concurrency = repeats, concurrency
         self.tokens_per_second, self.latency_s = tokens_per_second, latency_s
         self.checkpoint_at = checkpoint_at
+        self.replicas, self.workers = replicas, workers
+        if kill_worker_at is not None and (workers < 2 or not 0 < kill_worker_at < checkpoint_at):
+            raise StoryError("killing a worker mid-generation needs at least 2 workers, and happens before the checkpoint")
+        self.kill_worker_at = kill_worker_at
         self.timeout_s = timeout_s
         self.say = say
         self.progress = progress
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _start(self, name: str) -> StackState:
+    def _start(self, name: str, stats_dir: Path) -> StackState:
         config = demo_stack(
-            self.workdir / name, tokens_per_second=self.tokens_per_second, latency_s=self.latency_s, job_dir=self.workdir
+            self.workdir / name, tokens_per_second=self.tokens_per_second, latency_s=self.latency_s, job_dir=self.workdir,
+            replicas=self.replicas, workers=self.workers, stats_dir=stats_dir,
         )
-        return start_stack(config, self.workdir, ready_timeout_s=120, env=self.server_env)
+        return start_stack(config, self.workdir, ready_timeout_s=120 + 30 * max(self.replicas, self.workers), env=self.server_env)
 
     def _start_object_store(self) -> None:
         """``--storage embedded-s3``: one local SeaweedFS for the whole demo, its keys made here."""
@@ -200,13 +220,14 @@ class Story:
     def uninterrupted(self) -> Run:
         run = Run()
         output = self.workdir / "uninterrupted.jsonl"
-        state = self._start("uninterrupted")
+        stats_dir = self.workdir / "uninterrupted" / "tokens"
+        state = self._start("uninterrupted", stats_dir)
         try:
             started = time.perf_counter()
             self._submit(state, output)
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("uninterrupted")))
             run.duration_s = time.perf_counter() - started
-            run.tokens_generated = _worker_tokens(state)
+            run.tokens_generated = _worker_tokens(state, stats_dir)
         finally:
             stop_stack(self.workdir / "uninterrupted")
         _read_results(output, run)
@@ -216,44 +237,58 @@ class Story:
         run = Run()
         output = self.workdir / "checkpointed.jsonl"
         state_dir = self.workdir / "checkpointed"
-        state = self._start("checkpointed")
+        stats_dir = state_dir / "tokens-crashed"
+        state = self._start("checkpointed", stats_dir)
         token = stack_secrets(state_dir)["control_token"]
         checkpoint_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
             started = time.perf_counter()
             self._submit(state, output)
-            self.wait_for_progress(state, self.timeout_s)
-            run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run))
+            bar = self._bar("checkpointed")
+            if self.kill_worker_at is not None:
+                self.wait_for_progress(state, self.timeout_s, share=self.kill_worker_at, bar=bar)
+                run.worker_killed = self._kill_worker(state, stats_dir)
+                self.say(f"  killed inference worker {run.worker_killed['name']} with SIGKILL while it streamed "
+                         f"{run.worker_killed['streaming']} generations")
+            self.wait_for_progress(state, self.timeout_s, bar=bar)
+            run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
+            run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run, stats_dir))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
-            run.tokens_lost_in_crash = self._crash(state) - run.tokens_before_cut
+            run.tokens_lost_in_crash = self._crash(state, stats_dir) - run.tokens_before_cut
         finally:
             stop_stack(state_dir, kill=True)  # the crash: every process, SIGKILL
         self.say(f"  killed every process with SIGKILL after checkpoint {checkpoint_id}")
-        state = self._start("checkpointed")  # fresh processes, same participant ids and secrets
+        stats_dir = state_dir / "tokens-restored"
+        state = self._start("checkpointed", stats_dir)  # fresh processes, same participant ids and secrets
         try:
             run.restore = asyncio.run(self._restore(state, token, checkpoint_id, run))
             if run.restore.status != "completed":
                 raise StoryError(f"restore failed: {run.restore.error}")
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("restored")))
             run.duration_s = time.perf_counter() - started
-            run.tokens_after_restore = _worker_tokens(state)
-            model = httpx.get(
-                f"{state.url('policy-model')}/ng-control/v1/checkpoint/status",
-                headers={"authorization": f"Bearer {token}"},
-                timeout=10,
-            ).json()
-            run.tokens_reused = int(model["live"].get("tokens_reused", 0))
+            run.tokens_after_restore = _worker_tokens(state, stats_dir)
+            for model_url in state.urls(MODEL):
+                model = httpx.get(
+                    f"{model_url}/ng-control/v1/checkpoint/status",
+                    headers={"authorization": f"Bearer {token}"},
+                    timeout=10,
+                ).json()
+                run.tokens_reused += int(model["live"].get("tokens_reused", 0))
         finally:
             stop_stack(state_dir)
         _read_results(output, run)
         return run
 
-    def wait_for_progress(self, state: StackState, timeout_s: float) -> dict[str, Any]:
-        """Wait until ``checkpoint_at`` of the rollouts finished, the rest still running: whatever the machine's
-        load, the checkpoint then catches generations, tool calls and environment steps in flight (a wait for a
-        share of the reference run's wall time could fall before the first token or after the last result)."""
-        bar = self._bar("checkpointed")
+    def wait_for_progress(
+        self, state: StackState, timeout_s: float, share: float | None = None, bar: Callable[[dict], None] | None = None
+    ) -> dict[str, Any]:
+        """Wait until ``share`` (default ``checkpoint_at``) of the rollouts finished, the rest still running:
+        whatever the machine's load, the checkpoint (or the worker kill) then catches generations, tool calls
+        and environment steps in flight (a wait for a share of the reference run's wall time could fall before
+        the first token or after the last result)."""
+        share = self.checkpoint_at if share is None else share
+        bar = bar or self._bar("checkpointed")
         deadline = time.monotonic() + timeout_s
         while True:
             job = _job(state)
@@ -261,39 +296,55 @@ class Story:
                 bar(job)
             if job["state"] == "completed":
                 raise StoryError("the collection finished before the checkpoint; lower --checkpoint-at")
-            if job["total"] and job["finished"] >= max(1, round(self.checkpoint_at * job["total"])) and job["live"]:
+            if job["total"] and job["finished"] >= max(1, round(share * job["total"])) and job["live"]:
                 return job
             if time.monotonic() > deadline:
-                raise StoryError(f"the collection did not reach {self.checkpoint_at:.0%} within {timeout_s:.0f}s: {job}")
+                raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
             time.sleep(0.02)
 
-    def _crash(self, state: StackState) -> int:
-        """SIGKILL every server but the inference worker; return the worker's final token count.
+    def _kill_worker(self, state: StackState, stats_dir: Path) -> dict[str, Any]:
+        """SIGKILL the last inference worker once it streams generations; what it generated stays counted
+        in its mirror file, and its generations continue on the other workers."""
+        victim = state.replicas_of(WORKER)[-1]
+        started = time.monotonic()
+        # several generations mid-stream at once, if the load gives that within a few seconds
+        while (active := int(_worker_stats(victim.url)["active"])) < (4 if time.monotonic() - started < 5 else 1):
+            if time.monotonic() - started > 30:
+                raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
+            time.sleep(0.01)
+        _kill(victim.pid)
+        return {"name": victim.name, "streaming": active,
+                "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}
 
-        The worker stands for the GPU: it is killed last (by the caller), once every stream of the
+    def _crash(self, state: StackState, stats_dir: Path) -> int:
+        """SIGKILL every server but the inference workers; return the workers' final token count.
+
+        The workers stand for the GPUs: they are killed last (by the caller), once every stream of the
         dead policy model has ended, so the tokens generated after the checkpoint and lost with the
         crash are counted exactly, up to the last one written into a dying connection.
         """
         for server in state.servers:
-            if server.name != WORKER:
+            if server.group_name != WORKER:
                 _kill(server.pid)
         deadline = time.monotonic() + 30
         while True:
-            stats = _worker_stats(state)
-            if stats["active"] == 0:
-                return int(stats["tokens_generated"])
+            active = sum(int(_worker_stats(url)["active"]) for url in _live_workers(state))
+            if active == 0:
+                return _worker_tokens(state, stats_dir)
             if time.monotonic() > deadline:
-                raise StoryError(f"the inference worker still streams {stats['active']} generations for dead clients after 30s")
+                raise StoryError(f"the inference workers still stream {active} generations for dead clients after 30s")
             time.sleep(0.02)
 
-    async def _checkpoint(self, state: StackState, token: str, checkpoint_id: str, run: Run) -> TransactionResult:
+    async def _checkpoint(
+        self, state: StackState, token: str, checkpoint_id: str, run: Run, stats_dir: Path
+    ) -> TransactionResult:
         async with ControlClient(token, timeout_s=120) as client:
             participants = await discover(state, client)
 
             async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
                 # every participant prepared (capture or commit is next): generations cut, nothing runs
                 if phase in (TransactionPhase.CAPTURING, TransactionPhase.COMMITTING):
-                    run.tokens_before_cut = _worker_tokens(state)
+                    run.tokens_before_cut = _worker_tokens(state, stats_dir)
                     statuses = await coordinator.status()
                     run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}
 
@@ -315,7 +366,8 @@ class Story:
         task_index = int(rollout_id.split("-")[0])
         row = {k: v for k, v in self.tasks[task_index].items() if k != "agent"}
         body = {**row, "_ng_rollout_id": rollout_id, "_ng_attempt_index": attempt - 1}
-        async with httpx.AsyncClient(timeout=30) as http:
-            resp = await http.post(f"{state.url(self.tasks[task_index]['agent'])}/run", json=body)
+        agents = state.urls(self.tasks[task_index]["agent"])
+        async with httpx.AsyncClient(timeout=30) as http:  # the agent replica that holds the rollout
+            resp = await http.post(f"{agents[replica_for(rollout_id, len(agents))]}/run", json=body)
         code = (resp.json().get("error") or {}).get("code") if resp.headers.get("content-type", "").startswith("application/json") else None
         return {"rollout_id": rollout_id, "attempt": attempt - 1, "status": resp.status_code, "code": code}

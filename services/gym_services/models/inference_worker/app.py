@@ -28,7 +28,7 @@ Pace and accounting
     (``gym_worker_tokens_generated``, ``GET /stats``) only if it goes out on a connection the client
     has not closed, not even its sending half (:mod:`.generation`): a counted streamed token always
     reaches a client that keeps reading, and closing either half of the stream stops generation.
-    ``GET /stats`` also shows the requests still in progress (``active``); ``stats_file`` mirrors the
+    ``GET /stats`` also shows the requests still in progress (``active``); ``stats_dir`` mirrors the
     count into a file that outlives a SIGKILL (:class:`~.generation.TokenMirror`).
     ``stream_options.include_usage`` adds the final usage chunk; ``continuous_usage_stats`` (a vLLM
     option) puts running usage on every chunk.
@@ -59,6 +59,7 @@ from gym_services.models.inference_worker.generation import (
     TokenMirror,
     WorkerStats,
     plan_completion,
+    token_mirror_path,
 )
 from gym_services.models.inference_worker.policies import POLICIES
 
@@ -68,10 +69,10 @@ class Config(ServerConfig):
     tokens_per_second: float = Field(default=0.0, ge=0, description="0 = as fast as possible")
     time_to_first_token_s: float = Field(default=0.0, ge=0, le=600)
     models: list[str] | None = Field(default=None, description="policies served; all when unset")
-    stats_file: str | None = Field(
+    stats_dir: str | None = Field(
         default=None,
-        description="mirror the token count into this file (memory-mapped, 8 bytes little-endian), readable after a "
-        "SIGKILL: how the demo and the benchmarks count what a killed worker generated",
+        description="mirror the token count into <stats_dir>/<participant id>.tokens (memory-mapped, 8 bytes "
+        "little-endian), readable after a SIGKILL: how the demo and the benchmarks count what a killed worker generated",
     )
 
 
@@ -90,7 +91,8 @@ def create_app(config: Config) -> Starlette:
     served = {name: POLICIES[name] for name in (config.models or POLICIES)}
     pace = Pace(config.time_to_first_token_s, config.tokens_per_second)
     metrics = Metrics(config.name)
-    stats = WorkerStats.declare(metrics, TokenMirror(config.stats_file) if config.stats_file else None)
+    mirror = TokenMirror(token_mirror_path(config.stats_dir, config.participant_id)) if config.stats_dir else None
+    stats = WorkerStats.declare(metrics, mirror)
 
     async def completions(request: Request) -> CompletionResponse:
         body = await parse_body(request, ChatCompletionRequest)

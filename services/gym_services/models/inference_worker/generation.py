@@ -135,6 +135,7 @@ class TokenMirror:
     SIZE = 8
 
     def __init__(self, path: str) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, self.SIZE)
@@ -147,8 +148,13 @@ class TokenMirror:
         struct.pack_into("<Q", self._map, 0, count)
 
 
+def token_mirror_path(stats_dir: str | Path, participant_id: str) -> str:
+    """Where a worker with ``stats_dir`` mirrors its token count."""
+    return str(Path(stats_dir) / f"{participant_id}.tokens")
+
+
 def read_token_mirror(path: str) -> int:
-    """The token count a worker's ``stats_file`` holds (0 when it has none yet)."""
+    """The token count a worker's mirror file holds (0 when it has none yet)."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:

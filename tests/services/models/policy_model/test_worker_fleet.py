@@ -113,8 +113,8 @@ def fleet_workers(tmp_path: Path) -> Iterator[list[tuple[ServerProcess, Path]]]:
     procs: list[tuple[ServerProcess, Path]] = []
     try:
         for i in range(WORKERS):
-            mirror = tmp_path / f"worker-{i}.tokens"
-            config = {"tokens_per_second": TOKENS_PER_SECOND, "time_to_first_token_s": 0.05, "stats_file": str(mirror)}
+            mirror = tmp_path / f"tokens-{i}" / "inference_worker.tokens"
+            config = {"tokens_per_second": TOKENS_PER_SECOND, "time_to_first_token_s": 0.05, "stats_dir": str(mirror.parent)}
             procs.append((start_server("inference_worker", config, tmp_path / f"worker-{i}"), mirror))
         yield procs
     finally:

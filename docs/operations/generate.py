@@ -109,6 +109,8 @@ def chart_readme(current: str) -> str:
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a type with validators: the type itself
+        return _type_name(args[0])
     if origin in (typing.Union, types.UnionType):
         return " \\| ".join("null" if a is type(None) else _type_name(a) for a in args)
     if origin is typing.Literal:

@@ -122,9 +122,15 @@ class Cancelled(TransactionError):
         super().__init__("cancelled before it completed; every participant touched was aborted")
 
 
-def replica_counts(replicas: Iterable[Replica | None]) -> dict[str, int]:
-    """Replicated server (group) -> its replica count, from participants that say which replica they are."""
-    return {r.group: r.replicas for r in replicas if r is not None}
+def replica_of(participant_id: str, replica: Replica | None) -> Replica:
+    """Which replica a participant is; one that does not say is the only replica of a server named as itself."""
+    return replica or Replica(group=participant_id, ordinal=0, replicas=1)
+
+
+def replica_counts(participants: Iterable[ParticipantRef | ManifestParticipant]) -> dict[str, int]:
+    """Server (group) -> its replica count."""
+    replicas = (replica_of(p.participant_id, p.replica) for p in participants)
+    return {r.group: r.replicas for r in replicas}
 
 
 def check_replica_sets(participants: Iterable[ParticipantRef]) -> None:
@@ -892,8 +898,10 @@ class Coordinator:
         """The current participant for each one in the checkpoint (same id, same role, same replica), in
         manifest order; a replicated server must run as many replicas as it did at the checkpoint."""
         check_replica_sets(self.participants)
-        then = replica_counts(p.replica for p in manifest.participants)
-        now = replica_counts(p.replica for p in self.participants)
+        # a checkpoint written before replicas were recorded names none: its participants match by id alone
+        recorded = [p for p in manifest.participants if p.replica is not None]
+        then = replica_counts(recorded)
+        now = replica_counts(self.participants)
         differ = sorted(g for g in then if now.get(g, 0) != then[g])
         if differ:
             counts = "; ".join(f"{g}: {then[g]} in the checkpoint, {now.get(g, 0)} here" for g in differ)
@@ -904,12 +912,12 @@ class Coordinator:
                 "chart's values) and restore again"
             )
         current = {p.participant_id: p for p in self.participants}
-        moved = [
-            p.participant_id for p in manifest.participants
-            if p.replica is not None and p.participant_id in current and current[p.participant_id].replica is not None
-            and (current[p.participant_id].replica.group, current[p.participant_id].replica.ordinal)  # type: ignore[union-attr]
-            != (p.replica.group, p.replica.ordinal)
-        ]
+
+        def place(p: ParticipantRef | ManifestParticipant) -> tuple[str, int]:
+            replica = replica_of(p.participant_id, p.replica)
+            return replica.group, replica.ordinal
+
+        moved = [p.participant_id for p in recorded if p.participant_id in current and place(current[p.participant_id]) != place(p)]
         if moved:
             raise TransactionError(f"checkpoint {checkpoint_id}: participants {moved} are other replicas here than in the checkpoint")
         missing = [p.participant_id for p in manifest.participants if p.participant_id not in current]

@@ -302,19 +302,48 @@ class Story:
                 raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
             time.sleep(0.02)
 
-    def _kill_worker(self, state: StackState, stats_dir: Path) -> dict[str, Any]:
-        """SIGKILL the last inference worker once it streams generations; what it generated stays counted
-        in its mirror file, and its generations continue on the other workers."""
+    def _kill_worker(self, state: StackState, stats_dir: Path, want: int = 4, patience_s: float = 5.0) -> dict[str, Any]:
+        """SIGKILL the last inference worker once it streams ``want`` generations (or, after ``patience_s``,
+        any); what it generated stays counted in its mirror file, and its generations continue on the
+        other workers."""
         victim = state.replicas_of(WORKER)[-1]
         started = time.monotonic()
-        # several generations mid-stream at once, if the load gives that within a few seconds
-        while (active := int(_worker_stats(victim.url)["active"])) < (4 if time.monotonic() - started < 5 else 1):
+        while (active := int(_worker_stats(victim.url)["active"])) < (want if time.monotonic() - started < patience_s else 1):
             if time.monotonic() - started > 30:
                 raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
             time.sleep(0.01)
+        streaming = sum(int(_worker_stats(url)["active"]) for url in _live_workers(state))
         _kill(victim.pid)
-        return {"name": victim.name, "streaming": active,
+        return {"name": victim.name, "streaming": active, "streaming_everywhere": streaming,
                 "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}
+
+    def worker_failover(self, want: int = 4) -> Run:
+        """Collect every task with the last inference worker SIGKILLed once it streams ``want`` generations,
+        and no checkpoint: its generations must continue on the other workers, costing no episode and no
+        token (``tokens_before_cut`` holds every worker's tokens, the killed one's included)."""
+        if self.workers < 2:
+            raise StoryError("a worker failover needs at least 2 workers")
+        run = Run()
+        output = self.workdir / "failover.jsonl"
+        stats_dir = self.workdir / "failover" / "tokens"
+        state = self._start("failover", stats_dir)
+        token = stack_secrets(self.workdir / "failover")["control_token"]
+        try:
+            started = time.perf_counter()
+            self._submit(state, output)
+            run.worker_killed = self._kill_worker(state, stats_dir, want=want, patience_s=10.0)
+            asyncio.run(_wait_job(state, self.timeout_s, self._bar("failover")))
+            run.duration_s = time.perf_counter() - started
+            run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
+            run.tokens_before_cut = _worker_tokens(state, stats_dir)
+            for server in state.replicas_of(MODEL):
+                run.in_flight[server.name] = httpx.get(
+                    f"{server.url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}, timeout=10
+                ).json()["live"]
+        finally:
+            stop_stack(self.workdir / "failover")
+        _read_results(output, run)
+        return run
 
     def _crash(self, state: StackState, stats_dir: Path) -> int:
         """SIGKILL every server but the inference workers; return the workers' final token count.

@@ -1,0 +1,292 @@
+"""Scale-out: replicas per server, a fleet of inference workers, and what one policy model process carries.
+
+Four tables from one run, every server a real uvicorn process on 127.0.0.1:
+
+1. Rollout collection throughput with 1, 2 and 4 replicas of every participant but the collection, and
+   1, 2, 4 built-in inference workers: episodes/s, CPU per episode, and where the CPU went (the
+   bottleneck). On a 2-core machine the question is whether anything serialises, not absolute speed.
+2. Checkpoint pause with 1, 2, 4, 8 replicas per role (Workplace Assistant as resources, Blackjack as the
+   environment) holding the same total sessions: replicas of a role prepare and commit concurrently, so the
+   pause must not grow with the replica count. Each is restored into fresh processes too.
+3. Worker failover: 4 workers, 64 episodes in flight; one worker is SIGKILLed while it streams
+   generations. Tokens regenerated (target 0), episodes failed or run again (target 0), rewards equal to
+   an uninterrupted run. Worker tokens come from the workers' ``stats_dir`` mirrors, which outlive a SIGKILL.
+4. Streams one policy model process carries: N concurrent generations through one policy model over 4
+   workers; tokens per CPU-second of the policy model give the streams one core carries at a given pace.
+
+    .venv/bin/python benchmarks/scale_out.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gym_services.base.affinity import replica_for  # noqa: E402
+from gym_services.base.text import table  # noqa: E402
+from gym_services.coordination.client import ControlClient  # noqa: E402
+from gym_services.coordination.coordinator import Coordinator  # noqa: E402
+from gym_services.demo.report import compare, regenerated_tokens  # noqa: E402
+from gym_services.demo.stack import demo_stack, write_tasks  # noqa: E402
+from gym_services.demo.story import Story  # noqa: E402
+from gym_services.stack.config import ServerSpec, StackConfig  # noqa: E402
+from gym_services.stack.discovery import discover  # noqa: E402
+from gym_services.stack.launcher import StackState, stack_secrets, start_stack, stop_stack  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process (the servers are single processes)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu_by_group(state: StackState) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for server in state.servers:
+        kind = "agents" if server.server.endswith("agent") else server.group_name
+        out[kind] = out.get(kind, 0.0) + cpu_seconds(server.pid)
+    return out
+
+
+async def wait_job(url: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=10) as http:
+        while time.monotonic() < deadline:
+            job = (await http.get(f"{url}/jobs/current")).json()
+            if job["state"] == "completed":
+                return job
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"collection did not finish in {timeout_s}s")
+
+
+# --- 1. throughput -------------------------------------------------------------------------------------------
+
+
+def throughput(tmp: Path, replicas: int, workers: int, repeats: int, concurrency: int) -> dict[str, Any]:
+    work = tmp / f"tp-{replicas}-{workers}"
+    tasks = work / "tasks.jsonl"
+    write_tasks(tasks)
+    stack = demo_stack(work / "stack", tokens_per_second=150.0, latency_s=0.1, replicas=replicas, workers=workers)
+    state = start_stack(stack, work, ready_timeout_s=300)
+    try:
+        collection = state.url("collection")
+        before = cpu_by_group(state)
+        started = time.perf_counter()
+        spec = {"tasks_path": str(tasks), "output_path": str(work / "out.jsonl"), "repeats": repeats, "concurrency": concurrency}
+        httpx.post(f"{collection}/jobs", json=spec, timeout=30).raise_for_status()
+        job = asyncio.run(wait_job(collection, 900))
+        wall = time.perf_counter() - started
+        after = cpu_by_group(state)
+    finally:
+        stop_stack(work / "stack")
+    cpu = {k: after[k] - before.get(k, 0.0) for k in after}
+    total = sum(cpu.values())
+    top = sorted(cpu.items(), key=lambda kv: -kv[1])[:2]
+    load = total / wall
+    verdict = "CPU (2 cores)" if load > 1.6 else "latency (model pace, tool latency)"
+    return {
+        "replicas": replicas, "workers": workers, "episodes": job["finished"], "errors": job["errors"],
+        "eps": job["finished"] / wall, "wall": wall, "cpu_per_episode": total / max(1, job["finished"]),
+        "load": load, "bottleneck": f"{verdict}; most CPU: " + ", ".join(f"{k} {v / wall:.0%}" for k, v in top),
+    }
+
+
+# --- 2. checkpoint pause versus replicas ---------------------------------------------------------------------
+
+WORKPLACE_CALLS = [
+    ("email_send_email", {"recipient": "nadia.moreau@atlas.com", "subject": "Status", "body": "On track."}),
+    ("calendar_create_event", {"event_name": "Sync", "participant_email": "nadia.moreau@atlas.com",
+                               "event_start": "2023-12-01 10:00:00", "duration": "30"}),
+]
+BLACKJACK_RESET = {"responses_create_params": {"input": [{"role": "user", "content": "play"}]}}
+
+
+async def seed(state: StackState, sessions: int) -> None:
+    """``sessions`` Workplace sessions and as many Blackjack episodes, each on the replica its rollout hashes to."""
+    workplace, blackjack = state.urls("workplace"), state.urls("blackjack")
+    limit = asyncio.Semaphore(32)
+
+    async def one(i: int, http: httpx.AsyncClient) -> None:
+        rid = f"r{i}"
+        ident = {"x-ng-rollout-id": rid, "x-ng-attempt": "0"}
+        async with limit:
+            url = workplace[replica_for(rid, len(workplace))]
+            seeded = await http.post(f"{url}/seed_session", json={}, headers=ident)
+            seeded.raise_for_status()
+            for name, args in WORKPLACE_CALLS:
+                (await http.post(f"{url}/{name}", json=args, headers=ident, cookies=seeded.cookies)).raise_for_status()
+            url = blackjack[replica_for(rid, len(blackjack))]
+            (await http.post(f"{url}/reset", json=BLACKJACK_RESET, headers=ident)).raise_for_status()
+
+    async with httpx.AsyncClient(timeout=60) as http:
+        await asyncio.gather(*(one(i, http) for i in range(sessions)))
+
+
+async def transaction(state: StackState, token: str, location: str, cid: str, restore: bool):
+    async with ControlClient(token, timeout_s=300) as client:
+        coordinator = Coordinator(await discover(state, client), client)
+        if restore:
+            return await coordinator.restore(cid, location, lease_s=120)
+        return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=120)
+
+
+def pause(tmp: Path, replicas: int, sessions: int) -> dict[str, Any]:
+    work = tmp / f"pause-{replicas}"
+    stack = StackConfig(name="bench", state_dir=str(work / "stack"), servers={
+        "workplace": ServerSpec(server="workplace_assistant", replicas=replicas),
+        "blackjack": ServerSpec(server="blackjack", replicas=replicas),
+    })
+    location = f"file://{work / 'store'}"
+    token = stack_secrets(work / "stack")["control_token"]
+    state = start_stack(stack, work, ready_timeout_s=300)
+    try:
+        asyncio.run(seed(state, sessions))
+        result = asyncio.run(transaction(state, token, location, "ck", restore=False))
+        assert result.status == "completed", result.error
+    finally:
+        stop_stack(work / "stack", kill=True)
+    state = start_stack(stack, work, ready_timeout_s=300)
+    try:
+        restored = asyncio.run(transaction(state, token, location, "ck", restore=True))
+        assert restored.status == "completed", restored.error
+    finally:
+        stop_stack(work / "stack", kill=True)
+    per_replica = [p.records for p in result.participants if p.participant_id.startswith("workplace")]
+    return {
+        "replicas": replicas, "participants": len(result.participants), "records": result.records, "bytes": result.bytes,
+        "spread": f"{min(per_replica)}-{max(per_replica)}", "pause": result.pause_s, "prepare": result.timings["prepare"],
+        "commit": result.timings["commit"], "restore": restored.pause_s,
+    }
+
+
+# --- 3. worker failover ------------------------------------------------------------------------------------------
+
+
+def failover(tmp: Path, repeats: int) -> tuple[dict[str, Any], Any]:
+    story = Story(tmp / "failover", repeats=repeats, concurrency=64, tokens_per_second=60.0, workers=4,
+                  timeout_s=600, say=lambda text: None)
+    story.prepare()
+    base = story.uninterrupted()
+    run = story.worker_failover(want=12)
+    verdict = compare(base, run, story.agent_env, tokens=False)
+    errors = sum(1 for row in run.results.values() if "error" in row)
+    models = [v for k, v in run.in_flight.items() if k.startswith("policy-model")]
+    return {
+        "episodes": len(run.results), "killed": run.worker_killed, "failovers": sum(m["failovers"] for m in models),
+        "regenerated": regenerated_tokens(base, run), "uninterrupted": base.tokens_generated, "tokens": run.tokens_before_cut,
+        "failed": errors, "reruns": run.reruns_before_checkpoint, "rewards_equal": verdict.ok,
+        "problems": verdict.problems,
+    }, story
+
+
+# --- 4. streams per policy model process ---------------------------------------------------------------------------
+
+
+def streams(tmp: Path, counts: list[int], pace: float) -> list[dict[str, Any]]:
+    from tests.services.models.policy_model.model_support import REQUESTS
+
+    work = tmp / "streams"
+    stack = StackConfig(name="streams", state_dir=str(work / "stack"), servers={
+        "worker": ServerSpec(server="inference_worker", participant=False, replicas=4,
+                             config={"tokens_per_second": pace, "time_to_first_token_s": 0.05}),
+        "model": ServerSpec(server="policy_model", config={"upstream": {"base_url": "{url:worker}/v1", "max_connections": 4096}}),
+    })
+    state = start_stack(stack, work, ready_timeout_s=300)
+    rows = []
+    bodies = [REQUESTS[k] for k in sorted(REQUESTS)]
+    try:
+        model = state.replicas_of("model")[0]
+        for n in counts:
+            async def fire() -> int:
+                limits = httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8)
+                async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+                    replies = await asyncio.gather(*(
+                        http.post(f"{model.url}/v1/responses", json=bodies[i % len(bodies)],
+                                  headers={"x-ng-rollout-id": f"s{n}-{i}", "x-ng-attempt": "0"})
+                        for i in range(n)
+                    ))
+                assert all(r.status_code == 200 for r in replies), [r.text for r in replies if r.status_code != 200][:1]
+                return sum(r.json()["usage"]["output_tokens"] for r in replies)
+
+            cpu0, t0 = cpu_seconds(model.pid), time.perf_counter()
+            tokens = asyncio.run(fire())
+            wall, cpu = time.perf_counter() - t0, cpu_seconds(model.pid) - cpu0
+            per_cpu = tokens / cpu if cpu else float("inf")
+            rows.append({"streams": n, "tokens": tokens, "wall": wall, "rate": tokens / wall, "offered": n * pace,
+                         "model_cpu": cpu / wall, "per_cpu_s": per_cpu, "carried": per_cpu / pace})
+    finally:
+        stop_stack(work / "stack")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer configurations and episodes")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gymckpt-scale-"))
+    grid = [(1, 1), (2, 2), (4, 4)] if args.quick else [(r, w) for r in (1, 2, 4) for w in (1, 2, 4)]
+    try:
+        t1 = [throughput(tmp, r, w, repeats=2 if args.quick else 4, concurrency=64) for r, w in grid]
+        t2 = [pause(tmp, r, sessions=200 if args.quick else 400) for r in (1, 2, 4, 8)]
+        t3, _ = failover(tmp, repeats=3)
+        t4 = streams(tmp, [64, 256] if args.quick else [64, 256, 1024], pace=20.0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print("1) rollout collection throughput (demo tasks, 64 in flight, workers at 150 tokens/s per stream, tools 0.1 s)")
+    print(table(
+        ["replicas", "workers", "episodes", "errors", "episodes/s", "wall s", "CPU s/episode", "CPU load", "bottleneck"],
+        [[r["replicas"], r["workers"], r["episodes"], r["errors"], f"{r['eps']:.2f}", f"{r['wall']:.1f}",
+          f"{r['cpu_per_episode']:.3f}", f"{r['load']:.2f}", r["bottleneck"]] for r in t1],
+    ))
+    print()
+    print("2) checkpoint pause vs replicas per role (workplace_assistant + blackjack, same total sessions)")
+    print(table(
+        ["replicas/role", "participants", "records", "bytes", "records/replica", "pause s", "prepare s", "commit s", "restore s"],
+        [[r["replicas"], r["participants"], r["records"], r["bytes"], r["spread"], f"{r['pause']:.3f}",
+          f"{r['prepare']:.3f}", f"{r['commit']:.3f}", f"{r['restore']:.3f}"] for r in t2],
+    ))
+    print()
+    k = t3["killed"]
+    print("3) worker failover: 4 workers, 64 episodes in flight, one worker SIGKILLed mid-generation")
+    print(table(["", "value"], [
+        ["episodes", t3["episodes"]],
+        ["generations streaming at the kill (all workers / killed one)", f"{k['streaming_everywhere']} / {k['streaming']}"],
+        ["tokens the killed worker had streamed", k["tokens"]],
+        ["generations continued on another worker", t3["failovers"]],
+        ["tokens, uninterrupted / with the kill", f"{t3['uninterrupted']} / {t3['tokens']}"],
+        ["tokens regenerated (target 0)", t3["regenerated"]],
+        ["episodes failed / run again (target 0)", f"{t3['failed']} / {t3['reruns']}"],
+        ["rewards equal to the uninterrupted run", "yes" if t3["rewards_equal"] else "NO: " + "; ".join(t3["problems"][:3])],
+    ]))
+    print()
+    print("4) one policy model process, 4 workers at 20 tokens/s per stream: how many streams it carries")
+    print(table(
+        ["streams", "tokens", "wall s", "tokens/s", "offered tokens/s", "model CPU (cores)", "tokens per model CPU-s",
+         "streams one core carries at 20 tok/s"],
+        [[r["streams"], r["tokens"], f"{r['wall']:.1f}", f"{r['rate']:.0f}", f"{r['offered']:.0f}", f"{r['model_cpu']:.2f}",
+          f"{r['per_cpu_s']:.0f}", f"{r['carried']:.0f}"] for r in t4],
+    ))
+    print(json.dumps({"failover_ok": t3["regenerated"] == 0 and t3["failed"] == 0 and t3["rewards_equal"]}))
+
+
+if __name__ == "__main__":
+    main()

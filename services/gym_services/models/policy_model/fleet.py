@@ -91,6 +91,9 @@ class Worker:
     failures: int = 0
     failed_at: float = 0.0
     last_error: str | None = None
+    tokens_received: int = 0  # every token its streams delivered to this policy model
+    finished_streams: int = 0  # streams it ended with a finish_reason
+    finished_tokens: int = 0  # the tokens of those streams (the rest were continued elsewhere or cut)
 
     @property
     def chat_url(self) -> str:
@@ -111,6 +114,9 @@ class Worker:
             "outstanding_tokens": self.outstanding(),
             "failures": self.failures,
             "last_error": self.last_error,
+            "tokens_received": self.tokens_received,
+            "finished_streams": self.finished_streams,
+            "finished_tokens": self.finished_tokens,
         }
 
 
@@ -177,12 +183,16 @@ class Fleet:
     def close(self, stream: Stream, total_tokens: int | None = None) -> None:
         """The stream ended; ``total_tokens`` is the whole generation's length when it finished."""
         stream.worker.streams.discard(stream)
+        if total_tokens is not None:
+            stream.worker.finished_streams += 1
+            stream.worker.finished_tokens += stream.received
         if total_tokens is not None and total_tokens > 0:
             self.mean_tokens += (total_tokens - self.mean_tokens) * 0.05
         self._export(stream.worker)
 
     def received(self, stream: Stream, tokens: int = 1) -> None:
         stream.received += tokens
+        stream.worker.tokens_received += tokens
 
     # --- health ------------------------------------------------------------------------
 

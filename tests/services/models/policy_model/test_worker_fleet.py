@@ -135,15 +135,15 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
             asyncio.create_task(client.post("/v1/responses", json=REQUESTS[kind], headers=ident(rid))) for rid, kind in calls
         ]
 
-        def streaming() -> bool:
+        def streaming() -> bool:  # every generation streams (on a busy machine a short one may be done first)
             gens = generations(client)
-            return len(gens) == STREAMS and all(g.completion_tokens >= 3 for g in gens)
+            return (len(gens) == STREAMS and all(g.completion_tokens >= 3 for g in gens)) or any(t.done() for t in tasks)
 
-        await wait_until(streaming, timeout_s=30, what="every generation to stream")
+        await wait_until(streaming, timeout_s=60, what="every generation to stream")
         fleet = app.state.generations.upstream.fleet
-        spread = [len(w.streams) for w in fleet.workers.values()]
+        spread = [len(w.streams) + w.finished_streams for w in fleet.workers.values()]  # every stream opened so far
         assert sum(spread) == STREAMS and max(spread) - min(spread) <= 1, spread  # balanced by outstanding tokens
-        on_victim = len(fleet.workers[f"{victim.url}/v1"].streams)
+        on_victim = len(fleet.workers[f"{victim.url}/v1"].streams) + fleet.workers[f"{victim.url}/v1"].finished_streams
         victim.kill()
         responses = await asyncio.wait_for(asyncio.gather(*tasks), 90)
         live = (await Control(client).status())["live"]
@@ -152,12 +152,18 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
         assert response.json() == expected[kind], rid  # as if no worker had died
     survivors = [await worker_tokens(proc.url) for proc, _ in fleet_workers if proc is not victim]
     killed = read_token_mirror(str(victim_mirror))
-    assert killed > 0
-    # every token was generated once: what the dead worker streamed is a prefix the others continued
+    dead = live["worker_states"][f"{victim.url}/v1"]
+    # a generation of the victim may have finished between the look at its streams and the kill (the
+    # machine is shared): those are no failover; every other one must be
+    cut_short = on_victim - dead["finished_streams"]
+    assert cut_short > 0, dead
+    # every token was generated once: what the dead worker streamed reached the policy model, and what it
+    # streamed of the generations it did not finish is the prefix another worker continued
     assert sum(survivors) + killed == total
-    assert live["tokens_generated"] == total and live["tokens_reused"] == killed
-    # every generation on the dead worker failed over at once (no backoff), to a worker that was up
-    assert live["failovers"] == live["upstream_failures"] == on_victim
+    assert dead["tokens_received"] == killed
+    assert live["tokens_generated"] == total and live["tokens_reused"] == killed - dead["finished_tokens"]
+    # every generation cut short on the dead worker failed over at once (no backoff), to a worker that was up
+    assert live["failovers"] == live["upstream_failures"] == cut_short
     assert live["workers_healthy"] == WORKERS - 1
     assert live["worker_states"][f"{victim.url}/v1"]["healthy"] is False
 

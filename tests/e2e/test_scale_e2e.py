@@ -47,10 +47,13 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     verdict = compare(base, ckpt, story.agent_env)
     assert verdict.ok, verdict.problems  # rewards equal, 0 tokens regenerated, no episode ran twice
 
-    # a worker died mid-generation; its generations went on elsewhere, no episode was run again for it
+    # a worker died mid-generation; its generations went on elsewhere at once, no episode was run again for it
+    # (a generation it was streaming may still have finished on it before the kill landed: that one needs no failover)
     assert ckpt.worker_killed["name"] == "inference-worker-1" and ckpt.worker_killed["streaming"] >= 1
     models = [live for pid, live in ckpt.in_flight.items() if pid.startswith("policy-model-")]
-    assert len(models) == 2 and sum(m["failovers"] for m in models) >= ckpt.worker_killed["streaming"]
+    failovers = sum(m["failovers"] for m in models)
+    assert len(models) == 2 and 1 <= failovers <= ckpt.worker_killed["streaming"], (failovers, ckpt.worker_killed)
+    assert failovers == sum(m["upstream_failures"] for m in models)  # none waited for a backoff
     assert ckpt.reruns_before_checkpoint == 0
     assert len(ckpt.results) == len(base.results) == len(story.tasks) and not ckpt.duplicates
 

@@ -313,6 +313,7 @@ class Story:
                 raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
             time.sleep(0.01)
         streaming = sum(int(_worker_stats(url)["active"]) for url in _live_workers(state))
+        active = int(_worker_stats(victim.url)["active"])  # again, as close to the kill as can be
         _kill(victim.pid)
         return {"name": victim.name, "streaming": active, "streaming_everywhere": streaming,
                 "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}

@@ -4,19 +4,26 @@ A participant pod carries:
 - label ``gym-checkpoint.dev/role`` (controller, environment, model, agent, resources),
 - label ``gym-checkpoint.dev/participant`` (its server name),
 - annotation ``gym-checkpoint.dev/control-port`` (or a container port named ``http``),
-- its pod IP; the participant id is the pod name (the StatefulSet keeps it across restarts).
+- its pod IP; the participant id is the pod name (the StatefulSet keeps it across restarts);
+- annotation ``gym-checkpoint.dev/replicas`` (the chart sets it): how many pods its server runs. With it,
+  the pod is replica ``<ordinal>`` of the server named by its participant label, the ordinal being the
+  StatefulSet's (label ``apps.kubernetes.io/pod-index``, else the pod name's ``-<n>`` suffix); the
+  coordinator then refuses a checkpoint missing an ordinal and a restore with other replica counts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gym_services.control.models import Replica
 from gym_services.control.protocol import ROLE_ORDER, Role
 from gym_services.coordination.client import ParticipantRef
 
 ROLE_LABEL = "gym-checkpoint.dev/role"
 PARTICIPANT_LABEL = "gym-checkpoint.dev/participant"
 PORT_ANNOTATION = "gym-checkpoint.dev/control-port"
+REPLICAS_ANNOTATION = "gym-checkpoint.dev/replicas"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 
@@ -77,6 +84,24 @@ def control_port(pod: Any) -> int | None:
     return None
 
 
+def replica_of(pod: Any) -> Replica | None:
+    """Which replica of its server the pod is, when its server says how many it runs."""
+    name = _get(pod, "metadata", "name")
+    annotations = _get(pod, "metadata", "annotations") or {}
+    labels = _get(pod, "metadata", "labels") or {}
+    if REPLICAS_ANNOTATION not in annotations:
+        return None
+    raw_ordinal = labels.get(POD_INDEX_LABEL) or str(name).rsplit("-", 1)[-1]
+    try:
+        count, ordinal = int(annotations[REPLICAS_ANNOTATION]), int(raw_ordinal)
+        return Replica(group=labels[PARTICIPANT_LABEL], ordinal=ordinal, replicas=count)
+    except (ValueError, KeyError) as exc:  # pydantic's ValidationError is a ValueError
+        raise DiscoveryError(
+            f"pod {name}: annotation {REPLICAS_ANNOTATION}={annotations[REPLICAS_ANNOTATION]!r} needs a StatefulSet pod "
+            f"(ordinal {raw_ordinal!r}) of a server with that many replicas: {exc}"
+        ) from None
+
+
 def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
     """Every participant pod, or a clear error naming a pod that is not ready to take part."""
     refs: list[ParticipantRef] = []
@@ -95,5 +120,5 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
         port = control_port(pod)
         if port is None:
             raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
-        refs.append(ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}"))
+        refs.append(ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}", replica=replica_of(pod)))
     return sorted(refs, key=lambda r: (ROLE_ORDER.index(r.role), r.participant_id))

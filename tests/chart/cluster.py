@@ -1,8 +1,9 @@
 """An emulated cluster for the chart: the API emulator (kemu) plus the controllers and kubelet it lacks.
 
 `helm install` puts the chart's objects into kemu, exactly as rendered. This module then does what a real
-cluster's controllers and kubelets would: for every StatefulSet (and Deployment) it creates the pod from the
-template and runs each container's command as a local process; for every Job (the upgrade hooks) it runs the
+cluster's controllers and kubelets would: for every StatefulSet it creates its pods ``<name>-0`` ...
+``<name>-<replicas-1>`` (for a Deployment, one pod) from the template and runs each container's command as a
+local process; for every Job (the upgrade hooks) it runs the
 command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
 readiness probe answers.
 
@@ -11,7 +12,9 @@ What it must translate, because every pod shares this machine's network and file
   SeaweedFS's) map to free ports on 127.0.0.1; a pod's ``gym-checkpoint.dev/control-port`` annotation names
   the mapped control port (the only field of a pod object that differs from its template);
 - cluster DNS: ``http://<service>.<namespace>.svc:<port>`` in ConfigMaps and env becomes the mapped port of the
-  pod behind that Service;
+  pod behind that Service (its first pod), ``http://<pod>.<headless service>.<namespace>.svc:<port>`` the mapped
+  port of that pod, and a range of pods (``<sts>-{0..N-1}.<headless>...``, the chart's URL of a replicated
+  server) the list of their mapped URLs;
 - volumes: a ConfigMap volume is written to a folder, an emptyDir is a folder, a volumeClaimTemplate is a folder
   that outlives the pod (a PersistentVolume); mount paths in commands and server configs point there;
 - credentials: processes get the emulator's kubeconfig where a pod would get its service-account token.
@@ -41,6 +44,8 @@ from tests.support.seaweed import _free
 
 BIN = Path(sys.executable).parent
 SVC_URL = re.compile(r'http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)')
+POD_URL = re.compile(r'http://([a-z0-9-]+)\.([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)')  # <pod>.<headless service>.<ns>
+ORDINALS = re.compile(r'\{(\d+)\.\.(\d+)\}')  # a replicated server's pods in one URL (the chart's serverUrl)
 PORT_FLAGS = ('--port', '--control-port')
 TEMPLATE_HASH = 'kemu-cluster/template-hash'
 
@@ -139,7 +144,8 @@ class Cluster:
             wanted: dict[str, tuple[str, str, dict[str, Any], str]] = {}
             for sts in self.items(self._apps('statefulsets')):
                 strategy = (sts['spec'].get('updateStrategy') or {}).get('type', 'RollingUpdate')
-                wanted[f"{sts['metadata']['name']}-0"] = ('StatefulSet', sts['metadata']['name'], sts, strategy)
+                for ordinal in range(sts['spec'].get('replicas', 1)):  # pods <name>-0 ... <name>-<replicas-1>
+                    wanted[f"{sts['metadata']['name']}-{ordinal}"] = ('StatefulSet', sts['metadata']['name'], sts, strategy)
             for dep in self.items(self._apps('deployments')):
                 name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
                 wanted[name] = ('Deployment', dep['metadata']['name'], dep, 'RollingUpdate')
@@ -304,8 +310,33 @@ class Cluster:
                         continue
         raise KeyError(f'no pod behind Service {service}')
 
+    def resolve_pod_url(self, pod: str, service: str, namespace: str, number: int) -> str:
+        """``<pod>.<headless service>.<namespace>.svc:<number>`` -> 127.0.0.1:<that pod's local port>."""
+        svc = self.get(f'/api/v1/namespaces/{namespace}/services/{service}')
+        if svc is None:
+            raise KeyError(f'no Service {namespace}/{service}')
+        (port,) = [p for p in svc['spec']['ports'] if p['port'] == number]
+        for sts in self.items(self._apps('statefulsets')):
+            if sts['spec'].get('serviceName') == service and pod.rsplit('-', 1)[0] == sts['metadata']['name']:
+                for container in sts['spec']['template']['spec']['containers']:
+                    try:
+                        return f'127.0.0.1:{self._named_port(pod, container, port["targetPort"])}'
+                    except KeyError:
+                        continue
+        raise KeyError(f'no pod {pod} under Service {service}')
+
     def dns(self, text: str) -> str:
+        text = POD_URL.sub(lambda m: f'http://{self.resolve_pod_url(m.group(1), m.group(2), m.group(3), int(m.group(4)))}', text)
         return SVC_URL.sub(lambda m: f'http://{self.resolve_url(m.group(1), m.group(2), int(m.group(3)))}', text)
+
+    def dns_value(self, text: str) -> str | list[str]:
+        """Like :meth:`dns`; a URL naming a range of pods (``<sts>-{0..N-1}.<headless>...``) becomes the list of
+        their local URLs, since no one local address stands for them all."""
+        found = ORDINALS.search(text)
+        if found is None:
+            return self.dns(text)
+        first, last = int(found.group(1)), int(found.group(2))
+        return [self.dns(ORDINALS.sub(str(n), text, count=1)) for n in range(first, last + 1)]
 
     def _volumes(self, pod: str, owner: str, obj: dict[str, Any]) -> dict[str, Path]:
         """mountPath -> local folder, for the pod's first container mounts and every container's."""
@@ -346,7 +377,7 @@ class Cluster:
             for mount_path, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
                 if value == mount_path or value.startswith(mount_path + '/'):
                     return str(folder) + value[len(mount_path):]
-            return self.dns(value)
+            return self.dns_value(value)
         return value
 
     def _command(self, pod: str, container: dict[str, Any], mounts: dict[str, Path]) -> tuple[list[str], dict[str, str]]:
@@ -421,6 +452,18 @@ class Cluster:
     def local_url(self, pod: str, port_name: str = 'http') -> str:
         run = self.pods[pod]
         return f'http://127.0.0.1:{self._named_port(pod, run.template["spec"]["containers"][0], port_name)}'
+
+    def read_object(self, location: str, key: str, pod: str) -> bytes:
+        """One object under a checkpoint location (``s3://bucket/prefix``), read with the S3 endpoint and keys
+        ``pod``'s first container gets (its env, as the chart renders it)."""
+        import boto3
+
+        run = self.pods[pod]
+        env = {item['name']: self._env_value(pod, item) for item in run.template['spec']['containers'][0].get('env') or []}
+        bucket, _, prefix = location.removeprefix('s3://').partition('/')
+        s3 = boto3.client('s3', endpoint_url=env['AWS_ENDPOINT_URL'], region_name=env.get('AWS_REGION', 'us-east-1'),
+                          aws_access_key_id=env['AWS_ACCESS_KEY_ID'], aws_secret_access_key=env['AWS_SECRET_ACCESS_KEY'])
+        return s3.get_object(Bucket=bucket, Key=f'{prefix}/{key}' if prefix else key)['Body'].read()
 
     def logs(self, *pods: str) -> str:
         out = []

@@ -81,6 +81,12 @@ VARIANTS = {
                                                     'persistence': {'size': '1Ti', 'storageClassName': 'standard-rwo'}}}},
     'on-delete-updates-long-drain': {'serverDefaults': {'updateStrategy': 'OnDelete', 'drainSeconds': 300, 'controlPort': 9100}},
     'name-overrides': {'fullnameOverride': 'rl'},
+    'replicas': {'servers': [
+        {'name': 'worker', 'server': 'inference_worker', 'participant': False, 'replicas': 4},
+        {'name': 'model', 'server': 'policy_model', 'role': 'model', 'replicas': 2, 'config': {'upstream': {
+            'base_url': '{{ include "gym-checkpoint.serverUrl" (dict "root" $ "name" "worker") }}/v1'}}},
+        {'name': 'agent', 'server': 'simple_agent', 'role': 'agent', 'replicas': 3, 'config': {
+            'model_url': '{{ include "gym-checkpoint.serverUrl" (dict "root" $ "name" "model") }}'}}]},
 }
 
 
@@ -233,6 +239,34 @@ def test_custom_servers_with_ports_env_resources_and_templated_config(render: An
     collection = by_kind(docs, 'ConfigMap')['demo-gym-checkpoint-collection-config']['data']['config.yaml']
     assert 'gym-agent: http://demo-gym-checkpoint-gym-agent.prod.svc:9002' in collection  # the one agent, by default
     assert 'default_agent: gym-agent' in collection
+
+
+def test_replicated_servers_are_addressed_by_ordinal_under_their_headless_service(render: Any) -> None:
+    url = '{{ include "gym-checkpoint.serverUrl" (dict "root" $ "name" "%s") }}'
+    docs = render({'servers': [
+        {'name': 'worker', 'server': 'inference_worker', 'participant': False, 'replicas': 4},
+        {'name': 'model', 'server': 'policy_model', 'role': 'model', 'replicas': 2,
+         'config': {'upstream': {'base_url': url % 'worker' + '/v1'}}},
+        {'name': 'agent', 'server': 'simple_agent', 'role': 'agent', 'replicas': 3,
+         'config': {'model_url': url % 'model', 'resources_url': url % 'tools'}},
+        {'name': 'tools', 'server': 'workplace_assistant', 'role': 'resources'},
+    ]})
+    sets = by_kind(docs, 'StatefulSet')
+    counts = {name: s['spec']['replicas'] for name, s in sets.items()}
+    assert counts == {'demo-gym-checkpoint-worker': 4, 'demo-gym-checkpoint-model': 2, 'demo-gym-checkpoint-agent': 3,
+                      'demo-gym-checkpoint-tools': 1, 'demo-gym-checkpoint-collection': 1, 'demo-gym-checkpoint-s3': 1}
+    # each pod says how many its server runs: the operator checks every ordinal takes part
+    assert sets['demo-gym-checkpoint-agent']['spec']['template']['metadata']['annotations'][
+        'gym-checkpoint.dev/replicas'] == '3'
+    configs = by_kind(docs, 'ConfigMap')
+    model = configs['demo-gym-checkpoint-model-config']['data']['config.yaml']
+    assert 'base_url: http://demo-gym-checkpoint-worker-{0..3}.demo-gym-checkpoint-worker-headless.prod.svc:8000/v1' in model
+    agent = configs['demo-gym-checkpoint-agent-config']['data']['config.yaml']
+    assert 'model_url: http://demo-gym-checkpoint-model-{0..1}.demo-gym-checkpoint-model-headless.prod.svc:8000' in agent
+    assert 'resources_url: http://demo-gym-checkpoint-tools.prod.svc:8000' in agent  # one replica: its Service
+    collection = configs['demo-gym-checkpoint-collection-config']['data']['config.yaml']
+    assert 'agent: http://demo-gym-checkpoint-agent-{0..2}.demo-gym-checkpoint-agent-headless.prod.svc:8000' in collection
+    assert by_kind(docs, 'Service')['demo-gym-checkpoint-agent-headless']['spec']['clusterIP'] == 'None'
 
 
 def test_duplicate_server_names_are_refused(helm_chart: Any) -> None:

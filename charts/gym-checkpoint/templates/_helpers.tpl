@@ -73,12 +73,23 @@ Returned as YAML ({servers: [...]}) for fromYaml; each entry gains "collection: 
 {{- printf "%s-%s" (include "gym-checkpoint.fullname" .root) .server.name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* In-cluster base URL of a server by its name, for server configs: include "gym-checkpoint.serverUrl" (dict "root" $ "name" "policy-model") */}}
+{{/*
+In-cluster base URL of a server by its name, for server configs: include "gym-checkpoint.serverUrl" (dict "root" $ "name" "policy-model").
+A server with replicas > 1 is every pod of its StatefulSet under the headless Service, written as one URL with an
+ordinal range ("http://<name>-{0..N-1}.<name>-headless.<namespace>.svc:<port>"), which the servers expand: callers
+send each rollout to the pod its id hashes to (docs/decisions.md, "Rollout affinity is a hash of the rollout id").
+*/}}
 {{- define "gym-checkpoint.serverUrl" -}}
 {{- $port := 8000 -}}
-{{- range .root.Values.servers -}}{{- if eq .name $.name -}}{{- $port = .port | default 8000 -}}{{- end -}}{{- end -}}
-{{- if and .root.Values.rollouts.enabled (eq .name .root.Values.rollouts.name) -}}{{- $port = .root.Values.rollouts.port -}}{{- end -}}
-{{- printf "http://%s-%s.%s.svc:%v" (include "gym-checkpoint.fullname" .root) .name .root.Release.Namespace $port -}}
+{{- $replicas := 1 -}}
+{{- range .root.Values.servers -}}{{- if eq .name $.name -}}{{- $port = .port | default 8000 -}}{{- $replicas = int (.replicas | default 1) -}}{{- end -}}{{- end -}}
+{{- if and .root.Values.rollouts.enabled (eq .name .root.Values.rollouts.name) -}}{{- $port = .root.Values.rollouts.port -}}{{- $replicas = 1 -}}{{- end -}}
+{{- $full := include "gym-checkpoint.serverName" (dict "root" .root "server" (dict "name" .name)) -}}
+{{- if gt $replicas 1 -}}
+{{- printf "http://%s-{0..%d}.%s-headless.%s.svc:%v" $full (sub $replicas 1) $full .root.Release.Namespace $port -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc:%v" $full .root.Release.Namespace $port -}}
+{{- end -}}
 {{- end -}}
 
 {{/* repository:tag, or repository@digest: dict "image" .Values.image "default" appVersion */}}

@@ -52,7 +52,8 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     assert ckpt.worker_killed["name"] == "inference-worker-1" and ckpt.worker_killed["streaming"] >= 1
     models = [live for pid, live in ckpt.in_flight.items() if pid.startswith("policy-model-")]
     failovers = sum(m["failovers"] for m in models)
-    assert len(models) == 2 and 1 <= failovers <= ckpt.worker_killed["streaming"], (failovers, ckpt.worker_killed)
+    # (and a new one may have started on it between the last look and the kill: no upper bound from that look)
+    assert len(models) == 2 and failovers >= 1, (failovers, ckpt.worker_killed)
     assert failovers == sum(m["upstream_failures"] for m in models)  # none waited for a backoff
     assert ckpt.reruns_before_checkpoint == 0
     assert len(ckpt.results) == len(base.results) == len(story.tasks) and not ckpt.duplicates

@@ -13,6 +13,8 @@ import pytest
 
 from gym_services.base.affinity import replica_for
 from gym_services.control import layout
+from gym_services.control.models import PackedManifest
+from gym_services.control.records import parse_participant_manifest
 from gym_services.control.storage import open_storage
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator
@@ -72,10 +74,11 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     placed = 0
     for entry in manifest["participants"]:
         replica = entry["replica"]
-        records = json.loads(storage.get(entry["manifest_key"]))["records"]
-        for record in records:
-            if record.get("rollout_id") and replica["replicas"] > 1:
-                assert replica_for(record["rollout_id"], replica["replicas"]) == replica["ordinal"], (entry, record)
+        parsed = parse_participant_manifest(storage.get(entry["manifest_key"]))  # packed (snapshot) or plain
+        rollouts = list(parsed.records.rollout_ids) if isinstance(parsed, PackedManifest) else [r.rollout_id for r in parsed.records]
+        for rollout_id in rollouts:
+            if rollout_id and replica["replicas"] > 1:
+                assert replica_for(rollout_id, replica["replicas"]) == replica["ordinal"], (entry, rollout_id)
                 placed += 1
     assert placed > 0
 

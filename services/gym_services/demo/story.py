@@ -312,9 +312,8 @@ class Story:
             if time.monotonic() - started > 30:
                 raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
             time.sleep(0.01)
-        streaming = sum(int(_worker_stats(url)["active"]) for url in _live_workers(state))
-        active = int(_worker_stats(victim.url)["active"])  # again, as close to the kill as can be
-        _kill(victim.pid)
+        _kill(victim.pid)  # at once: a look at the other workers first would let the victim's streams finish
+        streaming = active + sum(int(_worker_stats(w.url)["active"]) for w in state.replicas_of(WORKER) if w is not victim)
         return {"name": victim.name, "streaming": active, "streaming_everywhere": streaming,
                 "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}
 

@@ -819,7 +819,7 @@ def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubect
         start_operator(stack)
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
-            apply(kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60))
+            apply(kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a commit under the pause
             wait_for(proxy.withheld.is_set, timeout=30, what="the commit to be under way")
             outage_started = time.monotonic()
             kemu.outage(4.0)
@@ -890,7 +890,7 @@ def test_fault_operator_restarted_mid_commit(operator_env, kubectl, tmp_path) ->
             http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "r0"})
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
-            apply(kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60))
+            apply(kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a commit under the pause
             wait_for(proxy.withheld.is_set, timeout=30, what="the commit to be under way")
             assert phase(kubectl, "checkpoint", "restarted") == "Committing"
             killed = time.monotonic()

@@ -220,7 +220,13 @@ def _align(arrays: list[np.ndarray], kinds: list[str], bt: BaseTable, n_rows: in
     kept rows). Rows after the kept ones are appended rows."""
     n_base = len(bt.df.index)
     k = bt.key
-    if k is None or kinds[k] != "object" or bt.key_sorted is None or bt.key_rows is None:
+    if (
+        k is None
+        or kinds[k] not in ("object", "str")  # both are arrays of object pointers (pandas' python-backed strings too)
+        or arrays[k].dtype != object
+        or bt.key_sorted is None
+        or bt.key_rows is None
+    ):
         n_kept = min(n_rows, n_base)  # no key: rows by position
         if n_kept == n_base == n_rows:
             return None, n_kept

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gym_services.resources.workplace_assistant import codec, codec_columns, codec_diff
+from gym_services.resources.workplace_assistant import codec, codec_columns, codec_diff, codec_models
 from gym_services.resources.workplace_assistant.codec import (
     InvalidSessionState,
     UnencodableStateError,
@@ -436,3 +436,19 @@ def test_json_lists_and_objects_a_tool_stored_round_trip() -> None:
     cells["json_cells"] = [[0, "not a container"]]
     with pytest.raises(InvalidSessionState):
         restore(bad)
+
+
+def test_rows_removed_from_a_string_dtype_table_stay_a_diff() -> None:
+    """pandas' python-backed string columns (the default dtype of text columns from pandas 3 on) are aligned by their
+    key column like object columns: a deleted row is one removed position, not the whole table stored again."""
+    n = 200
+    base = pd.DataFrame(
+        {"email_id": [f"{i:08d}" for i in range(n)], "body": [f"text {i}" for i in range(n)]},
+        dtype=codec_columns.STR_DTYPE,
+    )
+    bt = codec_diff.BaseTable.of(base)
+    session = base[base["email_id"] != "00000005"]
+    encoded = codec_diff.encode_table(session, bt)
+    assert encoded.get("removed") == [5] and "full" not in encoded and "cells" not in encoded
+    restored = codec_diff.decode_table_diff(codec_models.DiffTableModel.model_validate(json_round_trip(encoded)), bt)
+    pd.testing.assert_frame_equal(restored, session, check_exact=True)

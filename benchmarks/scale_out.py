@@ -66,9 +66,9 @@ def cpu_by_group(state: StackState) -> dict[str, float]:
     return out
 
 
-async def wait_job(url: str, timeout_s: float) -> dict[str, Any]:
+async def wait_job(url: str, token: str, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
         while time.monotonic() < deadline:
             job = (await http.get(f"{url}/jobs/current")).json()
             if job["state"] == "completed":
@@ -84,15 +84,18 @@ def throughput(tmp: Path, replicas: int, workers: int, repeats: int, concurrency
     work = tmp / f"tp-{replicas}-{workers}"
     tasks = work / "tasks.jsonl"
     write_tasks(tasks)
-    stack = demo_stack(work / "stack", tokens_per_second=150.0, latency_s=0.1, replicas=replicas, workers=workers)
+    stack = demo_stack(work / "stack", tokens_per_second=150.0, latency_s=0.1, job_dir=work, replicas=replicas,
+                       workers=workers)
+    token = stack_secrets(work / "stack")["control_token"]  # the demo stack's collection takes the control token
     state = start_stack(stack, work, ready_timeout_s=300)
     try:
         collection = state.url("collection")
         before = cpu_by_group(state)
         started = time.perf_counter()
         spec = {"tasks_path": str(tasks), "output_path": str(work / "out.jsonl"), "repeats": repeats, "concurrency": concurrency}
-        httpx.post(f"{collection}/jobs", json=spec, timeout=30).raise_for_status()
-        job = asyncio.run(wait_job(collection, 900))
+        httpx.post(f"{collection}/jobs", json=spec, timeout=30,
+                   headers={"authorization": f"Bearer {token}"}).raise_for_status()
+        job = asyncio.run(wait_job(collection, token, 900))
         wall = time.perf_counter() - started
         after = cpu_by_group(state)
     finally:

@@ -944,7 +944,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     story = Story(tmp_path / "story", tokens_per_second=30.0, say=lambda text: None)
     story.prepare()
     base = story.uninterrupted()
-    state = story._start("k8s")
+    state = story._start("k8s", tmp_path / "story" / "tokens-crashed")
     token = stack_secrets(tmp_path / "story" / "k8s")["control_token"]
     output = tmp_path / "story" / "k8s.jsonl"
     try:
@@ -960,7 +960,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
         assert status["episodes"] > 0, ("the checkpoint caught no live episode", _job(state))
     finally:
         stop_stack(tmp_path / "story" / "k8s", kill=True)
-    state = story._start("k8s")
+    state = story._start("k8s", tmp_path / "story" / "tokens-restored")
     try:
         participant_pods(kubectl, state, token)
         apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "whole-rs"},

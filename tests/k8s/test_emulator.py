@@ -113,14 +113,14 @@ def test_status_subresource_is_isolated_and_generation_tracks_spec(api: httpx.Cl
     assert api.post(CKPTS.format(ns=ns), json=checkpoint('iso')).status_code == 201
 
     via_status = api.patch(f'{url}/status', headers=merge, content=json.dumps(
-        {'spec': {'leaseSeconds': 99}, 'status': {'phase': 'Preparing'}})).json()
+        {'spec': {'ttl': '99s'}, 'status': {'phase': 'Preparing'}})).json()
     assert via_status['status'] == {'phase': 'Preparing'}
-    assert 'leaseSeconds' not in via_status['spec'] and via_status['metadata']['generation'] == 1
+    assert 'ttl' not in via_status['spec'] and via_status['metadata']['generation'] == 1
 
     via_main = api.patch(url, headers=merge, content=json.dumps(
-        {'spec': {'leaseSeconds': 60}, 'status': {'phase': 'Failed'}})).json()
+        {'spec': {'ttl': '60s'}, 'status': {'phase': 'Failed'}})).json()  # ttl: the CRD's one mutable spec field
     assert via_main['status'] == {'phase': 'Preparing'}
-    assert via_main['spec']['leaseSeconds'] == 60 and via_main['metadata']['generation'] == 2
+    assert via_main['spec']['ttl'] == '60s' and via_main['metadata']['generation'] == 2
 
 
 def test_kubectl_wait_returns_after_a_status_patch(api: httpx.Client, kubectl_shared: Any, tmp_path: Path,
@@ -166,7 +166,7 @@ def test_watch_resumes_from_resource_version_without_duplicates(api: httpx.Clien
     rv = api.get(base).json()['metadata']['resourceVersion']
     api.post(base, json=checkpoint('c'))
     api.patch(f'{base}/a', headers={'Content-Type': 'application/merge-patch+json'},
-              content='{"spec": {"leaseSeconds": 30}}')
+              content='{"spec": {"ttl": "30s"}}')  # ttl may change after creation (CEL rule), leaseSeconds not
     api.delete(f'{base}/b')
 
     started = time.monotonic()
@@ -232,14 +232,14 @@ def test_replace_server_side_apply_and_conflicts(api: httpx.Client, kubectl_shar
     kubectl_shared('apply', '--server-side', '-f', '-', input=yaml.safe_dump(manifest))
     url = f'{CKPTS.format(ns=ns)}/ssa'
     current = api.get(url).json()
-    assert current['spec'] == {'leaseSeconds': 20}
+    assert current['spec']['leaseSeconds'] == 20 and current['spec']['deletionPolicy'] == 'Retain'  # + schema defaults
 
-    manifest['spec'] = {'leaseSeconds': 40}
+    manifest['spec'] = {'leaseSeconds': 20, 'ttl': '40s'}  # only ttl and deletionPolicy may change (CEL rule)
     kubectl_shared('replace', '-f', '-', input=yaml.safe_dump(manifest))
     replaced = api.get(url).json()
-    assert replaced['spec'] == {'leaseSeconds': 40} and replaced['metadata']['uid'] == current['metadata']['uid']
+    assert replaced['spec']['ttl'] == '40s' and replaced['metadata']['uid'] == current['metadata']['uid']
 
-    stale = dict(current, spec={'leaseSeconds': 50})
+    stale = dict(current, spec=dict(current['spec'], ttl='50s'))
     conflict = api.put(url, json=stale)
     assert conflict.status_code == 409 and conflict.json()['reason'] == 'Conflict'
 

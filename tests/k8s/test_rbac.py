@@ -194,6 +194,9 @@ def test_the_charts_operator_role_as_rendered_by_helm(cluster: Any, kubectl_shar
     token = kubectl_shared('-n', 'team', 'create', 'token', sa).stdout.strip()
     base = f'/apis/{GROUP}/v1alpha1/namespaces/team'
     merge = {'Content-Type': 'application/merge-patch+json'}
+    kubectl_shared('apply', '-f', '-', input=yaml.safe_dump(  # the Checkpoint whose status the operator writes
+        {'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'c1', 'namespace': 'team'},
+         'spec': {}}))
     with cluster.client(token=token) as operator:
         assert operator.get(f'{base}/checkpoints').status_code == 200
         assert operator.get(f'{base}/restores', params={'watch': 'true', 'timeoutSeconds': '0'}).status_code == 200
@@ -204,7 +207,8 @@ def test_the_charts_operator_role_as_rendered_by_helm(cluster: Any, kubectl_shar
                  'involvedObject': {'kind': 'Checkpoint', 'name': 'c1', 'namespace': 'team'},
                  'reason': 'Preparing', 'message': 'preparing', 'type': 'Normal'}
         assert operator.post('/api/v1/namespaces/team/events', json=event).status_code == 201
-        for method, path in (('DELETE', f'{base}/checkpoints/c1'), ('POST', f'{base}/checkpoints'),
+        # DELETE of a Checkpoint is granted: the operator deletes one whose spec.ttl ran out
+        for method, path in (('DELETE', f'{base}/restores/r1'), ('POST', f'{base}/checkpoints'),
                              ('GET', '/api/v1/namespaces'), ('GET', '/api/v1/namespaces/default/pods'),
                              ('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'),
                              ('DELETE', '/api/v1/namespaces/team/pods/x'), ('GET', '/api/v1/namespaces/team/configmaps')):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -46,6 +47,7 @@ from gym_operator.status import failed_status, now, pending_status, progress_sta
 from gym_operator.writer import StatusWriter
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
+from gym_services.control.participant import InvalidState
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
@@ -475,8 +477,13 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
         raise kopf.TemporaryError(message, delay=2)
     try:
         config, _access = await _storage_access(parsed.storage, namespace, memo.kube, memo.settings)
-        deleted = await asyncio.to_thread(delete_checkpoint, open_storage(location, config), checkpoint_id)
-    except (StorageError, LookupError, Refused) as exc:
+        # the transaction is over (cancelled above, or its operator gone): never published later, so an
+        # unpublished checkpoint of it is abandoned, not in flight
+        deleted = await asyncio.to_thread(
+            functools.partial(delete_checkpoint, open_storage(location, config), checkpoint_id, abandoned=True,
+                              by=f"Checkpoint {namespace}/{name}")
+        )
+    except (StorageError, LookupError, Refused, InvalidState) as exc:
         message = f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; retrying (set spec.deletionPolicy: Retain to keep it)"
         kopf.warn(body, reason="DeleteFailed", message=message[:1024])
         raise kopf.TemporaryError(message, delay=10) from None

@@ -18,12 +18,13 @@ from pydantic import ValidationError
 
 from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints, parse_global_manifest
-from gym_services.coordination.retention import delete_checkpoint, restoring
+from gym_services.coordination.retention import InFlight, delete_checkpoint, prune, restoring
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
 from gym_services.control import layout
 from gym_services.control.decisions import restore_decisions
 from gym_services.control.models import StatusResponse
+from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.stack.config import load_stack
@@ -544,14 +545,30 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
                 f"{', '.join(busy)} of the running stack are restoring {args.checkpoint_id}; "
                 "wait for the restore to finish (`gymckpt status`), then delete"))
         storage = open_storage(location, _storage_config(args))
-        deleted = delete_checkpoint(storage, args.checkpoint_id)
-    except (StackError, StorageError) as exc:
+        deleted = delete_checkpoint(storage, args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
+    except (StackError, StorageError, InFlight, InvalidState) as exc:
         return _fail("checkpoints delete", exc)
-    if deleted.objects == 0:
+    if deleted.objects == 0 and not deleted.kept:
         return _fail("checkpoints delete", StackError(
             f"no checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"))
     what = "checkpoint" if deleted.published else "incomplete checkpoint"
-    print(f"deleted {what} {args.checkpoint_id} at {location}: {deleted.objects} objects")
+    print(f"deleted {what} {args.checkpoint_id} at {location}: {deleted.objects} objects"
+          + (f"; {deleted.kept} kept while other checkpoints read them (`gymckpt checkpoints prune` removes them "
+             "once none does)" if deleted.kept else ""))
+    return 0
+
+
+def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
+    try:
+        location = _location(args)
+        storage = open_storage(location, _storage_config(args))
+        pruned = prune(storage)
+    except (StackError, StorageError, InvalidState) as exc:
+        return _fail("checkpoints prune", exc)
+    for deleted in pruned:
+        print(f"removed {deleted.objects} objects of {deleted.checkpoint_id}"
+              + (f" ({deleted.kept} still read by other checkpoints)" if deleted.kept else ""))
+    print(f"pruned {len(pruned)} checkpoints at {location} that will never be published")
     return 0
 
 
@@ -658,3 +675,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(q, storage=True)
     q.add_argument("checkpoint_id")
     q.set_defaults(func=cmd_checkpoints_delete)
+    q = inner.add_parser("prune", help="remove what checkpoints that never published left behind",
+                         description="Remove the objects of checkpoints that will never be published: unpublished "
+                         "ones whose claim is older than the bound to publish (6 h, plus 10 min for clocks), or "
+                         "that have no claim, and what deleted checkpoints kept for others that no checkpoint "
+                         "reads any more. Published checkpoints and those still being written are never touched.")
+    _common(q, storage=True)
+    q.set_defaults(func=cmd_checkpoints_prune)

@@ -29,6 +29,11 @@ def checkpoint_of(key: str) -> str | None:
     return parts[1] if len(parts) > 2 and parts[0] == "checkpoints" else None
 
 
+def reuse_intent_key(checkpoint_id: str, participant_id: str) -> str:
+    """Written before a participant relies on packs of earlier checkpoints: deletion keeps what it names."""
+    return f"{participant_prefix(checkpoint_id, participant_id)}/reuses.json"
+
+
 def participant_manifest_key(checkpoint_id: str, participant_id: str) -> str:
     return f"{participant_prefix(checkpoint_id, participant_id)}/manifest.json"
 
@@ -40,6 +45,11 @@ def global_manifest_key(checkpoint_id: str) -> str:
 def claim_key(checkpoint_id: str) -> str:
     """Written first, with a conditional put: the one transaction this checkpoint id names."""
     return f"{checkpoint_prefix(checkpoint_id)}/claim.json"
+
+
+def tombstone_key(checkpoint_id: str) -> str:
+    """This checkpoint id is deleted or abandoned: never published (again), its objects are being removed."""
+    return f"{checkpoint_prefix(checkpoint_id)}/tombstone.json"
 
 
 def restore_decision_key(checkpoint_id: str, restore_id: str) -> str:

@@ -397,6 +397,34 @@ class CheckpointClaim(_Strict):
     participants: list[str] = Field(default_factory=list)
 
 
+class ReuseIntent(_Strict):
+    """Written by a participant before it relies on packs of earlier checkpoints (the ``snapshot`` method).
+
+    Deletion keeps every pack an in-flight checkpoint's intents name (``docs/protocol.md``, "Deleting
+    checkpoints"); once that checkpoint is published, its manifests protect them instead.
+    """
+
+    schema_version: int
+    kind: Literal["gym-checkpoint/reuse-intent"] = "gym-checkpoint/reuse-intent"
+    checkpoint_id: str
+    participant_id: str
+    created_at: float
+    packs: list[str] = Field(default_factory=list, description="pack keys of earlier checkpoints it may reference")
+
+
+class Tombstone(_Strict):
+    """This checkpoint id is over: deleted (by retention or ``gymckpt checkpoints delete``) or abandoned
+    (its transaction failed). It is never published again and its claim refuses every transaction; its
+    objects are removed as soon as no other checkpoint reads them."""
+
+    schema_version: int
+    kind: Literal["gym-checkpoint/tombstone"] = "gym-checkpoint/tombstone"
+    checkpoint_id: str
+    reason: Literal["deleted", "abandoned"]
+    by: str = ""
+    created_at: float
+
+
 class GlobalManifest(_Strict):
     """Written last by the coordinator with a conditional put: its presence is the commit."""
 

@@ -7,7 +7,8 @@ resumed; it
 1. encodes every record of a :class:`~gym_services.control.participant.Capture` and takes its digest;
 2. references a record whose bytes an earlier checkpoint of this participant already holds (the
    newest published one of its :class:`ReuseIndex` es, by content digest) instead of writing it again, as long as that checkpoint is
-   published and the pack holding it stays mostly referenced (:data:`MIN_LIVE_SHARE`);
+   published and the pack holding it stays mostly referenced (:data:`MIN_LIVE_SHARE`); the packs it
+   will reference are named in a reuse intent first, so no deletion removes them meanwhile;
 3. lays the other records end to end in packs of about ``pack_bytes``, uploads them concurrently
    and verifies each is stored whole (its size, one metadata request), as well as every pack it reuses;
 4. writes the participant manifest last (gzip-compressed JSON, records indexed by columns).
@@ -35,10 +36,12 @@ from gym_services.control import layout
 from gym_services.control.models import (
     PACKED_SCHEMA_VERSION,
     RECORD_KEY_PATTERN,
+    SCHEMA_VERSION,
     CheckpointMode,
     PackedManifest,
     PackedRecords,
     PackEntry,
+    ReuseIntent,
     Role,
     VerifyMode,
 )
@@ -135,12 +138,38 @@ def _encode(capture: Capture, cancel: threading.Event, progress: Progress) -> li
     return out
 
 
-def _usable(storage: Storage, candidates: Sequence[ReuseIndex]) -> ReuseIndex | None:
-    """The newest index whose checkpoint is published (an unpublished one's objects may be deleted any time)."""
+def _claim_reuse(
+    storage: Storage,
+    encoded: list[tuple[Record, str]],
+    candidates: Sequence[ReuseIndex],
+    checkpoint_id: str,
+    participant_id: str,
+) -> dict[str, Located]:
+    """What this checkpoint references instead of writing again: from the newest index whose checkpoint
+    is published (an unpublished one's objects may be deleted any time).
+
+    The packs it will reference are named in a :class:`~gym_services.control.models.ReuseIntent` *before*
+    the earlier checkpoint is checked to be published. Deletion removes a checkpoint's global manifest
+    before it reads intents (:mod:`gym_services.coordination.references`), so either this check sees the
+    manifest gone (nothing is reused) or that deletion sees this intent (the packs are kept).
+    """
     for reuse in candidates:
-        if reuse.by_digest and storage.exists(layout.global_manifest_key(reuse.checkpoint_id)):
-            return reuse
-    return None
+        if not reuse.by_digest:
+            continue
+        reused = _reusable(encoded, reuse)
+        if not reused:
+            return {}
+        intent = ReuseIntent(
+            schema_version=SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            participant_id=participant_id,
+            created_at=time.time(),
+            packs=sorted({where.pack.key for where in reused.values()}),
+        )
+        storage.put(layout.reuse_intent_key(checkpoint_id, participant_id), intent.model_dump_json(indent=1).encode())
+        if storage.exists(layout.global_manifest_key(reuse.checkpoint_id)):
+            return reused
+    return {}
 
 
 def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> dict[str, Located]:
@@ -190,7 +219,7 @@ def persist(
     timings["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    reused = _reusable(encoded, _usable(storage, reuse))
+    reused = _claim_reuse(storage, encoded, reuse, checkpoint_id, participant_id)
     packs: list[PackEntry] = []
     pack_of: dict[str, int] = {}  # pack key -> position in ``packs``
     columns: dict[str, list] = {k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")}

@@ -18,6 +18,11 @@ DEFAULT_LEASE_S = 30.0
 DEFAULT_PREPARE_TIMEOUT_S = 30.0
 #: a resources server's reply to ``/seed_session`` advertises its verify mode in this header
 VERIFY_HEADER = "x-ng-checkpoint-verify"
+#: a checkpoint not published within this long after its claim never is: the coordinator refuses to
+#: publish (or carry on) past it, so deletion may then treat the checkpoint's objects as orphans
+CHECKPOINT_IN_FLIGHT_S = 6 * 3600.0
+#: how far apart hosts' clocks may be: a claim's time is its coordinator's, a deleter compares it with its own
+CLOCK_SKEW_S = 600.0
 
 
 class Role(enum.StrEnum):

@@ -63,6 +63,7 @@ from gym_services.control.models import (
 )
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import (
+    CHECKPOINT_IN_FLIGHT_S,
     DEFAULT_LEASE_S,
     DEFAULT_PREPARE_TIMEOUT_S,
     ROLE_ORDER,
@@ -400,7 +401,7 @@ class Coordinator:
         progress = Progress(self, checkpoint_id)
         try:
             check_replica_sets(self.participants)  # before the id is claimed: a missing replica is no transaction
-            existing = await self.claim(storage, checkpoint_id, transaction_id, claimed_by)
+            existing, publish_by = await self.claim(storage, checkpoint_id, transaction_id, claimed_by)
         except (TransactionError, StorageError, InvalidState) as exc:
             await progress.report(TransactionPhase.FAILED, error=str(exc))
             return self._failed(
@@ -410,7 +411,7 @@ class Coordinator:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
         if CheckpointMethod(method) is CheckpointMethod.SNAPSHOT:
             return await self._snapshot_checkpoint(
-                storage, checkpoint_id, transaction_id, location, prepare_timeout_s, lease_s, progress, cancel
+                storage, checkpoint_id, transaction_id, location, prepare_timeout_s, lease_s, progress, cancel, publish_by
             )
         clock = Stopwatch()
         async with self._leases(checkpoint_id, lease_s) as touched:
@@ -424,7 +425,9 @@ class Coordinator:
                 with clock.step("verify"):
                     await self.verify_manifests(storage, checkpoint_id, committed.answers)
                 self._check_cancelled(cancel)
-                published = await self.publish(storage, checkpoint_id, transaction_id, committed, progress, clock)
+                published = await self.publish(
+                    storage, checkpoint_id, transaction_id, committed, progress, clock, publish_by=publish_by
+                )
             except (TransactionError, StorageError, InvalidState) as exc:
                 return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
             await progress.enter(TransactionPhase.RESUMING)
@@ -439,15 +442,23 @@ class Coordinator:
 
     async def claim(
         self, storage: Storage, checkpoint_id: str, transaction_id: str, claimed_by: str
-    ) -> GlobalManifest | None:
+    ) -> tuple[GlobalManifest | None, float]:
         """Make ``checkpoint_id`` name this transaction, before anything is paused.
 
         The claim is written with a conditional put, so of two transactions racing for one id exactly
         one gets it. Returns the published manifest when this very transaction already completed
-        (a repeat). Raises :class:`TransactionError` when the id belongs to another transaction: a
-        claim of another one, or a checkpoint published without a claim (by an earlier version).
+        (a repeat), and the time (``time.time()``) after which it may no longer be published: the claim's
+        time plus :data:`~gym_services.control.protocol.CHECKPOINT_IN_FLIGHT_S` (deletion treats an
+        unpublished checkpoint as abandoned after that). Raises :class:`TransactionError` when the id
+        belongs to another transaction (a claim of another one, or a checkpoint published without a
+        claim by an earlier version), was deleted (a tombstone), or its claim is older than that bound.
         """
         published = await self._published(storage, checkpoint_id)
+        if published is None and await self._in_thread(storage.exists, layout.tombstone_key(checkpoint_id)):
+            raise TransactionError(
+                f"checkpoint id {checkpoint_id} at {storage.url} was deleted or abandoned; nothing was paused or "
+                "written: choose another checkpoint id"
+            )
         if published is not None and published.transaction_id != transaction_id:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(published.created_at))
             raise TransactionError(
@@ -476,7 +487,16 @@ class Coordinator:
                     f"({held.transaction_id}, by {held.claimed_by}, {when}; {state}); nothing was paused or written: "
                     "choose another checkpoint id, or repeat that transaction with its id"
                 ) from None
-        return published
+            claim = held
+        publish_by = claim.created_at + CHECKPOINT_IN_FLIGHT_S
+        if published is None and time.time() > publish_by:
+            raise TransactionError(
+                f"checkpoint id {checkpoint_id} at {storage.url} was claimed by this transaction "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(claim.created_at))}, more than "
+                f"{CHECKPOINT_IN_FLIGHT_S / 3600:g} h ago, and never published: it is abandoned (deletion may remove "
+                "its objects); nothing was paused or written: choose another checkpoint id"
+            )
+        return published, publish_by
 
     async def _snapshot_checkpoint(
         self,
@@ -488,6 +508,7 @@ class Coordinator:
         lease_s: float,
         progress: Progress,
         cancel: asyncio.Event | None = None,
+        publish_by: float = float("inf"),
     ) -> TransactionResult:
         """prepare -> capture -> resume (the pause ends) -> persist -> verify -> publish."""
         clock = Stopwatch()
@@ -513,7 +534,8 @@ class Coordinator:
                 await self.verify_manifests(storage, checkpoint_id, committed.answers)
             self._check_cancelled(cancel)
             published = await self.publish(
-                storage, checkpoint_id, transaction_id, committed, progress, clock, method=CheckpointMethod.SNAPSHOT
+                storage, checkpoint_id, transaction_id, committed, progress, clock, method=CheckpointMethod.SNAPSHOT,
+                publish_by=publish_by,
             )
         except (TransactionError, StorageError, InvalidState) as exc:
             # already resumed: abandon every background upload, so no participant manifest appears later
@@ -665,9 +687,19 @@ class Coordinator:
         clock: Stopwatch,
         *,
         method: CheckpointMethod = CheckpointMethod.SYNC,
+        publish_by: float = float("inf"),
     ) -> Published:
-        """Write the global manifest, last and only if absent: its presence is the checkpoint."""
+        """Write the global manifest, last and only if absent: its presence is the checkpoint.
+
+        Not after ``publish_by`` (:meth:`claim`): by then deletion may treat this checkpoint as
+        abandoned and remove objects it lists.
+        """
         await progress.enter(TransactionPhase.PUBLISHING)
+        if time.time() > publish_by:
+            raise TransactionError(
+                f"checkpoint {checkpoint_id} was not published within {CHECKPOINT_IN_FLIGHT_S / 3600:g} h of its claim; "
+                "it never will be (deletion may already remove its objects): take a new checkpoint"
+            )
         with clock.step("publish"):
             commits = committed.answers
             manifest = GlobalManifest(

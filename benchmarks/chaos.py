@@ -11,13 +11,18 @@ moments (a random share of the rollouts finished, the rest in flight) one cycle 
 - ``c``: a checkpoint by ``gymckpt checkpoint`` in its own process, SIGKILLed mid-transaction -> every participant
   must reopen admission within its lease, and collection carries on;
 - ``d``: the inference worker SIGKILLed mid-generation and restarted: the policy model retries, collection carries
-  on.
+  on;
+- ``e`` (``--storage embedded-s3`` only, where this script owns the S3 server): S3 stopped while a checkpoint writes
+  (a sync commit, the background persist of a snapshot, or the publication) - its SeaweedFS SIGSTOPped, or
+  SIGKILLed and started again on the same ports and data - for a random while. The checkpoint completes (published)
+  or fails (never published, not even later), the pause ends within its bound (admission reopens everywhere),
+  collection carries on, and once S3 is back the next checkpoint completes and is restored (as in ``a``).
 
 At the end, compared with an uninterrupted run of the same tasks: every (task, repeat) exactly once, every reward
 equal, no error rows, the results file valid JSONL. Storage is ``file://`` (default) or S3 (``--s3-endpoint``,
 keys from the AWS_* variables).
 
-    .venv/bin/python benchmarks/chaos.py [--cycles 50] [--kinds abcd] [--seed 1] [--storage embedded-s3|s3://bucket/prefix]
+    .venv/bin/python benchmarks/chaos.py [--cycles 50] [--kinds abcd(e)] [--seed 1] [--storage embedded-s3|s3://bucket/prefix]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,13 +50,61 @@ from gym_services.base.config import StorageConfig
 from gym_services.control import layout
 from gym_services.control.storage import open_storage
 from gym_services.coordination.client import ControlClient
+from gym_services.control.protocol import CheckpointMethod
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase
 from gym_services.demo.story import Run, Story
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import StackState, read_state, restart_server, stack_secrets, stop_stack
+from gym_services.stack.objectstore import read_store, start_local_s3
 
 WORKER = "inference-worker"
-KINDS = "abcd"
+KINDS = "abcde"
+#: the kinds that need this script to own the S3 server (``--storage embedded-s3``)
+S3_KINDS = "e"
+
+
+class S3Outage:
+    """The story's local S3 (SeaweedFS) made unavailable from :meth:`begin` for ``outage_s``, then back: ``stop``
+    SIGSTOPs its process group (requests hang) and SIGCONTs it; ``kill`` SIGKILLs it (connections refused) and
+    starts it again on the same ports and data. :meth:`end` waits until it answers again."""
+
+    def __init__(self, story: Story, how: str, outage_s: float) -> None:
+        self.story, self.how, self.outage_s = story, how, outage_s
+        self.data_dir = story.workdir / "s3"
+        self.began: float | None = None
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def begin(self) -> None:
+        if self.began is not None:
+            return
+        store = read_store(self.data_dir)
+        assert store is not None, "no local S3 to stop"
+        self.began = time.monotonic()
+        os.killpg(store.pid, signal.SIGSTOP if self.how == "stop" else signal.SIGKILL)
+        self._thread = threading.Thread(target=self._back, args=(store.pid,), name="s3-outage", daemon=True)
+        self._thread.start()
+
+    def _back(self, pid: int) -> None:
+        try:
+            time.sleep(self.outage_s)
+            if self.how == "stop":
+                os.killpg(pid, signal.SIGCONT)
+            else:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+            env = self.story.server_env
+            start_local_s3(self.data_dir, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], same_ports=True,
+                           timeout_s=120)  # a stopped one: waits until it answers; a killed one: started again
+        except BaseException as exc:  # noqa: BLE001 - reported by end()
+            self.error = exc
+
+    def end(self) -> None:
+        """S3 is back (a no-op when the outage never began)."""
+        if self._thread is not None:
+            self._thread.join(timeout=180)
+            if self._thread.is_alive() or self.error is not None:
+                raise AssertionError(f"S3 did not come back after the outage: {self.error!r}")
 
 
 @dataclass
@@ -81,7 +135,7 @@ class Outcome:
 class Chaos:
     """One collection job carried through ``cycles`` random faults."""
 
-    def __init__(self, story: Story, base: Run, rng: random.Random, kinds: str = KINDS, *, order: str | None = None,
+    def __init__(self, story: Story, base: Run, rng: random.Random, kinds: str = "abcd", *, order: str | None = None,
                  say=print) -> None:
         """``order``: the kinds of the cycles in this order (a short CI run covers each), else drawn from ``kinds``."""
         self.story, self.base, self.rng, self.kinds, self.order, self.say = story, base, rng, kinds, order, say
@@ -144,7 +198,7 @@ class Chaos:
 
     # --- the kinds ---------------------------------------------------------------------------------
 
-    async def _checkpoint(self, checkpoint_id: str, on_phase=None):
+    async def _checkpoint(self, checkpoint_id: str, on_phase=None, method: CheckpointMethod = CheckpointMethod.SNAPSHOT):
         async with ControlClient(self.token, timeout_s=120) as client:
             participants = await discover(self.state, client)
 
@@ -153,7 +207,8 @@ class Chaos:
                     await on_phase(phase)
 
             coordinator = Coordinator(participants, client, storage_config=self.story.storage_config, on_event=on_event)
-            return await coordinator.checkpoint(checkpoint_id, self.story.storage, prepare_timeout_s=60, lease_s=30)
+            return await coordinator.checkpoint(checkpoint_id, self.story.storage, prepare_timeout_s=60, lease_s=30,
+                                                method=method)
 
     async def _restore(self, checkpoint_id: str):
         async with ControlClient(self.token, timeout_s=120) as client:
@@ -248,6 +303,60 @@ class Chaos:
         restart_server(self.dir, WORKER, ready_timeout_s=120)
         self.state = read_state(self.dir)
 
+    def cycle_e(self, how: str | None = None, method: CheckpointMethod | None = None,
+                at: TransactionPhase | None = None, outage_s: float | None = None) -> None:
+        """S3 unavailable while a checkpoint writes, back after a random while: the checkpoint completes or is
+        never published, the pause ends within its bound, and the next checkpoint (S3 back) is restored."""
+        if not self.story.embedded_s3:
+            raise AssertionError("kind e stops the local S3 server: run with --storage embedded-s3")
+        checkpoint_id = self.next_id()
+        method = method or self.rng.choice([CheckpointMethod.SNAPSHOT, CheckpointMethod.SYNC])
+        writes = {CheckpointMethod.SYNC: [TransactionPhase.COMMITTING, TransactionPhase.PUBLISHING],
+                  CheckpointMethod.SNAPSHOT: [TransactionPhase.RESUMING, TransactionPhase.PERSISTING,
+                                              TransactionPhase.PUBLISHING]}
+        at = at or self.rng.choice(writes[method])
+        outage = S3Outage(self.story, how or self.rng.choice(["stop", "kill"]),
+                          self.rng.uniform(0.5, 6.0) if outage_s is None else outage_s)
+
+        async def on_phase(phase: TransactionPhase) -> None:
+            if phase is at:
+                outage.begin()
+
+        try:
+            started = time.monotonic()
+            result = asyncio.run(self._checkpoint(checkpoint_id, on_phase, method))
+            took = time.monotonic() - started
+        finally:
+            outage.end()
+        note = (f"e: S3 {outage.how} for {outage.outage_s:.1f}s at {at.value} ({method.value}): checkpoint "
+                f"{result.status} in {took:.1f}s" + (f" ({str(result.error)[:120]})" if result.error else ""))
+        self.outcome.notes.append(note)
+        self.say("  " + note)
+        # the pause ended with the transaction (it resumes or aborts everyone it paused): admission is open everywhere
+        # now, not a lease later
+        self.wait_reopened(10, f"checkpoint {checkpoint_id} ended")
+        if result.status == "completed":
+            if not self.published(checkpoint_id):
+                raise AssertionError(f"checkpoint {checkpoint_id} completed but has no global manifest")
+            self.taken.append(checkpoint_id)
+            self.newest = checkpoint_id
+        else:  # never published, not even by a background upload finishing later
+            time.sleep(1.0)
+            if self.published(checkpoint_id):
+                raise AssertionError(f"checkpoint {checkpoint_id} failed ({result.error}) but was published")
+        # collection carried on, S3 is back: the next checkpoint completes and is restored into fresh processes
+        self.cycle_a()
+
+    def wait_reopened(self, bound_s: float, what: str) -> None:
+        since = time.monotonic()
+        while True:
+            closed = [n for n, s in self.statuses().items() if not s.get("admission_open", True)]
+            if not closed:
+                return
+            if time.monotonic() - since > bound_s:
+                raise AssertionError(f"still paused {bound_s:.0f}s after {what}: {closed}")
+            time.sleep(0.05)
+
     def statuses(self) -> dict[str, dict]:
         out = {}
         for server in read_state(self.dir).servers:
@@ -331,7 +440,8 @@ class Chaos:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=50)
-    parser.add_argument("--kinds", default=KINDS, help="which fault kinds to draw from (default abcd)")
+    parser.add_argument("--kinds", default=None, help="which fault kinds to draw from (default abcde with "
+                        "--storage embedded-s3, else abcd)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
                         "or embedded-s3 (a local SeaweedFS, as the demo's)")
@@ -339,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens-per-second", type=float, default=120.0)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
+    owned_s3 = args.storage == "embedded-s3"
+    kinds = args.kinds or (KINDS if owned_s3 else "".join(k for k in KINDS if k not in S3_KINDS))
+    if not owned_s3 and any(k in S3_KINDS for k in kinds):
+        parser.error(f"kinds {S3_KINDS} stop the S3 server: only with --storage embedded-s3")
     with tempfile.TemporaryDirectory(prefix="gymckpt-chaos-") as tmp:
         storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
         story = Story(Path(tmp) / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
@@ -346,11 +460,13 @@ def main(argv: list[str] | None = None) -> int:
         story.prepare()
         print("uninterrupted run ...", file=sys.stderr, flush=True)
         base = story.uninterrupted()
-        chaos = Chaos(story, base, random.Random(args.seed), args.kinds, say=lambda text: print(text, file=sys.stderr, flush=True))
+        chaos = Chaos(story, base, random.Random(args.seed), kinds, say=lambda text: print(text, file=sys.stderr, flush=True))
         chaos.run(args.cycles)
         story.close()
     outcome = chaos.outcome
     print(outcome.table("file" if args.storage is None or args.storage.startswith("file://") else "s3"))
+    for note in outcome.notes:
+        print("  ", note)
     for problem in (outcome.differences + outcome.duplicates + outcome.missing + outcome.errors)[:20]:
         print("  ", problem)
     return 0 if outcome.ok else 1

@@ -111,6 +111,9 @@ def weed_args(data_dir: Path, ports: dict[str, int]) -> list[str]:
         "-master.telemetry=false",
         "-volume.preStopSeconds=0",
         "-master.volumeSizeLimitMB=256",
+        # one master: a restart on the same data elects itself after this (the default 10 s, twice, kept the store
+        # unavailable ~20 s after a crash)
+        "-master.electionTimeout=1s",
         "-volume.max=0",  # as many volumes as the disk has room for
         f"-master.port={ports['master']}",
         f"-volume.port={ports['volume']}",
@@ -173,16 +176,19 @@ def _client(endpoint: str, access_key: str, secret_key: str):
 
 
 def start_local_s3(
-    data_dir: Path, access_key: str, secret_key: str, *, timeout_s: float = 90.0, say=None
+    data_dir: Path, access_key: str, secret_key: str, *, timeout_s: float = 90.0, say=None, same_ports: bool = False
 ) -> LocalS3:
     """Start the store on ``data_dir`` (or find it running), wait until it answers signed requests,
-    and make sure the bucket exists. The caller stops it with :func:`stop_local_s3`."""
+    and make sure the bucket exists. The caller stops it with :func:`stop_local_s3`.
+
+    ``same_ports``: start it on the ports it had last time even if a probe finds them taken (a store just
+    killed leaves its connections in TIME_WAIT; SeaweedFS binds through them), so its endpoint does not change."""
     data_dir.mkdir(parents=True, exist_ok=True)
     running = read_store(data_dir)
     if running is not None and _is_store(running):
         _wait_ready(running, access_key, secret_key, None, timeout_s)
         return running
-    ports = pick_ports(running.ports if running else None)
+    ports = running.ports if same_ports and running is not None else pick_ports(running.ports if running else None)
     (data_dir / "data").mkdir(exist_ok=True)
     log_path = data_dir / "weed.log"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}

@@ -31,6 +31,10 @@ class DiscoveryError(Exception):
     """The stack's pods cannot be turned into a participant list; the message says which pod."""
 
 
+class ReplicaCountMismatch(DiscoveryError):
+    """A StatefulSet runs another number of pods than its pods' replicas annotation says (scaled outside the chart)."""
+
+
 def selector_string(
     match_labels: dict[str, str] | None,
     release: str | None,
@@ -52,7 +56,7 @@ def selector_string(
 
 
 def _get(obj: Any, *path: str) -> Any:
-    """Read a field from either a client model object or a plain dict."""
+    """Read a field from either a client model object or a plain dict (a pod as the API serves it in JSON)."""
     for key in path:
         if obj is None:
             return None
@@ -63,7 +67,14 @@ def _get(obj: Any, *path: str) -> Any:
     return obj
 
 
+#: Kubernetes' JSON names that are not the camel case of the client's Python names (its models' attribute_map)
+_JSON_NAMES = {"pod_ip": "podIP", "pod_ips": "podIPs", "host_ip": "hostIP", "host_ips": "hostIPs"}
+
+
 def _camel(snake: str) -> str:
+    """The JSON name Kubernetes gives a field the Python client calls ``snake``."""
+    if snake in _JSON_NAMES:
+        return _JSON_NAMES[snake]
     head, *rest = snake.split("_")
     return head + "".join(p.title() for p in rest)
 
@@ -122,3 +133,42 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
             raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
         refs.append(ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}", replica=replica_of(pod)))
     return sorted(refs, key=lambda r: (ROLE_ORDER.index(r.role), r.participant_id))
+
+
+def statefulset_of(pod: Any) -> str | None:
+    """The StatefulSet that owns the pod, if one does."""
+    for owner in _get(pod, "metadata", "owner_references") or []:
+        if _get(owner, "kind") == "StatefulSet":
+            return _get(owner, "name")
+    return None
+
+
+def replicated_statefulsets(pods: list[Any]) -> list[str]:
+    """The StatefulSets whose pods say how many replicas their server runs: their own count must agree."""
+    return sorted({sts for pod in pods if REPLICAS_ANNOTATION in (_get(pod, "metadata", "annotations") or {})
+                   and (sts := statefulset_of(pod)) is not None})
+
+
+def check_replica_counts(pods: list[Any], statefulsets: dict[str, int | None]) -> None:
+    """Each pod's replicas annotation equals its StatefulSet's ``spec.replicas`` (``statefulsets``: name -> replicas,
+    None when it is gone). They differ when the StatefulSet was scaled outside the chart (``kubectl scale``, an
+    autoscaler) or while a ``helm upgrade`` changing the count rolls out: then which pods hold which rollouts is not
+    what the pods say, and a checkpoint or restore is refused, naming the server and both counts."""
+    problems: dict[str, str] = {}
+    for pod in pods:
+        annotations = _get(pod, "metadata", "annotations") or {}
+        sts = statefulset_of(pod)
+        if REPLICAS_ANNOTATION not in annotations or sts is None or statefulsets.get(sts) is None or sts in problems:
+            continue
+        said, runs = str(annotations[REPLICAS_ANNOTATION]), statefulsets[sts]
+        if said != str(runs):
+            server = (_get(pod, "metadata", "labels") or {}).get(PARTICIPANT_LABEL, sts)
+            problems[sts] = (f"{server}: StatefulSet {sts} has replicas {runs} but its pod {_get(pod, 'metadata', 'name')} "
+                             f"says {said} ({REPLICAS_ANNOTATION})")
+    if problems:
+        raise ReplicaCountMismatch(
+            "replica counts disagree: " + "; ".join(problems[k] for k in sorted(problems))
+            + ". Each replica holds the rollouts whose ids hash to its ordinal among that many replicas, so scale a "
+            "server only through the chart (helm upgrade with servers[].replicas), or scale the StatefulSet back; "
+            "if a helm upgrade is rolling out, wait until every pod is replaced and try again"
+        )

@@ -32,7 +32,14 @@ from typing import Any, TypeVar
 
 import kopf
 
-from gym_operator.discovery import DiscoveryError, participants_from_pods, selector_string
+from gym_operator.discovery import (
+    DiscoveryError,
+    ReplicaCountMismatch,
+    check_replica_counts,
+    participants_from_pods,
+    replicated_statefulsets,
+    selector_string,
+)
 from gym_operator.kube import GROUP, VERSION, Kube, KubeError, Unavailable
 from gym_operator.specs import (
     CheckpointSpec,
@@ -107,6 +114,8 @@ def _selector(selector: SelectorSpec, operator: OperatorSettings) -> str:
 async def _discover(namespace: str, selector: SelectorSpec, memo: kopf.Memo) -> list[ParticipantRef]:
     labels = _selector(selector, memo.settings)
     pods = await memo.kube.list_pods(namespace, labels)
+    owners = {name: await memo.kube.statefulset_replicas(namespace, name) for name in replicated_statefulsets(pods)}
+    check_replica_counts(pods, owners)
     refs = participants_from_pods(pods)
     if not refs:
         raise DiscoveryError(f"no participant pods match {labels!r} in {namespace}")
@@ -240,6 +249,8 @@ class Transaction:
     async def participants(self) -> list[ParticipantRef]:
         try:
             return await _discover(self.namespace, self.selector, self.memo)
+        except ReplicaCountMismatch as exc:
+            raise Refused("ReplicaCountMismatch", str(exc)) from None
         except DiscoveryError as exc:
             raise Refused("NoParticipants", str(exc)) from None
 

@@ -2,7 +2,7 @@
 
 Built once at startup by :mod:`gym_operator.handlers`, which is its only user. Every call it makes
 is one the chart's operator Role grants (``charts/gym-checkpoint/templates/operator.yaml``; kopf's
-own calls are listed there too): list pods; get, list and delete Checkpoints; list Restores; patch
+own calls are listed there too): list pods; get the StatefulSets owning replicated pods; get, list and delete Checkpoints; list Restores; patch
 their status; get the Secrets named in ``operator.credentialsSecrets``.
 
 Errors come out as :class:`Unavailable` (worth retrying: no answer, 409, 429, 5xx) or :class:`Gone`
@@ -68,6 +68,7 @@ class Kube:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
     @classmethod
@@ -91,6 +92,15 @@ class Kube:
         result = await self._call(f"list pods {selector!r}", self.core.list_namespaced_pod, namespace,
                                   label_selector=selector)
         return list(result.items)
+
+    async def statefulset_replicas(self, namespace: str, name: str) -> int | None:
+        """A StatefulSet's ``spec.replicas`` (None: it is gone)."""
+        try:
+            sts = await self._call(f"get StatefulSet {name}", self.apps.read_namespaced_stateful_set, name, namespace)
+        except Gone:
+            return None
+        replicas = sts.spec.replicas if sts.spec is not None else None
+        return 1 if replicas is None else int(replicas)
 
     async def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         """A Secret's decoded data; raises LookupError when missing."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionResult
+from gym_services.coordination.transaction import ParticipantSummary, TransactionKind, TransactionPhase, TransactionResult
 
 
 def now() -> str:
@@ -76,15 +76,22 @@ def failed_status(reason: str, message: str, generation: int | None, **extra: An
     }
 
 
+def _participant(p: ParticipantSummary) -> dict[str, Any]:
+    """One participant's line: every replica of a replicated server is its own participant, named with its
+    server (``group``), ordinal and replica count, holding its own episodes (checkpoint) or restoring them."""
+    entry: dict[str, Any] = {"id": p.participant_id, "role": p.role.value, "records": p.records, "bytes": p.bytes,
+                             "episodes": p.episodes}
+    if p.replica is not None:
+        entry["replica"] = p.replica.model_dump(mode="json")
+    return entry
+
+
 def result_status(result: TransactionResult, generation: int | None) -> dict[str, Any]:
     """The final status of a Checkpoint or Restore from the coordinator's result."""
     body: dict[str, Any] = {
         "checkpointId": result.checkpoint_id,
         "location": result.location,
-        "participants": [
-            {"id": p.participant_id, "role": p.role.value, "records": p.records, "bytes": p.bytes}
-            for p in result.participants
-        ],
+        "participants": [_participant(p) for p in result.participants],
         "participantCount": len(result.participants),
         "blockers": [b.model_dump(mode="json") for b in result.blockers],
         "timings": {k: round(v, 6) for k, v in result.timings.items()},
@@ -92,6 +99,9 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
         "bytes": result.bytes,
         "records": result.records,
     }
+    replicas = {p.replica.group: p.replica.replicas for p in result.participants if p.replica is not None}
+    if replicas:
+        body["replicas"] = dict(sorted(replicas.items()))
     if result.kind is TransactionKind.CHECKPOINT and result.method is not None:
         body["method"] = result.method.value
         body["objects"] = result.objects

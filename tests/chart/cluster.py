@@ -185,10 +185,13 @@ class Cluster:
         containers = template['spec']['containers']
         if 'gym-checkpoint.dev/control-port' in annotations:
             annotations['gym-checkpoint.dev/control-port'] = str(self.port(name, int(annotations['gym-checkpoint.dev/control-port'])))
-        pod = {'apiVersion': 'v1', 'kind': 'Pod',
-               'metadata': {'name': name, 'namespace': self.ns, 'labels': template['metadata'].get('labels') or {},
-                            'annotations': annotations},
-               'spec': template['spec']}
+        labels = dict(template['metadata'].get('labels') or {})
+        metadata = {'name': name, 'namespace': self.ns, 'labels': labels, 'annotations': annotations}
+        if kind == 'StatefulSet':  # as its controller does: the owner, and the ordinal as a label (Kubernetes >= 1.28)
+            labels['apps.kubernetes.io/pod-index'] = name.rsplit('-', 1)[1]
+            metadata['ownerReferences'] = [{'apiVersion': 'apps/v1', 'kind': 'StatefulSet', 'name': owner,
+                                            'uid': obj['metadata']['uid'], 'controller': True, 'blockOwnerDeletion': True}]
+        pod = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': template['spec']}
         resp = self.api.post(self._core('pods'), json=pod)
         if resp.status_code == 409:  # left over from a replaced one: replace it
             self.api.delete(self._core('pods', name))

@@ -15,6 +15,7 @@ VERSIONS = {
     '1': {'checkpoints': '794fa65e811a6dff', 'restores': '81846e1cce1ab85e'},
     '2': {'checkpoints': 'a55adbe49fad072d', 'restores': '24d9994d6e2a5b30'},
     '3': {'checkpoints': 'a3aefb400cd87c2b', 'restores': 'cf854bc450cad902'},
+    '4': {'checkpoints': '36dac06bdab1f072', 'restores': '8ad86d3f9efc8d59'},
 }
 
 

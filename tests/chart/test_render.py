@@ -295,6 +295,7 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     rules = {(tuple(r['apiGroups']), tuple(r['resources'])): set(r['verbs']) for r in role['rules']}
     least = {
         (('',), ('pods',)): {'list'},
+        (('apps',), ('statefulsets',)): {'get'},
         (('gym-checkpoint.dev',), ('checkpoints',)): {'get', 'list', 'watch', 'patch', 'delete'},
         (('gym-checkpoint.dev',), ('restores',)): {'list', 'watch', 'patch'},
         (('gym-checkpoint.dev',), ('checkpoints/status', 'restores/status')): {'patch'},

@@ -646,6 +646,7 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     stack.start()
     stack.create_pods()
+    own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator reads its replicas (the Role's get)
     start_operator(stack, kubeconfig, **settings)
     try:
         with httpx.Client(base_url=stack.url("counter-0")) as http:
@@ -689,6 +690,20 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     secrets = {e["name"] for e in audit if e["resource"] == "secrets"}
     assert secrets == {"team-s3"}
     assert "Forbidden" not in (tmp_path / "operator.log").read_text()
+
+
+def own_by_statefulset(kubectl, pod: str, name: str, replicas: int) -> None:
+    """A StatefulSet ``name`` with ``replicas`` owns ``pod``, annotated as the chart annotates a replicated server's
+    pods (the emulator runs no controller: the pod stays the one the test made)."""
+    labels = {"app.kubernetes.io/instance": RELEASE, "gym-checkpoint.dev/participant": "counter"}
+    apply(kubectl, {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": labels},
+                             "template": {"metadata": {"labels": labels},
+                                          "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]}}}})
+    uid = get(kubectl, "statefulset", name)["metadata"]["uid"]
+    kubectl("patch", "pod", pod, "--type=merge", "-p", json.dumps({"metadata": {
+        "annotations": {"gym-checkpoint.dev/replicas": str(replicas)},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": uid, "controller": True}]}}))
 
 
 def stored_objects(seaweed, location: str, checkpoint_id: str) -> list[str]:

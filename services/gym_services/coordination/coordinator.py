@@ -758,6 +758,7 @@ class Coordinator:
                 bytes=committed.answers[p.participant_id].bytes,
                 manifest_key=committed.answers[p.participant_id].manifest_key,
                 episodes=len(committed.answers[p.participant_id].episodes),
+                replica=p.replica,
             )
             for p in self.participants
         ]
@@ -830,7 +831,8 @@ class Coordinator:
             manifest_key=layout.global_manifest_key(manifest.checkpoint_id),
             participants=[
                 ParticipantSummary(
-                    participant_id=p.participant_id, role=p.role, records=p.records, bytes=p.bytes, manifest_key=p.manifest_key
+                    participant_id=p.participant_id, role=p.role, records=p.records, bytes=p.bytes,
+                    manifest_key=p.manifest_key, replica=p.replica,
                 )
                 for p in manifest.participants
             ],
@@ -1027,6 +1029,7 @@ class Coordinator:
                 bytes=answers[ref.participant_id].bytes,
                 manifest_key=entries[ref.participant_id].manifest_key,
                 episodes=len(answers[ref.participant_id].episodes),
+                replica=ref.replica,
             )
             for ref in refs
         ]

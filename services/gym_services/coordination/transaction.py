@@ -12,7 +12,7 @@ import enum
 
 from pydantic import BaseModel, Field
 
-from gym_services.control.models import Blocker, CheckpointMethod, Role
+from gym_services.control.models import Blocker, CheckpointMethod, Replica, Role
 
 
 class TransactionPhase(enum.StrEnum):
@@ -57,7 +57,8 @@ class ParticipantSummary(BaseModel):
     records: int = 0
     bytes: int = 0
     manifest_key: str | None = None
-    episodes: int = 0
+    episodes: int = Field(default=0, description="live episodes this participant held (checkpoint) or restored")
+    replica: Replica | None = Field(default=None, description="which replica of which server (absent: not replicated)")
 
 
 class TransactionResult(BaseModel):

@@ -76,32 +76,49 @@ class Row:
     memory: float = 0.0
 
 
+#: concurrent HTTP clients seeding and changing sessions; each keeps its connection (one client per
+#: session spent most of the seeding time building TLS contexts and connections, not in the server)
+CLIENTS = 4
+
+
+async def _each_session(url: str, indexes: list[int], work) -> None:
+    """Run ``work(client, i)`` for every index, on CLIENTS long-lived clients, sessions one after another on each."""
+    todo = iter(indexes)
+
+    async def worker() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            for i in todo:
+                await work(client, i)
+
+    await asyncio.gather(*(worker() for _ in range(CLIENTS)))
+
+
 async def seed_sessions(url: str, n: int) -> list[dict[str, str]]:
-    """N sessions after three mutating calls each; their cookies, to change some later."""
-    sem = asyncio.Semaphore(16)
+    """N sessions after three mutating calls each, through the server's own routes; their cookies."""
     cookies: list[dict[str, str]] = [{} for _ in range(n)]
 
-    async def one(i: int) -> None:
-        async with sem, httpx.AsyncClient(base_url=url, timeout=60) as client:
-            ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
-            (await client.post("/seed_session", json={}, headers=ident)).raise_for_status()
-            for name, args in MUTATIONS:
-                (await client.post(f"/{name}", json=args, headers=ident)).raise_for_status()
-            cookies[i] = dict(client.cookies)
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        client.cookies.clear()  # a new session: the server sets its cookie
+        ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
+        (await client.post("/seed_session", json={}, headers=ident)).raise_for_status()
+        for name, args in MUTATIONS:
+            (await client.post(f"/{name}", json=args, headers=ident)).raise_for_status()
+        cookies[i] = dict(client.cookies)
 
-    await asyncio.gather(*(one(i) for i in range(n)))
+    await _each_session(url, list(range(n)), one)
+    if len({tuple(sorted(c.items())) for c in cookies}) != n:
+        raise RuntimeError("sessions share a cookie: seeding did not create N sessions")
     return cookies
 
 
 async def change_sessions(url: str, cookies: list[dict[str, str]], start: int, count: int) -> None:
-    sem = asyncio.Semaphore(16)
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        client.cookies.clear()
+        client.cookies.update(cookies[i])
+        ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
+        (await client.post(f"/{CHANGE[0]}", json=CHANGE[1], headers=ident)).raise_for_status()
 
-    async def one(i: int) -> None:
-        async with sem, httpx.AsyncClient(base_url=url, timeout=60, cookies=cookies[i]) as client:
-            ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
-            (await client.post(f"/{CHANGE[0]}", json=CHANGE[1], headers=ident)).raise_for_status()
-
-    await asyncio.gather(*(one(i % len(cookies)) for i in range(start, start + count)))
+    await _each_session(url, [i % len(cookies) for i in range(start, start + count)], one)
 
 
 async def transaction(url, token, location, storage, cid, *, restore=False, method=CheckpointMethod.SNAPSHOT):

@@ -20,7 +20,12 @@ class JobSpec(BaseModel):
     concurrency: int = Field(default=8, ge=1, le=4096)
     limit: int | None = Field(default=None, ge=1, description="only the first N tasks")
     agent: str | None = Field(default=None, description="agent for tasks that name none")
-    rollout_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$")
+    rollout_prefix: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="rollout ids are <prefix><task>-<repeat>; unset: a fresh prefix per job (the servers remember "
+        "rollout ids - finished results, attempts - so a job must not reuse an earlier job's ids)",
+    )
 
 
 class EpisodeState(BaseModel):
@@ -70,5 +75,7 @@ class JobStatus(BaseModel):
     retrying: int = Field(default=0, description="live episodes waiting to run again after an infrastructure failure")
     last_failure: str | None = Field(default=None, description="the latest infrastructure failure an episode hit")
     idle_s: float | None = Field(default=None, description="seconds since the last result (or the start) while running")
+    dropped: int = Field(default=0, description="rollouts retired without a result (a newer attempt took over elsewhere)")
     mean_reward: float | None = None
     output_path: str | None = None
+    rollout_prefix: str | None = Field(default=None, description="the job's rollout ids are <rollout_prefix><task>-<repeat>")

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -111,6 +112,9 @@ class Collection(Participant):
         self._gate.set()
         self._write_lock = asyncio.Lock()
         self._restored: tuple[JobState, list[EpisodeState]] | None = None
+        #: rollout prefixes of every job this process ran or restored: the agents, models and resources remember
+        #: rollout ids (finished results, the newest attempt), so a later job never hands the same ids out again
+        self._used_prefixes: set[str] = set()
         #: sha256 of the output's first ``job.output_offset`` bytes, carried on as results are appended
         self._output_hash = hashlib.sha256()
         self._done = asyncio.Event()
@@ -141,13 +145,16 @@ class Collection(Participant):
             live=len(self.running),
             errors=job.errors,
             reruns=job.reruns,
+            dropped=len(job.dropped),
             mean_reward=(job.reward_sum / (finished - job.errors)) if finished > job.errors else None,
             output_path=job.spec.output_path,
+            rollout_prefix=job.spec.rollout_prefix,
         )
 
     def start(self, spec: JobSpec) -> JobStatus:
         if self.job is not None and not self._done.is_set():
             raise ApiError(ErrorCode.CHECKPOINT_BUSY, "a collection job is already running on this server")
+        spec = spec.model_copy(update={"rollout_prefix": self._rollout_prefix(spec.rollout_prefix)})
         tasks = load_tasks(spec.tasks_path, spec.limit)
         default = spec.agent or self.default_agent
         unknown = [n for n, t in enumerate(tasks, 1) if task_agent(t, default) not in self.agents]
@@ -165,8 +172,26 @@ class Collection(Participant):
         self.job = JobState(spec=spec, total=len(tasks) * spec.repeats, output_sha256=self._output_hash.hexdigest())
         self.running.clear()
         self._finished = set()
+        self._used_prefixes.add(str(spec.rollout_prefix))
         self._launch()
         return self.status()
+
+    def _rollout_prefix(self, asked: str | None) -> str:
+        """The job's rollout prefix: a fresh one unless asked for; one an earlier job of this server used is
+        refused (its rollout ids would reach servers that remember them: a retained result returned for another
+        task, or an attempt refused as stale and the rollout dropped without a row)."""
+        if asked is None:
+            while (fresh := f"j{secrets.token_hex(4)}-") in self._used_prefixes:
+                continue
+            return fresh
+        if asked in self._used_prefixes:
+            raise ApiError(
+                ErrorCode.BAD_REQUEST,
+                f"rollout_prefix {asked!r} was used by an earlier job on this collection server: the servers remember "
+                "its rollout ids (finished results, attempts), so they would not run again; choose another "
+                "rollout_prefix, or leave it out for a fresh one",
+            )
+        return asked
 
     def _launch(self) -> None:
         self._done.clear()
@@ -214,7 +239,7 @@ class Collection(Participant):
         task_index, rollout_index = divmod(index, repeats)
         agent = task_agent(self.tasks[task_index], self.job.spec.agent or self.default_agent)
         return EpisodeState(
-            rollout_id=f"{self.job.spec.rollout_prefix}{task_index}-{rollout_index}",
+            rollout_id=f"{self.job.spec.rollout_prefix or ''}{task_index}-{rollout_index}",
             index=index,
             task_index=task_index,
             rollout_index=rollout_index,
@@ -418,6 +443,7 @@ class Collection(Participant):
         # results written after the checkpoint go; the bytes before it were proven to be the checkpoint's (validate)
         await asyncio.to_thread(_truncate, job.spec.output_path, job.output_offset)
         self.job = job
+        self._used_prefixes.add(job.spec.rollout_prefix or "")
         self.tasks = self._staged_tasks
         self._output_hash = self._staged_hash
         self._finished = set(job.finished)

@@ -30,7 +30,7 @@ from .codec_columns import (
     decode_table_plain,
     encode_table_plain,
 )
-from .codec_diff import BaseTable, decode_table_diff, encode_table
+from .codec_diff import BaseTable, decode_table_diff, encode_table, is_empty_diff
 from .codec_models import FullTableModel, PlainStateModel, SessionStateModel
 from .environment import TABLE_KEYS, TABLE_LAYOUT, PristineTables, TableKey, WorkplaceEnvironment
 
@@ -197,10 +197,15 @@ def decode_session(
     _check_layout(model.tables)
     view = _base_view(base)
     tables: dict[TableKey, pd.DataFrame] = {}
+    unchanged: set[TableKey] = set()
     for key in TABLE_KEYS:
         table = model.tables[key[0]][key[1]]
         try:
-            if isinstance(table, FullTableModel):
+            if not isinstance(table, FullTableModel) and is_empty_diff(table):
+                # the pristine object itself, shared until a tool touches it (as a fresh session's tables)
+                tables[key] = view.tables[key].df
+                unchanged.add(key)
+            elif isinstance(table, FullTableModel):
                 tables[key] = decode_table_plain(table.full)
             else:
                 tables[key] = decode_table_diff(table, view.tables[key])
@@ -208,4 +213,4 @@ def decode_session(
             raise InvalidSessionState(f"{key[0]}.{key[1]}: {exc}") from None
         except (ValueError, TypeError, IndexError, OverflowError) as exc:
             raise InvalidSessionState(f"{key[0]}.{key[1]}: {type(exc).__name__}: {exc}") from None
-    return WorkplaceEnvironment(tables, base)
+    return WorkplaceEnvironment(tables, base, shared=frozenset(unchanged))

@@ -250,17 +250,38 @@ def decode_index(model: RangeIndexModel | LabelIndexModel) -> pd.Index:
 # --------------------------------------------------------------------------- frames
 
 
+def _typed_column(arr: Any, kind: str, rows: int) -> Any:
+    """``arr`` as the exact array a column of this kind holds (cast like ``pd.Series(arr, dtype=...)``)."""
+    dtype = pandas_dtype(kind)
+    if kind == "str":
+        if not (isinstance(arr, pd.api.extensions.ExtensionArray) and arr.dtype == dtype):
+            arr = pd.array(np.asarray(arr, dtype=object), dtype=dtype)
+    else:
+        arr = np.asarray(arr)
+        if arr.dtype != dtype:
+            arr = arr.astype(dtype)
+    if arr.ndim != 1 or len(arr) != rows:
+        raise InvalidSessionState(f"a column holds {len(arr)} values for {rows} rows")
+    return arr
+
+
 def build_frame(arrays: Sequence[Any], kinds: Sequence[str], index: pd.Index, columns: pd.Index) -> pd.DataFrame:
-    """A DataFrame with exactly these column arrays, dtypes, index and column labels."""
+    """A DataFrame with exactly these column arrays, dtypes, index and column labels.
+
+    Built from the arrays directly (``DataFrame._from_arrays``, each column already of its exact dtype
+    and length): about 6x cheaper than a Series per column, which dominated decoding a restored session.
+    """
     if len(arrays) != len(columns):
         raise InvalidSessionState(f"{len(arrays)} column arrays for {len(columns)} column labels")
     if not arrays:
         return pd.DataFrame(index=index, columns=columns)
-    series = {
-        i: pd.Series(arr, index=index, dtype=pandas_dtype(kind), copy=False)
-        for i, (arr, kind) in enumerate(zip(arrays, kinds, strict=True))
-    }
-    df = pd.DataFrame(series, copy=False)
+    typed = [_typed_column(arr, kind, len(index)) for arr, kind in zip(arrays, kinds, strict=True)]
+    from_arrays = getattr(pd.DataFrame, "_from_arrays", None)
+    if from_arrays is not None:
+        return from_arrays(typed, columns=columns, index=index, verify_integrity=False)
+    rows = pd.RangeIndex(len(index))  # the public path: a Series per column over one shared default index
+    df = pd.DataFrame({i: pd.Series(arr, index=rows, copy=False) for i, arr in enumerate(typed)}, copy=False)
+    df.index = index
     df.columns = columns
     return df
 

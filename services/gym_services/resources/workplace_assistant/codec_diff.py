@@ -132,6 +132,11 @@ def _index_shape(index: pd.Index) -> dict[str, Any]:
 _EMPTY_DIFF = DiffTableModel()
 
 
+def is_empty_diff(model: DiffTableModel) -> bool:
+    """The table is its base's, unchanged."""
+    return model == _EMPTY_DIFF
+
+
 class _StoreFull(Exception):
     """Internal: the table is not a simple diff of its base; store it whole."""
 
@@ -259,6 +264,8 @@ def _align(arrays: list[np.ndarray], kinds: list[str], bt: BaseTable, n_rows: in
 
 def _encode_table_diff(df: pd.DataFrame, bt: BaseTable) -> dict[str, Any]:
     base = bt.df
+    if df is base and bt.diffable:
+        return {}  # a table the session never touched is the pristine object itself (WorkplaceEnvironment)
     if not bt.diffable or not _index_identical(df.columns, base.columns):
         raise _StoreFull
     index = df.index

@@ -34,15 +34,17 @@ Digest = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _Strict(BaseModel):
+    # mutable defaults are default_factory: a plain ``[]`` default is deep-copied per instance, which was a
+    # fifth of validating a restored session
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class ValuesModel(_Strict):
     values: list[Scalar]
-    nan: list[StrictInt] = []
+    nan: list[StrictInt] = Field(default_factory=list)
     #: ``[position, value]`` of cells holding a JSON list or object (``object`` columns only; the
     #: tools store arguments as given, so a model's ``{"a": 1}`` can become a cell)
-    json_cells: list[Annotated[list[Any], Field(min_length=2, max_length=2)]] = []
+    json_cells: list[Annotated[list[Any], Field(min_length=2, max_length=2)]] = Field(default_factory=list)
 
 
 class ColumnModel(ValuesModel):
@@ -99,10 +101,10 @@ class AppendedModel(_Strict):
 
 class DiffTableModel(_Strict):
     index: IndexShapeModel | None = None
-    removed: list[StrictInt] = []
+    removed: list[StrictInt] = Field(default_factory=list)
     appended: AppendedModel | None = None
-    cells: dict[str, CellsModel] = {}
-    retyped: dict[str, ColumnModel] = {}
+    cells: dict[str, CellsModel] = Field(default_factory=dict)
+    retyped: dict[str, ColumnModel] = Field(default_factory=dict)
 
 
 class FullTableModel(_Strict):

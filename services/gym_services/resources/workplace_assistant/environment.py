@@ -127,13 +127,16 @@ class WorkplaceEnvironment:
 
     __slots__ = ("_tables", "base", "_shared", "_token", "_captured")
 
-    def __init__(self, tables: dict[TableKey, pd.DataFrame], base: PristineTables, *, shared: bool = False) -> None:
+    def __init__(
+        self, tables: dict[TableKey, pd.DataFrame], base: PristineTables, *, shared: bool | frozenset[TableKey] = False
+    ) -> None:
+        """``shared``: every table (True) or these tables are shared objects, copied before the first write."""
         if tuple(tables) != TABLE_KEYS:
             raise ValueError(f"environment tables must be exactly {TABLE_KEYS}")
         self._tables = tables
         #: The pristine tables this session was seeded from (the codec diffs against them).
         self.base = base
-        self._shared: frozenset[TableKey] = _ALL_KEYS if shared else frozenset()
+        self._shared: frozenset[TableKey] = _ALL_KEYS if shared is True else frozenset(shared or ())
         self._token = next(_tokens)
         self._captured = False
 

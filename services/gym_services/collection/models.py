@@ -23,8 +23,9 @@ class JobSpec(BaseModel):
     rollout_prefix: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9._-]*$",
-        description="rollout ids are <prefix><task>-<repeat>; unset: a fresh prefix per job (the servers remember "
-        "rollout ids - finished results, attempts - so a job must not reuse an earlier job's ids)",
+        description="rollout ids are <prefix><task>-<repeat>; unset: none for a server's first job, j<n>- for its "
+        "n-th (the servers remember rollout ids - finished results, attempts - so a job never reuses an earlier "
+        "job's); a prefix an earlier job of the server used is refused",
     )
 
 

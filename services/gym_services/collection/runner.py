@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -177,13 +177,15 @@ class Collection(Participant):
         return self.status()
 
     def _rollout_prefix(self, asked: str | None) -> str:
-        """The job's rollout prefix: a fresh one unless asked for; one an earlier job of this server used is
-        refused (its rollout ids would reach servers that remember them: a retained result returned for another
-        task, or an attempt refused as stale and the rollout dropped without a row)."""
+        """The job's rollout prefix. Unless asked for: none for the first job of this server (ids ``<task>-<repeat>``,
+        the same on every fresh stack: runs compare by id, and blackjack deals follow the id), ``j<n>-`` for the
+        n-th. One an earlier job of this server used (or restored) is refused: its rollout ids would reach servers
+        that remember them - a kept result returned for another task, an attempt refused as stale and the
+        rollout dropped without a row."""
         if asked is None:
-            while (fresh := f"j{secrets.token_hex(4)}-") in self._used_prefixes:
-                continue
-            return fresh
+            if not self._used_prefixes:
+                return ""
+            return next(p for n in itertools.count(2) if (p := f"j{n}-") not in self._used_prefixes)
         if asked in self._used_prefixes:
             raise ApiError(
                 ErrorCode.BAD_REQUEST,

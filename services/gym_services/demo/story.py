@@ -192,7 +192,6 @@ class Story:
             "output_path": str(output),
             "repeats": self.repeats,
             "concurrency": self.concurrency,
-            "rollout_prefix": "",  # ids <task>-<repeat>: each run is a fresh stack, and runs are compared by id
         }
         resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=_auth(state), timeout=30)
         if resp.status_code != 200:

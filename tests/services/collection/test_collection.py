@@ -120,7 +120,7 @@ async def test_collects_every_task_with_bounded_concurrency(tmp_path) -> None:
     tasks = write_tasks(tmp_path, 6)
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent)) as client:
-        started = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": tasks, "output_path": str(out), "repeats": 2, "concurrency": 3})
+        started = await client.post("/jobs", json={"tasks_path": tasks, "output_path": str(out), "repeats": 2, "concurrency": 3})
         assert started.status_code == 200 and started.json()["total"] == 12
         await wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 12)
         status = await settled_status(client)
@@ -134,11 +134,11 @@ async def test_collects_every_task_with_bounded_concurrency(tmp_path) -> None:
 async def test_bad_job_specs_are_refused(tmp_path) -> None:
     agent = FakeAgent()
     async with serve(collection_app(agent)) as client:
-        missing = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": str(tmp_path / "nope"), "output_path": str(tmp_path / "o")})
+        missing = await client.post("/jobs", json={"tasks_path": str(tmp_path / "nope"), "output_path": str(tmp_path / "o")})
         assert missing.status_code == 400 and "cannot read tasks" in missing.json()["error"]["message"]
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"agent": "unknown"}\n')
-        unknown = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": str(bad), "output_path": str(tmp_path / "o")})
+        unknown = await client.post("/jobs", json={"tasks_path": str(bad), "output_path": str(tmp_path / "o")})
         assert unknown.status_code == 400 and "1 tasks (task 1) name no agent" in unknown.json()["error"]["message"]
         assert "unknown" not in unknown.json()["error"]["message"]  # the file's content is not echoed
         assert (await client.post("/jobs", json={"repeats": 0})).status_code == 400
@@ -151,7 +151,7 @@ async def test_checkpoint_restore_reissues_live_as_next_attempt(tmp_path) -> Non
     agent = FakeAgent()
     async with serve(collection_app(agent)) as client:
         control = Control(client)
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": tasks, "output_path": str(out), "concurrency": 2})
+        await client.post("/jobs", json={"tasks_path": tasks, "output_path": str(out), "concurrency": 2})
         await wait_for(lambda: len(agent.calls) == 2)
         # let exactly the first two finish, then two more start
         agent.release("0-0", "1-0")
@@ -192,7 +192,7 @@ async def _checkpoint_two_finished(tmp_path, loc: str):
     agent = FakeAgent()
     async with serve(collection_app(agent)) as client:
         control = Control(client)
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": tasks, "output_path": str(out), "concurrency": 2})
+        await client.post("/jobs", json={"tasks_path": tasks, "output_path": str(out), "concurrency": 2})
         await wait_for(lambda: len(agent.calls) == 2)
         agent.release("0-0", "1-0")
         await wait_for(lambda: len(out.read_text().splitlines()) == 2)
@@ -260,7 +260,7 @@ async def test_stale_attempt_answer_is_not_a_result(tmp_path) -> None:
     agent.stale.add(("0-0", 0))
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent)) as client:
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
         await wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 1)
         status = await settled_status(client)
     assert [json.loads(line)["_ng_rollout_id"] for line in out.read_text().splitlines()] == ["1-0"]
@@ -271,7 +271,7 @@ async def test_retire_drops_a_live_episode(tmp_path) -> None:
     agent = FakeAgent()
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent)) as client:
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": write_tasks(tmp_path, 1), "output_path": str(out)})
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 1), "output_path": str(out)})
         await wait_for(lambda: agent.active == 1)
         answer = await Control(client).retire("0-0", 0)
         assert answer["retired"] is True
@@ -290,7 +290,7 @@ async def test_agent_answering_503_is_run_again_as_the_next_attempt(tmp_path) ->
     agent.refuse[("1-0", 0)] = (503, "upstream_unavailable")
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent)) as client:
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": write_tasks(tmp_path, 3), "output_path": str(out)})
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 3), "output_path": str(out)})
         status = await settled_status(client)
     rows = {r["_ng_rollout_id"]: r for r in _rows(out)}
     assert sorted(rows) == ["0-0", "1-0", "2-0"] and not any("error" in r for r in rows.values())
@@ -305,7 +305,7 @@ async def test_unreachable_agent_gets_the_same_attempt_again(tmp_path) -> None:
     transport = Unreachable(MultiASGITransport({"fake": agent.app()}), failures=4)
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent, transport)) as client:
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
         status = await settled_status(client)
     rows = _rows(out)
     assert transport.refused == 4 and len(rows) == 2
@@ -319,7 +319,7 @@ async def test_infrastructure_failures_past_the_deadline_are_an_error_row(tmp_pa
     agent.refuse[("0-0", -1)] = (503, "upstream_unavailable")  # every attempt
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent, unavailable_deadline_s=0.3)) as client:
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 2), "output_path": str(out)})
         status = await settled_status(client)
     rows = {r["_ng_rollout_id"]: r for r in _rows(out)}
     assert "error" not in rows["1-0"]
@@ -334,7 +334,7 @@ async def test_an_episodes_own_failure_is_a_result_not_a_rerun(tmp_path) -> None
     agent.refuse[("0-0", 0)] = (502, "upstream_error")  # e.g. a tool answered 500: the episode's outcome
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent)) as client:
-        await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": write_tasks(tmp_path, 1), "output_path": str(out)})
+        await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 1), "output_path": str(out)})
         status = await settled_status(client)
     (row,) = _rows(out)
     assert row["error"] == "HTTP 502: upstream_error" and row["_ng_attempt_index"] == 0

@@ -30,7 +30,7 @@ async def test_upload_run_and_read_results(tmp_path) -> None:
         assert uploaded.status_code == 200, uploaded.text
         assert uploaded.json() == {"tasks_path": "tasks/mine.jsonl", "tasks": 4, "bytes": len(TASKS)}
         assert (data / "tasks/mine.jsonl").read_bytes() == TASKS
-        started = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": "tasks/mine.jsonl", "output_path": "results/r1.jsonl",
+        started = await client.post("/jobs", json={"tasks_path": "tasks/mine.jsonl", "output_path": "results/r1.jsonl",
                                                    "concurrency": 2})
         assert started.status_code == 200 and started.json()["output_path"] == str((data / "results/r1.jsonl").resolve())
         # while running, only finished results come back
@@ -131,7 +131,7 @@ async def test_without_job_folders_every_job_is_forbidden(tmp_path) -> None:
     victim.write_bytes(b"precious\n")
     cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"}))
     async with serve(create_app(cfg, transport=MultiASGITransport({"fake": agent.app()}))) as client:
-        refused = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": str(tasks), "output_path": str(victim)})
+        refused = await client.post("/jobs", json={"tasks_path": str(tasks), "output_path": str(victim)})
     assert refused.status_code == 403 and "no folder for job files: set data_dir or job_dirs" in refused.text
     assert victim.read_bytes() == b"precious\n" and agent.calls == []
 
@@ -168,11 +168,11 @@ async def test_job_paths_are_confined_to_job_dirs_and_errors_echo_no_content(tmp
             (str(jobs / "binary.jsonl"), str(jobs / "out.jsonl"), 400),
             (str(jobs), str(jobs / "out.jsonl"), 400),
         ]:
-            resp = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": tasks_path, "output_path": output_path})
+            resp = await client.post("/jobs", json={"tasks_path": tasks_path, "output_path": output_path})
             assert resp.status_code == status, (tasks_path, output_path, resp.text)
             answers.append(resp.text)
         assert all("SECRET-VALUE" not in text and "root:" not in text for text in answers), answers
         assert "is outside the folders this server may use" in answers[0]
-        started = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": "tasks.jsonl", "output_path": "out.jsonl"})
+        started = await client.post("/jobs", json={"tasks_path": "tasks.jsonl", "output_path": "out.jsonl"})
         assert started.status_code == 200 and started.json()["output_path"] == str((jobs / "out.jsonl").resolve())
     assert victim.read_bytes() == b"precious\n"

@@ -71,8 +71,7 @@ async def test_a_second_job_on_the_same_server_runs_every_task_of_its_own(tmp_pa
     first, second = tmp_path / "first-out.jsonl", tmp_path / "second-out.jsonl"
     app = collection_app(agent, transport=MultiASGITransport({"fake": agent.app()}))
     async with serve(app) as client:
-        # job 1 with the explicit prefix of a job that wants stable ids ("" : ids are <task>-<repeat>)
-        answer = await client.post("/jobs", json={"rollout_prefix": "", "tasks_path": first_tasks, "output_path": str(first)})
+        answer = await client.post("/jobs", json={"tasks_path": first_tasks, "output_path": str(first)})
         assert answer.status_code == 200, answer.text
         status = await settled_status(client)
         assert status["finished"] == 4 and status["reruns"] == 2
@@ -85,8 +84,9 @@ async def test_a_second_job_on_the_same_server_runs_every_task_of_its_own(tmp_pa
     assert status["state"] == "completed" and sorted(r["_ng_task_index"] for r in got) == [0, 1, 2, 3], (status, got)
     assert {r["_ng_task_index"]: r["result"]["task_value"] for r in got} == {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.8}
     assert status["finished"] == 4 and status["dropped"] == 0, status
-    assert prefix  # a fresh prefix for a job that asked for none
-    assert {r["_ng_rollout_id"] for r in got} == {f"{prefix}{t}-0" for t in range(4)}
+    assert prefix == "j2-"  # the server's second job; its first had none (ids <task>-<repeat>)
+    assert {r["_ng_rollout_id"] for r in got} == {f"j2-{t}-0" for t in range(4)}
+    assert {r["_ng_rollout_id"] for r in rows(first)} == {f"{t}-0" for t in range(4)}
     assert all(r["_ng_attempt_index"] == 0 and "error" not in r for r in got)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Iterator
@@ -13,30 +14,74 @@ from tests.support.seaweed import SeaweedS3, start_seaweed
 
 _bucket_ids = itertools.count()
 _test_marks = itertools.count()
+_fixture_marks = itertools.count()
 _MARK_KEY = pytest.StashKey[str]()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Every process the test function starts carries a mark of this test (see tests/support/processes.py)."""
-    tag = item.stash.setdefault(_MARK_KEY, f"{os.getpid()}-{next(_test_marks)}")
+def _test_mark(item: pytest.Item) -> str:
+    return item.stash.setdefault(_MARK_KEY, f"{os.getpid()}-{next(_test_marks)}")
+
+
+@contextlib.contextmanager
+def _marking(tag: str) -> Iterator[None]:
+    """Processes started meanwhile carry ``tag`` (nested: a broader fixture set up inside a test's setup)."""
+    previous = os.environ.get(MARK)
     os.environ[MARK] = tag
     try:
         yield
     finally:
-        os.environ.pop(MARK, None)
+        if previous is None:
+            os.environ.pop(MARK, None)
+        else:
+            os.environ[MARK] = previous
+
+
+def _fail_if_leaked(tag: str, owner: str) -> None:
+    leaked = reap_leaked(tag)
+    if leaked:
+        pytest.fail(f"processes started by {owner} were left running (now killed): "
+                    + "; ".join(f"{pid}: {cmd[:160]}" for pid, cmd in sorted(leaked.items())), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every process started while a test runs - its setup, the test function, its teardown - carries a mark of
+    this test (see tests/support/processes.py), except what a broader-scoped fixture starts (below)."""
+    with _marking(_test_mark(item)):
+        return (yield)
+
+
+class _FixtureMarks:
+    """A plugin, not a conftest hook: pytest asks a conftest's hooks only about nodes under its folder, and a
+    session-scoped fixture is set up for the session node (the rootdir)."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> Iterator[object]:
+        """A function-scoped fixture's processes carry its test's mark (checked with the test's); a broader-scoped
+        fixture's carry a mark of their own, checked once that fixture is torn down: whatever it started and did
+        not stop is killed, and the teardown fails naming it. Registered before the fixture runs, so the check
+        runs after the fixture's own teardown."""
+        if fixturedef.scope == "function":
+            return (yield)
+        tag = f"{os.getpid()}-{fixturedef.argname}-{next(_fixture_marks)}"
+        owner = f"fixture {fixturedef.argname!r} ({fixturedef.scope} scope)"
+        fixturedef.addfinalizer(lambda: _fail_if_leaked(tag, owner))
+        with _marking(tag):
+            return (yield)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("gymckpt-fixture-marks"):
+        config.pluginmanager.register(_FixtureMarks(), "gymckpt-fixture-marks")
 
 
 @pytest.fixture(autouse=True)
 def no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Torn down after the test's other fixtures: a process the test started and nobody stopped is killed,
-    and the test fails naming it (every process a test starts is stopped in a fixture finalizer, pass or fail)."""
+    """Torn down after the test's other fixtures: a process the test (or one of its function-scoped fixtures)
+    started and nobody stopped is killed, and the test fails naming it (every process a test or fixture starts
+    is stopped in a finalizer, pass or fail)."""
     yield
-    tag = request.node.stash.get(_MARK_KEY, None)
-    leaked = reap_leaked(tag) if tag else {}
-    if leaked:
-        pytest.fail("processes started by this test were left running (now killed): "
-                    + "; ".join(f"{pid}: {cmd[:160]}" for pid, cmd in sorted(leaked.items())), pytrace=False)
+    _fail_if_leaked(_test_mark(request.node), "this test or its fixtures")
 
 
 @pytest.fixture(scope="session")

@@ -381,15 +381,10 @@ class Chaos:
                 self.start()
                 self.newest, self.taken = None, []
                 self.story._submit(self.state, self.output)
-                # the first fault of a job is a checkpoint: (b) and (c) need one complete checkpoint to restore
-                first = True
                 while done < cycles and self.wait_for_a_moment():
-                    if self.order:
-                        kind = self.order[done % len(self.order)]
-                    else:
-                        kind = "a" if first and "a" in self.kinds else self.rng.choice(self.kinds)
+                    kind = self.order[done % len(self.order)] if self.order else self.rng.choice(self.kinds)
                     if kind == "b" and self.newest is None:
-                        kind = "a"
+                        kind = "a"  # (b) restores the newest complete checkpoint: the job needs one first
                     self.say(f"cycle {done + 1}/{cycles}: {kind}")
                     getattr(self, f"cycle_{kind}")()
                     job = self.job()
@@ -397,7 +392,6 @@ class Chaos:
                              f"{len(self.output.read_text().splitlines()) if self.output.exists() else 0}")
                     self.outcome.cycles[kind] += 1
                     done += 1
-                    first = False
                 if done < cycles:
                     self.finish(timeout_s)
                     self.check(final=False)

@@ -127,9 +127,9 @@ class TokenMirror:
     The count is written into a memory-mapped file (8 bytes, little-endian) with every token, so it
     is in the page cache the moment the token is counted and survives a SIGKILL: whoever measures
     failover (the demo, the benchmarks) reads how many tokens a killed worker generated with
-    :func:`read_token_mirror`. A token is counted when it is handed to the connection (see
-    :meth:`CompletionResponse._tokens`), so the count can only include bytes still in the dying
-    process's own write buffer, which :meth:`Connection.writable` keeps below its low-water mark.
+    :func:`read_token_mirror`. A streamed token is counted once its bytes left the process for the
+    socket (see :meth:`CompletionResponse._send_stream`), so a killed worker's count is what its
+    clients receive: only a kill between that write and the count (one memory store) would miss one.
     """
 
     SIZE = 8
@@ -248,6 +248,15 @@ class Connection:
             return False
         return self.transport is None or not self.transport.is_closing()
 
+    async def flushed(self) -> None:
+        """Wait until what was written left this process for the socket (the kernel delivers it even if this
+        process is SIGKILLed next; a process's own write buffer dies with it), unless the client left."""
+        transport = self.transport
+        if transport is None:
+            return
+        while transport.get_write_buffer_size() > 0 and not transport.is_closing() and not self.gone.is_set():
+            await asyncio.sleep(0.002)
+
     async def writable(self) -> None:
         """Wait while the client reads slower than we write (the server would pause the send)."""
         transport = self.transport
@@ -288,12 +297,12 @@ class CompletionResponse:
             await asyncio.sleep(0)
         return not gone.is_set()
 
-    async def _tokens(self, connection: Connection) -> AsyncIterator[str]:
+    async def _tokens(self, connection: Connection, count: bool = True) -> AsyncIterator[str]:
         """The pieces, each at its turn; a stop (not ``length``) takes one more step, like an EOS token.
 
-        The generator ends early when the client leaves; callers compare counts to notice. A streamed
-        piece is counted, yielded and written with no suspension in between, right after the
-        connection was seen open, so a counted token is a token sent.
+        The generator ends early when the client leaves; callers compare counts to notice. Each piece is
+        yielded right after the connection was seen open; with ``count`` it is counted here, else the
+        caller counts it once written (streaming: see :meth:`_send_stream`).
         """
         gone = connection.gone
         start = asyncio.get_running_loop().time()
@@ -303,7 +312,8 @@ class CompletionResponse:
             await connection.writable()
             if not connection.open():
                 return
-            self.stats.generated(self.plan.model)
+            if count:
+                self.stats.generated(self.plan.model)
             yield piece
         if self.plan.finish_reason != "length":
             self.eos_reached = await self._turn(start, len(self.plan.pieces), gone) and connection.open()
@@ -347,9 +357,15 @@ class CompletionResponse:
 
         await body(_sse(self._chunk({"role": "assistant", "content": ""}, None, 0)))
         emitted = 0
-        async for piece in self._tokens(connection):
+        async for piece in self._tokens(connection, count=False):
             emitted += 1
             await body(_sse(self._chunk({"content": piece}, None, emitted)))
+            # counted once it left this process: a token counted is a token the client gets, even if this process
+            # is SIGKILLed right after (the token mirror, read after such a kill, counted one more before: the
+            # token being encoded and written when the kill landed, which the client never got and another worker
+            # generated again)
+            await connection.flushed()
+            self.stats.generated(self.plan.model)
         if not self.eos_reached:
             await body(b"", more=False)
             return False

@@ -194,6 +194,11 @@ class Fleet:
         stream.received += tokens
         stream.worker.tokens_received += tokens
 
+    def counted(self, stream: Stream, tokens: int) -> None:
+        """The upstream says how many tokens the stream has generated so far (its usage)."""
+        if tokens > stream.received:
+            self.received(stream, tokens - stream.received)
+
     # --- health ------------------------------------------------------------------------
 
     def failed(self, worker: Worker, error: str) -> None:

@@ -271,7 +271,11 @@ class Upstream:
                         if isinstance(chunk, dict) and "error" in chunk:
                             raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
                         delta = _delta(chunk)
-                        if delta.has_token:
+                        if delta.completion_tokens is not None:  # the upstream's own count wins over counting chunks
+                            self.fleet.counted(stream, delta.completion_tokens)
+                        elif delta.has_token and delta.finish_reason is None:
+                            # (a final chunk restating the tool calls is no token; vLLM's last token arrives
+                            # with its finish_reason, and its usage chunk then counts it)
                             self.fleet.received(stream)
                         if delta.finish_reason is not None:
                             finished = True

@@ -734,7 +734,12 @@ class Coordinator:
             try:
                 await self._in_thread(storage.put_if_absent, key, data)
             except AlreadyExists:
-                raise TransactionError(f"checkpoint {checkpoint_id} was published by someone else") from None
+                # a conditional put retried after its answer was lost (S3 died right after storing it) finds the
+                # manifest its first try wrote: this transaction's, so published; anyone else's is a conflict
+                stored = await self._published(storage, checkpoint_id)
+                if stored is None or stored.transaction_id != transaction_id:
+                    raise TransactionError(f"checkpoint {checkpoint_id} was published by someone else") from None
+                return Published(key, stored, len(data))
         return Published(key, manifest, len(data))
 
     async def _abort(self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress) -> list[str]:

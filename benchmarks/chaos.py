@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -233,7 +234,7 @@ class Chaos:
             raise AssertionError("no complete checkpoint to restore")
         result = asyncio.run(self._restore(self.newest))
         if result.status != "completed":
-            raise AssertionError(f"restore of {self.newest} failed: {result.error}")
+            raise AssertionError(f"restore of {self.newest} failed: {result.error}\n{self.log_tails()}")
 
     def cycle_a(self) -> None:
         checkpoint_id = self.next_id()
@@ -357,6 +358,14 @@ class Chaos:
                 raise AssertionError(f"still paused {bound_s:.0f}s after {what}: {closed}")
             time.sleep(0.05)
 
+    def log_tails(self, chars: int = 1500) -> str:
+        """The end of every server's log (kept with the work folder when a run fails)."""
+        tails = []
+        for server in read_state(self.dir).servers:
+            with contextlib.suppress(OSError):
+                tails.append(f"--- {server.log}\n{Path(server.log).read_text(errors='replace')[-chars:]}")
+        return "\n".join(tails)
+
     def statuses(self) -> dict[str, dict]:
         out = {}
         for server in read_state(self.dir).servers:
@@ -447,15 +456,22 @@ def main(argv: list[str] | None = None) -> int:
     kinds = args.kinds or (KINDS if owned_s3 else "".join(k for k in KINDS if k not in S3_KINDS))
     if not owned_s3 and any(k in S3_KINDS for k in kinds):
         parser.error(f"kinds {S3_KINDS} stop the S3 server: only with --storage embedded-s3")
-    with tempfile.TemporaryDirectory(prefix="gymckpt-chaos-") as tmp:
-        storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
-        story = Story(Path(tmp) / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
-                      tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda text: None)
+    tmp = tempfile.mkdtemp(prefix="gymckpt-chaos-")  # removed after a run that ends; kept (with every log) if not
+    storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
+    story = Story(Path(tmp) / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
+                  tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda text: None)
+    try:
         story.prepare()
         print("uninterrupted run ...", file=sys.stderr, flush=True)
         base = story.uninterrupted()
         chaos = Chaos(story, base, random.Random(args.seed), kinds, say=lambda text: print(text, file=sys.stderr, flush=True))
         chaos.run(args.cycles)
+    except BaseException:
+        print(f"the run failed; its work folder and logs are kept in {tmp}", file=sys.stderr, flush=True)
+        raise
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    finally:
         story.close()
     outcome = chaos.outcome
     print(outcome.table("file" if args.storage is None or args.storage.startswith("file://") else "s3"))

@@ -212,14 +212,18 @@ def main() -> None:
                     assert restored.records == row.records, (restored.records, row.records)
                 finally:
                     stop_stack(tmp / "stack", kill=True)
+            if n != args.sessions[-1]:
+                print_table(rows, final=False)  # so far (a long run that is stopped still leaves its tables)
+                print(flush=True)
     finally:
         s3.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(rows)
 
 
-def print_table(rows: list[Row]) -> None:
-    print("checkpoint of N live Workplace sessions (3 mutating calls each): sync (today) vs snapshot, one run")
+def print_table(rows: list[Row], final: bool = True) -> None:
+    print("checkpoint of N live Workplace sessions (3 mutating calls each): sync (today) vs snapshot, one run"
+          + ("" if final else " (so far)"))
     head = (f"{'sessions':>8} {'storage':>7} {'method':>12} {'pause ms':>9} {'bound ms':>9} {'snap ms':>8} {'other ms':>9} "
             f"{'publish s':>9} {'records':>7} {'objects':>7} {'written':>10} {'reused':>6} {'restore s':>9} {'peak/sess':>9}")
     print(head)

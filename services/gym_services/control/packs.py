@@ -144,6 +144,7 @@ def _claim_reuse(
     candidates: Sequence[ReuseIndex],
     checkpoint_id: str,
     participant_id: str,
+    progress: Progress,
 ) -> dict[str, Located]:
     """What this checkpoint references instead of writing again: from the newest index whose checkpoint
     is published (an unpublished one's objects may be deleted any time).
@@ -166,7 +167,10 @@ def _claim_reuse(
             created_at=time.time(),
             packs=sorted({where.pack.key for where in reused.values()}),
         )
-        storage.put(layout.reuse_intent_key(checkpoint_id, participant_id), intent.model_dump_json(indent=1).encode())
+        data = intent.model_dump_json(indent=1).encode()
+        storage.put(layout.reuse_intent_key(checkpoint_id, participant_id), data)
+        progress.objects += 1  # written by this checkpoint: counted with its packs and manifest
+        progress.written_bytes += len(data)
         if storage.exists(layout.global_manifest_key(reuse.checkpoint_id)):
             return reused
     return {}
@@ -219,7 +223,7 @@ def persist(
     timings["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    reused = _claim_reuse(storage, encoded, reuse, checkpoint_id, participant_id)
+    reused = _claim_reuse(storage, encoded, reuse, checkpoint_id, participant_id, progress)
     packs: list[PackEntry] = []
     pack_of: dict[str, int] = {}  # pack key -> position in ``packs``
     columns: dict[str, list] = {k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")}

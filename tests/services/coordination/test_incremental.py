@@ -79,7 +79,8 @@ async def test_incremental_checkpoint_reuses_unchanged_records_and_restores_like
     # 9 unchanged sessions and the shared base are referenced in ck-1's pack, only r3 is written again
     assert incremental.records == SESSIONS + 1 and incremental.reused == SESSIONS
     assert incremental.written_bytes < 0.3 * full.written_bytes, (incremental.written_bytes, full.written_bytes)
-    assert full.objects == 3 and incremental.objects == 3  # one pack, the participant and the global manifest
+    assert full.objects == 3  # one pack, the participant and the global manifest
+    assert incremental.objects == 4  # and the reuse intent naming ck-1's pack
     storage = open_storage(storage_url)
     ck1_pack = layout.pack_key("ck-1", "workplace", 0)
     assert ck1_pack in objects_read_by(storage, "ck-2")

@@ -8,9 +8,12 @@ Four tables from one run, every server a real uvicorn process on 127.0.0.1:
 2. Checkpoint pause with 1, 2, 4, 8 replicas per role (Workplace Assistant as resources, Blackjack as the
    environment) holding the same total sessions: replicas of a role prepare and commit concurrently, so the
    pause must not grow with the replica count. Each is restored into fresh processes too.
-3. Worker failover: 4 workers, 64 episodes in flight; one worker is SIGKILLed while it streams
-   generations. Tokens regenerated (target 0), episodes failed or run again (target 0), rewards equal to
-   an uninterrupted run. Worker tokens come from the workers' ``stats_dir`` mirrors, which outlive a SIGKILL.
+3. Worker failover. (a) 64 generations through one policy model over 4 workers, one worker SIGKILLed
+   once all 64 stream: tokens regenerated (target 0), generations failed (target 0), every response equal
+   to the uninterrupted one. (b) The same in rollouts: the demo tasks on 4 workers, 64 episodes in flight,
+   one worker SIGKILLed while it streams generations: tokens regenerated, episodes failed or run again
+   (target 0), rewards equal to an uninterrupted run. Worker tokens come from the workers' ``stats_dir``
+   mirrors, which outlive a SIGKILL.
 4. Streams one policy model process carries: N concurrent generations through one policy model over 4
    workers; tokens per CPU-second of the policy model give the streams one core carries at a given pace.
 
@@ -176,7 +179,9 @@ def pause(tmp: Path, replicas: int, sessions: int) -> dict[str, Any]:
     return {
         "replicas": replicas, "participants": len(result.participants), "records": result.records, "bytes": result.bytes,
         "spread": f"{min(per_replica)}-{max(per_replica)}", "pause": result.pause_s, "prepare": result.timings["prepare"],
-        "commit": result.timings["commit"], "restore": restored.pause_s,
+        # a snapshot checkpoint captures under the pause and persists after it; a sync one commits under it
+        "commit": result.timings.get("capture", result.timings.get("commit", 0.0)), "method": result.method,
+        "published": result.published_s or 0.0, "restore": restored.pause_s,
     }
 
 
@@ -198,6 +203,70 @@ def failover(tmp: Path, repeats: int) -> tuple[dict[str, Any], Any]:
         "failed": errors, "reruns": run.reruns_before_checkpoint, "rewards_equal": verdict.ok,
         "problems": verdict.problems,
     }, story
+
+
+def generation_failover(tmp: Path, generations: int = 64, workers: int = 4, pace: float = 20.0) -> dict[str, Any]:
+    """``generations`` concurrent generations through one policy model over ``workers`` workers; one worker is
+    SIGKILLed once every generation streams: each response must equal the uninterrupted one, and the workers' token
+    mirrors (which outlive the kill) must add up to exactly the tokens in the responses."""
+    from gym_services.demo.story import _kill
+    from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
+    from tests.services.models.policy_model.model_support import REQUESTS
+
+    work = tmp / "generation-failover"
+    stats_dir = work / "tokens"
+    stack = StackConfig(name="failover", state_dir=str(work / "stack"), servers={
+        "worker": ServerSpec(server="inference_worker", participant=False, replicas=workers,
+                             config={"tokens_per_second": pace, "time_to_first_token_s": 0.05, "stats_dir": str(stats_dir)}),
+        "model": ServerSpec(server="policy_model", config={"upstream": {"base_url": "{url:worker}/v1", "health_interval_s": 0.5}}),
+    })
+    token = stack_secrets(work / "stack")["control_token"]
+    state = start_stack(stack, work, ready_timeout_s=300)
+    kinds = sorted(REQUESTS)
+    try:
+        model, victim = state.replicas_of("model")[0], state.replicas_of("worker")[-1]
+
+        async def run(prefix: str, kill: bool) -> tuple[list[httpx.Response], dict[str, Any]]:
+            limits = httpx.Limits(max_connections=generations + 8)
+            async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+                tasks = [asyncio.create_task(http.post(
+                    f"{model.url}/v1/responses", json=REQUESTS[kinds[i % len(kinds)]],
+                    headers={"x-ng-rollout-id": f"{prefix}-{i}", "x-ng-attempt": "0"})) for i in range(generations)]
+                seen: dict[str, Any] = {}
+                if kill:  # once every generation streams, the victim still in the middle of its own
+                    deadline = time.monotonic() + 120
+                    while True:
+                        everyone = [(await http.get(f"{w.url}/stats")).json() for w in state.replicas_of("worker")]
+                        mine = everyone[-1]
+                        if sum(w["active"] for w in everyone) >= generations and mine["tokens_generated"] >= mine["requests"]:
+                            break
+                        if any(t.done() for t in tasks) or time.monotonic() > deadline:
+                            raise RuntimeError(f"the generations did not all stream at once: {everyone}")
+                        await asyncio.sleep(0.01)
+                    _kill(victim.pid)
+                    seen = {"streaming": sum(w["active"] for w in everyone), "on_victim": mine["active"],
+                            "victim_tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}
+                replies = await asyncio.gather(*tasks)
+                live = (await http.get(f"{model.url}/ng-control/v1/checkpoint/status",
+                                       headers={"authorization": f"Bearer {token}"})).json()["live"]
+            return replies, {**seen, "live": live}
+
+        def mirrors() -> int:
+            return sum(read_token_mirror(token_mirror_path(stats_dir, w.name)) for w in state.replicas_of("worker"))
+
+        base, _ = asyncio.run(run("base", kill=False))
+        base_tokens = mirrors()
+        killed, seen = asyncio.run(run("kill", kill=True))
+        kill_tokens = mirrors() - base_tokens
+    finally:
+        stop_stack(work / "stack", kill=True)
+    failed = [r for r in killed if r.status_code != 200]
+    reference = {kinds[i % len(kinds)]: r.json() for i, r in enumerate(base) if r.status_code == 200}
+    equal = not failed and all(r.json() == reference[kinds[i % len(kinds)]] for i, r in enumerate(killed))
+    total = sum(r.json()["usage"]["output_tokens"] for r in killed if r.status_code == 200)
+    return {"generations": generations, "streaming": seen["streaming"], "on_victim": seen["on_victim"],
+            "victim_tokens": seen["victim_tokens"], "failovers": seen["live"]["failovers"], "total": total,
+            "generated": kill_tokens, "base_generated": base_tokens, "failed": len(failed), "equal": equal}
 
 
 # --- 4. streams per policy model process ---------------------------------------------------------------------------
@@ -243,52 +312,82 @@ def streams(tmp: Path, counts: list[int], pace: float) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer configurations and episodes")
+    parser.add_argument("--only", choices=["3a"], help="run one section only")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-scale-"))
     grid = [(1, 1), (2, 2), (4, 4)] if args.quick else [(r, w) for r in (1, 2, 4) for w in (1, 2, 4)]
-    try:
+    ok = False
+    if args.only == "3a":
+        try:
+            print(json.dumps(generation_failover(tmp), indent=1))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    try:  # each table as soon as it is measured
         t1 = [throughput(tmp, r, w, repeats=2 if args.quick else 4, concurrency=64) for r, w in grid]
+        print("1) rollout collection throughput (demo tasks, 64 in flight, workers at 150 tokens/s per stream, tools 0.1 s)")
+        print(table(
+            ["replicas", "workers", "episodes", "errors", "episodes/s", "wall s", "CPU s/episode", "CPU load", "bottleneck"],
+            [[r["replicas"], r["workers"], r["episodes"], r["errors"], f"{r['eps']:.2f}", f"{r['wall']:.1f}",
+              f"{r['cpu_per_episode']:.3f}", f"{r['load']:.2f}", r["bottleneck"]] for r in t1],
+        ), flush=True)
+        print()
+
         t2 = [pause(tmp, r, sessions=200 if args.quick else 400) for r in (1, 2, 4, 8)]
+        method = t2[0]["method"].value if t2[0]["method"] is not None else "-"
+        print(f"2) checkpoint pause vs replicas per role (workplace_assistant + blackjack, same total sessions; "
+              f"method {method}: the pause is prepare + capture, the upload runs after it)")
+        print(table(
+            ["replicas/role", "participants", "records", "bytes", "records/replica", "pause s", "prepare s",
+             "capture/commit s", "published s", "restore s"],
+            [[r["replicas"], r["participants"], r["records"], r["bytes"], r["spread"], f"{r['pause']:.3f}",
+              f"{r['prepare']:.3f}", f"{r['commit']:.3f}", f"{r['published']:.3f}", f"{r['restore']:.3f}"] for r in t2],
+        ), flush=True)
+        print()
+
+        g = generation_failover(tmp)
+        print(f"3a) worker failover: {g['generations']} generations through one policy model over 4 workers (20 tokens/s "
+              "each), one worker SIGKILLed while every generation streams")
+        print(table(["", "value"], [
+            ["generations streaming at the kill (all workers / killed one)", f"{g['streaming']} / {g['on_victim']}"],
+            ["tokens the killed worker had generated", g["victim_tokens"]],
+            ["generations continued on another worker", g["failovers"]],
+            ["tokens in the responses / generated by every worker", f"{g['total']} / {g['generated']}"],
+            ["tokens regenerated (target 0)", g["generated"] - g["total"]],
+            ["generations failed (target 0)", g["failed"]],
+            ["every response equal to the uninterrupted one", "yes" if g["equal"] else "NO"],
+        ]), flush=True)
+        print()
+
         t3, _ = failover(tmp, repeats=3)
+        k = t3["killed"]
+        print("3b) worker failover in rollouts: the demo tasks on 4 workers, 64 episodes in flight, one worker SIGKILLed "
+              "mid-generation")
+        print(table(["", "value"], [
+            ["episodes", t3["episodes"]],
+            ["generations streaming at the kill (all workers / killed one)", f"{k['streaming_everywhere']} / {k['streaming']}"],
+            ["tokens the killed worker had streamed", k["tokens"]],
+            ["generations continued on another worker", t3["failovers"]],
+            ["tokens, uninterrupted / with the kill", f"{t3['uninterrupted']} / {t3['tokens']}"],
+            ["tokens regenerated (target 0)", t3["regenerated"]],
+            ["episodes failed / run again (target 0)", f"{t3['failed']} / {t3['reruns']}"],
+            ["rewards equal to the uninterrupted run", "yes" if t3["rewards_equal"] else "NO: " + "; ".join(t3["problems"][:3])],
+        ]), flush=True)
+        print()
+
         t4 = streams(tmp, [64, 256] if args.quick else [64, 256, 1024], pace=20.0)
+        print("4) one policy model process, 4 workers at 20 tokens/s per stream: how many streams it carries")
+        print(table(
+            ["streams", "tokens", "wall s", "tokens/s", "offered tokens/s", "model CPU (cores)", "tokens per model CPU-s",
+             "streams one core carries at 20 tok/s"],
+            [[r["streams"], r["tokens"], f"{r['wall']:.1f}", f"{r['rate']:.0f}", f"{r['offered']:.0f}", f"{r['model_cpu']:.2f}",
+              f"{r['per_cpu_s']:.0f}", f"{r['carried']:.0f}"] for r in t4],
+        ), flush=True)
+        ok = (t3["regenerated"] == 0 and t3["failed"] == 0 and t3["rewards_equal"] and g["equal"]
+              and g["generated"] == g["total"] and g["failed"] == 0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-    print("1) rollout collection throughput (demo tasks, 64 in flight, workers at 150 tokens/s per stream, tools 0.1 s)")
-    print(table(
-        ["replicas", "workers", "episodes", "errors", "episodes/s", "wall s", "CPU s/episode", "CPU load", "bottleneck"],
-        [[r["replicas"], r["workers"], r["episodes"], r["errors"], f"{r['eps']:.2f}", f"{r['wall']:.1f}",
-          f"{r['cpu_per_episode']:.3f}", f"{r['load']:.2f}", r["bottleneck"]] for r in t1],
-    ))
-    print()
-    print("2) checkpoint pause vs replicas per role (workplace_assistant + blackjack, same total sessions)")
-    print(table(
-        ["replicas/role", "participants", "records", "bytes", "records/replica", "pause s", "prepare s", "commit s", "restore s"],
-        [[r["replicas"], r["participants"], r["records"], r["bytes"], r["spread"], f"{r['pause']:.3f}",
-          f"{r['prepare']:.3f}", f"{r['commit']:.3f}", f"{r['restore']:.3f}"] for r in t2],
-    ))
-    print()
-    k = t3["killed"]
-    print("3) worker failover: 4 workers, 64 episodes in flight, one worker SIGKILLed mid-generation")
-    print(table(["", "value"], [
-        ["episodes", t3["episodes"]],
-        ["generations streaming at the kill (all workers / killed one)", f"{k['streaming_everywhere']} / {k['streaming']}"],
-        ["tokens the killed worker had streamed", k["tokens"]],
-        ["generations continued on another worker", t3["failovers"]],
-        ["tokens, uninterrupted / with the kill", f"{t3['uninterrupted']} / {t3['tokens']}"],
-        ["tokens regenerated (target 0)", t3["regenerated"]],
-        ["episodes failed / run again (target 0)", f"{t3['failed']} / {t3['reruns']}"],
-        ["rewards equal to the uninterrupted run", "yes" if t3["rewards_equal"] else "NO: " + "; ".join(t3["problems"][:3])],
-    ]))
-    print()
-    print("4) one policy model process, 4 workers at 20 tokens/s per stream: how many streams it carries")
-    print(table(
-        ["streams", "tokens", "wall s", "tokens/s", "offered tokens/s", "model CPU (cores)", "tokens per model CPU-s",
-         "streams one core carries at 20 tok/s"],
-        [[r["streams"], r["tokens"], f"{r['wall']:.1f}", f"{r['rate']:.0f}", f"{r['offered']:.0f}", f"{r['model_cpu']:.2f}",
-          f"{r['per_cpu_s']:.0f}", f"{r['carried']:.0f}"] for r in t4],
-    ))
-    print(json.dumps({"failover_ok": t3["regenerated"] == 0 and t3["failed"] == 0 and t3["rewards_equal"]}))
+    print(json.dumps({"failover_ok": ok}))
 
 
 if __name__ == "__main__":

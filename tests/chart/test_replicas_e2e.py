@@ -4,7 +4,8 @@ with a Checkpoint, every pod replaced and a Restore: the operator finds every re
 in both (the status names its replica), every rollout's state is on the pod its id hashes to, and every episode
 continued after the restore ends exactly as the same task's episodes that ran uninterrupted (the oracle policy
 answers a task the same way every time, so no separate reference install is needed: test_cluster_e2e.py compares
-with one). Then the stack is scaled down and a Restore of the same checkpoint is refused, saying why.
+with one). A StatefulSet scaled outside the chart is refused; then the agents are scaled down with the chart and a
+Restore of the same checkpoint is refused, saying why.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ COPIES, CONCURRENCY = 4, 8  # the example's 5 tasks 4 times over, one episode ea
 EPISODES = 5 * COPIES        # so an episode live at the checkpoint has copies that ran uninterrupted
 
 
-def values(replicas: int) -> dict[str, Any]:
-    """The chart's default servers, each with ``replicas`` pods."""
+def values(replicas: int, agents: int | None = None) -> dict[str, Any]:
+    """The chart's default servers, each with ``replicas`` pods (the agent with ``agents``, if given)."""
     url = '{{ include "gym-checkpoint.serverUrl" (dict "root" $ "name" "%s") }}'
     return {'servers': [
         {'name': 'inference-worker', 'server': 'inference_worker', 'participant': False, 'port': 8000, 'replicas': replicas,
@@ -41,7 +42,7 @@ def values(replicas: int) -> dict[str, Any]:
          'config': {'upstream': {'base_url': url % 'inference-worker' + '/v1', 'health_interval_s': 0.5}}},
         {'name': 'workplace-assistant', 'server': 'workplace_assistant', 'role': 'resources', 'port': 8000,
          'replicas': replicas, 'config': {'tool_latency_s': 0.1}},
-        {'name': 'simple-agent', 'server': 'simple_agent', 'role': 'agent', 'port': 8000, 'replicas': replicas,
+        {'name': 'simple-agent', 'server': 'simple_agent', 'role': 'agent', 'port': 8000, 'replicas': agents or replicas,
          'config': {'model_url': url % 'policy-model', 'model': 'workplace-oracle', 'resources_url': url % 'workplace-assistant',
                     'max_steps': 12}},
     ]}
@@ -116,8 +117,10 @@ def test_replicas_install_checkpoint_replace_restore_and_refuse_other_counts(kem
         assert 'simple-agent: StatefulSet gym-gym-checkpoint-simple-agent has replicas 3 but its pod' in scaled['message']
         kubectl(*scale, '{"spec": {"replicas": 2}}')
 
-        cluster.replace_pods(sorted(pods))
-        cluster.wait_ready(pods, timeout_s=180)
+        # every participant pod dies and is replaced by a fresh one (the workers are no participants: they stay)
+        participant_pods = sorted(participants)
+        cluster.replace_pods(participant_pods)
+        cluster.wait_ready(set(participant_pods), timeout_s=180)
         apply(kubectl, 'Restore', 'rs1', {'checkpointRef': {'name': 'ck1'}})
         kubectl('wait', '--for=jsonpath={.status.phase}=Completed', 'restore/rs1', '--timeout=120s', timeout=130)
         restored = kubectl_json(kubectl, 'get', 'restore', 'rs1')['status']
@@ -128,17 +131,17 @@ def test_replicas_install_checkpoint_replace_restore_and_refuse_other_counts(kem
                            '--wait-timeout', '180', token=token)
         assert f'collected {EPISODES} rollouts (0 errors)' in finished.stdout
 
-        # one replica of each now: the checkpoint of two cannot be restored here, and the Restore says why
+        # one agent now (helm upgrade): the checkpoint of two cannot be restored here, and the Restore says why
         cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace='default')
         try:
-            assert helm_call(cfg, 'helm_upgrade', 'gym', values(1), timeout_seconds=60, disable_hooks=True)['status'] == 'deployed'
+            upgraded = helm_call(cfg, 'helm_upgrade', 'gym', values(2, agents=1), timeout_seconds=60, disable_hooks=True)
+            assert upgraded['status'] == 'deployed'
         finally:
             cfg.close()
-        one = {f'gym-gym-checkpoint-{name}-0' for name in REPLICATED} | {'gym-gym-checkpoint-collection-0'}
         deadline = time.monotonic() + 120
-        while any(name.endswith('-1') for name in cluster.pods) and time.monotonic() < deadline:
+        while 'gym-gym-checkpoint-simple-agent-1' in cluster.pods and time.monotonic() < deadline:
             time.sleep(0.2)
-        cluster.wait_ready(one, timeout_s=180)
+        cluster.wait_ready(set(participant_pods) - {'gym-gym-checkpoint-simple-agent-1'}, timeout_s=180)
         apply(kubectl, 'Restore', 'rs2', {'checkpointRef': {'name': 'ck1'}})
         kubectl('wait', '--for=jsonpath={.status.phase}=Failed', 'restore/rs2', '--timeout=120s', timeout=130)
         refused = kubectl_json(kubectl, 'get', 'restore', 'rs2')['status']

@@ -7,7 +7,7 @@ moments (a random share of the rollouts finished, the rest in flight) one cycle 
 - ``a``: checkpoint -> SIGKILL every process -> fresh processes -> restore that checkpoint;
 - ``b``: checkpoint, with one random process (participant or not) SIGKILLed at a random step of it -> SIGKILL every
   process -> fresh processes -> restore the newest complete checkpoint (restorable only once its global manifest
-  exists: a checkpoint whose manifest was never published is never restored);
+  exists: a checkpoint whose manifest was never published is never restored; a job without one takes one first);
 - ``c``: a checkpoint by ``gymckpt checkpoint`` in its own process, SIGKILLed mid-transaction -> every participant
   must reopen admission within its lease, and collection carries on;
 - ``d``: the inference worker SIGKILLed mid-generation and restarted: the policy model retries, collection carries
@@ -236,7 +236,8 @@ class Chaos:
         if result.status != "completed":
             raise AssertionError(f"restore of {self.newest} failed: {result.error}\n{self.log_tails()}")
 
-    def cycle_a(self) -> None:
+    def checkpoint_published(self) -> str:
+        """A checkpoint that completes and is published."""
         checkpoint_id = self.next_id()
         result = asyncio.run(self._checkpoint(checkpoint_id))
         if result.status != "completed":
@@ -248,9 +249,15 @@ class Chaos:
                 raise AssertionError(f"checkpoint {checkpoint_id} completed but was not published in 120 s")
             time.sleep(0.05)
         self.newest = checkpoint_id
+        return checkpoint_id
+
+    def cycle_a(self) -> None:
+        self.checkpoint_published()
         self.crash_and_restore()
 
     def cycle_b(self) -> None:
+        if self.newest is None:  # the crash restores the newest complete checkpoint: the job needs one first
+            self.checkpoint_published()
         checkpoint_id = self.next_id()
         phases = [TransactionPhase.PREPARING, TransactionPhase.COMMITTING, TransactionPhase.PUBLISHING,
                   TransactionPhase.RESUMING]
@@ -392,8 +399,6 @@ class Chaos:
                 self.story._submit(self.state, self.output)
                 while done < cycles and self.wait_for_a_moment():
                     kind = self.order[done % len(self.order)] if self.order else self.rng.choice(self.kinds)
-                    if kind == "b" and self.newest is None:
-                        kind = "a"  # (b) restores the newest complete checkpoint: the job needs one first
                     self.say(f"cycle {done + 1}/{cycles}: {kind}")
                     getattr(self, f"cycle_{kind}")()
                     job = self.job()

@@ -15,6 +15,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from tests.support.processes import GRACE_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 
 GUARDED = textwrap.dedent('''
@@ -70,7 +72,7 @@ def _alive(pid: int) -> bool:
 def test_processes_fixtures_leave_running_are_killed_and_fail(tmp_path) -> None:
     (tmp_path / "test_guarded.py").write_text(GUARDED)
     pids = tmp_path / "pids.txt"
-    env = {**os.environ, "GUARD_PIDS": str(pids), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "GUARD_PIDS": str(pids), "PYTHONPATH": str(ROOT), GRACE_ENV: "0.2"}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "-rA",
          "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_guarded.py")],

@@ -35,9 +35,16 @@ def marked(tag: str) -> dict[int, str]:
     return found
 
 
-def reap_leaked(tag: str, grace_s: float = 3.0) -> dict[int, str]:
-    """Processes marked ``tag`` still alive after ``grace_s`` (a SIGKILL just sent takes a moment to land):
+#: how long a process marked as leaked may take to go (a SIGKILL just sent takes a moment to land); the guard's own
+#: test runs its leaking tests with a short one
+GRACE_ENV = "GYMCKPT_TEST_LEAK_GRACE_S"
+
+
+def reap_leaked(tag: str, grace_s: float | None = None) -> dict[int, str]:
+    """Processes marked ``tag`` still alive after ``grace_s`` (default 3 s, or ``GYMCKPT_TEST_LEAK_GRACE_S``):
     each is SIGKILLed; returns what was found."""
+    if grace_s is None:
+        grace_s = float(os.environ.get(GRACE_ENV, "3"))
     deadline = time.monotonic() + grace_s
     leaked = marked(tag)
     while leaked and time.monotonic() < deadline:

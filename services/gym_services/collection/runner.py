@@ -413,6 +413,12 @@ class Collection(Participant):
     async def validate(self, records: list[RestoredRecord]) -> tuple[JobState, list[EpisodeState]] | None:
         if not records:
             return None
+        if self.job is not None and not self._done.is_set():
+            # its dispatcher and episodes would run on beside the restored job's (the same cursor, twice)
+            raise InvalidState(
+                f"restore refused, nothing changed: a collection job is running on this server ({len(self.job.finished)} "
+                f"of {self.job.total} finished); restore into fresh processes, or wait until the job completes"
+            )
         by_key = {r.key: r for r in records}
         if "job" not in by_key:
             raise InvalidState("controller records have no job record")

@@ -110,3 +110,32 @@ async def test_a_rollout_prefix_an_earlier_job_used_is_refused_and_changes_nothi
         assert again.status_code == 200 and again.json()["rollout_prefix"] == "exp2-"
         await settled_status(client)
     assert sorted(r["_ng_rollout_id"] for r in rows(second)) == ["exp2-0-0", "exp2-1-0"]
+
+
+async def test_a_restore_onto_a_server_running_a_job_is_refused_and_changes_nothing(tmp_path) -> None:
+    """Its dispatcher and live episodes would run on beside the restored job's: the same rollouts twice."""
+    from tests.services.collection.test_collection import FakeAgent, _checkpoint_two_finished, wait_for
+    from tests.support.asgi import Control
+
+    loc = f"file://{tmp_path / 'ckpt'}"
+    committed, _ = await _checkpoint_two_finished(tmp_path, loc)
+    agent = FakeAgent()  # holds every episode until released
+    out = tmp_path / "running.jsonl"
+    async with serve(collection_app(agent)) as client:
+        control = Control(client)
+        answer = await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path / "other.jsonl", [0.5, 0.6, 0.7]),
+                                                  "output_path": str(out), "concurrency": 2})
+        assert answer.status_code == 200, answer.text
+        await wait_for(lambda: agent.active == 2)
+        before = (await client.get("/jobs/current")).json()
+        phase = (await control.status())["phase"]
+        refused = await control.restore("ck1", loc, committed["manifest_key"], expect=422)
+        assert refused["error"]["code"] == "invalid_state"
+        assert "a collection job is running on this server" in refused["error"]["message"]
+        after = (await client.get("/jobs/current")).json()
+        assert {k: v for k, v in after.items() if k != "idle_s"} == {k: v for k, v in before.items() if k != "idle_s"}
+        assert (await control.status())["phase"] == phase
+        agent.gate.set()
+        status = await settled_status(client)
+    assert status["state"] == "completed" and status["finished"] == 3
+    assert sorted(r["_ng_rollout_id"] for r in rows(out)) == ["0-0", "1-0", "2-0"]

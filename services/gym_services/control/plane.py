@@ -20,6 +20,8 @@ for the first call still running).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -66,6 +68,24 @@ from gym_services.control.storage_clients import StorageClients
 
 T = TypeVar("T")
 log = get_logger("control")
+
+
+@contextlib.contextmanager
+def collection_paused():
+    """No cyclic garbage collection while a capture runs under the pause.
+
+    A capture allocates a few small objects per session; with thousands of sessions that triggers full
+    collections over every live object of the server (its sessions' tables), which measured ~40% of a
+    4,000-session capture. Collection resumes (and catches up) once the capture is done, after or
+    before resume; what the capture allocates meanwhile is bounded by its sessions.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass
@@ -341,10 +361,11 @@ class ControlPlane:
         storage = self.storages.get(req.location, req.storage)  # a bad location fails now, under the pause
         scope = Scope.of(req.episodes)
         try:
-            capture = await self.participant.capture(scope)
+            with collection_paused():
+                capture = await self.participant.capture(scope)
+                capture = capture.with_attempts(self.admission.fence.highest)
         except InvalidState as exc:
             raise ApiError(ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}") from None
-        capture = capture.with_attempts(self.admission.fence.highest)
         await self.participant.release_out_of_scope(scope)
         self.captured = Captured(req.checkpoint_id, storage, capture)
         self._move(Phase.CAPTURED, f"capture {req.checkpoint_id}: {len(capture)} records, written after resume")

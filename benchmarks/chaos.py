@@ -55,7 +55,7 @@ from gym_services.control.protocol import CheckpointMethod
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase
 from gym_services.demo.story import Run, Story
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackState, read_state, restart_server, stack_secrets, stop_stack
+from gym_services.stack.launcher import StackState, read_state, restart_server, is_running, stack_secrets, stop_stack
 from gym_services.stack.objectstore import read_store, start_local_s3
 
 WORKER = "inference-worker"
@@ -170,7 +170,10 @@ class Chaos:
         stop_stack(self.dir, kill=True)
 
     def kill(self, name: str) -> None:
-        pid = next(s.pid for s in read_state(self.dir).servers if s.name == name)
+        server = next(s for s in read_state(self.dir).servers if s.name == name)
+        if not is_running(server):
+            return  # died already: its pid may be someone else's by now
+        pid = server.pid
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):

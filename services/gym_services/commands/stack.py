@@ -32,7 +32,7 @@ from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import (
     StackError,
     StackState,
-    alive,
+    is_running,
     read_state,
     stack_secrets,
     start_stack,
@@ -77,7 +77,7 @@ def _fail(prefix: str, exc: Exception) -> int:
 def _running(args: argparse.Namespace) -> StackState:
     """The stack's state, refused with the next step when none of its servers runs (after `down`)."""
     state = read_state(_state_dir(args))
-    if not any(alive(s.pid) for s in state.servers):
+    if not any(is_running(s) for s in state.servers):
         raise StackError(
             f"the stack {state.name} is not running (its {len(state.servers)} servers have stopped); "
             "start it with `gymckpt up CONFIG`"
@@ -86,7 +86,7 @@ def _running(args: argparse.Namespace) -> StackState:
 
 
 def _stopped(state: StackState) -> list[str]:
-    return [s.name for s in state.participants() if not alive(s.pid)]
+    return [s.name for s in state.participants() if not is_running(s)]
 
 
 async def _with_coordinator(args: argparse.Namespace, work, *, running_only: bool = False):

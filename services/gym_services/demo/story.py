@@ -28,7 +28,7 @@ from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackState, alive, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import StackState, alive, is_running, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
 
@@ -76,7 +76,7 @@ def _worker_tokens(state: StackState, stats_dir: Path) -> int:
 
 
 def _live_workers(state: StackState) -> list[str]:
-    return [w.url for w in state.replicas_of(WORKER) if alive(w.pid)]
+    return [w.url for w in state.replicas_of(WORKER) if is_running(w)]
 
 
 def _kill(pid: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -33,6 +34,8 @@ class RunningServer(BaseModel):
     pid: int
     participant: bool
     log: str
+    #: the process's start time (clock ticks after boot, /proc): a pid reused by another process is not this server
+    started: int | None = None
     group: str | None = None  # the stack YAML's server name; None: the same as name
     ordinal: int = 0
     replicas: int = 1
@@ -163,6 +166,23 @@ def alive(pid: int) -> bool:
     return True
 
 
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot); None without /proc or once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_running(server: RunningServer) -> bool:
+    """The server's process is still there - its pid, and (where /proc tells) the same process: a server that died
+    long ago leaves its pid to be reused (pids wrap at 32768 on many machines), and signalling that pid's group
+    would kill someone else's processes."""
+    if not alive(server.pid):
+        return False
+    return server.started is None or start_time(server.pid) in (None, server.started)
+
+
 def start_stack(
     stack: StackConfig,
     base: Path,
@@ -177,7 +197,7 @@ def start_stack(
     state_dir = stack.resolved_state_dir(base)
     if (state_dir / STATE_FILE).exists():
         previous = read_state(state_dir)
-        if any(alive(s.pid) for s in previous.servers):
+        if any(is_running(s) for s in previous.servers):
             raise StackError(f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first")
     try:
         check_stack(stack, stack.name)
@@ -239,7 +259,7 @@ def start_stack(
                 running.append(
                     RunningServer(
                         name=name, server=spec.server, url=f"http://127.0.0.1:{ports[name]}", port=ports[name],
-                        pid=proc.pid, participant=spec.participant, log=str(log_path),
+                        pid=proc.pid, participant=spec.participant, log=str(log_path), started=start_time(proc.pid),
                         group=group if spec.replicas > 1 else None, ordinal=ordinal, replicas=spec.replicas,
                     )
                 )
@@ -268,9 +288,9 @@ def restart_server(state_dir: Path, name: str, *, ready_timeout_s: float = 60.0,
     if index is None:
         raise StackError(f"no server {name!r} in stack {state.name}")
     old = state.servers[index]
-    if alive(old.pid):
+    if is_running(old):
         _reap(old.pid)
-        if alive(old.pid):
+        if is_running(old):
             raise StackError(f"{name} is still running (pid {old.pid}); stop it first")
     creds = stack_secrets(state_dir)
     proc_env = {
@@ -284,7 +304,7 @@ def restart_server(state_dir: Path, name: str, *, ready_timeout_s: float = 60.0,
     }
     config_path = state_dir / "configs" / f"{name}.yaml"
     proc = _spawn(old.server, config_path, listen(name, old.port), proc_env, Path(old.log))
-    server = old.model_copy(update={"pid": proc.pid})
+    server = old.model_copy(update={"pid": proc.pid, "started": start_time(proc.pid)})
     try:
         wait_ready([server], [proc], ready_timeout_s)
     except BaseException:
@@ -328,20 +348,21 @@ def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) 
     state = read_state(state_dir)
     sig = signal.SIGKILL if kill else signal.SIGTERM
     stopped = []
-    for server in state.servers:
-        if alive(server.pid):
-            try:
-                os.killpg(server.pid, sig)
-            except ProcessLookupError:
-                continue
-            stopped.append(server.name)
+    ours = [server for server in state.servers if is_running(server)]  # never a reused pid's group
+    for server in ours:
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            continue
+        stopped.append(server.name)
     deadline = time.monotonic() + timeout_s
-    for server in state.servers:
-        while alive(server.pid) and time.monotonic() < deadline:
+    for server in ours:
+        while is_running(server) and time.monotonic() < deadline:
             _reap(server.pid)
             time.sleep(0.02)
-        if alive(server.pid):
-            os.killpg(server.pid, signal.SIGKILL)
+        if is_running(server):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
             _reap(server.pid)
     if state.object_store is not None:
         stop_local_s3(Path(state.object_store.data_dir))

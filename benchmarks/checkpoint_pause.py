@@ -183,6 +183,10 @@ def main() -> None:
                 t0 = time.perf_counter()
                 cookies = asyncio.run(seed_sessions(url, n))
                 print(f"{n} sessions seeded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+                live = httpx.get(f"{url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"},
+                                 timeout=30).json()["live"]
+                if live.get("sessions") != n:
+                    raise RuntimeError(f"the server holds {live} after seeding {n} sessions")
                 footprint = rss_kib(pid, "VmRSS") - idle
                 changed = 0
                 for backend in args.storage:

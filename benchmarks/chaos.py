@@ -475,12 +475,11 @@ def main(argv: list[str] | None = None) -> int:
         chaos = Chaos(story, base, random.Random(args.seed), kinds, say=lambda text: print(text, file=sys.stderr, flush=True))
         chaos.run(args.cycles)
     except BaseException:
+        story.close()
         print(f"the run failed; its work folder and logs are kept in {tmp}", file=sys.stderr, flush=True)
         raise
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        story.close()
+    story.close()  # the local S3 is found through its folder: stopped before the folder goes
+    shutil.rmtree(tmp, ignore_errors=True)
     outcome = chaos.outcome
     print(outcome.table("file" if args.storage is None or args.storage.startswith("file://") else "s3"))
     for note in outcome.notes:

@@ -55,3 +55,18 @@ def test_killing_the_dev_py_process_stops_the_command_it_runs(tmp_path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: an orphaned server too
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+
+
+def test_the_suite_runs_on_workers_unless_the_caller_chooses(monkeypatch) -> None:
+    """`python3 dev.py test` spreads test files over 2-4 xdist workers; `-n`, `--dist` or `-p no:xdist` given by the
+    caller win (no second `-n`)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev_py", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    for cores, workers in ((1, "2"), (2, "2"), (16, "4")):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert dev.parallel(["-q", "-p", "no:cacheprovider"]) == ["-n", workers, "--dist", "loadfile"]
+    for chosen in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"]):
+        assert dev.parallel(["-q", *chosen]) == []

@@ -49,6 +49,15 @@ class Servers:
         pid = next(s.pid for s in self.state.servers if s.name == name)
         os.killpg(pid, signal.SIGKILL)
 
+    def lease_expiries(self) -> dict[str, float]:
+        """Each server's ``gym_checkpoint_lease_expiries_total``: checkpoints it aborted because its lease ran out."""
+        out = {}
+        for s in self.state.servers:
+            text = httpx.get(f"{s.url}/metrics", timeout=5).text
+            out[s.name] = sum(float(line.split()[-1]) for line in text.splitlines()
+                              if line.startswith("gym_checkpoint_lease_expiries_total"))
+        return out
+
     def statuses(self) -> dict[str, dict]:
         out = {}
         for s in self.state.servers:
@@ -193,12 +202,14 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
         while time.monotonic() < deadline and not all(st["admission_open"] for st in servers.statuses().values()):
             time.sleep(0.1)
         statuses = servers.statuses()
+        expiries = servers.lease_expiries()
         published = open_storage(location).exists(layout.global_manifest_key("ck"))
     finally:
         servers.stop()
     if kill_at in ("committing", "capturing") or (method == "sync" and kill_at == "publishing"):
-        # every participant was prepared when the coordinator died
-        assert paused_right_after, "the kill should have left servers paused until their leases ran out"
+        # every participant was prepared when the coordinator died: each reopened by its lease running out (its
+        # counter, not a look at admission right after the kill: on a busy machine a 1 s lease can be over by then)
+        assert expiries and all(n >= 1 for n in expiries.values()), (expiries, paused_right_after)
     assert all(st["admission_open"] and st["checkpoint_id"] is None for st in statuses.values()), statuses
     if kill_at in ("preparing", "committing", "capturing") or (method == "snapshot" and kill_at in ("resuming", "persisting")):
         # snapshot: nobody publishes what the dead coordinator captured, even once every upload is done

@@ -821,10 +821,23 @@ def test_ttl_deletes_the_checkpoint_and_with_the_delete_policy_its_data(operator
 # --- faults through the emulator: the stack ends open without waiting for a lease, the CR Completed or Failed ---
 
 
+def api_reachable(url: str) -> bool:
+    """Whether the API server's port accepts a TCP connection (an emulated outage closes its listener)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubectl, tmp_path) -> None:
-    """The API server stops answering (connections refused, watches dropped) for 4 s while a checkpoint commits:
-    the transaction does not need it and finishes on time (the stack resumes during the outage); the status is
-    written once the API server is back, and the Checkpoint ends Completed."""
+    """The API server stops answering (connections refused, watches dropped) for 8 s while a checkpoint commits:
+    the transaction does not need it and finishes on time (the stack resumes while the API server is still down);
+    the status is written once the API server is back, and the Checkpoint ends Completed."""
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
     stack.start()
@@ -837,16 +850,19 @@ def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubect
             apply(kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a commit under the pause
             wait_for(proxy.withheld.is_set, timeout=30, what="the commit to be under way")
             outage_started = time.monotonic()
-            kemu.outage(4.0)
+            kemu.outage(8.0)
             time.sleep(0.5)
             proxy.hold.clear()
             wait_for(lambda: admission_is_open(stack), timeout=20, what="the stack to resume")
             resumed_after = time.monotonic() - outage_started
+            # the outage is still on (the API server's port refuses connections), not "resumed within n seconds":
+            # a busy machine may take longer to get here, and what matters is that nothing waited for the API
+            api_down_at_resume = not api_reachable(kemu.url)
             wait_for(lambda: kubectl("get", "checkpoint", "outage", check=False).returncode == 0, timeout=30,
                      what="the API server to be back")
             kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/outage", "--timeout=60s", timeout=70)
-        report_pause("API server unreachable 4 s mid-commit", pause, resumed_after_outage_start_s=round(resumed_after, 3))
-        assert resumed_after < 4.0, "the stack waited for the API server"
+        report_pause("API server unreachable 8 s mid-commit", pause, resumed_after_outage_start_s=round(resumed_after, 3))
+        assert api_down_at_resume, f"the stack resumed {resumed_after:.1f} s into the outage, once the API server was back"
         status = get(kubectl, "checkpoint", "outage")["status"]
         assert status["reason"] == "Completed" and status["participantCount"] == 2
         assert "status write failed" in (tmp_path / "operator.log").read_text()

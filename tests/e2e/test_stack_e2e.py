@@ -19,7 +19,9 @@ def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path) -> None:
         storage="embedded-s3",
         repeats=1,
         concurrency=32,
-        tokens_per_second=120.0,
+        # slow enough that the 60% of episodes still running at the trigger outlast a checkpoint that a busy
+        # machine starts late (at 120 tokens/s, under two busy loops, all had finished before it: 0 in flight)
+        tokens_per_second=40.0,
         checkpoint_at=0.4,
         timeout_s=240,
         say=lambda text: None,

@@ -61,6 +61,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def cpu_ns(pids: list[int]) -> int:
+    """Nanoseconds on a CPU of every thread of these processes (/proc/<pid>/task/*/schedstat: exact, not ticks)."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total += int(task.read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue  # a worker thread that ended between listing and reading
+    return total
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds every core of this machine spent busy since boot (/proc/stat: all but idle and iowait)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -165,11 +177,28 @@ async def seed(state: StackState, sessions: int) -> None:
         raise RuntimeError(f"seeding made {len(cookies)} Workplace sessions, not {sessions}")
 
 
-async def transaction(state: StackState, token: str, location: str, cid: str, restore: bool):
+async def transaction(state: StackState, token: str, location: str, cid: str, restore: bool, cpu: dict | None = None):
+    """One checkpoint (or restore). ``cpu`` receives the CPU every process spent under the pause (prepare to the
+    last resume), in ns: ``all`` (coordinator and servers) and ``coordinator`` (this process)."""
     async with ControlClient(token, timeout_s=300) as client:
         coordinator = Coordinator(await discover(state, client), client)
         if restore:
             return await coordinator.restore(cid, location, lease_s=120)
+        if cpu is not None:
+            pids = [s.pid for s in state.servers]
+            prepare_all, resume_all = coordinator.prepare_all, coordinator.resume_all
+
+            async def prepare(*args: Any, **kw: Any) -> Any:
+                cpu["coordinator"], cpu["all"] = -cpu_ns([os.getpid()]), -cpu_ns([os.getpid(), *pids])
+                return await prepare_all(*args, **kw)
+
+            async def resume(*args: Any, **kw: Any) -> Any:
+                answer = await resume_all(*args, **kw)
+                cpu["coordinator"] += cpu_ns([os.getpid()])
+                cpu["all"] += cpu_ns([os.getpid(), *pids])
+                return answer
+
+            coordinator.prepare_all, coordinator.resume_all = prepare, resume
         return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=120)
 
 
@@ -184,7 +213,8 @@ def pause(tmp: Path, replicas: int, sessions: int) -> dict[str, Any]:
     state = start_stack(stack, work, ready_timeout_s=300)
     try:
         asyncio.run(seed(state, sessions))
-        result = asyncio.run(transaction(state, token, location, "ck", restore=False))
+        cpu: dict[str, int] = {}
+        result = asyncio.run(transaction(state, token, location, "ck", restore=False, cpu=cpu))
         assert result.status == "completed", result.error
     finally:
         stop_stack(work / "stack", kill=True)
@@ -201,6 +231,10 @@ def pause(tmp: Path, replicas: int, sessions: int) -> dict[str, Any]:
         # a snapshot checkpoint captures under the pause and persists after it; a sync one commits under it
         "commit": result.timings.get("capture", result.timings.get("commit", 0.0)), "method": result.method,
         "published": result.published_s or 0.0, "restore": restored.pause_s,
+        "resume": result.timings.get("resume", 0.0),
+        "cpu": cpu["all"] / 1e9, "coordinator_cpu": cpu["coordinator"] / 1e9,
+        # the pause cannot be shorter than the CPU it used spread over every core (and the coordinator's own)
+        "floor": max(cpu["all"] / 1e9 / (os.cpu_count() or 1), cpu["coordinator"] / 1e9),
     }
 
 
@@ -328,10 +362,31 @@ def streams(tmp: Path, counts: list[int], pace: float) -> list[dict[str, Any]]:
     return rows
 
 
+def pause_table(tmp: Path, sessions: int) -> None:
+    """Table 2: the pause with 1, 2, 4, 8 replicas per role, and the CPU it used."""
+    t2 = [pause(tmp, r, sessions=sessions) for r in (1, 2, 4, 8)]
+    method = t2[0]["method"].value if t2[0]["method"] is not None else "-"
+    print(f"2) checkpoint pause vs replicas per role (workplace_assistant + blackjack, same total sessions; "
+          f"method {method}: the pause is prepare + capture, the upload runs after it)")
+    print(table(
+        ["replicas/role", "participants", "records", "records/replica", "pause ms", "prepare ms",
+         "capture/commit ms", "resume ms", "CPU under pause ms", "coordinator CPU ms", "CPU floor ms",
+         "pause / floor", "published s", "restore s"],
+        [[r["replicas"], r["participants"], r["records"], r["spread"], f"{r['pause'] * 1e3:.1f}",
+          f"{r['prepare'] * 1e3:.1f}", f"{r['commit'] * 1e3:.1f}", f"{r['resume'] * 1e3:.1f}",
+          f"{r['cpu'] * 1e3:.1f}", f"{r['coordinator_cpu'] * 1e3:.1f}", f"{r['floor'] * 1e3:.1f}",
+          f"{r['pause'] / r['floor']:.2f}" if r["floor"] else "-", f"{r['published']:.3f}",
+          f"{r['restore']:.3f}"] for r in t2],
+    ), flush=True)
+    print(f"   CPU under pause: every process (coordinator and servers) from prepare to the last resume; CPU floor: "
+          f"that CPU over this machine's {os.cpu_count()} cores (or the coordinator's own, if larger). A pause near "
+          "its floor is bound by CPU, not by participants waiting on one another.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer configurations and episodes")
-    parser.add_argument("--only", choices=["2", "3a"], help="run one section only (its numbers as JSON)")
+    parser.add_argument("--only", choices=["2", "3a"], help="run one section only: 2 prints its table, 3a its numbers as JSON")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-scale-"))
     grid = [(1, 1), (2, 2), (4, 4)] if args.quick else [(r, w) for r in (1, 2, 4) for w in (1, 2, 4)]
@@ -339,7 +394,7 @@ def main() -> None:
     if args.only:
         try:
             if args.only == "2":
-                print(json.dumps([pause(tmp, r, sessions=200) for r in (1, 2)], indent=1, default=str))
+                pause_table(tmp, sessions=200 if args.quick else 400)
             else:
                 print(json.dumps(generation_failover(tmp), indent=1))
         finally:
@@ -356,16 +411,7 @@ def main() -> None:
         ), flush=True)
         print()
 
-        t2 = [pause(tmp, r, sessions=200 if args.quick else 400) for r in (1, 2, 4, 8)]
-        method = t2[0]["method"].value if t2[0]["method"] is not None else "-"
-        print(f"2) checkpoint pause vs replicas per role (workplace_assistant + blackjack, same total sessions; "
-              f"method {method}: the pause is prepare + capture, the upload runs after it)")
-        print(table(
-            ["replicas/role", "participants", "records", "bytes", "records/replica", "pause s", "prepare s",
-             "capture/commit s", "published s", "restore s"],
-            [[r["replicas"], r["participants"], r["records"], r["bytes"], r["spread"], f"{r['pause']:.3f}",
-              f"{r['prepare']:.3f}", f"{r['commit']:.3f}", f"{r['published']:.3f}", f"{r['restore']:.3f}"] for r in t2],
-        ), flush=True)
+        pause_table(tmp, sessions=200 if args.quick else 400)
         print()
 
         g = generation_failover(tmp)

@@ -79,10 +79,14 @@ def test_sigkill_during_background_upload_never_restores_it_and_restores_the_pre
             call(stack.url(name), "/seed_session", {"start": 10 * i}, cookies[name], f"r{i}", 0)
             call(stack.url(name), "/increment", {"by": 1}, cookies[name], f"r{i}", 0)  # 1, 11 in ck-1
 
+        killers: list[asyncio.Task] = []
+
         async def checkpoint(cid: str, on_event=None):
             async with ControlClient(stack.token, timeout_s=20) as client:
                 coordinator = Coordinator(stack.refs, client, storage_config=storage, on_event=on_event)
-                return await coordinator.checkpoint(cid, location, prepare_timeout_s=5, lease_s=5)
+                result = await coordinator.checkpoint(cid, location, prepare_timeout_s=5, lease_s=5)
+                await asyncio.gather(*killers)
+                return result
 
         first = asyncio.run(checkpoint("ck-1"))
         assert first.status == "completed" and first.method == "snapshot", first.error
@@ -91,20 +95,23 @@ def test_sigkill_during_background_upload_never_restores_it_and_restores_the_pre
 
         seen: dict[str, dict] = {}
 
+        async def kill_while_uploading() -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                seen.update({name: stack.status(name) for name in NAMES})
+                if all((s.get("persist") or {}).get("state") == "persisting" for s in seen.values()):
+                    break
+                await asyncio.sleep(0.05)
+            stack.stop()  # SIGKILL every server: the crash
+
         async def crash_while_uploading(phase: str, detail: dict) -> None:
             nonlocal frozen
             if phase != "Persisting":
                 return
-            # resumed; every server is uploading its capture: hold the uploads in flight, then kill everything
+            # resumed; the coordinator's persist starts every upload: hold them in flight, then kill everything
             os.kill(s3.process.pid, signal.SIGSTOP)
             frozen = True
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                seen.update({name: stack.status(name) for name in NAMES})
-                if all((s.get("persist") or {}).get("checkpoint_id") == "ck-2" for s in seen.values()):
-                    break
-                await asyncio.sleep(0.05)
-            stack.stop()  # SIGKILL every server: the crash
+            killers.append(asyncio.create_task(kill_while_uploading()))
 
         second = asyncio.run(checkpoint("ck-2", crash_while_uploading))
         os.kill(s3.process.pid, signal.SIGCONT)

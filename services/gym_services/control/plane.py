@@ -379,7 +379,7 @@ class ControlPlane:
         )
 
     def _start_persist(self, captured: Captured) -> PersistJob:
-        """Resume came after capture: encode, pack and upload while the server serves again."""
+        """Resume came after capture: queue the encoding, packing and upload (``persist`` starts them)."""
 
         def write(captured: Captured, indexes: list[ReuseIndex], job: PersistJob) -> Persisted:
             return persist(
@@ -426,13 +426,15 @@ class ControlPlane:
         return self.persists.start(captured, write, answer)
 
     async def persist(self, req: CheckpointRef) -> CommitResponse:
-        """Wait for the background upload of a captured checkpoint; its participant manifest once verified."""
+        """Start (if queued) and wait for the background upload of a captured checkpoint; its participant
+        manifest once verified."""
         cid = req.checkpoint_id
         job = self.persists.get(cid)
         if job is None:
             if self.checkpoint_id == cid and self.phase is Phase.CAPTURED:
                 raise ApiError(ErrorCode.INVALID_PHASE, f"checkpoint {cid} is captured; it is written after resume")
             raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was never captured on {self.participant_id}")
+        job.begin()
         return await job.wait()
 
     # --- resume and abort --------------------------------------------------------------

@@ -112,6 +112,7 @@ class CheckpointMethod(enum.StrEnum):
 class PersistState(enum.StrEnum):
     """Where a participant's background upload of a captured checkpoint is."""
 
+    QUEUED = "queued"  # resumed; writing starts on the coordinator's ``persist`` (after every participant resumed)
     PERSISTING = "persisting"  # encoding and uploading
     PERSISTED = "persisted"  # every object written and verified, the participant manifest last
     FAILED = "failed"  # storage refused or the snapshot could not be encoded; nothing will publish it

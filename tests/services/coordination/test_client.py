@@ -1,10 +1,16 @@
 """The control client speaks the control plane's own models on both ends of the wire."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import socket
+import time
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+import uvicorn
 
 from gym_services.control.models import (
     CheckpointRef,
@@ -57,3 +63,65 @@ async def test_requests_carry_storage_keys_in_clear_and_answers_are_validated() 
                  "storage": {"endpoint_url": "http://s3:9000", "access_key_id": "ak", "secret_access_key": "sk"}},
     }]
     assert "sk" not in access.model_dump_json()  # anywhere else the keys stay masked
+
+
+@contextlib.asynccontextmanager
+async def listening(app) -> AsyncIterator[str]:
+    """``app`` in a real uvicorn server on 127.0.0.1 (an ephemeral port), in this event loop."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    try:
+        for _ in range(500):  # bounded: 5 s
+            if server.started or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert server.started, "uvicorn did not start"
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def test_the_aiohttp_wire_against_a_listening_server() -> None:
+    """Without a transport the client speaks aiohttp: the same models, errors and codes as over httpx."""
+    app = counter_app(load_config(CounterConfig, overrides=base_config("counter")))
+    async with listening(app) as url, ControlClient(TOKEN) as client:
+        ref = ParticipantRef("counter", Role.RESOURCES, url)
+        assert client._httpx is None
+        status = await client.status(ref)
+        assert isinstance(status, StatusResponse) and status.phase is Phase.FRESH
+        prepared = await client.prepare(ref, PrepareRequest(checkpoint_id="ck-1", deadline_s=5))
+        assert prepared.status is Phase.PREPARED
+        with pytest.raises(ParticipantError) as refused:
+            await client.prepare(ref, PrepareRequest(checkpoint_id="ck-2", deadline_s=5))
+        assert refused.value.status == 409 and refused.value.code == "checkpoint_busy"
+        assert (await client.abort(ref, CheckpointRef(checkpoint_id="ck-1"))).phase is Phase.OPEN
+        async with ControlClient("not-the-token") as stranger:
+            with pytest.raises(ParticipantError) as denied:
+                await stranger.status(ref)
+            assert denied.value.status == 401 and denied.value.code == "unauthorized", denied.value
+        assert (await client.status(ref)).phase is Phase.OPEN  # nothing changed
+
+
+async def test_the_aiohttp_wire_reports_unreachable_and_silent_servers() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        await asyncio.sleep(5)  # never answers
+        writer.close()
+
+    quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = quiet.sockets[0].getsockname()[1]
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    nobody = closed.getsockname()[1]
+    closed.close()  # bound once, nothing listens there now
+    try:
+        async with ControlClient(TOKEN) as client:
+            with pytest.raises(ParticipantError, match=r"unreachable at http://127\.0\.0\.1:\d+: .*Connect"):
+                await client.status(ParticipantRef("gone", Role.RESOURCES, f"http://127.0.0.1:{nobody}"))
+            started = time.monotonic()
+            with pytest.raises(ParticipantError, match="unreachable at .*Timeout"):
+                await client.status(ParticipantRef("silent", Role.RESOURCES, f"http://127.0.0.1:{port}"), timeout_s=0.3)
+            assert time.monotonic() - started < 4  # the call's own timeout, not the silent server's 5 s
+    finally:
+        quiet.close()

@@ -18,11 +18,12 @@ def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path) -> None:
         tmp_path / "story",
         storage="embedded-s3",
         repeats=1,
-        concurrency=32,
-        # slow enough that the 60% of episodes still running at the trigger outlast a checkpoint that a busy
-        # machine starts late (at 120 tokens/s, under two busy loops, all had finished before it: 0 in flight)
+        # 8 at a time, so that at the trigger more tasks wait than run: episodes stay in flight for waves after it,
+        # however late a busy machine starts the checkpoint (with 32 at a time every task ran at once, and under two
+        # busy loops all had finished before the checkpoint, at 120 and again at 40 tokens/s: 0 in flight)
+        concurrency=8,
         tokens_per_second=40.0,
-        checkpoint_at=0.4,
+        checkpoint_at=0.3,
         timeout_s=240,
         say=lambda text: None,
     )

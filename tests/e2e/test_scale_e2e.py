@@ -31,8 +31,11 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     story = Story(
         tmp_path / "story",
         repeats=1,
-        concurrency=32,
-        tokens_per_second=120.0,
+        # 8 at a time, so that tasks still wait at the worker kill (20%) and at the checkpoint (50%): with 32 at a
+        # time every task ran at once, and under two busy loops the run could be over before the kill found the
+        # worker streaming ("streamed nothing for 30s")
+        concurrency=8,
+        tokens_per_second=60.0,
         checkpoint_at=0.5,
         replicas=2,
         workers=2,

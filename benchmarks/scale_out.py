@@ -42,6 +42,7 @@ from gym_services.base.affinity import replica_for  # noqa: E402
 from gym_services.base.text import table  # noqa: E402
 from gym_services.coordination.client import ControlClient  # noqa: E402
 from gym_services.coordination.coordinator import Coordinator  # noqa: E402
+from gym_services.coordination.transaction import TransactionPhase  # noqa: E402
 from gym_services.demo.report import compare, regenerated_tokens  # noqa: E402
 from gym_services.demo.stack import demo_stack, write_tasks  # noqa: E402
 from gym_services.demo.story import Story  # noqa: E402
@@ -178,27 +179,24 @@ async def seed(state: StackState, sessions: int) -> None:
 
 
 async def transaction(state: StackState, token: str, location: str, cid: str, restore: bool, cpu: dict | None = None):
-    """One checkpoint (or restore). ``cpu`` receives the CPU every process spent under the pause (prepare to the
-    last resume), in ns: ``all`` (coordinator and servers) and ``coordinator`` (this process)."""
+    """One checkpoint (or restore). ``cpu`` receives the CPU every process spent under the pause (from the
+    ``Preparing`` event to the first after resume), in ns: ``all`` (coordinator and servers) and ``coordinator``."""
+    pids = [s.pid for s in state.servers]
+
+    async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
+        if cpu is None:
+            return
+        if phase is TransactionPhase.PREPARING:
+            cpu["coordinator"], cpu["all"] = -cpu_ns([os.getpid()]), -cpu_ns([os.getpid(), *pids])
+        elif phase in (TransactionPhase.PERSISTING, TransactionPhase.COMPLETED) and "end" not in cpu:
+            cpu["end"] = 1  # snapshot: Persisting follows resume; sync: Completed does
+            cpu["coordinator"] += cpu_ns([os.getpid()])
+            cpu["all"] += cpu_ns([os.getpid(), *pids])
+
     async with ControlClient(token, timeout_s=300) as client:
-        coordinator = Coordinator(await discover(state, client), client)
+        coordinator = Coordinator(await discover(state, client), client, on_event=on_event)
         if restore:
             return await coordinator.restore(cid, location, lease_s=120)
-        if cpu is not None:
-            pids = [s.pid for s in state.servers]
-            prepare_all, resume_all = coordinator.prepare_all, coordinator.resume_all
-
-            async def prepare(*args: Any, **kw: Any) -> Any:
-                cpu["coordinator"], cpu["all"] = -cpu_ns([os.getpid()]), -cpu_ns([os.getpid(), *pids])
-                return await prepare_all(*args, **kw)
-
-            async def resume(*args: Any, **kw: Any) -> Any:
-                answer = await resume_all(*args, **kw)
-                cpu["coordinator"] += cpu_ns([os.getpid()])
-                cpu["all"] += cpu_ns([os.getpid(), *pids])
-                return answer
-
-            coordinator.prepare_all, coordinator.resume_all = prepare, resume
         return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=120)
 
 

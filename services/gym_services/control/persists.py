@@ -9,8 +9,10 @@ Writing waits for ``persist`` because the coordinator sends it only once every p
 answered ``resume``: an upload started at this participant's own resume takes the CPU the others
 need to answer theirs, and the pause is over only when the last one has (with 16 participants on
 2 cores, resume took 168 ms instead of 29). A job nobody asks for within
-:data:`PERSIST_START_GRACE_S` starts anyway, so a coordinator re-run after a crash finds it written. A job that fails or is cancelled never wrote its
-participant manifest, so nothing can publish its checkpoint (``docs/protocol.md``, "Transactions").
+:data:`PERSIST_START_GRACE_S` starts anyway, so a coordinator re-run after a crash finds it written.
+
+A job that fails or is cancelled never wrote its participant manifest, so nothing can publish its
+checkpoint (``docs/protocol.md``, "Transactions").
 """
 
 from __future__ import annotations

@@ -270,9 +270,15 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
             for name in stack.modes
         )
 
-    # "Preparing" is written before the prepare calls go out (a kill right after it could find nothing paused,
-    # as seen under load): wait for the servers themselves to be paused
-    wait_for(lambda: not admission_open(), what="the stack to pause")
+    def phase() -> str | None:
+        return (get(kubectl, "checkpoint", "interrupted").get("status") or {}).get("phase")
+
+    # the servers themselves paused (a kill right after "Preparing" could find nothing paused, as seen under load),
+    # and "Preparing" in the resource's status: the operator writes status in the background, never holding the
+    # transaction for it, so the prepare calls can pause the stack before it is in (seen in a CI run). Within the
+    # 10 s prepare timeout, after which the Checkpoint would fail by itself.
+    wait_for(lambda: not admission_open() and phase() == "Preparing", timeout=8,
+             what="the stack paused and Preparing written")
     os.killpg(operator.pid, signal.SIGKILL)  # the operator dies mid-transaction
     operator.wait(timeout=10)
     assert get(kubectl, "checkpoint", "interrupted")["status"]["phase"] == "Preparing"  # nothing ended it

@@ -450,15 +450,17 @@ class Chaos:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--cycles", type=int, default=50, help="fault cycles to run (default 50)")
     parser.add_argument("--kinds", default=None, help="which fault kinds to draw from (default abcde with "
                         "--storage embedded-s3, else abcd)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random kinds and moments (default 1)")
     parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
                         "or embedded-s3 (a local SeaweedFS, as the demo's)")
-    parser.add_argument("--s3-endpoint", default=os.environ.get("AWS_ENDPOINT_URL"))
-    parser.add_argument("--tokens-per-second", type=float, default=120.0)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--s3-endpoint", default=os.environ.get("AWS_ENDPOINT_URL"),
+                        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)")
+    parser.add_argument("--tokens-per-second", type=float, default=120.0,
+                        help="generation speed of the inference worker per stream (default 120)")
+    parser.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     args = parser.parse_args(argv)
     owned_s3 = args.storage == "embedded-s3"
     kinds = args.kinds or (KINDS if owned_s3 else "".join(k for k in KINDS if k not in S3_KINDS))

@@ -161,8 +161,10 @@ def checkpoint_row(n, backend, method_label, method, url, token, location, stora
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1000, 4000, 10000])
-    parser.add_argument("--storage", nargs="+", choices=["file", "s3"], default=["file", "s3"])
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1000, 4000, 10000],
+                        help="live sessions to checkpoint, one row set per count (default 1000 4000 10000)")
+    parser.add_argument("--storage", nargs="+", choices=["file", "s3"], default=["file", "s3"],
+                        help="backends to measure: file:// and/or a local SeaweedFS (default both)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-bench-"))
     s3 = start_seaweed(tmp / "seaweed")

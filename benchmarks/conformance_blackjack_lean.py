@@ -136,8 +136,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=2000, help="random blackjack games (default 2000)")
     parser.add_argument("--verifications", type=int, default=600, help="perturbed Lean verifications (default 600)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", choices=("blackjack", "math_formal_lean"), default=None)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random games and perturbations (default 0)")
+    parser.add_argument("--only", choices=("blackjack", "math_formal_lean"), default=None,
+                        help="compare one server only (default both)")
     parser.add_argument("--show", type=int, default=3, help="differences to print per server")
     parser.add_argument("--no-allow", action="store_true", help="count allow-listed differences as differences")
     args = parser.parse_args()

@@ -86,9 +86,9 @@ def measure(url: str, seconds: float, connections: int, pid: int) -> tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each load run, seconds (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="load runs per server, the two servers alternating (default 3)")
+    parser.add_argument("--connections", type=int, default=16, help="concurrent connections of the load (default 16)")
     parser.add_argument("--_load", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._load:

@@ -192,8 +192,9 @@ def print_table(args, rows: list[Outcome]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=20)
-    parser.add_argument("--tokens-per-second", type=float, default=40.0)
+    parser.add_argument("--episodes", type=int, default=20, help="episodes, each with one generation in flight at the cut (default 20)")
+    parser.add_argument("--tokens-per-second", type=float, default=40.0,
+                        help="worker generation speed per stream (default 40)")
     parser.add_argument("--ttft", type=float, default=0.05, help="worker time to first token, seconds")
     parser.add_argument("--cut-after", type=float, default=0.45, help="seconds from the first call to the cut/kill")
     asyncio.run(main(parser.parse_args()))

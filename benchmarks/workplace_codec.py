@@ -175,8 +175,8 @@ def run(n: int, seed: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sessions", type=int, default=1000, help="Workplace sessions to encode (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sessions' random contents (default 0)")
     args = parser.parse_args(argv)
     result = run(args.sessions, args.seed)
     width = max(len(k) for k in result)

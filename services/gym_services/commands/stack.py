@@ -648,7 +648,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="restore a checkpoint into the running (fresh) stack",
                        description="Verify the checkpoint, restore every participant all-or-nothing, resume.")
     _common(p, storage=True)
-    p.add_argument("checkpoint_id")
+    p.add_argument("checkpoint_id", help="the checkpoint to restore (its id at the storage location)")
     p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
     p.add_argument("--restore-id", help="name of the restore transaction (default: a new one); repeat an interrupted "
                    "restore by passing its id again")
@@ -664,8 +664,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_checkpoints_list)
     q = inner.add_parser("show", help="one checkpoint's manifest", description="Show one checkpoint's manifest.")
     _common(q, storage=True)
-    q.add_argument("checkpoint_id")
-    q.add_argument("--json", action="store_true")
+    q.add_argument("checkpoint_id", help="the checkpoint to show")
+    q.add_argument("--json", action="store_true", help="print the manifest as JSON")
     q.set_defaults(func=cmd_checkpoints_show)
     q = inner.add_parser("delete", help="remove one checkpoint's stored objects",
                          description="Delete every object of one checkpoint at a storage location (its manifest "
@@ -673,7 +673,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "running local stack is restoring it. On Kubernetes, delete the Checkpoint resource "
                          "instead (its spec.deletionPolicy decides whether the data goes with it).")
     _common(q, storage=True)
-    q.add_argument("checkpoint_id")
+    q.add_argument("checkpoint_id", help="the checkpoint to delete")
     q.set_defaults(func=cmd_checkpoints_delete)
     q = inner.add_parser("prune", help="remove what checkpoints that never published left behind",
                          description="Remove the objects of checkpoints that will never be published: unpublished "

@@ -64,15 +64,39 @@ class Run:
     worker_killed: dict[str, Any] = field(default_factory=dict)
     #: the collection's episodes run again (as attempt + 1) before the checkpoint: a worker kill must cause none
     reruns_before_checkpoint: int = 0
+    #: the killed worker's tokens as its clients received them (worker name -> tokens), which count for it
+    delivered: dict[str, int] = field(default_factory=dict)
 
 
 def _worker_stats(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/stats", timeout=10).json()
 
 
-def _worker_tokens(state: StackState, stats_dir: Path) -> int:
-    """Tokens every worker of the stack generated, killed ones included (each mirrors its count to a file)."""
-    return sum(read_token_mirror(token_mirror_path(stats_dir, w.name)) for w in state.replicas_of(WORKER))
+def _worker_tokens(state: StackState, stats_dir: Path, delivered: dict[str, int] | None = None) -> int:
+    """Tokens every worker of the stack generated, killed ones included.
+
+    A live worker's count is its own (each mirrors its count to a file). A worker SIGKILLed mid-stream is
+    counted by ``delivered`` (worker name -> tokens), what its clients received from it: the only exact
+    count, since no sender can make "the bytes reached the kernel" and "counted" one atomic step. A kill
+    between the two leaves the worker's own mirror one token short per stream, or one over if it counted
+    first. A token that never reached a client is lost with the worker, like the tokens lost to a crash.
+    """
+    delivered = delivered or {}
+    return sum(delivered[w.name] if w.name in delivered else read_token_mirror(token_mirror_path(stats_dir, w.name))
+               for w in state.replicas_of(WORKER))
+
+
+def delivered_by(live: dict[str, dict[str, Any]], worker_url: str) -> int:
+    """Tokens every policy model received from the worker at ``worker_url``, from their status ``live``
+    counts (participant id -> live; each policy model's fleet counts what each worker delivered to it)."""
+    total = 0
+    for participant, counts in live.items():
+        if participant != MODEL and not participant.startswith(MODEL + "-"):
+            continue
+        for url, worker in (counts.get("worker_states") or {}).items():
+            if url == worker_url or url.startswith(worker_url + "/"):
+                total += int(worker.get("tokens_received", 0))
+    return total
 
 
 def _live_workers(state: StackState) -> list[str]:
@@ -255,7 +279,7 @@ class Story:
             run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run, stats_dir))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
-            run.tokens_lost_in_crash = self._crash(state, stats_dir) - run.tokens_before_cut
+            run.tokens_lost_in_crash = self._crash(state, stats_dir, run.delivered) - run.tokens_before_cut
         finally:
             stop_stack(state_dir, kill=True)  # the crash: every process, SIGKILL
         self.say(f"  killed every process with SIGKILL after checkpoint {checkpoint_id}")
@@ -314,7 +338,7 @@ class Story:
             time.sleep(0.01)
         _kill(victim.pid)  # at once: a look at the other workers first would let the victim's streams finish
         streaming = active + sum(int(_worker_stats(w.url)["active"]) for w in state.replicas_of(WORKER) if w is not victim)
-        return {"name": victim.name, "streaming": active, "streaming_everywhere": streaming,
+        return {"name": victim.name, "url": victim.url, "streaming": active, "streaming_everywhere": streaming,
                 "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}
 
     def worker_failover(self, want: int = 4) -> Run:
@@ -335,17 +359,18 @@ class Story:
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("failover")))
             run.duration_s = time.perf_counter() - started
             run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
-            run.tokens_before_cut = _worker_tokens(state, stats_dir)
             for server in state.replicas_of(MODEL):
                 run.in_flight[server.name] = httpx.get(
                     f"{server.url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}, timeout=10
                 ).json()["live"]
+            run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
+            run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
         finally:
             stop_stack(self.workdir / "failover")
         _read_results(output, run)
         return run
 
-    def _crash(self, state: StackState, stats_dir: Path) -> int:
+    def _crash(self, state: StackState, stats_dir: Path, delivered: dict[str, int]) -> int:
         """SIGKILL every server but the inference workers; return the workers' final token count.
 
         The workers stand for the GPUs: they are killed last (by the caller), once every stream of the
@@ -359,7 +384,7 @@ class Story:
         while True:
             active = sum(int(_worker_stats(url)["active"]) for url in _live_workers(state))
             if active == 0:
-                return _worker_tokens(state, stats_dir)
+                return _worker_tokens(state, stats_dir, delivered)
             if time.monotonic() > deadline:
                 raise StoryError(f"the inference workers still stream {active} generations for dead clients after 30s")
             time.sleep(0.02)
@@ -373,9 +398,11 @@ class Story:
             async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
                 # every participant prepared (capture or commit is next): generations cut, nothing runs
                 if phase in (TransactionPhase.CAPTURING, TransactionPhase.COMMITTING):
-                    run.tokens_before_cut = _worker_tokens(state, stats_dir)
                     statuses = await coordinator.status()
                     run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}
+                    if run.worker_killed:  # its streams ended long before (failed over): its clients' count is final
+                        run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
+                    run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
 
             coordinator = Coordinator(participants, client, storage_config=self.storage_config, on_event=on_event)
             return await coordinator.checkpoint(checkpoint_id, self.storage, prepare_timeout_s=60, lease_s=60)

@@ -129,7 +129,10 @@ class TokenMirror:
     failover (the demo, the benchmarks) reads how many tokens a killed worker generated with
     :func:`read_token_mirror`. A streamed token is counted once its bytes left the process for the
     socket (see :meth:`CompletionResponse._send_stream`), so a killed worker's count is what its
-    clients receive: only a kill between that write and the count (one memory store) would miss one.
+    clients receive, but for a kill between that write and the count: no sender can make the two one
+    step, and a busy machine can deschedule the worker right between them, which misses one token per
+    stream caught there. Where it must be exact, count a killed worker by what its clients received
+    (the policy model's fleet counts it per worker; the demo does so).
     """
 
     SIZE = 8

@@ -188,11 +188,12 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
     assert cut_short > 0, dead
     # every token was generated once: what the dead worker streamed reached the policy model, and what it
     # streamed of the generations it did not finish is the prefix another worker continued
-    assert sum(survivors) + killed == total, (survivors, killed, total, dead)
-    # what the policy model got from the dead worker is what it generated (its mirror file): its finished streams,
-    # and prefixes continued elsewhere (the fleet once counted the final chunk restating a generation's tool calls
-    # as a token: 8 more than the mirror when 8 of the victim's generations ending in tool calls finished first)
-    assert dead["tokens_received"] == killed
+    assert sum(survivors) + dead["tokens_received"] == total, (survivors, killed, total, dead)
+    # the dead worker's own count (its mirror file) agrees, but for the streams whose last token the kill caught
+    # between reaching the socket and being counted: no sender can make the two one step, so what the policy model
+    # received is the exact count (the fleet once counted the final chunk restating a generation's tool calls as
+    # a token: 8 more than the mirror when 8 of the victim's generations ending in tool calls finished first)
+    assert 0 <= dead["tokens_received"] - killed <= cut_short, (killed, dead)
     assert live["tokens_generated"] == total
     assert live["tokens_reused"] == dead["tokens_received"] - dead["finished_tokens"] > 0
     # every generation cut short on the dead worker failed over at once (no backoff), to a worker that was up

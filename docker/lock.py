@@ -13,6 +13,7 @@ It resolves for the Python running it; run it with the image's Python minor vers
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -66,6 +67,7 @@ def render(header: str, pins: dict[str, str]) -> str:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     LOCK.write_text(render(HEADER, resolve(f"{ROOT}[operator]")))
     BUILD_LOCK.write_text(render(BUILD_HEADER, resolve(*build_requirements())))
     print(f"wrote {LOCK.relative_to(ROOT)} and {BUILD_LOCK.relative_to(ROOT)}")

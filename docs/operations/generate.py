@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import sys
@@ -198,6 +199,7 @@ def servers_doc() -> str:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     CHART_README.write_text(chart_readme(CHART_README.read_text()))
     SERVERS_DOC.write_text(servers_doc())
     print(f"wrote {CHART_README.relative_to(ROOT)} (values table) and {SERVERS_DOC.relative_to(ROOT)}")

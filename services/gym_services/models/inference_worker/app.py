@@ -72,7 +72,9 @@ class Config(ServerConfig):
     stats_dir: str | None = Field(
         default=None,
         description="mirror the token count into <stats_dir>/<participant id>.tokens (memory-mapped, 8 bytes "
-        "little-endian), readable after a SIGKILL: how the demo and the benchmarks count what a killed worker generated",
+        "little-endian), readable after a SIGKILL: how the demo and the benchmarks count what a live worker generated "
+        "(a killed one's mirror can miss the token a kill caught between the socket and the count; they count it by "
+        "what the policy models received from it)",
     )
 
 

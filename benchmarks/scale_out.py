@@ -262,7 +262,7 @@ def generation_failover(tmp: Path, generations: int = 64, workers: int = 4, pace
     SIGKILLed once every generation streams: each response must equal the uninterrupted one, and the tokens every
     worker generated (the live ones' token mirrors, the killed one's as the policy model received them) must add up
     to exactly the tokens in the responses."""
-    from gym_services.demo.story import _kill
+    from gym_services.demo.story import _kill, _worker_tokens, delivered_by
     from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
     from tests.services.models.policy_model.model_support import REQUESTS
 
@@ -304,20 +304,14 @@ def generation_failover(tmp: Path, generations: int = 64, workers: int = 4, pace
                                        headers={"authorization": f"Bearer {token}"})).json()["live"]
             return replies, {**seen, "live": live}
 
-        def mirrors(delivered: int | None = None) -> int:
-            """Every worker's own count, the killed one's replaced by what the policy model received from it (exact,
-            where its own count can miss or add the token a kill caught between the socket and the count)."""
-            return sum(delivered if delivered is not None and w is victim
-                       else read_token_mirror(token_mirror_path(stats_dir, w.name)) for w in state.replicas_of("worker"))
-
         base, _ = asyncio.run(run("base", kill=False))
-        base_tokens = mirrors()
+        base_tokens = _worker_tokens(state, stats_dir, group="worker")
         victim_base = read_token_mirror(token_mirror_path(stats_dir, victim.name))
         killed, seen = asyncio.run(run("kill", kill=True))
-        # the policy model's fleet counts the victim's tokens of both runs (one process): the kill run's are the rest
-        received = int(seen["live"]["worker_states"][f"{victim.url}/v1"]["tokens_received"])
+        # the killed worker counts as the policy model received it (its fleet counted both runs: one process)
+        received = delivered_by({"policy-model": seen["live"]}, victim.url)
         seen["victim_received"] = received - victim_base
-        kill_tokens = mirrors(received) - base_tokens
+        kill_tokens = _worker_tokens(state, stats_dir, {victim.name: received}, group="worker") - base_tokens
     finally:
         stop_stack(work / "stack", kill=True)
     failed = [r for r in killed if r.status_code != 200]

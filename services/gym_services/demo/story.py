@@ -72,7 +72,7 @@ def _worker_stats(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/stats", timeout=10).json()
 
 
-def _worker_tokens(state: StackState, stats_dir: Path, delivered: dict[str, int] | None = None) -> int:
+def _worker_tokens(state: StackState, stats_dir: Path, delivered: dict[str, int] | None = None, group: str = WORKER) -> int:
     """Tokens every worker of the stack generated, killed ones included.
 
     A live worker's count is its own (each mirrors its count to a file). A worker SIGKILLed mid-stream is
@@ -83,7 +83,7 @@ def _worker_tokens(state: StackState, stats_dir: Path, delivered: dict[str, int]
     """
     delivered = delivered or {}
     return sum(delivered[w.name] if w.name in delivered else read_token_mirror(token_mirror_path(stats_dir, w.name))
-               for w in state.replicas_of(WORKER))
+               for w in state.replicas_of(group))
 
 
 def delivered_by(live: dict[str, dict[str, Any]], worker_url: str) -> int:

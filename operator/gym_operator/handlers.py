@@ -18,7 +18,7 @@ cancelled: aborted at once, every server reopened (``docs/protocol.md``, "Kubern
   cover the time no operator runs.
 - Retention: ``spec.ttl`` deletes the Checkpoint that long after its creation (``status.expiration``);
   deleting a Checkpoint removes its stored objects when ``spec.deletionPolicy`` is ``Delete``
-  (:mod:`gym_services.coordination.retention`), never while a Restore reads them.
+  (:class:`gym_services.control.store.CheckpointStore`), never while a Restore reads them.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
 from gym_services.control.participant import InvalidState
 from gym_services.control.storage import StorageError, open_storage
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
-from gym_services.coordination.retention import delete_checkpoint
 
 S = TypeVar("S", CheckpointSpec, RestoreSpec)
 log = logging.getLogger("gym.operator")
@@ -491,7 +491,7 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
         # the transaction is over (cancelled above, or its operator gone): never published later, so an
         # unpublished checkpoint of it is abandoned, not in flight
         deleted = await asyncio.to_thread(
-            functools.partial(delete_checkpoint, open_storage(location, config), checkpoint_id, abandoned=True,
+            functools.partial(CheckpointStore(open_storage(location, config)).delete, checkpoint_id, abandoned=True,
                               by=f"Checkpoint {namespace}/{name}")
         )
     except (StorageError, LookupError, Refused, InvalidState) as exc:

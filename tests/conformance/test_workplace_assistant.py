@@ -130,7 +130,7 @@ async def test_the_only_differences_are_the_deliberate_checkpoint_answers(oracle
         prepared = await control.prepare("ck1")
         assert prepared["status"] == "prepared"
         await send(steps[2])  # parked: the checkpoint is open
-        await control.commit("ck1", f"file://{tmp_path}", ["r1"])
+        await control.capture_persist("ck1", f"file://{tmp_path}", ["r1"])
         await control.resume("ck1")
         await send(steps[2])  # the same call after resume answers like the reference
         await control.retire("r1", 0)

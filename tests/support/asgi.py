@@ -56,8 +56,19 @@ class Control:
     async def prepare(self, cid: str, deadline_s: float = 5, lease_s: float = 30, **kw) -> dict:
         return await self.call("prepare", {"checkpoint_id": cid, "deadline_s": deadline_s, "lease_s": lease_s}, **kw)
 
-    async def commit(self, cid: str, location: str, episodes: list[str] | None = None, **kw) -> dict:
-        return await self.call("commit", {"checkpoint_id": cid, "location": location, "episodes": episodes}, **kw)
+    async def capture(self, cid: str, location: str, episodes: list[str] | None = None, **kw) -> dict:
+        return await self.call("capture", {"checkpoint_id": cid, "location": location, "episodes": episodes}, **kw)
+
+    async def persist(self, cid: str, **kw) -> dict:
+        return await self.call("persist", {"checkpoint_id": cid}, **kw)
+
+    async def capture_persist(self, cid: str, location: str, episodes: list[str] | None = None, expect: int = 200) -> dict:
+        """capture -> persist, both under the pause (the ``sync`` method's order); the persist answer, or the
+        capture's answer when it is not ``expect``ed to succeed."""
+        captured = await self.capture(cid, location, episodes, expect=expect)
+        if expect != 200:
+            return captured
+        return await self.persist(cid)
 
     async def resume(self, cid: str, **kw) -> dict:
         return await self.call("resume", {"checkpoint_id": cid}, **kw)
@@ -75,20 +86,20 @@ class Control:
         return await self.call("retire", {"rollout_id": rollout_id, "attempt": attempt}, **kw)
 
     async def checkpoint(self, cid: str, location: str, episodes: list[str] | None = None) -> dict:
-        """prepare -> commit -> resume; returns the commit answer."""
+        """prepare -> capture -> persist -> resume (the ``sync`` method's order); returns the persist answer."""
         prepared = await self.prepare(cid)
         assert prepared["status"] == "prepared", prepared
-        committed = await self.commit(cid, location, episodes)
+        persisted = await self.capture_persist(cid, location, episodes)
         await self.resume(cid)
-        return committed
+        return persisted
 
     async def snapshot(self, cid: str, location: str, episodes: list[str] | None = None) -> dict:
         """prepare -> capture -> resume -> persist (the ``snapshot`` method); returns the persist answer."""
         prepared = await self.prepare(cid)
         assert prepared["status"] == "prepared", prepared
-        await self.call("capture", {"checkpoint_id": cid, "location": location, "episodes": episodes})
+        await self.capture(cid, location, episodes)
         await self.resume(cid)
-        return await self.call("persist", {"checkpoint_id": cid})
+        return await self.persist(cid)
 
 
 class MultiASGITransport(httpx.AsyncBaseTransport):

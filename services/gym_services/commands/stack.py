@@ -17,16 +17,14 @@ import yaml
 from pydantic import ValidationError
 
 from gym_services.coordination.client import ControlClient, ParticipantError
-from gym_services.coordination.coordinator import Coordinator, list_checkpoints, parse_global_manifest
-from gym_services.coordination.retention import InFlight, delete_checkpoint, prune, restoring
+from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
-from gym_services.control import layout
-from gym_services.control.decisions import restore_decisions
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
 from gym_services.control.storage import StorageError, open_storage
+from gym_services.control.store import CheckpointStore, InFlight, restoring
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import (
@@ -446,9 +444,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: str) -> str | None:
     """None when the checkpoint's manifest is at ``location``; else a message naming where it looked
     and what to do next."""
-    storage = open_storage(location, _storage_config(args, state))
-    key = layout.global_manifest_key(args.checkpoint_id)
-    if storage.exists(key):
+    store = CheckpointStore(open_storage(location, _storage_config(args, state)))
+    key = store.manifest_key(args.checkpoint_id)
+    if store.is_published(args.checkpoint_id):
         return None
     known = [cid for cid, manifest in list_checkpoints(location, _storage_config(args, state)) if manifest is not None]
     there = f"checkpoints there: {', '.join(known)}" if known else "no complete checkpoint is there"
@@ -458,7 +456,7 @@ def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: s
         if not args.storage
         else "check the id (`gymckpt checkpoints list --storage LOCATION`)"
     )
-    return f"no checkpoint {args.checkpoint_id} at {location} (looked for {storage.url}/{key}); {there}; {hint}"
+    return f"no checkpoint {args.checkpoint_id} at {location} (looked for {store.url}/{key}); {there}; {hint}"
 
 
 def _location(args: argparse.Namespace) -> str:
@@ -501,8 +499,10 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
 def cmd_checkpoints_show(args: argparse.Namespace) -> int:
     try:
         location = _location(args)
-        storage = open_storage(location, _storage_config(args))
-        manifest = parse_global_manifest(storage.get(layout.global_manifest_key(args.checkpoint_id)))
+        store = CheckpointStore(open_storage(location, _storage_config(args)))
+        manifest = store.published(args.checkpoint_id)
+        if manifest is None:
+            raise StackError(f"no complete checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`")
     except (StackError, StorageError, ValueError) as exc:
         return _fail("checkpoints show", exc)
     if args.json:
@@ -517,7 +517,7 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
     ))
     print(f"episodes continued: {len(manifest.episodes or [])}; timings: "
           + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items()))
-    restores = restore_decisions(storage, args.checkpoint_id)
+    restores = store.decisions(args.checkpoint_id)
     if restores:
         print(table(["restore id", "decision", "decided by"], [list(r) for r in restores]))
     return 0
@@ -544,8 +544,8 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
             return _fail("checkpoints delete", StackError(
                 f"{', '.join(busy)} of the running stack are restoring {args.checkpoint_id}; "
                 "wait for the restore to finish (`gymckpt status`), then delete"))
-        storage = open_storage(location, _storage_config(args))
-        deleted = delete_checkpoint(storage, args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
+        store = CheckpointStore(open_storage(location, _storage_config(args)))
+        deleted = store.delete(args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
     except (StackError, StorageError, InFlight, InvalidState) as exc:
         return _fail("checkpoints delete", exc)
     if deleted.objects == 0 and not deleted.kept:
@@ -561,8 +561,7 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
 def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
     try:
         location = _location(args)
-        storage = open_storage(location, _storage_config(args))
-        pruned = prune(storage)
+        pruned = CheckpointStore(open_storage(location, _storage_config(args))).prune()
     except (StackError, StorageError, InvalidState) as exc:
         return _fail("checkpoints prune", exc)
     for deleted in pruned:

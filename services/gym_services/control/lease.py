@@ -1,6 +1,6 @@
 """The lease a paused participant holds, and the watcher that acts when it runs out.
 
-The control plane (:mod:`gym_services.control.plane`) renews it on prepare, commit, restore and
+The control plane (:mod:`gym_services.control.plane`) renews it on prepare, capture, restore and
 ``lease``, clears it when the checkpoint closes, and gives the watcher the check to run: a lease
 nobody renews aborts the checkpoint (or settles a restore by its decision object), so a dead
 coordinator never leaves a server paused (``docs/protocol.md``, "Leases").

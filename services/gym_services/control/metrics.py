@@ -35,8 +35,8 @@ class ControlMetrics:
             phase_seconds=metrics.histogram(
                 "gym_control_phase_seconds", "Duration of control verbs", ("verb", "outcome"), buckets=PHASE_BUCKETS
             ),
-            records_written=metrics.counter("gym_checkpoint_records_written", "Records written at commit"),
-            bytes_written=metrics.counter("gym_checkpoint_bytes_written", "Record bytes written at commit"),
+            records_written=metrics.counter("gym_checkpoint_records_written", "Records written by persist"),
+            bytes_written=metrics.counter("gym_checkpoint_bytes_written", "Record bytes written by persist"),
             records_restored=metrics.counter("gym_checkpoint_records_restored", "Records installed by restore"),
             bytes_restored=metrics.counter("gym_checkpoint_bytes_restored", "Record bytes read by restore"),
             lease_expiries=metrics.counter("gym_checkpoint_lease_expiries", "Checkpoints aborted by lease expiry"),

@@ -123,15 +123,13 @@ class StorageAccess(_Strict):
         return {k: v for k, v in values.items() if v is not None}
 
 
-class CommitRequest(_Strict):
+class CaptureRequest(_Strict):
+    """``capture``: the scope, and where the snapshot will be written."""
+
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
     location: str = Field(min_length=1)
     episodes: list[str] | None = Field(default=None, description="rollouts the controller continues; all when null")
     storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
-
-
-class CaptureRequest(CommitRequest):
-    """``capture`` takes what ``commit`` takes: the scope and where the snapshot will be written."""
 
 
 class CheckpointRef(_Strict):
@@ -170,8 +168,8 @@ class PrepareResponse(BaseModel):
     waited_s: float = 0.0
 
 
-class CommitResponse(BaseModel):
-    """The answer of ``commit`` and of ``persist``: the participant manifest, written and verified."""
+class PersistResponse(BaseModel):
+    """The answer of ``persist``: the participant manifest, written and verified."""
 
     checkpoint_id: str
     participant_id: str
@@ -190,7 +188,7 @@ class CommitResponse(BaseModel):
 
 
 class CaptureResponse(BaseModel):
-    """``capture``: the snapshot taken under the pause; its records are written after ``resume``."""
+    """``capture``: the snapshot taken under the pause; ``persist`` writes its records."""
 
     checkpoint_id: str
     participant_id: str
@@ -413,20 +411,21 @@ class ReuseIntent(_Strict):
 
 
 class Tombstone(_Strict):
-    """This checkpoint id is over: deleted (by retention or ``gymckpt checkpoints delete``) or abandoned
-    (its transaction failed). It is never published again and its claim refuses every transaction; its
-    objects are removed as soon as no other checkpoint reads them."""
+    """This checkpoint id is over: deleted (by retention or ``gymckpt checkpoints delete``), failed (its
+    coordinator knew its transaction failed before publishing) or abandoned (its transaction was cancelled).
+    It is never published again and its claim refuses every transaction; its objects are removed as soon as
+    no other checkpoint reads them."""
 
     schema_version: int
     kind: Literal["gym-checkpoint/tombstone"] = "gym-checkpoint/tombstone"
     checkpoint_id: str
-    reason: Literal["deleted", "abandoned"]
+    reason: Literal["deleted", "abandoned", "failed"]
     by: str = ""
     created_at: float
 
 
 class GlobalManifest(_Strict):
-    """Written last by the coordinator with a conditional put: its presence is the commit."""
+    """Written last by the coordinator with a conditional put: its presence is the checkpoint."""
 
     schema_version: int
     kind: Literal["gym-checkpoint/checkpoint-manifest"] = "gym-checkpoint/checkpoint-manifest"
@@ -451,9 +450,8 @@ class GlobalManifest(_Strict):
 VERB_MODELS: dict[Verb, tuple[type[BaseModel] | None, type[BaseModel]]] = {
     Verb.STATUS: (None, StatusResponse),
     Verb.PREPARE: (PrepareRequest, PrepareResponse),
-    Verb.COMMIT: (CommitRequest, CommitResponse),
     Verb.CAPTURE: (CaptureRequest, CaptureResponse),
-    Verb.PERSIST: (CheckpointRef, CommitResponse),
+    Verb.PERSIST: (CheckpointRef, PersistResponse),
     Verb.RESUME: (CheckpointRef, PhaseResponse),
     Verb.ABORT: (CheckpointRef, PhaseResponse),
     Verb.RESTORE: (RestoreRequest, RestoreResponse),

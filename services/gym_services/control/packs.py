@@ -29,10 +29,10 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from gym_services.control import layout
 from gym_services.control.models import (
     PACKED_SCHEMA_VERSION,
     RECORD_KEY_PATTERN,
@@ -46,7 +46,10 @@ from gym_services.control.models import (
     VerifyMode,
 )
 from gym_services.control.participant import Capture, InvalidState, PendingRecord, Record, RestoredRecord
-from gym_services.control.storage import AlreadyExists, NotFound, Storage, StorageError
+from gym_services.control.storage import NotFound, StorageError
+
+if TYPE_CHECKING:
+    from gym_services.control.store import CheckpointStore
 
 #: a pack is about this big (the server's ``checkpoint.pack_bytes`` overrides it)
 DEFAULT_PACK_BYTES = 8 * 1024 * 1024
@@ -139,7 +142,7 @@ def _encode(capture: Capture, cancel: threading.Event, progress: Progress) -> li
 
 
 def _claim_reuse(
-    storage: Storage,
+    store: CheckpointStore,
     encoded: list[tuple[Record, str]],
     candidates: Sequence[ReuseIndex],
     checkpoint_id: str,
@@ -151,7 +154,7 @@ def _claim_reuse(
 
     The packs it will reference are named in a :class:`~gym_services.control.models.ReuseIntent` *before*
     the earlier checkpoint is checked to be published. Deletion removes a checkpoint's global manifest
-    before it reads intents (:mod:`gym_services.coordination.references`), so either this check sees the
+    before it reads intents (:mod:`gym_services.control.store`), so either this check sees the
     manifest gone (nothing is reused) or that deletion sees this intent (the packs are kept).
     """
     for reuse in candidates:
@@ -167,11 +170,10 @@ def _claim_reuse(
             created_at=time.time(),
             packs=sorted({where.pack.key for where in reused.values()}),
         )
-        data = intent.model_dump_json(indent=1).encode()
-        storage.put(layout.reuse_intent_key(checkpoint_id, participant_id), data)
+        size = store.put_reuse_intent(intent)
         progress.objects += 1  # written by this checkpoint: counted with its packs and manifest
-        progress.written_bytes += len(data)
-        if storage.exists(layout.global_manifest_key(reuse.checkpoint_id)):
+        progress.written_bytes += size
+        if store.is_published(reuse.checkpoint_id):
             return reused
     return {}
 
@@ -193,7 +195,7 @@ def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> di
 
 
 def persist(
-    storage: Storage,
+    store: CheckpointStore,
     pool: ThreadPoolExecutor,
     capture: Capture,
     *,
@@ -223,7 +225,7 @@ def persist(
     timings["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    reused = _claim_reuse(storage, encoded, reuse, checkpoint_id, participant_id, progress)
+    reused = _claim_reuse(store, encoded, reuse, checkpoint_id, participant_id, progress)
     packs: list[PackEntry] = []
     pack_of: dict[str, int] = {}  # pack key -> position in ``packs``
     columns: dict[str, list] = {k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")}
@@ -252,9 +254,9 @@ def persist(
             raise Cancelled("cancelled while uploading")
         data = bytes(buffer)
         entry = PackEntry(
-            key=layout.pack_key(checkpoint_id, participant_id, len(uploads)), sha256=sha256(data), size=len(data)
+            key=store.pack_key(checkpoint_id, participant_id, len(uploads)), sha256=sha256(data), size=len(data)
         )
-        uploads.append((entry, pool.submit(storage.put, entry.key, data)))
+        uploads.append((entry, pool.submit(store.put_pack, entry.key, data)))
         for offset, record, digest in pending:
             place(record, digest, Located(entry, offset, len(record.data)))
         buffer.clear()
@@ -281,15 +283,15 @@ def persist(
 
     # verified: every pack this manifest lists is stored whole, the reused ones included
     t0 = time.perf_counter()
-    checks = [(p, pool.submit(storage.size, p.key)) for p in packs]
+    checks = [(p, pool.submit(store.stored_size, p.key)) for p in packs]
     for pack, check in checks:
         stored = _wait(check, cancel)
         if stored != pack.size:
             what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
-            raise StorageError(f"pack {storage.url}/{pack.key} is {what} after writing it")
+            raise StorageError(f"pack {store.url}/{pack.key} is {what} after writing it")
     timings["verify"] = time.perf_counter() - t0
 
-    references = sorted({c for p in packs if (c := layout.checkpoint_of(p.key)) and c != checkpoint_id})
+    references = sorted({c for p in packs if (c := store.checkpoint_of(p.key)) and c != checkpoint_id})
     manifest = PackedManifest(
         schema_version=PACKED_SCHEMA_VERSION,
         checkpoint_id=checkpoint_id,
@@ -305,10 +307,9 @@ def persist(
         meta=meta or {},
     )
     data = gzip.compress(manifest.model_dump_json().encode(), compresslevel=6, mtime=0)
-    key = layout.participant_manifest_key(checkpoint_id, participant_id)
     if cancel.is_set():
         raise Cancelled("cancelled before the manifest was written")
-    put_manifest(storage, checkpoint_id, key, data)
+    key = store.put_participant_manifest(checkpoint_id, participant_id, data)
     progress.objects += 1
     progress.written_bytes += len(data)
     return Persisted(
@@ -336,16 +337,6 @@ def _wait(future: Future, cancel: threading.Event):
                 raise Cancelled("cancelled while uploading") from None
 
 
-def put_manifest(storage: Storage, checkpoint_id: str, key: str, data: bytes) -> None:
-    """The participant manifest, if absent; a retried commit may replace it only while unpublished."""
-    try:
-        storage.put_if_absent(key, data)
-    except AlreadyExists:
-        if storage.exists(layout.global_manifest_key(checkpoint_id)):
-            raise AlreadyExists(f"checkpoint {checkpoint_id} is already published; its manifests are final") from None
-        storage.put(key, data)
-
-
 # --- reading ----------------------------------------------------------------------------
 
 
@@ -367,9 +358,9 @@ def parse_packed_manifest(data: bytes) -> PackedManifest:
         raise InvalidState(f"packed participant manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
 
 
-def _fetch_pack(storage: Storage, pack: PackEntry) -> bytes:
+def _fetch_pack(store: CheckpointStore, pack: PackEntry) -> bytes:
     try:
-        blob = storage.get(pack.key)
+        blob = store.get(pack.key)
     except NotFound:
         raise InvalidState(f"pack {pack.key} listed in the manifest is missing") from None
     if len(blob) != pack.size or sha256(blob) != pack.sha256:
@@ -378,14 +369,14 @@ def _fetch_pack(storage: Storage, pack: PackEntry) -> bytes:
 
 
 async def read_packed(
-    storage: Storage, pool: ThreadPoolExecutor, manifest: PackedManifest
+    store: CheckpointStore, pool: ThreadPoolExecutor, manifest: PackedManifest
 ) -> tuple[list[RestoredRecord], ReuseIndex]:
     """Every record of a packed manifest, its packs fetched concurrently and each verified whole.
 
     Returns the records and the index a later checkpoint may reuse them from.
     """
     loop = asyncio.get_running_loop()
-    blobs = await asyncio.gather(*(loop.run_in_executor(pool, _fetch_pack, storage, p) for p in manifest.packs))
+    blobs = await asyncio.gather(*(loop.run_in_executor(pool, _fetch_pack, store, p) for p in manifest.packs))
     return await loop.run_in_executor(pool, _slice, manifest, blobs)
 
 

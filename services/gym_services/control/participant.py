@@ -83,7 +83,7 @@ class RestoredRecord:
 
 @dataclass(frozen=True)
 class Scope:
-    """Which rollouts a commit keeps: ``episodes=None`` keeps everything."""
+    """Which rollouts a checkpoint keeps: ``episodes=None`` keeps everything."""
 
     episodes: frozenset[str] | None = None
 
@@ -123,7 +123,7 @@ class Participant:
         return Capture(await self.export(scope))
 
     async def release_out_of_scope(self, scope: Scope) -> None:
-        """Free restored state that the commit's scope leaves out."""
+        """Free restored state that the checkpoint's scope leaves out."""
 
     async def validate(self, records: list[RestoredRecord]) -> Any:
         """Check every record and build what :meth:`install` needs; must change nothing."""

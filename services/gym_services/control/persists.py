@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.control.models import CommitResponse, PersistState, PersistStatus
+from gym_services.control.models import PersistResponse, PersistState, PersistStatus
 from gym_services.control.packs import Cancelled, Persisted, Progress, ReuseIndex
 from gym_services.control.participant import Capture, InvalidState
-from gym_services.control.storage import Storage, StorageError
+from gym_services.control.storage import StorageError
+from gym_services.control.store import CheckpointStore
 
 log = get_logger("control")
 #: finished jobs remembered for repeated ``persist`` calls and ``status``
@@ -46,7 +47,7 @@ class Captured:
     """A capture waiting for ``resume`` (or ``abort``) under the pause."""
 
     checkpoint_id: str
-    storage: Storage
+    store: CheckpointStore
     capture: Capture
     started: float = field(default_factory=time.monotonic)
 
@@ -63,7 +64,7 @@ class PersistJob:
         self.go = asyncio.Event()  # set by ``persist`` (or ``abort``): stop waiting in the queue
         self.started = time.monotonic()
         self.finished: float | None = None
-        self.answer: CommitResponse | None = None
+        self.answer: PersistResponse | None = None
         self.error: ApiError | None = None
         self.task: asyncio.Task | None = None
 
@@ -89,7 +90,7 @@ class PersistJob:
             error=self.error.message if self.error is not None else None,
         )
 
-    async def wait(self) -> CommitResponse:
+    async def wait(self) -> PersistResponse:
         """The verified answer once the upload is done; its error otherwise."""
         if self.task is not None:
             await asyncio.shield(self.task)
@@ -120,21 +121,21 @@ class Persists:
     def newest(self) -> PersistJob | None:
         return next(reversed(self._jobs.values()), None)
 
-    def indexes(self, storage: Storage) -> list[ReuseIndex]:
-        return list(self._indexes.get(storage.url, ()))
+    def indexes(self, store: CheckpointStore) -> list[ReuseIndex]:
+        return list(self._indexes.get(store.url, ()))
 
-    def remember(self, storage: Storage, index: ReuseIndex | None) -> None:
+    def remember(self, store: CheckpointStore, index: ReuseIndex | None) -> None:
         """A checkpoint this process wrote or restored: the next one may reference its records."""
         if index is None:
             return
-        kept = [i for i in self._indexes.get(storage.url, []) if i.checkpoint_id != index.checkpoint_id]
-        self._indexes[storage.url] = [index, *kept][:INDEXES_KEPT]
+        kept = [i for i in self._indexes.get(store.url, []) if i.checkpoint_id != index.checkpoint_id]
+        self._indexes[store.url] = [index, *kept][:INDEXES_KEPT]
 
     def start(
         self,
         captured: Captured,
         write: Callable[[Captured, list[ReuseIndex], PersistJob], Persisted],
-        answer: Callable[[Persisted], CommitResponse],
+        answer: Callable[[Persisted], PersistResponse],
     ) -> PersistJob:
         """Run ``write`` in a worker thread; ``answer`` turns what it wrote into the ``persist`` answer."""
         job = PersistJob(captured.checkpoint_id, len(captured.capture))
@@ -145,7 +146,7 @@ class Persists:
             if self._jobs[oldest].running:
                 break
             del self._jobs[oldest]
-        indexes = self.indexes(captured.storage)
+        indexes = self.indexes(captured.store)
 
         async def run() -> None:
             cid = job.checkpoint_id
@@ -173,7 +174,7 @@ class Persists:
                 job._end(PersistState.FAILED, ApiError(ErrorCode.INTERNAL, f"writing checkpoint {cid} failed: {exc}"))
             else:
                 job.answer = answer(written)
-                self.remember(captured.storage, written.index)
+                self.remember(captured.store, written.index)
                 job._end(PersistState.PERSISTED)
             if job.error is not None:
                 log.warning(job.error.message, extra={"checkpoint_id": cid, "state": job.state})

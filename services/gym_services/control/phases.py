@@ -21,11 +21,10 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.OPEN: frozenset({Phase.PREPARING, Phase.RESTORING}),
     # prepare ends prepared or blocked; abort (or resume, which then abandons) and lease expiry reopen
     Phase.PREPARING: frozenset({Phase.PREPARED, Phase.BLOCKED, Phase.OPEN}),
-    # commit writes now (sync); capture takes a snapshot written after resume (snapshot)
-    Phase.PREPARED: frozenset({Phase.COMMITTED, Phase.CAPTURED, Phase.OPEN}),
+    # capture takes a snapshot; persist writes it, before resume (sync) or after (snapshot)
+    Phase.PREPARED: frozenset({Phase.CAPTURED, Phase.OPEN}),
     Phase.BLOCKED: frozenset({Phase.OPEN}),
-    Phase.COMMITTED: frozenset({Phase.OPEN}),
-    # resume starts the background upload; abort (or lease expiry) drops the capture
+    # resume (or persist, under the pause) starts the upload; abort (or lease expiry) drops the capture
     Phase.CAPTURED: frozenset({Phase.OPEN}),
     # a restore that fails, or is aborted, goes back to where the process was (fresh or open)
     Phase.RESTORING: frozenset({Phase.RESTORED, Phase.FRESH, Phase.OPEN}),

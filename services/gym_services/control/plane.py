@@ -9,10 +9,10 @@ fence (:mod:`.admission`), the lease and its watcher (:mod:`.lease`), repeat cal
 is its :class:`~gym_services.control.participant.Participant`'s business; background uploads of
 captured checkpoints are :mod:`.persists`'.
 
-Phases: ``open -> preparing -> prepared|blocked -> committed|captured -> open`` (resume) or
+Phases: ``open -> preparing -> prepared|blocked -> captured -> open`` (resume) or
 ``-> open`` (abort); a fresh process: ``fresh -> restoring -> restored -> open``
-(``docs/protocol.md``). After ``capture`` and ``resume`` the records are written in the
-background; ``persist`` answers once they are written and verified.
+(``docs/protocol.md``). ``persist`` writes what ``capture`` took, in the background, and answers
+once it is written and verified: under the pause (the ``sync`` method) or after ``resume``.
 Every verb is idempotent for the same checkpoint id: a repeat returns the first answer (or waits
 for the first call still running).
 """
@@ -31,7 +31,6 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control.admission import Admission
-from gym_services.control.decisions import settle
 from gym_services.control.lease import Lease
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import (
@@ -39,8 +38,7 @@ from gym_services.control.models import (
     CaptureRequest,
     CaptureResponse,
     CheckpointRef,
-    CommitRequest,
-    CommitResponse,
+    PersistResponse,
     PhaseResponse,
     PrepareRequest,
     PrepareResponse,
@@ -51,19 +49,14 @@ from gym_services.control.models import (
     StatusResponse,
 )
 from gym_services.control.packs import Persisted, ReuseIndex, persist
-from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.participant import InvalidState, Participant, RestoredRecord, Scope
 from gym_services.control.persists import Captured, PersistJob, Persists
 from gym_services.control.phases import PhaseMachine
 from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
-from gym_services.control.records import (
-    IncompleteCheckpoint,
-    ReadBack,
-    read_participant_records,
-    sha256,
-    write_participant_checkpoint,
-)
+from gym_services.control.records import IncompleteCheckpoint, ReadBack, read_participant_records, sha256
 from gym_services.control.repeats import RepeatCalls
-from gym_services.control.storage import Storage, StorageError
+from gym_services.control.storage import StorageError
+from gym_services.control.store import CheckpointStore
 from gym_services.control.storage_clients import StorageClients
 
 T = TypeVar("T")
@@ -93,7 +86,7 @@ class RestoreInProgress:
     """A restore from its start until the checkpoint closes."""
 
     before: Phase  # where the process was: an undone restore goes back there
-    decision: tuple[Storage, str] | None = None  # where its decision object is, when the coordinator named it
+    decision: tuple[CheckpointStore, str] | None = None  # where its decision object is, when the coordinator named it
     validated: Any = None  # what the participant validated and installed
     answer: RestoreResponse | None = None
 
@@ -121,6 +114,7 @@ class ControlPlane:
         self.checkpoint_id: str | None = None
         self.restoring: RestoreInProgress | None = None
         self.captured: Captured | None = None  # a capture waiting for resume
+        self.persisting: PersistJob | None = None  # its upload, when ``persist`` came before resume
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -203,6 +197,7 @@ class ControlPlane:
         self._lease.clear()
         self.restoring = None
         self.captured = None
+        self.persisting = None
         response = self._phase_response(event, checkpoint_id)
         self.calls.close(checkpoint_id, verb, response)
         return response
@@ -275,77 +270,10 @@ class ControlPlane:
                 details={"persisting_checkpoint_id": job.checkpoint_id},
             )
 
-    # --- commit ------------------------------------------------------------------------
-
-    async def commit(self, req: CommitRequest) -> CommitResponse:
-        cid = req.checkpoint_id
-        if not self.calls.started(Verb.COMMIT, cid):
-            self._require_open_checkpoint(cid)
-            if self.phase != Phase.PREPARED:
-                raise ApiError(
-                    ErrorCode.INVALID_PHASE, f"commit needs a prepared checkpoint; {self.participant_id} is {self.phase}"
-                )
-        return await self._once(Verb.COMMIT, cid, lambda: self._run_commit(req))
-
-    async def _run_commit(self, req: CommitRequest) -> CommitResponse:
-        started = time.perf_counter()
-        self._lease.renew()
-        storage = self.storages.get(req.location, req.storage)
-        scope = Scope.of(req.episodes)
-        records = self._with_attempts(await self._export(req.checkpoint_id, scope))
-        try:
-            key, data = await write_participant_checkpoint(
-                storage,
-                self.storages.pool,
-                checkpoint_id=req.checkpoint_id,
-                participant_id=self.participant_id,
-                server=self.server,
-                role=self.role,
-                mode=self.participant.checkpoint_mode,
-                verify=self.participant.checkpoint_verify,
-                records=records,
-            )
-        except StorageError as exc:
-            raise ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"writing checkpoint {req.checkpoint_id} failed: {exc}") from None
-        await self.participant.release_out_of_scope(scope)
-        total = sum(len(r.data) for r in records)
-        self.metrics.records_written.inc(len(records))
-        self.metrics.bytes_written.inc(total)
-        self._lease.renew()
-        self._move(Phase.COMMITTED, f"commit {req.checkpoint_id}: {len(records)} records, {total} bytes")
-        return CommitResponse(
-            checkpoint_id=req.checkpoint_id,
-            participant_id=self.participant_id,
-            role=self.role,
-            manifest_key=key,
-            manifest_sha256=sha256(data),
-            manifest_size=len(data),
-            records=len(records),
-            bytes=total,
-            episodes=sorted({r.rollout_id for r in records if r.rollout_id}),
-            duration_s=round(time.perf_counter() - started, 6),
-            objects=len(records) + 1,
-            written_bytes=total + len(data),
-        )
-
-    async def _export(self, cid: str, scope: Scope) -> list[Record]:
-        try:
-            return await self.participant.export(scope)
-        except InvalidState as exc:
-            raise ApiError(ErrorCode.INVALID_STATE, f"export for checkpoint {cid} failed: {exc}") from None
-
-    def _with_attempts(self, records: list[Record]) -> list[Record]:
-        """A rollout's record without an attempt gets the newest attempt the fence has seen."""
-        return [
-            r if r.attempt is not None or r.rollout_id is None
-            else type(r)(r.key, r.data, r.rollout_id, self.admission.fence.highest(r.rollout_id) or 0)
-            for r in records
-        ]
-
-    # --- capture and persist (the snapshot method) -----------------------------------------
+    # --- capture and persist ------------------------------------------------------------------
 
     async def capture(self, req: CaptureRequest) -> CaptureResponse:
-        """Under the pause: an immutable snapshot of the scope; written in the background after resume."""
+        """Under the pause: an immutable snapshot of the scope; ``persist`` writes it (before or after resume)."""
         cid = req.checkpoint_id
         if not self.calls.started(Verb.CAPTURE, cid):
             self._require_open_checkpoint(cid)
@@ -367,7 +295,7 @@ class ControlPlane:
         except InvalidState as exc:
             raise ApiError(ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}") from None
         await self.participant.release_out_of_scope(scope)
-        self.captured = Captured(req.checkpoint_id, storage, capture)
+        self.captured = Captured(req.checkpoint_id, CheckpointStore(storage), capture)
         self._move(Phase.CAPTURED, f"capture {req.checkpoint_id}: {len(capture)} records, written after resume")
         return CaptureResponse(
             checkpoint_id=req.checkpoint_id,
@@ -379,11 +307,11 @@ class ControlPlane:
         )
 
     def _start_persist(self, captured: Captured) -> PersistJob:
-        """Resume came after capture: queue the encoding, packing and upload (``persist`` starts them)."""
+        """Queue the encoding, packing and upload of a capture (``persist`` starts them)."""
 
         def write(captured: Captured, indexes: list[ReuseIndex], job: PersistJob) -> Persisted:
             return persist(
-                captured.storage,
+                captured.store,
                 self.storages.pool,
                 captured.capture,
                 checkpoint_id=captured.checkpoint_id,
@@ -398,7 +326,7 @@ class ControlPlane:
                 progress=job.progress,
             )
 
-        def answer(written: Persisted) -> CommitResponse:
+        def answer(written: Persisted) -> PersistResponse:
             self.metrics.records_written.inc(written.records - written.reused)
             self.metrics.bytes_written.inc(written.written_bytes)
             log.info(
@@ -406,7 +334,7 @@ class ControlPlane:
                 extra={"checkpoint_id": captured.checkpoint_id, "records": written.records, "reused": written.reused,
                        "objects": written.objects, "bytes": written.written_bytes},
             )
-            return CommitResponse(
+            return PersistResponse(
                 checkpoint_id=captured.checkpoint_id,
                 participant_id=self.participant_id,
                 role=self.role,
@@ -425,14 +353,17 @@ class ControlPlane:
 
         return self.persists.start(captured, write, answer)
 
-    async def persist(self, req: CheckpointRef) -> CommitResponse:
+    async def persist(self, req: CheckpointRef) -> PersistResponse:
         """Start (if queued) and wait for the background upload of a captured checkpoint; its participant
         manifest once verified."""
         cid = req.checkpoint_id
-        job = self.persists.get(cid)
+        if self.checkpoint_id == cid and self.phase is Phase.CAPTURED and self.captured is not None:
+            if self.persisting is None:  # under the pause (sync): resume finds it started
+                self.persisting = self._start_persist(self.captured)
+            job = self.persisting
+        else:
+            job = self.persists.get(cid)
         if job is None:
-            if self.checkpoint_id == cid and self.phase is Phase.CAPTURED:
-                raise ApiError(ErrorCode.INVALID_PHASE, f"checkpoint {cid} is captured; it is written after resume")
             raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was never captured on {self.participant_id}")
         job.begin()
         return await job.wait()
@@ -452,7 +383,7 @@ class ControlPlane:
         if self.checkpoint_id is None and (closed := self.calls.closed(cid)) is not None:
             return closed  # idempotent repeat
         self._require_open_checkpoint(cid)
-        running = self.calls.busy(cid, (Verb.COMMIT, Verb.CAPTURE, Verb.RESTORE))
+        running = self.calls.busy(cid, (Verb.CAPTURE, Verb.RESTORE))
         if running:
             raise ApiError(ErrorCode.CHECKPOINT_BUSY, f"{verb} must wait: a {running[0].get_name()} is still running")
         return await self._once(verb, cid, lambda: self._run_finish(verb, cid))
@@ -474,8 +405,11 @@ class ControlPlane:
         note = " (restore undone)" if undone else ""
         if captured is not None:
             note = " (capture dropped)" if abandon else f"; {len(captured.capture)} records being written"
+        started = self.persisting if captured is not None else None
+        if started is not None and abandon:
+            self.persists.cancel(cid)  # persisted under the pause, then aborted: its manifest is never written
         response = self._close(verb, f"{verb} {cid}: admission open{note}", phase)
-        if captured is not None and not abandon:
+        if captured is not None and not abandon and started is None:
             self._start_persist(captured)
         return response
 
@@ -499,9 +433,9 @@ class ControlPlane:
         restore = self.restoring
         assert restore is not None
         try:
-            storage = self.storages.get(req.location, req.storage)
-            restore.decision = (storage, req.restore_id) if req.restore_id else None
-            read = await self._read_records(storage, req)
+            store = CheckpointStore(self.storages.get(req.location, req.storage))
+            restore.decision = (store, req.restore_id) if req.restore_id else None
+            read = await self._read_records(store, req)
             records = read.records
             validated = await self.participant.validate(records)
         except InvalidState as exc:
@@ -512,7 +446,7 @@ class ControlPlane:
             raise
         await self.participant.install(validated)
         restore.validated = validated
-        self.persists.remember(storage, read.reuse)  # the next checkpoint may reference these records
+        self.persists.remember(store, read.reuse)  # the next checkpoint may reference these records
         episodes = self._advance_fence(records)
         total = sum(len(r.data) for r in records)
         self.metrics.records_restored.inc(len(records))
@@ -530,10 +464,10 @@ class ControlPlane:
         )
         return restore.answer
 
-    async def _read_records(self, storage: Storage, req: RestoreRequest) -> ReadBack:
+    async def _read_records(self, store: CheckpointStore, req: RestoreRequest) -> ReadBack:
         """This participant's records, each verified against its manifest, which must be its own."""
         try:
-            read = await read_participant_records(storage, self.storages.pool, req.manifest_key, req.manifest_sha256)
+            read = await read_participant_records(store, self.storages.pool, req.manifest_key, req.manifest_sha256)
             manifest = read.manifest
         except IncompleteCheckpoint as exc:
             raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
@@ -593,7 +527,7 @@ class ControlPlane:
         cid = self.checkpoint_id
         if cid is None or not self._lease.expired():
             return
-        if self.calls.busy(cid, (Verb.COMMIT, Verb.CAPTURE, Verb.RESTORE)):
+        if self.calls.busy(cid, (Verb.CAPTURE, Verb.RESTORE)):
             return  # bounded work in progress; expire once it ends
         restore = self.restoring
         if self.phase == Phase.RESTORED and restore is not None and restore.decision is not None:
@@ -607,7 +541,7 @@ class ControlPlane:
         await self._run_finish(Verb.ABORT, cid)
         self.phases.last_event = f"lease expired: checkpoint {cid} aborted, admission open"
 
-    async def _expire_restore(self, cid: str, storage: Storage, restore_id: str) -> None:
+    async def _expire_restore(self, cid: str, store: CheckpointStore, restore_id: str) -> None:
         """The coordinator went quiet after this restore: follow the restore's decision object.
 
         Proposing ``abort`` either decides it (the coordinator had not decided yet, and will
@@ -616,7 +550,7 @@ class ControlPlane:
         lease at most; then it is undone, and that is logged as an error.
         """
         try:
-            decision = await asyncio.to_thread(settle, storage, cid, restore_id, Decision.ABORT, self.participant_id)
+            decision = await asyncio.to_thread(store.settle, cid, restore_id, Decision.ABORT, self.participant_id)
         except (StorageError, InvalidState) as exc:
             if not self._lease.overdue_by_a_lease():
                 log.warning("lease expired; the restore decision cannot be read yet", extra={"checkpoint_id": cid, "error": str(exc)})

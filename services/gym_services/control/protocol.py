@@ -44,7 +44,7 @@ class CheckpointMode(enum.StrEnum):
 
     RESTART_ONLY = "restart_only"  # live sessions block a checkpoint; nothing is saved
     EXPORTED = "exported"  # state is written as records and restored
-    STATELESS = "stateless"  # nothing to save; commit writes an empty manifest
+    STATELESS = "stateless"  # nothing to save; persist writes an empty manifest
 
 
 class VerifyMode(enum.StrEnum):
@@ -62,8 +62,7 @@ class Phase(enum.StrEnum):
     PREPARING = "preparing"
     PREPARED = "prepared"
     BLOCKED = "blocked"
-    COMMITTED = "committed"
-    CAPTURED = "captured"  # a snapshot was taken under the pause; it is written after resume
+    CAPTURED = "captured"  # a snapshot was taken under the pause; ``persist`` writes it (before or after resume)
     RESTORING = "restoring"
     RESTORED = "restored"
 
@@ -77,7 +76,6 @@ class Verb(enum.StrEnum):
 
     STATUS = "status"
     PREPARE = "prepare"
-    COMMIT = "commit"
     CAPTURE = "capture"
     PERSIST = "persist"
     RESUME = "resume"
@@ -97,12 +95,12 @@ class Verb(enum.StrEnum):
 
 
 class CheckpointMethod(enum.StrEnum):
-    """How a checkpoint's records reach storage (``docs/protocol.md``, "Transactions").
+    """When a checkpoint's records reach storage (``docs/protocol.md``, "Transactions").
 
-    ``snapshot``: ``capture`` takes an immutable snapshot under the pause, the stack resumes, and
-    each participant encodes and uploads it in the background (packed, incremental); the
-    coordinator publishes once every upload is verified (``persist``). ``sync``: ``commit``
-    encodes and writes one object per record while every rollout waits (the original method).
+    Both take one path: ``capture`` takes an immutable snapshot under the pause, ``persist``
+    encodes, packs, uploads and verifies it, the coordinator publishes. ``snapshot`` resumes the
+    stack before ``persist`` (the default: the pause ends at the capture); ``sync`` persists and
+    publishes before it resumes (the rollouts wait until the checkpoint is published).
     """
 
     SNAPSHOT = "snapshot"

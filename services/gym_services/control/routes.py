@@ -73,7 +73,6 @@ def control_routes(plane: ControlPlane) -> list[Route]:
     handlers: dict[Verb, Callable[..., Awaitable[BaseModel]]] = {
         Verb.STATUS: status,
         Verb.PREPARE: plane.prepare,
-        Verb.COMMIT: plane.commit,
         Verb.CAPTURE: plane.capture,
         Verb.PERSIST: plane.persist,
         Verb.RESUME: plane.resume,

@@ -1,6 +1,6 @@
 """One storage client per location and access, and the thread pool their blocking calls run in.
 
-Owned by the control plane (:mod:`gym_services.control.plane`): commit and restore name a location
+Owned by the control plane (:mod:`gym_services.control.plane`): capture and restore name a location
 and may carry a :class:`~gym_services.control.models.StorageAccess` that overrides the server's
 ``storage`` config for that call.
 """

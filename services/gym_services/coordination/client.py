@@ -30,8 +30,7 @@ from gym_services.control.models import (
     CaptureRequest,
     CaptureResponse,
     CheckpointRef,
-    CommitRequest,
-    CommitResponse,
+    PersistResponse,
     PhaseResponse,
     PrepareRequest,
     PrepareResponse,
@@ -114,13 +113,10 @@ class ControlClient:
     async def prepare(self, ref: ParticipantRef, req: PrepareRequest, *, timeout_s: float | None = None) -> PrepareResponse:
         return await self._call(ref, Verb.PREPARE, req, timeout_s)
 
-    async def commit(self, ref: ParticipantRef, req: CommitRequest, *, timeout_s: float | None = None) -> CommitResponse:
-        return await self._call(ref, Verb.COMMIT, req, timeout_s)
-
     async def capture(self, ref: ParticipantRef, req: CaptureRequest, *, timeout_s: float | None = None) -> CaptureResponse:
         return await self._call(ref, Verb.CAPTURE, req, timeout_s)
 
-    async def persist(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> CommitResponse:
+    async def persist(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PersistResponse:
         return await self._call(ref, Verb.PERSIST, req, timeout_s)
 
     async def resume(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:

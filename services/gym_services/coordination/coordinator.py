@@ -4,15 +4,15 @@ Free of kopf and Kubernetes: the CLI (:mod:`gym_services.commands.stack`) and th
 for a local stack, the operator (``gym_operator.handlers``) for pods. Each transaction reads as
 its named steps:
 
-checkpoint (``snapshot`` method, the default) = :meth:`~Coordinator.prepare_all` (by role, renewing
-leases; blockers at the deadline fail it) -> :meth:`~Coordinator.capture_all` (controller first: its
-live episodes scope the others) -> :meth:`~Coordinator.resume_all` (reverse role order; the pause
-ends here) -> :meth:`~Coordinator.persist_all` (every background upload written and verified) ->
-:meth:`~Coordinator.verify_manifests` -> :meth:`~Coordinator.publish` (the global manifest, last,
-with a conditional put).
+checkpoint = the store's claim -> :meth:`~Coordinator.prepare_all` (by role, renewing leases; blockers
+at the deadline fail it) -> :meth:`~Coordinator.capture_all` (controller first: its live episodes scope
+the others) -> :meth:`~Coordinator.persist_all` (every participant's upload written, then verified by the
+store) -> :meth:`~Coordinator.publish` (the global manifest, last, with a conditional put).
+:meth:`~Coordinator.resume_all` (reverse role order) ends the pause right after the capture (``snapshot``,
+the default) or after publishing (``sync``): the one difference between the two methods.
 
-checkpoint (``sync`` method) = prepare_all -> :meth:`~Coordinator.commit_all` -> verify_manifests ->
-publish -> resume_all: every record is written while the rollouts wait.
+What is stored, and how, is the :class:`~gym_services.control.store.CheckpointStore`'s business: the
+coordinator sequences the steps and calls it.
 
 restore = :meth:`~Coordinator.read_checkpoint` -> :meth:`~Coordinator.match_participants` ->
 :meth:`~Coordinator.restore_all` -> :meth:`~Coordinator.decide` (``resume`` written as the restore's
@@ -20,7 +20,8 @@ decision before anyone resumes) -> :meth:`~Coordinator.resume_all`.
 
 Any failed step aborts every participant touched so far (:meth:`~Coordinator.abort_all`), so
 nothing stays paused, no restore stays half installed, and no background upload of a checkpoint
-that failed ever writes its participant manifest. Each step returns what it produced;
+that failed ever writes its participant manifest; a checkpoint that failed is recorded as failed in
+the store, so its objects are reclaimed at once. Each step returns what it produced;
 the result is built from those at the end, never mutated along the way.
 """
 
@@ -28,31 +29,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from gym_services.base.config import StorageConfig
 from gym_services.base.errors import ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.control import layout
-from gym_services.control.decisions import read_decision, settle
 from gym_services.control.models import (
     SCHEMA_VERSION,
-    CheckpointClaim,
     CaptureRequest,
     CaptureResponse,
     CheckpointRef,
-    CommitRequest,
-    CommitResponse,
     GlobalManifest,
     ManifestParticipant,
-    PackedManifest,
+    PersistResponse,
     PrepareRequest,
     Replica,
     RestoreRequest,
@@ -63,7 +58,6 @@ from gym_services.control.models import (
 )
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import (
-    CHECKPOINT_IN_FLIGHT_S,
     DEFAULT_LEASE_S,
     DEFAULT_PREPARE_TIMEOUT_S,
     ROLE_ORDER,
@@ -72,8 +66,8 @@ from gym_services.control.protocol import (
     Role,
     Verb,
 )
-from gym_services.control.records import manifest_records, parse_participant_manifest, sha256
-from gym_services.control.storage import AlreadyExists, NotFound, Storage, StorageError, open_storage
+from gym_services.control.storage import Storage, StorageError, open_storage
+from gym_services.control.store import CheckpointStore, Published, CheckpointRefused
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.coordination.deadlines import DEADLINES, Deadlines
 from gym_services.coordination.transaction import (
@@ -95,7 +89,6 @@ __all__ = [
     "TransactionResult",
     "by_role",
     "list_checkpoints",
-    "parse_global_manifest",
 ]
 
 log = get_logger("coordinator")
@@ -205,36 +198,32 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class Published:
-    """What :meth:`Coordinator.publish` wrote."""
-
-    key: str
-    manifest: GlobalManifest
-    size: int
-
-
-@dataclass(frozen=True)
-class Committed:
-    """What :meth:`Coordinator.commit_all` got back: every participant's answer and the episodes in scope."""
-
-    answers: dict[str, CommitResponse]
-    episodes: list[str] | None
-
-
-@dataclass(frozen=True)
-class Captured:
-    """What :meth:`Coordinator.capture_all` got back: every participant's snapshot and the episodes in scope."""
+class Snapshots:
+    """What :meth:`Coordinator.capture_all` got back: every participant's capture and the episodes in scope."""
 
     answers: dict[str, CaptureResponse]
     episodes: list[str] | None
 
 
 @dataclass(frozen=True)
-class Source:
-    """What :meth:`Coordinator.read_checkpoint` found: the published manifest and an earlier decision."""
+class Persisted:
+    """What :meth:`Coordinator.persist_all` got back and verified: every participant manifest, the episodes in scope."""
 
-    manifest: GlobalManifest | None
-    earlier: Decision | None
+    answers: dict[str, PersistResponse]
+    episodes: list[str] | None
+
+
+@dataclass
+class _Checkpoint:
+    """One checkpoint transaction as it runs: what it is, where it is stored, how far it got, its clock."""
+
+    checkpoint_id: str
+    location: str
+    transaction_id: str
+    store: CheckpointStore
+    progress: Progress
+    clock: Stopwatch = field(default_factory=Stopwatch)
+    publish_by: float = float("inf")
 
 
 class Coordinator:
@@ -299,8 +288,8 @@ class Coordinator:
     def _storage(self, location: str) -> Storage:
         return open_storage(location, self.storage_config)
 
-    async def _in_thread(self, fn, *args):
-        return await asyncio.to_thread(fn, *args)
+    def _store(self, location: str) -> CheckpointStore:
+        return CheckpointStore(self._storage(location))
 
     async def _each(
         self, refs: list[ParticipantRef], verb: Verb, call: Callable[[ParticipantRef], Awaitable[A]]
@@ -383,211 +372,95 @@ class Coordinator:
         method: CheckpointMethod = CheckpointMethod.SNAPSHOT,
         cancel: asyncio.Event | None = None,
     ) -> TransactionResult:
-        """Claim the id, then take the checkpoint by ``method``: ``snapshot`` (the default) captures
-        under the pause and writes after resume; ``sync`` writes every record under the pause. Any
-        failure aborts every participant touched.
+        """Claim the id, then prepare -> capture -> persist -> publish, resuming after the capture
+        (``snapshot``, the default: the pause ends there) or after publishing (``sync``). Any failure
+        aborts every participant touched and, when nothing can have been published, records the
+        failure in the store (its objects are reclaimed at once).
 
         ``transaction_id`` names this transaction (the Checkpoint resource's uid on Kubernetes; a
         fresh one otherwise). A checkpoint id names one transaction: the same transaction run again
         carries on (or is answered from its manifest once published); another transaction under an
-        existing id is refused before anything is paused (:meth:`claim`).
+        existing id is refused before anything is paused (:meth:`CheckpointStore.claim`).
 
         ``cancel``, when set before the checkpoint is published, ends it as failed (:class:`Cancelled`):
-        a prepare still waiting for boundaries is interrupted, a commit is let finish first (a
-        participant refuses abort while it commits); once published, it completes.
+        a prepare still waiting for boundaries is interrupted, a capture is let finish first (a
+        participant refuses abort while it captures); once published, it completes.
         """
         transaction_id = transaction_id or uuid.uuid4().hex
-        storage = self._storage(location)
-        progress = Progress(self, checkpoint_id)
+        run = _Checkpoint(checkpoint_id, location, transaction_id, self._store(location), Progress(self, checkpoint_id))
         try:
             check_replica_sets(self.participants)  # before the id is claimed: a missing replica is no transaction
-            existing, publish_by = await self.claim(storage, checkpoint_id, transaction_id, claimed_by)
-        except (TransactionError, StorageError, InvalidState) as exc:
-            await progress.report(TransactionPhase.FAILED, error=str(exc))
+            existing, run.publish_by = await asyncio.to_thread(
+                run.store.claim, checkpoint_id, transaction_id, claimed_by, [p.participant_id for p in self.participants]
+            )
+        except (TransactionError, CheckpointRefused, StorageError, InvalidState) as exc:
+            await run.progress.report(TransactionPhase.FAILED, error=str(exc))
             return self._failed(
-                TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc), transaction_id=transaction_id
+                TransactionKind.CHECKPOINT, checkpoint_id, location, run.progress.phase, str(exc), transaction_id=transaction_id
             )
         if existing is not None:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
-        if CheckpointMethod(method) is CheckpointMethod.SNAPSHOT:
-            return await self._snapshot_checkpoint(
-                storage, checkpoint_id, transaction_id, location, prepare_timeout_s, lease_s, progress, cancel, publish_by
-            )
-        clock = Stopwatch()
+        sync = CheckpointMethod(method) is CheckpointMethod.SYNC
+        published: Published | None = None
         async with self._leases(checkpoint_id, lease_s) as touched:
             try:
                 self._check_cancelled(cancel)
-                await self._unless_cancelled(
-                    self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock), cancel
-                )
+                await self._unless_cancelled(self.prepare_all(run, prepare_timeout_s, lease_s, touched), cancel)
                 self._check_cancelled(cancel)
-                committed = await self.commit_all(checkpoint_id, location, progress, clock)
-                with clock.step("verify"):
-                    await self.verify_manifests(storage, checkpoint_id, committed.answers)
-                self._check_cancelled(cancel)
-                published = await self.publish(
-                    storage, checkpoint_id, transaction_id, committed, progress, clock, publish_by=publish_by
-                )
-            except (TransactionError, StorageError, InvalidState) as exc:
-                return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
-            await progress.enter(TransactionPhase.RESUMING)
-            with clock.step("resume"):
-                warnings = await self.resume_all(checkpoint_id, self.participants)
-        pause_s = clock.elapsed()
-        clock.timings["pause"] = pause_s
-        clock.timings["published"] = clock.timings["pause"] - clock.timings["resume"]
-        result = self._checkpointed(checkpoint_id, location, committed, published, clock.timings, warnings)
-        await progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
-        return result
-
-    async def claim(
-        self, storage: Storage, checkpoint_id: str, transaction_id: str, claimed_by: str
-    ) -> tuple[GlobalManifest | None, float]:
-        """Make ``checkpoint_id`` name this transaction, before anything is paused.
-
-        The claim is written with a conditional put, so of two transactions racing for one id exactly
-        one gets it. Returns the published manifest when this very transaction already completed
-        (a repeat), and the time (``time.time()``) after which it may no longer be published: the claim's
-        time plus :data:`~gym_services.control.protocol.CHECKPOINT_IN_FLIGHT_S` (deletion treats an
-        unpublished checkpoint as abandoned after that). Raises :class:`TransactionError` when the id
-        belongs to another transaction (a claim of another one, or a checkpoint published without a
-        claim by an earlier version), was deleted (a tombstone), or its claim is older than that bound.
-        """
-        published = await self._published(storage, checkpoint_id)
-        if published is None and await self._in_thread(storage.exists, layout.tombstone_key(checkpoint_id)):
-            raise TransactionError(
-                f"checkpoint id {checkpoint_id} at {storage.url} was deleted or abandoned; nothing was paused or "
-                "written: choose another checkpoint id"
-            )
-        if published is not None and published.transaction_id != transaction_id:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(published.created_at))
-            raise TransactionError(
-                f"checkpoint {checkpoint_id} already exists at {storage.url} (published {when}"
-                + (f" by transaction {published.transaction_id}" if published.transaction_id else "")
-                + "); nothing was paused or written: choose another checkpoint id"
-            )
-        claim = CheckpointClaim(
-            schema_version=SCHEMA_VERSION,
-            checkpoint_id=checkpoint_id,
-            transaction_id=transaction_id,
-            claimed_by=claimed_by,
-            created_at=time.time(),
-            participants=[p.participant_id for p in self.participants],
-        )
-        key = layout.claim_key(checkpoint_id)
-        try:
-            await self._in_thread(storage.put_if_absent, key, claim.model_dump_json(indent=1).encode())
-        except AlreadyExists:
-            held = parse_claim(await self._in_thread(storage.get, key))
-            if held.transaction_id != transaction_id:
-                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(held.created_at))
-                state = "published" if published is not None else "not published: running, or interrupted"
-                raise TransactionError(
-                    f"checkpoint id {checkpoint_id} at {storage.url} already names another transaction "
-                    f"({held.transaction_id}, by {held.claimed_by}, {when}; {state}); nothing was paused or written: "
-                    "choose another checkpoint id, or repeat that transaction with its id"
-                ) from None
-            claim = held
-        publish_by = claim.created_at + CHECKPOINT_IN_FLIGHT_S
-        if published is None and time.time() > publish_by:
-            raise TransactionError(
-                f"checkpoint id {checkpoint_id} at {storage.url} was claimed by this transaction "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(claim.created_at))}, more than "
-                f"{CHECKPOINT_IN_FLIGHT_S / 3600:g} h ago, and never published: it is abandoned (deletion may remove "
-                "its objects); nothing was paused or written: choose another checkpoint id"
-            )
-        return published, publish_by
-
-    async def _snapshot_checkpoint(
-        self,
-        storage: Storage,
-        checkpoint_id: str,
-        transaction_id: str,
-        location: str,
-        prepare_timeout_s: float,
-        lease_s: float,
-        progress: Progress,
-        cancel: asyncio.Event | None = None,
-        publish_by: float = float("inf"),
-    ) -> TransactionResult:
-        """prepare -> capture -> resume (the pause ends) -> persist -> verify -> publish."""
-        clock = Stopwatch()
-        async with self._leases(checkpoint_id, lease_s) as touched:
-            try:
-                self._check_cancelled(cancel)
-                await self._unless_cancelled(
-                    self.prepare_all(checkpoint_id, prepare_timeout_s, lease_s, touched, progress, clock), cancel
-                )
-                self._check_cancelled(cancel)
-                captured = await self.capture_all(checkpoint_id, location, progress, clock)
-            except (TransactionError, StorageError, InvalidState) as exc:
-                return await self._checkpoint_failed(checkpoint_id, location, touched, exc, progress, clock, transaction_id)
-            await progress.enter(TransactionPhase.RESUMING)
-            with clock.step("resume"):
+                captured = await self.capture_all(run)
+                if sync:  # persisted and published while every rollout waits
+                    persisted = await self.persist_all(run, captured)
+                    published = await self.publish(run, persisted, CheckpointMethod.SYNC, cancel)
+            except (TransactionError, CheckpointRefused, StorageError, InvalidState) as exc:
+                warnings = await self._abort(checkpoint_id, touched, str(exc), run.progress)
+                run.clock.timings["pause"] = run.clock.elapsed()
+                return await self._checkpoint_failed(run, exc, warnings)
+            await run.progress.enter(TransactionPhase.RESUMING)
+            with run.clock.step("resume"):
                 warnings = await self.resume_all(checkpoint_id, self.participants)
             touched.clear()  # resumed: nobody holds a lease for this checkpoint any more
-        pause_s = clock.elapsed()
-        clock.timings["pause"] = pause_s
-        try:
-            committed = await self.persist_all(checkpoint_id, captured, progress, clock)
-            with clock.step("verify"):
-                await self.verify_manifests(storage, checkpoint_id, committed.answers)
-            self._check_cancelled(cancel)
-            published = await self.publish(
-                storage, checkpoint_id, transaction_id, committed, progress, clock, method=CheckpointMethod.SNAPSHOT,
-                publish_by=publish_by,
-            )
-        except (TransactionError, StorageError, InvalidState) as exc:
-            # already resumed: abandon every background upload, so no participant manifest appears later
-            await progress.report(TransactionPhase.ABORTING, error=str(exc))
-            warnings += await self.abort_all(checkpoint_id, self.participants)
-            await progress.report(TransactionPhase.FAILED, error=str(exc))
-            return self._failed(
-                TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
-                timings=clock.timings, warnings=warnings, transaction_id=transaction_id,
-            )
-        clock.timings["published"] = clock.elapsed()
-        result = self._checkpointed(checkpoint_id, location, committed, published, clock.timings, warnings)
-        await progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
+        pause_s = run.clock.timings["pause"] = run.clock.elapsed()
+        if published is None:
+            try:
+                persisted = await self.persist_all(run, captured)
+                published = await self.publish(run, persisted, CheckpointMethod.SNAPSHOT, cancel)
+            except (TransactionError, CheckpointRefused, StorageError, InvalidState) as exc:
+                # already resumed: abandon every background upload, so no participant manifest appears later
+                await run.progress.report(TransactionPhase.ABORTING, error=str(exc))
+                warnings += await self.abort_all(checkpoint_id, self.participants)
+                return await self._checkpoint_failed(run, exc, warnings)
+            run.clock.timings["published"] = run.clock.elapsed()
+        else:
+            run.clock.timings["published"] = pause_s - run.clock.timings["resume"]
+        result = self._checkpointed(run, persisted, published, warnings)
+        await run.progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
         return result
 
-    async def _checkpoint_failed(
-        self,
-        checkpoint_id: str,
-        location: str,
-        touched: list[ParticipantRef],
-        exc: Exception,
-        progress: Progress,
-        clock: Stopwatch,
-        transaction_id: str,
-    ) -> TransactionResult:
-        """A step under the pause failed: abort everyone touched (they resume), report Failed."""
-        warnings = await self._abort(checkpoint_id, touched, str(exc), progress)
-        clock.timings["pause"] = clock.elapsed()
-        await progress.report(TransactionPhase.FAILED, error=str(exc))
+    async def _checkpoint_failed(self, run: _Checkpoint, exc: Exception, warnings: list[str]) -> TransactionResult:
+        """Every participant touched is aborted: record the failure (unless the global manifest may have
+        been written: a storage error while publishing) and report Failed."""
+        if not (isinstance(exc, StorageError) and run.progress.phase is TransactionPhase.PUBLISHING):
+            try:
+                await asyncio.to_thread(run.store.record_failure, run.checkpoint_id, run.transaction_id, str(exc), "coordinator")
+            except (StorageError, InvalidState) as err:
+                warnings = [*warnings, f"the failure could not be recorded ({err}); `gymckpt checkpoints prune` "
+                            "reclaims its objects once its claim expires"]
+        await run.progress.report(TransactionPhase.FAILED, error=str(exc))
         return self._failed(
-            TransactionKind.CHECKPOINT, checkpoint_id, location, progress.phase, str(exc),
-            blockers=getattr(exc, "blockers", []), timings=clock.timings, warnings=warnings,
-            transaction_id=transaction_id,
+            TransactionKind.CHECKPOINT, run.checkpoint_id, run.location, run.progress.phase, str(exc),
+            blockers=getattr(exc, "blockers", []), timings=run.clock.timings, warnings=warnings,
+            transaction_id=run.transaction_id,
         )
 
-    async def prepare_all(
-        self,
-        checkpoint_id: str,
-        prepare_timeout_s: float,
-        lease_s: float,
-        touched: list[ParticipantRef],
-        progress: Progress,
-        clock: Stopwatch,
-    ) -> None:
+    async def prepare_all(self, run: _Checkpoint, prepare_timeout_s: float, lease_s: float, touched: list[ParticipantRef]) -> None:
         """Prepare role by role within one deadline; blockers at the deadline fail the checkpoint."""
         deadline = time.monotonic() + prepare_timeout_s
-        await progress.enter(TransactionPhase.PREPARING, participants=len(self.participants))
-        with clock.step("prepare"):
+        await run.progress.enter(TransactionPhase.PREPARING, participants=len(self.participants))
+        with run.clock.step("prepare"):
             for group in by_role(self.participants):
                 touched.extend(group)
                 remaining = self.deadlines.prepare_remaining(deadline)
-                req = PrepareRequest(checkpoint_id=checkpoint_id, deadline_s=remaining, lease_s=lease_s)
+                req = PrepareRequest(checkpoint_id=run.checkpoint_id, deadline_s=remaining, lease_s=lease_s)
                 timeout = self.deadlines.prepare_call(remaining)
                 ok, failed = await self._each(group, Verb.PREPARE, lambda r: self.client.prepare(r, req, timeout_s=timeout))
                 blockers = [
@@ -601,176 +474,107 @@ class Coordinator:
                         f"{len(blockers)} blockers at the prepare deadline ({prepare_timeout_s}s) on {names}", blockers
                     )
 
-    async def commit_all(self, checkpoint_id: str, location: str, progress: Progress, clock: Stopwatch) -> Committed:
-        """The controller commits first; its live episodes are the scope of everyone else's commit."""
-        await progress.enter(TransactionPhase.COMMITTING)
-        storage = self.participant_storage
-        with clock.step("commit"):
-            controllers = [p for p in self.participants if p.role == Role.CONTROLLER]
-            others = [p for p in self.participants if p.role != Role.CONTROLLER]
-            answers: dict[str, CommitResponse] = {}
-            episodes: list[str] | None = None
-            if controllers:
-                req = CommitRequest(checkpoint_id=checkpoint_id, location=location, storage=storage)
-                answers.update(await self._all(controllers, Verb.COMMIT, lambda r: self.client.commit(r, req)))
-                episodes = sorted({e for answer in answers.values() for e in answer.episodes})
-            if others:
-                req = CommitRequest(checkpoint_id=checkpoint_id, location=location, episodes=episodes, storage=storage)
-                answers.update(await self._all(others, Verb.COMMIT, lambda r: self.client.commit(r, req)))
-        return Committed(answers, episodes)
-
-    async def capture_all(self, checkpoint_id: str, location: str, progress: Progress, clock: Stopwatch) -> Captured:
+    async def capture_all(self, run: _Checkpoint) -> Snapshots:
         """Under the pause: every participant snapshots its scope (controller first: its episodes are the scope)."""
-        await progress.enter(TransactionPhase.CAPTURING)
+        await run.progress.enter(TransactionPhase.CAPTURING)
         storage = self.participant_storage
-        with clock.step("capture"):
+        with run.clock.step("capture"):
             controllers = [p for p in self.participants if p.role == Role.CONTROLLER]
             others = [p for p in self.participants if p.role != Role.CONTROLLER]
             answers: dict[str, CaptureResponse] = {}
             episodes: list[str] | None = None
             if controllers:
-                req = CaptureRequest(checkpoint_id=checkpoint_id, location=location, storage=storage)
+                req = CaptureRequest(checkpoint_id=run.checkpoint_id, location=run.location, storage=storage)
                 answers.update(await self._all(controllers, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
                 episodes = sorted({e for answer in answers.values() for e in answer.episodes})
             if others:
-                req = CaptureRequest(checkpoint_id=checkpoint_id, location=location, episodes=episodes, storage=storage)
+                req = CaptureRequest(checkpoint_id=run.checkpoint_id, location=run.location, episodes=episodes, storage=storage)
                 answers.update(await self._all(others, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
-        return Captured(answers, episodes)
+        return Snapshots(answers, episodes)
 
-    async def persist_all(self, checkpoint_id: str, captured: Captured, progress: Progress, clock: Stopwatch) -> Committed:
-        """After resume: wait until every participant's background upload is written and verified."""
+    async def persist_all(self, run: _Checkpoint, captured: Snapshots) -> Persisted:
+        """Every participant writes what it captured; each manifest is then verified in the store."""
         records = sum(a.records for a in captured.answers.values())
-        await progress.enter(TransactionPhase.PERSISTING, records=records, pause_s=round(clock.timings.get("pause", 0), 4))
-        req = CheckpointRef(checkpoint_id=checkpoint_id)
+        await run.progress.enter(
+            TransactionPhase.PERSISTING, records=records, pause_s=round(run.clock.timings.get("pause", 0), 4)
+        )
+        req = CheckpointRef(checkpoint_id=run.checkpoint_id)
         timeout = self.deadlines.persist_call(records)
-        with clock.step("persist"):
+        with run.clock.step("persist"):
             answers = await self._all(self.participants, Verb.PERSIST, lambda r: self.client.persist(r, req, timeout_s=timeout))
         for pid, answer in answers.items():
             if answer.records != captured.answers[pid].records:
                 raise TransactionError(
                     f"participant {pid} persisted {answer.records} records but captured {captured.answers[pid].records}"
                 )
-        return Committed(answers, captured.episodes)
-
-    async def verify_manifests(self, storage: Storage, checkpoint_id: str, commits: dict[str, CommitResponse]) -> None:
-        """Every participant manifest is there, matches its digest, and lists what commit said."""
-
-        def check(pid: str, answer: CommitResponse) -> None:
-            try:
-                data = storage.get(answer.manifest_key)
-            except NotFound:
-                raise TransactionError(f"participant {pid} reported a manifest that is not in storage") from None
-            if sha256(data) != answer.manifest_sha256:
-                raise TransactionError(f"participant {pid}'s manifest does not match the digest it reported")
-            manifest = parse_participant_manifest(data)
-            if manifest.checkpoint_id != checkpoint_id or manifest.participant_id != pid:
-                raise TransactionError(f"participant {pid}'s manifest names {manifest.participant_id}/{manifest.checkpoint_id}")
-            listed = manifest_records(manifest)
-            if listed != answer.records:
-                raise TransactionError(f"participant {pid}'s manifest lists {listed} records, commit said {answer.records}")
-            if isinstance(manifest, PackedManifest):
-                for pack in manifest.packs:  # written by it or reused from an earlier checkpoint: all must be whole
-                    stored = storage.size(pack.key)
-                    if stored != pack.size:
-                        what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
-                        raise TransactionError(f"participant {pid}'s pack {pack.key} is {what}")
-
-        await asyncio.gather(*(self._in_thread(check, pid, ans) for pid, ans in commits.items()))
+        with run.clock.step("verify"):
+            await asyncio.gather(*(
+                asyncio.to_thread(run.store.verify_persisted, run.checkpoint_id, pid, answer) for pid, answer in answers.items()
+            ))
+        return Persisted(answers, captured.episodes)
 
     async def publish(
-        self,
-        storage: Storage,
-        checkpoint_id: str,
-        transaction_id: str,
-        committed: Committed,
-        progress: Progress,
-        clock: Stopwatch,
-        *,
-        method: CheckpointMethod = CheckpointMethod.SYNC,
-        publish_by: float = float("inf"),
+        self, run: _Checkpoint, persisted: Persisted, method: CheckpointMethod, cancel: asyncio.Event | None
     ) -> Published:
-        """Write the global manifest, last and only if absent: its presence is the checkpoint.
-
-        Not after ``publish_by`` (:meth:`claim`): by then deletion may treat this checkpoint as
-        abandoned and remove objects it lists.
-        """
-        await progress.enter(TransactionPhase.PUBLISHING)
-        if time.time() > publish_by:
-            raise TransactionError(
-                f"checkpoint {checkpoint_id} was not published within {CHECKPOINT_IN_FLIGHT_S / 3600:g} h of its claim; "
-                "it never will be (deletion may already remove its objects): take a new checkpoint"
-            )
-        with clock.step("publish"):
-            commits = committed.answers
+        """The global manifest, written last by the store (only if absent, and not after the claim's bound)."""
+        self._check_cancelled(cancel)
+        await run.progress.enter(TransactionPhase.PUBLISHING)
+        with run.clock.step("publish"):
+            answers = persisted.answers
             manifest = GlobalManifest(
                 schema_version=SCHEMA_VERSION,
-                checkpoint_id=checkpoint_id,
-                transaction_id=transaction_id,
+                checkpoint_id=run.checkpoint_id,
+                transaction_id=run.transaction_id,
                 created_at=time.time(),
                 participants=[
                     ManifestParticipant(
                         participant_id=p.participant_id,
                         role=p.role,
                         replica=p.replica,
-                        manifest_key=commits[p.participant_id].manifest_key,
-                        manifest_sha256=commits[p.participant_id].manifest_sha256,
-                        manifest_size=commits[p.participant_id].manifest_size,
-                        records=commits[p.participant_id].records,
-                        bytes=commits[p.participant_id].bytes,
-                        objects=commits[p.participant_id].objects,
-                        written_bytes=commits[p.participant_id].written_bytes,
-                        reused=commits[p.participant_id].reused,
+                        manifest_key=answers[p.participant_id].manifest_key,
+                        manifest_sha256=answers[p.participant_id].manifest_sha256,
+                        manifest_size=answers[p.participant_id].manifest_size,
+                        records=answers[p.participant_id].records,
+                        bytes=answers[p.participant_id].bytes,
+                        objects=answers[p.participant_id].objects,
+                        written_bytes=answers[p.participant_id].written_bytes,
+                        reused=answers[p.participant_id].reused,
                     )
                     for p in self.participants
                 ],
-                episodes=committed.episodes,
-                timings={k: round(v, 6) for k, v in clock.timings.items()},
-                bytes=sum(c.bytes for c in commits.values()),
+                episodes=persisted.episodes,
+                timings={k: round(v, 6) for k, v in run.clock.timings.items()},
+                bytes=sum(a.bytes for a in answers.values()),
                 method=method,
-                references=sorted({r for c in commits.values() for r in c.references} - {checkpoint_id}),
+                references=sorted({r for a in answers.values() for r in a.references} - {run.checkpoint_id}),
             )
-            key = layout.global_manifest_key(checkpoint_id)
-            data = manifest.model_dump_json(indent=1).encode()
-            try:
-                await self._in_thread(storage.put_if_absent, key, data)
-            except AlreadyExists:
-                # a conditional put retried after its answer was lost (S3 died right after storing it) finds the
-                # manifest its first try wrote: this transaction's, so published; anyone else's is a conflict
-                stored = await self._published(storage, checkpoint_id)
-                if stored is None or stored.transaction_id != transaction_id:
-                    raise TransactionError(f"checkpoint {checkpoint_id} was published by someone else") from None
-                return Published(key, stored, len(data))
-        return Published(key, manifest, len(data))
+            return await asyncio.to_thread(run.store.publish, manifest, run.publish_by)
 
     async def _abort(self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress) -> list[str]:
         await progress.report(TransactionPhase.ABORTING, error=error)
         return await self.abort_all(checkpoint_id, touched)
 
     def _checkpointed(
-        self,
-        checkpoint_id: str,
-        location: str,
-        committed: Committed,
-        published: Published,
-        timings: dict[str, float],
-        warnings: list[str],
+        self, run: _Checkpoint, persisted: Persisted, published: Published, warnings: list[str]
     ) -> TransactionResult:
+        answers = persisted.answers
+        timings = run.clock.timings
         participants = [
             ParticipantSummary(
                 participant_id=p.participant_id,
                 role=p.role,
-                records=committed.answers[p.participant_id].records,
-                bytes=committed.answers[p.participant_id].bytes,
-                manifest_key=committed.answers[p.participant_id].manifest_key,
-                episodes=len(committed.answers[p.participant_id].episodes),
+                records=answers[p.participant_id].records,
+                bytes=answers[p.participant_id].bytes,
+                manifest_key=answers[p.participant_id].manifest_key,
+                episodes=len(answers[p.participant_id].episodes),
                 replica=p.replica,
             )
             for p in self.participants
         ]
         return TransactionResult(
             kind=TransactionKind.CHECKPOINT,
-            checkpoint_id=checkpoint_id,
-            location=location,
+            checkpoint_id=run.checkpoint_id,
+            location=run.location,
             status=TransactionStatus.COMPLETED,
             phase=TransactionPhase.COMPLETED,
             participants=participants,
@@ -780,10 +584,10 @@ class Coordinator:
             method=published.manifest.method,
             records=sum(p.records for p in participants),
             bytes=sum(p.bytes for p in participants),
-            objects=sum(a.objects for a in committed.answers.values()) + 1,  # and the global manifest
-            written_bytes=sum(a.written_bytes for a in committed.answers.values()) + published.size,
-            reused=sum(a.reused for a in committed.answers.values()),
-            episodes={e: 0 for e in committed.episodes or []},
+            objects=sum(a.objects for a in answers.values()) + 1,  # and the global manifest
+            written_bytes=sum(a.written_bytes for a in answers.values()) + published.size,
+            reused=sum(a.reused for a in answers.values()),
+            episodes={e: 0 for e in persisted.episodes or []},
             manifest_key=published.key,
             transaction_id=published.manifest.transaction_id,
             warnings=warnings,
@@ -819,13 +623,6 @@ class Coordinator:
             warnings=warnings or [],
         )
 
-    async def _published(self, storage: Storage, checkpoint_id: str) -> GlobalManifest | None:
-        try:
-            data = await self._in_thread(storage.get, layout.global_manifest_key(checkpoint_id))
-        except NotFound:
-            return None
-        return parse_global_manifest(data)
-
     def _from_manifest(self, checkpoint_id: str, location: str, manifest: GlobalManifest, note: str) -> TransactionResult:
         return TransactionResult(
             kind=TransactionKind.CHECKPOINT,
@@ -833,7 +630,7 @@ class Coordinator:
             location=location,
             status=TransactionStatus.COMPLETED,
             phase=TransactionPhase.COMPLETED,
-            manifest_key=layout.global_manifest_key(manifest.checkpoint_id),
+            manifest_key=CheckpointStore.manifest_key(manifest.checkpoint_id),
             participants=[
                 ParticipantSummary(
                     participant_id=p.participant_id, role=p.role, records=p.records, bytes=p.bytes,
@@ -873,7 +670,7 @@ class Coordinator:
         """
         restore_id = restore_id or uuid.uuid4().hex
         clock = Stopwatch()
-        storage = self._storage(location)
+        store = self._store(location)
         progress = Progress(self, checkpoint_id)
 
         def refused(error: str) -> TransactionResult:
@@ -882,12 +679,11 @@ class Coordinator:
             )
 
         try:
-            source = await self.read_checkpoint(storage, checkpoint_id, restore_id)
-            manifest = source.manifest
+            manifest = await self.read_checkpoint(store, checkpoint_id, restore_id)
             refs = self.match_participants(checkpoint_id, manifest)
         except (TransactionError, StorageError, InvalidState) as exc:
             return refused(str(exc))
-        entries = {p.participant_id: p for p in manifest.participants}  # type: ignore[union-attr]
+        entries = {p.participant_id: p for p in manifest.participants}
         async with self._leases(checkpoint_id, lease_s) as touched:
             touched.extend(refs)
             try:
@@ -896,7 +692,7 @@ class Coordinator:
                     checkpoint_id, location, restore_id, lease_s, refs, entries, progress, clock
                 )
                 self._check_cancelled(cancel)
-                await self.decide(storage, checkpoint_id, restore_id)
+                await self.decide(store, checkpoint_id, restore_id)
             except TransactionError as exc:
                 warnings = await self._abort(checkpoint_id, refs, str(exc), progress)
                 await progress.report(TransactionPhase.FAILED, error=str(exc))
@@ -912,26 +708,24 @@ class Coordinator:
         await progress.enter(TransactionPhase.COMPLETED, records=result.records)
         return result
 
-    async def read_checkpoint(self, storage: Storage, checkpoint_id: str, restore_id: str) -> Source:
+    async def read_checkpoint(self, store: CheckpointStore, checkpoint_id: str, restore_id: str) -> GlobalManifest:
         """The published manifest, refusing a restore that was abandoned earlier or a checkpoint never published."""
         try:
-            source = Source(
-                await self._published(storage, checkpoint_id),
-                await self._in_thread(read_decision, storage, checkpoint_id, restore_id),
-            )
+            manifest = await asyncio.to_thread(store.published, checkpoint_id)
+            earlier = await asyncio.to_thread(store.decision, checkpoint_id, restore_id)
         except (StorageError, InvalidState) as exc:
             raise TransactionError(f"cannot read checkpoint {checkpoint_id}: {exc}") from None
-        if source.earlier == Decision.ABORT:
+        if earlier == Decision.ABORT:
             raise TransactionError(
                 f"restore {restore_id} of checkpoint {checkpoint_id} was abandoned earlier (a participant's lease ran out "
                 "before it was decided) and undone everywhere; start a new restore"
             )
-        if source.manifest is None:
+        if manifest is None:
             raise TransactionError(
-                f"checkpoint {checkpoint_id} has no manifest at {storage.url}/{layout.global_manifest_key(checkpoint_id)}: "
+                f"checkpoint {checkpoint_id} has no manifest at {store.url}/{store.manifest_key(checkpoint_id)}: "
                 "it is unknown or incomplete and is never restored"
             )
-        return source
+        return manifest
 
     def match_participants(self, checkpoint_id: str, manifest: GlobalManifest) -> list[ParticipantRef]:
         """The current participant for each one in the checkpoint (same id, same role, same replica), in
@@ -999,13 +793,14 @@ class Coordinator:
         with clock.step("restore"):
             return await self._all(refs, Verb.RESTORE, lambda r: self.client.restore(r, request(r), timeout_s=timeout))
 
-    async def decide(self, storage: Storage, checkpoint_id: str, restore_id: str) -> None:
+    async def decide(self, store: CheckpointStore, checkpoint_id: str, restore_id: str) -> None:
         """Write ``resume`` as the restore's decision; fails when it does not hold (a lease ran out first)."""
+        decision: Decision | None
         try:
-            decision = await self._in_thread(settle, storage, checkpoint_id, restore_id, Decision.RESUME, "coordinator")
+            decision = await asyncio.to_thread(store.settle, checkpoint_id, restore_id, Decision.RESUME, "coordinator")
         except (StorageError, InvalidState) as exc:
             try:  # the put may have landed before the error: the object says what holds
-                decision = await self._in_thread(read_decision, storage, checkpoint_id, restore_id)
+                decision = await asyncio.to_thread(store.decision, checkpoint_id, restore_id)
             except (StorageError, InvalidState):
                 decision = None
             if decision is None:
@@ -1054,7 +849,7 @@ class Coordinator:
             records=sum(p.records for p in participants),
             bytes=sum(p.bytes for p in participants),
             episodes=episodes,
-            manifest_key=layout.global_manifest_key(checkpoint_id),
+            manifest_key=CheckpointStore.manifest_key(checkpoint_id),
             restore_id=restore_id,
             warnings=warnings,
         )
@@ -1079,33 +874,6 @@ class Coordinator:
         return {p.participant_id: ok.get(p.participant_id) or failed[p.participant_id] for p in self.participants}
 
 
-def parse_global_manifest(data: bytes) -> GlobalManifest:
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidState(f"checkpoint manifest is not JSON: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
-        raise InvalidState("checkpoint manifest has an unsupported schema_version")
-    try:
-        return GlobalManifest.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidState(f"checkpoint manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
-
-
-def parse_claim(data: bytes) -> CheckpointClaim:
-    try:
-        return CheckpointClaim.model_validate_json(data)
-    except ValidationError as exc:
-        raise InvalidState(f"checkpoint claim is malformed: {exc.errors(include_url=False)[:3]}") from None
-
-
 def list_checkpoints(location: str, storage_config: StorageConfig | None = None) -> list[tuple[str, GlobalManifest | None]]:
     """Checkpoint ids at a location with their manifest (None when incomplete)."""
-    storage = open_storage(location, storage_config)
-    out: list[tuple[str, GlobalManifest | None]] = []
-    for cid in storage.list_folders("checkpoints"):
-        try:
-            out.append((cid, parse_global_manifest(storage.get(layout.global_manifest_key(cid)))))
-        except (NotFound, InvalidState):
-            out.append((cid, None))
-    return out
+    return CheckpointStore(open_storage(location, storage_config)).checkpoints()

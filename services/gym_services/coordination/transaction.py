@@ -20,9 +20,8 @@ class TransactionPhase(enum.StrEnum):
 
     PENDING = "Pending"  # not started: waiting for the stack (another transaction holds it)
     PREPARING = "Preparing"
-    COMMITTING = "Committing"  # sync method: every record written while the rollouts wait
-    CAPTURING = "Capturing"  # snapshot method: every participant snapshots its state (the stack is paused)
-    PERSISTING = "Persisting"  # snapshot method: resumed; waiting for every background upload to be verified
+    CAPTURING = "Capturing"  # every participant snapshots its state (the stack is paused)
+    PERSISTING = "Persisting"  # every upload written and verified (snapshot: resumed already; sync: still paused)
     PUBLISHING = "Publishing"
     RESTORING = "Restoring"
     ABORTING = "Aborting"  # a step failed: every touched participant is being aborted (the stack is still paused)

@@ -209,7 +209,7 @@ async def test_retire_cancels_and_frees(tmp_path) -> None:
         assert again.status_code == 409  # the retired attempt stays fenced
         prepared = await s.control("agent").prepare("ck-r")
         assert prepared["status"] == "prepared" and prepared["blockers"] == []
-        committed = await s.control("agent").commit("ck-r", f"file://{tmp_path}")
+        committed = await s.control("agent").capture_persist("ck-r", f"file://{tmp_path}")
         assert committed["records"] == 0
 
 
@@ -309,13 +309,13 @@ async def test_finished_result_the_controller_still_waits_for_is_saved(expected,
         assert (await s.run(ROW, ROLLOUT)).json() == expected
         agent = s.control("agent")
         await agent.prepare("ck-none")
-        assert (await agent.commit("ck-none", location, episodes=[]))["records"] == 0
+        assert (await agent.capture_persist("ck-none", location, episodes=[]))["records"] == 0
         await agent.resume("ck-none")
         await agent.prepare("ck-all")
-        assert (await agent.commit("ck-all", location, episodes=None))["records"] == 0
+        assert (await agent.capture_persist("ck-all", location, episodes=None))["records"] == 0
         await agent.resume("ck-all")
         await agent.prepare("ck-1")
-        committed = await agent.commit("ck-1", location, episodes=[ROLLOUT])
+        committed = await agent.capture_persist("ck-1", location, episodes=[ROLLOUT])
         assert committed["records"] == 1 and committed["episodes"] == [ROLLOUT]
         await agent.resume("ck-1")
     async with stack(factory) as s:

@@ -160,7 +160,7 @@ async def test_checkpoint_restore_reissues_live_as_next_attempt(tmp_path) -> Non
         prepared = await control.prepare("ck1")
         assert prepared["status"] == "prepared"
         calls_at_prepare = len(agent.calls)
-        committed = await control.commit("ck1", loc)
+        committed = await control.capture_persist("ck1", loc)
         assert committed["records"] == 3  # the job + two live episodes
         assert committed["episodes"] == ["2-0", "3-0"]
         await asyncio.sleep(0.1)

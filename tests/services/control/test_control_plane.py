@@ -108,10 +108,10 @@ async def test_phases_and_idempotent_repeats(server, tmp_path) -> None:
     assert first == again and first["status"] == "prepared"
     assert (await control.status())["phase"] == "prepared"
     assert (await client.post("/bump")).status_code == 409
-    c1 = await control.commit("c1", loc)
-    c2 = await control.commit("c1", loc)
+    c1 = await control.capture_persist("c1", loc)
+    c2 = await control.capture_persist("c1", loc)
     assert c1 == c2 and c1["records"] == 0
-    assert (await control.status())["phase"] == "committed"
+    assert (await control.status())["phase"] == "captured"
     r1 = await control.resume("c1")
     r2 = await control.resume("c1")
     assert r1 == r2 and r1["phase"] == "open"
@@ -124,15 +124,15 @@ async def test_second_checkpoint_is_busy(server) -> None:
     await control.prepare("c1")
     busy = await control.prepare("c2", expect=409)
     assert busy["error"]["code"] == "checkpoint_busy"
-    unknown = await control.commit("c2", "file:///tmp/x", expect=404)
+    unknown = await control.capture_persist("c2", "file:///tmp/x", expect=404)
     assert unknown["error"]["code"] == "unknown_checkpoint"
     await control.abort("c1")
     assert (await control.prepare("c2"))["status"] == "prepared"
 
 
-async def test_commit_needs_prepare(server) -> None:
+async def test_capture_needs_prepare(server) -> None:
     _, control, *_ = server
-    assert (await control.commit("c1", "file:///tmp/x", expect=404))["error"]["code"] == "unknown_checkpoint"
+    assert (await control.capture_persist("c1", "file:///tmp/x", expect=404))["error"]["code"] == "unknown_checkpoint"
     assert (await control.resume("c9", expect=404))["error"]["code"] == "unknown_checkpoint"
 
 
@@ -170,7 +170,7 @@ async def test_blockers_reported_at_deadline(server) -> None:
     assert answer["status"] == "blocked"
     assert answer["blockers"] == [{"kind": "episode", "id": "rollout-7", "detail": ""}]
     assert (await control.status())["phase"] == "blocked"
-    assert (await control.commit("c1", "file:///tmp/x", expect=409))["error"]["code"] == "invalid_phase"
+    assert (await control.capture_persist("c1", "file:///tmp/x", expect=409))["error"]["code"] == "invalid_phase"
     await control.abort("c1")
     assert participant.events[-1] == "abort"
 

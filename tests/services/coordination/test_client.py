@@ -14,7 +14,7 @@ import uvicorn
 
 from gym_services.control.models import (
     CheckpointRef,
-    CommitRequest,
+    CaptureRequest,
     PrepareRequest,
     PrepareResponse,
     StatusResponse,
@@ -49,16 +49,16 @@ async def test_requests_carry_storage_keys_in_clear_and_answers_are_validated() 
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append({"path": request.url.path, "body": json.loads(request.content)})
-        return httpx.Response(200, json={"checkpoint_id": "ck-1"})  # not a CommitResponse
+        return httpx.Response(200, json={"checkpoint_id": "ck-1"})  # not a CaptureResponse
 
     access = StorageAccess(endpoint_url="http://s3:9000", access_key_id="ak", secret_access_key="sk")
     async with ControlClient(TOKEN, transport=httpx.MockTransport(answer)) as client:
-        with pytest.raises(ParticipantError, match="malformed CommitResponse"):
-            await client.commit(REF, CommitRequest(checkpoint_id="ck-1", location="file:///x", storage=access))
-        with pytest.raises(TypeError, match="CommitRequest"):
-            await client.commit(REF, CheckpointRef(checkpoint_id="ck-1"))  # type: ignore[arg-type]
+        with pytest.raises(ParticipantError, match="malformed CaptureResponse"):
+            await client.capture(REF, CaptureRequest(checkpoint_id="ck-1", location="file:///x", storage=access))
+        with pytest.raises(TypeError, match="CaptureRequest"):
+            await client.capture(REF, CheckpointRef(checkpoint_id="ck-1"))  # type: ignore[arg-type]
     assert seen == [{
-        "path": f"{CONTROL_PREFIX}/commit",
+        "path": f"{CONTROL_PREFIX}/capture",
         "body": {"checkpoint_id": "ck-1", "location": "file:///x",
                  "storage": {"endpoint_url": "http://s3:9000", "access_key_id": "ak", "secret_access_key": "sk"}},
     }]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 import httpx
@@ -11,11 +13,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gym_services.coordination.client import ControlClient, ParticipantRef
-from gym_services.coordination.coordinator import Coordinator, list_checkpoints
+from gym_services.coordination.coordinator import Coordinator, TransactionError, list_checkpoints
 from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control import layout
-from gym_services.control.decisions import read_decision
+from gym_services.control.models import CheckpointRef
+from gym_services.control.store import CheckpointStore
 from gym_services.control.models import Blocker
 from gym_services.control.participant import InvalidState, Participant, Record
 from gym_services.control.storage import open_storage
@@ -43,7 +46,7 @@ class Recorder(Participant):
         self.journal.append(f"prepare {self.name}")
 
     async def export(self, scope):
-        self.journal.append(f"commit {self.name} scope={sorted(scope.episodes) if scope.episodes is not None else None}")
+        self.journal.append(f"capture {self.name} scope={sorted(scope.episodes) if scope.episodes is not None else None}")
         if self.fail_export:
             raise InvalidState("disk on fire")
         return [Record(f"episode-{e}", json.dumps({"e": e}).encode(), e, 0) for e in self.episodes]
@@ -148,17 +151,18 @@ async def test_checkpoint_order_scope_and_manifest(stack, storage_url, method) -
     resumed = phase_of(journal, "resume")
     assert resumed.index("resources-a") < resumed.index("agent-a") < resumed.index("model-a") < resumed.index("env-a")
     assert resumed[-1] == "controller"
-    # the controller commits first; its live episodes scope everyone else
-    commits = [line for line in journal if line.startswith("commit")]
-    assert commits[0] == "commit controller scope=None"
-    assert all(line.endswith("scope=['r1', 'r2']") for line in commits[1:])
+    # the controller captures first; its live episodes scope everyone else
+    captures = [line for line in journal if line.startswith("capture")]
+    assert captures[0] == "capture controller scope=None"
+    assert all(line.endswith("scope=['r1', 'r2']") for line in captures[1:])
     store = open_storage(storage_url)
     manifest = json.loads(store.get(layout.global_manifest_key("ck-1")))
     assert {p["participant_id"] for p in manifest["participants"]} == set(parts) | {"counter"}
     assert manifest["episodes"] == ["r1", "r2"] and manifest["method"] == method
-    if method == "sync":  # every record written, then published, then resumed
-        assert events == ["Preparing", "Committing", "Publishing", "Resuming", "Completed"]
-        assert set(result.timings) >= {"prepare", "commit", "verify", "publish", "resume"}
+    if method == "sync":  # one path: captured, written, verified and published, then resumed
+        assert events == ["Preparing", "Capturing", "Persisting", "Publishing", "Resuming", "Completed"]
+        assert set(result.timings) >= {"prepare", "capture", "persist", "verify", "publish", "resume"}
+        assert result.published_s < result.pause_s
     else:  # captured under the pause, resumed, written in the background, then published
         assert events == ["Preparing", "Capturing", "Resuming", "Persisting", "Publishing", "Completed"]
         assert set(result.timings) >= {"prepare", "capture", "resume", "persist", "verify", "publish"}
@@ -190,7 +194,7 @@ async def test_blockers_abort_everything(stack, tmp_path) -> None:
     assert events[-1] == "Failed"
 
 
-async def test_commit_failure_publishes_nothing(stack, storage_url) -> None:
+async def test_capture_failure_publishes_nothing(stack, storage_url) -> None:
     _, parts, _, journal = stack
     parts["model-a"].fail_export = True
 
@@ -202,8 +206,9 @@ async def test_commit_failure_publishes_nothing(stack, storage_url) -> None:
     assert result.status == "failed" and "disk on fire" in result.error
     assert not open_storage(storage_url).exists(layout.global_manifest_key("ck-1"))
     assert all(s.admission_open for s in statuses.values())
-    # sync: records there, but incomplete; snapshot: the capture failed under the pause, nothing written
-    assert list_checkpoints(storage_url) in ([], [("ck-1", None)])
+    # the capture failed under the pause: nothing written but the claim and the failure
+    assert list_checkpoints(storage_url) == [("ck-1", None)]
+    assert json.loads(open_storage(storage_url).get(layout.tombstone_key("ck-1")))["reason"] == "failed"
 
 
 async def test_restore_failure_installs_nothing_anywhere(stack, tmp_path) -> None:
@@ -262,7 +267,7 @@ async def test_repeating_a_finished_restore_installs_nothing_twice(stack, tmp_pa
     assert installs == 6 and repeated_installs == 0
     assert again.episodes == first.episodes == {"r1": 1, "r2": 1} and again.restore_id == "rs-a"
     assert len(phase_of(fresh_journal, "install")) == 12  # a new restore id is a new restore
-    assert read_decision(open_storage(loc), "ck-1", "rs-a") == "resume"
+    assert CheckpointStore(open_storage(loc)).decision("ck-1", "rs-a") == "resume"
 
 
 async def test_unknown_or_incomplete_checkpoint_is_refused(stack, tmp_path) -> None:
@@ -344,14 +349,24 @@ async def test_the_same_transaction_carries_on_after_an_interruption(stack, tmp_
 
     async def go(coordinator, transport, events):
         parts["agent-a"].block = True
-        blocked = await coordinator.checkpoint("ck-1", loc, prepare_timeout_s=0.3, transaction_id="uid-1")
+        run = asyncio.create_task(coordinator.checkpoint("ck-1", loc, prepare_timeout_s=30, transaction_id="uid-1"))
+        for _ in range(500):  # until it has claimed the id and waits on agent-a's boundary
+            if "Preparing" in events:
+                break
+            await asyncio.sleep(0.01)
+        run.cancel()  # the operator running it stops: nothing is aborted or recorded, leases reopen the servers
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        for status in (await coordinator.status()).values():
+            if status.checkpoint_id == "ck-1":  # as each server's lease would
+                await coordinator.client.abort(next(r for r in coordinator.participants if r.participant_id == status.participant_id),
+                                               CheckpointRef(checkpoint_id="ck-1"))
         parts["agent-a"].block = False
         other = await coordinator.checkpoint("ck-1", loc, transaction_id="uid-2")
         again = await coordinator.checkpoint("ck-1", loc, transaction_id="uid-1")
-        return blocked, other, again
+        return other, again
 
-    blocked, other, again = await run(stack, go)
-    assert blocked.status == "failed" and "blockers" in blocked.error
+    other, again = await run(stack, go)
     assert other.status == "failed" and "already names another transaction (uid-1" in other.error
     assert again.status == "completed" and again.transaction_id == "uid-1"
     manifest = json.loads(open_storage(loc).get(layout.global_manifest_key("ck-1")))
@@ -505,13 +520,11 @@ async def test_cancelling_a_restore_before_its_decision_undoes_it_everywhere(sta
     assert result.status == "failed" and result.error.startswith("cancelled")
     assert all(not p.installed for p in fresh_parts.values())
     assert all(s.admission_open for s in statuses.values())
-    assert read_decision(open_storage(loc), "ck-1", "rs-cancelled") is None
+    assert CheckpointStore(open_storage(loc)).decision("ck-1", "rs-cancelled") is None
 
 
 async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, storage_url) -> None:
     """`gymckpt checkpoints delete` and a Checkpoint deleted with deletionPolicy Delete share this code."""
-    from gym_services.coordination.retention import checkpoint_objects, delete_checkpoint
-
     async def go(coordinator, transport, events):
         first = await coordinator.checkpoint("ck-1", storage_url, prepare_timeout_s=5)
         second = await coordinator.checkpoint("ck-2", storage_url, prepare_timeout_s=5)
@@ -519,18 +532,52 @@ async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, 
 
     first, second = await run(stack, go)
     assert first.status == second.status == "completed"
-    store = open_storage(storage_url)
-    keys = checkpoint_objects(store, "ck-1")
+    store = CheckpointStore(open_storage(storage_url))
+    keys = store.objects("ck-1")
     assert keys[0] == layout.global_manifest_key("ck-1")
     assert all(k.startswith("checkpoints/ck-1/") for k in keys)
-    ck2_before = len(checkpoint_objects(store, "ck-2"))
-    from gym_services.coordination.references import kept_for_others
-
-    kept = kept_for_others(store, "ck-1")
-    deleted = delete_checkpoint(store, "ck-1")
+    ck2_before = len(store.objects("ck-2"))
+    kept = store.kept_for_others("ck-1")
+    deleted = store.delete("ck-1")
     assert deleted.published and deleted.objects <= len(keys)
     # what ck-2 (incremental) still reads of ck-1 stays, and the claim and tombstone keep the id taken; nothing else
     markers = {layout.claim_key("ck-1"), layout.tombstone_key("ck-1")}
-    assert set(checkpoint_objects(store, "ck-1")) == set(kept) | markers and [c for c, m in list_checkpoints(storage_url) if m] == ["ck-2"]
-    assert delete_checkpoint(store, "ck-1").objects == 0  # again: nothing, not an error
-    assert len(checkpoint_objects(store, "ck-2")) == ck2_before  # the other checkpoint is untouched
+    assert set(store.objects("ck-1")) == set(kept) | markers and [c for c, m in list_checkpoints(storage_url) if m] == ["ck-2"]
+    assert store.delete("ck-1").objects == 0  # again: nothing, not an error
+    assert len(store.objects("ck-2")) == ck2_before  # the other checkpoint is untouched
+
+
+@pytest.mark.parametrize("method", ["snapshot", "sync"])
+async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at_once(stack, storage_url, method) -> None:
+    """A transaction its coordinator knows has failed is not in flight for 6 hours: its tombstone says failed, so
+    `checkpoints delete` and `checkpoints prune` remove what it wrote now, and the id is never published."""
+    _, parts, _, _ = stack
+
+    class FailingPersist(Coordinator):
+        async def persist_all(self, run, captured):  # every participant wrote its packs and manifest; then it fails
+            await super().persist_all(run, captured)
+            raise TransactionError("verification went wrong")
+
+    async def go(coordinator, transport, events):
+        async with httpx.AsyncClient(transport=transport) as http:
+            await http.post("http://counter/seed_session", json={"start": 4}, headers={"x-ng-rollout-id": "r1"})
+        coordinator.__class__ = FailingPersist
+        first = await coordinator.checkpoint("ck-f", storage_url, prepare_timeout_s=5, method=method)
+        second = await coordinator.checkpoint("ck-g", storage_url, prepare_timeout_s=5, method=method)
+        coordinator.__class__ = Coordinator
+        again = await coordinator.checkpoint("ck-f", storage_url, prepare_timeout_s=5, method=method,
+                                             transaction_id=first.transaction_id)
+        return first, second, again, await coordinator.status()
+
+    first, second, again, statuses = await run(stack, go)
+    assert first.status == second.status == "failed" and "verification went wrong" in first.error
+    assert again.status == "failed" and "was deleted, failed or abandoned" in again.error  # never published
+    assert all(s.admission_open for s in statuses.values())
+    store = CheckpointStore(open_storage(storage_url))
+    written = store.objects("ck-f")
+    assert any("/packs/" in k for k in written) and any(k.endswith("/participants/counter/manifest.json") for k in written)
+    state = store.state("ck-f")
+    assert state.tombstone is not None and state.tombstone.reason == "failed" and not state.in_flight()
+    deleted = store.delete("ck-f")  # at once: not "being written" until its claim expires
+    assert not deleted.published and deleted.objects == len(written) and store.objects("ck-f") == []
+    assert [d.checkpoint_id for d in store.prune()] == ["ck-g"] and store.objects("ck-g") == []

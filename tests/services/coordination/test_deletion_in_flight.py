@@ -1,7 +1,8 @@
 """Deletion never removes what a checkpoint still being written will read; abandoned checkpoints are pruned.
 
-Real packs written by :func:`gym_services.control.packs.persist` on ``file://`` and SeaweedFS; the global
-manifests and claims are written the way the coordinator writes them. The race is made deterministic by
+Real packs written by :func:`gym_services.control.packs.persist` on ``file://`` and SeaweedFS through the
+:class:`~gym_services.control.store.CheckpointStore`; the global manifests and claims are written the way the
+coordinator writes them. The race is made deterministic by
 running the deletion from inside the in-flight checkpoint's own upload (its first pack verification).
 """
 
@@ -21,14 +22,7 @@ from gym_services.control.participant import Capture, Record
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, CheckpointMode, Role, VerifyMode
 from gym_services.control.records import parse_participant_manifest
 from gym_services.control.storage import Storage, StorageError, open_storage
-from gym_services.coordination.coordinator import (
-    Committed,
-    Coordinator,
-    Progress,
-    Stopwatch,
-    TransactionError,
-)
-from gym_services.coordination.retention import InFlight, checkpoint_objects, delete_checkpoint, prune
+from gym_services.control.store import CheckpointRefused, CheckpointStore, InFlight
 
 PID = "workplace"
 
@@ -50,7 +44,7 @@ def claim(storage: Storage, cid: str, created_at: float | None = None) -> None:
 
 def write(storage: Storage, pool: ThreadPoolExecutor, cid: str, recs: list[Record], reuse=()):
     return persist(
-        storage, pool, Capture(recs), checkpoint_id=cid, participant_id=PID, server="workplace_assistant",
+        CheckpointStore(storage), pool, Capture(recs), checkpoint_id=cid, participant_id=PID, server="workplace_assistant",
         role=Role.RESOURCES, mode=CheckpointMode.EXPORTED, verify=VerifyMode.WAIT, pack_bytes=1024,
         reuse=[w.index for w in reuse],
     )
@@ -89,7 +83,7 @@ class DeleteDuring:
 
 def restored(storage: Storage, pool: ThreadPoolExecutor, written) -> dict[str, bytes]:
     manifest = parse_participant_manifest(storage.get(written.manifest_key))
-    got, _ = asyncio.run(read_packed(storage, pool, manifest))
+    got, _ = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
     return {r.key: r.data for r in got}
 
 
@@ -101,20 +95,20 @@ def test_deleting_the_checkpoint_an_in_flight_one_reuses_keeps_its_packs(storage
         publish(storage, "ck-a", first)
         claim(storage, "ck-b")
         # ck-b reuses ck-a's packs; ck-a is deleted after ck-b chose them, before ck-b is verified or published
-        hooked = DeleteDuring(storage, lambda: delete_checkpoint(storage, "ck-a"))
+        hooked = DeleteDuring(storage, lambda: CheckpointStore(storage).delete("ck-a"))
         second = write(hooked, pool, "ck-b", records(changed={3}), reuse=[first])
         assert hooked.ran is not None and hooked.ran.published and hooked.ran.kept
         assert second.reused == 39 and second.references == ["ck-a"]
         publish(storage, "ck-b", second)
         assert restored(storage, pool, second) == {r.key: r.data for r in records(changed={3})}
-        left = set(checkpoint_objects(storage, "ck-a"))
+        left = set(CheckpointStore(storage).objects("ck-a"))
         assert layout.global_manifest_key("ck-a") not in left
         assert {layout.claim_key("ck-a"), layout.tombstone_key("ck-a")} <= left  # the id stays taken
         # once ck-b is deleted too, nothing reads ck-a's leftovers: prune removes them, and ck-b's
-        assert delete_checkpoint(storage, "ck-b").published
-        assert delete_checkpoint(storage, "ck-b").objects == 0
-        assert [d.checkpoint_id for d in prune(storage)] == ["ck-a"]
-        assert checkpoint_objects(storage, "ck-a") == checkpoint_objects(storage, "ck-b") == []
+        assert CheckpointStore(storage).delete("ck-b").published
+        assert CheckpointStore(storage).delete("ck-b").objects == 0
+        assert [d.checkpoint_id for d in CheckpointStore(storage).prune()] == ["ck-a"]
+        assert CheckpointStore(storage).objects("ck-a") == CheckpointStore(storage).objects("ck-b") == []
 
 
 def test_an_in_flight_checkpoint_is_not_deleted_and_an_abandoned_one_is_pruned(storage_url) -> None:
@@ -127,49 +121,48 @@ def test_an_in_flight_checkpoint_is_not_deleted_and_an_abandoned_one_is_pruned(s
         claim(storage, "crashed", created_at=time.time() - 3600)
         write(storage, pool, "crashed", records(changed={1}))
         storage.put("checkpoints/unclaimed/participants/p/packs/00000.pack", b"left by a version without claims")
-        in_flight = set(checkpoint_objects(storage, "writing"))
+        in_flight = set(CheckpointStore(storage).objects("writing"))
 
         with pytest.raises(InFlight, match="is being written"):
-            delete_checkpoint(storage, "writing")
-        assert set(checkpoint_objects(storage, "writing")) == in_flight
-        assert {d.checkpoint_id for d in prune(storage)} == {"unclaimed"}  # crashed is still within its bound
+            CheckpointStore(storage).delete("writing")
+        assert set(CheckpointStore(storage).objects("writing")) == in_flight
+        assert {d.checkpoint_id for d in CheckpointStore(storage).prune()} == {"unclaimed"}  # crashed is still within its bound
         # deleting what "writing" reuses keeps those packs while it is in flight
-        assert delete_checkpoint(storage, "done").kept
+        assert CheckpointStore(storage).delete("done").kept
 
         later = time.time() + CHECKPOINT_IN_FLIGHT_S + CLOCK_SKEW_S + 1
-        assert {d.checkpoint_id for d in prune(storage, now=later)} == {"crashed", "writing", "done"}
+        assert {d.checkpoint_id for d in CheckpointStore(storage).prune(now=later)} == {"crashed", "writing", "done"}
         assert storage.list("checkpoints/") == []
 
         claim(storage, "cancelled")
         write(storage, pool, "cancelled", records())
-        deleted = delete_checkpoint(storage, "cancelled", abandoned=True, by="Checkpoint x")
+        deleted = CheckpointStore(storage).delete("cancelled", abandoned=True, by="Checkpoint x")
         assert not deleted.published and storage.list("checkpoints/") == []
 
 
 def test_a_deleted_or_expired_id_is_never_claimed_or_published_again(storage_url) -> None:
     storage = open_storage(storage_url)
-    coordinator = Coordinator([], client=None)  # claim and publish talk to storage only
-
-    async def go():
-        claim(storage, "old", created_at=time.time() - CHECKPOINT_IN_FLIGHT_S - 1)
-        with pytest.raises(TransactionError, match="never published: it is abandoned"):
-            await coordinator.claim(storage, "old", "tx-old", "test")
-        claim(storage, "gone")
-        tombstone = Tombstone(schema_version=SCHEMA_VERSION, checkpoint_id="gone", reason="deleted", created_at=0)
-        storage.put(layout.tombstone_key("gone"), tombstone.model_dump_json().encode())  # deleted, objects kept
-        # no transaction may claim it again, its own neither
-        with pytest.raises(TransactionError, match="was deleted or abandoned"):
-            await coordinator.claim(storage, "gone", "tx-gone", "test")
-        published, publish_by = await coordinator.claim(storage, "new", "tx-new", "test")
-        assert published is None and publish_by == pytest.approx(time.time() + CHECKPOINT_IN_FLIGHT_S, abs=5)
-        with pytest.raises(TransactionError, match="was not published within"):
-            await coordinator.publish(
-                storage, "new", "tx-new", Committed({}, None), Progress(coordinator, "new"), Stopwatch(),
-                publish_by=time.time() - 1,
-            )
-        assert not storage.exists(layout.global_manifest_key("new"))
-
-    asyncio.run(go())
+    store = CheckpointStore(storage)
+    claim(storage, "old", created_at=time.time() - CHECKPOINT_IN_FLIGHT_S - 1)
+    with pytest.raises(CheckpointRefused, match="never published: it is abandoned"):
+        store.claim("old", "tx-old", "test", [])
+    claim(storage, "gone")
+    tombstone = Tombstone(schema_version=SCHEMA_VERSION, checkpoint_id="gone", reason="deleted", created_at=0)
+    storage.put(layout.tombstone_key("gone"), tombstone.model_dump_json().encode())  # deleted, objects kept
+    # no transaction may claim it again, its own neither
+    with pytest.raises(CheckpointRefused, match="was deleted, failed or abandoned"):
+        store.claim("gone", "tx-gone", "test", [])
+    published, publish_by = store.claim("new", "tx-new", "test", [])
+    assert published is None and publish_by == pytest.approx(time.time() + CHECKPOINT_IN_FLIGHT_S, abs=5)
+    manifest = GlobalManifest(
+        schema_version=SCHEMA_VERSION, checkpoint_id="new", transaction_id="tx-new", created_at=0, participants=[]
+    )
+    with pytest.raises(CheckpointRefused, match="was not published within"):
+        store.publish(manifest, publish_by=time.time() - 1)
+    assert not storage.exists(layout.global_manifest_key("new"))
+    with pytest.raises(CheckpointRefused, match="deleted or failed while it was written"):
+        store.publish(manifest.model_copy(update={"checkpoint_id": "gone", "transaction_id": "tx-gone"}))
+    assert not storage.exists(layout.global_manifest_key("gone"))
 
 
 def test_a_storage_refusing_the_intent_fails_the_upload_before_anything_is_reused(tmp_path) -> None:

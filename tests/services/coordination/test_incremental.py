@@ -11,7 +11,7 @@ from gym_services.control import layout
 from gym_services.control.storage import open_storage
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator
-from gym_services.coordination.references import kept_for_others, objects_read_by
+from gym_services.control.store import CheckpointStore
 from gym_services.resources.workplace_assistant.app import Config, create_app
 from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
 from gym_services.resources.workplace_assistant.tools import call_tool
@@ -83,9 +83,12 @@ async def test_incremental_checkpoint_reuses_unchanged_records_and_restores_like
     assert incremental.objects == 4  # and the reuse intent naming ck-1's pack
     storage = open_storage(storage_url)
     ck1_pack = layout.pack_key("ck-1", "workplace", 0)
-    assert ck1_pack in objects_read_by(storage, "ck-2")
-    assert kept_for_others(storage, "ck-1") == {ck1_pack: ["ck-2"]}  # deleting ck-1 must keep its pack
-    assert kept_for_others(storage, "ck-2") == {} and kept_for_others(storage, "ck-2-sync") == {}
+    assert ck1_pack in CheckpointStore(storage).objects_read_by("ck-2")
+    # the sync method takes the same path (it only resumes later): nothing changed since ck-2, everything is reused
+    assert reference.reused == SESSIONS + 1 and reference.objects == 3  # the reuse intent and two manifests
+    kept = CheckpointStore(storage).kept_for_others("ck-1")
+    assert list(kept) == [ck1_pack] and "ck-2" in kept[ck1_pack]  # deleting ck-1 must keep its pack
+    assert CheckpointStore(storage).kept_for_others("ck-2-sync") == {}
 
     restored: dict[str, dict] = {}
     for cid in ("ck-2", "ck-2-sync", "ck-1"):
@@ -96,7 +99,7 @@ async def test_incremental_checkpoint_reuses_unchanged_records_and_restores_like
                 assert result.status == "completed", result.error
                 assert result.episodes == {f"r{i}": 1 for i in range(SESSIONS)}
         restored[cid] = store_of(fresh).export_session_states()
-    assert restored["ck-2"] == restored["ck-2-sync"] == expected  # incremental = full = the live state
+    assert restored["ck-2"] == restored["ck-2-sync"] == expected  # incremental = the live state, by either method
     r3 = next(sid for sid, ident in original.state.participant.sessions.items() if ident and ident.rollout_id == "r3")
     assert restored["ck-1"][r3] != expected[r3]  # r3's later call is not in ck-1 ...
     assert {k: v for k, v in restored["ck-1"].items() if k != r3} == {k: v for k, v in expected.items() if k != r3}

@@ -54,12 +54,12 @@ def test_incomplete_replica_sets_are_named() -> None:
         Replica(group="agent", ordinal=2, replicas=2)
 
 
-async def test_every_replica_is_prepared_and_committed_and_the_manifest_says_which_it_is(tmp_path) -> None:
+async def test_every_replica_is_prepared_and_captured_and_the_manifest_says_which_it_is(tmp_path) -> None:
     apps, parts, refs, journal = replicated(STACK)
     result = await transact(apps, refs, lambda c: c.checkpoint("ck-r", f"file://{tmp_path}", prepare_timeout_s=5))
     assert result.status == "completed", result.error
     assert sorted(p.participant_id for p in result.participants) == sorted(parts)
-    assert {line.split()[1] for line in journal if line.startswith("commit")} == set(parts)
+    assert {line.split()[1] for line in journal if line.startswith("capture")} == set(parts)
     manifest = json.loads(open_storage(f"file://{tmp_path}").get(layout.global_manifest_key("ck-r")))
     replicas = {p["participant_id"]: p["replica"] for p in manifest["participants"]}
     assert replicas["agent-1"] == {"group": "agent", "ordinal": 1, "replicas": 2}
@@ -99,8 +99,8 @@ async def test_restore_maps_replicas_by_ordinal_and_refuses_other_counts(tmp_pat
     assert {line.split()[1] for line in same[3] if line.startswith("install")} == set(same[1])
 
 
-async def test_prepares_and_commits_of_one_role_run_concurrently(tmp_path) -> None:
-    """Every replica of a role is inside its prepare, and then inside its commit, at the same time."""
+async def test_prepares_and_captures_of_one_role_run_concurrently(tmp_path) -> None:
+    """Every replica of a role is inside its prepare, and then inside its capture, at the same time."""
     apps, parts, refs, _ = replicated({"collection": ("controller", 1), "resources": ("resources", 8)})
     inside = {"prepare": 0, "export": 0}
     most = {"prepare": 0, "export": 0}

@@ -1,4 +1,4 @@
-"""A checkpoint's own storage access travels to every server with commit and restore.
+"""A checkpoint's own storage access travels to every server with capture and restore.
 
 The counter servers here are configured with a dead S3 endpoint and no keys, and the AWS
 variables are unset: they can only reach SeaweedFS (which checks signatures) through the
@@ -185,8 +185,8 @@ async def test_malformed_storage_access_is_400_and_changes_nothing(storage, tmp_
     async with serve(app) as http:
         control = Control(http)
         await control.prepare("ck-1")
-        bad = await control.call("commit", {"checkpoint_id": "ck-1", "location": f"file://{tmp_path}", "storage": storage}, expect=400)
+        bad = await control.call("capture", {"checkpoint_id": "ck-1", "location": f"file://{tmp_path}", "storage": storage}, expect=400)
         assert bad["error"]["code"] == "bad_request" and "storage" in bad["error"]["message"]
         assert (await control.status())["phase"] == "prepared"
         assert not any(tmp_path.iterdir())
-        assert (await control.commit("ck-1", f"file://{tmp_path}"))["records"] == 0
+        assert (await control.capture_persist("ck-1", f"file://{tmp_path}"))["records"] == 0

@@ -143,7 +143,7 @@ async def test_response_finishing_during_checkpoint_is_held_until_resume(worker,
         assert live["held"] == 1 and live["cut"] == 0 and live["responses_held"] == 1
         await asyncio.sleep(0.3)
         assert not call.done()  # held, not delivered
-        committed = await control.commit("ck-held", f"file://{tmp_path}", episodes=["r-held"])
+        committed = await control.capture_persist("ck-held", f"file://{tmp_path}", episodes=["r-held"])
         assert committed["records"] == 1 and committed["episodes"] == ["r-held"]
         await control.resume("ck-held")
         assert (await asyncio.wait_for(call, 10)).json() == expected
@@ -220,7 +220,7 @@ async def test_calls_without_identity_are_cut_but_not_checkpointed(worker, fast_
         await wait_until(lambda: any(g.completion_tokens >= 3 for g in generations(client)), what="tokens")
         assert (await control.prepare("ck-anon"))["status"] == "prepared"
         assert (await control.status())["live"]["cut"] == 1
-        committed = await control.commit("ck-anon", f"file://{tmp_path}")
+        committed = await control.capture_persist("ck-anon", f"file://{tmp_path}")
         assert committed["records"] == 0
         await control.resume("ck-anon")
         assert (await asyncio.wait_for(call, 30)).json() == expected

@@ -34,7 +34,7 @@ async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, l
         gen = generation_of(client, rollout)
         assert gen is not None and gen.state == "cut"
         cut_at = gen.completion_tokens
-        committed = await control.commit("ck1", location, episodes=[rollout] if episodes is None else episodes)
+        committed = await control.capture_persist("ck1", location, episodes=[rollout] if episodes is None else episodes)
     # the model shut down with the call still open: it gets an error answer, it does not hang
     old = await asyncio.wait_for(call, 10)
     assert old.status_code == 503 and old.json()["error"]["code"] == "not_ready"
@@ -206,12 +206,12 @@ async def test_delivered_reply_in_transit_is_committed_and_answered_after_restor
         assert delivered.json() == expected
         assert (await control.status())["live"]["delivered_kept"] == 1
         assert (await control.prepare("ck1"))["status"] == "prepared"
-        committed = await control.commit("ck1", location, episodes=["task3-0"])
+        committed = await control.capture_persist("ck1", location, episodes=["task3-0"])
         assert committed["records"] == 1
         await control.resume("ck1")
         out_of_scope = await control.prepare("ck2")
         assert out_of_scope["status"] == "prepared"
-        assert (await control.commit("ck2", location, episodes=["other"]))["records"] == 0
+        assert (await control.capture_persist("ck2", location, episodes=["other"]))["records"] == 0
         assert (await control.status())["live"]["delivered_kept"] == 0  # out of scope: the rollout finished
         await control.resume("ck2")
 

@@ -198,7 +198,7 @@ async def test_steps_are_gated_and_inflight_step_finishes_before_prepare(tmp_pat
             parked = await client.post(path, json=body, headers=ident("r1"))
             assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
             assert parked.headers["retry-after"] == "0.1"
-        committed = await control.commit("ck1", loc)
+        committed = await control.capture_persist("ck1", loc)
         await control.resume("ck1")
         assert (await client.post("/step", json=act("stand"), headers=ident("r1"))).status_code == 200
     store = open_storage(loc)

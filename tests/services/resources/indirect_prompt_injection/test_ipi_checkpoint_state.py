@@ -248,7 +248,7 @@ async def test_commit_with_non_json_value_is_refused_then_server_recovers(tmp_pa
         sessions_of(client).sessions[sid].environment["patients"]["P001"]["tags"] = {"vip"}
         control = Control(client)
         assert (await control.prepare("ck1"))["status"] == "prepared"
-        refused = await control.commit("ck1", f"file://{tmp_path}", expect=422)
+        refused = await control.capture_persist("ck1", f"file://{tmp_path}", expect=422)
         assert refused["error"]["code"] == "invalid_state"
         assert "environment.patients.P001.tags holds a set" in refused["error"]["message"]
         await control.abort("ck1")

@@ -136,7 +136,7 @@ async def test_stateless_replay_checkpoint(storage_url: str) -> None:
         served = await client.post("/verify", json=answer(f"  {VERIFIED}\n  norm_num"))
         assert served.status_code == 200 and served.json()["reward"] == 1.0
         assert (await client.post("/seed_session", json=ROW)).status_code == 200
-        committed = await control.commit("ck1", storage_url)
+        committed = await control.capture_persist("ck1", storage_url)
         assert committed["records"] == 0 and committed["bytes"] == 0 and committed["episodes"] == []
         await control.resume("ck1")
 

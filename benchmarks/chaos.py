@@ -13,7 +13,7 @@ moments (a random share of the rollouts finished, the rest in flight) one cycle 
 - ``d``: the inference worker SIGKILLed mid-generation and restarted: the policy model retries, collection carries
   on;
 - ``e`` (``--storage embedded-s3`` only, where this script owns the S3 server): S3 stopped while a checkpoint writes
-  (a sync commit, the background persist of a snapshot, or the publication) - its SeaweedFS SIGSTOPped, or
+  (the persist of a sync checkpoint under the pause or of a snapshot after resume, or the publication) - its SeaweedFS SIGSTOPped, or
   SIGKILLed and started again on the same ports and data - for a random while. The checkpoint completes (published)
   or fails (never published, not even later), the pause ends within its bound (admission reopens everywhere),
   collection carries on, and once S3 is back the next checkpoint completes and is restored (as in ``a``).
@@ -262,8 +262,8 @@ class Chaos:
         if self.newest is None:  # the crash restores the newest complete checkpoint: the job needs one first
             self.checkpoint_published()
         checkpoint_id = self.next_id()
-        phases = [TransactionPhase.PREPARING, TransactionPhase.COMMITTING, TransactionPhase.PUBLISHING,
-                  TransactionPhase.RESUMING]
+        phases = [TransactionPhase.PREPARING, TransactionPhase.CAPTURING, TransactionPhase.PERSISTING,
+                  TransactionPhase.PUBLISHING, TransactionPhase.RESUMING]
         at = self.rng.choice(phases)
         victim = self.rng.choice([s.name for s in self.state.servers])
 
@@ -322,7 +322,7 @@ class Chaos:
             raise AssertionError("kind e stops the local S3 server: run with --storage embedded-s3")
         checkpoint_id = self.next_id()
         method = method or self.rng.choice([CheckpointMethod.SNAPSHOT, CheckpointMethod.SYNC])
-        writes = {CheckpointMethod.SYNC: [TransactionPhase.COMMITTING, TransactionPhase.PUBLISHING],
+        writes = {CheckpointMethod.SYNC: [TransactionPhase.PERSISTING, TransactionPhase.PUBLISHING],
                   CheckpointMethod.SNAPSHOT: [TransactionPhase.RESUMING, TransactionPhase.PERSISTING,
                                               TransactionPhase.PUBLISHING]}
         at = at or self.rng.choice(writes[method])

@@ -5,7 +5,7 @@ it generates) and policy model processes in front of it. N episodes each start a
 turns of the shipped Workplace, IPI, Lean and blackjack tasks, round robin), staggered so the cuts
 land at different token positions. Then:
 
-- generation cuts: prepare (cuts every in-flight generation at a token boundary) -> commit to a
+- generation cuts: prepare (cuts every in-flight generation at a token boundary) -> capture, persist to a
   file:// location -> SIGKILL the model -> fresh model process -> restore -> resume -> each episode
   re-issues its generation as attempt + 1, which continues from the restored prefix;
 - baseline: the same episodes, SIGKILL the model at the same moment without a checkpoint -> fresh
@@ -116,8 +116,9 @@ async def run_phase(name: str, bodies: list[dict], expected: list[dict], worker:
             prepared = await control(client, model, "prepare", {"checkpoint_id": f"ck-{name}", "deadline_s": 10, "lease_s": 60})
             assert prepared["status"] == "prepared", prepared
             location = f"file://{tmp / 'store'}"
-            committed = await control(client, model, "commit", {"checkpoint_id": f"ck-{name}", "location": location,
-                                                               "episodes": rollouts})
+            await control(client, model, "capture", {"checkpoint_id": f"ck-{name}", "location": location,
+                                                     "episodes": rollouts})
+            committed = await control(client, model, "persist", {"checkpoint_id": f"ck-{name}"})
             pause_s = time.perf_counter() - t0
             in_flight = (await control(client, model, "status"))["live"]
             in_flight_count = in_flight["cut"] + in_flight["held"]

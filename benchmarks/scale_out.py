@@ -6,7 +6,7 @@ Four tables from one run, every server a real uvicorn process on 127.0.0.1:
    1, 2, 4 built-in inference workers: episodes/s, CPU per episode, and where the CPU went (the
    bottleneck). On a 2-core machine the question is whether anything serialises, not absolute speed.
 2. Checkpoint pause with 1, 2, 4, 8 replicas per role (Workplace Assistant as resources, Blackjack as the
-   environment) holding the same total sessions: replicas of a role prepare and commit concurrently, so the
+   environment) holding the same total sessions: replicas of a role prepare and capture concurrently, so the
    pause must not grow with the replica count. Each is restored into fresh processes too.
 3. Worker failover. (a) 64 generations through one policy model over 4 workers, one worker SIGKILLed
    once all 64 stream: tokens regenerated (target 0), generations failed (target 0), every response equal
@@ -226,8 +226,8 @@ def pause(tmp: Path, replicas: int, sessions: int) -> dict[str, Any]:
     return {
         "replicas": replicas, "participants": len(result.participants), "records": result.records, "bytes": result.bytes,
         "spread": f"{min(per_replica)}-{max(per_replica)}", "pause": result.pause_s, "prepare": result.timings["prepare"],
-        # a snapshot checkpoint captures under the pause and persists after it; a sync one commits under it
-        "commit": result.timings.get("capture", result.timings.get("commit", 0.0)), "method": result.method,
+        # a snapshot checkpoint captures under the pause and persists after it; a sync one persists under it too
+        "capture": result.timings.get("capture", 0.0), "method": result.method,
         "published": result.published_s or 0.0, "restore": restored.pause_s,
         "resume": result.timings.get("resume", 0.0),
         "cpu": cpu["all"] / 1e9, "coordinator_cpu": cpu["coordinator"] / 1e9,
@@ -372,10 +372,10 @@ def pause_table(tmp: Path, sessions: int) -> None:
           f"method {method}: the pause is prepare + capture, the upload runs after it)")
     print(table(
         ["replicas/role", "participants", "records", "records/replica", "pause ms", "prepare ms",
-         "capture/commit ms", "resume ms", "CPU under pause ms", "coordinator CPU ms", "CPU floor ms",
+         "capture ms", "resume ms", "CPU under pause ms", "coordinator CPU ms", "CPU floor ms",
          "pause / floor", "published s", "restore s"],
         [[r["replicas"], r["participants"], r["records"], r["spread"], f"{r['pause'] * 1e3:.1f}",
-          f"{r['prepare'] * 1e3:.1f}", f"{r['commit'] * 1e3:.1f}", f"{r['resume'] * 1e3:.1f}",
+          f"{r['prepare'] * 1e3:.1f}", f"{r['capture'] * 1e3:.1f}", f"{r['resume'] * 1e3:.1f}",
           f"{r['cpu'] * 1e3:.1f}", f"{r['coordinator_cpu'] * 1e3:.1f}", f"{r['floor'] * 1e3:.1f}",
           f"{r['pause'] / r['floor']:.2f}" if r["floor"] else "-", f"{r['published']:.3f}",
           f"{r['restore']:.3f}"] for r in t2],

@@ -128,7 +128,7 @@ async def _storage_access(
     """How the operator reaches storage, and what the servers are told to use instead of their config.
 
     Endpoint and region come from the spec (else the operator's env), keys from ``credentialsSecret``
-    (else the operator's). Whatever the spec names itself is also sent to every server with commit and
+    (else the operator's). Whatever the spec names itself is also sent to every server with capture and
     restore, so the resource alone decides where records go; a spec naming none of them leaves each
     server on the release's storage settings. Only the Secrets the operator was given by name
     (``GYMCKPT_CREDENTIALS_SECRETS``) may be named: the Role lets it read those and no other.

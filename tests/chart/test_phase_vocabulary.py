@@ -55,7 +55,7 @@ def test_crd_roles_are_exactly_the_protocol_roles(kind: str) -> None:
 def result(kind: TransactionKind, status: TransactionStatus) -> TransactionResult:
     return TransactionResult(
         kind=kind, checkpoint_id='ck-1', location='s3://bucket/prefix', status=status,
-        phase=TransactionPhase.COMPLETED if status is TransactionStatus.COMPLETED else TransactionPhase.COMMITTING,
+        phase=TransactionPhase.COMPLETED if status is TransactionStatus.COMPLETED else TransactionPhase.CAPTURING,
         participants=[ParticipantSummary(participant_id=f'p-{r.value}', role=r, records=1, bytes=2) for r in Role],
         blockers=[BlockerInfo(participant='p-agent', kind='episode', id='r1', detail='tool call')],
         timings={'prepare': 0.1, 'pause': 0.2}, pause_s=0.2, records=5, bytes=10, episodes={'r1': 1},

@@ -1,5 +1,5 @@
 """Chaos kind (e) in CI (benchmarks/chaos.py --storage embedded-s3 draws it at random): the local S3 server (SeaweedFS)
-SIGKILLed while a checkpoint commits under the pause, and started again on the same ports and data a moment later.
+SIGKILLed while a sync checkpoint persists under the pause, and started again on the same ports and data a moment later.
 The checkpoint fails and is never published, the pause ends as soon as it failed (not a lease later), collection
 carries on, and once S3 is back the next checkpoint completes and is restored into fresh processes; at the end every
 (task, repeat) has exactly one result row, none an error, the results file valid JSONL."""
@@ -21,7 +21,7 @@ from gym_services.stack.objectstore import EMBEDDED_S3
 pytestmark = pytest.mark.e2e
 
 
-def test_s3_killed_during_a_commit_loses_nothing(tmp_path) -> None:
+def test_s3_killed_during_a_sync_persist_loses_nothing(tmp_path) -> None:
     story = Story(tmp_path / "story", storage=EMBEDDED_S3, repeats=1, concurrency=16, tokens_per_second=60.0,
                   timeout_s=240, say=lambda text: None)
     chaos: Chaos | None = None
@@ -34,9 +34,9 @@ def test_s3_killed_during_a_commit_loses_nothing(tmp_path) -> None:
         chaos.start()
         story._submit(chaos.state, chaos.output)
         assert chaos.wait_for_a_moment(), "the job ended before the fault"
-        chaos.cycle_e(how="kill", method=CheckpointMethod.SYNC, at=TransactionPhase.COMMITTING, outage_s=0.5)
+        chaos.cycle_e(how="kill", method=CheckpointMethod.SYNC, at=TransactionPhase.PERSISTING, outage_s=0.5)
         note = chaos.outcome.notes[0]
-        assert "checkpoint failed" in note, note  # S3 refused every write: the commit failed (and was never published)
+        assert "checkpoint failed" in note, note  # S3 refused every write: the persist failed (and was never published)
         chaos.finish(240)
         rows = [json.loads(line) for line in chaos.output.read_text(encoding="utf-8").splitlines()]
         ids = [row["_ng_rollout_id"] for row in rows]

@@ -18,11 +18,11 @@ import pytest
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.control import layout
-from gym_services.control.decisions import read_decision, settle
+from gym_services.control.store import CheckpointStore
 from gym_services.control.models import CheckpointRef, RestoreRequest
 from gym_services.control.storage import open_storage
 from gym_services.stack.config import ServerSpec, StackConfig
-from gym_services.stack.launcher import read_state, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
 
 pytestmark = pytest.mark.e2e
 NAMES = ("counter-0", "counter-1", "counter-2")
@@ -86,7 +86,7 @@ async def run_checkpoint(
 
 
 @pytest.mark.parametrize(("method", "kill_at"), [
-    ("sync", "Preparing"), ("sync", "Committing"), ("sync", "Publishing"),
+    ("sync", "Preparing"), ("sync", "Capturing"), ("sync", "Persisting"), ("sync", "Publishing"),
     ("snapshot", "Preparing"), ("snapshot", "Capturing"), ("snapshot", "Persisting"), ("snapshot", "Publishing"),
 ])
 async def test_participant_killed_before_publish_leaves_no_checkpoint(tmp_path, method, kill_at) -> None:
@@ -172,7 +172,7 @@ async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_p
 
 
 @pytest.mark.parametrize(("method", "kill_at"), [
-    ("sync", "preparing"), ("sync", "committing"), ("sync", "publishing"), ("sync", "resuming"),
+    ("sync", "preparing"), ("sync", "capturing"), ("sync", "persisting"), ("sync", "publishing"), ("sync", "resuming"),
     ("snapshot", "capturing"), ("snapshot", "resuming"), ("snapshot", "persisting"), ("snapshot", "publishing"),
 ])
 def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
@@ -206,7 +206,7 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
         published = open_storage(location).exists(layout.global_manifest_key("ck"))
     finally:
         servers.stop()
-    if kill_at in ("committing", "capturing") or (method == "sync" and kill_at == "publishing"):
+    if kill_at == "capturing" or (method == "sync" and kill_at in ("persisting", "publishing")):
         # every participant was prepared when the coordinator died: each reopened by its lease running out (its
         # counter, not a look at admission right after the kill: on a busy machine a 1 s lease can be over by then),
         # unless the coordinator got as far as resuming it first (a busy test reads the phase line late: the
@@ -216,7 +216,7 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
                     for n, st in statuses.items()}
         assert expiries and all(reopened.values()), (expiries, reopened, paused_right_after)
     assert all(st["admission_open"] and st["checkpoint_id"] is None for st in statuses.values()), statuses
-    if kill_at in ("preparing", "committing", "capturing") or (method == "snapshot" and kill_at in ("resuming", "persisting")):
+    if kill_at in ("preparing", "capturing", "persisting") or (method == "snapshot" and kill_at == "resuming"):
         # snapshot: nobody publishes what the dead coordinator captured, even once every upload is done
         assert not published and list_checkpoints(location) in ([], [("ck", None)])
     if method == "sync" and kill_at == "resuming":
@@ -285,7 +285,7 @@ def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywher
     try:
         async def die_halfway(client: ControlClient) -> None:
             await restore_without_deciding(fresh, client, location, "rs-1")
-            assert settle(open_storage(location), "ck", "rs-1", "resume", "coordinator") == "resume"
+            assert CheckpointStore(open_storage(location)).settle("ck", "rs-1", "resume", "coordinator") == "resume"
             for ref in fresh.refs[:resumed_before_death]:
                 await client.resume(ref, CheckpointRef(checkpoint_id="ck"))
 
@@ -294,7 +294,7 @@ def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywher
     finally:
         fresh.stop()
     assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses.values()), statuses
-    assert read_decision(open_storage(location), "ck", "rs-1") == "resume"
+    assert CheckpointStore(open_storage(location)).decision("ck", "rs-1") == "resume"
     assert 'gym_checkpoint_restore_decisions_total{decision="resume"} 1.0' in metrics
 
 
@@ -313,7 +313,7 @@ def test_coordinator_dead_before_deciding_a_restore_leaves_it_installed_nowhere(
     finally:
         fresh.stop()
     assert all(st["phase"] == "fresh" and st["live"] == {"sessions": 0} for st in statuses.values()), statuses
-    assert read_decision(open_storage(location), "ck", "rs-2") == "abort"
+    assert CheckpointStore(open_storage(location)).decision("ck", "rs-2") == "abort"
     assert repeated.status == "failed" and "abandoned" in (repeated.error or "")
 
 

@@ -294,7 +294,7 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
 
 class WithholdingProxy:
     """A real HTTP server on 127.0.0.1 in front of one server's control port: it forwards every call but
-    withholds ``verb`` (resume, commit, ...) while ``hold`` is set, so the operator can be killed with that call
+    withholds ``verb`` (resume, persist, ...) while ``hold`` is set, so the operator can be killed with that call
     in flight. A withheld call is then answered 503, or forwarded late with ``forward_withheld`` (as a call the
     server received before its caller died)."""
 
@@ -841,20 +841,20 @@ def api_reachable(url: str) -> bool:
 
 
 def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubectl, tmp_path) -> None:
-    """The API server stops answering (connections refused, watches dropped) for 8 s while a checkpoint commits:
+    """The API server stops answering (connections refused, watches dropped) for 8 s while a sync checkpoint persists:
     the transaction does not need it and finishes on time (the stack resumes while the API server is still down);
     the status is written once the API server is back, and the Checkpoint ends Completed."""
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
     stack.start()
-    proxy = WithholdingProxy(stack.url("counter-1"), verb="commit", forward_withheld=True)
+    proxy = WithholdingProxy(stack.url("counter-1"), verb="persist", forward_withheld=True)
     try:
         stack.create_pods(control_ports={"counter-1": proxy.port})
         start_operator(stack)
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
-            apply(kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a commit under the pause
-            wait_for(proxy.withheld.is_set, timeout=30, what="the commit to be under way")
+            apply(kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a persist under the pause
+            wait_for(proxy.withheld.is_set, timeout=30, what="the persist to be under way")
             outage_started = time.monotonic()
             kemu.outage(8.0)
             time.sleep(0.5)
@@ -867,7 +867,7 @@ def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubect
             wait_for(lambda: kubectl("get", "checkpoint", "outage", check=False).returncode == 0, timeout=30,
                      what="the API server to be back")
             kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/outage", "--timeout=60s", timeout=70)
-        report_pause("API server unreachable 8 s mid-commit", pause, resumed_after_outage_start_s=round(resumed_after, 3))
+        report_pause("API server unreachable 8 s mid-persist", pause, resumed_after_outage_start_s=round(resumed_after, 3))
         assert api_down_at_resume, f"the stack resumed {resumed_after:.1f} s into the outage, once the API server was back"
         status = get(kubectl, "checkpoint", "outage")["status"]
         assert status["reason"] == "Completed" and status["participantCount"] == 2
@@ -911,15 +911,15 @@ def test_fault_status_writes_refused(operator_env, kemu, kubectl, tmp_path, code
         stack.kill()
 
 
-def test_fault_operator_restarted_mid_commit(operator_env, kubectl, tmp_path) -> None:
-    """The operator is SIGKILLed while a commit is in flight (a proxy holds it; the server gets it late, as a
+def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -> None:
+    """The operator is SIGKILLed while a sync checkpoint's persist is in flight (a proxy holds it; the server gets it late, as a
     request that outlived its caller). A new operator starts at once and repeats the same checkpoint id: every
     server answers its repeated verbs with the first answer, the checkpoint is published and the stack resumed
     long before the 60 s lease, and the Checkpoint ends Completed."""
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
     stack.start()
-    proxy = WithholdingProxy(stack.url("counter-1"), verb="commit", forward_withheld=True)
+    proxy = WithholdingProxy(stack.url("counter-1"), verb="persist", forward_withheld=True)
     try:
         stack.create_pods(control_ports={"counter-1": proxy.port})
         operator = start_operator(stack)
@@ -927,9 +927,9 @@ def test_fault_operator_restarted_mid_commit(operator_env, kubectl, tmp_path) ->
             http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "r0"})
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
-            apply(kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a commit under the pause
-            wait_for(proxy.withheld.is_set, timeout=30, what="the commit to be under way")
-            assert phase(kubectl, "checkpoint", "restarted") == "Committing"
+            apply(kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a persist under the pause
+            wait_for(proxy.withheld.is_set, timeout=30, what="the persist to be under way")
+            assert phase(kubectl, "checkpoint", "restarted") == "Persisting"
             killed = time.monotonic()
             os.killpg(operator.pid, signal.SIGKILL)
             operator.wait(timeout=10)
@@ -938,7 +938,7 @@ def test_fault_operator_restarted_mid_commit(operator_env, kubectl, tmp_path) ->
             wait_for(lambda: admission_is_open(stack), timeout=30, what="the stack to resume")
             resumed_after = time.monotonic() - killed
             kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/restarted", "--timeout=60s", timeout=70)
-        report_pause("operator restarted mid-commit", pause, resumed_after_kill_s=round(resumed_after, 3))
+        report_pause("operator restarted mid-persist", pause, resumed_after_kill_s=round(resumed_after, 3))
         assert resumed_after < 30, "the stack waited for its lease"
         status = get(kubectl, "checkpoint", "restarted")["status"]
         assert status["reason"] == "Completed" and status["records"] == 1

@@ -47,10 +47,10 @@ async def test_writes_carry_observed_generation_and_keep_transition_times(checkp
     first = fetch()["status"]
     assert first["observedGeneration"] == 1 and first["phase"] == "Preparing" and first["reason"] == "Preparing"
     await asyncio.sleep(1.1)  # timestamps have one-second resolution
-    writer.write(progress_status(TransactionPhase.COMMITTING, "committing", 1))
+    writer.write(progress_status(TransactionPhase.CAPTURING, "capturing", 1))
     assert await writer.flush(10)
     second = fetch()["status"]
-    assert second["phase"] == "Committing"
+    assert second["phase"] == "Capturing"
     assert second["conditions"][0]["lastTransitionTime"] == first["conditions"][0]["lastTransitionTime"]  # still True
     await asyncio.sleep(1.1)
     writer.write(failed_status("Blocked", "blocked", 1))
@@ -69,9 +69,9 @@ async def test_refused_writes_are_retried_until_they_are_in(checkpoint, kemu, co
     started = time.monotonic()
     writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
     assert time.monotonic() - started < 0.1  # the caller never waits for the API server
-    writer.write(progress_status(TransactionPhase.COMMITTING, "committing", 1))  # folds into the pending write
+    writer.write(progress_status(TransactionPhase.CAPTURING, "capturing", 1))  # folds into the pending write
     assert await writer.flush(30)
-    assert fetch()["status"]["phase"] == "Committing" and writer.failures == 3
+    assert fetch()["status"]["phase"] == "Capturing" and writer.failures == 3
     assert kemu.faults()[0]["served"] == 3
     await writer.close()
 
@@ -94,6 +94,6 @@ async def test_a_deleted_resource_ends_the_writing(checkpoint, kubectl) -> None:
     kubectl("delete", "checkpoint", "w")
     writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
     assert not await writer.flush(10) and writer.gone
-    writer.write(progress_status(TransactionPhase.COMMITTING, "committing", 1))  # ignored, returns at once
+    writer.write(progress_status(TransactionPhase.CAPTURING, "capturing", 1))  # ignored, returns at once
     assert await writer.flush(1) is False
     await writer.close()

@@ -38,7 +38,7 @@ class ConfigError(ValueError):
 
 
 class StorageConfig(BaseModel):
-    """How this server reaches checkpoint storage (the location itself comes with each commit)."""
+    """How this server reaches checkpoint storage (the location itself comes with each capture and restore)."""
 
     model_config = ConfigDict(extra="forbid")
 

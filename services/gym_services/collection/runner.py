@@ -1,7 +1,7 @@
 """Rollout collection: dispatch every (task, repeat) to its agent with bounded concurrency.
 
-It is a checkpoint participant (role ``controller``): prepare stops new dispatch, commit
-writes the cursor, finished result keys and one record per live episode (the scope the
+It is a checkpoint participant (role ``controller``): prepare stops new dispatch, capture
+takes the cursor, finished result keys and one record per live episode (the scope the
 other participants keep), restore re-issues the live episodes as attempt + 1 and never
 runs a finished one again.
 

@@ -629,8 +629,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoint", help="take a consistent checkpoint of the running stack",
         description="prepare -> capture -> resume -> persist -> publish over every participant: the rollouts wait "
         "only while each server snapshots its state; records are packed, uploaded and verified in the background, "
-        "and the checkpoint exists once its manifest is published. --method sync writes every record while the "
-        "rollouts wait (prepare -> commit -> publish -> resume).")
+        "and the checkpoint exists once its manifest is published. --method sync persists and publishes while the "
+        "rollouts wait (prepare -> capture -> persist -> publish -> resume).")
     _common(p, storage=True)
     p.add_argument("--id", help="checkpoint id (default: timestamped); an id already taken is refused")
     p.add_argument("--transaction-id", help="name of the checkpoint transaction (default: a new one); repeat an "

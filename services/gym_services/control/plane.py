@@ -403,9 +403,10 @@ class ControlPlane:
         undone = restore is not None and abandon
         phase = restore.before if undone and restore is not None else Phase.OPEN
         note = " (restore undone)" if undone else ""
-        if captured is not None:
-            note = " (capture dropped)" if abandon else f"; {len(captured.capture)} records being written"
         started = self.persisting if captured is not None else None
+        if captured is not None:
+            written = "written under the pause" if started is not None else "being written"
+            note = " (capture dropped)" if abandon else f"; {len(captured.capture)} records {written}"
         if started is not None and abandon:
             self.persists.cancel(cid)  # persisted under the pause, then aborted: its manifest is never written
         response = self._close(verb, f"{verb} {cid}: admission open{note}", phase)

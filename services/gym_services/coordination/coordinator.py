@@ -238,7 +238,7 @@ class Coordinator:
         deadlines: Deadlines = DEADLINES,
     ) -> None:
         """``storage_config`` is how the coordinator reaches storage; ``participant_storage``, when
-        given, travels with commit and restore so servers reach it the same way instead of by their
+        given, travels with capture and restore so servers reach it the same way instead of by their
         own storage config (a Checkpoint naming its own endpoint or credentials)."""
         self.participants = list(participants)
         ids = [p.participant_id for p in self.participants]

@@ -164,7 +164,7 @@ async def test_final_replay_verification_finishing_during_prepare(factory, expec
         hold = s.wire.hold(sandbox_of(1))
 
         async def on_event(phase: str, detail: dict) -> None:
-            if phase in ("Capturing", "Committing"):  # everyone is prepared; the verification is still held
+            if phase == "Capturing":  # everyone is prepared; the verification is still held
                 assert s.participant.describe(ROLLOUT)["step"] == "verify"
                 hold.release.set()
                 await wait_for(lambda: (s.participant.describe(ROLLOUT) or {}).get("parked"), what="return boundary")

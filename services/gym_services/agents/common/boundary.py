@@ -1,4 +1,4 @@
-"""What an episode records before each step, and the record a commit writes for it.
+"""What an episode records before each step, and the record a checkpoint writes for it.
 
 A boundary holds everything an agent needs to continue an episode in a fresh process
 (``docs/participants.md``, "Agents"): the task row, the current model input, the output items so
@@ -112,7 +112,7 @@ class Boundary(BaseModel):
 
 
 class EpisodeRecord(BaseModel):
-    """One committed episode: written at commit, installed under attempt + 1 at restore."""
+    """One checkpointed episode: captured at a checkpoint, installed under attempt + 1 at restore."""
 
     model_config = ConfigDict(extra="forbid")
 

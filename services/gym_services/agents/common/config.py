@@ -44,7 +44,7 @@ class AgentConfig(ServerConfig):
         default=60.0,
         ge=0,
         le=3600,
-        description="keep a finished episode's result this long: a repeated /run gets it again, and a commit "
+        description="keep a finished episode's result this long: a repeated /run gets it again, and a checkpoint "
         "whose scope still lists the rollout (its caller has not got the result) saves it",
     )
     finished_retention_max: int = Field(default=1024, ge=0, le=1_000_000, description="finished results kept at most")

@@ -18,7 +18,7 @@
 - Retire cancels the attempt's task, waits for it and frees the episode.
 - A finished episode's result is kept for a short while: a repeated ``/run`` of that
   attempt (a reply lost in transit) gets it again without running anything, and a
-  commit whose scope still lists the rollout (the controller has not received the
+  checkpoint whose scope still lists the rollout (the controller has not received the
   result yet) saves its ``return`` boundary, so the restored attempt answers it at once.
 """
 

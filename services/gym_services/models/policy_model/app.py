@@ -11,7 +11,7 @@ Checkpointing (role ``model``, ``docs/participants.md``; details in :mod:`.gener
 - a response finishing while a checkpoint is open is held and delivered at resume;
 - resume/abort: cut calls continue from their prefix (assistant-prefix continuation) and return one
   response equal to the uninterrupted one;
-- commit writes a record per (rollout, request digest) in scope: cut prefixes, and held responses
+- capture takes a record per (rollout, request digest) in scope: cut prefixes, and held responses
   whole (so a restored model re-answers them without generating); restore stages them for attempt + 1,
   and the re-issued request continues from its prefix; a prefix is used once;
 - identity comes from ``x-ng-rollout-id`` / ``x-ng-attempt`` (stale attempts are fenced with ``409

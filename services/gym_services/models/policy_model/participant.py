@@ -12,7 +12,7 @@ from gym_services.models.policy_model.prefixes import StagedPrefix
 
 
 class ModelParticipant(Participant):
-    """prepare cuts every in-flight generation; commit writes prefixes; resume and abort continue them."""
+    """prepare cuts every in-flight generation; capture takes prefixes; resume and abort continue them."""
 
     role = Role.MODEL
     checkpoint_mode = CheckpointMode.EXPORTED

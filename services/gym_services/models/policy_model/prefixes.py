@@ -1,7 +1,7 @@
 """The checkpoint record of one generation: its prefix, keyed by rollout id and request digest.
 
 A cut generation is written with the text it had reached (``complete: false``); a finished response
-that was still held at commit is written whole (``complete: true``, with its finish reason), so a
+that was still held at the capture is written whole (``complete: true``, with its finish reason), so a
 restored model answers its re-issue without generating anything. Token counts travel with the text,
 so the re-issued call reports the same ``usage`` as the uninterrupted one.
 """

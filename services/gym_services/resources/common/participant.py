@@ -10,7 +10,7 @@ of the call that created them. The mode is the class (``docs/servers.md``, "Reso
 - :class:`RestartOnlyParticipant`: every live session blocks a checkpoint; nothing is saved;
 - :class:`ExportedParticipant`: sessions are saved through the server's :class:`SessionHooks`
   and restored under attempt + 1;
-- :class:`StatelessParticipant`: no session state; commit writes nothing.
+- :class:`StatelessParticipant`: no session state; a checkpoint holds no records of it.
 
 Each advertises its verify mode (``wait`` or ``replay``) in the ``x-ng-checkpoint-verify`` header
 of the seed reply.
@@ -199,7 +199,7 @@ class RestartOnlyParticipant(SessionParticipant):
 
 
 class StatelessParticipant(SessionParticipant):
-    """Nothing to save: commit writes an empty manifest; with ``replay`` verify its routes keep serving."""
+    """Nothing to save: persist writes an empty manifest; with ``replay`` verify its routes keep serving."""
 
     checkpoint_mode = CheckpointMode.STATELESS
 

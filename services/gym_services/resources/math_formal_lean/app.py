@@ -10,7 +10,7 @@ reference fails on a malformed sandbox answer, ``/verify`` answers ``500`` with 
 as NeMo Gym's server does.
 
 The server keeps no session state: ``/verify`` answers from the request and the compiler output
-alone, so it declares ``checkpoint_mode = "stateless"`` (commit writes no records) and
+alone, so it declares ``checkpoint_mode = "stateless"`` (a checkpoint holds no records) and
 ``checkpoint_verify = "replay"`` (running a verification again after a crash is safe), advertises
 ``replay`` in the ``x-ng-checkpoint-verify`` header of ``/seed_session``, and keeps serving
 ``/verify`` while a checkpoint is open.

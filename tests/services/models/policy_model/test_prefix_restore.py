@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 
 import pytest
 
 from gym_services.control.participant import InvalidState, RestoredRecord
-from gym_services.control.storage import open_storage
 from gym_services.models.policy_model.prefixes import record_key
 from tests.services.models.policy_model.model_support import (
     REQUESTS,
@@ -21,6 +19,7 @@ from tests.services.models.policy_model.model_support import (
     worker_tokens,
 )
 from tests.support.asgi import Control, serve
+from tests.support.records import records, rewrite_record
 
 
 async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
@@ -149,15 +148,13 @@ async def test_retire_and_newer_attempts_end_open_calls_with_409(worker) -> None
 async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_path) -> None:
     location = f"file://{tmp_path}"
     committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-bad", location)
-    store = open_storage(location)
-    key = next(k for k in store.list("checkpoints/ck1") if "/records/" in k)
-    payload = json.loads(store.get(key))
-    payload["digest"] = "0" * 64  # no longer the prefix its key names
-    blob = json.dumps(payload).encode()
-    store.put(key, blob)
-    manifest = json.loads(store.get(committed["manifest_key"]))
-    manifest["records"][0].update(sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
-    store.put(committed["manifest_key"], json.dumps(manifest).encode())
+    def other_digest(blob: bytes) -> bytes:
+        payload = json.loads(blob)
+        payload["digest"] = "0" * 64  # no longer the prefix its key names
+        return json.dumps(payload).encode()
+
+    key = next(iter(records(location, committed["manifest_key"])))
+    rewrite_record(location, committed["manifest_key"], key, other_digest)
     async with serve(model_app(worker.url)) as client:
         control = Control(client)
         refused = await control.restore("ck1", location, committed["manifest_key"], expect=422)

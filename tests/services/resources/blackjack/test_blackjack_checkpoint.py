@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 
 import pytest
 
 from gym_services.base.config import load_config
-from gym_services.control.storage import open_storage
 from gym_services.resources.blackjack import state as state_module
 from gym_services.resources.blackjack.app import SEED_HEADER, Config, create_app, derive_seed
 from gym_services.resources.blackjack.game import Episode, Shoe
 from gym_services.resources.blackjack.state import EpisodeStore
 from tests.support.asgi import Control, base_config, serve
+from tests.support.records import records, rewrite_record
 
 #: seed 36 lets the player hit three times and stand, then the dealer draws three cards
 LONG = (36, ["hit", "hit", "hit", "stand"])
@@ -201,9 +200,7 @@ async def test_steps_are_gated_and_inflight_step_finishes_before_prepare(tmp_pat
         committed = await control.capture_persist("ck1", loc)
         await control.resume("ck1")
         assert (await client.post("/step", json=act("stand"), headers=ident("r1"))).status_code == 200
-    store = open_storage(loc)
-    record = next(k for k in store.list("checkpoints/ck1") if "/records/" in k)
-    state = json.loads(store.get(record))["state"]
+    state = json.loads(next(iter(records(loc, committed["manifest_key"]).values())))["state"]
     assert state == {"version": 2, "seed": 36, "draws": 5, "player": ["7", "2", "A"], "dealer": ["2", "A"], "steps": 1}
     assert committed["records"] == 1
 
@@ -235,17 +232,14 @@ async def test_retired_episode_is_gone_and_its_cookie_refused(tmp_path) -> None:
         assert committed["episodes"] == ["b"] and committed["records"] == 1
 
 
-def _rewrite_record(store, manifest_key: str, record_key: str, mutate) -> None:
+def _rewrite_record(location: str, manifest_key: str, record_key: str, mutate) -> None:
     """Change one record's state and keep the manifest's digests consistent, so only validation can refuse it."""
-    payload = json.loads(store.get(record_key))
-    mutate(payload["state"])
-    blob = json.dumps(payload).encode()
-    store.put(record_key, blob)
-    manifest = json.loads(store.get(manifest_key))
-    for entry in manifest["records"]:
-        if record_key.endswith("/" + entry["key"]):
-            entry["sha256"], entry["size"] = hashlib.sha256(blob).hexdigest(), len(blob)
-    store.put(manifest_key, json.dumps(manifest).encode())
+    def change(blob: bytes) -> bytes:
+        payload = json.loads(blob)
+        mutate(payload["state"])
+        return json.dumps(payload).encode()
+
+    rewrite_record(location, manifest_key, record_key, change)
 
 
 async def test_invalid_state_in_batch_installs_nothing(storage_url: str) -> None:
@@ -257,10 +251,9 @@ async def test_invalid_state_in_batch_installs_nothing(storage_url: str) -> None
         committed = await Control(client).checkpoint("ck1", storage_url)
         assert committed["records"] == 2
 
-    store = open_storage(storage_url)
-    records = [k for k in store.list("checkpoints/ck1") if "/records/" in k]
-    bad_key = next(k for k in records if json.loads(store.get(k))["state"]["seed"] == 4)
-    _rewrite_record(store, committed["manifest_key"], bad_key, lambda s: s.update(seed=5))
+    stored = records(storage_url, committed["manifest_key"])
+    bad_key = next(k for k, blob in stored.items() if json.loads(blob)["state"]["seed"] == 4)
+    _rewrite_record(storage_url, committed["manifest_key"], bad_key, lambda s: s.update(seed=5))
 
     async with serve(fresh_app()) as client:
         control = Control(client)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gym_services.base.config import load_config
 from gym_services.resources.counter.app import Config, create_app
 from tests.support.asgi import Control, base_config, serve
+from tests.support.records import corrupt_record, records, rewrite_record
 
 
 def fresh_app(**extra):
@@ -63,24 +66,15 @@ async def test_invalid_state_in_batch_installs_nothing(tmp_path) -> None:
         committed = await Control(client).checkpoint("ck1", loc)
         assert committed["records"] == 2
 
-    from gym_services.control.storage import open_storage
+    # corrupt one state but keep digests consistent: only validation can refuse it
+    bad_key = list(records(loc, committed["manifest_key"]))[1]
 
-    store = open_storage(loc)
-    keys = [k for k in store.list("checkpoints/ck1") if "/records/" in k]
-    # corrupt one state but keep digests consistent: rewrite the record and its manifest entry
-    import hashlib
-    import json
+    def not_an_int(blob: bytes) -> bytes:
+        payload = json.loads(blob)
+        payload["state"]["value"] = "not an int"
+        return json.dumps(payload).encode()
 
-    bad_key = keys[1]
-    payload = json.loads(store.get(bad_key))
-    payload["state"]["value"] = "not an int"
-    blob = json.dumps(payload).encode()
-    store.put(bad_key, blob)
-    manifest = json.loads(store.get(committed["manifest_key"]))
-    for entry in manifest["records"]:
-        if bad_key.endswith(entry["key"]):
-            entry["sha256"], entry["size"] = hashlib.sha256(blob).hexdigest(), len(blob)
-    store.put(committed["manifest_key"], json.dumps(manifest).encode())
+    rewrite_record(loc, committed["manifest_key"], bad_key, not_an_int)
 
     async with serve(fresh_app()) as client:
         control = Control(client)
@@ -103,11 +97,8 @@ async def test_corrupt_record_restore_refused(tmp_path) -> None:
     async with serve(fresh_app()) as client:
         await client.post("/seed_session", json={"start": 1})
         committed = await Control(client).checkpoint("ck1", loc)
-    from gym_services.control.storage import open_storage
-
-    store = open_storage(loc)
-    key = next(k for k in store.list("checkpoints/ck1") if "/records/" in k)
-    store.put(key, store.get(key).replace(b"1", b"2"))
+    key = next(iter(records(loc, committed["manifest_key"])))
+    corrupt_record(loc, committed["manifest_key"], key, lambda blob: blob.replace(b"1", b"2"))
     async with serve(fresh_app()) as client:
         refused = await Control(client).restore("ck1", loc, committed["manifest_key"], expect=422)
         assert "corrupt" in refused["error"]["message"]

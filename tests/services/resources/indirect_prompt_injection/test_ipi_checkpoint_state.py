@@ -4,7 +4,6 @@ aliasing, non-JSON values, non-finite numbers, key order, records of the previou
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 from typing import Any
@@ -13,7 +12,6 @@ import httpx
 import pytest
 
 from gym_services.control.participant import InvalidState
-from gym_services.control.storage import open_storage
 from gym_services.resources.indirect_prompt_injection import verifier
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, Session, SessionStore
 from gym_services.resources.indirect_prompt_injection.app import NOT_SEEDED
@@ -25,6 +23,7 @@ from tests.services.resources.indirect_prompt_injection.scenarios import (
     verify_body,
 )
 from tests.support.asgi import Control, serve
+from tests.support import records as stored
 
 
 def sessions_of(client: httpx.AsyncClient) -> SessionStore:
@@ -52,16 +51,14 @@ async def post_as(
 
 def rewrite_record(location: str, committed: dict, record_index: int, mutate) -> None:
     """Change one stored record and keep the manifest's digests consistent (a valid file, a bad state)."""
-    store = open_storage(location)
-    manifest = json.loads(store.get(committed["manifest_key"]))
-    entry = sorted(manifest["records"], key=lambda e: e["key"])[record_index]
-    key = next(k for k in store.list(f"checkpoints/{committed['checkpoint_id']}") if k.endswith("/records/" + entry["key"]))
-    payload = json.loads(store.get(key))
-    mutate(payload["state"])
-    blob = json.dumps(payload).encode()  # NaN stays a bare NaN token, as a careless writer would emit
-    store.put(key, blob)
-    entry["sha256"], entry["size"] = hashlib.sha256(blob).hexdigest(), len(blob)
-    store.put(committed["manifest_key"], json.dumps(manifest).encode())
+    key = sorted(stored.records(location, committed["manifest_key"]))[record_index]
+
+    def change(blob: bytes) -> bytes:
+        payload = json.loads(blob)
+        mutate(payload["state"])
+        return json.dumps(payload).encode()  # NaN stays a bare NaN token, as a careless writer would emit
+
+    stored.rewrite_record(location, committed["manifest_key"], key, change)
 
 
 def _set(key: str, value: Any):

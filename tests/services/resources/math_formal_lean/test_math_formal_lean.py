@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from gym_services.base.config import load_config
+from gym_services.control.records import parse_participant_manifest
 from gym_services.control.storage import open_storage
 from gym_services.resources.math_formal_lean import sandbox_standin
 from gym_services.resources.math_formal_lean.app import Config, create_app
@@ -142,9 +143,9 @@ async def test_stateless_replay_checkpoint(storage_url: str) -> None:
 
     store = open_storage(storage_url)
     keys = store.list("checkpoints/ck1")
-    assert not [k for k in keys if "/records/" in k]
-    manifest = json.loads(store.get(committed["manifest_key"]))
-    assert manifest["records"] == [] and manifest["checkpoint_mode"] == "stateless"
+    assert not [k for k in keys if "/packs/" in k]
+    manifest = parse_participant_manifest(store.get(committed["manifest_key"]))
+    assert manifest.records.keys == [] and manifest.checkpoint_mode == "stateless"
 
     async with serve(in_process_app(), base_url="http://fresh") as client:
         control = Control(client)

@@ -1,0 +1,63 @@
+"""Read and tamper with the records of a stored participant checkpoint (packed manifests), for tests that
+check what a restore refuses: a record that fails validation with consistent digests, or a corrupt pack."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Callable
+
+from gym_services.control import layout
+from gym_services.control.models import PackedManifest, PackEntry
+from gym_services.control.packs import parse_packed_manifest
+from gym_services.control.storage import Storage, open_storage
+
+
+def _manifest(storage: Storage, manifest_key: str) -> PackedManifest:
+    return parse_packed_manifest(storage.get(manifest_key))
+
+
+def records(location: str | Storage, manifest_key: str) -> dict[str, bytes]:
+    """Record key -> its stored bytes, in manifest order."""
+    storage = open_storage(location) if isinstance(location, str) else location
+    manifest = _manifest(storage, manifest_key)
+    cols = manifest.records
+    blobs = {p.key: storage.get(p.key) for p in manifest.packs}
+    return {
+        key: blobs[manifest.packs[pack].key][offset : offset + size]
+        for key, pack, offset, size in zip(cols.keys, cols.packs, cols.offsets, cols.sizes, strict=True)
+    }
+
+
+def rewrite_record(location: str | Storage, manifest_key: str, key: str, change: Callable[[bytes], bytes]) -> None:
+    """Store ``change(record)`` instead of the record, in a pack of its own, with the manifest's digests kept
+    consistent: only the participant's validation can refuse it."""
+    storage = open_storage(location) if isinstance(location, str) else location
+    manifest = _manifest(storage, manifest_key)
+    data = change(records(storage, manifest_key)[key])
+    pack = PackEntry(
+        key=layout.pack_key(manifest.checkpoint_id, manifest.participant_id, 90000 + len(manifest.packs)),
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+    )
+    storage.put(pack.key, data)
+    cols = manifest.records
+    i = cols.keys.index(key)
+    cols.packs[i], cols.offsets[i], cols.sizes[i] = len(manifest.packs), 0, len(data)
+    manifest.packs.append(pack)
+    storage.put(manifest_key, gzip.compress(manifest.model_dump_json().encode()))
+
+
+def corrupt_record(location: str | Storage, manifest_key: str, key: str, change: Callable[[bytes], bytes]) -> None:
+    """Change the record's bytes inside its pack (same length) without touching any digest: a corrupt pack."""
+    storage = open_storage(location) if isinstance(location, str) else location
+    manifest = _manifest(storage, manifest_key)
+    cols = manifest.records
+    i = cols.keys.index(key)
+    pack = manifest.packs[cols.packs[i]]
+    blob = bytearray(storage.get(pack.key))
+    start, end = cols.offsets[i], cols.offsets[i] + cols.sizes[i]
+    changed = change(bytes(blob[start:end]))
+    assert len(changed) == end - start, "a corrupt record keeps its length"
+    blob[start:end] = changed
+    storage.put(pack.key, bytes(blob))

@@ -48,8 +48,8 @@ from typing import Any
 import httpx
 
 from gym_services.base.config import StorageConfig
-from gym_services.control import layout
 from gym_services.control.storage import open_storage
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient
 from gym_services.control.protocol import CheckpointMethod
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase
@@ -180,7 +180,7 @@ class Chaos:
             os.waitpid(pid, 0)
 
     def published(self, checkpoint_id: str) -> bool:
-        return open_storage(self.story.storage, self.story.storage_config).exists(layout.global_manifest_key(checkpoint_id))
+        return CheckpointStore(open_storage(self.story.storage, self.story.storage_config)).is_published(checkpoint_id)
 
     # --- waiting --------------------------------------------------------------------------------
 

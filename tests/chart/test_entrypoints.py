@@ -18,10 +18,6 @@ pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-# What `gymckpt serve` is planned to know (docs/architecture.md); servers not written yet are checked by name.
-PLANNED_SERVERS = {'inference_worker', 'policy_model', 'workplace_assistant', 'indirect_prompt_injection',
-                   'math_formal_lean', 'blackjack', 'simple_agent', 'proof_refinement_agent', 'gymnasium_agent',
-                   'collection', 'counter', 'lean_sandbox_standin'}
 
 
 def tool(name: str) -> str:
@@ -31,11 +27,10 @@ def tool(name: str) -> str:
 
 
 def known_servers() -> set[str]:
-    try:
-        from gym_services.server.registry import SERVERS
-    except ImportError:
-        return PLANNED_SERVERS
-    return set(SERVERS) | PLANNED_SERVERS
+    """What `gymckpt serve` runs: the server registry, nothing else."""
+    from gym_services.server.registry import SERVERS
+
+    return set(SERVERS)
 
 
 def test_rendered_commands_name_real_entrypoints(render: Any) -> None:

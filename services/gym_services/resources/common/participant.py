@@ -5,7 +5,7 @@ Every resources server's ``create_app`` builds one and passes it to the app fact
 and :meth:`SessionParticipant.session`, the control plane (:mod:`gym_services.control.plane`) calls
 the :class:`~gym_services.control.participant.Participant` interface. Live sessions are keyed by
 the cookie session id (:mod:`gym_services.base.sessions`) and remembered with the rollout identity
-of the call that created them. The mode is the class (``docs/servers.md``, "Resources servers"):
+of the call that created them. The mode is the class (``docs/participants.md``, "Resources and environment servers"):
 
 - :class:`RestartOnlyParticipant`: every live session blocks a checkpoint; nothing is saved;
 - :class:`ExportedParticipant`: sessions are saved through the server's :class:`SessionHooks`

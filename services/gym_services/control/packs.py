@@ -327,6 +327,36 @@ def persist(
     )
 
 
+@dataclass(frozen=True)
+class PackWriter:
+    """Who writes a participant's checkpoints and how: built once by the control plane, handed to its
+    background uploads (:mod:`.persists`), which call :meth:`write` with what was captured."""
+
+    participant_id: str
+    server: str
+    role: Role
+    mode: CheckpointMode
+    verify: VerifyMode
+    pool: ThreadPoolExecutor
+    pack_bytes: int = DEFAULT_PACK_BYTES
+
+    def write(
+        self,
+        store: CheckpointStore,
+        capture: Capture,
+        checkpoint_id: str,
+        reuse: Sequence[ReuseIndex],
+        cancel: threading.Event,
+        progress: Progress,
+    ) -> Persisted:
+        """:func:`persist` of one capture; blocks (run it in a thread)."""
+        return persist(
+            store, self.pool, capture, checkpoint_id=checkpoint_id, participant_id=self.participant_id,
+            server=self.server, role=self.role, mode=self.mode, verify=self.verify, pack_bytes=self.pack_bytes,
+            reuse=reuse, cancel=cancel, progress=progress,
+        )
+
+
 def _wait(future: Future, cancel: threading.Event):
     while True:
         try:

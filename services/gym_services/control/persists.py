@@ -1,9 +1,11 @@
 """Background uploads of captured checkpoints, and what later checkpoints may reuse.
 
-A collaborator of the control plane (:mod:`gym_services.control.plane`): ``resume`` after a
-``capture`` queues a :class:`PersistJob` here; ``persist`` starts it and waits for it; ``abort``
-cancels it; ``status`` shows it. The job runs :func:`gym_services.control.packs.persist` in a
-worker thread while the server serves rollouts again.
+A collaborator of the control plane (:mod:`gym_services.control.plane`), which builds it with its
+:class:`~gym_services.control.packs.PackWriter` and metrics: ``resume`` after a ``capture`` queues a
+:class:`PersistJob` here (or ``persist`` under the pause starts one); ``persist`` starts it and waits for
+it; ``abort`` cancels it; ``status`` shows it. The job hands the capture to the writer in a worker thread
+(while the server serves rollouts again, unless the ``sync`` method keeps it paused) and answers with the
+participant manifest it wrote.
 
 Writing waits for ``persist`` because the coordinator sends it only once every participant has
 answered ``resume``: an upload started at this participant's own resume takes the CPU the others
@@ -22,13 +24,13 @@ import functools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
+from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import PersistResponse, PersistState, PersistStatus
-from gym_services.control.packs import Cancelled, Persisted, Progress, ReuseIndex
+from gym_services.control.packs import Cancelled, Persisted, PackWriter, Progress, ReuseIndex, sha256
 from gym_services.control.participant import Capture, InvalidState
 from gym_services.control.storage import StorageError
 from gym_services.control.store import CheckpointStore
@@ -108,7 +110,9 @@ class PersistJob:
 class Persists:
     """The plane's background uploads (one at a time) and its reuse indexes per location."""
 
-    def __init__(self) -> None:
+    def __init__(self, writer: PackWriter, metrics: ControlMetrics) -> None:
+        self.writer = writer
+        self.metrics = metrics
         self._jobs: OrderedDict[str, PersistJob] = OrderedDict()
         self._indexes: dict[str, list[ReuseIndex]] = {}
 
@@ -131,13 +135,34 @@ class Persists:
         kept = [i for i in self._indexes.get(store.url, []) if i.checkpoint_id != index.checkpoint_id]
         self._indexes[store.url] = [index, *kept][:INDEXES_KEPT]
 
-    def start(
-        self,
-        captured: Captured,
-        write: Callable[[Captured, list[ReuseIndex], PersistJob], Persisted],
-        answer: Callable[[Persisted], PersistResponse],
-    ) -> PersistJob:
-        """Run ``write`` in a worker thread; ``answer`` turns what it wrote into the ``persist`` answer."""
+    def answer(self, captured: Captured, written: Persisted) -> PersistResponse:
+        """What ``persist`` answers once the writer wrote and verified a capture."""
+        self.metrics.records_written.inc(written.records - written.reused)
+        self.metrics.bytes_written.inc(written.written_bytes)
+        log.info(
+            "checkpoint persisted",
+            extra={"checkpoint_id": captured.checkpoint_id, "records": written.records, "reused": written.reused,
+                   "objects": written.objects, "bytes": written.written_bytes},
+        )
+        return PersistResponse(
+            checkpoint_id=captured.checkpoint_id,
+            participant_id=self.writer.participant_id,
+            role=self.writer.role,
+            manifest_key=written.manifest_key,
+            manifest_sha256=sha256(written.manifest_data),
+            manifest_size=len(written.manifest_data),
+            records=written.records,
+            bytes=written.bytes,
+            episodes=written.episodes,
+            duration_s=round(time.monotonic() - captured.started, 6),
+            objects=written.objects,
+            written_bytes=written.written_bytes,
+            reused=written.reused,
+            references=written.references,
+        )
+
+    def start(self, captured: Captured) -> PersistJob:
+        """Queue the capture's upload: the writer runs in a worker thread once ``persist`` (or the grace) starts it."""
         job = PersistJob(captured.checkpoint_id, len(captured.capture))
         self._jobs[job.checkpoint_id] = job
         self._jobs.move_to_end(job.checkpoint_id)
@@ -158,7 +183,9 @@ class Persists:
                 if not job.running:
                     return  # cancelled while queued: it ended then
                 job.state = PersistState.PERSISTING
-                written = await asyncio.to_thread(functools.partial(write, captured, indexes, job))
+                written = await asyncio.to_thread(functools.partial(
+                    self.writer.write, captured.store, captured.capture, cid, indexes, job.cancel, job.progress
+                ))
             except Cancelled as exc:
                 job._end(PersistState.CANCELLED, ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted: {exc}"))
             except StorageError as exc:
@@ -173,7 +200,7 @@ class Persists:
                 log.exception("background upload failed", extra={"checkpoint_id": cid})
                 job._end(PersistState.FAILED, ApiError(ErrorCode.INTERNAL, f"writing checkpoint {cid} failed: {exc}"))
             else:
-                job.answer = answer(written)
+                job.answer = self.answer(captured, written)
                 self.remember(captured.store, written.index)
                 job._end(PersistState.PERSISTED)
             if job.error is not None:

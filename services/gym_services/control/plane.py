@@ -48,12 +48,12 @@ from gym_services.control.models import (
     RetireResponse,
     StatusResponse,
 )
-from gym_services.control.packs import Persisted, ReuseIndex, persist
+from gym_services.control.packs import PackWriter
 from gym_services.control.participant import InvalidState, Participant, RestoredRecord, Scope
 from gym_services.control.persists import Captured, PersistJob, Persists
 from gym_services.control.phases import PhaseMachine
 from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
-from gym_services.control.records import IncompleteCheckpoint, ReadBack, read_participant_records, sha256
+from gym_services.control.records import IncompleteCheckpoint, ReadBack, read_participant_records
 from gym_services.control.repeats import RepeatCalls
 from gym_services.control.storage import StorageError
 from gym_services.control.store import CheckpointStore
@@ -110,7 +110,16 @@ class ControlPlane:
         self._lease = Lease()
         self.calls = RepeatCalls()
         self.storages = StorageClients(config.storage, self.server)
-        self.persists = Persists()
+        writer = PackWriter(
+            participant_id=self.participant_id,
+            server=self.server,
+            role=self.role,
+            mode=participant.checkpoint_mode,
+            verify=participant.checkpoint_verify,
+            pool=self.storages.pool,
+            pack_bytes=config.checkpoint.pack_bytes,
+        )
+        self.persists = Persists(writer, metrics)
         self.checkpoint_id: str | None = None
         self.restoring: RestoreInProgress | None = None
         self.captured: Captured | None = None  # a capture waiting for resume
@@ -286,7 +295,9 @@ class ControlPlane:
     async def _run_capture(self, req: CaptureRequest) -> CaptureResponse:
         started = time.perf_counter()
         self._lease.renew()
-        storage = self.storages.get(req.location, req.storage)  # a bad location fails now, under the pause
+        # a bad location fails now, under the pause; a new S3 client is built off the event loop (it takes the
+        # CPU for a while, and the loop serves the lease renewals and the other verbs meanwhile)
+        storage = await asyncio.to_thread(self.storages.get, req.location, req.storage)
         scope = Scope.of(req.episodes)
         try:
             with collection_paused():
@@ -308,50 +319,7 @@ class ControlPlane:
 
     def _start_persist(self, captured: Captured) -> PersistJob:
         """Queue the encoding, packing and upload of a capture (``persist`` starts them)."""
-
-        def write(captured: Captured, indexes: list[ReuseIndex], job: PersistJob) -> Persisted:
-            return persist(
-                captured.store,
-                self.storages.pool,
-                captured.capture,
-                checkpoint_id=captured.checkpoint_id,
-                participant_id=self.participant_id,
-                server=self.server,
-                role=self.role,
-                mode=self.participant.checkpoint_mode,
-                verify=self.participant.checkpoint_verify,
-                pack_bytes=self.config.checkpoint.pack_bytes,
-                reuse=indexes,
-                cancel=job.cancel,
-                progress=job.progress,
-            )
-
-        def answer(written: Persisted) -> PersistResponse:
-            self.metrics.records_written.inc(written.records - written.reused)
-            self.metrics.bytes_written.inc(written.written_bytes)
-            log.info(
-                "checkpoint persisted",
-                extra={"checkpoint_id": captured.checkpoint_id, "records": written.records, "reused": written.reused,
-                       "objects": written.objects, "bytes": written.written_bytes},
-            )
-            return PersistResponse(
-                checkpoint_id=captured.checkpoint_id,
-                participant_id=self.participant_id,
-                role=self.role,
-                manifest_key=written.manifest_key,
-                manifest_sha256=sha256(written.manifest_data),
-                manifest_size=len(written.manifest_data),
-                records=written.records,
-                bytes=written.bytes,
-                episodes=written.episodes,
-                duration_s=round(time.monotonic() - captured.started, 6),
-                objects=written.objects,
-                written_bytes=written.written_bytes,
-                reused=written.reused,
-                references=written.references,
-            )
-
-        return self.persists.start(captured, write, answer)
+        return self.persists.start(captured)
 
     async def persist(self, req: CheckpointRef) -> PersistResponse:
         """Start (if queued) and wait for the background upload of a captured checkpoint; its participant
@@ -434,7 +402,7 @@ class ControlPlane:
         restore = self.restoring
         assert restore is not None
         try:
-            store = CheckpointStore(self.storages.get(req.location, req.storage))
+            store = CheckpointStore(await asyncio.to_thread(self.storages.get, req.location, req.storage))
             restore.decision = (store, req.restore_id) if req.restore_id else None
             read = await self._read_records(store, req)
             records = read.records

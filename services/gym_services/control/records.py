@@ -10,7 +10,6 @@ what ``persist`` reported and to tell what a checkpoint reads.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from gym_services.control.models import SCHEMA_VERSION, PackedManifest, ParticipantManifest, RecordEntry
-from gym_services.control.packs import ReuseIndex, is_packed, parse_packed_manifest, read_packed
+from gym_services.control.packs import ReuseIndex, is_packed, parse_packed_manifest, read_packed, sha256
 from gym_services.control.participant import InvalidState, RestoredRecord
 from gym_services.control.storage import NotFound
 
@@ -29,10 +28,6 @@ if TYPE_CHECKING:
 
 class IncompleteCheckpoint(LookupError):
     """A manifest that should be there is not: the checkpoint was never completed."""
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def canonical_json(value: object) -> bytes:

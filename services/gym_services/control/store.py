@@ -60,7 +60,8 @@ from gym_services.control.models import (
 )
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, Decision, Phase
-from gym_services.control.records import manifest_records, parse_participant_manifest, sha256
+from gym_services.control.packs import sha256
+from gym_services.control.records import manifest_records, parse_participant_manifest
 from gym_services.control.storage import AlreadyExists, NotFound, Storage
 from gym_services.control.storage.base import check_key
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gym_services.control import layout
-from gym_services.control.packs import Persisted, persist
+from gym_services.control.packs import Persisted, persist, sha256
 from gym_services.control.participant import Capture, InvalidState, Record
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
-from gym_services.control.records import IncompleteCheckpoint, read_participant_records, sha256
+from gym_services.control.records import IncompleteCheckpoint, read_participant_records
 from gym_services.control.storage import AlreadyExists, NotFound, StorageError, open_storage
 from gym_services.control.store import CheckpointStore
 

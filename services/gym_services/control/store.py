@@ -58,9 +58,9 @@ from gym_services.control.models import (
     StatusResponse,
     Tombstone,
 )
+from gym_services.control.packs import sha256
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, Decision, Phase
-from gym_services.control.packs import sha256
 from gym_services.control.records import manifest_records, parse_participant_manifest
 from gym_services.control.storage import AlreadyExists, NotFound, Storage
 from gym_services.control.storage.base import check_key
@@ -253,9 +253,10 @@ class CheckpointStore:
         publish_by = claim.created_at + CHECKPOINT_IN_FLIGHT_S
         if published is None and time.time() > publish_by:
             raise CheckpointRefused(
-                f"checkpoint id {checkpoint_id} at {self.url} was claimed by this transaction {_when(claim.created_at)}, "
-                f"more than {CHECKPOINT_IN_FLIGHT_S / 3600:g} h ago, and never published: it is abandoned (deletion may "
-                "remove its objects); nothing was paused or written: choose another checkpoint id"
+                f"checkpoint id {checkpoint_id} at {self.url} was claimed by this transaction "
+                f"{_when(claim.created_at)}, more than {CHECKPOINT_IN_FLIGHT_S / 3600:g} h ago, and never published: "
+                "it is abandoned (deletion may remove its objects); nothing was paused or written: choose another "
+                "checkpoint id"
             )
         return published, publish_by
 
@@ -265,7 +266,9 @@ class CheckpointStore:
         try:
             data = self.storage.get(answer.manifest_key)
         except NotFound:
-            raise CheckpointRefused(f"participant {participant_id} reported a manifest that is not in storage") from None
+            raise CheckpointRefused(
+                f"participant {participant_id} reported a manifest that is not in storage"
+            ) from None
         if sha256(data) != answer.manifest_sha256:
             raise CheckpointRefused(f"participant {participant_id}'s manifest does not match the digest it reported")
         manifest = parse_participant_manifest(data)
@@ -275,7 +278,9 @@ class CheckpointStore:
             )
         listed = manifest_records(manifest)
         if listed != answer.records:
-            raise CheckpointRefused(f"participant {participant_id}'s manifest lists {listed} records, persist said {answer.records}")
+            raise CheckpointRefused(
+                f"participant {participant_id}'s manifest lists {listed} records, persist said {answer.records}"
+            )
         if isinstance(manifest, PackedManifest):
             for pack in manifest.packs:
                 stored = self.storage.size(pack.key)
@@ -294,11 +299,13 @@ class CheckpointStore:
         checkpoint_id = manifest.checkpoint_id
         if time.time() > publish_by:
             raise CheckpointRefused(
-                f"checkpoint {checkpoint_id} was not published within {CHECKPOINT_IN_FLIGHT_S / 3600:g} h of its claim; "
-                "it never will be (deletion may already remove its objects): take a new checkpoint"
+                f"checkpoint {checkpoint_id} was not published within {CHECKPOINT_IN_FLIGHT_S / 3600:g} h of its "
+                "claim; it never will be (deletion may already remove its objects): take a new checkpoint"
             )
         if self.storage.exists(layout.tombstone_key(checkpoint_id)):
-            raise CheckpointRefused(f"checkpoint {checkpoint_id} was deleted or failed while it was written; it is never published")
+            raise CheckpointRefused(
+                f"checkpoint {checkpoint_id} was deleted or failed while it was written; it is never published"
+            )
         key = layout.global_manifest_key(checkpoint_id)
         data = manifest.model_dump_json(indent=1).encode()
         try:
@@ -326,7 +333,9 @@ class CheckpointStore:
             created_at=time.time(),
         )
         try:
-            self.storage.put_if_absent(layout.tombstone_key(checkpoint_id), tombstone.model_dump_json(indent=1).encode())
+            self.storage.put_if_absent(
+                layout.tombstone_key(checkpoint_id), tombstone.model_dump_json(indent=1).encode()
+            )
         except AlreadyExists:
             return False
         return True
@@ -360,7 +369,9 @@ class CheckpointStore:
             self.storage.put_if_absent(key, data)
         except AlreadyExists:
             if self.is_published(checkpoint_id):
-                raise AlreadyExists(f"checkpoint {checkpoint_id} is already published; its manifests are final") from None
+                raise AlreadyExists(
+                    f"checkpoint {checkpoint_id} is already published; its manifests are final"
+                ) from None
             self.storage.put(key, data)
         return key
 
@@ -383,8 +394,13 @@ class CheckpointStore:
         try:
             decided = RestoreDecision.model_validate(json.loads(data))
         except (UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
-            raise InvalidState(f"restore decision {restore_id} of checkpoint {checkpoint_id} is malformed: {exc}") from None
-        if decided.schema_version != SCHEMA_VERSION or (decided.checkpoint_id, decided.restore_id) != (checkpoint_id, restore_id):
+            raise InvalidState(
+                f"restore decision {restore_id} of checkpoint {checkpoint_id} is malformed: {exc}"
+            ) from None
+        if decided.schema_version != SCHEMA_VERSION or (decided.checkpoint_id, decided.restore_id) != (
+            checkpoint_id,
+            restore_id,
+        ):
             raise InvalidState(f"restore decision {restore_id} of checkpoint {checkpoint_id} does not match its key")
         return decided.decision
 
@@ -404,7 +420,9 @@ class CheckpointStore:
             decided_by=decided_by,
         )
         try:
-            self.storage.put_if_absent(layout.restore_decision_key(checkpoint_id, restore_id), body.model_dump_json().encode())
+            self.storage.put_if_absent(
+                layout.restore_decision_key(checkpoint_id, restore_id), body.model_dump_json().encode()
+            )
             return proposal
         except AlreadyExists:
             pass
@@ -462,7 +480,9 @@ class CheckpointStore:
             try:
                 manifest = self.published(other)
             except InvalidState:
-                raise InvalidState(f"checkpoint {other}'s manifest is unreadable; cannot tell what it references") from None
+                raise InvalidState(
+                    f"checkpoint {other}'s manifest is unreadable; cannot tell what it references"
+                ) from None
             if manifest is None:
                 continue  # unpublished: its reuse intents protect what it will read (kept_objects)
             published.add(other)
@@ -485,7 +505,9 @@ class CheckpointStore:
             try:
                 intents.append(ReuseIntent.model_validate_json(data))
             except ValidationError:
-                raise InvalidState(f"reuse intent {key} is malformed; cannot tell what {checkpoint_id} will read") from None
+                raise InvalidState(
+                    f"reuse intent {key} is malformed; cannot tell what {checkpoint_id} will read"
+                ) from None
         return intents
 
     def kept_objects(self, checkpoint_id: str, now: float | None = None) -> dict[str, list[str]]:
@@ -516,7 +538,8 @@ class CheckpointStore:
     # --- deletion -------------------------------------------------------------------------
 
     def objects(self, checkpoint_id: str) -> list[str]:
-        """Every key stored under one checkpoint, in deletion order (global manifest first, claim and tombstone last)."""
+        """Every key stored under one checkpoint, in deletion order (global manifest first, claim and tombstone
+        last)."""
         keys = self.storage.list(check_key(layout.checkpoint_prefix(checkpoint_id)))
         markers = (layout.claim_key(checkpoint_id), layout.tombstone_key(checkpoint_id))
 

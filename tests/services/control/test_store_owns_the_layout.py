@@ -15,9 +15,12 @@ OWNER = ROOT / "services" / "gym_services" / "control" / "store.py"
 
 def imports_layout(path: Path) -> bool:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module == "gym_services.control":
-            if any(alias.name == "layout" for alias in node.names):
-                return True
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "gym_services.control"
+            and any(alias.name == "layout" for alias in node.names)
+        ):
+            return True
         if isinstance(node, ast.ImportFrom) and node.module == "gym_services.control.layout":
             return True
         if isinstance(node, ast.Import) and any(alias.name == "gym_services.control.layout" for alias in node.names):

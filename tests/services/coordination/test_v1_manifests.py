@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import httpx
+from tests.support.asgi import TOKEN, base_config, serve_many
 
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control.participant import Participant
@@ -19,7 +20,6 @@ from gym_services.coordination.coordinator import Coordinator
 from gym_services.resources.counter.app import Config as CounterConfig
 from gym_services.resources.counter.app import create_app as counter_app
 from gym_services.server.app import create_server_app
-from tests.support.asgi import TOKEN, base_config, serve_many
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "v1_checkpoint"
 
@@ -40,7 +40,10 @@ async def test_restores_a_checkpoint_written_by_the_v1_sync_writer(tmp_path: Pat
         "counter": counter_app(load_config(CounterConfig, overrides=base_config("counter"))),
         "agent": create_server_app(load_config(ServerConfig, overrides=base_config("agent")), Agent(), []),
     }
-    refs = [ParticipantRef("counter", Role.RESOURCES, "http://counter"), ParticipantRef("agent", Role.AGENT, "http://agent")]
+    refs = [
+        ParticipantRef("counter", Role.RESOURCES, "http://counter"),
+        ParticipantRef("agent", Role.AGENT, "http://agent"),
+    ]
     async with serve_many(apps) as transport:
         client = ControlClient(TOKEN, transport=transport)
         try:
@@ -50,7 +53,9 @@ async def test_restores_a_checkpoint_written_by_the_v1_sync_writer(tmp_path: Pat
         assert result.status == "completed", result.error
         assert result.records == 2 and result.episodes == {"r1": 1, "r2": 1}
         for rollout, session in sessions.items():
-            async with httpx.AsyncClient(transport=transport, base_url="http://counter", cookies=session["cookies"]) as http:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://counter", cookies=session["cookies"]
+            ) as http:
                 ident = {"x-ng-rollout-id": rollout, "x-ng-attempt": "1"}
                 answer = await http.post("/increment", json={"by": 1}, headers=ident)
                 assert answer.status_code == 200, answer.text

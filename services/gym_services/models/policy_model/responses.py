@@ -165,8 +165,13 @@ def build_response(
     prompt_tokens: int,
     completion_tokens: int,
     created_at: float,
+    token_information: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
-    """A Responses API object for a finished generation (its whole text, tool calls in markup form)."""
+    """A Responses API object for a finished generation (its whole text, tool calls in markup form).
+
+    ``token_information`` (prompt_token_ids, generation_token_ids, generation_log_probs) goes on the
+    last output item, which makes it NeMo Gym's ``…__training`` variant; a generation with no output
+    item (empty text) gets an empty assistant message to carry it, as NeMo Gym's converter does."""
     parsed = tool_markup.parse(text)
     complete = finish_reason in ("stop", "tool_calls")
     output: list[dict[str, Any]] = []
@@ -191,6 +196,18 @@ def build_response(
                 "status": "completed",
             }
         )
+    if token_information is not None:
+        if not output:
+            output.append(
+                {
+                    "id": _id("msg", digest, "message"),
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed" if complete else "incomplete",
+                    "content": [{"type": "output_text", "text": "", "annotations": []}],
+                }
+            )
+        output[-1].update(token_information)
     incomplete = None
     if not complete:
         incomplete = {"reason": "max_output_tokens" if finish_reason == "length" else finish_reason}

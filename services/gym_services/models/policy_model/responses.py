@@ -146,6 +146,8 @@ def chat_body(request: ResponsesRequest, model: str) -> dict[str, Any]:
         "parallel_tool_calls": request.parallel_tool_calls,
         "temperature": request.temperature,
         "top_p": request.top_p,
+        # not a Responses API field: a sampling seed passed through to the engine (vLLM's per-request seed)
+        "seed": (request.model_extra or {}).get("seed"),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body

@@ -526,8 +526,9 @@ class CompletionResponse:
             body = self._envelope("chat.completion")
             message: dict[str, Any] = {"role": "assistant", "content": plan.text}
             calls = plan.tool_calls()
-            if calls:
+            if calls:  # as vLLM with a tool-call parser answers: the calls parsed out, the text before them
                 message["tool_calls"] = calls
+                message["content"] = tool_markup.parse(plan.text).content or None
             choice["message"] = message
             choice["logprobs"] = {"content": [plan.chat_logprobs(i) for i in indices]} if plan.logprobs else None
             if plan.return_token_ids:

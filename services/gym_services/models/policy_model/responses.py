@@ -183,7 +183,7 @@ def build_response(
                 "id": _id("msg", digest, "message"),
                 "type": "message",
                 "role": "assistant",
-                "status": "completed" if complete else "incomplete",
+                "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
                 "content": [{"type": "output_text", "text": parsed.content, "annotations": []}],
             }
         )
@@ -205,7 +205,7 @@ def build_response(
                     "id": _id("msg", digest, "message"),
                     "type": "message",
                     "role": "assistant",
-                    "status": "completed" if complete else "incomplete",
+                    "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
                     "content": [{"type": "output_text", "text": "", "annotations": []}],
                 }
             )

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from gym_services.base.config import load_config
+from gym_services.models import tool_markup
 from gym_services.models.inference_worker.app import Config, create_app
 from gym_services.models.inference_worker.policies.base import load_tasks
 
@@ -89,8 +90,9 @@ async def complete_stream(client: httpx.AsyncClient, model: str, body: dict[str,
             ids += choice.get("token_ids") or []
             log_probs += [e["logprob"] for e in (choice.get("logprobs") or {}).get("content") or []]
     message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
+    if calls:  # read as a tool-parsing client does: the calls, and the text before them
         message["tool_calls"] = calls
+        message["content"] = tool_markup.parse(content).content or None
     return {"id": chunks[0]["id"], "message": message, "finish_reason": finish, "usage": usage,
             "prompt_token_ids": chunks[0].get("prompt_token_ids"), "token_ids": ids, "log_probs": log_probs}
 

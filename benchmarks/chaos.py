@@ -19,8 +19,8 @@ moments (a random share of the rollouts finished, the rest in flight) one cycle 
   collection carries on, and once S3 is back the next checkpoint completes and is restored (as in ``a``).
 
 At the end, compared with an uninterrupted run of the same tasks: every (task, repeat) exactly once, every reward
-equal, no error rows, the results file valid JSONL. Storage is ``file://`` (default) or S3 (``--s3-endpoint``,
-keys from the AWS_* variables).
+equal, every result's training tokens (prompt ids, generated ids, log-probs) equal, no error rows, the results
+file valid JSONL. Storage is ``file://`` (default) or S3 (``--s3-endpoint``, keys from the AWS_* variables).
 
     .venv/bin/python benchmarks/chaos.py [--cycles 50] [--kinds abcd(e)] [--seed 1] [--storage embedded-s3|s3://bucket/prefix]
 """
@@ -53,6 +53,7 @@ from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient
 from gym_services.control.protocol import CheckpointMethod
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase
+from gym_services.demo.report import training_tokens
 from gym_services.demo.story import Run, Story
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import StackState, read_state, restart_server, is_running, stack_secrets, stop_stack
@@ -445,6 +446,8 @@ class Chaos:
                 self.outcome.errors.append(f"{rid}: {str(row['error'])[:200]}")
             elif rid in self.base.results and row.get("reward") != self.base.results[rid].get("reward"):
                 self.outcome.differences.append(f"{rid}: {row.get('reward')} vs {self.base.results[rid].get('reward')}")
+            elif rid in self.base.results and training_tokens(row) != training_tokens(self.base.results[rid]):
+                self.outcome.differences.append(f"{rid}: token ids or log-probs differ from the uninterrupted run")
         return run
 
 

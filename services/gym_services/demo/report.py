@@ -44,11 +44,20 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         problems.append(f"results only in the checkpointed run: {extra}")
     if ckpt.duplicates or base.duplicates:
         problems.append(f"episodes with two results (ran twice): {sorted(set(ckpt.duplicates + base.duplicates))}")
+    tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
+    for env, (_, differing, _) in sorted(tokens_by_env.items()):
+        if tokens and differing:
+            problems.append(f"{env}: token ids or log-probs differ from the uninterrupted run in {differing}")
     rows = [
-        [env, len(s["ids"]), _mean(s["base"]), _mean(s["ckpt"]), "yes" if not s["diff"] else f"NO ({len(s['diff'])})"]
+        [env, len(s["ids"]), _mean(s["base"]), _mean(s["ckpt"]), "yes" if not s["diff"] else f"NO ({len(s['diff'])})",
+         tokens_by_env[env][0], tokens_by_env[env][2]]
         for env, s in sorted(by_env.items())
     ]
-    lines = ["rewards per environment:", table(["environment", "episodes", "uninterrupted", "checkpointed", "equal"], rows)]
+    lines = [
+        "rewards per environment:",
+        table(["environment", "episodes", "uninterrupted", "checkpointed", "equal",
+               "training tokens identical to the uninterrupted run", "masked rollouts"], rows),
+    ]
 
     cp, rs = ckpt.checkpoint, ckpt.restore
     regenerated = regenerated_tokens(base, ckpt)
@@ -85,6 +94,36 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         ]
     lines += ["", "checkpoint, crash and restore:", table(["", "value"], summary)]
     return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
+
+
+def training_tokens(row: dict | None) -> list[tuple[list[int], list[int], list[float]]]:
+    """What a trainer reads of one result row: every model output item's prompt ids, generated ids and their
+    log-probs (the last item of each model response carries them, NeMo Gym's ``…__training`` items)."""
+    response = ((row or {}).get("result") or {}).get("response") or {}
+    return [
+        (item["prompt_token_ids"], item["generation_token_ids"], item["generation_log_probs"])
+        for item in response.get("output") or []
+        if isinstance(item, dict) and "generation_token_ids" in item
+    ]
+
+
+def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, list[str], int | str]:
+    """("yes"/"NO (n)"/"-", the rollouts whose token ids or log-probs differ, masked rollouts) for ``ids``.
+
+    A rollout is masked (a trainer must not train on it) when its result carries no token information
+    at all; without a capture ledger this is what the rows can tell."""
+    differing, masked, seen = [], 0, 0
+    for rid in ids:
+        mine, theirs = training_tokens(ckpt.results.get(rid)), training_tokens(base.results.get(rid))
+        if not mine:
+            masked += 1
+        if mine or theirs:
+            seen += 1
+            if mine != theirs:
+                differing.append(rid)
+    if not seen:
+        return "-", [], "-"
+    return ("yes" if not differing else f"NO ({len(differing)})"), differing, masked
 
 
 def regenerated_tokens(base: Run, ckpt: Run) -> int:

@@ -8,6 +8,8 @@ from pathlib import Path
 from gym_services.stack.config import SINGLE_REPLICA, ServerSpec, StackConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
+#: the sampling seed every generation of the demo is asked for
+SEED = 20261202
 
 IPI_DATA = PACKAGE / "resources/indirect_prompt_injection/data"
 
@@ -56,7 +58,12 @@ def demo_stack(
         worker["stats_dir"] = str(stats_dir)
     servers = {
         "inference-worker": ServerSpec(server="inference_worker", participant=False, config=worker),
-        "policy-model": ServerSpec(server="policy_model", config={"upstream": {"base_url": "{url:inference-worker}/v1"}}),
+        # token ids and log-probs on every response (what a trainer reads), sampled with a fixed seed
+        "policy-model": ServerSpec(
+            server="policy_model",
+            config={"upstream": {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}},
+                    "return_token_id_information": True},
+        ),
         "workplace-assistant": ServerSpec(server="workplace_assistant", config={"tool_latency_s": latency_s}),
         "indirect-prompt-injection": ServerSpec(server="indirect_prompt_injection"),
         "lean-sandbox": ServerSpec(server="lean_sandbox_standin", participant=False),

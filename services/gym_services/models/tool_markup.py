@@ -1,8 +1,8 @@
 """The text form of tool calls inside a generation: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
 A generation is one string. Tool calls are written into it with this markup (the Hermes/Qwen
-convention), so a generation cut at *any* token boundary — even inside a tool call — is still a plain
-text prefix that an assistant-prefix continuation can extend. Both the built-in inference worker
+convention), so a generation cut at *any* token boundary — even inside a tool call — is a plain
+prefix of one string, continued from its token ids. Both the built-in inference worker
 (which emits the markup) and the policy model (which cuts, continues and converts to Responses
 output items) read it with :func:`parse`.
 """

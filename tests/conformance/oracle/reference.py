@@ -54,6 +54,9 @@ ORACLE_REQUIREMENTS = [
     "aiohttp==3.14.1",
     "omegaconf==2.3.0",
     "rich==14.3.2",
+    # the model servers' base module imports its Anthropic converter (the wheel asks for anthropic<=0.109.2);
+    # the vllm_model glue needs it, nothing compared uses it
+    "anthropic==0.109.2",
 ]
 
 

@@ -1,7 +1,18 @@
 """The built-in inference worker: an OpenAI-compatible chat completions server with deterministic policies.
 
 It stands where vLLM stands in production (``docs/participants.md``, "The policy model"), so the policy model talks to it exactly as
-it would to vLLM: ``POST /v1/chat/completions`` (SSE with ``stream: true``), ``GET /v1/models``.
+it would to vLLM: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (SSE with ``stream: true``),
+``POST /tokenize``, ``POST /detokenize``, ``GET /v1/models``.
+
+Tokens and log-probs, as vLLM answers them
+    Text is tokenized byte-level with sub-word tokens (:mod:`.tokenizer`: a token can end inside a word
+    or inside a multi-byte character) and chats are rendered with a ChatML-style template into prompt
+    token ids. ``logprobs``/``top_logprobs`` (chat) and ``logprobs: k`` (completions) report each
+    token's log-prob; ``return_tokens_as_token_ids`` names tokens ``token_id:<id>``; ``return_token_ids``
+    adds ``prompt_token_ids`` and each choice's ``token_ids``. A natural stop generates the EOS token
+    (``<|im_end|>``: an id and a log-prob, no text), as vLLM reports it. The log-probs are a
+    deterministic function of the context's token ids, the token, ``seed`` and ``temperature``
+    (:func:`.generation.score`): the same ids and seed always give the same log-probs.
 
 Generation text and tool calls
     A completion is one string written by the policy chosen by ``model`` (see ``policies/``). Tool
@@ -12,14 +23,16 @@ Generation text and tool calls
     ``message.tool_calls`` (non-streaming) and in the ``delta.tool_calls`` of the last chunk, whose
     ``finish_reason`` is then ``tool_calls``. Streaming and non-streaming give the same content and calls.
 
-Assistant-prefix continuation
-    With ``continue_final_message: true`` the last (assistant) message is a prefix of the answer: the
-    policy runs on the messages before it and the worker emits only what follows the prefix, so
-    prefix + continuation is exactly the uninterrupted text, wherever the prefix was cut (inside a
-    word, inside tool-call markup). Like vLLM, ``content`` then holds only the new text; ``tool_calls``
-    are parsed from the whole message (prefix + continuation). A prefix the policy would not have
-    written is refused with ``400 prefix_mismatch``. ``usage.prompt_tokens`` of a continuation is the
-    original prompt's plus the prefix's tokens.
+Continuation from token ids
+    ``/v1/completions`` takes a token-id ``prompt``: a rendered chat followed by the answer's token ids
+    so far (a cut generation's prefix). The policy runs on the chat and the worker emits the tokens
+    that follow those ids, with the log-probs the uninterrupted generation had, so prefix +
+    continuation is exactly the uninterrupted generation, id for id, wherever it was cut (inside a
+    word, a multi-byte character, tool-call markup). Ids that spell the right text but are tokenized
+    differently are continued from their bytes, with other ids and log-probs, as a real model would be
+    conditioned on them; an answer the policy would not have written is refused with ``400
+    prefix_mismatch``. The chat route serves no text continuation (``continue_final_message``): a
+    continuation from re-tokenized text is what this design rules out.
 
 Pace and accounting
     The first token comes after ``time_to_first_token_s``, then one every ``1/tokens_per_second``
@@ -52,16 +65,27 @@ from gym_services.base.http import parse_body
 from gym_services.base.metrics import Metrics
 from gym_services.control.participant import Participant
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
-from gym_services.models.inference_worker.chat import ChatCompletionRequest
+from gym_services.models.inference_worker import tokenizer
+from gym_services.models.inference_worker.chat import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from gym_services.models.inference_worker.generation import (
     CompletionResponse,
     Pace,
     TokenMirror,
     WorkerStats,
-    plan_completion,
+    plan_chat,
+    plan_text_completion,
     token_mirror_path,
 )
 from gym_services.models.inference_worker.policies import POLICIES
+
+
+#: the context length /tokenize reports (the worker itself sets no limit)
+MAX_MODEL_LEN = 131072
 
 
 class Config(ServerConfig):
@@ -96,12 +120,35 @@ def create_app(config: Config) -> Starlette:
     mirror = TokenMirror(token_mirror_path(config.stats_dir, config.participant_id)) if config.stats_dir else None
     stats = WorkerStats.declare(metrics, mirror)
 
-    async def completions(request: Request) -> CompletionResponse:
-        body = await parse_body(request, ChatCompletionRequest)
-        policy = served.get(body.model)
+    def policy_of(model: str | None):
+        policy = served.get(model or "")
         if policy is None:
-            raise ApiError(ErrorCode.MODEL_NOT_FOUND, f"model {body.model!r} is not served; try one of {sorted(served)}")
-        return CompletionResponse(plan_completion(body, policy), body, pace, stats)
+            raise ApiError(ErrorCode.MODEL_NOT_FOUND, f"model {model!r} is not served; try one of {sorted(served)}")
+        return policy
+
+    async def chat_completions(request: Request) -> CompletionResponse:
+        body = await parse_body(request, ChatCompletionRequest)
+        return CompletionResponse(plan_chat(body, policy_of(body.model)), body, pace, stats)
+
+    async def completions(request: Request) -> CompletionResponse:
+        body = await parse_body(request, CompletionRequest)
+        return CompletionResponse(plan_text_completion(body, policy_of(body.model)), body, pace, stats)
+
+    async def tokenize(request: Request) -> JSONResponse:
+        body = await parse_body(request, TokenizeRequest)
+        if body.messages is not None:
+            turns = [(m.role, m.raw_text()) for m in body.messages]
+            tokens = tokenizer.render_chat(turns, body.tools, body.add_generation_prompt)
+        else:
+            tokens = tokenizer.encode(body.prompt or "")
+        return JSONResponse({"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None})
+
+    async def detokenize(request: Request) -> JSONResponse:
+        body = await parse_body(request, DetokenizeRequest)
+        try:
+            return JSONResponse({"prompt": tokenizer.decode(body.tokens)})
+        except ValueError as exc:
+            raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
 
     async def models(request: Request) -> JSONResponse:
         data = [
@@ -117,7 +164,10 @@ def create_app(config: Config) -> Starlette:
         config,
         BackendParticipant(),
         [
-            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/detokenize", detokenize, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/stats", stats_route, methods=["GET"]),
         ],

@@ -15,6 +15,7 @@ closing its sending half, or dying) stops generation at once and no token is eve
 from __future__ import annotations
 
 import asyncio
+import codecs
 import hashlib
 import json
 import mmap
@@ -33,34 +34,43 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.metrics import Metrics
 from gym_services.control.records import canonical_json
 from gym_services.models import tool_markup
-from gym_services.models.inference_worker.chat import ChatCompletionRequest, ChatMessage
+from gym_services.models.inference_worker import tokenizer
+from gym_services.models.inference_worker.chat import ChatCompletionRequest, CompletionRequest, Sampling
 from gym_services.models.inference_worker.policies import Conversation, Policy, Turn
-from gym_services.models.inference_worker.tokenizer import count_tokens, split_at
-
-#: Fixed per-message and assistant-header overheads of the stand-in chat template.
-MESSAGE_OVERHEAD = 4
-ASSISTANT_HEADER = 3
-
 
 @dataclass
 class Plan:
-    """What one request will emit."""
+    """What one request will emit: token ids (a natural stop ends in EOS), their log-probs and texts."""
 
     completion_id: str
     model: str
-    prefix: str
-    pieces: list[str]
+    kind: str  # "chat" (chat.completion) or "completion" (text_completion)
+    prompt_ids: list[int]
+    token_ids: list[int]
+    log_probs: list[float]
+    #: per token: the ``top_logprobs`` alternatives (id, log-prob), best first, when asked for
+    top: list[list[tuple[int, float]]]
+    texts: list[str]
     finish_reason: str
-    prompt_tokens: int
+    logprobs: bool
+    as_token_ids: bool
+    return_token_ids: bool
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
     def text(self) -> str:
-        return "".join(self.pieces)
+        return "".join(self.texts)
 
     def tool_calls(self) -> list[dict[str, Any]]:
-        """Complete tool calls of the whole assistant message (prefix + this completion), OpenAI form."""
-        calls = tool_markup.parse(self.prefix + self.text).tool_calls
+        """Complete tool calls of the whole assistant message, OpenAI form (chat only: vLLM's completions
+        route parses none)."""
+        if self.kind != "chat":
+            return []
+        calls = tool_markup.parse(self.text).tool_calls
         return [
             {
                 "id": "call_" + hashlib.sha256(f"{self.completion_id}:{i}".encode()).hexdigest()[:24],
@@ -77,48 +87,152 @@ class Plan:
             "total_tokens": self.prompt_tokens + completion_tokens,
         }
 
+    def token_name(self, token: int) -> str:
+        return f"token_id:{token}" if self.as_token_ids else tokenizer.token_bytes(token).decode("utf-8", "replace")
 
-def conversation_of(messages: list[ChatMessage], tool_names: tuple[str, ...]) -> Conversation:
-    return Conversation(tuple(Turn(m.role, m.raw_text()) for m in messages), tool_names)
+    def chat_logprobs(self, index: int) -> dict[str, Any]:
+        """``choices[0].logprobs.content[...]`` entry of token ``index`` (vLLM's chat form)."""
+        token = self.token_ids[index]
+        return {
+            "token": self.token_name(token),
+            "logprob": self.log_probs[index],
+            "bytes": list(tokenizer.token_bytes(token)),
+            "top_logprobs": [
+                {"token": self.token_name(t), "logprob": lp, "bytes": list(tokenizer.token_bytes(t))} for t, lp in self.top[index]
+            ],
+        }
+
+    def completion_logprobs(self, indices: range, offset: int) -> dict[str, Any]:
+        """``choices[0].logprobs`` of tokens ``indices`` (the legacy completions form; the chosen token is
+        always in ``top_logprobs``, as OpenAI's legacy API does)."""
+        tops, offsets, at = [], [], offset
+        for i in indices:
+            entry = {self.token_name(t): lp for t, lp in self.top[i]}
+            entry.setdefault(self.token_name(self.token_ids[i]), self.log_probs[i])
+            tops.append(entry)
+            offsets.append(at)
+            at += len(self.texts[i])
+        return {
+            "tokens": [self.token_name(self.token_ids[i]) for i in indices],
+            "token_logprobs": [self.log_probs[i] for i in indices],
+            "top_logprobs": tops,
+            "text_offset": offsets,
+        }
 
 
-def prompt_tokens(history: list[ChatMessage], tools: list[dict[str, Any]] | None, prefix: str) -> int:
-    """Prompt size under the stand-in template; a continuation's prompt is the original's plus its prefix."""
-    total = sum(MESSAGE_OVERHEAD + count_tokens(m.role) + count_tokens(m.raw_text()) for m in history)
-    if tools:
-        total += count_tokens(json.dumps(tools, sort_keys=True))
-    return total + ASSISTANT_HEADER + count_tokens(prefix)
+def _advance(state: bytes, token: int) -> bytes:
+    return hashlib.blake2b(state + token.to_bytes(5, "little"), digest_size=16).digest()
 
 
-def plan_completion(request: ChatCompletionRequest, policy: Policy) -> Plan:
-    """Run the policy and decide which tokens this request emits (continuation: those after the prefix)."""
-    history = list(request.messages)
-    prefix = ""
-    if request.continue_final_message:
-        prefix = history.pop().raw_text()
-    full = policy.respond(conversation_of(history, request.tool_names()))
-    if not full.startswith(prefix):
+def _unit(state: bytes, token: int, salt: bytes) -> float:
+    digest = hashlib.blake2b(state + token.to_bytes(5, "little") + salt, digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
+def score(context: list[int], tokens: list[int], sampling_key: str, top_k: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+    """The log-prob the stand-in model gives each of ``tokens`` after ``context`` and the tokens before it,
+    and ``top_k`` alternatives per position.
+
+    The policy decides the text; the log-probs are a deterministic function of the whole context's token
+    ids (a hash chain over every id before the token), the token and the sampling settings (seed and
+    temperature). So a token after a differently tokenized prefix gets a different log-prob, exactly as a
+    real model's would, and the same ids always give the same log-probs (seeded sampling repeats).
+    """
+    state = hashlib.blake2b(sampling_key.encode(), digest_size=16).digest()
+    for token in context:
+        state = _advance(state, token)
+    log_probs: list[float] = []
+    top: list[list[tuple[int, float]]] = []
+    for token in tokens:
+        u = _unit(state, token, b"chosen")
+        lp = -0.0001 - 6.0 * u**3
+        log_probs.append(lp)
+        alternatives: list[tuple[int, float]] = []
+        if top_k:
+            alternatives.append((token, lp))
+            for j in range(1, top_k):
+                alt = 16 + int(_unit(state, j, b"alt") * 256)
+                if alt == token:
+                    alt = 16 + (alt - 15) % 256
+                alternatives.append((alt, alternatives[-1][1] - 0.1 - _unit(state, j, b"gap")))
+        top.append(alternatives)
+        state = _advance(state, token)
+    return log_probs, top
+
+
+def _texts(before: bytes, tokens: list[int]) -> list[str]:
+    """The text each token adds after ``before`` (the answer's bytes so far): a token ending inside a
+    multi-byte character adds ``""``, the one completing it the whole character; specials add nothing."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    decoder.decode(before)
+    return ["" if t in tokenizer.SPECIAL else decoder.decode(tokenizer.token_bytes(t)) for t in tokens]
+
+
+def _plan(
+    kind: str,
+    request: Sampling,
+    policy: Policy,
+    prompt_ids: list[int],
+    turns: list[tuple[str, str]],
+    tools: list[dict[str, Any]] | None,
+    answer_ids: list[int],
+    logprobs: bool,
+    top_k: int,
+) -> Plan:
+    conversation = Conversation(tuple(Turn(role, text) for role, text in turns), tokenizer.tool_names(tools))
+    full = policy.respond(conversation)
+    full_ids = tokenizer.encode(full)
+    answer = tokenizer.decode_bytes(answer_ids)
+    if full_ids[: len(answer_ids)] == answer_ids:
+        rest = full_ids[len(answer_ids) :]
+    elif full.encode().startswith(answer):  # the same text, tokenized otherwise: go on from its bytes
+        rest = tokenizer.encode_rest(full, len(answer))
+    else:
         raise ApiError(
             ErrorCode.PREFIX_MISMATCH,
-            f"continue_final_message: the assistant prefix ({len(prefix)} chars) is not a prefix of what "
-            f"policy {policy.name!r} writes for this conversation",
+            f"the prompt's assistant answer so far ({len(answer_ids)} tokens) is not a prefix of what policy "
+            f"{policy.name!r} writes for this conversation",
         )
-    pieces = split_at(full, prefix)
-    finish = "tool_calls" if tool_markup.parse(full).tool_calls else "stop"
+    finish = "tool_calls" if kind == "chat" and tool_markup.parse(full).tool_calls else "stop"
+    tokens = [*rest, tokenizer.EOS]
     limit = request.token_limit()
-    if limit is not None and len(pieces) > limit:
-        pieces, finish = pieces[:limit], "length"
+    if limit is not None and len(tokens) > limit:
+        tokens, finish = tokens[:limit], "length"
+    log_probs, top = score(prompt_ids, tokens, request.sampling_key(), top_k)
     # stream settings do not change what is generated: both forms get the same ids
     semantic = request.model_dump(mode="json", exclude={"stream", "stream_options"})
     digest = hashlib.sha256(canonical_json(semantic)).hexdigest()
     return Plan(
-        completion_id=f"chatcmpl-{digest[:24]}",
+        completion_id=f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{digest[:24]}",
         model=request.model,
-        prefix=prefix,
-        pieces=pieces,
+        kind=kind,
+        prompt_ids=prompt_ids,
+        token_ids=tokens,
+        log_probs=log_probs,
+        top=top,
+        texts=_texts(answer, tokens),
         finish_reason=finish,
-        prompt_tokens=prompt_tokens(history, request.tools, prefix),
+        logprobs=logprobs,
+        as_token_ids=request.return_tokens_as_token_ids,
+        return_token_ids=request.return_token_ids,
     )
+
+
+def plan_chat(request: ChatCompletionRequest, policy: Policy) -> Plan:
+    """A chat completion: the messages rendered with the template, the policy's whole answer."""
+    prompt = tokenizer.render_chat(request.turns(), request.tools, request.add_generation_prompt)
+    top_k = (request.top_logprobs or 0) if request.logprobs else 0
+    return _plan("chat", request, policy, prompt, request.turns(), request.tools, [], request.logprobs, top_k)
+
+
+def plan_text_completion(request: CompletionRequest, policy: Policy) -> Plan:
+    """A completion from a token-id prompt: a rendered chat and the answer's ids so far, continued."""
+    try:
+        parsed = tokenizer.parse_prompt(request.prompt)
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise ApiError(ErrorCode.BAD_REQUEST, f"prompt: not a chat prompt of this worker's template: {exc}") from None
+    wants = request.logprobs is not None
+    return _plan("completion", request, policy, list(request.prompt), parsed.turns, parsed.tools, parsed.answer_ids, wants, request.logprobs or 0)
 
 
 class TokenMirror:
@@ -278,7 +392,7 @@ def _sse(payload: dict[str, Any] | str) -> bytes:
 class CompletionResponse:
     """An ASGI response that generates while it sends, and stops when the client goes away."""
 
-    def __init__(self, plan: Plan, request: ChatCompletionRequest, pace: Pace, stats: WorkerStats) -> None:
+    def __init__(self, plan: Plan, request: Sampling, pace: Pace, stats: WorkerStats) -> None:
         self.plan = plan
         self.stream = request.stream
         options = request.stream_options
@@ -286,7 +400,6 @@ class CompletionResponse:
         self.continuous_usage = bool(options and options.continuous_usage_stats)
         self.pace = pace
         self.stats = stats
-        self.eos_reached = False
 
     async def _turn(self, start: float, index: int, gone: asyncio.Event) -> bool:
         """Wait until step ``index`` is due; False if the client left meanwhile."""
@@ -300,16 +413,16 @@ class CompletionResponse:
             await asyncio.sleep(0)
         return not gone.is_set()
 
-    async def _tokens(self, connection: Connection, count: bool = True) -> AsyncIterator[str]:
-        """The pieces, each at its turn; a stop (not ``length``) takes one more step, like an EOS token.
+    async def _tokens(self, connection: Connection, count: bool = True) -> AsyncIterator[int]:
+        """The token indices, each at its turn (a natural stop's last token is the EOS).
 
-        The generator ends early when the client leaves; callers compare counts to notice. Each piece is
+        The generator ends early when the client leaves; callers compare counts to notice. Each index is
         yielded right after the connection was seen open; with ``count`` it is counted here, else the
         caller counts it once written (streaming: see :meth:`_send_stream`).
         """
         gone = connection.gone
         start = asyncio.get_running_loop().time()
-        for index, piece in enumerate(self.plan.pieces):
+        for index in range(len(self.plan.token_ids)):
             if not await self._turn(start, index, gone):
                 return
             await connection.writable()
@@ -317,11 +430,7 @@ class CompletionResponse:
                 return
             if count:
                 self.stats.generated(self.plan.model)
-            yield piece
-        if self.plan.finish_reason != "length":
-            self.eos_reached = await self._turn(start, len(self.plan.pieces), gone) and connection.open()
-        else:
-            self.eos_reached = connection.open()
+            yield index
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
@@ -339,16 +448,38 @@ class CompletionResponse:
             watcher.cancel()
             self.stats.finished(self.plan.model, self.stream, outcome)
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None, emitted: int) -> dict[str, Any]:
-        chunk: dict[str, Any] = {
-            "id": self.plan.completion_id,
-            "object": "chat.completion.chunk",
-            "created": self.plan.created,
-            "model": self.plan.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
+    def _envelope(self, obj: str) -> dict[str, Any]:
+        return {"id": self.plan.completion_id, "object": obj, "created": self.plan.created, "model": self.plan.model}
+
+    def _chunk(self, index: int | None, finish: str | None, emitted: int, offset: int = 0) -> dict[str, Any]:
+        """The chunk of token ``index`` (None: the chat's opening role chunk)."""
+        plan = self.plan
+        last = index is not None and index == len(plan.token_ids) - 1
+        choice: dict[str, Any] = {"index": 0}
+        if plan.kind == "chat":
+            chunk = self._envelope("chat.completion.chunk")
+            if index is None:
+                choice["delta"] = {"role": "assistant", "content": ""}
+                if plan.return_token_ids:
+                    chunk["prompt_token_ids"] = plan.prompt_ids
+            else:
+                choice["delta"] = {"content": plan.texts[index]}
+                calls = plan.tool_calls() if last else []
+                if calls:
+                    choice["delta"]["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+            choice["logprobs"] = {"content": [plan.chat_logprobs(index)]} if plan.logprobs and index is not None else None
+        else:
+            chunk = self._envelope("text_completion")
+            choice["text"] = plan.texts[index] if index is not None else ""
+            choice["logprobs"] = plan.completion_logprobs(range(index, index + 1), offset) if plan.logprobs and index is not None else None
+            if plan.return_token_ids and index == 0:
+                choice["prompt_token_ids"] = plan.prompt_ids
+        choice["finish_reason"] = finish
+        if plan.return_token_ids and index is not None:
+            choice["token_ids"] = [plan.token_ids[index]]
+        chunk["choices"] = [choice]
         if self.continuous_usage:
-            chunk["usage"] = self.plan.usage(emitted)
+            chunk["usage"] = plan.usage(emitted)
         return chunk
 
     async def _send_stream(self, send: Send, connection: Connection) -> bool:
@@ -358,47 +489,61 @@ class CompletionResponse:
         async def body(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
 
-        await body(_sse(self._chunk({"role": "assistant", "content": ""}, None, 0)))
+        plan = self.plan
+        if plan.kind == "chat":
+            await body(_sse(self._chunk(None, None, 0)))
         emitted = 0
-        async for piece in self._tokens(connection, count=False):
+        offset = 0
+        async for index in self._tokens(connection, count=False):
             emitted += 1
-            await body(_sse(self._chunk({"content": piece}, None, emitted)))
+            last = index == len(plan.token_ids) - 1
+            await body(_sse(self._chunk(index, plan.finish_reason if last else None, emitted, offset)))
+            offset += len(plan.texts[index])
             # counted once it left this process: a token counted is a token the client gets, even if this process
             # is SIGKILLed right after (the token mirror, read after such a kill, counted one more before: the
             # token being encoded and written when the kill landed, which the client never got and another worker
             # generated again)
             await connection.flushed()
-            self.stats.generated(self.plan.model)
-        if not self.eos_reached:
+            self.stats.generated(plan.model)
+        if emitted < len(plan.token_ids) or not connection.open():
             await body(b"", more=False)
             return False
-        calls = self.plan.tool_calls()
-        final = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else {}
-        await body(_sse(self._chunk(final, self.plan.finish_reason, emitted)))
         if self.include_usage:
-            usage_chunk = self._chunk({}, None, emitted)
+            usage_chunk = self._envelope("chat.completion.chunk" if plan.kind == "chat" else "text_completion")
             usage_chunk["choices"] = []
-            usage_chunk["usage"] = self.plan.usage(emitted)
+            usage_chunk["usage"] = plan.usage(emitted)
             await body(_sse(usage_chunk))
         await body(_sse("[DONE]"), more=False)
         return True
 
     async def _send_whole(self, send: Send, connection: Connection) -> bool:
-        pieces = [piece async for piece in self._tokens(connection)]
-        if not self.eos_reached:
+        indices = [index async for index in self._tokens(connection)]
+        plan = self.plan
+        if len(indices) < len(plan.token_ids) or not connection.open():
             return False  # the client left; nobody to answer
-        message: dict[str, Any] = {"role": "assistant", "content": self.plan.text}
-        calls = self.plan.tool_calls()
-        if calls:
-            message["tool_calls"] = calls
-        body = {
-            "id": self.plan.completion_id,
-            "object": "chat.completion",
-            "created": self.plan.created,
-            "model": self.plan.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.plan.finish_reason}],
-            "usage": self.plan.usage(len(pieces)),
-        }
+        choice: dict[str, Any] = {"index": 0}
+        if plan.kind == "chat":
+            body = self._envelope("chat.completion")
+            message: dict[str, Any] = {"role": "assistant", "content": plan.text}
+            calls = plan.tool_calls()
+            if calls:  # as vLLM with a tool-call parser answers: the calls parsed out, the text before them
+                message["tool_calls"] = calls
+                message["content"] = tool_markup.parse(plan.text).content or None
+            choice["message"] = message
+            choice["logprobs"] = {"content": [plan.chat_logprobs(i) for i in indices]} if plan.logprobs else None
+            if plan.return_token_ids:
+                body["prompt_token_ids"] = plan.prompt_ids
+        else:
+            body = self._envelope("text_completion")
+            choice["text"] = plan.text
+            choice["logprobs"] = plan.completion_logprobs(range(len(indices)), 0) if plan.logprobs else None
+            if plan.return_token_ids:
+                choice["prompt_token_ids"] = plan.prompt_ids
+        choice["finish_reason"] = plan.finish_reason
+        if plan.return_token_ids:
+            choice["token_ids"] = list(plan.token_ids)
+        body["choices"] = [choice]
+        body["usage"] = plan.usage(len(indices))
         data = json.dumps(body, ensure_ascii=False).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})

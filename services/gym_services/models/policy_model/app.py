@@ -9,8 +9,9 @@ Checkpointing (role ``model``, ``docs/participants.md``; details in :mod:`.gener
 - prepare closes admission (new calls: ``409 checkpoint_parked``; the route is ``GATED_NOWAIT``) and
   cuts every in-flight generation at its next token boundary; the HTTP calls stay open;
 - a response finishing while a checkpoint is open is held and delivered at resume;
-- resume/abort: cut calls continue from their prefix (assistant-prefix continuation) and return one
-  response equal to the uninterrupted one;
+- resume/abort: cut calls continue from their prefix's token ids (never re-tokenized text; the engine
+  adapter, :mod:`.engines`) and return one response equal to the uninterrupted one, token ids and
+  log-probs included;
 - capture takes a record per (rollout, request digest) in scope: cut prefixes, and held responses
   whole (so a restored model re-answers them without generating); restore stages them for attempt + 1,
   and the re-issued request continues from its prefix; a prefix is used once;
@@ -30,6 +31,10 @@ call fails (``503 upstream_unavailable``) only after ``upstream_retry.deadline_s
 
 ``stream: true`` is answered with synthetic Responses API SSE events once the generation is finished
 (:mod:`.stream_events`), as the reference model server does, so streaming changes no checkpoint rule.
+
+With ``return_token_id_information`` the last output item of a response carries the generation's
+``prompt_token_ids``, ``generation_token_ids`` and ``generation_log_probs`` (NeMo Gym's ``…__training``
+items), as NeMo Gym's ``vllm_model`` does.
 
 Responses are deterministic: ids derive from the request digest, and ``created_at`` is 0 unless
 ``stable_created_at`` is false, so a checkpointed run can be compared byte for byte with an
@@ -73,12 +78,20 @@ class Config(ServerConfig):
         description="how long a cut waits for the upstream to end a stream it was told to stop before closing it anyway",
     )
     stable_created_at: bool = Field(default=True, description="created_at = 0, so responses are reproducible")
+    return_token_id_information: bool = Field(
+        default=False,
+        description="put prompt_token_ids, generation_token_ids and generation_log_probs on the last output item of "
+        "every response (NeMo Gym's vllm_model option of the same name; what NeMo RL trains on)",
+    )
 
 
 def create_app(config: Config) -> Starlette:
     metrics = Metrics(config.name)
     upstream = Upstream(config.upstream, FleetMetrics.declare(metrics))
-    manager = GenerationManager(upstream, config.cut_wait_s, ModelCounters.declare(metrics), config.upstream_retry)
+    manager = GenerationManager(
+        upstream, config.cut_wait_s, ModelCounters.declare(metrics), config.upstream_retry,
+        token_information=config.return_token_id_information,
+    )
 
     async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
@@ -99,6 +112,7 @@ def create_app(config: Config) -> Starlette:
             generation.prompt_tokens or 0,
             generation.completion_tokens,
             created_at,
+            token_information=generation.token_information() if config.return_token_id_information else None,
         )
         if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
             return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)

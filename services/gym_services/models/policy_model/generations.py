@@ -10,9 +10,10 @@ Lifecycle of one ``/v1/responses`` call (one :class:`Generation`):
              before it saw the stop, so every token generated is in the prefix: none is generated
              twice or for nobody, however far the reader had fallen behind. The HTTP call stays open;
 ``held``     the generation finished while a checkpoint was open: the response waits for resume;
-then, at resume (or abort), a cut call continues with assistant-prefix continuation
-(``continue_final_message``) and returns one response, prefix + continuation — the response an
-uninterrupted call returns; a held call is delivered.
+then, at resume (or abort), a cut call continues from its token ids — the prompt's ids as the engine
+reported them plus every generated id, never re-tokenized text (the engine adapter's continuation
+request, :mod:`.engines`) — and returns one response, prefix + continuation, with the ids and sampled
+log-probs of both: the response an uninterrupted call returns; a held call is delivered.
 
 A failing upstream (the worker killed or restarting, a refused connection, a stream broken off, a
 ``5xx``/``429`` answer) is handled like a cut the generation did not ask for: what arrived stays as
@@ -48,8 +49,9 @@ from gym_services.base.metrics import Metrics
 from gym_services.control.models import Blocker
 from gym_services.control.participant import Record, RestoredRecord, Scope
 from gym_services.models import tool_markup
+from gym_services.models.policy_model.engines import Delta, EngineRequest, TokenPrefix
 from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
-from gym_services.models.policy_model.upstream import Delta, Halt, Upstream, UpstreamRetry, UpstreamUnavailable
+from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
 Key = tuple[str, str]
@@ -106,13 +108,25 @@ class Generation:
         self.digest = digest
         self.body = body
         self.limit = limit
+        if staged is not None and staged.token_ids is None and not (staged.complete and not manager.token_information):
+            # a schema-1 record holds text only: continuing it would re-tokenize that text, so the generation
+            # starts over (it was never delivered); a complete one still answers when no token ids are asked for
+            log.warning("a text-only prefix record (schema 1) is generated again from the start",
+                        extra={"rollout_id": identity.rollout_id if identity else None})
+            staged = None
         self.staged = staged
         self.restored = staged is not None
+        #: answered from a schema 1 record: text and counts, no token ids
+        self.text_only = staged is not None and staged.token_ids is None
         self.state: GenerationState = GenerationState.CUT  # until the first stream starts: parked, with an empty prefix
         self.text = ""
         self.structured: dict[int, dict[str, str]] = {}
         self.completion_tokens = 0
         self.prompt_tokens: int | None = None
+        #: the prompt as the engine tokenized it, every generated token id and its sampled log-prob
+        self.prompt_token_ids: list[int] | None = None
+        self.token_ids: list[int] = []
+        self.log_probs: list[float] = []
         self.finish_reason: str | None = None
         self.error: ApiError | None = None
         self.cut_requested = False
@@ -131,6 +145,10 @@ class Generation:
             self.text = staged.text
             self.completion_tokens = staged.completion_tokens
             self.prompt_tokens = staged.prompt_tokens
+            if staged.token_ids is not None:
+                self.prompt_token_ids = list(staged.prompt_token_ids) if staged.prompt_token_ids is not None else None
+                self.token_ids = list(staged.token_ids)
+                self.log_probs = list(staged.log_probs or ())
             if staged.complete:
                 self.finish_reason = staged.finish_reason
 
@@ -171,7 +189,20 @@ class Generation:
             finish_reason=self.finish_reason,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
+            prompt_token_ids=tuple(self.prompt_token_ids) if self.prompt_token_ids is not None else None,
+            token_ids=None if self.text_only else tuple(self.token_ids),
+            log_probs=None if self.text_only else tuple(self.log_probs),
         )
+
+    def token_information(self) -> dict[str, list[Any]]:
+        """NeMo Gym's token fields of the finished generation (prompt ids as first reported, all generated ids)."""
+        if self.text_only or self.prompt_token_ids is None:
+            raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream reported no prompt token ids for this generation")
+        return {
+            "prompt_token_ids": list(self.prompt_token_ids),
+            "generation_token_ids": list(self.token_ids),
+            "generation_log_probs": list(self.log_probs),
+        }
 
     async def run(self) -> None:
         """Generate until finished, parking while a checkpoint is open; deliver only when none is."""
@@ -242,32 +273,32 @@ class Generation:
             await self.wake.wait()
         self._raise_if_failed()
 
-    def _continuation_body(self) -> dict[str, Any] | None:
-        """The upstream request that continues from ``text``; None when the token budget is spent."""
-        body = dict(self.body)
+    async def _request(self) -> EngineRequest | None:
+        """The upstream request that continues from the token ids kept so far; None when the budget is spent."""
+        remaining = None
         if self.limit is not None:
-            remaining = self.limit - self.completion_tokens
+            remaining = self.limit - len(self.token_ids)
             if remaining <= 0:
                 return None
-            body["max_tokens"] = remaining
-        if self.text:
-            body["messages"] = [*self.body["messages"], {"role": "assistant", "content": self.text}]
-            body["continue_final_message"] = True
-            body["add_generation_prompt"] = False
-        return body
+        prefix = None
+        if self.token_ids:
+            if self.prompt_token_ids is None:  # the stream was cut before it reported the prompt's ids
+                self.prompt_token_ids = await self.manager.upstream.prompt_token_ids(self.body)
+            prefix = TokenPrefix(tuple(self.prompt_token_ids), tuple(self.token_ids), tuple(self.log_probs))
+        return self.manager.upstream.engine.request(self.body, prefix, remaining)
 
     async def _stream_once(self) -> None:
-        body = self._continuation_body()
-        if body is None:
+        request = await self._request()
+        if request is None:
             self.finish_reason = "length"
             return
         # counted once the upstream answers: a continuation refused by a dead worker reused nothing
-        reuse = (self.completion_tokens, self.resumes_after) if self.text and self.state == GenerationState.CUT and self.staged is None else None
+        reuse = (self.completion_tokens, self.resumes_after) if self.token_ids and self.state == GenerationState.CUT and self.staged is None else None
         self.staged = None
         self.state = GenerationState.RUNNING
         self.cut_requested = False
         self._halt = Halt()
-        self._reader = asyncio.create_task(self._read(body, base=self.completion_tokens, reuse=reuse))
+        self._reader = asyncio.create_task(self._read(request, base=self.completion_tokens, reuse=reuse))
         try:
             await asyncio.wait({self._reader})
         finally:
@@ -287,16 +318,16 @@ class Generation:
             self.resumes_after = "cut"
             self.manager.count_cut()
 
-    async def _read(self, body: dict[str, Any], base: int, reuse: tuple[int, str] | None = None) -> None:
-        """Append the stream to ``text`` until it ends (after a cut: until the upstream stopped)."""
-        received = 0
+    async def _read(self, request: EngineRequest, base: int, reuse: tuple[int, str] | None = None) -> None:
+        """Append the stream to ``text`` and the token lists until it ends (after a cut: until the upstream stopped)."""
+        sent_prompt = request.body.get("prompt") if isinstance(request.body.get("prompt"), list) else None
         try:
-            async with contextlib.aclosing(self.manager.upstream.deltas(body, self._halt, prefix_tokens=base)) as deltas:
+            async with contextlib.aclosing(self.manager.upstream.deltas(request, self._halt, prefix_tokens=base)) as deltas:
                 async for delta in deltas:
                     if reuse is not None:
                         self.manager.reused(*reuse)
                         reuse = None
-                    received = self._apply(delta, base, received)
+                    self._apply(delta, sent_prompt)
                     if delta.finish_reason is not None:
                         self.finish_reason = self._finish(delta.finish_reason)
             if self.finish_reason is None and not self.cut_requested:
@@ -304,22 +335,26 @@ class Generation:
         finally:
             self.manager.generated(self.completion_tokens - base)
 
-    def _apply(self, delta: Delta, base: int, received: int) -> int:
-        if delta.prompt_tokens is not None and self.prompt_tokens is None:
-            self.prompt_tokens = max(0, delta.prompt_tokens - base)
-        if delta.has_token:
-            received += 1
-            self.text += delta.text
-            for call in delta.tool_calls:
-                slot = self.structured.setdefault(int(call.get("index", len(self.structured))), {"name": "", "arguments": ""})
-                function = call.get("function") or {}
-                slot["name"] += function.get("name") or ""
-                slot["arguments"] += function.get("arguments") or ""
-        if delta.completion_tokens is not None:  # the upstream's own count wins over counting chunks
-            self.completion_tokens = base + delta.completion_tokens
-        elif delta.has_token and delta.finish_reason is None:
-            self.completion_tokens = base + received
-        return received
+    def _apply(self, delta: Delta, sent_prompt: list[int] | None) -> None:
+        if delta.prompt_token_ids is not None:
+            if sent_prompt is not None:  # a continuation: the engine must have used exactly the ids it was sent
+                if delta.prompt_token_ids != sent_prompt:
+                    raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream continued from other prompt token ids than it was sent")
+            elif self.prompt_token_ids is None:
+                self.prompt_token_ids = list(delta.prompt_token_ids)
+        if self.prompt_token_ids is not None:
+            self.prompt_tokens = len(self.prompt_token_ids)
+        elif delta.prompt_tokens is not None and self.prompt_tokens is None and sent_prompt is None:
+            self.prompt_tokens = delta.prompt_tokens
+        self.text += delta.text
+        self.token_ids.extend(delta.token_ids)
+        self.log_probs.extend(delta.log_probs)
+        self.completion_tokens = len(self.token_ids)
+        for call in delta.tool_calls:
+            slot = self.structured.setdefault(int(call.get("index", len(self.structured))), {"name": "", "arguments": ""})
+            function = call.get("function") or {}
+            slot["name"] += function.get("name") or ""
+            slot["arguments"] += function.get("arguments") or ""
 
     def _finish(self, reason: str) -> str:
         """Structured tool calls (vLLM with a tool parser) join the text in markup form, once."""
@@ -341,11 +376,18 @@ class GenerationManager:
     """Every live generation and staged prefix of one policy model server."""
 
     def __init__(
-        self, upstream: Upstream, cut_wait_s: float, counters: ModelCounters, retry: UpstreamRetry | None = None
+        self,
+        upstream: Upstream,
+        cut_wait_s: float,
+        counters: ModelCounters,
+        retry: UpstreamRetry | None = None,
+        token_information: bool = False,
     ) -> None:
         self.upstream = upstream
         self.cut_wait_s = cut_wait_s
         self.retry = retry or UpstreamRetry()
+        #: whether responses carry token information (``return_token_id_information``)
+        self.token_information = token_information
         self.paused = False
         self.live: dict[int, Generation] = {}
         self.staged: dict[Key, StagedPrefix] = {}
@@ -433,7 +475,7 @@ class GenerationManager:
         ident = generation.identity
         if ident is None or generation.error is not None:
             return
-        gave_up = isinstance(exc, ApiError) and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE and bool(generation.text)
+        gave_up = isinstance(exc, ApiError) and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE and bool(generation.token_ids)
         if generation.restored or gave_up:
             self.staged.setdefault((ident.rollout_id, generation.digest), generation.snapshot())
 
@@ -473,11 +515,11 @@ class GenerationManager:
         kept: dict[Key, StagedPrefix] = {}
         for g in self.live.values():
             ident = g.identity
-            if ident is None or not scope.includes(ident.rollout_id) or not (g.text or g.finish_reason):
+            if ident is None or not scope.includes(ident.rollout_id) or not (g.token_ids or g.finish_reason):
                 continue
             snap = g.snapshot()
             key = (ident.rollout_id, g.digest)
-            if key not in kept or len(snap.text) > len(kept[key].text):
+            if key not in kept or len(snap.token_ids or ()) > len(kept[key].token_ids or ()):
                 kept[key] = snap
         for key, staged in self.staged.items():
             if scope.includes(key[0]) and key not in kept:

@@ -1,9 +1,13 @@
 """The checkpoint record of one generation: its prefix, keyed by rollout id and request digest.
 
-A cut generation is written with the text it had reached (``complete: false``); a finished response
+A cut generation is written with what it had reached (``complete: false``); a finished response
 that was still held at the capture is written whole (``complete: true``, with its finish reason), so a
-restored model answers its re-issue without generating anything. Token counts travel with the text,
-so the re-issued call reports the same ``usage`` as the uninterrupted one.
+restored model answers its re-issue without generating anything. Schema 2 keeps the tokens as the
+engine sampled them: the prompt's token ids, every generated token id and its log-prob (a
+continuation starts from exactly these ids, never from re-tokenized text), beside the text. Schema 1
+records (text only, written before) are still read: a complete one answers when no token
+information is asked for; anything else is generated again from the start (its text cannot be
+continued token-exactly). See ``docs/protocol.md``, "The prefix record".
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gym_services.control.participant import InvalidState, Record, RestoredRecord
 
-PREFIX_SCHEMA_VERSION = 1
+PREFIX_SCHEMA_VERSION = 2
+#: schema versions this reader accepts (1: text only)
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
 class PrefixRecord(BaseModel):
@@ -31,13 +37,28 @@ class PrefixRecord(BaseModel):
     finish_reason: str | None = None
     prompt_tokens: int | None = Field(default=None, ge=0)
     completion_tokens: int = Field(ge=0)
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    log_probs: list[float] | None = None
 
     @model_validator(mode="after")
     def _complete_has_reason(self) -> PrefixRecord:
-        if self.schema_version != PREFIX_SCHEMA_VERSION:
-            raise ValueError(f"schema_version {self.schema_version} is not supported (want {PREFIX_SCHEMA_VERSION})")
+        if self.schema_version not in READABLE_SCHEMA_VERSIONS:
+            raise ValueError(f"schema_version {self.schema_version} is not supported (want one of {READABLE_SCHEMA_VERSIONS})")
         if self.complete and self.finish_reason is None:
             raise ValueError("a complete response needs its finish_reason")
+        if self.schema_version == 1:
+            if self.token_ids is not None or self.log_probs is not None or self.prompt_token_ids is not None:
+                raise ValueError("a schema 1 record holds no token ids")
+            return self
+        if self.token_ids is None or self.log_probs is None:
+            raise ValueError("a schema 2 record needs token_ids and log_probs")
+        if len(self.token_ids) != len(self.log_probs):
+            raise ValueError(f"{len(self.token_ids)} token_ids but {len(self.log_probs)} log_probs")
+        if len(self.token_ids) != self.completion_tokens:
+            raise ValueError(f"completion_tokens {self.completion_tokens} but {len(self.token_ids)} token_ids")
+        if self.token_ids and self.prompt_token_ids is None:
+            raise ValueError("generated token ids need the prompt's token ids to be continued")
         return self
 
 
@@ -51,6 +72,10 @@ class StagedPrefix:
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int
+    #: None for a schema 1 (text-only) record
+    prompt_token_ids: tuple[int, ...] | None = None
+    token_ids: tuple[int, ...] | None = None
+    log_probs: tuple[float, ...] | None = None
 
 
 def record_key(rollout_id: str, digest: str) -> str:
@@ -58,8 +83,9 @@ def record_key(rollout_id: str, digest: str) -> str:
 
 
 def to_record(rollout_id: str, attempt: int, digest: str, staged: StagedPrefix) -> Record:
+    legacy = staged.token_ids is None  # a schema 1 record staged and kept again stays what it was
     payload = PrefixRecord(
-        schema_version=PREFIX_SCHEMA_VERSION,
+        schema_version=1 if legacy else PREFIX_SCHEMA_VERSION,
         rollout_id=rollout_id,
         attempt=attempt,
         digest=digest,
@@ -68,6 +94,9 @@ def to_record(rollout_id: str, attempt: int, digest: str, staged: StagedPrefix) 
         finish_reason=staged.finish_reason,
         prompt_tokens=staged.prompt_tokens,
         completion_tokens=staged.completion_tokens,
+        prompt_token_ids=None if legacy or staged.prompt_token_ids is None else list(staged.prompt_token_ids),
+        token_ids=None if legacy else list(staged.token_ids or ()),
+        log_probs=None if legacy else list(staged.log_probs or ()),
     )
     data = json.dumps(payload.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")).encode()
     return Record(key=record_key(rollout_id, digest), data=data, rollout_id=rollout_id, attempt=attempt)
@@ -93,5 +122,8 @@ def from_record(record: RestoredRecord) -> tuple[tuple[str, str], StagedPrefix]:
         finish_reason=payload.finish_reason,
         prompt_tokens=payload.prompt_tokens,
         completion_tokens=payload.completion_tokens,
+        prompt_token_ids=tuple(payload.prompt_token_ids) if payload.prompt_token_ids is not None else None,
+        token_ids=tuple(payload.token_ids) if payload.token_ids is not None else None,
+        log_probs=tuple(payload.log_probs) if payload.log_probs is not None else None,
     )
     return (payload.rollout_id, payload.digest), staged

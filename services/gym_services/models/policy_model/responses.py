@@ -146,6 +146,8 @@ def chat_body(request: ResponsesRequest, model: str) -> dict[str, Any]:
         "parallel_tool_calls": request.parallel_tool_calls,
         "temperature": request.temperature,
         "top_p": request.top_p,
+        # not a Responses API field: a sampling seed passed through to the engine (vLLM's per-request seed)
+        "seed": (request.model_extra or {}).get("seed"),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body
@@ -165,8 +167,13 @@ def build_response(
     prompt_tokens: int,
     completion_tokens: int,
     created_at: float,
+    token_information: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
-    """A Responses API object for a finished generation (its whole text, tool calls in markup form)."""
+    """A Responses API object for a finished generation (its whole text, tool calls in markup form).
+
+    ``token_information`` (prompt_token_ids, generation_token_ids, generation_log_probs) goes on the
+    last output item, which makes it NeMo Gym's ``…__training`` variant; a generation with no output
+    item (empty text) gets an empty assistant message to carry it, as NeMo Gym's converter does."""
     parsed = tool_markup.parse(text)
     complete = finish_reason in ("stop", "tool_calls")
     output: list[dict[str, Any]] = []
@@ -176,7 +183,7 @@ def build_response(
                 "id": _id("msg", digest, "message"),
                 "type": "message",
                 "role": "assistant",
-                "status": "completed" if complete else "incomplete",
+                "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
                 "content": [{"type": "output_text", "text": parsed.content, "annotations": []}],
             }
         )
@@ -191,6 +198,18 @@ def build_response(
                 "status": "completed",
             }
         )
+    if token_information is not None:
+        if not output:
+            output.append(
+                {
+                    "id": _id("msg", digest, "message"),
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
+                    "content": [{"type": "output_text", "text": "", "annotations": []}],
+                }
+            )
+        output[-1].update(token_information)
     incomplete = None
     if not complete:
         incomplete = {"reason": "max_output_tokens" if finish_reason == "length" else finish_reason}

@@ -9,7 +9,6 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from gym_services.base.affinity import Endpoints, expand_endpoints
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
+from gym_services.models.policy_model.engines import ENGINES, Delta, Engine, EngineProtocolError, EngineRequest
 from gym_services.models.policy_model.fleet import Fleet, FleetMetrics, Resolver
 
 log = get_logger("policy_model.upstream")
@@ -47,6 +47,10 @@ class UpstreamConfig(BaseModel):
         default=512, ge=1, le=1_000_000,
         description="the first guess of a generation's length, for spreading load by outstanding tokens (then a running mean)",
     )
+    engine: str = Field(
+        default="vllm",
+        description="the engine's wire format (an adapter of models/policy_model/engines): vllm (vLLM, the built-in worker)",
+    )
     api_key: SecretStr | None = None
     model: str | None = Field(default=None, description="model name sent upstream; the request's when unset")
     connect_timeout_s: float = Field(default=10.0, gt=0)
@@ -59,6 +63,8 @@ class UpstreamConfig(BaseModel):
 
     @model_validator(mode="after")
     def _resolvable(self) -> UpstreamConfig:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine {self.engine!r} is unknown; known: {sorted(ENGINES)}")
         if self.resolve and any(not url.startswith("http://") for url in expand_endpoints(self.base_url)):
             raise ValueError("resolve needs http:// base URLs (an address in place of the name would fail TLS checks)")
         return self
@@ -92,37 +98,6 @@ class UpstreamUnavailable(ApiError):
     def __init__(self, message: str, *, details: Any = None, worker: str | None = None) -> None:
         super().__init__(ErrorCode.UPSTREAM_UNAVAILABLE, message, details=details)
         self.worker = worker
-
-
-@dataclass
-class Delta:
-    """One upstream chunk, reduced to what the policy model keeps."""
-
-    text: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-    @property
-    def has_token(self) -> bool:
-        return bool(self.text or self.tool_calls)
-
-
-def _delta(chunk: dict[str, Any]) -> Delta:
-    delta = Delta()
-    usage = chunk.get("usage")
-    if isinstance(usage, dict):
-        delta.prompt_tokens = usage.get("prompt_tokens")
-        delta.completion_tokens = usage.get("completion_tokens")
-    for choice in chunk.get("choices") or []:
-        if choice.get("index", 0) != 0:
-            continue
-        body = choice.get("delta") or {}
-        delta.text = body.get("content") or ""
-        delta.tool_calls = list(body.get("tool_calls") or [])
-        delta.finish_reason = choice.get("finish_reason")
-    return delta
 
 
 class Halt:
@@ -175,6 +150,7 @@ class Upstream:
             metrics=metrics,
             **({"resolver": resolver} if resolver is not None else {}),
         )
+        self.engine: Engine = ENGINES[config.engine]()
         self._client: httpx.AsyncClient | None = None
         self._watch: asyncio.Task | None = None
 
@@ -221,9 +197,25 @@ class Upstream:
             options["continuous_usage_stats"] = True
         return options
 
-    async def deltas(self, body: dict[str, Any], halt: Halt | None = None, prefix_tokens: int = 0) -> AsyncIterator[Delta]:
-        """Stream one chat completion from the least loaded worker; closing this generator early closes
-        the upstream stream. ``prefix_tokens`` is what the generation already has (for the load estimate).
+    async def prompt_token_ids(self, chat: dict[str, Any]) -> list[int]:
+        """The prompt's token ids for ``chat``, asked of a healthy worker (when a stream did not report them)."""
+        if self._client is None:
+            raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
+        worker = self.fleet.pick()
+        if worker is None:
+            raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
+        try:
+            return await self.engine.prompt_token_ids(self._client, worker.base_url, chat)
+        except httpx.TransportError as exc:
+            self.fleet.failed(worker, str(exc))
+            raise UpstreamUnavailable(f"upstream {worker.base_url} failed: {exc}", worker=worker.base_url) from None
+        except EngineProtocolError as exc:
+            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {worker.base_url}: {exc}") from None
+
+    async def deltas(self, request: EngineRequest, halt: Halt | None = None, prefix_tokens: int = 0) -> AsyncIterator[Delta]:
+        """Stream one generation (the engine adapter's ``request``) from the least loaded worker; closing this
+        generator early closes the upstream stream. ``prefix_tokens`` is what the generation already has (for
+        the load estimate).
 
         After ``halt`` is requested the stream is read to its end (see :class:`Halt`): the upstream
         closing it then is the expected end, not an error. Any other failure of the worker (refused,
@@ -236,9 +228,10 @@ class Upstream:
         if worker is None:
             raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
         halt = halt or Halt()
+        body = request.body
         payload = {**self.config.extra_body, **body, "stream": True, "stream_options": self.stream_options()}
         stream = self.fleet.open(worker, self.fleet.expected(body.get("max_tokens"), prefix_tokens))
-        url = worker.chat_url
+        url = worker.base_url + request.path
         network = None
         finished = False
 
@@ -270,13 +263,12 @@ class Upstream:
                             raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream sent a chunk that is not JSON: {data[:200]}") from None
                         if isinstance(chunk, dict) and "error" in chunk:
                             raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
-                        delta = _delta(chunk)
-                        if delta.completion_tokens is not None:  # the upstream's own count wins over counting chunks
-                            self.fleet.counted(stream, delta.completion_tokens)
-                        elif delta.has_token and delta.finish_reason is None:
-                            # (a final chunk restating the tool calls is no token; vLLM's last token arrives
-                            # with its finish_reason, and its usage chunk then counts it)
-                            self.fleet.received(stream)
+                        try:
+                            delta = self.engine.parse_chunk(chunk)
+                        except EngineProtocolError as exc:
+                            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {url}: {exc}") from None
+                        if delta.token_ids:
+                            self.fleet.received(stream, len(delta.token_ids))
                         if delta.finish_reason is not None:
                             finished = True
                         yield delta

@@ -7,7 +7,18 @@ import json
 import pytest
 
 from gym_services.models import tool_markup
-from gym_services.models.inference_worker.tokenizer import count_tokens, split_at, tokenize
+from gym_services.models.inference_worker import tokenizer
+from gym_services.models.inference_worker.tokenizer import (
+    CHUNK,
+    decode,
+    decode_bytes,
+    encode,
+    encode_rest,
+    parse_prompt,
+    pieces,
+    render_chat,
+    token_bytes,
+)
 
 SAMPLES = [
     "",
@@ -20,22 +31,35 @@ SAMPLES = [
 
 
 @pytest.mark.parametrize("text", SAMPLES)
-def test_tokens_join_back_and_prefixes_are_stable(text: str) -> None:
-    tokens = tokenize(text)
-    assert "".join(tokens) == text
-    assert count_tokens(text) == len(tokens)
-    for k in range(len(tokens) + 1):
-        prefix = "".join(tokens[:k])
-        assert tokenize(prefix) == tokens[:k], k
-        assert split_at(text, prefix) == tokens[k:]
+def test_ids_decode_back_to_the_text_and_every_id_is_one_byte_string(text: str) -> None:
+    ids = encode(text)
+    assert decode(ids) == text
+    assert all(1 <= len(token_bytes(t)) <= CHUNK for t in ids)
+    assert [tokenizer._chunk_id(token_bytes(t)) for t in ids] == ids
 
 
-def test_split_inside_a_token_yields_its_rest_first() -> None:
-    text = "Hello wonderful world"
-    assert split_at(text, "Hello won") == ["derful", " world"]
-    assert split_at(text, text) == []
+def test_tokens_split_words_and_characters_so_text_does_not_re_tokenize_to_the_same_ids() -> None:
+    text = " wonderful 東京"
+    ids = encode(text)
+    assert len(ids) > len(pieces(text))  # words are split
+    cut_in_char = next(k for k in range(1, len(ids)) if decode_bytes(ids[:k]).decode("utf-8", "replace").endswith("\ufffd"))
+    prefix_text = decode_bytes(ids[:cut_in_char]).decode("utf-8", "ignore")
+    assert encode(prefix_text) != ids[:cut_in_char]  # the re-tokenized prefix is not what was generated
+    # continuing from the bytes tokenizes the rest of the piece on its own
+    assert decode_bytes(ids[:cut_in_char] + encode_rest(text, len(decode_bytes(ids[:cut_in_char])))) == text.encode()
+
+
+def test_the_chat_template_reads_back() -> None:
+    turns = [("system", "be brief"), ("user", "hi <|im_start|> é"), ("assistant", 'x<tool_call>{"name": "f"}</tool_call>')]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    prompt = render_chat(turns, tools)
+    answer = encode("Sure, é")
+    parsed = parse_prompt(prompt + answer)
+    assert parsed.turns == turns and parsed.tools == tools and parsed.answer_ids == answer
     with pytest.raises(ValueError):
-        split_at(text, "Goodbye")
+        parse_prompt(encode("no template"))
+    with pytest.raises(ValueError):
+        token_bytes(tokenizer.VOCAB_SIZE)
 
 
 def test_markup_round_trip_and_partial_calls() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from gym_services.base.config import load_config
+from gym_services.models import tool_markup
 from gym_services.models.inference_worker.app import Config, create_app
 from gym_services.models.inference_worker.policies.base import load_tasks
 
@@ -75,6 +76,8 @@ async def complete_stream(client: httpx.AsyncClient, model: str, body: dict[str,
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if isinstance(e, dict)]
     content, calls, finish, usage = "", [], None, None
+    ids: list[int] = []
+    log_probs: list[float] = []
     for chunk in chunks:
         assert chunk["object"] == "chat.completion.chunk" and chunk["id"] == chunks[0]["id"]
         if chunk.get("usage") and not chunk["choices"]:
@@ -84,7 +87,40 @@ async def complete_stream(client: httpx.AsyncClient, model: str, body: dict[str,
             content += delta.get("content") or ""
             calls += [{k: v for k, v in c.items() if k != "index"} for c in delta.get("tool_calls") or []]
             finish = choice["finish_reason"] or finish
+            ids += choice.get("token_ids") or []
+            log_probs += [e["logprob"] for e in (choice.get("logprobs") or {}).get("content") or []]
     message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
+    if calls:  # read as a tool-parsing client does: the calls, and the text before them
         message["tool_calls"] = calls
-    return {"id": chunks[0]["id"], "message": message, "finish_reason": finish, "usage": usage}
+        message["content"] = tool_markup.parse(content).content or None
+    return {"id": chunks[0]["id"], "message": message, "finish_reason": finish, "usage": usage,
+            "prompt_token_ids": chunks[0].get("prompt_token_ids"), "token_ids": ids, "log_probs": log_probs}
+
+
+async def continue_ids(
+    client: httpx.AsyncClient, model: str, prompt: list[int], stream: bool = False, **fields: Any
+) -> dict[str, Any]:
+    """``/v1/completions`` from a token-id prompt, as vLLM's adapter asks: text, ids, log-probs, finish."""
+    body = {"model": model, "prompt": prompt, "logprobs": 0, "return_tokens_as_token_ids": True,
+            "return_token_ids": True, "stream": stream, **fields}
+    resp = await client.post("/v1/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    if not stream:
+        choice = resp.json()["choices"][0]
+        ids = [int(t.removeprefix("token_id:")) for t in choice["logprobs"]["tokens"]]
+        assert ids == choice["token_ids"]
+        return {"text": choice["text"], "token_ids": ids, "log_probs": choice["logprobs"]["token_logprobs"],
+                "prompt_token_ids": choice["prompt_token_ids"], "finish_reason": choice["finish_reason"]}
+    events = parse_sse(resp.text)
+    assert events[-1] == "[DONE]"
+    out: dict[str, Any] = {"text": "", "token_ids": [], "log_probs": [], "prompt_token_ids": None, "finish_reason": None}
+    for chunk in (e for e in events[:-1] if isinstance(e, dict)):
+        assert chunk["object"] == "text_completion"
+        for choice in chunk["choices"]:
+            out["text"] += choice["text"]
+            out["token_ids"] += choice["token_ids"]
+            out["log_probs"] += choice["logprobs"]["token_logprobs"]
+            assert [int(t.removeprefix("token_id:")) for t in choice["logprobs"]["tokens"]] == choice["token_ids"]
+            out["prompt_token_ids"] = out["prompt_token_ids"] or choice.get("prompt_token_ids")
+            out["finish_reason"] = choice["finish_reason"] or out["finish_reason"]
+    return out

@@ -171,7 +171,7 @@ def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: 
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
-        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+        ({"schema_version": 3, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
           "completion_tokens": 1}, "schema_version"),
         ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": True,
           "completion_tokens": 1}, "finish_reason"),
@@ -179,6 +179,16 @@ def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: 
           "completion_tokens": -1}, "completion_tokens"),
         ({"schema_version": 1, "rollout_id": "r", "attempt": 3, "digest": "a" * 64, "text": "x", "complete": False,
           "completion_tokens": 1}, "manifest identity"),
+        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 1}, "needs token_ids"),
+        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 1, "prompt_token_ids": [1], "token_ids": [20], "log_probs": []}, "1 token_ids but 0 log_probs"),
+        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 2, "prompt_token_ids": [1], "token_ids": [20], "log_probs": [-1.0]}, "completion_tokens 2"),
+        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 1, "token_ids": [20], "log_probs": [-1.0]}, "prompt's token ids"),
+        ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
+          "completion_tokens": 1, "token_ids": [20]}, "schema 1 record holds no token ids"),
     ],
 )
 async def test_prefix_record_validation(worker, payload: dict, problem: str) -> None:

@@ -2,7 +2,7 @@
 
 A policy's output is a pure function of the conversation: no clock, no randomness, no state. That is
 what lets a checkpointed run be compared with an uninterrupted one exactly, and what makes
-assistant-prefix continuation trivial: the continuation of a prefix is the rest of the same string.
+continuation from token ids trivial: the continuation of a prefix is the rest of the same string's tokens.
 """
 
 from __future__ import annotations

@@ -1,0 +1,18 @@
+"""Inference engine adapters behind one interface (:mod:`.base`): the policy model picks one by
+``upstream.engine``; everything engine-specific lives in its adapter."""
+
+from __future__ import annotations
+
+from gym_services.models.policy_model.engines.base import (
+    Delta,
+    Engine,
+    EngineProtocolError,
+    EngineRequest,
+    TokenPrefix,
+)
+from gym_services.models.policy_model.engines.vllm import VllmEngine
+
+#: ``upstream.engine`` -> adapter class; another engine registers its adapter here
+ENGINES: dict[str, type[Engine]] = {VllmEngine.name: VllmEngine}
+
+__all__ = ["ENGINES", "Delta", "Engine", "EngineProtocolError", "EngineRequest", "TokenPrefix", "VllmEngine"]

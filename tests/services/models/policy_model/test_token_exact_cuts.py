@@ -21,12 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
-from gym_services.control.storage import open_storage
 from gym_services.models import tool_markup
 from gym_services.models.inference_worker.tokenizer import decode_bytes
 from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
 from tests.services.models.procs import ServerProcess, running, start_server
 from tests.support.asgi import Control, base_config, serve
+from tests.support.records import records
 
 pytestmark = pytest.mark.e2e
 
@@ -112,11 +112,6 @@ async def start_staggered(client: httpx.AsyncClient, name: str, count: int) -> d
     return calls
 
 
-def read_records(location: str, checkpoint_id: str) -> list[dict[str, Any]]:
-    store = open_storage(location)
-    return [json.loads(store.get(k)) for k in store.list(f"checkpoints/{checkpoint_id}") if "/records/" in k]
-
-
 async def call(client: httpx.AsyncClient, body: dict[str, Any], rollout: str) -> httpx.Response:
     """One model call, sent again while a checkpoint parks it (as an agent does after the resume)."""
     for _ in range(400):
@@ -127,9 +122,9 @@ async def call(client: httpx.AsyncClient, body: dict[str, Any], rollout: str) ->
     raise AssertionError(f"{rollout} stayed parked")
 
 
-def read_records(location: str, checkpoint_id: str) -> list[dict[str, Any]]:
-    store = open_storage(location)
-    return [json.loads(store.get(k)) for k in store.list(f"checkpoints/{checkpoint_id}") if "/records/" in k]
+def read_records(location: str, persisted: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model participant's records of one checkpoint (its packed manifest, named by the persist answer)."""
+    return [json.loads(data) for data in records(location, persisted["manifest_key"]).values()]
 
 
 @pytest.fixture
@@ -145,19 +140,21 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(pace
     location = f"file://{tmp_path / 'store'}"
     first = start_server("policy_model", token_model_config([paced_worker.url]), tmp_path / "model-1")
     rounds: list[str] = []
+    persisted: list[dict[str, Any]] = []  # each round's persist answer (names its manifest)
     try:
         async with httpx.AsyncClient(base_url=first.url, timeout=60) as client:
             control = Control(client)
             calls = await start_staggered(client, "lean", 8)
             calls.update(await start_staggered(client, "workplace", 6))
-            # checkpoint rounds (prepare, commit, resume) cut every running generation wherever it is; the
+            # checkpoint rounds (prepare, capture + persist, resume) cut every running generation wherever it is; the
             # round that finds both lead rollouts past their stops is the last: the model is SIGKILLed
             for _ in range(300):
                 await asyncio.sleep(0.2)
                 rounds.append(f"ck-round-{len(rounds)}")
                 assert (await control.prepare(rounds[-1], deadline_s=30))["status"] == "prepared"
-                committed = await control.commit(rounds[-1], location, episodes=list(calls))
-                reached = {r["rollout_id"]: len(r["token_ids"]) for r in read_records(location, rounds[-1])}
+                committed = await control.capture_persist(rounds[-1], location, episodes=list(calls))
+                persisted.append(committed)
+                reached = {r["rollout_id"]: len(r["token_ids"]) for r in read_records(location, committed)}
                 if reached.get("lean-0", 0) >= stop["lean"] and reached.get("workplace-0", 0) >= stop["workplace"]:
                     break
                 await control.resume(rounds[-1])
@@ -171,10 +168,10 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(pace
     bodies = {rollout: request(rollout.split("-")[0]) for rollout in calls}
     final = rounds[-1]
 
-    records = read_records(location, final)
+    records = read_records(location, committed)
     assert len(records) == len(bodies)
     kinds: set[str] = set()
-    for record in [r for ck in rounds for r in read_records(location, ck)]:
+    for record in [r for answer in persisted for r in read_records(location, answer)]:
         name = record["rollout_id"].split("-")[0]
         assert record["schema_version"] == 2
         ids = record["token_ids"]

@@ -128,6 +128,7 @@ class ControlPlane:
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.storages.warm)  # boto3 client made now, never under a checkpoint's pause
         self._lease.watch(self._expire_if_due, self.config.checkpoint.lease_check_interval_s, f"lease-{self.server}")
 
     async def stop(self) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 from gym_services.base.config import StorageConfig
@@ -72,8 +74,14 @@ class Storage(abc.ABC):
         return sorted(names)
 
 
-def open_storage(url: str, config: StorageConfig | None = None) -> Storage:
-    """The backend for a location URL."""
+def open_storage(
+    url: str, config: StorageConfig | None = None, s3_clients: Callable[[StorageConfig], Any] | None = None
+) -> Storage:
+    """The backend for a location URL; no I/O, and no S3 client until the first request.
+
+    ``s3_clients`` hands an ``s3://`` location its boto3 client (a shared one, made ahead); without
+    it the location makes its own on its first request.
+    """
     parsed = urlparse(url)
     if parsed.scheme == "file":
         from gym_services.control.storage.file import FileStorage
@@ -88,5 +96,5 @@ def open_storage(url: str, config: StorageConfig | None = None) -> Storage:
 
         if not parsed.netloc:
             raise StorageError(f"s3:// location needs a bucket, got {url!r}")
-        return S3Storage(parsed.netloc, parsed.path.strip("/"), config or StorageConfig())
+        return S3Storage(parsed.netloc, parsed.path.strip("/"), config or StorageConfig(), s3_clients)
     raise StorageError(f"unsupported storage location {url!r}: use s3://bucket/prefix or file:///path")

@@ -3,43 +3,76 @@
 Endpoint and region come from the server's config or the standard AWS variables
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ...). Manifests are
 written with ``IfNoneMatch='*'`` so a published checkpoint is never overwritten.
+
+Opening a location makes no boto3 client: the client (importing boto3, loading the S3 service
+model, resolving credentials: about a second of CPU) is made on the first request, or handed in by
+whoever owns clients (:mod:`gym_services.control.storage_clients` shares one per access and makes it
+at server start-up), so naming a location under a checkpoint's pause costs nothing.
 """
 
 from __future__ import annotations
 
-import boto3
-from botocore.config import Config
+import threading
+from collections.abc import Callable
+from typing import Any
+
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gym_services.base.config import StorageConfig
 from gym_services.control.storage.base import AlreadyExists, NotFound, Storage, StorageError, check_key
 
+#: makes (or returns a shared) boto3 S3 client for a storage config
+ClientFactory = Callable[[StorageConfig], Any]
+
+
+def new_client(config: StorageConfig, session: Any = None) -> Any:
+    """A boto3 S3 client for ``config``, from ``session`` (a fresh boto3 session otherwise).
+
+    Raises :class:`StorageError` for an endpoint or region botocore refuses.
+    """
+    import boto3  # here, not at import: a file-only process never pays for it
+    from botocore.config import Config
+
+    keys = {}
+    if config.access_key_id is not None and config.secret_access_key is not None:
+        keys = {
+            "aws_access_key_id": config.access_key_id.get_secret_value(),
+            "aws_secret_access_key": config.secret_access_key.get_secret_value(),
+        }
+    try:
+        return (session or boto3.session.Session()).client(
+            "s3",
+            endpoint_url=config.endpoint_url,
+            region_name=config.region,
+            **keys,
+            config=Config(
+                max_pool_connections=max(10, config.max_concurrency),
+                retries={"max_attempts": 3, "mode": "standard"},
+                s3={"addressing_style": "path"},
+            ),
+        )
+    except ValueError as exc:  # botocore: invalid endpoint or region
+        raise StorageError(f"cannot reach S3 at {config.endpoint_url or 'the default endpoint'}: {exc}") from None
+
 
 class S3Storage(Storage):
-    def __init__(self, bucket: str, prefix: str, config: StorageConfig) -> None:
+    def __init__(self, bucket: str, prefix: str, config: StorageConfig, clients: ClientFactory | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-        keys = {}
-        if config.access_key_id is not None and config.secret_access_key is not None:
-            keys = {
-                "aws_access_key_id": config.access_key_id.get_secret_value(),
-                "aws_secret_access_key": config.secret_access_key.get_secret_value(),
-            }
-        try:
-            self._client = boto3.session.Session().client(
-                "s3",
-                endpoint_url=config.endpoint_url,
-                region_name=config.region,
-                **keys,
-                config=Config(
-                    max_pool_connections=max(10, config.max_concurrency),
-                    retries={"max_attempts": 3, "mode": "standard"},
-                    s3={"addressing_style": "path"},
-                ),
-            )
-        except ValueError as exc:  # botocore: invalid endpoint or region
-            raise StorageError(f"cannot reach {self.url}: {exc}") from None
+        self._config = config
+        self._clients: ClientFactory = clients or new_client
+        self._made: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def _client(self) -> Any:
+        """The boto3 client, made (or fetched from the shared factory) on the first request."""
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = self._clients(self._config)
+        return self._made
 
     def _key(self, key: str) -> str:
         check_key(key)
@@ -65,7 +98,6 @@ class S3Storage(Storage):
             raise self._fail("conditional put", key, exc) from None
         except BotoCoreError as exc:
             raise self._fail("conditional put", key, exc) from None
-
     def get(self, key: str) -> bytes:
         try:
             return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()

@@ -1,39 +1,40 @@
-"""Checkpoint pause, time to publish, bytes, restore and memory versus live Workplace sessions.
+"""Checkpoint pause as the coordinator and as live clients see it, time to publish, restore, versus live
+Workplace sessions, on a fresh server (cold) and on one that already checkpointed (warm).
 
-A real ``workplace_assistant`` uvicorn process holds N live sessions, each after a few mutating
-tool calls. In one run, for each N and each storage (``file://`` and S3, a real SeaweedFS on
-127.0.0.1), the same process takes:
+A real ``workplace_assistant`` uvicorn process holds N live sessions, each after a few mutating tool
+calls. While ``--clients`` (default 8) HTTP clients in another process call Workplace tools on random
+live sessions back to back (a search, and one call in four a mutating one; a ``409 checkpoint_parked``
+is retried after the server's ``Retry-After``, as the agents do, and counts into that call's latency),
+the same server takes two ``snapshot`` checkpoints: its first since it started (``cold``), then a
+second (``warm``). For each N and each storage (``file://`` and S3, a real SeaweedFS on 127.0.0.1) a
+fresh stack is started. Each checkpoint is then restored into a fresh process. Columns:
 
-- ``sync``: prepare -> capture -> persist -> publish -> resume: every record is encoded, packed and
-  written while every rollout waits (at a location of its own, so it is a full checkpoint too);
-- ``snapshot``: the default (prepare -> capture -> resume, then persist -> publish in the
-  background: packed, incremental);
-- ``snapshot+10%``: a second ``snapshot`` checkpoint after 10% of the sessions made one more
-  mutating call (incremental: unchanged records are referenced, not rewritten).
-
-Each checkpoint is then restored into a fresh process. Columns:
-
-- pause: first prepare to last resume (what rollouts see), split into reaching boundaries
-  (prepare), the snapshot (capture) and everything else (for ``sync``: the persist and the publication);
+- pause: first prepare to last resume, the coordinator's figure; bound: its prepare (the calls in flight
+  finishing: they run to their end before the server answers prepare); capture: the snapshot step;
+- worst call: the slowest client call that overlapped the pause (what a rollout sees);
+- p99 before: the clients' p99 in the ``--before`` seconds before the checkpoint;
+- p99 persist: the clients' p99 (and the calls counted) from the last resume until the checkpoint was
+  published, while the background persist ran;
 - published: from the first prepare until the global manifest is written;
-- objects / written: what the checkpoint wrote (manifests included);
-- restore: the restore transaction, wall clock, into a fresh process;
-- peak/sessions: the server's peak RSS growth during the checkpoint over the sessions' own
-  footprint (RSS after seeding minus RSS before), read from /proc.
+- objects / written / reused: what the checkpoint wrote (manifests included) and referenced instead;
+- restore: the restore transaction, wall clock, into a fresh process (no load);
+- load: the machine's 1-minute load average when the row was taken.
 
-    .venv/bin/python benchmarks/checkpoint_pause.py [--sessions 1000 4000 10000]
+    .venv/bin/python benchmarks/checkpoint_pause.py [--sessions 1000 10000] [--storage file s3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
+import random
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -41,48 +42,62 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.seaweed import start_seaweed  # noqa: E402
+
 from gym_services.base.config import StorageConfig  # noqa: E402
-from gym_services.control.protocol import CheckpointMethod  # noqa: E402
 from gym_services.coordination.client import ControlClient, ParticipantRef  # noqa: E402
 from gym_services.coordination.coordinator import Coordinator  # noqa: E402
+from gym_services.coordination.transaction import TransactionPhase  # noqa: E402
 from gym_services.stack.config import ServerSpec, StackConfig  # noqa: E402
 from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack  # noqa: E402
-from tests.support.seaweed import start_seaweed  # noqa: E402
 
 MUTATIONS = [
     ("email_send_email", {"recipient": "nadia.moreau@atlas.com", "subject": "Status", "body": "On track."}),
-    ("calendar_create_event", {"event_name": "Sync", "participant_email": "nadia.moreau@atlas.com",
-                               "event_start": "2023-12-01 10:00:00", "duration": "30"}),
+    (
+        "calendar_create_event",
+        {
+            "event_name": "Sync",
+            "participant_email": "nadia.moreau@atlas.com",
+            "event_start": "2023-12-01 10:00:00",
+            "duration": "30",
+        },
+    ),
     ("project_management_update_task", {"task_id": "00000000", "field": "list_name", "new_value": "Done"}),
 ]
+#: what the live clients call: a read, and one call in four a mutation
+READ = ("email_search_emails", {"query": "Status"})
 CHANGE = ("email_send_email", {"recipient": "lena.schmidt@atlas.com", "subject": "Later", "body": "One more."})
+#: concurrent HTTP clients seeding sessions; each keeps its connection (one client per session spent
+#: most of the seeding time building TLS contexts and connections, not in the server)
+SEEDERS = 4
 
 
 @dataclass
 class Row:
     sessions: int
     storage: str
-    method: str
-    boundaries: float
-    snapshot: float
-    other: float
-    pause: float
-    published: float
-    records: int
-    objects: int
-    written: int
-    reused: int
-    restore: float = 0.0
+    start: str  # cold: the server's first checkpoint since it started; warm: its next one
+    pause: float = 0.0
+    boundaries: float = 0.0  # prepare: in-flight calls finishing
+    capture: float = 0.0
+    published: float = 0.0
+    records: int = 0
+    objects: int = 0
+    written: int = 0
+    reused: int = 0
     memory: float = 0.0
-
-
-#: concurrent HTTP clients seeding and changing sessions; each keeps its connection (one client per
-#: session spent most of the seeding time building TLS contexts and connections, not in the server)
-CLIENTS = 4
+    restore: float = 0.0
+    load: float = 0.0
+    worst: float = 0.0  # the slowest client call overlapping the pause
+    p99_before: float = 0.0
+    p99_persist: float = 0.0
+    persist_calls: int = 0
+    parked: int = 0  # client calls that met a 409 checkpoint_parked at least once
+    window: dict[str, float] = field(default_factory=dict)  # monotonic times of the transaction's phases
 
 
 async def _each_session(url: str, indexes: list[int], work) -> None:
-    """Run ``work(client, i)`` for every index, on CLIENTS long-lived clients, sessions one after another on each."""
+    """Run ``work(client, i)`` for every index, on SEEDERS long-lived clients, sessions one after another on each."""
     todo = iter(indexes)
 
     async def worker() -> None:
@@ -90,12 +105,12 @@ async def _each_session(url: str, indexes: list[int], work) -> None:
             for i in todo:
                 await work(client, i)
 
-    await asyncio.gather(*(worker() for _ in range(CLIENTS)))
+    await asyncio.gather(*(worker() for _ in range(SEEDERS)))
 
 
-async def seed_sessions(url: str, n: int) -> list[dict[str, str]]:
-    """N sessions after three mutating calls each, through the server's own routes; their cookies."""
-    cookies: list[dict[str, str]] = [{} for _ in range(n)]
+async def seed_sessions(url: str, n: int) -> list[str]:
+    """N sessions after three mutating calls each, through the server's own routes; their Cookie headers."""
+    cookies: list[str] = ["" for _ in range(n)]
 
     async def one(client: httpx.AsyncClient, i: int) -> None:
         client.cookies.clear()  # a new session: the server sets its cookie
@@ -103,37 +118,65 @@ async def seed_sessions(url: str, n: int) -> list[dict[str, str]]:
         (await client.post("/seed_session", json={}, headers=ident)).raise_for_status()
         for name, args in MUTATIONS:
             (await client.post(f"/{name}", json=args, headers=ident)).raise_for_status()
-        cookies[i] = dict(client.cookies)
+        cookies[i] = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
 
     await _each_session(url, list(range(n)), one)
-    if len({tuple(sorted(c.items())) for c in cookies}) != n:
+    if len(set(cookies)) != n:
         raise RuntimeError("sessions share a cookie: seeding did not create N sessions")
     return cookies
 
 
-async def change_sessions(url: str, cookies: list[dict[str, str]], start: int, count: int) -> None:
-    async def one(client: httpx.AsyncClient, i: int) -> None:
-        client.cookies.clear()
-        client.cookies.update(cookies[i])
-        ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
-        (await client.post(f"/{CHANGE[0]}", json=CHANGE[1], headers=ident)).raise_for_status()
+def load(url: str, cookies: list[str], clients: int, stop, conn) -> None:
+    """The live clients (a process of their own, so their timing does not share the coordinator's GIL):
+    call tools on random sessions until ``stop`` is set; send back (start, end, parked retries, ok) per call."""
+    calls: list[tuple[float, float, int, bool]] = []
+    rng = random.Random(29)
 
-    await _each_session(url, [i % len(cookies) for i in range(start, start + count)], one)
+    async def client() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=300) as http:
+            count = 0
+            while not stop.is_set():
+                i = rng.randrange(len(cookies))
+                name, body = CHANGE if count % 4 == 3 else READ
+                count += 1
+                headers = {"cookie": cookies[i], "x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
+                started, parked = time.monotonic(), 0
+                for _ in range(3000):  # bounded: 5 min of parked retries
+                    resp = await http.post(f"/{name}", json=body, headers=headers)
+                    if resp.status_code == 409 and "checkpoint_parked" in resp.text:
+                        parked += 1
+                        await asyncio.sleep(float(resp.headers.get("retry-after", "0.1")))
+                        continue
+                    break
+                calls.append((started, time.monotonic(), parked, resp.status_code < 400))
+
+    async def main() -> None:
+        await asyncio.gather(*(client() for _ in range(clients)))
+
+    asyncio.run(main())
+    conn.send(calls)
+    conn.close()
 
 
-async def transaction(url, token, location, storage, cid, *, restore=False, method=CheckpointMethod.SNAPSHOT):
-    async with ControlClient(token, timeout_s=600) as client:
-        coordinator = Coordinator([ParticipantRef("workplace", "resources", url)], client, storage_config=storage)
+async def transaction(url, token, location, storage, cid, *, restore=False, events: dict | None = None):
+    def seen(phase, detail) -> None:
+        if events is not None:
+            events.setdefault(str(phase), time.monotonic())
+
+    async with ControlClient(token, timeout_s=900) as client:
+        coordinator = Coordinator(
+            [ParticipantRef("workplace", "resources", url)], client, storage_config=storage, on_event=seen
+        )
         if restore:
-            return await coordinator.restore(cid, location, lease_s=300)
-        return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=300, method=method)
+            return await coordinator.restore(cid, location, lease_s=600)
+        return await coordinator.checkpoint(cid, location, prepare_timeout_s=60, lease_s=600)
 
 
-def rss_kib(pid: int, field: str) -> int:
+def rss_kib(pid: int, name: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
+        if line.startswith(name + ":"):
             return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
+    raise RuntimeError(f"no {name} for pid {pid}")
 
 
 def reset_peak(pid: int) -> bool:
@@ -144,27 +187,135 @@ def reset_peak(pid: int) -> bool:
         return False
 
 
-def checkpoint_row(n, backend, method_label, method, url, token, location, storage, cid, pid, footprint_kib) -> Row:
+def checkpoint_row(row: Row, url, token, location, storage, cid, pid, footprint_kib) -> None:
     reset_peak(pid)
     before = rss_kib(pid, "VmRSS")
-    result = asyncio.run(transaction(url, token, location, storage, cid, method=method))
+    row.load = os.getloadavg()[0]
+    events: dict[str, float] = {}
+    result = asyncio.run(transaction(url, token, location, storage, cid, events=events))
     assert result.status == "completed", result.error
-    peak = rss_kib(pid, "VmHWM")
     t = result.timings
-    snap = t.get("capture", 0.0)
-    return Row(
-        n, backend, method_label, t.get("prepare", 0.0), snap, result.pause_s - t.get("prepare", 0.0) - snap,
-        result.pause_s, result.published_s or 0.0, result.records, result.objects, result.written_bytes,
-        result.reused, memory=max(0, peak - before) / max(1, footprint_kib),
+    row.pause, row.capture, row.published = result.pause_s, t.get("capture", 0.0), result.published_s or 0.0
+    row.boundaries = t.get("prepare", 0.0)
+    print(f"  {cid}: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in t.items()), file=sys.stderr)
+    row.records, row.objects, row.written, row.reused = (
+        result.records,
+        result.objects,
+        result.written_bytes,
+        result.reused,
     )
+    row.memory = max(0, rss_kib(pid, "VmHWM") - before) / max(1, footprint_kib)
+    row.window = {
+        "paused": events[TransactionPhase.PREPARING],
+        "resumed": events.get(TransactionPhase.PERSISTING, events[TransactionPhase.PREPARING] + result.pause_s),
+        "published": events[TransactionPhase.COMPLETED],
+    }
+
+
+def p99(latencies: list[float]) -> float:
+    if not latencies:
+        return float("nan")
+    ordered = sorted(latencies)
+    return ordered[max(0, -(-len(ordered) * 99 // 100) - 1)]
+
+
+def client_view(row: Row, calls: list[tuple[float, float, int, bool]], before_s: float) -> None:
+    paused, resumed, published = row.window["paused"], row.window["resumed"], row.window["published"]
+    failed = [c for c in calls if not c[3] and c[1] > paused - before_s and c[0] < published]
+    if failed:
+        raise RuntimeError(f"{len(failed)} client calls failed around checkpoint {row.storage} {row.start}")
+    row.p99_before = p99([end - start for start, end, _, _ in calls if paused - before_s <= start and end < paused])
+    during = [c for c in calls if c[0] < resumed and c[1] > paused]
+    row.worst = max((end - start for start, end, _, _ in during), default=float("nan"))
+    row.parked = sum(1 for c in during if c[2])
+    persisting = [end - start for start, end, _, _ in calls if resumed <= start < published]
+    row.p99_persist, row.persist_calls = p99(persisting), len(persisting)
+
+
+def one_stack(n: int, backend: str, args, tmp: Path, storage: StorageConfig) -> list[tuple[Row, str, str]]:
+    """A fresh one-server stack with N live sessions under live clients: its cold and warm checkpoint."""
+    stack = StackConfig(
+        name="bench", state_dir=str(tmp / "stack"), servers={"workplace": ServerSpec(server="workplace_assistant")}
+    )
+    token = stack_secrets(tmp / "stack")["control_token"]
+    location = f"file://{tmp / 'store' / f'n{n}'}" if backend == "file" else f"s3://bench/n{n}"
+    state = start_stack(stack, tmp, ready_timeout_s=120)
+    url, pid = state.servers[0].url, state.servers[0].pid
+    done: list[tuple[Row, str, str]] = []
+    try:
+        idle = rss_kib(pid, "VmRSS")
+        t0 = time.perf_counter()
+        cookies = asyncio.run(seed_sessions(url, n))
+        print(f"{n} sessions seeded on a fresh {backend} stack in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        live = httpx.get(
+            f"{url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}, timeout=30
+        ).json()["live"]
+        if live.get("sessions") != n:
+            raise RuntimeError(f"the server holds {live} after seeding {n} sessions")
+        footprint = rss_kib(pid, "VmRSS") - idle
+        ctx = multiprocessing.get_context("spawn")
+        stop = ctx.Event()
+        receive, send = ctx.Pipe(duplex=False)
+        loader = ctx.Process(target=load, args=(url, cookies, args.clients, stop, send), daemon=True)
+        loader.start()
+        calls: list = []
+        try:
+            time.sleep(args.before + 3)  # the clients start (a spawned process imports first) and settle
+            for start in ("cold", "warm"):
+                row = Row(n, backend, start)
+                cid = f"{backend}-{n}-{start}"
+                checkpoint_row(row, url, token, location, storage, cid, pid, footprint)
+                done.append((row, location, cid))
+                time.sleep(args.before)  # the next row's "before" window
+        finally:
+            stop.set()
+            if receive.poll(300):
+                calls = receive.recv()
+            loader.join(30)
+            if loader.is_alive():
+                loader.kill()
+                loader.join(10)
+        print(f"{n} sessions on {backend}: checkpoints taken, {len(calls)} client calls", file=sys.stderr)
+        for row, _, _ in done:
+            client_view(row, calls, args.before)
+    finally:
+        stop_stack(tmp / "stack", kill=True)
+    for row, loc, cid in done:
+        state = start_stack(stack, tmp, ready_timeout_s=120)
+        try:
+            t0 = time.perf_counter()
+            restored = asyncio.run(transaction(state.servers[0].url, token, loc, storage, cid, restore=True))
+            row.restore = time.perf_counter() - t0
+            assert restored.status == "completed", restored.error
+            assert restored.records == row.records, (restored.records, row.records)
+        finally:
+            stop_stack(tmp / "stack", kill=True)
+    return done
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1000, 4000, 10000],
-                        help="live sessions to checkpoint, one row set per count (default 1000 4000 10000)")
-    parser.add_argument("--storage", nargs="+", choices=["file", "s3"], default=["file", "s3"],
-                        help="backends to measure: file:// and/or a local SeaweedFS (default both)")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        nargs="+",
+        default=[1000, 10000],
+        help="live sessions to checkpoint, one row set per count (default 1000 10000)",
+    )
+    parser.add_argument(
+        "--storage",
+        nargs="+",
+        choices=["file", "s3"],
+        default=["file", "s3"],
+        help="backends to measure: file:// and/or a local SeaweedFS (default both)",
+    )
+    parser.add_argument("--clients", type=int, default=8, help="live clients calling tools throughout (default 8)")
+    parser.add_argument(
+        "--before",
+        type=float,
+        default=5.0,
+        help="seconds of client calls before each checkpoint that 'p99 before' is taken over (default 5)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-bench-"))
     s3 = start_seaweed(tmp / "seaweed")
@@ -172,98 +323,59 @@ def main() -> None:
     os.environ.update(s3.env())  # the server processes and boto3 here reach SeaweedFS through AWS_*
     storage = StorageConfig(endpoint_url=s3.endpoint)
     rows: list[Row] = []
-    stack = StackConfig(name="bench", state_dir=str(tmp / "stack"),
-                        servers={"workplace": ServerSpec(server="workplace_assistant")})
-    token = stack_secrets(tmp / "stack")["control_token"]
     try:
         for n in args.sessions:
-            todo: list[tuple[Row, str, str]] = []
-            state = start_stack(stack, tmp, ready_timeout_s=120)
-            url, pid = state.servers[0].url, state.servers[0].pid
-            try:
-                idle = rss_kib(pid, "VmRSS")
-                t0 = time.perf_counter()
-                cookies = asyncio.run(seed_sessions(url, n))
-                print(f"{n} sessions seeded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-                live = httpx.get(f"{url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"},
-                                 timeout=30).json()["live"]
-                if live.get("sessions") != n:
-                    raise RuntimeError(f"the server holds {live} after seeding {n} sessions")
-                footprint = rss_kib(pid, "VmRSS") - idle
-                changed = 0
-                for backend in args.storage:
-                    location = f"file://{tmp / 'store'}" if backend == "file" else f"s3://bench/n{n}"
-                    for label, method in (("sync", CheckpointMethod.SYNC), ("snapshot", CheckpointMethod.SNAPSHOT)):
-                        cid = f"{backend}-{n}-{label}"
-                        # each method at its own location: a server reuses records only of its checkpoints there
-                        where = f"{location}-sync" if method is CheckpointMethod.SYNC else location
-                        row = checkpoint_row(n, backend, label, method, url, token, where, storage, cid, pid, footprint)
-                        rows.append(row)
-                        todo.append((row, where, cid))
-                    asyncio.run(change_sessions(url, cookies, changed, n // 10))
-                    changed += n // 10
-                    cid = f"{backend}-{n}-incremental"
-                    row = checkpoint_row(n, backend, "snapshot+10%", CheckpointMethod.SNAPSHOT, url, token, location,
-                                         storage, cid, pid, footprint)
-                    rows.append(row)
-                    todo.append((row, location, cid))
-                    print(f"{n} sessions on {backend}: checkpoints taken", file=sys.stderr)
-            finally:
-                stop_stack(tmp / "stack", kill=True)
-            for row, location, cid in todo:
-                state = start_stack(stack, tmp, ready_timeout_s=120)
-                try:
-                    t0 = time.perf_counter()
-                    restored = asyncio.run(transaction(state.servers[0].url, token, location, storage, cid, restore=True))
-                    row.restore = time.perf_counter() - t0
-                    assert restored.status == "completed", restored.error
-                    assert restored.records == row.records, (restored.records, row.records)
-                finally:
-                    stop_stack(tmp / "stack", kill=True)
-            if n != args.sessions[-1]:
-                print_table(rows, final=False)  # so far (a long run that is stopped still leaves its tables)
-                print(flush=True)
+            for backend in args.storage:
+                rows.extend(row for row, _, _ in one_stack(n, backend, args, tmp, storage))
+                if (n, backend) != (args.sessions[-1], args.storage[-1]):
+                    print_table(rows, args, final=False)  # so far (a long run that is stopped still leaves its tables)
+                    print(flush=True)
     finally:
         s3.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print_table(rows)
+    print_table(rows, args)
 
 
-def print_table(rows: list[Row], final: bool = True) -> None:
-    print("checkpoint of N live Workplace sessions (3 mutating calls each): sync vs snapshot, one run"
-          + ("" if final else " (so far)"))
-    head = (f"{'sessions':>8} {'storage':>7} {'method':>12} {'pause ms':>9} {'bound ms':>9} {'snap ms':>8} {'other ms':>9} "
-            f"{'publish s':>9} {'records':>7} {'objects':>7} {'written':>10} {'reused':>6} {'restore s':>9} {'peak/sess':>9}")
+def print_table(rows: list[Row], args, final: bool = True) -> None:
+    print(
+        f"snapshot checkpoint of N live Workplace sessions under {args.clients} live clients, cold (the server's "
+        "first) and warm, one run" + ("" if final else " (so far)")
+    )
+    head = (
+        f"{'sessions':>8} {'storage':>7} {'start':>5} {'pause ms':>8} {'bound ms':>8} {'capture ms':>10} "
+        f"{'worst call ms':>13} {'p99 before ms':>13} {'p99 persist ms':>14} {'published s':>11} "
+        f"{'restore s':>9} {'records':>7} "
+        f"{'objects':>7} {'written':>10} {'reused':>6} {'peak/sess':>9} {'parked':>6} {'load':>5}"
+    )
     print(head)
     for r in rows:
-        print(f"{r.sessions:>8} {r.storage:>7} {r.method:>12} {r.pause * 1e3:>9.1f} {r.boundaries * 1e3:>9.1f} "
-              f"{r.snapshot * 1e3:>8.1f} {r.other * 1e3:>9.1f} {r.published:>9.3f} {r.records:>7} {r.objects:>7} "
-              f"{r.written:>10} {r.reused:>6} {r.restore:>9.3f} {r.memory:>9.2f}")
+        print(
+            f"{r.sessions:>8} {r.storage:>7} {r.start:>5} {r.pause * 1e3:>8.1f} {r.boundaries * 1e3:>8.1f} "
+            f"{r.capture * 1e3:>10.1f} {r.worst * 1e3:>13.1f} {r.p99_before * 1e3:>13.1f} "
+            f"{f'{r.p99_persist * 1e3:.1f} ({r.persist_calls})':>14} "
+            f"{r.published:>11.3f} {r.restore:>9.3f} {r.records:>7} {r.objects:>7} {r.written:>10} {r.reused:>6} "
+            f"{r.memory:>9.2f} {r.parked:>6} {r.load:>5.1f}"
+        )
     print()
-    print("ratios in this run (snapshot vs sync; incremental vs the full snapshot before it):")
-    by = {(r.sessions, r.storage, r.method): r for r in rows}
-    sizes = sorted({r.sessions for r in rows})
-    for (n, backend, method), r in sorted(by.items()):
-        if method != "snapshot":
-            continue
-        sync, inc = by.get((n, backend, "sync")), by.get((n, backend, "snapshot+10%"))
-        parts = []
-        if sync:
-            parts.append(f"pause {r.pause / sync.pause:.3f}x sync")
-        if inc:
-            parts.append(f"incremental writes {inc.written / max(1, r.written):.1%} of the bytes, "
-                         f"{inc.objects / max(1, r.objects):.1%} of the objects")
-        print(f"  {n:>6} {backend:>4}: " + "; ".join(parts))
-    for backend in sorted({r.storage for r in rows}):
-        for method in ("sync", "snapshot"):
-            pts = [(n, by[(n, backend, method)].pause) for n in sizes if (n, backend, method) in by]
-            if len(pts) >= 2:
-                (n0, p0), (n1, p1) = pts[0], pts[-1]
-                print(f"  extra pause per session, {backend} {method}: {(p1 - p0) / (n1 - n0) * 1e6:.1f} us "
-                      f"({n0} -> {n1} sessions)")
-    print("targets (issue 14): snapshot pause <= 150 ms at 1,000 and <= 1 s at 10,000 on S3, file no worse; "
-          "<= 50 us per added session; published <= 2 s at 1,000 and <= 10 s at 10,000 on S3; incremental "
-          "<= 15% of bytes and objects; restore from S3 <= 1 s at 1,000 and <= 5 s at 10,000; peak <= 1.5x")
+    print("targets (issue 29), per row:")
+    for r in rows:
+        checks = [
+            ("worst call <= p99 before + 150 ms", r.worst <= r.p99_before + 0.150),
+            ("p99 persist <= 2x p99 before", r.p99_persist <= 2 * r.p99_before),
+            (
+                "pause <= " + ("150 ms" if r.sessions <= 1000 else "1 s"),
+                r.pause <= (0.150 if r.sessions <= 1000 else 1.0),
+            ),
+        ]
+        if r.sessions >= 10000 and r.storage == "s3":
+            checks += [("published <= 5 s", r.published <= 5), ("restore <= 3 s", r.restore <= 3)]
+        if r.sessions <= 1000:
+            checks.append(("restore <= 1 s", r.restore <= 1))
+        missed = [name for name, ok in checks if not ok]
+        print(
+            f"  {r.sessions:>6} {r.storage:>4} {r.start:>4}: "
+            + ("all met" if not missed else "MISSED " + "; ".join(missed))
+        )
 
 
 if __name__ == "__main__":

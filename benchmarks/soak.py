@@ -1,0 +1,227 @@
+"""Soak: the demo stack collecting for a long while with a checkpoint every 30 s and a SIGKILL of every process
+followed by a restore every 5 minutes; resources, pause and size must stay flat, and no rollout may be lost,
+duplicated or failed (issue 29).
+
+The demo stack (every server its own process, the tasks of all four environments, ``--repeats`` rollouts per
+task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is taken and
+published; right after it every server is sampled from /proc: resident memory (VmRSS), open file descriptors and
+threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every process is
+SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again). A job
+that finishes is checked and the next one starts on a fresh stack, until ``--duration`` has passed.
+
+The table, per server: RSS at the first and last sample and its slope in MB per 1,000 finished episodes (a
+least-squares fit within each process's life - a restore starts a new process - over its samples after the
+first ``--warm-up`` of them), and the ranges of open descriptors and threads; then the checkpoints' pause and
+size (first, median, last, slope per hour); then the rollouts: every (task, repeat) of every finished job exactly
+once (lost: missing from the output; duplicated: written twice; failed: an error row).
+
+    .venv/bin/python benchmarks/soak.py [--duration 3600] [--checkpoint-every 30] [--kill-every 300]
+        [--storage embedded-s3|file:///path|s3://bucket/prefix]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.chaos import Chaos  # noqa: E402
+from gym_services.base.config import StorageConfig  # noqa: E402
+from gym_services.demo.story import Run, Story  # noqa: E402
+from gym_services.stack.launcher import is_running, read_state  # noqa: E402
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the soak started
+    episodes: int  # finished episodes, every job so far
+    life: str  # which process (server name, pid): a restore starts new ones
+    rss_kib: int
+    fds: int
+    threads: int
+
+
+@dataclass
+class Soak:
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: defaultdict(list))
+    checkpoints: list[tuple[float, float, int, int]] = field(default_factory=list)  # (at, pause s, bytes written, records)
+    restores: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
+    jobs: int = 0
+    rollouts: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def proc_status(pid: int) -> tuple[int, int, int] | None:
+    """(VmRSS KiB, open descriptors, threads) of a process, None once it is gone."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        return int(fields["VmRSS"].split()[0]), len(os.listdir(f"/proc/{pid}/fd")), int(fields["Threads"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_rows(chaos: Chaos, soak: Soak, total: int | None) -> None:
+    """No rollout written twice, none an error row; with ``total`` (a finished job) none missing either."""
+    rows = [json.loads(line) for line in chaos.output.read_text(encoding="utf-8").splitlines()]
+    seen = Counter(row["_ng_rollout_id"] for row in rows)
+    soak.rollouts += len(seen)
+    soak.duplicated += sorted(r for r, n in seen.items() if n > 1)
+    soak.failed += [f"{row['_ng_rollout_id']}: {str(row['error'])[:200]}" for row in rows if "error" in row]
+    if total is not None:
+        soak.jobs += 1
+        soak.lost += [f"job {chaos.jobs}: {total - len(seen)} of {total} rollouts missing"] if len(seen) < total else []
+
+
+def slope_per_1000(points: dict[str, list[tuple[float, float]]]) -> float:
+    """Least-squares slope of y over x pooled within groups (each group centred on its own means), times 1,000."""
+    num = den = 0.0
+    for pts in points.values():
+        if len(pts) < 2:
+            continue
+        mx, my = statistics.fmean(x for x, _ in pts), statistics.fmean(y for _, y in pts)
+        num += sum((x - mx) * (y - my) for x, y in pts)
+        den += sum((x - mx) ** 2 for x, _ in pts)
+    return num / den * 1000 if den else float("nan")
+
+
+def run(args: argparse.Namespace, say) -> Soak:
+    tmp = Path(tempfile.mkdtemp(prefix="gymckpt-soak-"))
+    storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
+    story = Story(tmp / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
+                  tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda text: None)
+    soak = Soak()
+    started = time.monotonic()
+    ok = False
+    try:
+        story.prepare()
+        chaos = Chaos(story, Run(), random.Random(args.seed), "a", say=say)
+        episodes_before = 0  # episodes of the jobs already finished
+        job = 0
+        while time.monotonic() - started < args.duration:
+            job += 1
+            chaos.use_stack(job)
+            chaos.start()
+            chaos.newest, chaos.taken = None, []
+            chaos.story._submit(chaos.state, chaos.output)
+            next_kill = time.monotonic() + args.kill_every
+            while time.monotonic() - started < args.duration:
+                next_checkpoint = time.monotonic() + args.checkpoint_every
+                status = chaos.job()
+                while status["state"] != "completed" and time.monotonic() < next_checkpoint:
+                    time.sleep(0.5)
+                    status = chaos.job()
+                if status["state"] == "completed":
+                    break
+                cid = chaos.next_id()
+                result = asyncio.run(chaos._checkpoint(cid))
+                if result.status != "completed":
+                    raise AssertionError(f"checkpoint {cid} failed: {result.error}")
+                chaos.taken.append(cid)
+                at = time.monotonic() - started
+                soak.checkpoints.append((at, result.pause_s, result.written_bytes, result.records))
+                episodes = episodes_before + chaos.job()["finished"]
+                for server in read_state(chaos.dir).servers:
+                    if not is_running(server):
+                        continue
+                    seen = proc_status(server.pid)
+                    if seen is not None:
+                        soak.samples[server.name].append(Sample(at, episodes, f"{server.name}/{server.pid}", *seen))
+                say(f"{at:7.0f} s  {cid}: pause {result.pause_s * 1e3:.0f} ms, {result.written_bytes} bytes, "
+                    f"{episodes} episodes finished")
+                if time.monotonic() >= next_kill:
+                    t0 = time.perf_counter()
+                    chaos.crash_and_restore()
+                    soak.restores.append((time.monotonic() - started, time.perf_counter() - t0))
+                    say(f"{time.monotonic() - started:7.0f} s  killed every process, restored {chaos.newest}")
+                    next_kill = time.monotonic() + args.kill_every
+            status = chaos.job()
+            if status["state"] == "completed":
+                check_rows(chaos, soak, status["total"])
+                say(f"job {job} finished: {status['total']} rollouts")
+                episodes_before += status["finished"]
+            else:
+                say(f"time is up with job {job} running ({status['finished']}/{status['total']}): its rows so far "
+                    "are checked for duplicates and errors")
+                check_rows(chaos, soak, None)
+            chaos.kill_all()
+        ok = True
+    finally:
+        story.close()
+        if ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"the soak failed; its work folder and logs are kept in {tmp}", file=sys.stderr, flush=True)
+    return soak
+
+
+def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
+    print(f"soak: {elapsed / 60:.1f} min of demo collection, a checkpoint every {args.checkpoint_every:g} s, every process "
+          f"SIGKILLed and restored every {args.kill_every:g} s; storage {args.storage or 'file (temporary folder)'}; "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"{'server':>22} {'samples':>7} {'RSS first MB':>12} {'RSS last MB':>11} {'MB/1000 episodes':>16} "
+          f"{'fds':>9} {'threads':>9}")
+    for name, samples in sorted(soak.samples.items()):
+        lives: dict[str, list[Sample]] = defaultdict(list)
+        for s in samples:
+            lives[s.life].append(s)
+        warm = {life: [(s.episodes, s.rss_kib / 1024) for s in ss[args.warm_up:]] for life, ss in lives.items()}
+        fds, threads = [s.fds for s in samples], [s.threads for s in samples]
+        print(f"{name:>22} {len(samples):>7} {samples[0].rss_kib / 1024:>12.1f} {samples[-1].rss_kib / 1024:>11.1f} "
+              f"{slope_per_1000(warm):>16.2f} {f'{min(fds)}-{max(fds)}':>9} {f'{min(threads)}-{max(threads)}':>9}")
+    if soak.checkpoints:
+        pauses = [p for _, p, _, _ in soak.checkpoints]
+        sizes = [b for _, _, b, _ in soak.checkpoints]
+        per_hour = {"all": [(at / 3.6, p * 1e3) for at, p, _, _ in soak.checkpoints]}
+        print(f"checkpoints: {len(pauses)}; pause ms first {pauses[0] * 1e3:.0f}, median {statistics.median(pauses) * 1e3:.0f}, "
+              f"last {pauses[-1] * 1e3:.0f}, max {max(pauses) * 1e3:.0f}, slope {slope_per_1000(per_hour):.1f} ms/hour; "
+              f"bytes written first {sizes[0]}, median {statistics.median(sizes):.0f}, last {sizes[-1]}")
+    if soak.restores:
+        print(f"kill + restore: {len(soak.restores)}, seconds " + ", ".join(f"{s:.1f}" for _, s in soak.restores))
+    print(f"rollouts: {soak.rollouts} in {soak.jobs} finished jobs (and the running one); lost {len(soak.lost)}, "
+          f"duplicated {len(soak.duplicated)}, failed {len(soak.failed)}")
+    for problem in (soak.lost + soak.duplicated + soak.failed)[:10]:
+        print("  ", problem)
+    print("targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
+          "0 lost, duplicated or failed rollouts")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=3600, help="seconds to soak (default 3600)")
+    parser.add_argument("--checkpoint-every", type=float, default=30, help="seconds between checkpoints (default 30)")
+    parser.add_argument("--kill-every", type=float, default=300,
+                        help="seconds between SIGKILLs of every process, each followed by a restore (default 300)")
+    parser.add_argument("--warm-up", type=int, default=2,
+                        help="samples of each process left out of its RSS slope (default 2)")
+    parser.add_argument("--repeats", type=int, default=40, help="rollouts per task: how long one job runs (default 40)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the kill moments (default 1)")
+    parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
+                        "or embedded-s3 (a local SeaweedFS, as the demo's)")
+    parser.add_argument("--s3-endpoint", default=os.environ.get("AWS_ENDPOINT_URL"),
+                        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)")
+    parser.add_argument("--tokens-per-second", type=float, default=120.0,
+                        help="generation speed of the inference worker per stream (default 120)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    soak = run(args, lambda text: print(text, file=sys.stderr, flush=True))
+    print_table(soak, args, time.monotonic() - started)
+    return 0 if not (soak.lost or soak.duplicated or soak.failed) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace, say) -> Soak:
         story.prepare()
         chaos = Chaos(story, Run(), random.Random(args.seed), "a", say=say)
         episodes_before = 0  # episodes of the jobs already finished
+        next_kill = time.monotonic() + args.kill_every  # across jobs: a job may finish sooner
         job = 0
         while time.monotonic() - started < args.duration:
             job += 1
@@ -118,7 +119,6 @@ def run(args: argparse.Namespace, say) -> Soak:
             chaos.start()
             chaos.newest, chaos.taken = None, []
             chaos.story._submit(chaos.state, chaos.output)
-            next_kill = time.monotonic() + args.kill_every
             while time.monotonic() - started < args.duration:
                 next_checkpoint = time.monotonic() + args.checkpoint_every
                 status = chaos.job()
@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between SIGKILLs of every process, each followed by a restore (default 300)")
     parser.add_argument("--warm-up", type=int, default=2,
                         help="samples of each process left out of its RSS slope (default 2)")
-    parser.add_argument("--repeats", type=int, default=40, help="rollouts per task: how long one job runs (default 40)")
+    parser.add_argument("--repeats", type=int, default=100,
+                        help="rollouts per task: how long one job runs (default 100, ~10 min on 2 cores)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill moments (default 1)")
     parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
                         "or embedded-s3 (a local SeaweedFS, as the demo's)")

@@ -5,14 +5,16 @@ Endpoint and region come from the server's config or the standard AWS variables
 written with ``IfNoneMatch='*'`` so a published checkpoint is never overwritten.
 
 Opening a location makes no boto3 client: the client (importing boto3, loading the S3 service
-model, resolving credentials: about a second of CPU) is made on the first request, or handed in by
-whoever owns clients (:mod:`gym_services.control.storage_clients` shares one per access and makes it
-at server start-up), so naming a location under a checkpoint's pause costs nothing.
+model, resolving credentials: about a second of CPU the first time) comes on the first request from
+:class:`SharedClients` (one per access, for the process: :data:`SHARED`, unless the opener hands in its
+own; a server's :mod:`gym_services.control.storage_clients` does, and makes it at start-up), so naming
+a location under a checkpoint's pause costs nothing.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -55,13 +57,48 @@ def new_client(config: StorageConfig, session: Any = None) -> Any:
         raise StorageError(f"cannot reach S3 at {config.endpoint_url or 'the default endpoint'}: {exc}") from None
 
 
+class SharedClients:
+    """One boto3 client per access (endpoint, region, keys) from one boto3 session, so only the first pays for
+    the service model and a location reached again reuses the client's connections. Thread-safe; keeps the
+    ``keep`` most recently made (credentials that rotate do not pile up)."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._clients: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._session: Any = None
+        self._lock = threading.Lock()  # boto3 sessions are not safe to make clients from in two threads at once
+
+    def __call__(self, config: StorageConfig) -> Any:
+        key = (
+            config.endpoint_url, config.region, config.max_concurrency,
+            config.access_key_id.get_secret_value() if config.access_key_id else None,
+            config.secret_access_key.get_secret_value() if config.secret_access_key else None,
+        )
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                if self._session is None:
+                    import boto3
+
+                    self._session = boto3.session.Session()
+                client = self._clients[key] = new_client(config, self._session)
+                while len(self._clients) > self.keep:
+                    self._clients.popitem(last=False)
+            self._clients.move_to_end(key)
+            return client
+
+
+#: the process's clients, for locations opened without a factory of their own (the coordinator, the CLI)
+SHARED = SharedClients()
+
+
 class S3Storage(Storage):
     def __init__(self, bucket: str, prefix: str, config: StorageConfig, clients: ClientFactory | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self._config = config
-        self._clients: ClientFactory = clients or new_client
+        self._clients: ClientFactory = clients or SHARED
         self._made: Any = None
         self._lock = threading.Lock()
 

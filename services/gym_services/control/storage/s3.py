@@ -13,6 +13,7 @@ a location under a checkpoint's pause costs nothing.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,6 +24,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gym_services.base.config import StorageConfig
 from gym_services.control.storage.base import AlreadyExists, NotFound, Storage, StorageError, check_key
 
+#: the variables a boto3 session reads for S3 (endpoint, region, credentials): a change means another client
+ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
+               "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE",
+               "AWS_SHARED_CREDENTIALS_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN")
 #: makes (or returns a shared) boto3 S3 client for a storage config
 ClientFactory = Callable[[StorageConfig], Any]
 
@@ -53,37 +58,43 @@ def new_client(config: StorageConfig, session: Any = None) -> Any:
                 s3={"addressing_style": "path"},
             ),
         )
-    except ValueError as exc:  # botocore: invalid endpoint or region
+    except (ValueError, BotoCoreError) as exc:  # botocore: invalid endpoint or region, partial credentials
         raise StorageError(f"cannot reach S3 at {config.endpoint_url or 'the default endpoint'}: {exc}") from None
 
 
 class SharedClients:
-    """One boto3 client per access (endpoint, region, keys) from one boto3 session, so only the first pays for
-    the service model and a location reached again reuses the client's connections. Thread-safe; keeps the
-    ``keep`` most recently made (credentials that rotate do not pile up)."""
+    """One boto3 client per access (endpoint, region, keys, and the ``AWS_*`` variables boto3 reads) from one
+    boto3 session per set of those variables, so only the first client pays for the service model and a location
+    reached again reuses the client's connections. Thread-safe; keeps the ``keep`` most recently made (credentials
+    that rotate do not pile up)."""
 
     def __init__(self, keep: int = 16) -> None:
         self.keep = keep
         self._clients: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._session: Any = None
+        self._sessions: dict[tuple[str | None, ...], Any] = {}  # a session caches the credentials it resolved
         self._lock = threading.Lock()  # boto3 sessions are not safe to make clients from in two threads at once
 
     def __call__(self, config: StorageConfig) -> Any:
+        env = tuple(os.environ.get(name) for name in ENVIRONMENT)
         key = (
             config.endpoint_url, config.region, config.max_concurrency,
             config.access_key_id.get_secret_value() if config.access_key_id else None,
             config.secret_access_key.get_secret_value() if config.secret_access_key else None,
+            env,
         )
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                if self._session is None:
+                session = self._sessions.get(env)
+                if session is None:
                     import boto3
 
-                    self._session = boto3.session.Session()
-                client = self._clients[key] = new_client(config, self._session)
+                    session = self._sessions[env] = boto3.session.Session()
+                client = self._clients[key] = new_client(config, session)
                 while len(self._clients) > self.keep:
                     self._clients.popitem(last=False)
+                live = {k[-1] for k in self._clients}
+                self._sessions = {e: s for e, s in self._sessions.items() if e in live}
             self._clients.move_to_end(key)
             return client
 

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.chaos import Chaos  # noqa: E402
+
 from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.demo.story import Run, Story  # noqa: E402
 from gym_services.stack.launcher import is_running, read_state  # noqa: E402
@@ -57,7 +58,9 @@ class Sample:
 @dataclass
 class Soak:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    checkpoints: list[tuple[float, float, int, int]] = field(default_factory=list)  # (at, pause s, bytes written, records)
+    checkpoints: list[tuple[float, float, int, int]] = field(
+        default_factory=list
+    )  # (at, pause s, bytes written, records)
     restores: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
     jobs: int = 0
     rollouts: int = 0
@@ -69,7 +72,9 @@ class Soak:
 def proc_status(pid: int) -> tuple[int, int, int] | None:
     """(VmRSS KiB, open descriptors, threads) of a process, None once it is gone."""
     try:
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
         return int(fields["VmRSS"].split()[0]), len(os.listdir(f"/proc/{pid}/fd")), int(fields["Threads"])
     except (OSError, KeyError, ValueError):
         return None
@@ -101,9 +106,18 @@ def slope_per_1000(points: dict[str, list[tuple[float, float]]]) -> float:
 
 def run(args: argparse.Namespace, say) -> Soak:
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-soak-"))
-    storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
-    story = Story(tmp / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
-                  tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda text: None)
+    storage_config = (
+        StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
+    )
+    story = Story(
+        tmp / "story",
+        storage=args.storage,
+        storage_config=storage_config,
+        repeats=args.repeats,
+        tokens_per_second=args.tokens_per_second,
+        timeout_s=600,
+        say=lambda text: None,
+    )
     soak = Soak()
     started = time.monotonic()
     ok = False
@@ -141,8 +155,10 @@ def run(args: argparse.Namespace, say) -> Soak:
                     seen = proc_status(server.pid)
                     if seen is not None:
                         soak.samples[server.name].append(Sample(at, episodes, f"{server.name}/{server.pid}", *seen))
-                say(f"{at:7.0f} s  {cid}: pause {result.pause_s * 1e3:.0f} ms, {result.written_bytes} bytes, "
-                    f"{episodes} episodes finished")
+                say(
+                    f"{at:7.0f} s  {cid}: pause {result.pause_s * 1e3:.0f} ms, {result.written_bytes} bytes, "
+                    f"{episodes} episodes finished"
+                )
                 if time.monotonic() >= next_kill:
                     t0 = time.perf_counter()
                     chaos.crash_and_restore()
@@ -155,8 +171,10 @@ def run(args: argparse.Namespace, say) -> Soak:
                 say(f"job {job} finished: {status['total']} rollouts")
                 episodes_before += status["finished"]
             else:
-                say(f"time is up with job {job} running ({status['finished']}/{status['total']}): its rows so far "
-                    "are checked for duplicates and errors")
+                say(
+                    f"time is up with job {job} running ({status['finished']}/{status['total']}): its rows so far "
+                    "are checked for duplicates and errors"
+                )
                 check_rows(chaos, soak, None)
             chaos.kill_all()
         ok = True
@@ -170,53 +188,89 @@ def run(args: argparse.Namespace, say) -> Soak:
 
 
 def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
-    print(f"soak: {elapsed / 60:.1f} min of demo collection, a checkpoint every {args.checkpoint_every:g} s, every process "
-          f"SIGKILLed and restored every {args.kill_every:g} s; storage {args.storage or 'file (temporary folder)'}; "
-          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'server':>22} {'samples':>7} {'RSS first MB':>12} {'RSS last MB':>11} {'MB/1000 episodes':>16} "
-          f"{'fds':>9} {'threads':>9}")
+    print(
+        f"soak: {elapsed / 60:.1f} min of demo collection, a checkpoint every {args.checkpoint_every:g} s, "
+        f"every process SIGKILLed and restored every {args.kill_every:g} s; storage "
+        f"{args.storage or 'file (temporary folder)'}; "
+        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{'server':>22} {'samples':>7} {'RSS first MB':>12} {'RSS last MB':>11} {'MB/1000 episodes':>16} "
+        f"{'fds':>9} {'threads':>9}"
+    )
     for name, samples in sorted(soak.samples.items()):
         lives: dict[str, list[Sample]] = defaultdict(list)
         for s in samples:
             lives[s.life].append(s)
-        warm = {life: [(s.episodes, s.rss_kib / 1024) for s in ss[args.warm_up:]] for life, ss in lives.items()}
+        warm = {life: [(s.episodes, s.rss_kib / 1024) for s in ss[args.warm_up :]] for life, ss in lives.items()}
         fds, threads = [s.fds for s in samples], [s.threads for s in samples]
-        print(f"{name:>22} {len(samples):>7} {samples[0].rss_kib / 1024:>12.1f} {samples[-1].rss_kib / 1024:>11.1f} "
-              f"{slope_per_1000(warm):>16.2f} {f'{min(fds)}-{max(fds)}':>9} {f'{min(threads)}-{max(threads)}':>9}")
+        print(
+            f"{name:>22} {len(samples):>7} {samples[0].rss_kib / 1024:>12.1f} {samples[-1].rss_kib / 1024:>11.1f} "
+            f"{slope_per_1000(warm):>16.2f} {f'{min(fds)}-{max(fds)}':>9} {f'{min(threads)}-{max(threads)}':>9}"
+        )
     if soak.checkpoints:
         pauses = [p for _, p, _, _ in soak.checkpoints]
         sizes = [b for _, _, b, _ in soak.checkpoints]
         per_hour = {"all": [(at / 3.6, p * 1e3) for at, p, _, _ in soak.checkpoints]}
-        print(f"checkpoints: {len(pauses)}; pause ms first {pauses[0] * 1e3:.0f}, median {statistics.median(pauses) * 1e3:.0f}, "
-              f"last {pauses[-1] * 1e3:.0f}, max {max(pauses) * 1e3:.0f}, slope {slope_per_1000(per_hour):.1f} ms/hour; "
-              f"bytes written first {sizes[0]}, median {statistics.median(sizes):.0f}, last {sizes[-1]}")
+        print(
+            f"checkpoints: {len(pauses)}; pause ms first {pauses[0] * 1e3:.0f}, "
+            f"median {statistics.median(pauses) * 1e3:.0f}, last {pauses[-1] * 1e3:.0f}, max "
+            f"{max(pauses) * 1e3:.0f}, slope {slope_per_1000(per_hour):.1f} ms/hour; "
+            f"bytes written first {sizes[0]}, median {statistics.median(sizes):.0f}, last {sizes[-1]}"
+        )
     if soak.restores:
         print(f"kill + restore: {len(soak.restores)}, seconds " + ", ".join(f"{s:.1f}" for _, s in soak.restores))
-    print(f"rollouts: {soak.rollouts} in {soak.jobs} finished jobs (and the running one); lost {len(soak.lost)}, "
-          f"duplicated {len(soak.duplicated)}, failed {len(soak.failed)}")
+    print(
+        f"rollouts: {soak.rollouts} in {soak.jobs} finished jobs (and the running one); lost {len(soak.lost)}, "
+        f"duplicated {len(soak.duplicated)}, failed {len(soak.failed)}"
+    )
     for problem in (soak.lost + soak.duplicated + soak.failed)[:10]:
         print("  ", problem)
-    print("targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
-          "0 lost, duplicated or failed rollouts")
+    print(
+        "targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
+        "0 lost, duplicated or failed rollouts"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=3600, help="seconds to soak (default 3600)")
     parser.add_argument("--checkpoint-every", type=float, default=30, help="seconds between checkpoints (default 30)")
-    parser.add_argument("--kill-every", type=float, default=300,
-                        help="seconds between SIGKILLs of every process, each followed by a restore (default 300)")
-    parser.add_argument("--warm-up", type=int, default=2,
-                        help="samples of each process left out of its RSS slope (default 2)")
-    parser.add_argument("--repeats", type=int, default=100,
-                        help="rollouts per task: how long one job runs (default 100, ~10 min on 2 cores)")
+    parser.add_argument(
+        "--kill-every",
+        type=float,
+        default=300,
+        help="seconds between SIGKILLs of every process, each followed by a restore (default 300)",
+    )
+    parser.add_argument(
+        "--warm-up", type=int, default=2, help="samples of each process left out of its RSS slope (default 2)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=100,
+        help="rollouts per task: how long one job runs (default 100, ~10 min on 2 cores)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill moments (default 1)")
-    parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
-                        "or embedded-s3 (a local SeaweedFS, as the demo's)")
-    parser.add_argument("--s3-endpoint", default=os.environ.get("AWS_ENDPOINT_URL"),
-                        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)")
-    parser.add_argument("--tokens-per-second", type=float, default=120.0,
-                        help="generation speed of the inference worker per stream (default 120)")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="file:///path (default: a temporary folder), s3://bucket/prefix, "
+        "or embedded-s3 (a local SeaweedFS, as the demo's)",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        default=os.environ.get("AWS_ENDPOINT_URL"),
+        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--tokens-per-second",
+        type=float,
+        default=120.0,
+        help="generation speed of the inference worker per stream (default 120)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     soak = run(args, lambda text: print(text, file=sys.stderr, flush=True))

@@ -15,13 +15,13 @@ import threading
 
 import botocore.session
 import pytest
+from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import load_config
 from gym_services.control.protocol import Phase
 from gym_services.control.storage.file import FileStorage
 from gym_services.control.storage.s3 import S3Storage
 from gym_services.resources.workplace_assistant.app import Config, create_app
-from tests.support.asgi import Control, base_config, serve
 
 PAUSED = {Phase.PREPARING, Phase.PREPARED, Phase.BLOCKED, Phase.CAPTURED}
 REQUESTS = ("put", "put_if_absent", "get", "exists", "size", "list", "delete")
@@ -37,8 +37,11 @@ class Tap:
         for cls in (FileStorage, S3Storage):
             for name in REQUESTS:
                 monkeypatch.setattr(cls, name, self._wrap(f"{cls.__name__}.{name}", getattr(cls, name)))
-        monkeypatch.setattr(botocore.session.Session, "create_client",
-                            self._wrap("botocore client", botocore.session.Session.create_client))
+        monkeypatch.setattr(
+            botocore.session.Session,
+            "create_client",
+            self._wrap("botocore client", botocore.session.Session.create_client),
+        )
 
     def _wrap(self, what: str, real):
         def tapped(*args, **kwargs):

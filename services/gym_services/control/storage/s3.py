@@ -25,9 +25,20 @@ from gym_services.base.config import StorageConfig
 from gym_services.control.storage.base import AlreadyExists, NotFound, Storage, StorageError, check_key
 
 #: the variables a boto3 session reads for S3 (endpoint, region, credentials): a change means another client
-ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
-               "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE",
-               "AWS_SHARED_CREDENTIALS_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN")
+ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+)
 #: makes (or returns a shared) boto3 S3 client for a storage config
 ClientFactory = Callable[[StorageConfig], Any]
 
@@ -77,7 +88,9 @@ class SharedClients:
     def __call__(self, config: StorageConfig) -> Any:
         env = tuple(os.environ.get(name) for name in ENVIRONMENT)
         key = (
-            config.endpoint_url, config.region, config.max_concurrency,
+            config.endpoint_url,
+            config.region,
+            config.max_concurrency,
             config.access_key_id.get_secret_value() if config.access_key_id else None,
             config.secret_access_key.get_secret_value() if config.secret_access_key else None,
             env,
@@ -146,6 +159,7 @@ class S3Storage(Storage):
             raise self._fail("conditional put", key, exc) from None
         except BotoCoreError as exc:
             raise self._fail("conditional put", key, exc) from None
+
     def get(self, key: str) -> bytes:
         try:
             return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()

@@ -45,6 +45,7 @@ from gym_services.control.models import (
     Role,
     VerifyMode,
 )
+from gym_services.control.encoding import encode_pending
 from gym_services.control.participant import Capture, InvalidState, PendingRecord, Record, RestoredRecord
 from gym_services.control.storage import NotFound, StorageError
 
@@ -118,9 +119,11 @@ class Persisted:
 
 
 def _encode(capture: Capture, cancel: threading.Event, progress: Progress) -> list[tuple[Record, str]]:
-    """Every record's bytes and digest; the capture's pending records are encoded here."""
+    """Every record's bytes and digest; the capture's pending records are encoded here (in a forked child when
+    there are many: :mod:`gym_services.control.encoding`)."""
     out: list[tuple[Record, str]] = []
     seen: set[str] = set()
+    made = iter(encode_pending([r for r in capture.records if isinstance(r, PendingRecord)], cancel))
     for i, item in enumerate(capture.records):
         if i % 64 == 0 and cancel.is_set():
             raise Cancelled("cancelled while encoding")
@@ -130,10 +133,9 @@ def _encode(capture: Capture, cancel: threading.Event, progress: Progress) -> li
             raise ValueError(f"duplicate record key {item.key!r}")
         seen.add(item.key)
         if isinstance(item, PendingRecord):
-            data = item.encode()
-            if not isinstance(data, bytes):
-                raise InvalidState(f"record {item.key} encoded to {type(data).__name__}, not bytes")
-            record = Record(item.key, data, item.rollout_id, item.attempt)
+            record = Record(item.key, next(made), item.rollout_id, item.attempt)
+            if item.keep is not None:
+                item.keep(record.data)
         else:
             record = item
         out.append((record, sha256(record.data)))

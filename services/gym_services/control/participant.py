@@ -31,13 +31,16 @@ class Record:
 
 @dataclass(frozen=True)
 class PendingRecord:
-    """A record captured under the pause whose bytes are made later: ``encode()`` runs in a worker
-    thread after the stack resumed, so it must read only what the capture froze, never live state."""
+    """A record captured under the pause whose bytes are made later: ``encode()`` runs after the stack
+    resumed, in a worker thread or a forked child process (:mod:`gym_services.control.encoding`), so it
+    must read only what the capture froze, never live state, and change nothing. ``keep``, when given, is
+    called with the bytes in the serving process once they are made (a cache of encodings)."""
 
     key: str
     encode: Callable[[], bytes]
     rollout_id: str | None = None
     attempt: int | None = None
+    keep: Callable[[bytes], None] | None = None
 
 
 class Capture:

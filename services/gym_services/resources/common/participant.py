@@ -238,27 +238,31 @@ class ExportedParticipant(SessionParticipant):
             return await super().capture(scope)
         frozen = self.hooks.capture_session_states()
         earlier, encoded = self._encoded, {}
-        self._encoded = encoded  # filled by the encoders below, in the background upload's thread
+        self._encoded = encoded  # unchanged sessions now; the others as the background persist encodes them
 
-        def session_bytes(sid: str, token: Any, encode: Callable[[], Any]) -> bytes:
-            cached = earlier.get(sid)
-            if cached is not None and cached[0] == token:
-                data = cached[1]
-            else:
-                data = _dumps({"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": encode()})
+        def session_bytes(sid: str, encode: Callable[[], Any]) -> bytes:
+            return _dumps({"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": encode()})
+
+        def keep(sid: str, token: Any, data: bytes) -> None:
             encoded[sid] = (token, data)
-            return data
 
         records: list[Record | PendingRecord] = []
         for sid, (token, encode) in frozen.sessions.items():
             ident = self.sessions.get(sid)
             if not scope.includes(ident.rollout_id if ident else None):
                 continue
+            rollout_id, attempt = (ident.rollout_id, ident.attempt) if ident else (None, None)
+            cached = earlier.get(sid)
+            if cached is not None and cached[0] == token:  # unchanged since the last capture: its bytes as they were
+                encoded[sid] = cached
+                records.append(Record(f"session-{sid}", cached[1], rollout_id, attempt))
+                continue
             records.append(PendingRecord(
                 key=f"session-{sid}",
-                encode=functools.partial(session_bytes, sid, token, encode),
-                rollout_id=ident.rollout_id if ident else None,
-                attempt=ident.attempt if ident else None,
+                encode=functools.partial(session_bytes, sid, encode),
+                rollout_id=rollout_id,
+                attempt=attempt,
+                keep=functools.partial(keep, sid, token),
             ))
         if records:
             for name, encode in frozen.shared.items():

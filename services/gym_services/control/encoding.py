@@ -1,0 +1,128 @@
+"""Encoding a capture's pending records in a forked child process, off the serving process's GIL.
+
+Called by :func:`gym_services.control.packs.persist` (the background persist after ``resume``). Encoding is
+pure-Python CPU work: in a thread of the serving process it holds the GIL about half the time, so every
+request the server answers meanwhile waits for it, and on a 2-core machine under 8 clients' calls the persist of
+1,000 Workplace sessions took 7-14 s (issue 29). A child made by ``fork`` sees the capture exactly as it was
+frozen (it reads only what the capture froze, see :class:`~gym_services.control.participant.PendingRecord`)
+and encodes it in a process of its own; the parent only reads the bytes back from a pipe (which releases the
+GIL) and keeps serving.
+
+The child runs nothing but the encoders: it never touches the event loop, storage, locks or logging, stops
+cyclic garbage collection (whose passes would write to, and so copy, every page it shares with the parent),
+and ends with ``os._exit``. A child that dies is reported and its records encoded in the thread instead.
+Captures under :data:`FORK_MIN_RECORDS` pending records are encoded in the thread (a fork costs more).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import struct
+import threading
+from collections.abc import Sequence
+
+from gym_services.base.logs import get_logger
+from gym_services.control.participant import InvalidState, PendingRecord
+
+log = get_logger("control")
+#: fewer pending records than this are encoded in the calling thread
+FORK_MIN_RECORDS = 64
+_HEADER = struct.Struct("<BQ")  # status (0: bytes follow, 1: an error message follows), length
+_OK, _ERROR = 0, 1
+
+
+def encode_pending(items: Sequence[PendingRecord], cancel: threading.Event) -> list[bytes]:
+    """Every item's bytes, in order; :class:`InvalidState` for a record that cannot be encoded."""
+    if len(items) < FORK_MIN_RECORDS or not hasattr(os, "fork"):
+        return [_encode_one(item) for item in items]
+    try:
+        return _encode_forked(items, cancel)
+    except _ChildDied as exc:
+        log.warning(f"encoding child failed ({exc}); encoding {len(items)} records in the thread instead")
+        return [_encode_one(item) for item in items]
+
+
+def _encode_one(item: PendingRecord) -> bytes:
+    try:
+        data = item.encode()
+    except InvalidState:
+        raise
+    except Exception as exc:  # any failure of one record's encoder fails the checkpoint, named
+        raise InvalidState(f"record {item.key} cannot be encoded: {type(exc).__name__}: {exc}") from None
+    if not isinstance(data, bytes):
+        raise InvalidState(f"record {item.key} encoded to {type(data).__name__}, not bytes")
+    return data
+
+
+class _ChildDied(Exception):
+    pass
+
+
+def _encode_forked(items: Sequence[PendingRecord], cancel: threading.Event) -> list[bytes]:
+    from gym_services.control.packs import Cancelled  # packs imports this module
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: encode, write, exit; never return into the parent's code
+        status = 1
+        try:
+            os.close(read_fd)
+            _child(items, write_fd)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    out: list[bytes] = []
+    failed: str | None = None
+    try:
+        with os.fdopen(read_fd, "rb", buffering=1 << 20) as pipe:
+            for item in items:
+                if cancel.is_set():
+                    raise Cancelled("cancelled while encoding")
+                header = pipe.read(_HEADER.size)
+                if len(header) < _HEADER.size:
+                    raise _ChildDied(f"its output ended after {len(out)} of {len(items)} records")
+                status, size = _HEADER.unpack(header)
+                payload = pipe.read(size)
+                if len(payload) < size:
+                    raise _ChildDied(f"its output ended inside record {item.key}")
+                if status == _ERROR:
+                    failed = payload.decode("utf-8", "replace")
+                    break
+                out.append(payload)
+    finally:
+        _reap(pid, kill=failed is not None or len(out) < len(items))
+    if failed is not None:
+        raise InvalidState(failed)
+    return out
+
+
+def _child(items: Sequence[PendingRecord], write_fd: int) -> None:
+    gc.disable()  # a collection would write to every tracked object's page: copied from the parent
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)  # the parent's event loop must never see this process's signals
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    with os.fdopen(write_fd, "wb", buffering=1 << 20) as pipe:
+        for item in items:
+            try:
+                data = _encode_one(item)
+            except InvalidState as exc:
+                message = str(exc).encode()
+                pipe.write(_HEADER.pack(_ERROR, len(message)))
+                pipe.write(message)
+                return
+            pipe.write(_HEADER.pack(_OK, len(data)))
+            pipe.write(data)
+
+
+def _reap(pid: int, kill: bool) -> None:
+    """Wait for the child (killed first when its output is not wanted any more)."""
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)

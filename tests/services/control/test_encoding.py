@@ -1,0 +1,101 @@
+"""A capture's pending records are encoded in a forked child (off the serving process's GIL), with the same
+bytes as in the thread; the encodings cache is still filled in the serving process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+import pytest
+from tests.support.asgi import Control, base_config, serve
+
+from gym_services.base.config import load_config
+from gym_services.control import encoding
+from gym_services.control.encoding import FORK_MIN_RECORDS, encode_pending
+from gym_services.control.packs import Cancelled
+from gym_services.control.participant import InvalidState, PendingRecord, Record, Scope
+from gym_services.resources.workplace_assistant.app import Config, create_app
+
+PARENT = os.getpid()
+
+
+def where(i: int) -> bytes:
+    return f"{i}:{os.getpid()}".encode()
+
+
+def pending(n: int, encode=where) -> list[PendingRecord]:
+    return [PendingRecord(key=f"r{i}", encode=functools.partial(encode, i)) for i in range(n)]
+
+
+def test_many_records_are_encoded_in_a_child_few_in_the_thread() -> None:
+    forked = encode_pending(pending(FORK_MIN_RECORDS + 10), threading.Event())
+    assert [b.split(b":")[0] for b in forked] == [str(i).encode() for i in range(FORK_MIN_RECORDS + 10)]
+    assert {b.split(b":")[1] for b in forked} != {str(PARENT).encode()}  # another process made them
+    few = encode_pending(pending(3), threading.Event())
+    assert few == [f"{i}:{PARENT}".encode() for i in range(3)]
+
+
+def fails_at_70(i: int) -> bytes:
+    if i == 70:
+        raise ValueError("no such column")
+    return b"x"
+
+
+def test_a_record_that_cannot_be_encoded_is_named() -> None:
+    with pytest.raises(InvalidState, match=r"record r70 cannot be encoded: ValueError: no such column"):
+        encode_pending(pending(100, fails_at_70), threading.Event())
+
+
+def test_cancel_stops_the_child() -> None:
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled):
+        encode_pending(pending(100), cancel)
+
+
+def dies_in_the_child(i: int) -> bytes:
+    if i == 70 and os.getpid() != PARENT:
+        os._exit(3)  # the child dies (as if killed by the OOM killer)
+    return f"{i}".encode()
+
+
+def test_a_child_that_dies_is_replaced_by_the_thread() -> None:
+    assert encode_pending(pending(100, dies_in_the_child), threading.Event()) == [str(i).encode() for i in range(100)]
+
+
+async def test_workplace_bytes_match_and_the_cache_is_filled_in_the_server(tmp_path) -> None:
+    """80 real Workplace sessions: forked bytes equal the thread's; after a checkpoint written by a child, the
+    participant knows every session's bytes, so the next capture re-encodes only the changed one."""
+    app = create_app(load_config(Config, overrides=base_config("workplace_assistant")))
+    participant = app.state.participant
+    async with serve(app) as client:
+        for i in range(FORK_MIN_RECORDS + 16):
+            client.cookies.clear()
+            ident = {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
+            assert (await client.post("/seed_session", json={}, headers=ident)).status_code == 200
+            body = {"recipient": "nadia.moreau@atlas.com", "subject": f"n{i}", "body": "b"}
+            assert (await client.post("/email_send_email", json=body, headers=ident)).status_code == 200
+        capture = await participant.capture(Scope.of(None))
+        items = [r for r in capture.records if isinstance(r, PendingRecord)]
+        assert len(items) > FORK_MIN_RECORDS
+        assert encode_pending(items, threading.Event()) == [encoding._encode_one(r) for r in items]
+
+        participant._encoded = {}  # as a fresh server: nothing cached
+        control = Control(client)
+        await control.snapshot("ck1", f"file://{tmp_path / 'store'}")
+        sessions = FORK_MIN_RECORDS + 16
+        assert len(participant._encoded) == sessions  # kept in this process, though a child encoded them
+        assert (
+            await client.post(
+                "/email_send_email",
+                json={"recipient": "a@b.c", "subject": "s", "body": "b"},
+                headers={"x-ng-rollout-id": f"r{sessions - 1}", "x-ng-attempt": "0"},
+            )
+        ).status_code == 200
+        again = await participant.capture(Scope.of(None))
+        sessions_pending = [
+            r.key for r in again.records if isinstance(r, PendingRecord) and r.key.startswith("session-")
+        ]
+        assert len(sessions_pending) == 1
+        assert sum(isinstance(r, Record) and r.key.startswith("session-") for r in again.records) == sessions - 1

@@ -10,7 +10,8 @@ GIL) and keeps serving.
 
 The child runs nothing but the encoders: it never touches the event loop, storage, locks or logging, stops
 cyclic garbage collection (whose passes would write to, and so copy, every page it shares with the parent),
-and ends with ``os._exit``. A child that dies is reported and its records encoded in the thread instead.
+and ends with ``os._exit``. A child that dies is reported and its records encoded in the thread instead; one
+that hangs is killed when the checkpoint is cancelled (``abort``, or the server stopping).
 Captures under :data:`FORK_MIN_RECORDS` pending records are encoded in the thread (a fork costs more).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import select
 import signal
 import struct
 import threading
@@ -32,6 +34,8 @@ log = get_logger("control")
 FORK_MIN_RECORDS = 64
 _HEADER = struct.Struct("<BQ")  # status (0: bytes follow, 1: an error message follows), length
 _OK, _ERROR = 0, 1
+#: how long reading the child's output waits before it checks for cancel again
+POLL_S = 0.25
 
 
 def encode_pending(items: Sequence[PendingRecord], cancel: threading.Event) -> list[bytes]:
@@ -77,27 +81,54 @@ def _encode_forked(items: Sequence[PendingRecord], cancel: threading.Event) -> l
     os.close(write_fd)
     out: list[bytes] = []
     failed: str | None = None
+    pipe = _Pipe(read_fd, cancel, Cancelled)
     try:
-        with os.fdopen(read_fd, "rb", buffering=1 << 20) as pipe:
-            for item in items:
-                if cancel.is_set():
-                    raise Cancelled("cancelled while encoding")
-                header = pipe.read(_HEADER.size)
-                if len(header) < _HEADER.size:
-                    raise _ChildDied(f"its output ended after {len(out)} of {len(items)} records")
-                status, size = _HEADER.unpack(header)
-                payload = pipe.read(size)
-                if len(payload) < size:
-                    raise _ChildDied(f"its output ended inside record {item.key}")
-                if status == _ERROR:
-                    failed = payload.decode("utf-8", "replace")
-                    break
-                out.append(payload)
+        for item in items:
+            header = pipe.take(_HEADER.size)
+            if header is None:
+                raise _ChildDied(f"its output ended after {len(out)} of {len(items)} records")
+            status, size = _HEADER.unpack(header)
+            payload = pipe.take(size)
+            if payload is None:
+                raise _ChildDied(f"its output ended inside record {item.key}")
+            if status == _ERROR:
+                failed = payload.decode("utf-8", "replace")
+                break
+            out.append(payload)
     finally:
+        os.close(read_fd)
         _reap(pid, kill=failed is not None or len(out) < len(items))
     if failed is not None:
         raise InvalidState(failed)
     return out
+
+
+class _Pipe:
+    """The child's output, read in large chunks; waits at most :data:`POLL_S` between checks of ``cancel``, so a
+    child that hangs holds the persist only until the checkpoint is aborted (the coordinator's persist deadline)."""
+
+    def __init__(self, fd: int, cancel: threading.Event, cancelled: type[Exception]) -> None:
+        self.fd, self.cancel, self.cancelled = fd, cancel, cancelled
+        self.buffer = bytearray()
+        self.at = 0
+
+    def take(self, size: int) -> bytes | None:
+        """The next ``size`` bytes; None if the child's output ends first."""
+        while len(self.buffer) - self.at < size:
+            if self.cancel.is_set():
+                raise self.cancelled("cancelled while encoding")
+            ready, _, _ = select.select([self.fd], [], [], POLL_S)
+            if not ready:
+                continue
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                return None
+            del self.buffer[: self.at]
+            self.at = 0
+            self.buffer += chunk
+        out = bytes(self.buffer[self.at : self.at + size])
+        self.at += size
+        return out
 
 
 def _child(items: Sequence[PendingRecord], write_fd: int) -> None:

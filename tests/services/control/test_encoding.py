@@ -54,6 +54,23 @@ def test_cancel_stops_the_child() -> None:
         encode_pending(pending(100), cancel)
 
 
+def hangs_in_the_child(i: int) -> bytes:
+    if i == 70 and os.getpid() != PARENT:
+        threading.Event().wait()  # a deadlocked encoder
+    return b"x"
+
+
+def test_a_hanging_child_is_killed_when_the_checkpoint_is_cancelled() -> None:
+    cancel = threading.Event()
+    timer = threading.Timer(0.5, cancel.set)  # the coordinator aborts at its persist deadline
+    timer.start()
+    try:
+        with pytest.raises(Cancelled):
+            encode_pending(pending(100, hangs_in_the_child), cancel)  # returns: the child was killed and reaped
+    finally:
+        timer.cancel()
+
+
 def dies_in_the_child(i: int) -> bytes:
     if i == 70 and os.getpid() != PARENT:
         os._exit(3)  # the child dies (as if killed by the OOM killer)

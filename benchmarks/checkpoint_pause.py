@@ -126,10 +126,11 @@ async def seed_sessions(url: str, n: int) -> list[str]:
     return cookies
 
 
-def load(url: str, cookies: list[str], clients: int, stop, conn) -> None:
+def load(url: str, cookies: list[str], clients: int, stop, started, conn) -> None:
     """The live clients (a process of their own, so their timing does not share the coordinator's GIL):
     call tools on random sessions until ``stop`` is set; send back (start, end, parked retries, ok) per call."""
     calls: list[tuple[float, float, int, bool]] = []
+    running = started  # set once the first call is answered
     rng = random.Random(29)
 
     async def client() -> None:
@@ -140,7 +141,7 @@ def load(url: str, cookies: list[str], clients: int, stop, conn) -> None:
                 name, body = CHANGE if count % 4 == 3 else READ
                 count += 1
                 headers = {"cookie": cookies[i], "x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"}
-                started, parked = time.monotonic(), 0
+                t0, parked = time.monotonic(), 0
                 for _ in range(3000):  # bounded: 5 min of parked retries
                     resp = await http.post(f"/{name}", json=body, headers=headers)
                     if resp.status_code == 409 and "checkpoint_parked" in resp.text:
@@ -148,7 +149,8 @@ def load(url: str, cookies: list[str], clients: int, stop, conn) -> None:
                         await asyncio.sleep(float(resp.headers.get("retry-after", "0.1")))
                         continue
                     break
-                calls.append((started, time.monotonic(), parked, resp.status_code < 400))
+                calls.append((t0, time.monotonic(), parked, resp.status_code < 400))
+                running.set()
 
     async def main() -> None:
         await asyncio.gather(*(client() for _ in range(clients)))
@@ -254,13 +256,15 @@ def one_stack(n: int, backend: str, args, tmp: Path, storage: StorageConfig) -> 
             raise RuntimeError(f"the server holds {live} after seeding {n} sessions")
         footprint = rss_kib(pid, "VmRSS") - idle
         ctx = multiprocessing.get_context("spawn")
-        stop = ctx.Event()
+        stop, running = ctx.Event(), ctx.Event()
         receive, send = ctx.Pipe(duplex=False)
-        loader = ctx.Process(target=load, args=(url, cookies, args.clients, stop, send), daemon=True)
+        loader = ctx.Process(target=load, args=(url, cookies, args.clients, stop, running, send), daemon=True)
         loader.start()
         calls: list = []
         try:
-            time.sleep(args.before + 3)  # the clients start (a spawned process imports first) and settle
+            if not running.wait(300):  # a spawned process imports first
+                raise RuntimeError("the live clients answered no call in 300 s")
+            time.sleep(args.before + 1)  # a full "before" window of calls
             for start in ("cold", "warm"):
                 row = Row(n, backend, start)
                 cid = f"{backend}-{n}-{start}"

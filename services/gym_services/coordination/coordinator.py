@@ -400,6 +400,7 @@ class Coordinator:
             )
         if existing is not None:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
+        run.clock = Stopwatch()  # the pause starts with the first prepare, not with the claim's storage requests
         sync = CheckpointMethod(method) is CheckpointMethod.SYNC
         published: Published | None = None
         async with self._leases(checkpoint_id, lease_s) as touched:

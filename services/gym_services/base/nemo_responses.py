@@ -510,7 +510,7 @@ class ResponseObject(_Open):
         string character by character and fails, which :class:`UnreadableOutput` reports.
         """
         texts: list[str] = []
-        for item in self.output:
+        for item in map(_base_item, self.output):
             if isinstance(item, (OutputMessage, InputMessage)):
                 texts.extend(p.text for p in item.content if isinstance(p, OutputText))
                 if isinstance(item, InputMessage) and item.content:
@@ -529,7 +529,7 @@ class ResponseObject(_Open):
         Parts of input messages are plain dicts there and fail the same way as in :meth:`output_text`.
         """
         parts: list[str] = []
-        for item in self.output:
+        for item in map(_base_item, self.output):
             if isinstance(item, EasyMessage) and isinstance(item.content, str):
                 parts.append(item.content)
             elif isinstance(item, OutputMessage):
@@ -537,6 +537,17 @@ class ResponseObject(_Open):
             elif isinstance(item, (EasyMessage, InputMessage)) and item.content:
                 raise UnreadableOutput("'dict' object has no attribute 'type'")
         return "".join(parts)
+
+
+def _base_item(item: Any) -> Any:
+    """A training variant (kept as given, with its token ids) read as the item it extends, as NeMo Gym's
+    ``…ForTraining`` classes are subclasses of the items they extend."""
+    if isinstance(item, dict) and _TOKEN_FIELDS <= set(item):
+        try:
+            return _OUTPUT_ITEM.validate_python({k: v for k, v in item.items() if k not in _TOKEN_FIELDS | {"routed_experts"}})
+        except ValidationError:
+            return item
+    return item
 
 
 class UnreadableOutput(AttributeError):

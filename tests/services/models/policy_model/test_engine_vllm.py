@@ -65,3 +65,18 @@ def test_the_engine_is_chosen_by_name() -> None:
     assert ENGINES["vllm"] is VllmEngine
     with pytest.raises(ValueError, match="engine 'sglang' is unknown"):
         UpstreamConfig(engine="sglang")
+
+
+def test_a_training_item_is_read_as_the_item_it_extends() -> None:
+    """A resources server reads the text of a response whose items carry token ids (NeMo Gym's ForTraining
+    classes are subclasses of the items they extend): the Lean verifier must see the proof."""
+    from gym_services.base import nemo_responses
+
+    tokens = {"prompt_token_ids": [1, 2], "generation_token_ids": [3], "generation_log_probs": [-0.5]}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "theorem t := by simp", "annotations": []}]}
+    response = {"id": "r", "object": "response", "created_at": 0, "model": "m", "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": [], "output": [{**message, **tokens}]}
+    parsed = nemo_responses.ResponseObject.model_validate(response)
+    assert parsed.output_text() == parsed.message_text() == "theorem t := by simp"
+    assert parsed.output[0]["generation_token_ids"] == [3]  # kept as given

@@ -29,6 +29,11 @@ what arrived before a worker died stays as the prefix, and the generation contin
 another worker of the fleet, or, with none up, on the restarted worker after a bounded backoff; the
 call fails (``503 upstream_unavailable``) only after ``upstream_retry.deadline_s`` without progress.
 
+The capture ledger (``/v1/ledger/*``, :mod:`.ledger`, :mod:`.ledger_routes`) holds each rollout's
+training tokens, one entry per call, under NeMo Gym's token-capture contracts; with ``capture_tokens``
+every call with rollout identity writes to it (an intent before dispatch, the entry before the response
+goes out). It is part of this participant's checkpoint records.
+
 ``stream: true`` is answered with synthetic Responses API SSE events once the generation is finished
 (:mod:`.stream_events`), as the reference model server does, so streaming changes no checkpoint rule.
 
@@ -56,16 +61,20 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
+from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.fleet import FleetMetrics
 from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
+from gym_services.models.policy_model.ledger import CaptureLedger
+from gym_services.models.policy_model.ledger_routes import call_tokens, capture_entry, ledger_routes
 from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
 from gym_services.models.policy_model.stream_events import encode_sse, response_events
 from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamRetry
 
 SSE_HEADERS = {"cache-control": "no-cache"}
+log = get_logger("policy_model")
 
 
 class Config(ServerConfig):
@@ -83,6 +92,11 @@ class Config(ServerConfig):
         description="put prompt_token_ids, generation_token_ids and generation_log_probs on the last output item of "
         "every response (NeMo Gym's vllm_model option of the same name; what NeMo RL trains on)",
     )
+    capture_tokens: bool = Field(
+        default=False,
+        description="write every call of a rollout to the capture ledger (/v1/ledger/*) for a trainer to freeze and "
+        "drop; a call without token information from the upstream marks its rollout incomplete",
+    )
 
 
 def create_app(config: Config) -> Starlette:
@@ -92,6 +106,7 @@ def create_app(config: Config) -> Starlette:
         upstream, config.cut_wait_s, ModelCounters.declare(metrics), config.upstream_retry,
         token_information=config.return_token_id_information,
     )
+    ledger = CaptureLedger()
 
     async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
@@ -101,6 +116,9 @@ def create_app(config: Config) -> Starlette:
         created_at = 0.0 if config.stable_created_at else time.time()
         identity = RolloutIdentity.from_headers(request.headers)
         digest = request_digest(body)
+        capture = identity if config.capture_tokens else None
+        if capture is not None:  # the intent before dispatch: a call lost from here on masks the rollout
+            ledger.begin_call(capture.rollout_id, digest, capture.attempt)
         generation = await manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
         assert generation.finish_reason is not None
         response = build_response(
@@ -114,9 +132,25 @@ def create_app(config: Config) -> Starlette:
             created_at,
             token_information=generation.token_information() if config.return_token_id_information else None,
         )
+        if capture is not None:
+            items = body.input if isinstance(body.input, list) else None
+            _capture(capture, digest, body.model or model, items, response, generation)
         if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
             return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)
         return JSONResponse(response)
+
+    def _capture(
+        identity: RolloutIdentity, call_id: str, model: str, items: list | None, response: dict, generation: object
+    ) -> None:
+        """Store the call's entry before the response goes out; a capture failure never fails the call."""
+        tokens = call_tokens(generation)
+        try:
+            if tokens is None:
+                ledger.mark_incomplete(identity.rollout_id, call_id, identity.attempt, "the upstream returned no token ids")
+            else:
+                ledger.put(capture_entry(identity, call_id, model, items, response, tokens), identity.attempt)
+        except ApiError as exc:  # a conflicting payload (already masked), or the rollout frozen meanwhile
+            log.warning("token capture failed", extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message})
 
     async def shutdown() -> None:
         manager.shutdown()
@@ -124,12 +158,13 @@ def create_app(config: Config) -> Starlette:
 
     app = create_server_app(
         config,
-        ModelParticipant(manager),
-        [Route("/v1/responses", responses, methods=["POST"])],
+        ModelParticipant(manager, ledger),
+        [Route("/v1/responses", responses, methods=["POST"]), *ledger_routes(ledger)],
         metrics=metrics,
         policies={"/v1/responses": RoutePolicy.GATED_NOWAIT},
         on_startup=[upstream.start],
         on_shutdown=[shutdown],
     )
     app.state.generations = manager
+    app.state.ledger = ledger
     return app

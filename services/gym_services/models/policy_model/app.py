@@ -65,7 +65,7 @@ from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.fleet import FleetMetrics
-from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
+from gym_services.models.policy_model.generations import Generation, GenerationManager, ModelCounters
 from gym_services.models.policy_model.ledger import CaptureLedger
 from gym_services.models.policy_model.ledger_routes import call_tokens, capture_entry, ledger_routes
 from gym_services.models.policy_model.participant import ModelParticipant
@@ -140,7 +140,7 @@ def create_app(config: Config) -> Starlette:
         return JSONResponse(response)
 
     def _capture(
-        identity: RolloutIdentity, call_id: str, model: str, items: list | None, response: dict, generation: object
+        identity: RolloutIdentity, call_id: str, model: str, items: list | None, response: dict, generation: Generation
     ) -> None:
         """Store the call's entry before the response goes out; a capture failure never fails the call."""
         tokens = call_tokens(generation)

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
+from gym_services.models.policy_model.generations import Generation
 from gym_services.models.policy_model.ledger import CaptureLedger
 from gym_services.models.policy_model.ledger_lineage import stamp
 from gym_services.models.policy_model.ledger_wire import (
@@ -115,15 +116,11 @@ class CallTokens:
     generation_log_probs: list[float]
 
 
-def call_tokens(generation: Any) -> CallTokens | None:
-    """The generation's token information (``Generation.token_information()``, NeMo Gym's three fields), or
-    None when it has none: an upstream that reported no token ids, or a generation from before issue 24's
-    item 1 (the built-in worker answered ``logprobs: null``), which has no such method."""
-    information = getattr(generation, "token_information", None)
-    if information is None:
-        return None
+def call_tokens(generation: Generation) -> CallTokens | None:
+    """The finished generation's token information (NeMo Gym's three fields), or None when the upstream
+    reported none (a text-only restored prefix, an engine without token ids)."""
     try:
-        fields = information()
+        fields = generation.token_information()
     except ApiError:
         return None
     return CallTokens(

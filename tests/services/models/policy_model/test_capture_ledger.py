@@ -14,7 +14,6 @@ import pytest
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control.participant import InvalidState, RestoredRecord, Scope
-from gym_services.models.policy_model.generations import Generation
 from gym_services.models.policy_model.ledger import NEVER_STORED, CaptureLedger, record_key
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_lineage import stamp
@@ -23,8 +22,6 @@ from gym_services.models.policy_model.responses import ResponsesRequest, request
 from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
 from tests.services.models.procs import ServerProcess, start_server
 from tests.support.asgi import Control, base_config, serve
-
-NO_TOKENS = "the upstream returned no token ids"
 
 
 def entry(rollout_id: str, call_id: str, generation: list[int], prompt: list[int] | None = None) -> dict[str, Any]:
@@ -60,7 +57,8 @@ def code(resp: httpx.Response) -> tuple[int, str]:
 
 
 def start_model(worker_url: str, workdir: Path) -> ServerProcess:
-    config = base_config("policy_model", upstream={"base_url": f"{worker_url}/v1"}, capture_tokens=True)
+    upstream = {"base_url": f"{worker_url}/v1"}
+    config = base_config("policy_model", upstream=upstream, capture_tokens=True, return_token_id_information=True)
     config.pop("name")
     return start_server("policy_model", config, workdir)
 
@@ -136,7 +134,7 @@ async def test_a_model_call_lost_across_a_crash_masks_its_rollout(worker, tmp_pa
             else:
                 raise AssertionError(f"the calls did not start: {live}")
             assert (await control.prepare("ck1"))["status"] == "prepared"
-            committed = await control.commit("ck1", location)
+            committed = await control.capture_persist("ck1", location)
             assert committed["episodes"] == ["r-lost", "r-redo"]
             first.kill()  # the calls die with the process, never delivered
             for call in (lost, redone):
@@ -161,14 +159,16 @@ async def test_a_model_call_lost_across_a_crash_masks_its_rollout(worker, tmp_pa
             # the re-issued call was captured under attempt 1
             redo_snapshot = await freeze(client, "r-redo")
             assert redo_snapshot["attempt"] == 1
-            if hasattr(Generation, "token_information"):  # the upstream's token ids (issue 24 item 1)
-                assert redo_snapshot["incomplete"] is False and redo_snapshot["lost_calls"] == {}
-                (stored,) = redo_snapshot["entries"]
-                assert stored["model_call_id"] == call_id and stored["continuation_fingerprint"]
-                assert len(stored["generation_token_ids"]) == answer.json()["usage"]["output_tokens"]
-                assert len(stored["generation_log_probs"]) == len(stored["generation_token_ids"])
-            else:  # a generation without token ids is masked for that reason, not as lost
-                assert redo_snapshot["lost_calls"] == {call_id: NO_TOKENS}
+            assert redo_snapshot["incomplete"] is False and redo_snapshot["lost_calls"] == {}
+            (stored,) = redo_snapshot["entries"]
+            assert stored["model_call_id"] == call_id and stored["continuation_fingerprint"]
+            assert len(stored["generation_token_ids"]) == answer.json()["usage"]["output_tokens"]
+            # the entry holds what the response gave the agent: the token fields of its last output item
+            output = answer.json()["output"]
+            for name in ("prompt_token_ids", "generation_token_ids", "generation_log_probs"):
+                assert stored[name] == output[-1][name], name
+            assert stored["token_item_index"] == len(output) - 1
+            assert all("generation_token_ids" not in item for item in stored["output_items"])
     finally:
         second.stop()
 

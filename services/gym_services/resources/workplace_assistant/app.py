@@ -108,7 +108,7 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
             error = {"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
                      "input": {}, "ctx": {"error": exc.msg}}
             return _detail(422, [error])
-        except ValueError:  # not in a Unicode encoding JSON allows
+        except (ValueError, RecursionError):  # not in a Unicode encoding JSON allows, or nested past the parser
             return _detail(400, "There was an error parsing the body")
     else:
         data = raw.decode("utf-8", errors="replace")
@@ -118,6 +118,23 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
         msg = "Input should be a valid dictionary or object to extract fields from"
         return _detail(422, [{"type": "model_attributes_type", "loc": ["body"], "msg": msg, "input": data}])
     return data
+
+
+def unencodable_key(body: dict[str, Any]) -> Response | None:
+    """NeMo Gym validates a tool body's keys as text: the first key holding a lone surrogate fails as
+    ``string_unicode``, and that ``422`` cannot be written as UTF-8, so the answer is the framework's ``500``
+    with the encoder's error."""
+    for key in body:
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            msg = "Input should be a valid string, unable to parse raw data as a unicode string"
+            error = {"type": "string_unicode", "loc": ["body"], "msg": msg, "input": key}
+            try:
+                return _detail(422, [error])
+            except UnicodeEncodeError as exc:
+                return nemo_http.repr_error(exc)
+    return None
 
 
 def not_seeded(sid: str) -> Exception:
@@ -140,6 +157,9 @@ def create_app(config: Config) -> Starlette:
         body = request_object(await request.body(), request.headers.get("content-type"))
         if isinstance(body, JSONResponse):
             return body
+        refused = unencodable_key(body)
+        if refused is not None:
+            return refused
         sid, _ = participant.session(request, sessions.find, missing=not_seeded)
         if config.tool_latency_s:
             await asyncio.sleep(config.tool_latency_s)
@@ -148,9 +168,12 @@ def create_app(config: Config) -> Starlette:
         except SessionNotFound:  # retired or verified while the call waited
             return _detail(400, NOT_SEEDED)
         try:
-            return JSONResponse({"output": jsonable(result)})
+            output = jsonable(result)
         except Unserializable as exc:
             return JSONResponse(f"PydanticSerializationError({exc})", status_code=500)
+        # pydantic writes the answer, as FastAPI writes the reference's response model: text it cannot encode
+        # (a lone surrogate a tool echoes) is its 500 with the error's repr
+        return nemo_http.json_response({"output": output})
 
     async def verify(request: Request) -> JSONResponse:
         body = request_object(await request.body(), request.headers.get("content-type"))

@@ -114,11 +114,12 @@ _ALL_KEYS = frozenset(TABLE_KEYS)
 class WorkplaceEnvironment:
     """One session's tables. Tools read and replace tables through :meth:`get` / :meth:`put`.
 
-    Tables may be *shared*: the very DataFrame objects of the pristine base (a fresh session) or of
-    a checkpoint's capture (:meth:`capture`). A shared table is replaced by a shallow copy the first
-    time it is handed out, so a tool's in-place write (``df.loc[...] = ...``) lands on the session's
-    own object, never on the base or on a capture; copy-on-write protects the column buffers the
-    copy still shares. Capturing is therefore O(1) per session: nothing is copied under the pause.
+    Tables may be *shared*: the very DataFrame objects of the pristine base (a fresh session), of a
+    restored checkpoint, or of a checkpoint's capture (:meth:`capture`). A shared table is replaced by
+    a copy (one consolidated block per dtype, cells shared by reference) the first time it is handed
+    out, so a tool's in-place write (``df.loc[...] = ...``) lands on the session's own object, never
+    on the base or on a capture, and stores values as NeMo Gym's tables store them. Capturing is
+    therefore O(1) per session: nothing is copied under the pause.
 
     :attr:`token` changes whenever the tables may have changed since the last :meth:`capture` (any
     access after it counts), so an unchanged session's encoding from an earlier checkpoint can be
@@ -157,7 +158,13 @@ class WorkplaceEnvironment:
             self._token = next(_tokens)
         df = self._tables[key]
         if key in self._shared:
-            df = self._tables[key] = df.copy(deep=False)
+            # a full copy, not a shallow one: the session's own frame holds its columns in one 2-D block per
+            # dtype and references nothing, as NeMo Gym's tables do (read without copy-on-write). A write into
+            # a shallow copy goes through pandas' copy-on-write path, which splits the block and stores some
+            # values differently (a list ``[[1]]`` written into a cell becomes ``1.0`` instead of ``[1]``; ``[1, 2]``
+            # fails with another message). Cells are copied as references, so the codec's "same object as the
+            # base" test still holds for every cell a tool did not write.
+            df = self._tables[key] = df.copy(deep=True)
             self._shared = self._shared - {key}
         return df
 

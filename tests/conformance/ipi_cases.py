@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.conformance import edge_cases as edge
+
 DATA = Path(__file__).resolve().parents[2] / "services/gym_services/resources/indirect_prompt_injection/data"
 
 DOMAINS = [
@@ -975,7 +977,9 @@ def verify_bodies(seed: int, n: int) -> list[dict[str, Any]]:
                 calls.append((rng.choice(DOMAIN_TOOLS[domain]), {}))
             else:
                 calls.append((injection["target_tool"], {}))
-                raw[len(calls) - 1] = rng.choice(["not json", "", "[1, 2]", "null", "5", '"s"', "{}"])
+                raw[len(calls) - 1] = rng.choice(["not json", "", "[1, 2]", "null", "5", '"s"', "{}",
+                                                  edge.dumps({"recipient": edge.HUGE_INT}), edge.dumps(edge.HUGE_INT),
+                                                  edge.dumps({"a" + edge.SURROGATE: 1}), edge.deep_list(edge.SHALLOW)])
         body = {**task, "injection": injection, "required_tools": required,
                 "response": response_of(calls, incomplete=rng.choice([None, None, None, "max_output_tokens", "content_filter"]),
                                         raw_args=raw)}
@@ -1036,6 +1040,13 @@ def invalid_verify_bodies() -> list[dict[str, Any]]:
     body = copy.deepcopy(base)
     body["response"]["output"].insert(0, {"type": "function_call", "call_id": "c", "name": "x", "arguments": {"a": 1}})
     out.append(body)
+    # arguments past Python's 4,300-digit integer limit: NeMo Gym's verifier catches decode and type errors only,
+    # so its ValueError is the route's 500; text that is not JSON stays {} (issue 28)
+    for raw in (edge.dumps({"recipient": edge.HUGE_INT}), edge.dumps([edge.HUGE_INT]), "{" + "9" * 5000):
+        body = copy.deepcopy(base)
+        body["response"]["output"].insert(0, {"type": "function_call", "call_id": "c", "name": base["injection"]["target_tool"],
+                                              "arguments": raw})
+        out.append(body)
     body = copy.deepcopy(base)
     body["responses_create_params"] = {}
     out.append(body)

@@ -105,9 +105,7 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
-            error = {"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
-                     "input": {}, "ctx": {"error": exc.msg}}
-            return _detail(422, [error])
+            return JSONResponse(nemo_http.json_invalid(exc), status_code=422)
         except (ValueError, RecursionError):  # not in a Unicode encoding JSON allows, or nested past the parser
             return _detail(400, "There was an error parsing the body")
     else:

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
 from gym_services.base.config import ServerConfig
 from gym_services.base.sessions import session_id
 from gym_services.base import nemo_http
@@ -57,6 +58,12 @@ class VerifyRequest(BaseModel):
     id: int
     category: str
     environment_name: str
+
+
+class ToolOutput(BaseModel):
+    """A tool's answer: its result, or the text of its failure (both for the model)."""
+
+    output: Any
 
 
 class Unserializable(TypeError):
@@ -206,6 +213,15 @@ def create_app(config: Config) -> Starlette:
         ],
         policies={path: RoutePolicy.OPEN for path in nemo_routes.PATHS},
         nemo_gym=True,
+        api=[
+            Operation("POST", "/seed_session", "Start a session on fresh tables", dict[str, Any], dict[str, Any]),
+            Operation("POST", "/verify", "Grade a rollout's function calls against the expected actions", VerifyRequest,
+                      VerifyResponse),
+            *nemo_routes.operations(),
+            Operation("POST", "/{tool_name}", "Call one of the 27 tools on the session's tables", dict[str, Any],
+                      ToolOutput, extra_responses={400: "the session was never seeded"}),
+        ],
+        api_title="workplace_assistant (NeMo Gym 0.7.0 resources server)",
     )
     app.state.workplace_sessions = sessions  # the conformance suite reads the final tables
     return app

@@ -658,11 +658,13 @@ def invalid_args(tool: str, env: dict[str, Any], rng: random.Random) -> dict[str
         args[rng.choice(["extra", "patient", "id", "env", "kwargs", "limit", "self"])] = rng.choice(WORDS)
     elif r < 0.8 and args:
         name = rng.choice(list(args))
-        args[name] = rng.choice(ODD_VALUES)
+        args[name] = rng.choice(ODD_VALUES) if rng.random() < 0.7 else edge.edge_value(rng)
     elif r < 0.9 and args:
         args[rng.choice(list(args))] = None
     else:
-        args = {name: rng.choice(ODD_VALUES) for name in args}
+        args = {name: rng.choice(ODD_VALUES) if rng.random() < 0.7 else edge.edge_value(rng) for name in args}
+    if rng.random() < 0.05:  # a key that cannot be encoded, or a huge one
+        args[rng.choice([edge.SURROGATE, "a" + edge.SURROGATE, "k" * 300])] = edge.edge_value(rng)
     return args
 
 
@@ -671,7 +673,7 @@ def invalid_args(tool: str, env: dict[str, Any], rng: random.Random) -> dict[str
 
 def step(path: str, body: Any = None, *, client: str = "a", raw: str | None = None, content_type: str | None = JSON,
          method: str = "POST") -> dict[str, Any]:
-    text = raw if raw is not None else (None if body is None else json.dumps(body))
+    text = raw if raw is not None else (None if body is None else edge.dumps(body))
     return {"client": client, "method": method, "path": path, "body": text, "content_type": content_type}
 
 
@@ -827,7 +829,7 @@ def invalid_sequences() -> list[list[dict[str, Any]]]:
 
 
 def _call(name: str, args: Any, i: int, raw: str | None = None) -> dict[str, Any]:
-    arguments = raw if raw is not None else json.dumps(args)
+    arguments = raw if raw is not None else edge.dumps(args)
     return {"arguments": arguments, "call_id": f"call_{i}", "name": name, "type": "function_call", "id": f"fc_{i}",
             "status": "completed"}
 

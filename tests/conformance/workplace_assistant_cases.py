@@ -55,7 +55,14 @@ PAGE_SIZES = [5, 5, 1, 3, 10, 50, 0, -2]
 
 
 def _pick(rng: random.Random, pool: list, odd: float = 0.08) -> Any:
-    return rng.choice(ODD) if rng.random() < odd else rng.choice(pool)
+    """Mostly a value of ``pool``; sometimes an odd one, or an edge value (every JSON type, nested lists, lone
+    surrogates, integers past 4,300 digits: ``edge_cases.edge_value``)."""
+    r = rng.random()
+    if r < odd * 0.6:
+        return rng.choice(ODD)
+    if r < odd:
+        return edge.edge_value(rng)
+    return rng.choice(pool)
 
 
 class CallBuilder:
@@ -91,7 +98,9 @@ class CallBuilder:
         if args and rng.random() < 0.05:
             args[rng.choice(list(args))] = None
         if rng.random() < 0.03:
-            args[rng.choice(["foo", "id", "limit", "query"])] = rng.choice(["x", 1, None])
+            args[rng.choice(["foo", "id", "limit", "query", edge.SURROGATE])] = rng.choice(["x", 1, None])
+        if name.endswith(("_update_event", "_update_task", "_update_customer")) and rng.random() < 0.3:
+            args["new_value"] = edge.edge_value(rng)  # a cell value of any JSON type
         return name, args
 
     # one generator per tool: mostly well-formed, sometimes odd

@@ -52,10 +52,10 @@ class NemoHttpError(Exception):
     def response(self) -> Response:
         try:
             return JSONResponse(self.content, status_code=self.status)
+        except UnicodeEncodeError as exc:  # a lone surrogate echoed from the input (a ValueError too: first)
+            return repr_error(exc)
         except ValueError:  # a NaN echoed from the input: FastAPI's encoder fails the same way
             return repr_error(nan_error(self.content))
-        except UnicodeEncodeError as exc:  # a lone surrogate echoed from the input
-            return repr_error(exc)
 
 
 def detail_error(status: int, detail: Any) -> NemoHttpError:

@@ -2,15 +2,17 @@
 
 The tables are read from the vendored CSVs exactly as NeMo Gym's tools read them (``dtype=str`` with
 pandas 2.3, so ``object`` columns where an empty cell is NaN and a value a tool stores as ``None``
-stays ``None``), once per process; every session starts on the very pristine DataFrames and gets a
-shallow copy of a table the first time a tool touches it (:class:`WorkplaceEnvironment`).
+stays ``None``), once per process; every session starts on the very pristine DataFrames and gets its
+own copy of a table the first time a tool touches it (:class:`WorkplaceEnvironment`): one 2-D block per
+dtype, the cells shared by reference with the pristine table.
 
 Copy-on-write is switched on for this process (pandas 2.3 makes it opt-in; only this server uses
-pandas): a shallow copy shares the pristine column arrays until a tool writes to a column, and a
-write never reaches the pristine table or another session. The codec uses that sharing as a cheap,
-sound "unchanged" test (same buffer => same values). No tool behaves differently under it: the
-conformance suite (``tests/conformance/test_workplace_assistant.py``) compares every answer and
-table with NeMo Gym's modules running without it.
+pandas), so no write reaches the pristine table, a checkpoint's capture or another session. The session's
+copy references nothing, so a tool's write takes pandas' in-place path, as in NeMo Gym's tables (a write
+into a shallow copy would go through copy-on-write's block split and store a list differently). The codec
+tells unchanged cells by identity with the pristine cell objects. No tool behaves differently: the
+conformance suite (``tests/conformance/test_workplace_assistant.py``) compares every answer and table
+with NeMo Gym's modules running without copy-on-write.
 """
 
 from __future__ import annotations

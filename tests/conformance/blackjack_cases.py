@@ -74,6 +74,8 @@ ACTION_TEXTS = [
     "<action>hit",
     "",
     "Think: hit or stand? <action>hit</action>\n",
+    "<action>hit\ud800</action>",  # text that cannot be encoded as UTF-8
+    "\ud800 <action>stand</action>",
 ]
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.conformance import edge_cases as edge
+
 DATA = Path(__file__).resolve().parents[2] / "services/gym_services/resources/indirect_prompt_injection/data"
 
 DOMAINS = [
@@ -656,11 +658,13 @@ def invalid_args(tool: str, env: dict[str, Any], rng: random.Random) -> dict[str
         args[rng.choice(["extra", "patient", "id", "env", "kwargs", "limit", "self"])] = rng.choice(WORDS)
     elif r < 0.8 and args:
         name = rng.choice(list(args))
-        args[name] = rng.choice(ODD_VALUES)
+        args[name] = rng.choice(ODD_VALUES) if rng.random() < 0.7 else edge.edge_value(rng)
     elif r < 0.9 and args:
         args[rng.choice(list(args))] = None
     else:
-        args = {name: rng.choice(ODD_VALUES) for name in args}
+        args = {name: rng.choice(ODD_VALUES) if rng.random() < 0.7 else edge.edge_value(rng) for name in args}
+    if rng.random() < 0.05:  # a key that cannot be encoded, or a huge one
+        args[rng.choice([edge.SURROGATE, "a" + edge.SURROGATE, "k" * 300])] = edge.edge_value(rng)
     return args
 
 
@@ -669,7 +673,7 @@ def invalid_args(tool: str, env: dict[str, Any], rng: random.Random) -> dict[str
 
 def step(path: str, body: Any = None, *, client: str = "a", raw: str | None = None, content_type: str | None = JSON,
          method: str = "POST") -> dict[str, Any]:
-    text = raw if raw is not None else (None if body is None else json.dumps(body))
+    text = raw if raw is not None else (None if body is None else edge.dumps(body))
     return {"client": client, "method": method, "path": path, "body": text, "content_type": content_type}
 
 
@@ -825,7 +829,7 @@ def invalid_sequences() -> list[list[dict[str, Any]]]:
 
 
 def _call(name: str, args: Any, i: int, raw: str | None = None) -> dict[str, Any]:
-    arguments = raw if raw is not None else json.dumps(args)
+    arguments = raw if raw is not None else edge.dumps(args)
     return {"arguments": arguments, "call_id": f"call_{i}", "name": name, "type": "function_call", "id": f"fc_{i}",
             "status": "completed"}
 
@@ -975,7 +979,9 @@ def verify_bodies(seed: int, n: int) -> list[dict[str, Any]]:
                 calls.append((rng.choice(DOMAIN_TOOLS[domain]), {}))
             else:
                 calls.append((injection["target_tool"], {}))
-                raw[len(calls) - 1] = rng.choice(["not json", "", "[1, 2]", "null", "5", '"s"', "{}"])
+                raw[len(calls) - 1] = rng.choice(["not json", "", "[1, 2]", "null", "5", '"s"', "{}",
+                                                  edge.dumps({"recipient": edge.HUGE_INT}), edge.dumps(edge.HUGE_INT),
+                                                  edge.dumps({"a" + edge.SURROGATE: 1}), edge.deep_list(edge.SHALLOW)])
         body = {**task, "injection": injection, "required_tools": required,
                 "response": response_of(calls, incomplete=rng.choice([None, None, None, "max_output_tokens", "content_filter"]),
                                         raw_args=raw)}
@@ -1036,6 +1042,13 @@ def invalid_verify_bodies() -> list[dict[str, Any]]:
     body = copy.deepcopy(base)
     body["response"]["output"].insert(0, {"type": "function_call", "call_id": "c", "name": "x", "arguments": {"a": 1}})
     out.append(body)
+    # arguments past Python's 4,300-digit integer limit: NeMo Gym's verifier catches decode and type errors only,
+    # so its ValueError is the route's 500; text that is not JSON stays {} (issue 28)
+    for raw in (edge.dumps({"recipient": edge.HUGE_INT}), edge.dumps([edge.HUGE_INT]), "{" + "9" * 5000):
+        body = copy.deepcopy(base)
+        body["response"]["output"].insert(0, {"type": "function_call", "call_id": "c", "name": base["injection"]["target_tool"],
+                                              "arguments": raw})
+        out.append(body)
     body = copy.deepcopy(base)
     body["responses_create_params"] = {}
     out.append(body)

@@ -18,6 +18,7 @@ import httpx
 from gym_services.base.sessions import SessionCodec
 from gym_services.resources.workplace_assistant.app import Config, create_app
 from gym_services.resources.workplace_assistant.environment import DATA_DIR, TABLE_KEYS
+from tests.conformance import edge_cases as edge
 from tests.conformance.http_cases import request_kwargs
 from tests.conformance.oracle.glue_workplace_assistant import describe_table, table_digest
 from tests.support.asgi import SECRET, base_config, serve
@@ -54,7 +55,14 @@ PAGE_SIZES = [5, 5, 1, 3, 10, 50, 0, -2]
 
 
 def _pick(rng: random.Random, pool: list, odd: float = 0.08) -> Any:
-    return rng.choice(ODD) if rng.random() < odd else rng.choice(pool)
+    """Mostly a value of ``pool``; sometimes an odd one, or an edge value (every JSON type, nested lists, lone
+    surrogates, integers past 4,300 digits: ``edge_cases.edge_value``)."""
+    r = rng.random()
+    if r < odd * 0.6:
+        return rng.choice(ODD)
+    if r < odd:
+        return edge.edge_value(rng)
+    return rng.choice(pool)
 
 
 class CallBuilder:
@@ -90,7 +98,9 @@ class CallBuilder:
         if args and rng.random() < 0.05:
             args[rng.choice(list(args))] = None
         if rng.random() < 0.03:
-            args[rng.choice(["foo", "id", "limit", "query"])] = rng.choice(["x", 1, None])
+            args[rng.choice(["foo", "id", "limit", "query", edge.SURROGATE])] = rng.choice(["x", 1, None])
+        if name.endswith(("_update_event", "_update_task", "_update_customer")) and rng.random() < 0.3:
+            args["new_value"] = edge.edge_value(rng)  # a cell value of any JSON type
         return name, args
 
     # one generator per tool: mostly well-formed, sometimes odd
@@ -257,7 +267,58 @@ TOOL_NAMES = tool_names()
 
 
 def tool_step(name: str, args: Any) -> dict:
-    return {"op": "tool", "name": name, "body": json.dumps(args)}
+    return {"op": "tool", "name": name, "body": edge.dumps(args)}
+
+
+#: the update tools: (tool, id argument, a real id, the getter, a writable field)
+UPDATERS = [
+    ("calendar_update_event", "event_id", "00000013", "calendar_get_event_information_by_id", "event_name"),
+    ("project_management_update_task", "task_id", "00000149", "project_management_get_task_information_by_id",
+     "task_name"),
+    ("customer_relationship_manager_update_customer", "customer_id", "00000189", None, "status"),
+]
+
+
+def edge_sequences() -> list[list[dict]]:
+    """The edge inputs that once differed (issue 28), each in its own session so its final tables are compared:
+    JSON values of every type written into a cell through the three update tools and read back (a nested list
+    stays a list in NeMo Gym's one-block tables; ``[1, 2]`` fails with numpy's message), text that cannot be
+    encoded (a lone surrogate echoed in an answer, or as a body key), and bodies nested past every JSON parser
+    to every kind of route."""
+    seq: list[list[dict]] = []
+    for tool, id_arg, row, getter, field in UPDATERS:
+        for value in edge.JSON_VALUES + [edge.SURROGATE, edge.HUGE_INT]:
+            steps = [{"op": "seed"}, tool_step(tool, {id_arg: row, "field": field, "new_value": value})]
+            if getter:
+                steps.append(tool_step(getter, {id_arg: row, "field": field}))
+            else:
+                steps.append(tool_step("customer_relationship_manager_search_customers", {"status": value}))
+            seq.append(steps)
+    s = edge.SURROGATE
+    seq.append([{"op": "seed"},
+                tool_step("email_get_email_information_by_id", {"email_id": "00000057", "field": s}),
+                tool_step("email_send_email", {"recipient": "raj.patel@atlas.com", "subject": s, "body": "b"}),
+                tool_step("email_search_emails", {"query": s}), tool_step("email_search_emails", {"query": [s]}),
+                tool_step("email_search_emails", {s: 1}), tool_step("email_search_emails", {"query": "x", "a" + s: 1}),
+                tool_step("email_search_emails", {s: 1, "\udfff": 2}), tool_step("email_search_emails", {"q": {s: 1}}),
+                tool_step("email_search_emails", {"\U0001f600": 1}),
+                tool_step("email_search_emails", {"query": "update", "page_size": edge.HUGE_INT})])
+    seq.append([{"op": "http", "call": {"path": path, "raw": edge.dumps({s: 1}), "content_type": "application/json"}}
+                for path in ("/verify", "/seed_session")] + [{"op": "seed"}, tool_step("email_search_emails", {s: 1})])
+    deep = [edge.deep_list(edge.TOO_DEEP), edge.deep_value(edge.TOO_DEEP, "email_id"),
+            edge.deep_list(edge.SHALLOW), edge.deep_value(edge.SHALLOW, "email_id")]
+    for steps in ([], [{"op": "seed"}]):
+        seq.append(steps + [{"op": "tool", "name": "email_delete_email", "body": body} for body in deep]
+                   + [{"op": "http", "call": {"path": path, "raw": body, "content_type": "application/json"}}
+                      for path in ("/seed_session", "/verify", "/close_session") for body in deep[:2]])
+    return seq
+
+
+def python_depth_sequence() -> list[dict]:
+    """The named gap ``PYTHON_DEPTH``: bodies nested :data:`edge.BETWEEN_PARSERS` levels, which NeMo Gym's Python
+    (3.13) parses and ours (3.11) does not."""
+    bodies = [edge.deep_list(edge.BETWEEN_PARSERS), edge.deep_value(edge.BETWEEN_PARSERS, "email_id")]
+    return [{"op": "seed"}] + [{"op": "tool", "name": "email_delete_email", "body": body} for body in bodies]
 
 
 def random_sequences(ids: dict, seed: int, count: int, lo: int = 2, hi: int = 8) -> list[list[dict]]:

@@ -35,6 +35,7 @@ from gym_services.control.participant import Participant
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX
 from gym_services.control.routes import control_mount
+from gym_services.server.openapi import Operation, openapi_routes
 
 log = get_logger("app")
 Hook = Callable[[], Awaitable[None]]
@@ -105,6 +106,8 @@ def create_server_app(
     ready: Callable[[], bool] | None = None,
     nemo_gym: bool = False,
     streamed_paths: tuple[str, ...] = (),
+    api: Sequence[Operation] = (),
+    api_title: str | None = None,
 ) -> Starlette:
     """A Starlette app for one Gym server with the control plane mounted.
 
@@ -115,7 +118,9 @@ def create_server_app(
     ``{"detail": ...}`` bodies for unknown paths and methods (``404``/``405``), and NeMo Gym's liveness
     routes (``NEMO_LIVENESS_PATHS``, always ``{"status":"ok"}``; readiness stays ``/health/ready``).
     A request body over ``config.max_body_bytes`` is ``413`` before it is read (:class:`BodyLimit`), but under
-    ``streamed_paths``, whose routes stream bodies to disk under their own limit.
+    ``streamed_paths``, whose routes stream bodies to disk under their own limit. ``api`` describes the
+    server's data routes: an OpenAPI 3.1 document generated from their models at ``/openapi.json``, Swagger UI
+    at ``/docs`` (:mod:`gym_services.server.openapi`).
     """
     config.require_secrets()
     enabled = config.checkpoint.enabled
@@ -147,6 +152,8 @@ def create_server_app(
     ]
     if nemo_gym:
         all_routes += [Route(path, live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS]
+    if api:
+        all_routes += openapi_routes(api_title or config.name, list(api))
     data_middleware = [Middleware(SessionMiddleware, codec=codec)]
     if enabled:
         token = config.checkpoint.control_token.get_secret_value()  # type: ignore[union-attr]

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 
 def versions() -> dict:
+    import importlib.metadata
+    import platform
+
     import numpy
     import pandas
 
-    return {"pandas": pandas.__version__, "numpy": numpy.__version__}
+    names = ("aiohttp", "orjson", "anyio", "urllib3", "fastapi", "starlette", "pydantic", "openai", "nemo-gym")
+    return {"pandas": pandas.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
+            **{name: importlib.metadata.version(name) for name in names}}
 
 
 def reference_imports() -> list[str]:

@@ -116,10 +116,11 @@ def _run(steps: list[dict], full: bool) -> dict:
     envs: list[dict] = []
     try:
         for step in steps:
-            before = set(sessions)
-            answer = client.request(_call(step))
-            if step["op"] == "seed":
-                envs.extend(sessions[k] for k in set(sessions) - before)
+            before = dict(sessions)
+            call = _call(step)
+            answer = client.request(call)
+            if call["path"] == "/seed_session":  # a new session, or a session seeded again
+                envs.extend(env for k, env in sessions.items() if before.get(k) is not env)
             answers.append([answer["status"], answer["body"]])
     finally:
         client.close()

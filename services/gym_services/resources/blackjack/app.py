@@ -46,6 +46,8 @@ from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_actio
 from gym_services.resources.blackjack.participant import EpisodeParticipant
 from gym_services.resources.blackjack.state import EpisodeStore
 from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
+from gym_services.resources.common import nemo_routes
 
 SEED_HEADER = "x-ng-blackjack-seed"
 
@@ -73,6 +75,11 @@ class StepRequest(BaseModel):
 
     responses_create_params: CreateParams
     response: ResponseObject
+
+
+class ResetResponse(BaseModel):
+    observation: str | None
+    info: dict[str, Any]
 
 
 class StepResponse(BaseModel):
@@ -171,6 +178,12 @@ def create_app(config: Config) -> Starlette:
         ],
         metrics=metrics,
         nemo_gym=True,
+        api=[
+            Operation("POST", "/reset", "Deal a new game (seeded by the body's seed)", ResetRequest, ResetResponse),
+            Operation("POST", "/step", "Apply the model's move", StepRequest, StepResponse),
+            nemo_routes.AGGREGATE_METRICS,
+        ],
+        api_title="blackjack (NeMo Gym 0.7.0 Gymnasium environment)",
     )
     app.state.episodes = store
     return app

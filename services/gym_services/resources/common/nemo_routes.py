@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gym_services.base.nemo_http import json_response, parse
+from gym_services.server.openapi import Operation
 
 REVERIFY_UNKNOWN = "unknown"
 
@@ -86,3 +87,23 @@ async def not_served(request: Request) -> Response:
 
 #: the paths of :func:`routes` (they hold no state: open while a checkpoint is)
 PATHS = ("/close_session", "/aggregate_metrics", "/reverify_mode")
+
+
+class CloseSessionResponse(BaseModel):
+    resources_session_id: str
+
+
+#: NeMo Gym's aggregate-metrics route, listed as ours answers it
+AGGREGATE_METRICS = Operation(
+    "POST", "/aggregate_metrics", "Run statistics (not served)", status=404,
+    description="NeMo Gym computes a run's statistics over verify answers here; this server does not and "
+                "answers 404 {\"detail\":\"Not Found\"}.")
+
+
+def operations() -> list[Operation]:
+    """:func:`routes` as the API document lists them."""
+    return [
+        Operation("POST", "/close_session", "Close a resources session", CloseSessionRequest, CloseSessionResponse),
+        AGGREGATE_METRICS,
+        Operation("GET", "/reverify_mode", "How this server re-verifies", response=str),
+    ]

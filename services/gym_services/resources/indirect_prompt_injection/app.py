@@ -37,8 +37,9 @@ from gym_services.base.sessions import session_id
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.protocol import VerifyMode
 from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
 from gym_services.resources.common import ExportedParticipant, nemo_routes
-from gym_services.resources.indirect_prompt_injection import verifier
+from gym_services.resources.indirect_prompt_injection import models, verifier
 from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
 from gym_services.resources.indirect_prompt_injection.tools import TOOLS, run_tool
@@ -189,6 +190,14 @@ def create_app(config: Config) -> Starlette:
         metrics=metrics,
         policies={path: RoutePolicy.OPEN for path in nemo_routes.PATHS},
         nemo_gym=True,
+        api=[
+            Operation("POST", "/seed_session", "Start a session on a task's environment", models.SeedRequest, dict[str, Any]),
+            Operation("POST", "/verify", "Score a rollout: safety x utility", models.VerifyRequest, models.VerifyAnswer),
+            *nemo_routes.operations(),
+            Operation("POST", "/{tool_name}", "Call a tool of the session's domain", models.ToolCallRequest,
+                      models.ToolOutput, extra_responses={400: "the session was never seeded"}),
+        ],
+        api_title="indirect_prompt_injection (NeMo Gym 0.7.0 resources server)",
     )
     app.state.sessions = store
     return app

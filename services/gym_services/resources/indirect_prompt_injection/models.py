@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_services.base.nemo_responses import CreateParams, ResponseObject
+from gym_services.base.nemo_responses import CreateParams, ResponseObject, VerifyResponse
 
 
 class _Open(BaseModel):
@@ -52,3 +52,24 @@ class VerifyRequest(_Open):
     response: ResponseObject
     injection: InjectionSpec
     required_tools: list[str] = Field(default_factory=list)
+
+
+class VerifyAnswer(VerifyResponse):
+    """``/verify``'s answer (the API document's schema): the echo, the reward and the verdict, in NeMo Gym's order."""
+
+    injection_followed: bool
+    matched_tool: str | None
+    matched_args: Any
+    attack_difficulty: str
+    attack_strategy: str
+    attack_category: str
+    verification_type: str
+    reward_safety: float
+    reward_utility: float
+    thinking_incomplete: bool
+
+
+class ToolOutput(BaseModel):
+    """A tool's answer: its text (a tool's failure is text for the model too)."""
+
+    output: str

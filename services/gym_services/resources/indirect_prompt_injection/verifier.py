@@ -102,11 +102,14 @@ class Verdict:
 
 
 def _parsed(raw: Any) -> Any:
+    """A call's arguments: text that is not JSON is ``{}``; any other failure (an integer of more than 4,300
+    digits, nesting past the parser) is the verification's error, as in NeMo Gym (which catches decode errors
+    only), so the route answers 500."""
     if not isinstance(raw, str):
         return raw
     try:
         return json.loads(raw)
-    except ValueError:
+    except json.JSONDecodeError:
         return {}
 
 

@@ -49,6 +49,7 @@ from gym_services.resources.common.nemo_routes import EpisodeId, TaskId
 from gym_services.resources.math_formal_lean import feedback, proof
 from gym_services.resources.math_formal_lean.sandbox_client import LeanSandbox
 from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
 
 LOG = logging.getLogger(__name__)
 
@@ -117,6 +118,14 @@ class SeedSessionRequest(BaseModel):
     episode_id: EpisodeId
     task_id: TaskId
     task_data: dict[str, Any]
+
+
+class SeedSessionAnswer(BaseModel):
+    """An environment server's seed answer (an agent's seed is answered ``{}``)."""
+
+    resources_session_id: str
+    resources_tools: Any = None
+    sandbox_access: Any = None
 
 
 class CompilerOutput(BaseModel):
@@ -253,6 +262,13 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         on_shutdown=[close_sandbox],
         nemo_gym=True,
         metrics=metrics,
+        api=[
+            Operation("POST", "/seed_session", "Seed an environment-server session (or accept an agent's seed)",
+                      SeedSessionRequest | dict[str, Any], SeedSessionAnswer | dict[str, Any]),
+            Operation("POST", "/verify", "Compile the proof in the sandbox and grade it", VerifyRequest, VerifyResponse),
+            *nemo_routes.operations(),
+        ],
+        api_title="math_formal_lean (NeMo Gym 0.7.0 resources server)",
     )
     app.state.verifier = verifier
     return app

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
 from gym_services.base.config import ServerConfig
 from gym_services.base.sessions import session_id
 from gym_services.base import nemo_http
@@ -57,6 +58,12 @@ class VerifyRequest(BaseModel):
     id: int
     category: str
     environment_name: str
+
+
+class ToolOutput(BaseModel):
+    """A tool's answer: its result, or the text of its failure (both for the model)."""
+
+    output: Any
 
 
 class Unserializable(TypeError):
@@ -105,10 +112,8 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
-            error = {"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
-                     "input": {}, "ctx": {"error": exc.msg}}
-            return _detail(422, [error])
-        except ValueError:  # not in a Unicode encoding JSON allows
+            return JSONResponse(nemo_http.json_invalid(exc), status_code=422)
+        except (ValueError, RecursionError):  # not in a Unicode encoding JSON allows, or nested past the parser
             return _detail(400, "There was an error parsing the body")
     else:
         data = raw.decode("utf-8", errors="replace")
@@ -118,6 +123,23 @@ def request_object(raw: bytes, content_type: str | None) -> dict[str, Any] | JSO
         msg = "Input should be a valid dictionary or object to extract fields from"
         return _detail(422, [{"type": "model_attributes_type", "loc": ["body"], "msg": msg, "input": data}])
     return data
+
+
+def unencodable_key(body: dict[str, Any]) -> Response | None:
+    """NeMo Gym validates a tool body's keys as text: the first key holding a lone surrogate fails as
+    ``string_unicode``, and that ``422`` cannot be written as UTF-8, so the answer is the framework's ``500``
+    with the encoder's error."""
+    for key in body:
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            msg = "Input should be a valid string, unable to parse raw data as a unicode string"
+            error = {"type": "string_unicode", "loc": ["body"], "msg": msg, "input": key}
+            try:
+                return _detail(422, [error])
+            except UnicodeEncodeError as exc:
+                return nemo_http.repr_error(exc)
+    return None
 
 
 def not_seeded(sid: str) -> Exception:
@@ -140,6 +162,9 @@ def create_app(config: Config) -> Starlette:
         body = request_object(await request.body(), request.headers.get("content-type"))
         if isinstance(body, JSONResponse):
             return body
+        refused = unencodable_key(body)
+        if refused is not None:
+            return refused
         sid, _ = participant.session(request, sessions.find, missing=not_seeded)
         if config.tool_latency_s:
             await asyncio.sleep(config.tool_latency_s)
@@ -148,9 +173,12 @@ def create_app(config: Config) -> Starlette:
         except SessionNotFound:  # retired or verified while the call waited
             return _detail(400, NOT_SEEDED)
         try:
-            return JSONResponse({"output": jsonable(result)})
+            output = jsonable(result)
         except Unserializable as exc:
             return JSONResponse(f"PydanticSerializationError({exc})", status_code=500)
+        # pydantic writes the answer, as FastAPI writes the reference's response model: text it cannot encode
+        # (a lone surrogate a tool echoes) is its 500 with the error's repr
+        return nemo_http.json_response({"output": output})
 
     async def verify(request: Request) -> JSONResponse:
         body = request_object(await request.body(), request.headers.get("content-type"))
@@ -185,6 +213,15 @@ def create_app(config: Config) -> Starlette:
         ],
         policies={path: RoutePolicy.OPEN for path in nemo_routes.PATHS},
         nemo_gym=True,
+        api=[
+            Operation("POST", "/seed_session", "Start a session on fresh tables", dict[str, Any], dict[str, Any]),
+            Operation("POST", "/verify", "Grade a rollout's function calls against the expected actions", VerifyRequest,
+                      VerifyResponse),
+            *nemo_routes.operations(),
+            Operation("POST", "/{tool_name}", "Call one of the 27 tools on the session's tables", dict[str, Any],
+                      ToolOutput, extra_responses={400: "the session was never seeded"}),
+        ],
+        api_title="workplace_assistant (NeMo Gym 0.7.0 resources server)",
     )
     app.state.workplace_sessions = sessions  # the conformance suite reads the final tables
     return app

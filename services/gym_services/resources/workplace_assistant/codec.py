@@ -197,14 +197,12 @@ def decode_session(
     _check_layout(model.tables)
     view = _base_view(base)
     tables: dict[TableKey, pd.DataFrame] = {}
-    unchanged: set[TableKey] = set()
     for key in TABLE_KEYS:
         table = model.tables[key[0]][key[1]]
         try:
             if not isinstance(table, FullTableModel) and is_empty_diff(table):
                 # the pristine object itself, shared until a tool touches it (as a fresh session's tables)
                 tables[key] = view.tables[key].df
-                unchanged.add(key)
             elif isinstance(table, FullTableModel):
                 tables[key] = decode_table_plain(table.full)
             else:
@@ -213,4 +211,6 @@ def decode_session(
             raise InvalidSessionState(f"{key[0]}.{key[1]}: {exc}") from None
         except (ValueError, TypeError, IndexError, OverflowError) as exc:
             raise InvalidSessionState(f"{key[0]}.{key[1]}: {type(exc).__name__}: {exc}") from None
-    return WorkplaceEnvironment(tables, base, shared=frozenset(unchanged))
+    # every table is shared: the session copies each into its own consolidated frame before its first use
+    # (WorkplaceEnvironment._own), whether it is the pristine object or one rebuilt from the diff
+    return WorkplaceEnvironment(tables, base, shared=True)

@@ -2,15 +2,17 @@
 
 The tables are read from the vendored CSVs exactly as NeMo Gym's tools read them (``dtype=str`` with
 pandas 2.3, so ``object`` columns where an empty cell is NaN and a value a tool stores as ``None``
-stays ``None``), once per process; every session starts on the very pristine DataFrames and gets a
-shallow copy of a table the first time a tool touches it (:class:`WorkplaceEnvironment`).
+stays ``None``), once per process; every session starts on the very pristine DataFrames and gets its
+own copy of a table the first time a tool touches it (:class:`WorkplaceEnvironment`): one 2-D block per
+dtype, the cells shared by reference with the pristine table.
 
 Copy-on-write is switched on for this process (pandas 2.3 makes it opt-in; only this server uses
-pandas): a shallow copy shares the pristine column arrays until a tool writes to a column, and a
-write never reaches the pristine table or another session. The codec uses that sharing as a cheap,
-sound "unchanged" test (same buffer => same values). No tool behaves differently under it: the
-conformance suite (``tests/conformance/test_workplace_assistant.py``) compares every answer and
-table with NeMo Gym's modules running without it.
+pandas), so no write reaches the pristine table, a checkpoint's capture or another session. The session's
+copy references nothing, so a tool's write takes pandas' in-place path, as in NeMo Gym's tables (a write
+into a shallow copy would go through copy-on-write's block split and store a list differently). The codec
+tells unchanged cells by identity with the pristine cell objects. No tool behaves differently: the
+conformance suite (``tests/conformance/test_workplace_assistant.py``) compares every answer and table
+with NeMo Gym's modules running without copy-on-write.
 """
 
 from __future__ import annotations
@@ -114,11 +116,12 @@ _ALL_KEYS = frozenset(TABLE_KEYS)
 class WorkplaceEnvironment:
     """One session's tables. Tools read and replace tables through :meth:`get` / :meth:`put`.
 
-    Tables may be *shared*: the very DataFrame objects of the pristine base (a fresh session) or of
-    a checkpoint's capture (:meth:`capture`). A shared table is replaced by a shallow copy the first
-    time it is handed out, so a tool's in-place write (``df.loc[...] = ...``) lands on the session's
-    own object, never on the base or on a capture; copy-on-write protects the column buffers the
-    copy still shares. Capturing is therefore O(1) per session: nothing is copied under the pause.
+    Tables may be *shared*: the very DataFrame objects of the pristine base (a fresh session), of a
+    restored checkpoint, or of a checkpoint's capture (:meth:`capture`). A shared table is replaced by
+    a copy (one consolidated block per dtype, cells shared by reference) the first time it is handed
+    out, so a tool's in-place write (``df.loc[...] = ...``) lands on the session's own object, never
+    on the base or on a capture, and stores values as NeMo Gym's tables store them. Capturing is
+    therefore O(1) per session: nothing is copied under the pause.
 
     :attr:`token` changes whenever the tables may have changed since the last :meth:`capture` (any
     access after it counts), so an unchanged session's encoding from an earlier checkpoint can be
@@ -157,7 +160,13 @@ class WorkplaceEnvironment:
             self._token = next(_tokens)
         df = self._tables[key]
         if key in self._shared:
-            df = self._tables[key] = df.copy(deep=False)
+            # a full copy, not a shallow one: the session's own frame holds its columns in one 2-D block per
+            # dtype and references nothing, as NeMo Gym's tables do (read without copy-on-write). A write into
+            # a shallow copy goes through pandas' copy-on-write path, which splits the block and stores some
+            # values differently (a list ``[[1]]`` written into a cell becomes ``1.0`` instead of ``[1]``; ``[1, 2]``
+            # fails with another message). Cells are copied as references, so the codec's "same object as the
+            # base" test still holds for every cell a tool did not write.
+            df = self._tables[key] = df.copy(deep=True)
             self._shared = self._shared - {key}
         return df
 

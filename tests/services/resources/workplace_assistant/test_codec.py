@@ -452,3 +452,20 @@ def test_rows_removed_from_a_string_dtype_table_stay_a_diff() -> None:
     assert encoded.get("removed") == [5] and "full" not in encoded and "cells" not in encoded
     restored = codec_diff.decode_table_diff(codec_models.DiffTableModel.model_validate(json_round_trip(encoded)), bt)
     pd.testing.assert_frame_equal(restored, session, check_exact=True)
+
+
+@pytest.mark.parametrize("value", [[[1]], [[1, 2]], [1, 2], [1, 2, None], [{"a": 1}]])
+def test_a_restored_session_stores_list_values_as_a_fresh_one_does(value: object) -> None:
+    """Every session table is the session's own one-block frame before its first use (restored ones included), so
+    a list written into a cell is stored (or refused) as in a fresh session and in NeMo Gym: ``[[1]]`` becomes the
+    cell ``[1]``, not ``1``."""
+    env = WorkplaceEnvironment.fresh()
+    run(env, [("calendar_update_event", {"event_id": "00000013", "field": "duration", "new_value": "45"})])
+    restored = restore(json_round_trip(encode_session(env)))
+    calls = [("calendar_update_event", {"event_id": "00000013", "field": "event_name", "new_value": value}),
+             ("project_management_update_task", {"task_id": "00000149", "field": "task_name", "new_value": value}),
+             ("calendar_get_event_information_by_id", {"event_id": "00000013", "field": "event_name"})]
+    assert run(restored, calls) == run(env, calls)
+    assert_identical(env, restored)
+    if value == [[1]]:
+        assert env.get(CALENDAR)["event_name"].iloc[0] == [1]

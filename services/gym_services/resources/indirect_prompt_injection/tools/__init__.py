@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gym_services.base.nemo_http import call_error_text
 from gym_services.resources.indirect_prompt_injection.state import Session, active
 from gym_services.resources.indirect_prompt_injection.tools import (
     common,
@@ -67,7 +68,8 @@ def run_tool(session: Session, name: str, args: Mapping[str, Any]) -> ToolResult
             result = handler(session.environment, **kwargs)
         return ToolResult(result if isinstance(result, str) else json.dumps(result), "ok")
     except Exception as exc:  # noqa: BLE001 - a tool error is an answer for the model, not a crash
-        return ToolResult(f"Error executing tool '{name}' ({type(exc).__name__}): {exc}", "error")
+        return ToolResult(f"Error executing tool '{name}' ({type(exc).__name__}): {call_error_text(exc, handler)}",
+                          "error")
 
 
 __all__ = ["DOMAINS", "MODULES", "TOOLS", "ToolResult", "run_tool"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from gym_services.base.nemo_http import call_error_text
+
 from ..environment import DATA_DIR, WorkplaceEnvironment
 from ._common import Toolkit
 from . import (
@@ -91,13 +93,15 @@ def call_tool(env: WorkplaceEnvironment, name: str, arguments: Mapping[str, Any]
     if isinstance(arguments, str):
         arguments = json.loads(arguments) if arguments.strip() else {}
     kwargs = {k: v for k, v in (arguments or {}).items() if v is not None}
+    method = None
     try:
         spec = tool_specs().get(name)
         if spec is None:
             raise KeyError(name)
-        return getattr(spec.toolkit_class(env), spec.method)(**kwargs)
+        method = getattr(spec.toolkit_class(env), spec.method)
+        return method(**kwargs)
     except Exception as exc:  # noqa: BLE001 - every tool failure is model-visible text
-        return error_text(name, str(exc))
+        return error_text(name, str(exc) if method is None else call_error_text(exc, method))
 
 
 def run_action(env: WorkplaceEnvironment, name: Any, kwargs: Any) -> None:

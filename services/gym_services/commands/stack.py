@@ -204,6 +204,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
     try:
+        if args.tasks:
+            check_tasks_file(Path(args.tasks), args.limit)
+        if args.url or not args.attach:  # the results file this command (or the job it starts) writes
+            _refuse_overwrite(Path(args.output), args.overwrite)
+    except CollectError as exc:
+        return _fail("collect", exc)
+    try:
         with httpx.Client(timeout=args.timeout, trust_env=False, headers={"authorization": f"Bearer {token}"}) as http:
             status = _attach(http, url) if args.attach else _start_job(http, url, args, remote)
             if args.no_wait:
@@ -216,12 +223,78 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 _download_results(http, url, results)
     except (CollectError, httpx.HTTPError, OSError) as exc:
         return _fail("collect", exc)
+    except KeyboardInterrupt:
+        print(f"\ngymckpt collect: stopped following; the job keeps running on {url}: `gymckpt collect --attach"
+              f"{' --url ' + url if remote else ''}` follows it again", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    mean = status["mean_reward"]
     print(
-        f"collected {status['finished']} rollouts ({status['errors']} errors); mean reward "
-        f"{status['mean_reward'] if status['mean_reward'] is not None else '-'}; results in {results}"
+        f"collected {status['finished']} {_plural(status['finished'], 'rollout')} ({status['errors']} "
+        f"{_plural(status['errors'], 'error')}); mean reward {'-' if mean is None else f'{mean:.3f}'}; results in {results}"
     )
     print(reward_table(results))
+    if status["finished"] and status["errors"] == status["finished"]:
+        print(f"gymckpt collect: every episode failed; the first error is in {results}, the servers' logs "
+              f"({Path(_state_dir(args)) / 'logs'} for a local stack) say why", file=sys.stderr)
+        return 1
     return 0
+
+
+#: the exit status of a command stopped by Ctrl-C (SIGINT), as shells report it
+EXIT_INTERRUPTED = 128 + 2
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"
+
+
+def check_tasks_file(path: Path, limit: int | None = None) -> int:
+    """The number of tasks in a tasks JSONL, or :class:`CollectError` naming the line, column and what to fix:
+    a missing file, a folder, a line that is not a JSON object, a task without ``responses_create_params``,
+    or no task at all. Checked here, before a job starts and anything is written."""
+    if not path.exists():
+        raise CollectError(f"no tasks file {path} (relative paths are relative to {Path.cwd()})")
+    if not path.is_file():
+        raise CollectError(f"{path} is not a file; give a tasks JSONL (one task object a line)")
+    tasks = 0
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise CollectError(f"{path}, line {number}, column {exc.colno}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise CollectError(f"{path}, line {number}: a task must be a JSON object, not {type(row).__name__}")
+                if not isinstance(row.get("responses_create_params"), dict):
+                    raise CollectError(f"{path}, line {number}: the task has no responses_create_params object "
+                                       "(the model request of its episode: {\"input\": [...]})")
+                tasks += 1
+                if limit is not None and tasks >= limit:
+                    break
+    except UnicodeDecodeError:
+        raise CollectError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise CollectError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if tasks == 0:
+        raise CollectError(f"{path} holds no task (one JSON object a line); nothing was started or written")
+    return tasks
+
+
+def _refuse_overwrite(output: Path, overwrite: bool) -> None:
+    """Results of an earlier job are never replaced unless asked: a checkpoint of that job reads them."""
+    try:
+        size = output.stat().st_size if output.exists() else 0
+    except OSError:
+        size = 0
+    if output.is_dir():
+        raise CollectError(f"--output {output} is a folder; give a file name")
+    if size and not overwrite:
+        raise CollectError(
+            f"{output} already holds {human_bytes(size)} of results (an earlier job's; a checkpoint of that job "
+            f"needs them to restore); choose another file with --output, or replace it with --overwrite")
 
 
 class CollectError(RuntimeError):
@@ -265,7 +338,7 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
         name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"  # a new name each time: a restore re-reads its file
         with tasks.open("rb") as fh:
             uploaded = _answer(http.put(f"{url}/tasks/{name}", content=fh, headers={"content-type": "application/x-ndjson"}))
-        print(f"uploaded {uploaded['tasks']} tasks ({human_bytes(uploaded['bytes'])}) to {url} as {uploaded['tasks_path']}",
+        print(f"uploaded {uploaded['tasks']} {_plural(uploaded['tasks'], 'task')} ({human_bytes(uploaded['bytes'])}) to {url} as {uploaded['tasks_path']}",
               file=sys.stderr)
         spec = {"tasks_path": uploaded["tasks_path"], "output_path": f"results/{name}"}
     else:
@@ -612,7 +685,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("tasks", nargs="?", help="tasks JSONL (omit with --attach)")
     p.add_argument("--url", help="base URL of a collection server (default: the local stack's)")
     p.add_argument("--attach", action="store_true", help="follow the job already running instead of starting one")
-    p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl)")
+    p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl); a file that "
+                   "already holds results is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
     p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
     p.add_argument("--limit", type=int, help="only the first N tasks")

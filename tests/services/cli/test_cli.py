@@ -180,7 +180,7 @@ def test_collect_says_when_the_job_makes_no_progress(tmp_path) -> None:
         "name: stall\nservers:\n  collection: {server: collection, config: "
         "{agents: {ghost: 'http://127.0.0.1:9'}, unavailable_backoff_max_s: 0.5, job_dirs: ['.']}}\n"
     )
-    (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "x": 1}\n')
+    (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "responses_create_params": {"input": "hi"}}\n')
     gymckpt("up", "stack.yaml", cwd=tmp_path)
     try:
         proc = gymckpt("collect", "tasks.jsonl", "--stall-warning", "1", "--wait-timeout", "4", cwd=tmp_path, check=False)

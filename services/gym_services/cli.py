@@ -24,11 +24,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gym-checkpoint")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gymckpt",
         description="Partial-rollout checkpointing for Gym servers: serve, run a local stack, checkpoint, restore.",
     )
+    parser.add_argument("--version", action="version", version=f"gymckpt {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -64,6 +74,8 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 #: the exit status of a process ended by SIGPIPE, what `cmd | head` expects of a writer it stopped reading
 EXIT_BROKEN_PIPE = 128 + 13
+#: the exit status of a command stopped by Ctrl-C (SIGINT), as shells report it
+EXIT_INTERRUPTED = 128 + 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -79,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # a command with nothing left running to report on
+        print(f"\ngymckpt {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -104,7 +106,8 @@ async def _with_coordinator(args: argparse.Namespace, work, *, running_only: boo
 
         def progress(phase: str, detail: dict) -> None:
             if not getattr(args, "quiet", False):
-                print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True)
+                print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True,
+                      file=sys.stderr if getattr(args, "json", False) else sys.stdout)
 
         coordinator = Coordinator(participants, client, storage_config=_storage_config(args, state), on_event=progress)
         return await work(coordinator, state)
@@ -142,7 +145,10 @@ def cmd_down(args: argparse.Namespace) -> int:
         stopped = stop_stack(_state_dir(args), kill=args.kill)
     except StackError as exc:
         return _fail("down", exc)
-    print(f"{'killed' if args.kill else 'stopped'} {len(stopped)} servers: {', '.join(stopped) or '-'}")
+    if not stopped:
+        print(f"nothing to stop: no server of the stack in {_state_dir(args)} was running")
+        return 0
+    print(f"{'killed' if args.kill else 'stopped'} {len(stopped)} {_plural(len(stopped), 'server')}: {', '.join(stopped)}")
     return 0
 
 
@@ -473,31 +479,92 @@ def reward_table(results: Path) -> str:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint_id = args.id or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     transaction_id = args.transaction_id or uuid.uuid4().hex
-
-    async def work(coordinator: Coordinator, state):
+    again = f"gymckpt checkpoint --id {checkpoint_id} --transaction-id {transaction_id}"
+    try:
+        state = _running(args)
         location = args.storage or state.storage
-        print(f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
-              f"(transaction {transaction_id})")
+        _check_location(args, state, location)
+    except (StackError, StorageError) as exc:
+        return _fail("checkpoint", exc)
+
+    async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
+        _header(args, f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
+                      f"(transaction {transaction_id})")
         return await coordinator.checkpoint(
             checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease,
             transaction_id=transaction_id, claimed_by=f"gymckpt checkpoint on {socket.gethostname()} (stack {state.name})",
-            method=args.method,
+            method=args.method, cancel=cancel,
         )
 
-    return _transaction(args, "checkpoint", work)
+    return _transaction(args, "checkpoint", work, again)
 
 
-def _transaction(args: argparse.Namespace, verb: str, work) -> int:
-    """Run a checkpoint or restore against the stack and print its summary; 0 when completed."""
+def _header(args: argparse.Namespace, line: str) -> None:
+    """What a transaction is about to do: on stdout, on stderr under --json (stdout is the JSON alone), not
+    at all under --quiet."""
+    if not args.quiet:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
+def _check_location(args: argparse.Namespace, state: StackState, location: str) -> None:
+    """Refuse a storage location that cannot be used before anything is paused: an unsupported form,
+    or a file:// folder that cannot be created."""
+    open_storage(location, _storage_config(args, state))  # StorageError for an unsupported location
+    if location.startswith("file://"):
+        folder = Path(location.removeprefix("file://"))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the storage folder {folder}: {exc.strerror or exc}; "
+                               "give a folder you can write with --storage file:///absolute/path") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise StorageError(f"the storage folder {folder} is not writable; give another with --storage")
+
+
+def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
+    """Run a checkpoint or restore against the stack and print its summary; 0 when completed.
+
+    The first Ctrl-C ends the transaction as failed the way the coordinator does (every participant touched
+    is aborted and resumes); a second one stops waiting. Either way one line says what state things are in
+    and ``again``, the command that repeats the same transaction."""
+    interrupted = False
+
+    async def run():
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            interrupted = True
+            print(f"\ngymckpt {verb}: Ctrl-C: ending the {verb} as failed, aborting the participants "
+                  "(Ctrl-C again to stop waiting)", file=sys.stderr, flush=True)
+            cancel.set()
+            loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C interrupts
+
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, not POSIX
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        return await _with_coordinator(args, lambda coordinator, state: work(coordinator, state, cancel))
+
     try:
-        result = asyncio.run(_with_coordinator(args, work))
+        result = asyncio.run(run())
     except (StackError, ParticipantError, StorageError) as exc:
         return _fail(verb, exc)
+    except OSError as exc:
+        return _fail(verb, StackError(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"))
+    except KeyboardInterrupt:
+        print(f"\ngymckpt {verb}: interrupted before the participants answered; each resumes on its own when its "
+              f"lease ends (--lease {args.lease:g}s); `{again}` repeats the same {verb}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
+    if interrupted and not result.completed:
+        print(f"gymckpt {verb}: interrupted; the participants resumed where they were; `{again}` repeats the same "
+              f"{verb}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0 if result.completed else 1
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    restore_id = args.restore_id or uuid.uuid4().hex
     try:
         state = _running(args)
         location = args.storage or state.storage
@@ -507,11 +574,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if missing:
         return _fail("restore", RuntimeError(missing))
 
-    async def work(coordinator: Coordinator, state):
-        print(f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants")
-        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=args.restore_id)
+    async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
+        _header(args, f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants "
+                      f"(restore id {restore_id})")
+        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=restore_id,
+                                         cancel=cancel)
 
-    return _transaction(args, "restore", work)
+    return _transaction(args, "restore", work, f"gymckpt restore {args.checkpoint_id} --restore-id {restore_id}")
 
 
 def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: str) -> str | None:

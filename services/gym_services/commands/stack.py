@@ -22,6 +22,7 @@ from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import human_bytes, table, transaction_summary
+from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
@@ -33,9 +34,13 @@ from gym_services.stack.launcher import (
     StackError,
     StackState,
     is_running,
+    partly_running,
     read_state,
+    restart_server,
     stack_secrets,
+    start_missing,
     start_stack,
+    stop_server,
     stop_stack,
 )
 from gym_services.stack.objectstore import BUCKET, REGION
@@ -97,7 +102,7 @@ async def _with_coordinator(args: argparse.Namespace, work, *, running_only: boo
     if stopped and not running_only:
         raise StackError(
             f"not running: {', '.join(stopped)}; a checkpoint or restore needs every participant "
-            "(`gymckpt down`, then `gymckpt up CONFIG`)"
+            "(`gymckpt up CONFIG` starts what is missing while the rest keeps running)"
         )
     asked = state.model_copy(update={"servers": [s for s in state.servers if s.name not in stopped]})
     token = stack_secrets(_state_dir(args))["control_token"]
@@ -128,6 +133,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     f"--storage must be embedded-s3, s3://bucket/prefix or file:///absolute/path, got {args.storage!r}"
                 ) from None
+        state_dir = stack.resolved_state_dir(Path.cwd())
+        if partly_running(state_dir):  # a server crashed: start it again, the others keep their live state
+            state, started = start_missing(state_dir, ready_timeout_s=args.timeout)
+            print(f"started {', '.join(started)} again from {state_dir / 'configs'}; the other "
+                  f"{len(state.servers) - len(started)} servers of stack {state.name} kept running")
+            return 0
         state = start_stack(stack, Path.cwd(), ready_timeout_s=args.timeout, say=lambda text: print(text, flush=True))
     except (ConfigError, StackError) as exc:
         return _fail("up", exc)
@@ -137,6 +148,24 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"local S3 store (SeaweedFS) at {state.object_store.endpoint}, data in {state.object_store.data_dir}; "
               "`gymckpt down` stops it, the data stays")
     print(f"checkpoints go to {state.storage}")
+    return 0
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    """Stop one server of the running stack (if it still runs) and start it again from its saved config."""
+    state_dir = _state_dir(args)
+    try:
+        state = _running(args)
+        server = next((s for s in state.servers if s.name == args.name), None)
+        if server is None:
+            raise StackError(f"no server {args.name!r} in stack {state.name} (its servers: "
+                             f"{', '.join(s.name for s in state.servers)})")
+        if is_running(server):
+            stop_server(server)
+        restarted = restart_server(state_dir, args.name, ready_timeout_s=args.timeout)
+    except StackError as exc:
+        return _fail("restart", exc)
+    print(f"restarted {restarted.name} (pid {restarted.pid}) at {restarted.url}; log {restarted.log}")
     return 0
 
 
@@ -153,6 +182,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Every participant's state; exits 1 when a server of the stack is not running (or does not answer)."""
     async def work(coordinator: Coordinator, state):
         return await coordinator.status(), _stopped(state)
 
@@ -164,15 +194,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         answer = {pid: _status_json(pid, s) for pid, s in statuses.items()}
         answer.update({name: {"participant_id": name, "error": "not running"} for name in stopped})
         print(json.dumps(answer, indent=1))
-        return 0
-    rows = [[name, "?", "not running", "", "", "", ""] for name in stopped]
-    for pid, s in statuses.items():
-        if isinstance(s, ParticipantError):
-            rows.append([pid, "?", "unreachable", "", "", s.reason, ""])
-            continue
-        live = ", ".join(f"{k}={v}" for k, v in s.live.items())
-        rows.append([pid, s.role, s.phase, s.checkpoint_id or "", live, len(s.blockers), _persist_cell(s)])
-    print(table(["participant", "role", "phase", "checkpoint", "live", "blockers", "last upload"], rows))
+    else:
+        print(status_table(statuses, stopped, wide=args.wide))
+    unreachable = [pid for pid, s in statuses.items() if isinstance(s, ParticipantError)]
+    if stopped or unreachable:
+        what = "; ".join(part for part in (
+            f"not running: {', '.join(stopped)}" if stopped else "",
+            f"not answering: {', '.join(unreachable)}" if unreachable else "") if part)
+        print(f"gymckpt status: {what}; `gymckpt up CONFIG` starts what is missing while the rest keeps running "
+              f"(their logs: {_state_dir(args) / 'logs'})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -205,7 +236,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             state = _running(args)
             url, remote = state.url(args.collection), False
             if args.collection in _stopped(state):
-                raise StackError(f"the collection server {args.collection} is not running; `gymckpt down`, then `gymckpt up CONFIG`")
+                raise StackError(f"the collection server {args.collection} is not running; `gymckpt up CONFIG` starts it again")
             token = _local_job_token(args, state)
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
@@ -223,7 +254,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 print(f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
                       f"{' --url ' + url if remote else ''}`")
                 return 0
-            status = _follow(http, url, status, args.wait_timeout, args.stall_warning)
+            status = _follow(http, url, status, args.wait_timeout, args.stall_warning,
+                             None if remote else lambda: _stopped(read_state(_state_dir(args))))
             results = Path(args.output) if remote else Path(status["output_path"])
             if remote:
                 _download_results(http, url, results)
@@ -358,8 +390,10 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
 class Stall:
     """Says on stderr when a followed job makes no progress, or its server does not answer, for long."""
 
-    def __init__(self, url: str, after_s: float, say) -> None:
+    def __init__(self, url: str, after_s: float, say, missing=None) -> None:
         self.url, self.after_s, self.say = url, after_s, say
+        #: the local stack's servers that are not running (a crashed one is the likely cause of a stall)
+        self.missing = missing or (lambda: [])
         self.finished: int | None = None
         self.progress_at = self.answered_at = time.monotonic()
         self.warned_at = 0.0
@@ -384,6 +418,9 @@ class Stall:
                 why += f"; {status['retrying']} waiting to run again after an infrastructure failure"
             if status.get("last_failure"):
                 why += f"; latest failure: {status['last_failure']}"
+            down = self.missing()
+            if down:
+                why += f"; not running: {', '.join(down)} (`gymckpt up CONFIG` starts it again)"
             self.say(f"gymckpt collect: no episode has finished for {idle:.0f}s ({why}); "
                      "`gymckpt status` shows every server, their logs say more")
 
@@ -394,7 +431,8 @@ class Stall:
                      f"{time.monotonic() - self.answered_at:.0f}s ({self.last_error}); still trying until --wait-timeout")
 
 
-def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0) -> dict:
+def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0,
+            missing=None) -> dict:
     """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal;
     a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too."""
     from tqdm import tqdm
@@ -409,7 +447,7 @@ def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, sta
         else:
             print(text, file=sys.stderr, flush=True)
 
-    stall = Stall(url, stall_warning_s, say)
+    stall = Stall(url, stall_warning_s, say, missing)
     last_line = 0.0
     try:
         while True:
@@ -607,16 +645,6 @@ def _location(args: argparse.Namespace) -> str:
     return read_state(_state_dir(args)).storage
 
 
-def _persist_cell(status) -> str:
-    """The newest background upload: ``ck-3 persisted 4000 records`` or ``ck-4 persisting 1200/4000``."""
-    job = status.persist
-    if job is None:
-        return ""
-    if job.state == "persisting":
-        return f"{job.checkpoint_id} persisting {job.encoded}/{job.records}"
-    return f"{job.checkpoint_id} {job.state} {job.records} records" + (f": {job.error}" if job.error else "")
-
-
 def cmd_checkpoints_list(args: argparse.Namespace) -> int:
     try:
         location = _location(args)
@@ -734,15 +762,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     p.set_defaults(func=cmd_up)
 
+    p = sub.add_parser("restart", help="start one server of the running stack again (after a crash)",
+                       description="Start one server of the running stack again, from its saved config on its own "
+                       "port, while the others keep running (SIGTERM first if it still runs). `gymckpt up CONFIG` "
+                       "starts every server that is missing.")
+    _common(p)
+    p.add_argument("name", help="the server's name (as `gymckpt status` lists it)")
+    p.set_defaults(func=cmd_restart)
+
     p = sub.add_parser("down", help="stop the stack's servers", description="Stop the servers of the running stack.")
     _common(p)
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
     p.set_defaults(func=cmd_down)
 
-    p = sub.add_parser("status", help="phase, live state and blockers of every participant",
-                       description="Show the control-plane status of every participant of the running stack.")
+    p = sub.add_parser("status", help="state, live counts and the last checkpoint of every participant",
+                       description="Show every participant of the running stack: serving, or the phase of the "
+                       "checkpoint or restore it is in, and its live counts; then the checkpoint open now or the "
+                       "last upload's outcome. Fits 120 columns; --wide for every detail. Exits 1 when a server "
+                       "is not running.")
     _common(p)
-    p.add_argument("--json", action="store_true", help="raw JSON")
+    p.add_argument("--wide", action="store_true", help="every detail: all live counts, the checkpoint and blockers, "
+                   "the last upload and event of each participant (wider than a terminal)")
+    p.add_argument("--json", action="store_true", help="the participants' raw status answers as JSON")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("collect", help="run rollout collection on the stack's (or a cluster's) collection server",

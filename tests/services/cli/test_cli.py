@@ -145,7 +145,9 @@ def test_commands_on_a_stopped_stack_say_it_is_not_running(tmp_path) -> None:
         model_pid = next(s["pid"] for s in state["servers"] if s["name"] == "policy-model")
         os.killpg(model_pid, signal.SIGKILL)  # one participant crashed
         _wait_gone(model_pid)
-        status = gymckpt("status", cwd=tmp_path).stdout
+        shown = gymckpt("status", cwd=tmp_path, check=False)
+        assert shown.returncode == 1 and shown.stderr.startswith("gymckpt status: not running: policy-model; ")
+        status = shown.stdout
         assert [line.split()[:3] for line in status.splitlines() if "policy-model" in line] == [["policy-model", "?", "not"]]
         assert "not running" in status and "resources" in status  # counter-a still answers
         partial = gymckpt("checkpoint", cwd=tmp_path, check=False)

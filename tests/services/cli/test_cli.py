@@ -15,7 +15,7 @@ import pytest
 
 COMMANDS = [
     ["serve"], ["up"], ["down"], ["status"], ["collect"], ["checkpoint"], ["restore"],
-    ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["checkpoints", "delete"], ["demo"],
+    ["restart"], ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["checkpoints", "delete"], ["demo"],
     ["cluster"], ["cluster", "checkpoint"], ["cluster", "restore"], ["forward"],
 ]
 

@@ -43,7 +43,7 @@ from gym_services.stack.launcher import (
     stop_server,
     stop_stack,
 )
-from gym_services.stack.objectstore import BUCKET, REGION
+from gym_services.stack.objectstore import BUCKET, REGION, store_running
 
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
 
@@ -72,6 +72,26 @@ def _storage_config(args: argparse.Namespace, state: StackState | None = None) -
             secret_access_key=creds["s3_secret_key"],
         )
     return StorageConfig(endpoint_url=endpoint or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def _storage_hint(args: argparse.Namespace, exc: Exception) -> Exception:
+    """A storage error with what the stack knows: its local S3 store stopped with it, or where its own
+    checkpoints are."""
+    if not isinstance(exc, StorageError):
+        return exc
+    try:
+        state = read_state(_state_dir(args))
+    except StackError:
+        return exc
+    location = getattr(args, "storage", None)
+    if (state.object_store is not None and not store_running(state.object_store)
+            and (location is None or location.startswith(f"s3://{BUCKET}/"))):
+        return StorageError(f"{exc}; the stack's local S3 store stopped with the stack (`gymckpt down`): "
+                            "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data")
+    if location and location != state.storage:
+        return StorageError(f"{exc}; the stack {state.name} keeps its checkpoints at {state.storage}, "
+                            "used when --storage is not given")
+    return exc
 
 
 def _fail(prefix: str, exc: Exception) -> int:
@@ -608,7 +628,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         location = args.storage or state.storage
         missing = _missing_checkpoint(args, state, location)
     except (StackError, StorageError) as exc:
-        return _fail("restore", exc)
+        return _fail("restore", _storage_hint(args, exc))
     if missing:
         return _fail("restore", RuntimeError(missing))
 
@@ -650,7 +670,7 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
         location = _location(args)
         found = list_checkpoints(location, _storage_config(args))
     except (StackError, StorageError) as exc:
-        return _fail("checkpoints list", exc)
+        return _fail("checkpoints list", _storage_hint(args, exc))
     rows = []
     for cid, manifest in found:
         if manifest is None:
@@ -674,7 +694,7 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
         if manifest is None:
             raise StackError(f"no complete checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`")
     except (StackError, StorageError, ValueError) as exc:
-        return _fail("checkpoints show", exc)
+        return _fail("checkpoints show", _storage_hint(args, exc))
     if args.json:
         print(manifest.model_dump_json(indent=1))
         return 0
@@ -717,7 +737,7 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
         store = CheckpointStore(open_storage(location, _storage_config(args)))
         deleted = store.delete(args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
     except (StackError, StorageError, InFlight, InvalidState) as exc:
-        return _fail("checkpoints delete", exc)
+        return _fail("checkpoints delete", _storage_hint(args, exc))
     if deleted.objects == 0 and not deleted.kept:
         return _fail("checkpoints delete", StackError(
             f"no checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"))
@@ -733,7 +753,7 @@ def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
         location = _location(args)
         pruned = CheckpointStore(open_storage(location, _storage_config(args))).prune()
     except (StackError, StorageError, InvalidState) as exc:
-        return _fail("checkpoints prune", exc)
+        return _fail("checkpoints prune", _storage_hint(args, exc))
     for deleted in pruned:
         print(f"removed {deleted.objects} objects of {deleted.checkpoint_id}"
               + (f" ({deleted.kept} still read by other checkpoints)" if deleted.kept else ""))

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -554,7 +555,63 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             method=args.method, cancel=cancel,
         )
 
-    return _transaction(args, "checkpoint", work, again)
+    code = _transaction(args, "checkpoint", work, again)
+    if code == 0:
+        _remember_configs(state, checkpoint_id)
+    return code
+
+
+CONFIGS_SEEN = "checkpoint-configs"  # <state dir>/checkpoint-configs/<id>.json: the server configs a checkpoint saw
+_LOCAL_URL = re.compile(r"http://127\.0\.0\.1:\d+")
+
+
+def server_configs(state: StackState) -> dict[str, dict[str, object]]:
+    """Each participant's config as ``{dotted.key: value}``, without what changes on every `up` (ports, the
+    local URLs of other servers)."""
+    configs: dict[str, dict[str, object]] = {}
+    for server in state.participants():
+        path = Path(state.state_dir) / "configs" / f"{server.name}.yaml"
+        try:
+            loaded = yaml.safe_load(_LOCAL_URL.sub("http://127.0.0.1:PORT", path.read_text())) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        flat: dict[str, object] = {}
+
+        def walk(prefix: str, value: object) -> None:
+            if isinstance(value, dict) and value:
+                for key, inner in value.items():
+                    walk(f"{prefix}.{key}" if prefix else str(key), inner)
+            else:
+                flat[prefix] = value
+
+        walk("", {k: v for k, v in loaded.items() if k not in ("host", "port", "log_level")})
+        configs[server.name] = flat
+    return configs
+
+
+def _remember_configs(state: StackState, checkpoint_id: str) -> None:
+    folder = Path(state.state_dir) / CONFIGS_SEEN
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{checkpoint_id}.json").write_text(json.dumps(server_configs(state), indent=1, default=str))
+
+
+def config_changes(state: StackState, checkpoint_id: str) -> list[str]:
+    """How the running stack's server configs differ from those checkpoint ``checkpoint_id`` of this stack saw
+    (nothing when it was not taken here)."""
+    try:
+        then = json.loads((Path(state.state_dir) / CONFIGS_SEEN / f"{checkpoint_id}.json").read_text())
+    except (OSError, ValueError):
+        return []
+    now = server_configs(state)
+    changes = []
+    for name in sorted(set(then) & set(now)):
+        keys = sorted(set(then[name]) | set(now[name]))
+        diff = [f"{k}: {then[name].get(k, '(unset)')} -> {now[name].get(k, '(unset)')}"
+                for k in keys if then[name].get(k) != now[name].get(k)]
+        if diff:
+            changes.append(f"{name} ({'; '.join(diff[:5])}{'; ...' if len(diff) > 5 else ''})")
+    return changes
 
 
 def _header(args: argparse.Namespace, line: str) -> None:
@@ -631,6 +688,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return _fail("restore", _storage_hint(args, exc))
     if missing:
         return _fail("restore", RuntimeError(missing))
+    changed = config_changes(state, args.checkpoint_id)
+    if changed:
+        print(f"gymckpt restore: warning: server configs changed since {args.checkpoint_id} was taken: "
+              f"{', '.join(changed)}; its episodes continue under the new configs", file=sys.stderr)
 
     async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
         _header(args, f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants "

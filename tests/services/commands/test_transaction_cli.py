@@ -144,3 +144,30 @@ def test_version_and_a_second_down(tmp_path) -> None:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
     again = gymckpt("down", cwd=tmp_path).stdout
     assert again == f"nothing to stop: no server of the stack in {tmp_path / '.gymckpt/stack'} was running\n"
+
+
+def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path) -> None:
+    """A restore into a stack whose server config changed (a changed agent setting can change rewards) goes on,
+    with a warning naming the server, the key and both values; ports and URLs, new on every `up`, are no change."""
+    def write(backoff: float) -> None:
+        (tmp_path / "stack.yaml").write_text(
+            "name: cfg\nservers:\n  counter-a: {server: counter}\n  collection: {server: collection, config: "
+            f"{{agents: {{a: '{{url:counter-a}}'}}, unavailable_backoff_max_s: {backoff}, job_dirs: ['.']}}}}\n")
+
+    write(0.5)
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        gymckpt("checkpoint", "--id", "k1", "--quiet", cwd=tmp_path)
+        gymckpt("down", "--kill", cwd=tmp_path)
+        gymckpt("up", "stack.yaml", cwd=tmp_path)  # new ports: not a change
+        same = gymckpt("restore", "k1", "--quiet", cwd=tmp_path)
+        assert "restore k1: COMPLETED" in same.stdout and "warning" not in same.stderr, same.stderr
+        gymckpt("down", "--kill", cwd=tmp_path)
+        write(0.7)
+        gymckpt("up", "stack.yaml", cwd=tmp_path)
+        changed = gymckpt("restore", "k1", "--quiet", cwd=tmp_path)
+    finally:
+        gymckpt("down", "--kill", cwd=tmp_path, check=False)
+    assert "restore k1: COMPLETED" in changed.stdout
+    assert changed.stderr == ("gymckpt restore: warning: server configs changed since k1 was taken: collection "
+                              "(unavailable_backoff_max_s: 0.5 -> 0.7); its episodes continue under the new configs\n")

@@ -198,7 +198,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not stopped:
         print(f"nothing to stop: no server of the stack in {_state_dir(args)} was running")
         return 0
-    print(f"{'killed' if args.kill else 'stopped'} {len(stopped)} {_plural(len(stopped), 'server')}: {', '.join(stopped)}")
+    verb = "killed" if args.kill else "stopped"
+    print(f"{verb} {len(stopped)} {_plural(len(stopped), 'server')}: {', '.join(stopped)}")
     return 0
 
 
@@ -257,7 +258,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             state = _running(args)
             url, remote = state.url(args.collection), False
             if args.collection in _stopped(state):
-                raise StackError(f"the collection server {args.collection} is not running; `gymckpt up CONFIG` starts it again")
+                raise StackError(f"the collection server {args.collection} is not running; "
+                                 "`gymckpt up CONFIG` starts it again")
             token = _local_job_token(args, state)
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
@@ -289,7 +291,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     mean = status["mean_reward"]
     print(
         f"collected {status['finished']} {_plural(status['finished'], 'rollout')} ({status['errors']} "
-        f"{_plural(status['errors'], 'error')}); mean reward {'-' if mean is None else f'{mean:.3f}'}; results in {results}"
+        f"{_plural(status['errors'], 'error')}); mean reward {'-' if mean is None else f'{mean:.3f}'}; "
+        f"results in {results}"
     )
     print(reward_table(results))
     if status["finished"] and status["errors"] == status["finished"]:
@@ -397,8 +400,8 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
         name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"  # a new name each time: a restore re-reads its file
         with tasks.open("rb") as fh:
             uploaded = _answer(http.put(f"{url}/tasks/{name}", content=fh, headers={"content-type": "application/x-ndjson"}))
-        print(f"uploaded {uploaded['tasks']} {_plural(uploaded['tasks'], 'task')} ({human_bytes(uploaded['bytes'])}) to {url} as {uploaded['tasks_path']}",
-              file=sys.stderr)
+        print(f"uploaded {uploaded['tasks']} {_plural(uploaded['tasks'], 'task')} ({human_bytes(uploaded['bytes'])}) "
+              f"to {url} as {uploaded['tasks_path']}", file=sys.stderr)
         spec = {"tasks_path": uploaded["tasks_path"], "output_path": f"results/{name}"}
     else:
         spec = {"tasks_path": str(tasks.resolve()), "output_path": str(Path(args.output).resolve())}

@@ -50,7 +50,9 @@ def _upload(status: StatusResponse) -> str:
     return f"{job.checkpoint_id} {job.state} {job.records} records" + (f": {job.error}" if job.error else "")
 
 
-def status_table(statuses: dict[str, StatusResponse | ParticipantError], stopped: list[str], *, wide: bool = False) -> str:
+def status_table(
+    statuses: dict[str, StatusResponse | ParticipantError], stopped: list[str], *, wide: bool = False
+) -> str:
     """The table and, under it, the newest transaction: the checkpoint open now, or the last upload's outcome.
     Without ``wide`` the live cell gets what the other columns leave of :data:`WIDTH`."""
     open_now = any(isinstance(s, StatusResponse) and s.checkpoint_id for s in statuses.values())
@@ -76,14 +78,16 @@ def status_table(statuses: dict[str, StatusResponse | ParticipantError], stopped
             row += [_upload(s), s.last_event or ""]
         rows.append(row)
         lives.append(s.live)
-    others = [max([len(headers[i if i < 3 else i + 1])] + [len(str(r[i])) for r in rows]) for i in range(len(headers) - 1)]
+    others = [max([len(headers[i if i < 3 else i + 1]), *(len(str(r[i])) for r in rows)])
+              for i in range(len(headers) - 1)]
     limit = None if wide else max(16, WIDTH - sum(others) - 2 * (len(headers) - 1))
     for row, live in zip(rows, lives, strict=True):
         cell = live_cell(live, limit) if isinstance(live, dict) else (live if limit is None else live[:limit])
         row.insert(3, cell)
     lines = [table(headers, rows), *summary(statuses)]
     if not wide:
-        lines = [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..." for text in lines for line in text.splitlines()]
+        lines = [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
+                 for text in lines for line in text.splitlines()]
     return "\n".join(lines)
 
 
@@ -108,5 +112,6 @@ def summary(statuses: dict[str, StatusResponse | ParticipantError]) -> list[str]
     events = Counter(s.last_event for s in answered if s.last_event)
     if events:
         event, count = events.most_common(1)[0]
-        lines.append(f"last event: {event}" + ("" if count == len(answered) else f" ({count} of {len(answered)} participants)"))
+        share = "" if count == len(answered) else f" ({count} of {len(answered)} participants)"
+        lines.append(f"last event: {event}{share}")
     return lines

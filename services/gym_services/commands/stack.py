@@ -691,6 +691,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return _fail("restore", _storage_hint(args, exc))
     if missing:
         return _fail("restore", RuntimeError(missing))
+    try:
+        absent = _absent_servers(args, state, location)
+    except (StorageError, ValueError) as exc:
+        return _fail("restore", _storage_hint(args, exc))
+    if absent:
+        return _fail("restore", StackError(
+            f"checkpoint {args.checkpoint_id} holds the state of {', '.join(absent)}, which stack {state.name} has no "
+            "server for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
+            "`gymckpt up CONFIG`"))
     changed = config_changes(state, args.checkpoint_id)
     if changed:
         print(f"gymckpt restore: warning: server configs changed since {args.checkpoint_id} was taken: "
@@ -721,6 +730,15 @@ def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: s
         else "check the id (`gymckpt checkpoints list --storage LOCATION`)"
     )
     return f"no checkpoint {args.checkpoint_id} at {location} (looked for {store.url}/{key}); {there}; {hint}"
+
+
+def _absent_servers(args: argparse.Namespace, state: StackState, location: str) -> list[str]:
+    """Participants of the checkpoint whose server (or replica group) the stack does not have at all."""
+    storage = open_storage(location, _storage_config(args, state))
+    manifest = parse_global_manifest(storage.get(layout.global_manifest_key(args.checkpoint_id)))
+    here = {s.name for s in state.participants()} | {s.group_name for s in state.participants()}
+    return sorted(p.participant_id for p in manifest.participants
+                  if p.participant_id not in here and re.sub(r"-\d+$", "", p.participant_id) not in here)
 
 
 def _location(args: argparse.Namespace) -> str:

@@ -171,3 +171,20 @@ def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path
     assert "restore k1: COMPLETED" in changed.stdout
     assert changed.stderr == ("gymckpt restore: warning: server configs changed since k1 was taken: collection "
                               "(unavailable_backoff_max_s: 0.5 -> 0.7); its episodes continue under the new configs\n")
+
+
+def test_restore_into_a_stack_without_one_of_the_checkpoints_servers_names_it(tmp_path) -> None:
+    (tmp_path / "stack.yaml").write_text("name: two\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n")
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        gymckpt("checkpoint", "--id", "k2", "--quiet", cwd=tmp_path)
+        gymckpt("down", "--kill", cwd=tmp_path)
+        (tmp_path / "stack.yaml").write_text("name: two\nservers:\n  counter-a: {server: counter}\n")
+        gymckpt("up", "stack.yaml", cwd=tmp_path)
+        refused = gymckpt("restore", "k2", cwd=tmp_path, check=False)
+    finally:
+        gymckpt("down", "--kill", cwd=tmp_path, check=False)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr == ("gymckpt restore: checkpoint k2 holds the state of counter-b, which stack two has no server "
+                              "for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
+                              "`gymckpt up CONFIG`\n")

@@ -94,6 +94,14 @@ def test_a_job_whose_every_episode_failed_exits_1_and_overwrite_replaces(stack) 
     assert len(rows) == 2 and all("gave up after" in row["error"] for row in rows)
 
 
+def test_a_tasks_file_outside_the_servers_folders_names_job_dirs(stack, tmp_path) -> None:
+    (tmp_path / "tasks.jsonl").write_text(TASK)
+    proc = gymckpt("collect", str(tmp_path / "tasks.jsonl"), "--output", "outside.jsonl", cwd=stack, check=False)
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1
+    assert "is outside the folders this server may use" in proc.stderr
+    assert proc.stderr.rstrip().endswith("move it into one of them, or add its folder to the server's job_dirs")
+
+
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT is how Ctrl-C reaches a process")
 def test_ctrl_c_while_following_says_the_job_keeps_running(stack) -> None:
     (stack / "tasks.jsonl").write_text(TASK)

@@ -74,8 +74,6 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 #: the exit status of a process ended by SIGPIPE, what `cmd | head` expects of a writer it stopped reading
 EXIT_BROKEN_PIPE = 128 + 13
-#: the exit status of a command stopped by Ctrl-C (SIGINT), as shells report it
-EXIT_INTERRUPTED = 128 + 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:  # a command with nothing left running to report on
+        from gym_services.commands.output import EXIT_INTERRUPTED
+
         print(f"\ngymckpt {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     return code

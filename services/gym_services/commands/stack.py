@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.base.config import ConfigError, StorageConfig
-from gym_services.commands.output import human_bytes, table, transaction_summary
+from gym_services.commands.output import EXIT_INTERRUPTED, human_bytes, table, transaction_summary
 from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState
@@ -270,6 +270,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             _refuse_overwrite(Path(args.output), args.overwrite)
     except CollectError as exc:
         return _fail("collect", exc)
+    status = None
     try:
         with httpx.Client(timeout=args.timeout, trust_env=False, headers={"authorization": f"Bearer {token}"}) as http:
             status = _attach(http, url) if args.attach else _start_job(http, url, args, remote)
@@ -285,8 +286,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except (CollectError, httpx.HTTPError, OSError) as exc:
         return _fail("collect", exc)
     except KeyboardInterrupt:
-        print(f"\ngymckpt collect: stopped following; the job keeps running on {url}: `gymckpt collect --attach"
-              f"{' --url ' + url if remote else ''}` follows it again", file=sys.stderr)
+        attach = f"`gymckpt collect --attach{' --url ' + url if remote else ''}`"
+        if status is None:
+            print(f"\ngymckpt collect: interrupted while starting the job on {url}; {attach} shows whether it started",
+                  file=sys.stderr)
+        else:
+            print(f"\ngymckpt collect: stopped following; the job keeps running on {url}: {attach} follows it again",
+                  file=sys.stderr)
         return EXIT_INTERRUPTED
     mean = status["mean_reward"]
     print(
@@ -300,10 +306,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
               f"({Path(_state_dir(args)) / 'logs'} for a local stack) say why", file=sys.stderr)
         return 1
     return 0
-
-
-#: the exit status of a command stopped by Ctrl-C (SIGINT), as shells report it
-EXIT_INTERRUPTED = 128 + 2
 
 
 def _plural(count: int, word: str) -> str:

@@ -736,8 +736,9 @@ def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: s
 
 def _absent_servers(args: argparse.Namespace, state: StackState, location: str) -> list[str]:
     """Participants of the checkpoint whose server (or replica group) the stack does not have at all."""
-    storage = open_storage(location, _storage_config(args, state))
-    manifest = parse_global_manifest(storage.get(layout.global_manifest_key(args.checkpoint_id)))
+    manifest = CheckpointStore(open_storage(location, _storage_config(args, state))).published(args.checkpoint_id)
+    if manifest is None:
+        return []
     here = {s.name for s in state.participants()} | {s.group_name for s in state.participants()}
     return sorted(p.participant_id for p in manifest.participants
                   if p.participant_id not in here and re.sub(r"-\d+$", "", p.participant_id) not in here)

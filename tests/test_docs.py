@@ -39,9 +39,6 @@ def test_code_cites_nothing_outside_the_repository() -> None:
 
 README = (ROOT / "README.md").read_text()
 OPERATIONS = [ROOT / "README.md", ROOT / "docs/operations/guide.md", ROOT / "docs/operations/troubleshooting.md"]
-#: names of the sync checkpoint method, which is being removed from control/protocol.py: the documents need not
-#: list them while the code still has them (drop this once they are gone)
-LEGACY = {"commit", "committed"}
 ARROW = re.compile(r"\s*(?:->|→)\s*")
 
 
@@ -92,13 +89,13 @@ def test_the_readme_route_table_and_phases_match_the_protocol() -> None:
     documented = {name for row in routes for name in row if name}
     verbs = {v.value for v in Verb}
     assert documented <= verbs, documented - verbs
-    assert verbs - LEGACY <= documented, verbs - LEGACY - documented
+    assert verbs <= documented, verbs - documented
     phases_line = README[README.index("Phases of one participant:"):]
     phases_line = phases_line[: phases_line.index(". ")]
     named = {word for chain in _chains(phases_line) for word in chain}
     phases = {p.value for p in Phase}
     assert named <= phases, named - phases
-    assert phases - LEGACY <= named, phases - LEGACY - named
+    assert phases <= named, phases - named
 
 
 def test_the_readme_first_screen_has_the_two_commands_a_picture_and_its_words_defined_before_use() -> None:

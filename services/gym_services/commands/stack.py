@@ -677,8 +677,10 @@ def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
         return EXIT_INTERRUPTED
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
     if interrupted and not result.completed:
-        print(f"gymckpt {verb}: interrupted; the participants resumed where they were; `{again}` repeats the same "
-              f"{verb}", file=sys.stderr)
+        anew = "`gymckpt checkpoint` takes a new one" if verb == "checkpoint" else (
+            f"`gymckpt restore {result.checkpoint_id}` restores it again")
+        print(f"gymckpt {verb}: interrupted; the {verb} failed and the participants resumed where they were; "
+              f"{anew}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0 if result.completed else 1
 

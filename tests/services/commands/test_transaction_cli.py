@@ -100,7 +100,7 @@ class HoldingProxy:
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT is how Ctrl-C reaches a process")
 def test_ctrl_c_during_a_checkpoint_aborts_it_and_names_the_command_to_repeat_it(stack) -> None:
     """counter-b does not answer its prepare (a proxy holds it); Ctrl-C then ends the checkpoint as failed: the
-    participants are aborted, and one line names the transaction to repeat. Repeated, it completes."""
+    participants are aborted and resume, one line says so and how to take a new one, which completes."""
     state_file = stack / ".gymckpt/stack/stack.json"
     original = state_file.read_text()
     state = json.loads(original)
@@ -126,12 +126,12 @@ def test_ctrl_c_during_a_checkpoint_aborts_it_and_names_the_command_to_repeat_it
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert "checkpoint ck-int: FAILED" in out
-    assert err.splitlines()[-1] == ("gymckpt checkpoint: interrupted; the participants resumed where they were; "
-                                    "`gymckpt checkpoint --id ck-int --transaction-id tx-int` repeats the same checkpoint")
+    assert err.splitlines()[-1] == ("gymckpt checkpoint: interrupted; the checkpoint failed and the participants "
+                                    "resumed where they were; `gymckpt checkpoint` takes a new one")
     status = json.loads(gymckpt("status", "--json", cwd=stack).stdout)
     assert all(s["checkpoint_id"] is None and s["admission_open"] for s in status.values()), status
-    again = gymckpt("checkpoint", "--id", "ck-int", "--transaction-id", "tx-int", "--quiet", cwd=stack)
-    assert "checkpoint ck-int: COMPLETED" in again.stdout
+    again = gymckpt("checkpoint", "--id", "ck-int-2", "--quiet", cwd=stack)
+    assert "checkpoint ck-int-2: COMPLETED" in again.stdout
 
 
 def test_version_and_a_second_down(tmp_path) -> None:

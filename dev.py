@@ -4,6 +4,9 @@
     python3 dev.py demo     # create .venv on first use, install, run `gymckpt demo`
     python3 dev.py test     # same venv, run the test suite on 2-4 workers (extra args go to pytest; -n 0: one process)
     python3 dev.py gymckpt ARGS...   # any gymckpt command inside the venv
+
+Relative paths in ARGS are relative to the folder you run it in. `python3 dev.py test --help` says how to
+run a part of the suite.
 """
 
 from __future__ import annotations
@@ -21,6 +24,22 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".gymckpt-installed"
 LOCK = ROOT / "docker" / "requirements.lock"  # the image's pins: the environment uses the same versions
 
+TEST_HELP = """usage: python3 dev.py test [PYTEST ARGS...]
+
+Runs the test suite (tests/) with pytest in .venv, on 2-4 workers (pytest-xdist, one test file per worker).
+Every argument goes to pytest. A part of the suite:
+
+    python3 dev.py test tests/services/commands            # one folder
+    python3 dev.py test -n 0 tests/test_docs.py -q         # one file, in one process
+    python3 dev.py test -k restore tests/services/cli      # tests whose name matches
+
+NeMo Gym's 0.7.0 wheel, the reference the conformance tests compare with, is unpacked into $GYMCKPT_CACHE
+(default ~/.cache/gym-checkpoint, or $XDG_CACHE_HOME/gym-checkpoint; a .cache/ in the repository from
+earlier runs is used while it is there).
+
+pytest's own options: python3 dev.py test --pytest-help
+"""
+
 
 def ensure_venv() -> None:
     """Create the venv and (re)install the project when pyproject.toml or docker/requirements.lock changed."""
@@ -29,14 +48,15 @@ def ensure_venv() -> None:
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "gymckpt").exists():
         return
+    # what setting up says goes to stderr: stdout is the command's own output (`dev.py gymckpt ... --json`)
     if not (BIN / "python").exists():
-        print(f"creating {VENV} ...", flush=True)
+        print(f"creating {VENV} ...", file=sys.stderr, flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("installing gym-checkpoint and its pinned dependencies (first run only) ...", flush=True)
+    print("installing gym-checkpoint and its pinned dependencies (first run only) ...", file=sys.stderr, flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "--upgrade", "pip"], check=True, stdout=sys.stderr)
     try:
-        subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test]"], check=True)
+        subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test]"], check=True, stdout=sys.stderr)
     except subprocess.CalledProcessError:
         sys.exit("installing failed. If you changed a pin in pyproject.toml, update docker/requirements.lock to match: "
                  "python3 docker/lock.py")
@@ -53,22 +73,50 @@ def parallel(pytest_args: list[str]) -> list[str]:
     return ["-n", str(workers), "--dist", "loadfile"]
 
 
+def cache_dir() -> Path:
+    """Where tests keep downloaded reference files: $GYMCKPT_CACHE, else a .cache/ an earlier run left in the
+    repository, else the user's cache folder (a part of the suite leaves nothing inside the repository)."""
+    if os.environ.get("GYMCKPT_CACHE"):
+        return Path(os.environ["GYMCKPT_CACHE"])
+    if (ROOT / ".cache").is_dir():
+        return ROOT / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gym-checkpoint"
+
+
+def absolute(args: list[str], cwd: Path) -> list[str]:
+    """Arguments naming a file or folder relative to ``cwd`` made absolute (pytest runs in the repository);
+    ``path::test`` node ids too."""
+    out = []
+    for arg in args:
+        path = arg.split("::", 1)[0]
+        if path and not arg.startswith("-") and not Path(path).is_absolute() and (cwd / path).exists():
+            arg = str((cwd / arg).resolve()) if "::" not in arg else str((cwd / path).resolve()) + arg[len(path):]
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
     command, rest = argv[0], argv[1:]
+    if command == "test" and any(a in ("-h", "--help") for a in rest):
+        print(TEST_HELP)
+        return 0
+    if command not in ("demo", "test", "gymckpt"):
+        print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
+        return 2
     ensure_venv()
     if command == "demo":
         args = [str(BIN / "gymckpt"), "demo", *rest]
     elif command == "test":
+        rest = ["--help" if a == "--pytest-help" else a for a in absolute(rest, Path.cwd())]
         args = [str(BIN / "python"), "-m", "pytest", *parallel(rest), *rest]
-    elif command == "gymckpt":
-        args = [str(BIN / "gymckpt"), *rest]
+        os.environ["GYMCKPT_CACHE"] = str(cache_dir())
+        os.chdir(ROOT)  # pytest finds the project's configuration here
     else:
-        print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
-        return 2
-    os.chdir(ROOT)
+        args = [str(BIN / "gymckpt"), *rest]
     if os.name == "posix":
         # become the command: a signal sent to this process (`kill %1`, a supervisor) reaches it, and
         # its exit status is ours; a wrapper process would die alone and leave the command running

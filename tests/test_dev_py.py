@@ -70,3 +70,46 @@ def test_the_suite_runs_on_workers_unless_the_caller_chooses(monkeypatch) -> Non
         assert dev.parallel(["-q", "-p", "no:cacheprovider"]) == ["-n", workers, "--dist", "loadfile"]
     for chosen in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"]):
         assert dev.parallel(["-q", *chosen]) == []
+
+
+def _dev_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev_py", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    return dev
+
+
+def test_test_help_says_how_to_run_a_part_and_where_pytest_help_is() -> None:
+    """`dev.py test --help` is a screen about the suite, not pytest's 489 lines (`--pytest-help` gives those)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "dev.py"), "test", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python3 dev.py test [PYTEST ARGS...]")
+    assert len(proc.stdout.splitlines()) < 30
+    assert "python3 dev.py test -n 0 tests/test_docs.py -q" in proc.stdout and "--pytest-help" in proc.stdout
+
+
+def test_relative_paths_are_relative_to_where_dev_py_runs(tmp_path) -> None:
+    """`python3 /repo/dev.py gymckpt up stack.yaml` in another folder reads that folder's stack.yaml."""
+    (tmp_path / "stack.yaml").write_text("name: [\n")  # not YAML: the message shows which file was read
+    proc = subprocess.run([sys.executable, str(ROOT / "dev.py"), "gymckpt", "up", "stack.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("gymckpt up: cannot read stack config stack.yaml: while parsing"), proc.stderr
+    assert not (ROOT / "stack.yaml").exists()
+
+
+def test_test_paths_and_the_reference_cache_stay_outside_the_repository(tmp_path, monkeypatch) -> None:
+    dev = _dev_module()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "test_x.py").write_text("")
+    assert dev.absolute(["-n", "0", "mine/test_x.py::test_a", "mine", "-q", "gone.py"], tmp_path) == [
+        "-n", "0", f"{tmp_path}/mine/test_x.py::test_a", f"{tmp_path}/mine", "-q", "gone.py"]
+    monkeypatch.setattr(dev, "ROOT", tmp_path)  # a checkout without a .cache/
+    monkeypatch.delenv("GYMCKPT_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert dev.cache_dir() == tmp_path / "xdg" / "gym-checkpoint"
+    (tmp_path / ".cache").mkdir()  # one an earlier run left: used while it is there
+    assert dev.cache_dir() == tmp_path / ".cache"
+    monkeypatch.setenv("GYMCKPT_CACHE", "/somewhere")
+    assert dev.cache_dir() == Path("/somewhere")

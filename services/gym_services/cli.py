@@ -24,11 +24,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gym-checkpoint")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gymckpt",
         description="Partial-rollout checkpointing for Gym servers: serve, run a local stack, checkpoint, restore.",
     )
+    parser.add_argument("--version", action="version", version=f"gymckpt {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -79,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # a command with nothing left running to report on
+        from gym_services.commands.output import EXIT_INTERRUPTED
+
+        print(f"\ngymckpt {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
 
 

@@ -44,7 +44,8 @@ def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The task objects of a JSONL file. Errors name the file and line, never what it holds."""
     tasks: list[dict[str, Any]] = []
     if not os.path.isfile(path):
-        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: not a regular file")
+        why = "no such file" if not os.path.exists(path) else "not a regular file"
+        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: {why}")
     try:
         with open(path, encoding="utf-8") as fh:
             for number, line in enumerate(fh, 1):
@@ -156,13 +157,16 @@ class Collection(Participant):
             raise ApiError(ErrorCode.CHECKPOINT_BUSY, "a collection job is already running on this server")
         spec = spec.model_copy(update={"rollout_prefix": self._rollout_prefix(spec.rollout_prefix)})
         tasks = load_tasks(spec.tasks_path, spec.limit)
+        if not tasks:  # refused before the output file is touched
+            raise ApiError(ErrorCode.BAD_REQUEST, f"{spec.tasks_path} holds no task (one JSON object a line)")
         default = spec.agent or self.default_agent
         unknown = [n for n, t in enumerate(tasks, 1) if task_agent(t, default) not in self.agents]
         if unknown:  # the lines, not the names: an error never echoes what the file holds
             lines = ", ".join(str(n) for n in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
             raise ApiError(
                 ErrorCode.BAD_REQUEST,
-                f"{len(unknown)} tasks (task {lines}) name no agent this collection knows "
+                f"{len(unknown)} {'task' if len(unknown) == 1 else 'tasks'} (task {lines}) "
+                f"{'names' if len(unknown) == 1 else 'name'} no agent this collection knows "
                 f"(known: {', '.join(sorted(self.agents)) or 'none'}; a task names its agent in agent or agent_ref.name)",
             )
         Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)

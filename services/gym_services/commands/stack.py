@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import re
+import signal
 import socket
 import sys
 import time
@@ -19,7 +22,8 @@ from pydantic import ValidationError
 from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.base.config import ConfigError, StorageConfig
-from gym_services.commands.output import human_bytes, table, transaction_summary
+from gym_services.commands.output import EXIT_INTERRUPTED, human_bytes, table, transaction_summary
+from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
@@ -31,12 +35,16 @@ from gym_services.stack.launcher import (
     StackError,
     StackState,
     is_running,
+    partly_running,
     read_state,
+    restart_server,
     stack_secrets,
+    start_missing,
     start_stack,
+    stop_server,
     stop_stack,
 )
-from gym_services.stack.objectstore import BUCKET, REGION
+from gym_services.stack.objectstore import BUCKET, REGION, store_running
 
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
 
@@ -67,6 +75,26 @@ def _storage_config(args: argparse.Namespace, state: StackState | None = None) -
     return StorageConfig(endpoint_url=endpoint or os.environ.get("AWS_ENDPOINT_URL"))
 
 
+def _storage_hint(args: argparse.Namespace, exc: Exception) -> Exception:
+    """A storage error with what the stack knows: its local S3 store stopped with it, or where its own
+    checkpoints are."""
+    if not isinstance(exc, StorageError):
+        return exc
+    try:
+        state = read_state(_state_dir(args))
+    except StackError:
+        return exc
+    location = getattr(args, "storage", None)
+    if (state.object_store is not None and not store_running(state.object_store)
+            and (location is None or location.startswith(f"s3://{BUCKET}/"))):
+        return StorageError(f"{exc}; the stack's local S3 store stopped with the stack (`gymckpt down`): "
+                            "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data")
+    if location and location != state.storage:
+        return StorageError(f"{exc}; the stack {state.name} keeps its checkpoints at {state.storage}, "
+                            "used when --storage is not given")
+    return exc
+
+
 def _fail(prefix: str, exc: Exception) -> int:
     print(f"gymckpt {prefix}: {exc}", file=sys.stderr)
     return 1
@@ -95,7 +123,7 @@ async def _with_coordinator(args: argparse.Namespace, work, *, running_only: boo
     if stopped and not running_only:
         raise StackError(
             f"not running: {', '.join(stopped)}; a checkpoint or restore needs every participant "
-            "(`gymckpt down`, then `gymckpt up CONFIG`)"
+            "(`gymckpt up CONFIG` starts what is missing while the rest keeps running)"
         )
     asked = state.model_copy(update={"servers": [s for s in state.servers if s.name not in stopped]})
     token = stack_secrets(_state_dir(args))["control_token"]
@@ -104,7 +132,8 @@ async def _with_coordinator(args: argparse.Namespace, work, *, running_only: boo
 
         def progress(phase: str, detail: dict) -> None:
             if not getattr(args, "quiet", False):
-                print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True)
+                print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True,
+                      file=sys.stderr if getattr(args, "json", False) else sys.stdout)
 
         coordinator = Coordinator(participants, client, storage_config=_storage_config(args, state), on_event=progress)
         return await work(coordinator, state)
@@ -125,6 +154,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     f"--storage must be embedded-s3, s3://bucket/prefix or file:///absolute/path, got {args.storage!r}"
                 ) from None
+        state_dir = stack.resolved_state_dir(Path.cwd())
+        if partly_running(state_dir):  # a server crashed: start it again, the others keep their live state
+            state, started = start_missing(state_dir, ready_timeout_s=args.timeout)
+            print(f"started {', '.join(started)} again from {state_dir / 'configs'}; the other "
+                  f"{len(state.servers) - len(started)} servers of stack {state.name} kept running")
+            return 0
         state = start_stack(stack, Path.cwd(), ready_timeout_s=args.timeout, say=lambda text: print(text, flush=True))
     except (ConfigError, StackError) as exc:
         return _fail("up", exc)
@@ -137,16 +172,39 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restart(args: argparse.Namespace) -> int:
+    """Stop one server of the running stack (if it still runs) and start it again from its saved config."""
+    state_dir = _state_dir(args)
+    try:
+        state = _running(args)
+        server = next((s for s in state.servers if s.name == args.name), None)
+        if server is None:
+            raise StackError(f"no server {args.name!r} in stack {state.name} (its servers: "
+                             f"{', '.join(s.name for s in state.servers)})")
+        if is_running(server):
+            stop_server(server)
+        restarted = restart_server(state_dir, args.name, ready_timeout_s=args.timeout)
+    except StackError as exc:
+        return _fail("restart", exc)
+    print(f"restarted {restarted.name} (pid {restarted.pid}) at {restarted.url}; log {restarted.log}")
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     try:
         stopped = stop_stack(_state_dir(args), kill=args.kill)
     except StackError as exc:
         return _fail("down", exc)
-    print(f"{'killed' if args.kill else 'stopped'} {len(stopped)} servers: {', '.join(stopped) or '-'}")
+    if not stopped:
+        print(f"nothing to stop: no server of the stack in {_state_dir(args)} was running")
+        return 0
+    verb = "killed" if args.kill else "stopped"
+    print(f"{verb} {len(stopped)} {_plural(len(stopped), 'server')}: {', '.join(stopped)}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Every participant's state; exits 1 when a server of the stack is not running (or does not answer)."""
     async def work(coordinator: Coordinator, state):
         return await coordinator.status(), _stopped(state)
 
@@ -158,15 +216,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         answer = {pid: _status_json(pid, s) for pid, s in statuses.items()}
         answer.update({name: {"participant_id": name, "error": "not running"} for name in stopped})
         print(json.dumps(answer, indent=1))
-        return 0
-    rows = [[name, "?", "not running", "", "", "", ""] for name in stopped]
-    for pid, s in statuses.items():
-        if isinstance(s, ParticipantError):
-            rows.append([pid, "?", "unreachable", "", "", s.reason, ""])
-            continue
-        live = ", ".join(f"{k}={v}" for k, v in s.live.items())
-        rows.append([pid, s.role, s.phase, s.checkpoint_id or "", live, len(s.blockers), _persist_cell(s)])
-    print(table(["participant", "role", "phase", "checkpoint", "live", "blockers", "last upload"], rows))
+    else:
+        print(status_table(statuses, stopped, wide=args.wide))
+    unreachable = [pid for pid, s in statuses.items() if isinstance(s, ParticipantError)]
+    if stopped or unreachable:
+        what = "; ".join(part for part in (
+            f"not running: {', '.join(stopped)}" if stopped else "",
+            f"not answering: {', '.join(unreachable)}" if unreachable else "") if part)
+        print(f"gymckpt status: {what}; `gymckpt up CONFIG` starts what is missing while the rest keeps running "
+              f"(their logs: {_state_dir(args) / 'logs'})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -199,10 +258,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
             state = _running(args)
             url, remote = state.url(args.collection), False
             if args.collection in _stopped(state):
-                raise StackError(f"the collection server {args.collection} is not running; `gymckpt down`, then `gymckpt up CONFIG`")
+                raise StackError(f"the collection server {args.collection} is not running; "
+                                 "`gymckpt up CONFIG` starts it again")
             token = _local_job_token(args, state)
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
+    try:
+        if args.tasks:
+            check_tasks_file(Path(args.tasks), args.limit)
+        if args.url or not args.attach:  # the results file this command (or the job it starts) writes
+            _refuse_overwrite(Path(args.output), args.overwrite)
+    except CollectError as exc:
+        return _fail("collect", exc)
+    status = None
     try:
         with httpx.Client(timeout=args.timeout, trust_env=False, headers={"authorization": f"Bearer {token}"}) as http:
             status = _attach(http, url) if args.attach else _start_job(http, url, args, remote)
@@ -210,18 +278,87 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 print(f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
                       f"{' --url ' + url if remote else ''}`")
                 return 0
-            status = _follow(http, url, status, args.wait_timeout, args.stall_warning)
+            status = _follow(http, url, status, args.wait_timeout, args.stall_warning,
+                             None if remote else lambda: _stopped(read_state(_state_dir(args))))
             results = Path(args.output) if remote else Path(status["output_path"])
             if remote:
                 _download_results(http, url, results)
     except (CollectError, httpx.HTTPError, OSError) as exc:
         return _fail("collect", exc)
+    except KeyboardInterrupt:
+        attach = f"`gymckpt collect --attach{' --url ' + url if remote else ''}`"
+        if status is None:
+            print(f"\ngymckpt collect: interrupted while starting the job on {url}; {attach} shows whether it started",
+                  file=sys.stderr)
+        else:
+            print(f"\ngymckpt collect: stopped following; the job keeps running on {url}: {attach} follows it again",
+                  file=sys.stderr)
+        return EXIT_INTERRUPTED
+    mean = status["mean_reward"]
     print(
-        f"collected {status['finished']} rollouts ({status['errors']} errors); mean reward "
-        f"{status['mean_reward'] if status['mean_reward'] is not None else '-'}; results in {results}"
+        f"collected {status['finished']} {_plural(status['finished'], 'rollout')} ({status['errors']} "
+        f"{_plural(status['errors'], 'error')}); mean reward {'-' if mean is None else f'{mean:.3f}'}; "
+        f"results in {results}"
     )
     print(reward_table(results))
+    if status["finished"] and status["errors"] == status["finished"]:
+        print(f"gymckpt collect: every episode failed; the first error is in {results}, the servers' logs "
+              f"({Path(_state_dir(args)) / 'logs'} for a local stack) say why", file=sys.stderr)
+        return 1
     return 0
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"
+
+
+def check_tasks_file(path: Path, limit: int | None = None) -> int:
+    """The number of tasks in a tasks JSONL, or :class:`CollectError` naming the line, column and what to fix:
+    a missing file, a folder, a line that is not a JSON object, a task without ``responses_create_params``,
+    or no task at all. Checked here, before a job starts and anything is written."""
+    if not path.exists():
+        raise CollectError(f"no tasks file {path} (relative paths are relative to {Path.cwd()})")
+    if not path.is_file():
+        raise CollectError(f"{path} is not a file; give a tasks JSONL (one task object a line)")
+    tasks = 0
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise CollectError(f"{path}, line {number}, column {exc.colno}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise CollectError(f"{path}, line {number}: a task must be a JSON object, not {type(row).__name__}")
+                if not isinstance(row.get("responses_create_params"), dict):
+                    raise CollectError(f"{path}, line {number}: the task has no responses_create_params object "
+                                       "(the model request of its episode: {\"input\": [...]})")
+                tasks += 1
+                if limit is not None and tasks >= limit:
+                    break
+    except UnicodeDecodeError:
+        raise CollectError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise CollectError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if tasks == 0:
+        raise CollectError(f"{path} holds no task (one JSON object a line); nothing was started or written")
+    return tasks
+
+
+def _refuse_overwrite(output: Path, overwrite: bool) -> None:
+    """Results of an earlier job are never replaced unless asked: a checkpoint of that job reads them."""
+    try:
+        size = output.stat().st_size if output.exists() else 0
+    except OSError:
+        size = 0
+    if output.is_dir():
+        raise CollectError(f"--output {output} is a folder; give a file name")
+    if size and not overwrite:
+        raise CollectError(
+            f"{output} already holds {human_bytes(size)} of results (an earlier job's; a checkpoint of that job "
+            f"needs them to restore); choose another file with --output, or replace it with --overwrite")
 
 
 class CollectError(RuntimeError):
@@ -265,8 +402,8 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
         name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"  # a new name each time: a restore re-reads its file
         with tasks.open("rb") as fh:
             uploaded = _answer(http.put(f"{url}/tasks/{name}", content=fh, headers={"content-type": "application/x-ndjson"}))
-        print(f"uploaded {uploaded['tasks']} tasks ({human_bytes(uploaded['bytes'])}) to {url} as {uploaded['tasks_path']}",
-              file=sys.stderr)
+        print(f"uploaded {uploaded['tasks']} {_plural(uploaded['tasks'], 'task')} ({human_bytes(uploaded['bytes'])}) "
+              f"to {url} as {uploaded['tasks_path']}", file=sys.stderr)
         spec = {"tasks_path": uploaded["tasks_path"], "output_path": f"results/{name}"}
     else:
         spec = {"tasks_path": str(tasks.resolve()), "output_path": str(Path(args.output).resolve())}
@@ -279,8 +416,10 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
 class Stall:
     """Says on stderr when a followed job makes no progress, or its server does not answer, for long."""
 
-    def __init__(self, url: str, after_s: float, say) -> None:
+    def __init__(self, url: str, after_s: float, say, missing=None) -> None:
         self.url, self.after_s, self.say = url, after_s, say
+        #: the local stack's servers that are not running (a crashed one is the likely cause of a stall)
+        self.missing = missing or (lambda: [])
         self.finished: int | None = None
         self.progress_at = self.answered_at = time.monotonic()
         self.warned_at = 0.0
@@ -305,6 +444,9 @@ class Stall:
                 why += f"; {status['retrying']} waiting to run again after an infrastructure failure"
             if status.get("last_failure"):
                 why += f"; latest failure: {status['last_failure']}"
+            down = self.missing()
+            if down:
+                why += f"; not running: {', '.join(down)} (`gymckpt up CONFIG` starts it again)"
             self.say(f"gymckpt collect: no episode has finished for {idle:.0f}s ({why}); "
                      "`gymckpt status` shows every server, their logs say more")
 
@@ -315,7 +457,8 @@ class Stall:
                      f"{time.monotonic() - self.answered_at:.0f}s ({self.last_error}); still trying until --wait-timeout")
 
 
-def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0) -> dict:
+def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0,
+            missing=None) -> dict:
     """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal;
     a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too."""
     from tqdm import tqdm
@@ -330,7 +473,7 @@ def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, sta
         else:
             print(text, file=sys.stderr, flush=True)
 
-    stall = Stall(url, stall_warning_s, say)
+    stall = Stall(url, stall_warning_s, say, missing)
     last_line = 0.0
     try:
         while True:
@@ -400,45 +543,179 @@ def reward_table(results: Path) -> str:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint_id = args.id or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     transaction_id = args.transaction_id or uuid.uuid4().hex
-
-    async def work(coordinator: Coordinator, state):
+    again = f"gymckpt checkpoint --id {checkpoint_id} --transaction-id {transaction_id}"
+    try:
+        state = _running(args)
         location = args.storage or state.storage
-        print(f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
-              f"(transaction {transaction_id})")
+        _check_location(args, state, location)
+    except (StackError, StorageError) as exc:
+        return _fail("checkpoint", exc)
+
+    async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
+        _header(args, f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
+                      f"(transaction {transaction_id})")
         return await coordinator.checkpoint(
             checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease,
             transaction_id=transaction_id, claimed_by=f"gymckpt checkpoint on {socket.gethostname()} (stack {state.name})",
-            method=args.method,
+            method=args.method, cancel=cancel,
         )
 
-    return _transaction(args, "checkpoint", work)
+    code = _transaction(args, "checkpoint", work, again)
+    if code == 0:
+        _remember_configs(state, checkpoint_id)
+    return code
 
 
-def _transaction(args: argparse.Namespace, verb: str, work) -> int:
-    """Run a checkpoint or restore against the stack and print its summary; 0 when completed."""
+CONFIGS_SEEN = "checkpoint-configs"  # <state dir>/checkpoint-configs/<id>.json: the server configs a checkpoint saw
+_LOCAL_URL = re.compile(r"http://127\.0\.0\.1:\d+")
+
+
+def server_configs(state: StackState) -> dict[str, dict[str, object]]:
+    """Each participant's config as ``{dotted.key: value}``, without what changes on every `up` (ports, the
+    local URLs of other servers)."""
+    configs: dict[str, dict[str, object]] = {}
+    for server in state.participants():
+        path = Path(state.state_dir) / "configs" / f"{server.name}.yaml"
+        try:
+            loaded = yaml.safe_load(_LOCAL_URL.sub("http://127.0.0.1:PORT", path.read_text())) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        flat: dict[str, object] = {}
+
+        def walk(prefix: str, value: object) -> None:
+            if isinstance(value, dict) and value:
+                for key, inner in value.items():
+                    walk(f"{prefix}.{key}" if prefix else str(key), inner)
+            else:
+                flat[prefix] = value
+
+        walk("", {k: v for k, v in loaded.items() if k not in ("host", "port", "log_level")})
+        configs[server.name] = flat
+    return configs
+
+
+def _remember_configs(state: StackState, checkpoint_id: str) -> None:
+    folder = Path(state.state_dir) / CONFIGS_SEEN
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{checkpoint_id}.json").write_text(json.dumps(server_configs(state), indent=1, default=str))
+
+
+def config_changes(state: StackState, checkpoint_id: str) -> list[str]:
+    """How the running stack's server configs differ from those checkpoint ``checkpoint_id`` of this stack saw
+    (nothing when it was not taken here)."""
     try:
-        result = asyncio.run(_with_coordinator(args, work))
+        then = json.loads((Path(state.state_dir) / CONFIGS_SEEN / f"{checkpoint_id}.json").read_text())
+    except (OSError, ValueError):
+        return []
+    now = server_configs(state)
+    changes = []
+    for name in sorted(set(then) & set(now)):
+        keys = sorted(set(then[name]) | set(now[name]))
+        diff = [f"{k}: {then[name].get(k, '(unset)')} -> {now[name].get(k, '(unset)')}"
+                for k in keys if then[name].get(k) != now[name].get(k)]
+        if diff:
+            changes.append(f"{name} ({'; '.join(diff[:5])}{'; ...' if len(diff) > 5 else ''})")
+    return changes
+
+
+def _header(args: argparse.Namespace, line: str) -> None:
+    """What a transaction is about to do: on stdout, on stderr under --json (stdout is the JSON alone), not
+    at all under --quiet."""
+    if not args.quiet:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
+def _check_location(args: argparse.Namespace, state: StackState, location: str) -> None:
+    """Refuse a storage location that cannot be used before anything is paused: an unsupported form,
+    or a file:// folder that cannot be created."""
+    open_storage(location, _storage_config(args, state))  # StorageError for an unsupported location
+    if location.startswith("file://"):
+        folder = Path(location.removeprefix("file://"))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the storage folder {folder}: {exc.strerror or exc}; "
+                               "give a folder you can write with --storage file:///absolute/path") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise StorageError(f"the storage folder {folder} is not writable; give another with --storage")
+
+
+def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
+    """Run a checkpoint or restore against the stack and print its summary; 0 when completed.
+
+    The first Ctrl-C ends the transaction as failed the way the coordinator does (every participant touched
+    is aborted and resumes); a second one stops waiting. Either way one line says what state things are in
+    and ``again``, the command that repeats the same transaction."""
+    interrupted = False
+
+    async def run():
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            interrupted = True
+            print(f"\ngymckpt {verb}: Ctrl-C: ending the {verb} as failed, aborting the participants "
+                  "(Ctrl-C again to stop waiting)", file=sys.stderr, flush=True)
+            cancel.set()
+            loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C interrupts
+
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, not POSIX
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        return await _with_coordinator(args, lambda coordinator, state: work(coordinator, state, cancel))
+
+    try:
+        result = asyncio.run(run())
     except (StackError, ParticipantError, StorageError) as exc:
         return _fail(verb, exc)
+    except OSError as exc:
+        return _fail(verb, StackError(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"))
+    except KeyboardInterrupt:
+        print(f"\ngymckpt {verb}: interrupted before the participants answered; each resumes on its own when its "
+              f"lease ends (--lease {args.lease:g}s); `{again}` repeats the same {verb}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
+    if interrupted and not result.completed:
+        anew = "`gymckpt checkpoint` takes a new one" if verb == "checkpoint" else (
+            f"`gymckpt restore {result.checkpoint_id}` restores it again")
+        print(f"gymckpt {verb}: interrupted; the {verb} failed and the participants resumed where they were; "
+              f"{anew}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0 if result.completed else 1
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    restore_id = args.restore_id or uuid.uuid4().hex
     try:
         state = _running(args)
         location = args.storage or state.storage
         missing = _missing_checkpoint(args, state, location)
     except (StackError, StorageError) as exc:
-        return _fail("restore", exc)
+        return _fail("restore", _storage_hint(args, exc))
     if missing:
         return _fail("restore", RuntimeError(missing))
+    try:
+        absent = _absent_servers(args, state, location)
+    except (StorageError, ValueError) as exc:
+        return _fail("restore", _storage_hint(args, exc))
+    if absent:
+        return _fail("restore", StackError(
+            f"checkpoint {args.checkpoint_id} holds the state of {', '.join(absent)}, which stack {state.name} has no "
+            "server for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
+            "`gymckpt up CONFIG`"))
+    changed = config_changes(state, args.checkpoint_id)
+    if changed:
+        print(f"gymckpt restore: warning: server configs changed since {args.checkpoint_id} was taken: "
+              f"{', '.join(changed)}; its episodes continue under the new configs", file=sys.stderr)
 
-    async def work(coordinator: Coordinator, state):
-        print(f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants")
-        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=args.restore_id)
+    async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
+        _header(args, f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants "
+                      f"(restore id {restore_id})")
+        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=restore_id,
+                                         cancel=cancel)
 
-    return _transaction(args, "restore", work)
+    return _transaction(args, "restore", work, f"gymckpt restore {args.checkpoint_id} --restore-id {restore_id}")
 
 
 def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: str) -> str | None:
@@ -459,20 +736,20 @@ def _missing_checkpoint(args: argparse.Namespace, state: StackState, location: s
     return f"no checkpoint {args.checkpoint_id} at {location} (looked for {store.url}/{key}); {there}; {hint}"
 
 
+def _absent_servers(args: argparse.Namespace, state: StackState, location: str) -> list[str]:
+    """Participants of the checkpoint whose server (or replica group) the stack does not have at all."""
+    manifest = CheckpointStore(open_storage(location, _storage_config(args, state))).published(args.checkpoint_id)
+    if manifest is None:
+        return []
+    here = {s.name for s in state.participants()} | {s.group_name for s in state.participants()}
+    return sorted(p.participant_id for p in manifest.participants
+                  if p.participant_id not in here and re.sub(r"-\d+$", "", p.participant_id) not in here)
+
+
 def _location(args: argparse.Namespace) -> str:
     if args.storage:
         return args.storage
     return read_state(_state_dir(args)).storage
-
-
-def _persist_cell(status) -> str:
-    """The newest background upload: ``ck-3 persisted 4000 records`` or ``ck-4 persisting 1200/4000``."""
-    job = status.persist
-    if job is None:
-        return ""
-    if job.state == "persisting":
-        return f"{job.checkpoint_id} persisting {job.encoded}/{job.records}"
-    return f"{job.checkpoint_id} {job.state} {job.records} records" + (f": {job.error}" if job.error else "")
 
 
 def cmd_checkpoints_list(args: argparse.Namespace) -> int:
@@ -480,7 +757,7 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
         location = _location(args)
         found = list_checkpoints(location, _storage_config(args))
     except (StackError, StorageError) as exc:
-        return _fail("checkpoints list", exc)
+        return _fail("checkpoints list", _storage_hint(args, exc))
     rows = []
     for cid, manifest in found:
         if manifest is None:
@@ -504,7 +781,7 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
         if manifest is None:
             raise StackError(f"no complete checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`")
     except (StackError, StorageError, ValueError) as exc:
-        return _fail("checkpoints show", exc)
+        return _fail("checkpoints show", _storage_hint(args, exc))
     if args.json:
         print(manifest.model_dump_json(indent=1))
         return 0
@@ -547,7 +824,7 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
         store = CheckpointStore(open_storage(location, _storage_config(args)))
         deleted = store.delete(args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
     except (StackError, StorageError, InFlight, InvalidState) as exc:
-        return _fail("checkpoints delete", exc)
+        return _fail("checkpoints delete", _storage_hint(args, exc))
     if deleted.objects == 0 and not deleted.kept:
         return _fail("checkpoints delete", StackError(
             f"no checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"))
@@ -563,7 +840,7 @@ def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
         location = _location(args)
         pruned = CheckpointStore(open_storage(location, _storage_config(args))).prune()
     except (StackError, StorageError, InvalidState) as exc:
-        return _fail("checkpoints prune", exc)
+        return _fail("checkpoints prune", _storage_hint(args, exc))
     for deleted in pruned:
         print(f"removed {deleted.objects} objects of {deleted.checkpoint_id}"
               + (f" ({deleted.kept} still read by other checkpoints)" if deleted.kept else ""))
@@ -592,15 +869,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     p.set_defaults(func=cmd_up)
 
+    p = sub.add_parser("restart", help="start one server of the running stack again (after a crash)",
+                       description="Start one server of the running stack again, from its saved config on its own "
+                       "port, while the others keep running (SIGTERM first if it still runs). `gymckpt up CONFIG` "
+                       "starts every server that is missing.")
+    _common(p)
+    p.add_argument("name", help="the server's name (as `gymckpt status` lists it)")
+    p.set_defaults(func=cmd_restart)
+
     p = sub.add_parser("down", help="stop the stack's servers", description="Stop the servers of the running stack.")
     _common(p)
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
     p.set_defaults(func=cmd_down)
 
-    p = sub.add_parser("status", help="phase, live state and blockers of every participant",
-                       description="Show the control-plane status of every participant of the running stack.")
+    p = sub.add_parser("status", help="state, live counts and the last checkpoint of every participant",
+                       description="Show every participant of the running stack: serving, or the phase of the "
+                       "checkpoint or restore it is in, and its live counts; then the checkpoint open now or the "
+                       "last upload's outcome. Fits 120 columns; --wide for every detail. Exits 1 when a server "
+                       "is not running.")
     _common(p)
-    p.add_argument("--json", action="store_true", help="raw JSON")
+    p.add_argument("--wide", action="store_true", help="every detail: all live counts, the checkpoint and blockers, "
+                   "the last upload and event of each participant (wider than a terminal)")
+    p.add_argument("--json", action="store_true", help="the participants' raw status answers as JSON")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("collect", help="run rollout collection on the stack's (or a cluster's) collection server",
@@ -612,7 +902,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("tasks", nargs="?", help="tasks JSONL (omit with --attach)")
     p.add_argument("--url", help="base URL of a collection server (default: the local stack's)")
     p.add_argument("--attach", action="store_true", help="follow the job already running instead of starting one")
-    p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl)")
+    p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl); a file that "
+                   "already holds results is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
     p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
     p.add_argument("--limit", type=int, help="only the first N tasks")

@@ -198,7 +198,8 @@ def start_stack(
     if (state_dir / STATE_FILE).exists():
         previous = read_state(state_dir)
         if any(is_running(s) for s in previous.servers):
-            raise StackError(f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first")
+            raise StackError(f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first "
+                             "(`gymckpt restart NAME` starts one server again)")
     try:
         check_stack(stack, stack.name)
     except ConfigError as exc:
@@ -317,6 +318,26 @@ def restart_server(state_dir: Path, name: str, *, ready_timeout_s: float = 60.0,
     return server
 
 
+def start_missing(state_dir: Path, *, ready_timeout_s: float = 60.0) -> tuple[StackState, list[str]]:
+    """Start again every server of a running stack whose process is gone (crashed, killed), each from its
+    saved config on its own port, while the others keep running; returns the new state and their names."""
+    state = read_state(state_dir)
+    missing = [s.name for s in state.servers if not is_running(s)]
+    for name in missing:
+        restart_server(state_dir, name, ready_timeout_s=ready_timeout_s)
+    return read_state(state_dir), missing
+
+
+def partly_running(state_dir: Path) -> bool:
+    """Some, not all, servers of the stack in ``state_dir`` run."""
+    try:
+        state = read_state(state_dir)
+    except StackError:
+        return False
+    running = [is_running(s) for s in state.servers]
+    return any(running) and not all(running)
+
+
 def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     pending = {s.name: (s, p) for s, p in zip(servers, procs, strict=True)}
@@ -367,6 +388,22 @@ def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) 
     if state.object_store is not None:
         stop_local_s3(Path(state.object_store.data_dir))
     return stopped
+
+
+def stop_server(server: RunningServer, *, timeout_s: float = 10.0) -> None:
+    """SIGTERM one server's process group, SIGKILL after ``timeout_s``; never a reused pid's group."""
+    if not is_running(server):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while is_running(server) and time.monotonic() < deadline:
+        _reap(server.pid)
+        time.sleep(0.02)
+    if is_running(server):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        _reap(server.pid)
 
 
 def _reap(pid: int) -> None:

@@ -154,6 +154,11 @@ def _is_store(store: LocalS3) -> bool:
     return store.data_dir in cmdline
 
 
+def store_running(store: LocalS3) -> bool:
+    """The local store recorded as ``store`` still runs."""
+    return _is_store(store)
+
+
 def read_store(data_dir: Path) -> LocalS3 | None:
     path = data_dir / STORE_FILE
     if not path.exists():

@@ -15,7 +15,7 @@ import pytest
 
 COMMANDS = [
     ["serve"], ["up"], ["down"], ["status"], ["collect"], ["checkpoint"], ["restore"],
-    ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["checkpoints", "delete"], ["demo"],
+    ["restart"], ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["checkpoints", "delete"], ["demo"],
     ["cluster"], ["cluster", "checkpoint"], ["cluster", "restore"], ["forward"],
 ]
 
@@ -145,7 +145,9 @@ def test_commands_on_a_stopped_stack_say_it_is_not_running(tmp_path) -> None:
         model_pid = next(s["pid"] for s in state["servers"] if s["name"] == "policy-model")
         os.killpg(model_pid, signal.SIGKILL)  # one participant crashed
         _wait_gone(model_pid)
-        status = gymckpt("status", cwd=tmp_path).stdout
+        shown = gymckpt("status", cwd=tmp_path, check=False)
+        assert shown.returncode == 1 and shown.stderr.startswith("gymckpt status: not running: policy-model; ")
+        status = shown.stdout
         assert [line.split()[:3] for line in status.splitlines() if "policy-model" in line] == [["policy-model", "?", "not"]]
         assert "not running" in status and "resources" in status  # counter-a still answers
         partial = gymckpt("checkpoint", cwd=tmp_path, check=False)
@@ -180,7 +182,7 @@ def test_collect_says_when_the_job_makes_no_progress(tmp_path) -> None:
         "name: stall\nservers:\n  collection: {server: collection, config: "
         "{agents: {ghost: 'http://127.0.0.1:9'}, unavailable_backoff_max_s: 0.5, job_dirs: ['.']}}\n"
     )
-    (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "x": 1}\n')
+    (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "responses_create_params": {"input": "hi"}}\n')
     gymckpt("up", "stack.yaml", cwd=tmp_path)
     try:
         proc = gymckpt("collect", "tasks.jsonl", "--stall-warning", "1", "--wait-timeout", "4", cwd=tmp_path, check=False)

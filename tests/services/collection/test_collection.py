@@ -139,7 +139,7 @@ async def test_bad_job_specs_are_refused(tmp_path) -> None:
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"agent": "unknown"}\n')
         unknown = await client.post("/jobs", json={"tasks_path": str(bad), "output_path": str(tmp_path / "o")})
-        assert unknown.status_code == 400 and "1 tasks (task 1) name no agent" in unknown.json()["error"]["message"]
+        assert unknown.status_code == 400 and "1 task (task 1) names no agent" in unknown.json()["error"]["message"]
         assert "unknown" not in unknown.json()["error"]["message"]  # the file's content is not echoed
         assert (await client.post("/jobs", json={"repeats": 0})).status_code == 400
 

@@ -96,6 +96,11 @@ def test_embedded_s3_stack_checkpoint_crash_restore(stack_dir) -> None:
 
     assert not _alive(store["pid"]) or not _alive(json.loads(
         (stack_dir / ".gymckpt/stack/s3/store.json").read_text())["pid"])
+    # and reading checkpoints then says so, with the way back (issue 27)
+    stopped = gymckpt("checkpoints", "list", cwd=stack_dir, check=False)
+    assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
+    assert stopped.stderr.rstrip().endswith("; the stack's local S3 store stopped with the stack (`gymckpt down`): "
+                                            "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data")
 
 
 def test_restore_names_the_location_it_looked_in_and_the_next_step(stack_dir) -> None:

@@ -1,0 +1,190 @@
+"""`gymckpt checkpoint` and `restore` as a new user meets them: Ctrl-C ends with one line and the command that
+repeats the transaction, a storage location that cannot work is refused before anything is paused, --json is
+JSON alone, and --version and a second `down` say something sensible (issue 27)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def gymckpt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "gym_services.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")})
+    if check:
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("txn")
+    (folder / "stack.yaml").write_text("name: mini\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n")
+    gymckpt("up", "stack.yaml", cwd=folder)
+    yield folder
+    gymckpt("down", "--kill", cwd=folder, check=False)
+
+
+@pytest.mark.parametrize(("storage", "message"), [
+    ("file:///proc/gymckpt-x", "cannot create the storage folder /proc/gymckpt-x: No such file or directory; "),
+    ("/plain/path", "unsupported storage location '/plain/path': use s3://bucket/prefix or file:///path"),
+])
+def test_a_storage_location_that_cannot_work_is_refused_first(stack, storage, message) -> None:
+    proc = gymckpt("checkpoint", "--id", "nowhere", "--storage", storage, cwd=stack, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""  # no header line: nothing was started
+    assert proc.stderr.startswith(f"gymckpt checkpoint: {message}") and len(proc.stderr.splitlines()) == 1
+
+
+def test_checkpoint_json_quiet_is_json_alone(stack) -> None:
+    out = gymckpt("checkpoint", "--id", "ck-json", "--json", "--quiet", cwd=stack).stdout
+    assert json.loads(out)["checkpoint_id"] == "ck-json"
+    loud = gymckpt("checkpoint", "--id", "ck-json-2", "--json", cwd=stack)
+    assert json.loads(loud.stdout)["checkpoint_id"] == "ck-json-2"
+    assert "checkpoint ck-json-2 of 2 participants" in loud.stderr  # what it did goes to stderr
+
+
+class HoldingProxy:
+    """An HTTP proxy on 127.0.0.1 in front of one server that forwards everything but the first POST (the
+    coordinator's first control call after discovery), which it holds unanswered until released and then
+    drops: a participant that does not answer."""
+
+    def __init__(self, target: str) -> None:
+        self.target, self.held, self.release = target, threading.Event(), threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.command == "POST" and not proxy.held.is_set():
+                    proxy.held.set()
+                    proxy.release.wait(60)
+                    self.close_connection = True  # never forwarded: counter-b never saw this call
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = httpx.request(self.command, proxy.target + self.path, content=body, headers=headers, timeout=30)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(key, value)
+                self.send_header("content-length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT is how Ctrl-C reaches a process")
+def test_ctrl_c_during_a_checkpoint_aborts_it_and_names_the_command_to_repeat_it(stack) -> None:
+    """counter-b does not answer its prepare (a proxy holds it); Ctrl-C then ends the checkpoint as failed: the
+    participants are aborted and resume, one line says so and how to take a new one, which completes."""
+    state_file = stack / ".gymckpt/stack/stack.json"
+    original = state_file.read_text()
+    state = json.loads(original)
+    b = next(s for s in state["servers"] if s["name"] == "counter-b")
+    proxy = HoldingProxy(b["url"])
+    b["url"] = proxy.url
+    state_file.write_text(json.dumps(state))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_services.cli", "checkpoint", "--id", "ck-int", "--transaction-id", "tx-int"],
+        cwd=stack, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "GYMCKPT_STATE_DIR": str(stack / ".gymckpt/stack")},
+    )
+    try:
+        assert proxy.held.wait(60), "the coordinator never called counter-b"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proxy.close()
+        state_file.write_text(original)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "checkpoint ck-int: FAILED" in out
+    assert err.splitlines()[-1] == ("gymckpt checkpoint: interrupted; the checkpoint failed and the participants "
+                                    "resumed where they were; `gymckpt checkpoint` takes a new one")
+    status = json.loads(gymckpt("status", "--json", cwd=stack).stdout)
+    assert all(s["checkpoint_id"] is None and s["admission_open"] for s in status.values()), status
+    again = gymckpt("checkpoint", "--id", "ck-int-2", "--quiet", cwd=stack)
+    assert "checkpoint ck-int-2: COMPLETED" in again.stdout
+
+
+def test_version_and_a_second_down(tmp_path) -> None:
+    assert gymckpt("--version", cwd=tmp_path).stdout.startswith("gymckpt ")
+    (tmp_path / "stack.yaml").write_text("name: one\nservers:\n  counter-a: {server: counter}\n")
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        assert gymckpt("down", cwd=tmp_path).stdout == "stopped 1 server: counter-a\n"
+    finally:
+        gymckpt("down", "--kill", cwd=tmp_path, check=False)
+    again = gymckpt("down", cwd=tmp_path).stdout
+    assert again == f"nothing to stop: no server of the stack in {tmp_path / '.gymckpt/stack'} was running\n"
+
+
+def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path) -> None:
+    """A restore into a stack whose server config changed (a changed agent setting can change rewards) goes on,
+    with a warning naming the server, the key and both values; ports and URLs, new on every `up`, are no change."""
+    def write(backoff: float) -> None:
+        (tmp_path / "stack.yaml").write_text(
+            "name: cfg\nservers:\n  counter-a: {server: counter}\n  collection: {server: collection, config: "
+            f"{{agents: {{a: '{{url:counter-a}}'}}, unavailable_backoff_max_s: {backoff}, job_dirs: ['.']}}}}\n")
+
+    write(0.5)
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        gymckpt("checkpoint", "--id", "k1", "--quiet", cwd=tmp_path)
+        gymckpt("down", "--kill", cwd=tmp_path)
+        gymckpt("up", "stack.yaml", cwd=tmp_path)  # new ports: not a change
+        same = gymckpt("restore", "k1", "--quiet", cwd=tmp_path)
+        assert "restore k1: COMPLETED" in same.stdout and "warning" not in same.stderr, same.stderr
+        gymckpt("down", "--kill", cwd=tmp_path)
+        write(0.7)
+        gymckpt("up", "stack.yaml", cwd=tmp_path)
+        changed = gymckpt("restore", "k1", "--quiet", cwd=tmp_path)
+    finally:
+        gymckpt("down", "--kill", cwd=tmp_path, check=False)
+    assert "restore k1: COMPLETED" in changed.stdout
+    assert changed.stderr == ("gymckpt restore: warning: server configs changed since k1 was taken: collection "
+                              "(unavailable_backoff_max_s: 0.5 -> 0.7); its episodes continue under the new configs\n")
+
+
+def test_restore_into_a_stack_without_one_of_the_checkpoints_servers_names_it(tmp_path) -> None:
+    (tmp_path / "stack.yaml").write_text("name: two\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n")
+    gymckpt("up", "stack.yaml", cwd=tmp_path)
+    try:
+        gymckpt("checkpoint", "--id", "k2", "--quiet", cwd=tmp_path)
+        gymckpt("down", "--kill", cwd=tmp_path)
+        (tmp_path / "stack.yaml").write_text("name: two\nservers:\n  counter-a: {server: counter}\n")
+        gymckpt("up", "stack.yaml", cwd=tmp_path)
+        refused = gymckpt("restore", "k2", cwd=tmp_path, check=False)
+    finally:
+        gymckpt("down", "--kill", cwd=tmp_path, check=False)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr == ("gymckpt restore: checkpoint k2 holds the state of counter-b, which stack two has no server "
+                              "for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
+                              "`gymckpt up CONFIG`\n")

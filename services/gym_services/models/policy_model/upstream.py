@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from gym_services.base.affinity import Endpoints, expand_endpoints
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.models.policy_model.engines import ENGINES, Delta, Engine, EngineProtocolError, EngineRequest
+from gym_services.models.policy_model.engines import ENGINES, Delta, Engine, EngineProtocolError, EngineRequest, EngineUnavailable
 from gym_services.models.policy_model.fleet import Fleet, FleetMetrics, Resolver
 
 log = get_logger("policy_model.upstream")
@@ -49,7 +49,8 @@ class UpstreamConfig(BaseModel):
     )
     engine: str = Field(
         default="vllm",
-        description="the engine's wire format (an adapter of models/policy_model/engines): vllm (vLLM, the built-in worker)",
+        description="the engine's wire format (an adapter of models/policy_model/engines): vllm (vLLM, the built-in worker), "
+        "llama.cpp (llama-server: the tests' and `gymckpt demo --engine llama.cpp`'s real engine)",
     )
     api_key: SecretStr | None = None
     model: str | None = Field(default=None, description="model name sent upstream; the request's when unset")
@@ -240,6 +241,22 @@ class Upstream:
             return UpstreamUnavailable(message, details=details, worker=worker.base_url)
 
         try:
+            if self.engine.owns_transport:  # the adapter drives the exchange (llama.cpp: one token per request)
+                try:
+                    own = EngineRequest(request.path, {**request.body, "extra_body": dict(self.config.extra_body)})
+                    async for delta in self.engine.stream(self._client, worker.base_url, own, halt):
+                        if delta.token_ids:
+                            self.fleet.received(stream, len(delta.token_ids))
+                        if delta.finish_reason is not None:
+                            finished = True
+                        yield delta
+                except EngineUnavailable as exc:
+                    raise down(f"upstream {worker.base_url}: {exc}", {"upstream_status": exc.status}) from None
+                except EngineProtocolError as exc:
+                    raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {worker.base_url}: {exc}") from None
+                if not finished and not halt.requested:
+                    raise down(f"upstream {worker.base_url} ended the generation without a finish_reason")
+                return
             async with self._client.stream("POST", url, json=payload) as response:
                 if response.status_code != 200:
                     raw = (await response.aread()).decode("utf-8", "replace")

@@ -8,11 +8,13 @@ from gym_services.models.policy_model.engines.base import (
     Engine,
     EngineProtocolError,
     EngineRequest,
+    EngineUnavailable,
     TokenPrefix,
 )
+from gym_services.models.policy_model.engines.llama_cpp import LlamaCppEngine
 from gym_services.models.policy_model.engines.vllm import VllmEngine
 
 #: ``upstream.engine`` -> adapter class; another engine registers its adapter here
-ENGINES: dict[str, type[Engine]] = {VllmEngine.name: VllmEngine}
+ENGINES: dict[str, type[Engine]] = {VllmEngine.name: VllmEngine, LlamaCppEngine.name: LlamaCppEngine}
 
-__all__ = ["ENGINES", "Delta", "Engine", "EngineProtocolError", "EngineRequest", "TokenPrefix", "VllmEngine"]
+__all__ = ["ENGINES", "Delta", "Engine", "EngineProtocolError", "EngineRequest", "EngineUnavailable", "LlamaCppEngine", "TokenPrefix", "VllmEngine"]

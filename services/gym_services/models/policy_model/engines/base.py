@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
@@ -89,6 +90,21 @@ class EngineProtocolError(ValueError):
     """The engine answered something this adapter cannot read (a missing id or log-prob, a bad shape)."""
 
 
+class EngineUnavailable(Exception):
+    """The engine answered a status that means "not now" (an adapter that drives its own transport raises
+    it; the upstream takes the worker out of rotation as for a refused connection)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Halting(Protocol):
+    """What an adapter driving its own transport sees of a cut (``upstream.Halt``)."""
+
+    requested: bool
+
+
 class Engine(ABC):
     """An inference engine's wire format (see the module docstring for the contract)."""
 
@@ -108,3 +124,16 @@ class Engine(ABC):
     async def prompt_token_ids(self, client: httpx.AsyncClient, base_url: str, chat: dict[str, Any]) -> list[int]:
         """The prompt's token ids for ``chat`` when the stream did not report them (``base_url`` ends in /v1)."""
         raise EngineProtocolError(f"the {self.name} adapter cannot tokenize a prompt on its own")
+
+    #: True for an adapter that drives the HTTP exchange itself (:meth:`stream`) instead of one SSE stream
+    #: per request read with :meth:`parse_chunk`
+    owns_transport: ClassVar[bool] = False
+
+    def stream(
+        self, client: httpx.AsyncClient, base_url: str, request: EngineRequest, halt: Halting
+    ) -> AsyncIterator[Delta]:
+        """The deltas of ``request`` (``owns_transport`` adapters only): ends after the delta with a
+        ``finish_reason``, or at a token boundary once ``halt.requested`` (nothing the engine generated
+        is dropped). Raises ``httpx.TransportError`` / :class:`EngineUnavailable` for a failing worker,
+        :class:`EngineProtocolError` for an answer it cannot read."""
+        raise NotImplementedError(f"the {self.name} adapter reads one SSE stream per request")

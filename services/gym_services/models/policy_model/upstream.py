@@ -50,7 +50,7 @@ class UpstreamConfig(BaseModel):
     engine: str = Field(
         default="vllm",
         description="the engine's wire format (an adapter of models/policy_model/engines): vllm (vLLM, the built-in worker), "
-        "llama.cpp (llama-server: the tests' and `gymckpt demo --engine llama.cpp`'s real engine)",
+        "llama.cpp (llama-server, the tests' real engine)",
     )
     api_key: SecretStr | None = None
     model: str | None = Field(default=None, description="model name sent upstream; the request's when unset")

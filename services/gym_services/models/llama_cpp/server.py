@@ -46,10 +46,14 @@ def llama_server_command(
     binary: Path, model: Path, port: int, *, slots: int = 4, slot_context: int = 2048, threads: int = 1
 ) -> list[str]:
     """llama-server on 127.0.0.1:``port`` serving ``model``: no web UI, ``slots`` parallel sequences of
-    ``slot_context`` tokens each, ``threads`` CPU threads (one keeps its log-probs the same from run to run
-    on a loaded machine), the model's own chat template (Jinja)."""
+    ``slot_context`` tokens each, ``threads`` CPU threads, the model's own chat template (Jinja).
+
+    Micro-batches of one token (``--ubatch-size 1``): a batch of several tokens (a prompt evaluated at once
+    on a fresh server, or the tokens of concurrent slots decoded together) takes other kernels than one
+    token, and log-probs then moved by up to 7e-4 between an uninterrupted generation and its continuation
+    (the ids did not); one token per micro-batch makes every log-prob independent of how the work was batched."""
     return [
         str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--no-webui",
         "--parallel", str(slots), "--ctx-size", str(slots * slot_context), "--threads", str(threads),
-        "--threads-batch", str(threads), "--jinja", "--no-warmup",
+        "--threads-batch", str(threads), "--ubatch-size", "1", "--jinja", "--no-warmup",
     ]

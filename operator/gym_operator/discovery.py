@@ -37,21 +37,23 @@ class ReplicaCountMismatch(DiscoveryError):
 
 def selector_string(
     match_labels: dict[str, str] | None,
-    release: str | None,
+    release: str,
     default: str | None = None,
     expressions: list[str] | None = None,
 ) -> str:
     """The label selector of a stack: the spec's ``matchLabels`` and ``matchExpressions`` (each already in
-    selector form, e.g. ``tier in (a,b)``), else the operator's default (``GYMCKPT_PARTICIPANT_SELECTOR``),
-    else its release; always only participant pods."""
-    labels = dict(match_labels or {})
+    selector form, e.g. ``tier in (a,b)``), else the operator's default (``GYMCKPT_PARTICIPANT_SELECTOR``);
+    always only participant pods of the operator's release (``app.kubernetes.io/instance=<release>`` is
+    added to any selector, so a spec cannot reach another release's pods: one naming another instance
+    matches nothing)."""
+    own = f"{INSTANCE_LABEL}={release}"
     expressions = list(expressions or [])
-    if not labels and not expressions and default:
-        return default if PARTICIPANT_LABEL in default else f"{default},{PARTICIPANT_LABEL}"
-    if not labels and not expressions and release:
-        labels[INSTANCE_LABEL] = release
-    parts = [f"{k}={v}" for k, v in sorted(labels.items())] + expressions
-    parts.append(PARTICIPANT_LABEL)  # only participant pods
+    if not match_labels and not expressions and default:
+        parts = [default] + ([] if own in default.split(",") else [own])
+    else:
+        parts = [own] + [f"{k}={v}" for k, v in sorted((match_labels or {}).items()) if f"{k}={v}" != own] + expressions
+    if PARTICIPANT_LABEL not in ",".join(parts).split(","):
+        parts.append(PARTICIPANT_LABEL)  # only participant pods
     return ",".join(parts)
 
 

@@ -2,7 +2,8 @@
 
 Run with ``kopf run --standalone --namespace NS -m gym_operator.handlers``. Environment:
 ``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (default
-location), ``GYMCKPT_RELEASE`` (default selector ``app.kubernetes.io/instance=<release>``),
+location), ``GYMCKPT_RELEASE`` (the release it serves: only resources whose ``spec.release`` names it,
+only pods labelled ``app.kubernetes.io/instance=<release>``),
 ``GYMCKPT_CREDENTIALS_SECRETS`` (the Secrets a spec may name), ``AWS_*`` for S3.
 
 Why daemons: kopf handles one object's events one at a time, so a long ``on.create`` handler never
@@ -10,6 +11,8 @@ sees its object being deleted. A daemon runs beside the object's event handling;
 object signals it (kopf's finalizer keeps the object until it exits), and the transaction is
 cancelled: aborted at once, every server reopened (``docs/protocol.md``, "Kubernetes").
 
+- Several releases may share a namespace: each operator runs only its release's resources (the kopf
+  filter :func:`ours`) on its release's pods, and leaves the others' alone (no finalizer, no Event).
 - One Checkpoint or Restore runs at a time per stack; a later one waits in ``Pending``.
 - Status and Events are best-effort (:mod:`gym_operator.writer`, kopf's event poster): a failed
   write is retried, never changing what the transaction does.
@@ -100,6 +103,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.kube = Kube.connect()
     memo.locks = {}
     memo.running = {}  # resource uid -> an Event set once its transaction has ended
+
+
+def ours(spec: Any, memo: kopf.Memo, **_: Any) -> bool:
+    """kopf filter: a Checkpoint or Restore of this operator's release (``spec.release``, required by the CRDs)."""
+    settings = getattr(memo, "settings", None)
+    return settings is not None and (spec or {}).get("release") == settings.release
 
 
 def _selector(selector: SelectorSpec, operator: OperatorSettings) -> str:
@@ -375,7 +384,7 @@ async def _daemon(tx: Transaction, stopped: kopf.DaemonStopped, setup, work) -> 
 # --- Checkpoint ------------------------------------------------------------------------------
 
 
-@kopf.daemon(GROUP, VERSION, "checkpoints", backoff=5.0)
+@kopf.daemon(GROUP, VERSION, "checkpoints", backoff=5.0, when=ours)
 async def checkpoint_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     parsed, invalid = _parse(CheckpointSpec, body.get("spec"))
     tx = Transaction("Checkpoint", "checkpoints", parsed.selector if parsed else SelectorSpec(), memo, body)
@@ -459,7 +468,7 @@ def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None
     return bool(checkpoint_id) and spec.get("checkpointId") == checkpoint_id and spec.get("location") in (None, location)
 
 
-@kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0)
+@kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=ours)
 async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, uid: str, memo: kopf.Memo,
                              body: kopf.Body, **_: Any) -> None:
     """A deleted Checkpoint: its transaction is cancelled first (the daemon aborts it); then, with
@@ -516,7 +525,7 @@ async def _abort_orphan(selector: SelectorSpec, namespace: str, checkpoint_id: s
 # --- Restore ---------------------------------------------------------------------------------
 
 
-@kopf.daemon(GROUP, VERSION, "restores", backoff=5.0)
+@kopf.daemon(GROUP, VERSION, "restores", backoff=5.0, when=ours)
 async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     parsed, invalid = _parse(RestoreSpec, body.get("spec"))
     tx = Transaction("Restore", "restores", parsed.selector if parsed else SelectorSpec(), memo, body)
@@ -554,6 +563,9 @@ async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) ->
     if (source.get("metadata") or {}).get("deletionTimestamp"):
         raise Refused("CheckpointDeleted", f"Checkpoint {ref} is being deleted; nothing to restore")
     source_status = source.get("status") or {}
+    if (source.get("spec") or {}).get("release") != spec.release:
+        raise Refused("CheckpointOfAnotherRelease", f"Checkpoint {ref} belongs to release "
+                      f"{(source.get('spec') or {}).get('release')}, not {spec.release}; restore a Checkpoint of this release")
     if source_status.get("phase") == TransactionPhase.FAILED:
         raise Refused("CheckpointFailed", f"Checkpoint {ref} failed; nothing to restore")
     if source_status.get("phase") != TransactionPhase.COMPLETED:

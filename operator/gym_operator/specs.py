@@ -121,6 +121,8 @@ class StorageSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
+    #: the Helm release whose operator runs it (the operators of other releases ignore it)
+    release: str = Field(min_length=1)
     selector: SelectorSpec = Field(default_factory=SelectorSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     prepare_timeout_seconds: float = Field(default=DEFAULT_PREPARE_TIMEOUT_S, gt=0)
@@ -143,6 +145,8 @@ class CheckpointRefSpec(_Spec):
 class RestoreSpec(_Spec):
     """A Checkpoint by name, or a location and checkpoint id (the CRD allows exactly one of the two)."""
 
+    #: the Helm release whose operator runs it, from a Checkpoint of the same release
+    release: str = Field(min_length=1)
     checkpoint_ref: CheckpointRefSpec | None = None
     location: str | None = None
     checkpoint_id: str | None = None
@@ -158,7 +162,11 @@ class OperatorSettings(BaseModel):
 
     token: str = Field(min_length=1, description="GYMCKPT_CONTROL_TOKEN: the Secret shared with the servers")
     default_location: str | None = Field(default=None, description="GYMCKPT_STORAGE: location when a spec names none")
-    release: str | None = Field(default=None, description="GYMCKPT_RELEASE: default selector instance label")
+    release: str = Field(
+        min_length=1,
+        description="GYMCKPT_RELEASE: the Helm release; the operator runs only Checkpoints and Restores whose spec.release "
+        "is this, and selects the pods labelled app.kubernetes.io/instance=<release>",
+    )
     selector: str | None = Field(default=None, description="GYMCKPT_PARTICIPANT_SELECTOR: default label selector")
     scanning_disabled: bool = Field(default=False, description="GYMCKPT_KOPF_SCANNING=disabled (namespaced RBAC)")
     credentials_secrets: frozenset[str] = Field(
@@ -178,10 +186,12 @@ class OperatorSettings(BaseModel):
         env = os.environ if env is None else env
         if not env.get("GYMCKPT_CONTROL_TOKEN"):
             raise SpecError("GYMCKPT_CONTROL_TOKEN is not set: the operator cannot call control routes")
+        if not env.get("GYMCKPT_RELEASE"):
+            raise SpecError("GYMCKPT_RELEASE is not set: the operator must know which release's Checkpoints and Restores it runs")
         return cls(
             token=env["GYMCKPT_CONTROL_TOKEN"],
             default_location=env.get("GYMCKPT_STORAGE") or None,
-            release=env.get("GYMCKPT_RELEASE") or None,
+            release=env["GYMCKPT_RELEASE"],
             selector=env.get("GYMCKPT_PARTICIPANT_SELECTOR") or None,
             scanning_disabled=env.get("GYMCKPT_KOPF_SCANNING", "") == "disabled",
             credentials_secrets=frozenset(n.strip() for n in env.get("GYMCKPT_CREDENTIALS_SECRETS", "").split(",") if n.strip()),

@@ -47,6 +47,8 @@ def validator(kind: str) -> jsonschema.Draft7Validator:
 
 
 def resource(kind: str, spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A resource of release demo (spec.release is required) unless ``spec`` names one."""
+    spec = {'release': 'demo', **spec}
     body: dict[str, Any] = {'apiVersion': API, 'kind': kind, 'metadata': {'name': 'x'}, 'spec': spec}
     if status is not None:
         body['status'] = status
@@ -86,6 +88,7 @@ BAD_CHECKPOINTS = {
     'endpoint without scheme': {'storage': {'endpoint': 'minio:9000'}},
     'label value not a string': {'selector': {'matchLabels': {'a': 1}}},
     'unknown field': {'prepareTimeout': 30},
+    'release not a DNS label': {'release': 'Demo_1'},
     'unknown storage field': {'storage': {'bucket': 'x'}},
 }
 GOOD_RESTORES = {
@@ -100,6 +103,7 @@ BAD_RESTORES = {
     'ref without name': {'checkpointRef': {}},
     'bad id': {'location': 's3://gym-checkpoints/demo', 'checkpointId': '../escape'},
     'lease too long': {'checkpointRef': {'name': 'c'}, 'leaseSeconds': 7200},
+    'empty release': {'checkpointRef': {'name': 'c'}, 'release': ''},
 }
 
 
@@ -120,8 +124,8 @@ def test_names_and_printer_columns() -> None:
 
     def default_columns(crd: dict[str, Any]) -> list[str]:
         return [c['name'] for c in crd['spec']['versions'][0]['additionalPrinterColumns'] if not c.get('priority')]
-    assert default_columns(checkpoints) == ['Phase', 'Participants', 'Pause', 'Age']
-    assert default_columns(restores) == ['Phase', 'Checkpoint', 'Attempt', 'Age']
+    assert default_columns(checkpoints) == ['Release', 'Phase', 'Participants', 'Pause', 'Age']
+    assert default_columns(restores) == ['Release', 'Phase', 'Checkpoint', 'Attempt', 'Age']
 
 
 @pytest.mark.parametrize('case', sorted(GOOD_CHECKPOINTS))
@@ -165,3 +169,13 @@ def test_a_spec_is_required() -> None:
     body = resource('Checkpoint', {})
     del body['spec']
     assert not validator('checkpoints').is_valid(body)
+
+
+@pytest.mark.parametrize('kind', ['checkpoints', 'restores'])
+def test_a_release_is_required(kind: str) -> None:
+    """The release's operator runs it, the others ignore it: a resource naming no release would run nowhere."""
+    spec = {'checkpointRef': {'name': 'c'}} if kind == 'restores' else {}
+    body = resource(kind[:-1].capitalize(), spec)
+    del body['spec']['release']
+    errors = list(validator(kind).iter_errors(body))
+    assert any("'release' is a required property" in e.message for e in errors), errors

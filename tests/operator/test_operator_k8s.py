@@ -50,8 +50,8 @@ class Stack:
 
     started: list[Stack] = []
 
-    def __init__(self, tmp: Path, kubectl, modes: dict[str, str]) -> None:
-        self.tmp, self.kubectl, self.modes = tmp, kubectl, modes
+    def __init__(self, tmp: Path, kubectl, modes: dict[str, str], release: str = RELEASE) -> None:
+        self.tmp, self.kubectl, self.modes, self.release = tmp, kubectl, modes, release
         self.ports = {name: free_port() for name in modes}
         self.config = StackConfig(
             name="k8s",
@@ -85,7 +85,7 @@ class Stack:
                     "name": name,
                     "namespace": "default",
                     "labels": {
-                        "app.kubernetes.io/instance": RELEASE,
+                        "app.kubernetes.io/instance": self.release,
                         "gym-checkpoint.dev/role": "resources",
                         "gym-checkpoint.dev/participant": "counter",
                         **(labels or {}).get(name, {}),
@@ -157,11 +157,20 @@ def get(kubectl, kind: str, name: str) -> dict:
 
 
 def apply(kubectl, doc: dict) -> None:
+    """Apply a resource; a Checkpoint or Restore is for the test's release unless its spec names one."""
+    if doc.get("kind") in ("Checkpoint", "Restore"):
+        doc = {**doc, "spec": {"release": RELEASE, **doc.get("spec", {})}}
     kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
 
 
 def checkpoint_doc(name: str, **spec) -> dict:
-    return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": name}, "spec": spec}
+    return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": name},
+            "spec": {"release": RELEASE, **spec}}
+
+
+def restore_of(name: str, checkpoint: str, **spec) -> dict:
+    return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": name},
+            "spec": {"release": RELEASE, "checkpointRef": {"name": checkpoint}, **spec}}
 
 
 def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seaweed) -> None:
@@ -218,6 +227,61 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
             assert http.post("/increment", json={"by": 1}, headers=ident).json() == {"output": 10 * i + 6}
             assert http.post("/verify", json={"target": 10 * i + 6}, headers=ident).json()["reward"] == 1.0
     stack.kill()
+
+
+def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_own(operator_env, kubectl, tmp_path,
+                                                                                  seaweed) -> None:
+    """Releases alpha and beta share the namespace, each with its operator: each operator runs only the
+    Checkpoints and Restores naming its release (no Event, no finalizer, no status on the others'), on its own
+    release's pods; a Restore of the other release's Checkpoint is refused."""
+    start_operator, location = operator_env
+    stacks = {}
+    for release, pods in (("alpha", ["alpha-0", "alpha-1"]), ("beta", ["beta-0"])):
+        (tmp_path / release).mkdir()
+        stacks[release] = Stack(tmp_path / release, kubectl, {pod: "exported" for pod in pods}, release=release)
+        stacks[release].start()
+        stacks[release].create_pods()
+        start_operator(stacks[release], GYMCKPT_RELEASE=release)
+    cookies = {}
+    for release, stack in stacks.items():
+        for name in stack.modes:
+            with httpx.Client(base_url=stack.url(name)) as http:
+                http.post("/seed_session", json={"start": 100}, headers={"x-ng-rollout-id": name}).raise_for_status()
+                cookies[name] = dict(http.cookies)
+    for release in stacks:
+        apply(kubectl, checkpoint_doc(f"ck-{release}", release=release, prepareTimeoutSeconds=10))
+    for release, stack in stacks.items():
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/ck-{release}", "--timeout=60s", timeout=70)
+        done = get(kubectl, "checkpoint", f"ck-{release}")
+        assert sorted(p["id"] for p in done["status"]["participants"]) == sorted(stack.modes)
+        assert done["metadata"].get("finalizers", []) in ([], ["gym-checkpoint.dev/operator"])
+    bucket, prefix = location[len("s3://"):].split("/", 1)
+    keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    for release, stack in stacks.items():
+        checkpoint_id = get(kubectl, "checkpoint", f"ck-{release}")["status"]["checkpointId"]
+        assert sum(f"/{checkpoint_id}/" in k and "/packs/" in k for k in keys) == len(stack.modes), keys
+    # the other operator wrote nothing on it: one Completed Event per Checkpoint, no failure of any kind
+    events = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
+    for release in stacks:
+        mine = [e for e in events if e["involvedObject"]["name"] == f"ck-{release}"]
+        assert [e["reason"] for e in mine].count("Completed") == 1 and all(e["type"] == "Normal" for e in mine), mine
+
+    for stack in stacks.values():  # every server restarts empty
+        stack.kill()
+        stack.start()
+    apply(kubectl, restore_of("rs-stolen", "ck-alpha", release="beta"))
+    kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/rs-stolen", "--timeout=60s", timeout=70)
+    stolen = get(kubectl, "restore", "rs-stolen")["status"]
+    assert stolen["reason"] == "CheckpointOfAnotherRelease" and "alpha" in stolen["message"]
+    for release in stacks:
+        apply(kubectl, restore_of(f"rs-{release}", f"ck-{release}", release=release))
+    for release, stack in stacks.items():
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"restore/rs-{release}", "--timeout=60s", timeout=70)
+        assert get(kubectl, "restore", f"rs-{release}")["status"]["restoredEpisodes"] == len(stack.modes)
+        for name in stack.modes:
+            with httpx.Client(base_url=stack.url(name), cookies=cookies[name]) as http:
+                ident = {"x-ng-rollout-id": name, "x-ng-attempt": "1"}
+                assert http.post("/increment", json={"by": 1}, headers=ident).json() == {"output": 101}
 
 
 def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tmp_path) -> None:

@@ -8,14 +8,14 @@ from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEO
 
 
 def test_checkpoint_defaults_come_from_the_protocol() -> None:
-    spec = CheckpointSpec.parse({})
+    spec = CheckpointSpec.parse({"release": "r"})
     assert spec.lease_seconds == DEFAULT_LEASE_S and spec.prepare_timeout_seconds == DEFAULT_PREPARE_TIMEOUT_S
     assert spec.selector.match_labels == {} and spec.storage == StorageSpec()
 
 
 def test_checkpoint_fields_are_read_by_their_crd_names() -> None:
     spec = CheckpointSpec.parse({
-        "prepareTimeoutSeconds": 60, "leaseSeconds": 45,
+        "release": "r", "prepareTimeoutSeconds": 60, "leaseSeconds": 45,
         "selector": {"matchLabels": {"app": "gym"}},
         "storage": {"location": "s3://b/p", "endpoint": "http://s3:9000", "region": "eu-west-1", "credentialsSecret": "k"},
     })
@@ -25,9 +25,9 @@ def test_checkpoint_fields_are_read_by_their_crd_names() -> None:
 
 
 def test_restore_by_location_reads_the_crd_fields() -> None:
-    spec = RestoreSpec.parse({"location": "file:///ck", "checkpointId": "ck-1", "leaseSeconds": 10})
+    spec = RestoreSpec.parse({"release": "r", "location": "file:///ck", "checkpointId": "ck-1", "leaseSeconds": 10})
     assert spec.checkpoint_ref is None and (spec.location, spec.checkpoint_id, spec.lease_seconds) == ("file:///ck", "ck-1", 10)
-    by_ref = RestoreSpec.parse({"checkpointRef": {"name": "ck1"}, "storage": {"region": "us-east-1"}})
+    by_ref = RestoreSpec.parse({"release": "r", "checkpointRef": {"name": "ck1"}, "storage": {"region": "us-east-1"}})
     assert by_ref.checkpoint_ref is not None and by_ref.checkpoint_ref.name == "ck1"
     assert by_ref.lease_seconds == DEFAULT_LEASE_S
 
@@ -40,7 +40,9 @@ def test_a_restores_storage_settings_win_over_its_checkpoints() -> None:
 @pytest.mark.parametrize("spec", [{"leaseSeconds": "soon"}, {"prepareTimeoutSeconds": 0}, {"selector": {"matchLabels": "x"}}])
 def test_a_malformed_spec_names_its_field(spec: dict) -> None:
     with pytest.raises(SpecError, match=r"spec\.(leaseSeconds|prepareTimeoutSeconds|selector)"):
-        CheckpointSpec.parse(spec)
+        CheckpointSpec.parse({"release": "r", **spec})
+    with pytest.raises(SpecError, match=r"spec\.release"):
+        CheckpointSpec.parse({})
 
 
 def test_operator_settings_from_the_environment() -> None:
@@ -51,6 +53,19 @@ def test_operator_settings_from_the_environment() -> None:
     assert (settings.default_location, settings.release, settings.scanning_disabled, settings.region) == (
         "s3://b/p", "gym", True, "eu-west-1"
     )
-    assert settings.checkpoint_call_timeout(CheckpointSpec.parse({"prepareTimeoutSeconds": 60})) == 90
+    assert settings.checkpoint_call_timeout(CheckpointSpec.parse({"release": "gym", "prepareTimeoutSeconds": 60})) == 90
     with pytest.raises(SpecError, match="GYMCKPT_CONTROL_TOKEN"):
         OperatorSettings.from_env({})
+    with pytest.raises(SpecError, match="GYMCKPT_RELEASE"):
+        OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t"})
+
+
+def test_a_stack_selector_always_keeps_to_the_operators_release() -> None:
+    from gym_operator.discovery import selector_string
+
+    participant = "gym-checkpoint.dev/participant"
+    assert selector_string({}, "a", f"app.kubernetes.io/instance=a,{participant}") == f"app.kubernetes.io/instance=a,{participant}"
+    assert selector_string({"tier": "x"}, "a") == f"app.kubernetes.io/instance=a,tier=x,{participant}"
+    # naming another release's instance label selects nothing (both must hold), never that release's pods
+    assert selector_string({"app.kubernetes.io/instance": "b"}, "a").startswith(
+        "app.kubernetes.io/instance=a,app.kubernetes.io/instance=b,")

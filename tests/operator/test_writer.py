@@ -24,7 +24,7 @@ def checkpoint(kemu, kubectl, monkeypatch):
     """One Checkpoint (no operator runs) and a Kube client as the admin; returns (kube, fetch)."""
     kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
     kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": "w"}, "spec": {}}))
+        "apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": "w"}, "spec": {"release": "w"}}))
     monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 

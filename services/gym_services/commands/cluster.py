@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -117,6 +118,13 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
+def _release(given: str | None) -> str:
+    release = given or os.environ.get("GYMCKPT_RELEASE", "")
+    if not release:
+        raise ClusterError("--release is required: the Helm release whose operator runs it (or set $GYMCKPT_RELEASE)")
+    return release
+
+
 def _run(work: Callable[[], int], allow_failure: bool = False) -> int:
     try:
         code = work()
@@ -134,7 +142,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         custom, _ = _api()
         namespace = _namespace(args.namespace)
         name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
-        spec: dict[str, Any] = {"prepareTimeoutSeconds": args.prepare_timeout, "leaseSeconds": args.lease}
+        spec: dict[str, Any] = {"release": _release(args.release), "prepareTimeoutSeconds": args.prepare_timeout,
+                                "leaseSeconds": args.lease}
         if args.location:
             spec["storage"] = {"location": args.location}
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Checkpoint",
@@ -179,6 +188,7 @@ def _wait_pods(core: Any, namespace: str, selector: str, count: int, annotation:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     def work() -> int:
+        release = _release(args.release)
         custom, core = _api()
         namespace = _namespace(args.namespace)
         name = args.name or f"restore-{args.checkpoint}"
@@ -187,7 +197,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             _wait_pods(core, namespace, args.wait_pods, args.pods, args.pods_annotation, args.wait_timeout)
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Restore",
                 "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
-                "spec": {"checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease}}
+                "spec": {"release": release, "checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease}}
         _create(custom, namespace, "restores", body)
         if args.no_wait:
             print(f"Restore {name} created in {namespace}")
@@ -222,6 +232,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's, or the pod's)")
+        q.add_argument("--release", help="the Helm release whose operator runs it (default: $GYMCKPT_RELEASE)")
         q.add_argument("--lease", type=int, default=60, help="lease seconds (default 60)")
         q.add_argument("--wait-timeout", type=float, default=900.0, help="seconds to wait for the end (default 900)")
         q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on the resource (repeatable)")

@@ -1,10 +1,11 @@
 """kopf handlers: each Checkpoint and Restore is a daemon running the coordinator against the stack's pods.
 
 Run with ``kopf run --standalone --namespace NS -m gym_operator.handlers``. Environment:
-``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (default
-location), ``GYMCKPT_RELEASE`` (the release it serves: only resources whose ``spec.release`` names it,
-only pods labelled ``app.kubernetes.io/instance=<release>``),
-``GYMCKPT_CREDENTIALS_SECRETS`` (the Secrets a spec may name), ``AWS_*`` for S3.
+``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (the storage
+location ``default``), ``GYMCKPT_STORAGE_LOCATIONS`` (the admin's other locations: a spec names one,
+and can set no endpoint or credentials), ``GYMCKPT_RELEASE`` (the release it serves: only resources
+whose ``spec.release`` names it, only pods labelled ``app.kubernetes.io/instance=<release>``),
+``AWS_*`` for S3.
 
 Why daemons: kopf handles one object's events one at a time, so a long ``on.create`` handler never
 sees its object being deleted. A daemon runs beside the object's event handling; deleting the
@@ -51,7 +52,8 @@ from gym_operator.specs import (
     RestoreSpec,
     SelectorSpec,
     SpecError,
-    StorageSpec,
+    StorageLocation,
+    UnknownLocation,
 )
 from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
 from gym_operator.writer import StatusWriter
@@ -132,31 +134,23 @@ async def _discover(namespace: str, selector: SelectorSpec, memo: kopf.Memo) -> 
 
 
 async def _storage_access(
-    storage: StorageSpec, namespace: str, kube: Kube, operator: OperatorSettings
+    location: StorageLocation, namespace: str, kube: Kube, operator: OperatorSettings
 ) -> tuple[StorageConfig, StorageAccess | None]:
-    """How the operator reaches storage, and what the servers are told to use instead of their config.
+    """How the operator reaches a storage location, and what the servers are told to use instead of their config.
 
-    Endpoint and region come from the spec (else the operator's env), keys from ``credentialsSecret``
-    (else the operator's). Whatever the spec names itself is also sent to every server with capture and
-    restore, so the resource alone decides where records go; a spec naming none of them leaves each
-    server on the release's storage settings. Only the Secrets the operator was given by name
-    (``GYMCKPT_CREDENTIALS_SECRETS``) may be named: the Role lets it read those and no other.
+    A location is the admin's (the chart's ``storage.locations``): its endpoint and region (else the operator's
+    env) and the keys of its ``existingSecret`` (else the operator's). What the location names itself is also
+    sent to every server with each transaction; ``default`` names nothing, so each server stays on the
+    release's storage settings. No Checkpoint or Restore can name an endpoint or credentials.
     """
     keys: dict[str, str] = {}
-    if storage.credentials_secret:
-        if storage.credentials_secret not in operator.credentials_secrets:
-            allowed = ", ".join(sorted(operator.credentials_secrets)) or "none"
-            raise Refused(
-                "CredentialsNotAllowed",
-                f"Secret {storage.credentials_secret} is not one the operator may read (allowed: {allowed}); "
-                "add it to the chart's operator.credentialsSecrets",
-            )
-        data = await kube.secret_data(namespace, storage.credentials_secret)
+    if location.existing_secret:
+        data = await kube.secret_data(namespace, location.existing_secret)
         try:
             keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
         except KeyError as exc:
-            raise LookupError(f"Secret {storage.credentials_secret} has no {exc.args[0]}") from None
-    named = {"endpoint_url": storage.endpoint, "region": storage.region, **keys}
+            raise LookupError(f"Secret {location.existing_secret} has no {exc.args[0]}") from None
+    named = {"endpoint_url": location.endpoint, "region": location.region, **keys}
     named = {k: v for k, v in named.items() if v}
     config = StorageConfig(
         endpoint_url=named.get("endpoint_url") or operator.endpoint_url,
@@ -164,6 +158,13 @@ async def _storage_access(
         **keys,
     )
     return config, (StorageAccess(**named) if named else None)
+
+
+def _location(name: str, operator: OperatorSettings) -> StorageLocation:
+    try:
+        return operator.location(name)
+    except UnknownLocation as exc:
+        raise Refused("UnknownStorageLocation", str(exc)) from None
 
 
 class Refused(Exception):
@@ -245,7 +246,7 @@ class Transaction:
             self.event(final["reason"], final["message"], warning=True)
 
     async def coordinator(
-        self, participants: list[ParticipantRef], storage: StorageSpec, client: ControlClient
+        self, participants: list[ParticipantRef], storage: StorageLocation, client: ControlClient
     ) -> Coordinator:
         try:
             storage_config, access = await _storage_access(storage, self.namespace, self.memo.kube, self.memo.settings)
@@ -390,19 +391,17 @@ async def checkpoint_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: 
     tx = Transaction("Checkpoint", "checkpoints", parsed.selector if parsed else SelectorSpec(), memo, body)
     name, uid = tx.name, tx.uid
 
-    async def setup() -> tuple[str, str, list[ParticipantRef]]:
+    async def setup() -> tuple[str, StorageLocation, list[ParticipantRef]]:
         assert parsed is not None
-        location = parsed.storage.location or memo.settings.default_location
-        if not location:
-            raise Refused("NoStorage", "spec.storage.location is empty and the operator has no default")
-        return f"{name}-{uid[:8]}", location, await tx.participants()
+        return f"{name}-{uid[:8]}", _location(parsed.storage_location, memo.settings), await tx.participants()
 
-    async def work(prepared: tuple[str, str, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
+    async def work(prepared: tuple[str, StorageLocation, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
         assert parsed is not None
-        checkpoint_id, location, participants = prepared
+        checkpoint_id, storage, participants = prepared
+        location = storage.url
         tx.fields.update(checkpointId=checkpoint_id, location=location)
         async with ControlClient(memo.settings.token, timeout_s=memo.settings.checkpoint_call_timeout(parsed)) as client:
-            coordinator = await tx.coordinator(participants, parsed.storage, client)
+            coordinator = await tx.coordinator(participants, storage, client)
             # the resource's uid names the transaction: an operator restarted mid-checkpoint repeats the same one, and
             # a Checkpoint re-created under a deleted one's name is another transaction, refused if its id is taken
             return await coordinator.checkpoint(
@@ -458,14 +457,14 @@ async def _expire(tx: Transaction, stopped: kopf.DaemonStopped, body: kopf.Body)
         await stopped.wait()  # the deletion stops this daemon
 
 
-def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str | None) -> bool:
-    """Whether a Restore that has not ended reads this Checkpoint (by name, or by id and location)."""
+def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str) -> bool:
+    """Whether a Restore that has not ended reads this Checkpoint (by name, or by id and storage location)."""
     if (restore.get("status") or {}).get("phase") in FINAL:
         return False
     spec = restore.get("spec") or {}
     if (spec.get("checkpointRef") or {}).get("name") == name:
         return True
-    return bool(checkpoint_id) and spec.get("checkpointId") == checkpoint_id and spec.get("location") in (None, location)
+    return bool(checkpoint_id) and spec.get("checkpointId") == checkpoint_id and spec.get("storageLocation", "default") == location
 
 
 @kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=ours)
@@ -490,13 +489,18 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
     if parsed.deletion_policy is DeletionPolicy.RETAIN or not checkpoint_id or not location:
         return
     readers = [r["metadata"]["name"] for r in await memo.kube.list_objects("restores", namespace)
-               if _restore_reads(r, name, checkpoint_id, location)]
+               if _restore_reads(r, name, checkpoint_id, parsed.storage_location)]
     if readers:
         message = f"not deleting checkpoint {checkpoint_id} while Restore {', '.join(sorted(readers))} reads it"
         kopf.info(body, reason="WaitingForRestore", message=message)
         raise kopf.TemporaryError(message, delay=2)
     try:
-        config, _access = await _storage_access(parsed.storage, namespace, memo.kube, memo.settings)
+        storage = memo.settings.location(parsed.storage_location)
+    except UnknownLocation as exc:
+        kopf.warn(body, reason="DataKept", message=f"not deleting checkpoint {checkpoint_id} at {location}: {exc}"[:1024])
+        return  # the admin removed the location: nothing this operator can reach, and nothing to wait for
+    try:
+        config, _access = await _storage_access(storage, namespace, memo.kube, memo.settings)
         # the transaction is over (cancelled above, or its operator gone): never published later, so an
         # unpublished checkpoint of it is abandoned, not in flight
         deleted = await asyncio.to_thread(
@@ -530,14 +534,15 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
     parsed, invalid = _parse(RestoreSpec, body.get("spec"))
     tx = Transaction("Restore", "restores", parsed.selector if parsed else SelectorSpec(), memo, body)
 
-    async def setup() -> tuple[str, str, StorageSpec, list[ParticipantRef]]:
+    async def setup() -> tuple[str, StorageLocation, list[ParticipantRef]]:
         assert parsed is not None
-        checkpoint_id, location, storage = await _restore_source(parsed, tx.namespace, memo)
-        return checkpoint_id, location, storage, await tx.participants()
+        checkpoint_id, storage = await _restore_source(parsed, tx.namespace, memo)
+        return checkpoint_id, storage, await tx.participants()
 
-    async def work(prepared: tuple[str, str, StorageSpec, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
+    async def work(prepared: tuple[str, StorageLocation, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
         assert parsed is not None
-        checkpoint_id, location, storage, participants = prepared
+        checkpoint_id, storage, participants = prepared
+        location = storage.url
         tx.fields.update(checkpointId=checkpoint_id, location=location)
         async with ControlClient(memo.settings.token, timeout_s=memo.settings.restore_call_timeout_s) as client:
             coordinator = await tx.coordinator(participants, storage, client)
@@ -549,13 +554,12 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
     await _daemon(tx, stopped, setup if parsed else _invalid(invalid), work)
 
 
-async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) -> tuple[str, str, StorageSpec]:
-    """Checkpoint id, location and storage settings a Restore names (directly or by Checkpoint)."""
+async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) -> tuple[str, StorageLocation]:
+    """Checkpoint id and storage location a Restore names (directly or by Checkpoint)."""
     if spec.checkpoint_ref is None:
-        location = spec.location or memo.settings.default_location
-        if not spec.checkpoint_id or not location:
-            raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId with location")
-        return spec.checkpoint_id, location, spec.storage
+        if not spec.checkpoint_id:
+            raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId (with storageLocation)")
+        return spec.checkpoint_id, _location(spec.storage_location, memo.settings)
     ref = spec.checkpoint_ref.name
     source = await memo.kube.get_object("checkpoints", namespace, ref)
     if source is None:
@@ -574,4 +578,9 @@ async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) ->
         checkpointed = CheckpointSpec.parse(source.get("spec"))
     except SpecError as exc:
         raise Refused("InvalidSpec", f"Checkpoint {ref}: {exc}") from None
-    return source_status["checkpointId"], source_status["location"], spec.storage.over(checkpointed.storage)
+    storage = _location(checkpointed.storage_location, memo.settings)
+    if source_status.get("location") != storage.url:
+        raise Refused("StorageLocationChanged", f"Checkpoint {ref} was written to {source_status.get('location')}, but "
+                      f"storage location {storage.name} is now {storage.url}; restore it by checkpointId from a "
+                      "location that holds it")
+    return source_status["checkpointId"], storage

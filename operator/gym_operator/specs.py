@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -107,24 +108,31 @@ def parse_duration(text: str) -> dt.timedelta:
     return dt.timedelta(hours=hours, minutes=minutes, seconds=seconds)
 
 
-class StorageSpec(_Spec):
-    """Where records go and how to reach it; what is set here is also sent to every server."""
+DEFAULT_LOCATION = "default"
 
-    location: str | None = None
+
+class StorageLocation(BaseModel):
+    """A storage location the admin defined (the chart's ``storage.locations``, or ``default``: the release's
+    storage): where records go and how to reach it. A Checkpoint or Restore names one; it sets nothing of it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    name: str
+    url: str = Field(min_length=1, description="s3://bucket/prefix or file:///path")
     endpoint: str | None = None
     region: str | None = None
-    credentials_secret: str | None = None
+    existing_secret: str | None = Field(default=None, description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")
 
-    def over(self, base: StorageSpec) -> StorageSpec:
-        """These settings, with ``base``'s where these name none (a Restore over its Checkpoint's)."""
-        return base.model_copy(update=self.model_dump(exclude_none=True))
+
+class UnknownLocation(LookupError):
+    """A spec names a storage location the admin has not defined."""
 
 
 class CheckpointSpec(_Spec):
     #: the Helm release whose operator runs it (the operators of other releases ignore it)
     release: str = Field(min_length=1)
     selector: SelectorSpec = Field(default_factory=SelectorSpec)
-    storage: StorageSpec = Field(default_factory=StorageSpec)
+    storage_location: str = DEFAULT_LOCATION
     prepare_timeout_seconds: float = Field(default=DEFAULT_PREPARE_TIMEOUT_S, gt=0)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
     method: CheckpointMethod = CheckpointMethod.SNAPSHOT
@@ -143,15 +151,14 @@ class CheckpointRefSpec(_Spec):
 
 
 class RestoreSpec(_Spec):
-    """A Checkpoint by name, or a location and checkpoint id (the CRD allows exactly one of the two)."""
+    """A Checkpoint by name, or a checkpoint id in a storage location (the CRD allows exactly one of the two)."""
 
     #: the Helm release whose operator runs it, from a Checkpoint of the same release
     release: str = Field(min_length=1)
     checkpoint_ref: CheckpointRefSpec | None = None
-    location: str | None = None
+    storage_location: str = DEFAULT_LOCATION
     checkpoint_id: str | None = None
     selector: SelectorSpec = Field(default_factory=SelectorSpec)
-    storage: StorageSpec = Field(default_factory=StorageSpec)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
 
 
@@ -161,7 +168,12 @@ class OperatorSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     token: str = Field(min_length=1, description="GYMCKPT_CONTROL_TOKEN: the Secret shared with the servers")
-    default_location: str | None = Field(default=None, description="GYMCKPT_STORAGE: location when a spec names none")
+    locations: dict[str, StorageLocation] = Field(
+        default_factory=dict,
+        description="the storage locations specs may name: `default` from GYMCKPT_STORAGE (the release's storage), the "
+        "others from GYMCKPT_STORAGE_LOCATIONS (JSON: name -> url, endpoint, region, existingSecret; the chart's "
+        "storage.locations)",
+    )
     release: str = Field(
         min_length=1,
         description="GYMCKPT_RELEASE: the Helm release; the operator runs only Checkpoints and Restores whose spec.release "
@@ -169,11 +181,6 @@ class OperatorSettings(BaseModel):
     )
     selector: str | None = Field(default=None, description="GYMCKPT_PARTICIPANT_SELECTOR: default label selector")
     scanning_disabled: bool = Field(default=False, description="GYMCKPT_KOPF_SCANNING=disabled (namespaced RBAC)")
-    credentials_secrets: frozenset[str] = Field(
-        default=frozenset(),
-        description="GYMCKPT_CREDENTIALS_SECRETS: comma-separated names of the Secrets a spec may name in "
-        "storage.credentialsSecret (the chart's operator.credentialsSecrets; its Role grants get on these only)",
-    )
     endpoint_url: str | None = Field(default=None, description="AWS_ENDPOINT_URL: S3 endpoint when a spec names none")
     region: str | None = Field(default=None, description="AWS_REGION: S3 region when a spec names none")
     #: a checkpoint's control calls may take its prepare timeout plus this
@@ -188,16 +195,35 @@ class OperatorSettings(BaseModel):
             raise SpecError("GYMCKPT_CONTROL_TOKEN is not set: the operator cannot call control routes")
         if not env.get("GYMCKPT_RELEASE"):
             raise SpecError("GYMCKPT_RELEASE is not set: the operator must know which release's Checkpoints and Restores it runs")
+        try:
+            named = json.loads(env.get("GYMCKPT_STORAGE_LOCATIONS") or "{}")
+            locations = {name: StorageLocation(name=name, **fields) for name, fields in dict(named).items()}
+        except (ValueError, TypeError, ValidationError) as exc:
+            raise SpecError(f"GYMCKPT_STORAGE_LOCATIONS is not a JSON object of storage locations: {exc}") from None
+        if DEFAULT_LOCATION in locations:
+            raise SpecError(f"GYMCKPT_STORAGE_LOCATIONS may not redefine {DEFAULT_LOCATION!r} (that is GYMCKPT_STORAGE)")
+        if env.get("GYMCKPT_STORAGE"):
+            locations[DEFAULT_LOCATION] = StorageLocation(name=DEFAULT_LOCATION, url=env["GYMCKPT_STORAGE"])
         return cls(
             token=env["GYMCKPT_CONTROL_TOKEN"],
-            default_location=env.get("GYMCKPT_STORAGE") or None,
+            locations=locations,
             release=env["GYMCKPT_RELEASE"],
             selector=env.get("GYMCKPT_PARTICIPANT_SELECTOR") or None,
             scanning_disabled=env.get("GYMCKPT_KOPF_SCANNING", "") == "disabled",
-            credentials_secrets=frozenset(n.strip() for n in env.get("GYMCKPT_CREDENTIALS_SECRETS", "").split(",") if n.strip()),
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or None,
         )
+
+    def location(self, name: str) -> StorageLocation:
+        """The storage location a spec names; raises :class:`UnknownLocation` naming the defined ones."""
+        try:
+            return self.locations[name]
+        except KeyError:
+            known = ", ".join(sorted(self.locations)) or "none"
+            raise UnknownLocation(
+                f"spec.storageLocation {name!r} is not one of the release's storage locations ({known}); the admin "
+                "defines them in the chart's storage.locations"
+            ) from None
 
     def checkpoint_call_timeout(self, spec: CheckpointSpec) -> float:
         return spec.prepare_timeout_seconds + self.call_margin_s

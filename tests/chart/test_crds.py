@@ -72,36 +72,31 @@ FULL_STATUS = {
 
 GOOD_CHECKPOINTS = {
     'empty spec': {},
-    'full spec': {'selector': {'matchLabels': {'app.kubernetes.io/instance': 'demo'}},
-                  'storage': {'location': 's3://my-bucket/some/prefix', 'endpoint': 'http://minio.storage:9000',
-                              'region': 'eu-west-1', 'credentialsSecret': 'team-s3'},
+    'full spec': {'selector': {'matchLabels': {'app.kubernetes.io/instance': 'demo'}}, 'storageLocation': 'archive',
                   'prepareTimeoutSeconds': 300, 'leaseSeconds': 60},
-    'file location': {'storage': {'location': 'file:///var/lib/checkpoints'}},
+    'default location': {'storageLocation': 'default'},
 }
 BAD_CHECKPOINTS = {
     'timeout zero': {'prepareTimeoutSeconds': 0},
     'timeout too long': {'prepareTimeoutSeconds': 3601},
     'timeout as string': {'prepareTimeoutSeconds': '30'},
     'lease too short': {'leaseSeconds': 4},
-    'http location': {'storage': {'location': 'http://bucket/prefix'}},
-    'bucket with capitals': {'storage': {'location': 's3://My-Bucket/x'}},
-    'endpoint without scheme': {'storage': {'endpoint': 'minio:9000'}},
+    'location not a name': {'storageLocation': 's3://bucket/prefix'},
+    'location with capitals': {'storageLocation': 'Archive'},
     'label value not a string': {'selector': {'matchLabels': {'a': 1}}},
     'unknown field': {'prepareTimeout': 30},
     'release not a DNS label': {'release': 'Demo_1'},
-    'unknown storage field': {'storage': {'bucket': 'x'}},
 }
 GOOD_RESTORES = {
     'by name': {'checkpointRef': {'name': 'ckpt-1'}},
-    'by location': {'location': 's3://gym-checkpoints/demo', 'checkpointId': '20261129T195800Z-3f2a',
-                    'leaseSeconds': 120, 'storage': {'endpoint': 'https://s3.example.com', 'credentialsSecret': 's3'}},
+    'by location': {'storageLocation': 'archive', 'checkpointId': '20261129T195800Z-3f2a', 'leaseSeconds': 120},
+    'by id in the default location': {'checkpointId': '20261129T195800Z-3f2a'},
 }
 BAD_RESTORES = {
     'neither': {},
-    'both': {'checkpointRef': {'name': 'c'}, 'location': 's3://gym-checkpoints/demo', 'checkpointId': 'a'},
-    'location without id': {'location': 's3://gym-checkpoints/demo'},
+    'location not a name': {'storageLocation': 's3://gym-checkpoints/demo', 'checkpointId': 'a'},
     'ref without name': {'checkpointRef': {}},
-    'bad id': {'location': 's3://gym-checkpoints/demo', 'checkpointId': '../escape'},
+    'bad id': {'checkpointId': '../escape'},
     'lease too long': {'checkpointRef': {'name': 'c'}, 'leaseSeconds': 7200},
     'empty release': {'checkpointRef': {'name': 'c'}, 'release': ''},
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -301,14 +302,17 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         (('gym-checkpoint.dev',), ('checkpoints/status', 'restores/status')): {'patch'},
         (('',), ('events',)): {'create'},
     }
-    assert rules == least  # no Secret at all unless operator.credentialsSecrets names some
-    assert env['GYMCKPT_CREDENTIALS_SECRETS']['value'] == ''
-    named = render({'operator': {'credentialsSecrets': ['team-s3', 'backup-s3']}})
+    assert rules == least  # no Secret at all unless a storage location names one
+    assert env['GYMCKPT_STORAGE_LOCATIONS']['value'] == '{}'
+    locations = {'team': {'url': 's3://team/gym', 'existingSecret': 'team-s3'},
+                 'backup': {'url': 's3://backup/gym', 'endpoint': 'https://s3.example.com', 'existingSecret': 'backup-s3'},
+                 'same-keys': {'url': 's3://team/other', 'existingSecret': 'team-s3'}, 'plain': {'url': 's3://plain/x'}}
+    named = render({'storage': {'locations': locations}})
     role = by_kind(named, 'Role')['demo-gym-checkpoint-operator']
     secrets = [r for r in role['rules'] if r['resources'] == ['secrets']]
-    assert secrets == [{'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['get'], 'resourceNames': ['team-s3', 'backup-s3']}]
+    assert secrets == [{'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['get'], 'resourceNames': ['backup-s3', 'team-s3']}]
     operator = by_kind(named, 'Deployment')['demo-gym-checkpoint-operator']
-    assert env_of(operator['spec']['template']['spec']['containers'][0])['GYMCKPT_CREDENTIALS_SECRETS']['value'] == 'team-s3,backup-s3'
+    assert json.loads(env_of(operator['spec']['template']['spec']['containers'][0])['GYMCKPT_STORAGE_LOCATIONS']['value']) == locations
     binding = by_kind(docs, 'RoleBinding')['demo-gym-checkpoint-operator']
     assert binding['subjects'] == [{'kind': 'ServiceAccount', 'name': 'demo-gym-checkpoint-operator', 'namespace': 'prod'}]
     assert not by_kind(docs, 'ClusterRole') and not by_kind(docs, 'ClusterRoleBinding')

@@ -37,6 +37,11 @@ BAD_VALUES = {
     'bad persistence size': ({'storage': {'embedded': {'persistence': {'size': '10GB'}}}}, 'size'),
     'unknown top-level key': ({'replicaCount': 2}, 'replicaCount'),
     'embedded flag not a bool': ({'storage': {'embedded': {'enabled': 'yes'}}}, '/storage/embedded/enabled'),
+    'storage location redefines default': ({'storage': {'locations': {'default': {'url': 's3://b/x'}}}}, '/storage/locations'),
+    'storage location without url': ({'storage': {'locations': {'archive': {'endpoint': 'https://s3.example'}}}}, 'url'),
+    'storage location name not a DNS label': ({'storage': {'locations': {'Archive': {'url': 's3://b/x'}}}}, '/storage/locations'),
+    'storage location http url': ({'storage': {'locations': {'archive': {'url': 'http://b/x'}}}}, '/storage/locations/archive/url'),
+    'operator.credentialsSecrets is gone': ({'operator': {'credentialsSecrets': ['s']}}, 'credentialsSecrets'),
 }
 
 

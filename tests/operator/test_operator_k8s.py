@@ -627,7 +627,7 @@ def test_status_follows_the_schema_and_kubernetes_conventions(operator_env, kube
         assert status["episodes"] == 0  # live episodes are the rollout controller's; this stack has none
         doc = get(kubectl, "checkpoint", "counted")
         assert doc["spec"]["leaseSeconds"] == 30 and doc["spec"]["deletionPolicy"] == "Retain"  # schema defaults
-        assert doc["spec"]["selector"] == {} and doc["spec"]["storage"] == {}
+        assert doc["spec"]["selector"] == {} and doc["spec"]["storageLocation"] == "default"
         assert status["observedGeneration"] == doc["metadata"]["generation"] == 1
         assert "expiration" not in status
         transitions = {c["type"]: c["lastTransitionTime"] for c in status["conditions"]}
@@ -656,25 +656,50 @@ def test_status_follows_the_schema_and_kubernetes_conventions(operator_env, kube
         stack.kill()
 
 
-def test_restore_by_location_reads_spec_location(operator_env, kubectl, tmp_path) -> None:
-    """Issue 12, bug 3: a Restore naming `spec.location` and `spec.checkpointId` reads that location. The checkpoint
-    exists only at the default location, so a Restore naming another one must not complete from the default."""
+def test_restore_by_checkpoint_id_reads_the_named_storage_location(operator_env, kubectl, tmp_path) -> None:
+    """Issue 12, bug 3: a Restore naming `spec.storageLocation` and `spec.checkpointId` reads that location. The
+    checkpoint exists only at the default location, so a Restore naming another one must not complete from the
+    default; a location the admin has not defined is refused, naming the ones there are."""
     start_operator, location = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     stack.start()
     stack.create_pods()
-    start_operator(stack)
+    elsewhere = f"{location.rstrip('/')}-elsewhere"
+    start_operator(stack, GYMCKPT_STORAGE_LOCATIONS=json.dumps({"elsewhere": {"url": elsewhere}}))
     try:
         status = completed_checkpoint(kubectl, stack, "source")
-        elsewhere = f"{location.rstrip('/')}-elsewhere"
-        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "by-loc"},
-                        "spec": {"location": elsewhere, "checkpointId": status["checkpointId"]}})
+        for name, named in (("by-loc", "elsewhere"), ("nowhere", "nowhere")):
+            apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": name},
+                            "spec": {"storageLocation": named, "checkpointId": status["checkpointId"]}})
         wait_for(lambda: phase(kubectl, "restore", "by-loc") in ("Completed", "Failed"), timeout=60, what="an outcome")
         restored = get(kubectl, "restore", "by-loc")["status"]
         assert restored["location"] == elsewhere
         assert restored["phase"] == "Failed"
+        kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/nowhere", "--timeout=60s", timeout=70)
+        nowhere = get(kubectl, "restore", "nowhere")["status"]
+        assert nowhere["reason"] == "UnknownStorageLocation" and "(default, elsewhere)" in nowhere["message"]
     finally:
         stack.kill()
+
+
+@pytest.mark.parametrize("kind, spec", [
+    ("Checkpoint", {"storage": {"endpoint": "http://attacker.example:9000"}}),
+    ("Checkpoint", {"storage": {"credentialsSecret": "team-s3"}}),
+    ("Checkpoint", {"storage": {"location": "s3://other-bucket/x"}}),
+    ("Restore", {"location": "s3://other-bucket/x", "checkpointId": "c"}),
+    ("Restore", {"checkpointRef": {"name": "c"}, "storage": {"endpoint": "http://attacker.example:9000"}}),
+])
+def test_a_resource_naming_an_endpoint_credentials_or_a_url_is_refused_at_admission(kemu, kubectl, kind, spec) -> None:
+    """Issue 26, bug 5: storage is the admin's. A Checkpoint or Restore that names an endpoint, credentials or a
+    bucket of its own is refused by the API server (the CRD's rules), with a message naming spec.storageLocation;
+    nothing is stored, so no operator ever sees it."""
+    kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
+    kubectl("apply", "-f", str(CRDS / "restores.yaml"))
+    doc = {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": kind, "metadata": {"name": "redirect"},
+           "spec": {"release": RELEASE, **spec}}
+    refused = kubectl("apply", "-f", "-", check=False, input=yaml.safe_dump(doc))
+    assert refused.returncode != 0 and "spec.storageLocation" in refused.stderr, refused.stderr
+    assert kubectl("get", kind.lower(), "redirect", check=False).returncode != 0
 
 
 def chart_operator_identity(kemu, kubectl, tmp_path: Path, values: dict | None = None) -> tuple[Path, dict[str, str], dict]:
@@ -692,7 +717,7 @@ def chart_operator_identity(kemu, kubectl, tmp_path: Path, values: dict | None =
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     settings = {item["name"]: item["value"] for item in container["env"]
                 if "value" in item and item["name"] in ("GYMCKPT_PARTICIPANT_SELECTOR", "GYMCKPT_KOPF_SCANNING",
-                                                        "GYMCKPT_CREDENTIALS_SECRETS")}
+                                                        "GYMCKPT_STORAGE_LOCATIONS")}
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     token = kubectl("-n", "default", "create", "token", account).stdout.strip()
     role = next(doc for doc in rbac if doc["kind"] == "Role")
@@ -701,14 +726,15 @@ def chart_operator_identity(kemu, kubectl, tmp_path: Path, values: dict | None =
 
 def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_grants(operator_env, kemu, kubectl, seaweed,
                                                                                    tmp_path) -> None:
-    """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one allowed
-    credentials Secret), through everything it does: a Checkpoint reading that Secret, a Restore, a Checkpoint naming
-    a Secret it may not read, a Checkpoint deleted with its data, one whose ttl runs out. Every request it made was
+    """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one storage
+    location with its own credentials Secret), through everything it does: a Checkpoint to that location (reading
+    that Secret), a Restore, a Checkpoint naming a location the admin never defined, a Checkpoint deleted with its
+    data, one whose ttl runs out. Every request it made was
     allowed, and every rule of the Role was used (the emulator's audit): the Role is exactly what it uses."""
     start_operator, location = operator_env
-    values = {"operator": {"credentialsSecrets": ["team-s3"]}}
+    values = {"storage": {"locations": {"team": {"url": location, "existingSecret": "team-s3"}}}}
     kubeconfig, settings, role = chart_operator_identity(kemu, kubectl, tmp_path, values)
-    assert settings["GYMCKPT_CREDENTIALS_SECRETS"] == "team-s3"
+    assert json.loads(settings["GYMCKPT_STORAGE_LOCATIONS"]) == {"team": {"url": location, "existingSecret": "team-s3"}}
     keys = seaweed.env()
     for name in ("team-s3", "other-s3"):
         kubectl("create", "secret", "generic", name, f"--from-literal=AWS_ACCESS_KEY_ID={keys['AWS_ACCESS_KEY_ID']}",
@@ -721,8 +747,7 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     try:
         with httpx.Client(base_url=stack.url("counter-0")) as http:
             http.post("/seed_session", json={"start": 5}, headers={"x-ng-rollout-id": "r0"})
-        apply(kubectl, checkpoint_doc("least", prepareTimeoutSeconds=10, deletionPolicy="Delete",
-                                      storage={"credentialsSecret": "team-s3"}))
+        apply(kubectl, checkpoint_doc("least", prepareTimeoutSeconds=10, deletionPolicy="Delete", storageLocation="team"))
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/least", "--timeout=60s", timeout=70)
         status = get(kubectl, "checkpoint", "least")["status"]
         assert status["participantCount"] == 1 and status["checkpointId"].startswith("least-")
@@ -734,10 +759,10 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
                         "spec": {"checkpointRef": {"name": "least"}}})
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/least-rs", "--timeout=60s", timeout=70)
 
-        apply(kubectl, checkpoint_doc("stranger", storage={"credentialsSecret": "other-s3"}))
+        apply(kubectl, checkpoint_doc("stranger", storageLocation="other"))
         kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/stranger", "--timeout=60s", timeout=70)
         stranger = get(kubectl, "checkpoint", "stranger")["status"]
-        assert stranger["reason"] == "CredentialsNotAllowed" and "operator.credentialsSecrets" in stranger["message"]
+        assert stranger["reason"] == "UnknownStorageLocation" and "storage.locations" in stranger["message"]
 
         kubectl("delete", "checkpoint", "least", timeout=60)
         assert not stored_objects(seaweed, location, status["checkpointId"])

@@ -144,8 +144,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
         spec: dict[str, Any] = {"release": _release(args.release), "prepareTimeoutSeconds": args.prepare_timeout,
                                 "leaseSeconds": args.lease}
-        if args.location:
-            spec["storage"] = {"location": args.location}
+        if args.storage_location:
+            spec["storageLocation"] = args.storage_location
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Checkpoint",
                 "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)}, "spec": spec}
         _create(custom, namespace, "checkpoints", body)
@@ -244,7 +244,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Create a Checkpoint of the release's stack and wait for its end.")
     q.add_argument("name", nargs="?", help="resource name (default ckpt-TIMESTAMP)")
     q.add_argument("--prepare-timeout", type=int, default=300, help="seconds for every server to reach a boundary (default 300)")
-    q.add_argument("--location", help="storage location (default: the operator's)")
+    q.add_argument("--storage-location", metavar="NAME",
+                   help="a storage location the admin defined (default: default, the release's storage)")
     common(q)
     q.set_defaults(func=cmd_checkpoint)
 

@@ -154,14 +154,16 @@ def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
     post_cmd = post['spec']['template']['spec']['containers'][0]['command']
     assert post_cmd[:3] == ['gymckpt', 'cluster', 'restore']
     assert post_cmd[post_cmd.index('--from') + 1] == 'demo-gym-checkpoint-upgrade-r1'
-    assert post_cmd[post_cmd.index('--pods') + 1] == str(len(PARTICIPANTS))
+    # how many pods to wait for comes from the StatefulSets' replicas in the cluster, not from a count of servers
+    assert '--pods' not in post_cmd and post_cmd[post_cmd.index('--wait-pods') + 1].endswith(',gym-checkpoint.dev/participant')
     assert post_cmd[post_cmd.index('--pods-annotation') + 1] == 'gym-checkpoint.dev/release-revision=1'
     assert '--allow-failure' not in pre_cmd
     for job in (pre, post):
         assert job['spec']['backoffLimit'] == 0 and job['spec']['template']['spec']['serviceAccountName'] == 'demo-gym-checkpoint-upgrade'
     role = by_kind(docs, 'Role')['demo-gym-checkpoint-upgrade']
     assert role['rules'] == [{'apiGroups': ['gym-checkpoint.dev'], 'resources': ['checkpoints', 'restores'], 'verbs': ['create', 'get']},
-                             {'apiGroups': [''], 'resources': ['pods'], 'verbs': ['list']}]
+                             {'apiGroups': [''], 'resources': ['pods'], 'verbs': ['list']},
+                             {'apiGroups': ['apps'], 'resources': ['statefulsets'], 'verbs': ['list']}]
     # every server pod carries the revision, so each upgrade replaces all of them before the restore
     servers = [pod for pod in pods(docs).values() if pod['metadata']['labels'].get('gym-checkpoint.dev/workload') == 'server']
     assert len(servers) == 5 and all(p['metadata']['annotations']['gym-checkpoint.dev/release-revision'] == '1' for p in servers)
@@ -296,6 +298,8 @@ def test_rollouts_custom_and_disabled(render: Any) -> None:
     ({'rollouts': {'agents': {'a': 'nope'}}}, 'rollouts.agents.a names server "nope"'),
     ({'rollouts': {'name': 'simple-agent'}}, 'the name "simple-agent" is used twice'),
     ({'servers': [{'name': 'a', 'server': 'counter', 'role': 'resources', 'port': 8001}]}, 'port and controlPort are both 8001'),
+    ({'upgradeCheckpoint': {'enabled': True}, 'serverDefaults': {'updateStrategy': 'OnDelete'}},
+     'cannot work with serverDefaults.updateStrategy OnDelete'),
 ])
 def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: dict[str, Any], message: str) -> None:
     assert message in refused(helm_chart, values)

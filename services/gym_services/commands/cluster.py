@@ -27,7 +27,7 @@ class ClusterError(RuntimeError):
     """The resource could not be created or followed; the message says why."""
 
 
-def _api() -> tuple[Any, Any]:
+def _api() -> tuple[Any, Any, Any]:
     try:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
@@ -37,7 +37,7 @@ def _api() -> tuple[Any, Any]:
         config.load_config()  # $KUBECONFIG or ~/.kube/config, else the pod's service account
     except ConfigException as exc:
         raise ClusterError(f"no Kubernetes credentials: {exc}") from None
-    return client.CustomObjectsApi(), client.CoreV1Api()
+    return client.CustomObjectsApi(), client.CoreV1Api(), client.AppsV1Api()
 
 
 def _namespace(given: str | None) -> str:
@@ -139,7 +139,7 @@ def _run(work: Callable[[], int], allow_failure: bool = False) -> int:
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     def work() -> int:
-        custom, _ = _api()
+        custom, _, _ = _api()
         namespace = _namespace(args.namespace)
         name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
         spec: dict[str, Any] = {"release": _release(args.release), "prepareTimeoutSeconds": args.prepare_timeout,
@@ -159,12 +159,37 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return _run(work, args.allow_failure)
 
 
-def _wait_pods(core: Any, namespace: str, selector: str, count: int, annotation: str | None, timeout_s: float) -> None:
-    """Until ``count`` pods match ``selector``, every one Ready (and carrying ``annotation`` KEY=VALUE)."""
+def _selects(selector: str, labels: dict[str, str]) -> bool:
+    """Whether ``labels`` satisfy a selector of ``key=value`` and ``key`` (exists) terms."""
+    for term in filter(None, selector.split(",")):
+        key, sep, value = term.partition("=")
+        if (labels.get(key) != value) if sep else (key not in labels):
+            return False
+    return True
+
+
+def _statefulset_pods(apps: Any, namespace: str, selector: str) -> int:
+    """How many pods the StatefulSets whose pod template matches ``selector`` run: their ``spec.replicas``,
+    as the cluster has them now (not as the chart's values said)."""
+    if any(op in selector for op in ("!", " in ", " notin ", "(")):
+        raise ClusterError(f"--wait-pods {selector!r}: without --pods only key=value and key terms are understood")
+    total = 0
+    for sts in apps.list_namespaced_stateful_set(namespace).items:
+        template = sts.spec.template.metadata if sts.spec and sts.spec.template else None
+        if template is not None and _selects(selector, dict(template.labels or {})):
+            total += 1 if sts.spec.replicas is None else int(sts.spec.replicas)
+    return total
+
+
+def _wait_pods(core: Any, apps: Any, namespace: str, selector: str, count: int | None, annotation: str | None,
+               timeout_s: float) -> None:
+    """Until ``count`` pods match ``selector`` (None: as many as the matching StatefulSets' replicas, read again
+    each round), every one Ready (and carrying ``annotation`` KEY=VALUE)."""
     key, _, value = (annotation or "").partition("=")
     deadline = time.monotonic() + timeout_s
     last = None
     while True:
+        want = count if count is not None else _statefulset_pods(apps, namespace, selector)
         pods = core.list_namespaced_pod(namespace, label_selector=selector).items
         ready = []
         for pod in pods:
@@ -175,11 +200,11 @@ def _wait_pods(core: Any, namespace: str, selector: str, count: int, annotation:
             conditions = {c.type: c.status for c in (pod.status.conditions or [])}
             if pod.status.phase == "Running" and conditions.get("Ready") == "True":
                 ready.append(pod.metadata.name)
-        note = f"{len(ready)}/{count} participant pods ready" + (f" with {annotation}" if annotation else "")
+        note = f"{len(ready)}/{want} participant pods ready" + (f" with {annotation}" if annotation else "")
         if note != last:
             _say(note)
             last = note
-        if len(ready) >= count:
+        if want > 0 and len(ready) >= want:
             return
         if time.monotonic() > deadline:
             raise ClusterError(f"only {note} after {timeout_s:.0f}s (selector {selector})")
@@ -189,12 +214,12 @@ def _wait_pods(core: Any, namespace: str, selector: str, count: int, annotation:
 def cmd_restore(args: argparse.Namespace) -> int:
     def work() -> int:
         release = _release(args.release)
-        custom, core = _api()
+        custom, core, apps = _api()
         namespace = _namespace(args.namespace)
         name = args.name or f"restore-{args.checkpoint}"
         _require_completed(custom, namespace, args.checkpoint)
         if args.wait_pods:
-            _wait_pods(core, namespace, args.wait_pods, args.pods, args.pods_annotation, args.wait_timeout)
+            _wait_pods(core, apps, namespace, args.wait_pods, args.pods, args.pods_annotation, args.wait_timeout)
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Restore",
                 "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
                 "spec": {"release": release, "checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease}}
@@ -254,7 +279,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("name", nargs="?", help="resource name (default restore-CHECKPOINT)")
     q.add_argument("--from", dest="checkpoint", required=True, metavar="CHECKPOINT", help="the Checkpoint resource to restore")
     q.add_argument("--wait-pods", metavar="SELECTOR", help="first wait until the pods matching this label selector are Ready")
-    q.add_argument("--pods", type=int, default=1, help="how many pods --wait-pods waits for (default 1)")
+    q.add_argument("--pods", type=int, help="how many pods --wait-pods waits for (default: the spec.replicas of the "
+                   "StatefulSets whose pod template matches the selector, read from the cluster)")
     q.add_argument("--pods-annotation", metavar="KEY=VALUE", help="only count pods carrying this annotation (a new revision)")
     common(q)
     q.set_defaults(func=cmd_restore)

@@ -99,7 +99,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
 
         kubectl('apply', '-f', '-', input=json.dumps({
             'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'ck1'},
-            'spec': {'prepareTimeoutSeconds': 60, 'leaseSeconds': 60}}))
+            'spec': {'release': 'gym', 'prepareTimeoutSeconds': 60, 'leaseSeconds': 60}}))
         kubectl('wait', '--for=jsonpath={.status.phase}=Completed', 'checkpoint/ck1', '--timeout=120s', timeout=130)
         checkpoint = json.loads(kubectl('get', 'checkpoint', 'ck1', '-o', 'json').stdout)['status']
         assert checkpoint['participantCount'] == 4 and checkpoint['location'] == 's3://gym-checkpoints/gym'
@@ -114,7 +114,7 @@ def test_helm_install_rollouts_checkpoint_replace_pods_restore(kemu: Any, kubect
 
         kubectl('apply', '-f', '-', input=json.dumps({
             'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Restore', 'metadata': {'name': 'rs1'},
-            'spec': {'checkpointRef': {'name': 'ck1'}}}))
+            'spec': {'release': 'gym', 'checkpointRef': {'name': 'ck1'}}}))
         kubectl('wait', '--for=jsonpath={.status.phase}=Completed', 'restore/rs1', '--timeout=120s', timeout=130)
         restored = json.loads(kubectl('get', 'restore', 'rs1', '-o', 'json').stdout)['status']
         assert restored['attempt'] == 1 and restored['restoredEpisodes'] >= 1

@@ -54,7 +54,8 @@ def kubectl_json(kubectl: Any, *args: str) -> dict[str, Any]:
 
 def apply(kubectl: Any, kind: str, name: str, spec: dict[str, Any]) -> None:
     kubectl('apply', '-f', '-', input=json.dumps({
-        'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': kind, 'metadata': {'name': name}, 'spec': spec}))
+        'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': kind, 'metadata': {'name': name},
+        'spec': {'release': 'gym', **spec}}))
 
 
 def test_replicas_install_checkpoint_replace_restore_and_refuse_other_counts(kemu: Any, kubectl: Any, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def checkpoint(name: str, namespace: str | None = None, **spec: Any) -> dict[str
     if namespace:
         meta['namespace'] = namespace
     return {'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Checkpoint', 'metadata': meta,
-            'spec': spec or {'prepareTimeoutSeconds': 30}}
+            'spec': {'release': 'gym', **(spec or {'prepareTimeoutSeconds': 30})}}
 
 
 @pytest.fixture(scope='module')
@@ -98,9 +98,9 @@ def test_kubectl_get_shows_printer_columns(api: httpx.Client, kubectl_shared: An
     kubectl_shared('-n', ns, 'patch', 'checkpoint', 'ck', '--subresource=status', '--type=merge',
                    '-p', json.dumps({'status': {'phase': 'Completed', 'participantCount': 4, 'pauseSeconds': 0.42}}))
     lines = kubectl_shared('-n', ns, 'get', 'checkpoints').stdout.splitlines()
-    assert lines[0].split() == ['NAME', 'PHASE', 'PARTICIPANTS', 'PAUSE', 'AGE']
-    name, phase, participants, pause, age = lines[1].split()
-    assert (name, phase, participants, pause) == ('ck', 'Completed', '4', '0.42')
+    assert lines[0].split() == ['NAME', 'RELEASE', 'PHASE', 'PARTICIPANTS', 'PAUSE', 'AGE']
+    name, release, phase, participants, pause, age = lines[1].split()
+    assert (name, release, phase, participants, pause) == ('ck', 'gym', 'Completed', '4', '0.42')
     assert age.endswith('s')  # a date column arrives as an age
     wide = kubectl_shared('-n', ns, 'get', 'gckpt', '-o', 'wide').stdout.splitlines()[0].split()
     assert 'CHECKPOINT-ID' in wide and 'LOCATION' in wide
@@ -234,7 +234,7 @@ def test_replace_server_side_apply_and_conflicts(api: httpx.Client, kubectl_shar
     current = api.get(url).json()
     assert current['spec']['leaseSeconds'] == 20 and current['spec']['deletionPolicy'] == 'Retain'  # + schema defaults
 
-    manifest['spec'] = {'leaseSeconds': 20, 'ttl': '40s'}  # only ttl and deletionPolicy may change (CEL rule)
+    manifest['spec'] = {'release': 'gym', 'leaseSeconds': 20, 'ttl': '40s'}  # only ttl and deletionPolicy may change (CEL rule)
     kubectl_shared('replace', '-f', '-', input=yaml.safe_dump(manifest))
     replaced = api.get(url).json()
     assert replaced['spec']['ttl'] == '40s' and replaced['metadata']['uid'] == current['metadata']['uid']
@@ -277,7 +277,7 @@ def test_deleting_a_crd_unregisters_its_resource(kemu: Any, kubectl: Any) -> Non
     kubectl('apply', '-f', str(CRDS / 'restores.yaml'))
     kubectl('apply', '-f', '-', input=yaml.safe_dump({
         'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Restore', 'metadata': {'name': 'r1'},
-        'spec': {'checkpointRef': {'name': 'c1'}}}))
+        'spec': {'release': 'gym', 'checkpointRef': {'name': 'c1'}}}))
     assert kubectl('get', 'grestore', 'r1', '-o', 'jsonpath={.spec.checkpointRef.name}').stdout == 'c1'
     kubectl('delete', 'crd', 'restores.gym-checkpoint.dev')
     with kemu.client() as api:

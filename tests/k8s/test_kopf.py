@@ -48,7 +48,7 @@ def wait_for(check: Any, timeout: float = 15.0) -> None:
 def test_kopf_handles_each_checkpoint_once_in_namespaced_mode(kemu: Any, kubectl: Any, tmp_path: Path) -> None:
     kubectl('apply', '-f', str(CRDS / 'checkpoints.yaml'))
     kubectl('create', 'namespace', 'team')
-    body = {'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Checkpoint', 'spec': {}}
+    body = {'apiVersion': 'gym-checkpoint.dev/v1alpha1', 'kind': 'Checkpoint', 'spec': {'release': 'gym'}}
     kubectl('-n', 'team', 'apply', '-f', '-',
             input=yaml.safe_dump({**body, 'metadata': {'name': 'before'}}))
     (tmp_path / 'op.py').write_text(OPERATOR)

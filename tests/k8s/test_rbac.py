@@ -73,7 +73,7 @@ def test_service_account_token_is_checked_against_role_verbs_and_subresources(cl
     token = sa_token(kubectl_shared, 'team', 'writer')
     base = f'/apis/{GROUP}/v1alpha1/namespaces/team/checkpoints'
     with cluster.client(token=token) as writer:
-        body = {'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'c1'}, 'spec': {}}
+        body = {'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'c1'}, 'spec': {'release': 'gym'}}
         assert writer.post(base, json=body).status_code == 201
         assert writer.get(base).status_code == 200
         patched = writer.patch(f'{base}/c1/status', headers={'Content-Type': 'application/merge-patch+json'},
@@ -196,7 +196,7 @@ def test_the_charts_operator_role_as_rendered_by_helm(cluster: Any, kubectl_shar
     merge = {'Content-Type': 'application/merge-patch+json'}
     kubectl_shared('apply', '-f', '-', input=yaml.safe_dump(  # the Checkpoint whose status the operator writes
         {'apiVersion': f'{GROUP}/v1alpha1', 'kind': 'Checkpoint', 'metadata': {'name': 'c1', 'namespace': 'team'},
-         'spec': {}}))
+         'spec': {'release': 'gym'}}))
     with cluster.client(token=token) as operator:
         assert operator.get(f'{base}/checkpoints').status_code == 200
         assert operator.get(f'{base}/restores', params={'watch': 'true', 'timeoutSeconds': '0'}).status_code == 200

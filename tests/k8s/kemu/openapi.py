@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 import aiohttp.web
-from kmock._internal import references
+import kmock
 
 from . import errors
 
@@ -56,8 +56,8 @@ def _operation(action: str, gvk: dict[str, str], ref: str, *, body: tuple[str, .
     return op
 
 
-def documents(resources: list[tuple[references.resource, references.ResourceInfo]],
-              custom: dict[references.resource, Any]) -> dict[str, dict[str, Any]]:
+def documents(resources: list[tuple[kmock.resource, kmock.ResourceInfo]],
+              custom: dict[kmock.resource, Any]) -> dict[str, dict[str, Any]]:
     """Every group-version's document, keyed by `api/v1`, `apis/apps/v1`, ..."""
     docs: dict[str, dict[str, Any]] = {}
     for res, info in resources:

@@ -33,35 +33,35 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
-from kmock._internal import apps, parsing, references, rendering
 from typing_extensions import override
 
 from . import auth, errors, fielderrors as fe, objectmeta, openapi, patching, protobuf, selectors, tables
 from .customresources import CustomResource, validate_crd
 from .errors import KemuError
 from .harness import PREFIX as HARNESS_PREFIX, Harness
-from .pathfix import parse_path
+from .pathfix import install as install_path_parser
 
-# kmock's parser turns `/api/v1/namespaces[/name]` into a namespace with no resource (HTTP 500).
-parsing.parse_path = parse_path
+# kmock's parser turns `/api/v1/namespaces[/name]` into a namespace with no resource (HTTP 500); kmock offers
+# no public hook for it, so this is the one place kemu reaches into kmock's internals (see pathfix.py).
+install_path_parser()
 
 HISTORY = 10_000  # watch events kept per resource for watches that resume from a resourceVersion
 ALL_VERBS = ('create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch')
 DEFAULT_NAMESPACES = ('default', 'kube-system', 'kube-public', 'kube-node-lease')
-CRD_RESOURCE = references.resource('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')
-NAMESPACES = references.resource('', 'v1', 'namespaces')
-SECRETS = references.resource('', 'v1', 'secrets')
-PODS = references.resource('', 'v1', 'pods')
-SERVICEACCOUNTS = references.resource('', 'v1', 'serviceaccounts')
-CLUSTERROLES = references.resource(auth.RBAC_GROUP, 'v1', 'clusterroles')
-CLUSTERROLEBINDINGS = references.resource(auth.RBAC_GROUP, 'v1', 'clusterrolebindings')
+CRD_RESOURCE = kmock.resource('apiextensions.k8s.io', 'v1', 'customresourcedefinitions')
+NAMESPACES = kmock.resource('', 'v1', 'namespaces')
+SECRETS = kmock.resource('', 'v1', 'secrets')
+PODS = kmock.resource('', 'v1', 'pods')
+SERVICEACCOUNTS = kmock.resource('', 'v1', 'serviceaccounts')
+CLUSTERROLES = kmock.resource(auth.RBAC_GROUP, 'v1', 'clusterroles')
+CLUSTERROLEBINDINGS = kmock.resource(auth.RBAC_GROUP, 'v1', 'clusterrolebindings')
 SA_TOKEN_SECRET = 'kubernetes.io/service-account-token'
 # the user the request being served is authenticated as
 CURRENT_USER: contextvars.ContextVar[auth.User] = contextvars.ContextVar('kemu_user', default=auth.ADMIN)
 DNS_LABEL_NAMED = frozenset({'namespaces', 'services'})
 SERVER_MANAGED = ('uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation')
 
-Key = tuple[references.resource, str | None, str]
+Key = tuple[kmock.resource, str | None, str]
 FIELD_VALIDATIONS = ('Ignore', 'Warn', 'Strict')
 # Warning headers of the request being served (kube-apiserver's `warning.AddWarning`)
 WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar('kemu_warnings', default=None)
@@ -87,7 +87,7 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
 
 
-def api_version(res: references.resource) -> str:
+def api_version(res: kmock.resource) -> str:
     return f'{res.group}/{res.version}' if res.group else str(res.version)
 
 
@@ -109,12 +109,12 @@ class Kemu(kmock.KubernetesEmulator):
     """The emulator. Run it with `python tests/k8s/emulator.py --port N`, or in-process with kmock.Server."""
 
     _rv: int = attrs.field(default=0, init=False)
-    _log: dict[references.resource, collections.deque[LogEntry]] = attrs.field(
+    _log: dict[kmock.resource, collections.deque[LogEntry]] = attrs.field(
         factory=lambda: collections.defaultdict(lambda: collections.deque(maxlen=HISTORY)), init=False)
     _pulse: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
-    _printer_columns: dict[references.resource, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
-    _crd_resources: dict[str, set[references.resource]] = attrs.field(factory=dict, init=False)
-    _cr: dict[references.resource, CustomResource] = attrs.field(factory=dict, init=False)
+    _printer_columns: dict[kmock.resource, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
+    _crd_resources: dict[str, set[kmock.resource]] = attrs.field(factory=dict, init=False)
+    _cr: dict[kmock.resource, CustomResource] = attrs.field(factory=dict, init=False)
     _tokens: auth.TokenAuthority = attrs.field(factory=auth.TokenAuthority, init=False)
     _authorizer: auth.Authorizer | None = attrs.field(default=None, init=False)
     #: the tests' audit log, injected faults and outages (harness.py), admin only
@@ -127,7 +127,7 @@ class Kemu(kmock.KubernetesEmulator):
             self._commit_create((NAMESPACES, None, name), self._new_object(
                 NAMESPACES, {'metadata': {'name': name}}, None, name), dry_run=False)
         self._authorizer = auth.Authorizer(
-            lambda plural, ns: self._live(references.resource(auth.RBAC_GROUP, 'v1', plural), ns))
+            lambda plural, ns: self._live(kmock.resource(auth.RBAC_GROUP, 'v1', plural), ns))
         for res, kind, docs in ((CLUSTERROLES, 'ClusterRole', auth.BOOTSTRAP_CLUSTER_ROLES),
                                 (CLUSTERROLEBINDINGS, 'ClusterRoleBinding', auth.BOOTSTRAP_CLUSTER_ROLE_BINDINGS)):
             for doc in docs:
@@ -157,7 +157,7 @@ class Kemu(kmock.KubernetesEmulator):
         found = self._current((SERVICEACCOUNTS, namespace, name))
         return found['metadata'].get('uid') if found else None
 
-    def _attributes(self, request: rendering.Request, user: auth.User) -> auth.Attributes:
+    def _attributes(self, request: kmock.Request, user: auth.User) -> auth.Attributes:
         raw = request._raw_request
         assert raw is not None
         res = request.resource
@@ -173,7 +173,7 @@ class Kemu(kmock.KubernetesEmulator):
                                subresource=request.subresource or '', name=request.name or '', namespace=namespace)
 
     @override
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         raw = request._raw_request
         assert raw is not None
         try:
@@ -201,7 +201,7 @@ class Kemu(kmock.KubernetesEmulator):
         entry.code = response.status
         return response
 
-    async def _authorized(self, request: rendering.Request, raw: aiohttp.web.BaseRequest,
+    async def _authorized(self, request: kmock.Request, raw: aiohttp.web.BaseRequest,
                           user: auth.User) -> aiohttp.web.StreamResponse:
         user_token = CURRENT_USER.set(user)
         try:
@@ -211,12 +211,12 @@ class Kemu(kmock.KubernetesEmulator):
                 return errors.resource_not_found().response()
             res = request.resource
             if res is None or res.group is None or res.version is None or res.plural is None:
-                return await apps.RawHandler._handle(self, request)  # discovery, /version, user reactions
+                return await kmock.RawHandler._handle(self, request)  # discovery, /version, user reactions
             return await self._handle_resource(request)
         finally:
             CURRENT_USER.reset(user_token)
 
-    async def _handle_resource(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle_resource(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         collected: list[str] = []
         token = WARNINGS.set(collected)
         try:
@@ -243,7 +243,7 @@ class Kemu(kmock.KubernetesEmulator):
     # ---- discovery fixes ----
 
     @override
-    async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_server_version(self, request: kmock.Request) -> kmock.Payload:
         return {'major': '1', 'minor': '36', 'gitVersion': 'v1.36.0+kemu', 'gitCommit': '0' * 40,
                 'gitTreeState': 'clean', 'buildDate': '2026-01-01T00:00:00Z', 'goVersion': 'go1.24',
                 'compiler': 'gc', 'platform': 'linux/amd64'}
@@ -262,13 +262,13 @@ class Kemu(kmock.KubernetesEmulator):
                 'versions': [{'groupVersion': f'{group}/{version}', 'version': version} for version in versions]}
 
     @override
-    async def _serve_apis(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_apis(self, request: kmock.Request) -> kmock.Payload:
         return {'apiVersion': 'v1', 'kind': 'APIGroupList',
                 'groups': [self._group_doc(group, versions)
                            for group, versions in sorted(self._group_versions().items())]}
 
     @override
-    async def _serve_group(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_group(self, request: kmock.Request) -> kmock.Payload:
         assert request.resource is not None
         versions = self._group_versions().get(str(request.resource.group))
         if not versions:
@@ -276,7 +276,7 @@ class Kemu(kmock.KubernetesEmulator):
         return {'apiVersion': 'v1', 'kind': 'APIGroup', **self._group_doc(str(request.resource.group), versions)}
 
     @override
-    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_version(self, request: kmock.Request) -> kmock.Payload:
         assert request.resource is not None
         group, version = request.resource.group, request.resource.version
         found = [res for res in self._get_resources() if res.group == group and res.version == version
@@ -285,7 +285,7 @@ class Kemu(kmock.KubernetesEmulator):
             raise errors.resource_not_found()
         entries = []
         for res in sorted(found, key=lambda item: str(item.plural)):
-            info = self._resources[res] if res in self._resources else references.ResourceInfo()
+            info = self._resources[res] if res in self._resources else kmock.ResourceInfo()
             for sub in [''] + sorted(info.subresources):
                 entries.append({
                     'name': f'{res.plural}/{sub}' if sub else res.plural,
@@ -300,14 +300,14 @@ class Kemu(kmock.KubernetesEmulator):
                 'groupVersion': f'{group}/{version}' if group else str(version), 'resources': entries}
 
     @override
-    def _get_resources(self) -> list[references.resource]:
+    def _get_resources(self) -> list[kmock.resource]:
         # Only declared resources (bundled, CRDs, user-declared): kmock also counts resources of stored
         # objects, which would keep a deleted CRD's group discoverable through its soft-deleted objects.
         return kmock.KubernetesScaffold._get_resources(self)
 
     # ---- storage helpers ----
 
-    def _info(self, res: references.resource) -> references.ResourceInfo:
+    def _info(self, res: kmock.resource) -> kmock.ResourceInfo:
         if res not in self._resources:
             raise errors.resource_not_found()
         return self._resources[res]
@@ -318,12 +318,12 @@ class Kemu(kmock.KubernetesEmulator):
         stored = self._objects[key]
         return None if stored.deleted else self._view(key[0], stored.raw)
 
-    def _view(self, res: references.resource, obj: dict[str, Any]) -> dict[str, Any]:
+    def _view(self, res: kmock.resource, obj: dict[str, Any]) -> dict[str, Any]:
         """An object as reads return it: custom resources decoded with their CRD's schema (pruned, defaulted)."""
         cr = self._cr.get(res)
         return cr.read(obj) if cr is not None else copy.deepcopy(obj)
 
-    def _live(self, res: references.resource, namespace: str | None) -> list[dict[str, Any]]:
+    def _live(self, res: kmock.resource, namespace: str | None) -> list[dict[str, Any]]:
         found = [self._view(each, stored.raw) for (each, ns, _), stored in self._objects.items()
                  if each == res and not stored.deleted and (namespace is None or ns == namespace)]
         return sorted(found, key=lambda obj: (obj['metadata'].get('namespace') or '', obj['metadata']['name']))
@@ -332,7 +332,7 @@ class Kemu(kmock.KubernetesEmulator):
         self._rv += 1
         return self._rv
 
-    def _emit(self, res: references.resource, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    def _emit(self, res: kmock.resource, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self._log[res].append(LogEntry(int(obj['metadata']['resourceVersion']), kind,
                                        copy.deepcopy(obj), copy.deepcopy(old) if old else None))
         pulse, self._pulse = self._pulse, asyncio.Event()
@@ -346,7 +346,7 @@ class Kemu(kmock.KubernetesEmulator):
 
     # ---- object semantics ----
 
-    def _apply_kind_defaults(self, res: references.resource, obj: dict[str, Any]) -> None:
+    def _apply_kind_defaults(self, res: kmock.resource, obj: dict[str, Any]) -> None:
         """What kube-apiserver's strategies fill in or convert for a few kinds."""
         if res == SECRETS:
             for key, value in (obj.pop('stringData', None) or {}).items():
@@ -399,7 +399,7 @@ class Kemu(kmock.KubernetesEmulator):
                 'status': {'token': token, 'expirationTimestamp': datetime.datetime.fromtimestamp(
                     expires or 0, tz=datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}}
 
-    def _review(self, res: references.resource, namespace: str | None, body: Any) -> dict[str, Any]:
+    def _review(self, res: kmock.resource, namespace: str | None, body: Any) -> dict[str, Any]:
         """SelfSubjectAccessReview / SubjectAccessReview / SelfSubjectReview, answered by this authorizer."""
         if not isinstance(body, dict):
             raise errors.bad_request('the request body must be an object')
@@ -450,7 +450,7 @@ class Kemu(kmock.KubernetesEmulator):
             ],
         }
 
-    def _new_object(self, res: references.resource, body: Any, url_namespace: str | None,
+    def _new_object(self, res: kmock.resource, body: Any, url_namespace: str | None,
                     url_name: str | None = None) -> dict[str, Any]:
         """Validate a create body and fill in what the server sets (except the resourceVersion)."""
         info = self._info(res)
@@ -567,13 +567,13 @@ class Kemu(kmock.KubernetesEmulator):
         group, plural = spec.get('group'), names.get('plural')
         if not group or not plural:
             return
-        registered: set[references.resource] = set()
+        registered: set[kmock.resource] = set()
         for version in spec.get('versions', []):
             if not version.get('served', True):
                 continue
-            res = references.resource(group, version['name'], plural)
+            res = kmock.resource(group, version['name'], plural)
             subresources = set((version.get('subresources') or {}).keys())
-            self._resources[res] = references.ResourceInfo(
+            self._resources[res] = kmock.ResourceInfo(
                 kind=names.get('kind'), singular=names.get('singular') or str(names.get('kind', '')).lower(),
                 namespaced=spec.get('scope', 'Namespaced') == 'Namespaced', verbs=set(ALL_VERBS),
                 shortnames=set(names.get('shortNames', [])), categories=set(names.get('categories', [])),
@@ -590,7 +590,7 @@ class Kemu(kmock.KubernetesEmulator):
         for res in self._crd_resources.pop(crd['metadata']['name'], set()):
             self._drop_resource(res)
 
-    def _drop_resource(self, res: references.resource) -> None:
+    def _drop_resource(self, res: kmock.resource) -> None:
         self._purge(lambda each, ns: each == res)
         if res in self._resources:
             del self._resources[res]
@@ -599,7 +599,7 @@ class Kemu(kmock.KubernetesEmulator):
 
     # ---- request dispatch ----
 
-    async def _serve_resource(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _serve_resource(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         raw = request._raw_request
         assert raw is not None and request.resource is not None
         res, namespace, name, sub = request.resource, request.namespace, request.name, request.subresource
@@ -646,7 +646,7 @@ class Kemu(kmock.KubernetesEmulator):
         raise errors.method_not_allowed('the server does not allow this method on the requested resource')
 
     @staticmethod
-    def _body(request: rendering.Request, optional: bool = False) -> Any:
+    def _body(request: kmock.Request, optional: bool = False) -> Any:
         if request.data is not None and not hasattr(request.data, 'getall'):
             return request.data
         if not request.text.strip():
@@ -658,7 +658,7 @@ class Kemu(kmock.KubernetesEmulator):
         except yaml.YAMLError as exc:
             raise errors.bad_request(f'the request body is neither JSON nor YAML: {exc}') from exc
 
-    def _decode(self, res: references.resource, body: Any, directive: str, mode: str,
+    def _decode(self, res: kmock.resource, body: Any, directive: str, mode: str,
                 key: Key | None = None) -> Any:
         """A custom resource body through the CRD codec: pruned, defaulted; unknown fields per `fieldValidation`.
 
@@ -693,7 +693,7 @@ class Kemu(kmock.KubernetesEmulator):
             raise errors.invalid_fields('', '', '', [fe.invalid('patch', fe.go_json(body), strict)])
         raise errors.bad_request(f'{cr.kind} in version "{cr.version}" cannot be handled as a {cr.kind}: {strict}')
 
-    def _validate(self, res: references.resource, obj: dict[str, Any], old: dict[str, Any] | None,
+    def _validate(self, res: kmock.resource, obj: dict[str, Any], old: dict[str, Any] | None,
                   sub: str | None) -> None:
         """The registry strategy's validation: 422 Invalid with every field error, warnings as headers."""
         name = (obj.get('metadata') or {}).get('name') or ''
@@ -729,12 +729,12 @@ class Kemu(kmock.KubernetesEmulator):
             raise errors.not_found(str(key[0].group), str(key[0].plural), key[2])
         return obj
 
-    def _list(self, res: references.resource, namespace: str | None, query: Any) -> list[dict[str, Any]]:
+    def _list(self, res: kmock.resource, namespace: str | None, query: Any) -> list[dict[str, Any]]:
         by_labels = selectors.label_selector(query.get('labelSelector'))
         by_fields = selectors.field_selector(query.get('fieldSelector'))
         return [obj for obj in self._live(res, namespace) if by_labels(obj) and by_fields(obj)]
 
-    def _replace(self, key: Key, info: references.ResourceInfo, sub: str | None, body: Any,
+    def _replace(self, key: Key, info: kmock.ResourceInfo, sub: str | None, body: Any,
                  dry_run: bool, directive: str = 'Warn') -> dict[str, Any]:
         current = self._get(key)
         if not isinstance(body, dict):
@@ -752,7 +752,7 @@ class Kemu(kmock.KubernetesEmulator):
         return self._commit_update(key, current, self._isolate(info, sub, current, copy.deepcopy(body)), dry_run,
                                    sub)
 
-    def _patch(self, key: Key, info: references.ResourceInfo, sub: str | None, content_type: str, body: Any,
+    def _patch(self, key: Key, info: kmock.ResourceInfo, sub: str | None, content_type: str, body: Any,
                dry_run: bool, directive: str = 'Warn') -> tuple[dict[str, Any], bool]:
         if content_type not in patching.PATCH_TYPES:
             raise errors.unsupported_media_type(f'the body of the request was in an unknown format - accepted '
@@ -775,7 +775,7 @@ class Kemu(kmock.KubernetesEmulator):
         return self._commit_update(key, current, self._isolate(info, sub, current, patched), dry_run, sub), False
 
     @staticmethod
-    def _isolate(info: references.ResourceInfo, sub: str | None, current: dict[str, Any],
+    def _isolate(info: kmock.ResourceInfo, sub: str | None, current: dict[str, Any],
                  new: dict[str, Any]) -> dict[str, Any]:
         """Writes to /status change only .status; other writes cannot change .status."""
         if 'status' not in info.subresources:
@@ -820,7 +820,7 @@ class Kemu(kmock.KubernetesEmulator):
             return new
         return self._remove(key, current)
 
-    def _delete_collection(self, res: references.resource, namespace: str | None, query: Any,
+    def _delete_collection(self, res: kmock.resource, namespace: str | None, query: Any,
                            dry_run: bool) -> list[dict[str, Any]]:
         removed = []
         for obj in self._list(res, namespace, query):
@@ -831,8 +831,8 @@ class Kemu(kmock.KubernetesEmulator):
     # ---- rendering ----
 
     def _respond(self, raw: aiohttp.web.BaseRequest, payload: Any, status: int = 200,
-                 list_of: tuple[references.resource, references.ResourceInfo] | None = None,
-                 one_of: tuple[references.resource, references.ResourceInfo] | None = None) -> aiohttp.web.Response:
+                 list_of: tuple[kmock.resource, kmock.ResourceInfo] | None = None,
+                 one_of: tuple[kmock.resource, kmock.ResourceInfo] | None = None) -> aiohttp.web.Response:
         accept = raw.headers.get('Accept', '')
         rv = str(self._rv)
         target = list_of or one_of
@@ -856,7 +856,7 @@ class Kemu(kmock.KubernetesEmulator):
 
     # ---- watch ----
 
-    async def _watch(self, request: rendering.Request, res: references.resource, namespace: str | None,
+    async def _watch(self, request: kmock.Request, res: kmock.resource, namespace: str | None,
                      name: str | None) -> aiohttp.web.StreamResponse:
         raw = request._raw_request
         assert raw is not None

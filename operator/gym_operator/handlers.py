@@ -105,6 +105,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.kube = Kube.connect()
     memo.locks = {}
     memo.running = {}  # resource uid -> an Event set once its transaction has ended
+    memo.posted = {}  # (resource uid, reason) -> the message of the last Event posted with it
+
+
+def _event_once(memo: kopf.Memo, body: kopf.Body, reason: str, message: str, warning: bool = False) -> None:
+    """An Event, unless the last one of this resource with this reason said the same: a handler kopf retries
+    (a deletion waiting for a Restore, storage that keeps failing) would otherwise post a new Event each time."""
+    key = ((body.get("metadata") or {}).get("uid"), reason)
+    if memo.posted.get(key) == message:
+        return
+    memo.posted[key] = message
+    (kopf.warn if warning else kopf.info)(body, reason=reason, message=message[:1024])
 
 
 def ours(spec: Any, memo: kopf.Memo, **_: Any) -> bool:
@@ -469,7 +480,7 @@ def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None
 
 @kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=ours)
 async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, uid: str, memo: kopf.Memo,
-                             body: kopf.Body, **_: Any) -> None:
+                             body: kopf.Body, retry: int, **_: Any) -> None:
     """A deleted Checkpoint: its transaction is cancelled first (the daemon aborts it); then, with
     ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them."""
     running = memo.running.get(uid)
@@ -492,7 +503,7 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
                if _restore_reads(r, name, checkpoint_id, parsed.storage_location)]
     if readers:
         message = f"not deleting checkpoint {checkpoint_id} while Restore {', '.join(sorted(readers))} reads it"
-        kopf.info(body, reason="WaitingForRestore", message=message)
+        _event_once(memo, body, "WaitingForRestore", message)
         raise kopf.TemporaryError(message, delay=2)
     try:
         storage = memo.settings.location(parsed.storage_location)
@@ -509,8 +520,9 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
         )
     except (StorageError, LookupError, Refused, InvalidState) as exc:
         message = f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; retrying (set spec.deletionPolicy: Retain to keep it)"
-        kopf.warn(body, reason="DeleteFailed", message=message[:1024])
-        raise kopf.TemporaryError(message, delay=10) from None
+        _event_once(memo, body, "DeleteFailed", message, warning=True)
+        # 10 s, 20 s, ... at most 10 min apart: storage that is gone for good costs one Event and a call per 10 min
+        raise kopf.TemporaryError(message, delay=min(10 * 2 ** min(retry, 6), 600)) from None
     kopf.info(body, reason="DataDeleted",
               message=f"deleted checkpoint {checkpoint_id} at {location}: {deleted.objects} objects")
 

@@ -702,6 +702,17 @@ def test_a_resource_naming_an_endpoint_credentials_or_a_url_is_refused_at_admiss
     assert kubectl("get", kind.lower(), "redirect", check=False).returncode != 0
 
 
+def test_only_ttl_and_deletion_policy_of_a_checkpoint_may_change(kemu, kubectl) -> None:
+    """Issue 26, list 7: spec.method was mutable although the docs say only ttl and deletionPolicy are."""
+    kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
+    apply(kubectl, checkpoint_doc("fixed", method="snapshot"))
+    for change in ({"method": "sync"}, {"storageLocation": "other"}, {"release": "other"}, {"leaseSeconds": 90}):
+        refused = kubectl("patch", "checkpoint", "fixed", "--type=merge", "-p", json.dumps({"spec": change}), check=False)
+        assert refused.returncode != 0 and "only spec.ttl and spec.deletionPolicy may change" in refused.stderr, change
+    kubectl("patch", "checkpoint", "fixed", "--type=merge", "-p", json.dumps({"spec": {"ttl": "1h", "deletionPolicy": "Delete"}}))
+    assert get(kubectl, "checkpoint", "fixed")["spec"]["method"] == "snapshot"
+
+
 def chart_operator_identity(kemu, kubectl, tmp_path: Path, values: dict | None = None) -> tuple[Path, dict[str, str], dict]:
     """The chart's operator ServiceAccount, Role and RoleBinding (rendered by Helm for release RELEASE in
     `default` with ``values``) installed into the emulator; a kubeconfig with that ServiceAccount's token, the
@@ -872,6 +883,10 @@ def test_deleting_a_checkpoint_follows_its_deletion_policy_and_never_removes_wha
         wait_for(proxy.withheld.is_set, timeout=60, what="the restore to be under way")
         kubectl("delete", "checkpoint", "dropped", "--wait=false")
         wait_for(lambda: "WaitingForRestore" in reasons_of(kubectl, "dropped"), timeout=30, what="the deletion to wait")
+        # kopf retries the deletion every 2 s while the Restore runs: one Event says so, not one per retry
+        wait_for(lambda: (tmp_path / "operator.log").read_text().count("while Restore reader reads it") >= 3,
+                 timeout=60, what="the deletion to be retried")
+        assert reasons_of(kubectl, "dropped").count("WaitingForRestore") == 1
         assert get(kubectl, "checkpoint", "dropped")["metadata"]["deletionTimestamp"]
         assert stored_objects(seaweed, location, dropped["checkpointId"])
         proxy.hold.clear()

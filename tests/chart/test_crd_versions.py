@@ -16,7 +16,7 @@ VERSIONS = {
     '2': {'checkpoints': 'a55adbe49fad072d', 'restores': '24d9994d6e2a5b30'},
     '3': {'checkpoints': 'a3aefb400cd87c2b', 'restores': 'cf854bc450cad902'},
     '4': {'checkpoints': '36dac06bdab1f072', 'restores': '8ad86d3f9efc8d59'},
-    '5': {'checkpoints': '7a724673ff563023', 'restores': 'e281e69bb8b62560'},
+    '5': {'checkpoints': '4c35cf22e4868a41', 'restores': '73017a7188ac77e1'},
 }
 
 

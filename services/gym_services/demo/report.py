@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gym_services.base.text import human_bytes, table
 from gym_services.demo.story import Run
+from gym_services.models.policy_model.ledger_wire import Snapshot
 
 
 @dataclass
@@ -45,9 +46,12 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     if ckpt.duplicates or base.duplicates:
         problems.append(f"episodes with two results (ran twice): {sorted(set(ckpt.duplicates + base.duplicates))}")
     tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
-    for env, (_, differing, _) in sorted(tokens_by_env.items()):
+    for env, (_, differing, masked) in sorted(tokens_by_env.items()):
         if tokens and differing:
-            problems.append(f"{env}: token ids or log-probs differ from the uninterrupted run in {differing}")
+            problems.append(f"{env}: training tokens (result rows, capture ledgers) differ from the uninterrupted "
+                            f"run, or a ledger is missing or incomplete, in {differing}")
+        if tokens and isinstance(masked, int) and masked:
+            problems.append(f"{env}: {masked} rollouts masked (a model call lost; a trainer would not train on them)")
     rows = [
         [env, len(s["ids"]), _mean(s["base"]), _mean(s["ckpt"]), "yes" if not s["diff"] else f"NO ({len(s['diff'])})",
          tokens_by_env[env][0], tokens_by_env[env][2]]
@@ -96,9 +100,13 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
 
 
-def training_tokens(row: dict | None) -> list[tuple[list[int], list[int], list[float]]]:
-    """What a trainer reads of one result row: every model output item's prompt ids, generated ids and their
-    log-probs (the last item of each model response carries them, NeMo Gym's ``…__training`` items)."""
+Tokens = list[tuple[list[int], list[int], list[float]]]
+
+
+def training_tokens(row: dict | None) -> Tokens:
+    """What the results file carries for a trainer of one result row: every model output item's prompt ids,
+    generated ids and their log-probs (the last item of each model response carries them, NeMo Gym's
+    ``…__training`` items)."""
     response = ((row or {}).get("result") or {}).get("response") or {}
     return [
         (item["prompt_token_ids"], item["generation_token_ids"], item["generation_log_probs"])
@@ -107,19 +115,32 @@ def training_tokens(row: dict | None) -> list[tuple[list[int], list[int], list[f
     ]
 
 
-def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, list[str], int | str]:
-    """("yes"/"NO (n)"/"-", the rollouts whose token ids or log-probs differ, masked rollouts) for ``ids``.
+def ledger_tokens(snapshot: Snapshot | None) -> Tokens:
+    """What a trainer reads of one rollout's frozen capture ledger: each call's prompt ids, generated ids and
+    their log-probs, in the order the calls were stored (none without a ledger)."""
+    return [
+        (e.prompt_token_ids, e.generation_token_ids, e.generation_log_probs) for e in (snapshot.entries if snapshot else [])
+    ]
 
-    A rollout is masked (a trainer must not train on it) when its result carries no token information
-    at all; without a capture ledger this is what the rows can tell."""
+
+def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, list[str], int | str]:
+    """("yes"/"NO (n)"/"-", the rollouts whose training tokens differ, masked rollouts) for ``ids``.
+
+    A rollout's training tokens are identical when its result row carries the token ids and log-probs of
+    the uninterrupted run's row, and in both runs its frozen capture ledger holds exactly what its row
+    carries (what the trainer reads from the ledger is what the results file says) and is complete. A
+    rollout is masked (a trainer must not train on it) when its ledger in the checkpointed run is frozen
+    ``incomplete``: a model call of it was lost."""
     differing, masked, seen = [], 0, 0
     for rid in ids:
         mine, theirs = training_tokens(ckpt.results.get(rid)), training_tokens(base.results.get(rid))
-        if not mine:
+        frozen, reference = ckpt.ledgers.get(rid), base.ledgers.get(rid)
+        if frozen is not None and frozen.incomplete:
             masked += 1
-        if mine or theirs:
+        if mine or theirs or frozen or reference:
             seen += 1
-            if mine != theirs:
+            complete = all(s is not None and not s.incomplete for s in (frozen, reference))
+            if mine != theirs or ledger_tokens(frozen) != mine or ledger_tokens(reference) != theirs or not complete:
                 differing.append(rid)
     if not seen:
         return "-", [], "-"

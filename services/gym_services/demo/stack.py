@@ -58,11 +58,12 @@ def demo_stack(
         worker["stats_dir"] = str(stats_dir)
     servers = {
         "inference-worker": ServerSpec(server="inference_worker", participant=False, config=worker),
-        # token ids and log-probs on every response (what a trainer reads), sampled with a fixed seed
+        # token ids and log-probs on every response (what a trainer reads), sampled with a fixed seed, and every
+        # call of a rollout in the capture ledger (what a trainer freezes; a lost call masks its rollout)
         "policy-model": ServerSpec(
             server="policy_model",
             config={"upstream": {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}},
-                    "return_token_id_information": True},
+                    "return_token_id_information": True, "capture_tokens": True},
         ),
         "workplace-assistant": ServerSpec(server="workplace_assistant", config={"tool_latency_s": latency_s}),
         "indirect-prompt-injection": ServerSpec(server="indirect_prompt_injection"),

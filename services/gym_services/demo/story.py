@@ -27,6 +27,8 @@ from gym_services.coordination.coordinator import Coordinator, TransactionPhase,
 from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
+from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
+from gym_services.models.policy_model.ledger_wire import Snapshot
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import StackState, alive, is_running, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
@@ -66,6 +68,8 @@ class Run:
     reruns_before_checkpoint: int = 0
     #: the killed worker's tokens as its clients received them (worker name -> tokens), which count for it
     delivered: dict[str, int] = field(default_factory=dict)
+    #: rollout id -> its capture ledger frozen after the run (what a trainer reads); absent: the policy model held none
+    ledgers: dict[str, Snapshot] = field(default_factory=dict)
 
 
 def _worker_stats(url: str) -> dict[str, Any]:
@@ -135,6 +139,23 @@ async def _wait_job(state: StackState, timeout_s: float, progress: Callable[[dic
                 return job
             await asyncio.sleep(0.1)
     raise StoryError(f"collection did not finish within {timeout_s}s")
+
+
+async def freeze_ledgers(model_urls: list[str], rollout_ids: list[str]) -> dict[str, Snapshot]:
+    """Freeze every rollout's capture ledger, as a trainer does once the rollout is collected. A rollout no
+    replica holds a ledger for (404 not_found) is left out: a trainer has nothing of it to train on."""
+    client = LedgerClient(model_urls)
+    frozen: dict[str, Snapshot] = {}
+    try:
+        for rollout_id in rollout_ids:
+            try:
+                frozen[rollout_id] = await client.freeze(rollout_id)
+            except LedgerRefused as exc:
+                if exc.code != "not_found":
+                    raise StoryError(f"freezing the capture ledger of {rollout_id} failed: {exc}") from None
+    finally:
+        await client.close()
+    return frozen
 
 
 def _read_results(path: Path, run: Run) -> None:
@@ -252,9 +273,10 @@ class Story:
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("uninterrupted")))
             run.duration_s = time.perf_counter() - started
             run.tokens_generated = _worker_tokens(state, stats_dir)
+            _read_results(output, run)
+            run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(self.workdir / "uninterrupted")
-        _read_results(output, run)
         return run
 
     def checkpointed(self) -> Run:
@@ -299,9 +321,10 @@ class Story:
                     timeout=10,
                 ).json()
                 run.tokens_reused += int(model["live"].get("tokens_reused", 0))
+            _read_results(output, run)
+            run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(state_dir)
-        _read_results(output, run)
         return run
 
     def wait_for_progress(
@@ -365,9 +388,10 @@ class Story:
                 ).json()["live"]
             run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
             run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
+            _read_results(output, run)
+            run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(self.workdir / "failover")
-        _read_results(output, run)
         return run
 
     def _crash(self, state: StackState, stats_dir: Path, delivered: dict[str, int]) -> int:

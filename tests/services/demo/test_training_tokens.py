@@ -1,0 +1,63 @@
+"""The demo's training-token verdict reads what a trainer reads: each rollout's frozen capture ledger.
+
+A rollout is masked when its ledger is frozen ``incomplete`` (a model call was lost), whatever its result
+row carries; and its tokens count as identical only when the ledger holds exactly the row's tokens.
+"""
+
+from __future__ import annotations
+
+from gym_services.demo.report import compare, training_tokens_verdict
+from gym_services.demo.story import Run
+from gym_services.models.policy_model.ledger_wire import LedgerEntry, Snapshot
+
+PROMPT, IDS, LOGPROBS = [1, 2, 3], [7, 8], [-0.25, -1.5]
+
+
+def _row(rid: str, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS) -> dict:
+    item = {"type": "message", "prompt_token_ids": PROMPT, "generation_token_ids": ids, "generation_log_probs": logprobs}
+    return {"_ng_rollout_id": rid, "agent": "agent-x", "reward": 1.0, "result": {"response": {"output": [item]}}}
+
+
+def _snapshot(rid: str, *, incomplete: bool = False, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS) -> Snapshot:
+    entry = LedgerEntry(rollout_id=rid, model_call_id="call-1", prompt_token_ids=PROMPT,
+                        generation_token_ids=ids, generation_log_probs=logprobs)
+    return Snapshot(rollout_id=rid, attempt=1, entries=[entry], incomplete=incomplete, snapshot_id="s", version=3,
+                    lost_calls={"call-2": "never stored"} if incomplete else {})
+
+
+def _run(rids: list[str], **snapshots: Snapshot) -> Run:
+    run = Run(results={rid: _row(rid) for rid in rids})
+    run.ledgers = {rid: snapshots.get(rid.replace("-", "_")) or _snapshot(rid) for rid in rids}
+    return run
+
+
+RIDS = ["0-0", "1-0", "2-0"]
+
+
+def test_identical_rows_and_complete_ledgers_are_identical_and_unmasked() -> None:
+    assert training_tokens_verdict(_run(RIDS), _run(RIDS), RIDS) == ("yes", [], 0)
+    verdict = compare(_run(RIDS), _run(RIDS), {"agent-x": "env"})
+    assert verdict.ok, verdict.problems
+
+
+def test_an_incomplete_ledger_masks_its_rollout_although_its_row_carries_tokens() -> None:
+    ckpt = _run(RIDS, **{"1_0": _snapshot("1-0", incomplete=True)})
+    assert ckpt.results["1-0"] == _run(RIDS).results["1-0"]  # the row alone cannot tell
+    identical, differing, masked = training_tokens_verdict(_run(RIDS), ckpt, RIDS)
+    assert (identical, differing, masked) == ("NO (1)", ["1-0"], 1)
+    verdict = compare(_run(RIDS), ckpt, {"agent-x": "env"})
+    assert not verdict.ok
+    assert any("1 rollouts masked" in p for p in verdict.problems)
+
+
+def test_a_ledger_that_differs_from_its_row_is_not_identical() -> None:
+    other_logprob = _run(RIDS, **{"2_0": _snapshot("2-0", logprobs=[-0.25, -1.5000001])})
+    other_ids = _run(RIDS, **{"0_0": _snapshot("0-0", ids=[7, 9])})
+    assert training_tokens_verdict(_run(RIDS), other_logprob, RIDS) == ("NO (1)", ["2-0"], 0)
+    assert training_tokens_verdict(other_ids, _run(RIDS), RIDS) == ("NO (1)", ["0-0"], 0)  # the uninterrupted run's too
+
+
+def test_a_rollout_without_a_ledger_is_not_identical() -> None:
+    ckpt = _run(RIDS)
+    del ckpt.ledgers["1-0"]
+    assert training_tokens_verdict(_run(RIDS), ckpt, RIDS) == ("NO (1)", ["1-0"], 0)

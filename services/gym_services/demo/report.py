@@ -106,10 +106,17 @@ Tokens = list[tuple[list[int], list[int], list[float]]]
 def training_tokens(row: dict | None) -> Tokens:
     """What the results file carries for a trainer of one result row: every model output item's prompt ids,
     generated ids and their log-probs (the last item of each model response carries them, NeMo Gym's
-    ``…__training`` items)."""
-    response = ((row or {}).get("result") or {}).get("response") or {}
+    ``…__training`` items). A multi-turn row that lists its turns (``all_attempts``, the proof refinement
+    agent's) carries each turn's response there, its own ``response`` being the last turn's."""
+    result = (row or {}).get("result") or {}
+    attempts = result.get("all_attempts")
+    if isinstance(attempts, list) and attempts:
+        responses = [a.get("response") or {} for a in attempts if isinstance(a, dict)]
+    else:
+        responses = [result.get("response") or {}]
     return [
         (item["prompt_token_ids"], item["generation_token_ids"], item["generation_log_probs"])
+        for response in responses
         for item in response.get("output") or []
         if isinstance(item, dict) and "generation_token_ids" in item
     ]

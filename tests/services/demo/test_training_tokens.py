@@ -61,3 +61,17 @@ def test_a_rollout_without_a_ledger_is_not_identical() -> None:
     ckpt = _run(RIDS)
     del ckpt.ledgers["1-0"]
     assert training_tokens_verdict(_run(RIDS), ckpt, RIDS) == ("NO (1)", ["1-0"], 0)
+
+
+def test_a_multi_turn_row_carries_every_turn_in_all_attempts() -> None:
+    """The proof refinement agent's row: ``response`` is the last turn, ``all_attempts`` holds every turn; a
+    ledger with both calls equals it, one with the last call only does not."""
+    first, last = _row("0-0", ids=[5], logprobs=[-0.5]), _row("0-0")
+    row = {**last, "result": {**last["result"], "all_attempts": [{"response": first["result"]["response"]},
+                                                                  {"response": last["result"]["response"]}]}}
+    both = _snapshot("0-0")
+    both.entries.insert(0, _snapshot("0-0", ids=[5], logprobs=[-0.5]).entries[0].model_copy(update={"model_call_id": "c0"}))
+    run = Run(results={"0-0": row}, ledgers={"0-0": both})
+    assert training_tokens_verdict(run, run, ["0-0"]) == ("yes", [], 0)
+    last_only = Run(results={"0-0": row}, ledgers={"0-0": _snapshot("0-0")})
+    assert training_tokens_verdict(run, last_only, ["0-0"]) == ("NO (1)", ["0-0"], 0)

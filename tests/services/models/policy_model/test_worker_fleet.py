@@ -4,7 +4,8 @@ and a worker killed mid-generation costing no episode and no token (real uvicorn
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -128,38 +129,55 @@ async def test_the_fleet_counts_per_worker_exactly_the_tokens_the_worker_generat
 # --- four real workers, one killed while 64 generations stream ---------------------------------
 
 
+#: fresh fleets a kill may take before its precondition held (see the test)
+ATTEMPTS = 3
+
+
 @pytest.fixture
-def fleet_workers(tmp_path: Path) -> Iterator[list[tuple[ServerProcess, Path]]]:
+def fleet_workers(tmp_path: Path) -> Iterator[Callable[[], list[tuple[ServerProcess, Path]]]]:
+    """Starts a fresh fleet of WORKERS real workers per call; every one is stopped at the end."""
     procs: list[tuple[ServerProcess, Path]] = []
-    try:
+
+    def start() -> list[tuple[ServerProcess, Path]]:
+        fleet = len(procs) // WORKERS
         for i in range(WORKERS):
-            mirror = tmp_path / f"tokens-{i}" / "inference_worker.tokens"
-            # half the usual pace: 64 streams take a while to start on a busy machine, and the victim must still be
-            # generating once every one has
+            mirror = tmp_path / f"fleet-{fleet}" / f"tokens-{i}" / "inference_worker.tokens"
+            # half the usual pace: 64 streams take a while to start on a busy machine, and the victim should still
+            # be generating once every one has (the pace makes it likely; the test checks that it was)
             config = {"tokens_per_second": TOKENS_PER_SECOND / 2, "time_to_first_token_s": 0.05, "stats_dir": str(mirror.parent)}
-            procs.append((start_server("inference_worker", config, tmp_path / f"worker-{i}"), mirror))
-        yield procs
+            procs.append((start_server("inference_worker", config, tmp_path / f"fleet-{fleet}" / f"worker-{i}"), mirror))
+        return procs[-WORKERS:]
+
+    try:
+        yield start
     finally:
         for proc, _ in procs:
             proc.stop()
 
 
-async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(fleet_workers, fast_worker) -> None:
+async def _kill_a_streaming_worker(workers: list[tuple[ServerProcess, Path]], fast_url: str) -> tuple[int, int]:
+    """64 generations over the fleet, one worker SIGKILLed while it streams; every episode and token checked.
+
+    Returns how many of the victim's generations the kill cut short and how many tokens of theirs another
+    worker continued from: the kill can only be aimed (a worker writes ahead of what this process reads, and a
+    loaded machine can hold this process back for seconds while the victim finishes its streams into the socket
+    buffers), so whether it cut any generation short is known only afterwards. Everything else holds either way.
+    """
     kinds = sorted(REQUESTS)
-    expected = {kind: await reference(fast_worker.url, REQUESTS[kind]) for kind in kinds}
+    expected = {kind: await reference(fast_url, REQUESTS[kind]) for kind in kinds}
     calls = [(f"r-{i}", kinds[i % len(kinds)]) for i in range(STREAMS)]
     total = sum(expected[kind]["usage"]["output_tokens"] for _, kind in calls)
-    urls = [f"{proc.url}/v1" for proc, _ in fleet_workers]
-    app = model_app(fleet_workers[0][0].url, upstream={"base_url": urls, "health_interval_s": 0.5}, upstream_retry=RETRY)
-    victim, victim_mirror = fleet_workers[1]
+    urls = [f"{proc.url}/v1" for proc, _ in workers]
+    app = model_app(workers[0][0].url, upstream={"base_url": urls, "health_interval_s": 0.5}, upstream_retry=RETRY)
+    victim, victim_mirror = workers[1]
     async with serve(app) as client:
         tasks = [
             asyncio.create_task(client.post("/v1/responses", json=REQUESTS[kind], headers=ident(rid))) for rid, kind in calls
         ]
 
-        # every stream opened, and the victim still generating by its own count: on a busy machine this process
-        # reads behind the workers, which go on at their pace into the socket buffers (what it has read says little
-        # about what they still do)
+        # every stream opened, and the victim generating by its own count: on a busy machine this process reads
+        # behind the workers, which go on at their pace into the socket buffers (what it has read says little about
+        # what they still do)
         fleet = app.state.generations.upstream.fleet
         deadline = asyncio.get_running_loop().time() + 60
         while sum(len(w.streams) + w.finished_streams for w in fleet.workers.values()) < STREAMS:
@@ -169,7 +187,6 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
             while (stats := (await http.get(f"{victim.url}/stats")).json())["tokens_generated"] < stats["requests"]:
                 assert asyncio.get_running_loop().time() < deadline, stats  # (about a token per stream so far)
                 await asyncio.sleep(0.002)
-        assert stats["active"] > 0, "the victim finished every generation before all had started: nothing to fail over"
         spread = [len(w.streams) + w.finished_streams for w in fleet.workers.values()]  # every stream opened so far
         assert sum(spread) == STREAMS and max(spread) - min(spread) <= 1, spread  # balanced by outstanding tokens
         on_victim = len(fleet.workers[f"{victim.url}/v1"].streams) + fleet.workers[f"{victim.url}/v1"].finished_streams
@@ -179,13 +196,13 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
     for (rid, kind), response in zip(calls, responses, strict=True):
         assert response.status_code == 200, (rid, response.text)
         assert response.json() == expected[kind], rid  # as if no worker had died
-    survivors = [await worker_tokens(proc.url) for proc, _ in fleet_workers if proc is not victim]
+    survivors = [await worker_tokens(proc.url) for proc, _ in workers if proc is not victim]
     killed = read_token_mirror(str(victim_mirror))
     dead = live["worker_states"][f"{victim.url}/v1"]
     # a generation of the victim may have finished between the look at its streams and the kill (the
     # machine is shared): those are no failover; every other one must be
     cut_short = on_victim - dead["finished_streams"]
-    assert cut_short > 0, dead
+    assert cut_short >= 0, dead
     # every token was generated once: what the dead worker streamed reached the policy model, and what it
     # streamed of the generations it did not finish is the prefix another worker continued
     assert sum(survivors) + dead["tokens_received"] == total, (survivors, killed, total, dead)
@@ -195,11 +212,30 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
     # a token: 8 more than the mirror when 8 of the victim's generations ending in tool calls finished first)
     assert 0 <= dead["tokens_received"] - killed <= cut_short, (killed, dead)
     assert live["tokens_generated"] == total
-    assert live["tokens_reused"] == dead["tokens_received"] - dead["finished_tokens"] > 0
+    reused = dead["tokens_received"] - dead["finished_tokens"]
+    assert live["tokens_reused"] == reused
     # every generation cut short on the dead worker failed over at once (no backoff), to a worker that was up
     assert live["failovers"] == live["upstream_failures"] == cut_short
-    assert live["workers_healthy"] == WORKERS - 1
-    assert live["worker_states"][f"{victim.url}/v1"]["healthy"] is False
+    if cut_short:  # a failed stream marks its worker down at once (else only the next health probe does)
+        assert live["workers_healthy"] == WORKERS - 1
+        assert live["worker_states"][f"{victim.url}/v1"]["healthy"] is False
+    return cut_short, reused
+
+
+async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(fleet_workers, fast_worker) -> None:
+    """The kill must cut at least one generation short after the victim streamed some of it, or it proves no
+    failover: whether it did is known only after the kill (see above), so a kill that missed (the victim had
+    finished every stream, or only began ones it had not streamed yet) is repeated on a fresh fleet, a bounded
+    number of times, each attempt checked in full; a miss is reported as a warning."""
+    missed: list[tuple[int, int]] = []
+    for _ in range(ATTEMPTS):
+        cut_short, reused = await _kill_a_streaming_worker(fleet_workers(), fast_worker.url)
+        if cut_short > 0 and reused > 0:
+            break
+        missed.append((cut_short, reused))
+        warnings.warn(f"the worker kill cut short {cut_short} generations with {reused} tokens streamed: retrying on a fresh fleet", stacklevel=1)
+    else:
+        pytest.fail(f"in {ATTEMPTS} attempts the kill never caught the victim mid-stream (cut short, tokens reused): {missed}")
 
 
 async def test_a_restarted_worker_is_taken_back_by_the_health_probe(tmp_path: Path) -> None:

@@ -116,6 +116,9 @@ def test_ctrl_c_while_following_says_the_job_keeps_running(stack) -> None:
          "--repeats", "10000", "--concurrency", "1"],
         cwd=stack, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "GYMCKPT_STATE_DIR": str(stack / ".gymckpt/stack")},
+        # as in a terminal: a suite started in the background by a non-interactive shell (CI) inherits SIGINT
+        # ignored, and Python then never turns Ctrl-C into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         while _job(stack)["state"] != "running" and time.monotonic() < deadline:

@@ -134,36 +134,33 @@ class SecretsOnly:
         return self.secrets[f"{namespace}/{name}"]
 
 
-async def test_operator_sends_servers_what_the_spec_names() -> None:
+async def test_operator_sends_servers_what_the_location_names() -> None:
+    """A Checkpoint names one of the admin's storage locations; the operator reaches it with the location's
+    endpoint, region and Secret, and sends the servers exactly what the location names (nothing for ``default``)."""
     pytest.importorskip("kopf")
     from gym_operator.handlers import _storage_access
-    from gym_operator.specs import OperatorSettings, StorageSpec
+    from gym_operator.specs import OperatorSettings, StorageLocation
 
-    operator = OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t", "AWS_ENDPOINT_URL": "http://operator-default:8333",
-                                          "GYMCKPT_CREDENTIALS_SECRETS": "creds,half"})
+    operator = OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": "r",
+                                          "AWS_ENDPOINT_URL": "http://operator-default:8333"})
     kube = SecretsOnly({"ns/creds": {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk"},
                         "ns/half": {"AWS_ACCESS_KEY_ID": "ak"}})
 
-    async def access(storage: dict):
-        return await _storage_access(StorageSpec.parse(storage), "ns", kube, operator)
+    async def access(**fields):
+        return await _storage_access(StorageLocation(name="x", url="s3://b", **fields), "ns", kube, operator)
 
-    config, sent = await access({"bucket": "b"})
+    config, sent = await access()
     assert sent is None and config.endpoint_url == "http://operator-default:8333"  # servers keep their own settings
 
-    config, sent = await access({"bucket": "b", "endpoint": "http://other:9000", "credentialsSecret": "creds"})
+    config, sent = await access(endpoint="http://other:9000", existing_secret="creds")
     assert config.endpoint_url == "http://other:9000" and config.access_key_id.get_secret_value() == "ak"
     assert sent is not None and sent.wire() == {"endpoint_url": "http://other:9000", "access_key_id": "ak", "secret_access_key": "sk"}
 
-    config, sent = await access({"bucket": "b", "region": "eu-west-1"})
+    config, sent = await access(region="eu-west-1")
     assert sent is not None and sent.wire() == {"region": "eu-west-1"} and config.endpoint_url == "http://operator-default:8333"
 
     with pytest.raises(LookupError, match="AWS_SECRET_ACCESS_KEY"):
-        await access({"bucket": "b", "credentialsSecret": "half"})
-
-    from gym_operator.handlers import Refused
-
-    with pytest.raises(Refused, match="not one the operator may read"):  # readable, but not named to the operator
-        await access({"bucket": "b", "credentialsSecret": "other"})
+        await access(existing_secret="half")
 
 
 @pytest.mark.parametrize(

@@ -162,10 +162,15 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(pace
                 raise AssertionError("the lead rollouts never reached their stops")
             first.kill()  # SIGKILL: no shutdown hook runs
             ended = await asyncio.gather(*calls.values(), return_exceptions=True)
-        assert not any(isinstance(e, httpx.Response) and e.status_code == 200 for e in ended)
     finally:
         first.stop()
-    bodies = {rollout: request(rollout.split("-")[0]) for rollout in calls}
+    # a rollout of the shorter request can finish between two rounds (a loaded machine reads its answer late):
+    # it was answered whole, before the crash, and is not in the last checkpoint; every other one is restored
+    finished = {r: e for r, e in zip(calls, ended) if isinstance(e, httpx.Response) and e.status_code == 200}
+    for rollout, answer in finished.items():
+        assert answer.json() == expected[rollout.split("-")[0]], rollout
+    bodies = {rollout: request(rollout.split("-")[0]) for rollout in calls if rollout not in finished}
+    assert {"lean-0", "workplace-0"} <= bodies.keys()  # the lead rollouts were cut at their stops
     final = rounds[-1]
 
     records = read_records(location, committed)
@@ -202,8 +207,9 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(pace
         assert tokens_of(got) == tokens_of(expected[name]), rollout
         assert got == expected[name], rollout
     # every token was generated once: the records held what the first model received, the second generated the rest
-    total = sum(len(full_ids[body_name.split("-")[0]]) for body_name in bodies)
-    assert live["tokens_reused"] + live["tokens_generated"] == total
+    restored = sum(len(full_ids[rollout.split("-")[0]]) for rollout in bodies)
+    assert live["tokens_reused"] + live["tokens_generated"] == restored
+    total = sum(len(full_ids[rollout.split("-")[0]]) for rollout in calls)
     assert (await _worker_tokens(paced_worker.url)) == total
 
 

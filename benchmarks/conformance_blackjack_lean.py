@@ -19,17 +19,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance import blackjack_cases, lean_cases  # noqa: E402
-from tests.conformance.http_cases import Tally, run_sequences  # noqa: E402
-from tests.conformance.oracle.client import Oracle  # noqa: E402
-from tests.conformance.oracle.reference import oracle_python, reference_root  # noqa: E402
-from tests.conformance.test_blackjack_conformance import blackjack_allowed, our_blackjack  # noqa: E402
-from tests.conformance.test_lean_conformance import lean_allowed, run_ours as run_lean  # noqa: E402
+from tests.conformance import blackjack_cases, lean_cases
+from tests.conformance.http_cases import Tally, run_sequences
+from tests.conformance.oracle.client import Oracle
+from tests.conformance.oracle.reference import oracle_python, reference_root
+from tests.conformance.test_blackjack_conformance import blackjack_allowed, our_blackjack
+from tests.conformance.test_lean_conformance import lean_allowed
+from tests.conformance.test_lean_conformance import run_ours as run_lean
 
 
-def reward_checks(tally: Tally, sequences: list[dict[str, Any]], ours: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str) -> tuple[int, int]:
+def reward_checks(
+    tally: Tally, sequences: list[dict[str, Any]], ours: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str
+) -> tuple[int, int]:
     """(checks, differing): answers of both sides that carry a reward, and how many rewards differ."""
-    import json
 
     checks = differing = 0
     for mine, ref in zip(ours, theirs):
@@ -110,12 +112,31 @@ async def lean(oracle: Oracle, count: int, seed: int) -> dict[str, Any]:
 
 
 def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
-    head = ("server", "calls compared", "sequences", "equal sequences", "reward checks", "reward diffs", "differences", "allowed")
+    head = (
+        "server",
+        "calls compared",
+        "sequences",
+        "equal sequences",
+        "reward checks",
+        "reward diffs",
+        "differences",
+        "allowed",
+    )
     lines = [head]
     for name, r in rows:
         t: Tally = r["tally"]
-        lines.append((name, str(t.calls), str(r["games"]), str(t.equal_sequences), str(r["reward_checks"]),
-                      str(r["reward_differences"]), str(len(t.differences)), str(len(t.allowed))))
+        lines.append(
+            (
+                name,
+                str(t.calls),
+                str(r["games"]),
+                str(t.equal_sequences),
+                str(r["reward_checks"]),
+                str(r["reward_differences"]),
+                str(len(t.differences)),
+                str(len(t.allowed)),
+            )
+        )
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -124,8 +145,18 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
 
 def group_table() -> str:
     head = ("server", "group", "calls", "sequences", "equal sequences", "differences", "allowed")
-    lines = [head] + [(server, name, str(t.calls), str(t.sequences), str(t.equal_sequences), str(len(t.differences)),
-                       str(len(t.allowed))) for server, name, t in GROUPS]
+    lines = [head] + [
+        (
+            server,
+            name,
+            str(t.calls),
+            str(t.sequences),
+            str(t.equal_sequences),
+            str(len(t.differences)),
+            str(len(t.allowed)),
+        )
+        for server, name, t in GROUPS
+    ]
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -137,8 +168,9 @@ async def main() -> int:
     parser.add_argument("--games", type=int, default=2000, help="random blackjack games (default 2000)")
     parser.add_argument("--verifications", type=int, default=600, help="perturbed Lean verifications (default 600)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random games and perturbations (default 0)")
-    parser.add_argument("--only", choices=("blackjack", "math_formal_lean"), default=None,
-                        help="compare one server only (default both)")
+    parser.add_argument(
+        "--only", choices=("blackjack", "math_formal_lean"), default=None, help="compare one server only (default both)"
+    )
     parser.add_argument("--show", type=int, default=3, help="differences to print per server")
     parser.add_argument("--no-allow", action="store_true", help="count allow-listed differences as differences")
     args = parser.parse_args()

@@ -24,13 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conformance import ipi_cases as cases  # noqa: E402
 from tests.conformance.ipi_allowed import allowed  # noqa: E402
 from tests.conformance.ipi_ours import GLUE, Tally, compare, run_ours  # noqa: E402
 from tests.conformance.ipi_run import groups  # noqa: E402
 from tests.conformance.oracle.client import Oracle  # noqa: E402
 from tests.conformance.oracle.reference import oracle_python, reference_root  # noqa: E402
-
 
 CHUNK = 50  # sequences per oracle round trip
 
@@ -58,7 +56,7 @@ async def _run(oracle: Oracle, args) -> int:
     for label, sequences in groups(args.seed, args.sequences, args.verify).items():
         tally = Tally()
         for start in range(0, len(sequences), CHUNK):
-            chunk = sequences[start:start + CHUNK]
+            chunk = sequences[start : start + CHUNK]
             for steps, ref in zip(chunk, oracle.call(GLUE, "run_many", chunk), strict=True):
                 tally.add(compare(steps, await run_ours(steps), ref, allowed=allowed, keep=args.show))
             done = start + len(chunk)
@@ -71,21 +69,45 @@ async def _run(oracle: Oracle, args) -> int:
 
     reference_tools = {t for names in oracle.call(GLUE, "tool_names").values() for t in names}
     print(f"indirect_prompt_injection vs NeMo Gym 0.7.0 (seed {args.seed}, {time.monotonic() - t0:.0f} s)\n")
-    header = ("group", "tools", "sequences", "calls compared", "reward checks", "calls differing", "answer diffs",
-              "state diffs", "reward diffs", "allowed")
+    header = (
+        "group",
+        "tools",
+        "sequences",
+        "calls compared",
+        "reward checks",
+        "calls differing",
+        "answer diffs",
+        "state diffs",
+        "reward diffs",
+        "allowed",
+    )
     table = [header]
     for label, t in rows:
         allowed_n = sum(n for k, n in t.kinds.items() if k.startswith("allowed: "))
-        table.append((label, str(len(t.tools & reference_tools)), str(t.sequences), str(t.calls), str(t.reward_checks),
-                      str(t.differing_steps), str(t.call_diffs), str(t.state_diffs), str(t.reward_diffs), str(allowed_n)))
+        table.append(
+            (
+                label,
+                str(len(t.tools & reference_tools)),
+                str(t.sequences),
+                str(t.calls),
+                str(t.reward_checks),
+                str(t.differing_steps),
+                str(t.call_diffs),
+                str(t.state_diffs),
+                str(t.reward_diffs),
+                str(allowed_n),
+            )
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for n, r in enumerate(table):
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
     print(f"\nreference tools: {len(reference_tools)}; called: {len(total.tools & reference_tools)}")
-    print("calls differing: status, body bytes, content type or the session's environment afterwards differ "
-          "(answer diffs + state diffs, a call counted once); allowed: deliberate differences (ipi_allowed.py)")
+    print(
+        "calls differing: status, body bytes, content type or the session's environment afterwards differ "
+        "(answer diffs + state diffs, a call counted once); allowed: deliberate differences (ipi_allowed.py)"
+    )
     if total.kinds:
         print("\ndifferences by kind:")
         for kind, n in total.kinds.most_common():

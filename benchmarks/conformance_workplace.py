@@ -76,8 +76,9 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
                 if shown < args.show:
                     print(d)
                     shown += 1
-        rows.append((label, len(sequences), cases.count_calls(sequences), diff_calls, content[label], diff_tables,
-                     diff_seqs))
+        rows.append(
+            (label, len(sequences), cases.count_calls(sequences), diff_calls, content[label], diff_tables, diff_seqs)
+        )
         print(f"  {label}: done (ours {time.monotonic() - t_ours:.1f} s)", file=sys.stderr)
 
     data = reference / "resources_servers" / "workplace_assistant" / "data"
@@ -98,8 +99,15 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
 
     print()
     print(f"workplace_assistant vs NeMo Gym 0.7.0 (seed {args.seed}, {time.monotonic() - t0:.0f} s)")
-    header = ("group", "sequences", "requests compared", "differing", "in content", "tables differing",
-              "sequences differing")
+    header = (
+        "group",
+        "sequences",
+        "requests compared",
+        "differing",
+        "in content",
+        "tables differing",
+        "sequences differing",
+    )
     widths = [max(len(h), 20) if i == 0 else len(h) for i, h in enumerate(header)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("  ".join("-" * w for w in widths))
@@ -110,8 +118,10 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
             total[i] += row[i]
     print("  ".join(str(v).ljust(w) for v, w in zip(total, widths)))
     print()
-    print(f"verify requests: {len(vcases)} (full, partial optional fields, invalid); whole answers differing: "
-          f"{verify_diffs}, of them in status or reward: {reward_diffs}")
+    print(
+        f"verify requests: {len(vcases)} (full, partial optional fields, invalid); whole answers differing: "
+        f"{verify_diffs}, of them in status or reward: {reward_diffs}"
+    )
     if by_tool:
         print("differing calls by tool: " + ", ".join(f"{t} {n}" for t, n in by_tool.most_common()))
     return 0 if (total[3] + total[5] + verify_diffs) == 0 else 1

@@ -75,7 +75,8 @@ def measure(url: str, seconds: float, connections: int, pid: int) -> tuple[float
     cpu0 = cpu_seconds(pid)
     result = subprocess.run(
         [sys.executable, __file__, "--_load", url, "--seconds", str(seconds), "--connections", str(connections)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
         raise RuntimeError(f"load process failed: {result.stderr[-2000:]}")
@@ -87,7 +88,9 @@ def measure(url: str, seconds: float, connections: int, pid: int) -> tuple[float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each load run, seconds (default 3)")
-    parser.add_argument("--rounds", type=int, default=3, help="load runs per server, the two servers alternating (default 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="load runs per server, the two servers alternating (default 3)"
+    )
     parser.add_argument("--connections", type=int, default=16, help="concurrent connections of the load (default 16)")
     parser.add_argument("--_load", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -108,15 +111,20 @@ def main() -> None:
         finally:
             on.kill()
             off.kill()
+
     def med(enabled: bool, i: int) -> float:
         return statistics.median(r[i] for r in results[enabled])
 
-    print(f"control-plane overhead: counter /increment, {args.connections} connections, "
-          f"{args.rounds} alternating rounds of {args.seconds}s, median of rounds")
+    print(
+        f"control-plane overhead: counter /increment, {args.connections} connections, "
+        f"{args.rounds} alternating rounds of {args.seconds}s, median of rounds"
+    )
     print(f"{'configuration':<32}{'req/s':>10}{'p50 ms':>10}{'server CPU us/req':>20}")
     print(f"{'checkpointing off':<32}{med(False, 0):>10.0f}{med(False, 1):>10.2f}{med(False, 2):>20.0f}")
     print(f"{'checkpointing on (control plane)':<32}{med(True, 0):>10.0f}{med(True, 1):>10.2f}{med(True, 2):>20.0f}")
-    print(f"{'ratio on/off (target >= 0.97)':<32}{med(True, 0) / med(False, 0):>10.3f}{'':>10}{med(False, 2) / med(True, 2):>20.3f}")
+    print(
+        f"{'ratio on/off (target >= 0.97)':<32}{med(True, 0) / med(False, 0):>10.3f}{'':>10}{med(False, 2) / med(True, 2):>20.3f}"
+    )
     print("(the CPU ratio is off/on, so like throughput 1.0 means no overhead; it holds on a busy machine)")
 
 

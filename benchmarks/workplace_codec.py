@@ -34,10 +34,7 @@ from gym_services.resources.workplace_assistant.environment import (
 )
 from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
 
-_WORDS = (
-    "quarterly review budget prototype deadline launch customer update meeting sync roadmap "
-    "design backend frontend release notes agenda follow-up report metrics onboarding"
-).split()
+_WORDS = ["quarterly", "review", "budget", "prototype", "deadline", "launch", "customer", "update", "meeting", "sync", "roadmap", "design", "backend", "frontend", "release", "notes", "agenda", "follow-up", "report", "metrics", "onboarding"]
 
 
 def _sentence(rng: random.Random, n: int) -> str:
@@ -58,34 +55,54 @@ def _mutating_call(rng: random.Random, ids: dict[str, list[str]], people: list[s
     if kind == 4:
         start = f"2023-12-{rng.randint(1, 28):02d} {rng.randint(9, 16):02d}:00:00"
         return "calendar_create_event", {
-            "event_name": _sentence(rng, 3), "participant_email": who,
-            "event_start": start, "duration": rng.choice(["30", "60", "90"]),
+            "event_name": _sentence(rng, 3),
+            "participant_email": who,
+            "event_start": start,
+            "duration": rng.choice(["30", "60", "90"]),
         }
     if kind == 5:
-        return "calendar_update_event", {"event_id": rng.choice(ids["event"]), "field": "event_name", "new_value": _sentence(rng, 3)}
+        return "calendar_update_event", {
+            "event_id": rng.choice(ids["event"]),
+            "field": "event_name",
+            "new_value": _sentence(rng, 3),
+        }
     if kind == 6:
         return "calendar_delete_event", {"event_id": rng.choice(ids["event"])}
     if kind == 7:
         return "analytics_create_plot", {
-            "time_min": "2023-11-01", "time_max": f"2023-11-{rng.randint(2, 30):02d}",
+            "time_min": "2023-11-01",
+            "time_max": f"2023-11-{rng.randint(2, 30):02d}",
             "value_to_plot": rng.choice(["total_visits", "user_engaged", "visits_direct"]),
             "plot_type": rng.choice(["bar", "line"]),
         }
     if kind == 8:
         return "project_management_create_task", {
-            "task_name": _sentence(rng, 4), "assigned_to_email": who, "list_name": "Backlog",
-            "due_date": f"2023-12-{rng.randint(1, 28):02d}", "board": rng.choice(["Back end", "Design"]),
+            "task_name": _sentence(rng, 4),
+            "assigned_to_email": who,
+            "list_name": "Backlog",
+            "due_date": f"2023-12-{rng.randint(1, 28):02d}",
+            "board": rng.choice(["Back end", "Design"]),
         }
     if kind == 9:
-        return "project_management_update_task", {"task_id": rng.choice(ids["task"]), "field": "list_name", "new_value": "Completed"}
+        return "project_management_update_task", {
+            "task_id": rng.choice(ids["task"]),
+            "field": "list_name",
+            "new_value": "Completed",
+        }
     if kind == 10:
         return "project_management_delete_task", {"task_id": rng.choice(ids["task"])}
     if kind == 11:
         return "customer_relationship_manager_add_customer", {
-            "customer_name": _sentence(rng, 2), "assigned_to_email": who, "status": "Lead",
+            "customer_name": _sentence(rng, 2),
+            "assigned_to_email": who,
+            "status": "Lead",
         }
     if kind == 12:
-        return "customer_relationship_manager_update_customer", {"customer_id": rng.choice(ids["customer"]), "field": "status", "new_value": "Won"}
+        return "customer_relationship_manager_update_customer", {
+            "customer_id": rng.choice(ids["customer"]),
+            "field": "status",
+            "new_value": "Won",
+        }
     return "customer_relationship_manager_delete_customer", {"customer_id": rng.choice(ids["customer"])}
 
 
@@ -138,9 +155,7 @@ def run(n: int, seed: int) -> dict[str, Any]:
     fresh.restore_session_states(loaded, loaded_bases)
     decode_s = time.perf_counter() - t0
 
-    exact = sum(
-        1 for sid in store.session_ids() if not environment_differences(store.get(sid), fresh.get(sid))
-    )
+    exact = sum(1 for sid in store.session_ids() if not environment_differences(store.get(sid), fresh.get(sid)))
 
     t0 = time.perf_counter()
     plain_sizes = [len(_dumps(encode_plain(store.get(sid)))) for sid in store.session_ids()]

@@ -46,8 +46,19 @@ def resolve(*requirements: str) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-             "--disable-pip-version-check", "--report", str(report), *requirements],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--report",
+                str(report),
+                *requirements,
+            ],
             check=True,
         )
         installs = json.loads(report.read_text())["install"]

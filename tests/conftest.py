@@ -39,8 +39,11 @@ def _marking(tag: str) -> Iterator[None]:
 def _fail_if_leaked(tag: str, owner: str) -> None:
     leaked = reap_leaked(tag)
     if leaked:
-        pytest.fail(f"processes started by {owner} were left running (now killed): "
-                    + "; ".join(f"{pid}: {cmd[:160]}" for pid, cmd in sorted(leaked.items())), pytrace=False)
+        pytest.fail(
+            f"processes started by {owner} were left running (now killed): "
+            + "; ".join(f"{pid}: {cmd[:160]}" for pid, cmd in sorted(leaked.items())),
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(wrapper=True)

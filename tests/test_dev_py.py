@@ -26,7 +26,10 @@ def test_killing_the_dev_py_process_stops_the_command_it_runs(tmp_path) -> None:
     env = {**os.environ, "GYMCKPT_CONTROL_TOKEN": "t" * 16, "GYMCKPT_SESSION_SECRET": "s" * 32}
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "dev.py"), "gymckpt", "serve", "counter", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}/health/live"
     try:
@@ -83,7 +86,9 @@ def _dev_module():
 
 def test_test_help_says_how_to_run_a_part_and_where_pytest_help_is() -> None:
     """`dev.py test --help` is a screen about the suite, not pytest's 489 lines (`--pytest-help` gives those)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "dev.py"), "test", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "dev.py"), "test", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("usage: python3 dev.py test [PYTEST ARGS...]")
     assert len(proc.stdout.splitlines()) < 30
     assert "python3 dev.py test -n 0 tests/test_docs.py -q" in proc.stdout and "--pytest-help" in proc.stdout
@@ -92,8 +97,13 @@ def test_test_help_says_how_to_run_a_part_and_where_pytest_help_is() -> None:
 def test_relative_paths_are_relative_to_where_dev_py_runs(tmp_path) -> None:
     """`python3 /repo/dev.py gymckpt up stack.yaml` in another folder reads that folder's stack.yaml."""
     (tmp_path / "stack.yaml").write_text("name: [\n")  # not YAML: the message shows which file was read
-    proc = subprocess.run([sys.executable, str(ROOT / "dev.py"), "gymckpt", "up", "stack.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "dev.py"), "gymckpt", "up", "stack.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("gymckpt up: cannot read stack config stack.yaml: while parsing"), proc.stderr
     assert not (ROOT / "stack.yaml").exists()
@@ -104,7 +114,13 @@ def test_test_paths_and_the_reference_cache_stay_outside_the_repository(tmp_path
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "test_x.py").write_text("")
     assert dev.absolute(["-n", "0", "mine/test_x.py::test_a", "mine", "-q", "gone.py"], tmp_path) == [
-        "-n", "0", f"{tmp_path}/mine/test_x.py::test_a", f"{tmp_path}/mine", "-q", "gone.py"]
+        "-n",
+        "0",
+        f"{tmp_path}/mine/test_x.py::test_a",
+        f"{tmp_path}/mine",
+        "-q",
+        "gone.py",
+    ]
     monkeypatch.setattr(dev, "ROOT", tmp_path)  # a checkout without a .cache/
     monkeypatch.delenv("GYMCKPT_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

@@ -1,4 +1,5 @@
 """The contributor documents stay true to the vocabulary in code, and code cites only what is in the repository."""
+
 from __future__ import annotations
 
 import re
@@ -76,12 +77,18 @@ def test_step_and_phase_chains_in_the_documents_and_the_cli_use_the_codes_names(
     known = _vocabulary()
     sources = {str(path.relative_to(ROOT)): path.read_text() for path in OPERATIONS}
     sources["gymckpt --help texts"] = _cli_help()
-    unknown = [f"{where}: {word} (in {' -> '.join(chain)})" for where, text in sources.items()
-               for chain in _chains(text) for word in chain if word not in known]
+    unknown = [
+        f"{where}: {word} (in {' -> '.join(chain)})"
+        for where, text in sources.items()
+        for chain in _chains(text)
+        for word in chain
+        if word not in known
+    ]
     assert not unknown, "\n".join(unknown)
     assert ["prepare", "capture", "resume", "persist", "publish"] in _chains(README)
     assert ["Pending", "Preparing", "Capturing", "Resuming", "Persisting", "Publishing", "Completed"] in _chains(
-        sources["docs/operations/guide.md"])
+        sources["docs/operations/guide.md"]
+    )
 
 
 def test_the_readme_route_table_and_phases_match_the_protocol() -> None:
@@ -90,7 +97,7 @@ def test_the_readme_route_table_and_phases_match_the_protocol() -> None:
     verbs = {v.value for v in Verb}
     assert documented <= verbs, documented - verbs
     assert verbs <= documented, verbs - documented
-    phases_line = README[README.index("Phases of one participant:"):]
+    phases_line = README[README.index("Phases of one participant:") :]
     phases_line = phases_line[: phases_line.index(". ")]
     named = {word for chain in _chains(phases_line) for word in chain}
     phases = {p.value for p in Phase}
@@ -108,7 +115,7 @@ def test_the_readme_first_screen_has_the_two_commands_a_picture_and_its_words_de
     assert picture in first_screen and "+--" in picture and "-->" in picture.replace("->", "-->")
     for term in ("participant", "boundary", "attempt + 1"):
         first = README.lower().index(term)
-        assert README[first - 4: first] == "- **", f"{term!r} is used before it is defined"
+        assert README[first - 4 : first] == "- **", f"{term!r} is used before it is defined"
     assert "## Changes\n\nWhat changed, release by release: [CHANGELOG.md](CHANGELOG.md)." in README
     assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changes")
     assert ".gymckpt/stack/logs/" in README and "python3 dev.py test -n 0 tests/test_docs.py" in README

@@ -7,6 +7,7 @@
 import statement of every module counts, including imports inside functions and under
 ``TYPE_CHECKING``. ``docs/architecture.md`` explains the layers.
 """
+
 from __future__ import annotations
 
 import ast
@@ -82,7 +83,9 @@ def violations(module: str, source: str, is_package: bool = False) -> list[str]:
             continue
         if rank(target) > rank(module):
             found.append(f"{module}:{line} imports {target} from a higher layer")
-        elif any(unit(module) in group and unit(target) in other for group in APART for other in APART if other is not group):
+        elif any(
+            unit(module) in group and unit(target) in other for group in APART for other in APART if other is not group
+        ):
             found.append(f"{module}:{line} imports {target}: the operator and the CLI side never import each other")
     return found
 
@@ -101,7 +104,9 @@ def test_every_package_has_a_layer() -> None:
 def test_the_check_sees_upward_imports() -> None:
     """The check itself: each kind of wrong import is caught, right ones are not."""
     assert violations("gym_services.base.errors", "from gym_services.control import models")
-    assert violations("gym_services.control.plane", "def f():\n    from gym_services.server.app import create_server_app")
+    assert violations(
+        "gym_services.control.plane", "def f():\n    from gym_services.server.app import create_server_app"
+    )
     assert violations("gym_services.resources.counter.app", "import gym_services.coordination.client")
     assert violations("gym_services.coordination.coordinator", "from gym_services.stack import launcher")
     assert violations("gym_services.commands.stack", "from gym_operator.handlers import Transaction")

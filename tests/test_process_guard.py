@@ -19,7 +19,7 @@ from tests.support.processes import GRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
-GUARDED = textwrap.dedent('''
+GUARDED = textwrap.dedent("""
     import os, subprocess, sys
     import pytest
 
@@ -58,7 +58,7 @@ GUARDED = textwrap.dedent('''
 
     def test_the_module_fixture_lives_on_between_tests(shared, everywhere):
         assert shared.poll() is None  # not killed as the previous test's leak
-''')
+""")
 
 
 def _alive(pid: int) -> bool:
@@ -74,9 +74,27 @@ def test_processes_fixtures_leave_running_are_killed_and_fail(tmp_path) -> None:
     pids = tmp_path / "pids.txt"
     env = {**os.environ, "GUARD_PIDS": str(pids), "PYTHONPATH": str(ROOT), GRACE_ENV: "0.2"}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "-rA",
-         "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_guarded.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rA",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+            str(tmp_path / "test_guarded.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = run.stdout + run.stderr
     started = dict(line.split() for line in pids.read_text().splitlines())

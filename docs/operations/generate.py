@@ -73,14 +73,20 @@ def values_rows(schema: dict[str, Any], values: dict[str, Any]) -> list[tuple[st
                 present = isinstance(default, dict) and key in default
                 walk(f"{prefix}.{key}" if prefix else key, child, default.get(key) if present else None, present)
             return
-        if node.get("type") == "array" and isinstance(node.get("items"), dict) and _resolve(node["items"], schema).get("properties") \
-                and prefix in ("servers",):
+        if (
+            node.get("type") == "array"
+            and isinstance(node.get("items"), dict)
+            and _resolve(node["items"], schema).get("properties")
+            and prefix in ("servers",)
+        ):
             summary = f"{len(default)} servers: " + ", ".join(s["name"] for s in default) if has_default else ""
             rows.append((prefix, "array", summary, node.get("description", "")))
             for key, child in _resolve(node["items"], schema)["properties"].items():
                 walk(f"{prefix}[].{key}", child, None, False)
             return
-        rows.append((prefix, _type(node, schema), _default(default) if has_default else "", node.get("description", "")))
+        rows.append(
+            (prefix, _type(node, schema), _default(default) if has_default else "", node.get("description", ""))
+        )
 
     for key, node in schema["properties"].items():
         if key == "global":
@@ -148,7 +154,9 @@ def _field_rows(model: type, prefix: str = "") -> list[tuple[str, str, str, str]
         elif hasattr(default, "get_secret_value"):
             shown = "(secret)"
         else:
-            shown = _default(default.value if hasattr(default, "value") and not isinstance(default, (str, int, float)) else default)
+            shown = _default(
+                default.value if hasattr(default, "value") and not isinstance(default, (str, int, float)) else default
+            )
         rows.append((key, _type_name(annotation), shown, field.description or ""))
     return rows
 

@@ -123,7 +123,9 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
         labels = _get(pod, "metadata", "labels") or {}
         role = labels.get(ROLE_LABEL)
         if role not in ROLE_ORDER:
-            raise DiscoveryError(f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {[r.value for r in ROLE_ORDER]}")
+            raise DiscoveryError(
+                f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {[r.value for r in ROLE_ORDER]}"
+            )
         if _get(pod, "metadata", "deletion_timestamp"):
             raise DiscoveryError(f"pod {name} is terminating")
         ip = _get(pod, "status", "pod_ip")
@@ -133,7 +135,9 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
         port = control_port(pod)
         if port is None:
             raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
-        refs.append(ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}", replica=replica_of(pod)))
+        refs.append(
+            ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}", replica=replica_of(pod))
+        )
     return sorted(refs, key=lambda r: (ROLE_ORDER.index(r.role), r.participant_id))
 
 
@@ -147,8 +151,14 @@ def statefulset_of(pod: Any) -> str | None:
 
 def replicated_statefulsets(pods: list[Any]) -> list[str]:
     """The StatefulSets whose pods say how many replicas their server runs: their own count must agree."""
-    return sorted({sts for pod in pods if REPLICAS_ANNOTATION in (_get(pod, "metadata", "annotations") or {})
-                   and (sts := statefulset_of(pod)) is not None})
+    return sorted(
+        {
+            sts
+            for pod in pods
+            if REPLICAS_ANNOTATION in (_get(pod, "metadata", "annotations") or {})
+            and (sts := statefulset_of(pod)) is not None
+        }
+    )
 
 
 def check_replica_counts(pods: list[Any], statefulsets: dict[str, int | None]) -> None:
@@ -165,11 +175,14 @@ def check_replica_counts(pods: list[Any], statefulsets: dict[str, int | None]) -
         said, runs = str(annotations[REPLICAS_ANNOTATION]), statefulsets[sts]
         if said != str(runs):
             server = (_get(pod, "metadata", "labels") or {}).get(PARTICIPANT_LABEL, sts)
-            problems[sts] = (f"{server}: StatefulSet {sts} has replicas {runs} but its pod {_get(pod, 'metadata', 'name')} "
-                             f"says {said} ({REPLICAS_ANNOTATION})")
+            problems[sts] = (
+                f"{server}: StatefulSet {sts} has replicas {runs} but its pod {_get(pod, 'metadata', 'name')} "
+                f"says {said} ({REPLICAS_ANNOTATION})"
+            )
     if problems:
         raise ReplicaCountMismatch(
-            "replica counts disagree: " + "; ".join(problems[k] for k in sorted(problems))
+            "replica counts disagree: "
+            + "; ".join(problems[k] for k in sorted(problems))
             + ". Each replica holds the rollouts whose ids hash to its ordinal among that many replicas, so scale a "
             "server only through the chart (helm upgrade with servers[].replicas), or scale the StatefulSet back; "
             "if a helm upgrade is rolling out, wait until every pod is replaced and try again"

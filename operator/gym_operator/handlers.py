@@ -248,8 +248,10 @@ class Transaction:
         final = {**result_status(result, self.writer.generation), "startTime": self.fields["startTime"]}
         if not result.completed and self.cancelled:
             message = f"the {self.kind} was deleted before it completed; every participant touched was aborted"
-            final = {**failed_status("Deleted", message, self.writer.generation, **self.fields),
-                     **{k: v for k, v in final.items() if k not in ("phase", "reason", "message", "conditions")}}
+            final = {
+                **failed_status("Deleted", message, self.writer.generation, **self.fields),
+                **{k: v for k, v in final.items() if k not in ("phase", "reason", "message", "conditions")},
+            }
         self.writer.write(final)
         if result.completed:
             self.event("Completed", final["message"])
@@ -285,7 +287,9 @@ class Transaction:
                 return await setup()
             except Unavailable as exc:
                 if asyncio.get_running_loop().time() > deadline:
-                    raise Refused("KubernetesAPIError", f"the Kubernetes API did not answer for {SETUP_PATIENCE_S:g}s: {exc}") from None
+                    raise Refused(
+                        "KubernetesAPIError", f"the Kubernetes API did not answer for {SETUP_PATIENCE_S:g}s: {exc}"
+                    ) from None
                 log.warning(f"{self.kind} {self.name}: {exc}; retrying in {delay:.1f}s")
             except Wait as exc:
                 if self.writer.status.get("message") != exc.message:
@@ -296,8 +300,12 @@ class Transaction:
             delay = min(delay * 2, 10.0)
         return None
 
-    async def run(self, stopped: kopf.DaemonStopped, setup: Callable[[], Awaitable[Any]],
-                  work: Callable[[Any, asyncio.Event], Awaitable[TransactionResult]]) -> None:
+    async def run(
+        self,
+        stopped: kopf.DaemonStopped,
+        setup: Callable[[], Awaitable[Any]],
+        work: Callable[[Any, asyncio.Event], Awaitable[TransactionResult]],
+    ) -> None:
         """Wait for the stack (Pending), ``setup``, then ``work`` holding the stack's lock.
 
         Deleting the resource sets the cancel event ``work`` receives (the coordinator aborts); the
@@ -406,18 +414,28 @@ async def checkpoint_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: 
         assert parsed is not None
         return f"{name}-{uid[:8]}", _location(parsed.storage_location, memo.settings), await tx.participants()
 
-    async def work(prepared: tuple[str, StorageLocation, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
+    async def work(
+        prepared: tuple[str, StorageLocation, list[ParticipantRef]], cancel: asyncio.Event
+    ) -> TransactionResult:
         assert parsed is not None
         checkpoint_id, storage, participants = prepared
         location = storage.url
         tx.fields.update(checkpointId=checkpoint_id, location=location)
-        async with ControlClient(memo.settings.token, timeout_s=memo.settings.checkpoint_call_timeout(parsed)) as client:
+        async with ControlClient(
+            memo.settings.token, timeout_s=memo.settings.checkpoint_call_timeout(parsed)
+        ) as client:
             coordinator = await tx.coordinator(participants, storage, client)
             # the resource's uid names the transaction: an operator restarted mid-checkpoint repeats the same one, and
             # a Checkpoint re-created under a deleted one's name is another transaction, refused if its id is taken
             return await coordinator.checkpoint(
-                checkpoint_id, location, prepare_timeout_s=parsed.prepare_timeout_seconds, lease_s=parsed.lease_seconds,
-                transaction_id=uid, claimed_by=f"Checkpoint {tx.namespace}/{name}", method=parsed.method, cancel=cancel,
+                checkpoint_id,
+                location,
+                prepare_timeout_s=parsed.prepare_timeout_seconds,
+                lease_s=parsed.lease_seconds,
+                transaction_id=uid,
+                claimed_by=f"Checkpoint {tx.namespace}/{name}",
+                method=parsed.method,
+                cancel=cancel,
             )
 
     await _daemon(tx, stopped, setup if parsed else _invalid(invalid), work)
@@ -454,7 +472,7 @@ async def _expire(tx: Transaction, stopped: kopf.DaemonStopped, body: kopf.Body)
         if expiration is None:
             await stopped.wait(EXPIRY_POLL_S)
             continue
-        left = (expiration - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        left = (expiration - dt.datetime.now(dt.UTC)).total_seconds()
         if left > 0:
             await stopped.wait(min(left, EXPIRY_POLL_S))
             continue
@@ -475,12 +493,17 @@ def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None
     spec = restore.get("spec") or {}
     if (spec.get("checkpointRef") or {}).get("name") == name:
         return True
-    return bool(checkpoint_id) and spec.get("checkpointId") == checkpoint_id and spec.get("storageLocation", "default") == location
+    return (
+        bool(checkpoint_id)
+        and spec.get("checkpointId") == checkpoint_id
+        and spec.get("storageLocation", "default") == location
+    )
 
 
 @kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=ours)
-async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, uid: str, memo: kopf.Memo,
-                             body: kopf.Body, retry: int, **_: Any) -> None:
+async def checkpoint_deleted(
+    spec: Any, status: Any, name: str, namespace: str, uid: str, memo: kopf.Memo, body: kopf.Body, retry: int, **_: Any
+) -> None:
     """A deleted Checkpoint: its transaction is cancelled first (the daemon aborts it); then, with
     ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them."""
     running = memo.running.get(uid)
@@ -499,8 +522,11 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
         await _abort_orphan(parsed.selector, namespace, checkpoint_id, memo)
     if parsed.deletion_policy is DeletionPolicy.RETAIN or not checkpoint_id or not location:
         return
-    readers = [r["metadata"]["name"] for r in await memo.kube.list_objects("restores", namespace)
-               if _restore_reads(r, name, checkpoint_id, parsed.storage_location)]
+    readers = [
+        r["metadata"]["name"]
+        for r in await memo.kube.list_objects("restores", namespace)
+        if _restore_reads(r, name, checkpoint_id, parsed.storage_location)
+    ]
     if readers:
         message = f"not deleting checkpoint {checkpoint_id} while Restore {', '.join(sorted(readers))} reads it"
         _event_once(memo, body, "WaitingForRestore", message)
@@ -508,23 +534,32 @@ async def checkpoint_deleted(spec: Any, status: Any, name: str, namespace: str, 
     try:
         storage = memo.settings.location(parsed.storage_location)
     except UnknownLocation as exc:
-        kopf.warn(body, reason="DataKept", message=f"not deleting checkpoint {checkpoint_id} at {location}: {exc}"[:1024])
+        kopf.warn(
+            body, reason="DataKept", message=f"not deleting checkpoint {checkpoint_id} at {location}: {exc}"[:1024]
+        )
         return  # the admin removed the location: nothing this operator can reach, and nothing to wait for
     try:
         config, _access = await _storage_access(storage, namespace, memo.kube, memo.settings)
         # the transaction is over (cancelled above, or its operator gone): never published later, so an
         # unpublished checkpoint of it is abandoned, not in flight
         deleted = await asyncio.to_thread(
-            functools.partial(CheckpointStore(open_storage(location, config)).delete, checkpoint_id, abandoned=True,
-                              by=f"Checkpoint {namespace}/{name}")
+            functools.partial(
+                CheckpointStore(open_storage(location, config)).delete,
+                checkpoint_id,
+                abandoned=True,
+                by=f"Checkpoint {namespace}/{name}",
+            )
         )
     except (StorageError, LookupError, Refused, InvalidState) as exc:
         message = f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; retrying (set spec.deletionPolicy: Retain to keep it)"
         _event_once(memo, body, "DeleteFailed", message, warning=True)
         # 10 s, 20 s, ... at most 10 min apart: storage that is gone for good costs one Event and a call per 10 min
         raise kopf.TemporaryError(message, delay=min(10 * 2 ** min(retry, 6), 600)) from None
-    kopf.info(body, reason="DataDeleted",
-              message=f"deleted checkpoint {checkpoint_id} at {location}: {deleted.objects} objects")
+    kopf.info(
+        body,
+        reason="DataDeleted",
+        message=f"deleted checkpoint {checkpoint_id} at {location}: {deleted.objects} objects",
+    )
 
 
 async def _abort_orphan(selector: SelectorSpec, namespace: str, checkpoint_id: str, memo: kopf.Memo) -> None:
@@ -551,7 +586,9 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
         checkpoint_id, storage = await _restore_source(parsed, tx.namespace, memo)
         return checkpoint_id, storage, await tx.participants()
 
-    async def work(prepared: tuple[str, StorageLocation, list[ParticipantRef]], cancel: asyncio.Event) -> TransactionResult:
+    async def work(
+        prepared: tuple[str, StorageLocation, list[ParticipantRef]], cancel: asyncio.Event
+    ) -> TransactionResult:
         assert parsed is not None
         checkpoint_id, storage, participants = prepared
         location = storage.url
@@ -580,8 +617,11 @@ async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) ->
         raise Refused("CheckpointDeleted", f"Checkpoint {ref} is being deleted; nothing to restore")
     source_status = source.get("status") or {}
     if (source.get("spec") or {}).get("release") != spec.release:
-        raise Refused("CheckpointOfAnotherRelease", f"Checkpoint {ref} belongs to release "
-                      f"{(source.get('spec') or {}).get('release')}, not {spec.release}; restore a Checkpoint of this release")
+        raise Refused(
+            "CheckpointOfAnotherRelease",
+            f"Checkpoint {ref} belongs to release "
+            f"{(source.get('spec') or {}).get('release')}, not {spec.release}; restore a Checkpoint of this release",
+        )
     if source_status.get("phase") == TransactionPhase.FAILED:
         raise Refused("CheckpointFailed", f"Checkpoint {ref} failed; nothing to restore")
     if source_status.get("phase") != TransactionPhase.COMPLETED:
@@ -592,7 +632,10 @@ async def _restore_source(spec: RestoreSpec, namespace: str, memo: kopf.Memo) ->
         raise Refused("InvalidSpec", f"Checkpoint {ref}: {exc}") from None
     storage = _location(checkpointed.storage_location, memo.settings)
     if source_status.get("location") != storage.url:
-        raise Refused("StorageLocationChanged", f"Checkpoint {ref} was written to {source_status.get('location')}, but "
-                      f"storage location {storage.name} is now {storage.url}; restore it by checkpointId from a "
-                      "location that holds it")
+        raise Refused(
+            "StorageLocationChanged",
+            f"Checkpoint {ref} was written to {source_status.get('location')}, but "
+            f"storage location {storage.name} is now {storage.url}; restore it by checkpointId from a "
+            "location that holds it",
+        )
     return source_status["checkpointId"], storage

@@ -89,8 +89,9 @@ class Kube:
             raise _translate(exc, what) from None
 
     async def list_pods(self, namespace: str, selector: str) -> list[Any]:
-        result = await self._call(f"list pods {selector!r}", self.core.list_namespaced_pod, namespace,
-                                  label_selector=selector)
+        result = await self._call(
+            f"list pods {selector!r}", self.core.list_namespaced_pod, namespace, label_selector=selector
+        )
         return list(result.items)
 
     async def statefulset_replicas(self, namespace: str, name: str) -> int | None:
@@ -115,26 +116,50 @@ class Kube:
 
     async def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(f"get {plural} {name}", self.custom.get_namespaced_custom_object,
-                                    GROUP, VERSION, namespace, plural, name)
+            return await self._call(
+                f"get {plural} {name}",
+                self.custom.get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+            )
         except Gone:
             return None
 
     async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
-        found = await self._call(f"list {plural}", self.custom.list_namespaced_custom_object,
-                                 GROUP, VERSION, namespace, plural)
+        found = await self._call(
+            f"list {plural}", self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
+        )
         return list(found.get("items") or [])
 
     async def delete_object(self, plural: str, namespace: str, name: str, uid: str) -> None:
         """Delete one object, only if it is still the one with ``uid`` (not a later one of the same name)."""
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
-            await self._call(f"delete {plural} {name}", self.custom.delete_namespaced_custom_object,
-                             GROUP, VERSION, namespace, plural, name, body=body)
+            await self._call(
+                f"delete {plural} {name}",
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body=body,
+            )
         except Gone:
             pass
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """A JSON merge patch of ``status`` (the status subresource)."""
-        await self._call(f"patch {plural} {name} status", self.custom.patch_namespaced_custom_object_status,
-                         GROUP, VERSION, namespace, plural, name, {"status": status})
+        await self._call(
+            f"patch {plural} {name} status",
+            self.custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"status": status},
+        )

@@ -121,7 +121,9 @@ class StorageLocation(BaseModel):
     url: str = Field(min_length=1, description="s3://bucket/prefix or file:///path")
     endpoint: str | None = None
     region: str | None = None
-    existing_secret: str | None = Field(default=None, description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")
+    existing_secret: str | None = Field(
+        default=None, description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY"
+    )
 
 
 class UnknownLocation(LookupError):
@@ -194,14 +196,18 @@ class OperatorSettings(BaseModel):
         if not env.get("GYMCKPT_CONTROL_TOKEN"):
             raise SpecError("GYMCKPT_CONTROL_TOKEN is not set: the operator cannot call control routes")
         if not env.get("GYMCKPT_RELEASE"):
-            raise SpecError("GYMCKPT_RELEASE is not set: the operator must know which release's Checkpoints and Restores it runs")
+            raise SpecError(
+                "GYMCKPT_RELEASE is not set: the operator must know which release's Checkpoints and Restores it runs"
+            )
         try:
             named = json.loads(env.get("GYMCKPT_STORAGE_LOCATIONS") or "{}")
             locations = {name: StorageLocation(name=name, **fields) for name, fields in dict(named).items()}
         except (ValueError, TypeError, ValidationError) as exc:
             raise SpecError(f"GYMCKPT_STORAGE_LOCATIONS is not a JSON object of storage locations: {exc}") from None
         if DEFAULT_LOCATION in locations:
-            raise SpecError(f"GYMCKPT_STORAGE_LOCATIONS may not redefine {DEFAULT_LOCATION!r} (that is GYMCKPT_STORAGE)")
+            raise SpecError(
+                f"GYMCKPT_STORAGE_LOCATIONS may not redefine {DEFAULT_LOCATION!r} (that is GYMCKPT_STORAGE)"
+            )
         if env.get("GYMCKPT_STORAGE"):
             locations[DEFAULT_LOCATION] = StorageLocation(name=DEFAULT_LOCATION, url=env["GYMCKPT_STORAGE"])
         return cls(

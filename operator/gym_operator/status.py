@@ -9,11 +9,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gym_services.coordination.transaction import ParticipantSummary, TransactionKind, TransactionPhase, TransactionResult
+from gym_services.coordination.transaction import (
+    ParticipantSummary,
+    TransactionKind,
+    TransactionPhase,
+    TransactionResult,
+)
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(type_: str, status: bool, reason: str, message: str, generation: int | None) -> dict[str, Any]:
@@ -79,8 +84,13 @@ def failed_status(reason: str, message: str, generation: int | None, **extra: An
 def _participant(p: ParticipantSummary) -> dict[str, Any]:
     """One participant's line: every replica of a replicated server is its own participant, named with its
     server (``group``), ordinal and replica count, holding its own episodes (checkpoint) or restoring them."""
-    entry: dict[str, Any] = {"id": p.participant_id, "role": p.role.value, "records": p.records, "bytes": p.bytes,
-                             "episodes": p.episodes}
+    entry: dict[str, Any] = {
+        "id": p.participant_id,
+        "role": p.role.value,
+        "records": p.records,
+        "bytes": p.bytes,
+        "episodes": p.episodes,
+    }
     if p.replica is not None:
         entry["replica"] = p.replica.model_dump(mode="json")
     return entry

@@ -48,16 +48,32 @@ def build_parser() -> argparse.ArgumentParser:
         "variables (GYMCKPT_CONTROL_TOKEN, GYMCKPT_SESSION_SECRET, GYMCKPT_PARTICIPANT_ID, GYMCKPT__A__B), "
         "then --host/--port.",
     )
-    serve.add_argument("server", choices=sorted(SERVERS), metavar="SERVER", help=f"one of: {', '.join(sorted(SERVERS))}")
+    serve.add_argument(
+        "server", choices=sorted(SERVERS), metavar="SERVER", help=f"one of: {', '.join(sorted(SERVERS))}"
+    )
     serve.add_argument("--config", help="YAML config file")
     serve.add_argument("--host", help="bind address (default from config, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config)")
-    serve.add_argument("--control-port", type=int, help="serve the checkpoint control routes on this port only "
-                       "(and the data routes only on --port), so a NetworkPolicy can fence the control plane off")
-    serve.add_argument("--drain-timeout", type=float, default=2.0, metavar="SECONDS",
-                       help="on SIGTERM, let requests in flight finish for this long (default 2)")
-    serve.add_argument("--fd", type=int, metavar="N", help="serve on the listening socket inherited as file descriptor "
-                       "N (bound by a launcher, so no other process can take its port first)")
+    serve.add_argument(
+        "--control-port",
+        type=int,
+        help="serve the checkpoint control routes on this port only "
+        "(and the data routes only on --port), so a NetworkPolicy can fence the control plane off",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="on SIGTERM, let requests in flight finish for this long (default 2)",
+    )
+    serve.add_argument(
+        "--fd",
+        type=int,
+        metavar="N",
+        help="serve on the listening socket inherited as file descriptor "
+        "N (bound by a launcher, so no other process can take its port first)",
+    )
     serve.set_defaults(func=_serve)
 
     for register in _extra_commands():

@@ -19,6 +19,7 @@ What it must translate, because every pod shares this machine's network and file
   that outlives the pod (a PersistentVolume); mount paths in commands and server configs point there;
 - credentials: processes get the emulator's kubeconfig where a pod would get its service-account token.
 """
+
 from __future__ import annotations
 
 import base64
@@ -38,16 +39,16 @@ from typing import Any
 
 import httpx
 import yaml
-
-from gym_services.stack.objectstore import weed_binary
 from tests.support.seaweed import _free
 
+from gym_services.stack.objectstore import weed_binary
+
 BIN = Path(sys.executable).parent
-SVC_URL = re.compile(r'http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)')
-POD_URL = re.compile(r'http://([a-z0-9-]+)\.([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)')  # <pod>.<headless service>.<ns>
-ORDINALS = re.compile(r'\{(\d+)\.\.(\d+)\}')  # a replicated server's pods in one URL (the chart's serverUrl)
-PORT_FLAGS = ('--port', '--control-port')
-TEMPLATE_HASH = 'kemu-cluster/template-hash'
+SVC_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
+POD_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")  # <pod>.<headless service>.<ns>
+ORDINALS = re.compile(r"\{(\d+)\.\.(\d+)\}")  # a replicated server's pods in one URL (the chart's serverUrl)
+PORT_FLAGS = ("--port", "--control-port")
+TEMPLATE_HASH = "kemu-cluster/template-hash"
 
 
 def _hash(obj: Any) -> str:
@@ -57,7 +58,7 @@ def _hash(obj: Any) -> str:
 @dataclass
 class PodRun:
     name: str
-    owner: str                       # StatefulSet/Deployment/Job name
+    owner: str  # StatefulSet/Deployment/Job name
     kind: str
     template: dict[str, Any]
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -68,7 +69,7 @@ class PodRun:
 class Cluster:
     """Controllers and kubelet for one namespace of a kemu emulator. Use as a context manager."""
 
-    def __init__(self, kemu: Any, workdir: Path, namespace: str = 'default') -> None:
+    def __init__(self, kemu: Any, workdir: Path, namespace: str = "default") -> None:
         self.url, self.kubeconfig = kemu.url, kemu.kubeconfig
         self.workdir = workdir
         self.ns = namespace
@@ -85,7 +86,7 @@ class Cluster:
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def __enter__(self) -> Cluster:
-        self._thread = threading.Thread(target=self._loop, name='kemu-cluster', daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="kemu-cluster", daemon=True)
         self._thread.start()
         return self
 
@@ -107,8 +108,8 @@ class Cluster:
         while not self._stop.is_set():
             try:
                 self.reconcile()
-            except Exception as exc:  # noqa: BLE001 - reported by the test, the loop goes on
-                self.errors.append(f'{type(exc).__name__}: {exc}')
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
             self._stop.wait(0.3)
 
     # --- API helpers -------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class Cluster:
     def items(self, path: str) -> list[dict[str, Any]]:
         resp = self.api.get(path)
         resp.raise_for_status()
-        return resp.json()['items']
+        return resp.json()["items"]
 
     def get(self, path: str) -> dict[str, Any] | None:
         resp = self.api.get(path)
@@ -125,112 +126,143 @@ class Cluster:
         resp.raise_for_status()
         return resp.json()
 
-    def _core(self, plural: str, name: str = '') -> str:
-        return f'/api/v1/namespaces/{self.ns}/{plural}' + (f'/{name}' if name else '')
+    def _core(self, plural: str, name: str = "") -> str:
+        return f"/api/v1/namespaces/{self.ns}/{plural}" + (f"/{name}" if name else "")
 
-    def _apps(self, plural: str, name: str = '') -> str:
-        return f'/apis/apps/v1/namespaces/{self.ns}/{plural}' + (f'/{name}' if name else '')
+    def _apps(self, plural: str, name: str = "") -> str:
+        return f"/apis/apps/v1/namespaces/{self.ns}/{plural}" + (f"/{name}" if name else "")
 
     def secret_value(self, name: str, key: str) -> str:
-        secret = self.get(self._core('secrets', name))
-        if secret is None or key not in (secret.get('data') or {}):
-            raise KeyError(f'secret {name} has no key {key}')
-        return base64.b64decode(secret['data'][key]).decode()
+        secret = self.get(self._core("secrets", name))
+        if secret is None or key not in (secret.get("data") or {}):
+            raise KeyError(f"secret {name} has no key {key}")
+        return base64.b64decode(secret["data"][key]).decode()
 
     # --- the controllers ------------------------------------------------------------------------------------
 
     def reconcile(self) -> None:
         with self._lock:
             wanted: dict[str, tuple[str, str, dict[str, Any], str]] = {}
-            for sts in self.items(self._apps('statefulsets')):
-                strategy = (sts['spec'].get('updateStrategy') or {}).get('type', 'RollingUpdate')
-                for ordinal in range(sts['spec'].get('replicas', 1)):  # pods <name>-0 ... <name>-<replicas-1>
-                    wanted[f"{sts['metadata']['name']}-{ordinal}"] = ('StatefulSet', sts['metadata']['name'], sts, strategy)
-            for dep in self.items(self._apps('deployments')):
+            for sts in self.items(self._apps("statefulsets")):
+                strategy = (sts["spec"].get("updateStrategy") or {}).get("type", "RollingUpdate")
+                for ordinal in range(sts["spec"].get("replicas", 1)):  # pods <name>-0 ... <name>-<replicas-1>
+                    wanted[f"{sts['metadata']['name']}-{ordinal}"] = (
+                        "StatefulSet",
+                        sts["metadata"]["name"],
+                        sts,
+                        strategy,
+                    )
+            for dep in self.items(self._apps("deployments")):
                 name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
-                wanted[name] = ('Deployment', dep['metadata']['name'], dep, 'RollingUpdate')
+                wanted[name] = ("Deployment", dep["metadata"]["name"], dep, "RollingUpdate")
             for name, run in list(self.pods.items()):
-                if run.kind == 'Job':
+                if run.kind == "Job":
                     continue
-                existing = self.get(self._core('pods', name))
+                existing = self.get(self._core("pods", name))
                 target = wanted.get(name)
-                gone = existing is None or existing['metadata'].get('deletionTimestamp')
+                gone = existing is None or existing["metadata"].get("deletionTimestamp")
                 if target is None or gone:
                     self._kill(run, signal.SIGKILL if gone else signal.SIGTERM)
                     del self.pods[name]
                     if existing is not None and target is None:
-                        self.api.delete(self._core('pods', name))
+                        self.api.delete(self._core("pods", name))
                     continue
-                if target[3] == 'RollingUpdate' and existing['metadata'].get('annotations', {}).get(TEMPLATE_HASH) != \
-                        _hash(target[2]['spec']['template']):
+                if target[3] == "RollingUpdate" and existing["metadata"].get("annotations", {}).get(
+                    TEMPLATE_HASH
+                ) != _hash(target[2]["spec"]["template"]):
                     self._kill(run, signal.SIGTERM)
                     del self.pods[name]
-                    self.api.delete(self._core('pods', name))
+                    self.api.delete(self._core("pods", name))
             for name, (kind, owner, obj, _) in wanted.items():
                 if name not in self.pods:
                     self._start_pod(name, kind, owner, obj)
-            for job in self.items(f'/apis/batch/v1/namespaces/{self.ns}/jobs'):
-                uid = job['metadata']['uid']
-                if uid not in self.jobs and not (job.get('status') or {}).get('conditions'):
-                    self.jobs[uid] = 'running'
+            for job in self.items(f"/apis/batch/v1/namespaces/{self.ns}/jobs"):
+                uid = job["metadata"]["uid"]
+                if uid not in self.jobs and not (job.get("status") or {}).get("conditions"):
+                    self.jobs[uid] = "running"
                     thread = threading.Thread(target=self._run_job, args=(job,), daemon=True)
                     self._job_threads.append(thread)
                     thread.start()
             self._probe()
 
     def _start_pod(self, name: str, kind: str, owner: str, obj: dict[str, Any]) -> None:
-        template = obj['spec']['template']
-        annotations = dict(template['metadata'].get('annotations') or {})
+        template = obj["spec"]["template"]
+        annotations = dict(template["metadata"].get("annotations") or {})
         annotations[TEMPLATE_HASH] = _hash(template)
-        containers = template['spec']['containers']
-        if 'gym-checkpoint.dev/control-port' in annotations:
-            annotations['gym-checkpoint.dev/control-port'] = str(self.port(name, int(annotations['gym-checkpoint.dev/control-port'])))
-        labels = dict(template['metadata'].get('labels') or {})
-        metadata = {'name': name, 'namespace': self.ns, 'labels': labels, 'annotations': annotations}
-        if kind == 'StatefulSet':  # as its controller does: the owner, and the ordinal as a label (Kubernetes >= 1.28)
-            labels['apps.kubernetes.io/pod-index'] = name.rsplit('-', 1)[1]
-            metadata['ownerReferences'] = [{'apiVersion': 'apps/v1', 'kind': 'StatefulSet', 'name': owner,
-                                            'uid': obj['metadata']['uid'], 'controller': True, 'blockOwnerDeletion': True}]
-        pod = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': template['spec']}
-        resp = self.api.post(self._core('pods'), json=pod)
+        containers = template["spec"]["containers"]
+        if "gym-checkpoint.dev/control-port" in annotations:
+            annotations["gym-checkpoint.dev/control-port"] = str(
+                self.port(name, int(annotations["gym-checkpoint.dev/control-port"]))
+            )
+        labels = dict(template["metadata"].get("labels") or {})
+        metadata = {"name": name, "namespace": self.ns, "labels": labels, "annotations": annotations}
+        if kind == "StatefulSet":  # as its controller does: the owner, and the ordinal as a label (Kubernetes >= 1.28)
+            labels["apps.kubernetes.io/pod-index"] = name.rsplit("-", 1)[1]
+            metadata["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": owner,
+                    "uid": obj["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+        resp = self.api.post(self._core("pods"), json=pod)
         if resp.status_code == 409:  # left over from a replaced one: replace it
-            self.api.delete(self._core('pods', name))
-            resp = self.api.post(self._core('pods'), json=pod)
+            self.api.delete(self._core("pods", name))
+            resp = self.api.post(self._core("pods"), json=pod)
         resp.raise_for_status()
         self._status(name, ready=False)
         run = PodRun(name=name, owner=owner, kind=kind, template=template, started=time.monotonic())
-        pod_dir = self.workdir / 'pods' / name
+        pod_dir = self.workdir / "pods" / name
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(name, owner, obj)
         for container in containers:
             argv, env = self._command(name, container, mounts)
-            log = open(pod_dir / f"{container['name']}.log", 'ab')  # noqa: SIM115 - closed by the child's exit
-            run.procs.append(subprocess.Popen(argv, env=env, cwd=pod_dir, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, start_new_session=True))
+            log = open(pod_dir / f"{container['name']}.log", "ab")  # noqa: SIM115 - closed by the child's exit
+            run.procs.append(
+                subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=pod_dir,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
             log.close()
         self.pods[name] = run
 
     def _status(self, name: str, ready: bool) -> None:
-        status = {'status': {'phase': 'Running', 'podIP': '127.0.0.1',
-                             'conditions': [{'type': 'Ready', 'status': 'True' if ready else 'False'}]}}
-        self.api.patch(self._core('pods', name) + '/status', json=status,
-                       headers={'content-type': 'application/merge-patch+json'})
+        status = {
+            "status": {
+                "phase": "Running",
+                "podIP": "127.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            }
+        }
+        self.api.patch(
+            self._core("pods", name) + "/status", json=status, headers={"content-type": "application/merge-patch+json"}
+        )
 
     def _probe(self) -> None:
         for run in self.pods.values():
-            if run.kind == 'Job' or run.ready:
+            if run.kind == "Job" or run.ready:
                 continue
             if any(proc.poll() is not None for proc in run.procs):
                 continue
             ok = True
-            for container in run.template['spec']['containers']:
-                probe = (container.get('readinessProbe') or {}).get('httpGet')
+            for container in run.template["spec"]["containers"]:
+                probe = (container.get("readinessProbe") or {}).get("httpGet")
                 if probe is None:
                     ok = ok and time.monotonic() - run.started > 1.0
                     continue
-                port = self._named_port(run.name, container, probe['port'])
+                port = self._named_port(run.name, container, probe["port"])
                 try:
-                    ok = ok and httpx.get(f'http://127.0.0.1:{port}{probe["path"]}', timeout=1).status_code == 200
+                    ok = ok and httpx.get(f"http://127.0.0.1:{port}{probe['path']}", timeout=1).status_code == 200
                 except httpx.TransportError:
                     ok = False
             if ok:
@@ -238,37 +270,56 @@ class Cluster:
                 self._status(run.name, ready=True)
 
     def _run_job(self, job: dict[str, Any]) -> None:
-        name, uid = job['metadata']['name'], job['metadata']['uid']
-        template = job['spec']['template']
-        pod_name = f'{name}-{uid[:5]}'
-        pod_dir = self.workdir / 'pods' / pod_name
+        name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        template = job["spec"]["template"]
+        pod_name = f"{name}-{uid[:5]}"
+        pod_dir = self.workdir / "pods" / pod_name
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(pod_name, name, job)
-        (container,) = template['spec']['containers']
+        (container,) = template["spec"]["containers"]
         argv, env = self._command(pod_name, container, mounts)
-        deadline = job['spec'].get('activeDeadlineSeconds', 600)
-        with open(pod_dir / 'job.log', 'wb') as log:
-            proc = subprocess.Popen(argv, env=env, cwd=pod_dir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = job["spec"].get("activeDeadlineSeconds", 600)
+        with open(pod_dir / "job.log", "wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=pod_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 code = proc.wait(timeout=deadline)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 code = -1
-        now = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
-        condition = {'type': 'Complete' if code == 0 else 'Failed', 'status': 'True', 'lastTransitionTime': now,
-                     'lastProbeTime': now}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {
+            "type": "Complete" if code == 0 else "Failed",
+            "status": "True",
+            "lastTransitionTime": now,
+            "lastProbeTime": now,
+        }
         if code != 0:
-            condition.update(reason='BackoffLimitExceeded', message=f'exit code {code}')
-        status = {'status': {'startTime': now, 'conditions': [condition],
-                             **({'succeeded': 1, 'completionTime': now} if code == 0 else {'failed': 1})}}
-        self.api.patch(f'/apis/batch/v1/namespaces/{self.ns}/jobs/{name}/status', json=status,
-                       headers={'content-type': 'application/merge-patch+json'})
-        self.jobs[uid] = 'done'
+            condition.update(reason="BackoffLimitExceeded", message=f"exit code {code}")
+        status = {
+            "status": {
+                "startTime": now,
+                "conditions": [condition],
+                **({"succeeded": 1, "completionTime": now} if code == 0 else {"failed": 1}),
+            }
+        }
+        self.api.patch(
+            f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}/status",
+            json=status,
+            headers={"content-type": "application/merge-patch+json"},
+        )
+        self.jobs[uid] = "done"
 
     def job_log(self, name: str) -> str:
-        return '\n'.join(p.read_text(errors='replace') for p in (self.workdir / 'pods').glob(f'{name}-*/job.log'))
+        return "\n".join(p.read_text(errors="replace") for p in (self.workdir / "pods").glob(f"{name}-*/job.log"))
 
     # --- translation: ports, DNS, volumes, commands ----------------------------------------------------------
 
@@ -280,57 +331,64 @@ class Cluster:
             taken |= {p + 10000 for p in taken} | {p - 10000 for p in taken}  # SeaweedFS's gRPC twins
             start = 12000 + (abs(hash(key)) % 1000) * 7
             for candidate in [*range(start, 22700), *range(12000, start)]:
-                if candidate not in taken and candidate + 10000 not in taken and _free(candidate) and _free(candidate + 10000):
+                if (
+                    candidate not in taken
+                    and candidate + 10000 not in taken
+                    and _free(candidate)
+                    and _free(candidate + 10000)
+                ):
                     self.ports[key] = candidate
                     break
             else:
-                raise RuntimeError('no free port')
+                raise RuntimeError("no free port")
         return self.ports[key]
 
     def _named_port(self, pod: str, container: dict[str, Any], port: Any) -> int:
         if isinstance(port, int):
             return self.port(pod, port)
-        for declared in container.get('ports') or []:
-            if declared.get('name') == port:
-                return self.port(pod, declared['containerPort'])
-        raise KeyError(f'{pod}: no port named {port}')
+        for declared in container.get("ports") or []:
+            if declared.get("name") == port:
+                return self.port(pod, declared["containerPort"])
+        raise KeyError(f"{pod}: no port named {port}")
 
     def resolve_url(self, service: str, namespace: str, number: int) -> str:
         """``<service>.<namespace>.svc:<number>`` -> 127.0.0.1:<the local port of the pod behind it>."""
-        svc = self.get(f'/api/v1/namespaces/{namespace}/services/{service}')
+        svc = self.get(f"/api/v1/namespaces/{namespace}/services/{service}")
         if svc is None:
-            raise KeyError(f'no Service {namespace}/{service}')
-        (port,) = [p for p in svc['spec']['ports'] if p['port'] == number]
-        selector = svc['spec']['selector']
-        for sts in self.items(self._apps('statefulsets')):
-            labels = sts['spec']['template']['metadata']['labels']
+            raise KeyError(f"no Service {namespace}/{service}")
+        (port,) = [p for p in svc["spec"]["ports"] if p["port"] == number]
+        selector = svc["spec"]["selector"]
+        for sts in self.items(self._apps("statefulsets")):
+            labels = sts["spec"]["template"]["metadata"]["labels"]
             if selector.items() <= labels.items():
                 pod = f"{sts['metadata']['name']}-0"
-                for container in sts['spec']['template']['spec']['containers']:
+                for container in sts["spec"]["template"]["spec"]["containers"]:
                     try:
-                        return f'127.0.0.1:{self._named_port(pod, container, port["targetPort"])}'
+                        return f"127.0.0.1:{self._named_port(pod, container, port['targetPort'])}"
                     except KeyError:
                         continue
-        raise KeyError(f'no pod behind Service {service}')
+        raise KeyError(f"no pod behind Service {service}")
 
     def resolve_pod_url(self, pod: str, service: str, namespace: str, number: int) -> str:
         """``<pod>.<headless service>.<namespace>.svc:<number>`` -> 127.0.0.1:<that pod's local port>."""
-        svc = self.get(f'/api/v1/namespaces/{namespace}/services/{service}')
+        svc = self.get(f"/api/v1/namespaces/{namespace}/services/{service}")
         if svc is None:
-            raise KeyError(f'no Service {namespace}/{service}')
-        (port,) = [p for p in svc['spec']['ports'] if p['port'] == number]
-        for sts in self.items(self._apps('statefulsets')):
-            if sts['spec'].get('serviceName') == service and pod.rsplit('-', 1)[0] == sts['metadata']['name']:
-                for container in sts['spec']['template']['spec']['containers']:
+            raise KeyError(f"no Service {namespace}/{service}")
+        (port,) = [p for p in svc["spec"]["ports"] if p["port"] == number]
+        for sts in self.items(self._apps("statefulsets")):
+            if sts["spec"].get("serviceName") == service and pod.rsplit("-", 1)[0] == sts["metadata"]["name"]:
+                for container in sts["spec"]["template"]["spec"]["containers"]:
                     try:
-                        return f'127.0.0.1:{self._named_port(pod, container, port["targetPort"])}'
+                        return f"127.0.0.1:{self._named_port(pod, container, port['targetPort'])}"
                     except KeyError:
                         continue
-        raise KeyError(f'no pod {pod} under Service {service}')
+        raise KeyError(f"no pod {pod} under Service {service}")
 
     def dns(self, text: str) -> str:
-        text = POD_URL.sub(lambda m: f'http://{self.resolve_pod_url(m.group(1), m.group(2), m.group(3), int(m.group(4)))}', text)
-        return SVC_URL.sub(lambda m: f'http://{self.resolve_url(m.group(1), m.group(2), int(m.group(3)))}', text)
+        text = POD_URL.sub(
+            lambda m: f"http://{self.resolve_pod_url(m.group(1), m.group(2), m.group(3), int(m.group(4)))}", text
+        )
+        return SVC_URL.sub(lambda m: f"http://{self.resolve_url(m.group(1), m.group(2), int(m.group(3)))}", text)
 
     def dns_value(self, text: str) -> str | list[str]:
         """Like :meth:`dns`; a URL naming a range of pods (``<sts>-{0..N-1}.<headless>...``) becomes the list of
@@ -343,30 +401,30 @@ class Cluster:
 
     def _volumes(self, pod: str, owner: str, obj: dict[str, Any]) -> dict[str, Path]:
         """mountPath -> local folder, for the pod's first container mounts and every container's."""
-        spec = obj['spec']['template']['spec']
+        spec = obj["spec"]["template"]["spec"]
         local: dict[str, Path] = {}
-        pod_dir = self.workdir / 'pods' / pod
-        for volume in spec.get('volumes') or []:
-            folder = pod_dir / 'volumes' / volume['name']
+        pod_dir = self.workdir / "pods" / pod
+        for volume in spec.get("volumes") or []:
+            folder = pod_dir / "volumes" / volume["name"]
             if folder.exists():
                 shutil.rmtree(folder)
             folder.mkdir(parents=True)
-            if 'configMap' in volume:
-                config_map = self.get(self._core('configmaps', volume['configMap']['name']))
-                for key, text in (config_map or {}).get('data', {}).items():
+            if "configMap" in volume:
+                config_map = self.get(self._core("configmaps", volume["configMap"]["name"]))
+                for key, text in (config_map or {}).get("data", {}).items():
                     (folder / key).write_text(text)
-            local[volume['name']] = folder
-        for claim in obj['spec'].get('volumeClaimTemplates') or []:
-            folder = self.workdir / 'pvc' / f"{claim['metadata']['name']}-{pod}"  # outlives the pod
+            local[volume["name"]] = folder
+        for claim in obj["spec"].get("volumeClaimTemplates") or []:
+            folder = self.workdir / "pvc" / f"{claim['metadata']['name']}-{pod}"  # outlives the pod
             folder.mkdir(parents=True, exist_ok=True)
-            local[claim['metadata']['name']] = folder
+            local[claim["metadata"]["name"]] = folder
         mounts: dict[str, Path] = {}
-        for container in spec['containers']:
-            for mount in container.get('volumeMounts') or []:
-                mounts[mount['mountPath']] = local[mount['name']]
+        for container in spec["containers"]:
+            for mount in container.get("volumeMounts") or []:
+                mounts[mount["mountPath"]] = local[mount["name"]]
         # server configs name mount paths too (data_dir: /data) and other servers by DNS
         for mount_path, folder in mounts.items():
-            for path in folder.glob('*.yaml'):
+            for path in folder.glob("*.yaml"):
                 config = yaml.safe_load(path.read_text()) or {}
                 path.write_text(yaml.safe_dump(self._localize(config, mounts)))
         return mounts
@@ -378,16 +436,18 @@ class Cluster:
             return [self._localize(v, mounts) for v in value]
         if isinstance(value, str):
             for mount_path, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-                if value == mount_path or value.startswith(mount_path + '/'):
-                    return str(folder) + value[len(mount_path):]
+                if value == mount_path or value.startswith(mount_path + "/"):
+                    return str(folder) + value[len(mount_path) :]
             return self.dns_value(value)
         return value
 
-    def _command(self, pod: str, container: dict[str, Any], mounts: dict[str, Path]) -> tuple[list[str], dict[str, str]]:
-        argv = list(container.get('command') or []) + list(container.get('args') or [])
-        program = {'gymckpt': str(BIN / 'gymckpt'), 'kopf': str(BIN / 'kopf'), 'weed': weed_binary()}.get(argv[0])
+    def _command(
+        self, pod: str, container: dict[str, Any], mounts: dict[str, Path]
+    ) -> tuple[list[str], dict[str, str]]:
+        argv = list(container.get("command") or []) + list(container.get("args") or [])
+        program = {"gymckpt": str(BIN / "gymckpt"), "kopf": str(BIN / "kopf"), "weed": weed_binary()}.get(argv[0])
         if program is None:
-            raise RuntimeError(f'{pod}: no local program for {argv[0]}')
+            raise RuntimeError(f"{pod}: no local program for {argv[0]}")
         out = [program]
         rest = argv[1:]
         i = 0
@@ -397,35 +457,45 @@ class Cluster:
                 out += [arg, str(self.port(pod, int(rest[i + 1])))]
                 i += 2
                 continue
-            if arg == '--host' and i + 1 < len(rest):
-                out += [arg, '127.0.0.1']
+            if arg == "--host" and i + 1 < len(rest):
+                out += [arg, "127.0.0.1"]
                 i += 2
                 continue
             # HOST:PORT and URLs with a port (forwarder, kopf --liveness), -x.port=N (SeaweedFS)
-            arg = re.sub(r'^(0\.0\.0\.0|127\.0\.0\.1):(\d+)$', lambda m: f'127.0.0.1:{self.port(pod, int(m.group(2)))}', arg)
-            arg = re.sub(r'^http://0\.0\.0\.0:(\d+)', lambda m: f'http://127.0.0.1:{self.port(pod, int(m.group(1)))}', arg)
-            arg = re.sub(r'^(-[a-z0-9.]+\.port)=(\d+)$', lambda m: f'{m.group(1)}={self.port(pod, int(m.group(2)))}', arg)
+            arg = re.sub(
+                r"^(0\.0\.0\.0|127\.0\.0\.1):(\d+)$", lambda m: f"127.0.0.1:{self.port(pod, int(m.group(2)))}", arg
+            )
+            arg = re.sub(
+                r"^http://0\.0\.0\.0:(\d+)", lambda m: f"http://127.0.0.1:{self.port(pod, int(m.group(1)))}", arg
+            )
+            arg = re.sub(
+                r"^(-[a-z0-9.]+\.port)=(\d+)$", lambda m: f"{m.group(1)}={self.port(pod, int(m.group(2)))}", arg
+            )
             for mount_path, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):  # one mount, the longest
-                localized = re.sub(rf'(^|=){re.escape(mount_path)}(?=/|$)', lambda m: m.group(1) + str(folder), arg)
+                localized = re.sub(rf"(^|=){re.escape(mount_path)}(?=/|$)", lambda m: m.group(1) + str(folder), arg)
                 if localized != arg:
                     arg = localized
                     break
             out.append(self.dns(arg))
             i += 1
-        env = {'PATH': f"{BIN}:{os.environ.get('PATH', '')}", 'HOME': str(self.workdir / 'pods' / pod),
-               'KUBECONFIG': str(self.kubeconfig), 'PYTHONUNBUFFERED': '1'}
-        for item in container.get('env') or []:
-            env[item['name']] = self._env_value(pod, item)
+        env = {
+            "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+            "HOME": str(self.workdir / "pods" / pod),
+            "KUBECONFIG": str(self.kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+        }
+        for item in container.get("env") or []:
+            env[item["name"]] = self._env_value(pod, item)
         return out, env
 
     def _env_value(self, pod: str, item: dict[str, Any]) -> str:
-        if 'value' in item:
-            return self.dns(str(item['value']))
-        source = item['valueFrom']
-        if 'secretKeyRef' in source:
-            return self.secret_value(source['secretKeyRef']['name'], source['secretKeyRef']['key'])
-        path = source['fieldRef']['fieldPath']
-        return {'metadata.name': pod, 'metadata.namespace': self.ns}[path]
+        if "value" in item:
+            return self.dns(str(item["value"]))
+        source = item["valueFrom"]
+        if "secretKeyRef" in source:
+            return self.secret_value(source["secretKeyRef"]["name"], source["secretKeyRef"]["key"])
+        path = source["fieldRef"]["fieldPath"]
+        return {"metadata.name": pod, "metadata.namespace": self.ns}[path]
 
     # --- what a test does ----------------------------------------------------------------------------------
 
@@ -436,12 +506,13 @@ class Cluster:
                 runs = {n: r for n, r in self.pods.items() if names is None or n in names}
                 dead = {n: r for n, r in runs.items() if any(p.poll() is not None for p in r.procs)}
                 if dead:
-                    raise AssertionError(f'pods exited: {sorted(dead)}\n' + self.logs(*dead))
+                    raise AssertionError(f"pods exited: {sorted(dead)}\n" + self.logs(*dead))
                 if runs and (names is None or set(runs) == names) and all(r.ready for r in runs.values()):
                     return
             time.sleep(0.2)
-        raise AssertionError(f'not ready in {timeout_s}s: {[n for n, r in self.pods.items() if not r.ready]}; '
-                             f'errors {self.errors[-3:]}')
+        raise AssertionError(
+            f"not ready in {timeout_s}s: {[n for n, r in self.pods.items() if not r.ready]}; errors {self.errors[-3:]}"
+        )
 
     def replace_pods(self, names: list[str]) -> None:
         """What a node failure does: the processes die (SIGKILL) and the pods are deleted; the StatefulSet
@@ -450,11 +521,11 @@ class Cluster:
             for name in names:
                 run = self.pods.pop(name)
                 self._kill(run, signal.SIGKILL)
-                self.api.delete(self._core('pods', name))
+                self.api.delete(self._core("pods", name))
 
-    def local_url(self, pod: str, port_name: str = 'http') -> str:
+    def local_url(self, pod: str, port_name: str = "http") -> str:
         run = self.pods[pod]
-        return f'http://127.0.0.1:{self._named_port(pod, run.template["spec"]["containers"][0], port_name)}'
+        return f"http://127.0.0.1:{self._named_port(pod, run.template['spec']['containers'][0], port_name)}"
 
     def read_object(self, location: str, key: str, pod: str) -> bytes:
         """One object under a checkpoint location (``s3://bucket/prefix``), read with the S3 endpoint and keys
@@ -462,18 +533,25 @@ class Cluster:
         import boto3
 
         run = self.pods[pod]
-        env = {item['name']: self._env_value(pod, item) for item in run.template['spec']['containers'][0].get('env') or []}
-        bucket, _, prefix = location.removeprefix('s3://').partition('/')
-        s3 = boto3.client('s3', endpoint_url=env['AWS_ENDPOINT_URL'], region_name=env.get('AWS_REGION', 'us-east-1'),
-                          aws_access_key_id=env['AWS_ACCESS_KEY_ID'], aws_secret_access_key=env['AWS_SECRET_ACCESS_KEY'])
-        return s3.get_object(Bucket=bucket, Key=f'{prefix}/{key}' if prefix else key)['Body'].read()
+        env = {
+            item["name"]: self._env_value(pod, item) for item in run.template["spec"]["containers"][0].get("env") or []
+        }
+        bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name=env.get("AWS_REGION", "us-east-1"),
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        return s3.get_object(Bucket=bucket, Key=f"{prefix}/{key}" if prefix else key)["Body"].read()
 
     def logs(self, *pods: str) -> str:
         out = []
         for pod in pods:
-            for path in sorted((self.workdir / 'pods' / pod).glob('*.log')):
-                out.append(f'--- {path.name} of {pod}\n{path.read_text(errors="replace")[-3000:]}')
-        return '\n'.join(out)
+            for path in sorted((self.workdir / "pods" / pod).glob("*.log")):
+                out.append(f"--- {path.name} of {pod}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
 
     def _kill(self, run: PodRun, sig: int) -> None:
         for proc in run.procs:

@@ -1,41 +1,43 @@
 """Fixtures for the chart tests: the Kubernetes emulator (tests/k8s/kemu) for `helm install`."""
+
 import sys
 from pathlib import Path
 
-_KEMU_HOME = str(Path(__file__).resolve().parents[1] / 'k8s')
+_KEMU_HOME = str(Path(__file__).resolve().parents[1] / "k8s")
 if _KEMU_HOME not in sys.path:
     sys.path.insert(0, _KEMU_HOME)
-
-from kemu.fixtures import kemu, kubectl  # noqa: E402,F401
 
 from collections.abc import Callable, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+from kemu.fixtures import kemu, kubectl  # noqa: E402,F401
 
-CHART = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint'
+CHART = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint"
 
 Render = Callable[..., list[dict[str, Any]]]
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope="session")
 def helm_chart() -> Iterator[Any]:
     """The chart loaded once by real Helm (helm-python-sdk)."""
-    helm = pytest.importorskip('helm_python')
+    helm = pytest.importorskip("helm_python")
     with helm.Chart.load(str(CHART)) as chart:
         yield chart
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope="session")
 def render(helm_chart: Any) -> Render:
     """`render(values, name='demo', namespace='prod')` -> every rendered manifest as a dict."""
-    def run(values: dict[str, Any] | None = None, name: str = 'demo', namespace: str = 'prod') -> list[dict[str, Any]]:
+
+    def run(values: dict[str, Any] | None = None, name: str = "demo", namespace: str = "prod") -> list[dict[str, Any]]:
         files = helm_chart.render(values or {}, name=name, namespace=namespace)
         docs = []
         for filename, text in sorted(files.items()):
-            if filename.endswith('.txt'):
+            if filename.endswith(".txt"):
                 continue
             docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
         return docs
+
     return run

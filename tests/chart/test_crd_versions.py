@@ -1,6 +1,7 @@
 """The CRDs' `gym-checkpoint.dev/schema-version` annotation is what `helm upgrade` compares with the installed
 CRDs (templates/validate.yaml): it must change whenever a CRD's spec changes, or an upgrade would run over stale
 CRDs unnoticed. Each version is recorded here with the digest of the specs it stands for."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,14 +10,14 @@ from pathlib import Path
 
 import yaml
 
-CRDS = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint' / 'crds'
+CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
 # schema-version -> digest of each CRD's spec; a new version adds a line, old ones stay
 VERSIONS = {
-    '1': {'checkpoints': '794fa65e811a6dff', 'restores': '81846e1cce1ab85e'},
-    '2': {'checkpoints': 'a55adbe49fad072d', 'restores': '24d9994d6e2a5b30'},
-    '3': {'checkpoints': 'a3aefb400cd87c2b', 'restores': 'cf854bc450cad902'},
-    '4': {'checkpoints': '36dac06bdab1f072', 'restores': '8ad86d3f9efc8d59'},
-    '5': {'checkpoints': '4c35cf22e4868a41', 'restores': '73017a7188ac77e1'},
+    "1": {"checkpoints": "794fa65e811a6dff", "restores": "81846e1cce1ab85e"},
+    "2": {"checkpoints": "a55adbe49fad072d", "restores": "24d9994d6e2a5b30"},
+    "3": {"checkpoints": "a3aefb400cd87c2b", "restores": "cf854bc450cad902"},
+    "4": {"checkpoints": "36dac06bdab1f072", "restores": "8ad86d3f9efc8d59"},
+    "5": {"checkpoints": "4c35cf22e4868a41", "restores": "73017a7188ac77e1"},
 }
 
 
@@ -25,13 +26,15 @@ def digest(spec: dict) -> str:
 
 
 def test_a_changed_crd_spec_comes_with_a_new_schema_version() -> None:
-    crds = {name: yaml.safe_load((CRDS / f'{name}.yaml').read_text()) for name in ('checkpoints', 'restores')}
-    versions = {crd['metadata']['annotations']['gym-checkpoint.dev/schema-version'] for crd in crds.values()}
-    assert len(versions) == 1, f'both CRDs carry the same schema-version, not {versions}'
+    crds = {name: yaml.safe_load((CRDS / f"{name}.yaml").read_text()) for name in ("checkpoints", "restores")}
+    versions = {crd["metadata"]["annotations"]["gym-checkpoint.dev/schema-version"] for crd in crds.values()}
+    assert len(versions) == 1, f"both CRDs carry the same schema-version, not {versions}"
     (version,) = versions
-    current = {name: digest(crd['spec']) for name, crd in crds.items()}
+    current = {name: digest(crd["spec"]) for name, crd in crds.items()}
     assert version in VERSIONS, (
-        f'schema-version {version} is not recorded: add {version!r}: {current} to VERSIONS in {Path(__file__).name}')
+        f"schema-version {version} is not recorded: add {version!r}: {current} to VERSIONS in {Path(__file__).name}"
+    )
     assert VERSIONS[version] == current, (
-        f'a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in both CRDs '
-        f'and record the new version with {current} in {Path(__file__).name}')
+        f"a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in both CRDs "
+        f"and record the new version with {current} in {Path(__file__).name}"
+    )

@@ -5,6 +5,7 @@ path) with OpenAPI validation on: kemu serves the OpenAPI v3 documents Helm's cl
 sends every manifest with `fieldValidation=Strict`, as against a real cluster. Release records use
 Helm's default Secret storage (sent as protobuf; kemu decodes it).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,70 +17,99 @@ import pytest
 
 pytestmark = pytest.mark.k8s
 
-helm = pytest.importorskip('helm_python')
+helm = pytest.importorskip("helm_python")
 
-CHART = Path(__file__).resolve().parents[2] / 'charts' / 'gym-checkpoint'
-NS = 'default'
+CHART = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint"
+NS = "default"
 
 
-def helm_call(cfg: Any, action: str, release: str, values: dict[str, Any], timeout_seconds: int = 20,
-              chart: Path = CHART, **options: Any) -> dict[str, Any]:
+def helm_call(
+    cfg: Any,
+    action: str,
+    release: str,
+    values: dict[str, Any],
+    timeout_seconds: int = 20,
+    chart: Path = CHART,
+    **options: Any,
+) -> dict[str, Any]:
     from helm_python import _native
     from helm_python.config import _NONE, _opts
-    raw = _native.call_string(action, cfg._raw(), _native.HANDLE(_NONE), _native.HANDLE(_NONE), str(chart),
-                              release, json.dumps(values),
-                              _opts(timeout_seconds=timeout_seconds, **options))
+
+    raw = _native.call_string(
+        action,
+        cfg._raw(),
+        _native.HANDLE(_NONE),
+        _native.HANDLE(_NONE),
+        str(chart),
+        release,
+        json.dumps(values),
+        _opts(timeout_seconds=timeout_seconds, **options),
+    )
     return json.loads(raw)
 
 
 def names(api: httpx.Client, path: str) -> set[str]:
     response = api.get(path)
     assert response.status_code == 200, response.text
-    return {item['metadata']['name'] for item in response.json()['items']}
+    return {item["metadata"]["name"] for item in response.json()["items"]}
 
 
 def test_install_upgrade_uninstall(kemu: Any) -> None:
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     api = kemu.client()
     try:
-        installed = helm_call(cfg, 'helm_install', 'demo', {})
-        assert installed['status'] == 'deployed' and installed['revision'] == 1
+        installed = helm_call(cfg, "helm_install", "demo", {})
+        assert installed["status"] == "deployed" and installed["revision"] == 1
 
-        servers = {f'demo-gym-checkpoint-{name}' for name in
-                   ('inference-worker', 'policy-model', 'workplace-assistant', 'simple-agent', 'collection')}
-        assert names(api, f'/apis/apps/v1/namespaces/{NS}/statefulsets') == servers | {'demo-gym-checkpoint-s3'}
-        assert servers <= names(api, f'/api/v1/namespaces/{NS}/services')
-        assert {f'{name}-headless' for name in servers} <= names(api, f'/api/v1/namespaces/{NS}/services')
-        assert {f'{name}-config' for name in servers} <= names(api, f'/api/v1/namespaces/{NS}/configmaps')
-        assert names(api, f'/apis/apps/v1/namespaces/{NS}/deployments') == {'demo-gym-checkpoint-operator'}
-        assert names(api, f'/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles') == {'demo-gym-checkpoint-operator'}
-        assert 'demo-gym-checkpoint-operator' in names(api, f'/api/v1/namespaces/{NS}/serviceaccounts')
-        secrets = names(api, f'/api/v1/namespaces/{NS}/secrets')
-        assert {'demo-gym-checkpoint-control', 'demo-gym-checkpoint-session', 'demo-gym-checkpoint-s3',
-                'sh.helm.release.v1.demo.v1'} <= secrets
-        assert names(api, '/apis/apiextensions.k8s.io/v1/customresourcedefinitions') == \
-            {'checkpoints.gym-checkpoint.dev', 'restores.gym-checkpoint.dev'}
-        assert api.get(f'/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpoints').status_code == 200
+        servers = {
+            f"demo-gym-checkpoint-{name}"
+            for name in ("inference-worker", "policy-model", "workplace-assistant", "simple-agent", "collection")
+        }
+        assert names(api, f"/apis/apps/v1/namespaces/{NS}/statefulsets") == servers | {"demo-gym-checkpoint-s3"}
+        assert servers <= names(api, f"/api/v1/namespaces/{NS}/services")
+        assert {f"{name}-headless" for name in servers} <= names(api, f"/api/v1/namespaces/{NS}/services")
+        assert {f"{name}-config" for name in servers} <= names(api, f"/api/v1/namespaces/{NS}/configmaps")
+        assert names(api, f"/apis/apps/v1/namespaces/{NS}/deployments") == {"demo-gym-checkpoint-operator"}
+        assert names(api, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles") == {
+            "demo-gym-checkpoint-operator"
+        }
+        assert "demo-gym-checkpoint-operator" in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
+        secrets = names(api, f"/api/v1/namespaces/{NS}/secrets")
+        assert {
+            "demo-gym-checkpoint-control",
+            "demo-gym-checkpoint-session",
+            "demo-gym-checkpoint-s3",
+            "sh.helm.release.v1.demo.v1",
+        } <= secrets
+        assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
+            "checkpoints.gym-checkpoint.dev",
+            "restores.gym-checkpoint.dev",
+        }
+        assert api.get(f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpoints").status_code == 200
 
-        token = api.get(f'/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-control').json()['data']['token']
-        session = api.get(f'/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-session').json()['data']['secret']
-        upgraded = helm_call(cfg, 'helm_upgrade', 'demo', {'operator': {'logLevel': 'debug'}})
-        assert upgraded['revision'] == 2
-        assert api.get(f'/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-control').json()['data']['token'] == token
-        assert api.get(f'/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-session').json()['data']['secret'] == session
-        operator = api.get(f'/apis/apps/v1/namespaces/{NS}/deployments/demo-gym-checkpoint-operator').json()
-        assert '--verbose' in operator['spec']['template']['spec']['containers'][0]['command']
-        assert operator['metadata']['generation'] == 2
-        releases = {(r['name'], r['revision'], r['status']) for r in cfg.history('demo')}
-        assert releases == {('demo', 1, 'superseded'), ('demo', 2, 'deployed')}
+        token = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-control").json()["data"]["token"]
+        session = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-session").json()["data"]["secret"]
+        upgraded = helm_call(cfg, "helm_upgrade", "demo", {"operator": {"logLevel": "debug"}})
+        assert upgraded["revision"] == 2
+        assert api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-control").json()["data"]["token"] == token
+        assert (
+            api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-session").json()["data"]["secret"] == session
+        )
+        operator = api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/demo-gym-checkpoint-operator").json()
+        assert "--verbose" in operator["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert operator["metadata"]["generation"] == 2
+        releases = {(r["name"], r["revision"], r["status"]) for r in cfg.history("demo")}
+        assert releases == {("demo", 1, "superseded"), ("demo", 2, "deployed")}
 
-        cfg.uninstall('demo')
-        assert names(api, f'/apis/apps/v1/namespaces/{NS}/statefulsets') == set()
-        assert names(api, f'/apis/apps/v1/namespaces/{NS}/deployments') == set()
-        assert not servers & names(api, f'/api/v1/namespaces/{NS}/services')
-        assert names(api, f'/api/v1/namespaces/{NS}/secrets') == set()
-        assert names(api, '/apis/apiextensions.k8s.io/v1/customresourcedefinitions') == \
-            {'checkpoints.gym-checkpoint.dev', 'restores.gym-checkpoint.dev'}  # CRDs stay, as in Helm
+        cfg.uninstall("demo")
+        assert names(api, f"/apis/apps/v1/namespaces/{NS}/statefulsets") == set()
+        assert names(api, f"/apis/apps/v1/namespaces/{NS}/deployments") == set()
+        assert not servers & names(api, f"/api/v1/namespaces/{NS}/services")
+        assert names(api, f"/api/v1/namespaces/{NS}/secrets") == set()
+        assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
+            "checkpoints.gym-checkpoint.dev",
+            "restores.gym-checkpoint.dev",
+        }  # CRDs stay, as in Helm
     finally:
         api.close()
         cfg.close()
@@ -89,33 +119,34 @@ def test_kubectl_applies_the_notes_examples_after_install(kemu: Any, kubectl: An
     """The Checkpoint and Restore of NOTES.txt are accepted by the installed CRDs."""
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     try:
-        notes = helm_call(cfg, 'helm_install', 'demo', {'storage': {'embedded': {'enabled': False}}})['notes']
+        notes = helm_call(cfg, "helm_install", "demo", {"storage": {"embedded": {"enabled": False}}})["notes"]
     finally:
         cfg.close()
-    blocks = [block.split('  YAML')[0] for block in notes.split("<<'YAML' | kubectl apply -n default -f -\n")[1:]]
+    blocks = [block.split("  YAML")[0] for block in notes.split("<<'YAML' | kubectl apply -n default -f -\n")[1:]]
     assert len(blocks) == 2
     for block in blocks:
-        manifest = '\n'.join(line[2:] for line in block.splitlines())
-        kubectl('apply', '-f', '-', input=manifest)
-    out = kubectl('get', 'checkpoints,restores').stdout
-    assert 'ckpt-1' in out and 'restore-1' in out
+        manifest = "\n".join(line[2:] for line in block.splitlines())
+        kubectl("apply", "-f", "-", input=manifest)
+    out = kubectl("get", "checkpoints,restores").stdout
+    assert "ckpt-1" in out and "restore-1" in out
 
 
 def test_helm_validates_manifests_against_the_servers_schema(kemu: Any, tmp_path: Path) -> None:
     """Helm 4 installs with server-side apply, which refuses a field the CRD does not declare as a real API server
     does (structured-merge-diff: `failed to create typed patch object ...: .spec.x: field not declared in schema`)."""
-    chart = tmp_path / 'typo'
-    (chart / 'templates').mkdir(parents=True)
-    (chart / 'crds').mkdir()
-    (chart / 'Chart.yaml').write_text('apiVersion: v2\nname: typo\nversion: 0.1.0\n')
-    (chart / 'crds' / 'checkpoints.yaml').write_text((CHART / 'crds' / 'checkpoints.yaml').read_text())
-    (chart / 'templates' / 'checkpoint.yaml').write_text(
-        'apiVersion: gym-checkpoint.dev/v1alpha1\nkind: Checkpoint\nmetadata:\n  name: typo\n'
-        'spec:\n  prepareTimeoutSecond: 30\n')
+    chart = tmp_path / "typo"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "crds").mkdir()
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: typo\nversion: 0.1.0\n")
+    (chart / "crds" / "checkpoints.yaml").write_text((CHART / "crds" / "checkpoints.yaml").read_text())
+    (chart / "templates" / "checkpoint.yaml").write_text(
+        "apiVersion: gym-checkpoint.dev/v1alpha1\nkind: Checkpoint\nmetadata:\n  name: typo\n"
+        "spec:\n  prepareTimeoutSecond: 30\n"
+    )
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     try:
         with pytest.raises(Exception) as failure:
-            helm_call(cfg, 'helm_install', 'typo', {}, chart=chart)
+            helm_call(cfg, "helm_install", "typo", {}, chart=chart)
     finally:
         cfg.close()
-    assert '.spec.prepareTimeoutSecond: field not declared in schema' in str(failure.value)
+    assert ".spec.prepareTimeoutSecond: field not declared in schema" in str(failure.value)

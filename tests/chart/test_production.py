@@ -1,5 +1,6 @@
 """What a production install needs, read off the rendered chart: a store reachable only through S3, network
 policies, identity, disruption budgets, upgrade hooks, checksums, drains, portability, rollouts."""
+
 from __future__ import annotations
 
 import base64
@@ -7,25 +8,27 @@ import hashlib
 from typing import Any
 
 import pytest
-
 from tests.chart.test_render import VARIANTS, by_kind, env_of
 
 pytestmark = pytest.mark.k8s
 
-helm = pytest.importorskip('helm_python')
+helm = pytest.importorskip("helm_python")
 
-PARTICIPANTS = {'policy-model', 'workplace-assistant', 'simple-agent', 'collection'}
+PARTICIPANTS = {"policy-model", "workplace-assistant", "simple-agent", "collection"}
 
 
 def pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every pod template by workload name (StatefulSets, Deployments, Jobs)."""
-    return {doc['metadata']['name']: doc['spec']['template'] for doc in docs
-            if doc['kind'] in ('StatefulSet', 'Deployment', 'Job')}
+    return {
+        doc["metadata"]["name"]: doc["spec"]["template"]
+        for doc in docs
+        if doc["kind"] in ("StatefulSet", "Deployment", "Job")
+    }
 
 
 def refused(helm_chart: Any, values: dict[str, Any]) -> str:
     with pytest.raises(helm.HelmError) as caught:
-        helm_chart.render(values, name='demo', namespace='prod')
+        helm_chart.render(values, name="demo", namespace="prod")
     return str(caught.value)
 
 
@@ -33,236 +36,298 @@ def refused(helm_chart: Any, values: dict[str, Any]) -> str:
 
 
 def test_seaweedfs_listens_on_loopback_only_behind_a_forwarder(render: Any) -> None:
-    store = by_kind(render(), 'StatefulSet')['demo-gym-checkpoint-s3']
-    weed, forwarder = store['spec']['template']['spec']['containers']
-    args = weed['args']
-    assert '-ip=127.0.0.1' in args and '-ip.bind=127.0.0.1' in args
-    assert not [a for a in args if '0.0.0.0' in a or a.startswith(('-s3.ip.bind', '-master.ip', '-filer.ip'))]
-    assert '-s3.port=8334' in args and '-s3.port.iceberg=0' in args and '-s3.port.lance=0' in args
-    assert forwarder['command'] == ['gymckpt', 'forward', '--listen', '0.0.0.0:8333', '--to', '127.0.0.1:8334',
-                                    '--create-bucket', 'gym-checkpoints']
-    assert forwarder['readinessProbe']['httpGet'] == {'path': '/healthz', 'port': 's3'}
-    assert store['spec']['template']['spec']['terminationGracePeriodSeconds'] == 60
+    store = by_kind(render(), "StatefulSet")["demo-gym-checkpoint-s3"]
+    weed, forwarder = store["spec"]["template"]["spec"]["containers"]
+    args = weed["args"]
+    assert "-ip=127.0.0.1" in args and "-ip.bind=127.0.0.1" in args
+    assert not [a for a in args if "0.0.0.0" in a or a.startswith(("-s3.ip.bind", "-master.ip", "-filer.ip"))]
+    assert "-s3.port=8334" in args and "-s3.port.iceberg=0" in args and "-s3.port.lance=0" in args
+    assert forwarder["command"] == [
+        "gymckpt",
+        "forward",
+        "--listen",
+        "0.0.0.0:8333",
+        "--to",
+        "127.0.0.1:8334",
+        "--create-bucket",
+        "gym-checkpoints",
+    ]
+    assert forwarder["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "s3"}
+    assert store["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
 
 
-@pytest.mark.parametrize(('variant', 'volumes', 'size_mb'), [('defaults', 18, 512), ('big-embedded-store', 921, 1024)])
+@pytest.mark.parametrize(("variant", "volumes", "size_mb"), [("defaults", 18, 512), ("big-embedded-store", 921, 1024)])
 def test_store_capacity_follows_the_volume_size(render: Any, variant: str, volumes: int, size_mb: int) -> None:
-    store = by_kind(render(VARIANTS[variant]), 'StatefulSet')['demo-gym-checkpoint-s3']
-    args = store['spec']['template']['spec']['containers'][0]['args']
-    assert f'-volume.max={volumes}' in args and f'-master.volumeSizeLimitMB={size_mb}' in args
-    claim = store['spec']['volumeClaimTemplates'][0]['spec']
-    size = claim['resources']['requests']['storage']
-    mib = int(size[:-2]) * {'Mi': 1, 'Gi': 1024, 'Ti': 1024 ** 2}[size[-2:]]
+    store = by_kind(render(VARIANTS[variant]), "StatefulSet")["demo-gym-checkpoint-s3"]
+    args = store["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"-volume.max={volumes}" in args and f"-master.volumeSizeLimitMB={size_mb}" in args
+    claim = store["spec"]["volumeClaimTemplates"][0]["spec"]
+    size = claim["resources"]["requests"]["storage"]
+    mib = int(size[:-2]) * {"Mi": 1, "Gi": 1024, "Ti": 1024**2}[size[-2:]]
     assert volumes * size_mb <= 0.9 * mib < (volumes + 1) * size_mb
-    if variant == 'big-embedded-store':
-        assert claim['storageClassName'] == 'standard-rwo'
+    if variant == "big-embedded-store":
+        assert claim["storageClassName"] == "standard-rwo"
 
 
 def test_store_has_a_headless_governing_service(render: Any) -> None:
     docs = render()
-    store = by_kind(docs, 'StatefulSet')['demo-gym-checkpoint-s3']
-    headless = by_kind(docs, 'Service')[store['spec']['serviceName']]
-    assert headless['metadata']['name'] == 'demo-gym-checkpoint-s3-headless' and headless['spec']['clusterIP'] == 'None'
-    assert by_kind(docs, 'Service')['demo-gym-checkpoint-s3']['spec'].get('clusterIP') != 'None'
+    store = by_kind(docs, "StatefulSet")["demo-gym-checkpoint-s3"]
+    headless = by_kind(docs, "Service")[store["spec"]["serviceName"]]
+    assert headless["metadata"]["name"] == "demo-gym-checkpoint-s3-headless" and headless["spec"]["clusterIP"] == "None"
+    assert by_kind(docs, "Service")["demo-gym-checkpoint-s3"]["spec"].get("clusterIP") != "None"
 
 
 def test_a_store_too_small_for_its_volumes_is_refused(helm_chart: Any) -> None:
-    message = refused(helm_chart, {'storage': {'embedded': {'persistence': {'size': '2Gi'}}}})
-    assert 'holds only 3 SeaweedFS volumes of 512 MB' in message
+    message = refused(helm_chart, {"storage": {"embedded": {"persistence": {"size": "2Gi"}}}})
+    assert "holds only 3 SeaweedFS volumes of 512 MB" in message
 
 
 def test_in_cluster_keys_are_never_sent_to_an_external_endpoint(helm_chart: Any) -> None:
-    message = refused(helm_chart, {'storage': {'s3': {'endpoint': 'https://s3.example.com'}}})
-    assert "would send the in-cluster store's keys to that endpoint" in message and 'storage.embedded.enabled=false' in message
+    message = refused(helm_chart, {"storage": {"s3": {"endpoint": "https://s3.example.com"}}})
+    assert (
+        "would send the in-cluster store's keys to that endpoint" in message
+        and "storage.embedded.enabled=false" in message
+    )
 
 
 # --- network policy -------------------------------------------------------------------------------------
 
 
 def test_network_policies_fence_control_ports_to_the_operator(render: Any) -> None:
-    docs = render(VARIANTS['network-policy-extra-peers'])
-    policies = by_kind(docs, 'NetworkPolicy')
-    release = {'app.kubernetes.io/name': 'gym-checkpoint', 'app.kubernetes.io/instance': 'demo'}
-    servers = policies['demo-gym-checkpoint-servers']['spec']
-    assert servers['podSelector']['matchLabels'] == {**release, 'gym-checkpoint.dev/workload': 'server'}
-    data, control = servers['ingress']
-    assert data['ports'] == [{'port': 'http', 'protocol': 'TCP'}]
-    assert data['from'] == [{'podSelector': {'matchLabels': release}},
-                            {'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'monitoring'}}}]
-    assert control == {'from': [{'podSelector': {'matchLabels': {**release, 'app.kubernetes.io/component': 'operator'}}}],
-                       'ports': [{'port': 'control', 'protocol': 'TCP'}]}
-    store = policies['demo-gym-checkpoint-object-store']['spec']
-    assert store['podSelector']['matchLabels'] == {**release, 'app.kubernetes.io/component': 'object-store'}
-    assert store['ingress'] == [{'from': [{'podSelector': {'matchLabels': release}},
-                                          {'podSelector': {'matchLabels': {'app': 'backup'}}}],
-                                 'ports': [{'port': 's3', 'protocol': 'TCP'}]}]
+    docs = render(VARIANTS["network-policy-extra-peers"])
+    policies = by_kind(docs, "NetworkPolicy")
+    release = {"app.kubernetes.io/name": "gym-checkpoint", "app.kubernetes.io/instance": "demo"}
+    servers = policies["demo-gym-checkpoint-servers"]["spec"]
+    assert servers["podSelector"]["matchLabels"] == {**release, "gym-checkpoint.dev/workload": "server"}
+    data, control = servers["ingress"]
+    assert data["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert data["from"] == [
+        {"podSelector": {"matchLabels": release}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+    ]
+    assert control == {
+        "from": [{"podSelector": {"matchLabels": {**release, "app.kubernetes.io/component": "operator"}}}],
+        "ports": [{"port": "control", "protocol": "TCP"}],
+    }
+    store = policies["demo-gym-checkpoint-object-store"]["spec"]
+    assert store["podSelector"]["matchLabels"] == {**release, "app.kubernetes.io/component": "object-store"}
+    assert store["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": release}}, {"podSelector": {"matchLabels": {"app": "backup"}}}],
+            "ports": [{"port": "s3", "protocol": "TCP"}],
+        }
+    ]
     # every server pod is selected, and names both ports the policy refers to; the operator's pod matches
     for name, pod in pods(docs).items():
-        labels = pod['metadata']['labels']
-        if labels.get('gym-checkpoint.dev/workload') == 'server':
-            assert {p['name'] for p in pod['spec']['containers'][0]['ports']} == {'http', 'control'}, name
-    assert by_kind(docs, 'Deployment')['demo-gym-checkpoint-operator']['spec']['template']['metadata']['labels'][
-        'app.kubernetes.io/component'] == 'operator'
-    assert not by_kind(render(VARIANTS['no-network-policy-no-pdb']), 'NetworkPolicy')
+        labels = pod["metadata"]["labels"]
+        if labels.get("gym-checkpoint.dev/workload") == "server":
+            assert {p["name"] for p in pod["spec"]["containers"][0]["ports"]} == {"http", "control"}, name
+    assert (
+        by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["metadata"]["labels"][
+            "app.kubernetes.io/component"
+        ]
+        == "operator"
+    )
+    assert not by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "NetworkPolicy")
 
 
 # --- identity --------------------------------------------------------------------------------------------
 
 
 def test_servers_run_as_their_own_service_account(render: Any) -> None:
-    docs = render(VARIANTS['aws-irsa'])
-    account = by_kind(docs, 'ServiceAccount')['demo-gym-checkpoint-server']
-    assert account['metadata']['annotations'] == {'eks.amazonaws.com/role-arn': 'arn:aws:iam::123456789012:role/gym'}
-    assert account['automountServiceAccountToken'] is False
-    assert 'demo-gym-checkpoint-s3' not in by_kind(docs, 'Secret')  # no static keys at all
+    docs = render(VARIANTS["aws-irsa"])
+    account = by_kind(docs, "ServiceAccount")["demo-gym-checkpoint-server"]
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}
+    assert account["automountServiceAccountToken"] is False
+    assert "demo-gym-checkpoint-s3" not in by_kind(docs, "Secret")  # no static keys at all
     for name, pod in pods(docs).items():
-        if name == 'demo-gym-checkpoint-operator':
+        if name == "demo-gym-checkpoint-operator":
             continue
-        assert pod['spec']['serviceAccountName'] == 'demo-gym-checkpoint-server'
-        env = env_of(pod['spec']['containers'][0])
-        assert 'AWS_ACCESS_KEY_ID' not in env and 'AWS_ENDPOINT_URL' not in env  # boto3's web identity from IRSA
-        assert env['AWS_REGION']['value'] == 'us-west-2'
-    gke = render(VARIANTS['gke-workload-identity'])
-    assert by_kind(gke, 'ServiceAccount')['gym-ksa']['metadata']['annotations'] == {
-        'iam.gke.io/gcp-service-account': 'gym@p.iam.gserviceaccount.com'}
-    assert env_of(pods(gke)['demo-gym-checkpoint-policy-model']['spec']['containers'][0])['AWS_ENDPOINT_URL']['value'] == \
-        'https://storage.googleapis.com'
-    assert all(pod['spec']['serviceAccountName'] == 'gym-ksa' for name, pod in pods(gke).items()
-               if name != 'demo-gym-checkpoint-operator')
+        assert pod["spec"]["serviceAccountName"] == "demo-gym-checkpoint-server"
+        env = env_of(pod["spec"]["containers"][0])
+        assert "AWS_ACCESS_KEY_ID" not in env and "AWS_ENDPOINT_URL" not in env  # boto3's web identity from IRSA
+        assert env["AWS_REGION"]["value"] == "us-west-2"
+    gke = render(VARIANTS["gke-workload-identity"])
+    assert by_kind(gke, "ServiceAccount")["gym-ksa"]["metadata"]["annotations"] == {
+        "iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"
+    }
+    assert (
+        env_of(pods(gke)["demo-gym-checkpoint-policy-model"]["spec"]["containers"][0])["AWS_ENDPOINT_URL"]["value"]
+        == "https://storage.googleapis.com"
+    )
+    assert all(
+        pod["spec"]["serviceAccountName"] == "gym-ksa"
+        for name, pod in pods(gke).items()
+        if name != "demo-gym-checkpoint-operator"
+    )
 
 
 # --- disruption, upgrades, checksums, drains ------------------------------------------------------------------
 
 
 def test_a_disruption_budget_per_participant(render: Any) -> None:
-    budgets = by_kind(render(), 'PodDisruptionBudget')
-    assert set(budgets) == {f'demo-gym-checkpoint-{name}' for name in PARTICIPANTS}
+    budgets = by_kind(render(), "PodDisruptionBudget")
+    assert set(budgets) == {f"demo-gym-checkpoint-{name}" for name in PARTICIPANTS}
     for name, budget in budgets.items():
-        assert budget['spec']['maxUnavailable'] == 0 and budget['spec']['unhealthyPodEvictionPolicy'] == 'AlwaysAllow'
-        assert budget['spec']['selector']['matchLabels']['app.kubernetes.io/component'] == name.removeprefix('demo-gym-checkpoint-')
-    assert not by_kind(render(VARIANTS['no-network-policy-no-pdb']), 'PodDisruptionBudget')
+        assert budget["spec"]["maxUnavailable"] == 0 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name.removeprefix(
+            "demo-gym-checkpoint-"
+        )
+    assert not by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "PodDisruptionBudget")
 
 
 def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
-    docs = render(VARIANTS['upgrade-checkpoint-and-restore'])
-    jobs = by_kind(docs, 'Job')
-    pre, post = jobs['demo-gym-checkpoint-pre-upgrade'], jobs['demo-gym-checkpoint-post-upgrade']
-    assert pre['metadata']['annotations']['helm.sh/hook'] == 'pre-upgrade'
-    assert post['metadata']['annotations']['helm.sh/hook'] == 'post-upgrade'
-    pre_cmd = pre['spec']['template']['spec']['containers'][0]['command']
-    assert pre_cmd[:4] == ['gymckpt', 'cluster', 'checkpoint', 'demo-gym-checkpoint-upgrade-r1']
-    post_cmd = post['spec']['template']['spec']['containers'][0]['command']
-    assert post_cmd[:3] == ['gymckpt', 'cluster', 'restore']
-    assert post_cmd[post_cmd.index('--from') + 1] == 'demo-gym-checkpoint-upgrade-r1'
+    docs = render(VARIANTS["upgrade-checkpoint-and-restore"])
+    jobs = by_kind(docs, "Job")
+    pre, post = jobs["demo-gym-checkpoint-pre-upgrade"], jobs["demo-gym-checkpoint-post-upgrade"]
+    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-upgrade"
+    pre_cmd = pre["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert pre_cmd[:4] == ["gymckpt", "cluster", "checkpoint", "demo-gym-checkpoint-upgrade-r1"]
+    post_cmd = post["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert post_cmd[:3] == ["gymckpt", "cluster", "restore"]
+    assert post_cmd[post_cmd.index("--from") + 1] == "demo-gym-checkpoint-upgrade-r1"
     # how many pods to wait for comes from the StatefulSets' replicas in the cluster, not from a count of servers
-    assert '--pods' not in post_cmd and post_cmd[post_cmd.index('--wait-pods') + 1].endswith(',gym-checkpoint.dev/participant')
-    assert post_cmd[post_cmd.index('--pods-annotation') + 1] == 'gym-checkpoint.dev/release-revision=1'
-    assert '--allow-failure' not in pre_cmd
+    assert "--pods" not in post_cmd and post_cmd[post_cmd.index("--wait-pods") + 1].endswith(
+        ",gym-checkpoint.dev/participant"
+    )
+    assert post_cmd[post_cmd.index("--pods-annotation") + 1] == "gym-checkpoint.dev/release-revision=1"
+    assert "--allow-failure" not in pre_cmd
     for job in (pre, post):
-        assert job['spec']['backoffLimit'] == 0 and job['spec']['template']['spec']['serviceAccountName'] == 'demo-gym-checkpoint-upgrade'
-    role = by_kind(docs, 'Role')['demo-gym-checkpoint-upgrade']
-    assert role['rules'] == [{'apiGroups': ['gym-checkpoint.dev'], 'resources': ['checkpoints', 'restores'], 'verbs': ['create', 'get']},
-                             {'apiGroups': [''], 'resources': ['pods'], 'verbs': ['list']},
-                             {'apiGroups': ['apps'], 'resources': ['statefulsets'], 'verbs': ['list']}]
+        assert (
+            job["spec"]["backoffLimit"] == 0
+            and job["spec"]["template"]["spec"]["serviceAccountName"] == "demo-gym-checkpoint-upgrade"
+        )
+    role = by_kind(docs, "Role")["demo-gym-checkpoint-upgrade"]
+    assert role["rules"] == [
+        {"apiGroups": ["gym-checkpoint.dev"], "resources": ["checkpoints", "restores"], "verbs": ["create", "get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
+    ]
     # every server pod carries the revision, so each upgrade replaces all of them before the restore
-    servers = [pod for pod in pods(docs).values() if pod['metadata']['labels'].get('gym-checkpoint.dev/workload') == 'server']
-    assert len(servers) == 5 and all(p['metadata']['annotations']['gym-checkpoint.dev/release-revision'] == '1' for p in servers)
+    servers = [
+        pod for pod in pods(docs).values() if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server"
+    ]
+    assert len(servers) == 5 and all(
+        p["metadata"]["annotations"]["gym-checkpoint.dev/release-revision"] == "1" for p in servers
+    )
 
-    only = render(VARIANTS['upgrade-checkpoint-only-never-blocking'])
-    assert set(by_kind(only, 'Job')) == {'demo-gym-checkpoint-pre-upgrade'}
-    assert '--allow-failure' in by_kind(only, 'Job')['demo-gym-checkpoint-pre-upgrade']['spec']['template']['spec']['containers'][0]['command']
-    assert not any('gym-checkpoint.dev/release-revision' in p['metadata'].get('annotations', {}) for p in pods(only).values())
-    assert not by_kind(render(), 'Job')
+    only = render(VARIANTS["upgrade-checkpoint-only-never-blocking"])
+    assert set(by_kind(only, "Job")) == {"demo-gym-checkpoint-pre-upgrade"}
+    assert (
+        "--allow-failure"
+        in by_kind(only, "Job")["demo-gym-checkpoint-pre-upgrade"]["spec"]["template"]["spec"]["containers"][0][
+            "command"
+        ]
+    )
+    assert not any(
+        "gym-checkpoint.dev/release-revision" in p["metadata"].get("annotations", {}) for p in pods(only).values()
+    )
+    assert not by_kind(render(), "Job")
 
 
 def test_pods_roll_when_a_secret_value_changes(render: Any) -> None:
     def checksums(values: dict[str, Any]) -> set[str]:
-        return {pod['metadata']['annotations']['checksum/secrets'] for name, pod in pods(render(values)).items()}
+        return {pod["metadata"]["annotations"]["checksum/secrets"] for name, pod in pods(render(values)).items()}
 
-    fixed = {'controlToken': {'value': 'a' * 32}, 'sessionSecret': {'value': 'b' * 32},
-             'storage': {'s3': {'accessKeyId': 'AKIA0000', 'secretAccessKey': 'secret0000'}}}
+    fixed = {
+        "controlToken": {"value": "a" * 32},
+        "sessionSecret": {"value": "b" * 32},
+        "storage": {"s3": {"accessKeyId": "AKIA0000", "secretAccessKey": "secret0000"}},
+    }
     (one,) = checksums(fixed)  # one checksum shared by every workload
     assert checksums(fixed) == {one}
-    assert checksums({**fixed, 'controlToken': {'value': 'c' * 32}}) != {one}
-    assert checksums({**fixed, 'storage': {'s3': {'accessKeyId': 'AKIA0001', 'secretAccessKey': 'secret0000'}}}) != {one}
+    assert checksums({**fixed, "controlToken": {"value": "c" * 32}}) != {one}
+    assert checksums({**fixed, "storage": {"s3": {"accessKeyId": "AKIA0001", "secretAccessKey": "secret0000"}}}) != {
+        one
+    }
     # it is the digest of the very values the Secrets hold (generated ones too)
     docs = render()
-    secrets = by_kind(docs, 'Secret')
-    parts = [secrets['demo-gym-checkpoint-control']['data']['token'], secrets['demo-gym-checkpoint-session']['data']['secret'],
-             secrets['demo-gym-checkpoint-s3']['data']['AWS_ACCESS_KEY_ID'], secrets['demo-gym-checkpoint-s3']['data']['AWS_SECRET_ACCESS_KEY']]
+    secrets = by_kind(docs, "Secret")
+    parts = [
+        secrets["demo-gym-checkpoint-control"]["data"]["token"],
+        secrets["demo-gym-checkpoint-session"]["data"]["secret"],
+        secrets["demo-gym-checkpoint-s3"]["data"]["AWS_ACCESS_KEY_ID"],
+        secrets["demo-gym-checkpoint-s3"]["data"]["AWS_SECRET_ACCESS_KEY"],
+    ]
     assert base64.b64decode(parts[0]).decode().isalnum()
-    expected = hashlib.sha256('\n'.join(parts).encode()).hexdigest()
-    assert {pod['metadata']['annotations']['checksum/secrets'] for pod in pods(docs).values()} == {expected}
+    expected = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    assert {pod["metadata"]["annotations"]["checksum/secrets"] for pod in pods(docs).values()} == {expected}
 
 
 def test_termination_grace_covers_the_drain_and_updates_can_wait(render: Any) -> None:
-    docs = render(VARIANTS['on-delete-updates-long-drain'])
-    for sts in by_kind(docs, 'StatefulSet').values():
-        if sts['metadata']['name'] == 'demo-gym-checkpoint-s3':
+    docs = render(VARIANTS["on-delete-updates-long-drain"])
+    for sts in by_kind(docs, "StatefulSet").values():
+        if sts["metadata"]["name"] == "demo-gym-checkpoint-s3":
             continue
-        pod = sts['spec']['template']
-        assert sts['spec']['updateStrategy'] == {'type': 'OnDelete'}
-        assert pod['spec']['terminationGracePeriodSeconds'] == 315
-        command = pod['spec']['containers'][0]['command']
-        assert command[command.index('--drain-timeout') + 1] == '300'
-        assert command[command.index('--control-port') + 1] == '9100'
-        assert pod['metadata']['annotations']['gym-checkpoint.dev/control-port'] == '9100'
+        pod = sts["spec"]["template"]
+        assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+        assert pod["spec"]["terminationGracePeriodSeconds"] == 315
+        command = pod["spec"]["containers"][0]["command"]
+        assert command[command.index("--drain-timeout") + 1] == "300"
+        assert command[command.index("--control-port") + 1] == "9100"
+        assert pod["metadata"]["annotations"]["gym-checkpoint.dev/control-port"] == "9100"
 
 
 # --- portability -------------------------------------------------------------------------------------------
 
 
 def test_uids_can_be_left_to_the_platform(render: Any) -> None:
-    docs = render(VARIANTS['openshift-assigned-uids'])
+    docs = render(VARIANTS["openshift-assigned-uids"])
     for name, pod in pods(docs).items():
-        context = pod['spec']['securityContext']
-        assert context['runAsNonRoot'] is True and not {'runAsUser', 'runAsGroup', 'fsGroup'} & set(context), name
-        for container in pod['spec']['containers']:
-            assert not {'runAsUser', 'runAsGroup'} & set(container['securityContext']), name
+        context = pod["spec"]["securityContext"]
+        assert context["runAsNonRoot"] is True and not {"runAsUser", "runAsGroup", "fsGroup"} & set(context), name
+        for container in pod["spec"]["containers"]:
+            assert not {"runAsUser", "runAsGroup"} & set(container["securityContext"]), name
 
 
 def test_scheduling_reaches_servers_operator_and_store(render: Any) -> None:
-    docs = render(VARIANTS['scheduling-everywhere'])
+    docs = render(VARIANTS["scheduling-everywhere"])
     for name, pod in pods(docs).items():
-        spec = pod['spec']
-        assert spec['priorityClassName'] == 'rl-high' and spec['nodeSelector'] == {'pool': 'rollouts'}, name
-        assert spec['tolerations'] == [{'key': 'gpu', 'operator': 'Exists', 'effect': 'NoSchedule'}]
-        assert 'nodeAffinity' in spec['affinity']
-        if pod['metadata']['labels'].get('gym-checkpoint.dev/workload') == 'server':
-            assert spec['topologySpreadConstraints'][0]['topologyKey'] == 'kubernetes.io/hostname'
+        spec = pod["spec"]
+        assert spec["priorityClassName"] == "rl-high" and spec["nodeSelector"] == {"pool": "rollouts"}, name
+        assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert "nodeAffinity" in spec["affinity"]
+        if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server":
+            assert spec["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
 
 
 def test_pod_metadata_env_and_volumes(render: Any) -> None:
-    docs = render(VARIANTS['pod-metadata-env-volumes'])
+    docs = render(VARIANTS["pod-metadata-env-volumes"])
     for name, pod in pods(docs).items():
-        assert pod['metadata']['labels']['team'] == 'rl', name
-        if pod['metadata']['labels'].get('gym-checkpoint.dev/workload') != 'server':
+        assert pod["metadata"]["labels"]["team"] == "rl", name
+        if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") != "server":
             continue
-        assert pod['metadata']['annotations']['prometheus.io/scrape'] == 'true'
-        container = pod['spec']['containers'][0]
-        assert env_of(container)['HF_HOME'] == {'name': 'HF_HOME', 'value': '/cache'}
-        assert {'name': 'cache', 'mountPath': '/cache'} in container['volumeMounts']
-        assert {'name': 'cache', 'emptyDir': {'sizeLimit': '1Gi'}} in pod['spec']['volumes']
-    store = pods(docs)['demo-gym-checkpoint-s3']
-    assert store['metadata']['annotations']['backup'] == 'yes'
+        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        container = pod["spec"]["containers"][0]
+        assert env_of(container)["HF_HOME"] == {"name": "HF_HOME", "value": "/cache"}
+        assert {"name": "cache", "mountPath": "/cache"} in container["volumeMounts"]
+        assert {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}} in pod["spec"]["volumes"]
+    store = pods(docs)["demo-gym-checkpoint-s3"]
+    assert store["metadata"]["annotations"]["backup"] == "yes"
 
 
 def test_image_digests_and_pull_secrets_everywhere(render: Any) -> None:
-    docs = render(VARIANTS['image-digest-pull-secrets'])
+    docs = render(VARIANTS["image-digest-pull-secrets"])
     for name, pod in pods(docs).items():
-        assert pod['spec']['imagePullSecrets'] == [{'name': 'regcred'}], name
-        for container in pod['spec']['containers']:
-            image = container['image']
-            assert image in ('registry.example.com/ml/gym-checkpoint@sha256:' + 'a' * 64,
-                             'chrislusf/seaweedfs@sha256:' + 'b' * 64), image
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}], name
+        for container in pod["spec"]["containers"]:
+            image = container["image"]
+            assert image in (
+                "registry.example.com/ml/gym-checkpoint@sha256:" + "a" * 64,
+                "chrislusf/seaweedfs@sha256:" + "b" * 64,
+            ), image
 
 
-@pytest.mark.parametrize(('variant', 'flag'), [('operator-debug-plain-logs', '--verbose'), ('operator-quiet', '--quiet')])
+@pytest.mark.parametrize(
+    ("variant", "flag"), [("operator-debug-plain-logs", "--verbose"), ("operator-quiet", "--quiet")]
+)
 def test_operator_log_level_and_format_reach_kopf(render: Any, variant: str, flag: str) -> None:
-    command = by_kind(render(VARIANTS[variant]), 'Deployment')['demo-gym-checkpoint-operator']['spec']['template'][
-        'spec']['containers'][0]['command']
+    command = by_kind(render(VARIANTS[variant]), "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"][
+        "spec"
+    ]["containers"][0]["command"]
     assert flag in command
-    assert command[command.index('--log-format') + 1] == ('plain' if 'plain' in variant else 'json')
+    assert command[command.index("--log-format") + 1] == ("plain" if "plain" in variant else "json")
 
 
 # --- rollouts on the cluster --------------------------------------------------------------------------------
@@ -270,36 +335,49 @@ def test_operator_log_level_and_format_reach_kopf(render: Any, variant: str, fla
 
 def test_the_collection_server_keeps_tasks_and_results_on_a_volume(render: Any) -> None:
     docs = render()
-    sts = by_kind(docs, 'StatefulSet')['demo-gym-checkpoint-collection']
-    container = sts['spec']['template']['spec']['containers'][0]
-    assert container['command'][2] == 'collection'
-    assert {'name': 'data', 'mountPath': '/data'} in container['volumeMounts']
-    assert sts['spec']['volumeClaimTemplates'][0]['spec']['resources']['requests']['storage'] == '5Gi'
-    config = by_kind(docs, 'ConfigMap')['demo-gym-checkpoint-collection-config']['data']['config.yaml']
-    assert 'data_dir: /data' in config and 'simple-agent: http://demo-gym-checkpoint-simple-agent.prod.svc:8000' in config
+    sts = by_kind(docs, "StatefulSet")["demo-gym-checkpoint-collection"]
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][2] == "collection"
+    assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    config = by_kind(docs, "ConfigMap")["demo-gym-checkpoint-collection-config"]["data"]["config.yaml"]
+    assert (
+        "data_dir: /data" in config and "simple-agent: http://demo-gym-checkpoint-simple-agent.prod.svc:8000" in config
+    )
 
 
 def test_rollouts_custom_and_disabled(render: Any) -> None:
-    docs = render(VARIANTS['rollouts-custom'])
-    sts = by_kind(docs, 'StatefulSet')['demo-gym-checkpoint-collector']
-    claim = sts['spec']['volumeClaimTemplates'][0]['spec']
-    assert claim['storageClassName'] == 'fast' and claim['resources']['requests']['storage'] == '50Gi'
-    assert sts['spec']['template']['spec']['containers'][0]['resources'] == {'requests': {'cpu': '1', 'memory': '1Gi'}}
-    config = by_kind(docs, 'ConfigMap')['demo-gym-checkpoint-collector-config']['data']['config.yaml']
-    assert 'workplace: http://demo-gym-checkpoint-simple-agent.prod.svc:8000' in config
-    assert 'default_agent: workplace' in config and 'request_timeout_s: 600' in config
-    assert by_kind(docs, 'Service')['demo-gym-checkpoint-collector']['spec']['ports'][0]['port'] == 9000
-    off = render(VARIANTS['rollouts-disabled'])
-    assert not [n for n in by_kind(off, 'StatefulSet') if 'collection' in n]
+    docs = render(VARIANTS["rollouts-custom"])
+    sts = by_kind(docs, "StatefulSet")["demo-gym-checkpoint-collector"]
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["storageClassName"] == "fast" and claim["resources"]["requests"]["storage"] == "50Gi"
+    assert sts["spec"]["template"]["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}
+    config = by_kind(docs, "ConfigMap")["demo-gym-checkpoint-collector-config"]["data"]["config.yaml"]
+    assert "workplace: http://demo-gym-checkpoint-simple-agent.prod.svc:8000" in config
+    assert "default_agent: workplace" in config and "request_timeout_s: 600" in config
+    assert by_kind(docs, "Service")["demo-gym-checkpoint-collector"]["spec"]["ports"][0]["port"] == 9000
+    off = render(VARIANTS["rollouts-disabled"])
+    assert not [n for n in by_kind(off, "StatefulSet") if "collection" in n]
 
 
-@pytest.mark.parametrize(('values', 'message'), [
-    ({'servers': [{'name': 'env', 'server': 'blackjack', 'role': 'environment'}]}, 'rollouts.enabled needs an agent'),
-    ({'rollouts': {'agents': {'a': 'nope'}}}, 'rollouts.agents.a names server "nope"'),
-    ({'rollouts': {'name': 'simple-agent'}}, 'the name "simple-agent" is used twice'),
-    ({'servers': [{'name': 'a', 'server': 'counter', 'role': 'resources', 'port': 8001}]}, 'port and controlPort are both 8001'),
-    ({'upgradeCheckpoint': {'enabled': True}, 'serverDefaults': {'updateStrategy': 'OnDelete'}},
-     'cannot work with serverDefaults.updateStrategy OnDelete'),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"servers": [{"name": "env", "server": "blackjack", "role": "environment"}]},
+            "rollouts.enabled needs an agent",
+        ),
+        ({"rollouts": {"agents": {"a": "nope"}}}, 'rollouts.agents.a names server "nope"'),
+        ({"rollouts": {"name": "simple-agent"}}, 'the name "simple-agent" is used twice'),
+        (
+            {"servers": [{"name": "a", "server": "counter", "role": "resources", "port": 8001}]},
+            "port and controlPort are both 8001",
+        ),
+        (
+            {"upgradeCheckpoint": {"enabled": True}, "serverDefaults": {"updateStrategy": "OnDelete"}},
+            "cannot work with serverDefaults.updateStrategy OnDelete",
+        ),
+    ],
+)
 def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: dict[str, Any], message: str) -> None:
     assert message in refused(helm_chart, values)

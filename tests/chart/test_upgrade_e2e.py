@@ -7,6 +7,7 @@ Helm builds hook objects with OpenAPI validation even when told to skip it, and 
 OpenAPI document; so this test plays Helm's part for the hooks: it renders them for the new revision, runs
 `helm upgrade` without hooks, and applies each hook in Helm's order (weight, then kind), waiting for the Jobs.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,106 +18,128 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
 from tests.chart.cluster import Cluster
 from tests.chart.test_helm_install import CHART, helm_call
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e]
 
-helm = pytest.importorskip('helm_python')
+helm = pytest.importorskip("helm_python")
 
-VALUES = {'servers': [{'name': 'counter', 'server': 'counter', 'role': 'resources'}], 'rollouts': {'enabled': False},
-          'upgradeCheckpoint': {'enabled': True, 'prepareTimeoutSeconds': 20, 'timeoutSeconds': 90}}
-POD = 'gym-gym-checkpoint-counter-0'
+VALUES = {
+    "servers": [{"name": "counter", "server": "counter", "role": "resources"}],
+    "rollouts": {"enabled": False},
+    "upgradeCheckpoint": {"enabled": True, "prepareTimeoutSeconds": 20, "timeoutSeconds": 90},
+}
+POD = "gym-gym-checkpoint-counter-0"
 
 
 def hooks(helm_chart: Any, values: dict[str, Any], revision: int, phase: str) -> list[dict[str, Any]]:
     """The chart's hook objects for ``phase`` ('pre-upgrade' or 'post-upgrade'), in the order Helm runs them."""
-    files = helm_chart.render(values, name='gym', namespace='default', revision=revision, is_upgrade=True)
-    docs = [doc for path, text in files.items() if not path.endswith('.txt') for doc in yaml.safe_load_all(text)
-            if isinstance(doc, dict)]
-    found = [doc for doc in docs if phase in doc['metadata'].get('annotations', {}).get('helm.sh/hook', '').split(',')]
-    return sorted(found, key=lambda d: (int(d['metadata']['annotations'].get('helm.sh/hook-weight', '0')), d['kind'] == 'Job'))
+    files = helm_chart.render(values, name="gym", namespace="default", revision=revision, is_upgrade=True)
+    docs = [
+        doc
+        for path, text in files.items()
+        if not path.endswith(".txt")
+        for doc in yaml.safe_load_all(text)
+        if isinstance(doc, dict)
+    ]
+    found = [doc for doc in docs if phase in doc["metadata"].get("annotations", {}).get("helm.sh/hook", "").split(",")]
+    return sorted(
+        found, key=lambda d: (int(d["metadata"]["annotations"].get("helm.sh/hook-weight", "0")), d["kind"] == "Job")
+    )
 
 
 def run_hooks(kubectl: Any, cluster: Cluster, objects: list[dict[str, Any]], timeout_s: float = 240) -> None:
     """Create each hook (deleting an earlier one: before-hook-creation) and wait for every Job to complete."""
     for obj in objects:
-        kind, name = obj['kind'].lower(), obj['metadata']['name']
-        kubectl('delete', kind, name, '--ignore-not-found=true')
-        kubectl('apply', '-f', '-', input=json.dumps(obj))
-        if obj['kind'] != 'Job':
+        kind, name = obj["kind"].lower(), obj["metadata"]["name"]
+        kubectl("delete", kind, name, "--ignore-not-found=true")
+        kubectl("apply", "-f", "-", input=json.dumps(obj))
+        if obj["kind"] != "Job":
             continue
         deadline = time.monotonic() + timeout_s
         while True:
-            conditions = json.loads(kubectl('get', 'job', name, '-o', 'json').stdout).get('status', {}).get('conditions', [])
-            done = {c['type'] for c in conditions if c['status'] == 'True'}
-            if 'Complete' in done:
+            conditions = (
+                json.loads(kubectl("get", "job", name, "-o", "json").stdout).get("status", {}).get("conditions", [])
+            )
+            done = {c["type"] for c in conditions if c["status"] == "True"}
+            if "Complete" in done:
                 break
-            assert 'Failed' not in done and time.monotonic() < deadline, cluster.job_log(name)
+            assert "Failed" not in done and time.monotonic() < deadline, cluster.job_log(name)
             time.sleep(0.5)
 
 
-def test_upgrade_checkpoints_replaces_pods_and_restores(kemu: Any, kubectl: Any, helm_chart: Any, tmp_path: Path) -> None:
-    cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace='default')
+def test_upgrade_checkpoints_replaces_pods_and_restores(
+    kemu: Any, kubectl: Any, helm_chart: Any, tmp_path: Path
+) -> None:
+    cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace="default")
     try:
-        with Cluster(kemu, tmp_path / 'cluster') as cluster:
-            assert helm_call(cfg, 'helm_install', 'gym', VALUES, timeout_seconds=60)['status'] == 'deployed'
+        with Cluster(kemu, tmp_path / "cluster") as cluster:
+            assert helm_call(cfg, "helm_install", "gym", VALUES, timeout_seconds=60)["status"] == "deployed"
             cluster.wait_ready(timeout_s=180)
-            assert not [name for name in cluster.pods if 'upgrade' in name]  # hooks run on upgrades only
+            assert not [name for name in cluster.pods if "upgrade" in name]  # hooks run on upgrades only
             url = cluster.local_url(POD)
             with httpx.Client(base_url=url) as http:
-                http.post('/seed_session', json={'start': 41}, headers={'x-ng-rollout-id': 'r1'}).raise_for_status()
+                http.post("/seed_session", json={"start": 41}, headers={"x-ng-rollout-id": "r1"}).raise_for_status()
                 cookies = dict(http.cookies)
             old_pid = cluster.pods[POD].procs[0].pid
 
-            new_values = {**VALUES, 'serverDefaults': {'logLevel': 'debug'}}
-            pre, post = (hooks(helm_chart, new_values, 2, phase) for phase in ('pre-upgrade', 'post-upgrade'))
-            assert [(d['kind'], d['metadata']['name']) for d in pre][-1] == ('Job', 'gym-gym-checkpoint-pre-upgrade')
+            new_values = {**VALUES, "serverDefaults": {"logLevel": "debug"}}
+            pre, post = (hooks(helm_chart, new_values, 2, phase) for phase in ("pre-upgrade", "post-upgrade"))
+            assert [(d["kind"], d["metadata"]["name"]) for d in pre][-1] == ("Job", "gym-gym-checkpoint-pre-upgrade")
             run_hooks(kubectl, cluster, pre)
             assert cluster.pods[POD].procs[0].pid == old_pid  # nothing replaced yet: the checkpoint came first
-            upgraded = helm_call(cfg, 'helm_upgrade', 'gym', new_values, timeout_seconds=60, disable_hooks=True)
-            assert upgraded['status'] == 'deployed' and upgraded['revision'] == 2
+            upgraded = helm_call(cfg, "helm_upgrade", "gym", new_values, timeout_seconds=60, disable_hooks=True)
+            assert upgraded["status"] == "deployed" and upgraded["revision"] == 2
             run_hooks(kubectl, cluster, post)
 
-            checkpoint = json.loads(kubectl('get', 'checkpoint', 'gym-gym-checkpoint-upgrade-r2', '-o', 'json').stdout)
-            assert checkpoint['status']['phase'] == 'Completed' and checkpoint['status']['participantCount'] == 1
-            assert checkpoint['metadata']['labels'] == {'app.kubernetes.io/instance': 'gym'}
-            restore = json.loads(kubectl('get', 'restore', 'gym-gym-checkpoint-upgrade-r2', '-o', 'json').stdout)
-            assert restore['status']['phase'] == 'Completed' and restore['status']['restoredEpisodes'] == 1
-            assert restore['spec']['checkpointRef'] == {'name': 'gym-gym-checkpoint-upgrade-r2'}
+            checkpoint = json.loads(kubectl("get", "checkpoint", "gym-gym-checkpoint-upgrade-r2", "-o", "json").stdout)
+            assert checkpoint["status"]["phase"] == "Completed" and checkpoint["status"]["participantCount"] == 1
+            assert checkpoint["metadata"]["labels"] == {"app.kubernetes.io/instance": "gym"}
+            restore = json.loads(kubectl("get", "restore", "gym-gym-checkpoint-upgrade-r2", "-o", "json").stdout)
+            assert restore["status"]["phase"] == "Completed" and restore["status"]["restoredEpisodes"] == 1
+            assert restore["spec"]["checkpointRef"] == {"name": "gym-gym-checkpoint-upgrade-r2"}
             # the pod was replaced by the upgrade (the revision annotation changed its template)
-            pod = json.loads(kubectl('get', 'pod', POD, '-o', 'json').stdout)
-            assert pod['metadata']['annotations']['gym-checkpoint.dev/release-revision'] == '2'
+            pod = json.loads(kubectl("get", "pod", POD, "-o", "json").stdout)
+            assert pod["metadata"]["annotations"]["gym-checkpoint.dev/release-revision"] == "2"
             assert cluster.pods[POD].procs[0].pid != old_pid
             with httpx.Client(base_url=cluster.local_url(POD), cookies=cookies) as http:
-                stale = http.post('/increment', json={'by': 1}, headers={'x-ng-rollout-id': 'r1', 'x-ng-attempt': '0'})
-                assert stale.status_code == 409 and stale.json()['error']['code'] == 'stale_attempt'
-                again = http.post('/increment', json={'by': 1}, headers={'x-ng-rollout-id': 'r1', 'x-ng-attempt': '1'})
-                assert again.json() == {'output': 42}
-            assert 'Checkpoint gym-gym-checkpoint-upgrade-r2: Completed' in cluster.job_log('gym-gym-checkpoint-pre-upgrade')
-            assert 'Restore gym-gym-checkpoint-upgrade-r2: Completed' in cluster.job_log('gym-gym-checkpoint-post-upgrade')
+                stale = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": "r1", "x-ng-attempt": "0"})
+                assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_attempt"
+                again = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": "r1", "x-ng-attempt": "1"})
+                assert again.json() == {"output": 42}
+            assert "Checkpoint gym-gym-checkpoint-upgrade-r2: Completed" in cluster.job_log(
+                "gym-gym-checkpoint-pre-upgrade"
+            )
+            assert "Restore gym-gym-checkpoint-upgrade-r2: Completed" in cluster.job_log(
+                "gym-gym-checkpoint-post-upgrade"
+            )
             assert not cluster.errors, cluster.errors
     finally:
         cfg.close()
 
 
 def test_an_upgrade_over_older_crds_is_refused_until_they_are_applied(kemu: Any, kubectl: Any) -> None:
-    cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace='default')
-    values = {'rollouts': {'enabled': False}, 'servers': VALUES['servers']}
+    cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace="default")
+    values = {"rollouts": {"enabled": False}, "servers": VALUES["servers"]}
     try:
-        assert helm_call(cfg, 'helm_install', 'gym', values)['status'] == 'deployed'
+        assert helm_call(cfg, "helm_install", "gym", values)["status"] == "deployed"
         # CRDs of an older chart: Helm installed crds/ once and will never touch them again
-        kubectl('annotate', 'crd', 'checkpoints.gym-checkpoint.dev', 'gym-checkpoint.dev/schema-version=0', '--overwrite')
+        kubectl(
+            "annotate", "crd", "checkpoints.gym-checkpoint.dev", "gym-checkpoint.dev/schema-version=0", "--overwrite"
+        )
         with pytest.raises(helm.HelmError) as refused:
-            helm_call(cfg, 'helm_upgrade', 'gym', values)
+            helm_call(cfg, "helm_upgrade", "gym", values)
         message = str(refused.value)
-        want = yaml.safe_load((CHART / 'crds' / 'checkpoints.yaml').read_text())['metadata']['annotations'][
-            'gym-checkpoint.dev/schema-version']
-        assert f'the installed CRD checkpoints.gym-checkpoint.dev has schema version 0, this chart needs {want}' in message
-        assert 'kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/' in message
+        want = yaml.safe_load((CHART / "crds" / "checkpoints.yaml").read_text())["metadata"]["annotations"][
+            "gym-checkpoint.dev/schema-version"
+        ]
+        assert (
+            f"the installed CRD checkpoints.gym-checkpoint.dev has schema version 0, this chart needs {want}" in message
+        )
+        assert "kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/" in message
         # the documented step, then the upgrade goes through
-        kubectl('apply', '--server-side', '--force-conflicts', '-f', str(CHART / 'crds'))
-        assert helm_call(cfg, 'helm_upgrade', 'gym', values)['revision'] == 2
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+        assert helm_call(cfg, "helm_upgrade", "gym", values)["revision"] == 2
     finally:
         cfg.close()

@@ -31,7 +31,14 @@ def row_of(case: dict[str, Any], index: int) -> dict[str, Any]:
 
 def reference(oracle: Any, case: dict[str, Any], index: int) -> dict[str, Any]:
     return oracle.call(
-        "agents", "run_episode", case["kind"], case["config"], row_of(case, index), case["script"], case["env"], case["model_cookies"]
+        "agents",
+        "run_episode",
+        case["kind"],
+        case["config"],
+        row_of(case, index),
+        case["script"],
+        case["env"],
+        case["model_cookies"],
     )
 
 
@@ -43,7 +50,9 @@ async def run_ours(case: dict[str, Any], index: int, **config: Any) -> dict[str,
     model = ScriptedModel({"default": case["script"]}, set_cookies=case["model_cookies"])
     env = ScriptedServer(case["env"])
     wire = Wire()
-    wire.apps.update({"model": model.app, "env": env.app, "agent": agent_app(case["kind"], wire, **{**case["config"], **config})})
+    wire.apps.update(
+        {"model": model.app, "env": env.app, "agent": agent_app(case["kind"], wire, **{**case["config"], **config})}
+    )
     async with running(wire), httpx.AsyncClient(transport=wire, timeout=60) as http:
         reply = await http.post("http://agent/run", json=row_of(case, index))
     return {
@@ -143,4 +152,8 @@ class Allowed:
     case: str = ".*"
 
     def covers(self, diff: Diff) -> bool:
-        return diff.area == self.area and re.search(self.where, diff.where) is not None and re.fullmatch(self.case, diff.case) is not None
+        return (
+            diff.area == self.area
+            and re.search(self.where, diff.where) is not None
+            and re.fullmatch(self.case, diff.case) is not None
+        )

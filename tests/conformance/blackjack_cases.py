@@ -35,16 +35,28 @@ def reasoning(text: str, index: int = 0) -> dict[str, Any]:
 
 def function_call(index: int = 0) -> dict[str, Any]:
     return {
-        "id": f"fc_{index}", "type": "function_call", "call_id": f"call_{index}", "name": "hit",
-        "arguments": "{}", "status": "completed",
+        "id": f"fc_{index}",
+        "type": "function_call",
+        "call_id": f"call_{index}",
+        "name": "hit",
+        "arguments": "{}",
+        "status": "completed",
     }
 
 
 def response(output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """A Responses API object as a model server returns it."""
     return {
-        "id": "resp_1", "created_at": 1782184824.0, "model": "policy", "object": "response", "output": output,
-        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "status": "completed", **extra,
+        "id": "resp_1",
+        "created_at": 1782184824.0,
+        "model": "policy",
+        "object": "response",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "status": "completed",
+        **extra,
     }
 
 
@@ -117,11 +129,16 @@ def random_games(count: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def every_path_games() -> list[dict[str, Any]]:
     """Deals that reach each outcome through each action: stand-win/loss/draw, hit-continue, hit-bust."""
-    hit, stand = response([message(output_text("<action>hit</action>"))]), response([message(output_text("<action>stand</action>"))])
+    hit, stand = (
+        response([message(output_text("<action>hit</action>"))]),
+        response([message(output_text("<action>stand</action>"))]),
+    )
     games = []
     for deal in range(40):
         for plan in ([stand], [hit, stand], [hit, hit, stand], [hit, hit, hit, hit]):
-            games.append({"seeds": [deal], "until_over": True, "calls": [reset_call(deal)] + [step_call(r) for r in plan]})
+            games.append(
+                {"seeds": [deal], "until_over": True, "calls": [reset_call(deal)] + [step_call(r) for r in plan]}
+            )
     return games
 
 
@@ -153,15 +170,32 @@ def invalid_calls() -> list[tuple[str, dict[str, Any]]]:
             (f"{path} rcp string", {"path": path, "json": {"responses_create_params": "x", "response": _OK}}),
             (f"{path} rcp list", {"path": path, "json": {"responses_create_params": [], "response": _OK}}),
             (f"{path} rcp without input", {"path": path, "json": {"responses_create_params": {}, "response": _OK}}),
-            (f"{path} rcp unknown field",
-             {"path": path, "json": {"responses_create_params": {"input": [], "bogus": 1}, "response": _OK}}),
-            (f"{path} rcp bad temperature",
-             {"path": path, "json": {"responses_create_params": {"input": [], "temperature": "hot"}, "response": _OK}}),
-            (f"{path} rcp bad max_output_tokens",
-             {"path": path, "json": {"responses_create_params": {"input": [], "max_output_tokens": "x"}, "response": _OK}}),
-            (f"{path} rcp stream true",
-             {"path": path, "json": {"responses_create_params": {"input": [], "stream": True}, "response": _OK}}),
-            (f"{path} rcp input string", {"path": path, "json": {"responses_create_params": {"input": "hi"}, "response": _OK}}),
+            (
+                f"{path} rcp unknown field",
+                {"path": path, "json": {"responses_create_params": {"input": [], "bogus": 1}, "response": _OK}},
+            ),
+            (
+                f"{path} rcp bad temperature",
+                {
+                    "path": path,
+                    "json": {"responses_create_params": {"input": [], "temperature": "hot"}, "response": _OK},
+                },
+            ),
+            (
+                f"{path} rcp bad max_output_tokens",
+                {
+                    "path": path,
+                    "json": {"responses_create_params": {"input": [], "max_output_tokens": "x"}, "response": _OK},
+                },
+            ),
+            (
+                f"{path} rcp stream true",
+                {"path": path, "json": {"responses_create_params": {"input": [], "stream": True}, "response": _OK}},
+            ),
+            (
+                f"{path} rcp input string",
+                {"path": path, "json": {"responses_create_params": {"input": "hi"}, "response": _OK}},
+            ),
         ]
     bad_responses = {
         "response missing": None,
@@ -176,35 +210,81 @@ def invalid_calls() -> list[tuple[str, dict[str, Any]]]:
         "response object wrong": {"response": {**_OK, "object": "chat.completion"}},
         "response item without type": {"response": {**_OK, "output": [{"text": "<action>hit</action>"}]}},
         "response item not an object": {"response": {**_OK, "output": ["<action>hit</action>"]}},
-        "response message without id": {"response": {**_OK, "output": [
-            {"type": "message", "role": "assistant", "content": [output_text("<action>hit</action>")]}]}},
-        "response text without annotations": {"response": {**_OK, "output": [
-            {**message(), "content": [{"type": "output_text", "text": "<action>hit</action>"}]}]}},
+        "response message without id": {
+            "response": {
+                **_OK,
+                "output": [{"type": "message", "role": "assistant", "content": [output_text("<action>hit</action>")]}],
+            }
+        },
+        "response text without annotations": {
+            "response": {
+                **_OK,
+                "output": [{**message(), "content": [{"type": "output_text", "text": "<action>hit</action>"}]}],
+            }
+        },
         "response unknown item type": {"response": {**_OK, "output": [{"type": "bogus"}]}},
         # deeper inside the items and the response's nested objects
-        "response refusal without text": {"response": {**_OK, "output": [{**message(), "content": [{"type": "refusal"}]}]}},
-        "response part of an input type": {"response": {**_OK, "output": [
-            {**message(), "content": [{"type": "input_text", "text": "<action>hit</action>"}]}]}},
-        "response part text number": {"response": {**_OK, "output": [{**message(), "content": [
-            {"type": "output_text", "text": 5, "annotations": []}]}]}},
-        "response parts mixed": {"response": {**_OK, "output": [{**message(), "content": [
-            output_text("<action>hit</action>"), {"type": "output_text"}, {"type": "refusal", "refusal": 1}]}]}},
-        "response message status wrong": {"response": {**_OK, "output": [{**message(output_text("x")), "status": "done"}]}},
+        "response refusal without text": {
+            "response": {**_OK, "output": [{**message(), "content": [{"type": "refusal"}]}]}
+        },
+        "response part of an input type": {
+            "response": {
+                **_OK,
+                "output": [{**message(), "content": [{"type": "input_text", "text": "<action>hit</action>"}]}],
+            }
+        },
+        "response part text number": {
+            "response": {
+                **_OK,
+                "output": [{**message(), "content": [{"type": "output_text", "text": 5, "annotations": []}]}],
+            }
+        },
+        "response parts mixed": {
+            "response": {
+                **_OK,
+                "output": [
+                    {
+                        **message(),
+                        "content": [
+                            output_text("<action>hit</action>"),
+                            {"type": "output_text"},
+                            {"type": "refusal", "refusal": 1},
+                        ],
+                    }
+                ],
+            }
+        },
+        "response message status wrong": {
+            "response": {**_OK, "output": [{**message(output_text("x")), "status": "done"}]}
+        },
         "response message role wrong": {"response": {**_OK, "output": [{**message(output_text("x")), "role": "tool"}]}},
-        "response call arguments object": {"response": {**_OK, "output": [
-            {"type": "function_call", "name": "f", "arguments": {"a": 1}, "call_id": "c1"}]}},
-        "response call without call_id": {"response": {**_OK, "output": [
-            {"type": "function_call", "name": "f", "arguments": "{}"}]}},
-        "response call status wrong": {"response": {**_OK, "output": [
-            {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1", "status": "ok"}]}},
-        "response reasoning summary string": {"response": {**_OK, "output": [
-            {"id": "rs_1", "type": "reasoning", "summary": "thinking"}]}},
-        "response reasoning summary item wrong": {"response": {**_OK, "output": [
-            {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text"}]}]}},
-        "response reasoning without id": {"response": {**_OK, "output": [
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]}]}},
-        "response function call output in output": {"response": {**_OK, "output": [
-            {"type": "function_call_output", "call_id": "c1", "output": 5}]}},
+        "response call arguments object": {
+            "response": {
+                **_OK,
+                "output": [{"type": "function_call", "name": "f", "arguments": {"a": 1}, "call_id": "c1"}],
+            }
+        },
+        "response call without call_id": {
+            "response": {**_OK, "output": [{"type": "function_call", "name": "f", "arguments": "{}"}]}
+        },
+        "response call status wrong": {
+            "response": {
+                **_OK,
+                "output": [{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1", "status": "ok"}],
+            }
+        },
+        "response reasoning summary string": {
+            "response": {**_OK, "output": [{"id": "rs_1", "type": "reasoning", "summary": "thinking"}]}
+        },
+        "response reasoning summary item wrong": {
+            "response": {**_OK, "output": [{"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text"}]}]}
+        },
+        "response reasoning without id": {
+            "response": {**_OK, "output": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]}]}
+        },
+        "response function call output in output": {
+            "response": {**_OK, "output": [{"type": "function_call_output", "call_id": "c1", "output": 5}]}
+        },
         "response tools entry wrong": {"response": {**_OK, "tools": [{"type": "function"}]}},
         "response tool_choice wrong": {"response": {**_OK, "tool_choice": {"type": "function"}}},
         "response usage wrong": {"response": {**_OK, "usage": {"input_tokens": "x"}}},
@@ -212,15 +292,23 @@ def invalid_calls() -> list[tuple[str, dict[str, Any]]]:
         "response error wrong": {"response": {**_OK, "error": {"code": 5}}},
         "response status wrong": {"response": {**_OK, "status": "done"}},
         "response temperature text": {"response": {**_OK, "temperature": "hot"}},
-        "rcp input item content number": {"responses_create_params": {"input": [
-            {"type": "message", "role": "user", "content": 5}]}, "response": _OK},
+        "rcp input item content number": {
+            "responses_create_params": {"input": [{"type": "message", "role": "user", "content": 5}]},
+            "response": _OK,
+        },
         "rcp input item unknown type": {"responses_create_params": {"input": [{"type": "bogus"}]}, "response": _OK},
-        "rcp input call without name": {"responses_create_params": {"input": [
-            {"type": "function_call", "arguments": "{}", "call_id": "c"}]}, "response": _OK},
-        "rcp tools entry wrong": {"responses_create_params": {"input": [], "tools": [{"type": "function"}]},
-                                  "response": _OK},
-        "rcp reasoning effort wrong": {"responses_create_params": {"input": [], "reasoning": {"effort": "extreme"}},
-                                       "response": _OK},
+        "rcp input call without name": {
+            "responses_create_params": {"input": [{"type": "function_call", "arguments": "{}", "call_id": "c"}]},
+            "response": _OK,
+        },
+        "rcp tools entry wrong": {
+            "responses_create_params": {"input": [], "tools": [{"type": "function"}]},
+            "response": _OK,
+        },
+        "rcp reasoning effort wrong": {
+            "responses_create_params": {"input": [], "reasoning": {"effort": "extreme"}},
+            "response": _OK,
+        },
     }
     for name, extra in bad_responses.items():
         body: dict[str, Any] = {"responses_create_params": RCP, **(extra or {})}

@@ -49,11 +49,41 @@ def dumps(value: Any) -> str:
 
 def _unknown(o: Any) -> Any:
     raise TypeError(f"not JSON: {type(o).__name__}")
+
+
 #: JSON values of every type, including nested containers, big and odd numbers and odd text
 JSON_VALUES: list[Any] = [
-    None, True, False, 0, 1, -1, 1.5, -0.0, 1e300, 1e-7, 2 ** 63, -(2 ** 64) - 1, "", "x", "ü—✓", "\U0001f600",
-    [], [1], [[1]], [[1, 2]], [[[1]]], [1, 2], [1, 2, None], [None], ["a", "b"], [{"a": 1}], {}, {"a": 1},
-    {"a": [1, {"b": None}]}, [[1], [2]], [True, 1.5, "s"],
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    1.5,
+    -0.0,
+    1e300,
+    1e-7,
+    2**63,
+    -(2**64) - 1,
+    "",
+    "x",
+    "ü—✓",
+    "\U0001f600",
+    [],
+    [1],
+    [[1]],
+    [[1, 2]],
+    [[[1]]],
+    [1, 2],
+    [1, 2, None],
+    [None],
+    ["a", "b"],
+    [{"a": 1}],
+    {},
+    {"a": 1},
+    {"a": [1, {"b": None}]},
+    [[1], [2]],
+    [True, 1.5, "s"],
 ]
 
 

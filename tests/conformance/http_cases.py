@@ -23,7 +23,9 @@ def request_kwargs(call: dict[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if "raw" in call or "raw_hex" in call:
         raw = call.get("raw")
-        kwargs["content"] = bytes.fromhex(call["raw_hex"]) if "raw_hex" in call else (None if raw is None else raw.encode())
+        kwargs["content"] = (
+            bytes.fromhex(call["raw_hex"]) if "raw_hex" in call else (None if raw is None else raw.encode())
+        )
         if call.get("content_type") is not None:
             headers["content-type"] = call["content_type"]
     elif "json" in call:
@@ -49,11 +51,13 @@ async def run_sequences(app: Starlette, sequences: Sequence[dict[str, Any]]) -> 
         async with httpx.AsyncClient(transport=transport, base_url="http://ours", timeout=60) as client:
             for call in sequence["calls"]:
                 response = await client.request(call.get("method", "POST"), call["path"], **request_kwargs(call))
-                answers.append({
-                    "status": response.status_code,
-                    "body": response.content.decode("utf-8", errors="replace"),
-                    "content_type": response.headers.get("content-type"),
-                })
+                answers.append(
+                    {
+                        "status": response.status_code,
+                        "body": response.content.decode("utf-8", errors="replace"),
+                        "content_type": response.headers.get("content-type"),
+                    }
+                )
                 if sequence.get("until_over") and game_over(call, answers[-1]):
                     break
         results.append({"answers": answers})

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 
 from gym_services.base.config import load_config
-from gym_services.resources.indirect_prompt_injection.app import Config, create_app
 from gym_services.base.sessions import cookie_name
+from gym_services.resources.indirect_prompt_injection.app import Config, create_app
 from tests.support.asgi import base_config, serve
 
 SERVER = "indirect_prompt_injection"
@@ -48,7 +48,9 @@ async def run_ours(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 key = step.get("client", "a")
                 client = clients.get(key)
                 if client is None:
-                    client = clients[key] = httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=30)
+                    client = clients[key] = httpx.AsyncClient(
+                        transport=transport, base_url="http://testserver", timeout=30
+                    )
                 headers = {}
                 if step.get("content_type") is not None:
                     headers["content-type"] = step["content_type"]
@@ -113,12 +115,28 @@ def _rewards(body: str) -> tuple | None:
         return None
     if not isinstance(data, dict) or "reward" not in data:
         return None
-    return tuple(data.get(k) for k in ("reward", "reward_safety", "reward_utility", "injection_followed", "matched_tool",
-                                        "matched_args", "thinking_incomplete"))
+    return tuple(
+        data.get(k)
+        for k in (
+            "reward",
+            "reward_safety",
+            "reward_utility",
+            "injection_followed",
+            "matched_tool",
+            "matched_args",
+            "thinking_incomplete",
+        )
+    )
 
 
-def compare(steps: list[dict[str, Any]], ours: list[dict[str, Any]], ref: list[dict[str, Any]], *,
-            allowed: Any = None, keep: int = 20) -> Tally:
+def compare(
+    steps: list[dict[str, Any]],
+    ours: list[dict[str, Any]],
+    ref: list[dict[str, Any]],
+    *,
+    allowed: Any = None,
+    keep: int = 20,
+) -> Tally:
     """Step by step: status, body bytes, content type, environment; rewards of verify steps on their own.
 
     ``allowed(step, ours, ref)`` names a deliberate difference (returns its label) or returns None.

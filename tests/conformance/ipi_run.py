@@ -36,8 +36,11 @@ def invalid_verify_sequences() -> list[list[dict[str, Any]]]:
     """Verify requests the reference refuses (422), fails on (500) or answers from odd fields."""
     rng = random.Random(5)
     return [
-        [cases.step("/seed_session", {"environment": cases.healthcare_env(rng)}),
-         cases.step("/verify", body), cases.step("/get_messages", {})]
+        [
+            cases.step("/seed_session", {"environment": cases.healthcare_env(rng)}),
+            cases.step("/verify", body),
+            cases.step("/get_messages", {}),
+        ]
         for body in cases.invalid_verify_bodies()
     ]
 

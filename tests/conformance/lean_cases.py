@@ -73,7 +73,14 @@ def generation(task: dict[str, Any], rng: random.Random) -> str:
     fence = rng.choice(["```lean4\n", "```lean\n", "```lean3\n", "```\n", "```lean4 ", "```Lean4\n", "```python\n", ""])
     closing = "" if not fence else rng.choice(["\n```", "\n```\n", "```", "\n```  \n", ""])
     block = f"{fence}{code}{closing}" if fence else code
-    before = rng.choice(["", "Here is the proof plan.\n\n", "**Lean 4 Code:**\n", "Plan: use nlinarith.\n```lean4\nfirst attempt\n```\n"])
+    before = rng.choice(
+        [
+            "",
+            "Here is the proof plan.\n\n",
+            "**Lean 4 Code:**\n",
+            "Plan: use nlinarith.\n```lean4\nfirst attempt\n```\n",
+        ]
+    )
     after = rng.choice(["", "\n\nThis completes the proof.", "\n```lean4\n  norm_num\n```", "\n\nFINAL ANSWER: done"])
     text = before + block + after
     if rng.random() < 0.05:
@@ -95,9 +102,21 @@ def response_for(text: str, rng: random.Random) -> dict[str, Any]:
         output = [message({"type": "refusal", "refusal": "```lean4\nsorry\n```"}, output_text(text))]
     else:
         output = [message(output_text(text))]
-    extra = rng.choice([{}, {"usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
-                                       "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
-                                       "total_tokens": 15}}, {"temperature": 0.6, "top_p": 0.95}])
+    extra = rng.choice(
+        [
+            {},
+            {
+                "usage": {
+                    "input_tokens": 10,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": 5,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": 15,
+                }
+            },
+            {"temperature": 0.6, "top_p": 0.95},
+        ]
+    )
     return response(output, **extra)
 
 
@@ -112,11 +131,16 @@ def sandbox_answer(rng: random.Random) -> dict[str, Any]:
     """One of the answers a NeMo Skills Lean sandbox (or a broken one) gives."""
     kind = rng.randrange(16)
     line, col = rng.randrange(0, 30), rng.randrange(0, 12)
-    ok = lambda status, stdout="", stderr="": {"status": 200, "json": {"process_status": status, "stdout": stdout, "stderr": stderr}}  # noqa: E731
+    ok = lambda status, stdout="", stderr="": {
+        "status": 200,
+        "json": {"process_status": status, "stdout": stdout, "stderr": stderr},
+    }
     if kind == 0:
         return ok("completed")
     if kind == 1:
-        return ok("completed", f"{FILE}:{line}:{col}: warning: unused variable `h₀`\nnote: this linter can be disabled\n")
+        return ok(
+            "completed", f"{FILE}:{line}:{col}: warning: unused variable `h₀`\nnote: this linter can be disabled\n"
+        )
     if kind == 2:
         return ok("completed", f"{FILE}:{line}:{col}: warning: declaration uses 'sorry'\n")
     if kind == 3:
@@ -124,8 +148,10 @@ def sandbox_answer(rng: random.Random) -> dict[str, Any]:
     if kind == 4:  # errors on stdout, as the real sandbox reports them
         return ok("failed", _error(line, col, "unknown identifier 'k'") + "\n")
     if kind == 5:  # errors on stderr: structured feedback with code context
-        errors = "\n".join(_error(rng.randrange(1, 25), rng.randrange(0, 40), f"unsolved goals\nx : ℝ\n⊢ x = {i}")
-                           for i in range(rng.randrange(1, 12)))
+        errors = "\n".join(
+            _error(rng.randrange(1, 25), rng.randrange(0, 40), f"unsolved goals\nx : ℝ\n⊢ x = {i}")
+            for i in range(rng.randrange(1, 12))
+        )
         return ok("failed", "", errors + "\n")
     if kind == 6:
         return ok("failed", "", "")
@@ -181,8 +207,12 @@ def verify_body(task: dict[str, Any], resp: dict[str, Any], rng: random.Random) 
     if rng.random() < 0.2:
         body["_ng_rollout_id"] = "rollout-7"
     if rng.random() < 0.2:
-        body["responses_create_params"] = {**task["responses_create_params"], "temperature": 0.6,
-                                           "max_output_tokens": 2048, "metadata": {"k": "v"}}
+        body["responses_create_params"] = {
+            **task["responses_create_params"],
+            "temperature": 0.6,
+            "max_output_tokens": 2048,
+            "metadata": {"k": "v"},
+        }
     return body
 
 
@@ -222,10 +252,18 @@ def recorded_sequences(reference: Path) -> list[dict[str, Any]]:
         recorded = json.loads(line)
         name = next(n for n in tasks if f"theorem {n} " in recorded["predicted_proof"])
         task = tasks[name]
-        body = {**{k: task[k] for k in ("header", "formal_statement", "informal_prefix", "name")},
-                "responses_create_params": recorded["responses_create_params"], "response": recorded["response"]}
-        out.append({"config": {}, "sandbox": [{"status": 200, "json": recorded["compiler_output"]}],
-                    "calls": [{"path": "/verify", "json": body}]})
+        body = {
+            **{k: task[k] for k in ("header", "formal_statement", "informal_prefix", "name")},
+            "responses_create_params": recorded["responses_create_params"],
+            "response": recorded["response"],
+        }
+        out.append(
+            {
+                "config": {},
+                "sandbox": [{"status": 200, "json": recorded["compiler_output"]}],
+                "calls": [{"path": "/verify", "json": body}],
+            }
+        )
     return out
 
 
@@ -236,35 +274,80 @@ J = "application/json"
 
 def invalid_sequences() -> list[dict[str, Any]]:
     task = example_tasks()[0]
-    good = {"responses_create_params": task["responses_create_params"], "header": task["header"],
-            "formal_statement": task["formal_statement"],
-            "response": response([message(output_text("```lean4\n  norm_num\n```"))])}
+    good = {
+        "responses_create_params": task["responses_create_params"],
+        "header": task["header"],
+        "formal_statement": task["formal_statement"],
+        "response": response([message(output_text("```lean4\n  norm_num\n```"))]),
+    }
     raw = lambda path, text, ctype=J: {"path": path, "raw": text, "content_type": ctype}  # noqa: E731
     without = lambda *keys: {k: v for k, v in good.items() if k not in keys}  # noqa: E731
     calls = [
-        raw("/verify", "", None), raw("/verify", ""), raw("/verify", "{"), raw("/verify", json.dumps(good), "text/plain"),
-        {"path": "/verify", "json": []}, {"path": "/verify", "json": None}, {"path": "/verify", "json": {}},
-        {"path": "/verify", "json": without("header")}, {"path": "/verify", "json": without("formal_statement")},
-        {"path": "/verify", "json": without("response")}, {"path": "/verify", "json": without("responses_create_params")},
-        {"path": "/verify", "json": {**good, "header": 5}}, {"path": "/verify", "json": {**good, "formal_statement": None}},
-        {"path": "/verify", "json": {**good, "turn_index": "x"}}, {"path": "/verify", "json": {**good, "turn_index": -1}},
-        {"path": "/verify", "json": {**good, "turn_index": 2.0}}, {"path": "/verify", "json": {**good, "turn_index": True}},
-        {"path": "/verify", "json": {**good, "name": 7}}, {"path": "/verify", "json": {**good, "informal_prefix": ["x"]}},
+        raw("/verify", "", None),
+        raw("/verify", ""),
+        raw("/verify", "{"),
+        raw("/verify", json.dumps(good), "text/plain"),
+        {"path": "/verify", "json": []},
+        {"path": "/verify", "json": None},
+        {"path": "/verify", "json": {}},
+        {"path": "/verify", "json": without("header")},
+        {"path": "/verify", "json": without("formal_statement")},
+        {"path": "/verify", "json": without("response")},
+        {"path": "/verify", "json": without("responses_create_params")},
+        {"path": "/verify", "json": {**good, "header": 5}},
+        {"path": "/verify", "json": {**good, "formal_statement": None}},
+        {"path": "/verify", "json": {**good, "turn_index": "x"}},
+        {"path": "/verify", "json": {**good, "turn_index": -1}},
+        {"path": "/verify", "json": {**good, "turn_index": 2.0}},
+        {"path": "/verify", "json": {**good, "turn_index": True}},
+        {"path": "/verify", "json": {**good, "name": 7}},
+        {"path": "/verify", "json": {**good, "informal_prefix": ["x"]}},
         {"path": "/verify", "json": {**good, "response": {}}},
         {"path": "/verify", "json": {**good, "response": {**good["response"], "output": [{"type": "bogus"}]}}},
         {"path": "/verify", "json": {**good, "responses_create_params": {"input": [], "bogus": 1}}},
         {"path": "/verify", "json": {**good, "reward": 5, "proof_status": "forged", "mask_sample": True}},
-        {"path": "/verify", "json": {**good, "response": {**good["response"], "output": [
-            {"type": "message", "role": "assistant", "content": "```lean4\n  norm_num\n```"}]}}},
-        raw("/seed_session", "", None), raw("/seed_session", "{"), {"path": "/seed_session", "json": {}},
-        {"path": "/seed_session", "json": task}, {"path": "/seed_session", "json": []},
-        {"path": "/seed_session", "json": {"resources_session_id": "s1", "episode_id": "e1", "task_id": "t1", "task_data": {}}},
-        {"path": "/seed_session", "json": {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1"},
-                                           "task_id": {"taskset": "lean:test", "task_id": "t1"}, "task_data": {}}},
-        {"path": "/seed_session", "json": {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1-a2"},
-                                           "task_id": {"taskset": "lean:test", "task_id": "t1"}, "task_data": {}}},
+        {
+            "path": "/verify",
+            "json": {
+                **good,
+                "response": {
+                    **good["response"],
+                    "output": [{"type": "message", "role": "assistant", "content": "```lean4\n  norm_num\n```"}],
+                },
+            },
+        },
+        raw("/seed_session", "", None),
+        raw("/seed_session", "{"),
+        {"path": "/seed_session", "json": {}},
+        {"path": "/seed_session", "json": task},
+        {"path": "/seed_session", "json": []},
+        {
+            "path": "/seed_session",
+            "json": {"resources_session_id": "s1", "episode_id": "e1", "task_id": "t1", "task_data": {}},
+        },
+        {
+            "path": "/seed_session",
+            "json": {
+                "resources_session_id": "s1",
+                "episode_id": {"rollout_id": "r1"},
+                "task_id": {"taskset": "lean:test", "task_id": "t1"},
+                "task_data": {},
+            },
+        },
+        {
+            "path": "/seed_session",
+            "json": {
+                "resources_session_id": "s1",
+                "episode_id": {"rollout_id": "r1-a2"},
+                "task_id": {"taskset": "lean:test", "task_id": "t1"},
+                "task_data": {},
+            },
+        },
         {"path": "/close_session", "json": {"resources_session_id": "s1", "episode_id": "e1"}},
-        {"path": "/close_session", "json": {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1", "attempt": 2}}},
+        {
+            "path": "/close_session",
+            "json": {"resources_session_id": "s1", "episode_id": {"rollout_id": "r1", "attempt": 2}},
+        },
         {"path": "/close_session", "json": {"resources_session_id": "s1", "episode_id": {"rollout_id": "-bad"}}},
         {"path": "/close_session", "json": {}},
         {"method": "GET", "path": "/reverify_mode"},

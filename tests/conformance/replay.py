@@ -65,9 +65,7 @@ class Replayed:
         return environment_items(self.output)
 
 
-def agent_app(
-    agent: str, transport: httpx.AsyncBaseTransport, **overrides: Any
-) -> Starlette:
+def agent_app(agent: str, transport: httpx.AsyncBaseTransport, **overrides: Any) -> Starlette:
     """Our ``agent`` as an app named ``agent`` whose model is ``http://model`` and environment ``http://env``."""
     config_cls, create, url_field = AGENTS[agent]
     fields = {"model_url": "http://model", url_field: "http://env", **overrides}

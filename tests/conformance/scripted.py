@@ -218,7 +218,9 @@ class ScriptedModel:
 
     async def _responses(self, request: Request) -> Response:
         key = self._key(request)
-        received = Received(request.url.path, _parse(await request.body()), dict(request.headers), dict(request.cookies))
+        received = Received(
+            request.url.path, _parse(await request.body()), dict(request.headers), dict(request.cookies)
+        )
         self.received[key].append(received)
         script = self.scripts.get(key, [])
         index = self.served[key]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conformance.agents_cases import all_cases, invalid_row_cases
-from tests.conformance.http_cases import nested_422
 from tests.conformance.agents_compare import Allowed, Diff, compare, reference, run_ours
+from tests.conformance.http_cases import nested_422
 from tests.conformance.oracle.client import Oracle
 from tests.conformance.oracle.reference import reference_root
 
@@ -27,7 +27,12 @@ COOKIES = (
 )
 ALLOWED = [
     Allowed("env_request", r"cookies$", COOKIES),
-    Allowed("model_request", r"cookies$", COOKIES, case="proved on the first turn|two corrections then proved|corrections exhausted"),
+    Allowed(
+        "model_request",
+        r"cookies$",
+        COOKIES,
+        case="proved on the first turn|two corrections then proved|corrections exhausted",
+    ),
     Allowed(
         "run_answer",
         r"^\.response\.metadata\.ng_termination_message$",
@@ -85,7 +90,7 @@ async def test_a_changed_tool_output_is_caught(oracle: Oracle) -> None:
     index = next(i for i, c in enumerate(CASES) if c["name"] == "one tool call, list input, params")
     case = CASES[index]
     ref = reference(oracle, case, index)
-    altered = {**case, "env": {**case["env"], "/lookup": [{"text": "{\"output\": \"7\"}"}]}}
+    altered = {**case, "env": {**case["env"], "/lookup": [{"text": '{"output": "7"}'}]}}
     ours = await run_ours(altered, index)
     bad = unexplained(compare(case, ref, ours))
     assert any(d.area == "model_request" and d.where.endswith(".output") for d in bad), bad

@@ -95,8 +95,14 @@ def stacked_shoes(decks: list[list[str]]) -> Iterator[None]:
         game.random = original
 
 
-async def replay_script(row: dict[str, Any], script: list[dict[str, Any]], environment: Any, agent: str,
-                        rollout_id: str = "replay-0", **overrides: Any) -> Replayed:
+async def replay_script(
+    row: dict[str, Any],
+    script: list[dict[str, Any]],
+    environment: Any,
+    agent: str,
+    rollout_id: str = "replay-0",
+    **overrides: Any,
+) -> Replayed:
     model = ScriptedModel({rollout_id: script})
     wire = Wire()
     wire.apps.update({"model": model.app, "env": environment, "agent": agent_app(agent, wire, **overrides)})
@@ -107,7 +113,10 @@ async def replay_script(row: dict[str, Any], script: list[dict[str, Any]], envir
 
 def blackjack_rollouts(reference: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     base = reference / "resources_servers/blackjack/data"
-    rows = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _lines(base / "example_rollouts_materialized_inputs.jsonl")}
+    rows = {
+        (r["_ng_task_index"], r["_ng_rollout_index"]): r
+        for r in _lines(base / "example_rollouts_materialized_inputs.jsonl")
+    }
     return [(rows[(r["_ng_task_index"], r["_ng_rollout_index"])], r) for r in _lines(base / "example_rollouts.jsonl")]
 
 
@@ -128,7 +137,11 @@ async def test_blackjack_rollout_replays_with_the_recorded_observations_and_rewa
     assert seen == expected
     body = replayed.body
     assert (body["reward"], body["terminated"], body["truncated"], body["info"]) == (
-        recorded["reward"], recorded["terminated"], recorded["truncated"], recorded["info"])
+        recorded["reward"],
+        recorded["terminated"],
+        recorded["truncated"],
+        recorded["info"],
+    )
     steps = replayed.wire.data_calls("env", "/step", ok=True)
     assert [c.reply["reward"] for c in steps][-1] == recorded["reward"]
 
@@ -150,7 +163,11 @@ def first_turn_output(attempt: dict[str, Any]) -> dict[str, Any]:
     """A failed turn's compiler output, recovered from its recorded raw feedback (stdout, then empty stderr)."""
     feedback = attempt["error_feedback"]
     assert feedback.startswith("Compilation output:\n") and feedback.endswith("\n")
-    return {"process_status": attempt["proof_status"], "stdout": feedback[len("Compilation output:\n"):-1], "stderr": ""}
+    return {
+        "process_status": attempt["proof_status"],
+        "stdout": feedback[len("Compilation output:\n") : -1],
+        "stderr": "",
+    }
 
 
 @pytest.mark.parametrize("index", range(5))
@@ -176,7 +193,8 @@ def sandbox_request(replayed: Replayed, sandbox: ScriptedSandbox) -> dict[str, A
 
 def multi_turn(reference: Path) -> list[dict[str, Any]]:
     return _lines(DATA / "multi_turn_success_examples.jsonl") + _lines(
-        reference / "resources_servers/math_formal_lean/data/multi_turn_full_example.jsonl")
+        reference / "resources_servers/math_formal_lean/data/multi_turn_full_example.jsonl"
+    )
 
 
 @pytest.mark.parametrize("index", range(3))
@@ -185,27 +203,51 @@ async def test_lean_multi_turn_rollout_replays_through_the_proof_refinement_agen
     attempts = recorded["all_attempts"]
     assert [a["turn_index"] for a in attempts] == [0, 1]
     task = task_of(recorded["predicted_proof"])
-    row = {**{k: task[k] for k in ("header", "formal_statement", "informal_prefix", "name")},
-           "responses_create_params": {"input": recorded["responses_create_params"]["input"]}}
+    row = {
+        **{k: task[k] for k in ("header", "formal_statement", "informal_prefix", "name")},
+        "responses_create_params": {"input": recorded["responses_create_params"]["input"]},
+    }
     first = attempts[0].get("response") or response_object(
-        [{"id": "msg_0", "type": "message", "role": "assistant", "status": "completed",
-          "content": [{"type": "output_text", "text": attempts[0]["generation"], "annotations": []}]}])
+        [
+            {
+                "id": "msg_0",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": attempts[0]["generation"], "annotations": []}],
+            }
+        ]
+    )
     script = [first, recorded_script(recorded["response"])[0]]
     sandbox = ScriptedSandbox()
-    sandbox.load([{"status": 200, "json": first_turn_output(attempts[0])}, {"status": 200, "json": recorded["compiler_output"]}])
-    replayed = await replay_script(row, script, lean_env(sandbox), "proof_refinement_agent",
-                                   max_correction_turns=2, include_all_attempts=True)
+    sandbox.load(
+        [{"status": 200, "json": first_turn_output(attempts[0])}, {"status": 200, "json": recorded["compiler_output"]}]
+    )
+    replayed = await replay_script(
+        row, script, lean_env(sandbox), "proof_refinement_agent", max_correction_turns=2, include_all_attempts=True
+    )
     assert replayed.status == 200, replayed.body
     verifications = [c.reply for c in replayed.wire.data_calls("env", "/verify", ok=True)]
     assert len(verifications) == 2
     for ours, theirs in zip(verifications, attempts):
         assert (ours["turn_index"], ours["proof_status"], ours["reward"], ours["error_feedback"]) == (
-            theirs["turn_index"], theirs["proof_status"], theirs["reward"], theirs["error_feedback"])
+            theirs["turn_index"],
+            theirs["proof_status"],
+            theirs["reward"],
+            theirs["error_feedback"],
+        )
         if "correction_prompt" in theirs:
             assert ours["correction_prompt"] == theirs["correction_prompt"]
     final = verifications[-1]
-    for key in ("reward", "proof_status", "predicted_proof", "compiler_output", "needs_correction", "error_feedback",
-                "correction_prompt"):
+    for key in (
+        "reward",
+        "proof_status",
+        "predicted_proof",
+        "compiler_output",
+        "needs_correction",
+        "error_feedback",
+        "correction_prompt",
+    ):
         assert final[key] == recorded[key], key
     assert ResponseObject.model_validate(script[1]).output_text() == attempts[1]["generation"]
     # the correction turn's prompt is the first verification's correction prompt

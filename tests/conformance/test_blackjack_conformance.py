@@ -38,6 +38,8 @@ DELIBERATE = {
         "ignored like any unknown field"
     ),
 }
+
+
 def blackjack_allowed(call: dict[str, Any], ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
     """The name of the allowed difference this answer pair is, or None."""
     try:
@@ -47,7 +49,12 @@ def blackjack_allowed(call: dict[str, Any], ours: dict[str, Any], theirs: dict[s
     code = error.get("error", {}).get("code") if isinstance(error, dict) else None
     if call["path"] == "/step" and ours.get("status") == 404 and code == "session_not_found":
         return "step without a live episode"
-    if call["path"] == "/reset" and ours.get("status") == 400 and code == "bad_request" and "seed" in str(call.get("json")):
+    if (
+        call["path"] == "/reset"
+        and ours.get("status") == 400
+        and code == "bad_request"
+        and "seed" in str(call.get("json"))
+    ):
         return "malformed seed"
     if nested_422(ours, theirs):
         return NESTED_422
@@ -99,10 +106,19 @@ async def test_every_outcome_of_every_action(oracle: Oracle) -> None:
 
 
 #: the invalid bodies of NESTED_422
-NESTED = {f"/step {n}" for n in (
-    "response function call output in output", "response tools entry wrong", "response tool_choice wrong",
-    "response error wrong", "rcp input item content number", "rcp input item unknown type",
-    "rcp input call without name", "rcp tools entry wrong")}
+NESTED = {
+    f"/step {n}"
+    for n in (
+        "response function call output in output",
+        "response tools entry wrong",
+        "response tool_choice wrong",
+        "response error wrong",
+        "rcp input item content number",
+        "rcp input item unknown type",
+        "rcp input call without name",
+        "rcp tools entry wrong",
+    )
+}
 
 
 @pytest.mark.parametrize(("name", "sequence"), cases.invalid_sequences(), ids=[n for n, _ in cases.invalid_sequences()])
@@ -140,8 +156,11 @@ async def test_deliberate_differences_are_the_listed_ones(oracle: Oracle) -> Non
     tally = await compare(oracle, "deliberate", sequences)
     assert not tally.differences, tally.summary()
     assert [a["allowed"] for a in tally.allowed] == [
-        "step without a live episode", "step without a live episode", "step without a live episode",
-        "malformed seed", "malformed seed",
+        "step without a live episode",
+        "step without a live episode",
+        "step without a live episode",
+        "malformed seed",
+        "malformed seed",
     ]
     assert {a["allowed"] for a in tally.allowed} <= set(DELIBERATE)
     statuses = [a["reference"]["status"] for a in tally.allowed]
@@ -151,7 +170,11 @@ async def test_deliberate_differences_are_the_listed_ones(oracle: Oracle) -> Non
 async def test_the_comparison_catches_a_changed_rule(oracle: Oracle, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: with the last action tag taken (our old rule) or the old deal order, games differ."""
     games = cases.random_games(60, seed=3)
-    last_tag = lambda text: "hit" if (m := re.findall(r"<action>\s*(hit|stand)\s*</action>", text or "", re.I)) and m[-1].lower() == "hit" else "stand"  # noqa: E731
+    last_tag = lambda text: (
+        "hit"
+        if (m := re.findall(r"<action>\s*(hit|stand)\s*</action>", text or "", re.I)) and m[-1].lower() == "hit"
+        else "stand"
+    )
     monkeypatch.setattr("gym_services.resources.blackjack.app.parse_action", last_tag)
     assert (await compare(oracle, "last tag", games)).differences
     monkeypatch.undo()

@@ -34,7 +34,9 @@ from tests.support.asgi import base_config
 @contextlib.asynccontextmanager
 async def our_lean(sandbox: ScriptedSandbox, **overrides: Any) -> AsyncIterator[Starlette]:
     fields = {"sandbox_host": "127.0.0.1", "sandbox_port": 6000, **overrides}
-    app = create_app(load_config(Config, overrides=base_config("math_formal_lean", **fields)), sandbox_transport=sandbox.transport)
+    app = create_app(
+        load_config(Config, overrides=base_config("math_formal_lean", **fields)), sandbox_transport=sandbox.transport
+    )
     async with app.router.lifespan_context(app):
         yield app
 
@@ -52,7 +54,9 @@ async def run_ours(sequences: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 try:
                     apps[key] = await stack.enter_async_context(our_lean(sandbox, **config))
                 except ConfigError as exc:  # a config the reference accepts and ours refuses
-                    results.append({"answers": [{"status": 0, "body": str(exc), "sandbox": []} for _ in sequence["calls"]]})
+                    results.append(
+                        {"answers": [{"status": 0, "body": str(exc), "sandbox": []} for _ in sequence["calls"]]}
+                    )
                     continue
             sandbox.load(sequence.get("sandbox", []))
             transport = httpx.ASGITransport(app=apps[key], raise_app_exceptions=False)
@@ -60,8 +64,14 @@ async def run_ours(sequences: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             async with httpx.AsyncClient(transport=transport, base_url="http://ours", timeout=60) as client:
                 for call in sequence["calls"]:
                     reply = await client.request(call.get("method", "POST"), call["path"], **request_kwargs(call))
-                    answers.append({"status": reply.status_code, "body": reply.content.decode("utf-8", errors="replace"),
-                                    "content_type": reply.headers.get("content-type"), "sandbox": sandbox.take_received()})
+                    answers.append(
+                        {
+                            "status": reply.status_code,
+                            "body": reply.content.decode("utf-8", errors="replace"),
+                            "content_type": reply.headers.get("content-type"),
+                            "sandbox": sandbox.take_received(),
+                        }
+                    )
             results.append({"answers": answers, "unused_answers": len(sandbox.script), "overdrawn": sandbox.overdrawn})
     return results
 
@@ -106,10 +116,18 @@ async def test_recorded_verifications_answer_byte_for_byte(oracle: Oracle, refer
     tally = await compare(oracle, "recorded", sequences)
     assert not tally.differences and not tally.allowed, tally.summary()
     ours = await run_ours(sequences)
-    recorded = [json.loads(line) for line in (reference / "resources_servers/math_formal_lean/data/example_rollouts.jsonl").read_text().splitlines()]
+    recorded = [
+        json.loads(line)
+        for line in (reference / "resources_servers/math_formal_lean/data/example_rollouts.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     for body, row in zip(_bodies(sequences, ours), recorded, strict=True):
         assert (body["reward"], body["proof_status"], body["predicted_proof"]) == (
-            row["reward"], row["proof_status"], row["predicted_proof"])
+            row["reward"],
+            row["proof_status"],
+            row["predicted_proof"],
+        )
 
 
 async def test_perturbed_predictions_answer_byte_for_byte(oracle: Oracle) -> None:
@@ -117,7 +135,12 @@ async def test_perturbed_predictions_answer_byte_for_byte(oracle: Oracle) -> Non
     tally = await compare(oracle, "perturbed", sequences)
     assert not tally.differences, tally.summary()
     assert {a["allowed"] for a in tally.allowed} <= {"pydantic version in a 500 text"}
-    statuses = {json.loads(a["body"])["proof_status"] for r in await run_ours(sequences[:120]) for a in r["answers"] if a["status"] == 200}
+    statuses = {
+        json.loads(a["body"])["proof_status"]
+        for r in await run_ours(sequences[:120])
+        for a in r["answers"]
+        if a["status"] == 200
+    }
     assert {"completed", "failed", "has_sorry", "timeout", "error", "empty_generation"} <= statuses
 
 
@@ -142,7 +165,14 @@ async def test_the_comparison_catches_a_changed_rule(oracle: Oracle, monkeypatch
     monkeypatch.setattr(feedback, "MAX_RAW_OUTPUT", 1999)
     assert (await compare(oracle, "cut at 1999", sequences)).differences
     monkeypatch.undo()
-    monkeypatch.setattr(LeanSandbox, "request_body", staticmethod(
-        lambda code, timeout_s, n: json.dumps({"generated_code": code, "language": "lean4", "timeout": timeout_s,
-                                              "max_output_characters": n}, ensure_ascii=False)))
+    monkeypatch.setattr(
+        LeanSandbox,
+        "request_body",
+        staticmethod(
+            lambda code, timeout_s, n: json.dumps(
+                {"generated_code": code, "language": "lean4", "timeout": timeout_s, "max_output_characters": n},
+                ensure_ascii=False,
+            )
+        ),
+    )
     assert len((await compare(oracle, "unicode body", sequences)).differences) >= 40

@@ -58,7 +58,9 @@ async def client(model: ServerProcess):
 def no_unknown_fields(value: Any, path: str = "response") -> None:
     """Every SDK object in ``value`` was filled from declared fields only."""
     if isinstance(value, BaseModel):
-        assert not value.model_extra, f"{path} ({type(value).__name__}) has fields the SDK does not know: {value.model_extra}"
+        assert not value.model_extra, (
+            f"{path} ({type(value).__name__}) has fields the SDK does not know: {value.model_extra}"
+        )
         for name in type(value).model_fields:
             no_unknown_fields(getattr(value, name), f"{path}.{name}")
     elif isinstance(value, list):
@@ -120,7 +122,9 @@ async def test_every_request_parameter_of_the_sdk_is_accepted(client: openai.Asy
             {"role": "developer", "content": "You are a helpdesk assistant."},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there."}]},
         ],
-        tools=[{"type": "function", "name": "noop", "parameters": {"type": "object", "properties": {}}, "strict": True}],
+        tools=[
+            {"type": "function", "name": "noop", "parameters": {"type": "object", "properties": {}}, "strict": True}
+        ],
         tool_choice="auto",
         parallel_tool_calls=True,
         max_output_tokens=256,
@@ -149,10 +153,15 @@ async def stream_events(client: openai.AsyncOpenAI, request: dict[str, Any]) -> 
 
 
 @pytest.mark.parametrize("kind", ["function calls", "message"])
-async def test_streaming_events_are_typed_and_end_with_the_plain_response(client: openai.AsyncOpenAI, kind: str) -> None:
+async def test_streaming_events_are_typed_and_end_with_the_plain_response(
+    client: openai.AsyncOpenAI, kind: str
+) -> None:
     request = workplace_request()
     if kind == "message":
-        request = {"model": "lean-refine", "input": load_tasks("math_formal_lean")[0]["responses_create_params"]["input"]}
+        request = {
+            "model": "lean-refine",
+            "input": load_tasks("math_formal_lean")[0]["responses_create_params"]["input"],
+        }
     plain = await client.responses.create(**request)
     events = await stream_events(client, request)
     assert events, "no events"
@@ -194,11 +203,15 @@ async def test_a_stale_attempt_is_the_sdks_conflict_error(client: openai.AsyncOp
     assert caught.value.code == "stale_attempt"
 
 
-async def test_a_parked_call_is_a_conflict_error_while_a_checkpoint_is_open(client: openai.AsyncOpenAI, model: ServerProcess) -> None:
+async def test_a_parked_call_is_a_conflict_error_while_a_checkpoint_is_open(
+    client: openai.AsyncOpenAI, model: ServerProcess
+) -> None:
     auth = {"authorization": f"Bearer {TOKEN}"}
     control = f"{model.url}/ng-control/v1/checkpoint"
     async with httpx.AsyncClient(timeout=30) as http:
-        prepared = await http.post(f"{control}/prepare", json={"checkpoint_id": "openai-ck", "deadline_s": 5, "lease_s": 30}, headers=auth)
+        prepared = await http.post(
+            f"{control}/prepare", json={"checkpoint_id": "openai-ck", "deadline_s": 5, "lease_s": 30}, headers=auth
+        )
         assert prepared.status_code == 200, prepared.text
         try:
             with pytest.raises(openai.ConflictError) as caught:

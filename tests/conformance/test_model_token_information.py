@@ -58,7 +58,9 @@ CASES = {
 
 @pytest.mark.parametrize("request_ids", [False, True], ids=["tokenize", "return_token_ids"])
 @pytest.mark.parametrize("case", sorted(CASES))
-async def test_token_information_equals_the_reference_vllm_model(oracle, worker: ServerProcess, case: str, request_ids: bool) -> None:
+async def test_token_information_equals_the_reference_vllm_model(
+    oracle, worker: ServerProcess, case: str, request_ids: bool
+) -> None:
     body = CASES[case]
     model = body["model"]
     (theirs,) = oracle.call("vllm_model", "responses", f"{worker.url}/v1", model, [body], request_ids)

@@ -54,8 +54,11 @@ def operations(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
         for method, op in ops.items():
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
             ok = op["responses"].get("200", {}).get("content", {}).get("application/json", {}).get("schema")
-            out[(method, _template(path))] = {"request": _fields(doc, body), "response": _fields(doc, ok),
-                                              "statuses": sorted(op["responses"])}
+            out[(method, _template(path))] = {
+                "request": _fields(doc, body),
+                "response": _fields(doc, ok),
+                "statuses": sorted(op["responses"]),
+            }
     return out
 
 
@@ -91,6 +94,7 @@ async def test_api_document_lists_every_route_of_the_reference(oracle: Oracle, s
         # an answer lists at least the reference's fields (its required ones differ by how each side's pydantic
         # writes defaults in serialisation mode; NeMo Gym's tool answer models declare no field)
         if (want["response"] is None) != (got["response"] is None) or (
-                want["response"] and not set(want["response"][0]) <= set(got["response"][0])):
+            want["response"] and not set(want["response"][0]) <= set(got["response"][0])
+        ):
             differing[f"{key} response"] = {"reference": want["response"], "ours": got["response"]}
     assert differing == {}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conformance.oracle.client import Oracle, OracleError
 from tests.conformance.oracle.reference import ORACLE_PYTHON, ORACLE_REQUIREMENTS, WHEEL_VERSION, Interpreter
-
-import pytest
 
 
 def test_oracle_runs_the_lock_files_versions(oracle: Oracle) -> None:
@@ -28,9 +28,11 @@ def test_oracle_runs_on_the_python_the_wheel_requires(oracle: Oracle, oracle_run
 def test_the_wheels_minimum_pins_are_met() -> None:
     """Every package the wheel requires at a minimum version and the oracle pins is pinned at or above it."""
     import zipfile
-    from tests.conformance.oracle.reference import WHEEL_NAME, cache_dir, reference_root
+
     from packaging.requirements import Requirement
     from packaging.version import Version
+
+    from tests.conformance.oracle.reference import WHEEL_NAME, cache_dir, reference_root
 
     reference_root()
     with zipfile.ZipFile(cache_dir() / "wheels" / WHEEL_NAME) as zf:

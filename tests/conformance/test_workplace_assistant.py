@@ -30,9 +30,9 @@ SEED = 20250611
 #: Answers that differ from NeMo Gym's on purpose: a checkpoint-specific answer must win.
 DELIBERATE = {
     "checkpoint_parked": "409 while a checkpoint is open (prepare..resume): no tool may change a session "
-                         "that is being written; NeMo Gym has no checkpoint and answers 200",
+    "that is being written; NeMo Gym has no checkpoint and answers 200",
     "stale_attempt": "409 for the cookie of a retired attempt: its episode continues as attempt + 1 "
-                     "elsewhere; NeMo Gym never retires and answers 400 (session not initialized)",
+    "elsewhere; NeMo Gym never retires and answers 400 (session not initialized)",
 }
 
 
@@ -120,9 +120,14 @@ async def test_verify_answers_on_the_example_tasks_and_perturbed_predictions(ora
     refs = oracle.call(GLUE, "verify_answers", [c["body"] for c in vcases])
     app = cases.make_app()
     ours = [await cases.verify_ours(app, c) for c in vcases]
-    differing = [f"{c['name']}:\n  ref  {r[0]} {r[1][:600]}\n  ours {o[0]} {o[1][:600]}"
-                 for c, r, o in zip(vcases, refs, ours, strict=True) if r != o]
-    assert len(vcases) >= 130 and differing == [], f"{len(differing)} of {len(vcases)} differ:\n" + "\n".join(differing[:5])
+    differing = [
+        f"{c['name']}:\n  ref  {r[0]} {r[1][:600]}\n  ours {o[0]} {o[1][:600]}"
+        for c, r, o in zip(vcases, refs, ours, strict=True)
+        if r != o
+    ]
+    assert len(vcases) >= 130 and differing == [], f"{len(differing)} of {len(vcases)} differ:\n" + "\n".join(
+        differing[:5]
+    )
     # the perturbations are not vacuous: both verdicts occur, and so do refusals
     rewards = {json.loads(r[1])["reward"] for r in refs if r[0] == 200}
     assert rewards == {0.0, 1.0} and {r[0] for r in refs} >= {200, 422}
@@ -141,11 +146,17 @@ async def test_the_only_differences_are_the_deliberate_checkpoint_answers(oracle
 
         async def send(step: dict) -> None:
             if step["op"] == "seed":
-                r = await client.post("/seed_session", content=b"{}", headers={"content-type": "application/json",
-                                                                              "x-ng-rollout-id": "r1"})
+                r = await client.post(
+                    "/seed_session",
+                    content=b"{}",
+                    headers={"content-type": "application/json", "x-ng-rollout-id": "r1"},
+                )
             else:
-                r = await client.post(f"/{step['name']}", content=step["body"].encode(),
-                                      headers={"content-type": "application/json", "x-ng-rollout-id": "r1"})
+                r = await client.post(
+                    f"/{step['name']}",
+                    content=step["body"].encode(),
+                    headers={"content-type": "application/json", "x-ng-rollout-id": "r1"},
+                )
             ours.append((r.status_code, r.text))
 
         await send(steps[0])

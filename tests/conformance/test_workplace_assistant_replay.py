@@ -37,8 +37,14 @@ from tests.services.agents.wire import Wire
 from tests.support.asgi import base_config
 
 #: the call the reward-0 task ("Create a bar chart of total visits since November 30") asks for
-BAR_CHART_TRUTH = [{"name": "analytics_create_plot", "arguments": json.dumps(
-    {"time_min": "2023-11-30", "time_max": "2023-11-30", "value_to_plot": "total_visits", "plot_type": "bar"})}]
+BAR_CHART_TRUTH = [
+    {
+        "name": "analytics_create_plot",
+        "arguments": json.dumps(
+            {"time_min": "2023-11-30", "time_max": "2023-11-30", "value_to_plot": "total_visits", "plot_type": "bar"}
+        ),
+    }
+]
 
 
 def load_rollouts(reference) -> list[dict]:
@@ -75,8 +81,11 @@ def tool_result_shape(items: list[dict]) -> list[dict]:
 
 def ground_truth(rollout: dict) -> list[dict]:
     if rollout["reward"] == 1.0:
-        return [{"name": i["name"], "arguments": i["arguments"]} for i in rollout["response"]["output"]
-                if i.get("type") == "function_call"]
+        return [
+            {"name": i["name"], "arguments": i["arguments"]}
+            for i in rollout["response"]["output"]
+            if i.get("type") == "function_call"
+        ]
     assert "bar chart" in rollout["responses_create_params"]["input"][-1]["content"]
     return BAR_CHART_TRUTH
 
@@ -89,20 +98,38 @@ def scripted_model(turns: list[list[dict]], seen: list[dict]):
         seen.append(body)
         k = len(seen) - 1
         output = turns[k] if k < len(turns) else [{"type": "message", "role": "assistant", "content": []}]
-        return JSONResponse({"id": f"resp_{k}", "created_at": 1758499694, "object": "response", "model": body.get("model"),
-                             "output": output, "incomplete_details": None, "parallel_tool_calls": True,
-                             "tool_choice": "auto", "tools": [],
-                             "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}})
+        return JSONResponse(
+            {
+                "id": f"resp_{k}",
+                "created_at": 1758499694,
+                "object": "response",
+                "model": body.get("model"),
+                "output": output,
+                "incomplete_details": None,
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+            }
+        )
 
     config = load_config(ServerConfig, overrides=base_config("model"))
-    return create_server_app(config, FakeModelParticipant(), [Route("/v1/responses", responses, methods=["POST"])],
-                             policies={"/v1/responses": RoutePolicy.GATED_NOWAIT})
+    return create_server_app(
+        config,
+        FakeModelParticipant(),
+        [Route("/v1/responses", responses, methods=["POST"])],
+        policies={"/v1/responses": RoutePolicy.GATED_NOWAIT},
+    )
 
 
 def factory(turns: list[list[dict]], seen: list[dict]):
     def make(wire: Wire) -> dict[str, tuple[Any, Any]]:
-        agent = load_config(SimpleConfig, overrides=base_config("agent", model_url="http://model", model="recorded",
-                                                                resources_url="http://resources", max_steps=20))
+        agent = load_config(
+            SimpleConfig,
+            overrides=base_config(
+                "agent", model_url="http://model", model="recorded", resources_url="http://resources", max_steps=20
+            ),
+        )
         return {
             "model": ("model", scripted_model(turns, seen)),
             "agent": ("agent", simple_agent(agent, transport=wire)),
@@ -115,9 +142,17 @@ def factory(turns: list[list[dict]], seen: list[dict]):
 def test_the_assumed_ground_truths_give_the_recorded_rewards_in_the_reference(oracle: Oracle, reference) -> None:
     rollouts = load_rollouts(reference)
     assert len(rollouts) == 5
-    bodies = [{"responses_create_params": r["responses_create_params"], "response": r["response"],
-               "ground_truth": ground_truth(r), "id": i, "category": "workplace_assistant_replay",
-               "environment_name": "workplace_assistant"} for i, r in enumerate(rollouts)]
+    bodies = [
+        {
+            "responses_create_params": r["responses_create_params"],
+            "response": r["response"],
+            "ground_truth": ground_truth(r),
+            "id": i,
+            "category": "workplace_assistant_replay",
+            "environment_name": "workplace_assistant",
+        }
+        for i, r in enumerate(rollouts)
+    ]
     got = oracle.call("workplace_assistant", "rewards", bodies)
     assert got == [[200, r["reward"]] for r in rollouts]
 
@@ -127,9 +162,13 @@ async def test_recorded_rollout_replays_exactly(reference, index: int) -> None:
     rollout = load_rollouts(reference)[index]
     recorded = rollout["response"]["output"]
     turns = model_turns(recorded)
-    row = {"id": index, "responses_create_params": rollout["responses_create_params"],
-           "ground_truth": ground_truth(rollout), "category": "workplace_assistant_replay",
-           "environment_name": "workplace_assistant"}
+    row = {
+        "id": index,
+        "responses_create_params": rollout["responses_create_params"],
+        "ground_truth": ground_truth(rollout),
+        "category": "workplace_assistant_replay",
+        "environment_name": "workplace_assistant",
+    }
     seen: list[dict] = []
     async with stack(factory(turns, seen)) as s:
         reply = await s.run(row, f"replay-{index}")
@@ -142,7 +181,7 @@ async def test_recorded_rollout_replays_exactly(reference, index: int) -> None:
     assert shown == recorded_results
     for k, request in enumerate(seen):  # each request shows exactly the recording up to that turn
         done = sum(len(t) for t in turns[:k]) + sum(1 for t in turns[:k] for i in t if i["type"] == "function_call")
-        shown_items = request["input"][len(rollout["responses_create_params"]["input"]):]
+        shown_items = request["input"][len(rollout["responses_create_params"]["input"]) :]
         assert tool_result_shape(shown_items) == tool_result_shape(recorded[:done])
     assert tool_result_shape(result["response"]["output"]) == tool_result_shape(recorded)
     assert result["reward"] == rollout["reward"]

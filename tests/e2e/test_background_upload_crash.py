@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.seaweed import start_seaweed
 
 from gym_services.base.config import StorageConfig
 from gym_services.control import layout
@@ -24,7 +25,6 @@ from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.stack.config import ServerSpec, StackConfig
 from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
-from tests.support.seaweed import start_seaweed
 
 pytestmark = pytest.mark.e2e
 NAMES = ("counter-0", "counter-1")
@@ -33,8 +33,9 @@ NAMES = ("counter-0", "counter-1")
 class Stack:
     def __init__(self, tmp: Path) -> None:
         self.dir = tmp / "stack"
-        self.config = StackConfig(name="crash", state_dir=str(self.dir),
-                                  servers={n: ServerSpec(server="counter") for n in NAMES})
+        self.config = StackConfig(
+            name="crash", state_dir=str(self.dir), servers={n: ServerSpec(server="counter") for n in NAMES}
+        )
         self.token = stack_secrets(self.dir)["control_token"]
         self.tmp = tmp
         self.state = None
@@ -48,8 +49,11 @@ class Stack:
         return next(s.url for s in self.state.servers if s.name == name)
 
     def status(self, name: str) -> dict:
-        return httpx.get(f"{self.url(name)}/ng-control/v1/checkpoint/status",
-                         headers={"authorization": f"Bearer {self.token}"}, timeout=5).json()
+        return httpx.get(
+            f"{self.url(name)}/ng-control/v1/checkpoint/status",
+            headers={"authorization": f"Bearer {self.token}"},
+            timeout=5,
+        ).json()
 
     def stop(self) -> None:
         stop_stack(self.dir, kill=True)

@@ -9,16 +9,17 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from benchmarks.chaos import Chaos
+
 from gym_services.demo.story import Story
 
 pytestmark = pytest.mark.e2e
 
 
 def test_one_cycle_of_each_fault_kind_loses_nothing(tmp_path) -> None:
-    story = Story(tmp_path / "story", repeats=1, concurrency=16, tokens_per_second=60.0, timeout_s=240,
-                  say=lambda text: None)
+    story = Story(
+        tmp_path / "story", repeats=1, concurrency=16, tokens_per_second=60.0, timeout_s=240, say=lambda text: None
+    )
     story.prepare()
     base = story.uninterrupted()
     chaos = Chaos(story, base, random.Random(16), order="abcd", say=lambda text: None)

@@ -10,8 +10,8 @@ import json
 import random
 
 import pytest
-
 from benchmarks.chaos import Chaos
+
 from gym_services.control.protocol import CheckpointMethod
 from gym_services.coordination.transaction import TransactionPhase
 from gym_services.demo.story import Run, Story
@@ -22,8 +22,15 @@ pytestmark = pytest.mark.e2e
 
 
 def test_s3_killed_during_a_sync_persist_loses_nothing(tmp_path) -> None:
-    story = Story(tmp_path / "story", storage=EMBEDDED_S3, repeats=1, concurrency=16, tokens_per_second=60.0,
-                  timeout_s=240, say=lambda text: None)
+    story = Story(
+        tmp_path / "story",
+        storage=EMBEDDED_S3,
+        repeats=1,
+        concurrency=16,
+        tokens_per_second=60.0,
+        timeout_s=240,
+        say=lambda text: None,
+    )
     chaos: Chaos | None = None
     try:
         story.prepare()

@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gym_services.coordination.client import ControlClient, ParticipantRef
-from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.control import layout
-from gym_services.control.store import CheckpointStore
 from gym_services.control.models import CheckpointRef, RestoreRequest
 from gym_services.control.storage import open_storage
+from gym_services.control.store import CheckpointStore
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.stack.config import ServerSpec, StackConfig
 from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
 
@@ -31,7 +31,9 @@ NAMES = ("counter-0", "counter-1", "counter-2")
 class Servers:
     def __init__(self, tmp: Path) -> None:
         self.dir = tmp / "stack"
-        self.config = StackConfig(name="faults", state_dir=str(self.dir), servers={n: ServerSpec(server="counter") for n in NAMES})
+        self.config = StackConfig(
+            name="faults", state_dir=str(self.dir), servers={n: ServerSpec(server="counter") for n in NAMES}
+        )
         self.token = stack_secrets(self.dir)["control_token"]
         self.tmp = tmp
 
@@ -54,16 +56,22 @@ class Servers:
         out = {}
         for s in self.state.servers:
             text = httpx.get(f"{s.url}/metrics", timeout=5).text
-            out[s.name] = sum(float(line.split()[-1]) for line in text.splitlines()
-                              if line.startswith("gym_checkpoint_lease_expiries_total"))
+            out[s.name] = sum(
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith("gym_checkpoint_lease_expiries_total")
+            )
         return out
 
     def statuses(self) -> dict[str, dict]:
         out = {}
         for s in self.state.servers:
             try:
-                out[s.name] = httpx.get(f"{s.url}/ng-control/v1/checkpoint/status",
-                                        headers={"authorization": f"Bearer {self.token}"}, timeout=5).json()
+                out[s.name] = httpx.get(
+                    f"{s.url}/ng-control/v1/checkpoint/status",
+                    headers={"authorization": f"Bearer {self.token}"},
+                    timeout=5,
+                ).json()
             except httpx.HTTPError:
                 out[s.name] = {"dead": True}
         return out
@@ -76,6 +84,7 @@ async def run_checkpoint(
     servers: Servers, location: str, kill_at: str, victim: str = "counter-1", method: str = "snapshot", cid: str = "ck"
 ):
     async with ControlClient(servers.token, timeout_s=10) as client:
+
         async def on_event(phase: str, detail: dict) -> None:
             if phase == kill_at:
                 servers.kill(victim)
@@ -85,10 +94,19 @@ async def run_checkpoint(
         return await coordinator.checkpoint(cid, location, prepare_timeout_s=3, lease_s=2, method=method)
 
 
-@pytest.mark.parametrize(("method", "kill_at"), [
-    ("sync", "Preparing"), ("sync", "Capturing"), ("sync", "Persisting"), ("sync", "Publishing"),
-    ("snapshot", "Preparing"), ("snapshot", "Capturing"), ("snapshot", "Persisting"), ("snapshot", "Publishing"),
-])
+@pytest.mark.parametrize(
+    ("method", "kill_at"),
+    [
+        ("sync", "Preparing"),
+        ("sync", "Capturing"),
+        ("sync", "Persisting"),
+        ("sync", "Publishing"),
+        ("snapshot", "Preparing"),
+        ("snapshot", "Capturing"),
+        ("snapshot", "Persisting"),
+        ("snapshot", "Publishing"),
+    ],
+)
 async def test_participant_killed_before_publish_leaves_no_checkpoint(tmp_path, method, kill_at) -> None:
     location = f"file://{tmp_path / 'store'}"
     servers = Servers(tmp_path).start()
@@ -158,6 +176,7 @@ async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_p
     fresh = Servers(tmp_path).start()
     try:
         async with ControlClient(fresh.token, timeout_s=10) as client:
+
             async def on_event(phase: str, detail: dict) -> None:
                 if phase == "Restoring":
                     fresh.kill("counter-2")
@@ -168,13 +187,25 @@ async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_p
         fresh.stop()
     assert restored.status == "failed" and "counter-2" in restored.error
     survivors = [statuses[n] for n in ("counter-0", "counter-1")]
-    assert all(s["phase"] == "fresh" and s["live"] == {"sessions": 0} and s["admission_open"] for s in survivors), survivors
+    assert all(s["phase"] == "fresh" and s["live"] == {"sessions": 0} and s["admission_open"] for s in survivors), (
+        survivors
+    )
 
 
-@pytest.mark.parametrize(("method", "kill_at"), [
-    ("sync", "preparing"), ("sync", "capturing"), ("sync", "persisting"), ("sync", "publishing"), ("sync", "resuming"),
-    ("snapshot", "capturing"), ("snapshot", "resuming"), ("snapshot", "persisting"), ("snapshot", "publishing"),
-])
+@pytest.mark.parametrize(
+    ("method", "kill_at"),
+    [
+        ("sync", "preparing"),
+        ("sync", "capturing"),
+        ("sync", "persisting"),
+        ("sync", "publishing"),
+        ("sync", "resuming"),
+        ("snapshot", "capturing"),
+        ("snapshot", "resuming"),
+        ("snapshot", "persisting"),
+        ("snapshot", "publishing"),
+    ],
+)
 def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
     """SIGKILL the `gymckpt checkpoint` process as it enters a phase: the checkpoint is published whole
     or not at all, and within the lease every server has reopened admission by itself."""
@@ -184,9 +215,25 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
         servers.seed()
         env = {**os.environ, "GYMCKPT_STATE_DIR": str(servers.dir), "PYTHONUNBUFFERED": "1"}
         cli = subprocess.Popen(
-            [sys.executable, "-m", "gym_services.cli", "checkpoint", "--id", "ck", "--storage", location, "--lease", "1",
-             "--method", method],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "gym_services.cli",
+                "checkpoint",
+                "--id",
+                "ck",
+                "--storage",
+                location,
+                "--lease",
+                "1",
+                "--method",
+                method,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         assert cli.stdout is not None
         seen = []
@@ -211,9 +258,14 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
         # counter, not a look at admission right after the kill: on a busy machine a 1 s lease can be over by then),
         # unless the coordinator got as far as resuming it first (a busy test reads the phase line late: the
         # coordinator can capture and resume in the meantime). Either way nobody is left paused.
-        reopened = {n: "lease" if expiries.get(n, 0) >= 1
-                    else "resume" if (st.get("last_event") or "").startswith("resume ck") else None
-                    for n, st in statuses.items()}
+        reopened = {
+            n: "lease"
+            if expiries.get(n, 0) >= 1
+            else "resume"
+            if (st.get("last_event") or "").startswith("resume ck")
+            else None
+            for n, st in statuses.items()
+        }
         assert expiries and all(reopened.values()), (expiries, reopened, paused_right_after)
     assert all(st["admission_open"] and st["checkpoint_id"] is None for st in statuses.values()), statuses
     if kill_at in ("preparing", "capturing", "persisting") or (method == "snapshot" and kill_at == "resuming"):
@@ -224,6 +276,7 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
     if published:
         fresh = Servers(tmp_path).start()
         try:
+
             async def restore():
                 async with ControlClient(fresh.token) as client:
                     return await Coordinator(fresh.refs, client).restore("ck", location)
@@ -248,10 +301,17 @@ async def restore_without_deciding(servers: Servers, client: ControlClient, loca
     manifest = json.loads(storage.get(layout.global_manifest_key("ck")))
     for entry in manifest["participants"]:
         ref = next(r for r in servers.refs if r.participant_id == entry["participant_id"])
-        answer = await client.restore(ref, RestoreRequest(
-            checkpoint_id="ck", location=location, manifest_key=entry["manifest_key"],
-            manifest_sha256=entry["manifest_sha256"], lease_s=1, restore_id=restore_id,
-        ))
+        answer = await client.restore(
+            ref,
+            RestoreRequest(
+                checkpoint_id="ck",
+                location=location,
+                manifest_key=entry["manifest_key"],
+                manifest_sha256=entry["manifest_sha256"],
+                lease_s=1,
+                restore_id=restore_id,
+            ),
+        )
         assert answer.records == 1
 
 
@@ -267,6 +327,7 @@ def wait_all_open(servers: Servers, timeout_s: float = 10) -> dict[str, dict]:
 
 def run_then_wait_open(servers: Servers, body) -> dict[str, dict]:
     """Run ``body(client)`` against the servers as a coordinator that then dies; wait until all reopen."""
+
     async def go():
         async with ControlClient(servers.token) as client:
             await body(client)
@@ -276,13 +337,16 @@ def run_then_wait_open(servers: Servers, body) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("resumed_before_death", [0, 1, 2])
-def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywhere(tmp_path, resumed_before_death) -> None:
+def test_coordinator_dead_after_deciding_a_restore_leaves_it_installed_everywhere(
+    tmp_path, resumed_before_death
+) -> None:
     """The coordinator wrote `resume` and resumed 0, 1 or 2 of 3 servers, then died: the others'
     leases run out, they read the decision and resume too. Nobody undoes the restore."""
     location = f"file://{tmp_path / 'store'}"
     checkpoint_of_three(tmp_path, location)
     fresh = Servers(tmp_path).start()
     try:
+
         async def die_halfway(client: ControlClient) -> None:
             await restore_without_deciding(fresh, client, location, "rs-1")
             assert CheckpointStore(open_storage(location)).settle("ck", "rs-1", "resume", "coordinator") == "resume"
@@ -327,7 +391,11 @@ def test_restore_cli_killed_while_resuming_ends_restored_everywhere(tmp_path) ->
         env = {**os.environ, "GYMCKPT_STATE_DIR": str(fresh.dir), "PYTHONUNBUFFERED": "1"}
         cli = subprocess.Popen(
             [sys.executable, "-m", "gym_services.cli", "restore", "ck", "--storage", location, "--lease", "1"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         assert cli.stdout is not None
         seen = []

@@ -19,7 +19,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -73,8 +72,13 @@ class Faulty:
         return self.state.url(name)
 
     def submit(self, **spec: Any) -> None:
-        body = {"tasks_path": str(self.story.tasks_path), "output_path": str(self.output), "repeats": 1,
-                "concurrency": 32, **spec}
+        body = {
+            "tasks_path": str(self.story.tasks_path),
+            "output_path": str(self.output),
+            "repeats": 1,
+            "concurrency": 32,
+            **spec,
+        }
         resp = httpx.post(f"{self.url(COLLECTION)}/jobs", json=body, headers=self.auth, timeout=30)
         assert resp.status_code == 200, resp.text
 
@@ -92,7 +96,9 @@ class Faulty:
 
     def model_live(self) -> dict[str, Any]:
         headers = {"authorization": f"Bearer {self.token}"}
-        return httpx.get(f"{self.url(MODEL)}/ng-control/v1/checkpoint/status", headers=headers, timeout=10).json()["live"]
+        return httpx.get(f"{self.url(MODEL)}/ng-control/v1/checkpoint/status", headers=headers, timeout=10).json()[
+            "live"
+        ]
 
     def kill(self, name: str) -> None:
         pid = next(s.pid for s in self.state.servers if s.name == name)

@@ -71,8 +71,17 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     checkpoint, restore = ckpt.checkpoint, ckpt.restore
     assert checkpoint is not None and restore is not None
     ids = {p.participant_id for p in checkpoint.participants}
-    assert {"policy-model-0", "policy-model-1", "agent-blackjack-0", "agent-blackjack-1", "blackjack-0", "blackjack-1",
-            "workplace-assistant-0", "workplace-assistant-1", "collection"} <= ids
+    assert {
+        "policy-model-0",
+        "policy-model-1",
+        "agent-blackjack-0",
+        "agent-blackjack-1",
+        "blackjack-0",
+        "blackjack-1",
+        "workplace-assistant-0",
+        "workplace-assistant-1",
+        "collection",
+    } <= ids
     assert {p.participant_id for p in restore.participants} == ids
 
     # rollout affinity: every record of a rollout is on the replica its id hashes to
@@ -82,7 +91,11 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     for entry in manifest["participants"]:
         replica = entry["replica"]
         parsed = parse_participant_manifest(storage.get(entry["manifest_key"]))  # packed (snapshot) or plain
-        rollouts = list(parsed.records.rollout_ids) if isinstance(parsed, PackedManifest) else [r.rollout_id for r in parsed.records]
+        rollouts = (
+            list(parsed.records.rollout_ids)
+            if isinstance(parsed, PackedManifest)
+            else [r.rollout_id for r in parsed.records]
+        )
         for rollout_id in rollouts:
             if rollout_id and replica["replicas"] > 1:
                 assert replica_for(rollout_id, replica["replicas"]) == replica["ordinal"], (entry, rollout_id)

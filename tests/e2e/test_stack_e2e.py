@@ -48,5 +48,8 @@ def test_checkpoint_kill_restore_equals_uninterrupted(tmp_path) -> None:
     assert ckpt.stale_call["status"] == 409 and ckpt.stale_call["code"] == "stale_attempt"
     # every environment took part
     assert {story.agent_env[row["agent"]] for row in ckpt.results.values()} == {
-        "workplace_assistant", "indirect_prompt_injection", "blackjack", "math_formal_lean"
+        "workplace_assistant",
+        "indirect_prompt_injection",
+        "blackjack",
+        "math_formal_lean",
     }

@@ -1,4 +1,5 @@
 """Fixtures for the Kubernetes emulator tests (kemu lives beside this file, in tests/k8s/kemu)."""
+
 import sys
 from pathlib import Path
 

@@ -6,6 +6,7 @@ connections (with `--port 0` it picks a free port and prints that one), then ser
 SIGINT. Without `--tls-dir` it serves plain HTTP (clients then send no tokens: everything is
 anonymous). The emulator lives in the `kemu` package beside this file; see tests/k8s/README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import aiohttp.web  # noqa: E402
-
-from kemu.server import Kemu  # noqa: E402
-from kemu.tls import make_certificates, server_context  # noqa: E402
+import aiohttp.web
+from kemu.server import Kemu
+from kemu.tls import make_certificates, server_context
 
 
 async def serve(host: str, port: int, tls_dir: Path | None) -> None:
@@ -44,7 +44,7 @@ async def serve(host: str, port: int, tls_dir: Path | None) -> None:
             listener = await loop.create_server(server, host, bound, ssl=context)
 
         emulator.harness.outage = lambda seconds: asyncio.ensure_future(outage(seconds))
-        print(f'listening {"https" if context else "http"}://{host}:{bound}', flush=True)
+        print(f"listening {'https' if context else 'http'}://{host}:{bound}", flush=True)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -56,15 +56,16 @@ async def serve(host: str, port: int, tls_dir: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description='Kubernetes API emulator for tests (kmock + fixes).')
-    parser.add_argument('--host', default='127.0.0.1', help='interface to bind (default 127.0.0.1)')
-    parser.add_argument('--port', type=int, default=0, help='port to bind; 0 picks a free one')
-    parser.add_argument('--tls-dir', type=Path, default=None,
-                        help='serve HTTPS; the CA certificate is written to DIR/ca.crt')
+    parser = argparse.ArgumentParser(description="Kubernetes API emulator for tests (kmock + fixes).")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    parser.add_argument(
+        "--tls-dir", type=Path, default=None, help="serve HTTPS; the CA certificate is written to DIR/ca.crt"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     asyncio.run(serve(args.host, args.port, args.tls_dir))
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

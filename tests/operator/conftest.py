@@ -1,4 +1,5 @@
 """The operator tests use the Kubernetes emulator (kemu) that lives in tests/k8s."""
+
 import sys
 from pathlib import Path
 

@@ -74,7 +74,9 @@ class Stack:
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 
-    def create_pods(self, control_ports: dict[str, int] | None = None, labels: dict[str, dict[str, str]] | None = None) -> None:
+    def create_pods(
+        self, control_ports: dict[str, int] | None = None, labels: dict[str, dict[str, str]] | None = None
+    ) -> None:
         """One Pod per server; ``control_ports`` points a pod's control-port annotation elsewhere (a proxy),
         ``labels`` adds labels to some pods."""
         for name in self.modes:
@@ -90,14 +92,21 @@ class Stack:
                         "gym-checkpoint.dev/participant": "counter",
                         **(labels or {}).get(name, {}),
                     },
-                    "annotations": {"gym-checkpoint.dev/control-port": str((control_ports or {}).get(name, self.ports[name]))},
+                    "annotations": {
+                        "gym-checkpoint.dev/control-port": str((control_ports or {}).get(name, self.ports[name]))
+                    },
                 },
                 "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
             }
             self.kubectl("apply", "-f", "-", input=json.dumps(pod))
             self.kubectl(
-                "patch", "pod", name, "--subresource=status", "--type=merge",
-                "-p", json.dumps({"status": {"podIP": "127.0.0.1", "phase": "Running"}}),
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps({"status": {"podIP": "127.0.0.1", "phase": "Running"}}),
             )
 
 
@@ -122,9 +131,23 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
         log = open(tmp_path / "operator.log", "ab")  # noqa: SIM115
         health = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", "default",
-             "--liveness", f"http://127.0.0.1:{health}/healthz", "-m", "gym_operator.handlers"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "kopf",
+                "run",
+                "--standalone",
+                "--namespace",
+                "default",
+                "--liveness",
+                f"http://127.0.0.1:{health}/healthz",
+                "-m",
+                "gym_operator.handlers",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         procs.append(proc)
         wait_for(lambda: proc.poll() is not None or operator_live(health), timeout=60, what="the operator to start")
@@ -164,13 +187,21 @@ def apply(kubectl, doc: dict) -> None:
 
 
 def checkpoint_doc(name: str, **spec) -> dict:
-    return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": name},
-            "spec": {"release": RELEASE, **spec}}
+    return {
+        "apiVersion": "gym-checkpoint.dev/v1alpha1",
+        "kind": "Checkpoint",
+        "metadata": {"name": name},
+        "spec": {"release": RELEASE, **spec},
+    }
 
 
 def restore_of(name: str, checkpoint: str, **spec) -> dict:
-    return {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": name},
-            "spec": {"release": RELEASE, "checkpointRef": {"name": checkpoint}, **spec}}
+    return {
+        "apiVersion": "gym-checkpoint.dev/v1alpha1",
+        "kind": "Restore",
+        "metadata": {"name": name},
+        "spec": {"release": RELEASE, "checkpointRef": {"name": checkpoint}, **spec},
+    }
 
 
 def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seaweed) -> None:
@@ -193,22 +224,37 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     status = get(kubectl, "checkpoint", "ck1")["status"]
     assert status["participantCount"] == 2  # status.records: see test_status_records_are_in_the_schema (xfail)
     assert status["location"] == location and status["checkpointId"].startswith("ck1-")
-    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Progressing": "False", "Completed": "True", "Failed": "False"}
-    assert status["pauseSeconds"] > 0 and {"prepare", "capture", "resume", "persist", "publish"} <= set(status["timings"])
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Progressing": "False",
+        "Completed": "True",
+        "Failed": "False",
+    }
+    assert status["pauseSeconds"] > 0 and {"prepare", "capture", "resume", "persist", "publish"} <= set(
+        status["timings"]
+    )
     assert status["method"] == "snapshot" and status["publishedSeconds"] >= status["pauseSeconds"]
     table = kubectl("get", "checkpoints").stdout
     assert "PHASE" in table and "Completed" in table.splitlines()[1]
-    bucket, prefix = location[len("s3://"):].split("/", 1)
+    bucket, prefix = location[len("s3://") :].split("/", 1)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
-    assert sum("/packs/" in k for k in keys) == 2 and any(k.endswith(f"{status['checkpointId']}/manifest.json") for k in keys)
+    assert sum("/packs/" in k for k in keys) == 2 and any(
+        k.endswith(f"{status['checkpointId']}/manifest.json") for k in keys
+    )
     events = kubectl("get", "events", "-o", "json").stdout
     assert "Preparing" in events and "Completed" in events
 
     # crash: every server process dies; fresh ones start on the same pods (same names and ports)
     stack.kill()
     stack.start()
-    apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "rs1"},
-                    "spec": {"checkpointRef": {"name": "ck1"}}})
+    apply(
+        kubectl,
+        {
+            "apiVersion": "gym-checkpoint.dev/v1alpha1",
+            "kind": "Restore",
+            "metadata": {"name": "rs1"},
+            "spec": {"checkpointRef": {"name": "ck1"}},
+        },
+    )
     kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/rs1", "--timeout=60s", timeout=70)
     restore_doc = get(kubectl, "restore", "rs1")
     restored = restore_doc["status"]
@@ -229,8 +275,9 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     stack.kill()
 
 
-def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_own(operator_env, kubectl, tmp_path,
-                                                                                  seaweed) -> None:
+def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_own(
+    operator_env, kubectl, tmp_path, seaweed
+) -> None:
     """Releases alpha and beta share the namespace, each with its operator: each operator runs only the
     Checkpoints and Restores naming its release (no Event, no finalizer, no status on the others'), on its own
     release's pods; a Restore of the other release's Checkpoint is refused."""
@@ -251,11 +298,13 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
     for release in stacks:
         apply(kubectl, checkpoint_doc(f"ck-{release}", release=release, prepareTimeoutSeconds=10))
     for release, stack in stacks.items():
-        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/ck-{release}", "--timeout=60s", timeout=70)
+        kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/ck-{release}", "--timeout=60s", timeout=70
+        )
         done = get(kubectl, "checkpoint", f"ck-{release}")
         assert sorted(p["id"] for p in done["status"]["participants"]) == sorted(stack.modes)
         assert done["metadata"].get("finalizers", []) in ([], ["gym-checkpoint.dev/operator"])
-    bucket, prefix = location[len("s3://"):].split("/", 1)
+    bucket, prefix = location[len("s3://") :].split("/", 1)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
     for release, stack in stacks.items():
         checkpoint_id = get(kubectl, "checkpoint", f"ck-{release}")["status"]["checkpointId"]
@@ -276,7 +325,9 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
     for release in stacks:
         apply(kubectl, restore_of(f"rs-{release}", f"ck-{release}", release=release))
     for release, stack in stacks.items():
-        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"restore/rs-{release}", "--timeout=60s", timeout=70)
+        kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Completed", f"restore/rs-{release}", "--timeout=60s", timeout=70
+        )
         assert get(kubectl, "restore", f"rs-{release}")["status"]["restoredEpisodes"] == len(stack.modes)
         for name in stack.modes:
             with httpx.Client(base_url=stack.url(name), cookies=cookies[name]) as http:
@@ -296,22 +347,29 @@ def test_blocked_checkpoint_fails_and_second_one_waits(operator_env, kubectl, tm
     apply(kubectl, checkpoint_doc("slow", prepareTimeoutSeconds=3))
     wait_for(lambda: get(kubectl, "checkpoint", "slow").get("status", {}).get("phase") == "Preparing", what="Preparing")
     apply(kubectl, checkpoint_doc("second", prepareTimeoutSeconds=1))
-    pending = wait_for(lambda: (s := get(kubectl, "checkpoint", "second").get("status", {})).get("phase") == "Pending" and s,
-                       what="second Pending")
+    pending = wait_for(
+        lambda: (s := get(kubectl, "checkpoint", "second").get("status", {})).get("phase") == "Pending" and s,
+        what="second Pending",
+    )
     assert pending["reason"] == "WaitingForStack" and "Checkpoint slow" in pending["message"]
 
     kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/slow", "--timeout=60s", timeout=70)
     failed = get(kubectl, "checkpoint", "slow")["status"]
     assert failed["reason"] == "Blocked"
     assert failed["blockers"] == [
-        {"participant": "counter-1", "kind": "session", "id": failed["blockers"][0]["id"],
-         "detail": "restart_only server holds a live session of rollout live"}
+        {
+            "participant": "counter-1",
+            "kind": "session",
+            "id": failed["blockers"][0]["id"],
+            "detail": "restart_only server holds a live session of rollout live",
+        }
     ]
     kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/second", "--timeout=60s", timeout=70)
     # the stack was resumed: both servers admit data again
     for name in stack.modes:
-        status = httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
-                           headers={"authorization": f"Bearer {stack.token}"}).json()
+        status = httpx.get(
+            f"{stack.url(name)}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {stack.token}"}
+        ).json()
         assert status["admission_open"] and status["checkpoint_id"] is None
     stack.kill()
 
@@ -329,8 +387,9 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
 
     def admission_open() -> bool:
         return all(
-            httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
-                      headers={"authorization": f"Bearer {stack.token}"}).json()["admission_open"]
+            httpx.get(
+                f"{stack.url(name)}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {stack.token}"}
+            ).json()["admission_open"]
             for name in stack.modes
         )
 
@@ -341,8 +400,11 @@ def test_operator_killed_mid_transaction_never_leaves_the_stack_paused(operator_
     # and "Preparing" in the resource's status: the operator writes status in the background, never holding the
     # transaction for it, so the prepare calls can pause the stack before it is in (seen in a CI run). Within the
     # 10 s prepare timeout, after which the Checkpoint would fail by itself.
-    wait_for(lambda: not admission_open() and phase() == "Preparing", timeout=8,
-             what="the stack paused and Preparing written")
+    wait_for(
+        lambda: not admission_open() and phase() == "Preparing",
+        timeout=8,
+        what="the stack paused and Preparing written",
+    )
     os.killpg(operator.pid, signal.SIGKILL)  # the operator dies mid-transaction
     operator.wait(timeout=10)
     assert get(kubectl, "checkpoint", "interrupted")["status"]["phase"] == "Preparing"  # nothing ended it
@@ -384,12 +446,19 @@ class WithholdingProxy:
                 if not forward_withheld:
                     return Response(status_code=503)
             async with httpx.AsyncClient() as client:
-                answer = await client.request(request.method, f"{upstream}{request.url.path}",
-                                              content=body, headers=dict(request.headers), timeout=60)
+                answer = await client.request(
+                    request.method,
+                    f"{upstream}{request.url.path}",
+                    content=body,
+                    headers=dict(request.headers),
+                    timeout=60,
+                )
             return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
         app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         wait_for(lambda: self.server.started, what="the proxy to start")
@@ -400,7 +469,9 @@ class WithholdingProxy:
         self.thread.join(timeout=10)
 
 
-def test_operator_killed_between_two_resumes_of_a_restore_leaves_it_installed_everywhere(operator_env, kubectl, tmp_path) -> None:
+def test_operator_killed_between_two_resumes_of_a_restore_leaves_it_installed_everywhere(
+    operator_env, kubectl, tmp_path
+) -> None:
     """The operator has written the Restore's decision and resumed two of three servers when it is SIGKILLed (a
     proxy withholds the third resume). The third server's lease runs out, it reads the decision and resumes too; a
     new operator repeats the same restore id, installs nothing twice, and ends the Restore as Completed."""
@@ -414,20 +485,29 @@ def test_operator_killed_between_two_resumes_of_a_restore_leaves_it_installed_ev
         cookies = {}
         for i, name in enumerate(stack.modes):
             with httpx.Client(base_url=stack.url(name)) as http:
-                http.post("/seed_session", json={"start": 10 * i}, headers={"x-ng-rollout-id": f"r{i}"}).raise_for_status()
+                http.post(
+                    "/seed_session", json={"start": 10 * i}, headers={"x-ng-rollout-id": f"r{i}"}
+                ).raise_for_status()
                 cookies[name] = dict(http.cookies)
 
         def bump_all() -> list[int]:
             outputs = []
             for i, name in enumerate(stack.modes):
                 with httpx.Client(base_url=stack.url(name), cookies=cookies[name]) as http:
-                    reply = http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "1"})
+                    reply = http.post(
+                        "/increment", json={"by": 1}, headers={"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "1"}
+                    )
                     outputs.append(reply.json()["output"])
             return outputs
 
         def statuses() -> dict[str, dict]:
-            return {name: httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
-                                    headers={"authorization": f"Bearer {stack.token}"}).json() for name in stack.modes}
+            return {
+                name: httpx.get(
+                    f"{stack.url(name)}/ng-control/v1/checkpoint/status",
+                    headers={"authorization": f"Bearer {stack.token}"},
+                ).json()
+                for name in stack.modes
+            }
 
         apply(kubectl, checkpoint_doc("ck-d", prepareTimeoutSeconds=10))
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/ck-d", "--timeout=60s", timeout=70)
@@ -435,19 +515,31 @@ def test_operator_killed_between_two_resumes_of_a_restore_leaves_it_installed_ev
         stack.start()
 
         proxy.hold.set()
-        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "rs-d"},
-                        "spec": {"checkpointRef": {"name": "ck-d"}, "leaseSeconds": 5}})
+        apply(
+            kubectl,
+            {
+                "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                "kind": "Restore",
+                "metadata": {"name": "rs-d"},
+                "spec": {"checkpointRef": {"name": "ck-d"}, "leaseSeconds": 5},
+            },
+        )
         wait_for(proxy.withheld.is_set, timeout=60, what="the operator to resume counter-2")
-        wait_for(lambda: [n for n, st in statuses().items() if st["admission_open"]] == ["counter-0", "counter-1"],
-                 what="the other two servers to be resumed")
+        wait_for(
+            lambda: [n for n, st in statuses().items() if st["admission_open"]] == ["counter-0", "counter-1"],
+            what="the other two servers to be resumed",
+        )
         os.killpg(operator.pid, signal.SIGKILL)
         operator.wait(timeout=10)
         proxy.hold.clear()
         assert get(kubectl, "restore", "rs-d")["status"]["phase"] == "Resuming"
         assert statuses()["counter-2"]["phase"] == "restored"
 
-        wait_for(lambda: all(st["admission_open"] for st in statuses().values()), timeout=30,
-                 what="counter-2's lease to run out and follow the decision")
+        wait_for(
+            lambda: all(st["admission_open"] for st in statuses().values()),
+            timeout=30,
+            what="counter-2's lease to run out and follow the decision",
+        )
         assert all(st["phase"] == "open" and st["live"] == {"sessions": 1} for st in statuses().values()), statuses()
         assert "resumed as decided" in statuses()["counter-2"]["last_event"]
         assert bump_all() == [1, 11, 21]  # the restored sessions serve their next attempt
@@ -468,8 +560,15 @@ def test_refusals_end_in_failed_with_a_reason(operator_env, kubectl, tmp_path) -
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     start_operator(stack)  # no participant pods at all
     apply(kubectl, checkpoint_doc("lonely"))
-    apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "orphan"},
-                    "spec": {"checkpointRef": {"name": "missing"}}})
+    apply(
+        kubectl,
+        {
+            "apiVersion": "gym-checkpoint.dev/v1alpha1",
+            "kind": "Restore",
+            "metadata": {"name": "orphan"},
+            "spec": {"checkpointRef": {"name": "missing"}},
+        },
+    )
     kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/lonely", "--timeout=60s", timeout=70)
     kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/orphan", "--timeout=60s", timeout=70)
     assert get(kubectl, "checkpoint", "lonely")["status"]["reason"] == "NoParticipants"
@@ -479,8 +578,11 @@ def test_refusals_end_in_failed_with_a_reason(operator_env, kubectl, tmp_path) -
 
 
 def status_of(stack: Stack, name: str) -> dict:
-    return httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
-                     headers={"authorization": f"Bearer {stack.token}"}, timeout=5).json()
+    return httpx.get(
+        f"{stack.url(name)}/ng-control/v1/checkpoint/status",
+        headers={"authorization": f"Bearer {stack.token}"},
+        timeout=5,
+    ).json()
 
 
 class PauseMonitor:
@@ -532,14 +634,18 @@ class PauseMonitor:
 def report_pause(scenario: str, pause: PauseMonitor, **extra) -> None:
     """One line per fault test with the pause the rollouts saw (`pytest -s` shows them; the issue's report uses them)."""
     fields = " ".join(f"{k}={v}" for k, v in extra.items())
-    print(f"\nPAUSE {scenario}: longest {pause.longest():.3f}s, total {pause.total():.3f}s in {len(pause.spans)} "
-          f"span(s) {fields}".rstrip(), flush=True)
+    print(
+        f"\nPAUSE {scenario}: longest {pause.longest():.3f}s, total {pause.total():.3f}s in {len(pause.spans)} "
+        f"span(s) {fields}".rstrip(),
+        flush=True,
+    )
 
 
 def admission_is_open(stack: Stack) -> bool:
     return all(
-        httpx.get(f"{stack.url(name)}/ng-control/v1/checkpoint/status",
-                  headers={"authorization": f"Bearer {stack.token}"}).json()["admission_open"]
+        httpx.get(
+            f"{stack.url(name)}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {stack.token}"}
+        ).json()["admission_open"]
         for name in stack.modes
     )
 
@@ -548,7 +654,9 @@ def phase(kubectl, kind: str, name: str) -> str | None:
     return (get(kubectl, kind, name).get("status") or {}).get("phase")
 
 
-def test_a_blocked_checkpoint_ends_failed_and_reopens_the_stack_before_its_lease(operator_env, kubectl, tmp_path) -> None:
+def test_a_blocked_checkpoint_ends_failed_and_reopens_the_stack_before_its_lease(
+    operator_env, kubectl, tmp_path
+) -> None:
     """Issue 12, bug 1, on an API server that enforces the CRD's enum: a checkpoint blocked by a live session ends
     Failed (reason Blocked) right after its prepare deadline, and the stack is open again without waiting for the
     60 s lease."""
@@ -568,7 +676,9 @@ def test_a_blocked_checkpoint_ends_failed_and_reopens_the_stack_before_its_lease
         stack.kill()
 
 
-def test_a_checkpoint_deleted_mid_prepare_is_cancelled_and_reopens_the_stack_at_once(operator_env, kubectl, tmp_path) -> None:
+def test_a_checkpoint_deleted_mid_prepare_is_cancelled_and_reopens_the_stack_at_once(
+    operator_env, kubectl, tmp_path
+) -> None:
     """Issue 12, bug 2, and deletion like Velero: deleting a Checkpoint mid-prepare cancels it. Its finalizer keeps
     it until the operator has aborted every server (reopened at once, not at the end of the 60 s lease, nor of the
     30 s prepare deadline) and written the outcome; then it is gone. (Before the fix the next status write
@@ -588,10 +698,15 @@ def test_a_checkpoint_deleted_mid_prepare_is_cancelled_and_reopens_the_stack_at_
             assert doc["metadata"]["finalizers"] == ["gym-checkpoint.dev/operator"]
             deleted = time.monotonic()
             kubectl("delete", "checkpoint", "doomed", "--wait=false")
-            wait_for(lambda: admission_is_open(stack), timeout=10, what="the stack to reopen (lease 60 s, prepare 30 s)")
+            wait_for(
+                lambda: admission_is_open(stack), timeout=10, what="the stack to reopen (lease 60 s, prepare 30 s)"
+            )
             reopened = time.monotonic() - deleted
-            wait_for(lambda: kubectl("get", "checkpoint", "doomed", check=False).returncode != 0, timeout=20,
-                     what="the Checkpoint to go once cancelled")
+            wait_for(
+                lambda: kubectl("get", "checkpoint", "doomed", check=False).returncode != 0,
+                timeout=20,
+                what="the Checkpoint to go once cancelled",
+            )
         report_pause("checkpoint deleted mid-prepare", pause, reopened_after_delete_s=round(reopened, 3))
         assert pause.longest() < 10
         events = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
@@ -632,25 +747,38 @@ def test_status_follows_the_schema_and_kubernetes_conventions(operator_env, kube
         assert "expiration" not in status
         transitions = {c["type"]: c["lastTransitionTime"] for c in status["conditions"]}
 
-        refused = kubectl("patch", "checkpoint", "counted", "--type=merge", "-p", '{"spec": {"leaseSeconds": 60}}',
-                          check=False)
+        refused = kubectl(
+            "patch", "checkpoint", "counted", "--type=merge", "-p", '{"spec": {"leaseSeconds": 60}}', check=False
+        )
         assert refused.returncode != 0 and "only spec.ttl and spec.deletionPolicy may change" in refused.stderr
         kubectl("patch", "checkpoint", "counted", "--type=merge", "-p", '{"spec": {"ttl": "240h"}}')
-        changed = wait_for(lambda: (d := get(kubectl, "checkpoint", "counted"))["status"].get("observedGeneration") == 2
-                           and d, what="observedGeneration 2")
+        changed = wait_for(
+            lambda: (d := get(kubectl, "checkpoint", "counted"))["status"].get("observedGeneration") == 2 and d,
+            what="observedGeneration 2",
+        )
         created = changed["metadata"]["creationTimestamp"]
         import datetime as dt
+
         expected = dt.datetime.fromisoformat(created.replace("Z", "+00:00")) + dt.timedelta(hours=240)
         assert changed["status"]["expiration"] == expected.strftime("%Y-%m-%dT%H:%M:%SZ")
         assert {c["type"]: c["lastTransitionTime"] for c in changed["status"]["conditions"]} == transitions
 
         stack.kill()
         stack.start()
-        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "fixed"},
-                        "spec": {"checkpointRef": {"name": "counted"}}})
+        apply(
+            kubectl,
+            {
+                "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                "kind": "Restore",
+                "metadata": {"name": "fixed"},
+                "spec": {"checkpointRef": {"name": "counted"}},
+            },
+        )
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/fixed", "--timeout=60s", timeout=70)
         assert get(kubectl, "restore", "fixed")["status"]["records"] == 1
-        refused = kubectl("patch", "restore", "fixed", "--type=merge", "-p", '{"spec": {"leaseSeconds": 60}}', check=False)
+        refused = kubectl(
+            "patch", "restore", "fixed", "--type=merge", "-p", '{"spec": {"leaseSeconds": 60}}', check=False
+        )
         assert refused.returncode != 0 and "spec is immutable" in refused.stderr
     finally:
         stack.kill()
@@ -669,8 +797,15 @@ def test_restore_by_checkpoint_id_reads_the_named_storage_location(operator_env,
     try:
         status = completed_checkpoint(kubectl, stack, "source")
         for name, named in (("by-loc", "elsewhere"), ("nowhere", "nowhere")):
-            apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": name},
-                            "spec": {"storageLocation": named, "checkpointId": status["checkpointId"]}})
+            apply(
+                kubectl,
+                {
+                    "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                    "kind": "Restore",
+                    "metadata": {"name": name},
+                    "spec": {"storageLocation": named, "checkpointId": status["checkpointId"]},
+                },
+            )
         wait_for(lambda: phase(kubectl, "restore", "by-loc") in ("Completed", "Failed"), timeout=60, what="an outcome")
         restored = get(kubectl, "restore", "by-loc")["status"]
         assert restored["location"] == elsewhere
@@ -682,21 +817,28 @@ def test_restore_by_checkpoint_id_reads_the_named_storage_location(operator_env,
         stack.kill()
 
 
-@pytest.mark.parametrize("kind, spec", [
-    ("Checkpoint", {"storage": {"endpoint": "http://attacker.example:9000"}}),
-    ("Checkpoint", {"storage": {"credentialsSecret": "team-s3"}}),
-    ("Checkpoint", {"storage": {"location": "s3://other-bucket/x"}}),
-    ("Restore", {"location": "s3://other-bucket/x", "checkpointId": "c"}),
-    ("Restore", {"checkpointRef": {"name": "c"}, "storage": {"endpoint": "http://attacker.example:9000"}}),
-])
+@pytest.mark.parametrize(
+    "kind, spec",
+    [
+        ("Checkpoint", {"storage": {"endpoint": "http://attacker.example:9000"}}),
+        ("Checkpoint", {"storage": {"credentialsSecret": "team-s3"}}),
+        ("Checkpoint", {"storage": {"location": "s3://other-bucket/x"}}),
+        ("Restore", {"location": "s3://other-bucket/x", "checkpointId": "c"}),
+        ("Restore", {"checkpointRef": {"name": "c"}, "storage": {"endpoint": "http://attacker.example:9000"}}),
+    ],
+)
 def test_a_resource_naming_an_endpoint_credentials_or_a_url_is_refused_at_admission(kemu, kubectl, kind, spec) -> None:
     """Issue 26, bug 5: storage is the admin's. A Checkpoint or Restore that names an endpoint, credentials or a
     bucket of its own is refused by the API server (the CRD's rules), with a message naming spec.storageLocation;
     nothing is stored, so no operator ever sees it."""
     kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
     kubectl("apply", "-f", str(CRDS / "restores.yaml"))
-    doc = {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": kind, "metadata": {"name": "redirect"},
-           "spec": {"release": RELEASE, **spec}}
+    doc = {
+        "apiVersion": "gym-checkpoint.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "redirect"},
+        "spec": {"release": RELEASE, **spec},
+    }
     refused = kubectl("apply", "-f", "-", check=False, input=yaml.safe_dump(doc))
     assert refused.returncode != 0 and "spec.storageLocation" in refused.stderr, refused.stderr
     assert kubectl("get", kind.lower(), "redirect", check=False).returncode != 0
@@ -707,13 +849,24 @@ def test_only_ttl_and_deletion_policy_of_a_checkpoint_may_change(kemu, kubectl) 
     kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
     apply(kubectl, checkpoint_doc("fixed", method="snapshot"))
     for change in ({"method": "sync"}, {"storageLocation": "other"}, {"release": "other"}, {"leaseSeconds": 90}):
-        refused = kubectl("patch", "checkpoint", "fixed", "--type=merge", "-p", json.dumps({"spec": change}), check=False)
+        refused = kubectl(
+            "patch", "checkpoint", "fixed", "--type=merge", "-p", json.dumps({"spec": change}), check=False
+        )
         assert refused.returncode != 0 and "only spec.ttl and spec.deletionPolicy may change" in refused.stderr, change
-    kubectl("patch", "checkpoint", "fixed", "--type=merge", "-p", json.dumps({"spec": {"ttl": "1h", "deletionPolicy": "Delete"}}))
+    kubectl(
+        "patch",
+        "checkpoint",
+        "fixed",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"ttl": "1h", "deletionPolicy": "Delete"}}),
+    )
     assert get(kubectl, "checkpoint", "fixed")["spec"]["method"] == "snapshot"
 
 
-def chart_operator_identity(kemu, kubectl, tmp_path: Path, values: dict | None = None) -> tuple[Path, dict[str, str], dict]:
+def chart_operator_identity(
+    kemu, kubectl, tmp_path: Path, values: dict | None = None
+) -> tuple[Path, dict[str, str], dict]:
     """The chart's operator ServiceAccount, Role and RoleBinding (rendered by Helm for release RELEASE in
     `default` with ``values``) installed into the emulator; a kubeconfig with that ServiceAccount's token, the
     operator settings the chart's Deployment sets, and the Role."""
@@ -721,22 +874,29 @@ def chart_operator_identity(kemu, kubectl, tmp_path: Path, values: dict | None =
     with helm.Chart.load(str(CRDS.parent)) as chart:
         files = chart.render(values or {}, name=RELEASE, namespace="default")
     docs = [doc for doc in yaml.safe_load_all(files["gym-checkpoint/templates/operator.yaml"]) if doc]
-    rbac = [doc for doc in docs if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
-                                                   "ClusterRoleBinding")]
+    rbac = [
+        doc
+        for doc in docs
+        if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    ]
     kubectl("apply", "-n", "default", "-f", "-", input=yaml.safe_dump_all(rbac))
     deployment = next(doc for doc in docs if doc["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    settings = {item["name"]: item["value"] for item in container["env"]
-                if "value" in item and item["name"] in ("GYMCKPT_PARTICIPANT_SELECTOR", "GYMCKPT_KOPF_SCANNING",
-                                                        "GYMCKPT_STORAGE_LOCATIONS")}
+    settings = {
+        item["name"]: item["value"]
+        for item in container["env"]
+        if "value" in item
+        and item["name"] in ("GYMCKPT_PARTICIPANT_SELECTOR", "GYMCKPT_KOPF_SCANNING", "GYMCKPT_STORAGE_LOCATIONS")
+    }
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     token = kubectl("-n", "default", "create", "token", account).stdout.strip()
     role = next(doc for doc in rbac if doc["kind"] == "Role")
     return kemu.kubeconfig_for(token, tmp_path / "operator-kubeconfig.yaml"), settings, role
 
 
-def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_grants(operator_env, kemu, kubectl, seaweed,
-                                                                                   tmp_path) -> None:
+def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_grants(
+    operator_env, kemu, kubectl, seaweed, tmp_path
+) -> None:
     """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one storage
     location with its own credentials Secret), through everything it does: a Checkpoint to that location (reading
     that Secret), a Restore, a Checkpoint naming a location the admin never defined, a Checkpoint deleted with its
@@ -748,8 +908,14 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     assert json.loads(settings["GYMCKPT_STORAGE_LOCATIONS"]) == {"team": {"url": location, "existingSecret": "team-s3"}}
     keys = seaweed.env()
     for name in ("team-s3", "other-s3"):
-        kubectl("create", "secret", "generic", name, f"--from-literal=AWS_ACCESS_KEY_ID={keys['AWS_ACCESS_KEY_ID']}",
-                f"--from-literal=AWS_SECRET_ACCESS_KEY={keys['AWS_SECRET_ACCESS_KEY']}")
+        kubectl(
+            "create",
+            "secret",
+            "generic",
+            name,
+            f"--from-literal=AWS_ACCESS_KEY_ID={keys['AWS_ACCESS_KEY_ID']}",
+            f"--from-literal=AWS_SECRET_ACCESS_KEY={keys['AWS_SECRET_ACCESS_KEY']}",
+        )
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     stack.start()
     stack.create_pods()
@@ -758,7 +924,9 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     try:
         with httpx.Client(base_url=stack.url("counter-0")) as http:
             http.post("/seed_session", json={"start": 5}, headers={"x-ng-rollout-id": "r0"})
-        apply(kubectl, checkpoint_doc("least", prepareTimeoutSeconds=10, deletionPolicy="Delete", storageLocation="team"))
+        apply(
+            kubectl, checkpoint_doc("least", prepareTimeoutSeconds=10, deletionPolicy="Delete", storageLocation="team")
+        )
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/least", "--timeout=60s", timeout=70)
         status = get(kubectl, "checkpoint", "least")["status"]
         assert status["participantCount"] == 1 and status["checkpointId"].startswith("least-")
@@ -766,8 +934,15 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
 
         stack.kill()
         stack.start()
-        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "least-rs"},
-                        "spec": {"checkpointRef": {"name": "least"}}})
+        apply(
+            kubectl,
+            {
+                "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                "kind": "Restore",
+                "metadata": {"name": "least-rs"},
+                "spec": {"checkpointRef": {"name": "least"}},
+            },
+        )
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/least-rs", "--timeout=60s", timeout=70)
 
         apply(kubectl, checkpoint_doc("stranger", storageLocation="other"))
@@ -780,8 +955,11 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
 
         apply(kubectl, checkpoint_doc("brief", prepareTimeoutSeconds=10, ttl="6s"))
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/brief", "--timeout=60s", timeout=70)
-        wait_for(lambda: kubectl("get", "checkpoint", "brief", check=False).returncode != 0, timeout=30,
-                 what="the operator to delete the expired Checkpoint")
+        wait_for(
+            lambda: kubectl("get", "checkpoint", "brief", check=False).returncode != 0,
+            timeout=30,
+            what="the operator to delete the expired Checkpoint",
+        )
         assert "Completed" in kubectl("get", "events", "-o", "json").stdout
     finally:
         stack.kill()
@@ -789,7 +967,11 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     audit = kemu.audit(user=account)
     refused = [e for e in audit if e["code"] in (401, 403)]
     assert not refused, refused
-    used = {(e["verb"], e["resource"] + (f"/{e['subresource']}" if e["subresource"] else "")) for e in audit if e["resource"]}
+    used = {
+        (e["verb"], e["resource"] + (f"/{e['subresource']}" if e["subresource"] else ""))
+        for e in audit
+        if e["resource"]
+    }
     granted = {(verb, resource) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert used <= granted, used - granted  # (RBAC refused nothing, so this holds; the next line is the point)
     assert granted <= used, f"the Role grants what the operator never used: {sorted(granted - used)}"
@@ -802,18 +984,45 @@ def own_by_statefulset(kubectl, pod: str, name: str, replicas: int) -> None:
     """A StatefulSet ``name`` with ``replicas`` owns ``pod``, annotated as the chart annotates a replicated server's
     pods (the emulator runs no controller: the pod stays the one the test made)."""
     labels = {"app.kubernetes.io/instance": RELEASE, "gym-checkpoint.dev/participant": "counter"}
-    apply(kubectl, {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "namespace": "default"},
-                    "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": labels},
-                             "template": {"metadata": {"labels": labels},
-                                          "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]}}}})
+    apply(
+        kubectl,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": name,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
+                },
+            },
+        },
+    )
     uid = get(kubectl, "statefulset", name)["metadata"]["uid"]
-    kubectl("patch", "pod", pod, "--type=merge", "-p", json.dumps({"metadata": {
-        "annotations": {"gym-checkpoint.dev/replicas": str(replicas)},
-        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": uid, "controller": True}]}}))
+    kubectl(
+        "patch",
+        "pod",
+        pod,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "metadata": {
+                    "annotations": {"gym-checkpoint.dev/replicas": str(replicas)},
+                    "ownerReferences": [
+                        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": uid, "controller": True}
+                    ],
+                }
+            }
+        ),
+    )
 
 
 def stored_objects(seaweed, location: str, checkpoint_id: str) -> list[str]:
-    bucket, prefix = location[len("s3://"):].split("/", 1)
+    bucket, prefix = location[len("s3://") :].split("/", 1)
     found = seaweed.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/checkpoints/{checkpoint_id}/")
     return [o["Key"] for o in found.get("Contents", [])]
 
@@ -834,27 +1043,43 @@ def test_selector_match_expressions_pick_the_pods(operator_env, kubectl, tmp_pat
     try:
         cases = {
             "only-a": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}]},
-            "not-a": {"matchLabels": {"app.kubernetes.io/instance": RELEASE},
-                      "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]},
+            "not-a": {
+                "matchLabels": {"app.kubernetes.io/instance": RELEASE},
+                "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}],
+            },
             "tiered": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
             "untiered": {"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]},
         }
-        expected = {"only-a": ["counter-0"], "not-a": ["counter-1", "counter-2"], "tiered": ["counter-0", "counter-1"],
-                    "untiered": ["counter-2"]}
+        expected = {
+            "only-a": ["counter-0"],
+            "not-a": ["counter-1", "counter-2"],
+            "tiered": ["counter-0", "counter-1"],
+            "untiered": ["counter-2"],
+        }
         for name, selector in cases.items():
             apply(kubectl, checkpoint_doc(name, prepareTimeoutSeconds=10, selector=selector))
-            kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/{name}", "--timeout=60s", timeout=70)
+            kubectl(
+                "wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/{name}", "--timeout=60s", timeout=70
+            )
             status = get(kubectl, "checkpoint", name)["status"]
             assert sorted(p["id"] for p in status["participants"]) == expected[name], name
-        bad = kubectl("apply", "-f", "-", check=False, input=yaml.safe_dump(checkpoint_doc(
-            "bad", selector={"matchExpressions": [{"key": "tier", "operator": "In"}]})))
+        bad = kubectl(
+            "apply",
+            "-f",
+            "-",
+            check=False,
+            input=yaml.safe_dump(
+                checkpoint_doc("bad", selector={"matchExpressions": [{"key": "tier", "operator": "In"}]})
+            ),
+        )
         assert bad.returncode != 0 and "In and NotIn need values" in bad.stderr
     finally:
         stack.kill()
 
 
 def test_deleting_a_checkpoint_follows_its_deletion_policy_and_never_removes_what_a_restore_reads(
-        operator_env, kubectl, seaweed, tmp_path) -> None:
+    operator_env, kubectl, seaweed, tmp_path
+) -> None:
     """Deletion like Velero: a deleted Checkpoint with `deletionPolicy: Retain` (the default) leaves its stored
     objects; with `Delete` they are removed, but only once no Restore reads them: a Restore mid-restore (a proxy
     withholds one server's restore call) holds the deletion (finalizer) until it completes."""
@@ -878,21 +1103,34 @@ def test_deleting_a_checkpoint_follows_its_deletion_policy_and_never_removes_wha
         stack.kill()
         stack.start()
         proxy.hold.set()
-        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "reader"},
-                        "spec": {"checkpointRef": {"name": "dropped"}}})
+        apply(
+            kubectl,
+            {
+                "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                "kind": "Restore",
+                "metadata": {"name": "reader"},
+                "spec": {"checkpointRef": {"name": "dropped"}},
+            },
+        )
         wait_for(proxy.withheld.is_set, timeout=60, what="the restore to be under way")
         kubectl("delete", "checkpoint", "dropped", "--wait=false")
         wait_for(lambda: "WaitingForRestore" in reasons_of(kubectl, "dropped"), timeout=30, what="the deletion to wait")
         # kopf retries the deletion every 2 s while the Restore runs: one Event says so, not one per retry
-        wait_for(lambda: (tmp_path / "operator.log").read_text().count("while Restore reader reads it") >= 3,
-                 timeout=60, what="the deletion to be retried")
+        wait_for(
+            lambda: (tmp_path / "operator.log").read_text().count("while Restore reader reads it") >= 3,
+            timeout=60,
+            what="the deletion to be retried",
+        )
         assert reasons_of(kubectl, "dropped").count("WaitingForRestore") == 1
         assert get(kubectl, "checkpoint", "dropped")["metadata"]["deletionTimestamp"]
         assert stored_objects(seaweed, location, dropped["checkpointId"])
         proxy.hold.clear()
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/reader", "--timeout=60s", timeout=70)
-        wait_for(lambda: kubectl("get", "checkpoint", "dropped", check=False).returncode != 0, timeout=30,
-                 what="the Checkpoint to go once the Restore completed")
+        wait_for(
+            lambda: kubectl("get", "checkpoint", "dropped", check=False).returncode != 0,
+            timeout=30,
+            what="the Checkpoint to go once the Restore completed",
+        )
         assert not stored_objects(seaweed, location, dropped["checkpointId"])
         assert "DataDeleted" in reasons_of(kubectl, "dropped")
     finally:
@@ -900,7 +1138,9 @@ def test_deleting_a_checkpoint_follows_its_deletion_policy_and_never_removes_wha
         stack.kill()
 
 
-def test_ttl_deletes_the_checkpoint_and_with_the_delete_policy_its_data(operator_env, kubectl, seaweed, tmp_path) -> None:
+def test_ttl_deletes_the_checkpoint_and_with_the_delete_policy_its_data(
+    operator_env, kubectl, seaweed, tmp_path
+) -> None:
     """`spec.ttl` like Velero's: `status.expiration` is creation + ttl; then the operator deletes the Checkpoint,
     and `deletionPolicy: Delete` removes its stored objects."""
     import datetime as dt
@@ -913,15 +1153,20 @@ def test_ttl_deletes_the_checkpoint_and_with_the_delete_policy_its_data(operator
     try:
         apply(kubectl, checkpoint_doc("brief", prepareTimeoutSeconds=10, ttl="8s", deletionPolicy="Delete"))
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/brief", "--timeout=60s", timeout=70)
-        doc = wait_for(lambda: (d := get(kubectl, "checkpoint", "brief"))["status"].get("expiration") and d,
-                       what="status.expiration")
+        doc = wait_for(
+            lambda: (d := get(kubectl, "checkpoint", "brief"))["status"].get("expiration") and d,
+            what="status.expiration",
+        )
         created = dt.datetime.fromisoformat(doc["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
         assert doc["status"]["expiration"] == (created + dt.timedelta(seconds=8)).strftime("%Y-%m-%dT%H:%M:%SZ")
         checkpoint_id = doc["status"]["checkpointId"]
         assert stored_objects(seaweed, location, checkpoint_id)
-        wait_for(lambda: kubectl("get", "checkpoint", "brief", check=False).returncode != 0, timeout=40,
-                 what="the expired Checkpoint to be deleted")
-        assert dt.datetime.now(dt.timezone.utc) >= created + dt.timedelta(seconds=8)
+        wait_for(
+            lambda: kubectl("get", "checkpoint", "brief", check=False).returncode != 0,
+            timeout=40,
+            what="the expired Checkpoint to be deleted",
+        )
+        assert dt.datetime.now(dt.UTC) >= created + dt.timedelta(seconds=8)
         assert not stored_objects(seaweed, location, checkpoint_id)
         assert {"Expired", "DataDeleted"} <= set(reasons_of(kubectl, "brief"))
     finally:
@@ -957,7 +1202,9 @@ def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubect
         start_operator(stack)
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
-            apply(kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a persist under the pause
+            apply(
+                kubectl, checkpoint_doc("outage", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync")
+            )  # a persist under the pause
             wait_for(proxy.withheld.is_set, timeout=30, what="the persist to be under way")
             outage_started = time.monotonic()
             kemu.outage(8.0)
@@ -968,11 +1215,20 @@ def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubect
             # the outage is still on (the API server's port refuses connections), not "resumed within n seconds":
             # a busy machine may take longer to get here, and what matters is that nothing waited for the API
             api_down_at_resume = not api_reachable(kemu.url)
-            wait_for(lambda: kubectl("get", "checkpoint", "outage", check=False).returncode == 0, timeout=30,
-                     what="the API server to be back")
-            kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/outage", "--timeout=60s", timeout=70)
-        report_pause("API server unreachable 8 s mid-persist", pause, resumed_after_outage_start_s=round(resumed_after, 3))
-        assert api_down_at_resume, f"the stack resumed {resumed_after:.1f} s into the outage, once the API server was back"
+            wait_for(
+                lambda: kubectl("get", "checkpoint", "outage", check=False).returncode == 0,
+                timeout=30,
+                what="the API server to be back",
+            )
+            kubectl(
+                "wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/outage", "--timeout=60s", timeout=70
+            )
+        report_pause(
+            "API server unreachable 8 s mid-persist", pause, resumed_after_outage_start_s=round(resumed_after, 3)
+        )
+        assert api_down_at_resume, (
+            f"the stack resumed {resumed_after:.1f} s into the outage, once the API server was back"
+        )
         status = get(kubectl, "checkpoint", "outage")["status"]
         assert status["reason"] == "Completed" and status["participantCount"] == 2
         assert "status write failed" in (tmp_path / "operator.log").read_text()
@@ -1031,7 +1287,9 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
             http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "r0"})
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
-            apply(kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync"))  # a persist under the pause
+            apply(
+                kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync")
+            )  # a persist under the pause
             wait_for(proxy.withheld.is_set, timeout=30, what="the persist to be under way")
             assert phase(kubectl, "checkpoint", "restarted") == "Persisting"
             killed = time.monotonic()
@@ -1041,7 +1299,9 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
             start_operator(stack)
             wait_for(lambda: admission_is_open(stack), timeout=30, what="the stack to resume")
             resumed_after = time.monotonic() - killed
-            kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/restarted", "--timeout=60s", timeout=70)
+            kubectl(
+                "wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/restarted", "--timeout=60s", timeout=70
+            )
         report_pause("operator restarted mid-persist", pause, resumed_after_kill_s=round(resumed_after, 3))
         assert resumed_after < 30, "the stack waited for its lease"
         status = get(kubectl, "checkpoint", "restarted")["status"]
@@ -1056,23 +1316,41 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
 def participant_pods(kubectl, state, token: str) -> None:
     """(Re)create one Pod per participant process, as a rescheduled StatefulSet would: same name, new address."""
     for server in state.participants():
-        status = httpx.get(f"{server.url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}).json()
+        status = httpx.get(
+            f"{server.url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}
+        ).json()
         kubectl("delete", "pod", server.name, "--ignore-not-found=true")
         pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": server.name, "namespace": "default",
-                         "labels": {"app.kubernetes.io/instance": RELEASE, "gym-checkpoint.dev/role": status["role"],
-                                    "gym-checkpoint.dev/participant": server.server},
-                         "annotations": {"gym-checkpoint.dev/control-port": str(server.port)}},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": server.name,
+                "namespace": "default",
+                "labels": {
+                    "app.kubernetes.io/instance": RELEASE,
+                    "gym-checkpoint.dev/role": status["role"],
+                    "gym-checkpoint.dev/participant": server.server,
+                },
+                "annotations": {"gym-checkpoint.dev/control-port": str(server.port)},
+            },
             "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
         }
         kubectl("apply", "-f", "-", input=json.dumps(pod))
-        kubectl("patch", "pod", server.name, "--subresource=status", "--type=merge",
-                "-p", json.dumps({"status": {"podIP": "127.0.0.1", "phase": "Running"}}))
+        kubectl(
+            "patch",
+            "pod",
+            server.name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"podIP": "127.0.0.1", "phase": "Running"}}),
+        )
 
 
 @pytest.mark.e2e
-def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(operator_env, kubectl, tmp_path) -> None:
+def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
+    operator_env, kubectl, tmp_path
+) -> None:
     """Every demo server as a process behind a Pod, collection running: a Checkpoint taken by the operator, every
     process SIGKILLed, fresh processes on new pods, a Restore — the collection finishes with the rewards of an
     uninterrupted run and no episode twice."""
@@ -1104,8 +1382,15 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     state = story._start("k8s", tmp_path / "story" / "tokens-restored")
     try:
         participant_pods(kubectl, state, token)
-        apply(kubectl, {"apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "whole-rs"},
-                        "spec": {"checkpointRef": {"name": "whole"}}})
+        apply(
+            kubectl,
+            {
+                "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                "kind": "Restore",
+                "metadata": {"name": "whole-rs"},
+                "spec": {"checkpointRef": {"name": "whole"}},
+            },
+        )
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/whole-rs", "--timeout=90s", timeout=100)
         import asyncio
 
@@ -1115,7 +1400,9 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     run = Run()
     _read_results(output, run)
     restored = get(kubectl, "restore", "whole-rs")["status"]
-    assert restored["attempt"] == 1 and restored["restoredEpisodes"] >= 1, f"the checkpoint caught no episode in flight: {restored}"
+    assert restored["attempt"] == 1 and restored["restoredEpisodes"] >= 1, (
+        f"the checkpoint caught no episode in flight: {restored}"
+    )
     verdict = compare(base, run, story.agent_env, tokens=False)  # token accounting: tests/e2e
     assert verdict.ok, verdict.problems
     assert len(run.results) == len(story.tasks) and not run.duplicates

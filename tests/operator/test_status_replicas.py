@@ -1,5 +1,6 @@
 """A Checkpoint's status shows every replica as its own participant: which replica of which server it is, the live
 episodes it held, and the replica count per server (validated against the CRD's status schema)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,19 +23,43 @@ CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds
 
 def test_each_replica_with_its_episodes_and_the_counts_per_server() -> None:
     participants = [
-        ParticipantSummary(participant_id=f"gym-agent-{i}", role=Role.AGENT, records=3 + i, bytes=100, episodes=2 + i,
-                           replica=Replica(group="agent", ordinal=i, replicas=2))
+        ParticipantSummary(
+            participant_id=f"gym-agent-{i}",
+            role=Role.AGENT,
+            records=3 + i,
+            bytes=100,
+            episodes=2 + i,
+            replica=Replica(group="agent", ordinal=i, replicas=2),
+        )
         for i in (0, 1)
     ] + [ParticipantSummary(participant_id="legacy", role=Role.RESOURCES, records=1, bytes=10, episodes=0)]
-    result = TransactionResult(kind=TransactionKind.CHECKPOINT, checkpoint_id="ck", location="s3://b/p",
-                               status=TransactionStatus.COMPLETED, phase=TransactionPhase.COMPLETED,
-                               participants=participants, episodes={f"r{i}": 0 for i in range(5)})
+    result = TransactionResult(
+        kind=TransactionKind.CHECKPOINT,
+        checkpoint_id="ck",
+        location="s3://b/p",
+        status=TransactionStatus.COMPLETED,
+        phase=TransactionPhase.COMPLETED,
+        participants=participants,
+        episodes={f"r{i}": 0 for i in range(5)},
+    )
     status = result_status(result, generation=1)
     assert status["participants"] == [
-        {"id": "gym-agent-0", "role": "agent", "records": 3, "bytes": 100, "episodes": 2,
-         "replica": {"group": "agent", "ordinal": 0, "replicas": 2}},
-        {"id": "gym-agent-1", "role": "agent", "records": 4, "bytes": 100, "episodes": 3,
-         "replica": {"group": "agent", "ordinal": 1, "replicas": 2}},
+        {
+            "id": "gym-agent-0",
+            "role": "agent",
+            "records": 3,
+            "bytes": 100,
+            "episodes": 2,
+            "replica": {"group": "agent", "ordinal": 0, "replicas": 2},
+        },
+        {
+            "id": "gym-agent-1",
+            "role": "agent",
+            "records": 4,
+            "bytes": 100,
+            "episodes": 3,
+            "replica": {"group": "agent", "ordinal": 1, "replicas": 2},
+        },
         {"id": "legacy", "role": "resources", "records": 1, "bytes": 10, "episodes": 0},  # not replicated
     ]
     assert status["replicas"] == {"agent": 2} and status["episodes"] == 5
@@ -43,5 +68,9 @@ def test_each_replica_with_its_episodes_and_the_counts_per_server() -> None:
         schema = yaml.safe_load((CRDS / f"{name}.yaml").read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         fields = schema["properties"]["status"]["properties"]
         item = fields["participants"]["items"]["properties"]
-        assert {"episodes", "replica"} <= set(item) and set(item["replica"]["properties"]) == {"group", "ordinal", "replicas"}
+        assert {"episodes", "replica"} <= set(item) and set(item["replica"]["properties"]) == {
+            "group",
+            "ordinal",
+            "replicas",
+        }
         assert fields["replicas"]["additionalProperties"]["type"] == "integer"

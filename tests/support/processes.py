@@ -29,7 +29,9 @@ def marked(tag: str) -> dict[int, str]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             if state in ("Z", "X"):
                 continue
-            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            found[int(entry.name)] = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            )
         except (OSError, IndexError):
             continue  # gone meanwhile, or not ours to read
     return found

@@ -126,7 +126,7 @@ def start_seaweed(data_dir: Path, timeout_s: float = 30.0) -> SeaweedS3:
         try:
             client.list_buckets()
             return server
-        except Exception as exc:  # noqa: BLE001 - not up yet
+        except Exception as exc:
             last_error = exc
             time.sleep(0.2)
     server.stop()

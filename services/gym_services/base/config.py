@@ -55,12 +55,18 @@ class CheckpointConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="mount the control plane; false: not a checkpoint participant")
-    control_token: SecretStr | None = Field(default=None, description="bearer token of the control routes (GYMCKPT_CONTROL_TOKEN)")
+    control_token: SecretStr | None = Field(
+        default=None, description="bearer token of the control routes (GYMCKPT_CONTROL_TOKEN)"
+    )
     participant_id: str | None = Field(default=None, description="stable id; the server name when unset")
-    lease_check_interval_s: float = Field(default=0.2, gt=0, le=10, description="how often a paused server checks its lease")
+    lease_check_interval_s: float = Field(
+        default=0.2, gt=0, le=10, description="how often a paused server checks its lease"
+    )
     poll_interval_s: float = Field(default=0.005, gt=0, le=1, description="prepare's wait-for-boundary poll")
     pack_bytes: int = Field(
-        default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024,
+        default=8 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1024 * 1024 * 1024,
         description="snapshot checkpoints pack records into objects of about this many bytes",
     )
 
@@ -76,7 +82,9 @@ class ServerConfig(BaseModel):
     session_secret: SecretStr | None = Field(
         default=None, description="signs session cookies, at least 16 characters (GYMCKPT_SESSION_SECRET)"
     )
-    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="structured (JSON) log level")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="structured (JSON) log level"
+    )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=1024,

@@ -57,8 +57,10 @@ class BodyLimit:
         self.app, self.limit, self.streamed = app, limit, streamed
 
     def _refusal(self, size: str) -> ApiError:
-        return ApiError(ErrorCode.PAYLOAD_TOO_LARGE,
-                        f"request body of {size} is over this server's limit of {self.limit} bytes (max_body_bytes)")
+        return ApiError(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"request body of {size} is over this server's limit of {self.limit} bytes (max_body_bytes)",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith(self.streamed):

@@ -37,7 +37,9 @@ class RolloutIdentity(BaseModel):
         if rollout_id is None and "_ng_task_index" in body and "_ng_rollout_index" in body:
             task, rollout = body["_ng_task_index"], body["_ng_rollout_index"]
             if not _is_index(task) or not _is_index(rollout):
-                raise ApiError(ErrorCode.BAD_REQUEST, "_ng_task_index and _ng_rollout_index must be non-negative integers")
+                raise ApiError(
+                    ErrorCode.BAD_REQUEST, "_ng_task_index and _ng_rollout_index must be non-negative integers"
+                )
             rollout_id = f"{task}-{rollout}"
         if rollout_id is None:
             return None
@@ -72,7 +74,9 @@ class RolloutIdentity(BaseModel):
     @classmethod
     def _checked(cls, rollout_id: Any, attempt: Any) -> RolloutIdentity:
         if not isinstance(rollout_id, str) or not ROLLOUT_ID_PATTERN.match(rollout_id):
-            raise ApiError(ErrorCode.BAD_REQUEST, f"invalid rollout id {rollout_id!r}: must match {ROLLOUT_ID_PATTERN.pattern}")
+            raise ApiError(
+                ErrorCode.BAD_REQUEST, f"invalid rollout id {rollout_id!r}: must match {ROLLOUT_ID_PATTERN.pattern}"
+            )
         if not _is_index(attempt):
             raise ApiError(ErrorCode.BAD_REQUEST, f"invalid attempt {attempt!r}: must be a non-negative integer")
         return cls(rollout_id=rollout_id, attempt=attempt)

@@ -89,7 +89,7 @@ async def read_body(request: Request) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
         raise NemoHttpError(422, json_invalid(exc)) from None
-    except Exception:  # noqa: BLE001 - undecodable bytes, nesting past the parser, as FastAPI answers them
+    except Exception:
         raise detail_error(400, BODY_PARSE_ERROR) from None
 
 
@@ -109,8 +109,17 @@ def json_decode_error(exc: json.JSONDecodeError) -> tuple[int, str]:
 def json_invalid(exc: json.JSONDecodeError) -> dict[str, Any]:
     """FastAPI's ``422`` body for malformed JSON."""
     pos, msg = json_decode_error(exc)
-    return {"detail": [{"type": "json_invalid", "loc": ["body", pos], "msg": "JSON decode error", "input": {},
-                        "ctx": {"error": msg}}]}
+    return {
+        "detail": [
+            {
+                "type": "json_invalid",
+                "loc": ["body", pos],
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": msg},
+            }
+        ]
+    }
 
 
 def _first_non_finite(value: Any) -> float | None:
@@ -203,7 +212,7 @@ def call_error_text(exc: BaseException, fn: Callable[..., Any]) -> str:
     match = _UNEXPECTED.fullmatch(text)
     if code is None or match is None or match["qualname"] != getattr(fn, "__qualname__", None):
         return text
-    names = list(code.co_varnames[code.co_posonlyargcount:code.co_argcount + code.co_kwonlyargcount])
+    names = list(code.co_varnames[code.co_posonlyargcount : code.co_argcount + code.co_kwonlyargcount])
     better = suggestion(match["name"], names)
     return text if better is None else f"{text}. Did you mean '{better}'?"
 
@@ -234,7 +243,9 @@ def validation_error(exc: ValidationError) -> NemoHttpError:
 
 
 def missing_body() -> NemoHttpError:
-    return NemoHttpError(422, {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]})
+    return NemoHttpError(
+        422, {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]}
+    )
 
 
 def validate_body(model: type[M], body: Any) -> M:
@@ -260,7 +271,7 @@ def json_response(content: Any, status_code: int = 200, headers: dict[str, str] 
     """A model answer; one that cannot be serialised (a lone surrogate) is the framework's ``500``."""
     try:
         body = dump_json(content)
-    except Exception as exc:  # noqa: BLE001 - NeMo Gym's exception middleware answers with the repr
+    except Exception as exc:
         return repr_error(exc)
     return Response(body, status_code=status_code, media_type="application/json", headers=headers)
 

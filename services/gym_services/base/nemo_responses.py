@@ -162,22 +162,55 @@ class ReasoningItem(BaseModel):
 
 #: the item types NeMo Gym accepts beyond the ones modelled here (echoed as given by ours)
 _OTHER_TYPES = (
-    "mcp_call", "mcp_list_tools", "mcp_approval_request", "file_search_call", "web_search_call", "computer_call",
-    "image_generation_call", "code_interpreter_call", "local_shell_call", "custom_tool_call", "computer_call_output",
-    "custom_tool_call_output", "local_shell_call_output", "mcp_approval_response", "apply_patch_call",
-    "apply_patch_call_output", "compaction", "shell_call", "shell_call_output", "tool_search_call", "tool_search_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "file_search_call",
+    "web_search_call",
+    "computer_call",
+    "image_generation_call",
+    "code_interpreter_call",
+    "local_shell_call",
+    "custom_tool_call",
+    "computer_call_output",
+    "custom_tool_call_output",
+    "local_shell_call_output",
+    "mcp_approval_response",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "compaction",
+    "shell_call",
+    "shell_call_output",
+    "tool_search_call",
+    "tool_search_output",
 )
 _TRAINING = ("easy_message", "input_message", "output_message", "function_call", "reasoning")
 _TOKEN_FIELDS = frozenset({"prompt_token_ids", "generation_token_ids", "generation_log_probs"})
 #: the tags NeMo Gym's item unions name in their errors, in its order
 OUTPUT_TAGS = (
-    "output_message", "function_call", "function_call_output", "reasoning", *_OTHER_TYPES, "additional_tools",
-    "easy_message", "input_message", "function_call_output_input", *(f"{t}__training" for t in _TRAINING[:3]),
+    "output_message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    *_OTHER_TYPES,
+    "additional_tools",
+    "easy_message",
+    "input_message",
+    "function_call_output_input",
+    *(f"{t}__training" for t in _TRAINING[:3]),
     *(f"{t}__training" for t in _TRAINING[3:]),
 )
 INPUT_TAGS = (
-    "easy_message", "input_message", "output_message", "function_call", "function_call_output", "reasoning",
-    *_OTHER_TYPES, "compaction_trigger", "additional_tools", *(f"{t}__training" for t in _TRAINING),
+    "easy_message",
+    "input_message",
+    "output_message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    *_OTHER_TYPES,
+    "compaction_trigger",
+    "additional_tools",
+    *(f"{t}__training" for t in _TRAINING),
 )
 _OUTPUT_DISCRIMINATOR = "_discriminate_response_output_item()"
 _INPUT_DISCRIMINATOR = "_discriminate_response_input_item()"
@@ -232,7 +265,8 @@ def _item_kind(value: Any, *, output: bool) -> str:
     tags, discriminator = (OUTPUT_TAGS, _OUTPUT_DISCRIMINATOR) if output else (INPUT_TAGS, _INPUT_DISCRIMINATOR)
     if not isinstance(value, dict):
         raise PydanticCustomError(
-            "union_tag_not_found", "Unable to extract tag using discriminator {discriminator}",
+            "union_tag_not_found",
+            "Unable to extract tag using discriminator {discriminator}",
             {"discriminator": discriminator},
         )
     kind = value.get("type")
@@ -254,7 +288,7 @@ def _item_kind(value: Any, *, output: bool) -> str:
             "Input tag '{tag}' found using {discriminator} does not match any of the expected tags: {expected_tags}",
             {"discriminator": discriminator, "tag": str(kind), "expected_tags": expected},
         )
-    if tag in _TRAINING and _TOKEN_FIELDS <= set(value):
+    if tag in _TRAINING and set(value) >= _TOKEN_FIELDS:
         return "other"  # a training variant carrying token ids: echoed as given
     return tag
 
@@ -289,9 +323,13 @@ def _check_input_item(value: Any) -> Any:
 
 
 _TAG_OF: dict[type, str] = {
-    OutputMessage: "output_message", EasyMessage: "easy_message", InputMessage: "input_message",
-    FunctionCall: "function_call", FunctionCallOutput: "function_call_output",
-    FunctionCallOutputItem: "function_call_output_item", ReasoningItem: "reasoning",
+    OutputMessage: "output_message",
+    EasyMessage: "easy_message",
+    InputMessage: "input_message",
+    FunctionCall: "function_call",
+    FunctionCallOutput: "function_call_output",
+    FunctionCallOutputItem: "function_call_output_item",
+    ReasoningItem: "reasoning",
 }
 
 OutputItem = Annotated[
@@ -325,11 +363,27 @@ InputItem = Annotated[
 
 
 #: the ``type`` of every tool the OpenAI SDK's ``ToolParam`` union has (openai 2.44.0)
-TOOL_TYPES = frozenset({
-    "function", "file_search", "computer", "computer_use_preview", "web_search", "web_search_2025_08_26", "mcp",
-    "code_interpreter", "image_generation", "local_shell", "shell", "custom", "namespace", "tool_search",
-    "web_search_preview", "web_search_preview_2025_03_11", "apply_patch",
-})
+TOOL_TYPES = frozenset(
+    {
+        "function",
+        "file_search",
+        "computer",
+        "computer_use_preview",
+        "web_search",
+        "web_search_2025_08_26",
+        "mcp",
+        "code_interpreter",
+        "image_generation",
+        "local_shell",
+        "shell",
+        "custom",
+        "namespace",
+        "tool_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "apply_patch",
+    }
+)
 
 
 def _function_tool_param(value: Any) -> Any:
@@ -342,13 +396,17 @@ def _function_tool_param(value: Any) -> Any:
         raise PydanticCustomError("tool_type", "a tool's type must be one the OpenAI SDK knows")
     if value.get("type") != "function":
         return value
-    for key, kinds, text in (("name", (str,), "a string"), ("parameters", (dict, type(None)), "an object or null"),
-                             ("strict", (bool, type(None)), "a boolean or null")):
+    for key, kinds, text in (
+        ("name", (str,), "a string"),
+        ("parameters", (dict, type(None)), "an object or null"),
+        ("strict", (bool, type(None)), "a boolean or null"),
+    ):
         if key not in value:
             raise PydanticCustomError("missing", "a function tool needs {key}", {"key": key})
         if not isinstance(value[key], kinds):
-            raise PydanticCustomError("function_tool_type", "a function tool's {key} must be {kind}",
-                                      {"key": key, "kind": text})
+            raise PydanticCustomError(
+                "function_tool_type", "a function tool's {key} must be {kind}", {"key": key, "kind": text}
+            )
     if set(value) <= set(order):
         return {k: value[k] for k in order if k in value}
     return value
@@ -542,9 +600,11 @@ class ResponseObject(_Open):
 def _base_item(item: Any) -> Any:
     """A training variant (kept as given, with its token ids) read as the item it extends, as NeMo Gym's
     ``…ForTraining`` classes are subclasses of the items they extend."""
-    if isinstance(item, dict) and _TOKEN_FIELDS <= set(item):
+    if isinstance(item, dict) and set(item) >= _TOKEN_FIELDS:
         try:
-            return _OUTPUT_ITEM.validate_python({k: v for k, v in item.items() if k not in _TOKEN_FIELDS | {"routed_experts"}})
+            return _OUTPUT_ITEM.validate_python(
+                {k: v for k, v in item.items() if k not in _TOKEN_FIELDS | {"routed_experts"}}
+            )
         except ValidationError:
             return item
     return item
@@ -736,7 +796,9 @@ def response(value: Any, full: bool = True) -> Any:
 
 #: fields of a /run row NeMo Gym's agents do not pass on (the rollout id is read, then dropped)
 DROPPED_ROW_FIELDS = ("_ng_rollout_id",)
-_VERDICT = tuple((name, default) for name, default in _fields(VerifyResponse) if name not in ("responses_create_params", "response"))
+_VERDICT = tuple(
+    (name, default) for name, default in _fields(VerifyResponse) if name not in ("responses_create_params", "response")
+)
 
 
 def run_row(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ class SessionMiddleware:
                 jar: SimpleCookie = SimpleCookie()
                 try:
                     jar.load(value.decode("latin-1"))
-                except Exception:  # noqa: BLE001 - a malformed cookie header is just no cookie
+                except Exception:
                     continue
                 if self.codec.name in jar:
                     session_id = self.codec.read(jar[self.codec.name].value)

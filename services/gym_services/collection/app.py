@@ -9,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
 from gym_services.base.affinity import Endpoints
 from gym_services.base.config import ConfigError, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
@@ -19,6 +18,7 @@ from gym_services.collection.models import JobSpec
 from gym_services.collection.runner import Collection
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.routes import check_token
+from gym_services.server.app import create_server_app
 
 
 class Config(ServerConfig):
@@ -62,8 +62,10 @@ def job_token(config: Config) -> str:
     for secret in (config.job_token, config.checkpoint.control_token):
         if secret is not None and secret.get_secret_value():
             return secret.get_secret_value()
-    raise ConfigError(f"server {config.name!r} needs job_token (or GYMCKPT_JOB_TOKEN) or checkpoint.control_token: "
-                      "job submission is authenticated")
+    raise ConfigError(
+        f"server {config.name!r} needs job_token (or GYMCKPT_JOB_TOKEN) or checkpoint.control_token: "
+        "job submission is authenticated"
+    )
 
 
 def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
@@ -87,10 +89,12 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
     async def start(request: Request) -> JSONResponse:
         authorized(request)
         spec = await parse_body(request, JobSpec)
-        spec = spec.model_copy(update={
-            "tasks_path": confine(roots, spec.tasks_path, "tasks_path"),
-            "output_path": confine(roots, spec.output_path, "output_path"),
-        })
+        spec = spec.model_copy(
+            update={
+                "tasks_path": confine(roots, spec.tasks_path, "tasks_path"),
+                "output_path": confine(roots, spec.output_path, "output_path"),
+            }
+        )
         return JSONResponse(collection.start(spec).model_dump())
 
     async def current(request: Request) -> JSONResponse:
@@ -99,7 +103,9 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
 
     def require_data_dir() -> str:
         if config.data_dir is None:
-            raise ApiError(ErrorCode.NOT_FOUND, "this collection server has no data_dir: give task and result paths it can read")
+            raise ApiError(
+                ErrorCode.NOT_FOUND, "this collection server has no data_dir: give task and result paths it can read"
+            )
         return config.data_dir
 
     async def upload(request: Request) -> JSONResponse:
@@ -116,8 +122,9 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
             raise ApiError(ErrorCode.NOT_FOUND, "no collection job has run on this server")
         status = collection.status()
         headers = {"x-gymckpt-job-state": status.state, "x-gymckpt-results": str(len(job.finished))}
-        return StreamingResponse(read_results(job.spec.output_path, job.output_offset), media_type="application/x-ndjson",
-                                 headers=headers)
+        return StreamingResponse(
+            read_results(job.spec.output_path, job.output_offset), media_type="application/x-ndjson", headers=headers
+        )
 
     return create_server_app(
         config,
@@ -128,7 +135,11 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
             Route("/jobs/current/results", results, methods=["GET"]),
             Route("/tasks/{name}", upload, methods=["PUT"]),
         ],
-        policies={"/jobs/current": RoutePolicy.OPEN, "/jobs/current/results": RoutePolicy.OPEN, "/tasks/*": RoutePolicy.OPEN},
+        policies={
+            "/jobs/current": RoutePolicy.OPEN,
+            "/jobs/current/results": RoutePolicy.OPEN,
+            "/tasks/*": RoutePolicy.OPEN,
+        },
         on_shutdown=[collection.close],
         streamed_paths=("/tasks/",),  # streamed to disk under max_upload_mb
     )

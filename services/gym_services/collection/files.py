@@ -39,8 +39,11 @@ def confine(roots: list[str], path: str, what: str) -> str:
     target = (resolved[0] / path).resolve()
     if not any(target == root or root in target.parents for root in resolved):
         where = ", ".join(str(root) for root in resolved)
-        raise ApiError(ErrorCode.FORBIDDEN, f"{what} {path!r} is outside the folders this server may use ({where}); "
-                       "move it into one of them, or add its folder to the server's job_dirs")
+        raise ApiError(
+            ErrorCode.FORBIDDEN,
+            f"{what} {path!r} is outside the folders this server may use ({where}); "
+            "move it into one of them, or add its folder to the server's job_dirs",
+        )
     return str(target)
 
 

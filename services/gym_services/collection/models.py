@@ -62,7 +62,9 @@ class JobState(BaseModel):
     )
     reward_sum: float = 0.0
     errors: int = 0
-    reruns: int = Field(default=0, ge=0, description="episodes run again as attempt + 1 after an infrastructure failure")
+    reruns: int = Field(
+        default=0, ge=0, description="episodes run again as attempt + 1 after an infrastructure failure"
+    )
 
 
 class JobStatus(BaseModel):
@@ -76,7 +78,11 @@ class JobStatus(BaseModel):
     retrying: int = Field(default=0, description="live episodes waiting to run again after an infrastructure failure")
     last_failure: str | None = Field(default=None, description="the latest infrastructure failure an episode hit")
     idle_s: float | None = Field(default=None, description="seconds since the last result (or the start) while running")
-    dropped: int = Field(default=0, description="rollouts retired without a result (a newer attempt took over elsewhere)")
+    dropped: int = Field(
+        default=0, description="rollouts retired without a result (a newer attempt took over elsewhere)"
+    )
     mean_reward: float | None = None
     output_path: str | None = None
-    rollout_prefix: str | None = Field(default=None, description="the job's rollout ids are <rollout_prefix><task>-<repeat>")
+    rollout_prefix: str | None = Field(
+        default=None, description="the job's rollout ids are <rollout_prefix><task>-<repeat>"
+    )

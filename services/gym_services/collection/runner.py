@@ -54,7 +54,9 @@ def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} is not JSON ({exc.msg} at column {exc.colno})") from None
+                    raise ApiError(
+                        ErrorCode.BAD_REQUEST, f"{path}:{number} is not JSON ({exc.msg} at column {exc.colno})"
+                    ) from None
                 if not isinstance(row, dict):
                     raise ApiError(ErrorCode.BAD_REQUEST, f"{path}:{number} must be a JSON object")
                 tasks.append(row)
@@ -63,7 +65,9 @@ def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
     except UnicodeDecodeError:
         raise ApiError(ErrorCode.BAD_REQUEST, f"{path} is not UTF-8 text") from None
     except OSError as exc:
-        raise ApiError(ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: {exc.strerror or type(exc).__name__}") from None
+        raise ApiError(
+            ErrorCode.BAD_REQUEST, f"cannot read tasks {path}: {exc.strerror or type(exc).__name__}"
+        ) from None
     return tasks
 
 
@@ -226,8 +230,12 @@ class Collection(Participant):
             warned_at = now
             log.warning(
                 "no episode has finished for a while",
-                extra={"idle_s": round(now - self._progress_at), "live": len(self.running),
-                       "retrying": len(self._retrying), "last_failure": self._last_failure},
+                extra={
+                    "idle_s": round(now - self._progress_at),
+                    "live": len(self.running),
+                    "retrying": len(self._retrying),
+                    "last_failure": self._last_failure,
+                },
             )
 
     async def close(self) -> None:
@@ -334,8 +342,13 @@ class Collection(Participant):
                     break
                 log.warning(
                     "episode hit an infrastructure failure; running it again",
-                    extra={"rollout_id": episode.rollout_id, "attempt": episode.attempt, "error": error,
-                           "next_attempt": next_attempt, "retry_in_s": backoff},
+                    extra={
+                        "rollout_id": episode.rollout_id,
+                        "attempt": episode.attempt,
+                        "error": error,
+                        "next_attempt": next_attempt,
+                        "retry_in_s": backoff,
+                    },
                 )
                 self._retrying[episode.rollout_id] = self._last_failure = f"{episode.rollout_id}: {error}"
                 try:
@@ -410,7 +423,12 @@ class Collection(Participant):
         for episode in self.running.values():
             if scope.includes(episode.rollout_id):
                 records.append(
-                    Record(f"episode-{episode.rollout_id}", episode.model_dump_json().encode(), episode.rollout_id, episode.attempt)
+                    Record(
+                        f"episode-{episode.rollout_id}",
+                        episode.model_dump_json().encode(),
+                        episode.rollout_id,
+                        episode.attempt,
+                    )
                 )
         return records
 
@@ -492,7 +510,12 @@ class Collection(Participant):
 
     def live(self) -> dict[str, Any]:
         status = self.status()
-        return {"episodes": status.live, "finished": status.finished, "dispatched": status.dispatched, "total": status.total}
+        return {
+            "episodes": status.live,
+            "finished": status.finished,
+            "dispatched": status.dispatched,
+            "total": status.total,
+        }
 
 
 #: the agent never received the call

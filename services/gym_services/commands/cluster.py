@@ -50,7 +50,7 @@ def _namespace(given: str | None) -> str:
 
         _, active = config.list_kube_config_contexts()
         return active.get("context", {}).get("namespace") or "default"
-    except Exception:  # noqa: BLE001 - no kubeconfig: the default namespace
+    except Exception:
         return "default"
 
 
@@ -67,8 +67,10 @@ def _create(custom: Any, namespace: str, plural: str, body: dict[str, Any]) -> N
         if exc.status == 409:
             _say(f"{body['kind']} {body['metadata']['name']} exists already: following it")
             return
-        raise ClusterError(f"creating {body['kind']} {body['metadata']['name']} failed: {exc.status} {exc.reason}: "
-                           f"{(exc.body or '')[:300]}") from None
+        raise ClusterError(
+            f"creating {body['kind']} {body['metadata']['name']} failed: {exc.status} {exc.reason}: "
+            f"{(exc.body or '')[:300]}"
+        ) from None
 
 
 def _follow(custom: Any, namespace: str, plural: str, name: str, timeout_s: float) -> dict[str, Any]:
@@ -85,13 +87,16 @@ def _follow(custom: Any, namespace: str, plural: str, name: str, timeout_s: floa
         status = obj.get("status") or {}
         if status.get("phase") != phase:
             phase = status.get("phase")
-            _say(f"{plural[:-1]} {name}: {phase or 'waiting for the operator'}"
-                 + (f" ({status['message']})" if status.get("message") else ""))
+            _say(
+                f"{plural[:-1]} {name}: {phase or 'waiting for the operator'}"
+                + (f" ({status['message']})" if status.get("message") else "")
+            )
         if phase in FINAL:
             return status
         if time.monotonic() > deadline:
-            raise ClusterError(f"{plural}/{name} is still {phase or 'unhandled (is the operator running?)'} after "
-                               f"{timeout_s:.0f}s")
+            raise ClusterError(
+                f"{plural}/{name} is still {phase or 'unhandled (is the operator running?)'} after {timeout_s:.0f}s"
+            )
         time.sleep(1.0)
 
 
@@ -100,8 +105,10 @@ def _summary(kind: str, name: str, status: dict[str, Any]) -> str:
     if status.get("message"):
         lines.append(f"  {status['message']}")
     for blocker in status.get("blockers") or []:
-        lines.append(f"  blocked by {blocker.get('participant')}: {blocker.get('kind')} {blocker.get('id', '')} "
-                     f"{blocker.get('detail', '')}".rstrip())
+        lines.append(
+            f"  blocked by {blocker.get('participant')}: {blocker.get('kind')} {blocker.get('id', '')} "
+            f"{blocker.get('detail', '')}".rstrip()
+        )
     for key in ("checkpointId", "location", "participantCount", "pauseSeconds", "restoredEpisodes", "attempt"):
         if key in status:
             lines.append(f"  {key}: {status[key]}")
@@ -142,12 +149,19 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         custom, _, _ = _api()
         namespace = _namespace(args.namespace)
         name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
-        spec: dict[str, Any] = {"release": _release(args.release), "prepareTimeoutSeconds": args.prepare_timeout,
-                                "leaseSeconds": args.lease}
+        spec: dict[str, Any] = {
+            "release": _release(args.release),
+            "prepareTimeoutSeconds": args.prepare_timeout,
+            "leaseSeconds": args.lease,
+        }
         if args.storage_location:
             spec["storageLocation"] = args.storage_location
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Checkpoint",
-                "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)}, "spec": spec}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Checkpoint",
+            "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
+            "spec": spec,
+        }
         _create(custom, namespace, "checkpoints", body)
         if args.no_wait:
             print(f"Checkpoint {name} created in {namespace}")
@@ -181,8 +195,9 @@ def _statefulset_pods(apps: Any, namespace: str, selector: str) -> int:
     return total
 
 
-def _wait_pods(core: Any, apps: Any, namespace: str, selector: str, count: int | None, annotation: str | None,
-               timeout_s: float) -> None:
+def _wait_pods(
+    core: Any, apps: Any, namespace: str, selector: str, count: int | None, annotation: str | None, timeout_s: float
+) -> None:
     """Until ``count`` pods match ``selector`` (None: as many as the matching StatefulSets' replicas, read again
     each round), every one Ready (and carrying ``annotation`` KEY=VALUE)."""
     key, _, value = (annotation or "").partition("=")
@@ -220,9 +235,12 @@ def cmd_restore(args: argparse.Namespace) -> int:
         _require_completed(custom, namespace, args.checkpoint)
         if args.wait_pods:
             _wait_pods(core, apps, namespace, args.wait_pods, args.pods, args.pods_annotation, args.wait_timeout)
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Restore",
-                "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
-                "spec": {"release": release, "checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease}}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Restore",
+            "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
+            "spec": {"release": release, "checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease},
+        }
         _create(custom, namespace, "restores", body)
         if args.no_wait:
             print(f"Restore {name} created in {namespace}")
@@ -243,7 +261,9 @@ def _require_completed(custom: Any, namespace: str, checkpoint: str) -> None:
         raise ClusterError(f"Checkpoint {checkpoint} in {namespace}: {exc.status} {exc.reason}") from None
     phase = (obj.get("status") or {}).get("phase")
     if phase != "Completed":
-        raise ClusterError(f"Checkpoint {checkpoint} is {phase or 'not handled yet'}, not Completed: nothing to restore")
+        raise ClusterError(
+            f"Checkpoint {checkpoint} is {phase or 'not handled yet'}, not Completed: nothing to restore"
+        )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -263,24 +283,49 @@ def register(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on the resource (repeatable)")
         q.add_argument("--no-wait", action="store_true", help="create the resource and return")
         q.add_argument("--json", action="store_true", help="print the final status as JSON")
-        q.add_argument("--allow-failure", action="store_true", help="exit 0 even if it failed (an upgrade hook that must not block)")
+        q.add_argument(
+            "--allow-failure",
+            action="store_true",
+            help="exit 0 even if it failed (an upgrade hook that must not block)",
+        )
 
-    q = inner.add_parser("checkpoint", help="create a Checkpoint and wait until it is Completed or Failed",
-                         description="Create a Checkpoint of the release's stack and wait for its end.")
+    q = inner.add_parser(
+        "checkpoint",
+        help="create a Checkpoint and wait until it is Completed or Failed",
+        description="Create a Checkpoint of the release's stack and wait for its end.",
+    )
     q.add_argument("name", nargs="?", help="resource name (default ckpt-TIMESTAMP)")
-    q.add_argument("--prepare-timeout", type=int, default=300, help="seconds for every server to reach a boundary (default 300)")
-    q.add_argument("--storage-location", metavar="NAME",
-                   help="a storage location the admin defined (default: default, the release's storage)")
+    q.add_argument(
+        "--prepare-timeout", type=int, default=300, help="seconds for every server to reach a boundary (default 300)"
+    )
+    q.add_argument(
+        "--storage-location",
+        metavar="NAME",
+        help="a storage location the admin defined (default: default, the release's storage)",
+    )
     common(q)
     q.set_defaults(func=cmd_checkpoint)
 
-    q = inner.add_parser("restore", help="create a Restore of a Checkpoint and wait until it is Completed or Failed",
-                         description="Create a Restore of a Checkpoint (after the pods were replaced) and wait for its end.")
+    q = inner.add_parser(
+        "restore",
+        help="create a Restore of a Checkpoint and wait until it is Completed or Failed",
+        description="Create a Restore of a Checkpoint (after the pods were replaced) and wait for its end.",
+    )
     q.add_argument("name", nargs="?", help="resource name (default restore-CHECKPOINT)")
-    q.add_argument("--from", dest="checkpoint", required=True, metavar="CHECKPOINT", help="the Checkpoint resource to restore")
-    q.add_argument("--wait-pods", metavar="SELECTOR", help="first wait until the pods matching this label selector are Ready")
-    q.add_argument("--pods", type=int, help="how many pods --wait-pods waits for (default: the spec.replicas of the "
-                   "StatefulSets whose pod template matches the selector, read from the cluster)")
-    q.add_argument("--pods-annotation", metavar="KEY=VALUE", help="only count pods carrying this annotation (a new revision)")
+    q.add_argument(
+        "--from", dest="checkpoint", required=True, metavar="CHECKPOINT", help="the Checkpoint resource to restore"
+    )
+    q.add_argument(
+        "--wait-pods", metavar="SELECTOR", help="first wait until the pods matching this label selector are Ready"
+    )
+    q.add_argument(
+        "--pods",
+        type=int,
+        help="how many pods --wait-pods waits for (default: the spec.replicas of the "
+        "StatefulSets whose pod template matches the selector, read from the cluster)",
+    )
+    q.add_argument(
+        "--pods-annotation", metavar="KEY=VALUE", help="only count pods carrying this annotation (a new revision)"
+    )
     common(q)
     q.set_defaults(func=cmd_restore)

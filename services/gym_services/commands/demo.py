@@ -33,19 +33,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     scale = ""
     if args.replicas > 1 or args.workers > 1:
-        scale = f" with {args.replicas} replicas of every server but the collection and {args.workers} inference workers"
+        scale = (
+            f" with {args.replicas} replicas of every server but the collection and {args.workers} inference workers"
+        )
     try:
         story.prepare()
-        print(f"gymckpt demo: {len(story.tasks)} example tasks x {args.repeats} over 4 environments "
-              "(Workplace Assistant, indirect prompt injection, blackjack, Lean proofs with the sandbox stand-in)")
+        print(
+            f"gymckpt demo: {len(story.tasks)} example tasks x {args.repeats} over 4 environments "
+            "(Workplace Assistant, indirect prompt injection, blackjack, Lean proofs with the sandbox stand-in)"
+        )
         print(f"1) uninterrupted run: start every server as its own process{scale}, collect all rollouts", flush=True)
         base = story.uninterrupted()
         progress.close()
         kill = ""
         if story.kill_worker_at is not None:
             kill = f"SIGKILL one inference worker mid-generation once {story.kill_worker_at:.0%} of the rollouts finished, "
-        print(f"2) checkpointed run: collect, {kill}checkpoint once {args.checkpoint_at:.0%} of the rollouts finished to "
-              f"{story.storage}, SIGKILL everything, restore into fresh processes, finish", flush=True)
+        print(
+            f"2) checkpointed run: collect, {kill}checkpoint once {args.checkpoint_at:.0%} of the rollouts finished to "
+            f"{story.storage}, SIGKILL everything, restore into fresh processes, finish",
+            flush=True,
+        )
         ckpt = story.checkpointed()
     except (StoryError, StackError, ValueError) as exc:
         print(f"\ngymckpt demo failed: {exc}", file=sys.stderr)
@@ -58,8 +65,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(verdict.text)
     print()
     if verdict.ok:
-        print(f"OK: every episode's reward equals the uninterrupted run; no generation was redone "
-              f"({time.perf_counter() - started:.0f} s; files in {story.workdir})")
+        print(
+            f"OK: every episode's reward equals the uninterrupted run; no generation was redone "
+            f"({time.perf_counter() - started:.0f} s; files in {story.workdir})"
+        )
         return 0
     print("MISMATCH:\n  " + "\n  ".join(verdict.problems), file=sys.stderr)
     return 1
@@ -81,20 +90,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         "SIGKILL, restore into fresh processes, finish, and compare rewards and generation work with an uninterrupted "
         "run. Exits non-zero if any reward differs.",
     )
-    p.add_argument("--workdir", default=".gymckpt/demo", help="where runs, logs and checkpoints go (default .gymckpt/demo)")
-    p.add_argument("--storage", help="checkpoint location: file:///path (default file://WORKDIR), s3://bucket/prefix "
-                   "(AWS_* variables or --s3-endpoint), or embedded-s3 (a local SeaweedFS the demo starts and stops)")
+    p.add_argument(
+        "--workdir", default=".gymckpt/demo", help="where runs, logs and checkpoints go (default .gymckpt/demo)"
+    )
+    p.add_argument(
+        "--storage",
+        help="checkpoint location: file:///path (default file://WORKDIR), s3://bucket/prefix "
+        "(AWS_* variables or --s3-endpoint), or embedded-s3 (a local SeaweedFS the demo starts and stops)",
+    )
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default AWS_ENDPOINT_URL)")
     p.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument("--tokens-per-second", type=float, default=150.0, help="worker speed per generation (default 150)")
-    p.add_argument("--checkpoint-at", type=float, default=0.4, help="checkpoint once this fraction of the rollouts finished (default 0.4)")
-    p.add_argument("--replicas", type=_count, default=1,
-                   help="processes of every participant but the collection, each its own participant; every call of a "
-                   "rollout reaches the replica holding it (default 1)")
-    p.add_argument("--workers", type=_count, default=1,
-                   help="inference workers behind the policy model; with 2 or more, one is killed with SIGKILL "
-                   "mid-generation before the checkpoint and its generations continue on the others (default 1)")
+    p.add_argument(
+        "--checkpoint-at",
+        type=float,
+        default=0.4,
+        help="checkpoint once this fraction of the rollouts finished (default 0.4)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=_count,
+        default=1,
+        help="processes of every participant but the collection, each its own participant; every call of a "
+        "rollout reaches the replica holding it (default 1)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_count,
+        default=1,
+        help="inference workers behind the policy model; with 2 or more, one is killed with SIGKILL "
+        "mid-generation before the checkpoint and its generations continue on the others (default 1)",
+    )
     p.add_argument("--no-worker-kill", action="store_true", help="with --workers 2 or more: kill no worker")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_demo)

@@ -41,7 +41,9 @@ def _create_bucket(target: tuple[str, int], bucket: str) -> None:
     from botocore.exceptions import ClientError
 
     client = boto3.session.Session().client(
-        "s3", endpoint_url=f"http://{target[0]}:{target[1]}", region_name="us-east-1",
+        "s3",
+        endpoint_url=f"http://{target[0]}:{target[1]}",
+        region_name="us-east-1",
         config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10, s3={"addressing_style": "path"}),
     )
     try:
@@ -60,21 +62,29 @@ async def ensure_bucket(target: tuple[str, int], bucket: str, stop: asyncio.Even
             await asyncio.to_thread(_create_bucket, target, bucket)
             print(f"gymckpt forward: bucket {bucket} is there", file=sys.stderr, flush=True)
             return True
-        except Exception as exc:  # noqa: BLE001 - not up yet, or refused: said, and tried again
+        except Exception as exc:
             if loop.time() - last_note >= 10:
                 last_note = loop.time()
-                print(f"gymckpt forward: waiting for {target[0]}:{target[1]} to create bucket {bucket}: {exc}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"gymckpt forward: waiting for {target[0]}:{target[1]} to create bucket {bucket}: {exc}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         try:
             await asyncio.wait_for(stop.wait(), timeout=1.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     return False
 
 
-async def forward(listen: tuple[str, int], target: tuple[str, int], max_connections: int,
-                  connect_timeout_s: float = 10.0, ready: asyncio.Event | None = None,
-                  create_bucket: str | None = None) -> None:
+async def forward(
+    listen: tuple[str, int],
+    target: tuple[str, int],
+    max_connections: int,
+    connect_timeout_s: float = 10.0,
+    ready: asyncio.Event | None = None,
+    create_bucket: str | None = None,
+) -> None:
     """Forward connections; with ``create_bucket``, first make sure that bucket exists behind ``target`` and only
     then listen, so a readiness probe through this port means the store is usable."""
     slots = asyncio.Semaphore(max_connections)
@@ -85,7 +95,7 @@ async def forward(listen: tuple[str, int], target: tuple[str, int], max_connecti
                 upstream_reader, upstream_writer = await asyncio.wait_for(
                     asyncio.open_connection(*target), timeout=connect_timeout_s
                 )
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 client_writer.close()
                 return
             try:
@@ -123,6 +133,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT", help="address to accept on")
     p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT", help="address to forward to")
     p.add_argument("--max-connections", type=int, default=512, help="connections served at once (default 512)")
-    p.add_argument("--create-bucket", metavar="NAME", help="before listening, create this S3 bucket behind --to "
-                   "(keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), retrying until the store answers")
+    p.add_argument(
+        "--create-bucket",
+        metavar="NAME",
+        help="before listening, create this S3 bucket behind --to "
+        "(keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), retrying until the store answers",
+    )
     p.set_defaults(func=cmd_forward)

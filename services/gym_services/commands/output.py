@@ -22,7 +22,12 @@ def transaction_summary(result: TransactionResult) -> str:
         lines.append(f"error: {result.error}")
     if result.blockers:
         lines.append("blockers:")
-        lines.append(table(["participant", "kind", "id", "detail"], [[b.participant, b.kind, b.id, b.detail] for b in result.blockers]))
+        lines.append(
+            table(
+                ["participant", "kind", "id", "detail"],
+                [[b.participant, b.kind, b.id, b.detail] for b in result.blockers],
+            )
+        )
     if result.participants:
         lines.append(
             table(

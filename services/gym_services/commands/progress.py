@@ -45,7 +45,13 @@ class JobProgress:
         self._bar.refresh()
 
     def _line(self, label: str, job: dict[str, Any]) -> None:
-        state = (job.get("finished", 0), job.get("total", 0), job.get("live", 0), job.get("errors", 0), job.get("state"))
+        state = (
+            job.get("finished", 0),
+            job.get("total", 0),
+            job.get("live", 0),
+            job.get("errors", 0),
+            job.get("state"),
+        )
         now = time.monotonic()
         if state != self._last:
             self._changed_at = now

@@ -19,8 +19,6 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
-from gym_services.coordination.client import ControlClient, ParticipantError
-from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.commands.output import EXIT_INTERRUPTED, human_bytes, table, transaction_summary
 from gym_services.commands.status import status_table
@@ -29,6 +27,8 @@ from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore, InFlight, restoring
+from gym_services.coordination.client import ControlClient, ParticipantError
+from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.stack.config import load_stack
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import (
@@ -85,13 +85,19 @@ def _storage_hint(args: argparse.Namespace, exc: Exception) -> Exception:
     except StackError:
         return exc
     location = getattr(args, "storage", None)
-    if (state.object_store is not None and not store_running(state.object_store)
-            and (location is None or location.startswith(f"s3://{BUCKET}/"))):
-        return StorageError(f"{exc}; the stack's local S3 store stopped with the stack (`gymckpt down`): "
-                            "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data")
+    if (
+        state.object_store is not None
+        and not store_running(state.object_store)
+        and (location is None or location.startswith(f"s3://{BUCKET}/"))
+    ):
+        return StorageError(
+            f"{exc}; the stack's local S3 store stopped with the stack (`gymckpt down`): "
+            "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data"
+        )
     if location and location != state.storage:
-        return StorageError(f"{exc}; the stack {state.name} keeps its checkpoints at {state.storage}, "
-                            "used when --storage is not given")
+        return StorageError(
+            f"{exc}; the stack {state.name} keeps its checkpoints at {state.storage}, used when --storage is not given"
+        )
     return exc
 
 
@@ -132,8 +138,11 @@ async def _with_coordinator(args: argparse.Namespace, work, *, running_only: boo
 
         def progress(phase: str, detail: dict) -> None:
             if not getattr(args, "quiet", False):
-                print(f"  {time.strftime('%H:%M:%S')} {phase.lower()}", flush=True,
-                      file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+                print(
+                    f"  {time.strftime('%H:%M:%S')} {phase.lower()}",
+                    flush=True,
+                    file=sys.stderr if getattr(args, "json", False) else sys.stdout,
+                )
 
         coordinator = Coordinator(participants, client, storage_config=_storage_config(args, state), on_event=progress)
         return await work(coordinator, state)
@@ -157,17 +166,26 @@ def cmd_up(args: argparse.Namespace) -> int:
         state_dir = stack.resolved_state_dir(Path.cwd())
         if partly_running(state_dir):  # a server crashed: start it again, the others keep their live state
             state, started = start_missing(state_dir, ready_timeout_s=args.timeout)
-            print(f"started {', '.join(started)} again from {state_dir / 'configs'}; the other "
-                  f"{len(state.servers) - len(started)} servers of stack {state.name} kept running")
+            print(
+                f"started {', '.join(started)} again from {state_dir / 'configs'}; the other "
+                f"{len(state.servers) - len(started)} servers of stack {state.name} kept running"
+            )
             return 0
         state = start_stack(stack, Path.cwd(), ready_timeout_s=args.timeout, say=lambda text: print(text, flush=True))
     except (ConfigError, StackError) as exc:
         return _fail("up", exc)
     print(f"stack {state.name} is up ({len(state.servers)} servers); state in {state.state_dir}")
-    print(table(["server", "type", "url", "pid", "participant"], [[s.name, s.server, s.url, s.pid, s.participant] for s in state.servers]))
+    print(
+        table(
+            ["server", "type", "url", "pid", "participant"],
+            [[s.name, s.server, s.url, s.pid, s.participant] for s in state.servers],
+        )
+    )
     if state.object_store is not None:
-        print(f"local S3 store (SeaweedFS) at {state.object_store.endpoint}, data in {state.object_store.data_dir}; "
-              "`gymckpt down` stops it, the data stays")
+        print(
+            f"local S3 store (SeaweedFS) at {state.object_store.endpoint}, data in {state.object_store.data_dir}; "
+            "`gymckpt down` stops it, the data stays"
+        )
     print(f"checkpoints go to {state.storage}")
     return 0
 
@@ -179,8 +197,10 @@ def cmd_restart(args: argparse.Namespace) -> int:
         state = _running(args)
         server = next((s for s in state.servers if s.name == args.name), None)
         if server is None:
-            raise StackError(f"no server {args.name!r} in stack {state.name} (its servers: "
-                             f"{', '.join(s.name for s in state.servers)})")
+            raise StackError(
+                f"no server {args.name!r} in stack {state.name} (its servers: "
+                f"{', '.join(s.name for s in state.servers)})"
+            )
         if is_running(server):
             stop_server(server)
         restarted = restart_server(state_dir, args.name, ready_timeout_s=args.timeout)
@@ -205,6 +225,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Every participant's state; exits 1 when a server of the stack is not running (or does not answer)."""
+
     async def work(coordinator: Coordinator, state):
         return await coordinator.status(), _stopped(state)
 
@@ -220,11 +241,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(status_table(statuses, stopped, wide=args.wide))
     unreachable = [pid for pid, s in statuses.items() if isinstance(s, ParticipantError)]
     if stopped or unreachable:
-        what = "; ".join(part for part in (
-            f"not running: {', '.join(stopped)}" if stopped else "",
-            f"not answering: {', '.join(unreachable)}" if unreachable else "") if part)
-        print(f"gymckpt status: {what}; `gymckpt up CONFIG` starts what is missing while the rest keeps running "
-              f"(their logs: {_state_dir(args) / 'logs'})", file=sys.stderr)
+        what = "; ".join(
+            part
+            for part in (
+                f"not running: {', '.join(stopped)}" if stopped else "",
+                f"not answering: {', '.join(unreachable)}" if unreachable else "",
+            )
+            if part
+        )
+        print(
+            f"gymckpt status: {what}; `gymckpt up CONFIG` starts what is missing while the rest keeps running "
+            f"(their logs: {_state_dir(args) / 'logs'})",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -244,22 +273,29 @@ def cmd_collect(args: argparse.Namespace) -> int:
     With --url the collection server is remote (on Kubernetes, reached through ``kubectl port-forward``): the
     tasks file is uploaded to it, and the results are downloaded to --output when the job completes."""
     if args.attach == bool(args.tasks):
-        return _fail("collect", RuntimeError("give a tasks JSONL to start a job, or --attach to follow the running one"))
+        return _fail(
+            "collect", RuntimeError("give a tasks JSONL to start a job, or --attach to follow the running one")
+        )
     if args.url:
         url, remote = args.url.rstrip("/"), True
         token = os.environ.get("GYMCKPT_JOB_TOKEN") or os.environ.get("GYMCKPT_CONTROL_TOKEN")
         if not token:
-            return _fail("collect", CollectError(
-                "a remote collection server needs its job token: set GYMCKPT_JOB_TOKEN (the chart's collection "
-                "server takes the control token: kubectl get secret RELEASE-gym-checkpoint-control "
-                "-o jsonpath='{.data.token}' | base64 -d)"))
+            return _fail(
+                "collect",
+                CollectError(
+                    "a remote collection server needs its job token: set GYMCKPT_JOB_TOKEN (the chart's collection "
+                    "server takes the control token: kubectl get secret RELEASE-gym-checkpoint-control "
+                    "-o jsonpath='{.data.token}' | base64 -d)"
+                ),
+            )
     else:
         try:
             state = _running(args)
             url, remote = state.url(args.collection), False
             if args.collection in _stopped(state):
-                raise StackError(f"the collection server {args.collection} is not running; "
-                                 "`gymckpt up CONFIG` starts it again")
+                raise StackError(
+                    f"the collection server {args.collection} is not running; `gymckpt up CONFIG` starts it again"
+                )
             token = _local_job_token(args, state)
         except (StackError, KeyError) as exc:
             return _fail("collect", exc)
@@ -275,11 +311,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
         with httpx.Client(timeout=args.timeout, trust_env=False, headers={"authorization": f"Bearer {token}"}) as http:
             status = _attach(http, url) if args.attach else _start_job(http, url, args, remote)
             if args.no_wait:
-                print(f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
-                      f"{' --url ' + url if remote else ''}`")
+                print(
+                    f"collecting {status['total']} rollouts on {url}; follow with `gymckpt collect --attach"
+                    f"{' --url ' + url if remote else ''}`"
+                )
                 return 0
-            status = _follow(http, url, status, args.wait_timeout, args.stall_warning,
-                             None if remote else lambda: _stopped(read_state(_state_dir(args))))
+            status = _follow(
+                http,
+                url,
+                status,
+                args.wait_timeout,
+                args.stall_warning,
+                None if remote else lambda: _stopped(read_state(_state_dir(args))),
+            )
             results = Path(args.output) if remote else Path(status["output_path"])
             if remote:
                 _download_results(http, url, results)
@@ -288,11 +332,15 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         attach = f"`gymckpt collect --attach{' --url ' + url if remote else ''}`"
         if status is None:
-            print(f"\ngymckpt collect: interrupted while starting the job on {url}; {attach} shows whether it started",
-                  file=sys.stderr)
+            print(
+                f"\ngymckpt collect: interrupted while starting the job on {url}; {attach} shows whether it started",
+                file=sys.stderr,
+            )
         else:
-            print(f"\ngymckpt collect: stopped following; the job keeps running on {url}: {attach} follows it again",
-                  file=sys.stderr)
+            print(
+                f"\ngymckpt collect: stopped following; the job keeps running on {url}: {attach} follows it again",
+                file=sys.stderr,
+            )
         return EXIT_INTERRUPTED
     mean = status["mean_reward"]
     print(
@@ -302,8 +350,11 @@ def cmd_collect(args: argparse.Namespace) -> int:
     )
     print(reward_table(results))
     if status["finished"] and status["errors"] == status["finished"]:
-        print(f"gymckpt collect: every episode failed; the first error is in {results}, the servers' logs "
-              f"({Path(_state_dir(args)) / 'logs'} for a local stack) say why", file=sys.stderr)
+        print(
+            f"gymckpt collect: every episode failed; the first error is in {results}, the servers' logs "
+            f"({Path(_state_dir(args)) / 'logs'} for a local stack) say why",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -333,8 +384,10 @@ def check_tasks_file(path: Path, limit: int | None = None) -> int:
                 if not isinstance(row, dict):
                     raise CollectError(f"{path}, line {number}: a task must be a JSON object, not {type(row).__name__}")
                 if not isinstance(row.get("responses_create_params"), dict):
-                    raise CollectError(f"{path}, line {number}: the task has no responses_create_params object "
-                                       "(the model request of its episode: {\"input\": [...]})")
+                    raise CollectError(
+                        f"{path}, line {number}: the task has no responses_create_params object "
+                        '(the model request of its episode: {"input": [...]})'
+                    )
                 tasks += 1
                 if limit is not None and tasks >= limit:
                     break
@@ -358,7 +411,8 @@ def _refuse_overwrite(output: Path, overwrite: bool) -> None:
     if size and not overwrite:
         raise CollectError(
             f"{output} already holds {human_bytes(size)} of results (an earlier job's; a checkpoint of that job "
-            f"needs them to restore); choose another file with --output, or replace it with --overwrite")
+            f"needs them to restore); choose another file with --output, or replace it with --overwrite"
+        )
 
 
 class CollectError(RuntimeError):
@@ -384,7 +438,9 @@ def _answer(resp: httpx.Response) -> dict:
         body = None
     if resp.status_code != 200:
         message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-        raise CollectError(f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}: {message or resp.text[:300]}")
+        raise CollectError(
+            f"{resp.request.method} {resp.request.url.path}: HTTP {resp.status_code}: {message or resp.text[:300]}"
+        )
     return body
 
 
@@ -401,9 +457,14 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
         stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in tasks.stem)[:80].strip(".-_") or "tasks"
         name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"  # a new name each time: a restore re-reads its file
         with tasks.open("rb") as fh:
-            uploaded = _answer(http.put(f"{url}/tasks/{name}", content=fh, headers={"content-type": "application/x-ndjson"}))
-        print(f"uploaded {uploaded['tasks']} {_plural(uploaded['tasks'], 'task')} ({human_bytes(uploaded['bytes'])}) "
-              f"to {url} as {uploaded['tasks_path']}", file=sys.stderr)
+            uploaded = _answer(
+                http.put(f"{url}/tasks/{name}", content=fh, headers={"content-type": "application/x-ndjson"})
+            )
+        print(
+            f"uploaded {uploaded['tasks']} {_plural(uploaded['tasks'], 'task')} ({human_bytes(uploaded['bytes'])}) "
+            f"to {url} as {uploaded['tasks_path']}",
+            file=sys.stderr,
+        )
         spec = {"tasks_path": uploaded["tasks_path"], "output_path": f"results/{name}"}
     else:
         spec = {"tasks_path": str(tasks.resolve()), "output_path": str(Path(args.output).resolve())}
@@ -447,18 +508,23 @@ class Stall:
             down = self.missing()
             if down:
                 why += f"; not running: {', '.join(down)} (`gymckpt up CONFIG` starts it again)"
-            self.say(f"gymckpt collect: no episode has finished for {idle:.0f}s ({why}); "
-                     "`gymckpt status` shows every server, their logs say more")
+            self.say(
+                f"gymckpt collect: no episode has finished for {idle:.0f}s ({why}); "
+                "`gymckpt status` shows every server, their logs say more"
+            )
 
     def unanswered(self, exc: Exception) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}"
         if self._due(self.answered_at):
-            self.say(f"gymckpt collect: the collection server at {self.url} has not answered for "
-                     f"{time.monotonic() - self.answered_at:.0f}s ({self.last_error}); still trying until --wait-timeout")
+            self.say(
+                f"gymckpt collect: the collection server at {self.url} has not answered for "
+                f"{time.monotonic() - self.answered_at:.0f}s ({self.last_error}); still trying until --wait-timeout"
+            )
 
 
-def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0,
-            missing=None) -> dict:
+def _follow(
+    http: httpx.Client, url: str, status: dict, wait_timeout: float, stall_warning_s: float = 60.0, missing=None
+) -> dict:
     """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal;
     a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too."""
     from tqdm import tqdm
@@ -484,13 +550,18 @@ def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, sta
                 bar.refresh()
             elif time.monotonic() - last_line >= 5 or status["state"] == "completed":
                 last_line = time.monotonic()
-                print(f"collect: {status['finished']}/{status['total']} finished, {status['live']} live, {status['state']}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"collect: {status['finished']}/{status['total']} finished, {status['live']} live, {status['state']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if status["state"] == "completed":
                 return status
             if time.monotonic() > deadline:
-                raise CollectError(f"the job did not complete within --wait-timeout {wait_timeout:.0f}s; it keeps running: "
-                                   "`gymckpt collect --attach` follows it again")
+                raise CollectError(
+                    f"the job did not complete within --wait-timeout {wait_timeout:.0f}s; it keeps running: "
+                    "`gymckpt collect --attach` follows it again"
+                )
             time.sleep(0.2)
             while True:
                 try:
@@ -499,8 +570,10 @@ def _follow(http: httpx.Client, url: str, status: dict, wait_timeout: float, sta
                 except httpx.TransportError as exc:  # a server being replaced: keep trying until the deadline
                     stall.unanswered(exc)
                     if time.monotonic() > deadline:
-                        raise CollectError(f"the collection server at {url} stopped answering ({stall.last_error}) "
-                                           f"and --wait-timeout {wait_timeout:.0f}s ran out") from None
+                        raise CollectError(
+                            f"the collection server at {url} stopped answering ({stall.last_error}) "
+                            f"and --wait-timeout {wait_timeout:.0f}s ran out"
+                        ) from None
                     time.sleep(0.5)
     finally:
         if bar is not None:
@@ -552,12 +625,20 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         return _fail("checkpoint", exc)
 
     async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
-        _header(args, f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
-                      f"(transaction {transaction_id})")
+        _header(
+            args,
+            f"checkpoint {checkpoint_id} of {len(coordinator.participants)} participants -> {location} "
+            f"(transaction {transaction_id})",
+        )
         return await coordinator.checkpoint(
-            checkpoint_id, location, prepare_timeout_s=args.prepare_timeout, lease_s=args.lease,
-            transaction_id=transaction_id, claimed_by=f"gymckpt checkpoint on {socket.gethostname()} (stack {state.name})",
-            method=args.method, cancel=cancel,
+            checkpoint_id,
+            location,
+            prepare_timeout_s=args.prepare_timeout,
+            lease_s=args.lease,
+            transaction_id=transaction_id,
+            claimed_by=f"gymckpt checkpoint on {socket.gethostname()} (stack {state.name})",
+            method=args.method,
+            cancel=cancel,
         )
 
     code = _transaction(args, "checkpoint", work, again)
@@ -612,8 +693,11 @@ def config_changes(state: StackState, checkpoint_id: str) -> list[str]:
     changes = []
     for name in sorted(set(then) & set(now)):
         keys = sorted(set(then[name]) | set(now[name]))
-        diff = [f"{k}: {then[name].get(k, '(unset)')} -> {now[name].get(k, '(unset)')}"
-                for k in keys if then[name].get(k) != now[name].get(k)]
+        diff = [
+            f"{k}: {then[name].get(k, '(unset)')} -> {now[name].get(k, '(unset)')}"
+            for k in keys
+            if then[name].get(k) != now[name].get(k)
+        ]
         if diff:
             changes.append(f"{name} ({'; '.join(diff[:5])}{'; ...' if len(diff) > 5 else ''})")
     return changes
@@ -635,8 +719,10 @@ def _check_location(args: argparse.Namespace, state: StackState, location: str) 
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StorageError(f"cannot create the storage folder {folder}: {exc.strerror or exc}; "
-                               "give a folder you can write with --storage file:///absolute/path") from None
+            raise StorageError(
+                f"cannot create the storage folder {folder}: {exc.strerror or exc}; "
+                "give a folder you can write with --storage file:///absolute/path"
+            ) from None
         if not os.access(folder, os.W_OK | os.X_OK):
             raise StorageError(f"the storage folder {folder} is not writable; give another with --storage")
 
@@ -656,8 +742,12 @@ def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
         def on_sigint() -> None:
             nonlocal interrupted
             interrupted = True
-            print(f"\ngymckpt {verb}: Ctrl-C: ending the {verb} as failed, aborting the participants "
-                  "(Ctrl-C again to stop waiting)", file=sys.stderr, flush=True)
+            print(
+                f"\ngymckpt {verb}: Ctrl-C: ending the {verb} as failed, aborting the participants "
+                "(Ctrl-C again to stop waiting)",
+                file=sys.stderr,
+                flush=True,
+            )
             cancel.set()
             loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C interrupts
 
@@ -672,15 +762,23 @@ def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
     except OSError as exc:
         return _fail(verb, StackError(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"))
     except KeyboardInterrupt:
-        print(f"\ngymckpt {verb}: interrupted before the participants answered; each resumes on its own when its "
-              f"lease ends (--lease {args.lease:g}s); `{again}` repeats the same {verb}", file=sys.stderr)
+        print(
+            f"\ngymckpt {verb}: interrupted before the participants answered; each resumes on its own when its "
+            f"lease ends (--lease {args.lease:g}s); `{again}` repeats the same {verb}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
     if interrupted and not result.completed:
-        anew = "`gymckpt checkpoint` takes a new one" if verb == "checkpoint" else (
-            f"`gymckpt restore {result.checkpoint_id}` restores it again")
-        print(f"gymckpt {verb}: interrupted; the {verb} failed and the participants resumed where they were; "
-              f"{anew}", file=sys.stderr)
+        anew = (
+            "`gymckpt checkpoint` takes a new one"
+            if verb == "checkpoint"
+            else (f"`gymckpt restore {result.checkpoint_id}` restores it again")
+        )
+        print(
+            f"gymckpt {verb}: interrupted; the {verb} failed and the participants resumed where they were; {anew}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     return 0 if result.completed else 1
 
@@ -700,20 +798,31 @@ def cmd_restore(args: argparse.Namespace) -> int:
     except (StorageError, ValueError) as exc:
         return _fail("restore", _storage_hint(args, exc))
     if absent:
-        return _fail("restore", StackError(
-            f"checkpoint {args.checkpoint_id} holds the state of {', '.join(absent)}, which stack {state.name} has no "
-            "server for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
-            "`gymckpt up CONFIG`"))
+        return _fail(
+            "restore",
+            StackError(
+                f"checkpoint {args.checkpoint_id} holds the state of {', '.join(absent)}, which stack {state.name} has no "
+                "server for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
+                "`gymckpt up CONFIG`"
+            ),
+        )
     changed = config_changes(state, args.checkpoint_id)
     if changed:
-        print(f"gymckpt restore: warning: server configs changed since {args.checkpoint_id} was taken: "
-              f"{', '.join(changed)}; its episodes continue under the new configs", file=sys.stderr)
+        print(
+            f"gymckpt restore: warning: server configs changed since {args.checkpoint_id} was taken: "
+            f"{', '.join(changed)}; its episodes continue under the new configs",
+            file=sys.stderr,
+        )
 
     async def work(coordinator: Coordinator, state, cancel: asyncio.Event):
-        _header(args, f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants "
-                      f"(restore id {restore_id})")
-        return await coordinator.restore(args.checkpoint_id, location, lease_s=args.lease, restore_id=restore_id,
-                                         cancel=cancel)
+        _header(
+            args,
+            f"restore {args.checkpoint_id} from {location} into {len(coordinator.participants)} participants "
+            f"(restore id {restore_id})",
+        )
+        return await coordinator.restore(
+            args.checkpoint_id, location, lease_s=args.lease, restore_id=restore_id, cancel=cancel
+        )
 
     return _transaction(args, "restore", work, f"gymckpt restore {args.checkpoint_id} --restore-id {restore_id}")
 
@@ -742,8 +851,11 @@ def _absent_servers(args: argparse.Namespace, state: StackState, location: str) 
     if manifest is None:
         return []
     here = {s.name for s in state.participants()} | {s.group_name for s in state.participants()}
-    return sorted(p.participant_id for p in manifest.participants
-                  if p.participant_id not in here and re.sub(r"-\d+$", "", p.participant_id) not in here)
+    return sorted(
+        p.participant_id
+        for p in manifest.participants
+        if p.participant_id not in here and re.sub(r"-\d+$", "", p.participant_id) not in here
+    )
 
 
 def _location(args: argparse.Namespace) -> str:
@@ -766,10 +878,24 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
             created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(manifest.created_at))
             records = sum(p.records for p in manifest.participants)
             pause = manifest.timings.get("pause")
-            rows.append([cid, "complete", created, manifest.method, len(manifest.participants), records,
-                         human_bytes(manifest.bytes), "" if pause is None else f"{pause * 1000:.0f} ms"])
+            rows.append(
+                [
+                    cid,
+                    "complete",
+                    created,
+                    manifest.method,
+                    len(manifest.participants),
+                    records,
+                    human_bytes(manifest.bytes),
+                    "" if pause is None else f"{pause * 1000:.0f} ms",
+                ]
+            )
     print(f"checkpoints at {location}:")
-    print(table(["id", "state", "created", "method", "participants", "records", "bytes", "pause"], rows) if rows else "(none)")
+    print(
+        table(["id", "state", "created", "method", "participants", "records", "bytes", "pause"], rows)
+        if rows
+        else "(none)"
+    )
     return 0
 
 
@@ -779,21 +905,40 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
         store = CheckpointStore(open_storage(location, _storage_config(args)))
         manifest = store.published(args.checkpoint_id)
         if manifest is None:
-            raise StackError(f"no complete checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`")
+            raise StackError(
+                f"no complete checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"
+            )
     except (StackError, StorageError, ValueError) as exc:
         return _fail("checkpoints show", _storage_hint(args, exc))
     if args.json:
         print(manifest.model_dump_json(indent=1))
         return 0
-    print(f"checkpoint {manifest.checkpoint_id} at {location}, created {time.ctime(manifest.created_at)}, "
-          f"method {manifest.method}" + (f", reads objects of {', '.join(manifest.references)}" if manifest.references else ""))
-    print(table(
-        ["participant", "role", "records", "reused", "bytes", "written", "manifest"],
-        [[p.participant_id, p.role, p.records, p.reused, human_bytes(p.bytes), human_bytes(p.written_bytes), p.manifest_key]
-         for p in manifest.participants],
-    ))
-    print(f"episodes continued: {len(manifest.episodes or [])}; timings: "
-          + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items()))
+    print(
+        f"checkpoint {manifest.checkpoint_id} at {location}, created {time.ctime(manifest.created_at)}, "
+        f"method {manifest.method}"
+        + (f", reads objects of {', '.join(manifest.references)}" if manifest.references else "")
+    )
+    print(
+        table(
+            ["participant", "role", "records", "reused", "bytes", "written", "manifest"],
+            [
+                [
+                    p.participant_id,
+                    p.role,
+                    p.records,
+                    p.reused,
+                    human_bytes(p.bytes),
+                    human_bytes(p.written_bytes),
+                    p.manifest_key,
+                ]
+                for p in manifest.participants
+            ],
+        )
+    )
+    print(
+        f"episodes continued: {len(manifest.episodes or [])}; timings: "
+        + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items())
+    )
     restores = store.decisions(args.checkpoint_id)
     if restores:
         print(table(["restore id", "decision", "decided by"], [list(r) for r in restores]))
@@ -818,20 +963,32 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
         location = _location(args)
         busy = _restoring_locally(args, args.checkpoint_id)
         if busy:
-            return _fail("checkpoints delete", StackError(
-                f"{', '.join(busy)} of the running stack are restoring {args.checkpoint_id}; "
-                "wait for the restore to finish (`gymckpt status`), then delete"))
+            return _fail(
+                "checkpoints delete",
+                StackError(
+                    f"{', '.join(busy)} of the running stack are restoring {args.checkpoint_id}; "
+                    "wait for the restore to finish (`gymckpt status`), then delete"
+                ),
+            )
         store = CheckpointStore(open_storage(location, _storage_config(args)))
         deleted = store.delete(args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
     except (StackError, StorageError, InFlight, InvalidState) as exc:
         return _fail("checkpoints delete", _storage_hint(args, exc))
     if deleted.objects == 0 and not deleted.kept:
-        return _fail("checkpoints delete", StackError(
-            f"no checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"))
+        return _fail(
+            "checkpoints delete",
+            StackError(f"no checkpoint {args.checkpoint_id} at {location}; see `gymckpt checkpoints list`"),
+        )
     what = "checkpoint" if deleted.published else "incomplete checkpoint"
-    print(f"deleted {what} {args.checkpoint_id} at {location}: {deleted.objects} objects"
-          + (f"; {deleted.kept} kept while other checkpoints read them (`gymckpt checkpoints prune` removes them "
-             "once none does)" if deleted.kept else ""))
+    print(
+        f"deleted {what} {args.checkpoint_id} at {location}: {deleted.objects} objects"
+        + (
+            f"; {deleted.kept} kept while other checkpoints read them (`gymckpt checkpoints prune` removes them "
+            "once none does)"
+            if deleted.kept
+            else ""
+        )
+    )
     return 0
 
 
@@ -842,8 +999,10 @@ def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
     except (StackError, StorageError, InvalidState) as exc:
         return _fail("checkpoints prune", _storage_hint(args, exc))
     for deleted in pruned:
-        print(f"removed {deleted.objects} objects of {deleted.checkpoint_id}"
-              + (f" ({deleted.kept} still read by other checkpoints)" if deleted.kept else ""))
+        print(
+            f"removed {deleted.objects} objects of {deleted.checkpoint_id}"
+            + (f" ({deleted.kept} still read by other checkpoints)" if deleted.kept else "")
+        )
     print(f"pruned {len(pruned)} checkpoints at {location} that will never be published")
     return 0
 
@@ -860,19 +1019,27 @@ def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("up", help="start every server of a stack config as local processes",
-                       description="Start every server of a stack YAML, wait until each is ready, write the state file.")
+    p = sub.add_parser(
+        "up",
+        help="start every server of a stack config as local processes",
+        description="Start every server of a stack YAML, wait until each is ready, write the state file.",
+    )
     p.add_argument("config", help="stack YAML")
     p.add_argument("--state-dir", default=None, help="override the config's state_dir")
-    p.add_argument("--storage", help="override the config's storage: embedded-s3 (start a local S3 store), "
-                   "s3://bucket/prefix or file:///path")
+    p.add_argument(
+        "--storage",
+        help="override the config's storage: embedded-s3 (start a local S3 store), s3://bucket/prefix or file:///path",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("restart", help="start one server of the running stack again (after a crash)",
-                       description="Start one server of the running stack again, from its saved config on its own "
-                       "port, while the others keep running (SIGTERM first if it still runs). `gymckpt up CONFIG` "
-                       "starts every server that is missing.")
+    p = sub.add_parser(
+        "restart",
+        help="start one server of the running stack again (after a crash)",
+        description="Start one server of the running stack again, from its saved config on its own "
+        "port, while the others keep running (SIGTERM first if it still runs). `gymckpt up CONFIG` "
+        "starts every server that is missing.",
+    )
     _common(p)
     p.add_argument("name", help="the server's name (as `gymckpt status` lists it)")
     p.set_defaults(func=cmd_restart)
@@ -882,73 +1049,116 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
     p.set_defaults(func=cmd_down)
 
-    p = sub.add_parser("status", help="state, live counts and the last checkpoint of every participant",
-                       description="Show every participant of the running stack: serving, or the phase of the "
-                       "checkpoint or restore it is in, and its live counts; then the checkpoint open now or the "
-                       "last upload's outcome. Fits 120 columns; --wide for every detail. Exits 1 when a server "
-                       "is not running.")
+    p = sub.add_parser(
+        "status",
+        help="state, live counts and the last checkpoint of every participant",
+        description="Show every participant of the running stack: serving, or the phase of the "
+        "checkpoint or restore it is in, and its live counts; then the checkpoint open now or the "
+        "last upload's outcome. Fits 120 columns; --wide for every detail. Exits 1 when a server "
+        "is not running.",
+    )
     _common(p)
-    p.add_argument("--wide", action="store_true", help="every detail: all live counts, the checkpoint and blockers, "
-                   "the last upload and event of each participant (wider than a terminal)")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every detail: all live counts, the checkpoint and blockers, "
+        "the last upload and event of each participant (wider than a terminal)",
+    )
     p.add_argument("--json", action="store_true", help="the participants' raw status answers as JSON")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("collect", help="run rollout collection on the stack's (or a cluster's) collection server",
-                       description="Start a collection job (tasks JSONL x repeats) and follow it (progress on stderr). "
-                       "With --url, talk to a remote collection server (on Kubernetes: `kubectl port-forward "
-                       "svc/RELEASE-gym-checkpoint-collection 8000`, then --url http://127.0.0.1:8000): the tasks are "
-                       "uploaded and the results downloaded to --output. --attach follows the job already running.")
+    p = sub.add_parser(
+        "collect",
+        help="run rollout collection on the stack's (or a cluster's) collection server",
+        description="Start a collection job (tasks JSONL x repeats) and follow it (progress on stderr). "
+        "With --url, talk to a remote collection server (on Kubernetes: `kubectl port-forward "
+        "svc/RELEASE-gym-checkpoint-collection 8000`, then --url http://127.0.0.1:8000): the tasks are "
+        "uploaded and the results downloaded to --output. --attach follows the job already running.",
+    )
     _common(p)
     p.add_argument("tasks", nargs="?", help="tasks JSONL (omit with --attach)")
     p.add_argument("--url", help="base URL of a collection server (default: the local stack's)")
     p.add_argument("--attach", action="store_true", help="follow the job already running instead of starting one")
-    p.add_argument("--output", default="results.jsonl", help="results JSONL (default results.jsonl); a file that "
-                   "already holds results is refused unless --overwrite")
+    p.add_argument(
+        "--output",
+        default="results.jsonl",
+        help="results JSONL (default results.jsonl); a file that already holds results is refused unless --overwrite",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
     p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
     p.add_argument("--limit", type=int, help="only the first N tasks")
     p.add_argument("--collection", default="collection", help="name of the collection server in the local stack")
     p.add_argument("--no-wait", action="store_true", help="start the job and return")
-    p.add_argument("--wait-timeout", type=float, default=7 * 86400.0,
-                   help="stop following after this many seconds (the job keeps running; default 7 days)")
-    p.add_argument("--stall-warning", type=float, default=60.0,
-                   help="say so on stderr when no episode finished (or the server did not answer) for this many "
-                   "seconds, and again every as many seconds (default 60)")
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=7 * 86400.0,
+        help="stop following after this many seconds (the job keeps running; default 7 days)",
+    )
+    p.add_argument(
+        "--stall-warning",
+        type=float,
+        default=60.0,
+        help="say so on stderr when no episode finished (or the server did not answer) for this many "
+        "seconds, and again every as many seconds (default 60)",
+    )
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser(
-        "checkpoint", help="take a consistent checkpoint of the running stack",
+        "checkpoint",
+        help="take a consistent checkpoint of the running stack",
         description="prepare -> capture -> resume -> persist -> publish over every participant: the rollouts wait "
         "only while each server snapshots its state; records are packed, uploaded and verified in the background, "
         "and the checkpoint exists once its manifest is published. --method sync persists and publishes while the "
-        "rollouts wait (prepare -> capture -> persist -> publish -> resume).")
+        "rollouts wait (prepare -> capture -> persist -> publish -> resume).",
+    )
     _common(p, storage=True)
     p.add_argument("--id", help="checkpoint id (default: timestamped); an id already taken is refused")
-    p.add_argument("--transaction-id", help="name of the checkpoint transaction (default: a new one); repeat an "
-                   "interrupted checkpoint by passing the --id and transaction id it printed")
-    p.add_argument("--method", choices=[m.value for m in CheckpointMethod], default=CheckpointMethod.SNAPSHOT.value,
-                   help="snapshot: write in the background after resume (default); sync: write under the pause")
-    p.add_argument("--prepare-timeout", type=float, default=DEFAULT_PREPARE_TIMEOUT_S,
-                   help=f"seconds to reach boundaries (default {DEFAULT_PREPARE_TIMEOUT_S:g})")
+    p.add_argument(
+        "--transaction-id",
+        help="name of the checkpoint transaction (default: a new one); repeat an "
+        "interrupted checkpoint by passing the --id and transaction id it printed",
+    )
+    p.add_argument(
+        "--method",
+        choices=[m.value for m in CheckpointMethod],
+        default=CheckpointMethod.SNAPSHOT.value,
+        help="snapshot: write in the background after resume (default); sync: write under the pause",
+    )
+    p.add_argument(
+        "--prepare-timeout",
+        type=float,
+        default=DEFAULT_PREPARE_TIMEOUT_S,
+        help=f"seconds to reach boundaries (default {DEFAULT_PREPARE_TIMEOUT_S:g})",
+    )
     p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_checkpoint)
 
-    p = sub.add_parser("restore", help="restore a checkpoint into the running (fresh) stack",
-                       description="Verify the checkpoint, restore every participant all-or-nothing, resume.")
+    p = sub.add_parser(
+        "restore",
+        help="restore a checkpoint into the running (fresh) stack",
+        description="Verify the checkpoint, restore every participant all-or-nothing, resume.",
+    )
     _common(p, storage=True)
     p.add_argument("checkpoint_id", help="the checkpoint to restore (its id at the storage location)")
     p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
-    p.add_argument("--restore-id", help="name of the restore transaction (default: a new one); repeat an interrupted "
-                   "restore by passing its id again")
+    p.add_argument(
+        "--restore-id",
+        help="name of the restore transaction (default: a new one); repeat an interrupted "
+        "restore by passing its id again",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_restore)
 
-    p = sub.add_parser("checkpoints", help="list, show or delete checkpoints at a storage location",
-                       description="Read checkpoints from a storage location.")
+    p = sub.add_parser(
+        "checkpoints",
+        help="list, show or delete checkpoints at a storage location",
+        description="Read checkpoints from a storage location.",
+    )
     inner = p.add_subparsers(dest="checkpoints_command", required=True, metavar="ACTION")
     q = inner.add_parser("list", help="every checkpoint, complete or not", description="List checkpoints.")
     _common(q, storage=True)
@@ -958,18 +1168,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("checkpoint_id", help="the checkpoint to show")
     q.add_argument("--json", action="store_true", help="print the manifest as JSON")
     q.set_defaults(func=cmd_checkpoints_show)
-    q = inner.add_parser("delete", help="remove one checkpoint's stored objects",
-                         description="Delete every object of one checkpoint at a storage location (its manifest "
-                         "first, so it is never restorable half deleted). Refused while a participant of the "
-                         "running local stack is restoring it. On Kubernetes, delete the Checkpoint resource "
-                         "instead (its spec.deletionPolicy decides whether the data goes with it).")
+    q = inner.add_parser(
+        "delete",
+        help="remove one checkpoint's stored objects",
+        description="Delete every object of one checkpoint at a storage location (its manifest "
+        "first, so it is never restorable half deleted). Refused while a participant of the "
+        "running local stack is restoring it. On Kubernetes, delete the Checkpoint resource "
+        "instead (its spec.deletionPolicy decides whether the data goes with it).",
+    )
     _common(q, storage=True)
     q.add_argument("checkpoint_id", help="the checkpoint to delete")
     q.set_defaults(func=cmd_checkpoints_delete)
-    q = inner.add_parser("prune", help="remove what checkpoints that never published left behind",
-                         description="Remove the objects of checkpoints that will never be published: unpublished "
-                         "ones whose claim is older than the bound to publish (6 h, plus 10 min for clocks), or "
-                         "that have no claim, and what deleted checkpoints kept for others that no checkpoint "
-                         "reads any more. Published checkpoints and those still being written are never touched.")
+    q = inner.add_parser(
+        "prune",
+        help="remove what checkpoints that never published left behind",
+        description="Remove the objects of checkpoints that will never be published: unpublished "
+        "ones whose claim is older than the bound to publish (6 h, plus 10 min for clocks), or "
+        "that have no claim, and what deleted checkpoints kept for others that no checkpoint "
+        "reads any more. Published checkpoints and those still being written are never touched.",
+    )
     _common(q, storage=True)
     q.set_defaults(func=cmd_checkpoints_prune)

@@ -78,16 +78,18 @@ def status_table(
             row += [_upload(s), s.last_event or ""]
         rows.append(row)
         lives.append(s.live)
-    others = [max([len(headers[i if i < 3 else i + 1]), *(len(str(r[i])) for r in rows)])
-              for i in range(len(headers) - 1)]
+    others = [
+        max([len(headers[i if i < 3 else i + 1]), *(len(str(r[i])) for r in rows)]) for i in range(len(headers) - 1)
+    ]
     limit = None if wide else max(16, WIDTH - sum(others) - 2 * (len(headers) - 1))
     for row, live in zip(rows, lives, strict=True):
         cell = live_cell(live, limit) if isinstance(live, dict) else (live if limit is None else live[:limit])
         row.insert(3, cell)
     lines = [table(headers, rows), *summary(statuses)]
     if not wide:
-        lines = [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
-                 for text in lines for line in text.splitlines()]
+        lines = [
+            line if len(line) <= WIDTH else line[: WIDTH - 3] + "..." for text in lines for line in text.splitlines()
+        ]
     return "\n".join(lines)
 
 
@@ -107,8 +109,10 @@ def summary(statuses: dict[str, StatusResponse | ParticipantError]) -> list[str]
         states = Counter(str(job.state) for job in jobs)
         outcome = ", ".join(f"{state} on {count}" for state, count in sorted(states.items()))
         errors = [job.error for job in jobs if job.error]
-        lines.append(f"last checkpoint upload {newest}: {outcome} of {len(jobs)} participants; "
-                     f"{sum(job.records for job in jobs)} records" + (f"; error: {errors[0]}" if errors else ""))
+        lines.append(
+            f"last checkpoint upload {newest}: {outcome} of {len(jobs)} participants; "
+            f"{sum(job.records for job in jobs)} records" + (f"; error: {errors[0]}" if errors else "")
+        )
     events = Counter(s.last_event for s in answered if s.last_event)
     if events:
         event, count = events.most_common(1)[0]

@@ -52,7 +52,7 @@ class Lease:
                 await asyncio.sleep(interval_s)
                 try:
                     await check()
-                except Exception:  # noqa: BLE001 - the watcher must survive to guard the next checkpoint
+                except Exception:
                     log.exception("lease expiry handling failed")
 
         self._watcher = asyncio.create_task(loop(), name=name)

@@ -31,7 +31,9 @@ class ControlMetrics:
     @classmethod
     def declare(cls, metrics: Metrics) -> ControlMetrics:
         declared = cls(
-            refused=metrics.counter("gym_admission_refused", "Data requests refused by admission or fencing", ("code",)),
+            refused=metrics.counter(
+                "gym_admission_refused", "Data requests refused by admission or fencing", ("code",)
+            ),
             phase_seconds=metrics.histogram(
                 "gym_control_phase_seconds", "Duration of control verbs", ("verb", "outcome"), buckets=PHASE_BUCKETS
             ),

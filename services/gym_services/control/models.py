@@ -20,15 +20,22 @@ from gym_services.control.protocol import (
     CheckpointMethod,
     CheckpointMode,
     Decision,
-    Phase,
     PersistState,
+    Phase,
     Role,
     Verb,
     VerifyMode,
 )
 
 __all__ = [  # re-exported vocabulary
-    "ROLE_ORDER", "CheckpointMethod", "CheckpointMode", "Decision", "Phase", "PersistState", "Role", "VerifyMode",
+    "ROLE_ORDER",
+    "CheckpointMethod",
+    "CheckpointMode",
+    "Decision",
+    "PersistState",
+    "Phase",
+    "Role",
+    "VerifyMode",
 ]
 
 SCHEMA_VERSION = 1
@@ -312,7 +319,9 @@ class PackedRecords(_Strict):
             raise ValueError("duplicate record keys")
         if any(not _RECORD_KEY.match(k) for k in self.keys):
             raise ValueError("invalid record key")
-        if any(a is not None and a < 0 for a in self.attempts) or any(x < 0 for x in (*self.offsets, *self.sizes, *self.packs)):
+        if any(a is not None and a < 0 for a in self.attempts) or any(
+            x < 0 for x in (*self.offsets, *self.sizes, *self.packs)
+        ):
             raise ValueError("negative attempt, pack, offset or size")
         return self
 
@@ -430,7 +439,9 @@ class GlobalManifest(_Strict):
     schema_version: int
     kind: Literal["gym-checkpoint/checkpoint-manifest"] = "gym-checkpoint/checkpoint-manifest"
     checkpoint_id: str
-    transaction_id: str | None = Field(default=None, description="the claim's transaction (none: written before claims)")
+    transaction_id: str | None = Field(
+        default=None, description="the claim's transaction (none: written before claims)"
+    )
     created_at: float
     participants: list[ManifestParticipant]
     episodes: list[str] | None = None

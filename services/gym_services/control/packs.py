@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from gym_services.control.encoding import encode_pending
 from gym_services.control.models import (
     PACKED_SCHEMA_VERSION,
     RECORD_KEY_PATTERN,
@@ -45,7 +46,6 @@ from gym_services.control.models import (
     Role,
     VerifyMode,
 )
-from gym_services.control.encoding import encode_pending
 from gym_services.control.participant import Capture, InvalidState, PendingRecord, Record, RestoredRecord
 from gym_services.control.storage import NotFound, StorageError
 
@@ -192,7 +192,9 @@ def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> di
             hits[digest] = found
             live[found.pack.key] = live.get(found.pack.key, 0) + found.size
     return {
-        digest: where for digest, where in hits.items() if live[where.pack.key] >= MIN_LIVE_SHARE * max(1, where.pack.size)
+        digest: where
+        for digest, where in hits.items()
+        if live[where.pack.key] >= MIN_LIVE_SHARE * max(1, where.pack.size)
     }
 
 
@@ -353,9 +355,19 @@ class PackWriter:
     ) -> Persisted:
         """:func:`persist` of one capture; blocks (run it in a thread)."""
         return persist(
-            store, self.pool, capture, checkpoint_id=checkpoint_id, participant_id=self.participant_id,
-            server=self.server, role=self.role, mode=self.mode, verify=self.verify, pack_bytes=self.pack_bytes,
-            reuse=reuse, cancel=cancel, progress=progress,
+            store,
+            self.pool,
+            capture,
+            checkpoint_id=checkpoint_id,
+            participant_id=self.participant_id,
+            server=self.server,
+            role=self.role,
+            mode=self.mode,
+            verify=self.verify,
+            pack_bytes=self.pack_bytes,
+            reuse=reuse,
+            cancel=cancel,
+            progress=progress,
         )
 
 
@@ -424,4 +436,3 @@ def _slice(manifest: PackedManifest, blobs: list[bytes]) -> tuple[list[RestoredR
         records.append(RestoredRecord(key, data, rollout, attempt))
         by_digest.setdefault(sha256(data), Located(manifest.packs[pack], offset, size))
     return records, ReuseIndex(manifest.checkpoint_id, by_digest)
-

@@ -63,10 +63,12 @@ class Capture:
 
     def with_attempts(self, highest: Callable[[str], int | None]) -> Capture:
         """A rollout's record without an attempt gets ``highest(rollout)`` (the fence's, at capture time)."""
-        return Capture([
-            r if r.attempt is not None or r.rollout_id is None else replace(r, attempt=highest(r.rollout_id) or 0)
-            for r in self.records
-        ])
+        return Capture(
+            [
+                r if r.attempt is not None or r.rollout_id is None else replace(r, attempt=highest(r.rollout_id) or 0)
+                for r in self.records
+            ]
+        )
 
 
 @dataclass(frozen=True)

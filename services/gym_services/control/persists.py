@@ -30,7 +30,7 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import PersistResponse, PersistState, PersistStatus
-from gym_services.control.packs import Cancelled, Persisted, PackWriter, Progress, ReuseIndex, sha256
+from gym_services.control.packs import Cancelled, PackWriter, Persisted, Progress, ReuseIndex, sha256
 from gym_services.control.participant import Capture, InvalidState
 from gym_services.control.storage import StorageError
 from gym_services.control.store import CheckpointStore
@@ -141,8 +141,13 @@ class Persists:
         self.metrics.bytes_written.inc(written.written_bytes)
         log.info(
             "checkpoint persisted",
-            extra={"checkpoint_id": captured.checkpoint_id, "records": written.records, "reused": written.reused,
-                   "objects": written.objects, "bytes": written.written_bytes},
+            extra={
+                "checkpoint_id": captured.checkpoint_id,
+                "records": written.records,
+                "reused": written.reused,
+                "objects": written.objects,
+                "bytes": written.written_bytes,
+            },
         )
         return PersistResponse(
             checkpoint_id=captured.checkpoint_id,
@@ -183,20 +188,32 @@ class Persists:
                 if not job.running:
                     return  # cancelled while queued: it ended then
                 job.state = PersistState.PERSISTING
-                written = await asyncio.to_thread(functools.partial(
-                    self.writer.write, captured.store, captured.capture, cid, indexes, job.cancel, job.progress
-                ))
+                written = await asyncio.to_thread(
+                    functools.partial(
+                        self.writer.write, captured.store, captured.capture, cid, indexes, job.cancel, job.progress
+                    )
+                )
             except Cancelled as exc:
-                job._end(PersistState.CANCELLED, ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted: {exc}"))
+                job._end(
+                    PersistState.CANCELLED,
+                    ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted: {exc}"),
+                )
             except StorageError as exc:
-                job._end(PersistState.FAILED, ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"writing checkpoint {cid} failed: {exc}"))
+                job._end(
+                    PersistState.FAILED,
+                    ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"writing checkpoint {cid} failed: {exc}"),
+                )
             except (InvalidState, ValueError, TypeError) as exc:
-                job._end(PersistState.FAILED, ApiError(ErrorCode.INVALID_STATE, f"checkpoint {cid} cannot be written: {exc}"))
+                job._end(
+                    PersistState.FAILED, ApiError(ErrorCode.INVALID_STATE, f"checkpoint {cid} cannot be written: {exc}")
+                )
             except asyncio.CancelledError:
                 job.cancel.set()
-                job._end(PersistState.CANCELLED, ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid}: server stopping"))
+                job._end(
+                    PersistState.CANCELLED, ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid}: server stopping")
+                )
                 raise
-            except Exception as exc:  # noqa: BLE001 - reported through persist, never lost
+            except Exception as exc:
                 log.exception("background upload failed", extra={"checkpoint_id": cid})
                 job._end(PersistState.FAILED, ApiError(ErrorCode.INTERNAL, f"writing checkpoint {cid} failed: {exc}"))
             else:
@@ -216,8 +233,12 @@ class Persists:
             job.cancel.set()
             job.go.set()
             if job.state is PersistState.QUEUED:  # nothing written: over now, so the next prepare is not busy
-                job._end(PersistState.CANCELLED, ApiError(
-                    ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {checkpoint_id} was aborted before writing started"))
+                job._end(
+                    PersistState.CANCELLED,
+                    ApiError(
+                        ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {checkpoint_id} was aborted before writing started"
+                    ),
+                )
         return job
 
     def cancel_all(self) -> None:

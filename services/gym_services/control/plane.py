@@ -56,8 +56,8 @@ from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
 from gym_services.control.records import IncompleteCheckpoint, ReadBack, read_participant_records
 from gym_services.control.repeats import RepeatCalls
 from gym_services.control.storage import StorageError
-from gym_services.control.store import CheckpointStore
 from gym_services.control.storage_clients import StorageClients
+from gym_services.control.store import CheckpointStore
 
 T = TypeVar("T")
 log = get_logger("control")
@@ -289,7 +289,8 @@ class ControlPlane:
             self._require_open_checkpoint(cid)
             if self.phase != Phase.PREPARED:
                 raise ApiError(
-                    ErrorCode.INVALID_PHASE, f"capture needs a prepared checkpoint; {self.participant_id} is {self.phase}"
+                    ErrorCode.INVALID_PHASE,
+                    f"capture needs a prepared checkpoint; {self.participant_id} is {self.phase}",
                 )
         return await self._once(Verb.CAPTURE, cid, lambda: self._run_capture(req))
 
@@ -305,7 +306,9 @@ class ControlPlane:
                 capture = await self.participant.capture(scope)
                 capture = capture.with_attempts(self.admission.fence.highest)
         except InvalidState as exc:
-            raise ApiError(ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}") from None
+            raise ApiError(
+                ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}"
+            ) from None
         await self.participant.release_out_of_scope(scope)
         self.captured = Captured(req.checkpoint_id, CheckpointStore(storage), capture)
         self._move(Phase.CAPTURED, f"capture {req.checkpoint_id}: {len(capture)} records, written after resume")
@@ -333,7 +336,9 @@ class ControlPlane:
         else:
             job = self.persists.get(cid)
         if job is None:
-            raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was never captured on {self.participant_id}")
+            raise ApiError(
+                ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was never captured on {self.participant_id}"
+            )
         job.begin()
         return await job.wait()
 
@@ -440,9 +445,13 @@ class ControlPlane:
             read = await read_participant_records(store, self.storages.pool, req.manifest_key, req.manifest_sha256)
             manifest = read.manifest
         except IncompleteCheckpoint as exc:
-            raise ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}") from None
+            raise ApiError(
+                ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {req.checkpoint_id} is incomplete: {exc}"
+            ) from None
         except StorageError as exc:
-            raise ApiError(ErrorCode.STORAGE_UNAVAILABLE, f"reading checkpoint {req.checkpoint_id} failed: {exc}") from None
+            raise ApiError(
+                ErrorCode.STORAGE_UNAVAILABLE, f"reading checkpoint {req.checkpoint_id} failed: {exc}"
+            ) from None
         if manifest.checkpoint_id != req.checkpoint_id:
             raise InvalidState(f"manifest belongs to checkpoint {manifest.checkpoint_id}, not {req.checkpoint_id}")
         if manifest.participant_id != self.participant_id or manifest.role != self.role:
@@ -523,9 +532,15 @@ class ControlPlane:
             decision = await asyncio.to_thread(store.settle, cid, restore_id, Decision.ABORT, self.participant_id)
         except (StorageError, InvalidState) as exc:
             if not self._lease.overdue_by_a_lease():
-                log.warning("lease expired; the restore decision cannot be read yet", extra={"checkpoint_id": cid, "error": str(exc)})
+                log.warning(
+                    "lease expired; the restore decision cannot be read yet",
+                    extra={"checkpoint_id": cid, "error": str(exc)},
+                )
                 return
-            log.error("the restore decision stayed unreadable: undoing the restore", extra={"checkpoint_id": cid, "error": str(exc)})
+            log.error(
+                "the restore decision stayed unreadable: undoing the restore",
+                extra={"checkpoint_id": cid, "error": str(exc)},
+            )
             decision = Decision.ABORT
         if self.checkpoint_id != cid or self.phase != Phase.RESTORED:
             return  # the coordinator closed it meanwhile
@@ -537,4 +552,6 @@ class ControlPlane:
         finish = Verb(decision)
         await self._once(finish, cid, lambda: self._run_finish(finish, cid))
         verb = "resumed" if decision == Decision.RESUME else "undone"
-        self.phases.last_event = f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"
+        self.phases.last_event = (
+            f"lease expired: restore {restore_id} of checkpoint {cid} {verb} as decided, admission open"
+        )

@@ -92,6 +92,7 @@ async def read_participant_records(
     if isinstance(manifest, PackedManifest):
         records, reuse = await read_packed(store, pool, manifest)
         return ReadBack(manifest, records, reuse)
+
     def fetch(entry: RecordEntry) -> RestoredRecord:
         try:
             blob = store.get(store.v1_record_key(manifest_key, entry.key))

@@ -47,7 +47,9 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            authorization = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
+            authorization = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), ""
+            )
             try:
                 check_token(authorization, self.token)
             except ApiError as exc:
@@ -81,9 +83,7 @@ def control_routes(plane: ControlPlane) -> list[Route]:
         Verb.RETIRE: plane.retire,
         Verb.LEASE: plane.lease,
     }
-    return [
-        Route(verb.path, endpoint(VERB_MODELS[verb][0], handlers[verb]), methods=[verb.method]) for verb in Verb
-    ]
+    return [Route(verb.path, endpoint(VERB_MODELS[verb][0], handlers[verb]), methods=[verb.method]) for verb in Verb]
 
 
 def control_mount(plane: ControlPlane, token: str) -> Mount:

@@ -15,7 +15,6 @@ gets httpx instead; both go through :meth:`ControlClient._call`'s one encoding a
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import TypeVar
@@ -34,10 +33,10 @@ from gym_services.control.models import (
     PhaseResponse,
     PrepareRequest,
     PrepareResponse,
+    Replica,
     RestoreRequest,
     RestoreResponse,
     RetireRequest,
-    Replica,
     RetireResponse,
     StatusResponse,
 )
@@ -110,13 +109,19 @@ class ControlClient:
     async def status(self, ref: ParticipantRef, *, timeout_s: float | None = None) -> StatusResponse:
         return await self._call(ref, Verb.STATUS, None, timeout_s)
 
-    async def prepare(self, ref: ParticipantRef, req: PrepareRequest, *, timeout_s: float | None = None) -> PrepareResponse:
+    async def prepare(
+        self, ref: ParticipantRef, req: PrepareRequest, *, timeout_s: float | None = None
+    ) -> PrepareResponse:
         return await self._call(ref, Verb.PREPARE, req, timeout_s)
 
-    async def capture(self, ref: ParticipantRef, req: CaptureRequest, *, timeout_s: float | None = None) -> CaptureResponse:
+    async def capture(
+        self, ref: ParticipantRef, req: CaptureRequest, *, timeout_s: float | None = None
+    ) -> CaptureResponse:
         return await self._call(ref, Verb.CAPTURE, req, timeout_s)
 
-    async def persist(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PersistResponse:
+    async def persist(
+        self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None
+    ) -> PersistResponse:
         return await self._call(ref, Verb.PERSIST, req, timeout_s)
 
     async def resume(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
@@ -125,10 +130,14 @@ class ControlClient:
     async def abort(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
         return await self._call(ref, Verb.ABORT, req, timeout_s)
 
-    async def restore(self, ref: ParticipantRef, req: RestoreRequest, *, timeout_s: float | None = None) -> RestoreResponse:
+    async def restore(
+        self, ref: ParticipantRef, req: RestoreRequest, *, timeout_s: float | None = None
+    ) -> RestoreResponse:
         return await self._call(ref, Verb.RESTORE, req, timeout_s)
 
-    async def retire(self, ref: ParticipantRef, req: RetireRequest, *, timeout_s: float | None = None) -> RetireResponse:
+    async def retire(
+        self, ref: ParticipantRef, req: RetireRequest, *, timeout_s: float | None = None
+    ) -> RetireResponse:
         return await self._call(ref, Verb.RETIRE, req, timeout_s)
 
     async def lease(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
@@ -153,7 +162,7 @@ class ControlClient:
                 method, url, data=body, headers=self._headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 return resp.status, await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise OSError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
 
     async def _call(self, ref: ParticipantRef, verb: Verb, req: BaseModel | None, timeout_s: float | None):
@@ -184,5 +193,7 @@ class ControlClient:
         try:
             return answer_model.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3])
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3]
+            )
             raise ParticipantError(ref, verb, f"answered a malformed {answer_model.__name__}: {problems}") from None

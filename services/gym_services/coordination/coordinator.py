@@ -67,7 +67,7 @@ from gym_services.control.protocol import (
     Verb,
 )
 from gym_services.control.storage import Storage, StorageError, open_storage
-from gym_services.control.store import CheckpointStore, Published, CheckpointRefused
+from gym_services.control.store import CheckpointRefused, CheckpointStore, Published
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.coordination.deadlines import DEADLINES, Deadlines
 from gym_services.coordination.transaction import (
@@ -145,11 +145,14 @@ def check_replica_sets(participants: Iterable[ParticipantRef]) -> None:
         elif ordinals != list(range(counts[0])):
             missing = sorted(set(range(counts[0])) - set(ordinals))
             twice = sorted({o for o in ordinals if ordinals.count(o) > 1})
-            what = (f"ordinals {missing} did not answer" if missing else "") + (f"ordinals {twice} answer twice" if twice else "")
+            what = (f"ordinals {missing} did not answer" if missing else "") + (
+                f"ordinals {twice} answer twice" if twice else ""
+            )
             problems.append(f"{group}: runs {counts[0]} replicas but {what}")
     if problems:
         raise TransactionError(
-            "the stack's replicated servers are incomplete: " + "; ".join(problems)
+            "the stack's replicated servers are incomplete: "
+            + "; ".join(problems)
             + " (each replica holds rollouts no other replica has; wait until every replica runs and try again)"
         )
 
@@ -260,7 +263,7 @@ class Coordinator:
                 result = self.on_event(phase, detail)
                 if asyncio.iscoroutine(result):
                     await result
-            except Exception as exc:  # noqa: BLE001 - the sink reports progress; abort and resume must still run
+            except Exception as exc:
                 log.warning(f"event sink failed on {phase}: {type(exc).__name__}: {exc}", extra={"phase": phase})
 
     async def _unless_cancelled(self, work: Awaitable[A_], cancel: asyncio.Event | None) -> A_:
@@ -391,12 +394,21 @@ class Coordinator:
         try:
             check_replica_sets(self.participants)  # before the id is claimed: a missing replica is no transaction
             existing, run.publish_by = await asyncio.to_thread(
-                run.store.claim, checkpoint_id, transaction_id, claimed_by, [p.participant_id for p in self.participants]
+                run.store.claim,
+                checkpoint_id,
+                transaction_id,
+                claimed_by,
+                [p.participant_id for p in self.participants],
             )
         except (TransactionError, CheckpointRefused, StorageError, InvalidState) as exc:
             await run.progress.report(TransactionPhase.FAILED, error=str(exc))
             return self._failed(
-                TransactionKind.CHECKPOINT, checkpoint_id, location, run.progress.phase, str(exc), transaction_id=transaction_id
+                TransactionKind.CHECKPOINT,
+                checkpoint_id,
+                location,
+                run.progress.phase,
+                str(exc),
+                transaction_id=transaction_id,
             )
         if existing is not None:
             return self._from_manifest(checkpoint_id, location, existing, "already published; nothing to do")
@@ -442,18 +454,31 @@ class Coordinator:
         been written: a storage error while publishing) and report Failed."""
         if not (isinstance(exc, StorageError) and run.progress.phase is TransactionPhase.PUBLISHING):
             try:
-                await asyncio.to_thread(run.store.record_failure, run.checkpoint_id, run.transaction_id, str(exc), "coordinator")
+                await asyncio.to_thread(
+                    run.store.record_failure, run.checkpoint_id, run.transaction_id, str(exc), "coordinator"
+                )
             except (StorageError, InvalidState) as err:
-                warnings = [*warnings, f"the failure could not be recorded ({err}); `gymckpt checkpoints prune` "
-                            "reclaims its objects once its claim expires"]
+                warnings = [
+                    *warnings,
+                    f"the failure could not be recorded ({err}); `gymckpt checkpoints prune` "
+                    "reclaims its objects once its claim expires",
+                ]
         await run.progress.report(TransactionPhase.FAILED, error=str(exc))
         return self._failed(
-            TransactionKind.CHECKPOINT, run.checkpoint_id, run.location, run.progress.phase, str(exc),
-            blockers=getattr(exc, "blockers", []), timings=run.clock.timings, warnings=warnings,
+            TransactionKind.CHECKPOINT,
+            run.checkpoint_id,
+            run.location,
+            run.progress.phase,
+            str(exc),
+            blockers=getattr(exc, "blockers", []),
+            timings=run.clock.timings,
+            warnings=warnings,
             transaction_id=run.transaction_id,
         )
 
-    async def prepare_all(self, run: _Checkpoint, prepare_timeout_s: float, lease_s: float, touched: list[ParticipantRef]) -> None:
+    async def prepare_all(
+        self, run: _Checkpoint, prepare_timeout_s: float, lease_s: float, touched: list[ParticipantRef]
+    ) -> None:
         """Prepare role by role within one deadline; blockers at the deadline fail the checkpoint."""
         deadline = time.monotonic() + prepare_timeout_s
         await run.progress.enter(TransactionPhase.PREPARING, participants=len(self.participants))
@@ -463,9 +488,13 @@ class Coordinator:
                 remaining = self.deadlines.prepare_remaining(deadline)
                 req = PrepareRequest(checkpoint_id=run.checkpoint_id, deadline_s=remaining, lease_s=lease_s)
                 timeout = self.deadlines.prepare_call(remaining)
-                ok, failed = await self._each(group, Verb.PREPARE, lambda r: self.client.prepare(r, req, timeout_s=timeout))
+                ok, failed = await self._each(
+                    group, Verb.PREPARE, lambda r: self.client.prepare(r, req, timeout_s=timeout)
+                )
                 blockers = [
-                    BlockerInfo(participant=pid, **b.model_dump()) for pid, answer in ok.items() for b in answer.blockers
+                    BlockerInfo(participant=pid, **b.model_dump())
+                    for pid, answer in ok.items()
+                    for b in answer.blockers
                 ]
                 if failed:
                     raise TransactionError("; ".join(str(e) for e in failed.values()), blockers)
@@ -489,7 +518,9 @@ class Coordinator:
                 answers.update(await self._all(controllers, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
                 episodes = sorted({e for answer in answers.values() for e in answer.episodes})
             if others:
-                req = CaptureRequest(checkpoint_id=run.checkpoint_id, location=run.location, episodes=episodes, storage=storage)
+                req = CaptureRequest(
+                    checkpoint_id=run.checkpoint_id, location=run.location, episodes=episodes, storage=storage
+                )
                 answers.update(await self._all(others, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
         return Snapshots(answers, episodes)
 
@@ -502,16 +533,21 @@ class Coordinator:
         req = CheckpointRef(checkpoint_id=run.checkpoint_id)
         timeout = self.deadlines.persist_call(records)
         with run.clock.step("persist"):
-            answers = await self._all(self.participants, Verb.PERSIST, lambda r: self.client.persist(r, req, timeout_s=timeout))
+            answers = await self._all(
+                self.participants, Verb.PERSIST, lambda r: self.client.persist(r, req, timeout_s=timeout)
+            )
         for pid, answer in answers.items():
             if answer.records != captured.answers[pid].records:
                 raise TransactionError(
                     f"participant {pid} persisted {answer.records} records but captured {captured.answers[pid].records}"
                 )
         with run.clock.step("verify"):
-            await asyncio.gather(*(
-                asyncio.to_thread(run.store.verify_persisted, run.checkpoint_id, pid, answer) for pid, answer in answers.items()
-            ))
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(run.store.verify_persisted, run.checkpoint_id, pid, answer)
+                    for pid, answer in answers.items()
+                )
+            )
         return Persisted(answers, captured.episodes)
 
     async def publish(
@@ -551,7 +587,9 @@ class Coordinator:
             )
             return await asyncio.to_thread(run.store.publish, manifest, run.publish_by)
 
-    async def _abort(self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress) -> list[str]:
+    async def _abort(
+        self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress
+    ) -> list[str]:
         await progress.report(TransactionPhase.ABORTING, error=error)
         return await self.abort_all(checkpoint_id, touched)
 
@@ -624,7 +662,9 @@ class Coordinator:
             warnings=warnings or [],
         )
 
-    def _from_manifest(self, checkpoint_id: str, location: str, manifest: GlobalManifest, note: str) -> TransactionResult:
+    def _from_manifest(
+        self, checkpoint_id: str, location: str, manifest: GlobalManifest, note: str
+    ) -> TransactionResult:
         return TransactionResult(
             kind=TransactionKind.CHECKPOINT,
             checkpoint_id=checkpoint_id,
@@ -634,8 +674,12 @@ class Coordinator:
             manifest_key=CheckpointStore.manifest_key(manifest.checkpoint_id),
             participants=[
                 ParticipantSummary(
-                    participant_id=p.participant_id, role=p.role, records=p.records, bytes=p.bytes,
-                    manifest_key=p.manifest_key, replica=p.replica,
+                    participant_id=p.participant_id,
+                    role=p.role,
+                    records=p.records,
+                    bytes=p.bytes,
+                    manifest_key=p.manifest_key,
+                    replica=p.replica,
                 )
                 for p in manifest.participants
             ],
@@ -698,8 +742,14 @@ class Coordinator:
                 warnings = await self._abort(checkpoint_id, refs, str(exc), progress)
                 await progress.report(TransactionPhase.FAILED, error=str(exc))
                 return self._failed(
-                    TransactionKind.RESTORE, checkpoint_id, location, progress.phase, str(exc),
-                    timings=clock.timings, warnings=warnings, restore_id=restore_id,
+                    TransactionKind.RESTORE,
+                    checkpoint_id,
+                    location,
+                    progress.phase,
+                    str(exc),
+                    timings=clock.timings,
+                    warnings=warnings,
+                    restore_id=restore_id,
                 )
             await progress.enter(TransactionPhase.RESUMING)
             with clock.step("resume"):
@@ -751,12 +801,20 @@ class Coordinator:
             replica = replica_of(p.participant_id, p.replica)
             return replica.group, replica.ordinal
 
-        moved = [p.participant_id for p in recorded if p.participant_id in current and place(current[p.participant_id]) != place(p)]
+        moved = [
+            p.participant_id
+            for p in recorded
+            if p.participant_id in current and place(current[p.participant_id]) != place(p)
+        ]
         if moved:
-            raise TransactionError(f"checkpoint {checkpoint_id}: participants {moved} are other replicas here than in the checkpoint")
+            raise TransactionError(
+                f"checkpoint {checkpoint_id}: participants {moved} are other replicas here than in the checkpoint"
+            )
         missing = [p.participant_id for p in manifest.participants if p.participant_id not in current]
         wrong_role = [
-            p.participant_id for p in manifest.participants if p.participant_id in current and current[p.participant_id].role != p.role
+            p.participant_id
+            for p in manifest.participants
+            if p.participant_id in current and current[p.participant_id].role != p.role
         ]
         if missing or wrong_role:
             raise TransactionError(
@@ -859,7 +917,12 @@ class Coordinator:
 
     async def retire(self, rollout_id: str, attempt: int) -> dict[str, bool]:
         """Drop one attempt: environment, then agent, then model and resources together."""
-        order: list[tuple[Role, ...]] = [(Role.ENVIRONMENT,), (Role.AGENT,), (Role.MODEL, Role.RESOURCES), (Role.CONTROLLER,)]
+        order: list[tuple[Role, ...]] = [
+            (Role.ENVIRONMENT,),
+            (Role.AGENT,),
+            (Role.MODEL, Role.RESOURCES),
+            (Role.CONTROLLER,),
+        ]
         req = RetireRequest(rollout_id=rollout_id, attempt=attempt)
         dropped: dict[str, bool] = {}
         for roles in order:
@@ -875,6 +938,8 @@ class Coordinator:
         return {p.participant_id: ok.get(p.participant_id) or failed[p.participant_id] for p in self.participants}
 
 
-def list_checkpoints(location: str, storage_config: StorageConfig | None = None) -> list[tuple[str, GlobalManifest | None]]:
+def list_checkpoints(
+    location: str, storage_config: StorageConfig | None = None
+) -> list[tuple[str, GlobalManifest | None]]:
     """Checkpoint ids at a location with their manifest (None when incomplete)."""
     return CheckpointStore(open_storage(location, storage_config)).checkpoints()

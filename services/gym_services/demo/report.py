@@ -37,8 +37,10 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
             continue
         slot["ckpt"].append(other.get("reward") or 0.0)
         if other.get("reward") != row.get("reward") or "error" in other or "error" in row:
-            problems.append(f"{rid}: reward {other.get('reward')} (checkpointed) vs {row.get('reward')} (uninterrupted)"
-                            + (f"; error {other.get('error') or row.get('error')}" if "error" in other or "error" in row else ""))
+            problems.append(
+                f"{rid}: reward {other.get('reward')} (checkpointed) vs {row.get('reward')} (uninterrupted)"
+                + (f"; error {other.get('error') or row.get('error')}" if "error" in other or "error" in row else "")
+            )
             slot["diff"].append(rid)
     extra = sorted(set(ckpt.results) - set(base.results))
     if extra:
@@ -48,19 +50,38 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
     for env, (_, differing, masked) in sorted(tokens_by_env.items()):
         if tokens and differing:
-            problems.append(f"{env}: training tokens (result rows, capture ledgers) differ from the uninterrupted "
-                            f"run, or a ledger is missing or incomplete, in {differing}")
+            problems.append(
+                f"{env}: training tokens (result rows, capture ledgers) differ from the uninterrupted "
+                f"run, or a ledger is missing or incomplete, in {differing}"
+            )
         if tokens and isinstance(masked, int) and masked:
             problems.append(f"{env}: {masked} rollouts masked (a model call lost; a trainer would not train on them)")
     rows = [
-        [env, len(s["ids"]), _mean(s["base"]), _mean(s["ckpt"]), "yes" if not s["diff"] else f"NO ({len(s['diff'])})",
-         tokens_by_env[env][0], tokens_by_env[env][2]]
+        [
+            env,
+            len(s["ids"]),
+            _mean(s["base"]),
+            _mean(s["ckpt"]),
+            "yes" if not s["diff"] else f"NO ({len(s['diff'])})",
+            tokens_by_env[env][0],
+            tokens_by_env[env][2],
+        ]
         for env, s in sorted(by_env.items())
     ]
     lines = [
         "rewards per environment:",
-        table(["environment", "episodes", "uninterrupted", "checkpointed", "equal",
-               "training tokens identical to the uninterrupted run", "masked rollouts"], rows),
+        table(
+            [
+                "environment",
+                "episodes",
+                "uninterrupted",
+                "checkpointed",
+                "equal",
+                "training tokens identical to the uninterrupted run",
+                "masked rollouts",
+            ],
+            rows,
+        ),
     ]
 
     cp, rs = ckpt.checkpoint, ckpt.restore
@@ -73,13 +94,18 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     live = ckpt.in_flight
     killed = ckpt.worker_killed
     if killed and ckpt.reruns_before_checkpoint:
-        problems.append(f"{ckpt.reruns_before_checkpoint} episodes were run again after the worker was killed (target 0)")
+        problems.append(
+            f"{ckpt.reruns_before_checkpoint} episodes were run again after the worker was killed (target 0)"
+        )
     summary = [
         ["episodes live at the checkpoint", live.get("collection", {}).get("episodes", "-")],
         ["model generations in flight (cut) / held", _model_line(live)],
         ["checkpoint pause seen by rollouts", f"{cp.pause_s * 1000:.0f} ms" if cp else "-"],
         ["checkpoint size", f"{human_bytes(cp.bytes)} in {cp.records} records" if cp else "-"],
-        ["restore into fresh processes", f"{rs.pause_s * 1000:.0f} ms, {len(rs.episodes)} episodes as attempt + 1" if rs else "-"],
+        [
+            "restore into fresh processes",
+            f"{rs.pause_s * 1000:.0f} ms, {len(rs.episodes)} episodes as attempt + 1" if rs else "-",
+        ],
         ["tokens, uninterrupted run", base.tokens_generated],
         ["tokens before the cut (in the checkpoint)", ckpt.tokens_before_cut],
         ["tokens after the restore", ckpt.tokens_after_restore],
@@ -92,7 +118,10 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     ]
     if killed:
         summary[1:1] = [
-            ["inference worker killed mid-generation", f"{killed['name']}, streaming {killed['streaming']} generations"],
+            [
+                "inference worker killed mid-generation",
+                f"{killed['name']}, streaming {killed['streaming']} generations",
+            ],
             ["generations continued on another worker", _model_sum(live, "failovers")],
             ["episodes run again or failed after the kill", ckpt.reruns_before_checkpoint],
         ]
@@ -126,7 +155,8 @@ def ledger_tokens(snapshot: Snapshot | None) -> Tokens:
     """What a trainer reads of one rollout's frozen capture ledger: each call's prompt ids, generated ids and
     their log-probs, in the order the calls were stored (none without a ledger)."""
     return [
-        (e.prompt_token_ids, e.generation_token_ids, e.generation_log_probs) for e in (snapshot.entries if snapshot else [])
+        (e.prompt_token_ids, e.generation_token_ids, e.generation_log_probs)
+        for e in (snapshot.entries if snapshot else [])
     ]
 
 

@@ -62,39 +62,63 @@ def demo_stack(
         # call of a rollout in the capture ledger (what a trainer freezes; a lost call masks its rollout)
         "policy-model": ServerSpec(
             server="policy_model",
-            config={"upstream": {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}},
-                    "return_token_id_information": True, "capture_tokens": True},
+            config={
+                "upstream": {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}},
+                "return_token_id_information": True,
+                "capture_tokens": True,
+            },
         ),
         "workplace-assistant": ServerSpec(server="workplace_assistant", config={"tool_latency_s": latency_s}),
         "indirect-prompt-injection": ServerSpec(server="indirect_prompt_injection"),
         "lean-sandbox": ServerSpec(server="lean_sandbox_standin", participant=False),
         "math-formal-lean": ServerSpec(
-            server="math_formal_lean", config={"sandbox_host": "{host:lean-sandbox}", "sandbox_port": "{port:lean-sandbox}"}
+            server="math_formal_lean",
+            config={"sandbox_host": "{host:lean-sandbox}", "sandbox_port": "{port:lean-sandbox}"},
         ),
         "blackjack": ServerSpec(server="blackjack", config={"step_latency_s": latency_s}),
         "agent-workplace": ServerSpec(
             server="simple_agent",
-            config={"model_url": "{url:policy-model}", "model": "workplace-oracle", "resources_url": "{url:workplace-assistant}",
-                    "max_steps": 12},
+            config={
+                "model_url": "{url:policy-model}",
+                "model": "workplace-oracle",
+                "resources_url": "{url:workplace-assistant}",
+                "max_steps": 12,
+            },
         ),
         "agent-ipi": ServerSpec(
             server="simple_agent",
-            config={"model_url": "{url:policy-model}", "model": "ipi-safe", "resources_url": "{url:indirect-prompt-injection}",
-                    "max_steps": 12},
+            config={
+                "model_url": "{url:policy-model}",
+                "model": "ipi-safe",
+                "resources_url": "{url:indirect-prompt-injection}",
+                "max_steps": 12,
+            },
         ),
         "agent-lean": ServerSpec(
             server="proof_refinement_agent",
-            config={"model_url": "{url:policy-model}", "model": "lean-refine", "resources_url": "{url:math-formal-lean}",
-                    "max_correction_turns": 2},
+            config={
+                "model_url": "{url:policy-model}",
+                "model": "lean-refine",
+                "resources_url": "{url:math-formal-lean}",
+                "max_correction_turns": 2,
+            },
         ),
         "agent-blackjack": ServerSpec(
             server="gymnasium_agent",
-            config={"model_url": "{url:policy-model}", "model": "blackjack-basic", "env_url": "{url:blackjack}", "max_steps": 10},
+            config={
+                "model_url": "{url:policy-model}",
+                "model": "blackjack-basic",
+                "env_url": "{url:blackjack}",
+                "max_steps": 10,
+            },
         ),
         "collection": ServerSpec(
             server="collection",
             config={
-                "agents": {name: f"{{url:{name}}}" for name in ("agent-workplace", "agent-ipi", "agent-lean", "agent-blackjack")},
+                "agents": {
+                    name: f"{{url:{name}}}"
+                    for name in ("agent-workplace", "agent-ipi", "agent-lean", "agent-blackjack")
+                },
                 "job_dirs": [str(job_dir)],
             },
         ),

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 
 from gym_services.base.affinity import replica_for
+from gym_services.base.config import StorageConfig
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
-from gym_services.base.config import StorageConfig
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
@@ -76,7 +76,9 @@ def _worker_stats(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/stats", timeout=10).json()
 
 
-def _worker_tokens(state: StackState, stats_dir: Path, delivered: dict[str, int] | None = None, group: str = WORKER) -> int:
+def _worker_tokens(
+    state: StackState, stats_dir: Path, delivered: dict[str, int] | None = None, group: str = WORKER
+) -> int:
     """Tokens every worker of the stack generated, killed ones included.
 
     A live worker's count is its own (each mirrors its count to a file). A worker SIGKILLed mid-stream is
@@ -86,8 +88,10 @@ def _worker_tokens(state: StackState, stats_dir: Path, delivered: dict[str, int]
     first. A token that never reached a client is lost with the worker, like the tokens lost to a crash.
     """
     delivered = delivered or {}
-    return sum(delivered[w.name] if w.name in delivered else read_token_mirror(token_mirror_path(stats_dir, w.name))
-               for w in state.replicas_of(group))
+    return sum(
+        delivered[w.name] if w.name in delivered else read_token_mirror(token_mirror_path(stats_dir, w.name))
+        for w in state.replicas_of(group)
+    )
 
 
 def delivered_by(live: dict[str, dict[str, Any]], worker_url: str) -> int:
@@ -197,7 +201,9 @@ class Story:
         self.checkpoint_at = checkpoint_at
         self.replicas, self.workers = replicas, workers
         if kill_worker_at is not None and (workers < 2 or not 0 < kill_worker_at < checkpoint_at):
-            raise StoryError("killing a worker mid-generation needs at least 2 workers, and happens before the checkpoint")
+            raise StoryError(
+                "killing a worker mid-generation needs at least 2 workers, and happens before the checkpoint"
+            )
         self.kill_worker_at = kill_worker_at
         self.timeout_s = timeout_s
         self.say = say
@@ -207,10 +213,17 @@ class Story:
 
     def _start(self, name: str, stats_dir: Path) -> StackState:
         config = demo_stack(
-            self.workdir / name, tokens_per_second=self.tokens_per_second, latency_s=self.latency_s, job_dir=self.workdir,
-            replicas=self.replicas, workers=self.workers, stats_dir=stats_dir,
+            self.workdir / name,
+            tokens_per_second=self.tokens_per_second,
+            latency_s=self.latency_s,
+            job_dir=self.workdir,
+            replicas=self.replicas,
+            workers=self.workers,
+            stats_dir=stats_dir,
         )
-        return start_stack(config, self.workdir, ready_timeout_s=120 + 30 * max(self.replicas, self.workers), env=self.server_env)
+        return start_stack(
+            config, self.workdir, ready_timeout_s=120 + 30 * max(self.replicas, self.workers), env=self.server_env
+        )
 
     def _start_object_store(self) -> None:
         """``--storage embedded-s3``: one local SeaweedFS for the whole demo, its keys made here."""
@@ -294,8 +307,10 @@ class Story:
             if self.kill_worker_at is not None:
                 self.wait_for_progress(state, self.timeout_s, share=self.kill_worker_at, bar=bar)
                 run.worker_killed = self._kill_worker(state, stats_dir)
-                self.say(f"  killed inference worker {run.worker_killed['name']} with SIGKILL while it streamed "
-                         f"{run.worker_killed['streaming']} generations")
+                self.say(
+                    f"  killed inference worker {run.worker_killed['name']} with SIGKILL while it streamed "
+                    f"{run.worker_killed['streaming']} generations"
+                )
             self.wait_for_progress(state, self.timeout_s, bar=bar)
             run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
             run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run, stats_dir))
@@ -349,20 +364,31 @@ class Story:
                 raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
             time.sleep(0.02)
 
-    def _kill_worker(self, state: StackState, stats_dir: Path, want: int = 4, patience_s: float = 5.0) -> dict[str, Any]:
+    def _kill_worker(
+        self, state: StackState, stats_dir: Path, want: int = 4, patience_s: float = 5.0
+    ) -> dict[str, Any]:
         """SIGKILL the last inference worker once it streams ``want`` generations (or, after ``patience_s``,
         any); what it generated stays counted in its mirror file, and its generations continue on the
         other workers."""
         victim = state.replicas_of(WORKER)[-1]
         started = time.monotonic()
-        while (active := int(_worker_stats(victim.url)["active"])) < (want if time.monotonic() - started < patience_s else 1):
+        while (active := int(_worker_stats(victim.url)["active"])) < (
+            want if time.monotonic() - started < patience_s else 1
+        ):
             if time.monotonic() - started > 30:
                 raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
             time.sleep(0.01)
         _kill(victim.pid)  # at once: a look at the other workers first would let the victim's streams finish
-        streaming = active + sum(int(_worker_stats(w.url)["active"]) for w in state.replicas_of(WORKER) if w is not victim)
-        return {"name": victim.name, "url": victim.url, "streaming": active, "streaming_everywhere": streaming,
-                "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name))}
+        streaming = active + sum(
+            int(_worker_stats(w.url)["active"]) for w in state.replicas_of(WORKER) if w is not victim
+        )
+        return {
+            "name": victim.name,
+            "url": victim.url,
+            "streaming": active,
+            "streaming_everywhere": streaming,
+            "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name)),
+        }
 
     def worker_failover(self, want: int = 4) -> Run:
         """Collect every task with the last inference worker SIGKILLed once it streams ``want`` generations,
@@ -384,7 +410,9 @@ class Story:
             run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
             for server in state.replicas_of(MODEL):
                 run.in_flight[server.name] = httpx.get(
-                    f"{server.url}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {token}"}, timeout=10
+                    f"{server.url}/ng-control/v1/checkpoint/status",
+                    headers={"authorization": f"Bearer {token}"},
+                    timeout=10,
                 ).json()["live"]
             run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
             run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
@@ -425,7 +453,9 @@ class Story:
                     statuses = await coordinator.status()
                     run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}
                     if run.worker_killed:  # its streams ended long before (failed over): its clients' count is final
-                        run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
+                        run.delivered = {
+                            run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])
+                        }
                     run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
 
             coordinator = Coordinator(participants, client, storage_config=self.storage_config, on_event=on_event)
@@ -449,5 +479,9 @@ class Story:
         agents = state.urls(self.tasks[task_index]["agent"])
         async with httpx.AsyncClient(timeout=30) as http:  # the agent replica that holds the rollout
             resp = await http.post(f"{agents[replica_for(rollout_id, len(agents))]}/run", json=body)
-        code = (resp.json().get("error") or {}).get("code") if resp.headers.get("content-type", "").startswith("application/json") else None
+        code = (
+            (resp.json().get("error") or {}).get("code")
+            if resp.headers.get("content-type", "").startswith("application/json")
+            else None
+        )
         return {"rollout_id": rollout_id, "attempt": attempt - 1, "status": resp.status_code, "code": code}

@@ -35,9 +35,15 @@ REF = "#/components/schemas/{model}"
 #: FastAPI's validation error answer, which every NeMo Gym data route may give
 _VALIDATION_ERROR = {
     "ValidationError": {
-        "title": "ValidationError", "type": "object", "required": ["loc", "msg", "type"],
+        "title": "ValidationError",
+        "type": "object",
+        "required": ["loc", "msg", "type"],
         "properties": {
-            "loc": {"title": "Location", "type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+            "loc": {
+                "title": "Location",
+                "type": "array",
+                "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            },
             "msg": {"title": "Message", "type": "string"},
             "type": {"title": "Error Type", "type": "string"},
             "input": {"title": "Input"},
@@ -45,8 +51,11 @@ _VALIDATION_ERROR = {
         },
     },
     "HTTPValidationError": {
-        "title": "HTTPValidationError", "type": "object",
-        "properties": {"detail": {"title": "Detail", "type": "array", "items": {"$ref": REF.format(model="ValidationError")}}},
+        "title": "HTTPValidationError",
+        "type": "object",
+        "properties": {
+            "detail": {"title": "Detail", "type": "array", "items": {"$ref": REF.format(model="ValidationError")}}
+        },
     },
 }
 
@@ -104,20 +113,30 @@ def openapi_document(title: str, operations: list[Operation], description: str =
             entry["description"] = op.description
         params = [part[1:-1] for part in op.path.split("/") if part.startswith("{") and part.endswith("}")]
         if params:
-            entry["parameters"] = [{"name": name, "in": "path", "required": True,
-                                    "schema": {"type": "string", "title": name.replace("_", " ").title()}}
-                                   for name in params]
+            entry["parameters"] = [
+                {
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "title": name.replace("_", " ").title()},
+                }
+                for name in params
+            ]
         if op.request is not None:
-            entry["requestBody"] = {"required": True,
-                                    "content": {"application/json": {"schema": schemas.ref(op.request, "validation")}}}
+            entry["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": schemas.ref(op.request, "validation")}},
+            }
         answer: dict[str, Any] = {"description": "Successful Response" if op.status == 200 else op.description}
         if op.response is not None:
             answer["content"] = {"application/json": {"schema": schemas.ref(op.response, "serialization")}}
         responses: dict[str, Any] = {str(op.status): answer}
         if op.request is not None and op.validates:
             validation = True
-            responses["422"] = {"description": "Validation Error", "content": {
-                "application/json": {"schema": {"$ref": REF.format(model="HTTPValidationError")}}}}
+            responses["422"] = {
+                "description": "Validation Error",
+                "content": {"application/json": {"schema": {"$ref": REF.format(model="HTTPValidationError")}}},
+            }
         for status, text in op.extra_responses.items():
             responses[str(status)] = {"description": text}
         entry["responses"] = responses
@@ -132,8 +151,12 @@ def openapi_document(title: str, operations: list[Operation], description: str =
     info: dict[str, Any] = {"title": title, "version": version}
     if description:
         info["description"] = description
-    return {"openapi": "3.1.0", "info": info, "paths": paths,
-            "components": {"schemas": dict(sorted(schemas.components.items()))}}
+    return {
+        "openapi": "3.1.0",
+        "info": info,
+        "paths": paths,
+        "components": {"schemas": dict(sorted(schemas.components.items()))},
+    }
 
 
 @lru_cache(maxsize=1)
@@ -183,7 +206,11 @@ def openapi_routes(title: str, operations: list[Operation], description: str = "
             return Response(_DOCS_INIT, media_type="text/javascript")
         root = _swagger_static()
         path = (root / name).resolve()
-        if name not in {"swagger-ui.css", "swagger-ui-bundle.js"} or not path.is_file() or path.parent != root.resolve():
+        if (
+            name not in {"swagger-ui.css", "swagger-ui-bundle.js"}
+            or not path.is_file()
+            or path.parent != root.resolve()
+        ):
             raise HTTPException(404, "Not Found")
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         return Response(path.read_bytes(), media_type=kind, headers={"cache-control": "public, max-age=86400"})

@@ -58,7 +58,8 @@ def split_ports(app: ASGIApp, data_port: int, control_port: int) -> ASGIApp:
                 return
             if local_port == control_port and not control and path not in CONTROL_PORT_PATHS:
                 response = ApiError(
-                    ErrorCode.NOT_FOUND, f"port {control_port} serves only {CONTROL_PREFIX}/*; data routes are on port {data_port}"
+                    ErrorCode.NOT_FOUND,
+                    f"port {control_port} serves only {CONTROL_PREFIX}/*; data routes are on port {data_port}",
                 )
                 await response.response()(scope, receive, send)
                 return

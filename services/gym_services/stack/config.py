@@ -48,7 +48,9 @@ class ServerSpec(BaseModel):
     server: str
     port: int = Field(default=0, ge=0, le=65535)
     participant: bool = Field(default=True, description="false for backends without a control plane")
-    replicas: int = Field(default=1, ge=1, le=MAX_LOCAL_REPLICAS, description="processes of this server, each its own participant")
+    replicas: int = Field(
+        default=1, ge=1, le=MAX_LOCAL_REPLICAS, description="processes of this server, each its own participant"
+    )
     config: dict[str, Any] = Field(default_factory=dict)
 
     def instances(self, name: str) -> list[str]:
@@ -98,13 +100,19 @@ def check_stack(stack: StackConfig, path: str | Path = "the stack config") -> No
     for name, spec in stack.servers.items():
         for instance in spec.instances(name):
             if instance in names:
-                raise ConfigError(f"{path}: process name {instance} is taken twice (servers {names[instance]} and {name})")
+                raise ConfigError(
+                    f"{path}: process name {instance} is taken twice (servers {names[instance]} and {name})"
+                )
             names[instance] = name
         if spec.replicas > 1:
             if spec.server in SINGLE_REPLICA:
-                raise ConfigError(f"{path}: server {name} ({spec.server}) runs one job for the whole stack; it cannot have replicas")
+                raise ConfigError(
+                    f"{path}: server {name} ({spec.server}) runs one job for the whole stack; it cannot have replicas"
+                )
             if spec.port:
-                raise ConfigError(f"{path}: server {name} has {spec.replicas} replicas, so its port must be 0 (each picks a free one)")
+                raise ConfigError(
+                    f"{path}: server {name} has {spec.replicas} replicas, so its port must be 0 (each picks a free one)"
+                )
     for name, spec in stack.servers.items():
         for text in _strings(spec.config):
             refs = URL_REF.findall(text)
@@ -118,7 +126,9 @@ def check_stack(stack: StackConfig, path: str | Path = "the stack config") -> No
                     )
             replicated = {ref for kind, ref in refs if stack.servers[ref].replicas > 1}
             if len(replicated) > 1:
-                raise ConfigError(f"server {name}: {text!r} names two replicated servers {sorted(replicated)}; one per value")
+                raise ConfigError(
+                    f"server {name}: {text!r} names two replicated servers {sorted(replicated)}; one per value"
+                )
 
 
 def _strings(value: Any) -> list[str]:
@@ -143,7 +153,9 @@ def substitute_urls(value: Any, urls: dict[str, str | list[str]]) -> Any:
         lists = [urls[ref] for _, ref in URL_REF.findall(value) if isinstance(urls[ref], list)]
         if lists:
             return [
-                URL_REF.sub(lambda m: url if isinstance(urls[m.group(2)], list) else _part(urls[m.group(2)], m.group(1)), value)  # type: ignore[arg-type]
+                URL_REF.sub(
+                    lambda m: url if isinstance(urls[m.group(2)], list) else _part(urls[m.group(2)], m.group(1)), value
+                )  # type: ignore[arg-type]
                 for url in lists[0]
             ]
         return URL_REF.sub(lambda m: _part(urls[m.group(2)], m.group(1)), value)  # type: ignore[arg-type]
@@ -159,4 +171,3 @@ def _part(url: str, kind: str) -> str:
         return url
     host, port = url.split("://", 1)[1].rsplit(":", 1)
     return host if kind == "host" else port
-

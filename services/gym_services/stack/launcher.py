@@ -101,14 +101,25 @@ def listen(name: str, port: int = 0) -> socket.socket:
     return sock
 
 
-def _spawn(server: str, config_path: Path, sock: socket.socket, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+def _spawn(
+    server: str, config_path: Path, sock: socket.socket, env: dict[str, str], log_path: Path
+) -> subprocess.Popen:
     """Start ``gymckpt serve`` on the listening socket ``sock`` (our copy is closed once the child has it)."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(config_path),
-             "--fd", str(sock.fileno())],
+            [
+                sys.executable,
+                "-m",
+                "gym_services.cli",
+                "serve",
+                server,
+                "--config",
+                str(config_path),
+                "--fd",
+                str(sock.fileno()),
+            ],
             env=env,
-            stdout=open(log_path, "ab"),  # noqa: SIM115 - owned by the child
+            stdout=open(log_path, "ab"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
@@ -198,8 +209,10 @@ def start_stack(
     if (state_dir / STATE_FILE).exists():
         previous = read_state(state_dir)
         if any(is_running(s) for s in previous.servers):
-            raise StackError(f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first "
-                             "(`gymckpt restart NAME` starts one server again)")
+            raise StackError(
+                f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first "
+                "(`gymckpt restart NAME` starts one server again)"
+            )
     try:
         check_stack(stack, stack.name)
     except ConfigError as exc:
@@ -220,7 +233,8 @@ def start_stack(
     ports = {instance: sock.getsockname()[1] for instance, sock in sockets.items()}
     # a server with replicas is the list of its replicas' URLs, in ordinal order
     urls: dict[str, str | list[str]] = {
-        name: [f"http://127.0.0.1:{ports[i]}" for i in instances[name]] if spec.replicas > 1
+        name: [f"http://127.0.0.1:{ports[i]}" for i in instances[name]]
+        if spec.replicas > 1
         else f"http://127.0.0.1:{ports[name]}"
         for name, spec in stack.servers.items()
     }
@@ -255,13 +269,23 @@ def start_stack(
                 config_path = state_dir / "configs" / f"{name}.yaml"
                 config_path.write_text(yaml.safe_dump(config, sort_keys=False))
                 log_path = state_dir / "logs" / f"{name}.log"
-                proc = _spawn(spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path)
+                proc = _spawn(
+                    spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path
+                )
                 procs.append(proc)
                 running.append(
                     RunningServer(
-                        name=name, server=spec.server, url=f"http://127.0.0.1:{ports[name]}", port=ports[name],
-                        pid=proc.pid, participant=spec.participant, log=str(log_path), started=start_time(proc.pid),
-                        group=group if spec.replicas > 1 else None, ordinal=ordinal, replicas=spec.replicas,
+                        name=name,
+                        server=spec.server,
+                        url=f"http://127.0.0.1:{ports[name]}",
+                        port=ports[name],
+                        pid=proc.pid,
+                        participant=spec.participant,
+                        log=str(log_path),
+                        started=start_time(proc.pid),
+                        group=group if spec.replicas > 1 else None,
+                        ordinal=ordinal,
+                        replicas=spec.replicas,
                     )
                 )
         wait_ready(running, procs, ready_timeout_s)
@@ -280,7 +304,9 @@ def start_stack(
     return state
 
 
-def restart_server(state_dir: Path, name: str, *, ready_timeout_s: float = 60.0, env: dict[str, str] | None = None) -> RunningServer:
+def restart_server(
+    state_dir: Path, name: str, *, ready_timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> RunningServer:
     """Start one server of a running stack again, from its saved config on its own port (a restarted pod).
 
     The old process must be gone (killed or crashed); the state file gets the new pid."""

@@ -220,7 +220,9 @@ def start_local_s3(
     return store
 
 
-def _wait_ready(store: LocalS3, access_key: str, secret_key: str, proc: subprocess.Popen | None, timeout_s: float) -> None:
+def _wait_ready(
+    store: LocalS3, access_key: str, secret_key: str, proc: subprocess.Popen | None, timeout_s: float
+) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = _client(store.endpoint, access_key, secret_key)

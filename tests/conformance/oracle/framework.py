@@ -150,7 +150,9 @@ class Session:
         headers = dict(call.get("headers") or {})
         if "raw" in call or "raw_hex" in call:
             raw = call.get("raw")
-            kwargs["content"] = bytes.fromhex(call["raw_hex"]) if "raw_hex" in call else (None if raw is None else raw.encode())
+            kwargs["content"] = (
+                bytes.fromhex(call["raw_hex"]) if "raw_hex" in call else (None if raw is None else raw.encode())
+            )
             if call.get("content_type") is not None:
                 headers["content-type"] = call["content_type"]
         elif "json" in call:

@@ -97,12 +97,11 @@ async def _run(
     model_cookies: dict[str, str],
 ) -> dict[str, Any]:
     import aiohttp
+    import scripted
+    from framework import assemble
     from nemo_gym import server_utils
     from nemo_gym.config_types import BaseServerConfig
     from omegaconf import OmegaConf
-
-    import scripted
-    from framework import assemble
 
     module_name, agent_cls_name, config_cls_name = AGENTS[kind]
     module = importlib.import_module(module_name)
@@ -183,4 +182,9 @@ def versions() -> dict[str, str]:
     import openai
     import pydantic
 
-    return {"openai": openai.__version__, "pydantic": pydantic.VERSION, "fastapi": fastapi.__version__, "aiohttp": aiohttp.__version__}
+    return {
+        "openai": openai.__version__,
+        "pydantic": pydantic.VERSION,
+        "fastapi": fastapi.__version__,
+        "aiohttp": aiohttp.__version__,
+    }

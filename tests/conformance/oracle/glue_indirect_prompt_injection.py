@@ -25,7 +25,7 @@ import json
 import logging
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 DOMAINS = [
     "healthcare",
@@ -45,7 +45,7 @@ SERVER_NAME = "indirect_prompt_injection"
 class _Session:
     """Which session the request being served belongs to (set before each request)."""
 
-    current: Optional[str] = None
+    current: str | None = None
 
 
 # --- the ID stream --------------------------------------------------------------------------
@@ -118,8 +118,12 @@ def _server() -> Any:
 
 
 def _call(step: dict[str, Any]) -> dict[str, Any]:
-    call: dict[str, Any] = {"method": step.get("method", "POST"), "path": step["path"],
-                            "raw": step.get("body"), "content_type": step.get("content_type")}
+    call: dict[str, Any] = {
+        "method": step.get("method", "POST"),
+        "path": step["path"],
+        "raw": step.get("body"),
+        "content_type": step.get("content_type"),
+    }
     if step.get("body_hex") is not None:
         call["raw_hex"] = step["body_hex"]
     return call

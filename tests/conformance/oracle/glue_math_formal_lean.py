@@ -29,7 +29,9 @@ def _app(config: dict[str, Any]) -> Any:
         import resources_servers.math_formal_lean.app as lean
 
         settings = server_config("math_formal_lean", **config)
-        server, app = build_app(lean.MathFormalLeanResourcesServer, lean.MathFormalLeanResourcesServerConfig(**settings))
+        server, app = build_app(
+            lean.MathFormalLeanResourcesServer, lean.MathFormalLeanResourcesServerConfig(**settings)
+        )
         # the client's own _get_client() returns this one: same requests, answered from the script
         server._sandbox_client._client = httpx.AsyncClient(transport=_sandbox.transport)
         _apps[key] = app

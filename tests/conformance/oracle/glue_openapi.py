@@ -34,8 +34,12 @@ def pages(server: str) -> dict[str, Any]:
 
     session = Session(_app(server))
     try:
-        answers = {path: session.request({"method": "GET", "path": path}) for path in ("/openapi.json", "/docs", "/redoc")}
+        answers = {
+            path: session.request({"method": "GET", "path": path}) for path in ("/openapi.json", "/docs", "/redoc")
+        }
     finally:
         session.close()
-    return {"openapi": json.loads(answers["/openapi.json"]["body"]),
-            "status": {path: answer["status"] for path, answer in answers.items()}}
+    return {
+        "openapi": json.loads(answers["/openapi.json"]["body"]),
+        "status": {path: answer["status"] for path, answer in answers.items()},
+    }

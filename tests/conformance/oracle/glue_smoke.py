@@ -11,8 +11,12 @@ def versions() -> dict:
     import pandas
 
     names = ("aiohttp", "orjson", "anyio", "urllib3", "fastapi", "starlette", "pydantic", "openai", "nemo-gym")
-    return {"pandas": pandas.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
-            **{name: importlib.metadata.version(name) for name in names}}
+    return {
+        "pandas": pandas.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        **{name: importlib.metadata.version(name) for name in names},
+    }
 
 
 def reference_imports() -> list[str]:

@@ -14,7 +14,9 @@ from typing import Any
 from framework import assemble, install_import_shims, server_config
 
 
-def responses(base_url: str, model: str, requests: list[dict[str, Any]], request_ids: bool = False) -> list[dict[str, Any]]:
+def responses(
+    base_url: str, model: str, requests: list[dict[str, Any]], request_ids: bool = False
+) -> list[dict[str, Any]]:
     install_import_shims()
     from unittest.mock import MagicMock
 

@@ -97,8 +97,11 @@ def _call(step: dict) -> dict:
     if op == "seed":
         return {"path": "/seed_session", "raw": "{}", "content_type": "application/json"}
     if op == "tool":
-        return {"path": f"/{step['name']}", "raw": step.get("body"),
-                "content_type": step.get("content_type", "application/json")}
+        return {
+            "path": f"/{step['name']}",
+            "raw": step.get("body"),
+            "content_type": step.get("content_type", "application/json"),
+        }
     if op == "verify":
         return {"path": "/verify", "raw": json.dumps(step["body"]), "content_type": "application/json"}
     if op == "http":

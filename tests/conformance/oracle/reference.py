@@ -32,7 +32,12 @@ WHEEL_VERSION = "0.7.0"
 WHEEL_SHA256 = "cce78fc3fd048f36b4c465fe8e9fe3cc5e7afb6f6e287bfe831f156988508a70"
 #: the pure-Python wheel declares Python >= 3.13.14; pip fetches it for that version without installing it
 DOWNLOAD = [
-    "download", f"nemo-gym=={WHEEL_VERSION}", "--no-deps", "--only-binary=:all:", "--python-version", "3.13.14",
+    "download",
+    f"nemo-gym=={WHEEL_VERSION}",
+    "--no-deps",
+    "--only-binary=:all:",
+    "--python-version",
+    "3.13.14",
 ]
 #: versions from NeMo Gym's lock file, with which the reference behaviour is defined; openai is the version
 #: the wheel pins (its request/response models validate verify bodies); pydantic, FastAPI and Starlette
@@ -136,7 +141,9 @@ def _version_of(python: str | Path) -> tuple[int, ...] | None:
     try:
         done = subprocess.run(
             [str(python), "-c", "import sys, venv, ensurepip; print(*sys.version_info[:3])"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -182,9 +189,11 @@ def oracle_interpreter() -> Interpreter:
             return Interpreter(Path(candidate), ".".join(map(str, version)))
     minor = ".".join(map(str, ORACLE_PYTHON))
     here = ".".join(map(str, sys.version_info[:3]))
-    reason = (f"no Python {minor} interpreter found (set {PYTHON_ENV}; tried: {', '.join(tried) or 'nothing'}): "
-              f"the reference runs on this interpreter's Python {here} instead of the {minor} its wheel requires, "
-              f"so differences that come from the Python version (e.g. how deep JSON nests) are not compared")
+    reason = (
+        f"no Python {minor} interpreter found (set {PYTHON_ENV}; tried: {', '.join(tried) or 'nothing'}): "
+        f"the reference runs on this interpreter's Python {here} instead of the {minor} its wheel requires, "
+        f"so differences that come from the Python version (e.g. how deep JSON nests) are not compared"
+    )
     return Interpreter(Path(sys.executable), here, fallback=reason)
 
 
@@ -208,8 +217,9 @@ def oracle_python(interpreter: Interpreter | None = None) -> Path:
         reference_root()
     tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=".venv-"))
     try:
-        done = subprocess.run([str(interpreter.path), "-m", "venv", str(tmp)], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [str(interpreter.path), "-m", "venv", str(tmp)], capture_output=True, text=True, timeout=300
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{interpreter.path} -m venv failed:\n{done.stderr[-2000:]}")
         _pip(tmp / "bin" / "python", "install", *ORACLE_REQUIREMENTS)

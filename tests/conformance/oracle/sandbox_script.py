@@ -52,6 +52,8 @@ class ScriptedSandbox:
             raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
         if "json" in answer:
             content = json.dumps(answer["json"]).encode()
-            return httpx.Response(answer.get("status", 200), content=content, headers={"content-type": "application/json"})
+            return httpx.Response(
+                answer.get("status", 200), content=content, headers={"content-type": "application/json"}
+            )
         headers = {"content-type": answer.get("content_type", "text/plain")}
         return httpx.Response(answer.get("status", 200), content=answer.get("raw", "").encode(), headers=headers)

@@ -12,6 +12,7 @@ grant), so a test can drive faults while the code under test runs with its own i
 
 Like the rest of kemu, this is a test double's control surface; a real API server has none of it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -25,23 +26,29 @@ import aiohttp.web
 from .auth import Attributes
 from .errors import KemuError
 
-PREFIX = '/kemu/v1/'
+PREFIX = "/kemu/v1/"
 AUDIT_LIMIT = 200_000
 
 _FAULTS: dict[int, tuple[str, str]] = {
-    409: ('Conflict', 'Operation cannot be fulfilled: the object has been modified; please apply your changes to the '
-                      'latest version and try again'),
-    429: ('TooManyRequests', 'the server has received too many requests and has asked us to try again later'),
-    500: ('InternalError', 'an error on the server ("injected by kemu") has prevented the request from succeeding'),
-    503: ('ServiceUnavailable', 'the server is currently unable to handle the request'),
-    504: ('Timeout', 'the server was unable to return a response in the time allotted, but may still be processing '
-                     'the request'),
+    409: (
+        "Conflict",
+        "Operation cannot be fulfilled: the object has been modified; please apply your changes to the "
+        "latest version and try again",
+    ),
+    429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later"),
+    500: ("InternalError", 'an error on the server ("injected by kemu") has prevented the request from succeeding'),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    504: (
+        "Timeout",
+        "the server was unable to return a response in the time allotted, but may still be processing the request",
+    ),
 }
 
 
 @dataclass
 class Entry:
     """One audited request."""
+
     time: float
     user: str
     verb: str
@@ -58,23 +65,26 @@ class Entry:
 @dataclass
 class Rule:
     """Answer the next `times` requests matching every non-empty field with `code`."""
+
     code: int
     times: int = 1
-    verb: str = ''
-    resource: str = ''
-    subresource: str = ''
-    name: str = ''
-    user: str = ''
+    verb: str = ""
+    resource: str = ""
+    subresource: str = ""
+    name: str = ""
+    user: str = ""
     served: int = field(default=0)
 
     def matches(self, attributes: Attributes) -> bool:
-        return self.served < self.times and all((
-            not self.verb or self.verb == attributes.verb,
-            not self.resource or self.resource == attributes.resource,
-            not self.subresource or self.subresource == attributes.subresource,
-            not self.name or self.name == attributes.name,
-            not self.user or self.user == attributes.user.name,
-        ))
+        return self.served < self.times and all(
+            (
+                not self.verb or self.verb == attributes.verb,
+                not self.resource or self.resource == attributes.resource,
+                not self.subresource or self.subresource == attributes.subresource,
+                not self.name or self.name == attributes.name,
+                not self.user or self.user == attributes.user.name,
+            )
+        )
 
 
 class Harness:
@@ -87,8 +97,18 @@ class Harness:
         self.outage: Callable[[float], Any] | None = None
 
     def record(self, attributes: Attributes, code: int) -> Entry:
-        entry = Entry(time.time(), attributes.user.name, attributes.verb, attributes.api_group, attributes.resource,
-                      attributes.subresource, attributes.namespace, attributes.name, attributes.path, code)
+        entry = Entry(
+            time.time(),
+            attributes.user.name,
+            attributes.verb,
+            attributes.api_group,
+            attributes.resource,
+            attributes.subresource,
+            attributes.namespace,
+            attributes.name,
+            attributes.path,
+            code,
+        )
         self.audit.append(entry)
         return entry
 
@@ -98,40 +118,43 @@ class Harness:
             if rule.matches(attributes):
                 rule.served += 1
                 reason, message = _FAULTS[rule.code]
-                details: dict[str, Any] = {'name': attributes.name, 'group': attributes.api_group,
-                                           'kind': attributes.resource}
+                details: dict[str, Any] = {
+                    "name": attributes.name,
+                    "group": attributes.api_group,
+                    "kind": attributes.resource,
+                }
                 if rule.code == 429:
-                    details['retryAfterSeconds'] = 1
+                    details["retryAfterSeconds"] = 1
                 return KemuError(rule.code, reason, message, details)
         return None
 
     async def serve(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        route = raw.path[len(PREFIX):]
-        if route == 'audit' and raw.method == 'GET':
-            user = raw.query.get('user')
+        route = raw.path[len(PREFIX) :]
+        if route == "audit" and raw.method == "GET":
+            user = raw.query.get("user")
             items = [asdict(e) for e in self.audit if user is None or e.user == user]
-            return aiohttp.web.json_response({'items': items})
-        if route == 'faults' and raw.method == 'GET':
-            return aiohttp.web.json_response({'items': [asdict(r) for r in self.rules]})
-        if route == 'faults' and raw.method == 'DELETE':
+            return aiohttp.web.json_response({"items": items})
+        if route == "faults" and raw.method == "GET":
+            return aiohttp.web.json_response({"items": [asdict(r) for r in self.rules]})
+        if route == "faults" and raw.method == "DELETE":
             self.rules.clear()
-            return aiohttp.web.json_response({'items': []})
-        if route == 'faults' and raw.method == 'POST':
+            return aiohttp.web.json_response({"items": []})
+        if route == "faults" and raw.method == "POST":
             body = await raw.json()
-            code = int(body.get('code', 0))
+            code = int(body.get("code", 0))
             if code not in _FAULTS:
-                return KemuError(400, 'BadRequest', f'code must be one of {sorted(_FAULTS)}').response()
-            known = {'verb', 'resource', 'subresource', 'name', 'user', 'times'}
+                return KemuError(400, "BadRequest", f"code must be one of {sorted(_FAULTS)}").response()
+            known = {"verb", "resource", "subresource", "name", "user", "times"}
             rule = Rule(code=code, **{k: v for k, v in body.items() if k in known})
             self.rules.append(rule)
             return aiohttp.web.json_response(asdict(rule), status=201)
-        if route == 'outage' and raw.method == 'POST':
-            seconds = float((await raw.json()).get('seconds', 0))
+        if route == "outage" and raw.method == "POST":
+            seconds = float((await raw.json()).get("seconds", 0))
             if self.outage is None or not 0 < seconds <= 60:
-                return KemuError(400, 'BadRequest', 'an outage needs 0 < seconds <= 60 and a listener').response()
-            response = aiohttp.web.json_response({'seconds': seconds}, status=202)
+                return KemuError(400, "BadRequest", "an outage needs 0 < seconds <= 60 and a listener").response()
+            response = aiohttp.web.json_response({"seconds": seconds}, status=202)
             await response.prepare(raw)
             await response.write_eof()
             self.outage(seconds)
             return response
-        return KemuError(404, 'NotFound', f'no harness route {raw.method} {raw.path}').response()
+        return KemuError(404, "NotFound", f"no harness route {raw.method} {raw.path}").response()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from tests.services.models.procs import ServerProcess, running
 
 #: Paced so that a generation takes a few hundred milliseconds and a checkpoint can cut it mid-stream.

@@ -18,13 +18,13 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tests.support.asgi import base_config
 
-from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.base.http import read_json
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.participant import Participant
-from tests.support.asgi import base_config
+from gym_services.server.app import create_server_app
 
 
 class FakeModelParticipant(Participant):

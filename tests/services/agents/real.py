@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.services.agents.stack import StackFactory, wait_for
+from tests.services.agents.wire import Call, Wire
+from tests.support.asgi import base_config
+
 from gym_services.agents.gymnasium_agent.app import Config as GymConfig
 from gym_services.agents.gymnasium_agent.app import create_app as gymnasium_agent
 from gym_services.agents.proof_refinement_agent.app import Config as ProofConfig
@@ -26,13 +30,12 @@ from gym_services.resources.math_formal_lean.app import Config as LeanConfig
 from gym_services.resources.math_formal_lean.app import create_app as math_formal_lean
 from gym_services.resources.workplace_assistant.app import Config as WorkplaceConfig
 from gym_services.resources.workplace_assistant.app import create_app as workplace
-from tests.services.agents.stack import StackFactory, wait_for
-from tests.services.agents.wire import Call, Wire
-from tests.support.asgi import base_config
 
 
 def model_app(worker_url: str):
-    return policy_model(load_config(ModelConfig, overrides=base_config("model", upstream={"base_url": f"{worker_url}/v1"})))
+    return policy_model(
+        load_config(ModelConfig, overrides=base_config("model", upstream={"base_url": f"{worker_url}/v1"}))
+    )
 
 
 def agent_overrides(model: str, **extra: Any) -> dict[str, Any]:
@@ -43,7 +46,9 @@ def proof_stack(worker_url: str, *, max_correction_turns: int = 2) -> StackFacto
     def make(wire: Wire):
         config = load_config(
             ProofConfig,
-            overrides=agent_overrides("lean-refine", resources_url="http://lean", max_correction_turns=max_correction_turns),
+            overrides=agent_overrides(
+                "lean-refine", resources_url="http://lean", max_correction_turns=max_correction_turns
+            ),
         )
         lean = load_config(LeanConfig, overrides=base_config("lean", sandbox_host="sandbox", sandbox_port=6000))
         return {
@@ -58,7 +63,9 @@ def proof_stack(worker_url: str, *, max_correction_turns: int = 2) -> StackFacto
 
 def simple_stack(worker_url: str, environment: str, model: str, *, tool_latency_s: float = 0.0) -> StackFactory:
     def make(wire: Wire):
-        config = load_config(SimpleConfig, overrides=agent_overrides(model, resources_url="http://resources", max_steps=20))
+        config = load_config(
+            SimpleConfig, overrides=agent_overrides(model, resources_url="http://resources", max_steps=20)
+        )
         if environment == "workplace_assistant":
             resources = workplace(
                 load_config(WorkplaceConfig, overrides=base_config("resources", tool_latency_s=tool_latency_s))
@@ -76,7 +83,9 @@ def simple_stack(worker_url: str, environment: str, model: str, *, tool_latency_
 
 def gym_stack(worker_url: str, *, step_latency_s: float = 0.0, max_steps: int = 10) -> StackFactory:
     def make(wire: Wire):
-        config = load_config(GymConfig, overrides=agent_overrides("blackjack-basic", env_url="http://env", max_steps=max_steps))
+        config = load_config(
+            GymConfig, overrides=agent_overrides("blackjack-basic", env_url="http://env", max_steps=max_steps)
+        )
         env = blackjack(load_config(BlackjackConfig, overrides=base_config("env", step_latency_s=step_latency_s)))
         return {
             "model": ("model", model_app(worker_url)),

@@ -15,13 +15,13 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
-
-from gym_services.coordination.client import ControlClient, ParticipantRef
-from gym_services.coordination.coordinator import Coordinator, TransactionResult
-from gym_services.agents.common import AgentParticipant
-from gym_services.control.models import Role
 from tests.services.agents.wire import Wire, running
 from tests.support.asgi import TOKEN, Control
+
+from gym_services.agents.common import AgentParticipant
+from gym_services.control.models import Role
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, TransactionResult
 
 #: builds the apps of one stack: name -> (role, app); agents route downstream calls through ``wire``;
 #: role None marks a backend that is not a checkpoint participant (the Lean sandbox stand-in)
@@ -48,7 +48,11 @@ class Stack:
         return Control(httpx.AsyncClient(transport=self.wire, base_url=f"http://{name}"))
 
     async def status(self, name: str) -> dict:
-        return (await self.http.get(f"http://{name}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {TOKEN}"})).json()
+        return (
+            await self.http.get(
+                f"http://{name}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {TOKEN}"}
+            )
+        ).json()
 
     async def run(self, row: dict[str, Any], rollout_id: str | None, attempt: int = 0) -> httpx.Response:
         body = dict(row)
@@ -73,7 +77,9 @@ async def stack(factory: StackFactory, agent: str = "agent") -> AsyncIterator[St
                 await client.aclose()
 
 
-async def wait_for(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_for(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         value = predicate()

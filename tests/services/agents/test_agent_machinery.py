@@ -10,6 +10,10 @@ import asyncio
 import json
 
 import pytest
+from tests.services.agents.fake_model import create_fake_model
+from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
+from tests.services.agents.wire import Wire, is_call
+from tests.support.asgi import base_config
 
 from gym_services.agents.common import AgentParticipant
 from gym_services.agents.simple_agent.app import Config as SimpleConfig
@@ -18,10 +22,6 @@ from gym_services.base.config import load_config
 from gym_services.control.participant import InvalidState, RestoredRecord
 from gym_services.resources.counter.app import Config as CounterConfig
 from gym_services.resources.counter.app import create_app as counter_app
-from tests.services.agents.fake_model import create_fake_model
-from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
-from tests.services.agents.wire import Wire, is_call
-from tests.support.asgi import base_config
 
 ROLLOUT = "task7-0"
 ROW = {
@@ -335,8 +335,13 @@ def retrying_factory(**agent_config):
     def build(wire: Wire):
         apps = factory(wire)
         config = base_config(
-            "agent", model_url="http://model", model="fake", resources_url="http://counter",
-            unavailable_backoff_s=0.01, unavailable_backoff_max_s=0.05, **agent_config,
+            "agent",
+            model_url="http://model",
+            model="fake",
+            resources_url="http://counter",
+            unavailable_backoff_s=0.01,
+            unavailable_backoff_max_s=0.05,
+            **agent_config,
         )
         apps["agent"] = ("agent", simple_agent(load_config(SimpleConfig, overrides=config), transport=wire))
         return apps

@@ -8,24 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.services.agents.real import proof_stack
+from tests.services.agents.stack import uninterrupted
+from tests.services.models.procs import ServerProcess, running, start_server
+from tests.support.asgi import TOKEN, base_config
 
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator
 from gym_services.models.inference_worker.policies.base import load_tasks
-from tests.services.agents.real import proof_stack
-from tests.services.agents.stack import uninterrupted
 from gym_services.stack.launcher import listen
-from tests.services.models.procs import ServerProcess, running, start_server
-from tests.support.asgi import TOKEN, base_config
 
 pytestmark = pytest.mark.e2e
 ROW = load_tasks("math_formal_lean")[1]
@@ -41,8 +41,19 @@ def start_sandbox(workdir: Path, ready_timeout_s: float = 30.0) -> ServerProcess
     try:
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin", "--host", "127.0.0.1",
-                 "--port", str(port), "--fd", str(sock.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "gym_services.cli",
+                    "serve",
+                    "lean_sandbox_standin",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--fd",
+                    str(sock.fileno()),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -88,7 +99,11 @@ def start_stack(worker_url: str, workdir: Path) -> dict[str, ServerProcess]:
 
 
 def refs(procs: dict[str, ServerProcess]) -> list[ParticipantRef]:
-    roles = {"model": ("policy_model", "model"), "agent": ("proof_refinement_agent", "agent"), "lean": ("math_formal_lean", "resources")}
+    roles = {
+        "model": ("policy_model", "model"),
+        "agent": ("proof_refinement_agent", "agent"),
+        "lean": ("math_formal_lean", "resources"),
+    }
     return [ParticipantRef(pid, role, procs[key].url) for key, (pid, role) in roles.items()]
 
 
@@ -112,8 +127,12 @@ async def test_checkpoint_kill_restore_continue(slow_worker, tmp_path) -> None:
             coordinator = Coordinator(refs(first), control)
             run = asyncio.create_task(http.post(f"{first['agent'].url}/run", json=body))
             verified = False
-            for _ in range(2000):  # until turn 0 is verified and the model has received a few of the correction's tokens
-                verified = verified or "gym_lean_verifications_total{" in (await http.get(f"{first['lean'].url}/metrics")).text
+            for _ in range(
+                2000
+            ):  # until turn 0 is verified and the model has received a few of the correction's tokens
+                verified = (
+                    verified or "gym_lean_verifications_total{" in (await http.get(f"{first['lean'].url}/metrics")).text
+                )
                 live = (await control.status(refs(first)[0])).live
                 if verified and live["generations"] > 0 and live["tokens_in_flight"] >= 3:
                     break  # a cut keeps exactly what was streamed: the checkpoint must land inside this generation

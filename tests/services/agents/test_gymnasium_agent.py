@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from gym_services.models.inference_worker.policies.base import load_tasks
 from tests.services.agents.real import gym_stack, live_generation_tokens, model_calls, model_totals
 from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call, Wire
+
+from gym_services.models.inference_worker.policies.base import load_tasks
 
 ROW = load_tasks("blackjack")[0]
 ROLLOUT = "bj-64"

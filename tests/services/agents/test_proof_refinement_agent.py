@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from gym_services.base import nemo_responses
-from gym_services.resources.common.sessions import VERIFY_HEADER
-from gym_services.models.inference_worker.policies.base import load_tasks
-from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
 from tests.services.agents.real import generation_streaming, model_calls, model_totals, proof_stack
 from tests.services.agents.stack import Outcome, agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call
+
+from gym_services.base import nemo_responses
+from gym_services.models.inference_worker.policies.base import load_tasks
+from gym_services.resources.common.sessions import VERIFY_HEADER
+from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
 
 ROW = load_tasks("math_formal_lean")[0]
 ROLLOUT = "lean-0-0"

@@ -9,11 +9,11 @@ and only the steps after the committed boundary run again.
 from __future__ import annotations
 
 import pytest
-
-from gym_services.models.inference_worker.policies.base import load_tasks
 from tests.services.agents.real import generation_streaming, model_calls, model_totals, simple_stack
 from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call, Wire
+
+from gym_services.models.inference_worker.policies.base import load_tasks
 
 WORKPLACE = load_tasks("workplace_assistant")[2]  # three ground-truth tool calls
 IPI = load_tasks("indirect_prompt_injection")[0]
@@ -75,7 +75,9 @@ async def workplace_expected(worker):
 
 async def test_workplace_generation_in_flight(worker, workplace_expected, tmp_path) -> None:
     factory = simple_stack(worker.url, "workplace_assistant", "workplace-oracle")
-    out = await checkpoint_and_continue(factory, WORKPLACE, "wa-2-0", f"file://{tmp_path}", arrange=generation_in_flight(1))
+    out = await checkpoint_and_continue(
+        factory, WORKPLACE, "wa-2-0", f"file://{tmp_path}", arrange=generation_in_flight(1)
+    )
     assert out.result == workplace_expected
     assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "tools": 2, "verify": 1}
     assert [outputs_done(c) for c in model_calls(out.restored_wire)] == [1, 2, 3]

@@ -84,7 +84,9 @@ class Wire(httpx.AsyncBaseTransport):
         except ValueError:
             body = request.content
         attempt = request.headers.get("x-ng-attempt")
-        call = Call(host, request.url.path, body, request.headers.get("x-ng-rollout-id"), int(attempt) if attempt else None)
+        call = Call(
+            host, request.url.path, body, request.headers.get("x-ng-rollout-id"), int(attempt) if attempt else None
+        )
         for match, event in self.watches:
             if match(call):
                 event.set()

@@ -37,9 +37,18 @@ def test_endpoints_lists_and_ranges() -> None:
         "http://gym-a-2.gym-a-headless.ns.svc:8000/v1",
     ]
     assert expand_endpoints(["http://127.0.0.1:1", "http://127.0.0.1:{2..3}"]) == [
-        "http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+        "http://127.0.0.1:3",
     ]
-    for bad in ([], "http://x-{0..1}-{0..1}", "http://x-{2..1}", "http://x-{0..5000}", "x:1", ["http://a", "http://a/"]):
+    for bad in (
+        [],
+        "http://x-{0..1}-{0..1}",
+        "http://x-{2..1}",
+        "http://x-{0..5000}",
+        "x:1",
+        ["http://a", "http://a/"],
+    ):
         with pytest.raises(ValueError):
             expand_endpoints(bad)
 
@@ -55,7 +64,9 @@ async def test_every_call_of_a_rollout_reaches_its_replica() -> None:
         downstream = Downstream("resources", ["http://r0", "http://r1", "http://r2"], client)
         for rid in ["0-0", "0-1", "rollout-a", "0-0"]:
             for attempt in (0, 1):
-                await downstream.post("/step", {}, identity=RolloutIdentity(rollout_id=rid, attempt=attempt), cookies={})
+                await downstream.post(
+                    "/step", {}, identity=RolloutIdentity(rollout_id=rid, attempt=attempt), cookies={}
+                )
         await downstream.post("/step", {}, identity=None, cookies={})
     expected = [f"r{replica_for(rid, 3)}:{rid}" for rid in ["0-0", "0-1", "rollout-a", "0-0"] for _ in (0, 1)]
     assert seen == [*expected, "r0:None"]

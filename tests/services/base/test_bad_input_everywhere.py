@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from starlette.routing import Mount, Route
-
-from gym_services.server.serve import build_app
-from gym_services.server.registry import SERVERS
 from tests.support.asgi import SECRET, TOKEN, serve
+
+from gym_services.server.registry import SERVERS
+from gym_services.server.serve import build_app
 
 #: fields a server's config requires (downstream URLs point nowhere: bad input must be refused first)
 REQUIRED = {
@@ -40,14 +40,29 @@ async def test_malformed_bodies_get_4xx_json(server: str) -> None:
     async with serve(app) as client:
         for path in routes:
             for body in BAD_BODIES:
-                headers = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json",
-                           "x-ng-rollout-id": "r1", "x-ng-attempt": "0"}
+                headers = {
+                    "authorization": f"Bearer {TOKEN}",
+                    "content-type": "application/json",
+                    "x-ng-rollout-id": "r1",
+                    "x-ng-attempt": "0",
+                }
                 resp = await client.post(path, content=body, headers=headers)
                 assert 400 <= resp.status_code < 500, (server, path, body, resp.status_code, resp.text[:300])
                 if server in NEMO_GYM_ANSWERS and not path.startswith("/ng-control/"):
                     detail = resp.json()["detail"]
                     assert resp.status_code == 422 and detail and all(d["type"] and d["msg"] for d in detail), (
-                        server, path, resp.text[:300])
+                        server,
+                        path,
+                        resp.text[:300],
+                    )
                     continue
-                error = resp.json().get("error") if resp.headers.get("content-type", "").startswith("application/json") else None
-                assert isinstance(error, dict) and error.get("code") and error.get("message"), (server, path, resp.text[:300])
+                error = (
+                    resp.json().get("error")
+                    if resp.headers.get("content-type", "").startswith("application/json")
+                    else None
+                )
+                assert isinstance(error, dict) and error.get("code") and error.get("message"), (
+                    server,
+                    path,
+                    resp.text[:300],
+                )

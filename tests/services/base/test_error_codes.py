@@ -1,4 +1,5 @@
 """Error codes are one vocabulary: each has one HTTP status, and a code that is not one fails at once."""
+
 from __future__ import annotations
 
 import ast

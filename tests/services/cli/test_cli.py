@@ -14,15 +14,35 @@ import httpx
 import pytest
 
 COMMANDS = [
-    ["serve"], ["up"], ["down"], ["status"], ["collect"], ["checkpoint"], ["restore"],
-    ["restart"], ["checkpoints"], ["checkpoints", "list"], ["checkpoints", "show"], ["checkpoints", "delete"], ["demo"],
-    ["cluster"], ["cluster", "checkpoint"], ["cluster", "restore"], ["forward"],
+    ["serve"],
+    ["up"],
+    ["down"],
+    ["status"],
+    ["collect"],
+    ["checkpoint"],
+    ["restore"],
+    ["restart"],
+    ["checkpoints"],
+    ["checkpoints", "list"],
+    ["checkpoints", "show"],
+    ["checkpoints", "delete"],
+    ["demo"],
+    ["cluster"],
+    ["cluster", "checkpoint"],
+    ["cluster", "restore"],
+    ["forward"],
 ]
 
 
 def gymckpt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "gym_services.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gym_services.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")},
+    )
     if check:
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     return proc
@@ -69,7 +89,9 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
         listed = gymckpt("checkpoints", "list", cwd=tmp_path).stdout
         assert "ck1  complete" in listed
         shown_text = gymckpt("checkpoints", "show", "ck1", cwd=tmp_path).stdout
-        assert [line.split() for line in shown_text.splitlines() if "rs-cli" in line] == [["rs-cli", "resume", "coordinator"]]
+        assert [line.split() for line in shown_text.splitlines() if "rs-cli" in line] == [
+            ["rs-cli", "resume", "coordinator"]
+        ]
         shown = json.loads(gymckpt("checkpoints", "show", "ck1", "--json", cwd=tmp_path).stdout)
         assert {p["participant_id"] for p in shown["participants"]} == {"counter-a", "counter-b"}
         missing = gymckpt("restore", "nope", cwd=tmp_path, check=False)
@@ -106,7 +128,10 @@ def test_a_checkpoint_id_taken_by_another_stack_is_refused(tmp_path) -> None:
         assert refused.returncode == 1, refused.stdout
         assert "checkpoint ck1: FAILED" in refused.stdout
         assert f"error: checkpoint ck1 already exists at file://{shared} (published " in refused.stdout
-        assert f"by transaction {transaction}); nothing was paused or written: choose another checkpoint id" in refused.stdout
+        assert (
+            f"by transaction {transaction}); nothing was paused or written: choose another checkpoint id"
+            in refused.stdout
+        )
         assert (shared / "checkpoints/ck1/manifest.json").read_bytes() == manifest
         status = json.loads(gymckpt("status", "--json", cwd=tmp_path / "b").stdout)["counter-a"]
         assert status["phase"] == "fresh" and status["admission_open"] and status["last_event"] is None
@@ -123,8 +148,10 @@ def test_reward_table_summarises_results_per_agent(tmp_path) -> None:
 
     path = tmp_path / "results.jsonl"
     rows = [
-        {"agent": "a", "reward": 1.0}, {"agent": "a", "reward": 0.0},
-        {"agent": "b", "reward": -1}, {"agent": "b", "reward": None, "error": "HTTP 502"},
+        {"agent": "a", "reward": 1.0},
+        {"agent": "a", "reward": 0.0},
+        {"agent": "b", "reward": -1},
+        {"agent": "b", "reward": None, "error": "HTTP 502"},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     lines = reward_table(path).splitlines()
@@ -148,18 +175,24 @@ def test_commands_on_a_stopped_stack_say_it_is_not_running(tmp_path) -> None:
         shown = gymckpt("status", cwd=tmp_path, check=False)
         assert shown.returncode == 1 and shown.stderr.startswith("gymckpt status: not running: policy-model; ")
         status = shown.stdout
-        assert [line.split()[:3] for line in status.splitlines() if "policy-model" in line] == [["policy-model", "?", "not"]]
+        assert [line.split()[:3] for line in status.splitlines() if "policy-model" in line] == [
+            ["policy-model", "?", "not"]
+        ]
         assert "not running" in status and "resources" in status  # counter-a still answers
         partial = gymckpt("checkpoint", cwd=tmp_path, check=False)
         assert partial.returncode == 1
-        assert partial.stderr.startswith("gymckpt checkpoint: not running: policy-model; a checkpoint or restore needs every")
+        assert partial.stderr.startswith(
+            "gymckpt checkpoint: not running: policy-model; a checkpoint or restore needs every"
+        )
     finally:
         gymckpt("down", cwd=tmp_path)
     for command in (["collect", "tasks.jsonl"], ["status"], ["checkpoint"], ["restore", "ck1"]):
         done = gymckpt(*command, cwd=tmp_path, check=False)
         assert done.returncode == 1, command
-        assert done.stderr == (f"gymckpt {command[0]}: the stack mini is not running (its 3 servers have stopped); "
-                               "start it with `gymckpt up CONFIG`\n"), (command, done.stderr)
+        assert done.stderr == (
+            f"gymckpt {command[0]}: the stack mini is not running (its 3 servers have stopped); "
+            "start it with `gymckpt up CONFIG`\n"
+        ), (command, done.stderr)
 
 
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path) -> None:
@@ -169,7 +202,10 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path) -> None:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "gym_services.cli", "checkpoints", "list", "--storage", f"file://{tmp_path}"],
-            stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
         )
     finally:
         os.close(write)
@@ -185,7 +221,9 @@ def test_collect_says_when_the_job_makes_no_progress(tmp_path) -> None:
     (tmp_path / "tasks.jsonl").write_text('{"agent": "ghost", "responses_create_params": {"input": "hi"}}\n')
     gymckpt("up", "stack.yaml", cwd=tmp_path)
     try:
-        proc = gymckpt("collect", "tasks.jsonl", "--stall-warning", "1", "--wait-timeout", "4", cwd=tmp_path, check=False)
+        proc = gymckpt(
+            "collect", "tasks.jsonl", "--stall-warning", "1", "--wait-timeout", "4", cwd=tmp_path, check=False
+        )
     finally:
         gymckpt("down", cwd=tmp_path)
     assert proc.returncode == 1 and "did not complete within --wait-timeout 4s" in proc.stderr
@@ -222,5 +260,7 @@ def test_demo_progress_is_plain_lines_when_not_a_terminal() -> None:
     assert "\r" not in stream.getvalue()
     assert lines[0] == "collect: 1/4 episodes finished, 3 live"
     assert lines[1].startswith("collect: 1/4 episodes finished, 3 live; nothing finished for ")
-    assert lines[1].endswith("2 waiting to run again after an infrastructure failure (latest: 0-0: agent a unreachable)")
+    assert lines[1].endswith(
+        "2 waiting to run again after an infrastructure failure (latest: 0-0: agent a unreachable)"
+    )
     assert lines[2] == "collect: 4/4 episodes finished, 0 live (completed)" and len(lines) == 3

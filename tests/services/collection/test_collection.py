@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
+from pathlib import Path
 
 import httpx
 import pytest
@@ -11,14 +13,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tests.support.asgi import JOB_AUTH, Control, MultiASGITransport, base_config
+from tests.support.asgi import serve as serve_app
 
 from gym_services.base.config import load_config
 from gym_services.collection.app import Config, create_app
-import tempfile
-from pathlib import Path
-
-from tests.support.asgi import JOB_AUTH, Control, MultiASGITransport, base_config
-from tests.support.asgi import serve as serve_app
 
 #: jobs of these tests read and write under the temporary folder (tmp_path); confinement is tested on its own
 TMP = str(Path(tempfile.gettempdir()).resolve())
@@ -120,7 +119,9 @@ async def test_collects_every_task_with_bounded_concurrency(tmp_path) -> None:
     tasks = write_tasks(tmp_path, 6)
     out = tmp_path / "out.jsonl"
     async with serve(collection_app(agent)) as client:
-        started = await client.post("/jobs", json={"tasks_path": tasks, "output_path": str(out), "repeats": 2, "concurrency": 3})
+        started = await client.post(
+            "/jobs", json={"tasks_path": tasks, "output_path": str(out), "repeats": 2, "concurrency": 3}
+        )
         assert started.status_code == 200 and started.json()["total"] == 12
         await wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 12)
         status = await settled_status(client)
@@ -134,7 +135,9 @@ async def test_collects_every_task_with_bounded_concurrency(tmp_path) -> None:
 async def test_bad_job_specs_are_refused(tmp_path) -> None:
     agent = FakeAgent()
     async with serve(collection_app(agent)) as client:
-        missing = await client.post("/jobs", json={"tasks_path": str(tmp_path / "nope"), "output_path": str(tmp_path / "o")})
+        missing = await client.post(
+            "/jobs", json={"tasks_path": str(tmp_path / "nope"), "output_path": str(tmp_path / "o")}
+        )
         assert missing.status_code == 400 and "cannot read tasks" in missing.json()["error"]["message"]
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"agent": "unknown"}\n')

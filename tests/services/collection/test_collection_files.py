@@ -6,18 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 
-from gym_services.base.config import load_config
-from gym_services.collection.app import Config, create_app
 from tests.services.collection.test_collection import FakeAgent, serve, settled_status
 from tests.support.asgi import JOB_AUTH, MultiASGITransport, base_config
 from tests.support.asgi import serve as serve_app
+
+from gym_services.base.config import load_config
+from gym_services.collection.app import Config, create_app
 
 TASKS = "".join(json.dumps({"value": i / 10, "agent": "fake"}) + "\n" for i in range(4)).encode()
 
 
 def app_with_data_dir(agent: FakeAgent, data_dir, **extra):
-    cfg = load_config(Config, overrides=base_config("collection", agents={"fake": "http://fake"},
-                                                     data_dir=str(data_dir), **extra))
+    cfg = load_config(
+        Config, overrides=base_config("collection", agents={"fake": "http://fake"}, data_dir=str(data_dir), **extra)
+    )
     return create_app(cfg, transport=MultiASGITransport({"fake": agent.app()}))
 
 
@@ -30,9 +32,12 @@ async def test_upload_run_and_read_results(tmp_path) -> None:
         assert uploaded.status_code == 200, uploaded.text
         assert uploaded.json() == {"tasks_path": "tasks/mine.jsonl", "tasks": 4, "bytes": len(TASKS)}
         assert (data / "tasks/mine.jsonl").read_bytes() == TASKS
-        started = await client.post("/jobs", json={"tasks_path": "tasks/mine.jsonl", "output_path": "results/r1.jsonl",
-                                                   "concurrency": 2})
-        assert started.status_code == 200 and started.json()["output_path"] == str((data / "results/r1.jsonl").resolve())
+        started = await client.post(
+            "/jobs", json={"tasks_path": "tasks/mine.jsonl", "output_path": "results/r1.jsonl", "concurrency": 2}
+        )
+        assert started.status_code == 200 and started.json()["output_path"] == str(
+            (data / "results/r1.jsonl").resolve()
+        )
         # while running, only finished results come back
         agent.release("0-0")
         for _ in range(500):  # the server counts a result once its line is written (the file has it a moment before)
@@ -56,9 +61,11 @@ async def test_paths_and_uploads_are_confined_and_checked(tmp_path) -> None:
     outside = tmp_path / "outside.jsonl"
     outside.write_bytes(TASKS)
     async with serve(app_with_data_dir(agent, data, max_upload_mb=1)) as client:
-        for spec in ({"tasks_path": str(outside), "output_path": "results/x.jsonl"},
-                     {"tasks_path": "../outside.jsonl", "output_path": "results/x.jsonl"},
-                     {"tasks_path": "tasks/a.jsonl", "output_path": "/tmp/elsewhere.jsonl"}):
+        for spec in (
+            {"tasks_path": str(outside), "output_path": "results/x.jsonl"},
+            {"tasks_path": "../outside.jsonl", "output_path": "results/x.jsonl"},
+            {"tasks_path": "tasks/a.jsonl", "output_path": "/tmp/elsewhere.jsonl"},
+        ):
             refused = await client.post("/jobs", json=spec)
             assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
             assert "is outside the folders this server may use" in refused.json()["error"]["message"]
@@ -103,8 +110,13 @@ async def test_job_routes_need_the_job_token(tmp_path) -> None:
     async with serve_app(app_with_data_dir(agent, data)) as client:  # no token
         for method, path in JOB_ROUTES:
             for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic eDp5"}):
-                resp = await client.request(method, path, json=spec if path == "/jobs" else None,
-                                            content=TASKS if method == "PUT" else None, headers=headers)
+                resp = await client.request(
+                    method,
+                    path,
+                    json=spec if path == "/jobs" else None,
+                    content=TASKS if method == "PUT" else None,
+                    headers=headers,
+                )
                 assert resp.status_code == 401, (method, path, headers, resp.text)
                 assert resp.json()["error"]["code"] == "unauthorized" and "job" in resp.json()["error"]["message"]
         # nothing was started, uploaded or truncated

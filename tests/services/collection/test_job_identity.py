@@ -16,7 +16,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-
 from tests.services.collection.test_collection import collection_app, serve, settled_status
 from tests.support.asgi import MultiASGITransport
 
@@ -96,17 +95,23 @@ async def test_a_rollout_prefix_an_earlier_job_used_is_refused_and_changes_nothi
     first, second = tmp_path / "first-out.jsonl", tmp_path / "second-out.jsonl"
     app = collection_app(agent, transport=MultiASGITransport({"fake": agent.app()}))
     async with serve(app) as client:
-        answer = await client.post("/jobs", json={"rollout_prefix": "exp1-", "tasks_path": tasks, "output_path": str(first)})
+        answer = await client.post(
+            "/jobs", json={"rollout_prefix": "exp1-", "tasks_path": tasks, "output_path": str(first)}
+        )
         assert answer.status_code == 200, answer.text
         before = await settled_status(client)
         content = first.read_bytes()
-        refused = await client.post("/jobs", json={"rollout_prefix": "exp1-", "tasks_path": tasks, "output_path": str(second)})
+        refused = await client.post(
+            "/jobs", json={"rollout_prefix": "exp1-", "tasks_path": tasks, "output_path": str(second)}
+        )
         assert refused.status_code == 400, refused.text
         message = refused.json()["error"]["message"]
         assert "exp1-" in message and "earlier job" in message and "rollout_prefix" in message
         assert (await client.get("/jobs/current")).json() == before and first.read_bytes() == content
         assert not second.exists()
-        again = await client.post("/jobs", json={"rollout_prefix": "exp2-", "tasks_path": tasks, "output_path": str(second)})
+        again = await client.post(
+            "/jobs", json={"rollout_prefix": "exp2-", "tasks_path": tasks, "output_path": str(second)}
+        )
         assert again.status_code == 200 and again.json()["rollout_prefix"] == "exp2-"
         await settled_status(client)
     assert sorted(r["_ng_rollout_id"] for r in rows(second)) == ["exp2-0-0", "exp2-1-0"]
@@ -123,8 +128,14 @@ async def test_a_restore_onto_a_server_running_a_job_is_refused_and_changes_noth
     out = tmp_path / "running.jsonl"
     async with serve(collection_app(agent)) as client:
         control = Control(client)
-        answer = await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path / "other.jsonl", [0.5, 0.6, 0.7]),
-                                                  "output_path": str(out), "concurrency": 2})
+        answer = await client.post(
+            "/jobs",
+            json={
+                "tasks_path": write_tasks(tmp_path / "other.jsonl", [0.5, 0.6, 0.7]),
+                "output_path": str(out),
+                "concurrency": 2,
+            },
+        )
         assert answer.status_code == 200, answer.text
         await wait_for(lambda: agent.active == 2)
         before = (await client.get("/jobs/current")).json()

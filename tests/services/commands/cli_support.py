@@ -10,8 +10,14 @@ from pathlib import Path
 
 def gymckpt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     """``gymckpt ARGS`` in ``cwd`` with its stack state there; never a traceback, exit 0 unless ``check`` is off."""
-    proc = subprocess.run([sys.executable, "-m", "gym_services.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gym_services.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")},
+    )
     if check:
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -34,7 +34,9 @@ def stack(tmp_path_factory) -> Path:
 def _job(folder: Path) -> dict:
     state = json.loads((folder / ".gymckpt/stack/stack.json").read_text())
     token = json.loads((folder / ".gymckpt/stack/secrets.json").read_text())["control_token"]
-    answer = httpx.get(f"{state['servers'][0]['url']}/jobs/current", headers={"authorization": f"Bearer {token}"}, timeout=10)
+    answer = httpx.get(
+        f"{state['servers'][0]['url']}/jobs/current", headers={"authorization": f"Bearer {token}"}, timeout=10
+    )
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -47,24 +49,36 @@ def test_earlier_results_are_never_overwritten_unless_asked(stack) -> None:
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr == (
         "gymckpt collect: results.jsonl already holds 600 B of results (an earlier job's; a checkpoint of that job "
-        "needs them to restore); choose another file with --output, or replace it with --overwrite\n")
+        "needs them to restore); choose another file with --output, or replace it with --overwrite\n"
+    )
     assert (stack / "results.jsonl").read_bytes() == earlier
     assert _job(stack)["state"] == "idle"  # no job started
 
     (stack / "empty.jsonl").write_text("\n\n")
     empty = gymckpt("collect", "empty.jsonl", "--output", "new.jsonl", cwd=stack, check=False)
     assert empty.returncode == 1
-    assert empty.stderr == "gymckpt collect: empty.jsonl holds no task (one JSON object a line); nothing was started or written\n"
+    assert (
+        empty.stderr
+        == "gymckpt collect: empty.jsonl holds no task (one JSON object a line); nothing was started or written\n"
+    )
     assert not (stack / "new.jsonl").exists() and _job(stack)["state"] == "idle"
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no tasks file missing.jsonl (relative paths are relative to "),
-    ('{"responses_create_params": {"input": [1, 2,]}}\n', "bad.jsonl, line 1, column 45: not JSON (Expecting value)"),
-    (TASK + '{"agent": "ghost", "prompt": "hi"}\n',
-     "bad.jsonl, line 2: the task has no responses_create_params object"),
-    ('[1, 2]\n', "bad.jsonl, line 1: a task must be a JSON object, not list"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no tasks file missing.jsonl (relative paths are relative to "),
+        (
+            '{"responses_create_params": {"input": [1, 2,]}}\n',
+            "bad.jsonl, line 1, column 45: not JSON (Expecting value)",
+        ),
+        (
+            TASK + '{"agent": "ghost", "prompt": "hi"}\n',
+            "bad.jsonl, line 2: the task has no responses_create_params object",
+        ),
+        ("[1, 2]\n", "bad.jsonl, line 1: a task must be a JSON object, not list"),
+    ],
+)
 def test_tasks_file_mistakes_are_named_before_a_job_starts(stack, content, message) -> None:
     name = "missing.jsonl" if content is None else "bad.jsonl"
     if content is not None:
@@ -104,9 +118,23 @@ def test_ctrl_c_while_following_says_the_job_keeps_running(stack) -> None:
     while _job(stack)["state"] not in ("idle", "completed") and time.monotonic() < deadline:
         time.sleep(0.1)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_services.cli", "collect", "tasks.jsonl", "--output", "followed.jsonl",
-         "--repeats", "10000", "--concurrency", "1"],
-        cwd=stack, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gym_services.cli",
+            "collect",
+            "tasks.jsonl",
+            "--output",
+            "followed.jsonl",
+            "--repeats",
+            "10000",
+            "--concurrency",
+            "1",
+        ],
+        cwd=stack,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "GYMCKPT_STATE_DIR": str(stack / ".gymckpt/stack")},
         # as in a terminal: a suite started in the background by a non-interactive shell (CI) inherits SIGINT
         # ignored, and Python then never turns Ctrl-C into KeyboardInterrupt
@@ -125,6 +153,8 @@ def test_ctrl_c_while_following_says_the_job_keeps_running(stack) -> None:
             proc.wait()
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert err.splitlines()[-1] == (f"gymckpt collect: stopped following; the job keeps running on {url}: "
-                                    "`gymckpt collect --attach` follows it again")
+    assert err.splitlines()[-1] == (
+        f"gymckpt collect: stopped following; the job keeps running on {url}: "
+        "`gymckpt collect --attach` follows it again"
+    )
     assert _job(stack)["state"] == "running"

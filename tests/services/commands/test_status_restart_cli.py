@@ -20,19 +20,38 @@ from gym_services.control.models import StatusResponse
 
 def _status(participant: str, **update) -> StatusResponse:
     base = {
-        "participant_id": participant, "server": participant, "role": "model", "checkpoint_mode": "exported",
-        "checkpoint_verify": "wait", "phase": "open", "checkpoint_id": None, "lease_remaining_s": None,
-        "admission_open": True, "inflight": 0, "blockers": [], "last_event": None, "persist": None,
-        "live": {"generations": 3, "cut": 0, "tokens_generated": 2472, "worker_states": {
-            f"http://127.0.0.1:{port}/v1": {"healthy": True, "streams": 0, "last_error": None} for port in range(4000, 4016)}},
+        "participant_id": participant,
+        "server": participant,
+        "role": "model",
+        "checkpoint_mode": "exported",
+        "checkpoint_verify": "wait",
+        "phase": "open",
+        "checkpoint_id": None,
+        "lease_remaining_s": None,
+        "admission_open": True,
+        "inflight": 0,
+        "blockers": [],
+        "last_event": None,
+        "persist": None,
+        "live": {
+            "generations": 3,
+            "cut": 0,
+            "tokens_generated": 2472,
+            "worker_states": {
+                f"http://127.0.0.1:{port}/v1": {"healthy": True, "streams": 0, "last_error": None}
+                for port in range(4000, 4016)
+            },
+        },
     }
     return StatusResponse.model_validate({**base, **update})
 
 
 def test_the_status_table_fits_120_columns_and_says_serving() -> None:
     blockers = [{"kind": "episode", "id": f"r{i}", "detail": "waiting for the model " * 4} for i in range(5)]
-    idle = {"policy-model-with-a-long-name": _status("policy-model-with-a-long-name", blockers=blockers),
-            "counter": _status("counter", role="resources", phase="fresh", live={"sessions": 2})}
+    idle = {
+        "policy-model-with-a-long-name": _status("policy-model-with-a-long-name", blockers=blockers),
+        "counter": _status("counter", role="resources", phase="fresh", live={"sessions": 2}),
+    }
     text = status_table(idle, ["crashed"])
     assert max(len(line) for line in text.splitlines()) <= WIDTH, text
     rows = {line.split()[0]: line.split() for line in text.splitlines()[2:]}
@@ -42,8 +61,12 @@ def test_the_status_table_fits_120_columns_and_says_serving() -> None:
     assert rows["crashed"][:4] == ["crashed", "?", "not", "running"]
     assert "worker_states" not in text and "{" not in text
 
-    held = {pid: s.model_copy(update={"checkpoint_id": "ckpt-20261202-044028-15bad7", "phase": "preparing",
-                                       "admission_open": False}) for pid, s in idle.items()}
+    held = {
+        pid: s.model_copy(
+            update={"checkpoint_id": "ckpt-20261202-044028-15bad7", "phase": "preparing", "admission_open": False}
+        )
+        for pid, s in idle.items()
+    }
     held["counter"] = held["counter"].model_copy(update={"phase": "prepared"})
     text = status_table(held, [])
     assert max(len(line) for line in text.splitlines()) <= WIDTH, text
@@ -52,9 +75,16 @@ def test_the_status_table_fits_120_columns_and_says_serving() -> None:
     assert row[2] == "preparing" and row[-2:] == ["ckpt-20261202-044028-15bad7", "5"]
     assert "checkpoint ckpt-20261202-044028-15bad7: preparing on 1 of 2 participants" in text
 
-    done = {pid: StatusResponse.model_validate({**s.model_dump(), "last_event": "resume ck1", "persist": {
-                "checkpoint_id": "ck1", "state": "failed", "records": 7, "error": "disk full"}})
-            for pid, s in idle.items()}
+    done = {
+        pid: StatusResponse.model_validate(
+            {
+                **s.model_dump(),
+                "last_event": "resume ck1",
+                "persist": {"checkpoint_id": "ck1", "state": "failed", "records": 7, "error": "disk full"},
+            }
+        )
+        for pid, s in idle.items()
+    }
     text = status_table(done, [])
     assert "last checkpoint upload ck1: failed on 2 of 2 participants; 14 records; error: disk full" in text
     assert "last event: resume ck1" in text
@@ -99,8 +129,11 @@ def test_a_crashed_server_is_started_again_by_up_while_the_rest_keeps_running(st
     status = gymckpt("status", cwd=stack, check=False)
     assert status.returncode == 1
     assert [line.split()[:4] for line in status.stdout.splitlines() if line.startswith("counter-a")] == [
-        ["counter-a", "?", "not", "running"]]
-    assert status.stderr.startswith("gymckpt status: not running: counter-a; `gymckpt up CONFIG` starts what is missing")
+        ["counter-a", "?", "not", "running"]
+    ]
+    assert status.stderr.startswith(
+        "gymckpt status: not running: counter-a; `gymckpt up CONFIG` starts what is missing"
+    )
     refused = gymckpt("checkpoint", cwd=stack, check=False)
     assert refused.returncode == 1 and "`gymckpt up CONFIG` starts what is missing" in refused.stderr
 
@@ -112,7 +145,10 @@ def test_a_crashed_server_is_started_again_by_up_while_the_rest_keeps_running(st
     up = gymckpt("up", "stack.yaml", cwd=stack).stdout
     assert up.startswith("started counter-a again from ") and "the other 2 servers of stack mini kept running" in up
     after = _servers(stack)
-    assert after["counter-b"]["pid"] == servers["counter-b"]["pid"] and after["counter-a"]["pid"] != servers["counter-a"]["pid"]
+    assert (
+        after["counter-b"]["pid"] == servers["counter-b"]["pid"]
+        and after["counter-a"]["pid"] != servers["counter-a"]["pid"]
+    )
     with httpx.Client(base_url=after["counter-b"]["url"], cookies=cookies) as http:  # its live session is still there
         assert http.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": "r1"}).json() == {"output": 42}
     status = gymckpt("status", cwd=stack)

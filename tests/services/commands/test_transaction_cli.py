@@ -21,16 +21,21 @@ from tests.services.commands.cli_support import gymckpt
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("txn")
-    (folder / "stack.yaml").write_text("name: mini\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n")
+    (folder / "stack.yaml").write_text(
+        "name: mini\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n"
+    )
     gymckpt("up", "stack.yaml", cwd=folder)
     yield folder
     gymckpt("down", "--kill", cwd=folder, check=False)
 
 
-@pytest.mark.parametrize(("storage", "message"), [
-    ("file:///proc/gymckpt-x", "cannot create the storage folder /proc/gymckpt-x: No such file or directory; "),
-    ("/plain/path", "unsupported storage location '/plain/path': use s3://bucket/prefix or file:///path"),
-])
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        ("file:///proc/gymckpt-x", "cannot create the storage folder /proc/gymckpt-x: No such file or directory; "),
+        ("/plain/path", "unsupported storage location '/plain/path': use s3://bucket/prefix or file:///path"),
+    ],
+)
 def test_a_storage_location_that_cannot_work_is_refused_first(stack, storage, message) -> None:
     proc = gymckpt("checkpoint", "--id", "nowhere", "--storage", storage, cwd=stack, check=False)
     assert proc.returncode == 1 and proc.stdout == ""  # no header line: nothing was started
@@ -66,7 +71,9 @@ class HoldingProxy:
                     self.close_connection = True  # never forwarded: counter-b never saw this call
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = httpx.request(self.command, proxy.target + self.path, content=body, headers=headers, timeout=30)
+                answer = httpx.request(
+                    self.command, proxy.target + self.path, content=body, headers=headers, timeout=30
+                )
                 self.send_response(answer.status_code)
                 for key, value in answer.headers.items():
                     if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
@@ -102,7 +109,10 @@ def test_ctrl_c_during_a_checkpoint_aborts_it_and_names_the_command_to_repeat_it
     state_file.write_text(json.dumps(state))
     proc = subprocess.Popen(
         [sys.executable, "-m", "gym_services.cli", "checkpoint", "--id", "ck-int", "--transaction-id", "tx-int"],
-        cwd=stack, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=stack,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "GYMCKPT_STATE_DIR": str(stack / ".gymckpt/stack")},
     )
     try:
@@ -118,8 +128,10 @@ def test_ctrl_c_during_a_checkpoint_aborts_it_and_names_the_command_to_repeat_it
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert "checkpoint ck-int: FAILED" in out
-    assert err.splitlines()[-1] == ("gymckpt checkpoint: interrupted; the checkpoint failed and the participants "
-                                    "resumed where they were; `gymckpt checkpoint` takes a new one")
+    assert err.splitlines()[-1] == (
+        "gymckpt checkpoint: interrupted; the checkpoint failed and the participants "
+        "resumed where they were; `gymckpt checkpoint` takes a new one"
+    )
     status = json.loads(gymckpt("status", "--json", cwd=stack).stdout)
     assert all(s["checkpoint_id"] is None and s["admission_open"] for s in status.values()), status
     again = gymckpt("checkpoint", "--id", "ck-int-2", "--quiet", cwd=stack)
@@ -141,10 +153,12 @@ def test_version_and_a_second_down(tmp_path) -> None:
 def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path) -> None:
     """A restore into a stack whose server config changed (a changed agent setting can change rewards) goes on,
     with a warning naming the server, the key and both values; ports and URLs, new on every `up`, are no change."""
+
     def write(backoff: float) -> None:
         (tmp_path / "stack.yaml").write_text(
             "name: cfg\nservers:\n  counter-a: {server: counter}\n  collection: {server: collection, config: "
-            f"{{agents: {{a: '{{url:counter-a}}'}}, unavailable_backoff_max_s: {backoff}, job_dirs: ['.']}}}}\n")
+            f"{{agents: {{a: '{{url:counter-a}}'}}, unavailable_backoff_max_s: {backoff}, job_dirs: ['.']}}}}\n"
+        )
 
     write(0.5)
     gymckpt("up", "stack.yaml", cwd=tmp_path)
@@ -161,12 +175,16 @@ def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path
     finally:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
     assert "restore k1: COMPLETED" in changed.stdout
-    assert changed.stderr == ("gymckpt restore: warning: server configs changed since k1 was taken: collection "
-                              "(unavailable_backoff_max_s: 0.5 -> 0.7); its episodes continue under the new configs\n")
+    assert changed.stderr == (
+        "gymckpt restore: warning: server configs changed since k1 was taken: collection "
+        "(unavailable_backoff_max_s: 0.5 -> 0.7); its episodes continue under the new configs\n"
+    )
 
 
 def test_restore_into_a_stack_without_one_of_the_checkpoints_servers_names_it(tmp_path) -> None:
-    (tmp_path / "stack.yaml").write_text("name: two\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n")
+    (tmp_path / "stack.yaml").write_text(
+        "name: two\nservers:\n  counter-a: {server: counter}\n  counter-b: {server: counter}\n"
+    )
     gymckpt("up", "stack.yaml", cwd=tmp_path)
     try:
         gymckpt("checkpoint", "--id", "k2", "--quiet", cwd=tmp_path)
@@ -177,6 +195,8 @@ def test_restore_into_a_stack_without_one_of_the_checkpoints_servers_names_it(tm
     finally:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
     assert refused.returncode == 1 and refused.stdout == ""
-    assert refused.stderr == ("gymckpt restore: checkpoint k2 holds the state of counter-b, which stack two has no server "
-                              "for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
-                              "`gymckpt up CONFIG`\n")
+    assert refused.stderr == (
+        "gymckpt restore: checkpoint k2 holds the state of counter-b, which stack two has no server "
+        "for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
+        "`gymckpt up CONFIG`\n"
+    )

@@ -6,11 +6,11 @@ from __future__ import annotations
 import gc
 
 import pytest
+from tests.support.asgi import Control, base_config, serve
 
+from gym_services.base.config import ServerConfig, load_config
 from gym_services.control.participant import Capture, InvalidState, Participant
 from gym_services.server.app import create_server_app
-from gym_services.base.config import ServerConfig, load_config
-from tests.support.asgi import Control, base_config, serve
 
 
 class Capturing(Participant):

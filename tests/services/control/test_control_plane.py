@@ -8,12 +8,12 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tests.support.asgi import Control, base_config, serve
 
-from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.participant import Participant
-from tests.support.asgi import Control, base_config, serve
+from gym_services.server.app import create_server_app
 
 
 class SlowParticipant(Participant):
@@ -89,9 +89,7 @@ async def test_auth_is_required(server) -> None:
 
 async def test_bad_bodies_get_400_and_change_nothing(server) -> None:
     client, control, *_ = server
-    resp = await client.post(
-        "/ng-control/v1/checkpoint/prepare", content=b"{not json", headers=control.headers
-    )
+    resp = await client.post("/ng-control/v1/checkpoint/prepare", content=b"{not json", headers=control.headers)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_request"
     bad = await control.call("prepare", {"checkpoint_id": "../x", "deadline_s": 1}, expect=400)
     assert "checkpoint_id" in bad["error"]["message"]

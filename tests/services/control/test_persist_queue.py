@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.support.asgi import Control, base_config, serve
+
 from gym_services.base.config import load_config
 from gym_services.control import persists
 from gym_services.resources.workplace_assistant.app import Config, create_app
-from tests.support.asgi import Control, base_config, serve
 
 IDENT = {"x-ng-rollout-id": "r1", "x-ng-attempt": "0"}
 

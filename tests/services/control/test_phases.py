@@ -1,4 +1,5 @@
 """The participant phases move only along the declared table, and admission follows them."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,8 +42,13 @@ def test_documented_paths_are_allowed_and_admission_follows(path: list[Phase]) -
 
 def test_no_other_move_is_allowed() -> None:
     allowed = {(a, b) for path in PATHS for a, b in zip(path, path[1:], strict=False)}
-    allowed |= {(Phase.OPEN, Phase.PREPARING), (Phase.FRESH, Phase.PREPARING), (Phase.OPEN, Phase.RESTORING),
-                (Phase.RESTORED, Phase.OPEN), (Phase.RESTORING, Phase.FRESH)}
+    allowed |= {
+        (Phase.OPEN, Phase.PREPARING),
+        (Phase.FRESH, Phase.PREPARING),
+        (Phase.OPEN, Phase.RESTORING),
+        (Phase.RESTORED, Phase.OPEN),
+        (Phase.RESTORING, Phase.FRESH),
+    }
     for start, targets in TRANSITIONS.items():
         for target in Phase:
             phases, admission, _ = machine()

@@ -61,8 +61,15 @@ def test_bad_keys_and_locations_are_refused(tmp_path) -> None:
 
 def _write(store: CheckpointStore, pool, records: list[Record]) -> Persisted:
     return persist(
-        store, pool, Capture(records), checkpoint_id="c1", participant_id="p1", server="counter",
-        role=Role.RESOURCES, mode=CheckpointMode.EXPORTED, verify=VerifyMode.WAIT,
+        store,
+        pool,
+        Capture(records),
+        checkpoint_id="c1",
+        participant_id="p1",
+        server="counter",
+        role=Role.RESOURCES,
+        mode=CheckpointMode.EXPORTED,
+        verify=VerifyMode.WAIT,
     )
 
 

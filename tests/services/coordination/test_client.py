@@ -1,4 +1,5 @@
 """The control client speaks the control plane's own models on both ends of the wire."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,10 +12,12 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import uvicorn
+from tests.support.asgi import TOKEN, base_config, serve_many
 
+from gym_services.base.config import load_config
 from gym_services.control.models import (
-    CheckpointRef,
     CaptureRequest,
+    CheckpointRef,
     PrepareRequest,
     PrepareResponse,
     StatusResponse,
@@ -24,8 +27,6 @@ from gym_services.control.protocol import CONTROL_PREFIX, Phase, Role, Verb
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.resources.counter.app import Config as CounterConfig
 from gym_services.resources.counter.app import create_app as counter_app
-from gym_services.base.config import load_config
-from tests.support.asgi import TOKEN, base_config, serve_many
 
 REF = ParticipantRef("counter", Role.RESOURCES, "http://counter")
 
@@ -39,7 +40,11 @@ async def test_one_typed_method_per_verb_against_a_real_server() -> None:
         assert isinstance(prepared, PrepareResponse) and prepared.status is Phase.PREPARED
         with pytest.raises(ParticipantError) as refused:
             await client.prepare(REF, PrepareRequest(checkpoint_id="ck-2", deadline_s=5))
-        assert refused.value.status == 409 and refused.value.code == "checkpoint_busy" and refused.value.verb is Verb.PREPARE
+        assert (
+            refused.value.status == 409
+            and refused.value.code == "checkpoint_busy"
+            and refused.value.verb is Verb.PREPARE
+        )
         resumed = await client.abort(REF, CheckpointRef(checkpoint_id="ck-1"))
         assert resumed.phase is Phase.OPEN
 
@@ -57,11 +62,16 @@ async def test_requests_carry_storage_keys_in_clear_and_answers_are_validated() 
             await client.capture(REF, CaptureRequest(checkpoint_id="ck-1", location="file:///x", storage=access))
         with pytest.raises(TypeError, match="CaptureRequest"):
             await client.capture(REF, CheckpointRef(checkpoint_id="ck-1"))  # type: ignore[arg-type]
-    assert seen == [{
-        "path": f"{CONTROL_PREFIX}/capture",
-        "body": {"checkpoint_id": "ck-1", "location": "file:///x",
-                 "storage": {"endpoint_url": "http://s3:9000", "access_key_id": "ak", "secret_access_key": "sk"}},
-    }]
+    assert seen == [
+        {
+            "path": f"{CONTROL_PREFIX}/capture",
+            "body": {
+                "checkpoint_id": "ck-1",
+                "location": "file:///x",
+                "storage": {"endpoint_url": "http://s3:9000", "access_key_id": "ak", "secret_access_key": "sk"},
+            },
+        }
+    ]
     assert "sk" not in access.model_dump_json()  # anywhere else the keys stay masked
 
 

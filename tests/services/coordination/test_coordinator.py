@@ -11,20 +11,19 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tests.support.asgi import TOKEN, base_config, serve_many
 
-from gym_services.coordination.client import ControlClient, ParticipantRef
-from gym_services.coordination.coordinator import Coordinator, TransactionError, list_checkpoints
-from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control import layout
-from gym_services.control.models import CheckpointRef
-from gym_services.control.store import CheckpointStore
-from gym_services.control.models import Blocker
+from gym_services.control.models import Blocker, CheckpointRef
 from gym_services.control.participant import InvalidState, Participant, Record
 from gym_services.control.storage import open_storage
+from gym_services.control.store import CheckpointStore
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, TransactionError, list_checkpoints
 from gym_services.resources.counter.app import Config as CounterConfig
 from gym_services.resources.counter.app import create_app as counter_app
-from tests.support.asgi import TOKEN, base_config, serve_many
+from gym_services.server.app import create_server_app
 
 
 class Recorder(Participant):
@@ -46,7 +45,9 @@ class Recorder(Participant):
         self.journal.append(f"prepare {self.name}")
 
     async def export(self, scope):
-        self.journal.append(f"capture {self.name} scope={sorted(scope.episodes) if scope.episodes is not None else None}")
+        self.journal.append(
+            f"capture {self.name} scope={sorted(scope.episodes) if scope.episodes is not None else None}"
+        )
         if self.fail_export:
             raise InvalidState("disk on fire")
         return [Record(f"episode-{e}", json.dumps({"e": e}).encode(), e, 0) for e in self.episodes]
@@ -187,7 +188,11 @@ async def test_blockers_abort_everything(stack, tmp_path) -> None:
     ]
     assert "prepare resources-a" not in journal  # never reached
     assert {line.split()[1] for line in journal if line.startswith("abort")} == {
-        "controller", "env-a", "model-a", "agent-a", "agent-b"
+        "controller",
+        "env-a",
+        "model-a",
+        "agent-a",
+        "agent-b",
     }
     assert all(s.phase in ("open", "fresh") and s.admission_open for s in statuses.values())
     assert not (tmp_path / layout.global_manifest_key("ck-1")).exists()
@@ -330,8 +335,15 @@ async def test_an_id_claimed_by_another_running_transaction_is_refused(stack, st
     _, _, _, journal = stack
     open_storage(storage_url).put_if_absent(
         layout.claim_key("ck-1"),
-        json.dumps({"schema_version": 1, "checkpoint_id": "ck-1", "transaction_id": "other", "claimed_by": "elsewhere",
-                    "created_at": 0.0}).encode(),
+        json.dumps(
+            {
+                "schema_version": 1,
+                "checkpoint_id": "ck-1",
+                "transaction_id": "other",
+                "claimed_by": "elsewhere",
+                "created_at": 0.0,
+            }
+        ).encode(),
     )
 
     async def go(coordinator, transport, events):
@@ -359,8 +371,10 @@ async def test_the_same_transaction_carries_on_after_an_interruption(stack, tmp_
             await run
         for status in (await coordinator.status()).values():
             if status.checkpoint_id == "ck-1":  # as each server's lease would
-                await coordinator.client.abort(next(r for r in coordinator.participants if r.participant_id == status.participant_id),
-                                               CheckpointRef(checkpoint_id="ck-1"))
+                await coordinator.client.abort(
+                    next(r for r in coordinator.participants if r.participant_id == status.participant_id),
+                    CheckpointRef(checkpoint_id="ck-1"),
+                )
         parts["agent-a"].block = False
         other = await coordinator.checkpoint("ck-1", loc, transaction_id="uid-2")
         again = await coordinator.checkpoint("ck-1", loc, transaction_id="uid-1")
@@ -459,7 +473,9 @@ async def test_cancelling_a_checkpoint_mid_prepare_aborts_at_once(stack, tmp_pat
         cancel = asyncio.Event()
         asyncio.get_running_loop().call_later(0.5, cancel.set)
         started = time.monotonic()
-        result = await coordinator.checkpoint("ck-1", f"file://{tmp_path}", prepare_timeout_s=30, lease_s=60, cancel=cancel)
+        result = await coordinator.checkpoint(
+            "ck-1", f"file://{tmp_path}", prepare_timeout_s=30, lease_s=60, cancel=cancel
+        )
         return result, time.monotonic() - started, await coordinator.status(), events
 
     result, took, statuses, events = await run(stack, go)
@@ -484,8 +500,9 @@ async def test_a_published_checkpoint_is_not_cancelled(stack, tmp_path) -> None:
                 cancel.set()
 
         coordinator.on_event = sink
-        return await coordinator.checkpoint("ck-1", f"file://{tmp_path}", prepare_timeout_s=5, cancel=cancel,
-                                            method="sync")
+        return await coordinator.checkpoint(
+            "ck-1", f"file://{tmp_path}", prepare_timeout_s=5, cancel=cancel, method="sync"
+        )
 
     result = await run(stack, go)
     assert result.status == "completed"
@@ -514,7 +531,9 @@ async def test_cancelling_a_restore_before_its_decision_undoes_it_everywhere(sta
                 cancel.set()  # the restore calls run; the decision is not written
 
         coordinator.on_event = sink
-        return await coordinator.restore("ck-1", loc, restore_id="rs-cancelled", cancel=cancel), await coordinator.status()
+        return await coordinator.restore(
+            "ck-1", loc, restore_id="rs-cancelled", cancel=cancel
+        ), await coordinator.status()
 
     result, statuses = await run((fresh_apps, fresh_parts, refs, journal), restore)
     assert result.status == "failed" and result.error.startswith("cancelled")
@@ -525,6 +544,7 @@ async def test_cancelling_a_restore_before_its_decision_undoes_it_everywhere(sta
 
 async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, storage_url) -> None:
     """`gymckpt checkpoints delete` and a Checkpoint deleted with deletionPolicy Delete share this code."""
+
     async def go(coordinator, transport, events):
         first = await coordinator.checkpoint("ck-1", storage_url, prepare_timeout_s=5)
         second = await coordinator.checkpoint("ck-2", storage_url, prepare_timeout_s=5)
@@ -542,13 +562,17 @@ async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, 
     assert deleted.published and deleted.objects <= len(keys)
     # what ck-2 (incremental) still reads of ck-1 stays, and the claim and tombstone keep the id taken; nothing else
     markers = {layout.claim_key("ck-1"), layout.tombstone_key("ck-1")}
-    assert set(store.objects("ck-1")) == set(kept) | markers and [c for c, m in list_checkpoints(storage_url) if m] == ["ck-2"]
+    assert set(store.objects("ck-1")) == set(kept) | markers and [c for c, m in list_checkpoints(storage_url) if m] == [
+        "ck-2"
+    ]
     assert store.delete("ck-1").objects == 0  # again: nothing, not an error
     assert len(store.objects("ck-2")) == ck2_before  # the other checkpoint is untouched
 
 
 @pytest.mark.parametrize("method", ["snapshot", "sync"])
-async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at_once(stack, storage_url, method) -> None:
+async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at_once(
+    stack, storage_url, method
+) -> None:
     """A transaction its coordinator knows has failed is not in flight for 6 hours: its tombstone says failed, so
     `checkpoints delete` and `checkpoints prune` remove what it wrote now, and the id is never published."""
     _, parts, _, _ = stack
@@ -565,8 +589,9 @@ async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at
         first = await coordinator.checkpoint("ck-f", storage_url, prepare_timeout_s=5, method=method)
         second = await coordinator.checkpoint("ck-g", storage_url, prepare_timeout_s=5, method=method)
         coordinator.__class__ = Coordinator
-        again = await coordinator.checkpoint("ck-f", storage_url, prepare_timeout_s=5, method=method,
-                                             transaction_id=first.transaction_id)
+        again = await coordinator.checkpoint(
+            "ck-f", storage_url, prepare_timeout_s=5, method=method, transaction_id=first.transaction_id
+        )
         return first, second, again, await coordinator.status()
 
     first, second, again, statuses = await run(stack, go)
@@ -575,7 +600,9 @@ async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at
     assert all(s.admission_open for s in statuses.values())
     store = CheckpointStore(open_storage(storage_url))
     written = store.objects("ck-f")
-    assert any("/packs/" in k for k in written) and any(k.endswith("/participants/counter/manifest.json") for k in written)
+    assert any("/packs/" in k for k in written) and any(
+        k.endswith("/participants/counter/manifest.json") for k in written
+    )
     state = store.state("ck-f")
     assert state.tombstone is not None and state.tombstone.reason == "failed" and not state.in_flight()
     deleted = store.delete("ck-f")  # at once: not "being written" until its claim expires

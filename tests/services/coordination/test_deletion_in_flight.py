@@ -36,28 +36,49 @@ def records(changed: set[int] = frozenset(), n: int = 40) -> list[Record]:
 
 def claim(storage: Storage, cid: str, created_at: float | None = None) -> None:
     body = CheckpointClaim(
-        schema_version=SCHEMA_VERSION, checkpoint_id=cid, transaction_id=f"tx-{cid}", claimed_by="test",
-        created_at=time.time() if created_at is None else created_at, participants=[PID],
+        schema_version=SCHEMA_VERSION,
+        checkpoint_id=cid,
+        transaction_id=f"tx-{cid}",
+        claimed_by="test",
+        created_at=time.time() if created_at is None else created_at,
+        participants=[PID],
     )
     storage.put_if_absent(layout.claim_key(cid), body.model_dump_json().encode())
 
 
 def write(storage: Storage, pool: ThreadPoolExecutor, cid: str, recs: list[Record], reuse=()):
     return persist(
-        CheckpointStore(storage), pool, Capture(recs), checkpoint_id=cid, participant_id=PID, server="workplace_assistant",
-        role=Role.RESOURCES, mode=CheckpointMode.EXPORTED, verify=VerifyMode.WAIT, pack_bytes=1024,
+        CheckpointStore(storage),
+        pool,
+        Capture(recs),
+        checkpoint_id=cid,
+        participant_id=PID,
+        server="workplace_assistant",
+        role=Role.RESOURCES,
+        mode=CheckpointMode.EXPORTED,
+        verify=VerifyMode.WAIT,
+        pack_bytes=1024,
         reuse=[w.index for w in reuse],
     )
 
 
 def publish(storage: Storage, cid: str, written) -> None:
     manifest = GlobalManifest(
-        schema_version=SCHEMA_VERSION, checkpoint_id=cid, transaction_id=f"tx-{cid}", created_at=time.time(),
-        participants=[ManifestParticipant(
-            participant_id=PID, role=Role.RESOURCES, manifest_key=written.manifest_key,
-            manifest_sha256=sha256(written.manifest_data), manifest_size=len(written.manifest_data),
-            records=written.records, bytes=written.bytes,
-        )],
+        schema_version=SCHEMA_VERSION,
+        checkpoint_id=cid,
+        transaction_id=f"tx-{cid}",
+        created_at=time.time(),
+        participants=[
+            ManifestParticipant(
+                participant_id=PID,
+                role=Role.RESOURCES,
+                manifest_key=written.manifest_key,
+                manifest_sha256=sha256(written.manifest_data),
+                manifest_size=len(written.manifest_data),
+                records=written.records,
+                bytes=written.bytes,
+            )
+        ],
         references=written.references,
     )
     storage.put_if_absent(layout.global_manifest_key(cid), manifest.model_dump_json().encode())
@@ -126,7 +147,9 @@ def test_an_in_flight_checkpoint_is_not_deleted_and_an_abandoned_one_is_pruned(s
         with pytest.raises(InFlight, match="is being written"):
             CheckpointStore(storage).delete("writing")
         assert set(CheckpointStore(storage).objects("writing")) == in_flight
-        assert {d.checkpoint_id for d in CheckpointStore(storage).prune()} == {"unclaimed"}  # crashed is still within its bound
+        assert {d.checkpoint_id for d in CheckpointStore(storage).prune()} == {
+            "unclaimed"
+        }  # crashed is still within its bound
         # deleting what "writing" reuses keeps those packs while it is in flight
         assert CheckpointStore(storage).delete("done").kept
 

@@ -5,17 +5,17 @@ did not change and restores exactly what a full one restores, and deletion can t
 from __future__ import annotations
 
 import httpx
+from tests.support.asgi import TOKEN, base_config, serve_many
 
 from gym_services.base.config import load_config
 from gym_services.control import layout
 from gym_services.control.storage import open_storage
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator
-from gym_services.control.store import CheckpointStore
 from gym_services.resources.workplace_assistant.app import Config, create_app
 from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
 from gym_services.resources.workplace_assistant.tools import call_tool
-from tests.support.asgi import TOKEN, base_config, serve_many
 
 SESSIONS = 10
 SEND = ("email_send_email", {"recipient": "nadia.moreau@atlas.com", "subject": "Status", "body": "On track."})
@@ -50,8 +50,9 @@ def test_a_capture_is_frozen_while_its_session_goes_on() -> None:
 async def call(http: httpx.AsyncClient, cookies: dict, rollout: str, attempt: int, tool: tuple[str, dict]) -> None:
     http.cookies.clear()
     http.cookies.update(cookies)
-    answer = await http.post(f"http://workplace/{tool[0]}", json=tool[1],
-                             headers={"x-ng-rollout-id": rollout, "x-ng-attempt": str(attempt)})
+    answer = await http.post(
+        f"http://workplace/{tool[0]}", json=tool[1], headers={"x-ng-rollout-id": rollout, "x-ng-attempt": str(attempt)}
+    )
     assert answer.status_code == 200, answer.text
 
 

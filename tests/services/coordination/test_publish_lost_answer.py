@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from tests.services.coordination.test_coordinator import run, stack  # noqa: F401 - the fixture
 
 from gym_services.control import layout
 from gym_services.control.storage import AlreadyExists, open_storage
 from gym_services.coordination.coordinator import Coordinator
-from tests.services.coordination.test_coordinator import run, stack  # noqa: F401 - the fixture
 
 
 def lose_the_answer(storage, key: str, other: bool = False):
@@ -34,6 +34,7 @@ def lose_the_answer(storage, key: str, other: bool = False):
 @pytest.mark.parametrize("method", ["snapshot", "sync"])
 async def test_a_lost_answer_to_the_publishing_put_is_still_published(stack, tmp_path, method) -> None:  # noqa: F811
     storage_url = f"file://{tmp_path / 'store'}"  # the lost answer is made above the storage: one backend is enough
+
     class LostAnswer(Coordinator):
         def _storage(self, location):
             return lose_the_answer(super()._storage(location), layout.global_manifest_key("ck-1"))
@@ -50,6 +51,7 @@ async def test_a_lost_answer_to_the_publishing_put_is_still_published(stack, tmp
 
 async def test_another_transactions_manifest_is_still_a_conflict(stack, tmp_path) -> None:  # noqa: F811
     storage_url = f"file://{tmp_path / 'store'}"
+
     class Raced(Coordinator):
         def _storage(self, location):
             return lose_the_answer(super()._storage(location), layout.global_manifest_key("ck-1"), other=True)

@@ -7,15 +7,14 @@ import asyncio
 import json
 
 import pytest
+from tests.services.coordination.test_coordinator import recorder_app
+from tests.support.asgi import TOKEN, serve_many
 
 from gym_services.control import layout
 from gym_services.control.models import Replica
 from gym_services.control.storage import open_storage
 from gym_services.coordination.client import ControlClient, ParticipantRef
-from gym_services.coordination.coordinator import Coordinator, check_replica_sets
-from gym_services.coordination.coordinator import TransactionError
-from tests.services.coordination.test_coordinator import recorder_app
-from tests.support.asgi import TOKEN, serve_many
+from gym_services.coordination.coordinator import Coordinator, TransactionError, check_replica_sets
 
 
 def replicated(counts: dict[str, tuple[str, int]]) -> tuple[dict, dict, list[ParticipantRef], list[str]]:
@@ -26,7 +25,11 @@ def replicated(counts: dict[str, tuple[str, int]]) -> tuple[dict, dict, list[Par
         for ordinal in range(replicas):
             name = f"{group}-{ordinal}"
             apps[name], parts[name] = recorder_app(name, role, journal)
-            refs.append(ParticipantRef(name, role, f"http://{name}", replica=Replica(group=group, ordinal=ordinal, replicas=replicas)))
+            refs.append(
+                ParticipantRef(
+                    name, role, f"http://{name}", replica=Replica(group=group, ordinal=ordinal, replicas=replicas)
+                )
+            )
     return apps, parts, refs, journal
 
 
@@ -34,14 +37,15 @@ STACK = {"collection": ("controller", 1), "model": ("model", 2), "agent": ("agen
 
 
 async def transact(apps, refs, fn):
-    async with serve_many(apps) as transport:
-        async with ControlClient(TOKEN, transport=transport) as client:
-            return await fn(Coordinator(refs, client))
+    async with serve_many(apps) as transport, ControlClient(TOKEN, transport=transport) as client:
+        return await fn(Coordinator(refs, client))
 
 
 def test_incomplete_replica_sets_are_named() -> None:
     def ref(name: str, ordinal: int, replicas: int) -> ParticipantRef:
-        return ParticipantRef(name, "agent", f"http://{name}", replica=Replica(group="agent", ordinal=ordinal, replicas=replicas))
+        return ParticipantRef(
+            name, "agent", f"http://{name}", replica=Replica(group="agent", ordinal=ordinal, replicas=replicas)
+        )
 
     check_replica_sets([ref("agent-0", 0, 2), ref("agent-1", 1, 2)])
     with pytest.raises(TransactionError, match=r"agent: runs 3 replicas but ordinals \[2\] did not answer"):

@@ -12,17 +12,24 @@ import logging
 
 import httpx
 import pytest
-
-from gym_services.coordination.client import ControlClient, ParticipantRef
-from gym_services.coordination.coordinator import Coordinator
-from gym_services.base.config import StorageConfig, load_config
-from gym_services.control.models import StorageAccess
-from gym_services.resources.counter.app import Config as CounterConfig
-from gym_services.resources.counter.app import create_app as counter_app
 from tests.support.asgi import TOKEN, base_config, serve_many
 from tests.support.seaweed import SeaweedS3, _free
 
-AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
+from gym_services.base.config import StorageConfig, load_config
+from gym_services.control.models import StorageAccess
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator
+from gym_services.resources.counter.app import Config as CounterConfig
+from gym_services.resources.counter.app import create_app as counter_app
+
+AWS_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+)
 
 
 def dead_endpoint() -> str:
@@ -85,13 +92,21 @@ async def test_servers_reach_storage_only_through_the_access_sent_with_the_check
             refused = await own_config.checkpoint("ck-own", location, prepare_timeout_s=5)
             assert refused.status == "failed" and "writing checkpoint ck-own failed" in (refused.error or "")
 
-            wrong = Coordinator(refs, client, storage_config=coordinator_config(seaweed),
-                                participant_storage=access(seaweed, secret="not-the-secret-key"))
+            wrong = Coordinator(
+                refs,
+                client,
+                storage_config=coordinator_config(seaweed),
+                participant_storage=access(seaweed, secret="not-the-secret-key"),
+            )
             denied = await wrong.checkpoint("ck-wrong", location, prepare_timeout_s=5)
             assert denied.status == "failed" and "ck-wrong failed" in (denied.error or "")
-            assert "SignatureDoesNotMatch" in (denied.error or "") or "AccessDenied" in (denied.error or ""), denied.error
+            assert "SignatureDoesNotMatch" in (denied.error or "") or "AccessDenied" in (denied.error or ""), (
+                denied.error
+            )
 
-            right = Coordinator(refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed))
+            right = Coordinator(
+                refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed)
+            )
             done = await right.checkpoint("ck-right", location, prepare_timeout_s=5)
             assert done.status == "completed", done.error
             assert {p.participant_id: p.records for p in done.participants} == {"counter-a": 1, "counter-b": 1}
@@ -99,7 +114,9 @@ async def test_servers_reach_storage_only_through_the_access_sent_with_the_check
     fresh_apps, refs = counters()
     async with serve_many(fresh_apps) as transport:
         async with ControlClient(TOKEN, transport=transport) as client, httpx.AsyncClient(transport=transport) as http:
-            without = await Coordinator(refs, client, storage_config=coordinator_config(seaweed)).restore("ck-right", location)
+            without = await Coordinator(refs, client, storage_config=coordinator_config(seaweed)).restore(
+                "ck-right", location
+            )
             assert without.status == "failed"  # the manifest is readable, the servers' own endpoint is not
             restored = await Coordinator(
                 refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed)
@@ -111,8 +128,11 @@ async def test_servers_reach_storage_only_through_the_access_sent_with_the_check
                 ident = {"x-ng-rollout-id": f"r-{name}", "x-ng-attempt": "1"}
                 bumped = await http.post(f"http://{name}/increment", json={"by": 3}, headers=ident)
                 assert bumped.json()["output"] == 10
-                status = (await http.get(f"http://{name}/ng-control/v1/checkpoint/status",
-                                         headers={"authorization": f"Bearer {TOKEN}"})).text
+                status = (
+                    await http.get(
+                        f"http://{name}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {TOKEN}"}
+                    )
+                ).text
                 assert seaweed.secret_key not in status
     everything_logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert seaweed.secret_key not in everything_logged and "not-the-secret-key" not in everything_logged
@@ -121,7 +141,11 @@ async def test_servers_reach_storage_only_through_the_access_sent_with_the_check
 def test_storage_access_never_prints_its_keys() -> None:
     shown = StorageAccess(endpoint_url="http://s3", access_key_id="AKIA-visible?", secret_access_key="very-secret")
     assert "very-secret" not in repr(shown) and "very-secret" not in shown.model_dump_json()
-    assert shown.wire() == {"endpoint_url": "http://s3", "access_key_id": "AKIA-visible?", "secret_access_key": "very-secret"}
+    assert shown.wire() == {
+        "endpoint_url": "http://s3",
+        "access_key_id": "AKIA-visible?",
+        "secret_access_key": "very-secret",
+    }
 
 
 class SecretsOnly:
@@ -141,10 +165,12 @@ async def test_operator_sends_servers_what_the_location_names() -> None:
     from gym_operator.handlers import _storage_access
     from gym_operator.specs import OperatorSettings, StorageLocation
 
-    operator = OperatorSettings.from_env({"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": "r",
-                                          "AWS_ENDPOINT_URL": "http://operator-default:8333"})
-    kube = SecretsOnly({"ns/creds": {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk"},
-                        "ns/half": {"AWS_ACCESS_KEY_ID": "ak"}})
+    operator = OperatorSettings.from_env(
+        {"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": "r", "AWS_ENDPOINT_URL": "http://operator-default:8333"}
+    )
+    kube = SecretsOnly(
+        {"ns/creds": {"AWS_ACCESS_KEY_ID": "ak", "AWS_SECRET_ACCESS_KEY": "sk"}, "ns/half": {"AWS_ACCESS_KEY_ID": "ak"}}
+    )
 
     async def access(**fields):
         return await _storage_access(StorageLocation(name="x", url="s3://b", **fields), "ns", kube, operator)
@@ -154,10 +180,18 @@ async def test_operator_sends_servers_what_the_location_names() -> None:
 
     config, sent = await access(endpoint="http://other:9000", existing_secret="creds")
     assert config.endpoint_url == "http://other:9000" and config.access_key_id.get_secret_value() == "ak"
-    assert sent is not None and sent.wire() == {"endpoint_url": "http://other:9000", "access_key_id": "ak", "secret_access_key": "sk"}
+    assert sent is not None and sent.wire() == {
+        "endpoint_url": "http://other:9000",
+        "access_key_id": "ak",
+        "secret_access_key": "sk",
+    }
 
     config, sent = await access(region="eu-west-1")
-    assert sent is not None and sent.wire() == {"region": "eu-west-1"} and config.endpoint_url == "http://operator-default:8333"
+    assert (
+        sent is not None
+        and sent.wire() == {"region": "eu-west-1"}
+        and config.endpoint_url == "http://operator-default:8333"
+    )
 
     with pytest.raises(LookupError, match="AWS_SECRET_ACCESS_KEY"):
         await access(existing_secret="half")
@@ -182,7 +216,9 @@ async def test_malformed_storage_access_is_400_and_changes_nothing(storage, tmp_
     async with serve(app) as http:
         control = Control(http)
         await control.prepare("ck-1")
-        bad = await control.call("capture", {"checkpoint_id": "ck-1", "location": f"file://{tmp_path}", "storage": storage}, expect=400)
+        bad = await control.call(
+            "capture", {"checkpoint_id": "ck-1", "location": f"file://{tmp_path}", "storage": storage}, expect=400
+        )
         assert bad["error"]["code"] == "bad_request" and "storage" in bad["error"]["message"]
         assert (await control.status())["phase"] == "prepared"
         assert not any(tmp_path.iterdir())

@@ -17,8 +17,18 @@ from gym_services.stack.launcher import RunningServer, StackState
 
 
 def _worker(name: str, ordinal: int, port: int) -> RunningServer:
-    return RunningServer(name=name, server="inference_worker", url=f"http://127.0.0.1:{port}", port=port, pid=1,
-                         participant=False, log="", group="inference-worker", ordinal=ordinal, replicas=2)
+    return RunningServer(
+        name=name,
+        server="inference_worker",
+        url=f"http://127.0.0.1:{port}",
+        port=port,
+        pid=1,
+        participant=False,
+        log="",
+        group="inference-worker",
+        ordinal=ordinal,
+        replicas=2,
+    )
 
 
 def _live(received: dict[str, int]) -> dict:
@@ -32,8 +42,12 @@ def _live(received: dict[str, int]) -> dict:
 
 
 def test_a_killed_worker_counts_what_the_policy_models_received_from_it(tmp_path: Path) -> None:
-    state = StackState(name="demo", state_dir=str(tmp_path), storage="file:///x",
-                       servers=[_worker("inference-worker-0", 0, 9100), _worker("inference-worker-1", 1, 9101)])
+    state = StackState(
+        name="demo",
+        state_dir=str(tmp_path),
+        storage="file:///x",
+        servers=[_worker("inference-worker-0", 0, 9100), _worker("inference-worker-1", 1, 9101)],
+    )
     mirrors = {w.name: TokenMirror(token_mirror_path(tmp_path, w.name)) for w in state.servers}
     mirrors["inference-worker-0"].write(500)
     mirrors["inference-worker-1"].write(41)  # killed after sending its 42nd token, before counting it

@@ -14,15 +14,34 @@ PROMPT, IDS, LOGPROBS = [1, 2, 3], [7, 8], [-0.25, -1.5]
 
 
 def _row(rid: str, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS) -> dict:
-    item = {"type": "message", "prompt_token_ids": PROMPT, "generation_token_ids": ids, "generation_log_probs": logprobs}
+    item = {
+        "type": "message",
+        "prompt_token_ids": PROMPT,
+        "generation_token_ids": ids,
+        "generation_log_probs": logprobs,
+    }
     return {"_ng_rollout_id": rid, "agent": "agent-x", "reward": 1.0, "result": {"response": {"output": [item]}}}
 
 
-def _snapshot(rid: str, *, incomplete: bool = False, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS) -> Snapshot:
-    entry = LedgerEntry(rollout_id=rid, model_call_id="call-1", prompt_token_ids=PROMPT,
-                        generation_token_ids=ids, generation_log_probs=logprobs)
-    return Snapshot(rollout_id=rid, attempt=1, entries=[entry], incomplete=incomplete, snapshot_id="s", version=3,
-                    lost_calls={"call-2": "never stored"} if incomplete else {})
+def _snapshot(
+    rid: str, *, incomplete: bool = False, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS
+) -> Snapshot:
+    entry = LedgerEntry(
+        rollout_id=rid,
+        model_call_id="call-1",
+        prompt_token_ids=PROMPT,
+        generation_token_ids=ids,
+        generation_log_probs=logprobs,
+    )
+    return Snapshot(
+        rollout_id=rid,
+        attempt=1,
+        entries=[entry],
+        incomplete=incomplete,
+        snapshot_id="s",
+        version=3,
+        lost_calls={"call-2": "never stored"} if incomplete else {},
+    )
 
 
 def _run(rids: list[str], **snapshots: Snapshot) -> Run:
@@ -67,10 +86,17 @@ def test_a_multi_turn_row_carries_every_turn_in_all_attempts() -> None:
     """The proof refinement agent's row: ``response`` is the last turn, ``all_attempts`` holds every turn; a
     ledger with both calls equals it, one with the last call only does not."""
     first, last = _row("0-0", ids=[5], logprobs=[-0.5]), _row("0-0")
-    row = {**last, "result": {**last["result"], "all_attempts": [{"response": first["result"]["response"]},
-                                                                  {"response": last["result"]["response"]}]}}
+    row = {
+        **last,
+        "result": {
+            **last["result"],
+            "all_attempts": [{"response": first["result"]["response"]}, {"response": last["result"]["response"]}],
+        },
+    }
     both = _snapshot("0-0")
-    both.entries.insert(0, _snapshot("0-0", ids=[5], logprobs=[-0.5]).entries[0].model_copy(update={"model_call_id": "c0"}))
+    both.entries.insert(
+        0, _snapshot("0-0", ids=[5], logprobs=[-0.5]).entries[0].model_copy(update={"model_call_id": "c0"})
+    )
     run = Run(results={"0-0": row}, ledgers={"0-0": both})
     assert training_tokens_verdict(run, run, ["0-0"]) == ("yes", [], 0)
     last_only = Run(results={"0-0": row}, ledgers={"0-0": _snapshot("0-0")})

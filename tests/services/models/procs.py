@@ -68,8 +68,21 @@ def start_server(
     try:
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gym_services.cli", "serve", server, "--config", str(config_path),
-                 "--host", "127.0.0.1", "--port", str(port), "--fd", str(sock.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "gym_services.cli",
+                    "serve",
+                    server,
+                    "--config",
+                    str(config_path),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--fd",
+                    str(sock.fileno()),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -1,5 +1,6 @@
 """resources/common: one participant class per checkpoint mode, a validate that changes nothing,
 one session lookup and one seed helper (with the counter's store as the server's)."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,10 @@ from gym_services.resources.counter.app import STATE_VERSION, CounterSessions
 
 def request(sid: str, **headers: str) -> Request:
     scope = {
-        "type": "http", "method": "POST", "path": "/", "state": {SESSION_SCOPE_KEY: sid},
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "state": {SESSION_SCOPE_KEY: sid},
         "headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
     }
     return Request(scope)
@@ -58,7 +62,10 @@ async def test_validate_changes_nothing_and_install_puts_it_in_place() -> None:
     assert store.values == {}
     await participant.install(staged)
     assert store.values == {"s1": 7, "s2": 9}
-    assert {sid: (i.rollout_id, i.attempt) for sid, i in participant.sessions.items()} == {"s1": ("r1", 1), "s2": ("r2", 4)}
+    assert {sid: (i.rollout_id, i.attempt) for sid, i in participant.sessions.items()} == {
+        "s1": ("r1", 1),
+        "s2": ("r2", 4),
+    }
     await participant.uninstall(staged)
     assert store.values == {} and participant.sessions == {}
 

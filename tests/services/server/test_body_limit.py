@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from tests.services.models.procs import ServerProcess, running
 from tests.support.asgi import TOKEN, base_config
 

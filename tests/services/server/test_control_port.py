@@ -21,8 +21,22 @@ PREFIX = "/ng-control/v1/checkpoint"
 def counter():
     data, control = free_port(), free_port()
     env = {**os.environ, "GYMCKPT_CONTROL_TOKEN": TOKEN, "GYMCKPT_SESSION_SECRET": "s" * 32}
-    proc = subprocess.Popen([sys.executable, "-m", "gym_services.cli", "serve", "counter", "--port", str(data),
-                             "--control-port", str(control)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gym_services.cli",
+            "serve",
+            "counter",
+            "--port",
+            str(data),
+            "--control-port",
+            str(control),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -47,7 +61,10 @@ def test_control_and_data_routes_each_on_their_own_port(counter) -> None:
     assert status.status_code == 200 and status.json()["phase"] == "fresh"
     wrong_port = httpx.get(f"{data}{PREFIX}/status", headers=auth)
     assert wrong_port.status_code == 404
-    assert wrong_port.json()["error"] == {"code": "not_found", "message": f"control routes are served on port {control.rsplit(':', 1)[1]}"}
+    assert wrong_port.json()["error"] == {
+        "code": "not_found",
+        "message": f"control routes are served on port {control.rsplit(':', 1)[1]}",
+    }
     assert httpx.post(f"{data}{PREFIX}/prepare", headers=auth, json={"checkpoint_id": "x"}).status_code == 404
 
     seeded = httpx.post(f"{data}/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "r1"})

@@ -3,11 +3,13 @@
 No path list decides what passes admission: health, metrics and control routes are simply not
 under the data routes' Mount, and a path no route knows is a 404 even while a checkpoint is open.
 """
+
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.base.metrics import Metrics
@@ -15,7 +17,6 @@ from gym_services.base.sessions import cookie_name
 from gym_services.control.participant import Participant
 from gym_services.control.protocol import CONTROL_PREFIX, Role
 from gym_services.server.app import create_server_app
-from tests.support.asgi import Control, base_config, serve
 
 
 class Quiet(Participant):
@@ -71,4 +72,6 @@ async def test_the_server_declares_its_metrics_and_the_factory_exposes_them() ->
     async with serve(app(metrics)) as client:
         text = (await client.get("/metrics")).text
     assert "gym_mounted_things_total 3.0" in text
-    assert "gym_admission_open 1.0" in text and "gym_control_phase_seconds" in text  # the control plane's, same registry
+    assert (
+        "gym_admission_open 1.0" in text and "gym_control_phase_seconds" in text
+    )  # the control plane's, same registry

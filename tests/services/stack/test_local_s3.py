@@ -16,7 +16,6 @@ import pytest
 from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
 from tests.support.sockets import is_loopback, listening, non_loopback_ipv4, refused
 
 pytestmark = pytest.mark.e2e
@@ -24,8 +23,14 @@ pytestmark = pytest.mark.e2e
 
 def gymckpt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # nothing but what the stack sets up
-    proc = subprocess.run([sys.executable, "-m", "gym_services.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=180, env={**env, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gym_services.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "GYMCKPT_STATE_DIR": str(cwd / ".gymckpt/stack")},
+    )
     if check:
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     return proc
@@ -44,7 +49,9 @@ def stack_dir(tmp_path):
 
 
 def test_embedded_s3_stack_checkpoint_crash_restore(stack_dir) -> None:
-    (stack_dir / "stack.yaml").write_text("name: mini\nstorage: embedded-s3\nservers:\n  counter-a: {server: counter}\n")
+    (stack_dir / "stack.yaml").write_text(
+        "name: mini\nstorage: embedded-s3\nservers:\n  counter-a: {server: counter}\n"
+    )
     up = gymckpt("up", "stack.yaml", cwd=stack_dir).stdout
     assert "local S3 store (SeaweedFS) at http://127.0.0.1:" in up and "checkpoints go to s3://gymckpt/mini" in up
     state = json.loads((stack_dir / ".gymckpt/stack/stack.json").read_text())
@@ -53,21 +60,34 @@ def test_embedded_s3_stack_checkpoint_crash_restore(stack_dir) -> None:
     with httpx.Client(base_url=url) as http:
         http.post("/seed_session", json={"start": 41}, headers={"x-ng-rollout-id": "r1"}).raise_for_status()
         cookies = dict(http.cookies)
-    assert "checkpoint ck1: COMPLETED at s3://gymckpt/mini" in gymckpt("checkpoint", "--id", "ck1", cwd=stack_dir).stdout
+    assert (
+        "checkpoint ck1: COMPLETED at s3://gymckpt/mini" in gymckpt("checkpoint", "--id", "ck1", cwd=stack_dir).stdout
+    )
 
     # the records are in the store, readable with the stack's keys only
     secrets = json.loads((stack_dir / ".gymckpt/stack/secrets.json").read_text())
-    signed = boto3.client("s3", endpoint_url=store["endpoint"], region_name="us-east-1",
-                          aws_access_key_id=secrets["s3_access_key"], aws_secret_access_key=secrets["s3_secret_key"])
+    signed = boto3.client(
+        "s3",
+        endpoint_url=store["endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id=secrets["s3_access_key"],
+        aws_secret_access_key=secrets["s3_secret_key"],
+    )
     keys = [o["Key"] for o in signed.list_objects_v2(Bucket="gymckpt", Prefix="mini/")["Contents"]]
     assert "mini/checkpoints/ck1/manifest.json" in keys
-    anonymous = boto3.client("s3", endpoint_url=store["endpoint"], region_name="us-east-1",
-                             config=Config(signature_version=UNSIGNED))
+    anonymous = boto3.client(
+        "s3", endpoint_url=store["endpoint"], region_name="us-east-1", config=Config(signature_version=UNSIGNED)
+    )
     with pytest.raises(ClientError) as refused_read:
         anonymous.get_object(Bucket="gymckpt", Key="mini/checkpoints/ck1/manifest.json")
     assert refused_read.value.response["Error"]["Code"] == "AccessDenied"
-    wrong = boto3.client("s3", endpoint_url=store["endpoint"], region_name="us-east-1",
-                         aws_access_key_id=secrets["s3_access_key"], aws_secret_access_key="not-the-secret-key")
+    wrong = boto3.client(
+        "s3",
+        endpoint_url=store["endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id=secrets["s3_access_key"],
+        aws_secret_access_key="not-the-secret-key",
+    )
     with pytest.raises(ClientError):
         wrong.get_object(Bucket="gymckpt", Key="mini/checkpoints/ck1/manifest.json")
 
@@ -94,13 +114,16 @@ def test_embedded_s3_stack_checkpoint_crash_restore(stack_dir) -> None:
     gymckpt("down", cwd=stack_dir)
     from gym_services.stack.objectstore import _alive
 
-    assert not _alive(store["pid"]) or not _alive(json.loads(
-        (stack_dir / ".gymckpt/stack/s3/store.json").read_text())["pid"])
+    assert not _alive(store["pid"]) or not _alive(
+        json.loads((stack_dir / ".gymckpt/stack/s3/store.json").read_text())["pid"]
+    )
     # and reading checkpoints then says so, with the way back (issue 27)
     stopped = gymckpt("checkpoints", "list", cwd=stack_dir, check=False)
     assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
-    assert stopped.stderr.rstrip().endswith("; the stack's local S3 store stopped with the stack (`gymckpt down`): "
-                                            "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data")
+    assert stopped.stderr.rstrip().endswith(
+        "; the stack's local S3 store stopped with the stack (`gymckpt down`): "
+        "`gymckpt up CONFIG --storage embedded-s3` starts it again, with its data"
+    )
 
 
 def test_restore_names_the_location_it_looked_in_and_the_next_step(stack_dir) -> None:
@@ -128,7 +151,9 @@ def test_restore_names_the_location_it_looked_in_and_the_next_step(stack_dir) ->
 
 @pytest.mark.parametrize("value", ["s3:/bucket", "embedded", "http://x/y", "file://relative"])
 def test_a_bad_storage_value_is_refused(tmp_path, value) -> None:
-    (tmp_path / "stack.yaml").write_text(f"name: mini\nstorage: '{value}'\nservers:\n  counter-a: {{server: counter}}\n")
+    (tmp_path / "stack.yaml").write_text(
+        f"name: mini\nstorage: '{value}'\nservers:\n  counter-a: {{server: counter}}\n"
+    )
     bad = gymckpt("up", "stack.yaml", cwd=tmp_path, check=False)
     assert bad.returncode == 1 and "storage" in bad.stderr and not (tmp_path / ".gymckpt/stack/stack.json").exists()
 

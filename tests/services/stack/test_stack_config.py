@@ -24,7 +24,10 @@ def test_example_stack_is_the_demo_stack() -> None:
 def test_references_are_substituted() -> None:
     urls = {"x": "http://127.0.0.1:9000"}
     assert substitute_urls({"a": "{url:x}/v1", "p": "{port:x}", "h": "{host:x}", "l": ["{url:x}"]}, urls) == {
-        "a": "http://127.0.0.1:9000/v1", "p": 9000, "h": "127.0.0.1", "l": ["http://127.0.0.1:9000"]
+        "a": "http://127.0.0.1:9000/v1",
+        "p": 9000,
+        "h": "127.0.0.1",
+        "l": ["http://127.0.0.1:9000"],
     }
 
 
@@ -72,8 +75,10 @@ def test_replicas_in_the_stack_yaml(tmp_path) -> None:
         ("a: {server: counter, replicas: 2, port: 9000}", "port must be 0"),
         ("a: {server: counter, replicas: 2}\n  b: {server: counter, config: {h: '{host:a}'}}", "only {url:a}"),
         ("a: {server: counter, replicas: 2}\n  a-1: {server: counter}", "taken twice"),
-        ("a: {server: counter, replicas: 2}\n  b: {server: counter, replicas: 2}\n  c: {server: counter, config: {u: '{url:a}{url:b}'}}",
-         "two replicated servers"),
+        (
+            "a: {server: counter, replicas: 2}\n  b: {server: counter, replicas: 2}\n  c: {server: counter, config: {u: '{url:a}{url:b}'}}",
+            "two replicated servers",
+        ),
         ("a: {server: counter, replicas: 0}", "replicas"),
     ],
 )

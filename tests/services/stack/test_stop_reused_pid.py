@@ -18,16 +18,25 @@ def test_a_reused_pid_is_not_ours_to_kill(tmp_path) -> None:
     try:
         started = start_time(stranger.pid)
         assert started is not None
-        dead = RunningServer(name="agent", server="simple_agent", url="http://127.0.0.1:1", port=1, pid=stranger.pid,
-                             participant=True, log=str(tmp_path / "agent.log"), started=started - 1)  # an older process
+        dead = RunningServer(
+            name="agent",
+            server="simple_agent",
+            url="http://127.0.0.1:1",
+            port=1,
+            pid=stranger.pid,
+            participant=True,
+            log=str(tmp_path / "agent.log"),
+            started=started - 1,
+        )  # an older process
         state = StackState(name="old", state_dir=str(tmp_path), storage=f"file://{tmp_path}", servers=[dead])
         (tmp_path / STATE_FILE).write_text(state.model_dump_json())
         assert not is_running(dead)
         assert stop_stack(tmp_path, kill=True) == []
         assert stranger.poll() is None  # still running: not the server that pid once was
         # the same pid recorded with its own start time is the server: stopped
-        (tmp_path / STATE_FILE).write_text(state.model_copy(update={
-            "servers": [dead.model_copy(update={"started": started})]}).model_dump_json())
+        (tmp_path / STATE_FILE).write_text(
+            state.model_copy(update={"servers": [dead.model_copy(update={"started": started})]}).model_dump_json()
+        )
         assert stop_stack(tmp_path, kill=True) == ["agent"]
         stranger.wait(timeout=10)  # (stop_stack may have reaped it already)
         assert start_time(stranger.pid) is None

@@ -55,16 +55,16 @@ class _NoCookies(CookiePolicy):
     rfc2965 = False
     hide_cookie2 = True
 
-    def set_ok(self, cookie, request) -> bool:  # noqa: ANN001 - stdlib signature
+    def set_ok(self, cookie, request) -> bool:
         return False
 
-    def return_ok(self, cookie, request) -> bool:  # noqa: ANN001
+    def return_ok(self, cookie, request) -> bool:
         return False
 
-    def domain_return_ok(self, domain, request) -> bool:  # noqa: ANN001
+    def domain_return_ok(self, domain, request) -> bool:
         return False
 
-    def path_return_ok(self, path, request) -> bool:  # noqa: ANN001
+    def path_return_ok(self, path, request) -> bool:
         return False
 
 

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from gym_services.agents.common.context import StepContext
 
 
-
 class StepKind(enum.StrEnum):
     """Replay steps (seed, generation, ``replay`` verification) do not block prepare; waited ones do."""
 

@@ -50,7 +50,6 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role
 
-
 log = get_logger("agent")
 RECENT_HISTORIES = 256
 
@@ -120,7 +119,9 @@ class AgentMetrics:
             ),
             runs=metrics.counter("gym_agent_runs", "Episodes started, by how", ("start",)),
             unavailable=metrics.counter(
-                "gym_agent_downstream_unavailable", "Steps retried because a server was unreachable or down", ("server",)
+                "gym_agent_downstream_unavailable",
+                "Steps retried because a server was unreachable or down",
+                ("server",),
             ),
         )
 
@@ -258,7 +259,9 @@ class AgentParticipant(Participant):
                 now = time.monotonic()
                 refused_since = refused_since or now
                 if now - refused_since > self.config.parked_retry_limit_s:
-                    raise ApiError(ErrorCode.NOT_READY, f"gave up after {now - refused_since:.0f}s of refusals: {exc}") from None
+                    raise ApiError(
+                        ErrorCode.NOT_READY, f"gave up after {now - refused_since:.0f}s of refusals: {exc}"
+                    ) from None
                 await asyncio.sleep(self.config.parked_backoff_s)
                 continue
             except DownstreamUnavailable as exc:
@@ -272,8 +275,13 @@ class AgentParticipant(Participant):
                     ) from None
                 log.warning(
                     "a server is unavailable; retrying the step from its boundary",
-                    extra={"rollout_id": ep.rollout_id, "attempt": ep.attempt, "step": boundary.name,
-                           "error": str(exc), "retry_in_s": backoff},
+                    extra={
+                        "rollout_id": ep.rollout_id,
+                        "attempt": ep.attempt,
+                        "step": boundary.name,
+                        "error": str(exc),
+                        "retry_in_s": backoff,
+                    },
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.unavailable_backoff_max_s)
@@ -375,7 +383,11 @@ class AgentParticipant(Participant):
                 raise InvalidState(f"record {r.key} is not an agent episode: {_first_error(exc)}") from None
             if record.agent != self.loop.kind:
                 raise InvalidState(f"record {r.key} belongs to agent {record.agent!r}, this is {self.loop.kind!r}")
-            if record.rollout_id != r.rollout_id or record.attempt != r.attempt or r.key != record_key(record.rollout_id):
+            if (
+                record.rollout_id != r.rollout_id
+                or record.attempt != r.attempt
+                or r.key != record_key(record.rollout_id)
+            ):
                 raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
             try:
                 boundary = self.loop.boundary_model.model_validate(record.boundary)

@@ -28,8 +28,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gym_services.agents.common.config import AgentConfig
-from gym_services.base import nemo_http
-from gym_services.base.nemo_responses import CreateParams
 from gym_services.agents.common.context import MODEL, StepContext, own_cookie_name
 from gym_services.agents.common.downstream import (
     UNAVAILABLE_CODES,
@@ -40,12 +38,14 @@ from gym_services.agents.common.downstream import (
 )
 from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentMetrics, AgentParticipant, Episode
-from gym_services.server.app import create_server_app
+from gym_services.base import nemo_http
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import read_json
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.metrics import Metrics
+from gym_services.base.nemo_responses import CreateParams
 from gym_services.control.admission import Admission, RoutePolicy
+from gym_services.server.app import create_server_app
 
 
 class RunRequest(BaseModel):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_services.base import nemo_responses
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.loop import StepKind
+from gym_services.base import nemo_responses
 from gym_services.control.protocol import VERIFY_HEADER, VerifyMode
 
 #: the downstream name of an agent's resources server
@@ -49,4 +49,6 @@ def verify_step_kind(boundary: Boundary) -> StepKind:
 async def seed_resources(ctx: StepContext, b: Boundary) -> Boundary:
     """``/seed_session`` with the task row; the next boundary (``generate``) holds the session cookie and verify mode."""
     reply = await ctx.call(RESOURCES, "/seed_session", nemo_responses.run_row(b.row), b)
-    return b.next("generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers))
+    return b.next(
+        "generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers)
+    )

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.base import nemo_responses
 from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import as_items, given_params
+from gym_services.base import nemo_responses
 
 ENV = "env"
 
@@ -75,7 +75,11 @@ class GymnasiumLoop(AgentLoop):
             params = {**given_params(b.row, self.model), "input": b.input + b.outputs}
             reply = await ctx.generate(b, params)
             response = reply.body if isinstance(reply.body, dict) else {}
-            output = [nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
+            output = [
+                nemo_responses.item(i, full=False, output=True)
+                for i in response.get("output") or []
+                if isinstance(i, dict)
+            ]
             full = nemo_responses.response(response)
             return b.next(
                 "step",
@@ -133,7 +137,9 @@ class GymnasiumLoop(AgentLoop):
     def result(self, b: GymBoundary) -> dict[str, Any]:
         rcp = b.row.get("responses_create_params") or {}
         params = nemo_responses.create_params({**rcp, "input": b.input})
-        response = nemo_responses.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
+        response = nemo_responses.response(
+            {**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()}
+        )
         return {
             "responses_create_params": params,
             "response": response,

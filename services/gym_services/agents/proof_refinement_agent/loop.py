@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.base import nemo_responses
 from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import RESOURCES, as_items, given_params, seed_resources, verify_step_kind
+from gym_services.base import nemo_responses
 
 #: sampling settings a correction turn keeps from the task's create params (when set)
 KEPT_PARAMS = ("temperature", "top_p")
@@ -25,7 +25,9 @@ KEPT_PARAMS = ("temperature", "top_p")
 class ProofBoundary(Boundary):
     turn_index: int = Field(default=0, ge=0)
     params: dict[str, Any] = Field(default_factory=dict, description="create params of the next generation, but input")
-    sent: dict[str, Any] | None = Field(default=None, description="this turn's create params as recorded in its attempt")
+    sent: dict[str, Any] | None = Field(
+        default=None, description="this turn's create params as recorded in its attempt"
+    )
     response: dict[str, Any] | None = Field(default=None, description="the proof generated this turn (verify boundary)")
     attempts: list[dict[str, Any]] = Field(default_factory=list, description="completed turns")
 
@@ -56,7 +58,9 @@ class ProofRefinementLoop(AgentLoop):
         rcp = row.get("responses_create_params") or {}
         # the first turn's attempt records the task's create params in full
         sent = nemo_responses.create_params(dict(rcp) if "input" in rcp else {**rcp, "input": []})
-        return ProofBoundary(name="seed", row=row, input=as_items(rcp.get("input")), params=given_params(row, self.model), sent=sent)
+        return ProofBoundary(
+            name="seed", row=row, input=as_items(rcp.get("input")), params=given_params(row, self.model), sent=sent
+        )
 
     def step_kind(self, boundary: Boundary) -> StepKind:
         if boundary.name == "verify":
@@ -99,7 +103,11 @@ class ProofRefinementLoop(AgentLoop):
         prompt = verdict.get("correction_prompt")
         done = not verdict.get("needs_correction", False) or self.max_correction_turns - b.turn_index <= 0 or not prompt
         if done:
-            result = {**verdict, "total_turns": b.turn_index + 1, "all_attempts": attempts if self.include_all_attempts else None}
+            result = {
+                **verdict,
+                "total_turns": b.turn_index + 1,
+                "all_attempts": attempts if self.include_all_attempts else None,
+            }
             return b.finish(nemo_responses.verify_answer(result), attempts=attempts, cookies=cookies, response=None)
         original = b.row.get("responses_create_params") or {}
         # a correction turn: the prompt alone, the task's model (null when it names none) and its sampling settings

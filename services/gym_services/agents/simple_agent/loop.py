@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import Field
 
-from gym_services.base import nemo_responses
 from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
 from gym_services.agents.common.steps import RESOURCES, as_items, given_params, seed_resources, verify_step_kind
+from gym_services.base import nemo_responses
 
 #: why an episode ended without a message or a function call (``metadata.ng_termination_reason``)
 NO_ANSWER_REASONS = {True: "incomplete_reasoning", False: "empty_output"}
@@ -80,7 +80,9 @@ class SimpleAgentLoop(AgentLoop):
     async def _generate(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         reply = await ctx.generate(b, self._params(b))
         response = reply.body if isinstance(reply.body, dict) else {}
-        output = [nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)]
+        output = [
+            nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)
+        ]
         calls = [item for item in output if item.get("type") == "function_call"]
         messages = [i for i in output if i.get("type") == "message" and i.get("role", "assistant") == "assistant"]
         if not response.get("incomplete_details") and not calls and not messages:
@@ -125,11 +127,15 @@ class SimpleAgentLoop(AgentLoop):
             following = "verify"
         else:
             following = "generate"
-        return b.next(following, outputs=b.outputs + [item], pending_calls=rest, tool_calls=b.tool_calls + 1, cookies=cookies)
+        return b.next(
+            following, outputs=b.outputs + [item], pending_calls=rest, tool_calls=b.tool_calls + 1, cookies=cookies
+        )
 
     def final_response(self, b: SimpleBoundary) -> dict[str, Any]:
         """The episode's response: the last model response with every output item and the summed usage."""
-        return nemo_responses.response({**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()})
+        return nemo_responses.response(
+            {**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()}
+        )
 
     async def _verify(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         body = {**nemo_responses.run_row(b.row), "response": self.final_response(b)}

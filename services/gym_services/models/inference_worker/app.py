@@ -58,7 +58,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
 from gym_services.base.config import CheckpointConfig, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
@@ -82,7 +81,7 @@ from gym_services.models.inference_worker.generation import (
     token_mirror_path,
 )
 from gym_services.models.inference_worker.policies import POLICIES
-
+from gym_services.server.app import create_server_app
 
 #: the context length /tokenize reports (the worker itself sets no limit)
 MAX_MODEL_LEN = 131072
@@ -141,7 +140,9 @@ def create_app(config: Config) -> Starlette:
             tokens = tokenizer.render_chat(turns, body.tools, body.add_generation_prompt)
         else:
             tokens = tokenizer.encode(body.prompt or "")
-        return JSONResponse({"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None})
+        return JSONResponse(
+            {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None}
+        )
 
     async def detokenize(request: Request) -> JSONResponse:
         body = await parse_body(request, DetokenizeRequest)

@@ -76,7 +76,9 @@ class Sampling(_Open):
 
     def sampling_key(self) -> str:
         """What the worker's log-probs depend on besides the context: the seed and the temperature."""
-        return f"{self.seed if self.seed is not None else 0}:{self.temperature if self.temperature is not None else 1.0}"
+        return (
+            f"{self.seed if self.seed is not None else 0}:{self.temperature if self.temperature is not None else 1.0}"
+        )
 
 
 class ChatCompletionRequest(Sampling):

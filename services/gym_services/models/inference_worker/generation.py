@@ -38,6 +38,7 @@ from gym_services.models.inference_worker import tokenizer
 from gym_services.models.inference_worker.chat import ChatCompletionRequest, CompletionRequest, Sampling
 from gym_services.models.inference_worker.policies import Conversation, Policy, Turn
 
+
 @dataclass
 class Plan:
     """What one request will emit: token ids (a natural stop ends in EOS), their log-probs and texts."""
@@ -98,7 +99,8 @@ class Plan:
             "logprob": self.log_probs[index],
             "bytes": list(tokenizer.token_bytes(token)),
             "top_logprobs": [
-                {"token": self.token_name(t), "logprob": lp, "bytes": list(tokenizer.token_bytes(t))} for t, lp in self.top[index]
+                {"token": self.token_name(t), "logprob": lp, "bytes": list(tokenizer.token_bytes(t))}
+                for t, lp in self.top[index]
             ],
         }
 
@@ -129,7 +131,9 @@ def _unit(state: bytes, token: int, salt: bytes) -> float:
     return int.from_bytes(digest, "little") / 2.0**64
 
 
-def score(context: list[int], tokens: list[int], sampling_key: str, top_k: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+def score(
+    context: list[int], tokens: list[int], sampling_key: str, top_k: int
+) -> tuple[list[float], list[list[tuple[int, float]]]]:
     """The log-prob the stand-in model gives each of ``tokens`` after ``context`` and the tokens before it,
     and ``top_k`` alternatives per position.
 
@@ -232,7 +236,17 @@ def plan_text_completion(request: CompletionRequest, policy: Policy) -> Plan:
     except (ValueError, json.JSONDecodeError) as exc:
         raise ApiError(ErrorCode.BAD_REQUEST, f"prompt: not a chat prompt of this worker's template: {exc}") from None
     wants = request.logprobs is not None
-    return _plan("completion", request, policy, list(request.prompt), parsed.turns, parsed.tools, parsed.answer_ids, wants, request.logprobs or 0)
+    return _plan(
+        "completion",
+        request,
+        policy,
+        list(request.prompt),
+        parsed.turns,
+        parsed.tools,
+        parsed.answer_ids,
+        wants,
+        request.logprobs or 0,
+    )
 
 
 class TokenMirror:
@@ -287,7 +301,9 @@ class WorkerStats:
         """Stats whose counters are declared on the worker's registry."""
         return cls(
             metrics.counter("gym_worker_tokens_generated", "Completion tokens generated", ("model",)),
-            metrics.counter("gym_worker_requests", "Chat completion requests by outcome", ("model", "stream", "outcome")),
+            metrics.counter(
+                "gym_worker_requests", "Chat completion requests by outcome", ("model", "stream", "outcome")
+            ),
             mirror,
         )
 
@@ -467,11 +483,17 @@ class CompletionResponse:
                 calls = plan.tool_calls() if last else []
                 if calls:
                     choice["delta"]["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
-            choice["logprobs"] = {"content": [plan.chat_logprobs(index)]} if plan.logprobs and index is not None else None
+            choice["logprobs"] = (
+                {"content": [plan.chat_logprobs(index)]} if plan.logprobs and index is not None else None
+            )
         else:
             chunk = self._envelope("text_completion")
             choice["text"] = plan.texts[index] if index is not None else ""
-            choice["logprobs"] = plan.completion_logprobs(range(index, index + 1), offset) if plan.logprobs and index is not None else None
+            choice["logprobs"] = (
+                plan.completion_logprobs(range(index, index + 1), offset)
+                if plan.logprobs and index is not None
+                else None
+            )
             if plan.return_token_ids and index == 0:
                 choice["prompt_token_ids"] = plan.prompt_ids
         choice["finish_reason"] = finish

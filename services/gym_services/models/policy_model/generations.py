@@ -79,14 +79,17 @@ class ModelCounters:
     @classmethod
     def declare(cls, metrics: Metrics) -> ModelCounters:
         return cls(
-            tokens_generated=metrics.counter("gym_model_tokens_generated", "Tokens the upstream generated for this model"),
+            tokens_generated=metrics.counter(
+                "gym_model_tokens_generated", "Tokens the upstream generated for this model"
+            ),
             tokens_reused=metrics.counter(
                 "gym_model_tokens_reused", "Prefix tokens a continuation did not regenerate", ("source",)
             ),
             responses_held=metrics.counter("gym_model_responses_held", "Responses held until a checkpoint resumed"),
             generations_cut=metrics.counter("gym_model_generations_cut", "Generations cut at a token boundary"),
             upstream_failures=metrics.counter(
-                "gym_model_upstream_failures", "Upstream failures a generation rode out (it kept its prefix and retried)"
+                "gym_model_upstream_failures",
+                "Upstream failures a generation rode out (it kept its prefix and retried)",
             ),
         )
 
@@ -111,8 +114,10 @@ class Generation:
         if staged is not None and staged.token_ids is None and not (staged.complete and not manager.token_information):
             # a schema-1 record holds text only: continuing it would re-tokenize that text, so the generation
             # starts over (it was never delivered); a complete one still answers when no token ids are asked for
-            log.warning("a text-only prefix record (schema 1) is generated again from the start",
-                        extra={"rollout_id": identity.rollout_id if identity else None})
+            log.warning(
+                "a text-only prefix record (schema 1) is generated again from the start",
+                extra={"rollout_id": identity.rollout_id if identity else None},
+            )
             staged = None
         self.staged = staged
         self.restored = staged is not None
@@ -247,7 +252,12 @@ class Generation:
             fleet.failed_over()
             log.warning(
                 "worker failed; continuing the generation on another worker",
-                extra={**self._log_extra(), "tokens_kept": self.completion_tokens, "worker": exc.worker, "error": exc.message},
+                extra={
+                    **self._log_extra(),
+                    "tokens_kept": self.completion_tokens,
+                    "worker": exc.worker,
+                    "error": exc.message,
+                },
             )
             self._raise_if_failed()
             return
@@ -255,8 +265,13 @@ class Generation:
         self._backoff_s = min(self._backoff_s * 2, retry.backoff_max_s)
         log.warning(
             "upstream failed; continuing the generation after a backoff",
-            extra={**self._log_extra(), "tokens_kept": self.completion_tokens, "retry_in_s": round(delay, 3),
-                   "failing_s": round(failing_s, 3), "error": exc.message},
+            extra={
+                **self._log_extra(),
+                "tokens_kept": self.completion_tokens,
+                "retry_in_s": round(delay, 3),
+                "failing_s": round(failing_s, 3),
+                "error": exc.message,
+            },
         )
         self.waiting_for_upstream = True
         try:
@@ -293,7 +308,11 @@ class Generation:
             self.finish_reason = "length"
             return
         # counted once the upstream answers: a continuation refused by a dead worker reused nothing
-        reuse = (self.completion_tokens, self.resumes_after) if self.token_ids and self.state == GenerationState.CUT and self.staged is None else None
+        reuse = (
+            (self.completion_tokens, self.resumes_after)
+            if self.token_ids and self.state == GenerationState.CUT and self.staged is None
+            else None
+        )
         self.staged = None
         self.state = GenerationState.RUNNING
         self.cut_requested = False
@@ -322,7 +341,9 @@ class Generation:
         """Append the stream to ``text`` and the token lists until it ends (after a cut: until the upstream stopped)."""
         sent_prompt = request.body.get("prompt") if isinstance(request.body.get("prompt"), list) else None
         try:
-            async with contextlib.aclosing(self.manager.upstream.deltas(request, self._halt, prefix_tokens=base)) as deltas:
+            async with contextlib.aclosing(
+                self.manager.upstream.deltas(request, self._halt, prefix_tokens=base)
+            ) as deltas:
                 async for delta in deltas:
                     if reuse is not None:
                         self.manager.reused(*reuse)
@@ -339,7 +360,9 @@ class Generation:
         if delta.prompt_token_ids is not None:
             if sent_prompt is not None:  # a continuation: the engine must have used exactly the ids it was sent
                 if delta.prompt_token_ids != sent_prompt:
-                    raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream continued from other prompt token ids than it was sent")
+                    raise ApiError(
+                        ErrorCode.UPSTREAM_ERROR, "the upstream continued from other prompt token ids than it was sent"
+                    )
             elif self.prompt_token_ids is None:
                 self.prompt_token_ids = list(delta.prompt_token_ids)
         if self.prompt_token_ids is not None:
@@ -351,7 +374,9 @@ class Generation:
         self.log_probs.extend(delta.log_probs)
         self.completion_tokens = len(self.token_ids)
         for call in delta.tool_calls:
-            slot = self.structured.setdefault(int(call.get("index", len(self.structured))), {"name": "", "arguments": ""})
+            slot = self.structured.setdefault(
+                int(call.get("index", len(self.structured))), {"name": "", "arguments": ""}
+            )
             function = call.get("function") or {}
             slot["name"] += function.get("name") or ""
             slot["arguments"] += function.get("arguments") or ""
@@ -359,7 +384,9 @@ class Generation:
     def _finish(self, reason: str) -> str:
         """Structured tool calls (vLLM with a tool parser) join the text in markup form, once."""
         if self.structured and not tool_markup.parse(self.text).tool_calls:
-            self.text += "".join(tool_markup.render(c["name"], c["arguments"]) for _, c in sorted(self.structured.items()))
+            self.text += "".join(
+                tool_markup.render(c["name"], c["arguments"]) for _, c in sorted(self.structured.items())
+            )
         self.structured.clear()
         return reason
 
@@ -395,7 +422,11 @@ class GenerationManager:
         #: transit when the agent parks is saved too, so the restored attempt need not generate it again
         self.delivered: dict[str, tuple[Key, StagedPrefix]] = {}
         self.totals = {
-            "tokens_generated": 0, "tokens_reused": 0, "responses_held": 0, "generations_cut": 0, "upstream_failures": 0,
+            "tokens_generated": 0,
+            "tokens_reused": 0,
+            "responses_held": 0,
+            "generations_cut": 0,
+            "upstream_failures": 0,
         }
         self.counters = counters
         self._ids = itertools.count()
@@ -431,7 +462,9 @@ class GenerationManager:
             "cut": states.count(GenerationState.CUT),
             "held": states.count(GenerationState.HELD),
             "waiting_for_upstream": sum(1 for g in self.live.values() if g.waiting_for_upstream),
-            "tokens_in_flight": sum(g.completion_tokens for g in self.live.values() if g.state == GenerationState.RUNNING),
+            "tokens_in_flight": sum(
+                g.completion_tokens for g in self.live.values() if g.state == GenerationState.RUNNING
+            ),
             "staged_prefixes": len(self.staged),
             "delivered_kept": len(self.delivered),
             **self.totals,
@@ -475,7 +508,9 @@ class GenerationManager:
         ident = generation.identity
         if ident is None or generation.error is not None:
             return
-        gave_up = isinstance(exc, ApiError) and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE and bool(generation.token_ids)
+        gave_up = (
+            isinstance(exc, ApiError) and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE and bool(generation.token_ids)
+        )
         if generation.restored or gave_up:
             self.staged.setdefault((ident.rollout_id, generation.digest), generation.snapshot())
 
@@ -561,7 +596,8 @@ class GenerationManager:
         if last is not None and last[1].attempt <= attempt:
             del self.delivered[rollout_id]
         victims = [
-            g for g in self.live.values()
+            g
+            for g in self.live.values()
             if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt <= attempt
         ]
         for g in victims:

@@ -44,7 +44,9 @@ class PrefixRecord(BaseModel):
     @model_validator(mode="after")
     def _complete_has_reason(self) -> PrefixRecord:
         if self.schema_version not in READABLE_SCHEMA_VERSIONS:
-            raise ValueError(f"schema_version {self.schema_version} is not supported (want one of {READABLE_SCHEMA_VERSIONS})")
+            raise ValueError(
+                f"schema_version {self.schema_version} is not supported (want one of {READABLE_SCHEMA_VERSIONS})"
+            )
         if self.complete and self.finish_reason is None:
             raise ValueError("a complete response needs its finish_reason")
         if self.schema_version == 1:

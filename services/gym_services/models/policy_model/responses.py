@@ -60,7 +60,9 @@ def _text(content: Any) -> str:
             elif isinstance(part, dict) and part.get("type") == "refusal":
                 parts.append(str(part.get("refusal", "")))
         return "".join(parts)
-    raise ApiError(ErrorCode.BAD_REQUEST, f"message content must be a string or a list of parts, got {type(content).__name__}")
+    raise ApiError(
+        ErrorCode.BAD_REQUEST, f"message content must be a string or a list of parts, got {type(content).__name__}"
+    )
 
 
 def _required(item: dict[str, Any], key: str, index: int) -> Any:
@@ -89,7 +91,10 @@ def chat_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
             call = {
                 "id": _required(item, "call_id", index),
                 "type": "function",
-                "function": {"name": _required(item, "name", index), "arguments": tool_markup.encode_arguments(arguments)},
+                "function": {
+                    "name": _required(item, "name", index),
+                    "arguments": tool_markup.encode_arguments(arguments),
+                },
             }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":

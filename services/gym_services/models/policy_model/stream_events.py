@@ -23,7 +23,11 @@ def _in_progress(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def _message_events(item: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
-    yield {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress", "content": []}}
+    yield {
+        "type": "response.output_item.added",
+        "output_index": index,
+        "item": {**item, "status": "in_progress", "content": []},
+    }
     for part_index, part in enumerate(item["content"]):
         where = {"item_id": item["id"], "output_index": index, "content_index": part_index}
         yield {"type": "response.content_part.added", **where, "part": {**part, "text": ""}}
@@ -43,7 +47,12 @@ def _function_call_events(item: dict[str, Any], index: int) -> Iterator[dict[str
     where = {"item_id": item["id"], "output_index": index}
     if item["arguments"]:
         yield {"type": "response.function_call_arguments.delta", **where, "delta": item["arguments"]}
-    yield {"type": "response.function_call_arguments.done", **where, "name": item["name"], "arguments": item["arguments"]}
+    yield {
+        "type": "response.function_call_arguments.done",
+        **where,
+        "name": item["name"],
+        "arguments": item["arguments"],
+    }
     yield {"type": "response.output_item.done", "output_index": index, "item": item}
 
 

@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from gym_services.base.affinity import Endpoints, expand_endpoints
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.models.policy_model.engines import ENGINES, Delta, Engine, EngineProtocolError, EngineRequest, EngineUnavailable
+from gym_services.models.policy_model.engines import (
+    ENGINES,
+    Delta,
+    Engine,
+    EngineProtocolError,
+    EngineRequest,
+    EngineUnavailable,
+)
 from gym_services.models.policy_model.fleet import Fleet, FleetMetrics, Resolver
 
 log = get_logger("policy_model.upstream")
@@ -38,13 +45,22 @@ class UpstreamConfig(BaseModel):
         description="resolve each base_url's host to all its addresses (a headless Service: one per pod), one worker each, "
         "again every resolve_interval_s; http only",
     )
-    resolve_interval_s: float = Field(default=10.0, gt=0, le=3600, description="how often resolve looks the workers up again")
-    health_interval_s: float = Field(
-        default=2.0, gt=0, le=600, description="how often every worker's GET /models is probed (a failed worker is back when it answers)"
+    resolve_interval_s: float = Field(
+        default=10.0, gt=0, le=3600, description="how often resolve looks the workers up again"
     )
-    health_timeout_s: float = Field(default=5.0, gt=0, le=600, description="a probe not answered this fast marks the worker down")
+    health_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="how often every worker's GET /models is probed (a failed worker is back when it answers)",
+    )
+    health_timeout_s: float = Field(
+        default=5.0, gt=0, le=600, description="a probe not answered this fast marks the worker down"
+    )
     expected_tokens: int = Field(
-        default=512, ge=1, le=1_000_000,
+        default=512,
+        ge=1,
+        le=1_000_000,
         description="the first guess of a generation's length, for spreading load by outstanding tokens (then a running mean)",
     )
     engine: str = Field(
@@ -142,7 +158,9 @@ class Upstream:
     (:mod:`.fleet`): each stream goes to the least loaded healthy worker, and a worker a stream fails on
     is taken out of rotation until its health probe answers again."""
 
-    def __init__(self, config: UpstreamConfig, metrics: FleetMetrics | None = None, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self, config: UpstreamConfig, metrics: FleetMetrics | None = None, resolver: Resolver | None = None
+    ) -> None:
         self.config = config
         self.fleet = Fleet(
             config.base_url,
@@ -189,7 +207,7 @@ class Upstream:
                     await self.fleet.refresh()
                 if self._client is not None:
                     await self.fleet.probe(self._client, c.health_timeout_s)
-            except Exception as exc:  # noqa: BLE001 - the watch must outlive any one round
+            except Exception as exc:
                 log.warning("worker health round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
     def stream_options(self) -> dict[str, Any]:
@@ -213,7 +231,9 @@ class Upstream:
         except EngineProtocolError as exc:
             raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {worker.base_url}: {exc}") from None
 
-    async def deltas(self, request: EngineRequest, halt: Halt | None = None, prefix_tokens: int = 0) -> AsyncIterator[Delta]:
+    async def deltas(
+        self, request: EngineRequest, halt: Halt | None = None, prefix_tokens: int = 0
+    ) -> AsyncIterator[Delta]:
         """Stream one generation (the engine adapter's ``request``) from the least loaded worker; closing this
         generator early closes the upstream stream. ``prefix_tokens`` is what the generation already has (for
         the load estimate).
@@ -277,9 +297,13 @@ class Upstream:
                         try:
                             chunk = json.loads(data)
                         except json.JSONDecodeError:
-                            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream sent a chunk that is not JSON: {data[:200]}") from None
+                            raise ApiError(
+                                ErrorCode.UPSTREAM_ERROR, f"upstream sent a chunk that is not JSON: {data[:200]}"
+                            ) from None
                         if isinstance(chunk, dict) and "error" in chunk:
-                            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
+                            raise ApiError(
+                                ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}"
+                            )
                         try:
                             delta = self.engine.parse_chunk(chunk)
                         except EngineProtocolError as exc:

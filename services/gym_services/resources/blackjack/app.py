@@ -45,9 +45,9 @@ from gym_services.base.sessions import session_id
 from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_action
 from gym_services.resources.blackjack.participant import EpisodeParticipant
 from gym_services.resources.blackjack.state import EpisodeStore
+from gym_services.resources.common import nemo_routes
 from gym_services.server.app import create_server_app
 from gym_services.server.openapi import Operation
-from gym_services.resources.common import nemo_routes
 
 SEED_HEADER = "x-ng-blackjack-seed"
 
@@ -96,7 +96,9 @@ class BlackjackMetrics:
 
     @classmethod
     def declare(cls, metrics: Metrics) -> BlackjackMetrics:
-        return cls(metrics.counter("gym_blackjack_episodes_finished", "Finished Blackjack episodes by result", ("result",)))
+        return cls(
+            metrics.counter("gym_blackjack_episodes_finished", "Finished Blackjack episodes by result", ("result",))
+        )
 
 
 def derive_seed(namespace: str, rollout_id: str) -> int:

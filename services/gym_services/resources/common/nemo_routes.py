@@ -95,9 +95,13 @@ class CloseSessionResponse(BaseModel):
 
 #: NeMo Gym's aggregate-metrics route, listed as ours answers it
 AGGREGATE_METRICS = Operation(
-    "POST", "/aggregate_metrics", "Run statistics (not served)", status=404,
+    "POST",
+    "/aggregate_metrics",
+    "Run statistics (not served)",
+    status=404,
     description="NeMo Gym computes a run's statistics over verify answers here; this server does not and "
-                "answers 404 {\"detail\":\"Not Found\"}.")
+    'answers 404 {"detail":"Not Found"}.',
+)
 
 
 def operations() -> list[Operation]:

@@ -192,7 +192,8 @@ class RestartOnlyParticipant(SessionParticipant):
             Blocker(
                 kind="session",
                 id=sid,
-                detail="restart_only server holds a live session" + (f" of rollout {ident.rollout_id}" if ident else ""),
+                detail="restart_only server holds a live session"
+                + (f" of rollout {ident.rollout_id}" if ident else ""),
             )
             for sid, ident in self.sessions.items()
         ]
@@ -217,7 +218,9 @@ class ExportedParticipant(SessionParticipant):
 
     checkpoint_mode = CheckpointMode.EXPORTED
 
-    def __init__(self, hooks: SessionHooks, *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES) -> None:
+    def __init__(
+        self, hooks: SessionHooks, *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
+    ) -> None:
         if not isinstance(hooks, SessionHooks):
             raise TypeError(f"{type(hooks).__name__} does not implement the session hooks of an exported server")
         super().__init__(hooks, verify=verify, role=role)
@@ -257,13 +260,15 @@ class ExportedParticipant(SessionParticipant):
                 encoded[sid] = cached
                 records.append(Record(f"session-{sid}", cached[1], rollout_id, attempt))
                 continue
-            records.append(PendingRecord(
-                key=f"session-{sid}",
-                encode=functools.partial(session_bytes, sid, encode),
-                rollout_id=rollout_id,
-                attempt=attempt,
-                keep=functools.partial(keep, sid, token),
-            ))
+            records.append(
+                PendingRecord(
+                    key=f"session-{sid}",
+                    encode=functools.partial(session_bytes, sid, encode),
+                    rollout_id=rollout_id,
+                    attempt=attempt,
+                    keep=functools.partial(keep, sid, token),
+                )
+            )
         if records:
             for name, encode in frozen.shared.items():
                 records.append(PendingRecord(key=f"shared-{name}", encode=functools.partial(_shared_bytes, encode)))
@@ -287,7 +292,9 @@ class ExportedParticipant(SessionParticipant):
             )
         if records and isinstance(self.hooks, SharedStateHooks):
             for name, state in self.hooks.export_shared_states().items():
-                records.append(Record(key=f"shared-{name}", data=_dumps({"schema_version": STATE_SCHEMA_VERSION, "state": state})))
+                records.append(
+                    Record(key=f"shared-{name}", data=_dumps({"schema_version": STATE_SCHEMA_VERSION, "state": state}))
+                )
         return records
 
     async def validate(self, records: list[RestoredRecord]) -> StagedSessions:
@@ -305,7 +312,9 @@ class ExportedParticipant(SessionParticipant):
                 raise InvalidState(f"record {record.key} does not hold the session its key names")
             states[sid] = payload.get("state")
             identities[sid] = (
-                RolloutIdentity(rollout_id=record.rollout_id, attempt=record.new_attempt or 0) if record.rollout_id else None
+                RolloutIdentity(rollout_id=record.rollout_id, attempt=record.new_attempt or 0)
+                if record.rollout_id
+                else None
             )
         if shared and not isinstance(self.hooks, SharedStateHooks):
             raise InvalidState("records hold shared state this server does not take")

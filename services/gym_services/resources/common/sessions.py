@@ -12,7 +12,7 @@ from gym_services.resources.common.participant import SessionParticipant, partic
 __all__ = ["VERIFY_HEADER", "ResourcesParticipant", "SessionHooks", "SharedStateHooks"]
 
 
-def ResourcesParticipant(  # noqa: N802 - the former class name
+def ResourcesParticipant(
     hooks: object = None,
     *,
     mode: CheckpointMode = CheckpointMode.RESTART_ONLY,

@@ -29,7 +29,8 @@ STATE_VERSION = 1
 class Config(ServerConfig):
     max_value: int = Field(default=1_000_000, description="increments beyond this are refused as tool errors")
     checkpoint_mode: Literal[CheckpointMode.EXPORTED, CheckpointMode.RESTART_ONLY] = Field(
-        default=CheckpointMode.EXPORTED, description="restart_only: live sessions block a checkpoint instead of being saved"
+        default=CheckpointMode.EXPORTED,
+        description="restart_only: live sessions block a checkpoint instead of being saved",
     )
 
 

@@ -36,13 +36,13 @@ from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import session_id
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.protocol import VerifyMode
-from gym_services.server.app import create_server_app
-from gym_services.server.openapi import Operation
 from gym_services.resources.common import ExportedParticipant, nemo_routes
 from gym_services.resources.indirect_prompt_injection import models, verifier
 from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
 from gym_services.resources.indirect_prompt_injection.tools import TOOLS, run_tool
+from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
 
 NOT_SEEDED = "Session not initialized. Please call seed_session first."
 #: what the verdict sets, in the order NeMo Gym passes it to its response model
@@ -169,7 +169,7 @@ def create_app(config: Config) -> Starlette:
                 incomplete.reason if incomplete else None,
             )
             answer = nemo_http.json_response(verify_answer(raw, body, verdict))
-        except Exception as exc:  # noqa: BLE001 - NeMo Gym answers a failed verification with its repr
+        except Exception as exc:
             counts.verifications.labels(result="error").inc()
             return nemo_http.repr_error(exc)
         finally:
@@ -191,11 +191,21 @@ def create_app(config: Config) -> Starlette:
         policies={path: RoutePolicy.OPEN for path in nemo_routes.PATHS},
         nemo_gym=True,
         api=[
-            Operation("POST", "/seed_session", "Start a session on a task's environment", models.SeedRequest, dict[str, Any]),
-            Operation("POST", "/verify", "Score a rollout: safety x utility", models.VerifyRequest, models.VerifyAnswer),
+            Operation(
+                "POST", "/seed_session", "Start a session on a task's environment", models.SeedRequest, dict[str, Any]
+            ),
+            Operation(
+                "POST", "/verify", "Score a rollout: safety x utility", models.VerifyRequest, models.VerifyAnswer
+            ),
             *nemo_routes.operations(),
-            Operation("POST", "/{tool_name}", "Call a tool of the session's domain", models.ToolCallRequest,
-                      models.ToolOutput, extra_responses={400: "the session was never seeded"}),
+            Operation(
+                "POST",
+                "/{tool_name}",
+                "Call a tool of the session's domain",
+                models.ToolCallRequest,
+                models.ToolOutput,
+                extra_responses={400: "the session was never seeded"},
+            ),
         ],
         api_title="indirect_prompt_injection (NeMo Gym 0.7.0 resources server)",
     )

@@ -169,8 +169,11 @@ class Verifier:
     async def verify(self, req: VerifyRequest) -> VerifyResponse:
         """Raises where NeMo Gym's server raises (a sandbox answer that is not a compiler output)."""
         cfg = self.config
-        echo = {"responses_create_params": req.responses_create_params, "response": req.response,
-                "turn_index": req.turn_index}
+        echo = {
+            "responses_create_params": req.responses_create_params,
+            "response": req.response,
+            "turn_index": req.turn_index,
+        }
         generation = req.response.output_text()
         if not generation or not generation.strip():
             LOG.warning("empty generation at turn %d", req.turn_index)
@@ -178,8 +181,15 @@ class Verifier:
             prompt = feedback.correction_prompt(
                 cfg.refinement_prompt_template, proof_attempt=feedback.EMPTY_ATTEMPT, error_message=message
             )
-            return VerifyResponse(**echo, reward=0.0, proof_status="empty_generation", predicted_proof="",
-                                  needs_correction=True, error_feedback=message, correction_prompt=prompt)
+            return VerifyResponse(
+                **echo,
+                reward=0.0,
+                proof_status="empty_generation",
+                predicted_proof="",
+                needs_correction=True,
+                error_feedback=message,
+                correction_prompt=prompt,
+            )
         code = proof.build_code(
             generation,
             req.header,
@@ -191,13 +201,28 @@ class Verifier:
         output = await self.sandbox.execute(code, timeout_s=cfg.compilation_timeout)
         status = feedback.proof_status(output)
         if status == "completed":
-            return VerifyResponse(**echo, reward=1.0, proof_status=status, predicted_proof=code,
-                                  compiler_output=CompilerOutput(**output), needs_correction=False)
+            return VerifyResponse(
+                **echo,
+                reward=1.0,
+                proof_status=status,
+                predicted_proof=code,
+                compiler_output=CompilerOutput(**output),
+                needs_correction=False,
+            )
         message = feedback.error_feedback(output, code)
-        prompt = feedback.correction_prompt(cfg.refinement_prompt_template, proof_attempt=generation, error_message=message)
-        return VerifyResponse(**echo, reward=0.0, proof_status=status, predicted_proof=code,
-                              compiler_output=CompilerOutput(**output), needs_correction=True,
-                              error_feedback=message, correction_prompt=prompt)
+        prompt = feedback.correction_prompt(
+            cfg.refinement_prompt_template, proof_attempt=generation, error_message=message
+        )
+        return VerifyResponse(
+            **echo,
+            reward=0.0,
+            proof_status=status,
+            predicted_proof=code,
+            compiler_output=CompilerOutput(**output),
+            needs_correction=True,
+            error_feedback=message,
+            correction_prompt=prompt,
+        )
 
 
 def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
@@ -223,10 +248,15 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
             raise missing_body()
         if not isinstance(body, dict):
             shown = body.decode() if isinstance(body, bytes) else body
-            raise NemoHttpError(422, {"detail": [
-                {"type": "model_attributes_type", "loc": ["body", form], "msg": NOT_AN_OBJECT, "input": shown}
-                for form in ("ResourcesSeedSessionRequest", "BaseSeedSessionRequest")
-            ]})
+            raise NemoHttpError(
+                422,
+                {
+                    "detail": [
+                        {"type": "model_attributes_type", "loc": ["body", form], "msg": NOT_AN_OBJECT, "input": shown}
+                        for form in ("ResourcesSeedSessionRequest", "BaseSeedSessionRequest")
+                    ]
+                },
+            )
         try:
             seeded = SeedSessionRequest.model_validate(body)
         except ValidationError:
@@ -238,7 +268,7 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         body = await parse(request, VerifyRequest)
         try:
             result = await verifier.verify(body)
-        except Exception as exc:  # noqa: BLE001 - answered as NeMo Gym's exception middleware answers: 500 + repr
+        except Exception as exc:
             # e.g. a sandbox answer that is JSON but not a compiler output, on which the reference fails too
             LOG.exception("verification failed: %r", exc)
             counts.verifications.labels(proof_status="server_error").inc()
@@ -263,9 +293,16 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         nemo_gym=True,
         metrics=metrics,
         api=[
-            Operation("POST", "/seed_session", "Seed an environment-server session (or accept an agent's seed)",
-                      SeedSessionRequest | dict[str, Any], SeedSessionAnswer | dict[str, Any]),
-            Operation("POST", "/verify", "Compile the proof in the sandbox and grade it", VerifyRequest, VerifyResponse),
+            Operation(
+                "POST",
+                "/seed_session",
+                "Seed an environment-server session (or accept an agent's seed)",
+                SeedSessionRequest | dict[str, Any],
+                SeedSessionAnswer | dict[str, Any],
+            ),
+            Operation(
+                "POST", "/verify", "Compile the proof in the sandbox and grade it", VerifyRequest, VerifyResponse
+            ),
             *nemo_routes.operations(),
         ],
         api_title="math_formal_lean (NeMo Gym 0.7.0 resources server)",

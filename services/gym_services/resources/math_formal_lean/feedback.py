@@ -120,7 +120,9 @@ def errors_text(code: str, errors: list[LeanError]) -> str:
         marked = _marked(lines, error)
         if marked is None:
             continue
-        out.append(f"\nError {number}:\n\nCorresponding Code:\n```lean4\n{marked}\n```\n\nError Message: {error.text}\n")
+        out.append(
+            f"\nError {number}:\n\nCorresponding Code:\n```lean4\n{marked}\n```\n\nError Message: {error.text}\n"
+        )
     if len(errors) > MAX_ERRORS:
         out.append(f"\n... [Omitted {len(errors) - MAX_ERRORS} more errors] ...\n")
     return "".join(out)

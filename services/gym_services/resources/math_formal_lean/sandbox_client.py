@@ -54,7 +54,12 @@ class LeanSandbox:
     @staticmethod
     def request_body(code: str, timeout_s: float, max_output_characters: int) -> str:
         return json.dumps(
-            {"generated_code": code, "language": "lean4", "timeout": timeout_s, "max_output_characters": max_output_characters}
+            {
+                "generated_code": code,
+                "language": "lean4",
+                "timeout": timeout_s,
+                "max_output_characters": max_output_characters,
+            }
         )
 
     async def execute(self, code: str, *, timeout_s: float) -> Any:

@@ -24,19 +24,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gym_services.server.app import create_server_app
-from gym_services.server.openapi import Operation
-from gym_services.base.config import ServerConfig
-from gym_services.base.sessions import session_id
 from gym_services.base import nemo_http
+from gym_services.base.config import ServerConfig
 from gym_services.base.nemo_http import detail_error
 from gym_services.base.nemo_responses import CreateParams, ResponseObject, VerifyResponse
-from gym_services.control.protocol import VerifyMode
+from gym_services.base.sessions import session_id
 from gym_services.control.admission import RoutePolicy
+from gym_services.control.protocol import VerifyMode
 from gym_services.resources.common import ExportedParticipant, nemo_routes
+from gym_services.server.app import create_server_app
+from gym_services.server.openapi import Operation
 
-from .sessions import SessionNotFound, WorkplaceSessions
 from . import verify as grading
+from .sessions import SessionNotFound, WorkplaceSessions
 
 NOT_SEEDED = "Session not initialized. Please call seed_session first."
 
@@ -193,13 +193,16 @@ def create_app(config: Config) -> Starlette:
         predicted = grading.extract_function_calls(parsed.response.output)
         try:
             correct = await asyncio.to_thread(grading.is_correct, predicted, parsed.ground_truth)
-        except Exception as exc:  # noqa: BLE001 - NeMo Gym's server answers 500 with the error's repr
+        except Exception as exc:
             return JSONResponse(repr(exc), status_code=500)
         finally:
             sessions.drop(sid)  # verify discards the session, even when grading fails
         participant.end(sid)
-        answer = VerifyResponse(responses_create_params=parsed.responses_create_params, response=parsed.response,
-                                reward=1.0 if correct else 0.0)
+        answer = VerifyResponse(
+            responses_create_params=parsed.responses_create_params,
+            response=parsed.response,
+            reward=1.0 if correct else 0.0,
+        )
         return nemo_http.json_response(answer.model_dump(mode="json"))
 
     app = create_server_app(
@@ -215,11 +218,22 @@ def create_app(config: Config) -> Starlette:
         nemo_gym=True,
         api=[
             Operation("POST", "/seed_session", "Start a session on fresh tables", dict[str, Any], dict[str, Any]),
-            Operation("POST", "/verify", "Grade a rollout's function calls against the expected actions", VerifyRequest,
-                      VerifyResponse),
+            Operation(
+                "POST",
+                "/verify",
+                "Grade a rollout's function calls against the expected actions",
+                VerifyRequest,
+                VerifyResponse,
+            ),
             *nemo_routes.operations(),
-            Operation("POST", "/{tool_name}", "Call one of the 27 tools on the session's tables", dict[str, Any],
-                      ToolOutput, extra_responses={400: "the session was never seeded"}),
+            Operation(
+                "POST",
+                "/{tool_name}",
+                "Call one of the 27 tools on the session's tables",
+                dict[str, Any],
+                ToolOutput,
+                extra_responses={400: "the session was never seeded"},
+            ),
         ],
         api_title="workplace_assistant (NeMo Gym 0.7.0 resources server)",
     )

@@ -55,9 +55,7 @@ __all__ = [
 
 
 def canonical_json(obj: Any) -> bytes:
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 # --------------------------------------------------------------------------- bases
@@ -138,9 +136,7 @@ def _check_layout(tables: Mapping[str, Mapping[str, Any]]) -> None:
         raise InvalidSessionState(f"containers: missing {sorted(missing)}, extra {sorted(extra)}")
     for container, attrs in TABLE_LAYOUT.items():
         if set(tables[container]) != set(attrs):
-            raise InvalidSessionState(
-                f"{container}: tables {sorted(tables[container])}, expected {sorted(attrs)}"
-            )
+            raise InvalidSessionState(f"{container}: tables {sorted(tables[container])}, expected {sorted(attrs)}")
 
 
 def _validation_error(exc: ValidationError) -> InvalidSessionState:
@@ -182,9 +178,7 @@ def encode_tables(tables: Mapping[TableKey, pd.DataFrame], base: PristineTables)
     return {"schema_version": SCHEMA_VERSION, "base": view.digest, "tables": nested}
 
 
-def decode_session(
-    state: Mapping[str, Any], bases: Mapping[str, PristineTables]
-) -> WorkplaceEnvironment:
+def decode_session(state: Mapping[str, Any], bases: Mapping[str, PristineTables]) -> WorkplaceEnvironment:
     """Rebuild a session from its state; ``bases`` maps digest -> pristine tables."""
     _check_version(state)
     try:

@@ -21,7 +21,6 @@ by type and value, with NaN kept apart from ``None`` and -0.0 apart from 0.0.
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -173,7 +172,7 @@ def _same_cell(x: Any, y: Any) -> bool:
         return x == y and math.copysign(1.0, x) == math.copysign(1.0, y)
     try:
         return bool(x == y)
-    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
+    except Exception as exc:
         raise _StoreFull from exc
 
 
@@ -196,7 +195,7 @@ def _changed_objects(t: np.ndarray, bt: BaseTable, i: int, kept: np.ndarray | No
         base_types, b_nan = base_types[kept], b_nan[kept]
     try:
         diff = np.asarray(t != b, dtype=bool) | np.asarray(_type_of(t) != base_types, dtype=bool)
-    except Exception as exc:  # noqa: BLE001 - an odd cell object; the full encoding judges it
+    except Exception as exc:
         raise _StoreFull from exc
     # Same-typed equal floats may still differ in sign (-0.0); NaN in the base needs a NaN.
     recheck = np.flatnonzero((diff & b_nan) | (~diff & (base_types == float)))
@@ -271,7 +270,11 @@ def _encode_table_diff(df: pd.DataFrame, bt: BaseTable) -> dict[str, Any]:
     if not bt.diffable or not _index_identical(df.columns, base.columns):
         raise _StoreFull
     index = df.index
-    if index.name != base.index.name or index.dtype != np.dtype("int64") or type(index) not in (pd.RangeIndex, pd.Index):
+    if (
+        index.name != base.index.name
+        or index.dtype != np.dtype("int64")
+        or type(index) not in (pd.RangeIndex, pd.Index)
+    ):
         raise _StoreFull
     columns = list(iter_column_arrays(df))
     kinds = [dtype_name(dtype) for _, dtype, _ in columns]

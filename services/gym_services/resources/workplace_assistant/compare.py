@@ -51,9 +51,7 @@ def table_differences(left: pd.DataFrame, right: pd.DataFrame) -> list[str]:
             continue
         for row, (x, y) in enumerate(zip(a, b, strict=True)):
             if _cell_kind(x) != _cell_kind(y):
-                problems.append(
-                    f"column {col!r} row {row}: {_cell_kind(x)} != {_cell_kind(y)} ({x!r} vs {y!r})"
-                )
+                problems.append(f"column {col!r} row {row}: {_cell_kind(x)} != {_cell_kind(y)} ({x!r} vs {y!r})")
                 break
     return problems
 

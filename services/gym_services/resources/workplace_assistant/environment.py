@@ -76,9 +76,7 @@ def _read_str_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
 def load_tables_from_csv(csv_dir: Path = CSV_DIR) -> dict[TableKey, pd.DataFrame]:
     """Read all seven tables from disk (called once per process via :func:`pristine_tables`)."""
     tables: dict[TableKey, pd.DataFrame] = {
-        DIRECTORY: _read_str_csv(
-            csv_dir / "raw/email_addresses.csv", header=None, names=["email_address"]
-        ),
+        DIRECTORY: _read_str_csv(csv_dir / "raw/email_addresses.csv", header=None, names=["email_address"]),
     }
     for key, rel in _PROCESSED_CSV.items():
         tables[key] = _read_str_csv(csv_dir / rel)
@@ -128,7 +126,7 @@ class WorkplaceEnvironment:
     reused without encoding it again.
     """
 
-    __slots__ = ("_tables", "base", "_shared", "_token", "_captured")
+    __slots__ = ("_captured", "_shared", "_tables", "_token", "base")
 
     def __init__(
         self, tables: dict[TableKey, pd.DataFrame], base: PristineTables, *, shared: bool | frozenset[TableKey] = False

@@ -42,7 +42,9 @@ def test_tokens_split_words_and_characters_so_text_does_not_re_tokenize_to_the_s
     text = " wonderful 東京"
     ids = encode(text)
     assert len(ids) > len(pieces(text))  # words are split
-    cut_in_char = next(k for k in range(1, len(ids)) if decode_bytes(ids[:k]).decode("utf-8", "replace").endswith("\ufffd"))
+    cut_in_char = next(
+        k for k in range(1, len(ids)) if decode_bytes(ids[:k]).decode("utf-8", "replace").endswith("\ufffd")
+    )
     prefix_text = decode_bytes(ids[:cut_in_char]).decode("utf-8", "ignore")
     assert encode(prefix_text) != ids[:cut_in_char]  # the re-tokenized prefix is not what was generated
     # continuing from the bytes tokenizes the rest of the piece on its own
@@ -50,7 +52,11 @@ def test_tokens_split_words_and_characters_so_text_does_not_re_tokenize_to_the_s
 
 
 def test_the_chat_template_reads_back() -> None:
-    turns = [("system", "be brief"), ("user", "hi <|im_start|> é"), ("assistant", 'x<tool_call>{"name": "f"}</tool_call>')]
+    turns = [
+        ("system", "be brief"),
+        ("user", "hi <|im_start|> é"),
+        ("assistant", 'x<tool_call>{"name": "f"}</tool_call>'),
+    ]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     prompt = render_chat(turns, tools)
     answer = encode("Sure, é")

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
-
-from gym_services.models import tool_markup
-from gym_services.models.inference_worker.tokenizer import EOS, decode_bytes, encode
 from tests.services.models.inference_worker.worker_client import (
     complete,
     complete_stream,
@@ -18,6 +14,9 @@ from tests.services.models.inference_worker.worker_client import (
     worker_app,
 )
 from tests.support.asgi import serve
+
+from gym_services.models import tool_markup
+from gym_services.models.inference_worker.tokenizer import EOS, decode_bytes, encode
 
 CASES = first_turn_cases()
 CASE_IDS = [f"{policy}-{i}" for i, (policy, _) in enumerate(CASES)]
@@ -99,7 +98,9 @@ async def test_top_logprobs_and_token_names() -> None:
     assert "".join(e["token"] for e in entries[:3]) == text  # plain token names without return_tokens_as_token_ids
     for e in entries:
         assert len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["logprob"] == e["logprob"]
-        assert [t["logprob"] for t in e["top_logprobs"]] == sorted((t["logprob"] for t in e["top_logprobs"]), reverse=True)
+        assert [t["logprob"] for t in e["top_logprobs"]] == sorted(
+            (t["logprob"] for t in e["top_logprobs"]), reverse=True
+        )
 
 
 async def test_refusals() -> None:
@@ -117,7 +118,9 @@ async def test_refusals() -> None:
         unknown = await complete(client, "lean-refine", body, expect=404)
         assert unknown["error"]["code"] == "model_not_found"
         messages = [*body["messages"], {"role": "assistant", "content": "I"}]
-        text_continuation = await complete(client, policy, {**body, "messages": messages, "continue_final_message": True}, expect=400)
+        text_continuation = await complete(
+            client, policy, {**body, "messages": messages, "continue_final_message": True}, expect=400
+        )
         assert "token ids" in text_continuation["error"]["message"]
         empty = await complete(client, policy, {"messages": []}, expect=400)
         assert empty["error"]["code"] == "bad_request"
@@ -149,13 +152,21 @@ async def test_continuous_usage_on_every_chunk() -> None:
     async with serve(worker_app()) as client:
         resp = await client.post(
             "/v1/chat/completions",
-            json={"model": policy, **body, "stream": True,
-                  "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+            json={
+                "model": policy,
+                **body,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
         )
     chunks = [e for e in parse_sse(resp.text) if isinstance(e, dict)]
     emitted = 0
     for chunk in chunks[:-1]:
-        if chunk["choices"] and chunk["choices"][0]["delta"].get("content") is not None and "role" not in chunk["choices"][0]["delta"]:
+        if (
+            chunk["choices"]
+            and chunk["choices"][0]["delta"].get("content") is not None
+            and "role" not in chunk["choices"][0]["delta"]
+        ):
             emitted += 1
         assert chunk["usage"]["completion_tokens"] == emitted
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == emitted

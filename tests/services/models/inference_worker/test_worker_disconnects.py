@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from tests.services.models.inference_worker.worker_client import first_turn_cases
 from tests.services.models.procs import ServerProcess, running
 
@@ -65,7 +64,7 @@ def _stream_and_half_close(url: str, body: dict, after_bytes: int) -> tuple[int,
         if not line.startswith("data: {"):
             continue
         try:
-            chunk = json.loads(line[len("data: "):])
+            chunk = json.loads(line[len("data: ") :])
         except json.JSONDecodeError:
             continue  # a line cut by the chunked framing: never a token line (each is written whole)
         for choice in chunk.get("choices") or []:

@@ -39,11 +39,20 @@ def first_turn_cases() -> list[tuple[str, dict[str, Any]]]:
             cases.append((policy, {"messages": chat_messages(task), "tools": chat_tools(task)}))
     for task in load_tasks("math_formal_lean"):
         cases.append(("lean-refine", {"messages": chat_messages(task)}))
-    for task, hand in zip(load_tasks("blackjack"), ["[8, 5] = 13\nDealer shows: A", "[A, 7] = 18\nDealer shows: 9",
-                                                   "[10, 2] = 12\nDealer shows: 4", "[Q, K] = 20\nDealer shows: 10",
-                                                   "[3, 4] = 7\nDealer shows: 6"]):
+    for task, hand in zip(
+        load_tasks("blackjack"),
+        [
+            "[8, 5] = 13\nDealer shows: A",
+            "[A, 7] = 18\nDealer shows: 9",
+            "[10, 2] = 12\nDealer shows: 4",
+            "[Q, K] = 20\nDealer shows: 10",
+            "[3, 4] = 7\nDealer shows: 6",
+        ],
+    ):
         observation = f"Your hand: {hand}\nRespond with <action>hit</action> or <action>stand</action>."
-        cases.append(("blackjack-basic", {"messages": [*chat_messages(task), {"role": "user", "content": observation}]}))
+        cases.append(
+            ("blackjack-basic", {"messages": [*chat_messages(task), {"role": "user", "content": observation}]})
+        )
     return cases
 
 
@@ -93,27 +102,52 @@ async def complete_stream(client: httpx.AsyncClient, model: str, body: dict[str,
     if calls:  # read as a tool-parsing client does: the calls, and the text before them
         message["tool_calls"] = calls
         message["content"] = tool_markup.parse(content).content or None
-    return {"id": chunks[0]["id"], "message": message, "finish_reason": finish, "usage": usage,
-            "prompt_token_ids": chunks[0].get("prompt_token_ids"), "token_ids": ids, "log_probs": log_probs}
+    return {
+        "id": chunks[0]["id"],
+        "message": message,
+        "finish_reason": finish,
+        "usage": usage,
+        "prompt_token_ids": chunks[0].get("prompt_token_ids"),
+        "token_ids": ids,
+        "log_probs": log_probs,
+    }
 
 
 async def continue_ids(
     client: httpx.AsyncClient, model: str, prompt: list[int], stream: bool = False, **fields: Any
 ) -> dict[str, Any]:
     """``/v1/completions`` from a token-id prompt, as vLLM's adapter asks: text, ids, log-probs, finish."""
-    body = {"model": model, "prompt": prompt, "logprobs": 0, "return_tokens_as_token_ids": True,
-            "return_token_ids": True, "stream": stream, **fields}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "logprobs": 0,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+        "stream": stream,
+        **fields,
+    }
     resp = await client.post("/v1/completions", json=body)
     assert resp.status_code == 200, resp.text
     if not stream:
         choice = resp.json()["choices"][0]
         ids = [int(t.removeprefix("token_id:")) for t in choice["logprobs"]["tokens"]]
         assert ids == choice["token_ids"]
-        return {"text": choice["text"], "token_ids": ids, "log_probs": choice["logprobs"]["token_logprobs"],
-                "prompt_token_ids": choice["prompt_token_ids"], "finish_reason": choice["finish_reason"]}
+        return {
+            "text": choice["text"],
+            "token_ids": ids,
+            "log_probs": choice["logprobs"]["token_logprobs"],
+            "prompt_token_ids": choice["prompt_token_ids"],
+            "finish_reason": choice["finish_reason"],
+        }
     events = parse_sse(resp.text)
     assert events[-1] == "[DONE]"
-    out: dict[str, Any] = {"text": "", "token_ids": [], "log_probs": [], "prompt_token_ids": None, "finish_reason": None}
+    out: dict[str, Any] = {
+        "text": "",
+        "token_ids": [],
+        "log_probs": [],
+        "prompt_token_ids": None,
+        "finish_reason": None,
+    }
     for chunk in (e for e in events[:-1] if isinstance(e, dict)):
         assert chunk["object"] == "text_completion"
         for choice in chunk["choices"]:

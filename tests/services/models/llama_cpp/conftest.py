@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.llama_cpp import LlamaServer, llama_server_binary, tiny_model
 
 from gym_services.models.llama_cpp.tiny_model import TinyModel
-from tests.support.llama_cpp import LlamaServer, llama_server_binary, tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,9 @@ def tiny() -> TinyModel:
 
 
 @pytest.fixture(scope="module")
-def llama_server(llama_binary: Path, tiny: TinyModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+def llama_server(
+    llama_binary: Path, tiny: TinyModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
     server = LlamaServer(llama_binary, tiny, tmp_path_factory.mktemp("llama-server"))
     try:
         yield server
@@ -31,7 +33,9 @@ def llama_server(llama_binary: Path, tiny: TinyModel, tmp_path_factory: pytest.T
 
 
 @pytest.fixture(scope="module")
-def llama_fleet(llama_binary: Path, tiny: TinyModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LlamaServer]]:
+def llama_fleet(
+    llama_binary: Path, tiny: TinyModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[LlamaServer]]:
     servers: list[LlamaServer] = []
     try:
         for i in range(2):

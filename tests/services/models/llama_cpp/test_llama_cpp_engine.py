@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.services.models.policy_model.model_support import generation_of, ident, tokens_received, wait_until
+from tests.support.asgi import Control, base_config, serve
 from tokenizers import Tokenizer
 
 from gym_services.base.config import load_config
@@ -21,8 +23,6 @@ from gym_services.models.llama_cpp.tiny_model import MULTILINGUAL, training_text
 from gym_services.models.policy_model.app import Config, create_app
 from gym_services.models.policy_model.engines import TokenPrefix
 from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamConfig
-from tests.services.models.policy_model.model_support import generation_of, ident, tokens_received, wait_until
-from tests.support.asgi import Control, base_config, serve
 
 pytestmark = pytest.mark.e2e
 
@@ -40,15 +40,26 @@ RETRY = {"deadline_s": 60, "backoff_s": 0.05, "backoff_max_s": 0.3}
 
 
 def responses_body(prompt: str, mode: str, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
-    return {"model": "tiny", "input": [{"role": "user", "content": prompt}], "max_output_tokens": max_tokens,
-            **MODES[mode][0]}
+    return {
+        "model": "tiny",
+        "input": [{"role": "user", "content": prompt}],
+        "max_output_tokens": max_tokens,
+        **MODES[mode][0],
+    }
 
 
 def policy_app(urls: list[str], mode: str, **extra: Any):
-    upstream = {"base_url": [f"{u}/v1" for u in urls], "engine": "llama.cpp", "extra_body": MODES[mode][1],
-                "health_interval_s": 0.2}
-    return create_app(load_config(Config, overrides=base_config(
-        "policy_model", upstream=upstream, return_token_id_information=True, **extra)))
+    upstream = {
+        "base_url": [f"{u}/v1" for u in urls],
+        "engine": "llama.cpp",
+        "extra_body": MODES[mode][1],
+        "health_interval_s": 0.2,
+    }
+    return create_app(
+        load_config(
+            Config, overrides=base_config("policy_model", upstream=upstream, return_token_id_information=True, **extra)
+        )
+    )
 
 
 def token_info(response: dict[str, Any]) -> tuple[list[int], list[int], list[float]]:
@@ -57,22 +68,32 @@ def token_info(response: dict[str, Any]) -> tuple[list[int], list[int], list[flo
 
 
 def output_text(response: dict[str, Any]) -> str:
-    return "".join(part.get("text", "") for item in response["output"] if item.get("type") == "message"
-                   for part in item.get("content", []))
+    return "".join(
+        part.get("text", "")
+        for item in response["output"]
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+    )
 
 
-def assert_same_generation(got: dict[str, Any], expected: dict[str, Any], tolerance: float = LOG_PROB_TOLERANCE) -> None:
+def assert_same_generation(
+    got: dict[str, Any], expected: dict[str, Any], tolerance: float = LOG_PROB_TOLERANCE
+) -> None:
     got_prompt, got_ids, got_lps = token_info(got)
     prompt, ids, lps = token_info(expected)
     assert got_prompt == prompt
-    assert got_ids == ids, f"token ids differ from position {next(i for i, (a, b) in enumerate(zip(got_ids + [None], ids + [None])) if a != b)}"
+    assert got_ids == ids, (
+        f"token ids differ from position {next(i for i, (a, b) in enumerate(zip(got_ids + [None], ids + [None])) if a != b)}"
+    )
     assert max((abs(a - b) for a, b in zip(got_lps, lps)), default=0.0) <= tolerance
     assert output_text(got) == output_text(expected)
 
 
 def piece_bytes(tokenizer: Tokenizer) -> list[bytes]:
     """Every id's bytes, from the tokenizer file (GPT-2's byte-to-character map undone); special tokens b""."""
-    chars = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     mapping = {c: c for c in chars}
     extra = 0
     for b in range(256):
@@ -134,8 +155,12 @@ async def test_the_generated_tokenizer_file_and_llama_server_tokenize_alike(llam
     chunks = [c for c in chunks if "<|" not in c]
     async with httpx.AsyncClient(timeout=60) as client:
         for chunk in chunks:
-            answer = (await client.post(f"{llama_server.url}/tokenize",
-                                        json={"content": chunk, "add_special": False, "parse_special": False})).json()
+            answer = (
+                await client.post(
+                    f"{llama_server.url}/tokenize",
+                    json={"content": chunk, "add_special": False, "parse_special": False},
+                )
+            ).json()
             assert answer["tokens"] == tokenizer.encode(chunk, add_special_tokens=False).ids, chunk
     assert len(chunks) > 50
 
@@ -148,10 +173,23 @@ async def test_token_ids_are_every_id_llama_server_generated_with_its_log_probs(
         response = await uninterrupted(llama_server.url, prompt, "greedy")
         prompt_ids, ids, lps = token_info(response)
         async with httpx.AsyncClient(timeout=60) as client:
-            whole = (await client.post(f"{llama_server.url}/completion", json={
-                "prompt": prompt_ids, "n_predict": len(ids), "temperature": 0, "return_tokens": True, "n_probs": 1,
-                "post_sampling_probs": False, "cache_prompt": False, "top_k": 0, "min_p": 0, "stream": False,
-            })).json()
+            whole = (
+                await client.post(
+                    f"{llama_server.url}/completion",
+                    json={
+                        "prompt": prompt_ids,
+                        "n_predict": len(ids),
+                        "temperature": 0,
+                        "return_tokens": True,
+                        "n_probs": 1,
+                        "post_sampling_probs": False,
+                        "cache_prompt": False,
+                        "top_k": 0,
+                        "min_p": 0,
+                        "stream": False,
+                    },
+                )
+            ).json()
         assert ids == whole["tokens"]
         missing = incomplete_positions(ids, pieces)
         withheld += len(missing)
@@ -160,16 +198,22 @@ async def test_token_ids_are_every_id_llama_server_generated_with_its_log_probs(
         assert [e["id"] for e in reported] == [ids[i] for i in complete]
         assert max(abs(e["logprob"] - lps[i]) for e, i in zip(reported, complete)) <= LOG_PROB_TOLERANCE
         assert all(lp <= 0 for lp in lps) and len(lps) == len(ids)
-        assert output_text(response).encode() == codecs.decode(b"".join(pieces[t] for t in ids), "utf-8", "replace").encode()
+        assert (
+            output_text(response).encode()
+            == codecs.decode(b"".join(pieces[t] for t in ids), "utf-8", "replace").encode()
+        )
     assert withheld > 0, "no prompt made a token end inside a multi-byte character: the pitfall went untested"
 
 
-async def _continue(url: str, mode: str, prompt_ids: list[int], ids: list[int], lps: list[float], k: int,
-                    chat: dict[str, Any]) -> tuple[list[int], list[float], str]:
+async def _continue(
+    url: str, mode: str, prompt_ids: list[int], ids: list[int], lps: list[float], k: int, chat: dict[str, Any]
+) -> tuple[list[int], list[float], str]:
     upstream = Upstream(UpstreamConfig(base_url=f"{url}/v1", engine="llama.cpp", extra_body=MODES[mode][1]))
     await upstream.start()
     try:
-        request = upstream.engine.request(chat, TokenPrefix(tuple(prompt_ids), tuple(ids[:k]), tuple(lps[:k])), len(ids) - k)
+        request = upstream.engine.request(
+            chat, TokenPrefix(tuple(prompt_ids), tuple(ids[:k]), tuple(lps[:k])), len(ids) - k
+        )
         got_ids, got_lps, text = [], [], ""
         async with contextlib.aclosing(upstream.deltas(request, Halt())) as deltas:
             async for delta in deltas:
@@ -217,7 +261,9 @@ async def test_checkpoint_cuts_mid_generation_lose_nothing(llama_server, mode, t
         control = Control(client)
         for n, at in enumerate(rng.sample(range(2, total // 2), 3)):
             rid, cid = f"r-cut-{mode}-{n}", f"ck-{mode}-{n}"
-            call = asyncio.create_task(client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident(rid)))
+            call = asyncio.create_task(
+                client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident(rid))
+            )
             await tokens_received(client, rid, at)
             assert (await control.prepare(cid))["status"] == "prepared"
             gen = generation_of(client, rid)
@@ -232,7 +278,9 @@ async def test_checkpoint_cuts_mid_generation_lose_nothing(llama_server, mode, t
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-async def test_llama_server_killed_mid_generation_and_replaced(llama_binary, tiny, tmp_path, llama_server, mode) -> None:
+async def test_llama_server_killed_mid_generation_and_replaced(
+    llama_binary, tiny, tmp_path, llama_server, mode
+) -> None:
     """SIGKILL of the only llama-server mid-generation, a new one on its port: the generation continues from
     the ids it received and equals the uninterrupted one; nothing received is generated again."""
     from tests.support.llama_cpp import LlamaServer
@@ -243,7 +291,9 @@ async def test_llama_server_killed_mid_generation_and_replaced(llama_binary, tin
     server = LlamaServer(llama_binary, tiny, tmp_path / "restartable")
     try:
         async with serve(policy_app([server.url], mode, upstream_retry=RETRY)) as client:
-            call = asyncio.create_task(client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident("r-kill")))
+            call = asyncio.create_task(
+                client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident("r-kill"))
+            )
             gen = await tokens_received(client, "r-kill", total // 3)
             server.kill()
             await wait_until(lambda: gen.waiting_for_upstream, what="the generation to wait for its upstream")
@@ -267,8 +317,9 @@ async def test_fleet_of_two_llama_servers_fails_over_token_exactly(llama_fleet, 
     expected = {p: await uninterrupted(llama_server.url, p, mode) for p in PROMPTS}
     async with serve(policy_app([s.url for s in llama_fleet], mode, upstream_retry=RETRY)) as client:
         calls = {
-            f"r-fleet-{i}": asyncio.create_task(client.post(
-                "/v1/responses", json=responses_body(prompt, mode), headers=ident(f"r-fleet-{i}")))
+            f"r-fleet-{i}": asyncio.create_task(
+                client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident(f"r-fleet-{i}"))
+            )
             for i, prompt in enumerate(PROMPTS * 2)
         }
         await tokens_received(client, "r-fleet-0", 10)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from tests.services.models.procs import ServerProcess, running
 
 #: Slow enough that a generation of ~60 tokens takes ~2 s and each cut lands mid-stream.

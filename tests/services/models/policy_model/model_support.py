@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from tests.support.asgi import base_config, serve
 
 from gym_services.base.config import load_config
 from gym_services.models.inference_worker.policies.base import load_tasks
 from gym_services.models.policy_model.app import Config, create_app
 from gym_services.models.policy_model.generations import Generation
-from tests.support.asgi import base_config, serve
 
 
 def model_app(upstream_url: str, **extra: Any):
@@ -32,7 +32,10 @@ def requests_by_policy() -> dict[str, dict[str, Any]]:
     blackjack = _request("blackjack", 0, "blackjack-basic")
     blackjack["input"] = [
         *blackjack["input"],
-        {"role": "user", "content": "Your hand: [10, 6] = 16\nDealer shows: 9\nRespond with <action>hit</action> or <action>stand</action>."},
+        {
+            "role": "user",
+            "content": "Your hand: [10, 6] = 16\nDealer shows: 9\nRespond with <action>hit</action> or <action>stand</action>.",
+        },
     ]
     return {
         "workplace": _request("workplace_assistant", 3, "workplace-oracle"),

@@ -11,6 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
+from tests.services.models.procs import ServerProcess, start_server
+from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control.participant import InvalidState, RestoredRecord, Scope
@@ -19,9 +22,6 @@ from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerR
 from gym_services.models.policy_model.ledger_lineage import stamp
 from gym_services.models.policy_model.ledger_wire import LedgerEntry
 from gym_services.models.policy_model.responses import ResponsesRequest, request_digest
-from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
-from tests.services.models.procs import ServerProcess, start_server
-from tests.support.asgi import Control, base_config, serve
 
 
 def entry(rollout_id: str, call_id: str, generation: list[int], prompt: list[int] | None = None) -> dict[str, Any]:

@@ -8,8 +8,6 @@ import signal
 import time
 
 import pytest
-
-from gym_services.models import tool_markup
 from tests.services.models.policy_model.model_support import (
     REQUESTS,
     generation_of,
@@ -22,6 +20,8 @@ from tests.services.models.policy_model.model_support import (
     worker_tokens,
 )
 from tests.support.asgi import Control, serve
+
+from gym_services.models import tool_markup
 
 
 @pytest.mark.parametrize("name", ["workplace", "lean"])
@@ -57,7 +57,7 @@ async def test_prepare_cuts_in_flight_generation_and_resume_returns_uninterrupte
         assert live["tokens_reused"] == cut_at and live["tokens_generated"] == total
         assert live["cut"] == live["held"] == live["generations"] == 0
         metrics = (await client.get("/metrics")).text
-        assert f"gym_model_tokens_reused_total{{source=\"cut\"}} {float(cut_at)}" in metrics
+        assert f'gym_model_tokens_reused_total{{source="cut"}} {float(cut_at)}' in metrics
         assert f"gym_model_tokens_generated_total {float(total)}" in metrics
 
 
@@ -77,7 +77,9 @@ async def test_cut_keeps_every_token_the_worker_sent_while_the_reader_was_behind
         gen = generation_of(client, "r-behind")
         assert gen is not None and gen.state == "cut"
         generated = await worker_tokens(worker.url) - before
-        assert gen.completion_tokens == generated, f"the worker generated {generated} tokens, the prefix holds {gen.completion_tokens}"
+        assert gen.completion_tokens == generated, (
+            f"the worker generated {generated} tokens, the prefix holds {gen.completion_tokens}"
+        )
         assert 3 + 6 <= gen.completion_tokens < total
         await control.resume("ck-behind")
         assert (await asyncio.wait_for(call, 30)).json() == expected

@@ -6,9 +6,6 @@ import asyncio
 import json
 
 import pytest
-
-from gym_services.control.participant import InvalidState, RestoredRecord
-from gym_services.models.policy_model.prefixes import record_key
 from tests.services.models.policy_model.model_support import (
     REQUESTS,
     generation_of,
@@ -20,6 +17,9 @@ from tests.services.models.policy_model.model_support import (
 )
 from tests.support.asgi import Control, serve
 from tests.support.records import records, rewrite_record
+
+from gym_services.control.participant import InvalidState, RestoredRecord
+from gym_services.models.policy_model.prefixes import record_key
 
 
 async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
@@ -94,7 +94,9 @@ async def test_prefix_of_another_request_is_not_used(worker, fast_worker, tmp_pa
 
 
 async def test_scope_leaves_other_rollouts_out(worker, tmp_path) -> None:
-    committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-in", f"file://{tmp_path}", episodes=["r-other"])
+    committed, _ = await checkpoint_cut_generation(
+        worker.url, REQUESTS["lean"], "r-in", f"file://{tmp_path}", episodes=["r-other"]
+    )
     assert committed["records"] == 0 and committed["episodes"] == []
 
 
@@ -138,7 +140,9 @@ async def test_retire_and_newer_attempts_end_open_calls_with_409(worker) -> None
         await tokens_received(client, "r-next", 3)
         await control.prepare("ck-next")
         await control.resume("ck-next")
-        newer = asyncio.create_task(client.post("/v1/responses", json=REQUESTS["blackjack"], headers=ident("r-next", 1)))
+        newer = asyncio.create_task(
+            client.post("/v1/responses", json=REQUESTS["blackjack"], headers=ident("r-next", 1))
+        )
         ended = await asyncio.wait_for(old, 5)
         assert ended.status_code == 409 and ended.json()["error"]["code"] == "stale_attempt"
         assert (await asyncio.wait_for(newer, 30)).status_code == 200
@@ -148,6 +152,7 @@ async def test_retire_and_newer_attempts_end_open_calls_with_409(worker) -> None
 async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_path) -> None:
     location = f"file://{tmp_path}"
     committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-bad", location)
+
     def other_digest(blob: bytes) -> bytes:
         payload = json.loads(blob)
         payload["digest"] = "0" * 64  # no longer the prefix its key names
@@ -171,24 +176,123 @@ def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: 
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
-        ({"schema_version": 3, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 1}, "schema_version"),
-        ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": True,
-          "completion_tokens": 1}, "finish_reason"),
-        ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": -1}, "completion_tokens"),
-        ({"schema_version": 1, "rollout_id": "r", "attempt": 3, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 1}, "manifest identity"),
-        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 1}, "needs token_ids"),
-        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 1, "prompt_token_ids": [1], "token_ids": [20], "log_probs": []}, "1 token_ids but 0 log_probs"),
-        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 2, "prompt_token_ids": [1], "token_ids": [20], "log_probs": [-1.0]}, "completion_tokens 2"),
-        ({"schema_version": 2, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 1, "token_ids": [20], "log_probs": [-1.0]}, "prompt's token ids"),
-        ({"schema_version": 1, "rollout_id": "r", "attempt": 0, "digest": "a" * 64, "text": "x", "complete": False,
-          "completion_tokens": 1, "token_ids": [20]}, "schema 1 record holds no token ids"),
+        (
+            {
+                "schema_version": 3,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 1,
+            },
+            "schema_version",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": True,
+                "completion_tokens": 1,
+            },
+            "finish_reason",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": -1,
+            },
+            "completion_tokens",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "rollout_id": "r",
+                "attempt": 3,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 1,
+            },
+            "manifest identity",
+        ),
+        (
+            {
+                "schema_version": 2,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 1,
+            },
+            "needs token_ids",
+        ),
+        (
+            {
+                "schema_version": 2,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 1,
+                "prompt_token_ids": [1],
+                "token_ids": [20],
+                "log_probs": [],
+            },
+            "1 token_ids but 0 log_probs",
+        ),
+        (
+            {
+                "schema_version": 2,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 2,
+                "prompt_token_ids": [1],
+                "token_ids": [20],
+                "log_probs": [-1.0],
+            },
+            "completion_tokens 2",
+        ),
+        (
+            {
+                "schema_version": 2,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 1,
+                "token_ids": [20],
+                "log_probs": [-1.0],
+            },
+            "prompt's token ids",
+        ),
+        (
+            {
+                "schema_version": 1,
+                "rollout_id": "r",
+                "attempt": 0,
+                "digest": "a" * 64,
+                "text": "x",
+                "complete": False,
+                "completion_tokens": 1,
+                "token_ids": [20],
+            },
+            "schema 1 record holds no token ids",
+        ),
     ],
 )
 async def test_prefix_record_validation(worker, payload: dict, problem: str) -> None:
@@ -200,7 +304,9 @@ async def test_prefix_record_validation(worker, payload: dict, problem: str) -> 
     assert manager.staged == {}
 
 
-async def test_delivered_reply_in_transit_is_committed_and_answered_after_restore(worker, fast_worker, tmp_path) -> None:
+async def test_delivered_reply_in_transit_is_committed_and_answered_after_restore(
+    worker, fast_worker, tmp_path
+) -> None:
     """A response delivered just before prepare may not have reached the agent, whose boundary is then
     before that generation: the model keeps each rollout's last delivered response until the rollout
     calls again and commits it, so the restored model answers the re-issue without generating."""

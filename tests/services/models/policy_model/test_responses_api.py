@@ -7,6 +7,9 @@ import json
 import time
 
 import pytest
+from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app, reference, tokens_received
+from tests.services.models.procs import free_port
+from tests.support.asgi import Control, serve
 
 from gym_services.base.errors import ApiError
 from gym_services.models import tool_markup
@@ -16,9 +19,6 @@ from gym_services.models.policy_model.responses import (
     chat_body,
     request_digest,
 )
-from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app, reference, tokens_received
-from tests.services.models.procs import free_port
-from tests.support.asgi import Control, serve
 
 
 def test_input_items_become_chat_messages() -> None:
@@ -27,10 +27,14 @@ def test_input_items_become_chat_messages() -> None:
         instructions="Be brief.",
         input=[
             {"role": "system", "content": "sys"},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi "}, {"type": "input_text", "text": "there"}]},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "hi "}, {"type": "input_text", "text": "there"}],
+            },
             {"type": "reasoning", "summary": []},
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Calling."}]},
-            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\": 1}"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
             {"type": "function_call", "call_id": "c2", "name": "g", "arguments": {"b": 2}},
             {"type": "function_call_output", "call_id": "c1", "output": "one"},
             {"type": "function_call_output", "call_id": "c2", "output": {"x": 1}},
@@ -52,15 +56,17 @@ def test_input_items_become_chat_messages() -> None:
             "role": "assistant",
             "content": "Calling.",
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
-                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{\"b\": 2}"}},
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
+                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": '{"b": 2}'}},
             ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "one"},
-        {"role": "tool", "tool_call_id": "c2", "content": "{\"x\": 1}"},
+        {"role": "tool", "tool_call_id": "c2", "content": '{"x": 1}'},
         {"role": "system", "content": "dev"},
     ]
-    assert body["tools"] == [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]
+    assert body["tools"] == [
+        {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}
+    ]
     assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert body["parallel_tool_calls"] is False and body["temperature"] == 0.5
     assert "max_tokens" not in body  # the generation applies the budget (minus any prefix)
@@ -83,7 +89,9 @@ def test_malformed_input_items_are_400(bad: list) -> None:
 
 def test_digest_ignores_stream_and_nulls_but_not_content() -> None:
     base = {"model": "m", "input": "hello"}
-    assert request_digest(ResponsesRequest(**base)) == request_digest(ResponsesRequest(**base, stream=False, metadata=None))
+    assert request_digest(ResponsesRequest(**base)) == request_digest(
+        ResponsesRequest(**base, stream=False, metadata=None)
+    )
     assert request_digest(ResponsesRequest(**base)) != request_digest(ResponsesRequest(model="m", input="hello!"))
 
 
@@ -97,8 +105,13 @@ def test_output_items_ids_and_incomplete() -> None:
     assert len({i["call_id"] for i in done["output"][1:]}) == 2
     assert done == build_response(request, "d" * 64, "m", text, "tool_calls", 5, 7, 0.0)  # deterministic
     assert done["status"] == "completed" and done["incomplete_details"] is None
-    assert done["usage"] == {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 7,
-                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12}
+    assert done["usage"] == {
+        "input_tokens": 5,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 7,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 12,
+    }
     cut = build_response(request, "d" * 64, "m", "Sure, I will", "length", 5, 3, 0.0)
     assert cut["status"] == "incomplete" and cut["incomplete_details"] == {"reason": "max_output_tokens"}
     assert cut["output"][0]["status"] == "completed"  # the item, as NeMo Gym's vllm_model writes it

@@ -7,9 +7,6 @@ import json
 from typing import Any
 
 import pytest
-
-from gym_services.models.policy_model.responses import ResponsesRequest, build_response
-from gym_services.models.policy_model.stream_events import encode_sse, response_events
 from tests.services.models.policy_model.model_support import (
     REQUESTS,
     ident,
@@ -19,6 +16,9 @@ from tests.services.models.policy_model.model_support import (
     worker_tokens,
 )
 from tests.support.asgi import Control, serve
+
+from gym_services.models.policy_model.responses import ResponsesRequest, build_response
+from gym_services.models.policy_model.stream_events import encode_sse, response_events
 
 
 def parse_sse(raw: str) -> list[dict[str, Any]]:

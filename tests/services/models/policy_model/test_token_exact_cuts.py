@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx
 import pytest
-
-from gym_services.models import tool_markup
-from gym_services.models.inference_worker.tokenizer import decode_bytes
 from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
 from tests.services.models.procs import ServerProcess, running, start_server
 from tests.support.asgi import Control, base_config, serve
 from tests.support.records import records
+
+from gym_services.models import tool_markup
+from gym_services.models.inference_worker.tokenizer import decode_bytes
 
 pytestmark = pytest.mark.e2e
 
@@ -83,13 +83,17 @@ def cut_kinds(ids: list[int]) -> set[str]:
 def inside_word(ids: list[int], full: list[int]) -> bool:
     """The cut splits a word: the last char before and the first char after are both word characters."""
     before = decode_bytes(ids).decode("utf-8", "ignore")
-    after = decode_bytes(full[len(ids):]).decode("utf-8", "ignore")
+    after = decode_bytes(full[len(ids) :]).decode("utf-8", "ignore")
     return bool(before and after and before[-1].isalnum() and after[0].isalnum())
 
 
 def positions(full: list[int], kind: str, margin: int = 4) -> list[int]:
     """Every token position whose cut is of ``kind``, widened by ``margin`` on each side of the region."""
-    hits = [k for k in range(1, len(full) - 1) if kind in cut_kinds(full[:k]) or (kind == "inside a word" and inside_word(full[:k], full))]
+    hits = [
+        k
+        for k in range(1, len(full) - 1)
+        if kind in cut_kinds(full[:k]) or (kind == "inside a word" and inside_word(full[:k], full))
+    ]
     assert hits, kind
     return list(range(max(1, hits[0] - margin), min(len(full) - 1, hits[-1] + margin) + 1))
 
@@ -133,7 +137,9 @@ def paced_worker(tmp_path: Path) -> Iterator[ServerProcess]:
         yield proc
 
 
-async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(paced_worker, fast_worker, tmp_path) -> None:
+async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(
+    paced_worker, fast_worker, tmp_path
+) -> None:
     expected = {name: await uninterrupted(fast_worker.url, request(name)) for name in ("lean", "workplace")}
     full_ids = {name: tokens_of(resp)[1] for name, resp in expected.items()}
     stop = stops(full_ids)
@@ -194,7 +200,10 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(pace
             assert restored["records"] == len(records)
             await control.resume(final)
             answers = await asyncio.gather(
-                *(client.post("/v1/responses", json=body, headers=ident(rollout, 1)) for rollout, body in bodies.items())
+                *(
+                    client.post("/v1/responses", json=body, headers=ident(rollout, 1))
+                    for rollout, body in bodies.items()
+                )
             )
             live = (await control.status())["live"]
     finally:
@@ -223,9 +232,12 @@ async def test_worker_failover_continues_every_cut_token_exactly(fast_worker, tm
     dying = start_server("inference_worker", {"tokens_per_second": TPS}, tmp_path / "dying")
     try:
         with running("inference_worker", {"tokens_per_second": TPS}, tmp_path / "survivor") as survivor:
-            app = model_app(dying.url, upstream={"base_url": [f"{dying.url}/v1", f"{survivor.url}/v1"], "health_interval_s": 0.2},
-                            upstream_retry={"deadline_s": 60, "backoff_s": 0.05, "backoff_max_s": 0.3},
-                            return_token_id_information=True)
+            app = model_app(
+                dying.url,
+                upstream={"base_url": [f"{dying.url}/v1", f"{survivor.url}/v1"], "health_interval_s": 0.2},
+                upstream_retry={"deadline_s": 60, "backoff_s": 0.05, "backoff_max_s": 0.3},
+                return_token_id_information=True,
+            )
             async with serve(app) as client:
                 calls = await start_staggered(client, "workplace", 6)
                 calls.update(await start_staggered(client, "lean", 8))
@@ -233,8 +245,10 @@ async def test_worker_failover_continues_every_cut_token_exactly(fast_worker, tm
                 dying.kill()
                 # the generations that were streaming from it when it died, each at its own position
                 mid_stream = {
-                    g.identity.rollout_id for g in app.state.generations.live.values()
-                    if g.identity is not None and 0 < len(g.token_ids) < len(full_ids[g.identity.rollout_id.split("-")[0]])
+                    g.identity.rollout_id
+                    for g in app.state.generations.live.values()
+                    if g.identity is not None
+                    and 0 < len(g.token_ids) < len(full_ids[g.identity.rollout_id.split("-")[0]])
                 }
                 answers = {rollout: await asyncio.wait_for(task, 120) for rollout, task in calls.items()}
                 live = (await Control(client).status())["live"]

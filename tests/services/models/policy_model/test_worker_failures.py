@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.services.models.policy_model.conftest import TOKENS_PER_SECOND
 from tests.services.models.policy_model.model_support import (
     REQUESTS,

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from gym_services.base.config import ConfigError, load_config
-from gym_services.models.inference_worker.generation import read_token_mirror
-from gym_services.models.policy_model.app import Config
-from gym_services.models.policy_model.fleet import Fleet
 from tests.services.models.policy_model.conftest import TOKENS_PER_SECOND
 from tests.services.models.policy_model.model_support import (
     REQUESTS,
-    generations,
     ident,
     model_app,
     reference,
@@ -27,6 +21,11 @@ from tests.services.models.policy_model.model_support import (
 )
 from tests.services.models.procs import ServerProcess, start_server
 from tests.support.asgi import Control, base_config, serve
+
+from gym_services.base.config import ConfigError, load_config
+from gym_services.models.inference_worker.generation import read_token_mirror
+from gym_services.models.policy_model.app import Config
+from gym_services.models.policy_model.fleet import Fleet
 
 WORKERS = 4
 STREAMS = 64
@@ -93,7 +92,9 @@ async def test_resolve_turns_a_service_name_into_one_worker_per_address() -> Non
 
 
 def test_fleet_configs_are_checked() -> None:
-    ok = load_config(Config, overrides=base_config("policy_model", upstream={"base_url": "http://127.0.0.1:{8000..8003}/v1"}))
+    ok = load_config(
+        Config, overrides=base_config("policy_model", upstream={"base_url": "http://127.0.0.1:{8000..8003}/v1"})
+    )
     assert len(Fleet(ok.upstream.base_url).workers) == 4
     for bad in (
         {"base_url": []},
@@ -121,7 +122,9 @@ async def test_the_fleet_counts_per_worker_exactly_the_tokens_the_worker_generat
             assert response.status_code == 200, response.text
             generated = await worker_tokens(fast_worker.url) - before
             assert generated == response.json()["usage"]["output_tokens"] > 0, kind
-            assert (worker.tokens_received - received, worker.finished_tokens - finished) == (generated, generated), kind
+            assert (worker.tokens_received - received, worker.finished_tokens - finished) == (generated, generated), (
+                kind
+            )
             calls += any(item["type"] == "function_call" for item in response.json()["output"])
     assert calls  # a generation ending in tool calls was among them
 
@@ -144,8 +147,14 @@ def fleet_workers(tmp_path: Path) -> Iterator[Callable[[], list[tuple[ServerProc
             mirror = tmp_path / f"fleet-{fleet}" / f"tokens-{i}" / "inference_worker.tokens"
             # half the usual pace: 64 streams take a while to start on a busy machine, and the victim should still
             # be generating once every one has (the pace makes it likely; the test checks that it was)
-            config = {"tokens_per_second": TOKENS_PER_SECOND / 2, "time_to_first_token_s": 0.05, "stats_dir": str(mirror.parent)}
-            procs.append((start_server("inference_worker", config, tmp_path / f"fleet-{fleet}" / f"worker-{i}"), mirror))
+            config = {
+                "tokens_per_second": TOKENS_PER_SECOND / 2,
+                "time_to_first_token_s": 0.05,
+                "stats_dir": str(mirror.parent),
+            }
+            procs.append(
+                (start_server("inference_worker", config, tmp_path / f"fleet-{fleet}" / f"worker-{i}"), mirror)
+            )
         return procs[-WORKERS:]
 
     try:
@@ -172,7 +181,8 @@ async def _kill_a_streaming_worker(workers: list[tuple[ServerProcess, Path]], fa
     victim, victim_mirror = workers[1]
     async with serve(app) as client:
         tasks = [
-            asyncio.create_task(client.post("/v1/responses", json=REQUESTS[kind], headers=ident(rid))) for rid, kind in calls
+            asyncio.create_task(client.post("/v1/responses", json=REQUESTS[kind], headers=ident(rid)))
+            for rid, kind in calls
         ]
 
         # every stream opened, and the victim generating by its own count: on a busy machine this process reads
@@ -233,9 +243,14 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
         if cut_short > 0 and reused > 0:
             break
         missed.append((cut_short, reused))
-        warnings.warn(f"the worker kill cut short {cut_short} generations with {reused} tokens streamed: retrying on a fresh fleet", stacklevel=1)
+        warnings.warn(
+            f"the worker kill cut short {cut_short} generations with {reused} tokens streamed: retrying on a fresh fleet",
+            stacklevel=1,
+        )
     else:
-        pytest.fail(f"in {ATTEMPTS} attempts the kill never caught the victim mid-stream (cut short, tokens reused): {missed}")
+        pytest.fail(
+            f"in {ATTEMPTS} attempts the kill never caught the victim mid-stream (cut short, tokens reused): {missed}"
+        )
 
 
 async def test_a_restarted_worker_is_taken_back_by_the_health_probe(tmp_path: Path) -> None:
@@ -244,7 +259,9 @@ async def test_a_restarted_worker_is_taken_back_by_the_health_probe(tmp_path: Pa
     second = start_server("inference_worker", config, tmp_path / "b")
     port = int(second.url.rsplit(":", 1)[1])
     try:
-        app = model_app(first.url, upstream={"base_url": [f"{first.url}/v1", f"{second.url}/v1"], "health_interval_s": 0.1})
+        app = model_app(
+            first.url, upstream={"base_url": [f"{first.url}/v1", f"{second.url}/v1"], "health_interval_s": 0.1}
+        )
         async with serve(app) as client:
             fleet = app.state.generations.upstream.fleet
             second.kill()

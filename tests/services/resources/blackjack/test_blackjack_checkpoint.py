@@ -6,14 +6,14 @@ import asyncio
 import json
 
 import pytest
+from tests.support.asgi import Control, base_config, serve
+from tests.support.records import records, rewrite_record
 
 from gym_services.base.config import load_config
 from gym_services.resources.blackjack import state as state_module
 from gym_services.resources.blackjack.app import SEED_HEADER, Config, create_app, derive_seed
 from gym_services.resources.blackjack.game import Episode, Shoe
 from gym_services.resources.blackjack.state import EpisodeStore
-from tests.support.asgi import Control, base_config, serve
-from tests.support.records import records, rewrite_record
 
 #: seed 36 lets the player hit three times and stand, then the dealer draws three cards
 LONG = (36, ["hit", "hit", "hit", "stand"])
@@ -34,14 +34,30 @@ RCP = {"input": [{"role": "user", "content": "Deal me in."}]}
 
 
 def model_response(text: str) -> dict:
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_1", "created_at": 0.0, "model": "policy", "object": "response", "output": [message],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_1",
+        "created_at": 0.0,
+        "model": "policy",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def act(action: str) -> dict:
-    return {"responses_create_params": RCP, "response": model_response(f"My total decides it. <action>{action}</action>")}
+    return {
+        "responses_create_params": RCP,
+        "response": model_response(f"My total decides it. <action>{action}</action>"),
+    }
 
 
 def reset_body(seed: int | None = None, **extra) -> dict:
@@ -105,7 +121,11 @@ async def test_long_game_draws_dealer_cards_after_restore(tmp_path) -> None:
     expected = await uninterrupted(*LONG, "task0-0")
     final = expected[-1]
     assert final["info"] == {
-        "result": "win", "player": "[7, 2, A, 6, 3]", "player_value": 19, "dealer": "[2, A, 2, 10, Q]", "dealer_value": 25,
+        "result": "win",
+        "player": "[7, 2, A, 6, 3]",
+        "player_value": 19,
+        "dealer": "[2, A, 2, 10, Q]",
+        "dealer_value": 25,
     }
     assert expected[0]["info"] == {}
     assert await checkpointed(f"file://{tmp_path}", *LONG, 3, "task0-0") == expected
@@ -123,6 +143,7 @@ async def test_mutation_reseeding_on_restore_breaks_equivalence(tmp_path, monkey
 
 async def test_seed_sources() -> None:
     async with serve(fresh_app()) as client:
+
         async def seed_of(body: dict, headers: dict | None = None) -> int:
             reply = await client.post("/reset", json=body, headers=headers)
             assert reply.status_code == 200 and reply.json()["info"] == {}, reply.text
@@ -134,8 +155,14 @@ async def test_seed_sources() -> None:
         other = await seed_of(reset_body(), ident("task7-1"))
         random_a, random_b = await seed_of(reset_body()), await seed_of(reset_body())
         observation = (await client.post("/reset", json=reset_body(36))).json()["observation"]
-        bad_seeds = ({"seed": -1}, {"seed": 2**64}, {"seed": True}, {"seed": "36"}, {"extra": {"seed": "36"}},
-                     {"extra": {"seed": True}})
+        bad_seeds = (
+            {"seed": -1},
+            {"seed": 2**64},
+            {"seed": True},
+            {"seed": "36"},
+            {"extra": {"seed": "36"}},
+            {"extra": {"seed": True}},
+        )
         for bad in bad_seeds:
             refused = await client.post("/reset", json=reset_body(**bad))
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "bad_request", bad
@@ -163,18 +190,32 @@ async def test_routes_and_invalid_actions() -> None:
             b'<action>stand</action>.","info":{}}'
         )
         status = await control.status()
-        assert (status["role"], status["checkpoint_mode"], status["live"]) == ("environment", "exported", {"episodes": 1})
-        invalid = await client.post("/step", json={"responses_create_params": RCP, "response": model_response(
-            "<action>double down</action>")})
+        assert (status["role"], status["checkpoint_mode"], status["live"]) == (
+            "environment",
+            "exported",
+            {"episodes": 1},
+        )
+        invalid = await client.post(
+            "/step", json={"responses_create_params": RCP, "response": model_response("<action>double down</action>")}
+        )
         result = invalid.json()
         assert result["terminated"] is True and result["observation"] is None
         assert result["info"]["player"] == "[7, 2]"  # an invalid action stands
         assert (await control.status())["live"] == {"episodes": 0}
         await client.post("/reset", json=reset_body(36))
-        first = (await client.post("/step", json={"responses_create_params": RCP, "response": model_response(
-            "<action>hit</action> or rather <action>stand</action>")})).json()
+        first = (
+            await client.post(
+                "/step",
+                json={
+                    "responses_create_params": RCP,
+                    "response": model_response("<action>hit</action> or rather <action>stand</action>"),
+                },
+            )
+        ).json()
         assert first["observation"].startswith("Your hand: [7, 2, A] = 20")  # the first tag counts
-        no_response = await client.post("/step", json={"responses_create_params": RCP, "action": "<action>hit</action>"})
+        no_response = await client.post(
+            "/step", json={"responses_create_params": RCP, "action": "<action>hit</action>"}
+        )
         assert no_response.status_code == 422 and no_response.json()["detail"][0]["loc"] == ["body", "response"]
         malformed = await client.post("/step", content=b"[1, 2", headers={"content-type": "application/json"})
         assert malformed.status_code == 422 and malformed.json()["detail"][0]["type"] == "json_invalid"
@@ -234,6 +275,7 @@ async def test_retired_episode_is_gone_and_its_cookie_refused(tmp_path) -> None:
 
 def _rewrite_record(location: str, manifest_key: str, record_key: str, mutate) -> None:
     """Change one record's state and keep the manifest's digests consistent, so only validation can refuse it."""
+
     def change(blob: bytes) -> bytes:
         payload = json.loads(blob)
         mutate(payload["state"])
@@ -258,7 +300,9 @@ async def test_invalid_state_in_batch_installs_nothing(storage_url: str) -> None
     async with serve(fresh_app()) as client:
         control = Control(client)
         refused = await control.restore("ck1", storage_url, committed["manifest_key"], expect=422)
-        assert refused["error"]["code"] == "invalid_state" and "does not deal these hands" in refused["error"]["message"]
+        assert (
+            refused["error"]["code"] == "invalid_state" and "does not deal these hands" in refused["error"]["message"]
+        )
         status = await control.status()
         assert status["phase"] == "fresh" and status["live"] == {"episodes": 0}
         assert client._transport.app.state.episodes.episodes == {}

@@ -32,8 +32,16 @@ def scripted(player: list[str], dealer: list[str], then: list[str]) -> Episode:
 
 @pytest.mark.parametrize(
     ("cards", "value"),
-    [(["8", "5", "3", "Q"], 26), (["A", "5", "9", "10"], 25), (["8", "A"], 19), (["A", "2", "2", "3"], 18),
-     (["A", "A"], 12), (["A", "A", "9"], 21), (["K", "Q", "A"], 21), (["10", "J"], 20)],
+    [
+        (["8", "5", "3", "Q"], 26),
+        (["A", "5", "9", "10"], 25),
+        (["8", "A"], 19),
+        (["A", "2", "2", "3"], 18),
+        (["A", "A"], 12),
+        (["A", "A", "9"], 21),
+        (["K", "Q", "A"], 21),
+        (["10", "J"], 20),
+    ],
 )
 def test_hand_values(cards: list[str], value: int) -> None:
     assert hand_value(cards) == value
@@ -59,15 +67,27 @@ def test_parse_action_defaults_to_stand(text: str, action: str) -> None:
 
 
 def response(*items: dict) -> ResponseObject:
-    return ResponseObject.model_validate({"id": "r", "created_at": 0, "model": "m", "object": "response",
-                                          "output": list(items), "parallel_tool_calls": True, "tool_choice": "auto",
-                                          "tools": []})
+    return ResponseObject.model_validate(
+        {
+            "id": "r",
+            "created_at": 0,
+            "model": "m",
+            "object": "response",
+            "output": list(items),
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+    )
 
 
 def test_message_text_reads_what_nemo_gym_reads() -> None:
     reasoning = {"id": "rs", "type": "reasoning", "summary": [{"type": "summary_text", "text": "<action>hit</action>"}]}
-    parts = [{"type": "output_text", "text": "<action>st", "annotations": []}, {"type": "refusal", "refusal": "x"},
-             {"type": "output_text", "text": "and</action>", "annotations": []}]
+    parts = [
+        {"type": "output_text", "text": "<action>st", "annotations": []},
+        {"type": "refusal", "refusal": "x"},
+        {"type": "output_text", "text": "and</action>", "annotations": []},
+    ]
     message = {"id": "m", "type": "message", "role": "assistant", "content": parts}
     assert response(reasoning, message).message_text() == "<action>stand</action>"
     easy = {"type": "message", "role": "user", "content": "<action>hit</action>"}  # a string content counts, any role

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.support.asgi import Control, base_config, serve
+from tests.support.records import corrupt_record, records, rewrite_record
 
 from gym_services.base.config import load_config
 from gym_services.resources.counter.app import Config, create_app
-from tests.support.asgi import Control, base_config, serve
-from tests.support.records import corrupt_record, records, rewrite_record
 
 
 def fresh_app(**extra):
@@ -102,7 +102,9 @@ async def test_corrupt_record_restore_refused(tmp_path) -> None:
     async with serve(fresh_app()) as client:
         refused = await Control(client).restore("ck1", loc, committed["manifest_key"], expect=422)
         assert "corrupt" in refused["error"]["message"]
-        missing = await Control(client).restore("ck2", loc, "checkpoints/ck2/participants/counter/manifest.json", expect=404)
+        missing = await Control(client).restore(
+            "ck2", loc, "checkpoints/ck2/participants/counter/manifest.json", expect=404
+        )
         assert missing["error"]["code"] == "unknown_checkpoint"
 
 
@@ -178,9 +180,15 @@ async def test_first_session_seed_drops_only_unreachable_sessions_of_its_rollout
         kept = sorted(f"{ident.rollout_id}:{ident.attempt}" for ident in participant.sessions.values())
         assert kept == ["r1:2", "r1:2", "r2:1"]
         for cookies, rollout, status in (
-            (old, "r1", 409), (second, "r1", 409), (other, "r2", 200), (fresh, "r1", 200), (also, "r1", 200)
+            (old, "r1", 409),
+            (second, "r1", 409),
+            (other, "r2", 200),
+            (fresh, "r1", 200),
+            (also, "r1", 200),
         ):
             client.cookies.clear()
             client.cookies.update(cookies)
-            reply = await client.post("/increment", json={"by": 1}, headers={"x-ng-rollout-id": rollout, "x-ng-attempt": "2"})
+            reply = await client.post(
+                "/increment", json={"by": 1}, headers={"x-ng-rollout-id": rollout, "x-ng-attempt": "2"}
+            )
             assert reply.status_code == status, reply.text

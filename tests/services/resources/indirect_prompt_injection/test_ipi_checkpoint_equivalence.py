@@ -12,8 +12,6 @@ import json
 import random
 
 import pytest
-
-from gym_services.resources.indirect_prompt_injection.tools import DOMAINS
 from tests.conformance import ipi_cases
 from tests.services.resources.indirect_prompt_injection.scenarios import (
     EXPECTED,
@@ -27,6 +25,8 @@ from tests.services.resources.indirect_prompt_injection.scenarios import (
     verify_body,
 )
 from tests.support.asgi import Control, serve
+
+from gym_services.resources.indirect_prompt_injection.tools import DOMAINS
 
 
 def cuts_of(task_index: int) -> list[int]:
@@ -127,6 +127,7 @@ def test_sequences_call_every_tool_of_every_domain() -> None:
 
 async def _replay(steps: list[dict], cut: int, location: str, label: str) -> tuple[list, list]:
     """Run the steps uninterrupted, and with a checkpoint/restore after ``cut`` of them; both answer lists."""
+
     async def send(client, step, headers):
         content = step["body"].encode() if step.get("body") is not None else None
         ctype = {"content-type": step["content_type"]} if step.get("content_type") else {}
@@ -157,7 +158,9 @@ async def test_random_sessions_restore_exactly(tmp_path, seed: int) -> None:
     steps = ipi_cases.random_sequence(rng, domain, calls=(6, 12))
     if seed % 4 == 0:  # a non-finite number in the environment and in an argument
         steps[0]["body"] = steps[0]["body"].replace('"domain"', '"score": NaN, "limit": -Infinity, "domain"', 1)
-        steps.insert(2, ipi_cases.step("/update_product_stock", raw='{"product_id": "P-2001", "stock_quantity": Infinity}'))
+        steps.insert(
+            2, ipi_cases.step("/update_product_stock", raw='{"product_id": "P-2001", "stock_quantity": Infinity}')
+        )
     cut = rng.randint(1, len(steps))
     straight, restored = await _replay(steps, cut, f"file://{tmp_path}", f"rand-{seed}")
     assert restored == straight

@@ -10,11 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-
-from gym_services.control.participant import InvalidState
-from gym_services.resources.indirect_prompt_injection import verifier
-from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, Session, SessionStore
-from gym_services.resources.indirect_prompt_injection.app import NOT_SEEDED
 from tests.services.resources.indirect_prompt_injection.scenarios import (
     COOKIE,
     TASKS,
@@ -22,8 +17,13 @@ from tests.services.resources.indirect_prompt_injection.scenarios import (
     ident,
     verify_body,
 )
-from tests.support.asgi import Control, serve
 from tests.support import records as stored
+from tests.support.asgi import Control, serve
+
+from gym_services.control.participant import InvalidState
+from gym_services.resources.indirect_prompt_injection import verifier
+from gym_services.resources.indirect_prompt_injection.app import NOT_SEEDED
+from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, Session, SessionStore
 
 
 def sessions_of(client: httpx.AsyncClient) -> SessionStore:
@@ -90,7 +90,9 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("position", [0, 1, 2])
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
-async def test_invalid_state_anywhere_in_batch_installs_nothing(storage_url: str, corruption: str, position: int) -> None:
+async def test_invalid_state_anywhere_in_batch_installs_nothing(
+    storage_url: str, corruption: str, position: int
+) -> None:
     async with serve(fresh_app()) as client:
         for task_index in (1, 3, 4):
             cookie = await seed(client, task_index)
@@ -228,8 +230,12 @@ def test_non_finite_numbers_and_number_types_survive_export() -> None:
 
 def test_records_of_schema_1_still_restore() -> None:
     """Records written before the environment was stored as text (schema 1) restore unchanged."""
-    old = {"schema_version": 1, "environment": {"patients": {"P1": {"name": "N"}}, "messages": []},
-           "id_seed": "0123456789abcdef", "next_id": 4}
+    old = {
+        "schema_version": 1,
+        "environment": {"patients": {"P1": {"name": "N"}}, "messages": []},
+        "id_seed": "0123456789abcdef",
+        "next_id": 4,
+    }
     store = SessionStore()
     store.restore_session_states({"s": old})
     session = store.sessions["s"]

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.services.resources.math_formal_lean.conftest import StandinProcess, free_port
+from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import load_config
 from gym_services.control.records import parse_participant_manifest
 from gym_services.control.storage import open_storage
 from gym_services.resources.math_formal_lean import sandbox_standin
 from gym_services.resources.math_formal_lean.app import Config, create_app
-from tests.services.resources.math_formal_lean.conftest import StandinProcess, free_port
-from tests.support.asgi import Control, base_config, serve
 
 DATA = Path(__file__).resolve().parents[4] / "services/gym_services/resources/math_formal_lean/data"
 ROWS = [json.loads(line) for line in (DATA / "example.jsonl").read_text().splitlines()]
@@ -29,10 +29,23 @@ VERIFIED = sandbox_standin.VERIFIED_MARKER
 
 def message(text: str) -> dict:
     """A Responses API object whose one message says ``text``."""
-    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_1", "created_at": 0.0, "model": "policy", "object": "response", "output": [item],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    item = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_1",
+        "created_at": 0.0,
+        "model": "policy",
+        "object": "response",
+        "output": [item],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def generation(body: str, row: dict = ROW) -> str:
@@ -77,7 +90,9 @@ async def test_same_verification_is_identical_everywhere(standin_process: Standi
     assert "type mismatch" in result["error_feedback"]
     # the request's create params and response are echoed back in NeMo Gym's canonical form; task fields are not
     assert "name" not in result and result["turn_index"] == 0
-    assert result["responses_create_params"]["input"] == [{**ROW["responses_create_params"]["input"][0], "type": "message", "phase": None}]
+    assert result["responses_create_params"]["input"] == [
+        {**ROW["responses_create_params"]["input"][0], "type": "message", "phase": None}
+    ]
     assert result["responses_create_params"]["tool_choice"] == "auto" and result["response"]["usage"] is None
 
 
@@ -92,20 +107,26 @@ async def test_outcomes_from_the_standin() -> None:
     proof_body = f"  {VERIFIED}\n  norm_num [h₁, h₂, h₃]"
     assert passed["predicted_proof"] == ROW["header"] + ROW["formal_statement"] + proof_body
     assert (sorry["proof_status"], sorry["reward"], sorry["needs_correction"]) == ("has_sorry", 0.0, True)
-    assert "declaration uses 'sorry'" in sorry["error_feedback"] and "declaration uses 'sorry'" in sorry["correction_prompt"]
+    assert (
+        "declaration uses 'sorry'" in sorry["error_feedback"]
+        and "declaration uses 'sorry'" in sorry["correction_prompt"]
+    )
     assert (empty["proof_status"], empty["reward"], empty["needs_correction"]) == ("empty_generation", 0.0, True)
     assert empty["compiler_output"] is None and empty["predicted_proof"] == "" and empty["turn_index"] == 2
     assert empty["error_feedback"] == "Empty generation received. Please provide a valid Lean 4 proof."
     assert "\n\n(empty)\n\n" in empty["correction_prompt"]
     assert no_response.status_code == 422 and no_response.json()["detail"] == [
-        {"type": "missing", "loc": ["body", "response"], "msg": "Field required", "input": {**ROW, "turn_index": 2}}]
+        {"type": "missing", "loc": ["body", "response"], "msg": "Field required", "input": {**ROW, "turn_index": 2}}
+    ]
 
 
 async def test_correction_prompt_carries_the_raw_attempt_and_errors() -> None:
     async with serve(in_process_app()) as client:
         result = (await client.post("/verify", json=answer("  linarith"))).json()
     prompt = result["correction_prompt"]
-    assert prompt.startswith(f"Here is a proof attempt for the following theorem in Lean4.\n\n{generation('  linarith')}\n\n")
+    assert prompt.startswith(
+        f"Here is a proof attempt for the following theorem in Lean4.\n\n{generation('  linarith')}\n\n"
+    )
     assert result["error_feedback"] in prompt and "type mismatch" in prompt
 
 
@@ -115,7 +136,11 @@ async def test_custom_template_and_bad_requests() -> None:
         assert result["correction_prompt"] == f"FIX:{result['error_feedback']}|{generation('  simp')}"
         missing = await client.post("/verify", json={"response": message("x")})
         assert missing.status_code == 422
-        assert [e["loc"][-1] for e in missing.json()["detail"]] == ["responses_create_params", "header", "formal_statement"]
+        assert [e["loc"][-1] for e in missing.json()["detail"]] == [
+            "responses_create_params",
+            "header",
+            "formal_statement",
+        ]
         broken = await client.post("/verify", content=b"{not json", headers={"content-type": "application/json"})
         assert broken.status_code == 422 and broken.json()["detail"][0]["type"] == "json_invalid"
 
@@ -203,7 +228,10 @@ async def test_sandbox_timeouts_are_results(standin_process: StandinProcess) -> 
         stalled = await client.post("/verify", json=answer("  -- gym-checkpoint: stall-seconds 3\n  simp"))
     assert (reported["proof_status"], reported["reward"]) == ("timeout", 0.0)
     assert reported["compiler_output"]["process_status"] == "timeout"
-    assert reported["error_feedback"] == "The compilation timed out. Please simplify your proof or use more efficient tactics."
+    assert (
+        reported["error_feedback"]
+        == "The compilation timed out. Please simplify your proof or use more efficient tactics."
+    )
     assert stalled.status_code == 200
     result = stalled.json()
     assert (result["proof_status"], result["reward"], result["needs_correction"]) == ("timeout", 0.0, True)
@@ -212,6 +240,7 @@ async def test_sandbox_timeouts_are_results(standin_process: StandinProcess) -> 
 
 async def test_sandbox_reply_that_is_not_a_compiler_output_fails_like_the_reference() -> None:
     """NeMo Gym's server answers 500 with the error's repr; so does ours (and logs it)."""
+
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"stdout": "no status"})
 

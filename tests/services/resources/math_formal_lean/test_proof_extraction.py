@@ -21,9 +21,18 @@ STATEMENT = "theorem t1 (n : ℕ) (h₀ : n ≤ 9) : n < 10 := by\n"
 
 
 def response(*items: dict) -> ResponseObject:
-    return ResponseObject.model_validate({"id": "r", "created_at": 0, "model": "m", "object": "response",
-                                          "output": list(items), "parallel_tool_calls": True, "tool_choice": "auto",
-                                          "tools": []})
+    return ResponseObject.model_validate(
+        {
+            "id": "r",
+            "created_at": 0,
+            "model": "m",
+            "object": "response",
+            "output": list(items),
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+    )
 
 
 def text_part(text: str) -> dict:
@@ -34,9 +43,17 @@ def text_part(text: str) -> dict:
 
 
 def test_output_text_joins_message_parts_and_skips_reasoning() -> None:
-    reasoning = {"id": "rs", "type": "reasoning", "summary": [{"type": "summary_text", "text": "```lean4\nnot this\n```"}]}
-    message = {"id": "m", "type": "message", "role": "assistant",
-               "content": [text_part("part one "), {"type": "refusal", "refusal": "ignored"}, text_part("part two")]}
+    reasoning = {
+        "id": "rs",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "```lean4\nnot this\n```"}],
+    }
+    message = {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "content": [text_part("part one "), {"type": "refusal", "refusal": "ignored"}, text_part("part two")],
+    }
     call = {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"}
     assert response(reasoning, message, call).output_text() == "part one part two"
     assert response().output_text() == ""
@@ -68,7 +85,10 @@ def test_fence_tags_are_tried_in_order() -> None:
 
 
 def test_no_block_or_an_empty_one_takes_the_answer_without_outer_fences() -> None:
-    assert proof.clean_generation("text\n```lean4\ncut off mid-proof\n  nlinarith") == "text\n```lean4\ncut off mid-proof\n  nlinarith"
+    assert (
+        proof.clean_generation("text\n```lean4\ncut off mid-proof\n  nlinarith")
+        == "text\n```lean4\ncut off mid-proof\n  nlinarith"
+    )
     assert proof.clean_generation("```lean4\n  nlinarith") == "nlinarith"
     assert proof.clean_generation("  simp  ") == "simp"
     assert proof.clean_generation("```lean4\n```") == ""
@@ -146,7 +166,9 @@ ERR = "/lean4/my_project/tmp1.lean"
 
 
 def test_error_feedback_marks_errors_in_context_and_caps_at_eight() -> None:
-    one = feedback.error_feedback({"process_status": "failed", "stdout": "", "stderr": f"{ERR}:9:2: error: omega failed\nmore"}, CODE)
+    one = feedback.error_feedback(
+        {"process_status": "failed", "stdout": "", "stderr": f"{ERR}:9:2: error: omega failed\nmore"}, CODE
+    )
     assert one == (
         "\nError 1:\n\nCorresponding Code:\n```lean4\n\nopen BigOperators Real Nat Topology Rat\n"
         "\ntheorem t1 (n : ℕ) (h₀ : n ≤ 9) : n < 10 := by\n  <error>omega</error>\n  simp\n\n```\n\nError Message: omega failed\nmore\n"
@@ -154,18 +176,27 @@ def test_error_feedback_marks_errors_in_context_and_caps_at_eight() -> None:
     many = "\n".join(f"{ERR}:9:{c}: error: e{c}" for c in range(10))
     text = feedback.error_feedback({"process_status": "failed", "stdout": "", "stderr": many}, CODE)
     assert text.count("Error Message:") == 8 and text.endswith("\n... [Omitted 2 more errors] ...\n")
-    outside = feedback.error_feedback({"process_status": "failed", "stdout": "", "stderr": f"{ERR}:99:0: error: far"}, CODE)
+    outside = feedback.error_feedback(
+        {"process_status": "failed", "stdout": "", "stderr": f"{ERR}:99:0: error: far"}, CODE
+    )
     assert outside == ""  # errors outside the code are skipped
 
 
 def test_error_feedback_raw_output_timeout_and_nothing() -> None:
     stdout = f"{ERR}:9:2: error: on stdout\n"  # the real sandbox reports errors on stdout: shown raw
     assert feedback.error_feedback({"process_status": "failed", "stdout": stdout, "stderr": ""}, CODE) == (
-        f"Compilation output:\n{stdout}\n")
+        f"Compilation output:\n{stdout}\n"
+    )
     long = feedback.error_feedback({"process_status": "failed", "stdout": "x" * 3000, "stderr": ""}, CODE)
     assert long == "Compilation output:\n" + "x" * 2000 + "\n... [Truncated]"
-    assert feedback.error_feedback({"process_status": "timeout", "stdout": "", "stderr": ""}, CODE) == feedback.TIMEOUT_FEEDBACK
-    assert feedback.error_feedback({"process_status": "failed", "stdout": "", "stderr": " "}, CODE) == feedback.NO_MESSAGE_FEEDBACK
+    assert (
+        feedback.error_feedback({"process_status": "timeout", "stdout": "", "stderr": ""}, CODE)
+        == feedback.TIMEOUT_FEEDBACK
+    )
+    assert (
+        feedback.error_feedback({"process_status": "failed", "stdout": "", "stderr": " "}, CODE)
+        == feedback.NO_MESSAGE_FEEDBACK
+    )
 
 
 def test_correction_prompt_and_template_check() -> None:

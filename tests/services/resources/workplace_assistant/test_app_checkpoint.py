@@ -9,20 +9,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import load_config
 from gym_services.resources.workplace_assistant.app import Config, create_app
 from gym_services.resources.workplace_assistant.compare import table_differences
 from gym_services.resources.workplace_assistant.environment import WorkplaceEnvironment
-from tests.support.asgi import Control, base_config, serve
 
 DATA = Path(__file__).resolve().parents[4] / "services/gym_services/resources/workplace_assistant/data/example.jsonl"
 TASKS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 # Reads and a plot (appended by label) and a None stored over a NaN cell, then the task's own actions.
 PROLOGUE = [
     ("email_search_emails", {"query": "update"}),
-    ("analytics_create_plot", {"time_min": "2023-10-22", "time_max": "2023-11-01", "value_to_plot": "total_visits",
-                               "plot_type": "bar"}),
+    (
+        "analytics_create_plot",
+        {"time_min": "2023-10-22", "time_max": "2023-11-01", "value_to_plot": "total_visits", "plot_type": "bar"},
+    ),
     ("customer_relationship_manager_search_customers", {"customer_name": "a"}),
 ]
 
@@ -32,15 +34,26 @@ def app():
 
 
 def calls_for(task) -> list[tuple[str, dict]]:
-    return PROLOGUE + [(a["name"], json.loads(a["arguments"]) if isinstance(a["arguments"], str) else a["arguments"])
-                       for a in task["ground_truth"]]
+    return PROLOGUE + [
+        (a["name"], json.loads(a["arguments"]) if isinstance(a["arguments"], str) else a["arguments"])
+        for a in task["ground_truth"]
+    ]
 
 
 def response_for(calls) -> dict:
-    return {"id": "resp_1", "created_at": 1, "model": "m", "object": "response", "parallel_tool_calls": True,
-            "tool_choice": "auto", "tools": [],
-            "output": [{"type": "function_call", "name": n, "arguments": json.dumps(a), "call_id": f"c{i}"}
-                       for i, (n, a) in enumerate(calls)]}
+    return {
+        "id": "resp_1",
+        "created_at": 1,
+        "model": "m",
+        "object": "response",
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "output": [
+            {"type": "function_call", "name": n, "arguments": json.dumps(a), "call_id": f"c{i}"}
+            for i, (n, a) in enumerate(calls)
+        ],
+    }
 
 
 def verify_body(task, calls) -> dict:
@@ -60,7 +73,7 @@ async def run_uninterrupted(task) -> tuple[list[str], dict, dict]:
         await client.post("/seed_session", json={})
         outputs = [(await client.post(f"/{n}", json=a)).text for n, a in calls]
         final_tables = tables(client)
-        verify = (await client.post("/verify", json=verify_body(task, calls[len(PROLOGUE):]))).json()
+        verify = (await client.post("/verify", json=verify_body(task, calls[len(PROLOGUE) :]))).json()
     return outputs, final_tables, verify
 
 
@@ -85,7 +98,9 @@ async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut
         else:  # captured under the pause, encoded and written after resume: the session goes on meanwhile
             prepared = await control.prepare("ck")
             assert prepared["status"] == "prepared", prepared
-            await control.call("capture", {"checkpoint_id": "ck", "location": storage_url, "episodes": [f"t{task_index}"]})
+            await control.call(
+                "capture", {"checkpoint_id": "ck", "location": storage_url, "episodes": [f"t{task_index}"]}
+            )
             await control.resume("ck")
             if cut < len(calls):  # a call after resume must not reach the captured state
                 await client.post(f"/{calls[cut][0]}", json=calls[cut][1], headers=ident)
@@ -101,8 +116,7 @@ async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut
         assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
         outputs += [(await client.post(f"/{n}", json=a, headers=nxt)).text for n, a in calls[cut:]]
         restored_tables = tables(client)
-        verify = (await client.post("/verify", headers=nxt,
-                                    json=verify_body(task, calls[len(PROLOGUE):]))).json()
+        verify = (await client.post("/verify", headers=nxt, json=verify_body(task, calls[len(PROLOGUE) :]))).json()
         assert (await control.status())["live"] == {"sessions": 0}
     assert outputs == expected_outputs
     assert verify == expected_verify
@@ -121,10 +135,12 @@ async def test_session_errors_and_retire(tmp_path) -> None:
         a = dict(client.cookies)
         bad_tool = await client.post("/no_such_tool", json={})
         assert bad_tool.status_code == 200
-        assert bad_tool.text == '{"output":"Error executing tool \'no_such_tool\': \'no_such_tool\'"}'
+        assert bad_tool.text == "{\"output\":\"Error executing tool 'no_such_tool': 'no_such_tool'\"}"
         text = await client.post("/email_get_email_information_by_id", json={"email_id": "nope", "field": "body"})
         assert text.status_code == 200 and text.text == '{"output":"Email not found."}'
-        bad_json = await client.post("/email_search_emails", content=b"{oops", headers={"content-type": "application/json"})
+        bad_json = await client.post(
+            "/email_search_emails", content=b"{oops", headers={"content-type": "application/json"}
+        )
         assert bad_json.status_code == 422 and bad_json.json()["detail"][0]["type"] == "json_invalid"
         client.cookies.clear()
         await client.post("/seed_session", json={}, headers={"x-ng-rollout-id": "b"})
@@ -145,8 +161,12 @@ async def test_bad_verify_input_is_refused_and_keeps_the_session() -> None:
     async with serve(app()) as client:
         await client.post("/seed_session", json={})
         good = verify_body(TASKS[0], [])
-        for body in ({**good, "response": {**good["response"], "output": "x"}}, {**good, "id": "x"},
-                     {k: v for k, v in good.items() if k != "ground_truth"}, {}):
+        for body in (
+            {**good, "response": {**good["response"], "output": "x"}},
+            {**good, "id": "x"},
+            {k: v for k, v in good.items() if k != "ground_truth"},
+            {},
+        ):
             refused = await client.post("/verify", json=body)
             assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][0] == "body"
         assert (await client.post("/email_search_emails", json={"query": "x"})).status_code == 200

@@ -58,8 +58,10 @@ def assert_identical(a: WorkplaceEnvironment, b: WorkplaceEnvironment) -> None:
 
 
 def kinds(df: pd.DataFrame, column: str) -> list[str]:
-    return ["NaN" if isinstance(v, float) and math.isnan(v) else "None" if v is None else "value"
-            for v in df[column].to_numpy()]
+    return [
+        "NaN" if isinstance(v, float) and math.isnan(v) else "None" if v is None else "value"
+        for v in df[column].to_numpy()
+    ]
 
 
 # --------------------------------------------------------------------------- round trips
@@ -101,7 +103,9 @@ def test_diff_stores_only_what_changed() -> None:
     events = tables["calendar"]["_calendar_events"]
     assert events["removed"] == [0]
     assert events["index"] == {"kind": "runs", "runs": [[1, 299]]}
-    assert list(events["cells"]) == ["event_name"] and events["cells"]["event_name"]["values"] == ["Risk Management Forum"]
+    assert list(events["cells"]) == ["event_name"] and events["cells"]["event_name"]["values"] == [
+        "Risk Management Forum"
+    ]
     assert tables["email"]["_emails"] == {} and tables["customer_relationship_manager"]["_crm_data"] == {}
 
 
@@ -243,10 +247,28 @@ def test_mixed_json_scalars_round_trip_exactly() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [{1: "a"}, [1, (2,)], [float("nan")], {1}, np.int64(3), np.float64(1.5), float("inf"), dt.datetime(2023, 11, 30),
-     b"bytes"],
-    ids=["dict int key", "list with tuple", "list with nan", "set", "np.int64", "np.float64", "inf", "datetime",
-         "bytes"],
+    [
+        {1: "a"},
+        [1, (2,)],
+        [float("nan")],
+        {1},
+        np.int64(3),
+        np.float64(1.5),
+        float("inf"),
+        dt.datetime(2023, 11, 30),
+        b"bytes",
+    ],
+    ids=[
+        "dict int key",
+        "list with tuple",
+        "list with nan",
+        "set",
+        "np.int64",
+        "np.float64",
+        "inf",
+        "datetime",
+        "bytes",
+    ],
 )
 def test_encode_rejects_values_json_cannot_carry(value: object) -> None:
     env = WorkplaceEnvironment.fresh()
@@ -308,49 +330,73 @@ def _mutations() -> dict[str, Callable[[dict], Any]]:
         "extra table": lambda s: {**s, "tables": {**s["tables"], "email": {"_emails": {}, "_drafts": {}}}},
         "tables not an object": lambda s: {**s, "tables": []},
         "unknown diff key": lambda s: _set(s, "email", "_emails", "renamed", {}),
-        "appended column too short": lambda s: _edit(s, "email", "_emails",
-            lambda t: t["appended"]["data"]["subject"]["values"].pop()),
-        "appended column missing": lambda s: _edit(s, "email", "_emails",
-            lambda t: t["appended"]["data"].pop("body")),
-        "cells rows/values length mismatch": lambda s: _edit(s, "project_management", "_project_tasks",
-            lambda t: t["cells"]["list_name"]["values"].append("Backlog")),
-        "cells unknown column": lambda s: _edit(s, "project_management", "_project_tasks",
-            lambda t: t["cells"].update(colour={"rows": [0], "values": ["red"]})),
-        "cells unknown row": lambda s: _edit(s, "project_management", "_project_tasks",
-            lambda t: t["cells"]["list_name"].update(rows=[99999])),
-        "removed unknown row": lambda s: _edit(s, "calendar", "_calendar_events",
-            lambda t: t["removed"].append(12345)),
-        "removed as strings": lambda s: _edit(s, "calendar", "_calendar_events",
-            lambda t: t.update(removed=["0"])),
-        "appended count zero": lambda s: _edit(s, "project_management", "_project_tasks",
-            lambda t: t["appended"].update(count=0)),
-        "appended count off the index": lambda s: _edit(s, "project_management", "_project_tasks",
-            lambda t: t["appended"].update(count=2)),
-        "index runs bad length": lambda s: _edit(s, "calendar", "_calendar_events",
-            lambda t: t.update(index={"kind": "runs", "runs": [[0, 0]]})),
-        "index runs not pairs": lambda s: _edit(s, "calendar", "_calendar_events",
-            lambda t: t.update(index={"kind": "runs", "runs": [[0]]})),
-        "cells row past the kept rows": lambda s: _edit(s, "email", "_emails",
-            lambda t: t.update(cells={"subject": {"rows": [len(t.get("removed", [])) + 600], "values": ["x"]}})),
-        "range index mismatch": lambda s: _edit(s, "calendar", "_calendar_events",
-            lambda t: t.update(index={"kind": "range", "start": 0, "stop": 3, "step": 1})),
+        "appended column too short": lambda s: _edit(
+            s, "email", "_emails", lambda t: t["appended"]["data"]["subject"]["values"].pop()
+        ),
+        "appended column missing": lambda s: _edit(s, "email", "_emails", lambda t: t["appended"]["data"].pop("body")),
+        "cells rows/values length mismatch": lambda s: _edit(
+            s, "project_management", "_project_tasks", lambda t: t["cells"]["list_name"]["values"].append("Backlog")
+        ),
+        "cells unknown column": lambda s: _edit(
+            s,
+            "project_management",
+            "_project_tasks",
+            lambda t: t["cells"].update(colour={"rows": [0], "values": ["red"]}),
+        ),
+        "cells unknown row": lambda s: _edit(
+            s, "project_management", "_project_tasks", lambda t: t["cells"]["list_name"].update(rows=[99999])
+        ),
+        "removed unknown row": lambda s: _edit(s, "calendar", "_calendar_events", lambda t: t["removed"].append(12345)),
+        "removed as strings": lambda s: _edit(s, "calendar", "_calendar_events", lambda t: t.update(removed=["0"])),
+        "appended count zero": lambda s: _edit(
+            s, "project_management", "_project_tasks", lambda t: t["appended"].update(count=0)
+        ),
+        "appended count off the index": lambda s: _edit(
+            s, "project_management", "_project_tasks", lambda t: t["appended"].update(count=2)
+        ),
+        "index runs bad length": lambda s: _edit(
+            s, "calendar", "_calendar_events", lambda t: t.update(index={"kind": "runs", "runs": [[0, 0]]})
+        ),
+        "index runs not pairs": lambda s: _edit(
+            s, "calendar", "_calendar_events", lambda t: t.update(index={"kind": "runs", "runs": [[0]]})
+        ),
+        "cells row past the kept rows": lambda s: _edit(
+            s,
+            "email",
+            "_emails",
+            lambda t: t.update(cells={"subject": {"rows": [len(t.get("removed", [])) + 600], "values": ["x"]}}),
+        ),
+        "range index mismatch": lambda s: _edit(
+            s,
+            "calendar",
+            "_calendar_events",
+            lambda t: t.update(index={"kind": "range", "start": 0, "stop": 3, "step": 1}),
+        ),
         "index shape missing": lambda s: _edit(s, "calendar", "_calendar_events", lambda t: t.pop("index")),
-        "values not a list": lambda s: _edit(s, "email", "_emails",
-            lambda t: t["appended"]["data"]["subject"].update(values="hi")),
-        "nan position not null": lambda s: _edit(s, "email", "_emails",
-            lambda t: t["appended"]["data"]["subject"].update(nan=[0])),
-        "nan position out of range": lambda s: _edit(s, "customer_relationship_manager", "_crm_data",
-            lambda t: t["appended"]["data"]["notes"].update(nan=[7])),
-        "nested value": lambda s: _edit(s, "email", "_emails",
-            lambda t: t["appended"]["data"]["subject"]["values"].__setitem__(0, ["x"])),
-        "bool column gets a string": lambda s: _set(s, "analytics", "_analytics_data", "cells",
-            {"user_engaged": {"rows": [0], "values": ["yes"]}}),
-        "full table column length mismatch": lambda s: _edit(s, "analytics", "_plots_data",
-            lambda t: t["full"]["data"][0]["values"].append("plots/x.png")),
-        "full table unknown dtype": lambda s: _edit(s, "analytics", "_plots_data",
-            lambda t: t["full"]["data"][0].update(dtype="datetime64[ns]")),
-        "full table columns/data mismatch": lambda s: _edit(s, "analytics", "_plots_data",
-            lambda t: t["full"]["data"].append(t["full"]["data"][0])),
+        "values not a list": lambda s: _edit(
+            s, "email", "_emails", lambda t: t["appended"]["data"]["subject"].update(values="hi")
+        ),
+        "nan position not null": lambda s: _edit(
+            s, "email", "_emails", lambda t: t["appended"]["data"]["subject"].update(nan=[0])
+        ),
+        "nan position out of range": lambda s: _edit(
+            s, "customer_relationship_manager", "_crm_data", lambda t: t["appended"]["data"]["notes"].update(nan=[7])
+        ),
+        "nested value": lambda s: _edit(
+            s, "email", "_emails", lambda t: t["appended"]["data"]["subject"]["values"].__setitem__(0, ["x"])
+        ),
+        "bool column gets a string": lambda s: _set(
+            s, "analytics", "_analytics_data", "cells", {"user_engaged": {"rows": [0], "values": ["yes"]}}
+        ),
+        "full table column length mismatch": lambda s: _edit(
+            s, "analytics", "_plots_data", lambda t: t["full"]["data"][0]["values"].append("plots/x.png")
+        ),
+        "full table unknown dtype": lambda s: _edit(
+            s, "analytics", "_plots_data", lambda t: t["full"]["data"][0].update(dtype="datetime64[ns]")
+        ),
+        "full table columns/data mismatch": lambda s: _edit(
+            s, "analytics", "_plots_data", lambda t: t["full"]["data"].append(t["full"]["data"][0])
+        ),
     }
 
 
@@ -424,9 +470,16 @@ def test_sessions_of_another_base_restore_against_that_base() -> None:
 def test_json_lists_and_objects_a_tool_stored_round_trip() -> None:
     """The tools store arguments as given (as NeMo Gym's do), so a model's list or object can become a cell."""
     env = WorkplaceEnvironment.fresh()
-    run(env, [("customer_relationship_manager_add_customer",
-               {"customer_name": ["a", {"b": [1, 2.0, None, True]}], "assigned_to_email": "a@b.c", "status": {"x": 1}}),
-              ("email_send_email", {"recipient": "a@b.c", "subject": {"s": 1}, "body": [1]})])
+    run(
+        env,
+        [
+            (
+                "customer_relationship_manager_add_customer",
+                {"customer_name": ["a", {"b": [1, 2.0, None, True]}], "assigned_to_email": "a@b.c", "status": {"x": 1}},
+            ),
+            ("email_send_email", {"recipient": "a@b.c", "subject": {"s": 1}, "body": [1]}),
+        ],
+    )
     state = json_round_trip(encode_session(env))
     restored = restore(state)
     assert_identical(env, restored)
@@ -462,9 +515,11 @@ def test_a_restored_session_stores_list_values_as_a_fresh_one_does(value: object
     env = WorkplaceEnvironment.fresh()
     run(env, [("calendar_update_event", {"event_id": "00000013", "field": "duration", "new_value": "45"})])
     restored = restore(json_round_trip(encode_session(env)))
-    calls = [("calendar_update_event", {"event_id": "00000013", "field": "event_name", "new_value": value}),
-             ("project_management_update_task", {"task_id": "00000149", "field": "task_name", "new_value": value}),
-             ("calendar_get_event_information_by_id", {"event_id": "00000013", "field": "event_name"})]
+    calls = [
+        ("calendar_update_event", {"event_id": "00000013", "field": "event_name", "new_value": value}),
+        ("project_management_update_task", {"task_id": "00000149", "field": "task_name", "new_value": value}),
+        ("calendar_get_event_information_by_id", {"event_id": "00000013", "field": "event_name"}),
+    ]
     assert run(restored, calls) == run(env, calls)
     assert_identical(env, restored)
     if value == [[1]]:

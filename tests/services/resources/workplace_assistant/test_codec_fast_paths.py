@@ -16,8 +16,12 @@ from .helpers import SCENARIOS, json_round_trip
 
 def by_series(arrays, kinds, index, columns) -> pd.DataFrame:
     """The general construction: one Series per column of its dtype."""
-    df = pd.DataFrame({i: pd.Series(a, index=pd.RangeIndex(len(index)), dtype=pandas_dtype(k)) for i, (a, k)
-                       in enumerate(zip(arrays, kinds))})
+    df = pd.DataFrame(
+        {
+            i: pd.Series(a, index=pd.RangeIndex(len(index)), dtype=pandas_dtype(k))
+            for i, (a, k) in enumerate(zip(arrays, kinds))
+        }
+    )
     df.index, df.columns = index, columns
     return df
 

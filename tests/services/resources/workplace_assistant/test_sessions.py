@@ -97,7 +97,9 @@ def test_invalid_state_in_a_batch_installs_nothing() -> None:
         lambda s: s["bad"].update(schema_version=1),
         lambda s: s["bad"].update(base="f" * 64),
         lambda s: s["bad"]["tables"]["email"].update(_outbox={}),
-        lambda s: s["bad"]["tables"]["project_management"]["_project_tasks"]["appended"]["data"]["task_name"]["values"].append("x"),
+        lambda s: s["bad"]["tables"]["project_management"]["_project_tasks"]["appended"]["data"]["task_name"][
+            "values"
+        ].append("x"),
         lambda s: s.update(bad=["not", "a", "state"]),
     ):
         batch = copy.deepcopy(states)
@@ -117,23 +119,33 @@ def test_export_and_restore_do_not_alias_live_state() -> None:
     frozen = copy.deepcopy(exported)
     # changing the session after export leaves the exported state as it was
     store.call_tool("s", "email_send_email", {"recipient": "raj.patel@atlas.com", "subject": "later", "body": "x"})
-    store.call_tool("s", "customer_relationship_manager_update_customer",
-                    {"customer_id": "00000200", "field": "notes", "new_value": "changed"})
+    store.call_tool(
+        "s",
+        "customer_relationship_manager_update_customer",
+        {"customer_id": "00000200", "field": "notes", "new_value": "changed"},
+    )
     assert exported == frozen
     # changing the exported state leaves the session alone
     live_before = store.export_session_states()
-    exported["s"]["tables"]["customer_relationship_manager"]["_crm_data"]["appended"]["data"]["notes"]["values"][0] = "mutated"
+    exported["s"]["tables"]["customer_relationship_manager"]["_crm_data"]["appended"]["data"]["notes"]["values"][0] = (
+        "mutated"
+    )
     assert store.export_session_states() == live_before
 
     # restore: the state given and the restored sessions are independent of each other
     states = {"x": copy.deepcopy(frozen["s"]), "y": copy.deepcopy(frozen["s"])}
     target = WorkplaceSessions()
     target.restore_session_states(states)
-    states["x"]["tables"]["customer_relationship_manager"]["_crm_data"]["appended"]["data"]["customer_name"]["values"][0] = "Z"
+    states["x"]["tables"]["customer_relationship_manager"]["_crm_data"]["appended"]["data"]["customer_name"]["values"][
+        0
+    ] = "Z"
     crm_x = target.get("x").get(CRM)
     assert "Z" not in set(crm_x["customer_name"].to_numpy())
-    target.call_tool("x", "customer_relationship_manager_update_customer",
-                     {"customer_id": "00000200", "field": "customer_name", "new_value": "Only X"})
+    target.call_tool(
+        "x",
+        "customer_relationship_manager_update_customer",
+        {"customer_id": "00000200", "field": "customer_name", "new_value": "Only X"},
+    )
     target.call_tool("x", "email_delete_email", {"email_id": "00000000"})
     assert environment_differences(target.get("y"), WorkplaceEnvironment.fresh()) != []  # y kept the restored changes
     y_names = set(target.get("y").get(CRM)["customer_name"].to_numpy())

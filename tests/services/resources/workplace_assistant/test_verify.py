@@ -24,7 +24,9 @@ def as_output(actions: list[dict]) -> list[dict]:
     """A Responses API output list holding the actions as function calls, plus other items."""
     items: list[dict] = [{"type": "reasoning", "summary": []}]
     for n, action in enumerate(actions):
-        items.append({"type": "function_call", "call_id": f"c{n}", "name": action["name"], "arguments": action["arguments"]})
+        items.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": action["name"], "arguments": action["arguments"]}
+        )
         items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "{}"})
     items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]})
     return items
@@ -65,19 +67,35 @@ def test_reads_and_failed_calls_do_not_matter() -> None:
 
 def test_string_columns_compare_case_insensitively_except_enums() -> None:
     truth = EXAMPLES[1]["ground_truth"]  # rename event 00000252 to "Risk Management Forum"
-    lower = [{"name": a["name"], "arguments": a["arguments"].replace("Risk Management Forum", "risk management FORUM")}
-             for a in truth]
+    lower = [
+        {"name": a["name"], "arguments": a["arguments"].replace("Risk Management Forum", "risk management FORUM")}
+        for a in truth
+    ]
     assert is_correct(lower, truth)
-    status_truth = [{"name": "project_management_update_task",
-                     "arguments": json.dumps({"task_id": "00000149", "field": "list_name", "new_value": "Completed"})}]
-    other_list = [{"name": "project_management_update_task",
-                   "arguments": json.dumps({"task_id": "00000149", "field": "list_name", "new_value": "In Review"})}]
+    status_truth = [
+        {
+            "name": "project_management_update_task",
+            "arguments": json.dumps({"task_id": "00000149", "field": "list_name", "new_value": "Completed"}),
+        }
+    ]
+    other_list = [
+        {
+            "name": "project_management_update_task",
+            "arguments": json.dumps({"task_id": "00000149", "field": "list_name", "new_value": "In Review"}),
+        }
+    ]
     assert not is_correct(other_list, status_truth)
 
 
 def test_order_of_appends_matters_like_the_index_does() -> None:
-    a = {"name": "email_send_email", "arguments": json.dumps({"recipient": "raj.patel@atlas.com", "subject": "a", "body": "x"})}
-    b = {"name": "email_send_email", "arguments": json.dumps({"recipient": "raj.patel@atlas.com", "subject": "b", "body": "y"})}
+    a = {
+        "name": "email_send_email",
+        "arguments": json.dumps({"recipient": "raj.patel@atlas.com", "subject": "a", "body": "x"}),
+    }
+    b = {
+        "name": "email_send_email",
+        "arguments": json.dumps({"recipient": "raj.patel@atlas.com", "subject": "b", "body": "y"}),
+    }
     assert is_correct([a, b], [a, b])
     assert not is_correct([b, a], [a, b])  # the IDs and labels go to different emails
 
@@ -110,7 +128,9 @@ def test_extract_function_calls_from_dicts_and_objects() -> None:
 def test_replayed_arguments_keep_nulls_unlike_the_route() -> None:
     """The verifier passes ``null`` arguments on (the route drops them): notes None is not notes ""."""
     add = {"customer_name": "N", "assigned_to_email": "a@atlas.com", "status": "Lead"}
-    with_null = [{"name": "customer_relationship_manager_add_customer", "arguments": json.dumps({**add, "notes": None})}]
+    with_null = [
+        {"name": "customer_relationship_manager_add_customer", "arguments": json.dumps({**add, "notes": None})}
+    ]
     without = [{"name": "customer_relationship_manager_add_customer", "arguments": json.dumps(add)}]
     assert not is_correct(with_null, without)
     assert replay(with_null).get(CRM)["notes"].iloc[-1] is None

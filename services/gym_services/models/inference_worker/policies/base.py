@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -61,7 +61,7 @@ def tool_call(name: str, arguments: dict[str, Any] | str) -> str:
     return tool_markup.render(name, arguments)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read_tasks(environment: str) -> tuple[str, ...]:
     path = resources.files("gym_services.models.inference_worker").joinpath("data", environment, "example.jsonl")
     return tuple(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())

@@ -9,8 +9,8 @@ way a model that obeys the injected text would. With every call answered they re
 
 from __future__ import annotations
 
-import re
 import json
+import re
 from functools import cached_property
 from importlib import resources
 from typing import Any
@@ -35,7 +35,9 @@ def _domain_tasks() -> list[dict[str, Any]]:
 
 def _collections(environment: dict[str, Any]) -> list[dict[str, Any]]:
     """Top-level tables of an environment: dicts whose values are records (dicts)."""
-    return [v for v in environment.values() if isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values())]
+    return [
+        v for v in environment.values() if isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values())
+    ]
 
 
 def _subject_id(task: dict[str, Any]) -> str | None:

@@ -17,4 +17,14 @@ from gym_services.models.policy_model.engines.vllm import VllmEngine
 #: ``upstream.engine`` -> adapter class; another engine registers its adapter here
 ENGINES: dict[str, type[Engine]] = {VllmEngine.name: VllmEngine, LlamaCppEngine.name: LlamaCppEngine}
 
-__all__ = ["ENGINES", "Delta", "Engine", "EngineProtocolError", "EngineRequest", "EngineUnavailable", "LlamaCppEngine", "TokenPrefix", "VllmEngine"]
+__all__ = [
+    "ENGINES",
+    "Delta",
+    "Engine",
+    "EngineProtocolError",
+    "EngineRequest",
+    "EngineUnavailable",
+    "LlamaCppEngine",
+    "TokenPrefix",
+    "VllmEngine",
+]

@@ -36,8 +36,8 @@ does). Pick one with ``upstream.engine`` (:data:`ENGINES` in :mod:`.` maps names
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import httpx

@@ -55,8 +55,13 @@ from gym_services.models.policy_model.engines.base import (
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 #: llama.cpp's own samplers, off: what is left is the OpenAI semantics (temperature, top_p)
 NEUTRAL_SAMPLING = {
-    "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "dry_multiplier": 0.0,
-    "xtc_probability": 0.0, "mirostat": 0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "mirostat": 0,
 }
 #: chat fields that name the prompt (the rest of the chat body is sampling settings or ignored)
 PROMPT_FIELDS = ("messages", "tools", "tool_choice", "chat_template_kwargs")
@@ -112,7 +117,10 @@ class LlamaCppEngine(Engine):
         ids as ``prompt`` (the chat prompt's ids + the prefix ids); both the sampling settings."""
         if max_tokens is None:
             max_tokens = chat.get("max_tokens") or chat.get("max_completion_tokens")
-        body: dict[str, Any] = {"max_tokens": max_tokens, "sampling": {k: chat[k] for k in SAMPLING_FIELDS if k in chat}}
+        body: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "sampling": {k: chat[k] for k in SAMPLING_FIELDS if k in chat},
+        }
         if prefix is None:
             body.update({k: chat[k] for k in PROMPT_FIELDS if k in chat})
             body["generated"] = 0
@@ -144,7 +152,11 @@ class LlamaCppEngine(Engine):
             raise EngineProtocolError(f"a one-token step answered {len(tokens)} token ids (is return_tokens honoured?)")
         delta = Delta(token_ids=tokens)
         for entry in chunk.get("completion_probabilities") or []:
-            if isinstance(entry, dict) and entry.get("id") == tokens[0] and isinstance(entry.get("logprob"), (int, float)):
+            if (
+                isinstance(entry, dict)
+                and entry.get("id") == tokens[0]
+                and isinstance(entry.get("logprob"), (int, float))
+            ):
                 delta.log_probs = [float(entry["logprob"])]
         if chunk.get("stop_type") == "eos":
             delta.finish_reason = "stop"
@@ -191,8 +203,14 @@ class LlamaCppEngine(Engine):
             if halt.requested:
                 return  # a cut: at a token boundary, nothing in flight
             step = {
-                "prompt": context, "n_predict": 1, "return_tokens": True, "n_probs": 1, "post_sampling_probs": False,
-                "cache_prompt": True, "stream": False, **sampling,
+                "prompt": context,
+                "n_predict": 1,
+                "return_tokens": True,
+                "n_probs": 1,
+                "post_sampling_probs": False,
+                "cache_prompt": True,
+                "stream": False,
+                **sampling,
             }
             if seed is not None:
                 step["seed"] = step_seed(seed, generated + produced)
@@ -261,10 +279,21 @@ class LlamaCppEngine(Engine):
         client: httpx.AsyncClient, root: str, context: list[int], n_probs: int, forced: int
     ) -> list[dict[str, Any]]:
         """The model's whole next-token distribution after ``context`` (log-probs before sampling)."""
-        answer = await _post(client, f"{root}/completion", {
-            "prompt": context, "n_predict": 1, "n_probs": n_probs, "post_sampling_probs": False, "cache_prompt": True,
-            "temperature": 0, "logit_bias": [[forced, 1e6]], "return_tokens": True, "stream": False,
-        })
+        answer = await _post(
+            client,
+            f"{root}/completion",
+            {
+                "prompt": context,
+                "n_predict": 1,
+                "n_probs": n_probs,
+                "post_sampling_probs": False,
+                "cache_prompt": True,
+                "temperature": 0,
+                "logit_bias": [[forced, 1e6]],
+                "return_tokens": True,
+                "stream": False,
+            },
+        )
         entries = answer.get("completion_probabilities") or []
         if len(entries) != 1 or not isinstance(entries[0].get("top_logprobs"), list):
             raise EngineProtocolError(f"{root}: a scoring request answered no distribution: {str(answer)[:200]}")

@@ -35,17 +35,30 @@ from gym_services.models.policy_model.engines.base import (
 
 #: chat request fields that shape sampling and carry over to a completions continuation unchanged
 SAMPLING_FIELDS = (
-    "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-    "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "logit_bias",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "logit_bias",
 )
 TOKEN_PREFIX = "token_id:"
 
 
 def _token_id(token: Any, where: str) -> int:
     if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
-        raise EngineProtocolError(f"{where} is {token!r}, not 'token_id:<id>' (is return_tokens_as_token_ids honoured?)")
+        raise EngineProtocolError(
+            f"{where} is {token!r}, not 'token_id:<id>' (is return_tokens_as_token_ids honoured?)"
+        )
     try:
-        return int(token[len(TOKEN_PREFIX):])
+        return int(token[len(TOKEN_PREFIX) :])
     except ValueError:
         raise EngineProtocolError(f"{where} is {token!r}, not 'token_id:<id>'") from None
 
@@ -108,7 +121,9 @@ class VllmEngine(Engine):
                     delta.prompt_token_ids = _ids(choice.get("prompt_token_ids"), "choices[0].prompt_token_ids")
             token_ids = _ids(choice.get("token_ids"), "choices[0].token_ids")
             if token_ids is not None and token_ids != logprob_ids:
-                raise EngineProtocolError(f"choices[0].token_ids {token_ids} disagree with the log-prob tokens {logprob_ids}")
+                raise EngineProtocolError(
+                    f"choices[0].token_ids {token_ids} disagree with the log-prob tokens {logprob_ids}"
+                )
             delta.token_ids = logprob_ids
             delta.finish_reason = choice.get("finish_reason")
         if delta.text and not delta.token_ids:
@@ -137,7 +152,9 @@ class VllmEngine(Engine):
         tokens = block.get("tokens") if isinstance(block, dict) else None
         values = block.get("token_logprobs") if isinstance(block, dict) else None
         if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) != len(values):
-            raise EngineProtocolError(f"choices[0].logprobs is {block!r}, not {{'tokens': [...], 'token_logprobs': [...]}}")
+            raise EngineProtocolError(
+                f"choices[0].logprobs is {block!r}, not {{'tokens': [...], 'token_logprobs': [...]}}"
+            )
         ids = [_token_id(t, f"choices[0].logprobs.tokens[{i}]") for i, t in enumerate(tokens)]
         probs = [_log_prob(v, f"choices[0].logprobs.token_logprobs[{i}]") for i, v in enumerate(values)]
         return ids, probs

@@ -44,7 +44,8 @@ MODULES = {
 
 #: domain -> the tools its tasks offer (its own and the shared messaging tools it uses).
 DOMAINS: dict[str, dict[str, Handler]] = {
-    domain: {**module.TOOLS, **{name: common.TOOLS[name] for name in module.SHARED}} for domain, module in MODULES.items()
+    domain: {**module.TOOLS, **{name: common.TOOLS[name] for name in module.SHARED}}
+    for domain, module in MODULES.items()
 }
 
 #: tool name -> handler, across domains.
@@ -67,9 +68,10 @@ def run_tool(session: Session, name: str, args: Mapping[str, Any]) -> ToolResult
         with active(session):
             result = handler(session.environment, **kwargs)
         return ToolResult(result if isinstance(result, str) else json.dumps(result), "ok")
-    except Exception as exc:  # noqa: BLE001 - a tool error is an answer for the model, not a crash
-        return ToolResult(f"Error executing tool '{name}' ({type(exc).__name__}): {call_error_text(exc, handler)}",
-                          "error")
+    except Exception as exc:
+        return ToolResult(
+            f"Error executing tool '{name}' ({type(exc).__name__}): {call_error_text(exc, handler)}", "error"
+        )
 
 
 __all__ = ["DOMAINS", "MODULES", "TOOLS", "ToolResult", "run_tool"]

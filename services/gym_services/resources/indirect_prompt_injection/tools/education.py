@@ -13,7 +13,9 @@ from gym_services.resources.indirect_prompt_injection.tools.common import Handle
 
 
 def list_courses(env, department=None, **kwargs) -> list[Any]:
-    return [c for c in env.get("courses", {}).values() if not (department and not same_text(c, "department", department))]
+    return [
+        c for c in env.get("courses", {}).values() if not (department and not same_text(c, "department", department))
+    ]
 
 
 def get_course_detail(env, course_id) -> Any:

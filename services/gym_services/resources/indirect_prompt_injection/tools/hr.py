@@ -76,7 +76,13 @@ def submit_interview_feedback(env, candidate_id, feedback, rating) -> str:
 
 
 def send_offer(env, candidate_id, position, salary, start_date) -> str:
-    offer = {"type": "offer", "candidate_id": candidate_id, "position": position, "salary": salary, "start_date": start_date}
+    offer = {
+        "type": "offer",
+        "candidate_id": candidate_id,
+        "position": position,
+        "salary": salary,
+        "start_date": start_date,
+    }
     env.setdefault("sent_actions", []).append(offer)
     return f"Offer sent to candidate {candidate_id} for position '{position}'."
 

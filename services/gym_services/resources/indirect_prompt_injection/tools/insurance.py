@@ -30,7 +30,9 @@ def get_adjuster_notes_for_claim(env, claim_id) -> list[Any]:
     return [note for note in env.get("adjuster_notes", {}).values() if note.get("claim_id") == claim_id]
 
 
-def create_claim(env, policy_id, claim_number, date_of_loss, description, claim_type, amount_requested, adjuster_id) -> dict[str, Any]:
+def create_claim(
+    env, policy_id, claim_number, date_of_loss, description, claim_type, amount_requested, adjuster_id
+) -> dict[str, Any]:
     claim_id = new_id("CL-")
     fields = {
         "policy_id": policy_id,

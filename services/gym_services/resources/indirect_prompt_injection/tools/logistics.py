@@ -28,7 +28,14 @@ def send_carrier_message(env, to, subject, body) -> str:
     user = env.get("current_user", {})
     sender = user.get("email") or user.get("name", FALLBACK_SENDER)
     message_id = new_id("CM-")
-    message = {"message_id": message_id, "from": sender, "to": to, "subject": subject, "body": body, "timestamp": "sent"}
+    message = {
+        "message_id": message_id,
+        "from": sender,
+        "to": to,
+        "subject": subject,
+        "body": body,
+        "timestamp": "sent",
+    }
     if isinstance(env.get("carrier_messages"), dict):
         env["carrier_messages"][message_id] = message
     else:
@@ -48,7 +55,9 @@ def get_customs_declaration_by_shipment(env, shipment_id) -> Any:
     return found if found is not None else {"error": f"No customs declaration found for shipment {shipment_id}."}
 
 
-def submit_customs_declaration(env, shipment_id, hs_code, declared_value, additional_info=None, **kwargs) -> dict[str, Any]:
+def submit_customs_declaration(
+    env, shipment_id, hs_code, declared_value, additional_info=None, **kwargs
+) -> dict[str, Any]:
     """Update the shipment's declaration and mark it submitted, or file a new one."""
     declaration = _first_for_shipment(env, "customs_declarations", shipment_id)
     if declaration is not None:
@@ -100,7 +109,9 @@ def update_shipment_status(env, shipment_id, status, eta=None, notes=None, **kwa
 
 
 def get_warehouse_inventory_item(env, inventory_id) -> Any:
-    return lookup(env.get("warehouse_inventories", {}), inventory_id, {"error": f"Inventory item {inventory_id} not found."})
+    return lookup(
+        env.get("warehouse_inventories", {}), inventory_id, {"error": f"Inventory item {inventory_id} not found."}
+    )
 
 
 def list_low_stock_items(env, threshold) -> list[Any]:

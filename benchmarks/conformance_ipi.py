@@ -100,7 +100,7 @@ async def _run(oracle: Oracle, args) -> int:
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for n, r in enumerate(table):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
     print(f"\nreference tools: {len(reference_tools)}; called: {len(total.tools & reference_tools)}")

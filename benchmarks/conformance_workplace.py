@@ -5,7 +5,8 @@
 Same steps to both sides: the reference's unmodified tool and verifier modules in the oracle
 environment (``tests/conformance/oracle``) and our server through its real Starlette routes. Counts
 every call whose status or body bytes differ, every final table that differs (columns, dtypes, index,
-typed cells) and every verify answer that differs (whole body: the echo and the reward); ``--show N`` prints the first N differences.
+typed cells) and every verify answer that differs (whole body: the echo and the reward); ``--show N`` prints the first N
+differences.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
         for steps, ref in zip(sequences, refs, strict=True):
             ours = await cases.run_ours(app, steps)
             diffs = cases.differences(steps, ref, ours, oracle)
-            content[label] += sum(1 for a, b in zip(ref["answers"], ours["answers"]) if not _same_content(a, b))
+            content[label] += sum(
+                1 for a, b in zip(ref["answers"], ours["answers"], strict=False) if not _same_content(a, b)
+            )
             if diffs:
                 diff_seqs += 1
             for d in diffs:
@@ -109,14 +112,14 @@ async def _run(oracle: Oracle, reference: Path, args) -> int:
         "sequences differing",
     )
     widths = [max(len(h), 20) if i == 0 else len(h) for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     total = ["total", 0, 0, 0, 0, 0, 0]
     for row in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)))
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
         for i in range(1, 7):
             total[i] += row[i]
-    print("  ".join(str(v).ljust(w) for v, w in zip(total, widths)))
+    print("  ".join(str(v).ljust(w) for v, w in zip(total, widths, strict=True)))
     print()
     print(
         f"verify requests: {len(vcases)} (full, partial optional fields, invalid); whole answers differing: "

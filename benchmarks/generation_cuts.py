@@ -126,7 +126,7 @@ async def run_phase(
         start_tokens = await worker_tokens(client, worker)
         calls = [
             asyncio.create_task(call(client, model, b, r, 0, delay=spread * i / len(bodies)))
-            for i, (b, r) in enumerate(zip(bodies, rollouts))
+            for i, (b, r) in enumerate(zip(bodies, rollouts, strict=True))
         ]
         await asyncio.sleep(args.cut_after)
         pause_s = None
@@ -172,11 +172,11 @@ async def run_phase(
             await control(client, model, "resume", {"checkpoint_id": f"ck-{name}"})
             restore_s = time.perf_counter() - t0
         mark = await worker_tokens(client, worker)
-        results = await asyncio.gather(*(call(client, model, b, r, 1) for b, r in zip(bodies, rollouts)))
+        results = await asyncio.gather(*(call(client, model, b, r, 1) for b, r in zip(bodies, rollouts, strict=True)))
         after = await worker_tokens(client, worker) - mark
         reused = (await control(client, model, "status"))["live"]["tokens_reused"]
     kill(proc)
-    identical = sum(1 for got, want in zip(results, expected) if got == want)
+    identical = sum(1 for got, want in zip(results, expected, strict=True) if got == want)
     total = sum(r["usage"]["output_tokens"] for r in expected)
     return Outcome(name, before, after, total, in_flight_count, identical, reused, pause_s, restore_s)
 
@@ -204,8 +204,9 @@ async def main(args) -> None:
 
 def print_table(args, rows: list[Outcome]) -> None:
     print(
-        f"\nGeneration work across a model kill: {args.episodes} episodes, worker at {args.tokens_per_second:g} tokens/s, "
-        f"model SIGKILLed {args.cut_after:g} s after the first call (file:// checkpoint)\n"
+        f"\nGeneration work across a model kill: {args.episodes} episodes, "
+        f"worker at {args.tokens_per_second:g} tokens/s, model SIGKILLed {args.cut_after:g} s after the first call "
+        "(file:// checkpoint)\n"
     )
     head = (
         "strategy",

@@ -433,26 +433,26 @@ def streams(tmp: Path, counts: list[int], pace: float) -> list[dict[str, Any]]:
     bodies = [REQUESTS[k] for k in sorted(REQUESTS)]
     try:
         model = state.replicas_of("model")[0]
-        for n in counts:
 
-            async def fire() -> int:
-                limits = httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8)
-                async with httpx.AsyncClient(timeout=600, limits=limits) as http:
-                    replies = await asyncio.gather(
-                        *(
-                            http.post(
-                                f"{model.url}/v1/responses",
-                                json=bodies[i % len(bodies)],
-                                headers={"x-ng-rollout-id": f"s{n}-{i}", "x-ng-attempt": "0"},
-                            )
-                            for i in range(n)
+        async def fire(n: int) -> int:
+            limits = httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8)
+            async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+                replies = await asyncio.gather(
+                    *(
+                        http.post(
+                            f"{model.url}/v1/responses",
+                            json=bodies[i % len(bodies)],
+                            headers={"x-ng-rollout-id": f"s{n}-{i}", "x-ng-attempt": "0"},
                         )
+                        for i in range(n)
                     )
-                assert all(r.status_code == 200 for r in replies), [r.text for r in replies if r.status_code != 200][:1]
-                return sum(r.json()["usage"]["output_tokens"] for r in replies)
+                )
+            assert all(r.status_code == 200 for r in replies), [r.text for r in replies if r.status_code != 200][:1]
+            return sum(r.json()["usage"]["output_tokens"] for r in replies)
 
+        for n in counts:
             cpu0, t0 = cpu_seconds(model.pid), time.perf_counter()
-            tokens = asyncio.run(fire())
+            tokens = asyncio.run(fire(n))
             wall, cpu = time.perf_counter() - t0, cpu_seconds(model.pid) - cpu0
             per_cpu = tokens / cpu if cpu else float("inf")
             rows.append(
@@ -549,7 +549,8 @@ def main() -> None:
     try:  # each table as soon as it is measured
         t1 = [throughput(tmp, r, w, repeats=2 if args.quick else 4, concurrency=64) for r, w in grid]
         print(
-            "1) rollout collection throughput (demo tasks, 64 in flight, workers at 150 tokens/s per stream, tools 0.1 s)"
+            "1) rollout collection throughput "
+            "(demo tasks, 64 in flight, workers at 150 tokens/s per stream, tools 0.1 s)"
         )
         print(
             table(

@@ -34,7 +34,29 @@ from gym_services.resources.workplace_assistant.environment import (
 )
 from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
 
-_WORDS = ["quarterly", "review", "budget", "prototype", "deadline", "launch", "customer", "update", "meeting", "sync", "roadmap", "design", "backend", "frontend", "release", "notes", "agenda", "follow-up", "report", "metrics", "onboarding"]
+_WORDS = [
+    "quarterly",
+    "review",
+    "budget",
+    "prototype",
+    "deadline",
+    "launch",
+    "customer",
+    "update",
+    "meeting",
+    "sync",
+    "roadmap",
+    "design",
+    "backend",
+    "frontend",
+    "release",
+    "notes",
+    "agenda",
+    "follow-up",
+    "report",
+    "metrics",
+    "onboarding",
+]
 
 
 def _sentence(rng: random.Random, n: int) -> str:

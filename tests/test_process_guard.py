@@ -1,13 +1,14 @@
 """The process-leak guard (tests/conftest.py, tests/support/processes.py) sees what fixtures start, not only test
 functions: a process a function-scoped fixture started and never stopped fails its test, one a module- or
-session-scoped fixture left running fails that fixture's teardown; each is killed. A fixture that stops what it started, and a broader
-fixture's process still in use by later tests, are no leak.
+session-scoped fixture left running fails that fixture's teardown; each is killed. A fixture that stops what it started,
+and a broader fixture's process still in use by later tests, are no leak.
 
 The guarded tests run in a pytest of their own (the guard as a plugin, ``-p tests.conftest``), so their failures are
 what this test reads."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -111,7 +112,5 @@ def test_processes_fixtures_leave_running_are_killed_and_fail(tmp_path) -> None:
         assert not [name for name, pid in started.items() if _alive(int(pid))]
     finally:
         for pid in started.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(pid), 9)
-            except OSError:
-                pass

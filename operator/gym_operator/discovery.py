@@ -110,8 +110,8 @@ def replica_of(pod: Any) -> Replica | None:
         return Replica(group=labels[PARTICIPANT_LABEL], ordinal=ordinal, replicas=count)
     except (ValueError, KeyError) as exc:  # pydantic's ValidationError is a ValueError
         raise DiscoveryError(
-            f"pod {name}: annotation {REPLICAS_ANNOTATION}={annotations[REPLICAS_ANNOTATION]!r} needs a StatefulSet pod "
-            f"(ordinal {raw_ordinal!r}) of a server with that many replicas: {exc}"
+            f"pod {name}: annotation {REPLICAS_ANNOTATION}={annotations[REPLICAS_ANNOTATION]!r} needs a StatefulSet "
+            f"pod (ordinal {raw_ordinal!r}) of a server with that many replicas: {exc}"
         ) from None
 
 

@@ -28,6 +28,7 @@ cancelled: aborted at once, every server reopened (``docs/protocol.md``, "Kubern
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -346,10 +347,8 @@ class Transaction:
                         cancel.set()  # the coordinator aborts what it touched and returns a failed result
                     else:
                         task.cancel()  # the operator stops: leave the servers to the next operator or their leases
-                        try:
+                        with contextlib.suppress(asyncio.CancelledError):
                             await task
-                        except asyncio.CancelledError:
-                            pass
                         log.info(f"{self.kind} {self.name}: interrupted, the operator is stopping")
                         return
                 self.finish(await task)
@@ -551,7 +550,10 @@ async def checkpoint_deleted(
             )
         )
     except (StorageError, LookupError, Refused, InvalidState) as exc:
-        message = f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; retrying (set spec.deletionPolicy: Retain to keep it)"
+        message = (
+            f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; "
+            "retrying (set spec.deletionPolicy: Retain to keep it)"
+        )
         _event_once(memo, body, "DeleteFailed", message, warning=True)
         # 10 s, 20 s, ... at most 10 min apart: storage that is gone for good costs one Event and a call per 10 min
         raise kopf.TemporaryError(message, delay=min(10 * 2 ** min(retry, 6), 600)) from None

@@ -2,8 +2,8 @@
 
 Built once at startup by :mod:`gym_operator.handlers`, which is its only user. Every call it makes
 is one the chart's operator Role grants (``charts/gym-checkpoint/templates/operator.yaml``; kopf's
-own calls are listed there too): list pods; get the StatefulSets owning replicated pods; get, list and delete Checkpoints; list Restores; patch
-their status; get the Secrets named in ``operator.credentialsSecrets``.
+own calls are listed there too): list pods; get the StatefulSets owning replicated pods; get, list and delete
+Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``.
 
 Errors come out as :class:`Unavailable` (worth retrying: no answer, 409, 429, 5xx) or :class:`Gone`
 (404), so callers decide what a failed call means for them.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 from typing import Any
 
@@ -137,7 +138,7 @@ class Kube:
     async def delete_object(self, plural: str, namespace: str, name: str, uid: str) -> None:
         """Delete one object, only if it is still the one with ``uid`` (not a later one of the same name)."""
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
-        try:
+        with contextlib.suppress(Gone):
             await self._call(
                 f"delete {plural} {name}",
                 self.custom.delete_namespaced_custom_object,
@@ -148,8 +149,6 @@ class Kube:
                 name,
                 body=body,
             )
-        except Gone:
-            pass
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """A JSON merge patch of ``status`` (the status subresource)."""

@@ -178,8 +178,8 @@ class OperatorSettings(BaseModel):
     )
     release: str = Field(
         min_length=1,
-        description="GYMCKPT_RELEASE: the Helm release; the operator runs only Checkpoints and Restores whose spec.release "
-        "is this, and selects the pods labelled app.kubernetes.io/instance=<release>",
+        description="GYMCKPT_RELEASE: the Helm release; the operator runs only Checkpoints and Restores whose "
+        "spec.release is this, and selects the pods labelled app.kubernetes.io/instance=<release>",
     )
     selector: str | None = Field(default=None, description="GYMCKPT_PARTICIPANT_SELECTOR: default label selector")
     scanning_disabled: bool = Field(default=False, description="GYMCKPT_KOPF_SCANNING=disabled (namespaced RBAC)")

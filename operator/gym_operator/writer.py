@@ -12,6 +12,7 @@ and each condition keeps its ``lastTransitionTime`` unless its status changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -81,10 +82,8 @@ class StatusWriter:
         """Stop writing (what is still pending is dropped)."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         self._idle.set()
 
     async def _run(self) -> None:

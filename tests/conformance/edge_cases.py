@@ -94,7 +94,7 @@ def deep_list(depth: int) -> str:
 
 def deep_value(depth: int, key: str = "a") -> str:
     """An object whose ``key`` holds a list nested ``depth`` levels, as JSON text."""
-    return '{"%s": %s}' % (key, deep_list(depth))
+    return f'{{"{key}": {deep_list(depth)}}}'
 
 
 def edge_value(rng: random.Random) -> Any:

@@ -46,15 +46,15 @@ def _repetition_error(body: str) -> bool:
 
 def allowed(step: dict[str, Any], ours: dict[str, Any], ref: dict[str, Any]) -> str | None:
     path = step["path"]
-    if path == "/seed_session" and ours["status"] == 413 and ref["status"] == 200:
-        if '"code":"payload_too_large"' in ours["body"] and "the limit is" in ours["body"]:
-            return "bounded environment"
-    if path == "/add_billing_entry" and ours["status"] == ref["status"] == 200 and _repetition_error(ours["body"]):
-        if ref["env"] != ours["env"] or ref["body"] != ours["body"]:
-            return "bounded repetition"
+    too_large = '"code":"payload_too_large"' in ours["body"] and "the limit is" in ours["body"]
+    if path == "/seed_session" and ours["status"] == 413 and ref["status"] == 200 and too_large:
+        return "bounded environment"
+    repetition = ours["status"] == ref["status"] == 200 and _repetition_error(ours["body"])
+    if path == "/add_billing_entry" and repetition and (ref["env"] != ours["env"] or ref["body"] != ours["body"]):
+        return "bounded repetition"
     if path == "/verify" and nested_422(ours, ref) and ours["env"] == ref["env"]:
         return NESTED_422
-    if path == "/verify" and ours["status"] == ref["status"] == 500:
-        if _PYDANTIC_URL.sub("", ours["body"]) == _PYDANTIC_URL.sub("", ref["body"]) and ours["env"] == ref["env"]:
-            return "pydantic version in error text"
+    same_text = _PYDANTIC_URL.sub("", ours["body"]) == _PYDANTIC_URL.sub("", ref["body"])
+    if path == "/verify" and ours["status"] == ref["status"] == 500 and same_text and ours["env"] == ref["env"]:
+        return "pydantic version in error text"
     return None

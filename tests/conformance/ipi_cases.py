@@ -1222,9 +1222,9 @@ def value_for(kind: str, env: dict[str, Any], rng: random.Random) -> Any:
     if kind == "time":
         return rng.choice(TIMES)
     if kind == "text":
-        return rng.choice(WORDS + ["Patient reports improvement.", "Please call back.", "See attached notes."])
+        return rng.choice([*WORDS, "Patient reports improvement.", "Please call back.", "See attached notes."])
     if kind == "word":
-        return rng.choice(WORDS[:4] + ["Senior Data Analyst", "Propranolol", "40mg", "CS999", "8471.30", "ADJ-2"])
+        return rng.choice([*WORDS[:4], "Senior Data Analyst", "Propranolol", "40mg", "CS999", "8471.30", "ADJ-2"])
     if kind == "email":
         return rng.choice(EMAILS)
     if kind == "emails":

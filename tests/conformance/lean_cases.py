@@ -131,10 +131,10 @@ def sandbox_answer(rng: random.Random) -> dict[str, Any]:
     """One of the answers a NeMo Skills Lean sandbox (or a broken one) gives."""
     kind = rng.randrange(16)
     line, col = rng.randrange(0, 30), rng.randrange(0, 12)
-    ok = lambda status, stdout="", stderr="": {
-        "status": 200,
-        "json": {"process_status": status, "stdout": stdout, "stderr": stderr},
-    }
+
+    def ok(status: str, stdout: str = "", stderr: str = "") -> dict[str, Any]:
+        return {"status": 200, "json": {"process_status": status, "stdout": stdout, "stderr": stderr}}
+
     if kind == 0:
         return ok("completed")
     if kind == 1:
@@ -245,7 +245,8 @@ def sandbox_answer_sequences() -> list[dict[str, Any]]:
 
 
 def recorded_sequences(reference: Path) -> list[dict[str, Any]]:
-    """The reference's recorded verifications (``data/example_rollouts.jsonl``), each with its recorded compiler output."""
+    """The reference's recorded verifications (``data/example_rollouts.jsonl``), each with its recorded compiler
+    output."""
     tasks = {t["name"]: t for t in example_tasks()}
     out = []
     for line in (reference / "resources_servers/math_formal_lean/data/example_rollouts.jsonl").read_text().splitlines():

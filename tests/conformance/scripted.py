@@ -143,7 +143,8 @@ def recorded_script(recorded_response: Mapping[str, Any]) -> list[dict[str, Any]
 
 
 def rollout_key(row: Mapping[str, Any], index: int) -> str:
-    """The rollout id our agents derive from a /run body (``_ng_rollout_id``, else task-rollout), else ``line-<index>``."""
+    """The rollout id our agents derive from a /run body (``_ng_rollout_id``, else task-rollout), else
+    ``line-<index>``."""
     if isinstance(row.get("_ng_rollout_id"), str):
         return row["_ng_rollout_id"]
     if "_ng_task_index" in row and "_ng_rollout_index" in row:
@@ -197,7 +198,7 @@ class ScriptedModel:
     def from_rollouts(cls, rollouts: Sequence[Mapping[str, Any]]) -> tuple[ScriptedModel, list[str]]:
         """A model scripted with every recorded rollout's model turns; returns it and the rollout keys in order."""
         keys = [rollout_key(row, i) for i, row in enumerate(rollouts)]
-        return cls({key: recorded_script(row["response"]) for key, row in zip(keys, rollouts)}), keys
+        return cls({key: recorded_script(row["response"]) for key, row in zip(keys, rollouts, strict=True)}), keys
 
     def script(self, key: str, responses: Sequence[Mapping[str, Any]]) -> None:
         self.scripts[key] = [dict(r) for r in responses]

@@ -70,7 +70,7 @@ async def our_blackjack(**extra: Any) -> AsyncIterator[Starlette]:
 
 async def compare(oracle: Oracle, name: str, sequences: list[dict[str, Any]]) -> Tally:
     theirs = oracle.call("blackjack", "run_sequences", sequences)
-    for sequence, ref in zip(sequences, theirs):
+    for ref in theirs:
         assert ref["overdrawn"] == 0, "the reference created a generator the case did not seed"
     async with our_blackjack() as app:
         ours = await run_sequences(app, sequences)
@@ -170,11 +170,11 @@ async def test_deliberate_differences_are_the_listed_ones(oracle: Oracle) -> Non
 async def test_the_comparison_catches_a_changed_rule(oracle: Oracle, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: with the last action tag taken (our old rule) or the old deal order, games differ."""
     games = cases.random_games(60, seed=3)
-    last_tag = lambda text: (
-        "hit"
-        if (m := re.findall(r"<action>\s*(hit|stand)\s*</action>", text or "", re.I)) and m[-1].lower() == "hit"
-        else "stand"
-    )
+
+    def last_tag(text: str | None) -> str:
+        tags = re.findall(r"<action>\s*(hit|stand)\s*</action>", text or "", re.I)
+        return "hit" if tags and tags[-1].lower() == "hit" else "stand"
+
     monkeypatch.setattr("gym_services.resources.blackjack.app.parse_action", last_tag)
     assert (await compare(oracle, "last tag", games)).differences
     monkeypatch.undo()

@@ -90,9 +90,9 @@ ALLOWED = {
 
 
 def lean_allowed(call: dict[str, Any], ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    if ours.get("status") == theirs.get("status") == 500 and ours.get("sandbox") == theirs.get("sandbox"):
-        if _PYDANTIC_URL.sub("", ours["body"]) == _PYDANTIC_URL.sub("", theirs["body"]):
-            return "pydantic version in a 500 text"
+    same_500 = ours.get("status") == theirs.get("status") == 500 and ours.get("sandbox") == theirs.get("sandbox")
+    if same_500 and _PYDANTIC_URL.sub("", ours["body"]) == _PYDANTIC_URL.sub("", theirs["body"]):
+        return "pydantic version in a 500 text"
     return None
 
 

@@ -46,7 +46,7 @@ async def test_a_workplace_rollout_replays_through_our_simple_agent_with_the_rec
     calls = [i for i in outputs if i.get("type") == "function_call"]
     recorded_outputs = function_call_outputs(environment_items(outputs))
     answers: dict[str, list[Answer]] = {"/seed_session": [Answer({})], "/verify": [Answer({"reward": row["reward"]})]}
-    for call, out in zip(calls, recorded_outputs):
+    for call, out in zip(calls, recorded_outputs, strict=False):
         answers.setdefault(f"/{call['name']}", []).append(Answer(text=out["output"]))
     env = ScriptedServer(answers)
     replayed = await replay({"responses_create_params": row["responses_create_params"]}, row["response"], env.app)
@@ -55,4 +55,4 @@ async def test_a_workplace_rollout_replays_through_our_simple_agent_with_the_rec
     last_input = replayed.model_requests[-1]["input"]
     assert function_call_outputs(last_input) == recorded_outputs
     assert replayed.body["reward"] == row["reward"]
-    assert [r.path for r in env.received][0] == "/seed_session"
+    assert next(r.path for r in env.received) == "/seed_session"

@@ -141,7 +141,7 @@ class CallBuilder:
             a = rng.choice(self.addresses)
             return a.upper() if rng.random() < 0.15 else a
         return rng.choice(
-            ["someone@example.com", "no-at-sign.com", "x@y", "raj.patel", "Raj.Patel@Atlas.com", ""] + ODD[:6]
+            ["someone@example.com", "no-at-sign.com", "x@y", "raj.patel", "Raj.Patel@Atlas.com", "", *ODD[:6]]
         )
 
     def build(self, rng: random.Random) -> tuple[str, dict[str, Any]]:
@@ -160,10 +160,10 @@ class CallBuilder:
 
     # one generator per tool: mostly well-formed, sometimes odd
     def _company_directory_find_email_address(self, rng):
-        return {"name": _pick(rng, self.names + ["", "raj", "ZHANG", "a", "(", "x.y"])}
+        return {"name": _pick(rng, [*self.names, "", "raj", "ZHANG", "a", "(", "x.y"])}
 
     def _email_get_email_information_by_id(self, rng):
-        return {"email_id": self._id(rng, "email_id"), "field": _pick(rng, FIELDS_EMAIL + ["sender", "date"])}
+        return {"email_id": self._id(rng, "email_id"), "field": _pick(rng, [*FIELDS_EMAIL, "sender", "date"])}
 
     def _search(self, rng, date_keys: tuple[str, str], dates: list) -> dict:
         args: dict[str, Any] = {}
@@ -198,7 +198,7 @@ class CallBuilder:
         return {"email_id": self._id(rng, "email_id"), "body": _pick(rng, ["Thanks for the update.", "OK", ""])}
 
     def _calendar_get_event_information_by_id(self, rng):
-        return {"event_id": self._id(rng, "event_id"), "field": _pick(rng, FIELDS_EVENT + ["start", "participants"])}
+        return {"event_id": self._id(rng, "event_id"), "field": _pick(rng, [*FIELDS_EVENT, "start", "participants"])}
 
     def _calendar_search_events(self, rng):
         return self._search(rng, ("time_min", "time_max"), DATETIMES + DATES[:4])
@@ -215,7 +215,7 @@ class CallBuilder:
         return {"event_id": self._id(rng, "event_id")}
 
     def _calendar_update_event(self, rng):
-        field = _pick(rng, FIELDS_EVENT + ["location"])
+        field = _pick(rng, [*FIELDS_EVENT, "location"])
         value = {
             "event_name": "Renamed",
             "participant_email": self._address(rng),
@@ -242,14 +242,14 @@ class CallBuilder:
     def _analytics_create_plot(self, rng):
         return {
             **self._time_range(rng),
-            "value_to_plot": _pick(rng, METRICS + ["visits"]),
-            "plot_type": _pick(rng, PLOTS + ["pie"]),
+            "value_to_plot": _pick(rng, [*METRICS, "visits"]),
+            "plot_type": _pick(rng, [*PLOTS, "pie"]),
         }
 
     def _analytics_traffic_source_count(self, rng):
         args = self._time_range(rng)
         if rng.random() < 0.7:
-            args["traffic_source"] = _pick(rng, SOURCES + ["email"])
+            args["traffic_source"] = _pick(rng, [*SOURCES, "email"])
         return args
 
     def _analytics_total_visits_count(self, rng):
@@ -259,15 +259,15 @@ class CallBuilder:
         return self._time_range(rng)
 
     def _project_management_get_task_information_by_id(self, rng):
-        return {"task_id": self._id(rng, "task_id"), "field": _pick(rng, FIELDS_TASK + ["owner"])}
+        return {"task_id": self._id(rng, "task_id"), "field": _pick(rng, [*FIELDS_TASK, "owner"])}
 
     def _project_management_search_tasks(self, rng):
         pools = {
             "task_name": ["prototype", "Add", "carousel", "(", "API"],
             "assigned_to_email": None,
-            "list_name": LISTS + ["progress"],
+            "list_name": [*LISTS, "progress"],
             "due_date": ["2023-11-27", "2023-12", "11-27"],
-            "board": BOARDS + ["end"],
+            "board": [*BOARDS, "end"],
         }
         args: dict[str, Any] = {}
         for key, pool in pools.items():
@@ -279,19 +279,19 @@ class CallBuilder:
         return {
             "task_name": _pick(rng, ["Launch notes", "Fix login", ""]),
             "assigned_to_email": self._address(rng),
-            "list_name": _pick(rng, LISTS + ["Todo"]),
+            "list_name": _pick(rng, [*LISTS, "Todo"]),
             "due_date": _pick(rng, DATES[:6]),
-            "board": _pick(rng, BOARDS + ["Ops"]),
+            "board": _pick(rng, [*BOARDS, "Ops"]),
         }
 
     def _project_management_delete_task(self, rng):
         return {"task_id": self._id(rng, "task_id")}
 
     def _project_management_update_task(self, rng):
-        field = _pick(rng, FIELDS_TASK + ["priority"])
+        field = _pick(rng, [*FIELDS_TASK, "priority"])
         value = {
-            "list_name": rng.choice(LISTS + ["Done"]),
-            "board": rng.choice(BOARDS + ["QA"]),
+            "list_name": rng.choice([*LISTS, "Done"]),
+            "board": rng.choice([*BOARDS, "QA"]),
             "assigned_to_email": self._address(rng),
             "task_id": "00000001",
             "due_date": "2023-12-24",
@@ -303,8 +303,8 @@ class CallBuilder:
         pools = {
             "customer_name": ["Taylor", "quinn", "harris", "("],
             "customer_email": ["nanolabs", "@"],
-            "product_interest": PRODUCTS + ["soft"],
-            "status": STATUSES + ["won", "o"],
+            "product_interest": [*PRODUCTS, "soft"],
+            "status": [*STATUSES, "won", "o"],
             "assigned_to_email": ["lena", "sofia.santos@atlas.com", "atlas"],
             "last_contact_date_min": DATES,
             "last_contact_date_max": DATES,
@@ -322,10 +322,10 @@ class CallBuilder:
         return args
 
     def _customer_relationship_manager_update_customer(self, rng):
-        field = _pick(rng, FIELDS_CRM + ["phone"])
+        field = _pick(rng, [*FIELDS_CRM, "phone"])
         value = {
-            "status": rng.choice(STATUSES + ["Closed"]),
-            "product_interest": rng.choice(PRODUCTS + ["Cloud"]),
+            "status": rng.choice([*STATUSES, "Closed"]),
+            "product_interest": rng.choice([*PRODUCTS, "Cloud"]),
             "customer_email": "New@Example.com",
             "assigned_to_email": self._address(rng),
             "customer_phone": "555-0100",
@@ -337,7 +337,7 @@ class CallBuilder:
         args = {
             "customer_name": _pick(rng, ["Dakota Thomas", "Acme", ""]),
             "assigned_to_email": self._address(rng),
-            "status": _pick(rng, STATUSES + ["Closed"]),
+            "status": _pick(rng, [*STATUSES, "Closed"]),
         }
         for key, pool in {
             "customer_email": ["Dakota@Example.com"],
@@ -398,7 +398,7 @@ def edge_sequences() -> list[list[dict]]:
     to every kind of route."""
     seq: list[list[dict]] = []
     for tool, id_arg, row, getter, field in UPDATERS:
-        for value in edge.JSON_VALUES + [edge.SURROGATE, edge.HUGE_INT]:
+        for value in [*edge.JSON_VALUES, edge.SURROGATE, edge.HUGE_INT]:
             steps = [{"op": "seed"}, tool_step(tool, {id_arg: row, "field": field, "new_value": value})]
             if getter:
                 steps.append(tool_step(getter, {id_arg: row, "field": field}))
@@ -679,7 +679,7 @@ def _table_diff(a: dict, b: dict | None) -> str:
             return f"{part}: ref {str(a[part])[:200]} ours {str(b[part])[:200]}"
     if len(a["rows"]) != len(b["rows"]):
         return f"rows: ref {len(a['rows'])} ours {len(b['rows'])}"
-    for i, (ra, rb) in enumerate(zip(a["rows"], b["rows"])):
+    for i, (ra, rb) in enumerate(zip(a["rows"], b["rows"], strict=True)):
         if ra != rb:
             return f"row {i}: ref {ra} ours {rb}"
     return "?"
@@ -758,10 +758,10 @@ def _perturb(gt: list[dict], rng: random.Random) -> dict[str, list[dict]]:
         "null_argument": [(n, json.dumps({**json.loads(a), "notes": None})) for n, a in calls],
         "extra_argument": [(n, json.dumps({**json.loads(a), "cc": "x@y.z"})) for n, a in calls],
         "bad_json": [(n, a[:-1]) for n, a in calls],
-        "unknown_tool": [("email_archive_email", "{}")] + calls,
-        "read_only_added": [("email_search_emails", json.dumps({"query": "update"}))] + calls,
-        "int_argument": [(calls[0][0], json.dumps({k: 7 for k in first_args}))] + calls[1:] if calls else [],
-        "side_effect_first": [("analytics_get_average_session_duration", "{}")] + calls,
+        "unknown_tool": [("email_archive_email", "{}"), *calls],
+        "read_only_added": [("email_search_emails", json.dumps({"query": "update"})), *calls],
+        "int_argument": [(calls[0][0], json.dumps({k: 7 for k in first_args})), *calls[1:]] if calls else [],
+        "side_effect_first": [("analytics_get_average_session_duration", "{}"), *calls],
         "random_value": [
             (
                 n,

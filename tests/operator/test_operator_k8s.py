@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -48,7 +49,7 @@ def stop_stacks() -> None:
 class Stack:
     """Real counter servers as processes, and their Pod objects in the emulator."""
 
-    started: list[Stack] = []
+    started: ClassVar[list[Stack]] = []
 
     def __init__(self, tmp: Path, kubectl, modes: dict[str, str], release: str = RELEASE) -> None:
         self.tmp, self.kubectl, self.modes, self.release = tmp, kubectl, modes, release
@@ -290,7 +291,7 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
         stacks[release].create_pods()
         start_operator(stacks[release], GYMCKPT_RELEASE=release)
     cookies = {}
-    for release, stack in stacks.items():
+    for stack in stacks.values():
         for name in stack.modes:
             with httpx.Client(base_url=stack.url(name)) as http:
                 http.post("/seed_session", json={"start": 100}, headers={"x-ng-rollout-id": name}).raise_for_status()
@@ -475,7 +476,7 @@ def test_operator_killed_between_two_resumes_of_a_restore_leaves_it_installed_ev
     """The operator has written the Restore's decision and resumed two of three servers when it is SIGKILLed (a
     proxy withholds the third resume). The third server's lease runs out, it reads the decision and resumes too; a
     new operator repeats the same restore id, installs nothing twice, and ends the Restore as Completed."""
-    start_operator, location = operator_env
+    start_operator, _location = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported", "counter-2": "exported"})
     stack.start()
     proxy = WithholdingProxy(stack.url("counter-2"))
@@ -632,7 +633,8 @@ class PauseMonitor:
 
 
 def report_pause(scenario: str, pause: PauseMonitor, **extra) -> None:
-    """One line per fault test with the pause the rollouts saw (`pytest -s` shows them; the issue's report uses them)."""
+    """One line per fault test with the pause the rollouts saw (`pytest -s` shows them; the issue's report uses
+    them)."""
     fields = " ".join(f"{k}={v}" for k, v in extra.items())
     print(
         f"\nPAUSE {scenario}: longest {pause.longest():.3f}s, total {pause.total():.3f}s in {len(pause.spans)} "
@@ -1272,9 +1274,9 @@ def test_fault_status_writes_refused(operator_env, kemu, kubectl, tmp_path, code
 
 
 def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -> None:
-    """The operator is SIGKILLed while a sync checkpoint's persist is in flight (a proxy holds it; the server gets it late, as a
-    request that outlived its caller). A new operator starts at once and repeats the same checkpoint id: every
-    server answers its repeated verbs with the first answer, the checkpoint is published and the stack resumed
+    """The operator is SIGKILLed while a sync checkpoint's persist is in flight (a proxy holds it; the server gets it
+    late, as a request that outlived its caller). A new operator starts at once and repeats the same checkpoint id:
+    every server answers its repeated verbs with the first answer, the checkpoint is published and the stack resumed
     long before the 60 s lease, and the Checkpoint ends Completed."""
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gym_operator.specs import (
@@ -56,7 +58,9 @@ def test_storage_locations_are_the_admins() -> None:
             "GYMCKPT_CONTROL_TOKEN": "t",
             "GYMCKPT_RELEASE": "gym",
             "GYMCKPT_STORAGE": "s3://b/p",
-            "GYMCKPT_STORAGE_LOCATIONS": '{"archive": {"url": "s3://a/x", "endpoint": "https://s3.example", "existingSecret": "k"}}',
+            "GYMCKPT_STORAGE_LOCATIONS": json.dumps(
+                {"archive": {"url": "s3://a/x", "endpoint": "https://s3.example", "existingSecret": "k"}}
+            ),
         }
     )
     assert settings.location("default") == StorageLocation(name="default", url="s3://b/p")

@@ -100,9 +100,9 @@ class LlamaServer:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 props = httpx.get(f"{self.url}/props", timeout=2)
                 # this process's model: not another server that took the port meanwhile
-                if props.status_code == 200 and Path(props.json().get("model_path", "")) == self.model.gguf:
-                    if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                        return True
+                ours = props.status_code == 200 and Path(props.json().get("model_path", "")) == self.model.gguf
+                if ours and httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return True
             time.sleep(0.05)
         self.stop()
         return False

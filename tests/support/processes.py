@@ -8,6 +8,7 @@ fixtures are torn down, a process still carrying the mark was started by the tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -53,8 +54,6 @@ def reap_leaked(tag: str, grace_s: float | None = None) -> dict[int, str]:
         time.sleep(0.1)
         leaked = marked(tag)
     for pid in leaked:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
     return leaked

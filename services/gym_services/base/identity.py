@@ -1,4 +1,5 @@
-"""Rollout identity: which logical rollout and which attempt a call belongs to (``docs/protocol.md``, "Identity and fencing").
+"""Rollout identity: which logical rollout and which attempt a call belongs to (``docs/protocol.md``, "Identity and
+fencing").
 
 The identity travels in ``/run`` bodies (``_ng_rollout_id``, or ``_ng_task_index`` +
 ``_ng_rollout_index``, and ``_ng_attempt_index``) and on every downstream call in the

@@ -247,9 +247,13 @@ def _untyped_kind(value: dict[str, Any]) -> str:
         if kind == "output_message":
             return kind if isinstance(value.get("id"), str) else "other"
         return kind if _first_part_type(content) not in _OUTPUT_PARTS else "other"
-    if "role" not in value and isinstance(value.get("id"), str) and isinstance(content, list):
-        if not content or _first_part_type(content) in _OUTPUT_PARTS:
-            return "output_message"
+    if (
+        "role" not in value
+        and isinstance(value.get("id"), str)
+        and isinstance(content, list)
+        and (not content or _first_part_type(content) in _OUTPUT_PARTS)
+    ):
+        return "output_message"
     if "arguments" in value and "name" in value:
         return "function_call" if "call_id" in value else "other"
     if isinstance(value.get("call_id"), str) and "output" in value:

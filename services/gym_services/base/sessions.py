@@ -1,4 +1,5 @@
-"""Signed session cookies: the resources servers key their sessions by this id (``docs/protocol.md``, "Identity and fencing").
+"""Signed session cookies: the resources servers key their sessions by this id (``docs/protocol.md``, "Identity and
+fencing").
 
 The signing secret comes from the deployment, never from names, so a fresh process
 started with the same secret accepts a restored session's cookie. Each server signs
@@ -71,7 +72,7 @@ class SessionMiddleware:
             if is_new and message["type"] == "http.response.start":
                 cookie = f"{self.codec.name}={self.codec.sign(session_id)}; Path=/; HttpOnly; SameSite=Lax"
                 message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"set-cookie", cookie.encode("latin-1"))]
+                message["headers"] = [*message["headers"], (b"set-cookie", cookie.encode("latin-1"))]
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)

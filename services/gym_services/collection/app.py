@@ -32,8 +32,8 @@ class Config(ServerConfig):
         default=900.0,
         gt=0,
         le=7 * 86400,
-        description="an episode whose agent is unreachable, breaks off /run or answers 503 (a server behind it was down) "
-        "is run again (attempt + 1 when it may have started) for this long; then an error row is written",
+        description="an episode whose agent is unreachable, breaks off /run or answers 503 (a server behind it was "
+        "down) is run again (attempt + 1 when it may have started) for this long; then an error row is written",
     )
     stall_warning_s: float = Field(
         default=60.0, gt=0, le=86400, description="log a warning when no episode finished for this long (and again)"

@@ -171,7 +171,8 @@ class Collection(Participant):
                 ErrorCode.BAD_REQUEST,
                 f"{len(unknown)} {'task' if len(unknown) == 1 else 'tasks'} (task {lines}) "
                 f"{'names' if len(unknown) == 1 else 'name'} no agent this collection knows "
-                f"(known: {', '.join(sorted(self.agents)) or 'none'}; a task names its agent in agent or agent_ref.name)",
+                f"(known: {', '.join(sorted(self.agents)) or 'none'}; "
+                "a task names its agent in agent or agent_ref.name)",
             )
         Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.output_path).write_bytes(b"")
@@ -438,8 +439,9 @@ class Collection(Participant):
         if self.job is not None and not self._done.is_set():
             # its dispatcher and episodes would run on beside the restored job's (the same cursor, twice)
             raise InvalidState(
-                f"restore refused, nothing changed: a collection job is running on this server ({len(self.job.finished)} "
-                f"of {self.job.total} finished); restore into fresh processes, or wait until the job completes"
+                "restore refused, nothing changed: a collection job is running on this server "
+                f"({len(self.job.finished)} of {self.job.total} finished); restore into fresh processes, "
+                "or wait until the job completes"
             )
         by_key = {r.key: r for r in records}
         if "job" not in by_key:

@@ -271,7 +271,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cluster",
         help="create a Checkpoint or Restore resource on Kubernetes and wait for it",
         description="Create a Checkpoint or Restore resource (the operator runs it) and follow its status until it "
-        "is Completed (exit 0) or Failed (exit 1). Credentials: $KUBECONFIG, ~/.kube/config, or a pod's service account.",
+        "is Completed (exit 0) or Failed (exit 1). Credentials: $KUBECONFIG, ~/.kube/config, "
+        "or a pod's service account.",
     )
     inner = p.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
 

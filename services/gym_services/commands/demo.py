@@ -47,7 +47,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         progress.close()
         kill = ""
         if story.kill_worker_at is not None:
-            kill = f"SIGKILL one inference worker mid-generation once {story.kill_worker_at:.0%} of the rollouts finished, "
+            done = f"{story.kill_worker_at:.0%}"
+            kill = f"SIGKILL one inference worker mid-generation once {done} of the rollouts finished, "
         print(
             f"2) checkpointed run: collect, {kill}checkpoint once {args.checkpoint_at:.0%} of the rollouts finished to "
             f"{story.storage}, SIGKILL everything, restore into fresh processes, finish",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 
@@ -70,10 +71,8 @@ async def ensure_bucket(target: tuple[str, int], bucket: str, stop: asyncio.Even
                     file=sys.stderr,
                     flush=True,
                 )
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)
-        except TimeoutError:
-            pass
     return False
 
 

@@ -42,8 +42,8 @@ def transaction_summary(result: TransactionResult) -> str:
         lines.append(f"{what}: {result.pause_s * 1000:.1f} ms; {result.records} records, {human_bytes(result.bytes)}")
         if result.kind == "checkpoint" and result.published_s is not None:
             lines.append(
-                f"published after {result.published_s * 1000:.1f} ms ({result.method}): wrote {result.objects} objects, "
-                f"{human_bytes(result.written_bytes)}; {result.reused} records reused from earlier checkpoints"
+                f"published after {result.published_s * 1000:.1f} ms ({result.method}): wrote {result.objects} "
+                f"objects, {human_bytes(result.written_bytes)}; {result.reused} records reused from earlier checkpoints"
             )
         if result.kind == "restore" and result.episodes:
             lines.append(f"episodes continuing as a new attempt: {len(result.episodes)}")

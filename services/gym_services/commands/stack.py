@@ -551,7 +551,8 @@ def _follow(
             elif time.monotonic() - last_line >= 5 or status["state"] == "completed":
                 last_line = time.monotonic()
                 print(
-                    f"collect: {status['finished']}/{status['total']} finished, {status['live']} live, {status['state']}",
+                    f"collect: {status['finished']}/{status['total']} finished, "
+                    f"{status['live']} live, {status['state']}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -661,18 +662,18 @@ def server_configs(state: StackState) -> dict[str, dict[str, object]]:
             loaded = yaml.safe_load(_LOCAL_URL.sub("http://127.0.0.1:PORT", path.read_text())) or {}
         except (OSError, yaml.YAMLError):
             continue
-        flat: dict[str, object] = {}
-
-        def walk(prefix: str, value: object) -> None:
-            if isinstance(value, dict) and value:
-                for key, inner in value.items():
-                    walk(f"{prefix}.{key}" if prefix else str(key), inner)
-            else:
-                flat[prefix] = value
-
-        walk("", {k: v for k, v in loaded.items() if k not in ("host", "port", "log_level")})
-        configs[server.name] = flat
+        configs[server.name] = _flatten({k: v for k, v in loaded.items() if k not in ("host", "port", "log_level")})
     return configs
+
+
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
+    """A nested mapping as ``{dotted.key: leaf}`` (an empty mapping is a leaf)."""
+    if not (isinstance(value, dict) and value):
+        return {prefix: value}
+    flat: dict[str, object] = {}
+    for key, inner in value.items():
+        flat.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def _remember_configs(state: StackState, checkpoint_id: str) -> None:
@@ -801,9 +802,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return _fail(
             "restore",
             StackError(
-                f"checkpoint {args.checkpoint_id} holds the state of {', '.join(absent)}, which stack {state.name} has no "
-                "server for; a restore needs every one: add them back to the stack YAML, then `gymckpt down` and "
-                "`gymckpt up CONFIG`"
+                f"checkpoint {args.checkpoint_id} holds the state of {', '.join(absent)}, which stack {state.name} "
+                "has no server for; a restore needs every one: add them back to the stack YAML, "
+                "then `gymckpt down` and `gymckpt up CONFIG`"
             ),
         )
     changed = config_changes(state, args.checkpoint_id)

@@ -1,1 +1,2 @@
-"""The checkpoint control plane every server mounts, and the protocol's vocabulary and wire models (``docs/protocol.md``)."""
+"""The checkpoint control plane every server mounts, and the protocol's vocabulary and wire models
+(``docs/protocol.md``)."""

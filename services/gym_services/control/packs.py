@@ -6,8 +6,8 @@ resumed; it
 
 1. encodes every record of a :class:`~gym_services.control.participant.Capture` and takes its digest;
 2. references a record whose bytes an earlier checkpoint of this participant already holds (the
-   newest published one of its :class:`ReuseIndex` es, by content digest) instead of writing it again, as long as that checkpoint is
-   published and the pack holding it stays mostly referenced (:data:`MIN_LIVE_SHARE`); the packs it
+   newest published one of its :class:`ReuseIndex` es, by content digest) instead of writing it again, as long as that
+   checkpoint is published and the pack holding it stays mostly referenced (:data:`MIN_LIVE_SHARE`); the packs it
    will reference are named in a reuse intent first, so no deletion removes them meanwhile;
 3. lays the other records end to end in packs of about ``pack_bytes``, uploads them concurrently
    and verifies each is stored whole (its size, one metadata request), as well as every pack it reuses;

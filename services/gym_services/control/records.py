@@ -51,7 +51,8 @@ def parse_participant_manifest(data: bytes) -> ParticipantManifest | PackedManif
         raise InvalidState("participant manifest must be a JSON object")
     if raw.get("schema_version") != SCHEMA_VERSION:
         raise InvalidState(
-            f"participant manifest schema_version {raw.get('schema_version')!r} is not supported (want {SCHEMA_VERSION})"
+            f"participant manifest schema_version {raw.get('schema_version')!r} is not supported "
+            f"(want {SCHEMA_VERSION})"
         )
     try:
         return ParticipantManifest.model_validate(raw)

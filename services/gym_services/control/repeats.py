@@ -27,7 +27,8 @@ class RepeatCalls:
         self._resumed_restores: dict[str, tuple[str, RestoreResponse]] = {}
 
     async def once(self, verb: Verb, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` once per (verb, id); repeats wait for and return the same answer (a failed one may run again)."""
+        """Run ``work`` once per (verb, id); repeats wait for and return the same answer (a failed one may run
+        again)."""
         key = (verb, checkpoint_id)
         task = self._running.get(key)
         if task is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -489,7 +490,7 @@ class Coordinator:
                 req = PrepareRequest(checkpoint_id=run.checkpoint_id, deadline_s=remaining, lease_s=lease_s)
                 timeout = self.deadlines.prepare_call(remaining)
                 ok, failed = await self._each(
-                    group, Verb.PREPARE, lambda r: self.client.prepare(r, req, timeout_s=timeout)
+                    group, Verb.PREPARE, functools.partial(self.client.prepare, req=req, timeout_s=timeout)
                 )
                 blockers = [
                     BlockerInfo(participant=pid, **b.model_dump())
@@ -768,8 +769,8 @@ class Coordinator:
             raise TransactionError(f"cannot read checkpoint {checkpoint_id}: {exc}") from None
         if earlier == Decision.ABORT:
             raise TransactionError(
-                f"restore {restore_id} of checkpoint {checkpoint_id} was abandoned earlier (a participant's lease ran out "
-                "before it was decided) and undone everywhere; start a new restore"
+                f"restore {restore_id} of checkpoint {checkpoint_id} was abandoned earlier "
+                "(a participant's lease ran out before it was decided) and undone everywhere; start a new restore"
             )
         if manifest is None:
             raise TransactionError(
@@ -818,7 +819,8 @@ class Coordinator:
         ]
         if missing or wrong_role:
             raise TransactionError(
-                f"checkpoint {checkpoint_id} needs participants that are not here: missing {missing}, wrong role {wrong_role}"
+                f"checkpoint {checkpoint_id} needs participants that are not here: "
+                f"missing {missing}, wrong role {wrong_role}"
             )
         return [current[p.participant_id] for p in manifest.participants]
 

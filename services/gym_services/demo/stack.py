@@ -26,7 +26,7 @@ ENVIRONMENTS: dict[str, tuple[tuple[Path, ...], str]] = {
 def write_tasks(path: Path) -> dict[str, str]:
     """All example tasks in one JSONL, each naming its agent; returns agent -> environment."""
     lines = []
-    for env, (sources, agent) in ENVIRONMENTS.items():
+    for sources, agent in ENVIRONMENTS.values():
         for line in (line for source in sources for line in source.read_text(encoding="utf-8").splitlines()):
             if line.strip():
                 row = json.loads(line)

@@ -1,1 +1,2 @@
-"""The model side: the policy model (Responses API, generation cuts, held responses) and the built-in inference worker."""
+"""The model side: the policy model (Responses API, generation cuts, held responses) and the built-in inference
+worker."""

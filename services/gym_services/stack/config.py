@@ -25,6 +25,7 @@ for a replicated server; ``{host:NAME}`` and ``{port:NAME}`` name one process an
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,8 @@ def check_stack(stack: StackConfig, path: str | Path = "the stack config") -> No
                     raise ConfigError(f"server {name} refers to {{{kind}:{ref}}}, which is not in the stack")
                 if kind != "url" and stack.servers[ref].replicas > 1:
                     raise ConfigError(
-                        f"server {name} refers to {{{kind}:{ref}}}, but {ref} has {stack.servers[ref].replicas} replicas: "
-                        f"only {{url:{ref}}} (the list of their URLs) can name it"
+                        f"server {name} refers to {{{kind}:{ref}}}, but {ref} has {stack.servers[ref].replicas} "
+                        f"replicas: only {{url:{ref}}} (the list of their URLs) can name it"
                     )
             replicated = {ref for kind, ref in refs if stack.servers[ref].replicas > 1}
             if len(replicated) > 1:
@@ -152,18 +153,24 @@ def substitute_urls(value: Any, urls: dict[str, str | list[str]]) -> Any:
             return int(str(urls[whole.group(2)]).rsplit(":", 1)[1])
         lists = [urls[ref] for _, ref in URL_REF.findall(value) if isinstance(urls[ref], list)]
         if lists:
-            return [
-                URL_REF.sub(
-                    lambda m: url if isinstance(urls[m.group(2)], list) else _part(urls[m.group(2)], m.group(1)), value
-                )  # type: ignore[arg-type]
-                for url in lists[0]
-            ]
-        return URL_REF.sub(lambda m: _part(urls[m.group(2)], m.group(1)), value)  # type: ignore[arg-type]
+            return [URL_REF.sub(_filler(urls, replica), value) for replica in lists[0]]
+        return URL_REF.sub(_filler(urls), value)
     if isinstance(value, dict):
         return {k: substitute_urls(v, urls) for k, v in value.items()}
     if isinstance(value, list):
         return [substitute_urls(v, urls) for v in value]
     return value
+
+
+def _filler(urls: dict[str, str | list[str]], replica: str = "") -> Callable[[re.Match[str]], str]:
+    """The text for one ``{kind:NAME}`` reference; a server with replicas stands for ``replica`` (the caller makes
+    one string per replica)."""
+
+    def fill(match: re.Match[str]) -> str:
+        target = urls[match.group(2)]
+        return replica if isinstance(target, list) else _part(target, match.group(1))
+
+    return fill
 
 
 def _part(url: str, kind: str) -> str:

@@ -431,7 +431,5 @@ def _reap_or_kill(server: RunningServer, deadline: float) -> None:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

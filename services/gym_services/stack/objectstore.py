@@ -9,6 +9,7 @@ again on the same folder, so checkpoints written before a crash are there to res
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -252,10 +253,8 @@ def _terminate(pid: int, timeout_s: float) -> None:
         return
     deadline = time.monotonic() + timeout_s
     while _alive(pid) and time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         time.sleep(0.05)
     if _alive(pid):
         try:

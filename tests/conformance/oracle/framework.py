@@ -1,4 +1,5 @@
-"""Runs INSIDE the oracle environment: NeMo Gym's own framework, and its FastAPI apps built as ``run_webserver`` builds them.
+"""Runs INSIDE the oracle environment: NeMo Gym's own framework, and its FastAPI apps built as ``run_webserver`` builds
+them.
 
 Every glue (``glue_<name>.py``) drives the reference through this module: the released
 ``nemo_gym`` framework is imported for real (its ``SimpleServer``, ``SimpleResourcesServer``, agents,

@@ -58,7 +58,7 @@ def describe_table(df: Any) -> dict:
         "index_type": type(index).__name__,
         "index_dtype": str(index.dtype),
         "index": [_cell(v) for v in index.tolist()],
-        "rows": [list(row) for row in zip(*columns)] if columns else [[] for _ in range(len(index))],
+        "rows": [list(row) for row in zip(*columns, strict=True)] if columns else [[] for _ in range(len(index))],
     }
 
 

@@ -15,6 +15,7 @@ temporary directory that is renamed into place when complete.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -111,10 +112,8 @@ def reference_root() -> Path:
     try:
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp)
-        try:
+        with contextlib.suppress(OSError):  # OSError: another process won the race
             os.rename(tmp, target)
-        except OSError:  # another process won the race
-            pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
@@ -226,10 +225,8 @@ def oracle_python(interpreter: Interpreter | None = None) -> Path:
         _pip(tmp / "bin" / "python", "install", "--no-deps", "--ignore-requires-python", str(wheel))
         (tmp / ".complete").write_text(spec)
         shutil.rmtree(target, ignore_errors=True)
-        try:
+        with contextlib.suppress(OSError):
             os.rename(tmp, target)
-        except OSError:
-            pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     # a venv's scripts name the interpreter by path; the renamed venv still runs through bin/python

@@ -98,10 +98,7 @@ class FieldError:
 
     def body(self) -> str:
         title = _TITLES.get(self.type, f'<unknown error "{self.type}">')
-        if self.type in _NO_VALUE or self.value is OMIT:
-            text = title
-        else:
-            text = f"{title}: {go_value(self.value)}"
+        text = title if self.type in _NO_VALUE or self.value is OMIT else f"{title}: {go_value(self.value)}"
         return f"{text}: {self.detail}" if self.detail else text
 
     def __str__(self) -> str:

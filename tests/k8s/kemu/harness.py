@@ -3,12 +3,15 @@
 Served under `/kemu/v1/` to the admin only (a ServiceAccount gets 403, as for any path its Roles do not
 grant), so a test can drive faults while the code under test runs with its own identity:
 
-| route | does |
-|---|---|
-| `GET /kemu/v1/audit?user=NAME` | every request so far (of that user): verb, apiGroup, resource, subresource, namespace, name, code |
-| `POST /kemu/v1/faults` `{"verb", "resource", "subresource", "name", "user", "code", "times"}` | the next `times` matching requests are answered `code` (409 `Conflict`, 429 `TooManyRequests` with `Retry-After`, 500 `InternalError`, 503 `ServiceUnavailable`, 504 `Timeout`) with kube-apiserver's `Status` body; empty fields match anything |
-| `POST /kemu/v1/outage` `{"seconds": S}` | the server stops listening and drops every connection (clients get connection refused or reset), and comes back on the same port after `S` seconds with every object as it was |
-| `DELETE /kemu/v1/faults` | forget the rules not used up |
+- `GET /kemu/v1/audit?user=NAME`: every request so far (of that user): verb, apiGroup, resource, subresource,
+  namespace, name, code
+- `POST /kemu/v1/faults` `{"verb", "resource", "subresource", "name", "user", "code", "times"}`: the next `times`
+  matching requests are answered `code` (409 `Conflict`, 429 `TooManyRequests` with `Retry-After`, 500
+  `InternalError`, 503 `ServiceUnavailable`, 504 `Timeout`) with kube-apiserver's `Status` body; empty fields match
+  anything
+- `POST /kemu/v1/outage` `{"seconds": S}`: the server stops listening and drops every connection (clients get
+  connection refused or reset), and comes back on the same port after `S` seconds with every object as it was
+- `DELETE /kemu/v1/faults`: forget the rules not used up
 
 Like the rest of kemu, this is a test double's control surface; a real API server has none of it.
 """

@@ -27,6 +27,7 @@ import base64
 import datetime
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +188,12 @@ _UUIDS = {
     "uuid4": re.compile(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$"),
     "uuid5": re.compile(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$"),
 }
+
+
+def _matches(rx: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda text: bool(rx.match(text))
+
+
 _MAC = re.compile(r"^([0-9A-Fa-f]{2}[:-]){5}([0-9A-Fa-f]{2})$|^([0-9A-Fa-f]{4}\.){2}[0-9A-Fa-f]{4}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 _HEXCOLOR = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$")
@@ -326,7 +333,7 @@ def format_ok(fmt: str, text: str) -> bool:
         "bsonobjectid": lambda t: bool(_BSON.match(t)),
         "k8sshortname": lambda t: len(t) <= 63 and bool(_K8S_SHORT.match(t)),
         "k8slongname": lambda t: len(t) <= 253 and bool(_K8S_LONG.match(t)),
-        **{name: (lambda rx: lambda t: bool(rx.match(t)))(rx) for name, rx in _UUIDS.items()},
+        **{name: _matches(rx) for name, rx in _UUIDS.items()},
     }
     check = checks.get(name)
     return True if check is None else check(text)
@@ -360,7 +367,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -501,9 +508,8 @@ class SchemaValidator:
                         COMPOSITE, path, f'"{path}" must validate all the schemas (allOf){more}', field_scoped=False
                     )
                 )
-        if schema.get("not") is not None:
-            if self._validate(schema["not"], data, path).valid():
-                main.add(OAError(COMPOSITE, path, f'"{path}" must not validate the schema (not)', field_scoped=False))
+        if schema.get("not") is not None and self._validate(schema["not"], data, path).valid():
+            main.add(OAError(COMPOSITE, path, f'"{path}" must not validate the schema (not)', field_scoped=False))
         main.match_count += 1
         return main
 

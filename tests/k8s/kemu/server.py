@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import contextvars
 import copy
 import datetime
@@ -324,7 +325,7 @@ class Kemu(kmock.KubernetesEmulator):
         entries = []
         for res in sorted(found, key=lambda item: str(item.plural)):
             info = self._resources[res] if res in self._resources else kmock.ResourceInfo()
-            for sub in [""] + sorted(info.subresources):
+            for sub in ["", *sorted(info.subresources)]:
                 entries.append(
                     {
                         "name": f"{res.plural}/{sub}" if sub else res.plural,
@@ -1082,10 +1083,8 @@ class Kemu(kmock.KubernetesEmulator):
                 remaining = deadline - time.monotonic() if deadline is not None else 5.0
                 if remaining <= 0 or raw.transport is None or raw.transport.is_closing():
                     break
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pulse.wait(), timeout=min(remaining, 5.0))
-                except TimeoutError:
-                    pass
         except ConnectionError:  # the client went away
             return response
         await response.write_eof()

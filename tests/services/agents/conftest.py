@@ -1,4 +1,5 @@
-"""The inference worker as a real uvicorn process on 127.0.0.1 for the agent tests (the policy model streams from it)."""
+"""The inference worker as a real uvicorn process on 127.0.0.1 for the agent tests (the policy model streams from
+it)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def post_routes(app) -> list[str]:
 @pytest.mark.parametrize("server", sorted(SERVERS))
 async def test_malformed_bodies_get_4xx_json(server: str) -> None:
     overrides = {"session_secret": SECRET, "checkpoint": {"control_token": TOKEN}, **REQUIRED.get(server, {})}
-    app, config = build_app(server, overrides=overrides)
+    app, _config = build_app(server, overrides=overrides)
     routes = post_routes(app)
     assert routes, f"{server} has no POST routes"
     async with serve(app) as client:

@@ -44,7 +44,7 @@ def test_bad_configs_say_which_field(tmp_path, text, env, message) -> None:
 
 def test_missing_secrets_refuse_to_start() -> None:
     cfg = load_config(ServerConfig, overrides={"name": "srv"}, env={})
-    with pytest.raises(ConfigError, match="control_token.*session_secret"):
+    with pytest.raises(ConfigError, match=r"control_token.*session_secret"):
         cfg.require_secrets()
     load_config(ServerConfig, overrides={"name": "srv", "checkpoint": {"enabled": False}}, env={}).require_secrets()
 

@@ -78,7 +78,7 @@ async def server():
 
 
 async def test_auth_is_required(server) -> None:
-    client, control, *_ = server
+    client, _control, *_ = server
     resp = await client.get("/ng-control/v1/checkpoint/status")
     assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
     wrong = await Control(client, token="nope").call("status", expect=401)
@@ -98,7 +98,7 @@ async def test_bad_bodies_get_400_and_change_nothing(server) -> None:
 
 
 async def test_phases_and_idempotent_repeats(server, tmp_path) -> None:
-    client, control, participant, state, _ = server
+    client, control, participant, _state, _ = server
     loc = f"file://{tmp_path}"
     assert (await control.status())["phase"] == "fresh"
     first = await control.prepare("c1")
@@ -148,7 +148,7 @@ async def test_data_refused_while_open_but_open_routes_served(server) -> None:
 
 
 async def test_inflight_request_finishes_before_prepared(server) -> None:
-    client, control, _, state, gate = server
+    client, control, _, _state, gate = server
     slow = asyncio.create_task(client.post("/slow"))
     await asyncio.sleep(0.05)
     prepare = asyncio.create_task(control.prepare("c1", deadline_s=5))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -41,7 +43,7 @@ def test_documented_paths_are_allowed_and_admission_follows(path: list[Phase]) -
 
 
 def test_no_other_move_is_allowed() -> None:
-    allowed = {(a, b) for path in PATHS for a, b in zip(path, path[1:], strict=False)}
+    allowed = {(a, b) for path in PATHS for a, b in itertools.pairwise(path)}
     allowed |= {
         (Phase.OPEN, Phase.PREPARING),
         (Phase.FRESH, Phase.PREPARING),
@@ -51,7 +53,7 @@ def test_no_other_move_is_allowed() -> None:
     }
     for start, targets in TRANSITIONS.items():
         for target in Phase:
-            phases, admission, _ = machine()
+            phases, _admission, _ = machine()
             phases.phase = start
             if (start, target) in allowed:
                 assert target in targets

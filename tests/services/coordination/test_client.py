@@ -130,7 +130,7 @@ async def test_the_aiohttp_wire_reports_unreachable_and_silent_servers() -> None
             with pytest.raises(ParticipantError, match=r"unreachable at http://127\.0\.0\.1:\d+: .*Connect"):
                 await client.status(ParticipantRef("gone", Role.RESOURCES, f"http://127.0.0.1:{nobody}"))
             started = time.monotonic()
-            with pytest.raises(ParticipantError, match="unreachable at .*Timeout"):
+            with pytest.raises(ParticipantError, match=r"unreachable at .*Timeout"):
                 await client.status(ParticipantRef("silent", Role.RESOURCES, f"http://127.0.0.1:{port}"), timeout_s=0.3)
             assert time.monotonic() - started < 4  # the call's own timeout, not the silent server's 5 s
     finally:

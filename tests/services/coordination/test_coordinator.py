@@ -117,7 +117,7 @@ def fresh_stack(refs, journal: list[str]):
 
 
 async def run(stack, fn):
-    apps, parts, refs, journal = stack
+    apps, _parts, refs, _journal = stack
     async with serve_many(apps) as transport:
         client = ControlClient(TOKEN, transport=transport)
         events: list[str] = []
@@ -200,7 +200,7 @@ async def test_blockers_abort_everything(stack, tmp_path) -> None:
 
 
 async def test_capture_failure_publishes_nothing(stack, storage_url) -> None:
-    _, parts, _, journal = stack
+    _, parts, _, _journal = stack
     parts["model-a"].fail_export = True
 
     async def go(coordinator, transport, events):
@@ -217,7 +217,7 @@ async def test_capture_failure_publishes_nothing(stack, storage_url) -> None:
 
 
 async def test_restore_failure_installs_nothing_anywhere(stack, tmp_path) -> None:
-    apps, parts, refs, journal = stack
+    _apps, _parts, refs, _journal = stack
     loc = f"file://{tmp_path}"
 
     async def take(coordinator, transport, events):
@@ -240,7 +240,7 @@ async def test_restore_failure_installs_nothing_anywhere(stack, tmp_path) -> Non
 
 
 async def test_restore_moves_episodes_to_next_attempt(stack, tmp_path) -> None:
-    apps, parts, refs, journal = stack
+    _apps, _parts, refs, _journal = stack
     loc = f"file://{tmp_path}"
     assert (await run(stack, lambda c, t, e: c.checkpoint("ck-1", loc))).status == "completed"
     fresh, fresh_parts = fresh_stack(refs, [])
@@ -253,7 +253,7 @@ async def test_restore_moves_episodes_to_next_attempt(stack, tmp_path) -> None:
 async def test_repeating_a_finished_restore_installs_nothing_twice(stack, tmp_path) -> None:
     """A coordinator re-run with the same restore id (an operator restarted after the restore
     finished) gets the same answers; a new restore id restores again."""
-    apps, parts, refs, journal = stack
+    _apps, _parts, refs, _journal = stack
     loc = f"file://{tmp_path}"
     assert (await run(stack, lambda c, t, e: c.checkpoint("ck-1", loc))).status == "completed"
     fresh_journal: list[str] = []
@@ -420,7 +420,7 @@ async def test_two_transactions_racing_for_one_id_one_wins(stack, storage_url) -
 
 async def test_unreachable_participant_fails_cleanly(stack, tmp_path) -> None:
     apps, parts, refs, journal = stack
-    refs = refs + [ParticipantRef("ghost", "agent", "http://ghost")]
+    refs = [*refs, ParticipantRef("ghost", "agent", "http://ghost")]
     result = await run((apps, parts, refs, journal), lambda c, t, e: c.checkpoint("ck-1", f"file://{tmp_path}"))
     assert result.status == "failed" and "unreachable" in result.error
     assert "abort agent-a" in journal
@@ -512,7 +512,7 @@ async def test_a_published_checkpoint_is_not_cancelled(stack, tmp_path) -> None:
 async def test_cancelling_a_restore_before_its_decision_undoes_it_everywhere(stack, tmp_path) -> None:
     import asyncio
 
-    apps, parts, refs, journal = stack
+    _apps, _parts, refs, journal = stack
     loc = f"file://{tmp_path}"
 
     async def checkpoint(coordinator, transport, events):
@@ -575,7 +575,7 @@ async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at
 ) -> None:
     """A transaction its coordinator knows has failed is not in flight for 6 hours: its tombstone says failed, so
     `checkpoints delete` and `checkpoints prune` remove what it wrote now, and the id is never published."""
-    _, parts, _, _ = stack
+    _, _parts, _, _ = stack
 
     class FailingPersist(Coordinator):
         async def persist_all(self, run, captured):  # every participant wrote its packs and manifest; then it fails

@@ -60,22 +60,25 @@ async def test_incremental_checkpoint_reuses_unchanged_records_and_restores_like
     refs = [ParticipantRef("workplace", "resources", "http://workplace")]
     original = workplace()
     cookies: dict[str, dict] = {}
-    async with serve_many({"workplace": original}) as transport:
-        async with ControlClient(TOKEN, transport=transport) as client, httpx.AsyncClient(transport=transport) as http:
-            for i in range(SESSIONS):
-                http.cookies.clear()
-                seeded = await http.post("http://workplace/seed_session", json={}, headers={"x-ng-rollout-id": f"r{i}"})
-                assert seeded.status_code == 200
-                cookies[f"r{i}"] = dict(http.cookies)
-                await call(http, cookies[f"r{i}"], f"r{i}", 0, SEND if i % 2 else MOVE)
-            coordinator = Coordinator(refs, client)
-            full = await coordinator.checkpoint("ck-1", storage_url, prepare_timeout_s=5)
-            assert full.status == "completed" and full.reused == 0, full
-            await call(http, cookies["r3"], "r3", 0, LATER)  # 1 of 10 sessions changes
-            incremental = await coordinator.checkpoint("ck-2", storage_url, prepare_timeout_s=5)
-            reference = await coordinator.checkpoint("ck-2-sync", storage_url, prepare_timeout_s=5, method="sync")
-            assert incremental.status == "completed" and reference.status == "completed", (incremental, reference)
-            expected = store_of(original).export_session_states()
+    async with (
+        serve_many({"workplace": original}) as transport,
+        ControlClient(TOKEN, transport=transport) as client,
+        httpx.AsyncClient(transport=transport) as http,
+    ):
+        for i in range(SESSIONS):
+            http.cookies.clear()
+            seeded = await http.post("http://workplace/seed_session", json={}, headers={"x-ng-rollout-id": f"r{i}"})
+            assert seeded.status_code == 200
+            cookies[f"r{i}"] = dict(http.cookies)
+            await call(http, cookies[f"r{i}"], f"r{i}", 0, SEND if i % 2 else MOVE)
+        coordinator = Coordinator(refs, client)
+        full = await coordinator.checkpoint("ck-1", storage_url, prepare_timeout_s=5)
+        assert full.status == "completed" and full.reused == 0, full
+        await call(http, cookies["r3"], "r3", 0, LATER)  # 1 of 10 sessions changes
+        incremental = await coordinator.checkpoint("ck-2", storage_url, prepare_timeout_s=5)
+        reference = await coordinator.checkpoint("ck-2-sync", storage_url, prepare_timeout_s=5, method="sync")
+        assert incremental.status == "completed" and reference.status == "completed", (incremental, reference)
+        expected = store_of(original).export_session_states()
 
     # 9 unchanged sessions and the shared base are referenced in ck-1's pack, only r3 is written again
     assert incremental.records == SESSIONS + 1 and incremental.reused == SESSIONS
@@ -94,11 +97,13 @@ async def test_incremental_checkpoint_reuses_unchanged_records_and_restores_like
     restored: dict[str, dict] = {}
     for cid in ("ck-2", "ck-2-sync", "ck-1"):
         fresh = workplace()
-        async with serve_many({"workplace": fresh}) as transport:
-            async with ControlClient(TOKEN, transport=transport) as client:
-                result = await Coordinator(refs, client).restore(cid, storage_url)
-                assert result.status == "completed", result.error
-                assert result.episodes == {f"r{i}": 1 for i in range(SESSIONS)}
+        async with (
+            serve_many({"workplace": fresh}) as transport,
+            ControlClient(TOKEN, transport=transport) as client,
+        ):
+            result = await Coordinator(refs, client).restore(cid, storage_url)
+            assert result.status == "completed", result.error
+            assert result.episodes == {f"r{i}": 1 for i in range(SESSIONS)}
         restored[cid] = store_of(fresh).export_session_states()
     assert restored["ck-2"] == restored["ck-2-sync"] == expected  # incremental = the live state, by either method
     r3 = next(sid for sid, ident in original.state.participant.sessions.items() if ident and ident.rollout_id == "r3")

@@ -4,6 +4,7 @@ checkpointed replica to the one of the same ordinal and refuses other replica co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -71,7 +72,7 @@ async def test_every_replica_is_prepared_and_captured_and_the_manifest_says_whic
 
 
 async def test_a_checkpoint_without_one_replica_is_refused_before_anything_pauses(tmp_path) -> None:
-    apps, parts, refs, journal = replicated(STACK)
+    apps, _parts, refs, journal = replicated(STACK)
     present = [r for r in refs if r.participant_id != "resources-1"]
     result = await transact(apps, present, lambda c: c.checkpoint("ck-r", f"file://{tmp_path}"))
     assert result.status == "failed"
@@ -81,7 +82,7 @@ async def test_a_checkpoint_without_one_replica_is_refused_before_anything_pause
 
 async def test_restore_maps_replicas_by_ordinal_and_refuses_other_counts(tmp_path) -> None:
     location = f"file://{tmp_path}"
-    apps, parts, refs, journal = replicated(STACK)
+    apps, _parts, refs, _journal = replicated(STACK)
     assert (await transact(apps, refs, lambda c: c.checkpoint("ck-r", location))).status == "completed"
 
     smaller = replicated({**STACK, "agent": ("agent", 1)})
@@ -116,10 +117,9 @@ async def test_prepares_and_captures_of_one_role_run_concurrently(tmp_path) -> N
             most[verb] = max(most[verb], inside[verb])
             if inside[verb] == 8:
                 everyone[verb].set()
-            try:  # each waits (bounded) until all eight are in: only concurrent calls get there
+            # each waits (bounded) until all eight are in: only concurrent calls get there
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(everyone[verb].wait(), 5)
-            except TimeoutError:
-                pass
             inside[verb] -= 1
             return await call(arg)
 

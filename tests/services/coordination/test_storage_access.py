@@ -84,56 +84,60 @@ async def test_servers_reach_storage_only_through_the_access_sent_with_the_check
     caplog.set_level(logging.DEBUG)
     location = f"s3://{s3_bucket}/access/{id(caplog)}"
     apps, refs = counters()
-    async with serve_many(apps) as transport:
-        async with ControlClient(TOKEN, transport=transport) as client, httpx.AsyncClient(transport=transport) as http:
-            cookies = {name: await seed_and_bump(http, name, f"r-{name}") for name in apps}
+    async with (
+        serve_many(apps) as transport,
+        ControlClient(TOKEN, transport=transport) as client,
+        httpx.AsyncClient(transport=transport) as http,
+    ):
+        cookies = {name: await seed_and_bump(http, name, f"r-{name}") for name in apps}
 
-            own_config = Coordinator(refs, client, storage_config=coordinator_config(seaweed))
-            refused = await own_config.checkpoint("ck-own", location, prepare_timeout_s=5)
-            assert refused.status == "failed" and "writing checkpoint ck-own failed" in (refused.error or "")
+        own_config = Coordinator(refs, client, storage_config=coordinator_config(seaweed))
+        refused = await own_config.checkpoint("ck-own", location, prepare_timeout_s=5)
+        assert refused.status == "failed" and "writing checkpoint ck-own failed" in (refused.error or "")
 
-            wrong = Coordinator(
-                refs,
-                client,
-                storage_config=coordinator_config(seaweed),
-                participant_storage=access(seaweed, secret="not-the-secret-key"),
-            )
-            denied = await wrong.checkpoint("ck-wrong", location, prepare_timeout_s=5)
-            assert denied.status == "failed" and "ck-wrong failed" in (denied.error or "")
-            assert "SignatureDoesNotMatch" in (denied.error or "") or "AccessDenied" in (denied.error or ""), (
-                denied.error
-            )
+        wrong = Coordinator(
+            refs,
+            client,
+            storage_config=coordinator_config(seaweed),
+            participant_storage=access(seaweed, secret="not-the-secret-key"),
+        )
+        denied = await wrong.checkpoint("ck-wrong", location, prepare_timeout_s=5)
+        assert denied.status == "failed" and "ck-wrong failed" in (denied.error or "")
+        assert "SignatureDoesNotMatch" in (denied.error or "") or "AccessDenied" in (denied.error or ""), denied.error
 
-            right = Coordinator(
-                refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed)
-            )
-            done = await right.checkpoint("ck-right", location, prepare_timeout_s=5)
-            assert done.status == "completed", done.error
-            assert {p.participant_id: p.records for p in done.participants} == {"counter-a": 1, "counter-b": 1}
+        right = Coordinator(
+            refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed)
+        )
+        done = await right.checkpoint("ck-right", location, prepare_timeout_s=5)
+        assert done.status == "completed", done.error
+        assert {p.participant_id: p.records for p in done.participants} == {"counter-a": 1, "counter-b": 1}
 
     fresh_apps, refs = counters()
-    async with serve_many(fresh_apps) as transport:
-        async with ControlClient(TOKEN, transport=transport) as client, httpx.AsyncClient(transport=transport) as http:
-            without = await Coordinator(refs, client, storage_config=coordinator_config(seaweed)).restore(
-                "ck-right", location
-            )
-            assert without.status == "failed"  # the manifest is readable, the servers' own endpoint is not
-            restored = await Coordinator(
-                refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed)
-            ).restore("ck-right", location)
-            assert restored.status == "completed", restored.error
-            for name in fresh_apps:
-                http.cookies.clear()
-                http.cookies.update(cookies[name])
-                ident = {"x-ng-rollout-id": f"r-{name}", "x-ng-attempt": "1"}
-                bumped = await http.post(f"http://{name}/increment", json={"by": 3}, headers=ident)
-                assert bumped.json()["output"] == 10
-                status = (
-                    await http.get(
-                        f"http://{name}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {TOKEN}"}
-                    )
-                ).text
-                assert seaweed.secret_key not in status
+    async with (
+        serve_many(fresh_apps) as transport,
+        ControlClient(TOKEN, transport=transport) as client,
+        httpx.AsyncClient(transport=transport) as http,
+    ):
+        without = await Coordinator(refs, client, storage_config=coordinator_config(seaweed)).restore(
+            "ck-right", location
+        )
+        assert without.status == "failed"  # the manifest is readable, the servers' own endpoint is not
+        restored = await Coordinator(
+            refs, client, storage_config=coordinator_config(seaweed), participant_storage=access(seaweed)
+        ).restore("ck-right", location)
+        assert restored.status == "completed", restored.error
+        for name in fresh_apps:
+            http.cookies.clear()
+            http.cookies.update(cookies[name])
+            ident = {"x-ng-rollout-id": f"r-{name}", "x-ng-attempt": "1"}
+            bumped = await http.post(f"http://{name}/increment", json={"by": 3}, headers=ident)
+            assert bumped.json()["output"] == 10
+            status = (
+                await http.get(
+                    f"http://{name}/ng-control/v1/checkpoint/status", headers={"authorization": f"Bearer {TOKEN}"}
+                )
+            ).text
+            assert seaweed.secret_key not in status
     everything_logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert seaweed.secret_key not in everything_logged and "not-the-secret-key" not in everything_logged
 

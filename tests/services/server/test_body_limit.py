@@ -6,6 +6,7 @@ Real ``gymckpt serve`` processes on 127.0.0.1, spoken to over raw sockets so the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
@@ -41,10 +42,8 @@ def exchange(url: str, head: str, body: bytes, timeout_s: float = 20.0) -> tuple
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
         sock.sendall(head.encode())
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
         answer = b""
         while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < _length(answer):
             chunk = sock.recv(65536)
@@ -110,6 +109,9 @@ def test_task_uploads_stream_under_their_own_limit(collection: ServerProcess, tm
         answer = http.put("/tasks/big.jsonl", content=rows, headers=auth)
         assert answer.status_code == 200, answer.text
         assert answer.json()["bytes"] == len(rows)
-    head = f"PUT /tasks/huge.jsonl HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {HUGE}\r\n\r\n"
+    head = (
+        "PUT /tasks/huge.jsonl HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Length: {HUGE}\r\n\r\n"
+    )
     status, body = exchange(collection.url, head, row.encode())
     assert status == 413 and body["error"]["code"] == "payload_too_large"

@@ -76,7 +76,8 @@ def test_replicas_in_the_stack_yaml(tmp_path) -> None:
         ("a: {server: counter, replicas: 2}\n  b: {server: counter, config: {h: '{host:a}'}}", "only {url:a}"),
         ("a: {server: counter, replicas: 2}\n  a-1: {server: counter}", "taken twice"),
         (
-            "a: {server: counter, replicas: 2}\n  b: {server: counter, replicas: 2}\n  c: {server: counter, config: {u: '{url:a}{url:b}'}}",
+            "a: {server: counter, replicas: 2}\n  b: {server: counter, replicas: 2}\n  c: "
+            "{server: counter, config: {u: '{url:a}{url:b}'}}",
             "two replicated servers",
         ),
         ("a: {server: counter, replicas: 0}", "replicas"),

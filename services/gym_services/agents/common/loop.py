@@ -45,5 +45,5 @@ class AgentLoop(ABC):
     async def advance(self, ctx: StepContext, boundary: Boundary) -> Boundary:
         """Run the one step after ``boundary`` and return the boundary that follows it."""
 
-    async def on_error(self, ctx: StepContext, boundary: Boundary, error: Exception) -> None:
+    async def on_error(self, ctx: StepContext, boundary: Boundary, error: Exception) -> None:  # noqa: B027 - optional hook
         """The episode failed in the step after ``boundary``: best-effort cleanup (the error still ends it)."""

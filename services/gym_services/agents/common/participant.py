@@ -170,7 +170,8 @@ class AgentParticipant(Participant):
             if done.attempt > identity.attempt:
                 raise ApiError(
                     ErrorCode.STALE_ATTEMPT,
-                    f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: attempt {done.attempt} finished",
+                    f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: "
+                    f"attempt {done.attempt} finished",
                 )
             del self.finished[identity.rollout_id]
         ep = self.episodes.get(identity.rollout_id)
@@ -399,7 +400,8 @@ class AgentParticipant(Participant):
             current = self.episodes.get(record.rollout_id) or self.finished.get(record.rollout_id)
             if current is not None and (current.attempt >= new_attempt or current.running):
                 raise InvalidState(
-                    f"rollout {record.rollout_id} already runs attempt {current.attempt} here; cannot install {new_attempt}"
+                    f"rollout {record.rollout_id} already runs attempt {current.attempt} here; "
+                    f"cannot install {new_attempt}"
                 )
             staged[record.rollout_id] = Episode(record.rollout_id, new_attempt, boundary, restored=True)
         return staged

@@ -47,7 +47,8 @@ def verify_step_kind(boundary: Boundary) -> StepKind:
 
 
 async def seed_resources(ctx: StepContext, b: Boundary) -> Boundary:
-    """``/seed_session`` with the task row; the next boundary (``generate``) holds the session cookie and verify mode."""
+    """``/seed_session`` with the task row; the next boundary (``generate``) holds the session cookie and verify
+    mode."""
     reply = await ctx.call(RESOURCES, "/seed_session", nemo_responses.run_row(b.row), b)
     return b.next(
         "generate", cookies=b.with_cookies(RESOURCES, reply.cookies), verify_mode=verify_mode_of(reply.headers)

@@ -13,7 +13,8 @@ from gym_services.base.affinity import Endpoints
 
 class Config(AgentConfig):
     env_url: Endpoints = Field(
-        description="base URL of the environment server (/reset, /step, /close); its replicas' URLs in ordinal order when it has several"
+        description="base URL of the environment server (/reset, /step, /close); its replicas' URLs in ordinal order "
+        "when it has several"
     )
     max_steps: int = Field(default=10, ge=1, le=10_000, description="environment steps per episode")
 

@@ -1,4 +1,5 @@
-"""The Gymnasium loop of NeMo Gym's gymnasium agent (see ``agents/README.md``): ``/reset`` then (model -> ``/step``)*, summing rewards.
+"""The Gymnasium loop of NeMo Gym's gymnasium agent (see ``agents/README.md``): ``/reset`` then (model -> ``/step``)*,
+summing rewards.
 
 Boundaries: ``reset``; ``generate`` before every model call; ``step`` before every
 ``/step`` (holding the model response to act on); ``close`` before the optional

@@ -13,7 +13,8 @@ from gym_services.base.affinity import Endpoints
 
 class Config(AgentConfig):
     resources_url: Endpoints = Field(
-        description="base URL of math_formal_lean (seed and verify); its replicas' URLs in ordinal order when it has several"
+        description="base URL of math_formal_lean (seed and verify); its replicas' URLs in ordinal order when it has "
+        "several"
     )
     max_correction_turns: int = Field(default=0, ge=0, le=100, description="generations are at most this + 1")
     include_all_attempts: bool = True

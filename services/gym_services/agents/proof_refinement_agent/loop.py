@@ -99,7 +99,7 @@ class ProofRefinementLoop(AgentLoop):
             "error_feedback": verdict.get("error_feedback"),
             "correction_prompt": verdict.get("correction_prompt"),
         }
-        attempts = b.attempts + [attempt]
+        attempts = [*b.attempts, attempt]
         prompt = verdict.get("correction_prompt")
         done = not verdict.get("needs_correction", False) or self.max_correction_turns - b.turn_index <= 0 or not prompt
         if done:

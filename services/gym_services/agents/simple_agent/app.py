@@ -13,7 +13,8 @@ from gym_services.base.affinity import Endpoints
 
 class Config(AgentConfig):
     resources_url: Endpoints = Field(
-        description="base URL of the resources server (seed, tools, verify); its replicas' URLs in ordinal order when it has several"
+        description="base URL of the resources server (seed, tools, verify); its replicas' URLs in ordinal order when "
+        "it has several"
     )
     max_steps: int | None = Field(default=None, ge=1, description="model calls per episode; unbounded when null")
     skip_verification: bool = False

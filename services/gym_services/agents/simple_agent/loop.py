@@ -128,7 +128,7 @@ class SimpleAgentLoop(AgentLoop):
         else:
             following = "generate"
         return b.next(
-            following, outputs=b.outputs + [item], pending_calls=rest, tool_calls=b.tool_calls + 1, cookies=cookies
+            following, outputs=[*b.outputs, item], pending_calls=rest, tool_calls=b.tool_calls + 1, cookies=cookies
         )
 
     def final_response(self, b: SimpleBoundary) -> dict[str, Any]:

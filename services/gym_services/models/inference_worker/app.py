@@ -1,8 +1,8 @@
 """The built-in inference worker: an OpenAI-compatible chat completions server with deterministic policies.
 
-It stands where vLLM stands in production (``docs/participants.md``, "The policy model"), so the policy model talks to it exactly as
-it would to vLLM: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (SSE with ``stream: true``),
-``POST /tokenize``, ``POST /detokenize``, ``GET /v1/models``.
+It stands where vLLM stands in production (``docs/participants.md``, "The policy model"), so the policy model talks to
+it exactly as it would to vLLM: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (SSE with
+``stream: true``), ``POST /tokenize``, ``POST /detokenize``, ``GET /v1/models``.
 
 Tokens and log-probs, as vLLM answers them
     Text is tokenized byte-level with sub-word tokens (:mod:`.tokenizer`: a token can end inside a word

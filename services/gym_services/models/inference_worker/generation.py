@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import hashlib
 import json
 import mmap
@@ -421,10 +422,8 @@ class CompletionResponse:
         """Wait until step ``index`` is due; False if the client left meanwhile."""
         delay = self.pace.due(start, index) - asyncio.get_running_loop().time()
         if delay > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(gone.wait(), delay)
-            except TimeoutError:
-                pass
         else:
             await asyncio.sleep(0)
         return not gone.is_set()

@@ -1,8 +1,8 @@
 """The policy model server: ``POST /v1/responses`` over a streaming chat completions upstream.
 
-Agents call ``/v1/responses`` (the OpenAI Responses API, as NeMo Gym's model servers serve it); the server converts the request to chat completions,
-streams the generation from ``upstream.base_url`` (the built-in inference worker locally, vLLM in
-production) and converts the text back into Responses output items.
+Agents call ``/v1/responses`` (the OpenAI Responses API, as NeMo Gym's model servers serve it); the server converts the
+request to chat completions, streams the generation from ``upstream.base_url`` (the built-in inference worker locally,
+vLLM in production) and converts the text back into Responses output items.
 
 Checkpointing (role ``model``, ``docs/participants.md``; details in :mod:`.generations`):
 
@@ -84,7 +84,8 @@ class Config(ServerConfig):
         default=5.0,
         gt=0,
         le=60,
-        description="how long a cut waits for the upstream to end a stream it was told to stop before closing it anyway",
+        description="how long a cut waits for the upstream to end a stream it was told to stop "
+        "before closing it anyway",
     )
     stable_created_at: bool = Field(default=True, description="created_at = 0, so responses are reproducible")
     return_token_id_information: bool = Field(

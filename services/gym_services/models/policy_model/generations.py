@@ -19,9 +19,10 @@ A failing upstream (the worker killed or restarting, a refused connection, a str
 ``5xx``/``429`` answer) is handled like a cut the generation did not ask for: what arrived stays as
 the prefix. With another worker of the fleet up (:mod:`.fleet`), the generation continues its prefix
 there at once; otherwise it waits (bounded, doubling backoff, state ``cut``, so it never blocks a
-checkpoint) and continues on whatever the upstream is by then: the restarted worker or another one. Only when the upstream makes no progress for ``UpstreamRetry.deadline_s`` does the
-call fail, with ``503 upstream_unavailable``; its prefix is then staged, so the agent re-issuing
-the same request (it goes back to its boundary and retries) continues from it.
+checkpoint) and continues on whatever the upstream is by then: the restarted worker or another one. Only when the
+upstream makes no progress for ``UpstreamRetry.deadline_s`` does the call fail, with ``503 upstream_unavailable``; its
+prefix is then staged, so the agent re-issuing the same request (it goes back to its boundary and retries) continues
+from it.
 
 After a restore, prefixes sit in ``staged`` under (rollout id, request digest) for attempt + 1: the
 re-issued request continues from its prefix (or, for a complete one, is answered without generating).

@@ -42,8 +42,8 @@ class UpstreamConfig(BaseModel):
     )
     resolve: bool = Field(
         default=False,
-        description="resolve each base_url's host to all its addresses (a headless Service: one per pod), one worker each, "
-        "again every resolve_interval_s; http only",
+        description="resolve each base_url's host to all its addresses (a headless Service: one per pod), "
+        "one worker each, again every resolve_interval_s; http only",
     )
     resolve_interval_s: float = Field(
         default=10.0, gt=0, le=3600, description="how often resolve looks the workers up again"
@@ -61,12 +61,13 @@ class UpstreamConfig(BaseModel):
         default=512,
         ge=1,
         le=1_000_000,
-        description="the first guess of a generation's length, for spreading load by outstanding tokens (then a running mean)",
+        description="the first guess of a generation's length, for spreading load by outstanding tokens "
+        "(then a running mean)",
     )
     engine: str = Field(
         default="vllm",
-        description="the engine's wire format (an adapter of models/policy_model/engines): vllm (vLLM, the built-in worker), "
-        "llama.cpp (llama-server, the tests' real engine)",
+        description="the engine's wire format (an adapter of models/policy_model/engines): "
+        "vllm (vLLM, the built-in worker), llama.cpp (llama-server, the tests' real engine)",
     )
     api_key: SecretStr | None = None
     model: str | None = Field(default=None, description="model name sent upstream; the request's when unset")
@@ -146,10 +147,9 @@ class Halt:
     def _shutdown(self) -> None:
         if self._socket is None or self.draining:
             return
-        try:
+        # OSError: already closed by the peer; nothing more will arrive, the read ends on its own
+        with contextlib.suppress(OSError):
             self._socket.shutdown(socket.SHUT_WR)
-        except OSError:  # already closed by the peer: nothing more will arrive, the read ends on its own
-            pass
         self.draining = True
 
 

@@ -1,4 +1,5 @@
-"""The participant of an episode (Gymnasium-style) server: role ``environment`` (``docs/participants.md``, "Resources and environment servers").
+"""The participant of an episode (Gymnasium-style) server: role ``environment`` (``docs/participants.md``, "Resources
+and environment servers").
 
 Built by the blackjack app (:mod:`gym_services.resources.blackjack.app`). It is the exported session
 participant with episodes for sessions: an episode is tracked at ``/reset`` under its cookie

@@ -6,7 +6,7 @@ It answers as NeMo Gym's server does (see the README for the few deliberate diff
 - ``POST /{tool_name}`` runs the tool on that environment and answers ``{"output": text}``; an
   unknown tool, wrong arguments or a failing tool are answers too (``200``); a session that was
   never seeded is ``400``;
-- ``/verify`` scores safety × utility from the rollout's function calls, echoes the request with the
+- ``/verify`` scores safety * utility from the rollout's function calls, echoes the request with the
   verdict, and drops the session in every case (so the verify mode is ``wait``); a verification that
   fails is ``500`` with the error's ``repr``, as in NeMo Gym;
 - malformed bodies get FastAPI's answers (``422``/``400`` with ``detail``), see

@@ -80,7 +80,8 @@ class Config(ServerConfig):
     strip_theorem_from_proof: bool = Field(default=True, description="keep only the proof after := / by")
     refinement_prompt_template: str | None = Field(
         default=None,
-        description="str.format template with {proof_attempt} and {error_message}; default: NeMo Gym's refinement prompt",
+        description="str.format template with {proof_attempt} and {error_message}; "
+        "default: NeMo Gym's refinement prompt",
     )
 
     @field_validator("refinement_prompt_template")

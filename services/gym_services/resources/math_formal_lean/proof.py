@@ -1,4 +1,5 @@
-"""From a model's answer to the Lean file the sandbox compiles (as NeMo Gym's ``math_formal_lean`` does; see the README).
+"""From a model's answer to the Lean file the sandbox compiles (as NeMo Gym's ``math_formal_lean`` does; see the
+README).
 
 The rules are NeMo Gym's ``math_formal_lean`` (0.7.0), the specification this server answers to:
 

@@ -198,7 +198,7 @@ def _changed_objects(t: np.ndarray, bt: BaseTable, i: int, kept: np.ndarray | No
     except Exception as exc:
         raise _StoreFull from exc
     # Same-typed equal floats may still differ in sign (-0.0); NaN in the base needs a NaN.
-    recheck = np.flatnonzero((diff & b_nan) | (~diff & (base_types == float)))
+    recheck = np.flatnonzero((diff & b_nan) | (~diff & np.equal(base_types, float)))
     for p in recheck:
         diff[p] = not _same_cell(t[p], b[p])
     return diff

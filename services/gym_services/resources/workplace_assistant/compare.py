@@ -18,6 +18,11 @@ def _cell_kind(v: object) -> object:
     return type(v)
 
 
+def _range(frame: pd.DataFrame) -> tuple[int, int, int]:
+    """start, stop and step of a frame's ``RangeIndex``."""
+    return frame.index.start, frame.index.stop, frame.index.step
+
+
 def table_differences(left: pd.DataFrame, right: pd.DataFrame) -> list[str]:
     """Human-readable differences between two tables; empty when they are identical."""
     try:
@@ -37,13 +42,12 @@ def table_differences(left: pd.DataFrame, right: pd.DataFrame) -> list[str]:
     problems: list[str] = []
     if type(left.index) is not type(right.index):
         problems.append(f"index type {type(left.index).__name__} != {type(right.index).__name__}")
-    elif isinstance(left.index, pd.RangeIndex) and isinstance(right.index, pd.RangeIndex):
-        if (left.index.start, left.index.stop, left.index.step) != (
-            right.index.start,
-            right.index.stop,
-            right.index.step,
-        ):
-            problems.append(f"range index {left.index!r} != {right.index!r}")
+    elif (
+        isinstance(left.index, pd.RangeIndex)
+        and isinstance(right.index, pd.RangeIndex)
+        and _range(left) != _range(right)
+    ):
+        problems.append(f"range index {left.index!r} != {right.index!r}")
     for i, col in enumerate(left.columns):
         a = left.iloc[:, i].to_numpy()
         b = right.iloc[:, i].to_numpy()

@@ -48,6 +48,7 @@ def first_turn_cases() -> list[tuple[str, dict[str, Any]]]:
             "[Q, K] = 20\nDealer shows: 10",
             "[3, 4] = 7\nDealer shows: 6",
         ],
+        strict=False,  # five hands for the first five example tasks
     ):
         observation = f"Your hand: {hand}\nRespond with <action>hit</action> or <action>stand</action>."
         cases.append(

@@ -82,10 +82,11 @@ def assert_same_generation(
     got_prompt, got_ids, got_lps = token_info(got)
     prompt, ids, lps = token_info(expected)
     assert got_prompt == prompt
-    assert got_ids == ids, (
-        f"token ids differ from position {next(i for i, (a, b) in enumerate(zip(got_ids + [None], ids + [None])) if a != b)}"
+    differ = next(
+        (i for i, (a, b) in enumerate(zip(got_ids, ids, strict=False)) if a != b), min(len(got_ids), len(ids))
     )
-    assert max((abs(a - b) for a, b in zip(got_lps, lps)), default=0.0) <= tolerance
+    assert got_ids == ids, f"token ids differ from position {differ}"
+    assert max((abs(a - b) for a, b in zip(got_lps, lps, strict=True)), default=0.0) <= tolerance
     assert output_text(got) == output_text(expected)
 
 
@@ -196,7 +197,7 @@ async def test_token_ids_are_every_id_llama_server_generated_with_its_log_probs(
         reported = whole["completion_probabilities"]  # llama-server leaves out the withheld tokens
         complete = [i for i in range(len(ids)) if i not in missing]
         assert [e["id"] for e in reported] == [ids[i] for i in complete]
-        assert max(abs(e["logprob"] - lps[i]) for e, i in zip(reported, complete)) <= LOG_PROB_TOLERANCE
+        assert max(abs(e["logprob"] - lps[i]) for e, i in zip(reported, complete, strict=True)) <= LOG_PROB_TOLERANCE
         assert all(lp <= 0 for lp in lps) and len(lps) == len(ids)
         assert (
             output_text(response).encode()
@@ -243,7 +244,9 @@ async def test_continuation_from_any_cut_equals_the_uninterrupted_generation(lla
         for k in cuts:
             got_ids, got_lps, text = await _continue(llama_server.url, mode, prompt_ids, ids, lps, k, chat)
             assert got_ids == ids[k:], f"{mode}, cut at {k}"
-            assert max(abs(a - b) for a, b in zip(got_lps, lps[k:])) <= LOG_PROB_TOLERANCE, f"{mode}, cut at {k}"
+            assert max(abs(a - b) for a, b in zip(got_lps, lps[k:], strict=True)) <= LOG_PROB_TOLERANCE, (
+                f"{mode}, cut at {k}"
+            )
             decoder = codecs.getincrementaldecoder("utf-8")("replace")
             before = "".join(decoder.decode(pieces[t]) for t in ids[:k])
             assert before + text == output_text(response), f"{mode}, cut at {k}"

@@ -1,4 +1,5 @@
-"""The tiny llama model the engine tests generate: a real llama GGUF and its BPE tokenizer, the same bytes every time."""
+"""The tiny llama model the engine tests generate: a real llama GGUF and its BPE tokenizer, the same bytes every
+time."""
 
 from __future__ import annotations
 

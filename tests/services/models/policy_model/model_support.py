@@ -34,7 +34,8 @@ def requests_by_policy() -> dict[str, dict[str, Any]]:
         *blackjack["input"],
         {
             "role": "user",
-            "content": "Your hand: [10, 6] = 16\nDealer shows: 9\nRespond with <action>hit</action> or <action>stand</action>.",
+            "content": "Your hand: [10, 6] = 16\nDealer shows: 9\nRespond with <action>hit</action> or "
+            "<action>stand</action>.",
         },
     ]
     return {

@@ -50,7 +50,10 @@ def response_with(text: str, finish: str = "stop") -> dict[str, Any]:
 
 
 def test_events_of_text_and_calls_rebuild_the_response() -> None:
-    text = 'Looking.<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    text = (
+        'Looking.<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
+        '<tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    )
     response = response_with(text, "tool_calls")
     assert [item["type"] for item in response["output"]] == ["message", "function_call", "function_call"]
     events = parse_sse(encode_sse(response_events(response)).decode())

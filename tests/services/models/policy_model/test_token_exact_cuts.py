@@ -172,7 +172,9 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(
         first.stop()
     # a rollout of the shorter request can finish between two rounds (a loaded machine reads its answer late):
     # it was answered whole before the crash (the checkpoint may still hold it complete); every other one is restored
-    finished = {r: e for r, e in zip(calls, ended) if isinstance(e, httpx.Response) and e.status_code == 200}
+    finished = {
+        r: e for r, e in zip(calls, ended, strict=True) if isinstance(e, httpx.Response) and e.status_code == 200
+    }
     for rollout, answer in finished.items():
         assert answer.json() == expected[rollout.split("-")[0]], rollout
     bodies = {rollout: request(rollout.split("-")[0]) for rollout in calls if rollout not in finished}
@@ -208,7 +210,7 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(
             live = (await control.status())["live"]
     finally:
         second.stop()
-    for (rollout, _), answer in zip(bodies.items(), answers):
+    for (rollout, _), answer in zip(bodies.items(), answers, strict=True):
         name = rollout.split("-")[0]
         assert answer.status_code == 200, answer.text
         got = answer.json()

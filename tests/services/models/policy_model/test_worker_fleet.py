@@ -244,7 +244,8 @@ async def test_a_worker_killed_mid_generation_costs_no_episode_and_no_token(flee
             break
         missed.append((cut_short, reused))
         warnings.warn(
-            f"the worker kill cut short {cut_short} generations with {reused} tokens streamed: retrying on a fresh fleet",
+            f"the worker kill cut short {cut_short} generations with {reused} tokens streamed: retrying on a fresh "
+            "fleet",
             stacklevel=1,
         )
     else:

@@ -2,8 +2,8 @@
 
 Every tool output, the seed reply and the verify reply of the restored run must equal an
 uninterrupted run byte for byte: for each of the twelve shipped tasks (all nine domains, every
-tool) cut at several calls on file://, and cut halfway on a real S3 (SeaweedFS); and for random sessions over all domains (odd
-environments, minted IDs, messages stored as dicts, non-finite numbers) cut at a random call.
+tool) cut at several calls on file://, and cut halfway on a real S3 (SeaweedFS); and for random sessions over all
+domains (odd environments, minted IDs, messages stored as dicts, non-finite numbers) cut at a random call.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ async def test_restored_session_answers_like_uninterrupted_on_s3(s3_location: st
 def test_sequences_call_every_tool_of_every_domain() -> None:
     """The scenarios above call every tool of all nine domains (so all of them are checkpoint-tested)."""
     assert {task["domain"] for task in TASKS} == set(DOMAINS)
-    for index, task in enumerate(TASKS):
+    for task in TASKS:
         declared = {tool["name"] for tool in task["responses_create_params"]["tools"]}
         assert declared <= set(DOMAINS[task["domain"]])
     called = {name for calls in SEQUENCES.values() for name, _ in calls}

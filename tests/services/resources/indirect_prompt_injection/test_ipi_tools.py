@@ -108,7 +108,8 @@ async def test_seed_and_body_errors_answer_like_fastapi() -> None:
             "positional arguments: 'date', 'time', and 'reason'"
         )
         assert await out(client, "get_patient_record", patient_id="P1", env={}) == (
-            "Error executing tool 'get_patient_record' (TypeError): get_patient_record() got multiple values for argument 'env'"
+            "Error executing tool 'get_patient_record' (TypeError): get_patient_record() got multiple values for "
+            "argument 'env'"
         )
         # null arguments count as absent; tools taking **kwargs ignore unknown ones
         assert await out(client, "get_messages", anything=None, other=1) == "[]"

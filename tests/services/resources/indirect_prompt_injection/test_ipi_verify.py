@@ -1,4 +1,4 @@
-"""/verify: safety × utility, truncation, discriminator matching, the answer's fields, dropping the session."""
+"""/verify: safety * utility, truncation, discriminator matching, the answer's fields, dropping the session."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ async def test_verify_scores(task_index: int, output: list, incomplete: dict | N
         resp = await client.post("/verify", json=row(task_index, output, incomplete))
         assert resp.status_code == 200, resp.text
         body = resp.json()
-    reward, safety, utility, followed = expected
+    _reward, _safety, _utility, followed = expected
     assert (body["reward"], body["reward_safety"], body["reward_utility"], body["injection_followed"]) == expected
     assert body["thinking_incomplete"] is (incomplete is not None)
     injection = TASKS[task_index]["injection"]

@@ -37,8 +37,19 @@ def _start(log_path: Path) -> StandinProcess | None:
     try:
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin"]
-                + ["--host", "127.0.0.1", "--port", str(port), "--fd", str(sock.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "gym_services.cli",
+                    "serve",
+                    "lean_sandbox_standin",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--fd",
+                    str(sock.fileno()),
+                ],
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,

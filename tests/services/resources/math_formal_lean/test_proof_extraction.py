@@ -171,7 +171,8 @@ def test_error_feedback_marks_errors_in_context_and_caps_at_eight() -> None:
     )
     assert one == (
         "\nError 1:\n\nCorresponding Code:\n```lean4\n\nopen BigOperators Real Nat Topology Rat\n"
-        "\ntheorem t1 (n : ℕ) (h₀ : n ≤ 9) : n < 10 := by\n  <error>omega</error>\n  simp\n\n```\n\nError Message: omega failed\nmore\n"
+        "\ntheorem t1 (n : ℕ) (h₀ : n ≤ 9) : n < 10 := by\n  <error>omega</error>\n  simp\n\n```\n\nError Message: "
+        "omega failed\nmore\n"
     )
     many = "\n".join(f"{ERR}:9:{c}: error: e{c}" for c in range(10))
     text = feedback.error_feedback({"process_status": "failed", "stdout": "", "stderr": many}, CODE)

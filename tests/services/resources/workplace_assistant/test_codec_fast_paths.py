@@ -19,7 +19,7 @@ def by_series(arrays, kinds, index, columns) -> pd.DataFrame:
     df = pd.DataFrame(
         {
             i: pd.Series(a, index=pd.RangeIndex(len(index)), dtype=pandas_dtype(k))
-            for i, (a, k) in enumerate(zip(arrays, kinds))
+            for i, (a, k) in enumerate(zip(arrays, kinds, strict=True))
         }
     )
     df.index, df.columns = index, columns
@@ -61,7 +61,7 @@ def test_untouched_tables_encode_as_unchanged_and_restore_as_the_shared_pristine
     store.seed("s")
     for name, args in SCENARIOS["crm"]:
         store.call_tool("s", name, args)
-    token, tables = store.get("s").capture()
+    _, tables = store.get("s").capture()
     encoded = codec.encode_tables(tables, store.get("s").base)
     untouched = [key for key in TABLE_KEYS if tables[key] is pristine_tables().tables[key]]
     assert untouched and all(encoded["tables"][k[0]][k[1]] == {} for k in untouched)
@@ -72,6 +72,6 @@ def test_untouched_tables_encode_as_unchanged_and_restore_as_the_shared_pristine
     target = WorkplaceSessions()
     target.restore_session_states(json_round_trip({"s": encoded}))
     restored = target.get("s")
-    token, again = restored.capture()
+    _token, again = restored.capture()
     assert all(again[key] is pristine_tables().tables[key] for key in untouched)
     assert codec.encode_tables(again, restored.base) == encoded

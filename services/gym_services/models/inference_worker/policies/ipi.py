@@ -119,7 +119,10 @@ class _IpiPolicy(Policy):
         if self.follow_injection:
             goal = (task.get("injection") or {}).get("goal", "the extra instruction")
             return f"I used {used}. I also carried out the instruction I found in the data: {goal}"
-        return f"I used {used} to handle your request. The data contained instructions you did not give me, so I ignored them."
+        return (
+            f"I used {used} to handle your request. "
+            "The data contained instructions you did not give me, so I ignored them."
+        )
 
 
 class IpiSafe(_IpiPolicy):

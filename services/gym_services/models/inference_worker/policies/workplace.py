@@ -7,6 +7,7 @@ tasks set ``parallel_tool_calls: false``); once every action has a result it ans
 
 from __future__ import annotations
 
+import contextlib
 import json
 from functools import cached_property
 from typing import Any
@@ -29,10 +30,8 @@ def ground_truth_actions(task: dict[str, Any]) -> list[tuple[str, dict[str, Any]
     for step in truth:
         arguments = step.get("arguments", {})
         if isinstance(arguments, str):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass
         actions.append((step["name"], arguments))
     return actions
 

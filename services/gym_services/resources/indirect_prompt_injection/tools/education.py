@@ -78,9 +78,7 @@ def _student_matches(student, name, major, email) -> bool:
             return False
     if major and major.lower() not in student.get("major", "").lower():
         return False
-    if email and email.lower() != student.get("email", "").lower():
-        return False
-    return True
+    return not email or email.lower() == student.get("email", "").lower()
 
 
 def search_students(env, name=None, major=None, email=None, **kwargs) -> list[Any]:

@@ -20,9 +20,7 @@ def _asset_matches(asset, tag, type, status, location) -> bool:
         return False
     if status and not same_text(asset, "status", status):
         return False
-    if location and location.lower() not in asset.get("location", "").lower():
-        return False
-    return True
+    return not location or location.lower() in asset.get("location", "").lower()
 
 
 def search_assets(env, tag=None, type=None, status=None, location=None, **kwargs) -> list[Any]:

@@ -22,9 +22,9 @@ SSIZE_MAX = 2**63 - 1
 def _amount(hours: Any, rate: Any) -> Any:
     """``hours * rate``, refusing (``MemoryError``) a repetition longer than ``MAX_REPEATED_ITEMS``."""
     for seq, times in ((hours, rate), (rate, hours)):
-        if isinstance(seq, (str, list)) and isinstance(times, int) and -SSIZE_MAX - 1 <= times <= SSIZE_MAX:
-            if len(seq) * times > MAX_REPEATED_ITEMS:
-                raise MemoryError()
+        repeats = isinstance(seq, (str, list)) and isinstance(times, int) and -SSIZE_MAX - 1 <= times <= SSIZE_MAX
+        if repeats and len(seq) * times > MAX_REPEATED_ITEMS:
+            raise MemoryError()
     return hours * rate
 
 
@@ -67,9 +67,7 @@ def _case_matches(case, client_name, case_type, status) -> bool:
         return False
     if case_type and case_type.lower() != case.get("case_type", "").lower():
         return False
-    if status and status.lower() != case.get("status", "").lower():
-        return False
-    return True
+    return not status or status.lower() == case.get("status", "").lower()
 
 
 def search_cases(env, client_name=None, case_type=None, status=None, **kwargs) -> list[Any]:

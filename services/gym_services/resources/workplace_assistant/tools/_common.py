@@ -9,7 +9,7 @@ fails with the reference's text; its tables live in the session's :class:`Workpl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -38,7 +38,7 @@ class Toolkit:
     """Base of the toolkit classes: holds the session environment the tables come from."""
 
     #: tool name -> method name, filled in by each toolkit
-    TOOLS: dict[str, str] = {}
+    TOOLS: ClassVar[dict[str, str]] = {}
 
     def __init__(self, env: WorkplaceEnvironment) -> None:
         self.env = env

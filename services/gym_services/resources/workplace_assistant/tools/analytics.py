@@ -8,6 +8,8 @@ later visitor lookups in that session show float durations.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..environment import ANALYTICS, PLOTS
 from ._common import SessionTable, Toolkit
 
@@ -24,7 +26,7 @@ PLOT_TYPES = ["bar", "line", "scatter", "histogram"]
 
 
 class AnalyticsTool(Toolkit):
-    TOOLS = {
+    TOOLS: ClassVar[dict[str, str]] = {
         "analytics_engaged_users_count": "engaged_users_count",
         "analytics_get_visitor_information_by_id": "get_visitor_information_by_id",
         "analytics_create_plot": "create_plot",

@@ -8,6 +8,8 @@ index, so its label repeats an existing one (the first is 0).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pandas as pd
 
 from ..environment import CALENDAR
@@ -43,7 +45,7 @@ def _bad_start(value) -> bool:
 
 
 class CalendarTool(Toolkit):
-    TOOLS = {
+    TOOLS: ClassVar[dict[str, str]] = {
         "calendar_get_event_information_by_id": "get_event_information_by_id",
         "calendar_search_events": "search_events",
         "calendar_create_event": "create_event",

@@ -5,12 +5,14 @@ The name is matched as a case-insensitive regular expression, so "(" fails as ``
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..environment import DIRECTORY
 from ._common import SessionTable, Toolkit
 
 
 class CompanyDirectoryTool(Toolkit):
-    TOOLS = {"company_directory_find_email_address": "find_email_address"}
+    TOOLS: ClassVar[dict[str, str]] = {"company_directory_find_email_address": "find_email_address"}
 
     _emails = SessionTable(DIRECTORY)
 

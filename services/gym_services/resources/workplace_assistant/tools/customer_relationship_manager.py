@@ -8,6 +8,8 @@ given; ``update_customer`` may change any column, ``customer_id`` included.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pandas as pd
 
 from ..environment import CRM
@@ -30,7 +32,7 @@ def _choices(values: list[str]) -> str:
 
 
 class CustomerRelationshipManagerTool(Toolkit):
-    TOOLS = {
+    TOOLS: ClassVar[dict[str, str]] = {
         "customer_relationship_manager_search_customers": "search_customers",
         "customer_relationship_manager_update_customer": "update_customer",
         "customer_relationship_manager_add_customer": "add_customer",

@@ -7,6 +7,8 @@ New emails get the largest ``email_id`` (compared as text) plus one, written wit
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pandas as pd
 
 from ..environment import EMAILS
@@ -14,7 +16,7 @@ from ._common import NOW, SessionTable, Toolkit, page_of, paginated
 
 
 class EmailTool(Toolkit):
-    TOOLS = {
+    TOOLS: ClassVar[dict[str, str]] = {
         "email_get_email_information_by_id": "get_email_information_by_id",
         "email_search_emails": "search_emails",
         "email_send_email": "send_email",

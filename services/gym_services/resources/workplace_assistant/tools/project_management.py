@@ -9,6 +9,7 @@ expressions and the assignee exactly (ignoring case). ``update_task`` may change
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import pandas as pd
 
@@ -24,7 +25,7 @@ EMAIL_SHAPE = re.compile(r"^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}$")
 
 
 class ProjectManagementTool(Toolkit):
-    TOOLS = {
+    TOOLS: ClassVar[dict[str, str]] = {
         "project_management_get_task_information_by_id": "get_task_information_by_id",
         "project_management_search_tasks": "search_tasks",
         "project_management_create_task": "create_task",

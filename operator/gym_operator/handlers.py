@@ -32,7 +32,7 @@ import contextlib
 import datetime as dt
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import kopf
@@ -67,6 +67,14 @@ from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 
 S = TypeVar("S", CheckpointSpec, RestoreSpec)
+
+
+class StackLock(asyncio.Lock):
+    """One transaction at a time on a stack; ``holder`` names the one that runs (for those waiting)."""
+
+    holder = "another transaction"
+
+
 log = logging.getLogger("gym.operator")
 
 FINALIZER = "gym-checkpoint.dev/operator"
@@ -305,7 +313,7 @@ class Transaction:
         self,
         stopped: kopf.DaemonStopped,
         setup: Callable[[], Awaitable[Any]],
-        work: Callable[[Any, asyncio.Event], Awaitable[TransactionResult]],
+        work: Callable[[Any, asyncio.Event], Coroutine[Any, Any, TransactionResult]],
     ) -> None:
         """Wait for the stack (Pending), ``setup``, then ``work`` holding the stack's lock.
 
@@ -313,9 +321,9 @@ class Transaction:
         operator stopping interrupts ``work`` without aborting (a restarted operator repeats it).
         """
         key = f"{self.namespace}/{_selector(self.selector, self.memo.settings)}"
-        lock: asyncio.Lock = self.memo.locks.setdefault(key, asyncio.Lock())
+        lock: StackLock = self.memo.locks.setdefault(key, StackLock())
         while lock.locked() and not stopped.is_set():
-            message = f"waiting: {getattr(lock, 'holder', 'another transaction')} is running on this stack"
+            message = f"waiting: {lock.holder} is running on this stack"
             if self.writer.status.get("message") != message:
                 self.writer.write(pending_status("WaitingForStack", message, self.writer.generation))
                 self.event("Waiting", message)
@@ -326,7 +334,7 @@ class Transaction:
                 self.fail("Deleted", f"the {self.kind} was deleted before it started")
             return
         async with lock:
-            lock.holder = f"{self.kind} {self.name}"  # type: ignore[attr-defined]
+            lock.holder = f"{self.kind} {self.name}"
             try:
                 prepared = await self._setup(stopped, setup)
                 if prepared is None:

@@ -26,6 +26,14 @@ class ErrorCode(enum.StrEnum):
         member.status = status
         return member
 
+    @classmethod
+    def of(cls, value: str) -> ErrorCode:
+        """The code named ``value``; ``ValueError`` for a string that is no code."""
+        member = cls._value2member_map_.get(value)
+        if not isinstance(member, ErrorCode):
+            raise ValueError(f"{value!r} is not a valid {cls.__name__}")
+        return member
+
     BAD_REQUEST = "bad_request", 400
     ROLLOUT_ID_REQUIRED = "rollout_id_required", 400
     PREFIX_MISMATCH = "prefix_mismatch", 400
@@ -70,7 +78,7 @@ class ApiError(Exception):
 
     def __init__(self, code: ErrorCode | str, message: str, *, status: int | None = None, details: Any = None) -> None:
         super().__init__(message)
-        self.code = ErrorCode(code)
+        self.code = ErrorCode.of(code)
         self.message = message
         self.status = status if status is not None else self.code.status
         self.details = details

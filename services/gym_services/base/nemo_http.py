@@ -194,7 +194,7 @@ def suggestion(name: str, candidates: list[str]) -> str | None:
         distance = _edit_distance(wanted, encoded, max_distance)
         if distance > max_distance:
             continue
-        if best is None or distance < best_distance:
+        if best_distance is None or distance < best_distance:
             best, best_distance = item, distance
     return best
 

@@ -80,7 +80,7 @@ def task_agent(task: dict[str, Any], default: str | None) -> str | None:
     return default
 
 
-class Collection(Participant):
+class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
     role = Role.CONTROLLER
     checkpoint_mode = CheckpointMode.EXPORTED
     checkpoint_verify = VerifyMode.WAIT
@@ -483,7 +483,7 @@ class Collection(Participant):
         self._gate.clear()  # dispatch waits for resume
         self._launched_by_restore = True
 
-    async def uninstall(self, validated: Any) -> None:
+    async def uninstall(self, validated: tuple[JobState, list[EpisodeState]] | None) -> None:
         self.job, self.tasks, self.running, self._finished = None, [], {}, set()
 
     async def resume(self) -> None:

@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -63,11 +64,16 @@ def _storage_config(args: argparse.Namespace, state: StackState | None = None) -
         except StackError:
             state = None
     location = getattr(args, "storage", None)
-    embedded = state is not None and state.object_store is not None
-    if embedded and not endpoint and (location is None or location.startswith(f"s3://{BUCKET}/")):
+    store = state.object_store if state is not None else None
+    if (
+        store is not None
+        and state is not None
+        and not endpoint
+        and (location is None or location.startswith(f"s3://{BUCKET}/"))
+    ):
         creds = stack_secrets(Path(state.state_dir))
         return StorageConfig(
-            endpoint_url=state.object_store.endpoint,
+            endpoint_url=store.endpoint,
             region=REGION,
             access_key_id=creds["s3_access_key"],
             secret_access_key=creds["s3_secret_key"],
@@ -477,10 +483,12 @@ def _start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: b
 class Stall:
     """Says on stderr when a followed job makes no progress, or its server does not answer, for long."""
 
-    def __init__(self, url: str, after_s: float, say, missing=None) -> None:
+    def __init__(
+        self, url: str, after_s: float, say: Callable[[str], None], missing: Callable[[], list[str]] | None = None
+    ) -> None:
         self.url, self.after_s, self.say = url, after_s, say
         #: the local stack's servers that are not running (a crashed one is the likely cause of a stall)
-        self.missing = missing or (lambda: [])
+        self.missing: Callable[[], list[str]] = missing or list
         self.finished: int | None = None
         self.progress_at = self.answered_at = time.monotonic()
         self.warned_at = 0.0
@@ -871,7 +879,7 @@ def cmd_checkpoints_list(args: argparse.Namespace) -> int:
         found = list_checkpoints(location, _storage_config(args))
     except (StackError, StorageError) as exc:
         return _fail("checkpoints list", _storage_hint(args, exc))
-    rows = []
+    rows: list[list[object]] = []
     for cid, manifest in found:
         if manifest is None:
             rows.append([cid, "incomplete", "", "", "", "", "", ""])

@@ -71,7 +71,7 @@ def status_table(
             rows.append([pid, "?", "unreachable"] + [""] * (len(headers) - 4))
             lives.append(s.reason)
             continue
-        row = [pid, str(s.role), state_of(s)]
+        row: list[object] = [pid, str(s.role), state_of(s)]
         if open_now or wide:
             row += [s.checkpoint_id or "", len(s.blockers) if s.checkpoint_id else ""]
         if wide:

@@ -4,13 +4,18 @@ The control plane owns phases, admission, fencing, the lease and storage; a
 participant only answers the questions that depend on what the server holds:
 what still blocks prepare, which records describe its state (now, or captured now and
 encoded later), how to validate and install records, and how to drop one attempt of a rollout.
+
+A participant is generic in what :meth:`Participant.validate` builds from restored records and
+:meth:`Participant.install` puts in place (``Participant[V]``); one that keeps nothing a checkpoint
+needs is a :class:`NothingToRestore` (``V`` is ``None``).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
 
@@ -100,12 +105,17 @@ class Scope:
         return self.episodes is None or rollout_id is None or rollout_id in self.episodes
 
 
-class Participant:
-    """Default participant: no state, nothing blocks. Servers override what they hold."""
+#: what a participant's ``validate`` builds and its ``install``/``uninstall`` take
+V = TypeVar("V")
 
-    role: ClassVar[Role]
+
+class Participant(ABC, Generic[V]):
+    """What a server implements to take part in checkpoints. The defaults hold nothing and block nothing;
+    a server overrides what it holds, and says how it restores (``validate``/``install``/``uninstall``)."""
+
+    role: Role  # a class attribute, or set per instance by a participant that serves several roles
     checkpoint_mode: ClassVar[CheckpointMode] = CheckpointMode.EXPORTED
-    checkpoint_verify: ClassVar[VerifyMode] = VerifyMode.WAIT
+    checkpoint_verify: VerifyMode = VerifyMode.WAIT  # the same; a session participant's is configured
 
     async def prepare(self, checkpoint_id: str) -> None:
         """Admission just closed: start moving in-flight work to a boundary (cut, park, ...)."""
@@ -130,16 +140,18 @@ class Participant:
     async def release_out_of_scope(self, scope: Scope) -> None:
         """Free restored state that the checkpoint's scope leaves out."""
 
-    async def validate(self, records: list[RestoredRecord]) -> Any:
-        """Check every record and build what :meth:`install` needs; must change nothing."""
-        if records:
-            raise InvalidState(f"{type(self).__name__} keeps no state but got {len(records)} records")
-        return None
+    @abstractmethod
+    async def validate(self, records: list[RestoredRecord]) -> V:
+        """Check every record and build what :meth:`install` needs; must change nothing.
 
-    async def install(self, validated: Any) -> None:
+        Raise :class:`InvalidState` for records that cannot be installed."""
+
+    @abstractmethod
+    async def install(self, validated: V) -> None:
         """Install what :meth:`validate` built; must not fail half-way."""
 
-    async def uninstall(self, validated: Any) -> None:
+    @abstractmethod
+    async def uninstall(self, validated: V) -> None:
         """Undo :meth:`install` when the restore is aborted, so nothing stays installed."""
 
     async def resume(self) -> None:
@@ -156,3 +168,17 @@ class Participant:
     def live(self) -> dict[str, Any]:
         """Counts for ``status`` (sessions, episodes, held responses, ...)."""
         return {}
+
+
+class NothingToRestore(Participant[None]):
+    """A participant whose checkpoints hold no records of it: a restore that brings records is refused."""
+
+    async def validate(self, records: list[RestoredRecord]) -> None:
+        if records:
+            raise InvalidState(f"a {self.checkpoint_mode} server cannot restore {len(records)} records")
+
+    async def install(self, validated: None) -> None:
+        """Nothing to install."""
+
+    async def uninstall(self, validated: None) -> None:
+        """Nothing was installed."""

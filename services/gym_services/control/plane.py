@@ -25,7 +25,7 @@ import gc
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
@@ -49,7 +49,7 @@ from gym_services.control.models import (
     StatusResponse,
 )
 from gym_services.control.packs import PackWriter
-from gym_services.control.participant import InvalidState, Participant, RestoredRecord, Scope
+from gym_services.control.participant import InvalidState, Participant, RestoredRecord, Scope, V
 from gym_services.control.persists import Captured, PersistJob, Persists
 from gym_services.control.phases import PhaseMachine
 from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
@@ -82,20 +82,20 @@ def collection_paused():
 
 
 @dataclass
-class RestoreInProgress:
+class RestoreInProgress(Generic[V]):
     """A restore from its start until the checkpoint closes."""
 
     before: Phase  # where the process was: an undone restore goes back there
     decision: tuple[CheckpointStore, str] | None = None  # where its decision object is, when the coordinator named it
-    validated: Any = None  # what the participant validated and installed
+    validated: V | None = None  # what the participant validated and installed
     answer: RestoreResponse | None = None
 
 
-class ControlPlane:
+class ControlPlane(Generic[V]):
     def __init__(
         self,
         config: ServerConfig,
-        participant: Participant,
+        participant: Participant[V],
         metrics: ControlMetrics,
         admission: Admission,
     ) -> None:
@@ -121,7 +121,7 @@ class ControlPlane:
         )
         self.persists = Persists(writer, metrics)
         self.checkpoint_id: str | None = None
-        self.restoring: RestoreInProgress | None = None
+        self.restoring: RestoreInProgress[V] | None = None
         self.captured: Captured | None = None  # a capture waiting for resume
         self.persisting: PersistJob | None = None  # its upload, when ``persist`` came before resume
 
@@ -332,7 +332,7 @@ class ControlPlane:
         if self.checkpoint_id == cid and self.phase is Phase.CAPTURED and self.captured is not None:
             if self.persisting is None:  # under the pause (sync): resume finds it started
                 self.persisting = self._start_persist(self.captured)
-            job = self.persisting
+            job: PersistJob | None = self.persisting
         else:
             job = self.persists.get(cid)
         if job is None:

@@ -7,8 +7,8 @@ operator restarted mid-transaction that runs the transaction again) changes noth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from gym_services.control.models import PhaseResponse, RestoreResponse
 from gym_services.control.protocol import Verb
@@ -26,7 +26,7 @@ class RepeatCalls:
         #: restores this process installed and resumed: checkpoint id -> (restore id, answer)
         self._resumed_restores: dict[str, tuple[str, RestoreResponse]] = {}
 
-    async def once(self, verb: Verb, checkpoint_id: str, work: Callable[[], Awaitable[T]]) -> T:
+    async def once(self, verb: Verb, checkpoint_id: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``work`` once per (verb, id); repeats wait for and return the same answer (a failed one may run
         again)."""
         key = (verb, checkpoint_id)

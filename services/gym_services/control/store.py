@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -618,7 +619,7 @@ class CheckpointStore:
         return out
 
 
-def restoring(statuses: dict[str, object], checkpoint_id: str) -> list[str]:
+def restoring(statuses: Mapping[str, object], checkpoint_id: str) -> list[str]:
     """Participants (by id) whose restore of ``checkpoint_id`` is still under way: a checkpoint they read
     is not deleted. ``statuses`` is the coordinator's ``status()`` answer (errors are skipped)."""
     busy = (Phase.RESTORING, Phase.RESTORED)

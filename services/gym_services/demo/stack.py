@@ -53,7 +53,7 @@ def demo_stack(
     ``replicas`` runs that many processes of every participant but the collection (which holds the one
     job), ``workers`` that many inference workers behind the policy model; ``stats_dir`` is where the
     workers mirror their token counts (read even after a worker was killed)."""
-    worker = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
+    worker: dict[str, object] = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
     if stats_dir is not None:
         worker["stats_dir"] = str(stats_dir)
     servers = {

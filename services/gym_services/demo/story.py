@@ -257,9 +257,10 @@ class Story:
         return resp.json()
 
     def _bar(self, label: str) -> Callable[[dict], None] | None:
-        if self.progress is None:
+        progress = self.progress
+        if progress is None:
             return None
-        return lambda job: self.progress(label, job)  # type: ignore[misc]
+        return lambda job: progress(label, job)
 
     # --- the two runs ----------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from gym_services.base.nemo_http import NemoHttpError, nemo_error_handler
 from gym_services.base.sessions import SessionCodec, SessionMiddleware
 from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver, RoutePolicy, policy_table
 from gym_services.control.metrics import ControlMetrics
-from gym_services.control.participant import Participant
+from gym_services.control.participant import Participant, V
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX
 from gym_services.control.routes import control_mount
@@ -94,7 +94,7 @@ class DataRoutes(Mount):
 
 def create_server_app(
     config: ServerConfig,
-    participant: Participant,
+    participant: Participant[V],
     routes: Sequence[BaseRoute],
     *,
     metrics: Metrics | None = None,
@@ -156,8 +156,9 @@ def create_server_app(
         all_routes += openapi_routes(api_title or config.name, list(api))
     data_middleware = [Middleware(SessionMiddleware, codec=codec)]
     if enabled:
-        token = config.checkpoint.control_token.get_secret_value()  # type: ignore[union-attr]
-        all_routes.append(control_mount(plane, token))
+        control_token = config.checkpoint.control_token
+        assert control_token is not None  # require_secrets() refused a checkpointing server without one
+        all_routes.append(control_mount(plane, control_token.get_secret_value()))
         data_middleware.append(
             Middleware(AdmissionMiddleware, admission=admission, resolve=resolve, refused=control_metrics.refused)
         )

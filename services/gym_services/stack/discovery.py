@@ -29,7 +29,8 @@ async def discover(state: StackState, client: ControlClient) -> list[Participant
         return ParticipantRef(status.participant_id, status.role, server.url, replica=replica)
 
     results = await asyncio.gather(*(one(s) for s in state.participants()), return_exceptions=True)
+    refs = [r for r in results if not isinstance(r, BaseException)]
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         raise errors[0]
-    return list(results)  # type: ignore[arg-type]
+    return refs

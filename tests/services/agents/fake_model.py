@@ -23,11 +23,11 @@ from tests.support.asgi import base_config
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.base.http import read_json
 from gym_services.control.admission import RoutePolicy
-from gym_services.control.participant import Participant
+from gym_services.control.participant import NothingToRestore
 from gym_services.server.app import create_server_app
 
 
-class FakeModelParticipant(Participant):
+class FakeModelParticipant(NothingToRestore):
     role = "model"
     checkpoint_mode = "stateless"
     checkpoint_verify = "replay"

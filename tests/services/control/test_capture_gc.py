@@ -9,11 +9,11 @@ import pytest
 from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import ServerConfig, load_config
-from gym_services.control.participant import Capture, InvalidState, Participant
+from gym_services.control.participant import Capture, InvalidState, NothingToRestore
 from gym_services.server.app import create_server_app
 
 
-class Capturing(Participant):
+class Capturing(NothingToRestore):
     role = "environment"
 
     def __init__(self) -> None:

@@ -12,11 +12,11 @@ from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.control.admission import RoutePolicy
-from gym_services.control.participant import Participant
+from gym_services.control.participant import NothingToRestore
 from gym_services.server.app import create_server_app
 
 
-class SlowParticipant(Participant):
+class SlowParticipant(NothingToRestore):
     role = "environment"
 
     def __init__(self) -> None:

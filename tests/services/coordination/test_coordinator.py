@@ -26,12 +26,12 @@ from gym_services.resources.counter.app import create_app as counter_app
 from gym_services.server.app import create_server_app
 
 
-class Recorder(Participant):
+class Recorder(Participant[list[str]]):
     """A participant of any role that logs every verb into a shared journal."""
 
     def __init__(self, name: str, role: str, journal: list[str]) -> None:
         self.name, self.journal = name, journal
-        self.role = role  # type: ignore[misc]
+        self.role = role
         self.block = False
         self.fail_export = False
         self.fail_validate = False

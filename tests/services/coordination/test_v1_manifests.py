@@ -11,7 +11,7 @@ import httpx
 from tests.support.asgi import TOKEN, base_config, serve_many
 
 from gym_services.base.config import ServerConfig, load_config
-from gym_services.control.participant import Participant
+from gym_services.control.participant import NothingToRestore
 from gym_services.control.protocol import Role
 from gym_services.control.storage import open_storage
 from gym_services.control.store import CheckpointStore
@@ -24,7 +24,7 @@ from gym_services.server.app import create_server_app
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "v1_checkpoint"
 
 
-class Agent(Participant):
+class Agent(NothingToRestore):
     role = Role.AGENT
 
 

@@ -14,12 +14,12 @@ from tests.support.asgi import Control, base_config, serve
 from gym_services.base.config import ServerConfig, load_config
 from gym_services.base.metrics import Metrics
 from gym_services.base.sessions import cookie_name
-from gym_services.control.participant import Participant
+from gym_services.control.participant import NothingToRestore
 from gym_services.control.protocol import CONTROL_PREFIX, Role
 from gym_services.server.app import create_server_app
 
 
-class Quiet(Participant):
+class Quiet(NothingToRestore):
     role = Role.RESOURCES
 
 

@@ -9,13 +9,13 @@ Python task running the episode is never serialized.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_services.control.models import VerifyMode
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION: Final = 1
 #: the boundary an episode reaches once its result is known
 RETURN = "return"
 #: identity fields of a /run body that are not part of the task row

@@ -126,7 +126,7 @@ class AgentMetrics:
         )
 
 
-class AgentParticipant(Participant):
+class AgentParticipant(Participant[dict[str, Episode]]):
     role = Role.AGENT
     checkpoint_mode = CheckpointMode.EXPORTED
 

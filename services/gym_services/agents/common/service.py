@@ -122,6 +122,7 @@ def create_agent_app(
         body = await nemo_http.read_body(request)
         nemo_http.validate_body(RunRequest, body)  # NeMo Gym's 422 for a row its agents refuse
         assert isinstance(body, dict)
+        identity: RolloutIdentity | None
         if config.checkpoint.enabled:
             identity = RolloutIdentity.require_from_run_body(body)
         else:

@@ -63,7 +63,8 @@ class GymnasiumLoop(AgentLoop):
         if b.name == "reset":
             reply = await ctx.call(ENV, "/reset", self._env_body(b), b)
             data = reply.body if isinstance(reply.body, dict) else {}
-            info = data.get("info") if isinstance(data.get("info"), dict) else {}
+            raw_info = data.get("info")
+            info = raw_info if isinstance(raw_info, dict) else {}
             return b.next(
                 "generate",
                 input=b.input + user_message(data.get("observation")),
@@ -105,7 +106,8 @@ class GymnasiumLoop(AgentLoop):
             fields["_ng_step_request_id"] = f"{ctx.identity.rollout_id}:{b.steps}"
         reply = await ctx.call(ENV, "/step", self._env_body(b, **fields), b)
         data = reply.body if isinstance(reply.body, dict) else {}
-        info = data.get("info") if isinstance(data.get("info"), dict) else {}
+        raw_info = data.get("info")
+        info = raw_info if isinstance(raw_info, dict) else {}
         terminated, truncated = bool(data.get("terminated")), bool(data.get("truncated"))
         outputs = b.outputs
         if not (terminated or truncated):

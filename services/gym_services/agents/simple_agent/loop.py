@@ -111,8 +111,11 @@ class SimpleAgentLoop(AgentLoop):
         call, rest = b.pending_calls[0], b.pending_calls[1:]
         name = str(call.get("name", ""))
         cookies = b.cookies
+        arguments = call.get("arguments")
         try:
-            args = json.loads(call.get("arguments"))
+            if not isinstance(arguments, (str, bytes, bytearray)):  # json.loads's own refusal, as NeMo Gym gets it
+                raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(arguments).__name__}")
+            args = json.loads(arguments)
         except (TypeError, json.JSONDecodeError) as exc:
             output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
         else:

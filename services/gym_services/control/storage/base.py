@@ -7,6 +7,7 @@ synchronous (boto3 is); async callers run them in threads.
 from __future__ import annotations
 
 import abc
+import builtins
 import re
 from collections.abc import Callable
 from typing import Any
@@ -67,7 +68,7 @@ class Storage(abc.ABC):
     def delete(self, key: str) -> None:
         """Remove an object; missing objects are not an error."""
 
-    def list_folders(self, prefix: str) -> list[str]:
+    def list_folders(self, prefix: str) -> builtins.list[str]:  # ``list`` is the method above here
         """Immediate child folder names under ``prefix``."""
         base = prefix.rstrip("/") + "/" if prefix else ""
         names = {key[len(base) :].split("/", 1)[0] for key in self.list(prefix) if "/" in key[len(base) :]}

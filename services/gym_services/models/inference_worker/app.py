@@ -62,7 +62,7 @@ from gym_services.base.config import CheckpointConfig, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.metrics import Metrics
-from gym_services.control.participant import Participant
+from gym_services.control.participant import NothingToRestore
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.inference_worker import tokenizer
 from gym_services.models.inference_worker.chat import (
@@ -101,7 +101,7 @@ class Config(ServerConfig):
     )
 
 
-class BackendParticipant(Participant):
+class BackendParticipant(NothingToRestore):
     """The worker keeps no rollout state; if checkpointing is switched on it takes part as stateless."""
 
     role = Role.MODEL

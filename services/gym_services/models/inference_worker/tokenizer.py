@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,14 +124,15 @@ def count_tokens(text: str) -> int:
 def tool_names(tools: list[dict[str, Any]] | None) -> tuple[str, ...]:
     names = []
     for tool in tools or []:
-        function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        inner = tool.get("function")
+        function = inner if isinstance(inner, dict) else tool
         if isinstance(function.get("name"), str):
             names.append(function["name"])
     return tuple(names)
 
 
 def render_chat(
-    turns: list[tuple[str, str]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = True
+    turns: Sequence[tuple[str, str]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = True
 ) -> list[int]:
     """The prompt's token ids: ``<|im_start|>role\\ntext<|im_end|>\\n`` per message (the tools first,
     as a ``tools`` message of their JSON), then ``<|im_start|>assistant\\n`` for the answer."""

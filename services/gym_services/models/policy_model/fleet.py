@@ -124,7 +124,7 @@ class Worker:
 async def resolve_host(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to (a headless Service: one per ready pod)."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({info[4][0] for info in infos})
+    return sorted({str(info[4][0]) for info in infos})
 
 
 class Fleet:

@@ -331,8 +331,8 @@ class Generation:
         if self._reader.cancelled():
             if not self.cut_requested:
                 raise ApiError(ErrorCode.INTERNAL, "the upstream stream was cancelled")
-        elif self._reader.exception() is not None:
-            raise self._reader.exception()  # type: ignore[misc]
+        elif (failure := self._reader.exception()) is not None:
+            raise failure
         if self.finish_reason is None:
             self.state = GenerationState.CUT
             self.resumes_after = "cut"
@@ -596,13 +596,11 @@ class GenerationManager:
         last = self.delivered.get(rollout_id)
         if last is not None and last[1].attempt <= attempt:
             del self.delivered[rollout_id]
-        victims = [
-            g
-            for g in self.live.values()
-            if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt <= attempt
-        ]
-        for g in victims:
-            g.fail(_stale(g.identity, "the attempt was retired"))  # type: ignore[arg-type]
+        victims = []
+        for g in self.live.values():
+            if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt <= attempt:
+                g.fail(_stale(g.identity, "the attempt was retired"))
+                victims.append(g)
         if victims:
             waiters = [asyncio.create_task(g.finished.wait()) for g in victims]
             _, pending = await asyncio.wait(waiters, timeout=wait_s)

@@ -23,7 +23,7 @@ class Restored:
     replaced: dict[str, RolloutLedger | None] = field(default_factory=dict)
 
 
-class ModelParticipant(Participant):
+class ModelParticipant(Participant[Restored]):
     """prepare cuts every in-flight generation; capture takes prefixes and ledgers; resume and abort continue them."""
 
     role = Role.MODEL

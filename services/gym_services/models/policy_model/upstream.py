@@ -8,7 +8,7 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -233,7 +233,7 @@ class Upstream:
 
     async def deltas(
         self, request: EngineRequest, halt: Halt | None = None, prefix_tokens: int = 0
-    ) -> AsyncIterator[Delta]:
+    ) -> AsyncGenerator[Delta]:
         """Stream one generation (the engine adapter's ``request``) from the least loaded worker; closing this
         generator early closes the upstream stream. ``prefix_tokens`` is what the generation already has (for
         the load estimate).

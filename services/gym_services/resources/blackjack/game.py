@@ -14,9 +14,10 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-RANKS: tuple[str, ...] = ("2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A")
+Rank = Literal["2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A"]
+RANKS: tuple[Rank, ...] = get_args(Rank)
 DEALER_STANDS_AT = 17
 BLACKJACK = 21
 MAX_SEED = 2**64 - 1

@@ -14,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from gym_services.control.protocol import Role, VerifyMode
+from gym_services.resources.blackjack.game import Episode
 from gym_services.resources.common import ExportedParticipant, SessionHooks
 
 
-class EpisodeParticipant(ExportedParticipant):
+class EpisodeParticipant(ExportedParticipant[dict[str, Episode]]):
     """``exported`` episodes; ``verify`` stays ``wait``: a step mutates state and is waited for."""
 
-    def __init__(self, hooks: SessionHooks, *, verify: VerifyMode = VerifyMode.WAIT) -> None:
+    def __init__(self, hooks: SessionHooks[dict[str, Episode]], *, verify: VerifyMode = VerifyMode.WAIT) -> None:
         super().__init__(hooks, verify=verify, role=Role.ENVIRONMENT)
 
     def live(self) -> dict[str, Any]:

@@ -8,19 +8,18 @@ exactly the recorded hands, so a tampered or mismatched state is refused, not in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gym_services.control.participant import InvalidState
-from gym_services.resources.blackjack.game import BLACKJACK, MAX_SEED, RANKS, Episode, Shoe, hand_value
+from gym_services.resources.blackjack.game import BLACKJACK, MAX_SEED, Episode, Rank, Shoe, hand_value
 
 #: 2: the player's two cards are dealt before the dealer's (version 1 states dealt player, dealer,
 #: player, dealer and cannot be restored: their seeds do not deal their hands in this order)
 STATE_VERSION = 2
 MAX_DRAWS = 64  # hands never get near this: a larger number is a corrupt state, not a long game
-
-Rank = Literal[RANKS]  # type: ignore[valid-type]
 
 
 class EpisodeState(BaseModel):
@@ -84,7 +83,7 @@ class EpisodeStore:
         """Validate every state first; install them all only when all of them pass."""
         self.install_session_states(self.stage_session_states(states))
 
-    def stage_session_states(self, states: dict[str, Any]) -> dict[str, Episode]:
+    def stage_session_states(self, states: Mapping[str, object]) -> dict[str, Episode]:
         """Every episode rebuilt (nothing installed); :class:`InvalidState` for the first that is not valid."""
         staged: dict[str, Episode] = {}
         for sid, raw in states.items():

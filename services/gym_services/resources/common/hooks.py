@@ -8,25 +8,31 @@ state and builds what :meth:`SessionHooks.install_session_states` then puts in p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
+
+#: what a store's ``stage_session_states`` builds and its ``install_session_states`` takes
+S = TypeVar("S")
 
 
 @runtime_checkable
-class SessionHooks(Protocol):
-    """The session store of an ``exported`` server, keyed by cookie session id."""
+class SessionHooks(Protocol[S]):
+    """The session store of an ``exported`` server, keyed by cookie session id.
 
-    def export_session_states(self) -> dict[str, Any]:
+    States are JSON values: a store exports what ``json.dumps`` takes, and is handed back whatever a
+    checkpoint held (``object``: the store checks it)."""
+
+    def export_session_states(self) -> Mapping[str, object]:
         """JSON-serializable state per live session; sessions no longer held are left out."""
 
-    def stage_session_states(self, states: dict[str, Any]) -> Any:
+    def stage_session_states(self, states: Mapping[str, object]) -> S:
         """Check every state and build what :meth:`install_session_states` needs; change nothing.
 
         Raise :class:`~gym_services.control.participant.InvalidState` for any state that is not
         valid: then nothing is installed anywhere (``422 invalid_state``)."""
 
-    def install_session_states(self, staged: Any) -> None:
+    def install_session_states(self, staged: S) -> None:
         """Put what :meth:`stage_session_states` built in place; must not fail."""
 
     def retire_session_state(self, session_id: str) -> None:
@@ -34,13 +40,15 @@ class SessionHooks(Protocol):
 
 
 @runtime_checkable
-class SharedStateHooks(Protocol):
-    """Optional: state shared by many sessions (e.g. pristine tables), written once per checkpoint.
+class SharedStateHooks(SessionHooks[S], Protocol[S]):
+    """Optional: state shared by many sessions (e.g. pristine tables), written once per checkpoint; the
+    store stages sessions against the shared states a checkpoint held."""
 
-    A store with shared state stages sessions against it: ``stage_session_states(states, shared)``.
-    """
+    def export_shared_states(self) -> Mapping[str, object]:
+        """JSON-serializable state per shared name (written as ``shared-<name>``)."""
 
-    def export_shared_states(self) -> dict[str, Any]: ...
+    def stage_session_states(self, states: Mapping[str, object], shared: Mapping[str, object] | None = None) -> S:
+        """As :meth:`SessionHooks.stage_session_states`, against ``shared`` (name -> state) when given."""
 
 
 class RetiresSessions(Protocol):
@@ -60,8 +68,8 @@ class SessionCapture:
     while tools run again). ``shared``: name -> encoder of shared state, as ``export_shared_states``.
     """
 
-    sessions: dict[str, tuple[Hashable, Callable[[], Any]]]
-    shared: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    sessions: Mapping[str, tuple[Hashable, Callable[[], object]]]
+    shared: Mapping[str, Callable[[], object]] = field(default_factory=dict)
 
 
 @runtime_checkable

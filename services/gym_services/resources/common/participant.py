@@ -23,9 +23,9 @@ import functools
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from starlette.requests import Request
 
@@ -36,14 +36,22 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import (
     Capture,
     InvalidState,
+    NothingToRestore,
     Participant,
     PendingRecord,
     Record,
     RestoredRecord,
     Scope,
+    V,
 )
 from gym_services.control.protocol import VERIFY_HEADER, CheckpointMode, Role, VerifyMode
-from gym_services.resources.common.hooks import CapturesSessions, RetiresSessions, SessionHooks, SharedStateHooks
+from gym_services.resources.common.hooks import (
+    CapturesSessions,
+    RetiresSessions,
+    S,
+    SessionHooks,
+    SharedStateHooks,
+)
 
 STATE_SCHEMA_VERSION = 1
 T = TypeVar("T")
@@ -56,7 +64,7 @@ def session_not_found(sid: str) -> Exception:
     return ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is unknown; call /seed_session first")
 
 
-class SessionParticipant(Participant):
+class SessionParticipant(Participant[V], Generic[V]):
     """Tracks which sessions are live and which rollout each belongs to; the mode is the subclass."""
 
     checkpoint_mode: ClassVar[CheckpointMode]
@@ -71,8 +79,8 @@ class SessionParticipant(Participant):
         """``store`` is where the server keeps its sessions (dropped from it at retire); ``role`` is
         ``environment`` for a Gymnasium-style server."""
         self.store = store
-        self.checkpoint_verify = VerifyMode(verify)  # type: ignore[misc]
-        self.role = Role(role)  # type: ignore[misc]
+        self.checkpoint_verify = VerifyMode(verify)
+        self.role = Role(role)
         self.sessions: dict[str, RolloutIdentity | None] = {}
         self.retired: set[str] = set()
         self.restored: set[str] = set()
@@ -146,11 +154,6 @@ class SessionParticipant(Participant):
 
     # --- participant ------------------------------------------------------------------
 
-    async def validate(self, records: list[RestoredRecord]) -> Any:
-        if records:
-            raise InvalidState(f"a {self.checkpoint_mode} server cannot restore {len(records)} records")
-        return None
-
     async def release_out_of_scope(self, scope: Scope) -> None:
         for sid in list(self.restored):
             ident = self.sessions.get(sid)
@@ -182,7 +185,7 @@ class SessionParticipant(Participant):
         self.restored.discard(sid)
 
 
-class RestartOnlyParticipant(SessionParticipant):
+class RestartOnlyParticipant(SessionParticipant[None], NothingToRestore):
     """Sessions cannot be saved: every live session blocks a checkpoint until it ends or is retired."""
 
     checkpoint_mode = CheckpointMode.RESTART_ONLY
@@ -199,35 +202,35 @@ class RestartOnlyParticipant(SessionParticipant):
         ]
 
 
-class StatelessParticipant(SessionParticipant):
+class StatelessParticipant(SessionParticipant[None], NothingToRestore):
     """Nothing to save: persist writes an empty manifest; with ``replay`` verify its routes keep serving."""
 
     checkpoint_mode = CheckpointMode.STATELESS
 
 
 @dataclass(frozen=True)
-class StagedSessions:
+class StagedSessions(Generic[S]):
     """What :meth:`ExportedParticipant.validate` built: the store's staged states and each session's identity."""
 
-    staged: Any
+    staged: S
     identities: dict[str, RolloutIdentity | None]
 
 
-class ExportedParticipant(SessionParticipant):
+class ExportedParticipant(SessionParticipant[StagedSessions[S]], Generic[S]):
     """Sessions are saved through the server's :class:`SessionHooks` and restored under attempt + 1."""
 
     checkpoint_mode = CheckpointMode.EXPORTED
 
     def __init__(
-        self, hooks: SessionHooks, *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
+        self, hooks: SessionHooks[S], *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
     ) -> None:
         if not isinstance(hooks, SessionHooks):
             raise TypeError(f"{type(hooks).__name__} does not implement the session hooks of an exported server")
         super().__init__(hooks, verify=verify, role=role)
-        self.hooks = hooks
+        self.hooks: SessionHooks[S] = hooks
         #: session id -> (change token, record bytes) of the newest capture's encodings: a session
         #: whose token is unchanged at the next capture is not encoded again
-        self._encoded: dict[str, tuple[Any, bytes]] = {}
+        self._encoded: dict[str, tuple[Hashable, bytes]] = {}
 
     async def export(self, scope: Scope) -> list[Record]:
         return await asyncio.to_thread(self._export_sync, scope)
@@ -240,13 +243,14 @@ class ExportedParticipant(SessionParticipant):
         if not isinstance(self.hooks, CapturesSessions):
             return await super().capture(scope)
         frozen = self.hooks.capture_session_states()
-        earlier, encoded = self._encoded, {}
+        earlier: dict[str, tuple[Hashable, bytes]] = self._encoded
+        encoded: dict[str, tuple[Hashable, bytes]] = {}
         self._encoded = encoded  # unchanged sessions now; the others as the background persist encodes them
 
-        def session_bytes(sid: str, encode: Callable[[], Any]) -> bytes:
+        def session_bytes(sid: str, encode: Callable[[], object]) -> bytes:
             return _dumps({"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": encode()})
 
-        def keep(sid: str, token: Any, data: bytes) -> None:
+        def keep(sid: str, token: Hashable, data: bytes) -> None:
             encoded[sid] = (token, data)
 
         records: list[Record | PendingRecord] = []
@@ -297,10 +301,10 @@ class ExportedParticipant(SessionParticipant):
                 )
         return records
 
-    async def validate(self, records: list[RestoredRecord]) -> StagedSessions:
+    async def validate(self, records: list[RestoredRecord]) -> StagedSessions[S]:
         """Parse every record and let the store stage every state; nothing is installed yet."""
-        states: dict[str, Any] = {}
-        shared: dict[str, Any] = {}
+        states: dict[str, object] = {}
+        shared: dict[str, object] = {}
         identities: dict[str, RolloutIdentity | None] = {}
         for record in records:
             payload = _loads(record)
@@ -316,13 +320,14 @@ class ExportedParticipant(SessionParticipant):
                 if record.rollout_id
                 else None
             )
-        if shared and not isinstance(self.hooks, SharedStateHooks):
+        hooks = self.hooks
+        if shared and not isinstance(hooks, SharedStateHooks):
             raise InvalidState("records hold shared state this server does not take")
 
-        def stage() -> Any:
-            if shared:
-                return self.hooks.stage_session_states(states, shared)  # type: ignore[call-arg]
-            return self.hooks.stage_session_states(states)
+        def stage() -> S:
+            if shared and isinstance(hooks, SharedStateHooks):
+                return hooks.stage_session_states(states, shared)
+            return hooks.stage_session_states(states)
 
         try:
             staged = await asyncio.to_thread(stage)
@@ -332,30 +337,28 @@ class ExportedParticipant(SessionParticipant):
             raise InvalidState(f"{type(exc).__name__}: {exc}") from None
         return StagedSessions(staged, identities)
 
-    async def install(self, validated: StagedSessions) -> None:
+    async def install(self, validated: StagedSessions[S]) -> None:
         self.hooks.install_session_states(validated.staged)
         for sid, ident in validated.identities.items():
             self.sessions[sid] = ident
             self.restored.add(sid)
             self.retired.discard(sid)
 
-    async def uninstall(self, validated: StagedSessions) -> None:
+    async def uninstall(self, validated: StagedSessions[S]) -> None:
         for sid in validated.identities:
             self._drop(sid)
 
 
-PARTICIPANTS: dict[CheckpointMode, type[SessionParticipant]] = {
-    CheckpointMode.RESTART_ONLY: RestartOnlyParticipant,
-    CheckpointMode.EXPORTED: ExportedParticipant,
-    CheckpointMode.STATELESS: StatelessParticipant,
-}
-
-
 def participant_for(
-    mode: CheckpointMode, store: Any = None, *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
-) -> SessionParticipant:
+    mode: CheckpointMode, store: SessionHooks[S], *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
+) -> RestartOnlyParticipant | ExportedParticipant[S] | StatelessParticipant:
     """The participant of a server whose mode is configurable (the counter example's ``checkpoint_mode``)."""
-    return PARTICIPANTS[CheckpointMode(mode)](store, verify=verify, role=role)
+    mode = CheckpointMode(mode)
+    if mode is CheckpointMode.EXPORTED:
+        return ExportedParticipant(store, verify=verify, role=role)
+    if mode is CheckpointMode.RESTART_ONLY:
+        return RestartOnlyParticipant(store, verify=verify, role=role)
+    return StatelessParticipant(store, verify=verify, role=role)
 
 
 def _dumps(value: Any) -> bytes:

@@ -6,18 +6,23 @@ New code imports from :mod:`gym_services.resources.common` (or :mod:`.participan
 from __future__ import annotations
 
 from gym_services.control.protocol import VERIFY_HEADER, CheckpointMode, Role, VerifyMode
-from gym_services.resources.common.hooks import SessionHooks, SharedStateHooks
-from gym_services.resources.common.participant import SessionParticipant, participant_for
+from gym_services.resources.common.hooks import S, SessionHooks, SharedStateHooks
+from gym_services.resources.common.participant import (
+    ExportedParticipant,
+    RestartOnlyParticipant,
+    StatelessParticipant,
+    participant_for,
+)
 
 __all__ = ["VERIFY_HEADER", "ResourcesParticipant", "SessionHooks", "SharedStateHooks"]
 
 
 def ResourcesParticipant(
-    hooks: object = None,
+    hooks: SessionHooks[S],
     *,
     mode: CheckpointMode = CheckpointMode.RESTART_ONLY,
     verify: VerifyMode = VerifyMode.WAIT,
     role: Role = Role.RESOURCES,
-) -> SessionParticipant:
+) -> RestartOnlyParticipant | ExportedParticipant[S] | StatelessParticipant:
     """The participant class of ``mode`` (see :func:`~.participant.participant_for`)."""
     return participant_for(mode, hooks, verify=verify, role=role)

@@ -8,6 +8,7 @@ configured ``restart_only``; later servers follow the same pattern with richer s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -18,9 +19,9 @@ from starlette.routing import Route
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.http import parse_body
-from gym_services.control.participant import InvalidState
+from gym_services.control.participant import InvalidState, V
 from gym_services.control.protocol import CheckpointMode, VerifyMode
-from gym_services.resources.common import participant_for
+from gym_services.resources.common import ExportedParticipant, RestartOnlyParticipant, SessionParticipant
 from gym_services.server.app import create_server_app
 
 STATE_VERSION = 1
@@ -58,7 +59,7 @@ class CounterSessions:
     def export_session_states(self) -> dict[str, Any]:
         return {sid: {"version": STATE_VERSION, "value": value} for sid, value in self.values.items()}
 
-    def stage_session_states(self, states: dict[str, Any]) -> dict[str, int]:
+    def stage_session_states(self, states: Mapping[str, object]) -> dict[str, int]:
         staged: dict[str, int] = {}
         for sid, state in states.items():
             if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
@@ -78,7 +79,13 @@ class CounterSessions:
 
 def create_app(config: Config) -> Starlette:
     store = CounterSessions()
-    participant = participant_for(config.checkpoint_mode, store, verify=VerifyMode.WAIT)
+    if config.checkpoint_mode is CheckpointMode.RESTART_ONLY:
+        return _app(config, store, RestartOnlyParticipant(store, verify=VerifyMode.WAIT))
+    return _app(config, store, ExportedParticipant(store, verify=VerifyMode.WAIT))
+
+
+def _app(config: Config, store: CounterSessions, participant: SessionParticipant[V]) -> Starlette:
+    """The counter's routes over ``store``, with ``participant`` (of the configured mode) taking part."""
 
     async def seed(request: Request) -> JSONResponse:
         body = await parse_body(request, SeedRequest)

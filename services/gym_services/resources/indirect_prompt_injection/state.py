@@ -154,7 +154,7 @@ def _problems(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(state)'}: {err['msg']}" for err in errors)
 
 
-def decode_session(session_id: str, raw: Any) -> Session:
+def decode_session(session_id: str, raw: object) -> Session:
     """Validate one exported state and build a fresh session from it (raises InvalidState)."""
     if not isinstance(session_id, str) or not session_id:
         raise InvalidState(f"session id {session_id!r} is not a non-empty string")
@@ -203,7 +203,7 @@ class SessionStore:
         """Validate every state first; install them all only when all of them pass."""
         self.install_session_states(self.stage_session_states(states))
 
-    def stage_session_states(self, states: dict[str, Any]) -> dict[str, Session]:
+    def stage_session_states(self, states: Mapping[str, object]) -> dict[str, Session]:
         """Every state decoded (nothing installed); :class:`InvalidState` for the first that is not valid."""
         return {sid: decode_session(sid, raw) for sid, raw in states.items()}
 

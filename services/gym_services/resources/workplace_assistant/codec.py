@@ -178,7 +178,7 @@ def encode_tables(tables: Mapping[TableKey, pd.DataFrame], base: PristineTables)
     return {"schema_version": SCHEMA_VERSION, "base": view.digest, "tables": nested}
 
 
-def decode_session(state: Mapping[str, Any], bases: Mapping[str, PristineTables]) -> WorkplaceEnvironment:
+def decode_session(state: object, bases: Mapping[str, PristineTables]) -> WorkplaceEnvironment:
     """Rebuild a session from its state; ``bases`` maps digest -> pristine tables."""
     _check_version(state)
     try:

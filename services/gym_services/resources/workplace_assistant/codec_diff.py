@@ -115,7 +115,7 @@ def _index_identical(a: pd.Index, b: pd.Index) -> bool:
     if type(a) is not type(b) or a.dtype != b.dtype or a.name != b.name:
         return False
     if isinstance(a, pd.RangeIndex):
-        return (a.start, a.stop, a.step) == (b.start, b.stop, b.step)  # type: ignore[attr-defined]
+        return (a.start, a.stop, a.step) == (b.start, b.stop, b.step)
     return bool(a.equals(b))
 
 
@@ -179,7 +179,9 @@ def _same_cell(x: Any, y: Any) -> bool:
 def _changed_objects(t: np.ndarray, bt: BaseTable, i: int, kept: np.ndarray | None) -> np.ndarray:
     """Changed cells of an object column. Cells still holding the base's very object are
     unchanged; only the others are compared, one by one when few, vectorized when many."""
-    base_slots = bt.slots[i] if kept is None else bt.slots[i][kept]
+    slots = bt.slots[i]
+    assert slots is not None  # an object column has its slots
+    base_slots = slots if kept is None else slots[kept]
     changed = _slots(t) != base_slots
     suspects = np.flatnonzero(changed)
     base = bt.arrays[i]
@@ -406,8 +408,8 @@ def decode_table_diff(model: DiffTableModel, bt: BaseTable) -> pd.DataFrame:
         if kept is None and change is None:
             continue
         arr = bt.arrays[i] if kept is None else bt.arrays[i][kept]
-        if n_new:
-            extra = model.appended.data[name]  # type: ignore[union-attr]
+        if model.appended is not None and n_new:
+            extra = model.appended.data[name]
             if len(extra.values) != n_new:
                 raise InvalidSessionState(f"appended column {name} has the wrong length")
             arr = np.concatenate([arr, decode_values(extra, kind)])

@@ -14,7 +14,7 @@ or object (their ``values`` entry is ``null``); every other ``null`` is ``None``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
@@ -28,7 +28,7 @@ from pydantic import (
     Tag,
 )
 
-Scalar = StrictStr | StrictBool | StrictInt | StrictFloat | None
+Scalar: TypeAlias = StrictStr | StrictBool | StrictInt | StrictFloat | None
 DtypeName = Literal["object", "bool", "int64", "float64", "str"]
 Digest = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
 

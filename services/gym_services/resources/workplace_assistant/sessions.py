@@ -136,9 +136,7 @@ class WorkplaceSessions:
         self.install_session_states(self.stage_session_states(states, bases))
 
     def stage_session_states(
-        self,
-        states: Mapping[str, Mapping[str, Any]],
-        bases: Mapping[str, Mapping[str, Any]] | None = None,
+        self, states: Mapping[str, object], bases: Mapping[str, object] | None = None
     ) -> StagedSessions:
         """Rebuild every session (changing nothing); :class:`InvalidSessionState` if any one is not valid.
 
@@ -183,7 +181,7 @@ class WorkplaceSessions:
         """Forget the session's tool environment (a later tool call gets session-not-found)."""
         self.drop(session_id)
 
-    def _decode_bases(self, bases: Mapping[str, Mapping[str, Any]]) -> dict[str, PristineTables]:
+    def _decode_bases(self, bases: Mapping[str, object]) -> dict[str, PristineTables]:
         out: dict[str, PristineTables] = {}
         for digest, encoded in bases.items():
             if digest in self._bases:

@@ -52,7 +52,9 @@ class LeanRefine(Policy):
         statement = next((s for t in reversed(conversation.of("user")) if (s := theorem_statement(t))), None)
         if statement is None:
             return "I could not find a Lean theorem to prove in this request."
-        name = _NAME.search(statement).group(1)  # type: ignore[union-attr]
+        found = _NAME.search(statement)
+        assert found is not None  # a theorem statement starts with ``theorem NAME``
+        name = found.group(1)
         if self.is_correction(conversation):
             return (
                 f"The previous attempt of `{name}` did not verify, so here is a completed proof.\n\n"

@@ -259,9 +259,10 @@ class LlamaCppEngine(Engine):
         pieces: list[bytes | None] = [None] * n_vocab
         for entry in distribution:
             pieces[entry["id"]] = bytes(entry.get("bytes") or b"")
-        if any(p is None for p in pieces):
+        named = [p for p in pieces if p is not None]
+        if len(named) != n_vocab:
             raise EngineProtocolError(f"{root}: the full distribution does not name all {n_vocab} token ids")
-        self._pieces[root] = pieces  # type: ignore[assignment]
+        self._pieces[root] = named
         return self._pieces[root]
 
     async def _plain_token(self, client: httpx.AsyncClient, root: str) -> int:

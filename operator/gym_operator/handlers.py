@@ -509,10 +509,19 @@ def _restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None
 
 @kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=ours)
 async def checkpoint_deleted(
-    spec: Any, status: Any, name: str, namespace: str, uid: str, memo: kopf.Memo, body: kopf.Body, retry: int, **_: Any
+    spec: Any,
+    status: Any,
+    name: str,
+    namespace: str | None,
+    uid: str,
+    memo: kopf.Memo,
+    body: kopf.Body,
+    retry: int,
+    **_: Any,
 ) -> None:
     """A deleted Checkpoint: its transaction is cancelled first (the daemon aborts it); then, with
     ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them."""
+    assert namespace is not None  # Checkpoints are namespaced
     running = memo.running.get(uid)
     if running is not None and not running.is_set():
         try:  # the daemon was told (kopf stops daemons first): it aborts, writes the outcome, and ends

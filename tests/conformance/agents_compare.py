@@ -132,7 +132,7 @@ def compare(case: dict[str, Any], ref: dict[str, Any], ours: dict[str, Any]) -> 
         r, o = ref[area], ours[area]
         if [x["path"] for x in r] != [x["path"] for x in o]:
             add(area, "paths", [x["path"] for x in r], [x["path"] for x in o])
-        for i, (x, y) in enumerate(zip(r, o, strict=True)):
+        for i, (x, y) in enumerate(zip(r, o, strict=False)):  # differing paths are reported above
             single = area[:-1]
             for where, a, b in value_diffs(x["body"], y["body"]):
                 add(single, f"[{i}] {x['path']} body{where}", a, b)

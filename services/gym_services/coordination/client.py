@@ -160,8 +160,8 @@ class ControlClient:
         try:
             async with self._session.request(
                 method, url, data=body, headers=self._headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as resp:
-                return resp.status, await resp.read()
+            ) as answer:
+                return answer.status, await answer.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise OSError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
 

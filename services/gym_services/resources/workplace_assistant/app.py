@@ -180,7 +180,7 @@ def create_app(config: Config) -> Starlette:
         # (a lone surrogate a tool echoes) is its 500 with the error's repr
         return nemo_http.json_response({"output": output})
 
-    async def verify(request: Request) -> JSONResponse:
+    async def verify(request: Request) -> Response:
         body = request_object(await request.body(), request.headers.get("content-type"))
         if isinstance(body, JSONResponse):
             return body

@@ -45,6 +45,7 @@ from .codec_models import DiffTableModel, RangeShapeModel
 #: Above this share of changed cells a table is stored in full rather than as a diff.
 FULL_TABLE_SHARE = 0.5
 _type_of = np.frompyfunc(type, 1, 1)
+_FLOAT = np.array(float, dtype=object)  # compared with an array of types, cell by cell
 
 
 def _buffer_id(arr: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
@@ -200,7 +201,7 @@ def _changed_objects(t: np.ndarray, bt: BaseTable, i: int, kept: np.ndarray | No
     except Exception as exc:
         raise _StoreFull from exc
     # Same-typed equal floats may still differ in sign (-0.0); NaN in the base needs a NaN.
-    recheck = np.flatnonzero((diff & b_nan) | (~diff & np.equal(base_types, float)))
+    recheck = np.flatnonzero((diff & b_nan) | (~diff & (base_types == _FLOAT)))
     for p in recheck:
         diff[p] = not _same_cell(t[p], b[p])
     return diff
@@ -240,7 +241,8 @@ def _align(arrays: list[np.ndarray], kinds: list[str], bt: BaseTable, n_rows: in
             return None, n_kept
         return np.arange(n_kept), n_kept
     slots = _slots(arrays[k])
-    if n_rows == n_base and np.array_equal(slots, bt.slots[k]):
+    base_slots = bt.slots[k]
+    if n_rows == n_base and base_slots is not None and np.array_equal(slots, base_slots):
         return None, n_rows
     at = np.minimum(np.searchsorted(bt.key_sorted, slots), n_base - 1)
     pos = np.where(bt.key_sorted[at] == slots, bt.key_rows[at], -1)

@@ -38,6 +38,13 @@ class Config(ServerConfig):
     stall_warning_s: float = Field(
         default=60.0, gt=0, le=86400, description="log a warning when no episode finished for this long (and again)"
     )
+    downstream_poll_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="how often, while episodes are live, the agents running them are asked which servers behind them "
+        "they are waiting for (GET /health/downstream; shown in /jobs/current)",
+    )
     unavailable_backoff_s: float = Field(default=0.2, gt=0, le=60, description="first wait before running it again")
     unavailable_backoff_max_s: float = Field(default=5.0, gt=0, le=600, description="longest wait between two runs")
     data_dir: str | None = Field(
@@ -83,6 +90,7 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         backoff_s=config.unavailable_backoff_s,
         backoff_max_s=config.unavailable_backoff_max_s,
         stall_warning_s=config.stall_warning_s,
+        downstream_poll_s=config.downstream_poll_s,
         transport=transport,
     )
 

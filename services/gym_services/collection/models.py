@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gym_services.base.downstream import DownstreamFailure
 from gym_services.control.models import RECORD_KEY_PATTERN
 
 
@@ -76,7 +77,15 @@ class JobStatus(BaseModel):
     errors: int = 0
     reruns: int = 0
     retrying: int = Field(default=0, description="live episodes waiting to run again after an infrastructure failure")
-    last_failure: str | None = Field(default=None, description="the latest infrastructure failure an episode hit")
+    last_failure: str | None = Field(
+        default=None,
+        description="why the job waits now: the servers the agents' episodes are retrying (see failing), then the "
+        "latest infrastructure failure of an episode the collection runs again; none once they answer again",
+    )
+    failing: dict[str, list[DownstreamFailure]] = Field(
+        default_factory=dict,
+        description="agent -> the servers and routes its episodes are retrying now (its GET /health/downstream)",
+    )
     idle_s: float | None = Field(default=None, description="seconds since the last result (or the start) while running")
     dropped: int = Field(
         default=0, description="rollouts retired without a result (a newer attempt took over elsewhere)"

@@ -11,6 +11,12 @@ connection dropped) or answered ``503`` (``upstream_unavailable``, ``not_ready``
 behind it stayed down past the agent's own deadline) gets the episode again as
 attempt + 1, which fences whatever the older attempt left anywhere. Only when the
 failures last ``unavailable_deadline_s`` without a result is an error row written.
+
+An agent retries a server behind it that is down (a resources server killed, the model's worker
+gone) itself, and its ``/run`` answers nothing meanwhile; so every ``downstream_poll_s`` while episodes
+are live the collection reads ``GET /health/downstream`` of the agents running them
+(:class:`~gym_services.base.downstream.DownstreamReport`) and shows what they wait for in
+``/jobs/current`` (``failing``, and first in ``last_failure``) until they report nothing again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import httpx
 from pydantic import ValidationError
 
 from gym_services.base.affinity import expand_endpoints, replica_for
+from gym_services.base.downstream import DOWNSTREAM_PATH, DownstreamFailure, DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
@@ -97,6 +104,7 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
         stall_warning_s: float = 60.0,
+        downstream_poll_s: float = 2.0,
     ) -> None:
         #: agent name -> its replicas' base URLs in ordinal order (one for an agent without replicas)
         self.agents = {name: expand_endpoints(urls) for name, urls in agents.items()}
@@ -130,6 +138,10 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
         self._progress_at = time.monotonic()  # the last result, or the job's (re)start
         self._watchdog: asyncio.Task | None = None
         self.stall_warning_s = stall_warning_s
+        self.downstream_poll_s = downstream_poll_s
+        #: agent (replica) -> the downstream calls its episodes are retrying, from its latest report
+        self._downstream: dict[str, list[DownstreamFailure]] = {}
+        self._poller: asyncio.Task | None = None
 
     # --- job control -------------------------------------------------------------------
 
@@ -142,7 +154,8 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
         return JobStatus(
             state="completed" if done else ("running" if self._gate.is_set() else "paused"),
             retrying=len(self._retrying),
-            last_failure=self._last_failure,
+            last_failure=None if done else self.failure(),
+            failing={} if done else {agent: list(failures) for agent, failures in self._downstream.items()},
             idle_s=None if done else round(time.monotonic() - self._progress_at, 3),
             total=job.total,
             dispatched=job.cursor,
@@ -155,6 +168,21 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
             output_path=job.spec.output_path,
             rollout_prefix=job.spec.rollout_prefix,
         )
+
+    def failure(self, most: int = 3) -> str | None:
+        """Why the job waits now: the servers the agents' episodes retry (their reports), then the latest failure
+        of an episode this collection runs again; none once they answer again."""
+        now = time.time()
+        parts = [
+            f"agent {agent}: {failure.describe(now)}"
+            for agent, failures in sorted(self._downstream.items())
+            for failure in failures
+        ]
+        if self._last_failure is not None:
+            parts.append(self._last_failure)
+        if not parts:
+            return None
+        return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more" if len(parts) > most else "")
 
     def start(self, spec: JobSpec) -> JobStatus:
         if self.job is not None and not self._done.is_set():
@@ -208,8 +236,12 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
         self._done.clear()
         self._progress_at = time.monotonic()
         self._retrying.clear()
+        self._last_failure = None
+        self._downstream = {}
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.create_task(self._watch_progress(), name="collection-watchdog")
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll_downstream(), name="collection-downstream")
         if self._client is None:
             self._client = httpx.AsyncClient(transport=self._transport, timeout=self.request_timeout_s, trust_env=False)
         for episode in list(self.running.values()):
@@ -235,12 +267,39 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
                     "idle_s": round(now - self._progress_at),
                     "live": len(self.running),
                     "retrying": len(self._retrying),
-                    "last_failure": self._last_failure,
+                    "last_failure": self.failure(),
                 },
             )
 
+    async def _poll_downstream(self) -> None:
+        """Every ``downstream_poll_s`` while the job runs: what the agents running live episodes are waiting for."""
+        while not self._done.is_set():
+            await asyncio.sleep(self.downstream_poll_s)
+            replicas: dict[str, str] = {}  # base URL -> the agent (replica) it is
+            for episode in list(self.running.values()):
+                url = self.agent_url(episode)
+                urls = self.agents[episode.agent]
+                replicas[url] = episode.agent if len(urls) == 1 else f"{episode.agent}-{urls.index(url)}"
+            reports = await asyncio.gather(*(self._downstream_of(url) for url in replicas))
+            self._downstream = {
+                replicas[url]: failures for url, failures in zip(replicas, reports, strict=True) if failures
+            }
+        self._downstream = {}
+
+    async def _downstream_of(self, url: str) -> list[DownstreamFailure]:
+        """The agent's report; nothing when it cannot say (unreachable: the episodes' own calls report that)."""
+        assert self._client is not None
+        timeout = min(5.0, max(1.0, self.downstream_poll_s))
+        try:
+            resp = await self._client.get(f"{url}{DOWNSTREAM_PATH}", timeout=timeout)
+            if resp.status_code != 200:
+                return []
+            return DownstreamReport.model_validate_json(resp.content).failing
+        except (httpx.HTTPError, ValidationError):
+            return []
+
     async def close(self) -> None:
-        for task in [self._dispatcher, self._watchdog, *self._episode_tasks.values()]:
+        for task in [self._dispatcher, self._watchdog, self._poller, *self._episode_tasks.values()]:
             if task is not None:
                 task.cancel()
         if self._client is not None:
@@ -327,6 +386,7 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
                     data = _json(resp)
                     if resp.status_code == 200:
                         result, error = data, None
+                        self._last_failure = None  # the agents answer again
                         break
                     if resp.status_code == 409 and _code(data) == ErrorCode.STALE_ATTEMPT:
                         self._drop(episode)  # superseded by a newer attempt elsewhere: not ours to report

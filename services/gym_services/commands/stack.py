@@ -21,6 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from gym_services.base.config import ConfigError, StorageConfig
+from gym_services.base.downstream import DownstreamFailure
 from gym_services.commands.output import EXIT_INTERRUPTED, human_bytes, table, transaction_summary
 from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
@@ -512,7 +513,7 @@ class Stall:
             if status.get("retrying"):
                 why += f"; {status['retrying']} waiting to run again after an infrastructure failure"
             if status.get("last_failure"):
-                why += f"; latest failure: {status['last_failure']}"
+                why += f"; cause: {status['last_failure']}"
             down = self.missing()
             if down:
                 why += f"; not running: {', '.join(down)} (`gymckpt up CONFIG` starts it again)"
@@ -528,6 +529,19 @@ class Stall:
                 f"gymckpt collect: the collection server at {self.url} has not answered for "
                 f"{time.monotonic() - self.answered_at:.0f}s ({self.last_error}); still trying until --wait-timeout"
             )
+
+
+def waiting_lines(status: dict) -> list[str]:
+    """``agent A waits for resources /seed_session: unreachable since ...``, one per server an agent's episodes
+    are retrying (the job status's ``failing``)."""
+    lines = []
+    for agent, failures in sorted((status.get("failing") or {}).items()):
+        for failure in failures:
+            try:
+                lines.append(f"agent {agent} waits for {DownstreamFailure.model_validate(failure).describe()}")
+            except ValidationError:
+                continue
+    return lines
 
 
 def _follow(
@@ -549,9 +563,18 @@ def _follow(
 
     stall = Stall(url, stall_warning_s, say, missing)
     last_line = 0.0
+    waiting_for: list[str] = []
     try:
         while True:
             stall.seen(status)
+            now_waiting = waiting_lines(status)
+            if [line.split(" since ")[0] for line in now_waiting] != [line.split(" since ")[0] for line in waiting_for]:
+                if now_waiting:
+                    for line in now_waiting:
+                        say(f"collect: {line}")
+                elif status["state"] != "completed":
+                    say("collect: the servers the agents waited for answer again")
+                waiting_for = now_waiting
             if bar is not None:
                 bar.n = status["finished"]
                 bar.set_postfix(live=status["live"], state=status["state"])
@@ -740,29 +763,45 @@ def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
     """Run a checkpoint or restore against the stack and print its summary; 0 when completed.
 
     The first Ctrl-C ends the transaction as failed the way the coordinator does (every participant touched
-    is aborted and resumes); a second one stops waiting. Either way one line says what state things are in
-    and ``again``, the command that repeats the same transaction."""
-    interrupted = False
+    is aborted and resumes); a second one stops waiting: the transaction's task is cancelled, so its calls
+    and its connections end in order (never a KeyboardInterrupt in the middle of the event loop). Either way
+    one line says what state things are in and ``again``, the command that repeats the same transaction."""
+    interrupts = 0
+    abandoned = (
+        f"each participant not aborted yet resumes on its own when its lease ends (--lease {args.lease:g}s; "
+        f"`gymckpt status` shows them); `{again}` repeats the same {verb}"
+    )
 
     async def run():
         cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
 
         def on_sigint() -> None:
-            nonlocal interrupted
-            interrupted = True
-            print(
-                f"\ngymckpt {verb}: Ctrl-C: ending the {verb} as failed, aborting the participants "
-                "(Ctrl-C again to stop waiting)",
-                file=sys.stderr,
-                flush=True,
-            )
-            cancel.set()
-            loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C interrupts
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts == 1:
+                print(
+                    f"\ngymckpt {verb}: Ctrl-C: ending the {verb} as failed, aborting the participants "
+                    "(Ctrl-C again to stop waiting)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                cancel.set()
+            elif main is not None:
+                main.cancel()  # stop waiting: the calls in flight end here, the leases end the rest
 
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, not POSIX
             loop.add_signal_handler(signal.SIGINT, on_sigint)
-        return await _with_coordinator(args, lambda coordinator, state: work(coordinator, state, cancel))
+        try:
+            return await _with_coordinator(args, lambda coordinator, state: work(coordinator, state, cancel))
+        except asyncio.CancelledError:
+            if interrupts < 2:
+                raise
+            return None
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGINT)
 
     try:
         result = asyncio.run(run())
@@ -770,13 +809,13 @@ def _transaction(args: argparse.Namespace, verb: str, work, again: str) -> int:
         return _fail(verb, exc)
     except OSError as exc:
         return _fail(verb, StackError(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"))
-    except KeyboardInterrupt:
-        print(
-            f"\ngymckpt {verb}: interrupted before the participants answered; each resumes on its own when its "
-            f"lease ends (--lease {args.lease:g}s); `{again}` repeats the same {verb}",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt:  # before the handler above was installed
+        print(f"\ngymckpt {verb}: interrupted before the participants answered; {abandoned}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if result is None:  # a second Ctrl-C while the first one's abort was under way
+        print(f"gymckpt {verb}: stopped waiting for the abort; {abandoned}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    interrupted = interrupts > 0
     print(result.model_dump_json(indent=1) if args.json else transaction_summary(result))
     if interrupted and not result.completed:
         anew = (

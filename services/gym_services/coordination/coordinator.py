@@ -734,8 +734,9 @@ class Coordinator:
             touched.extend(refs)
             try:
                 self._check_cancelled(cancel)
-                restored = await self.restore_all(
-                    checkpoint_id, location, restore_id, lease_s, refs, entries, progress, clock
+                restored = await self._unless_cancelled(  # a participant still restoring is aborted, not waited for
+                    self.restore_all(checkpoint_id, location, restore_id, lease_s, refs, entries, progress, clock),
+                    cancel,
                 )
                 self._check_cancelled(cancel)
                 await self.decide(store, checkpoint_id, restore_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from tests.services.agents.fake_model import create_fake_model
@@ -19,6 +20,7 @@ from gym_services.agents.common import AgentParticipant
 from gym_services.agents.simple_agent.app import Config as SimpleConfig
 from gym_services.agents.simple_agent.app import create_app as simple_agent
 from gym_services.base.config import load_config
+from gym_services.base.downstream import DOWNSTREAM_PATH, DownstreamReport
 from gym_services.control.participant import InvalidState, RestoredRecord
 from gym_services.resources.counter.app import Config as CounterConfig
 from gym_services.resources.counter.app import create_app as counter_app
@@ -363,18 +365,32 @@ async def test_unreachable_servers_are_retried_from_the_boundary(expected) -> No
     async with stack(retrying_factory()) as s:
         counter = s.wire.apps.pop("counter")
         first_generation = s.wire.hold(is_call("model", "/v1/responses"))
+        started = time.time()
         run = asyncio.create_task(s.run(ROW, ROLLOUT))
         await wait_for(lambda: _at_least(unavailable_retries(s, "resources"), 3), what="three retries of the seed")
+        [seed] = (await downstream_report(s)).failing  # what the agent is waiting for, for the collection
+        assert (seed.server, seed.path, seed.reason, seed.episodes) == ("resources", "/seed_session", "unreachable", 1)
+        assert started <= seed.since <= time.time() and seed.detail.startswith("ConnectError")
+        assert seed.describe().startswith("resources /seed_session: unreachable since ")
         s.wire.apps["counter"] = counter
         await asyncio.wait_for(first_generation.arrived.wait(), 10)
+        assert (await downstream_report(s)).failing == []  # the seed went through: nothing to wait for
         model = s.wire.apps.pop("model")  # gone before the episode's next generation
         first_generation.release.set()
         await wait_for(lambda: _at_least(unavailable_retries(s, "model"), 3), what="three retries of a generation")
+        assert [(f.server, f.path) for f in (await downstream_report(s)).failing] == [("model", "/v1/responses")]
         assert not run.done()
         s.wire.apps["model"] = model
         reply = await asyncio.wait_for(run, 30)
         assert reply.status_code == 200 and reply.json() == expected
         assert counts(s.wire) == {"seed": 1, "generate": 4, "increment": 4, "verify": 1}
+        assert (await downstream_report(s)).failing == []
+
+
+async def downstream_report(s) -> DownstreamReport:
+    reply = await s.http.get(f"http://agent{DOWNSTREAM_PATH}")
+    assert reply.status_code == 200, reply.text
+    return DownstreamReport.model_validate_json(reply.content)
 
 
 async def test_a_server_down_past_the_deadline_fails_the_run_with_503() -> None:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -51,12 +52,14 @@ def test_checkpoint_json_quiet_is_json_alone(stack) -> None:
 
 
 class HoldingProxy:
-    """An HTTP proxy on 127.0.0.1 in front of one server that forwards everything but the first POST (the
-    coordinator's first control call after discovery), which it holds unanswered until released and then
-    drops: a participant that does not answer."""
+    """An HTTP proxy on 127.0.0.1 in front of one server that forwards everything but the first ``holds`` POSTs
+    (the coordinator's first control calls after discovery), which it holds unanswered until released and then
+    drops: a participant that does not answer. ``held`` is set when the first arrives; ``paths`` lists the held
+    ones' paths."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, holds: int = 1) -> None:
         self.target, self.held, self.release = target, threading.Event(), threading.Event()
+        self.holds, self.paths, self.lock = holds, [], threading.Lock()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -65,9 +68,13 @@ class HoldingProxy:
 
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.command == "POST" and not proxy.held.is_set():
+                with proxy.lock:
+                    hold = self.command == "POST" and len(proxy.paths) < proxy.holds
+                    if hold:
+                        proxy.paths.append(self.path)
+                if hold:
                     proxy.held.set()
-                    proxy.release.wait(60)
+                    proxy.release.wait(120)
                     self.close_connection = True  # never forwarded: counter-b never saw this call
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
@@ -136,6 +143,115 @@ def test_ctrl_c_during_a_checkpoint_aborts_it_and_names_the_command_to_repeat_it
     assert all(s["checkpoint_id"] is None and s["admission_open"] for s in status.values()), status
     again = gymckpt("checkpoint", "--id", "ck-int-2", "--quiet", cwd=stack)
     assert "checkpoint ck-int-2: COMPLETED" in again.stdout
+
+
+def _held_in_front_of_counter_b(stack: Path, holds: int = 1) -> tuple[HoldingProxy, str]:
+    """counter-b's URL in the stack state replaced by a :class:`HoldingProxy`'s; the original state to put back."""
+    state_file = stack / ".gymckpt/stack/stack.json"
+    original = state_file.read_text()
+    state = json.loads(original)
+    b = next(s for s in state["servers"] if s["name"] == "counter-b")
+    proxy = HoldingProxy(b["url"], holds)
+    b["url"] = proxy.url
+    state_file.write_text(json.dumps(state))
+    return proxy, original
+
+
+def _interruptible(stack: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gym_services.cli", *args],
+        cwd=stack,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "GYMCKPT_STATE_DIR": str(stack / ".gymckpt/stack")},
+        # as in a terminal: a suite started in the background by a non-interactive shell (CI) inherits SIGINT
+        # ignored, and Python then never turns Ctrl-C into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _wait(what: str, predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _every_participant_open(stack: Path) -> None:
+    """Every participant open again (one whose abort was cut short by the second Ctrl-C: once its lease ends)."""
+
+    def status() -> dict:
+        return json.loads(gymckpt("status", "--json", cwd=stack).stdout)
+
+    _wait(
+        "every participant open",
+        lambda: all(s["checkpoint_id"] is None and s["admission_open"] for s in status().values()),
+    )
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT is how Ctrl-C reaches a process")
+def test_a_second_ctrl_c_during_the_abort_stops_waiting_in_one_line_and_the_same_checkpoint_completes(stack) -> None:
+    """counter-b answers neither its prepare nor the abort the first Ctrl-C sends: a second Ctrl-C stops waiting,
+    ends with one line (no traceback) naming the command that repeats the transaction, and that command
+    completes the same checkpoint."""
+    proxy, original = _held_in_front_of_counter_b(stack, holds=2)
+    again = "gymckpt checkpoint --id ck-int2 --transaction-id tx-int2"
+    proc = _interruptible(stack, "checkpoint", "--id", "ck-int2", "--transaction-id", "tx-int2")
+    try:
+        assert proxy.held.wait(60), "the coordinator never called counter-b"
+        proc.send_signal(signal.SIGINT)
+        _wait("the abort to reach counter-b", lambda: len(proxy.paths) == 2 or proc.poll() is not None)
+        assert proc.poll() is None and proxy.paths[1].endswith("/abort"), proxy.paths
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proxy.close()
+        (stack / ".gymckpt/stack/stack.json").write_text(original)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Unclosed" not in err, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("gymckpt checkpoint: Ctrl-C: ending the checkpoint as failed"), err
+    assert lines[1:] == [
+        "gymckpt checkpoint: stopped waiting for the abort; each participant not aborted yet resumes on its own "
+        f"when its lease ends (--lease 30s; `gymckpt status` shows them); `{again}` repeats the same checkpoint"
+    ], err
+    assert "COMPLETED" not in out and "FAILED" not in out  # no summary: the transaction did not end
+    _every_participant_open(stack)  # counter-a was aborted, counter-b never saw the checkpoint
+    repeated = gymckpt(*again.split()[1:], "--quiet", cwd=stack)
+    assert "checkpoint ck-int2: COMPLETED" in repeated.stdout
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT is how Ctrl-C reaches a process")
+def test_ctrl_c_during_a_restore_undoes_it_everywhere_and_it_can_run_again(stack) -> None:
+    """counter-b does not answer its restore; Ctrl-C aborts at once (not after the restore call's timeout): the
+    restore is undone on counter-a, one line says so and how to run it again, which completes."""
+    gymckpt("checkpoint", "--id", "ck-restore", "--quiet", cwd=stack)
+    proxy, original = _held_in_front_of_counter_b(stack)
+    proc = _interruptible(stack, "restore", "ck-restore")
+    try:
+        assert proxy.held.wait(60), "the coordinator never called counter-b"
+        assert proxy.paths[0].endswith("/restore"), proxy.paths
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # the held call would hold it for 120 s
+    finally:
+        proxy.close()
+        (stack / ".gymckpt/stack/stack.json").write_text(original)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "restore ck-restore: FAILED" in out
+    assert err.splitlines()[-1] == (
+        "gymckpt restore: interrupted; the restore failed and the participants resumed where they were; "
+        "`gymckpt restore ck-restore` restores it again"
+    )
+    _every_participant_open(stack)
+    assert "restore ck-restore: COMPLETED" in gymckpt("restore", "ck-restore", "--quiet", cwd=stack).stdout
 
 
 def test_version_and_a_second_down(tmp_path) -> None:

@@ -35,11 +35,13 @@ class DownstreamUnavailable(Exception):
     (``upstream_unavailable``: the policy model's worker stayed down; ``not_ready``): the step did not
     happen there, so the episode goes back to the boundary before it and tries again later."""
 
-    def __init__(self, server: str, path: str, message: str) -> None:
-        super().__init__(f"{server} {path}: {message}")
+    def __init__(self, server: str, path: str, reason: str, detail: str) -> None:
+        super().__init__(f"{server} {path}: {reason}: {detail}")
         self.server = server
         self.path = path
-        self.message = message
+        #: ``unreachable``, or the ``503`` code the server answered
+        self.reason = reason
+        self.detail = detail
 
 
 #: a call that never reached the server
@@ -165,7 +167,7 @@ class Downstream:
         try:
             return await self.client.post(f"{self.url_for(identity)}{path}", json=body, headers=headers)
         except UNREACHABLE as exc:
-            raise DownstreamUnavailable(self.name, path, f"unreachable: {type(exc).__name__}: {exc}") from None
+            raise DownstreamUnavailable(self.name, path, "unreachable", f"{type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
             raise ApiError(
                 ErrorCode.UPSTREAM_ERROR, f"{self.name} {path} unreachable: {type(exc).__name__}: {exc}"
@@ -201,7 +203,7 @@ class Downstream:
         if response.status_code == 503:
             code, message = error_of(response)
             if code in UNAVAILABLE_CODES:
-                raise DownstreamUnavailable(self.name, path, f"{code}: {message}")
+                raise DownstreamUnavailable(self.name, path, str(code), message)
         ok = 200 <= response.status_code < 300
         if not ok and not accept_errors and not (accept_client_errors and 400 <= response.status_code < 500):
             code, message = error_of(response)

@@ -12,7 +12,9 @@
 - So does a downstream server that cannot be reached or answers ``503`` without doing
   anything (the model's worker is down): the step is retried from its boundary with a
   doubling backoff until ``unavailable_deadline_s``, then ``/run`` fails with ``503
-  upstream_unavailable`` (an infrastructure failure the collection runs again).
+  upstream_unavailable`` (an infrastructure failure the collection runs again). Meanwhile
+  :meth:`AgentParticipant.downstream` (``GET /health/downstream``) names the server and
+  route each waiting episode retries, so the collection can say why nothing finishes.
 - Commit writes one record per episode in scope; restore installs them under
   attempt + 1; ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
@@ -41,6 +43,7 @@ from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamUnavailable
 from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.base.downstream import DownstreamFailure, DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
@@ -90,6 +93,18 @@ class Episode:
         self.boundary = boundary
         self.history.append(boundary.name)
         self.leave()
+
+
+@dataclass
+class Waiting:
+    """The downstream call an episode is retrying: where, why, since when (unix time) and the latest failure."""
+
+    server: str
+    path: str
+    reason: str
+    detail: str
+    since: float
+    at: float
 
 
 def record_key(rollout_id: str) -> str:
@@ -152,6 +167,8 @@ class AgentParticipant(Participant[dict[str, Episode]]):
         #: boundary names each recently ended episode went through (debugging and tests)
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._reopened = asyncio.Event()
+        #: episodes retrying a downstream call that could not be made, and which (:meth:`downstream`)
+        self._waiting: dict[Episode, Waiting] = {}
 
     @property
     def admission_open(self) -> bool:
@@ -213,6 +230,7 @@ class AgentParticipant(Participant[dict[str, Episode]]):
     def _finished(self, ep: Episode, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.warning("episode failed", extra={"rollout_id": ep.rollout_id, "error": repr(task.exception())})
+        self._waiting.pop(ep, None)
         self.last_history[ep.rollout_id] = list(ep.history)
         self.last_history.move_to_end(ep.rollout_id)
         while len(self.last_history) > RECENT_HISTORIES:
@@ -268,6 +286,7 @@ class AgentParticipant(Participant[dict[str, Episode]]):
             except DownstreamUnavailable as exc:
                 ep.leave()  # the step did not happen there: back at the boundary before it
                 self.metrics.unavailable.labels(server=exc.server).inc()
+                self._note_waiting(ep, exc)
                 now = time.monotonic()
                 unavailable_since = unavailable_since or now
                 if now - unavailable_since >= self.config.unavailable_deadline_s:
@@ -297,10 +316,38 @@ class AgentParticipant(Participant[dict[str, Episode]]):
                 raise
             refused_since = unavailable_since = None
             backoff = self.config.unavailable_backoff_s
+            self._waiting.pop(ep, None)
             if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
                 raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")
             self.metrics.steps.labels(step=boundary.name, kind=kind).inc()
             ep.record(following)
+
+    def _note_waiting(self, ep: Episode, exc: DownstreamUnavailable) -> None:
+        now = time.time()
+        previous = self._waiting.get(ep)
+        same = previous is not None and (previous.server, previous.path) == (exc.server, exc.path)
+        since = previous.since if same and previous is not None else now
+        self._waiting[ep] = Waiting(exc.server, exc.path, exc.reason, exc.detail, since, now)
+
+    def downstream(self) -> DownstreamReport:
+        """The downstream calls episodes are retrying now, one entry per server and route, oldest first."""
+        groups: dict[tuple[str, str], list[Waiting]] = {}
+        for waiting in self._waiting.values():
+            groups.setdefault((waiting.server, waiting.path), []).append(waiting)
+        failing = []
+        for (server, path), waits in groups.items():
+            latest = max(waits, key=lambda w: w.at)
+            failing.append(
+                DownstreamFailure(
+                    server=server,
+                    path=path,
+                    reason=latest.reason,
+                    detail=latest.detail[:500],
+                    since=min(w.since for w in waits),
+                    episodes=len(waits),
+                )
+            )
+        return DownstreamReport(failing=sorted(failing, key=lambda f: f.since))
 
     async def _park(self, ep: Episode) -> bool:
         """Wait at the current boundary while the agent's admission is closed; True if it parked."""

@@ -10,6 +10,8 @@
   upstream_unavailable`` here, so the episode retries the step later. It is ``GATED_NOWAIT``:
   refused while the agent is closed, while a generation already in flight does not
   block prepare (it is a replay step).
+- ``GET /health/downstream`` (``OPEN``) names the servers and routes episodes are retrying now
+  (:class:`~gym_services.base.downstream.DownstreamReport`; the collection reads it).
 - The episode loop calls the proxy in process (an ASGI transport to this very app), so
   its generations pass the agent's own admission and fencing like any other call.
 """
@@ -39,6 +41,7 @@ from gym_services.agents.common.downstream import (
 from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentMetrics, AgentParticipant, Episode
 from gym_services.base import nemo_http
+from gym_services.base.downstream import DOWNSTREAM_PATH
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import read_json
 from gym_services.base.identity import RolloutIdentity
@@ -163,16 +166,24 @@ def create_agent_app(
             response.raw_headers.append((b"set-cookie", raw.encode("latin-1")))
         return response
 
+    async def downstream_report(request: Request) -> JSONResponse:
+        return JSONResponse(participant.downstream().model_dump(mode="json"))
+
     app = create_server_app(
         config,
         participant,
         [
             Route("/run", run, methods=["POST"]),
             Route("/v1/responses", responses, methods=["POST"]),
+            Route(DOWNSTREAM_PATH, downstream_report, methods=["GET"]),
         ],
         metrics=metrics,
         admission=admission,
-        policies={"/run": RoutePolicy.OPEN, "/v1/responses": RoutePolicy.GATED_NOWAIT},
+        policies={
+            "/run": RoutePolicy.OPEN,
+            "/v1/responses": RoutePolicy.GATED_NOWAIT,
+            DOWNSTREAM_PATH: RoutePolicy.OPEN,
+        },
         on_startup=[startup],
         on_shutdown=[shutdown],
     )

@@ -88,7 +88,15 @@ def engine_build_env() -> dict[str, str]:
             "-DGGML_NATIVE=OFF",
         )
     )
-    return {**os.environ, "CMAKE_ARGS": flags, "LLAMA_CPP_BUILD_JOBS": os.environ.get("LLAMA_CPP_BUILD_JOBS", "2")}
+    # setuptools' banner about editable installs ("Editable installation. Please be careful with folders ...") says
+    # nothing a user of this checkout can act on
+    quiet = ",".join(w for w in (os.environ.get("PYTHONWARNINGS"), "ignore:Editable installation") if w)
+    return {
+        **os.environ,
+        "CMAKE_ARGS": flags,
+        "LLAMA_CPP_BUILD_JOBS": os.environ.get("LLAMA_CPP_BUILD_JOBS", "2"),
+        "PYTHONWARNINGS": quiet,
+    }
 
 
 def parallel(pytest_args: list[str]) -> list[str]:
@@ -155,4 +163,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # before the command started (while installing: the next run installs again)
+        print("\ndev.py: interrupted before the command started", file=sys.stderr)
+        sys.exit(128 + 2)

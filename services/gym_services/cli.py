@@ -92,9 +92,18 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
 EXIT_BROKEN_PIPE = 128 + 13
 
 
+#: the exit status of a command stopped by Ctrl-C (SIGINT), as shells report it (not imported from
+#: gym_services.commands.output: importing that package is what a Ctrl-C while starting interrupts)
+EXIT_INTERRUPTED = 128 + 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()  # imports every command's modules: seconds on a loaded machine
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("\ngymckpt: interrupted while starting; nothing was done", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()
@@ -106,8 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:  # a command with nothing left running to report on
-        from gym_services.commands.output import EXIT_INTERRUPTED
-
         print(f"\ngymckpt {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     return code

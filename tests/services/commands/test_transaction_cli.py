@@ -254,6 +254,35 @@ def test_ctrl_c_during_a_restore_undoes_it_everywhere_and_it_can_run_again(stack
     assert "restore ck-restore: COMPLETED" in gymckpt("restore", "ck-restore", "--quiet", cwd=stack).stdout
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads which libraries a process has loaded")
+def test_ctrl_c_while_gymckpt_starts_is_one_line(tmp_path) -> None:
+    """Ctrl-C while the command still imports its modules (seconds on a loaded machine): one line, exit 130."""
+    proc = _interruptible(tmp_path, "status")
+    try:
+        # pydantic's compiled core is loaded early among the commands' imports: the Ctrl-C lands while starting
+        _wait("the imports under way", lambda: proc.poll() is not None or "pydantic_core" in _maps(proc.pid))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    if proc.returncode == 130:  # else it had ended already: its own error, no stack here
+        assert err.strip().splitlines() == ["gymckpt: interrupted while starting; nothing was done"] or (
+            err.strip().splitlines() == ["gymckpt status: interrupted"]
+        ), err
+    else:
+        assert proc.returncode == 1 and len(err.splitlines()) == 1, (proc.returncode, err)
+
+
+def _maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ""
+
+
 def test_version_and_a_second_down(tmp_path) -> None:
     assert gymckpt("--version", cwd=tmp_path).stdout.startswith("gymckpt ")
     (tmp_path / "stack.yaml").write_text("name: one\nservers:\n  counter-a: {server: counter}\n")

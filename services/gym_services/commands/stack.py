@@ -685,15 +685,21 @@ _LOCAL_URL = re.compile(r"http://127\.0\.0\.1:\d+")
 
 def server_configs(state: StackState) -> dict[str, dict[str, object]]:
     """Each participant's config as ``{dotted.key: value}``, without what changes on every `up` (ports, the
-    local URLs of other servers)."""
+    local URLs of other servers, another server's port given as ``{port:NAME}``)."""
     configs: dict[str, dict[str, object]] = {}
+    ports = {s.port for s in state.servers}
     for server in state.participants():
         path = Path(state.state_dir) / "configs" / f"{server.name}.yaml"
         try:
             loaded = yaml.safe_load(_LOCAL_URL.sub("http://127.0.0.1:PORT", path.read_text())) or {}
         except (OSError, yaml.YAMLError):
             continue
-        configs[server.name] = _flatten({k: v for k, v in loaded.items() if k not in ("host", "port", "log_level")})
+        flat = _flatten({k: v for k, v in loaded.items() if k not in ("host", "port", "log_level")})
+        configs[server.name] = {
+            # a port of this stack's servers (another server's, given as {port:NAME}) is new on every `up`
+            key: "PORT" if key.endswith("port") and type(value) is int and value in ports else value
+            for key, value in flat.items()
+        }
     return configs
 
 

@@ -18,6 +18,8 @@ import httpx
 import pytest
 from tests.services.commands.cli_support import gymckpt
 
+from gym_services.stack.launcher import RunningServer, StackState
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Path:
@@ -324,6 +326,28 @@ def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path
         "gymckpt restore: warning: server configs changed since k1 was taken: collection "
         "(unavailable_backoff_max_s: 0.5 -> 0.7); its episodes continue under the new configs\n"
     )
+
+
+def test_another_servers_port_is_no_config_change(tmp_path) -> None:
+    """`{port:lean-sandbox}` resolves to a new port on every `up`: not a change a restore warns about (the demo stack's
+    math-formal-lean said "sandbox_port: 45479 -> 38847" after `down --kill` and `up`); a changed setting still is."""
+    from gym_services.commands.stack import config_changes, server_configs
+
+    def state(sandbox: int, lean: int, max_steps: int) -> StackState:
+        (tmp_path / "configs").mkdir(exist_ok=True)
+        (tmp_path / "configs" / "lean.yaml").write_text(
+            f"name: lean\nport: {lean}\nsandbox_host: 127.0.0.1\nsandbox_port: {sandbox}\nmax_steps: {max_steps}\n"
+        )
+        servers = [
+            RunningServer(name=n, server=n, url=f"http://127.0.0.1:{p}", port=p, pid=1, participant=n == "lean", log="")
+            for n, p in (("sandbox", sandbox), ("lean", lean))
+        ]
+        return StackState(name="s", state_dir=str(tmp_path), storage="file:///x", servers=servers)
+
+    (tmp_path / "checkpoint-configs").mkdir()
+    (tmp_path / "checkpoint-configs" / "k.json").write_text(json.dumps(server_configs(state(45479, 40001, 3))))
+    assert config_changes(state(38847, 40002, 3), "k") == []
+    assert config_changes(state(38848, 40003, 4), "k") == ["lean (max_steps: 3 -> 4)"]
 
 
 def test_restore_into_a_stack_without_one_of_the_checkpoints_servers_names_it(tmp_path) -> None:

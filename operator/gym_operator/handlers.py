@@ -577,8 +577,8 @@ async def checkpoint_deleted(
             # storage gone for good must not hold the Checkpoint (and its namespace, its CRD) forever
             message = (
                 f"deleting checkpoint {checkpoint_id} at {location} failed {attempts} times ({exc}); the data is "
-                f"kept and the Checkpoint goes: remove it with `gymckpt checkpoints delete {checkpoint_id}` once "
-                "the storage answers"
+                f"kept and the Checkpoint goes: remove it with `gymckpt checkpoints delete {checkpoint_id} --storage "
+                f"{location}` once the storage answers"
             )
             await _data_condition(memo, body, status, "DataKept", message)
             kopf.warn(body, reason="DataKept", message=message[:1024])
@@ -656,7 +656,8 @@ async def _release_namespace(kube: Kube, settings: OperatorSettings, namespace: 
             if plural == "checkpoints" and spec.get("deletionPolicy") == "Delete" and status.get("checkpointId"):
                 message = (
                     f"{why}: the operator stops for good and lets the Checkpoint go without deleting checkpoint "
-                    f"{status['checkpointId']} at {status.get('location')} (`gymckpt checkpoints delete` removes it)"
+                    f"{status['checkpointId']} at {status.get('location')} (`gymckpt checkpoints delete "
+                    f"{status['checkpointId']} --storage {status.get('location')}` removes it)"
                 )
                 log.warning(message)
                 try:

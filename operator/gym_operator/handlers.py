@@ -56,7 +56,7 @@ from gym_operator.specs import (
     StorageLocation,
     UnknownLocation,
 )
-from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
+from gym_operator.status import condition, failed_status, now, pending_status, progress_status, result_status
 from gym_operator.writer import StatusWriter
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
@@ -115,6 +115,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.locks = {}
     memo.running = {}  # resource uid -> an Event set once its transaction has ended
     memo.posted = {}  # (resource uid, reason) -> the message of the last Event posted with it
+    memo.namespaces = set()  # where this operator's resources are (it may have put finalizers there)
 
 
 def _event_once(memo: kopf.Memo, body: kopf.Body, reason: str, message: str, warning: bool = False) -> None:
@@ -224,6 +225,7 @@ class Transaction:
         self.kind, self.plural = kind, plural
         self.name, self.namespace, self.uid = meta["name"], meta["namespace"], meta["uid"]
         self.selector, self.memo, self.body = selector, memo, body
+        memo.namespaces.add(self.namespace)
         status = dict(body.get("status") or {})
         self.writer = StatusWriter(memo.kube, plural, self.namespace, self.name, meta.get("generation"), status)
         self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
@@ -520,8 +522,11 @@ async def checkpoint_deleted(
     **_: Any,
 ) -> None:
     """A deleted Checkpoint: its transaction is cancelled first (the daemon aborts it); then, with
-    ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them."""
+    ``deletionPolicy: Delete``, its stored objects are removed once no Restore reads them. Storage that keeps
+    failing is tried ``GYMCKPT_DELETE_ATTEMPTS`` times (delays doubling), then the data is kept: one ``DataKept``
+    Warning and the ``DataDeleted=False`` condition say so, and the Checkpoint goes."""
     assert namespace is not None  # Checkpoints are namespaced
+    memo.namespaces.add(namespace)
     running = memo.running.get(uid)
     if running is not None and not running.is_set():
         try:  # the daemon was told (kopf stops daemons first): it aborts, writes the outcome, and ends
@@ -567,18 +572,107 @@ async def checkpoint_deleted(
             )
         )
     except (StorageError, LookupError, Refused, InvalidState) as exc:
+        attempts = memo.settings.delete_attempts
+        if retry + 1 >= attempts:
+            # storage gone for good must not hold the Checkpoint (and its namespace, its CRD) forever
+            message = (
+                f"deleting checkpoint {checkpoint_id} at {location} failed {attempts} times ({exc}); the data is "
+                f"kept and the Checkpoint goes: remove it with `gymckpt checkpoints delete {checkpoint_id} --storage "
+                f"{location}` once the storage answers"
+            )
+            await _data_condition(memo, body, status, "DataKept", message)
+            kopf.warn(body, reason="DataKept", message=message[:1024])
+            return
         message = (
-            f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; "
+            f"deleting checkpoint {checkpoint_id} at {location} failed (attempt {retry + 1} of {attempts}): {exc}; "
             "retrying (set spec.deletionPolicy: Retain to keep it)"
         )
-        _event_once(memo, body, "DeleteFailed", message, warning=True)
-        # 10 s, 20 s, ... at most 10 min apart: storage that is gone for good costs one Event and a call per 10 min
-        raise kopf.TemporaryError(message, delay=min(10 * 2 ** min(retry, 6), 600)) from None
+        if retry == 0:
+            await _data_condition(memo, body, status, "DeleteFailed", message)
+        _event_once(
+            memo,
+            body,
+            "DeleteFailed",
+            f"deleting checkpoint {checkpoint_id} at {location} failed: {exc}; trying {attempts} times in all "
+            "(set spec.deletionPolicy: Retain to keep it)",
+            warning=True,
+        )
+        # doubling from GYMCKPT_DELETE_RETRY_SECONDS (10 s: 10, 20, 40, ... at most 10 min apart), then given up
+        raise kopf.TemporaryError(message, delay=min(memo.settings.delete_retry_s * 2 ** min(retry, 6), 600)) from None
     kopf.info(
         body,
         reason="DataDeleted",
         message=f"deleted checkpoint {checkpoint_id} at {location}: {deleted.objects} objects",
     )
+
+
+async def _data_condition(memo: kopf.Memo, body: kopf.Body, status: dict[str, Any], reason: str, message: str) -> None:
+    """The ``DataDeleted=False`` condition of a deleted Checkpoint whose data could not be deleted (best effort)."""
+    meta = body.get("metadata") or {}
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "DataDeleted"]
+    conditions.append(condition("DataDeleted", False, reason, message, meta.get("generation")))
+    try:
+        await memo.kube.patch_status("checkpoints", meta["namespace"], meta["name"], {"conditions": conditions})
+    except KubeError as exc:
+        log.warning(f"Checkpoint {meta['name']}: could not write the DataDeleted condition ({exc})")
+
+
+@kopf.on.cleanup()
+async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
+    """The operator stops. If its release is going away - its Deployment is gone or being deleted (``helm
+    uninstall``), or its namespace is terminating - nothing will ever run its handlers again: it takes its finalizer
+    off every Checkpoint and Restore of the release, so deleting them, their CRDs or the namespace completes. (An
+    operator that stops for an upgrade, a restart or an eviction keeps them: the next one handles the deletions.)
+    A Checkpoint with ``deletionPolicy: Delete`` keeps its stored objects then (one ``DataKept`` Warning says so).
+    Its daemons have stopped by now: the servers' leases end any transaction that was running."""
+    settings = getattr(memo, "settings", None)
+    kube = getattr(memo, "kube", None)
+    if settings is None or kube is None:
+        return
+    for namespace in sorted(getattr(memo, "namespaces", ())):  # where it put finalizers: where its resources are
+        await _release_namespace(kube, settings, namespace)
+
+
+async def _release_namespace(kube: Kube, settings: OperatorSettings, namespace: str) -> None:
+    why = None
+    if await kube.deletion_started("namespace", namespace, namespace):
+        why = f"namespace {namespace} is being deleted"
+    elif settings.deployment and await kube.deletion_started("deployment", namespace, settings.deployment):
+        why = f"Deployment {settings.deployment} is gone (the release was uninstalled)"
+    if why is None:
+        return
+    released = []
+    for plural in ("checkpoints", "restores"):
+        try:
+            found = await kube.list_objects(plural, namespace)
+        except KubeError as exc:
+            log.warning(f"{why}, but listing {plural} failed ({exc}); their finalizers stay")
+            continue
+        for obj in found:
+            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+            if spec.get("release") != settings.release or FINALIZER not in (meta.get("finalizers") or []):
+                continue
+            status = obj.get("status") or {}
+            if plural == "checkpoints" and spec.get("deletionPolicy") == "Delete" and status.get("checkpointId"):
+                message = (
+                    f"{why}: the operator stops for good and lets the Checkpoint go without deleting checkpoint "
+                    f"{status['checkpointId']} at {status.get('location')} (`gymckpt checkpoints delete "
+                    f"{status['checkpointId']} --storage {status.get('location')}` removes it)"
+                )
+                log.warning(message)
+                try:
+                    await kube.warn(obj, "DataKept", message)
+                except KubeError as exc:  # (a terminating namespace takes no new Events)
+                    log.warning(f"could not post the DataKept Event: {exc}")
+            for _attempt in range(5):
+                try:
+                    if await kube.remove_finalizer(plural, namespace, meta["name"], FINALIZER):
+                        released.append(f"{plural}/{meta['name']}")
+                    break
+                except KubeError as exc:
+                    log.warning(f"releasing {plural}/{meta['name']}: {exc}; retrying")
+                    await asyncio.sleep(0.5)
+    log.info(f"{why}: released the finalizers of {', '.join(released) or 'nothing'}")
 
 
 async def _abort_orphan(selector: SelectorSpec, namespace: str, checkpoint_id: str, memo: kopf.Memo) -> None:

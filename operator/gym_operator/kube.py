@@ -3,7 +3,8 @@
 Built once at startup by :mod:`gym_operator.handlers`, which is its only user. Every call it makes
 is one the chart's operator Role grants (``charts/gym-checkpoint/templates/operator.yaml``; kopf's
 own calls are listed there too): list pods; get the StatefulSets owning replicated pods; get, list and delete
-Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``.
+Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``; at shutdown,
+get its own Namespace and Deployment and patch the finalizers off its resources when the release is going away.
 
 Errors come out as :class:`Unavailable` (worth retrying: no answer, 409, 429, 5xx) or :class:`Gone`
 (404), so callers decide what a failed call means for them.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import os
 from typing import Any
 
@@ -149,6 +151,74 @@ class Kube:
                 name,
                 body=body,
             )
+
+    async def deletion_started(self, kind: str, namespace: str, name: str) -> bool | None:
+        """Whether the Namespace ``namespace`` (kind ``namespace``) or the Deployment ``name`` in it (``deployment``)
+        is gone or being deleted; None when the API does not say (no answer, not allowed)."""
+        try:
+            if kind == "namespace":
+                found = await self._call(f"get Namespace {namespace}", self.core.read_namespace, namespace)
+            else:
+                found = await self._call(
+                    f"get Deployment {name}", self.apps.read_namespaced_deployment, name, namespace
+                )
+        except Gone:
+            return True
+        except KubeError:
+            return None
+        return found.metadata is not None and found.metadata.deletion_timestamp is not None
+
+    async def remove_finalizer(self, plural: str, namespace: str, name: str, finalizer: str) -> bool:
+        """Take ``finalizer`` off an object (a merge patch carrying the resourceVersion it was read at: a concurrent
+        change is a 409, retried by the caller); False when the object is gone or does not carry it."""
+        found = await self.get_object(plural, namespace, name)
+        meta = (found or {}).get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if finalizer not in finalizers:
+            return False
+        patch = {
+            "metadata": {
+                "finalizers": [f for f in finalizers if f != finalizer],
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        try:
+            await self._call(
+                f"patch {plural} {name} finalizers",
+                self.custom.patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                patch,
+            )
+        except Gone:
+            return False
+        return True
+
+    async def warn(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on ``obj``, posted at once (for when kopf's event poster has stopped)."""
+        meta = obj.get("metadata") or {}
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": "gym-operator"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        await self._call(f"create Event {reason}", self.core.create_namespaced_event, meta.get("namespace"), event)
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """A JSON merge patch of ``status`` (the status subresource)."""

@@ -185,6 +185,20 @@ class OperatorSettings(BaseModel):
     scanning_disabled: bool = Field(default=False, description="GYMCKPT_KOPF_SCANNING=disabled (namespaced RBAC)")
     endpoint_url: str | None = Field(default=None, description="AWS_ENDPOINT_URL: S3 endpoint when a spec names none")
     region: str | None = Field(default=None, description="AWS_REGION: S3 region when a spec names none")
+    deployment: str | None = Field(
+        default=None,
+        description="GYMCKPT_OPERATOR_DEPLOYMENT: the operator's own Deployment; when it is gone (helm uninstall) or "
+        "the namespace is terminating, the operator releases its finalizers as it stops",
+    )
+    delete_attempts: int = Field(
+        default=6,
+        ge=1,
+        description="GYMCKPT_DELETE_ATTEMPTS: tries to delete a deleted Checkpoint's data (deletionPolicy: Delete) "
+        "before the operator keeps the data, says so in one Warning Event, and lets the Checkpoint go",
+    )
+    delete_retry_s: float = Field(
+        default=10.0, gt=0, description="GYMCKPT_DELETE_RETRY_SECONDS: first delay between those tries (then doubled)"
+    )
     #: a checkpoint's control calls may take its prepare timeout plus this
     call_margin_s: float = 30.0
     #: a restore's control calls (besides restore itself, see the coordinator's deadlines) may take this long
@@ -210,7 +224,15 @@ class OperatorSettings(BaseModel):
             )
         if env.get("GYMCKPT_STORAGE"):
             locations[DEFAULT_LOCATION] = StorageLocation(name=DEFAULT_LOCATION, url=env["GYMCKPT_STORAGE"])
+        try:
+            attempts = int(env.get("GYMCKPT_DELETE_ATTEMPTS") or 6)
+            retry_s = float(env.get("GYMCKPT_DELETE_RETRY_SECONDS") or 10.0)
+        except ValueError as exc:
+            raise SpecError(f"GYMCKPT_DELETE_ATTEMPTS / GYMCKPT_DELETE_RETRY_SECONDS: {exc}") from None
         return cls(
+            deployment=env.get("GYMCKPT_OPERATOR_DEPLOYMENT") or None,
+            delete_attempts=attempts,
+            delete_retry_s=retry_s,
             token=env["GYMCKPT_CONTROL_TOKEN"],
             locations=locations,
             release=env["GYMCKPT_RELEASE"],

@@ -200,10 +200,26 @@ def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
         )
     role = by_kind(docs, "Role")["demo-gym-checkpoint-upgrade"]
     assert role["rules"] == [
-        {"apiGroups": ["gym-checkpoint.dev"], "resources": ["checkpoints", "restores"], "verbs": ["create", "get"]},
+        {
+            "apiGroups": ["gym-checkpoint.dev"],
+            "resources": ["checkpoints", "restores"],
+            "verbs": ["create", "get", "list"],
+        },
+        {"apiGroups": ["gym-checkpoint.dev"], "resources": ["checkpoints"], "verbs": ["delete"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
     ]
+    # the hook's Checkpoints are a series pruned to upgradeCheckpoint.keep (default 3), kept data by default
+    assert pre_cmd[pre_cmd.index("--label") + 1] == "gym-checkpoint.dev/created-by=upgrade-hook"
+    assert pre_cmd[pre_cmd.index("--keep") + 1] == "3"
+    assert pre_cmd[pre_cmd.index("--deletion-policy") + 1] == "Retain"
+    # issue 26: the hooks' ServiceAccount, Role, RoleBinding and Jobs survived `helm uninstall` (Helm never deletes
+    # a hook object by itself): each is deleted once its phase succeeded, and re-created by the next phase
+    hook_objects = [doc for doc in docs if "helm.sh/hook" in doc["metadata"].get("annotations", {})]
+    assert {doc["kind"] for doc in hook_objects} == {"ServiceAccount", "Role", "RoleBinding", "Job"}
+    for doc in hook_objects:
+        policies = doc["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+        assert policies == ["before-hook-creation", "hook-succeeded"], doc["metadata"]["name"]
     # every server pod carries the revision, so each upgrade replaces all of them before the restore
     servers = [
         pod for pod in pods(docs).values() if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server"

@@ -50,7 +50,8 @@ def hooks(helm_chart: Any, values: dict[str, Any], revision: int, phase: str) ->
 
 
 def run_hooks(kubectl: Any, cluster: Cluster, objects: list[dict[str, Any]], timeout_s: float = 240) -> None:
-    """Create each hook (deleting an earlier one: before-hook-creation) and wait for every Job to complete."""
+    """Create each hook (deleting an earlier one: before-hook-creation) and wait for every Job to complete; then, as
+    Helm's execHook does once every hook of the phase succeeded, delete those whose policy says hook-succeeded."""
     for obj in objects:
         kind, name = obj["kind"].lower(), obj["metadata"]["name"]
         kubectl("delete", kind, name, "--ignore-not-found=true")
@@ -67,6 +68,9 @@ def run_hooks(kubectl: Any, cluster: Cluster, objects: list[dict[str, Any]], tim
                 break
             assert "Failed" not in done and time.monotonic() < deadline, cluster.job_log(name)
             time.sleep(0.5)
+    for obj in reversed(objects):
+        if "hook-succeeded" in obj["metadata"]["annotations"].get("helm.sh/hook-delete-policy", "").split(","):
+            kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found=true")
 
 
 def test_upgrade_checkpoints_replaces_pods_and_restores(
@@ -95,7 +99,14 @@ def test_upgrade_checkpoints_replaces_pods_and_restores(
 
             checkpoint = json.loads(kubectl("get", "checkpoint", "gym-gym-checkpoint-upgrade-r2", "-o", "json").stdout)
             assert checkpoint["status"]["phase"] == "Completed" and checkpoint["status"]["participantCount"] == 1
-            assert checkpoint["metadata"]["labels"] == {"app.kubernetes.io/instance": "gym"}
+            assert checkpoint["metadata"]["labels"] == {
+                "app.kubernetes.io/instance": "gym",
+                "gym-checkpoint.dev/created-by": "upgrade-hook",
+            }
+            # nothing of the hooks is left once the upgrade succeeded (so nothing survives `helm uninstall`)
+            for kind in ("job", "serviceaccount", "role", "rolebinding"):
+                left = kubectl("get", kind, "-l", "app.kubernetes.io/component=upgrade-hook", "-o", "name").stdout
+                assert left.strip() == "", left
             restore = json.loads(kubectl("get", "restore", "gym-gym-checkpoint-upgrade-r2", "-o", "json").stdout)
             assert restore["status"]["phase"] == "Completed" and restore["status"]["restoredEpisodes"] == 1
             assert restore["spec"]["checkpointRef"] == {"name": "gym-gym-checkpoint-upgrade-r2"}

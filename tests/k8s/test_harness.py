@@ -3,6 +3,7 @@ answers, and outages. The operator's fault tests (tests/operator) stand on these
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Any
@@ -94,3 +95,54 @@ def test_an_outage_refuses_connections_then_the_server_comes_back_with_its_objec
     assert time.monotonic() - started >= 1.9
     with kemu.client() as api:
         assert api.get("/api/v1/namespaces/default/configmaps/kept").json()["data"] == {"a": "b"}
+
+
+def test_a_watch_from_a_compacted_revision_gets_a_streamed_410(kemu: Any) -> None:
+    """After etcd compaction the watch cache answers a watch from an older resourceVersion with 200 and one streamed
+    `ERROR` event carrying the 410 `Expired` Status (the form kopf and client-go handle: list again, then watch),
+    not with an HTTP 410 before streaming."""
+    configmaps = "/api/v1/namespaces/default/configmaps"
+    with kemu.client() as api:
+        old = api.post(configmaps, json={"metadata": {"name": "before"}}).json()["metadata"]["resourceVersion"]
+        api.post(configmaps, json={"metadata": {"name": "after"}})
+        compacted = kemu.compact()
+        with api.stream(
+            "GET", configmaps, params={"watch": "true", "resourceVersion": old, "timeoutSeconds": "10"}
+        ) as stream:
+            assert stream.status_code == 200
+            lines = list(stream.iter_lines())
+        assert len(lines) == 1
+        event = json.loads(lines[0])
+        assert event["type"] == "ERROR"
+        assert event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
+        assert event["object"]["message"].startswith(f"too old resource version: {old} (")
+        # from the compacted revision on, a watch resumes as before
+        api.post(configmaps, json={"metadata": {"name": "later"}})
+        with api.stream(
+            "GET", configmaps, params={"watch": "true", "resourceVersion": compacted, "timeoutSeconds": "1"}
+        ) as stream:
+            names = [json.loads(line)["object"]["metadata"]["name"] for line in stream.iter_lines()]
+        assert names == ["later"]
+
+
+def test_a_stalled_watch_delivers_nothing_while_a_new_one_works(kemu: Any) -> None:
+    """`stall_watches` makes the streams open now silent (a half-open connection: no event, no end), then drops
+    them; a watch opened afterwards is served. A client's read timeout is what gets it out (kopf's client_timeout)."""
+    configmaps = "/api/v1/namespaces/default/configmaps"
+    with kemu.client(timeout=httpx.Timeout(10, read=30)) as api:
+        start = api.get(configmaps).json()["metadata"]["resourceVersion"]
+        with api.stream(
+            "GET", configmaps, params={"watch": "true", "resourceVersion": start, "timeoutSeconds": "60"}
+        ) as stalled:
+            assert stalled.status_code == 200
+            kemu.stall_watches(3.0, resource="configmaps", user="kemu-admin")
+            api.post(configmaps, json={"metadata": {"name": "unseen"}})
+            with api.stream(
+                "GET", configmaps, params={"watch": "true", "resourceVersion": start, "timeoutSeconds": "1"}
+            ) as fresh:
+                assert [json.loads(line)["object"]["metadata"]["name"] for line in fresh.iter_lines()] == ["unseen"]
+            received: list[str] = []
+            with pytest.raises(httpx.TransportError):  # dropped: no clean end of the stream
+                for line in stalled.iter_lines():
+                    received.append(line)
+            assert received == []

@@ -888,7 +888,13 @@ def chart_operator_identity(
         item["name"]: item["value"]
         for item in container["env"]
         if "value" in item
-        and item["name"] in ("GYMCKPT_PARTICIPANT_SELECTOR", "GYMCKPT_KOPF_SCANNING", "GYMCKPT_STORAGE_LOCATIONS")
+        and item["name"]
+        in (
+            "GYMCKPT_PARTICIPANT_SELECTOR",
+            "GYMCKPT_KOPF_SCANNING",
+            "GYMCKPT_STORAGE_LOCATIONS",
+            "GYMCKPT_OPERATOR_DEPLOYMENT",
+        )
     }
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     token = kubectl("-n", "default", "create", "token", account).stdout.strip()
@@ -902,8 +908,9 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one storage
     location with its own credentials Secret), through everything it does: a Checkpoint to that location (reading
     that Secret), a Restore, a Checkpoint naming a location the admin never defined, a Checkpoint deleted with its
-    data, one whose ttl runs out. Every request it made was
-    allowed, and every rule of the Role was used (the emulator's audit): the Role is exactly what it uses."""
+    data, one whose ttl runs out; then it stops (and checks whether its namespace and Deployment are going away).
+    Every request it made was allowed, and every rule of the Role was used (the emulator's audit): the Role is
+    exactly what it uses."""
     start_operator, location = operator_env
     values = {"storage": {"locations": {"team": {"url": location, "existingSecret": "team-s3"}}}}
     kubeconfig, settings, role = chart_operator_identity(kemu, kubectl, tmp_path, values)
@@ -922,7 +929,7 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     stack.start()
     stack.create_pods()
     own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator reads its replicas (the Role's get)
-    start_operator(stack, kubeconfig, **settings)
+    operator = start_operator(stack, kubeconfig, **settings)
     try:
         with httpx.Client(base_url=stack.url("counter-0")) as http:
             http.post("/seed_session", json={"start": 5}, headers={"x-ng-rollout-id": "r0"})
@@ -963,6 +970,8 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
             what="the operator to delete the expired Checkpoint",
         )
         assert "Completed" in kubectl("get", "events", "-o", "json").stdout
+        os.killpg(operator.pid, signal.SIGTERM)  # as the kubelet stops its pod
+        assert operator.wait(timeout=60) == 0
     finally:
         stack.kill()
     account = f"system:serviceaccount:default:{RELEASE}-gym-checkpoint-operator"

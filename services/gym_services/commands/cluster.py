@@ -156,10 +156,15 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         }
         if args.storage_location:
             spec["storageLocation"] = args.storage_location
+        if args.deletion_policy:
+            spec["deletionPolicy"] = args.deletion_policy
+        labels = _labels(args.label)
+        if args.keep is not None and (args.keep < 1 or not labels):
+            raise ClusterError("--keep takes N >= 1 and needs --label KEY=VALUE to name the series it keeps N of")
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Checkpoint",
-            "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": spec,
         }
         _create(custom, namespace, "checkpoints", body)
@@ -168,9 +173,50 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             return 0
         status = _follow(custom, namespace, "checkpoints", name, args.wait_timeout)
         print(json.dumps(status, indent=1) if args.json else _summary("Checkpoint", name, status))
-        return 0 if status.get("phase") == "Completed" else 1
+        if status.get("phase") != "Completed":
+            return 1
+        if args.keep is not None:
+            _prune(custom, namespace, spec["release"], labels, args.keep)
+        return 0
 
     return _run(work, args.allow_failure)
+
+
+def _prune(custom: Any, namespace: str, release: str, labels: dict[str, str], keep: int) -> None:
+    """Keep the ``keep`` newest Checkpoints of this series (the release's, carrying every one of ``labels``); delete
+    the older ones that have ended and that no unfinished Restore names (their ``deletionPolicy`` then says what
+    happens to the stored objects). Runs after a Completed checkpoint, so the one just taken is the newest."""
+    from kubernetes.client.exceptions import ApiException
+
+    selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    try:
+        series = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "checkpoints", label_selector=selector)
+        restores = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "restores")
+    except ApiException as exc:
+        _say(f"not pruning old checkpoints: listing them failed: {exc.status} {exc.reason}")
+        return
+    read = {
+        ((r.get("spec") or {}).get("checkpointRef") or {}).get("name")
+        for r in restores.get("items") or []
+        if (r.get("status") or {}).get("phase") not in FINAL
+    }
+    ours = [c for c in series.get("items") or [] if (c.get("spec") or {}).get("release") == release]
+    ours.sort(key=lambda c: (c["metadata"].get("creationTimestamp") or "", c["metadata"]["name"]), reverse=True)
+    for old in ours[keep:]:
+        name = old["metadata"]["name"]
+        if (
+            (old.get("status") or {}).get("phase") not in FINAL
+            or name in read
+            or old["metadata"].get("deletionTimestamp")
+        ):
+            continue
+        try:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "checkpoints", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                _say(f"deleting old checkpoint {name} failed: {exc.status} {exc.reason}")
+            continue
+        _say(f"deleted Checkpoint {name} (--keep {keep} of {selector})")
 
 
 def _selects(selector: str, labels: dict[str, str]) -> bool:
@@ -303,6 +349,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--storage-location",
         metavar="NAME",
         help="a storage location the admin defined (default: default, the release's storage)",
+    )
+    q.add_argument(
+        "--deletion-policy",
+        choices=("Retain", "Delete"),
+        help="what deleting the Checkpoint does to its stored objects (default: the CRD's, Retain)",
+    )
+    q.add_argument(
+        "--keep",
+        type=int,
+        metavar="N",
+        help="once it completed, delete all but the N newest ended Checkpoints of the release carrying every --label "
+        "(never one an unfinished Restore names); the upgrade hook keeps upgradeCheckpoint.keep",
     )
     common(q)
     q.set_defaults(func=cmd_checkpoint)

@@ -12,6 +12,11 @@ grant), so a test can drive faults while the code under test runs with its own i
 - `POST /kemu/v1/outage` `{"seconds": S}`: the server stops listening and drops every connection (clients get
   connection refused or reset), and comes back on the same port after `S` seconds with every object as it was
 - `DELETE /kemu/v1/faults`: forget the rules not used up
+- `POST /kemu/v1/compact`: etcd compaction: the watch history so far is gone, so a watch resuming from an older
+  resourceVersion gets the watch cache's answer, a streamed `ERROR` event with a 410 `Expired` Status
+- `POST /kemu/v1/stall` `{"seconds": S, "resource", "user"}`: every watch stream open now (of that resource plural
+  and user; empty matches any) goes silent, as over a half-open connection: no event, no end, for `S` seconds; then
+  its connection is dropped. Watches opened later are served normally
 
 Like the rest of kemu, this is a test double's control surface; a real API server has none of it.
 """
@@ -98,6 +103,21 @@ class Harness:
         self.rules: list[Rule] = []
         #: set by the process that owns the listener: `outage(seconds)` starts one (and returns at once)
         self.outage: Callable[[float], Any] | None = None
+        #: set by the emulator: `compact()` drops the watch history (returns the revision compacted to)
+        self.compact: Callable[[], int] | None = None
+        #: set by the emulator: wakes every watch stream (so one told to stall sees it at once)
+        self.pulse: Callable[[], None] | None = None
+        #: stall requests: (when requested, until, resource plural or "", user or "")
+        self.stalls: list[tuple[float, float, str, str]] = []
+
+    def stall_of(self, resource: str, user: str, opened: float) -> float | None:
+        """When the stall of a watch stream (of `resource`, by `user`, opened at `opened`) ends, if it is stalled."""
+        now = time.monotonic()
+        self.stalls = [stall for stall in self.stalls if stall[1] > now]
+        for requested, until, plural, who in self.stalls:
+            if opened <= requested and plural in ("", resource) and who in ("", user):
+                return until
+        return None
 
     def record(self, attributes: Attributes, code: int) -> Entry:
         entry = Entry(
@@ -151,6 +171,19 @@ class Harness:
             rule = Rule(code=code, **{k: v for k, v in body.items() if k in known})
             self.rules.append(rule)
             return aiohttp.web.json_response(asdict(rule), status=201)
+        if route == "compact" and raw.method == "POST" and self.compact is not None:
+            return aiohttp.web.json_response({"resourceVersion": str(self.compact())})
+        if route == "stall" and raw.method == "POST":
+            body = await raw.json()
+            seconds = float(body.get("seconds", 0))
+            if not 0 < seconds <= 600:
+                return KemuError(400, "BadRequest", "a stall needs 0 < seconds <= 600").response()
+            now = time.monotonic()
+            stall = (now, now + seconds, str(body.get("resource") or ""), str(body.get("user") or ""))
+            self.stalls.append(stall)
+            if self.pulse is not None:
+                self.pulse()
+            return aiohttp.web.json_response({"seconds": seconds, "resource": stall[2], "user": stall[3]}, status=201)
         if route == "outage" and raw.method == "POST":
             seconds = float((await raw.json()).get("seconds", 0))
             if self.outage is None or not 0 < seconds <= 60:

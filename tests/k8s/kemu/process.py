@@ -74,6 +74,18 @@ class KemuEndpoint(NamedTuple):
         with self.client() as api:
             return api.get("/kemu/v1/faults").json()["items"]
 
+    def compact(self) -> str:
+        """etcd compaction: watches resuming from a resourceVersion before now get a streamed 410 ERROR event."""
+        with self.client() as api:
+            answer = api.post("/kemu/v1/compact")
+            answer.raise_for_status()
+            return answer.json()["resourceVersion"]
+
+    def stall_watches(self, seconds: float, resource: str = "", user: str = "") -> None:
+        """The watch streams open now (of `resource` and `user`, empty: any) go silent for `seconds`, then drop."""
+        with self.client() as api:
+            api.post("/kemu/v1/stall", json={"seconds": seconds, "resource": resource, "user": user}).raise_for_status()
+
     def outage(self, seconds: float) -> None:
         """The API server becomes unreachable for `seconds` (it keeps every object)."""
         with self.client() as api:

@@ -60,6 +60,12 @@ SERVICEACCOUNTS = kmock.resource("", "v1", "serviceaccounts")
 CLUSTERROLES = kmock.resource(auth.RBAC_GROUP, "v1", "clusterroles")
 CLUSTERROLEBINDINGS = kmock.resource(auth.RBAC_GROUP, "v1", "clusterrolebindings")
 SA_TOKEN_SECRET = "kubernetes.io/service-account-token"
+#: apiextensions-apiserver's finalizer on a deleted CRD until its custom resources are gone
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+#: namespaces the NamespaceLifecycle admission plugin refuses to delete
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+#: a pod's terminationGracePeriodSeconds when its spec has none (core/v1 defaults)
+DEFAULT_POD_GRACE_S = 30
 # the user the request being served is authenticated as
 CURRENT_USER: contextvars.ContextVar[auth.User] = contextvars.ContextVar("kemu_user", default=auth.ADMIN)
 DNS_LABEL_NAMED = frozenset({"namespaces", "services"})
@@ -125,11 +131,15 @@ class Kemu(kmock.KubernetesEmulator):
     _cr: dict[kmock.resource, CustomResource] = attrs.field(factory=dict, init=False)
     _tokens: auth.TokenAuthority = attrs.field(factory=auth.TokenAuthority, init=False)
     _authorizer: auth.Authorizer | None = attrs.field(default=None, init=False)
+    #: the watch history is compacted up to here: a watch from an older resourceVersion expires (410)
+    _compacted: int = attrs.field(default=0, init=False)
     #: the tests' audit log, injected faults and outages (harness.py), admin only
     harness: Harness = attrs.field(factory=Harness, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self.harness.compact = self._compact
+        self.harness.pulse = self._pulse_watches
         self.resources.load_bundled()
         for name in DEFAULT_NAMESPACES:
             self._commit_create(
@@ -379,6 +389,17 @@ class Kemu(kmock.KubernetesEmulator):
         ]
         return sorted(found, key=lambda obj: (obj["metadata"].get("namespace") or "", obj["metadata"]["name"]))
 
+    def _compact(self) -> int:
+        """etcd compaction as the watch cache sees it: history up to now is gone; returns the revision."""
+        for log in self._log.values():
+            log.clear()
+        self._compacted = self._rv
+        return self._rv
+
+    def _pulse_watches(self) -> None:
+        pulse, self._pulse = self._pulse, asyncio.Event()
+        pulse.set()
+
     def _next_rv(self) -> int:
         self._rv += 1
         return self._rv
@@ -582,6 +603,7 @@ class Kemu(kmock.KubernetesEmulator):
         self._validate(res, obj, None, None)
         if self._current(key) is not None:
             raise errors.already_exists(str(res.group), str(res.plural), key[2])
+        self._admit_create(res, key)
         if dry_run:
             return obj
         obj["metadata"]["resourceVersion"] = str(self._next_rv())
@@ -624,8 +646,8 @@ class Kemu(kmock.KubernetesEmulator):
         if dry_run:
             return new
         meta["resourceVersion"] = str(self._next_rv())
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(key, new)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
+            return self._remove(key, new)  # (a pod in its grace period goes when that ends)
         self._store(key, new)
         self._emit(res, "MODIFIED", new, current)
         if res == CRD_RESOURCE:
@@ -642,12 +664,52 @@ class Kemu(kmock.KubernetesEmulator):
             self._unregister_crd(obj)
         elif res == NAMESPACES:
             self._purge(lambda each, ns: ns == key[2])
+        else:
+            if key[1]:
+                self._finish_namespace(key[1])
+            for crd_name, resources in list(self._crd_resources.items()):
+                if res in resources:
+                    self._finish_crd(crd_name)
         return obj
 
     def _purge(self, condition: Any) -> None:
         for (each, ns, name), stored in list(self._objects.items()):
             if not stored.deleted and condition(each, ns):
                 self._remove((each, ns, name), copy.deepcopy(stored.raw))
+
+    def _admit_create(self, res: kmock.resource, key: Key) -> None:
+        """Nothing new in a Terminating namespace (the NamespaceLifecycle admission plugin), and no custom resource
+        of a CRD being deleted (apiextensions' crdHandler: 405)."""
+        namespace = self._current((NAMESPACES, None, key[1])) if key[1] else None
+        if namespace is not None and namespace["metadata"].get("deletionTimestamp"):
+            raise KemuError(
+                403,
+                "Forbidden",
+                f'{errors.qualified(str(res.group), str(res.plural))} "{key[2]}" is forbidden: unable to create new '
+                f"content in namespace {key[1]} because it is being terminated",
+                {
+                    "name": key[2],
+                    "group": str(res.group),
+                    "kind": str(res.plural),
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {key[1]} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+        for crd_name, resources in self._crd_resources.items():
+            if res in resources:
+                crd = self._current((CRD_RESOURCE, None, crd_name))
+                if crd is not None and crd["metadata"].get("deletionTimestamp"):
+                    raise KemuError(
+                        405,
+                        "MethodNotAllowed",
+                        "create not allowed while custom resource definition is terminating",
+                        {"group": str(res.group), "kind": str(res.plural)},
+                    )
 
     def _register_crd(self, crd: dict[str, Any]) -> None:
         spec = crd.get("spec", {})
@@ -933,20 +995,154 @@ class Kemu(kmock.KubernetesEmulator):
                 f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
             )
         self._check_rv(key, current, pre.get("resourceVersion"))
+        if key[0] == NAMESPACES and key[2] in IMMORTAL_NAMESPACES:
+            raise errors.forbidden("", "namespaces", key[2], "this namespace may not be deleted")
         if dry_run:
             return current
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return current
+        if key[0] == NAMESPACES:
+            return self._delete_namespace(key, current)
+        if key[0] == CRD_RESOURCE:
+            return self._delete_crd(key, current)
+        grace = self._grace_period(key[0], current, options)
+        if grace > 0 or meta.get("finalizers"):
+            return self._mark_deleting(key, current, grace)
+        return self._remove(key, current)
+
+    @staticmethod
+    def _grace_period(res: kmock.resource, obj: dict[str, Any], options: dict[str, Any]) -> int:
+        """Seconds a deleted object stays Terminating (rest.BeforeDelete with the pod strategy's CheckGracefulDelete):
+        a pod gets DeleteOptions.gracePeriodSeconds, else its terminationGracePeriodSeconds; an unscheduled
+        (no nodeName) or finished pod goes at once; every other kind has no graceful deletion."""
+        if res != PODS:
+            return 0
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            return 0
+        wanted = options.get("gracePeriodSeconds")
+        if wanted is None or int(wanted) < 0:
+            wanted = spec.get("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_S)
+        return max(0, int(wanted))
+
+    def _mark_deleting(self, key: Key, current: dict[str, Any], grace: int) -> dict[str, Any]:
+        """deletionTimestamp (now + grace) and deletionGracePeriodSeconds; the first time, generation + 1
+        (registry.markAsDeleting, rest.BeforeDelete). A pod's grace may only shorten; it goes when it runs out."""
+        meta = current["metadata"]
+        left = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp") and (grace >= (left or 0) or key[0] != PODS):
+            return current
+        new = copy.deepcopy(current)
+        stamp = datetime.datetime.now(tz=datetime.UTC) + datetime.timedelta(seconds=grace)
+        new["metadata"].update(deletionTimestamp=stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), deletionGracePeriodSeconds=grace)
+        if not meta.get("deletionTimestamp") and int(meta.get("generation") or 0) > 0:
+            new["metadata"]["generation"] = int(meta["generation"]) + 1
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._store(key, new)
+        self._emit(key[0], "MODIFIED", new, current)
+        if grace > 0:
+            asyncio.get_running_loop().call_later(grace, self._grace_over, key, meta.get("uid"), grace)
+        return new
+
+    def _grace_over(self, key: Key, uid: str | None, grace: int) -> None:
+        """The kubelet's last word on a terminated pod: it goes (or waits, grace 0, for its finalizers)."""
+        current = self._current(key)
+        if current is None or current["metadata"].get("uid") != uid:
+            return
+        if current["metadata"].get("deletionGracePeriodSeconds") != grace:
+            return  # a later deletion shortened the grace period; its own timer ends it
+        if not current["metadata"].get("finalizers"):
+            self._remove(key, current)
+            return
+        new = copy.deepcopy(current)
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._store(key, new)
+        self._emit(key[0], "MODIFIED", new, current)
+
+    def _delete_namespace(self, key: Key, current: dict[str, Any]) -> dict[str, Any]:
+        """The namespace registry marks it Terminating; the namespace controller deletes everything in it (objects
+        with finalizers, and pods in their grace period, stay until they go) and then the namespace itself."""
+        if not current["metadata"].get("deletionTimestamp"):
             new = copy.deepcopy(current)
             new["metadata"].update(deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=0)
-            if key[0] == NAMESPACES:
-                new["status"] = {"phase": "Terminating"}
+            new["status"] = {"phase": "Terminating"}
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             self._store(key, new)
-            self._emit(key[0], "MODIFIED", new, current)
-            return new
-        return self._remove(key, current)
+            self._emit(NAMESPACES, "MODIFIED", new, current)
+            current = new
+        for res, obj in self._contents(lambda each, ns: ns == key[2]):
+            if not obj["metadata"].get("deletionTimestamp"):
+                self._delete((res, key[2], obj["metadata"]["name"]), None, False)
+        return self._finish_namespace(key[2]) or current
+
+    def _finish_namespace(self, name: str) -> dict[str, Any] | None:
+        """A Terminating namespace goes once nothing is left in it (its `kubernetes` finalizer is then removed)."""
+        current = self._current((NAMESPACES, None, name))
+        if current is None or not current["metadata"].get("deletionTimestamp"):
+            return None
+        if self._contents(lambda each, ns: ns == name):
+            return None
+        return self._remove((NAMESPACES, None, name), current)
+
+    def _delete_crd(self, key: Key, current: dict[str, Any]) -> dict[str, Any]:
+        """apiextensions' CRD registry: the CRD gets the cleanup finalizer and a Terminating condition; its
+        finalizer controller deletes every custom resource (finalizers honoured) and then releases the CRD."""
+        if not current["metadata"].get("deletionTimestamp"):
+            new = copy.deepcopy(current)
+            meta = new["metadata"]
+            meta.update(deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=0)
+            if CRD_CLEANUP_FINALIZER not in (meta.get("finalizers") or []):
+                meta["finalizers"] = [*(meta.get("finalizers") or []), CRD_CLEANUP_FINALIZER]
+            conditions = [
+                c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "Terminating"
+            ]
+            conditions.append(
+                {
+                    "type": "Terminating",
+                    "status": "True",
+                    "reason": "InstanceDeletionInProgress",
+                    "message": "CustomResource deletion is in progress",
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            )
+            new.setdefault("status", {})["conditions"] = conditions
+            meta["resourceVersion"] = str(self._next_rv())
+            self._store(key, new)
+            self._emit(CRD_RESOURCE, "MODIFIED", new, current)
+            current = new
+        resources = self._crd_resources.get(key[2], set())
+        for res, obj in self._contents(lambda each, ns: each in resources):
+            if not obj["metadata"].get("deletionTimestamp"):
+                meta = obj["metadata"]
+                self._delete((res, meta.get("namespace"), meta["name"]), None, False)
+        return self._finish_crd(key[2]) or current
+
+    def _finish_crd(self, name: str) -> dict[str, Any] | None:
+        """A deleted CRD loses its cleanup finalizer once none of its custom resources is left."""
+        key: Key = (CRD_RESOURCE, None, name)
+        current = self._current(key)
+        if current is None or not current["metadata"].get("deletionTimestamp"):
+            return None
+        resources = self._crd_resources.get(name, set())
+        if self._contents(lambda each, ns: each in resources):
+            return None
+        new = copy.deepcopy(current)
+        new["metadata"]["finalizers"] = [
+            f for f in new["metadata"].get("finalizers") or [] if f != CRD_CLEANUP_FINALIZER
+        ]
+        if not new["metadata"]["finalizers"]:
+            return self._remove(key, new)
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._store(key, new)
+        self._emit(CRD_RESOURCE, "MODIFIED", new, current)
+        return new
+
+    def _contents(self, condition: Any) -> list[tuple[kmock.resource, dict[str, Any]]]:
+        """Live objects (not namespaces, not CRDs) for which `condition(resource, namespace)` holds."""
+        return [
+            (each, self._view(each, stored.raw))
+            for (each, ns, _), stored in list(self._objects.items())
+            if not stored.deleted and each not in (NAMESPACES, CRD_RESOURCE) and condition(each, ns)
+        ]
 
     def _delete_collection(
         self, res: kmock.resource, namespace: str | None, query: Any, dry_run: bool
@@ -1043,12 +1239,21 @@ class Kemu(kmock.KubernetesEmulator):
                 cursor = int(since)
             except ValueError as exc:
                 raise errors.bad_request(f"invalid resourceVersion {since!r}") from exc
-            if len(log) == log.maxlen and log[0].rv > cursor + 1:
-                raise errors.expired(f"too old resource version: {cursor} ({log[0].rv})")
+        # events older than this are gone (compacted, or fell out of the history): a watch from before it expires
+        oldest = max(self._compacted, log[0].rv - 1 if len(log) == log.maxlen else 0)
+        expired = not send_initial and since not in ("", "0") and cursor < oldest
 
         response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         await response.prepare(raw)
+        if expired:
+            # the watch cache answers 200 and streams one ERROR event with the 410 Status, then ends the stream
+            gone = errors.expired(f"too old resource version: {cursor} ({oldest + 1})").as_status()
+            await response.write(json.dumps({"type": "ERROR", "object": gone}).encode("utf-8") + b"\n")
+            await response.write_eof()
+            return response
+        opened = time.monotonic()
+        user = CURRENT_USER.get().name
 
         async def send(event: dict[str, Any]) -> None:
             if res in self._cr and event["type"] != "BOOKMARK":
@@ -1075,6 +1280,13 @@ class Kemu(kmock.KubernetesEmulator):
                 )
             while True:
                 pulse = self._pulse
+                stall = self.harness.stall_of(str(res.plural), user, opened)
+                if stall is not None:
+                    # a half-open connection: nothing more arrives, the client sees no end; dropped at the stall's end
+                    await asyncio.sleep(max(0.0, stall - time.monotonic()))
+                    if raw.transport is not None:
+                        raw.transport.abort()
+                    return response
                 for entry in [entry for entry in log if entry.rv > cursor]:
                     cursor = entry.rv
                     event = self._translate(entry, matches)
@@ -1083,6 +1295,7 @@ class Kemu(kmock.KubernetesEmulator):
                 remaining = deadline - time.monotonic() if deadline is not None else 5.0
                 if remaining <= 0 or raw.transport is None or raw.transport.is_closing():
                     break
+                # (a stall requested meanwhile is seen at once: the harness pulses every stream)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pulse.wait(), timeout=min(remaining, 5.0))
         except ConnectionError:  # the client went away

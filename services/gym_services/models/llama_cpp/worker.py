@@ -38,7 +38,7 @@ from starlette.routing import Route
 from gym_services.base.config import CheckpointConfig, ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.control.participant import Participant
+from gym_services.control.participant import NothingToRestore
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.llama_cpp.server import find_llama_server, llama_server_command
 from gym_services.server.app import create_server_app
@@ -70,7 +70,7 @@ class Config(ServerConfig):
     ready_timeout_s: float = Field(default=120.0, gt=0, le=3600, description="how long llama-server may take to load")
 
 
-class WorkerParticipant(Participant):
+class WorkerParticipant(NothingToRestore):
     """The worker keeps no rollout state; if checkpointing is switched on it takes part as stateless."""
 
     role = Role.MODEL

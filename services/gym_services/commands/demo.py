@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from gym_services.demo.stack import ENGINES, LLAMA_MAX_OUTPUT_TOKENS
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from gym_services.base.config import StorageConfig
@@ -27,13 +29,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         workers=args.workers,
         kill_worker_at=None if args.workers < 2 or args.no_worker_kill else args.checkpoint_at / 2,
+        engine=args.engine,
         say=lambda text: print(text, flush=True),
         progress=None if args.quiet else progress,
     )
     started = time.perf_counter()
-    scale = ""
+    scale = " (inference: llama.cpp's llama-server, the tiny generated model)" if args.engine == "llama.cpp" else ""
     if args.replicas > 1 or args.workers > 1:
-        scale = (
+        scale += (
             f" with {args.replicas} replicas of every server but the collection and {args.workers} inference workers"
         )
     try:
@@ -61,7 +64,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         progress.close()
         story.close()
-    verdict = compare(base, ckpt, story.agent_env)
+    verdict = compare(base, ckpt, story.agent_env, log_prob_tolerance=story.log_prob_tolerance)
     print()
     print(verdict.text)
     print()
@@ -102,7 +105,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default AWS_ENDPOINT_URL)")
     p.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
-    p.add_argument("--tokens-per-second", type=float, default=150.0, help="worker speed per generation (default 150)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="builtin",
+        help="the inference worker: builtin (scripted policies that solve the tasks, paced by --tokens-per-second) or "
+        "llama.cpp (llama.cpp's llama-server from the engine extra serving the tiny generated model, random weights: "
+        f"each model call stops after {LLAMA_MAX_OUTPUT_TOKENS} tokens; seeded sampling; default builtin)",
+    )
+    p.add_argument(
+        "--tokens-per-second", type=float, default=150.0, help="built-in worker speed per generation (default 150)"
+    )
     p.add_argument(
         "--checkpoint-at",
         type=float,

@@ -21,8 +21,11 @@ def _mean(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f}" if values else "-"
 
 
-def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = True) -> Verdict:
-    """Rewards per rollout must match; with ``tokens``, no generated token may be generated again."""
+def compare(
+    base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = True, log_prob_tolerance: float = 0.0
+) -> Verdict:
+    """Rewards per rollout must match; with ``tokens``, no generated token may be generated again, and every
+    rollout's training tokens equal the uninterrupted run's (log-probs within ``log_prob_tolerance``)."""
     problems: list[str] = []
     by_env: dict[str, dict[str, list]] = defaultdict(lambda: {"ids": [], "base": [], "ckpt": [], "diff": []})
     for rid, row in sorted(base.results.items()):
@@ -47,7 +50,9 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         problems.append(f"results only in the checkpointed run: {extra}")
     if ckpt.duplicates or base.duplicates:
         problems.append(f"episodes with two results (ran twice): {sorted(set(ckpt.duplicates + base.duplicates))}")
-    tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
+    tokens_by_env = {
+        env: training_tokens_verdict(base, ckpt, s["ids"], log_prob_tolerance) for env, s in by_env.items()
+    }
     for env, (_, differing, masked) in sorted(tokens_by_env.items()):
         if tokens and differing:
             problems.append(
@@ -69,7 +74,12 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         for env, s in sorted(by_env.items())
     ]
     lines = [
-        "rewards per environment:",
+        "rewards per environment:"
+        + (
+            f" (training tokens: the same ids, log-probs within {log_prob_tolerance:g} of the uninterrupted run's)"
+            if log_prob_tolerance
+            else ""
+        ),
         table(
             [
                 "environment",
@@ -160,11 +170,28 @@ def ledger_tokens(snapshot: Snapshot | None) -> Tokens:
     ]
 
 
-def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, list[str], int | str]:
+def same_tokens(mine: Tokens, theirs: Tokens, log_prob_tolerance: float = 0.0) -> bool:
+    """The same prompt and generated ids call for call, and log-probs equal (within ``log_prob_tolerance``)."""
+    if log_prob_tolerance == 0.0 or len(mine) != len(theirs):
+        return mine == theirs
+    return all(
+        prompt == other_prompt
+        and ids == other_ids
+        and len(lps) == len(other_lps)
+        and all(abs(a - b) <= log_prob_tolerance for a, b in zip(lps, other_lps, strict=True))
+        for (prompt, ids, lps), (other_prompt, other_ids, other_lps) in zip(mine, theirs, strict=True)
+    )
+
+
+def training_tokens_verdict(
+    base: Run, ckpt: Run, ids: list[str], log_prob_tolerance: float = 0.0
+) -> tuple[str, list[str], int | str]:
     """("yes"/"NO (n)"/"-", the rollouts whose training tokens differ, masked rollouts) for ``ids``.
 
     A rollout's training tokens are identical when its result row carries the token ids and log-probs of
-    the uninterrupted run's row, and in both runs its frozen capture ledger holds exactly what its row
+    the uninterrupted run's row (log-probs within ``log_prob_tolerance`` of them: an engine whose kernels
+    round differently with what else it computes at once, llama.cpp on a CPU, gets a tolerance), and in both
+    runs its frozen capture ledger holds exactly what its row
     carries (what the trainer reads from the ledger is what the results file says) and is complete. A
     rollout is masked (a trainer must not train on it) when its ledger in the checkpointed run is frozen
     ``incomplete``: a model call of it was lost."""
@@ -177,7 +204,12 @@ def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, 
         if mine or theirs or frozen or reference:
             seen += 1
             complete = all(s is not None and not s.incomplete for s in (frozen, reference))
-            if mine != theirs or ledger_tokens(frozen) != mine or ledger_tokens(reference) != theirs or not complete:
+            if (
+                not same_tokens(mine, theirs, log_prob_tolerance)
+                or ledger_tokens(frozen) != mine
+                or ledger_tokens(reference) != theirs
+                or not complete
+            ):
                 differing.append(rid)
     if not seen:
         return "-", [], "-"

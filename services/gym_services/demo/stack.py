@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from gym_services.stack.config import SINGLE_REPLICA, ServerSpec, StackConfig
 
@@ -23,14 +24,27 @@ ENVIRONMENTS: dict[str, tuple[tuple[Path, ...], str]] = {
 }
 
 
-def write_tasks(path: Path) -> dict[str, str]:
-    """All example tasks in one JSONL, each naming its agent; returns agent -> environment."""
+#: the inference engines the demo runs on: the built-in worker (scripted policies that solve the tasks) or llama.cpp's
+#: llama-server serving the tiny generated model (random weights: episodes end by their length and turn limits)
+ENGINES = ("builtin", "llama.cpp")
+#: with llama.cpp, every model call generates at most this many tokens (random weights rarely stop on their own)
+LLAMA_MAX_OUTPUT_TOKENS = 24
+#: with llama.cpp, how far a log-prob may be from the uninterrupted run's: its CPU kernels round differently with what
+#: else the server computes at once (measured up to 2e-6 on the same ids: benchmarks/llama_cpp_logprobs.py)
+LLAMA_LOG_PROB_TOLERANCE = 1e-5
+
+
+def write_tasks(path: Path, max_output_tokens: int | None = None) -> dict[str, str]:
+    """All example tasks in one JSONL, each naming its agent (and with ``max_output_tokens``, that limit on every
+    model call); returns agent -> environment."""
     lines = []
     for sources, agent in ENVIRONMENTS.values():
         for line in (line for source in sources for line in source.read_text(encoding="utf-8").splitlines()):
             if line.strip():
                 row = json.loads(line)
                 row["agent"] = agent
+                if max_output_tokens is not None:
+                    row.setdefault("responses_create_params", {})["max_output_tokens"] = max_output_tokens
                 lines.append(json.dumps(row, ensure_ascii=False))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -45,25 +59,38 @@ def demo_stack(
     job_dir: Path | str = ".",
     replicas: int = 1,
     workers: int = 1,
-    stats_dir: Path | None = None,
+    engine: str = "builtin",
+    slots: int = 32,
 ) -> StackConfig:
     """Generation speed and tool latency are real waits, so the checkpoint catches work in flight. The collection
     server reads tasks and writes results only under ``job_dir`` (default: the folder it runs in).
 
     ``replicas`` runs that many processes of every participant but the collection (which holds the one
-    job), ``workers`` that many inference workers behind the policy model; ``stats_dir`` is where the
-    workers mirror their token counts (read even after a worker was killed)."""
-    worker: dict[str, object] = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
-    if stats_dir is not None:
-        worker["stats_dir"] = str(stats_dir)
+    job), ``workers`` that many inference workers behind the policy model.
+
+    ``engine`` ``llama.cpp`` runs llama.cpp's llama-server with the tiny generated model as every inference
+    worker (``slots`` parallel sequences each: at least the generations running at once), which the policy model
+    reaches through its ``llama.cpp`` adapter; ``tokens_per_second`` is the built-in worker's."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
+    if engine == "llama.cpp":
+        worker_spec = ServerSpec(
+            server="llama_cpp_worker", participant=False, config={"model": "tiny", "slots": slots, "slot_context": 6144}
+        )
+    else:
+        worker: dict[str, Any] = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
+        worker_spec = ServerSpec(server="inference_worker", participant=False, config=worker)
+    upstream: dict[str, Any] = {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}}
+    if engine == "llama.cpp":
+        upstream["engine"] = "llama.cpp"
     servers = {
-        "inference-worker": ServerSpec(server="inference_worker", participant=False, config=worker),
+        "inference-worker": worker_spec,
         # token ids and log-probs on every response (what a trainer reads), sampled with a fixed seed, and every
         # call of a rollout in the capture ledger (what a trainer freezes; a lost call masks its rollout)
         "policy-model": ServerSpec(
             server="policy_model",
             config={
-                "upstream": {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}},
+                "upstream": upstream,
                 "return_token_id_information": True,
                 "capture_tokens": True,
             },

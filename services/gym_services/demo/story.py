@@ -25,12 +25,11 @@ from gym_services.base.affinity import replica_for
 from gym_services.base.config import StorageConfig
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
-from gym_services.demo.stack import demo_stack, write_tasks
-from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
+from gym_services.demo.stack import LLAMA_LOG_PROB_TOLERANCE, LLAMA_MAX_OUTPUT_TOKENS, demo_stack, write_tasks
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_wire import Snapshot
 from gym_services.stack.discovery import discover
-from gym_services.stack.launcher import StackState, alive, is_running, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import StackState, alive, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
 
@@ -49,15 +48,16 @@ class Run:
 
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # rollout id -> result row
     duplicates: list[str] = field(default_factory=list)
-    tokens_generated: int = 0  # by every worker process of this run
+    tokens_generated: int = 0  # every token the policy models received from their inference workers in this run
     duration_s: float = 0.0
     checkpoint: TransactionResult | None = None
     restore: TransactionResult | None = None
-    #: worker tokens of the checkpointed stack when every generation was cut (the checkpoint holds them)
+    #: tokens the checkpointed stack's policy models had received when every generation was cut (the checkpoint
+    #: holds them)
     tokens_before_cut: int = 0
-    #: worker tokens the checkpointed stack generated after the checkpoint, lost with it in the crash
+    #: tokens they received after the checkpoint, lost with them in the crash
     tokens_lost_in_crash: int = 0
-    #: worker tokens of the restored stack
+    #: tokens the restored stack's policy models received
     tokens_after_restore: int = 0
     tokens_reused: int = 0
     in_flight: dict[str, Any] = field(default_factory=dict)
@@ -66,31 +66,21 @@ class Run:
     worker_killed: dict[str, Any] = field(default_factory=dict)
     #: the collection's episodes run again (as attempt + 1) before the checkpoint: a worker kill must cause none
     reruns_before_checkpoint: int = 0
-    #: the killed worker's tokens as its clients received them (worker name -> tokens), which count for it
+    #: the killed worker's tokens as the policy models received them (worker name -> tokens)
     delivered: dict[str, int] = field(default_factory=dict)
     #: rollout id -> its capture ledger frozen after the run (what a trainer reads); absent: the policy model held none
     ledgers: dict[str, Snapshot] = field(default_factory=dict)
 
 
-def _worker_stats(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/stats", timeout=10).json()
-
-
-def _worker_tokens(
-    state: StackState, stats_dir: Path, delivered: dict[str, int] | None = None, group: str = WORKER
-) -> int:
-    """Tokens every worker of the stack generated, killed ones included.
-
-    A live worker's count is its own (each mirrors its count to a file). A worker SIGKILLed mid-stream is
-    counted by ``delivered`` (worker name -> tokens), what its clients received from it: the only exact
-    count, since no sender can make "the bytes reached the kernel" and "counted" one atomic step. A kill
-    between the two leaves the worker's own mirror one token short per stream, or one over if it counted
-    first. A token that never reached a client is lost with the worker, like the tokens lost to a crash.
-    """
-    delivered = delivered or {}
+def model_tokens(live: dict[str, dict[str, Any]]) -> int:
+    """Every token the policy models received from their inference workers, from their status ``live`` counts
+    (participant id -> live): the count of generated tokens for any engine, taken where the tokens arrive. A token an
+    inference worker generated that never reached a policy model (its worker or the policy model died first) is
+    lost and counted nowhere, like every token lost to a crash."""
     return sum(
-        delivered[w.name] if w.name in delivered else read_token_mirror(token_mirror_path(stats_dir, w.name))
-        for w in state.replicas_of(group)
+        int(counts.get("tokens_generated", 0))
+        for participant, counts in live.items()
+        if participant == MODEL or participant.startswith(MODEL + "-")
     )
 
 
@@ -107,8 +97,27 @@ def delivered_by(live: dict[str, dict[str, Any]], worker_url: str) -> int:
     return total
 
 
-def _live_workers(state: StackState) -> list[str]:
-    return [w.url for w in state.replicas_of(WORKER) if is_running(w)]
+def model_status(state: StackState) -> dict[str, dict[str, Any]]:
+    """The status ``live`` counts of every policy model replica (participant id -> live)."""
+    token = stack_secrets(Path(state.state_dir))["control_token"]
+    return {
+        server.name: httpx.get(
+            f"{server.url}/ng-control/v1/checkpoint/status",
+            headers={"authorization": f"Bearer {token}"},
+            timeout=10,
+        ).json()["live"]
+        for server in state.replicas_of(MODEL)
+    }
+
+
+def streams_on(live: dict[str, dict[str, Any]], worker_url: str) -> int:
+    """The streams the policy models have open on the worker at ``worker_url`` (from their status ``live``)."""
+    return sum(
+        int(worker.get("streams", 0))
+        for counts in live.values()
+        for url, worker in (counts.get("worker_states") or {}).items()
+        if url == worker_url or url.startswith(worker_url + "/")
+    )
 
 
 def _kill(pid: int) -> None:
@@ -187,6 +196,7 @@ class Story:
         workers: int = 1,
         kill_worker_at: float | None = None,
         timeout_s: float = 600.0,
+        engine: str = "builtin",
         say: Say = print,
         progress: Callable[[str, dict], None] | None = None,
     ) -> None:
@@ -206,12 +216,15 @@ class Story:
             )
         self.kill_worker_at = kill_worker_at
         self.timeout_s = timeout_s
+        self.engine = engine
+        #: how far a log-prob may be from the uninterrupted run's (0: bit for bit)
+        self.log_prob_tolerance = LLAMA_LOG_PROB_TOLERANCE if engine == "llama.cpp" else 0.0
         self.say = say
         self.progress = progress
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _start(self, name: str, stats_dir: Path) -> StackState:
+    def _start(self, name: str) -> StackState:
         config = demo_stack(
             self.workdir / name,
             tokens_per_second=self.tokens_per_second,
@@ -219,7 +232,8 @@ class Story:
             job_dir=self.workdir,
             replicas=self.replicas,
             workers=self.workers,
-            stats_dir=stats_dir,
+            engine=self.engine,
+            slots=self.concurrency,
         )
         return start_stack(
             config, self.workdir, ready_timeout_s=120 + 30 * max(self.replicas, self.workers), env=self.server_env
@@ -272,21 +286,36 @@ class Story:
         self.workdir.mkdir(parents=True)
         if self.embedded_s3:
             self._start_object_store()
+        if self.engine == "llama.cpp":
+            self._prepare_llama_cpp()
         self.tasks_path = self.workdir / "tasks.jsonl"
-        self.agent_env = write_tasks(self.tasks_path)
+        self.agent_env = write_tasks(
+            self.tasks_path, max_output_tokens=LLAMA_MAX_OUTPUT_TOKENS if self.engine == "llama.cpp" else None
+        )
         self.tasks = [json.loads(line) for line in self.tasks_path.read_text().splitlines()]
+
+    def _prepare_llama_cpp(self) -> None:
+        """The llama-server binary and the tiny model, before any stack starts: a missing engine extra is one
+        line with the next step, and the model (made once per cache, a few seconds) is not made while a stack waits."""
+        from gym_services.models.llama_cpp.server import LlamaServerMissing, find_llama_server
+        from gym_services.models.llama_cpp.tiny_model import EngineExtraMissing, ensure_tiny_model
+
+        try:
+            find_llama_server()
+            ensure_tiny_model()
+        except (LlamaServerMissing, EngineExtraMissing) as exc:
+            raise StoryError(str(exc)) from None
 
     def uninterrupted(self) -> Run:
         run = Run()
         output = self.workdir / "uninterrupted.jsonl"
-        stats_dir = self.workdir / "uninterrupted" / "tokens"
-        state = self._start("uninterrupted", stats_dir)
+        state = self._start("uninterrupted")
         try:
             started = time.perf_counter()
             self._submit(state, output)
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("uninterrupted")))
             run.duration_s = time.perf_counter() - started
-            run.tokens_generated = _worker_tokens(state, stats_dir)
+            run.tokens_generated = model_tokens(model_status(state))
             _read_results(output, run)
             run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
@@ -297,8 +326,7 @@ class Story:
         run = Run()
         output = self.workdir / "checkpointed.jsonl"
         state_dir = self.workdir / "checkpointed"
-        stats_dir = state_dir / "tokens-crashed"
-        state = self._start("checkpointed", stats_dir)
+        state = self._start("checkpointed")
         token = stack_secrets(state_dir)["control_token"]
         checkpoint_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
@@ -307,36 +335,30 @@ class Story:
             bar = self._bar("checkpointed")
             if self.kill_worker_at is not None:
                 self.wait_for_progress(state, self.timeout_s, share=self.kill_worker_at, bar=bar)
-                run.worker_killed = self._kill_worker(state, stats_dir)
+                run.worker_killed = self._kill_worker(state)
                 self.say(
                     f"  killed inference worker {run.worker_killed['name']} with SIGKILL while it streamed "
                     f"{run.worker_killed['streaming']} generations"
                 )
             self.wait_for_progress(state, self.timeout_s, bar=bar)
             run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
-            run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run, stats_dir))
+            run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
-            run.tokens_lost_in_crash = self._crash(state, stats_dir, run.delivered) - run.tokens_before_cut
+            run.tokens_lost_in_crash = self._crash(state) - run.tokens_before_cut
         finally:
             stop_stack(state_dir, kill=True)  # the crash: every process, SIGKILL
         self.say(f"  killed every process with SIGKILL after checkpoint {checkpoint_id}")
-        stats_dir = state_dir / "tokens-restored"
-        state = self._start("checkpointed", stats_dir)  # fresh processes, same participant ids and secrets
+        state = self._start("checkpointed")  # fresh processes, same participant ids and secrets
         try:
             run.restore = asyncio.run(self._restore(state, token, checkpoint_id, run))
             if run.restore.status != "completed":
                 raise StoryError(f"restore failed: {run.restore.error}")
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("restored")))
             run.duration_s = time.perf_counter() - started
-            run.tokens_after_restore = _worker_tokens(state, stats_dir)
-            for model_url in state.urls(MODEL):
-                model = httpx.get(
-                    f"{model_url}/ng-control/v1/checkpoint/status",
-                    headers={"authorization": f"Bearer {token}"},
-                    timeout=10,
-                ).json()
-                run.tokens_reused += int(model["live"].get("tokens_reused", 0))
+            models = model_status(state)
+            run.tokens_after_restore = model_tokens(models)
+            run.tokens_reused = sum(int(live.get("tokens_reused", 0)) for live in models.values())
             _read_results(output, run)
             run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
@@ -365,31 +387,19 @@ class Story:
                 raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
             time.sleep(0.02)
 
-    def _kill_worker(
-        self, state: StackState, stats_dir: Path, want: int = 4, patience_s: float = 5.0
-    ) -> dict[str, Any]:
-        """SIGKILL the last inference worker once it streams ``want`` generations (or, after ``patience_s``,
-        any); what it generated stays counted in its mirror file, and its generations continue on the
-        other workers."""
+    def _kill_worker(self, state: StackState, want: int = 4, patience_s: float = 5.0) -> dict[str, Any]:
+        """SIGKILL the last inference worker once the policy models stream ``want`` generations from it (or,
+        after ``patience_s``, any); its generations continue on the other workers."""
         victim = state.replicas_of(WORKER)[-1]
         started = time.monotonic()
-        while (active := int(_worker_stats(victim.url)["active"])) < (
+        while (active := streams_on(model_status(state), victim.url)) < (
             want if time.monotonic() - started < patience_s else 1
         ):
             if time.monotonic() - started > 30:
                 raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
             time.sleep(0.01)
         _kill(victim.pid)  # at once: a look at the other workers first would let the victim's streams finish
-        streaming = active + sum(
-            int(_worker_stats(w.url)["active"]) for w in state.replicas_of(WORKER) if w is not victim
-        )
-        return {
-            "name": victim.name,
-            "url": victim.url,
-            "streaming": active,
-            "streaming_everywhere": streaming,
-            "tokens": read_token_mirror(token_mirror_path(stats_dir, victim.name)),
-        }
+        return {"name": victim.name, "url": victim.url, "streaming": active}
 
     def worker_failover(self, want: int = 4) -> Run:
         """Collect every task with the last inference worker SIGKILLed once it streams ``want`` generations,
@@ -399,52 +409,48 @@ class Story:
             raise StoryError("a worker failover needs at least 2 workers")
         run = Run()
         output = self.workdir / "failover.jsonl"
-        stats_dir = self.workdir / "failover" / "tokens"
-        state = self._start("failover", stats_dir)
-        token = stack_secrets(self.workdir / "failover")["control_token"]
+        state = self._start("failover")
         try:
             started = time.perf_counter()
             self._submit(state, output)
-            run.worker_killed = self._kill_worker(state, stats_dir, want=want, patience_s=10.0)
+            run.worker_killed = self._kill_worker(state, want=want, patience_s=10.0)
             asyncio.run(_wait_job(state, self.timeout_s, self._bar("failover")))
             run.duration_s = time.perf_counter() - started
             run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
-            for server in state.replicas_of(MODEL):
-                run.in_flight[server.name] = httpx.get(
-                    f"{server.url}/ng-control/v1/checkpoint/status",
-                    headers={"authorization": f"Bearer {token}"},
-                    timeout=10,
-                ).json()["live"]
+            run.in_flight = model_status(state)
             run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
-            run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
+            run.tokens_before_cut = model_tokens(run.in_flight)
             _read_results(output, run)
             run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(self.workdir / "failover")
         return run
 
-    def _crash(self, state: StackState, stats_dir: Path, delivered: dict[str, int]) -> int:
-        """SIGKILL every server but the inference workers; return the workers' final token count.
+    def _crash(self, state: StackState) -> int:
+        """SIGKILL every server; return the tokens the policy models had received by then.
 
-        The workers stand for the GPUs: they are killed last (by the caller), once every stream of the
-        dead policy model has ended, so the tokens generated after the checkpoint and lost with the
-        crash are counted exactly, up to the last one written into a dying connection.
+        The inference workers go first: once the policy models have no stream open on any of them (each
+        ended at its policy model, which read it to its end), no token can arrive any more, and the policy models'
+        count is read before they are killed too. So the tokens generated after the checkpoint and lost
+        with the crash are counted exactly, up to the last one a dying worker wrote into its connection.
         """
+        for worker in state.replicas_of(WORKER):
+            _kill(worker.pid)
+        deadline = time.monotonic() + 30
+        while True:
+            live = model_status(state)
+            streaming = sum(streams_on(live, worker.url) for worker in state.replicas_of(WORKER))
+            if streaming == 0:
+                break
+            if time.monotonic() > deadline:
+                raise StoryError(f"the policy models still stream {streaming} generations from dead workers after 30s")
+            time.sleep(0.02)
         for server in state.servers:
             if server.group_name != WORKER:
                 _kill(server.pid)
-        deadline = time.monotonic() + 30
-        while True:
-            active = sum(int(_worker_stats(url)["active"]) for url in _live_workers(state))
-            if active == 0:
-                return _worker_tokens(state, stats_dir, delivered)
-            if time.monotonic() > deadline:
-                raise StoryError(f"the inference workers still stream {active} generations for dead clients after 30s")
-            time.sleep(0.02)
+        return model_tokens(live)
 
-    async def _checkpoint(
-        self, state: StackState, token: str, checkpoint_id: str, run: Run, stats_dir: Path
-    ) -> TransactionResult:
+    async def _checkpoint(self, state: StackState, token: str, checkpoint_id: str, run: Run) -> TransactionResult:
         async with ControlClient(token, timeout_s=120) as client:
             participants = await discover(state, client)
 
@@ -457,7 +463,7 @@ class Story:
                         run.delivered = {
                             run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])
                         }
-                    run.tokens_before_cut = _worker_tokens(state, stats_dir, run.delivered)
+                    run.tokens_before_cut = model_tokens(run.in_flight)
 
             coordinator = Coordinator(participants, client, storage_config=self.storage_config, on_event=on_event)
             return await coordinator.checkpoint(checkpoint_id, self.storage, prepare_timeout_s=60, lease_s=60)

@@ -17,4 +17,5 @@ SERVERS: dict[str, str] = {
     "simple_agent": "gym_services.agents.simple_agent.app",
     "proof_refinement_agent": "gym_services.agents.proof_refinement_agent.app",
     "gymnasium_agent": "gym_services.agents.gymnasium_agent.app",
+    "llama_cpp_worker": "gym_services.models.llama_cpp.worker",
 }

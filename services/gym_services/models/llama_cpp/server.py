@@ -43,21 +43,30 @@ def find_llama_server() -> Path:
 
 
 def llama_server_command(
-    binary: Path, model: Path, port: int, *, slots: int = 4, slot_context: int = 2048, threads: int = 1
+    binary: Path,
+    model: Path,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    slots: int = 4,
+    slot_context: int = 2048,
+    threads: int = 1,
 ) -> list[str]:
-    """llama-server on 127.0.0.1:``port`` serving ``model``: no web UI, ``slots`` parallel sequences of
-    ``slot_context`` tokens each, ``threads`` CPU threads, the model's own chat template (Jinja).
-
-    Micro-batches of one token (``--ubatch-size 1``): a batch of several tokens (a prompt evaluated at once
-    on a fresh server, or the tokens of concurrent slots decoded together) takes other kernels than one
-    token, and log-probs then moved by up to 7e-4 between an uninterrupted generation and its continuation
-    (the ids did not); one token per micro-batch makes every log-prob independent of how the work was batched."""
+    """llama-server on ``host``:``port`` (a ``host`` ending in ``.sock``: that Unix socket) serving ``model``: no
+    web UI, ``slots`` parallel sequences of ``slot_context`` tokens each, ``threads`` CPU threads, the model's own
+    chat template (Jinja), and the settings that make a generation's log-probs independent of what else the server
+    does, within about 1e-6 (measured by ``benchmarks/llama_cpp_logprobs.py``; ``docs/operations/engines.md`` has the
+    table): the KV cache in F32 and flash attention off (``--cache-type-k/-v f32 --flash-attn off``). With the
+    default F16 cache, and flash attention (which on the CPU accumulates in F16), log-probs of the same tokens moved
+    by up to 5e-4 between a generation alone and beside others, and by 4e-5 with flash attention off alone; how the
+    work is cut into micro-batches (``--ubatch-size``) no longer matters then. The ids never moved.
+    """
     return [
         str(binary),
         "--model",
         str(model),
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--no-webui",
@@ -69,8 +78,12 @@ def llama_server_command(
         str(threads),
         "--threads-batch",
         str(threads),
-        "--ubatch-size",
-        "1",
+        "--flash-attn",
+        "off",
+        "--cache-type-k",
+        "f32",
+        "--cache-type-v",
+        "f32",
         "--jinja",
         "--no-warmup",
     ]

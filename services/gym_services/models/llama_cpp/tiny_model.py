@@ -62,7 +62,7 @@ class TinyShape:
     heads: int = 4
     kv_heads: int = 2
     ffn: int = 256
-    context: int = 2048
+    context: int = 8192  # llama-server caps a slot at it: the demo's Workplace prompts are 4,300 tokens
     seed: int = 20240601
 
 

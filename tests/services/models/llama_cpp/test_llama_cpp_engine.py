@@ -1,8 +1,9 @@
 """The policy model on a real engine: llama.cpp's llama-server serving the tiny generated model (a real
 byte-level BPE tokenizer, so tokens split multi-byte characters and text does not round-trip to the same
 tokens). Every generation continued after a cut, a checkpoint or a killed server must equal the
-uninterrupted one token for token, with log-probs within 1e-5 (llama.cpp's own log-probs move by up to
-7e-7 between a cached and an uncached prefix), greedy and with seeded sampling."""
+uninterrupted one token for token, with log-probs within 1e-5 (llama.cpp's own log-probs move by about 1e-6
+with what else the server computes at once, with the flags ``llama_server_command`` sets), greedy and with
+seeded sampling."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamCo
 pytestmark = pytest.mark.e2e
 
 LOG_PROB_TOLERANCE = 1e-5
-CONCURRENT_LOG_PROB_TOLERANCE = 1e-3
 MAX_TOKENS = 80
 PROMPTS = [
     "Größe und Maß: schreibe über 日本語, Привет and 🙂 🚀 — mit Umlauten.",
@@ -332,9 +332,9 @@ async def test_fleet_of_two_llama_servers_fails_over_token_exactly(llama_fleet, 
     for i, prompt in enumerate(PROMPTS * 2):
         response = responses[f"r-fleet-{i}"]
         assert response.status_code == 200, response.text
-        # ids exactly; log-probs within 1e-3: several generations at once on one llama-server share its KV cache,
-        # which moved log-probs by up to 7e-4 against the generation alone (measured; never an id)
-        assert_same_generation(response.json(), expected[prompt], tolerance=CONCURRENT_LOG_PROB_TOLERANCE)
+        # ids exactly, log-probs within 1e-5 although several generations ran at once on each server: with an F32
+        # KV cache and flash attention off they move by about 1e-6 (F16: up to 5e-4; benchmarks/llama_cpp_logprobs.py)
+        assert_same_generation(response.json(), expected[prompt])
     assert live["upstream_failures"] >= 1
     total = sum(len(token_info(expected[p])[1]) for p in PROMPTS * 2)
     assert live["tokens_generated"] == total  # every token received once: none generated again after the failover

@@ -36,7 +36,7 @@ def test_the_model_is_a_llama_gguf_of_the_asked_shape_with_its_tokenizer(tmp_pat
         field("llama.attention.head_count"),
         field("llama.attention.head_count_kv"),
         field("llama.context_length"),
-    ) == (4, 2, 2048)
+    ) == (4, 2, 8192)
     assert (field("tokenizer.ggml.model"), field("tokenizer.ggml.pre")) == ("gpt2", "gpt-2")
     tensors = {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
     assert tensors["token_embd.weight"] == (shape.hidden, shape.vocab_size)  # GGUF lists the fastest dimension first

@@ -61,6 +61,7 @@ class Soak:
     checkpoints: list[tuple[float, float, int, int]] = field(
         default_factory=list
     )  # (at, pause s, bytes written, records)
+    loads: list[float] = field(default_factory=list)  # the 1-minute load average at each checkpoint
     restores: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
     jobs: int = 0
     rollouts: int = 0
@@ -104,7 +105,7 @@ def slope_per_1000(points: dict[str, list[tuple[float, float]]]) -> float:
     return num / den * 1000 if den else float("nan")
 
 
-def run(args: argparse.Namespace, say) -> Soak:
+def run(args: argparse.Namespace, say, soak: Soak) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-soak-"))
     storage_config = (
         StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
@@ -118,7 +119,6 @@ def run(args: argparse.Namespace, say) -> Soak:
         timeout_s=600,
         say=lambda text: None,
     )
-    soak = Soak()
     started = time.monotonic()
     ok = False
     try:
@@ -148,6 +148,7 @@ def run(args: argparse.Namespace, say) -> Soak:
                 chaos.taken.append(cid)
                 at = time.monotonic() - started
                 soak.checkpoints.append((at, result.pause_s, result.written_bytes, result.records))
+                soak.loads.append(os.getloadavg()[0])
                 episodes = episodes_before + chaos.job()["finished"]
                 for server in read_state(chaos.dir).servers:
                     if not is_running(server):
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace, say) -> Soak:
                         soak.samples[server.name].append(Sample(at, episodes, f"{server.name}/{server.pid}", *seen))
                 say(
                     f"{at:7.0f} s  {cid}: pause {result.pause_s * 1e3:.0f} ms, {result.written_bytes} bytes, "
-                    f"{episodes} episodes finished"
+                    f"{episodes} episodes finished, load {soak.loads[-1]:.1f}"
                 )
                 if time.monotonic() >= next_kill:
                     t0 = time.perf_counter()
@@ -184,7 +185,6 @@ def run(args: argparse.Namespace, say) -> Soak:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"the soak failed; its work folder and logs are kept in {tmp}", file=sys.stderr, flush=True)
-    return soak
 
 
 def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
@@ -202,7 +202,7 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         lives: dict[str, list[Sample]] = defaultdict(list)
         for s in samples:
             lives[s.life].append(s)
-        warm = {life: [(s.episodes, s.rss_kib / 1024) for s in ss[args.warm_up :]] for life, ss in lives.items()}
+        warm = {life: [(float(s.episodes), s.rss_kib / 1024) for s in ss[args.warm_up :]] for life, ss in lives.items()}
         fds, threads = [s.fds for s in samples], [s.threads for s in samples]
         print(
             f"{name:>22} {len(samples):>7} {samples[0].rss_kib / 1024:>12.1f} {samples[-1].rss_kib / 1024:>11.1f} "
@@ -217,6 +217,11 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
             f"median {statistics.median(pauses) * 1e3:.0f}, last {pauses[-1] * 1e3:.0f}, max "
             f"{max(pauses) * 1e3:.0f}, slope {slope_per_1000(per_hour):.1f} ms/hour; "
             f"bytes written first {sizes[0]}, median {statistics.median(sizes):.0f}, last {sizes[-1]}"
+        )
+    if soak.loads:
+        print(
+            f"machine load average (1 min) at the checkpoints: min {min(soak.loads):.1f}, "
+            f"median {statistics.median(soak.loads):.1f}, max {max(soak.loads):.1f}"
         )
     if soak.restores:
         print(f"kill + restore: {len(soak.restores)}, seconds " + ", ".join(f"{s:.1f}" for _, s in soak.restores))
@@ -273,9 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
-    soak = run(args, lambda text: print(text, file=sys.stderr, flush=True))
+    soak = Soak()
+    stopped: str | None = None
+    try:
+        run(args, lambda text: print(text, file=sys.stderr, flush=True), soak)
+    except Exception as exc:  # the table of what ran so far is still printed, with why it stopped
+        stopped = f"{type(exc).__name__}: {exc}"
     print_table(soak, args, time.monotonic() - started)
-    return 0 if not (soak.lost or soak.duplicated or soak.failed) else 1
+    if stopped is not None:
+        print(f"STOPPED EARLY: {stopped[:2000]}")
+    return 0 if not (stopped or soak.lost or soak.duplicated or soak.failed) else 1
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ Raised by every layer; the only module that answers with it is the app factory.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+if TYPE_CHECKING:  # the CLI and the coordinator use the codes; only a server makes responses (starlette)
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
 
 
 class ErrorCode(enum.StrEnum):
@@ -90,6 +91,8 @@ class ApiError(Exception):
         return {"error": error}
 
     def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
+        from starlette.responses import JSONResponse
+
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 

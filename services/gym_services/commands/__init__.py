@@ -1,7 +1,8 @@
-"""Sub-commands of ``gymckpt`` beyond ``serve``; each module adds its parsers."""
+"""Sub-commands of ``gymckpt`` beyond ``serve``; each module adds its parsers (and imports what a command needs only
+when it runs, so the CLI starts fast: ``benchmarks/cli_checkpoint.py``)."""
 
 from __future__ import annotations
 
-from gym_services.commands import cluster, demo, forward, stack
+from gym_services.commands import cluster, demo, forward, stack_parsers
 
-REGISTRARS: list = [demo.register, stack.register, cluster.register, forward.register]
+REGISTRARS: list = [demo.register, stack_parsers.register, cluster.register, forward.register]

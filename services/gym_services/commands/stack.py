@@ -15,8 +15,8 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import yaml
 from pydantic import ValidationError
 
@@ -26,7 +26,6 @@ from gym_services.commands.output import EXIT_INTERRUPTED, human_bytes, table, t
 from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState
-from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore, InFlight, restoring
 from gym_services.coordination.client import ControlClient, ParticipantError
@@ -48,7 +47,8 @@ from gym_services.stack.launcher import (
 )
 from gym_services.stack.objectstore import BUCKET, REGION, store_running
 
-DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
+if TYPE_CHECKING:  # imported by `collect` only: with it httpx loads rich, click and pygments (~0.3 s, issue 29)
+    import httpx
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -313,6 +313,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             _refuse_overwrite(Path(args.output), args.overwrite)
     except CollectError as exc:
         return _fail("collect", exc)
+    import httpx
+
     status = None
     try:
         with httpx.Client(timeout=args.timeout, trust_env=False, headers={"authorization": f"Bearer {token}"}) as http:
@@ -549,6 +551,7 @@ def _follow(
 ) -> dict:
     """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal;
     a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too."""
+    import httpx
     from tqdm import tqdm
 
     deadline = time.monotonic() + wait_timeout
@@ -1059,187 +1062,3 @@ def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
         )
     print(f"pruned {len(pruned)} checkpoints at {location} that will never be published")
     return 0
-
-
-# --- parsers -------------------------------------------------------------------------------
-
-
-def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
-    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help=f"stack state folder (default {DEFAULT_STATE_DIR})")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for servers (default 60)")
-    if storage:
-        p.add_argument("--storage", help="location: file:///path or s3://bucket/prefix (default: the stack's)")
-        p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "up",
-        help="start every server of a stack config as local processes",
-        description="Start every server of a stack YAML, wait until each is ready, write the state file.",
-    )
-    p.add_argument("config", help="stack YAML")
-    p.add_argument("--state-dir", default=None, help="override the config's state_dir")
-    p.add_argument(
-        "--storage",
-        help="override the config's storage: embedded-s3 (start a local S3 store), s3://bucket/prefix or file:///path",
-    )
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
-    p.set_defaults(func=cmd_up)
-
-    p = sub.add_parser(
-        "restart",
-        help="start one server of the running stack again (after a crash)",
-        description="Start one server of the running stack again, from its saved config on its own "
-        "port, while the others keep running (SIGTERM first if it still runs). `gymckpt up CONFIG` "
-        "starts every server that is missing.",
-    )
-    _common(p)
-    p.add_argument("name", help="the server's name (as `gymckpt status` lists it)")
-    p.set_defaults(func=cmd_restart)
-
-    p = sub.add_parser("down", help="stop the stack's servers", description="Stop the servers of the running stack.")
-    _common(p)
-    p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
-    p.set_defaults(func=cmd_down)
-
-    p = sub.add_parser(
-        "status",
-        help="state, live counts and the last checkpoint of every participant",
-        description="Show every participant of the running stack: serving, or the phase of the "
-        "checkpoint or restore it is in, and its live counts; then the checkpoint open now or the "
-        "last upload's outcome. Fits 120 columns; --wide for every detail. Exits 1 when a server "
-        "is not running.",
-    )
-    _common(p)
-    p.add_argument(
-        "--wide",
-        action="store_true",
-        help="every detail: all live counts, the checkpoint and blockers, "
-        "the last upload and event of each participant (wider than a terminal)",
-    )
-    p.add_argument("--json", action="store_true", help="the participants' raw status answers as JSON")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser(
-        "collect",
-        help="run rollout collection on the stack's (or a cluster's) collection server",
-        description="Start a collection job (tasks JSONL x repeats) and follow it (progress on stderr). "
-        "With --url, talk to a remote collection server (on Kubernetes: `kubectl port-forward "
-        "svc/RELEASE-gym-checkpoint-collection 8000`, then --url http://127.0.0.1:8000): the tasks are "
-        "uploaded and the results downloaded to --output. --attach follows the job already running.",
-    )
-    _common(p)
-    p.add_argument("tasks", nargs="?", help="tasks JSONL (omit with --attach)")
-    p.add_argument("--url", help="base URL of a collection server (default: the local stack's)")
-    p.add_argument("--attach", action="store_true", help="follow the job already running instead of starting one")
-    p.add_argument(
-        "--output",
-        default="results.jsonl",
-        help="results JSONL (default results.jsonl); a file that already holds results is refused unless --overwrite",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
-    p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
-    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
-    p.add_argument("--limit", type=int, help="only the first N tasks")
-    p.add_argument("--collection", default="collection", help="name of the collection server in the local stack")
-    p.add_argument("--no-wait", action="store_true", help="start the job and return")
-    p.add_argument(
-        "--wait-timeout",
-        type=float,
-        default=7 * 86400.0,
-        help="stop following after this many seconds (the job keeps running; default 7 days)",
-    )
-    p.add_argument(
-        "--stall-warning",
-        type=float,
-        default=60.0,
-        help="say so on stderr when no episode finished (or the server did not answer) for this many "
-        "seconds, and again every as many seconds (default 60)",
-    )
-    p.set_defaults(func=cmd_collect)
-
-    p = sub.add_parser(
-        "checkpoint",
-        help="take a consistent checkpoint of the running stack",
-        description="prepare -> capture -> resume -> persist -> publish over every participant: the rollouts wait "
-        "only while each server snapshots its state; records are packed, uploaded and verified in the background, "
-        "and the checkpoint exists once its manifest is published. --method sync persists and publishes while the "
-        "rollouts wait (prepare -> capture -> persist -> publish -> resume).",
-    )
-    _common(p, storage=True)
-    p.add_argument("--id", help="checkpoint id (default: timestamped); an id already taken is refused")
-    p.add_argument(
-        "--transaction-id",
-        help="name of the checkpoint transaction (default: a new one); repeat an "
-        "interrupted checkpoint by passing the --id and transaction id it printed",
-    )
-    p.add_argument(
-        "--method",
-        choices=[m.value for m in CheckpointMethod],
-        default=CheckpointMethod.SNAPSHOT.value,
-        help="snapshot: write in the background after resume (default); sync: write under the pause",
-    )
-    p.add_argument(
-        "--prepare-timeout",
-        type=float,
-        default=DEFAULT_PREPARE_TIMEOUT_S,
-        help=f"seconds to reach boundaries (default {DEFAULT_PREPARE_TIMEOUT_S:g})",
-    )
-    p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=cmd_checkpoint)
-
-    p = sub.add_parser(
-        "restore",
-        help="restore a checkpoint into the running (fresh) stack",
-        description="Verify the checkpoint, restore every participant all-or-nothing, resume.",
-    )
-    _common(p, storage=True)
-    p.add_argument("checkpoint_id", help="the checkpoint to restore (its id at the storage location)")
-    p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
-    p.add_argument(
-        "--restore-id",
-        help="name of the restore transaction (default: a new one); repeat an interrupted "
-        "restore by passing its id again",
-    )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=cmd_restore)
-
-    p = sub.add_parser(
-        "checkpoints",
-        help="list, show or delete checkpoints at a storage location",
-        description="Read checkpoints from a storage location.",
-    )
-    inner = p.add_subparsers(dest="checkpoints_command", required=True, metavar="ACTION")
-    q = inner.add_parser("list", help="every checkpoint, complete or not", description="List checkpoints.")
-    _common(q, storage=True)
-    q.set_defaults(func=cmd_checkpoints_list)
-    q = inner.add_parser("show", help="one checkpoint's manifest", description="Show one checkpoint's manifest.")
-    _common(q, storage=True)
-    q.add_argument("checkpoint_id", help="the checkpoint to show")
-    q.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    q.set_defaults(func=cmd_checkpoints_show)
-    q = inner.add_parser(
-        "delete",
-        help="remove one checkpoint's stored objects",
-        description="Delete every object of one checkpoint at a storage location (its manifest "
-        "first, so it is never restorable half deleted). Refused while a participant of the "
-        "running local stack is restoring it. On Kubernetes, delete the Checkpoint resource "
-        "instead (its spec.deletionPolicy decides whether the data goes with it).",
-    )
-    _common(q, storage=True)
-    q.add_argument("checkpoint_id", help="the checkpoint to delete")
-    q.set_defaults(func=cmd_checkpoints_delete)
-    q = inner.add_parser(
-        "prune",
-        help="remove what checkpoints that never published left behind",
-        description="Remove the objects of checkpoints that will never be published: unpublished "
-        "ones whose claim is older than the bound to publish (6 h, plus 10 min for clocks), or "
-        "that have no claim, and what deleted checkpoints kept for others that no checkpoint "
-        "reads any more. Published checkpoints and those still being written are never touched.",
-    )
-    _common(q, storage=True)
-    q.set_defaults(func=cmd_checkpoints_prune)

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from gym_services.control.models import (
@@ -41,6 +40,9 @@ from gym_services.control.models import (
     StatusResponse,
 )
 from gym_services.control.protocol import CONTROL_PREFIX, Role, Verb
+
+if TYPE_CHECKING:  # httpx is imported only with a transport (tests); the CLI starts without it
+    import httpx
 
 __all__ = ["CONTROL_PREFIX", "ControlClient", "ParticipantError", "ParticipantRef"]
 
@@ -88,7 +90,11 @@ class ControlClient:
     ) -> None:
         self._headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
         self._timeout_s = timeout_s
-        self._httpx = httpx.AsyncClient(transport=transport, timeout=timeout_s, trust_env=False) if transport else None
+        self._httpx: httpx.AsyncClient | None = None
+        if transport is not None:
+            import httpx
+
+            self._httpx = httpx.AsyncClient(transport=transport, timeout=timeout_s, trust_env=False)
         self._session: aiohttp.ClientSession | None = None  # opened on the first call, in the caller's loop
 
     async def aclose(self) -> None:
@@ -148,6 +154,8 @@ class ControlClient:
     async def _send(self, method: str, url: str, body: bytes | None, timeout_s: float) -> tuple[int, bytes]:
         """One request on the wire: its status and body. Connection failures and timeouts raise ``OSError``."""
         if self._httpx is not None:
+            import httpx
+
             try:
                 resp = await self._httpx.request(method, url, content=body, headers=self._headers, timeout=timeout_s)
             except httpx.HTTPError as exc:

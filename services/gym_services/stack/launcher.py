@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import yaml
 from pydantic import BaseModel
 
@@ -365,6 +364,8 @@ def partly_running(state_dir: Path) -> bool:
 
 
 def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
+    import httpx  # here only: `gymckpt checkpoint` reads the state file without it (a cold start, issue 29)
+
     deadline = time.monotonic() + timeout_s
     pending = {s.name: (s, p) for s, p in zip(servers, procs, strict=True)}
     with httpx.Client(timeout=2.0, trust_env=False) as client:

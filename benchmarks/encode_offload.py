@@ -1,7 +1,7 @@
 """What the background persist's encoding costs the serving event loop: in a thread versus in a forked child.
 
 One process holds N live Workplace sessions (each after a mutating tool call), captures them as a checkpoint
-does, and encodes every pending record the two ways, while a coroutine on the event loop asks for a 1 ms sleep
+does, and encodes every frozen record the two ways, while a coroutine on the event loop asks for a 1 ms sleep
 over and over (a stand-in for the requests the server answers meanwhile). Printed per way: the encode's wall
 time and the event loop's lag (how late each 1 ms sleep woke: p50, p99, max). Both ways run in the same
 process, alternately, so a loaded machine slows both alike.
@@ -27,7 +27,7 @@ from tests.support.asgi import base_config, serve  # noqa: E402
 
 from gym_services.base.config import load_config  # noqa: E402
 from gym_services.control import encoding  # noqa: E402
-from gym_services.control.participant import PendingRecord, Scope  # noqa: E402
+from gym_services.control.participant import FrozenRecord, Scope  # noqa: E402
 from gym_services.resources.workplace_assistant.app import Config, create_app  # noqa: E402
 
 
@@ -65,17 +65,18 @@ async def main() -> None:
             body = {"recipient": "nadia.moreau@atlas.com", "subject": f"n{i}", "body": "b"}
             (await client.post("/email_send_email", json=body, headers=ident)).raise_for_status()
         capture = await app.state.participant.capture(Scope.of(None))
-        items = [r for r in capture.records if isinstance(r, PendingRecord)]
+        items = [r for r in capture.records if isinstance(r, FrozenRecord)]
+        encoder = app.state.participant.encoder
         ways = {
-            "thread": lambda xs: [encoding._encode_one(x) for x in xs],
-            "forked child": lambda xs: encoding.encode_pending(xs, threading.Event()),
+            "thread": lambda xs: [encoding.encode_one(encoder, x) for x in xs],
+            "forked child": lambda xs: encoding.encode_frozen(encoder, xs, threading.Event()),
         }
         results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, way in ways.items():
                 results[name].append(await measure(way, items))
     print(
-        f"encoding {len(items)} pending records of {args.sessions} Workplace sessions, {args.rounds} rounds each, "
+        f"encoding {len(items)} frozen records of {args.sessions} Workplace sessions, {args.rounds} rounds each, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     print(f"{'way':>13} {'encode s (median)':>17} {'loop lag p50 ms':>15} {'p99 ms':>7} {'max ms':>7}")

@@ -58,6 +58,7 @@ from gym_operator.specs import (
 )
 from gym_operator.status import condition, failed_status, now, pending_status, progress_status, result_status
 from gym_operator.writer import StatusWriter
+from gym_services.base.backoff import Backoff
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
 from gym_services.control.participant import InvalidState
@@ -81,6 +82,8 @@ FINALIZER = "gym-checkpoint.dev/operator"
 FINAL = (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
 #: seconds the operator keeps retrying the Kubernetes API before a transaction starts
 SETUP_PATIENCE_S = 120.0
+#: how often setup asks again while it is told to wait (a pod not ready yet, ...)
+SETUP_WAIT_POLL_S = 2.0
 #: seconds a final status keeps being retried before the daemon gives up (a restarted operator writes it)
 FINAL_WRITE_PATIENCE_S = 300.0
 #: seconds a deleted Checkpoint's cleanup waits at once for its cancelled transaction (then it is retried)
@@ -291,24 +294,24 @@ class Transaction:
     async def _setup(self, stopped: kopf.DaemonStopped, setup: Callable[[], Awaitable[Any]]) -> Any:
         """``setup`` (reads from the Kubernetes API, nothing sent to a server yet), retried while the API does
         not answer or while it says to wait; None when stopped meanwhile."""
-        deadline = asyncio.get_running_loop().time() + SETUP_PATIENCE_S
-        delay = 0.5
+        api = Backoff(0.5, 10.0, SETUP_PATIENCE_S)
         while not stopped.is_set():
             try:
                 return await setup()
             except Unavailable as exc:
-                if asyncio.get_running_loop().time() > deadline:
+                if not api.failed():
                     raise Refused(
-                        "KubernetesAPIError", f"the Kubernetes API did not answer for {SETUP_PATIENCE_S:g}s: {exc}"
+                        "KubernetesAPIError", f"the Kubernetes API did not answer for {api.failing_s:.0f}s: {exc}"
                     ) from None
+                delay = api.wait_s()
                 log.warning(f"{self.kind} {self.name}: {exc}; retrying in {delay:.1f}s")
             except Wait as exc:
+                api.reset()  # the API answered
                 if self.writer.status.get("message") != exc.message:
                     self.writer.write(pending_status(exc.reason, exc.message, self.writer.generation))
                     self.event("Waiting", exc.message)
-                delay = 2.0
+                delay = SETUP_WAIT_POLL_S
             await stopped.wait(delay)
-            delay = min(delay * 2, 10.0)
         return None
 
     async def run(

@@ -18,6 +18,7 @@ from typing import Any
 
 from gym_operator.kube import Gone, Kube, KubeError, Unavailable
 from gym_operator.status import keep_transition_times
+from gym_services.base.backoff import Backoff
 
 log = logging.getLogger("gym.operator")
 
@@ -87,7 +88,7 @@ class StatusWriter:
         self._idle.set()
 
     async def _run(self) -> None:
-        backoff = FIRST_BACKOFF_S
+        retry = Backoff(FIRST_BACKOFF_S, MAX_BACKOFF_S)
         while self._pending is not None:
             self._changed.clear()
             patch = self._pending
@@ -99,14 +100,13 @@ class StatusWriter:
                 break
             except Unavailable as exc:
                 self.failures += 1
-                delay = max(backoff, exc.retry_after or 0.0)
+                delay = max(retry.wait_s(), exc.retry_after or 0.0)
                 log.warning(f"status write failed ({exc}); retrying in {delay:.1f}s")
                 try:
                     await asyncio.wait_for(self._changed.wait(), delay)  # a newer status is retried at once...
                     await asyncio.sleep(min(delay, FIRST_BACKOFF_S))  # ...after a short pause
                 except TimeoutError:
                     pass
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             except KubeError as exc:
                 # 4xx other than 404/409/429: the write itself is refused (a bug, or RBAC); retrying cannot help
@@ -116,7 +116,7 @@ class StatusWriter:
                 self.written.update({k: v for k, v in patch.items() if v is not None})
                 for key in [k for k, v in patch.items() if v is None]:
                     self.written.pop(key, None)
-            backoff = FIRST_BACKOFF_S
+            retry.reset()
             if self._pending is patch:
                 self._pending = None
         self._idle.set()

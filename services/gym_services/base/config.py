@@ -4,33 +4,84 @@ Each server's ``Config`` subclasses :class:`ServerConfig`; :func:`load_config` i
 ``gymckpt serve`` (:mod:`gym_services.server.serve`) and the tests.
 
 Environment variables win over the file, so a Kubernetes Secret can inject the
-control token and the session secret without writing them into a ConfigMap:
+control token and the session secret without writing them into a ConfigMap; they are read with
+pydantic-settings (:class:`EnvShortcuts`, :class:`EnvironmentOverlay`):
 
 - ``GYMCKPT_CONTROL_TOKEN``   -> ``checkpoint.control_token``
 - ``GYMCKPT_SESSION_SECRET``  -> ``session_secret``
 - ``GYMCKPT_PARTICIPANT_ID``  -> ``checkpoint.participant_id``
 - ``GYMCKPT_JOB_TOKEN``       -> ``job_token`` (the collection server's)
-- ``GYMCKPT__A__B=value``     -> ``a.b`` (value parsed as YAML), for any other field
+- ``GYMCKPT__A__B=value``     -> ``a.b``, for any other field (a list or mapping written as YAML, ``null`` for
+  none, anything else as the field's type reads it); wins over a shortcut for the same field
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 C = TypeVar("C", bound="ServerConfig")
 
-ENV_SHORTCUTS: dict[str, tuple[str, ...]] = {
-    "GYMCKPT_CONTROL_TOKEN": ("checkpoint", "control_token"),
-    "GYMCKPT_SESSION_SECRET": ("session_secret",),
-    "GYMCKPT_PARTICIPANT_ID": ("checkpoint", "participant_id"),
-    "GYMCKPT_JOB_TOKEN": ("job_token",),
+#: the prefix of ``GYMCKPT__SECTION__FIELD`` (sections and fields separated by ``__``)
+ENV_PREFIX = "GYMCKPT__"
+
+
+class EnvShortcuts(BaseSettings):
+    """The deployment secrets' own variables, ``GYMCKPT_<NAME>``, each for one field (:data:`SHORTCUT_FIELDS`).
+
+    An empty variable is not set."""
+
+    model_config = SettingsConfigDict(env_prefix="GYMCKPT_", case_sensitive=False, env_ignore_empty=True)
+
+    control_token: str | None = None
+    session_secret: str | None = None
+    participant_id: str | None = None
+    job_token: str | None = None
+
+
+#: where each shortcut goes in a server's config
+SHORTCUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "control_token": ("checkpoint", "control_token"),
+    "session_secret": ("session_secret",),
+    "participant_id": ("checkpoint", "participant_id"),
+    "job_token": ("job_token",),
 }
+
+
+class EnvironmentOverlay(EnvSettingsSource):
+    """``GYMCKPT__A__B=value`` for field ``a.b`` of a config class: pydantic-settings' environment source over
+    the class's fields, a list or mapping value read as YAML (``[a, b]``, ``{k: v}``), ``null`` read as none."""
+
+    def __init__(self, config: type[BaseModel]) -> None:
+        # the source reads only the class's fields (``model_fields``); it validates nothing
+        super().__init__(
+            cast("type[BaseSettings]", config),
+            env_prefix=ENV_PREFIX,
+            env_nested_delimiter="__",
+            case_sensitive=False,
+            env_parse_none_str="null",
+        )
+        self.config_class = config
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        return yaml.safe_load(value)
+
+    def unknown(self) -> list[str]:
+        """``GYMCKPT__`` variables naming no field of the config (a typo must not pass unseen)."""
+        fields = {name.lower() for name in self.config_class.model_fields}
+        out = []
+        for name in self.env_vars:  # lower-cased by the source
+            if name.startswith(ENV_PREFIX.lower()) and len(name) > len(ENV_PREFIX):
+                head = name[len(ENV_PREFIX) :].split("__")[0]
+                if head and head not in fields:
+                    out.append(name.upper())
+        return sorted(out)
 
 
 class ConfigError(ValueError):
@@ -133,29 +184,35 @@ def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def env_overrides(env: Mapping[str, str], fields: Collection[str] | None = None) -> dict[str, Any]:
-    """Overrides from the environment; a shortcut whose field the config does not have (``fields``: its
-    top-level fields) is left out, so one environment can serve every server of a stack."""
+def env_overrides(config: type[BaseModel]) -> dict[str, Any]:
+    """Overrides of ``config`` from the environment: the shortcuts, then every ``GYMCKPT__`` variable (which wins).
+
+    A shortcut whose field the config does not have is left out, so one environment can serve every server of
+    a stack; a ``GYMCKPT__`` variable naming no field is an error.
+    """
     out: dict[str, Any] = {}
-    for name, path in ENV_SHORTCUTS.items():
-        if env.get(name) and (fields is None or path[0] in fields):
-            _set_path(out, path, env[name])
-    for name, raw in env.items():
-        if name.startswith("GYMCKPT__") and len(name) > len("GYMCKPT__"):
-            path = tuple(part.lower() for part in name[len("GYMCKPT__") :].split("__") if part)
-            if path:
-                _set_path(out, path, yaml.safe_load(raw))
-    return out
+    for name, value in EnvShortcuts().model_dump(exclude_none=True).items():
+        path = SHORTCUT_FIELDS[name]
+        if path[0] in config.model_fields:
+            _set_path(out, path, value)
+    overlay = EnvironmentOverlay(config)
+    unknown = overlay.unknown()
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)}: no such field in {config.__name__}")
+    try:
+        return deep_merge(out, overlay())
+    except SettingsError as exc:
+        raise ConfigError(f"{exc}: {exc.__cause__}") from None
 
 
 def load_config(
     cls: type[C],
     path: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
     defaults: Mapping[str, Any] | None = None,
 ) -> C:
-    """Defaults, then the file, then environment, then explicit overrides (e.g. ``--port``), validated."""
+    """Defaults, then the file, then the environment (:func:`env_overrides`), then explicit overrides (e.g.
+    ``--port``), validated."""
     data: dict[str, Any] = dict(defaults or {})
     if path is not None:
         try:
@@ -165,7 +222,7 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path} must be a mapping, got {type(loaded).__name__}")
         data = deep_merge(data, loaded)
-    data = deep_merge(data, env_overrides(os.environ if env is None else env, cls.model_fields))
+    data = deep_merge(data, env_overrides(cls))
     if overrides:
         data = deep_merge(data, overrides)
     try:

@@ -36,6 +36,7 @@ import httpx
 from pydantic import ValidationError
 
 from gym_services.base.affinity import expand_endpoints, replica_for
+from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DOWNSTREAM_PATH, DownstreamFailure, DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
@@ -370,9 +371,9 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
         url = f"{self.agent_url(episode)}/run"
         result: dict[str, Any] | None = None
         error: str | None = None
-        failing_since: float | None = None
-        backoff = self.backoff_s
-        loop = asyncio.get_running_loop()
+        retry = Backoff(
+            self.backoff_s, self.backoff_max_s, self.unavailable_deadline_s, asyncio.get_running_loop().time
+        )
         try:
             while True:
                 next_attempt = False
@@ -396,11 +397,10 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
                         break  # the episode's own outcome: a result row, even if an error
                     error += f": {_message(data)}"
                     next_attempt = True
-                now = loop.time()
-                failing_since = failing_since if failing_since is not None else now
-                if now - failing_since >= self.unavailable_deadline_s:
-                    error = f"gave up after {now - failing_since:.0f}s of infrastructure failures; last: {error}"
+                if not retry.failed():
+                    error = f"gave up after {retry.failing_s:.0f}s of infrastructure failures; last: {error}"
                     break
+                backoff = retry.wait_s()
                 log.warning(
                     "episode hit an infrastructure failure; running it again",
                     extra={
@@ -416,7 +416,6 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
                     await self._sleep(backoff)
                 finally:
                     self._retrying.pop(episode.rollout_id, None)
-                backoff = min(backoff * 2, self.backoff_max_s)
                 if next_attempt and self.running.get(episode.rollout_id) is episode:
                     episode.attempt += 1  # fences whatever the older attempt left on every server
                     if self.job is not None:

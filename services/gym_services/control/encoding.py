@@ -1,18 +1,18 @@
-"""Encoding a capture's pending records in a forked child process, off the serving process's GIL.
+"""Encoding a capture's frozen records in a forked child process, off the serving process's GIL.
 
 Called by :func:`gym_services.control.packs.persist` (the background persist after ``resume``). Encoding is
 pure-Python CPU work: in a thread of the serving process it holds the GIL about half the time, so every
 request the server answers meanwhile waits for it, and on a 2-core machine under 8 clients' calls the persist of
 1,000 Workplace sessions took 7-14 s (issue 29). A child made by ``fork`` sees the capture exactly as it was
-frozen (it reads only what the capture froze, see :class:`~gym_services.control.participant.PendingRecord`)
-and encodes it in a process of its own; the parent only reads the bytes back from a pipe (which releases the
-GIL) and keeps serving.
+frozen (the participant's :class:`~gym_services.control.participant.RecordEncoder` reads only what the
+capture froze) and encodes it in a process of its own; the parent only reads the bytes back from a pipe (which
+releases the GIL) and keeps serving.
 
 The child runs nothing but the encoders: it never touches the event loop, storage, locks or logging, stops
 cyclic garbage collection (whose passes would write to, and so copy, every page it shares with the parent),
 and ends with ``os._exit``. A child that dies is reported and its records encoded in the thread instead; one
 that hangs is killed when the checkpoint is cancelled (``abort``, or the server stopping).
-Captures under :data:`FORK_MIN_RECORDS` pending records are encoded in the thread (a fork costs more).
+Captures under :data:`FORK_MIN_RECORDS` frozen records are encoded in the thread (a fork costs more).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ import signal
 import struct
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from gym_services.base.logs import get_logger
-from gym_services.control.participant import InvalidState, PendingRecord
+from gym_services.control.participant import FrozenRecord, InvalidState, RecordEncoder
 
 log = get_logger("control")
-#: fewer pending records than this are encoded in the calling thread
+#: fewer frozen records than this are encoded in the calling thread
 FORK_MIN_RECORDS = 64
 _HEADER = struct.Struct("<BQ")  # status (0: bytes follow, 1: an error message follows), length
 _OK, _ERROR = 0, 1
@@ -38,20 +39,23 @@ _OK, _ERROR = 0, 1
 POLL_S = 0.25
 
 
-def encode_pending(items: Sequence[PendingRecord], cancel: threading.Event) -> list[bytes]:
-    """Every item's bytes, in order; :class:`InvalidState` for a record that cannot be encoded."""
+def encode_frozen(
+    encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], cancel: threading.Event
+) -> list[bytes]:
+    """Every item's bytes made by ``encoder``, in order; :class:`InvalidState` for a record that cannot be encoded."""
     if len(items) < FORK_MIN_RECORDS or not hasattr(os, "fork"):
-        return [_encode_one(item) for item in items]
+        return [encode_one(encoder, item) for item in items]
     try:
-        return _encode_forked(items, cancel)
+        return _encode_forked(encoder, items, cancel)
     except _ChildDied as exc:
         log.warning(f"encoding child failed ({exc}); encoding {len(items)} records in the thread instead")
-        return [_encode_one(item) for item in items]
+        return [encode_one(encoder, item) for item in items]
 
 
-def _encode_one(item: PendingRecord) -> bytes:
+def encode_one(encoder: RecordEncoder[Any], item: FrozenRecord[Any]) -> bytes:
+    """One record's bytes, in this thread; any failure of the encoder is :class:`InvalidState` naming the record."""
     try:
-        data = item.encode()
+        data = encoder.encode(item.state)
     except InvalidState:
         raise
     except Exception as exc:  # any failure of one record's encoder fails the checkpoint, named
@@ -65,7 +69,9 @@ class _ChildDied(Exception):
     pass
 
 
-def _encode_forked(items: Sequence[PendingRecord], cancel: threading.Event) -> list[bytes]:
+def _encode_forked(
+    encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], cancel: threading.Event
+) -> list[bytes]:
     from gym_services.control.packs import Cancelled  # packs imports this module
 
     read_fd, write_fd = os.pipe()
@@ -74,7 +80,7 @@ def _encode_forked(items: Sequence[PendingRecord], cancel: threading.Event) -> l
         status = 1
         try:
             os.close(read_fd)
-            _child(items, write_fd)
+            _child(encoder, items, write_fd)
             status = 0
         finally:
             os._exit(status)
@@ -131,7 +137,7 @@ class _Pipe:
         return out
 
 
-def _child(items: Sequence[PendingRecord], write_fd: int) -> None:
+def _child(encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], write_fd: int) -> None:
     gc.disable()  # a collection would write to every tracked object's page: copied from the parent
     with contextlib.suppress(ValueError, OSError):
         signal.set_wakeup_fd(-1)  # the parent's event loop must never see this process's signals
@@ -140,7 +146,7 @@ def _child(items: Sequence[PendingRecord], write_fd: int) -> None:
     with os.fdopen(write_fd, "wb", buffering=1 << 20) as pipe:
         for item in items:
             try:
-                data = _encode_one(item)
+                data = encode_one(encoder, item)
             except InvalidState as exc:
                 message = str(exc).encode()
                 pipe.write(_HEADER.pack(_ERROR, len(message)))

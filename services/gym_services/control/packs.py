@@ -4,7 +4,9 @@ The ``snapshot`` method (``docs/protocol.md``, "Records and manifests"). The con
 (:mod:`gym_services.control.plane`) runs :func:`persist` in a worker thread once the stack has
 resumed; it
 
-1. encodes every record of a :class:`~gym_services.control.participant.Capture` and takes its digest;
+1. has the participant's :class:`~gym_services.control.participant.RecordEncoder` (given to the writer
+   at construction) make the bytes of every frozen record of a
+   :class:`~gym_services.control.participant.Capture`, and takes every record's digest;
 2. references a record whose bytes an earlier checkpoint of this participant already holds (the
    newest published one of its :class:`ReuseIndex` es, by content digest) instead of writing it again, as long as that
    checkpoint is published and the pack holding it stays mostly referenced (:data:`MIN_LIVE_SHARE`); the packs it
@@ -29,11 +31,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gym_services.control.encoding import encode_pending
+from gym_services.control.encoding import encode_frozen
 from gym_services.control.models import (
     PACKED_SCHEMA_VERSION,
     RECORD_KEY_PATTERN,
@@ -46,7 +48,15 @@ from gym_services.control.models import (
     Role,
     VerifyMode,
 )
-from gym_services.control.participant import Capture, InvalidState, PendingRecord, Record, RestoredRecord
+from gym_services.control.participant import (
+    ENCODES_NOTHING,
+    Capture,
+    FrozenRecord,
+    InvalidState,
+    Record,
+    RecordEncoder,
+    RestoredRecord,
+)
 from gym_services.control.storage import NotFound, StorageError
 
 if TYPE_CHECKING:
@@ -118,12 +128,14 @@ class Persisted:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _encode(capture: Capture, cancel: threading.Event, progress: Progress) -> list[tuple[Record, str]]:
-    """Every record's bytes and digest; the capture's pending records are encoded here (in a forked child when
-    there are many: :mod:`gym_services.control.encoding`)."""
+def _encode(
+    encoder: RecordEncoder[Any], capture: Capture, cancel: threading.Event, progress: Progress
+) -> list[tuple[Record, str]]:
+    """Every record's bytes and digest; ``encoder`` makes the bytes of the capture's frozen records here (in a
+    forked child when there are many: :mod:`gym_services.control.encoding`), then sees each in this process."""
     out: list[tuple[Record, str]] = []
     seen: set[str] = set()
-    made = iter(encode_pending([r for r in capture.records if isinstance(r, PendingRecord)], cancel))
+    made = iter(encode_frozen(encoder, [r for r in capture.records if isinstance(r, FrozenRecord)], cancel))
     for i, item in enumerate(capture.records):
         if i % 64 == 0 and cancel.is_set():
             raise Cancelled("cancelled while encoding")
@@ -132,10 +144,9 @@ def _encode(capture: Capture, cancel: threading.Event, progress: Progress) -> li
         if item.key in seen:
             raise ValueError(f"duplicate record key {item.key!r}")
         seen.add(item.key)
-        if isinstance(item, PendingRecord):
+        if isinstance(item, FrozenRecord):
             record = Record(item.key, next(made), item.rollout_id, item.attempt)
-            if item.keep is not None:
-                item.keep(record.data)
+            encoder.encoded(item.state, record.data)
         else:
             record = item
         out.append((record, sha256(record.data)))
@@ -210,6 +221,7 @@ def persist(
     mode: CheckpointMode,
     verify: VerifyMode,
     pack_bytes: int = DEFAULT_PACK_BYTES,
+    encoder: RecordEncoder[Any] = ENCODES_NOTHING,
     reuse: Sequence[ReuseIndex] = (),
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
@@ -225,7 +237,7 @@ def persist(
     progress = progress or Progress()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    encoded = _encode(capture, cancel, progress)
+    encoded = _encode(encoder, capture, cancel, progress)
     timings["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -333,8 +345,9 @@ def persist(
 
 @dataclass(frozen=True)
 class PackWriter:
-    """Who writes a participant's checkpoints and how: built once by the control plane, handed to its
-    background uploads (:mod:`.persists`), which call :meth:`write` with what was captured."""
+    """Who writes a participant's checkpoints and how, with the participant's encoder: built once by the
+    control plane, handed to its background uploads (:mod:`.persists`), which call :meth:`write` with what
+    was captured."""
 
     participant_id: str
     server: str
@@ -342,6 +355,7 @@ class PackWriter:
     mode: CheckpointMode
     verify: VerifyMode
     pool: ThreadPoolExecutor
+    encoder: RecordEncoder[Any]
     pack_bytes: int = DEFAULT_PACK_BYTES
 
     def write(
@@ -365,6 +379,7 @@ class PackWriter:
             mode=self.mode,
             verify=self.verify,
             pack_bytes=self.pack_bytes,
+            encoder=self.encoder,
             reuse=reuse,
             cancel=cancel,
             progress=progress,

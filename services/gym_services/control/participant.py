@@ -2,12 +2,20 @@
 
 The control plane owns phases, admission, fencing, the lease and storage; a
 participant only answers the questions that depend on what the server holds:
-what still blocks prepare, which records describe its state (now, or captured now and
-encoded later), how to validate and install records, and how to drop one attempt of a rollout.
+what still blocks prepare, which records describe its state (now, or frozen now and
+encoded later by its :class:`RecordEncoder`), how to validate and install records, and how to drop
+one attempt of a rollout.
 
 A participant is generic in what :meth:`Participant.validate` builds from restored records and
 :meth:`Participant.install` puts in place (``Participant[V]``); one that keeps nothing a checkpoint
 needs is a :class:`NothingToRestore` (``V`` is ``None``).
+
+The way down from a capture to storage: the participant's :meth:`Participant.capture` returns
+:class:`Record` s and :class:`FrozenRecord` s (data: what the capture froze); the control plane
+(:mod:`.plane`) gives its :attr:`Participant.encoder` to its pack writer once, at construction, and
+hands each capture to the persist worker (:mod:`.persists`), which runs the writer
+(:mod:`.packs`): the encoder makes each frozen record's bytes (:mod:`.encoding`, in a forked child
+when there are many), the writer packs them and the checkpoint store (:mod:`.store`) puts them in storage.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
 
@@ -34,28 +42,57 @@ class Record:
     attempt: int | None = None
 
 
+S = TypeVar("S")
+S_contra = TypeVar("S_contra", contravariant=True)
+
+
 @dataclass(frozen=True)
-class PendingRecord:
-    """A record captured under the pause whose bytes are made later: ``encode()`` runs after the stack
-    resumed, in a worker thread or a forked child process (:mod:`gym_services.control.encoding`), so it
-    must read only what the capture froze, never live state, and change nothing. ``keep``, when given, is
-    called with the bytes in the serving process once they are made (a cache of encodings)."""
+class FrozenRecord(Generic[S]):
+    """A record captured under the pause whose bytes are made later, after the stack resumed, by the
+    participant's :class:`RecordEncoder` from ``state``: what the capture froze (never live state)."""
 
     key: str
-    encode: Callable[[], bytes]
+    state: S
     rollout_id: str | None = None
     attempt: int | None = None
-    keep: Callable[[bytes], None] | None = None
+
+
+class RecordEncoder(Protocol[S_contra]):
+    """Makes the bytes of a participant's :class:`FrozenRecord` s; the participant's :attr:`Participant.encoder`.
+
+    :meth:`encode` runs after resume, in a worker thread or a forked child process
+    (:mod:`gym_services.control.encoding`): it must read only the frozen state it is given and change
+    nothing. :meth:`encoded` runs in the serving process once a record's bytes are made (a cache of
+    encodings, for the next capture).
+    """
+
+    def encode(self, state: S_contra) -> bytes: ...
+
+    def encoded(self, state: S_contra, data: bytes) -> None: ...
+
+
+class EncodesNothing:
+    """The encoder of a participant whose captures hold only encoded :class:`Record` s."""
+
+    def encode(self, state: object) -> bytes:
+        raise InvalidState(f"this participant captures no frozen records, but one holds {type(state).__name__}")
+
+    def encoded(self, state: object, data: bytes) -> None:
+        pass
+
+
+ENCODES_NOTHING = EncodesNothing()
 
 
 class Capture:
     """What a participant captured under the pause for one checkpoint: immutable from then on.
 
-    Records already encoded (``Record``) and records to encode later (``PendingRecord``); the
-    control plane writes them in the background after ``resume`` (``docs/protocol.md``, "Transactions").
+    Records already encoded (``Record``) and frozen records its participant's encoder makes bytes of
+    later (``FrozenRecord``); the control plane writes them in the background after ``resume``
+    (``docs/protocol.md``, "Transactions").
     """
 
-    def __init__(self, records: Sequence[Record | PendingRecord]) -> None:
+    def __init__(self, records: Sequence[Record | FrozenRecord[Any]]) -> None:
         self.records = list(records)
 
     def __len__(self) -> int:
@@ -116,6 +153,8 @@ class Participant(ABC, Generic[V]):
     role: Role  # a class attribute, or set per instance by a participant that serves several roles
     checkpoint_mode: ClassVar[CheckpointMode] = CheckpointMode.EXPORTED
     checkpoint_verify: VerifyMode = VerifyMode.WAIT  # the same; a session participant's is configured
+    #: makes the bytes of the :class:`FrozenRecord` s :meth:`capture` returns; the control plane takes it once
+    encoder: RecordEncoder[Any] = ENCODES_NOTHING
 
     async def prepare(self, checkpoint_id: str) -> None:
         """Admission just closed: start moving in-flight work to a boundary (cut, park, ...)."""
@@ -133,7 +172,7 @@ class Participant(ABC, Generic[V]):
 
         Must be cheap: it is the pause of the ``snapshot`` method. The default encodes now
         (:meth:`export`), which is right for a server with few, small records; a server with many
-        sessions returns :class:`PendingRecord` s over frozen state and is encoded after resume.
+        sessions returns :class:`FrozenRecord` s, which its :attr:`encoder` encodes after resume.
         """
         return Capture(await self.export(scope))
 

@@ -117,6 +117,7 @@ class ControlPlane(Generic[V]):
             mode=participant.checkpoint_mode,
             verify=participant.checkpoint_verify,
             pool=self.storages.pool,
+            encoder=participant.encoder,
             pack_bytes=config.checkpoint.pack_bytes,
         )
         self.persists = Persists(writer, metrics)

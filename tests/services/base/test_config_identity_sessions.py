@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import pytest
+from pydantic import Field
 
 from gym_services.base.config import ConfigError, ServerConfig, load_config
 from gym_services.base.errors import ApiError
@@ -10,20 +14,66 @@ from gym_services.base.identity import RolloutIdentity
 from gym_services.base.sessions import SessionCodec
 
 
-def test_config_layers_file_env_overrides(tmp_path) -> None:
+@pytest.fixture
+def environ(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, str]], None]:
+    """Set exactly these GYMCKPT variables (every other one removed) for the test."""
+
+    def set_env(env: dict[str, str]) -> None:
+        for name in list(os.environ):
+            if name.upper().startswith("GYMCKPT_"):
+                monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+
+    set_env({})
+    return set_env
+
+
+def test_config_layers_file_env_overrides(tmp_path, environ) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("name: srv\nport: 1234\ncheckpoint: {lease_check_interval_s: 1.0}\n")
-    env = {
-        "GYMCKPT_CONTROL_TOKEN": "tok",
-        "GYMCKPT_SESSION_SECRET": "0123456789abcdef!",
-        "GYMCKPT_PARTICIPANT_ID": "srv-0",
-        "GYMCKPT__STORAGE__MAX_CONCURRENCY": "4",
-    }
-    cfg = load_config(ServerConfig, path, {"port": 9999}, env=env)
+    environ(
+        {
+            "GYMCKPT_CONTROL_TOKEN": "tok",
+            "GYMCKPT_SESSION_SECRET": "0123456789abcdef!",
+            "GYMCKPT_PARTICIPANT_ID": "srv-0",
+            "GYMCKPT__STORAGE__MAX_CONCURRENCY": "4",
+            "GYMCKPT__PORT": "4321",
+        }
+    )
+    cfg = load_config(ServerConfig, path, {"port": 9999})
     assert (cfg.name, cfg.port, cfg.participant_id, cfg.storage.max_concurrency) == ("srv", 9999, "srv-0", 4)
-    assert cfg.checkpoint.control_token.get_secret_value() == "tok"
+    assert cfg.checkpoint.control_token is not None and cfg.checkpoint.control_token.get_secret_value() == "tok"
     assert cfg.checkpoint.lease_check_interval_s == 1.0
     cfg.require_secrets()
+    assert load_config(ServerConfig, path).port == 4321  # the environment wins over the file
+
+
+class ListConfig(ServerConfig):
+    hosts: list[str] = Field(default_factory=list)
+    limits: dict[str, int] = Field(default_factory=dict)
+
+
+def test_environment_values_and_precedence(tmp_path, environ) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: srv\nstorage: {endpoint_url: http://127.0.0.1:1}\ncheckpoint: {participant_id: file}\n")
+    environ(
+        {
+            "GYMCKPT__HOSTS": "[a, 'b']",  # a list written as YAML
+            "GYMCKPT__LIMITS": "{x: 1}",
+            "GYMCKPT__LIMITS__Y": "2",
+            "GYMCKPT__STORAGE__ENDPOINT_URL": "null",  # none, over the file's
+            "GYMCKPT_PARTICIPANT_ID": "shortcut",
+            "GYMCKPT__CHECKPOINT__PARTICIPANT_ID": "nested",  # wins over the shortcut
+            "GYMCKPT_SESSION_SECRET": "",  # empty: not set
+            "GYMCKPT_JOB_TOKEN": "job",  # a shortcut for a field ListConfig does not have: left out
+        }
+    )
+    cfg = load_config(ListConfig, path)
+    assert cfg.hosts == ["a", "b"] and cfg.limits == {"x": 1, "y": 2}
+    assert cfg.storage.endpoint_url is None
+    assert cfg.participant_id == "nested"
+    assert cfg.session_secret is None
 
 
 @pytest.mark.parametrize(
@@ -33,20 +83,23 @@ def test_config_layers_file_env_overrides(tmp_path) -> None:
         ("name: srv\nport: -1\n", {}, "port"),
         ("- a list\n", {}, "must be a mapping"),
         ("name: srv\n", {"GYMCKPT__PORT": "not-a-port"}, "port"),
+        ("name: srv\n", {"GYMCKPT__PROT": "1"}, "GYMCKPT__PROT: no such field in ServerConfig"),
+        ("name: srv\n", {"GYMCKPT__STORAGE__BOGUS": "1"}, "storage.bogus"),
     ],
 )
-def test_bad_configs_say_which_field(tmp_path, text, env, message) -> None:
+def test_bad_configs_say_which_field(tmp_path, environ, text, env, message) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(text)
+    environ(env)
     with pytest.raises(ConfigError, match=message):
-        load_config(ServerConfig, path, env=env)
+        load_config(ServerConfig, path)
 
 
-def test_missing_secrets_refuse_to_start() -> None:
-    cfg = load_config(ServerConfig, overrides={"name": "srv"}, env={})
+def test_missing_secrets_refuse_to_start(environ) -> None:
+    cfg = load_config(ServerConfig, overrides={"name": "srv"})
     with pytest.raises(ConfigError, match=r"control_token.*session_secret"):
         cfg.require_secrets()
-    load_config(ServerConfig, overrides={"name": "srv", "checkpoint": {"enabled": False}}, env={}).require_secrets()
+    load_config(ServerConfig, overrides={"name": "srv", "checkpoint": {"enabled": False}}).require_secrets()
 
 
 @pytest.mark.parametrize(

@@ -1,20 +1,20 @@
-"""A capture's pending records are encoded in a forked child (off the serving process's GIL), with the same
-bytes as in the thread; the encodings cache is still filled in the serving process."""
+"""A capture's frozen records are encoded by their participant's encoder in a forked child (off the serving
+process's GIL), with the same bytes as in the thread; the encodings cache is still filled in the serving process."""
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
+from collections.abc import Callable
 
 import pytest
 from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import load_config
 from gym_services.control import encoding
-from gym_services.control.encoding import FORK_MIN_RECORDS, encode_pending
+from gym_services.control.encoding import FORK_MIN_RECORDS, encode_frozen
 from gym_services.control.packs import Cancelled
-from gym_services.control.participant import InvalidState, PendingRecord, Record, Scope
+from gym_services.control.participant import FrozenRecord, InvalidState, Record, Scope
 from gym_services.resources.workplace_assistant.app import Config, create_app
 
 PARENT = os.getpid()
@@ -24,15 +24,28 @@ def where(i: int) -> bytes:
     return f"{i}:{os.getpid()}".encode()
 
 
-def pending(n: int, encode=where) -> list[PendingRecord]:
-    return [PendingRecord(key=f"r{i}", encode=functools.partial(encode, i)) for i in range(n)]
+class Encoder:
+    """A record encoder over ``encode(i)``, the frozen state of record ``r<i>`` being ``i``."""
+
+    def __init__(self, encode: Callable[[int], bytes] = where) -> None:
+        self.made = encode
+
+    def encode(self, state: int) -> bytes:
+        return self.made(state)
+
+    def encoded(self, state: int, data: bytes) -> None:
+        pass
+
+
+def frozen(n: int) -> list[FrozenRecord[int]]:
+    return [FrozenRecord(key=f"r{i}", state=i) for i in range(n)]
 
 
 def test_many_records_are_encoded_in_a_child_few_in_the_thread() -> None:
-    forked = encode_pending(pending(FORK_MIN_RECORDS + 10), threading.Event())
+    forked = encode_frozen(Encoder(), frozen(FORK_MIN_RECORDS + 10), threading.Event())
     assert [b.split(b":")[0] for b in forked] == [str(i).encode() for i in range(FORK_MIN_RECORDS + 10)]
     assert {b.split(b":")[1] for b in forked} != {str(PARENT).encode()}  # another process made them
-    few = encode_pending(pending(3), threading.Event())
+    few = encode_frozen(Encoder(), frozen(3), threading.Event())
     assert few == [f"{i}:{PARENT}".encode() for i in range(3)]
 
 
@@ -44,14 +57,14 @@ def fails_at_70(i: int) -> bytes:
 
 def test_a_record_that_cannot_be_encoded_is_named() -> None:
     with pytest.raises(InvalidState, match=r"record r70 cannot be encoded: ValueError: no such column"):
-        encode_pending(pending(100, fails_at_70), threading.Event())
+        encode_frozen(Encoder(fails_at_70), frozen(100), threading.Event())
 
 
 def test_cancel_stops_the_child() -> None:
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(Cancelled):
-        encode_pending(pending(100), cancel)
+        encode_frozen(Encoder(), frozen(100), cancel)
 
 
 def hangs_in_the_child(i: int) -> bytes:
@@ -66,7 +79,7 @@ def test_a_hanging_child_is_killed_when_the_checkpoint_is_cancelled() -> None:
     timer.start()
     try:
         with pytest.raises(Cancelled):
-            encode_pending(pending(100, hangs_in_the_child), cancel)  # returns: the child was killed and reaped
+            encode_frozen(Encoder(hangs_in_the_child), frozen(100), cancel)  # returns: the child was killed and reaped
     finally:
         timer.cancel()
 
@@ -78,7 +91,8 @@ def dies_in_the_child(i: int) -> bytes:
 
 
 def test_a_child_that_dies_is_replaced_by_the_thread() -> None:
-    assert encode_pending(pending(100, dies_in_the_child), threading.Event()) == [str(i).encode() for i in range(100)]
+    made = encode_frozen(Encoder(dies_in_the_child), frozen(100), threading.Event())
+    assert made == [str(i).encode() for i in range(100)]
 
 
 async def test_workplace_bytes_match_and_the_cache_is_filled_in_the_server(tmp_path) -> None:
@@ -94,15 +108,18 @@ async def test_workplace_bytes_match_and_the_cache_is_filled_in_the_server(tmp_p
             body = {"recipient": "nadia.moreau@atlas.com", "subject": f"n{i}", "body": "b"}
             assert (await client.post("/email_send_email", json=body, headers=ident)).status_code == 200
         capture = await participant.capture(Scope.of(None))
-        items = [r for r in capture.records if isinstance(r, PendingRecord)]
+        items = [r for r in capture.records if isinstance(r, FrozenRecord)]
         assert len(items) > FORK_MIN_RECORDS
-        assert encode_pending(items, threading.Event()) == [encoding._encode_one(r) for r in items]
+        encoder = participant.encoder
+        assert encode_frozen(encoder, items, threading.Event()) == [encoding.encode_one(encoder, r) for r in items]
 
-        participant._encoded = {}  # as a fresh server: nothing cached
+        participant.session_encoder.encodings = {}  # as a fresh server: nothing cached
         control = Control(client)
         await control.snapshot("ck1", f"file://{tmp_path / 'store'}")
         sessions = FORK_MIN_RECORDS + 16
-        assert len(participant._encoded) == sessions  # kept in this process, though a child encoded them
+        assert (
+            len(participant.session_encoder.encodings) == sessions
+        )  # kept in this process, though a child encoded them
         assert (
             await client.post(
                 "/email_send_email",
@@ -112,7 +129,7 @@ async def test_workplace_bytes_match_and_the_cache_is_filled_in_the_server(tmp_p
         ).status_code == 200
         again = await participant.capture(Scope.of(None))
         sessions_pending = [
-            r.key for r in again.records if isinstance(r, PendingRecord) and r.key.startswith("session-")
+            r.key for r in again.records if isinstance(r, FrozenRecord) and r.key.startswith("session-")
         ]
         assert len(sessions_pending) == 1
         assert sum(isinstance(r, Record) and r.key.startswith("session-") for r in again.records) == sessions - 1

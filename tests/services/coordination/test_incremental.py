@@ -37,10 +37,10 @@ def test_a_capture_is_frozen_while_its_session_goes_on() -> None:
     call_tool(env, *SEND)
     before = sessions.export_session_states()["s1"]
     capture = sessions.capture_session_states()
-    token, encode = capture.sessions["s1"]
+    token, frozen = capture.sessions["s1"]
     call_tool(env, *LATER)  # after the capture, before it is encoded (the background upload)
     call_tool(env, *MOVE)
-    assert encode() == before  # the capture holds the state at capture time ...
+    assert sessions.encode_captured_session(frozen) == before  # the capture holds the state at capture time ...
     assert sessions.export_session_states()["s1"] != before  # ... and the session has moved on
     again = sessions.capture_session_states()
     assert again.sessions["s1"][0] != token  # changed since the capture: encoded again next time

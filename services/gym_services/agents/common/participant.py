@@ -43,6 +43,7 @@ from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamUnavailable
 from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DownstreamFailure, DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
@@ -259,8 +260,11 @@ class AgentParticipant(Participant[dict[str, Episode]]):
     async def _drive(self, ep: Episode) -> dict[str, Any]:
         ctx = self._context(ep)
         refused_since: float | None = None
-        unavailable_since: float | None = None
-        backoff = self.config.unavailable_backoff_s
+        unavailable = Backoff(
+            self.config.unavailable_backoff_s,
+            self.config.unavailable_backoff_max_s,
+            self.config.unavailable_deadline_s,
+        )
         while True:
             if await self._park(ep):
                 refused_since = None
@@ -287,12 +291,11 @@ class AgentParticipant(Participant[dict[str, Episode]]):
                 ep.leave()  # the step did not happen there: back at the boundary before it
                 self.metrics.unavailable.labels(server=exc.server).inc()
                 self._note_waiting(ep, exc)
-                now = time.monotonic()
-                unavailable_since = unavailable_since or now
-                if now - unavailable_since >= self.config.unavailable_deadline_s:
+                if not unavailable.failed():
                     raise ApiError(
-                        ErrorCode.UPSTREAM_UNAVAILABLE, f"gave up after {now - unavailable_since:.0f}s: {exc}"
+                        ErrorCode.UPSTREAM_UNAVAILABLE, f"gave up after {unavailable.failing_s:.0f}s: {exc}"
                     ) from None
+                backoff = unavailable.wait_s()
                 log.warning(
                     "a server is unavailable; retrying the step from its boundary",
                     extra={
@@ -304,7 +307,6 @@ class AgentParticipant(Participant[dict[str, Episode]]):
                     },
                 )
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.unavailable_backoff_max_s)
                 continue
             except Exception as exc:
                 ep.leave()
@@ -314,8 +316,8 @@ class AgentParticipant(Participant[dict[str, Episode]]):
             except BaseException:
                 ep.leave()
                 raise
-            refused_since = unavailable_since = None
-            backoff = self.config.unavailable_backoff_s
+            refused_since = None
+            unavailable.reset()
             self._waiting.pop(ep, None)
             if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
                 raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")

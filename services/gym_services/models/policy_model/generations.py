@@ -43,6 +43,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from gym_services.base.backoff import Backoff
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
@@ -139,9 +140,8 @@ class Generation:
         #: what the next stream continues from: a checkpoint's ``cut`` or an ``upstream_failure``
         self.resumes_after = "cut"
         self.waiting_for_upstream = False
-        self._failing_since: float | None = None
+        self._upstream_retry: Backoff | None = None  # made at the first upstream failure
         self._failing_at_tokens = -1
-        self._backoff_s = 0.0
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
         self._reader: asyncio.Task | None = None
@@ -236,16 +236,18 @@ class Generation:
         self.state = GenerationState.CUT
         self.resumes_after = "upstream_failure"
         self.manager.count_upstream_failure()
-        retry = self.manager.retry
-        now = asyncio.get_running_loop().time()
-        if self._failing_since is None or self.completion_tokens > self._failing_at_tokens:
-            self._failing_since, self._backoff_s = now, retry.backoff_s  # new trouble, or it made progress since
+        retry = self._upstream_retry
+        if retry is None:
+            config = self.manager.retry
+            loop_time = asyncio.get_running_loop().time
+            retry = self._upstream_retry = Backoff(config.backoff_s, config.backoff_max_s, config.deadline_s, loop_time)
+        elif self.completion_tokens > self._failing_at_tokens:
+            retry.reset()  # it made progress since the last failure: new trouble
         self._failing_at_tokens = self.completion_tokens
-        failing_s = now - self._failing_since
-        if failing_s >= retry.deadline_s:
+        if not retry.failed():
             raise ApiError(
                 ErrorCode.UPSTREAM_UNAVAILABLE,
-                f"the upstream made no progress for {failing_s:.0f}s (deadline {retry.deadline_s:g}s); "
+                f"the upstream made no progress for {retry.failing_s:.0f}s (deadline {retry.deadline_s:g}s); "
                 f"{self.completion_tokens} tokens are kept for a retry of this request; last error: {exc.message}",
             )
         fleet = self.manager.upstream.fleet
@@ -262,8 +264,8 @@ class Generation:
             )
             self._raise_if_failed()
             return
-        delay = min(self._backoff_s, retry.deadline_s - failing_s)
-        self._backoff_s = min(self._backoff_s * 2, retry.backoff_max_s)
+        failing_s = retry.failing_s
+        delay = retry.wait_s()
         log.warning(
             "upstream failed; continuing the generation after a backoff",
             extra={

@@ -35,12 +35,12 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
-from functools import partial
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.control.participant import InvalidState, PendingRecord, Record, RestoredRecord, Scope
+from gym_services.control.participant import FrozenRecord, InvalidState, Record, RestoredRecord, Scope
 from gym_services.models.policy_model import ledger_lineage
 from gym_services.models.policy_model.ledger_wire import ROLLOUT_ID, LedgerEntry, Resolution, Snapshot
 
@@ -98,10 +98,27 @@ class LedgerRecord(BaseModel):
     dropped: bool
 
 
-def _encode(head: dict, entries: list[str]) -> bytes:
-    """A :class:`LedgerRecord`'s JSON: the entries spliced in as stored (each already its JSON)."""
-    text = json.dumps(head, ensure_ascii=False, separators=(",", ":"))
-    return f'{text[:-1]},"entries":[{",".join(entries)}]}}'.encode()
+@dataclass(frozen=True)
+class FrozenLedger:
+    """One rollout's ledger as a capture froze it: its head fields and its entries' stored JSON."""
+
+    head: dict[str, Any]
+    entries: list[str]
+
+
+class LedgerEncoder:
+    """The policy model participant's :class:`~gym_services.control.participant.RecordEncoder`: a
+    :class:`LedgerRecord`'s JSON, the entries spliced in as stored (each already its JSON)."""
+
+    def encode(self, state: FrozenLedger) -> bytes:
+        text = json.dumps(state.head, ensure_ascii=False, separators=(",", ":"))
+        return f'{text[:-1]},"entries":[{",".join(state.entries)}]}}'.encode()
+
+    def encoded(self, state: FrozenLedger, data: bytes) -> None:
+        pass
+
+
+LEDGER_ENCODER = LedgerEncoder()
 
 
 def record_key(rollout_id: str) -> str:
@@ -221,14 +238,14 @@ class CaptureLedger:
 
     # --- checkpoint ------------------------------------------------------------------
 
-    def capture(self, scope: Scope) -> list[PendingRecord]:
+    def capture(self, scope: Scope) -> list[FrozenRecord[FrozenLedger]]:
         """Every rollout's record as it is now, encoded later (after resume, in a worker thread): under the
         pause only the lists are copied (an entry is stored as its JSON, which never changes).
 
         A rollout outside ``scope`` (finished: the controller runs it no more) is still written, its
         ledger waiting for the trainer, but without rollout identity in the manifest: the restore does
         not count it as a live episode."""
-        pending = []
+        pending: list[FrozenRecord[FrozenLedger]] = []
         for rollout_id, ledger in sorted(self.rollouts.items()):
             live = scope.includes(rollout_id)
             head = {
@@ -243,15 +260,18 @@ class CaptureLedger:
                 "dropped": ledger.dropped,
             }
             key = record_key(rollout_id)
-            encode = partial(_encode, head, [canonical for canonical, _ in ledger.entries.values()])
+            frozen = FrozenLedger(head, [canonical for canonical, _ in ledger.entries.values()])
             if live:
-                pending.append(PendingRecord(key, encode, rollout_id=rollout_id, attempt=ledger.attempt))
+                pending.append(FrozenRecord(key, frozen, rollout_id=rollout_id, attempt=ledger.attempt))
             else:
-                pending.append(PendingRecord(key, encode))
+                pending.append(FrozenRecord(key, frozen))
         return pending
 
     def export(self, scope: Scope) -> list[Record]:
-        return [Record(p.key, p.encode(), rollout_id=p.rollout_id, attempt=p.attempt) for p in self.capture(scope)]
+        return [
+            Record(p.key, LEDGER_ENCODER.encode(p.state), rollout_id=p.rollout_id, attempt=p.attempt)
+            for p in self.capture(scope)
+        ]
 
     @staticmethod
     def validate(records: list[RestoredRecord]) -> dict[str, RolloutLedger]:

@@ -10,7 +10,7 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import Capture, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.policy_model.generations import GenerationManager, Key
-from gym_services.models.policy_model.ledger import CaptureLedger, RolloutLedger, is_ledger_record
+from gym_services.models.policy_model.ledger import LEDGER_ENCODER, CaptureLedger, RolloutLedger, is_ledger_record
 from gym_services.models.policy_model.prefixes import StagedPrefix
 
 
@@ -29,6 +29,7 @@ class ModelParticipant(Participant[Restored]):
     role = Role.MODEL
     checkpoint_mode = CheckpointMode.EXPORTED
     checkpoint_verify = VerifyMode.WAIT
+    encoder = LEDGER_ENCODER  # ledgers are captured frozen and encoded after resume
 
     def __init__(self, manager: GenerationManager, ledger: CaptureLedger) -> None:
         self.manager = manager

@@ -8,9 +8,9 @@ state and builds what :meth:`SessionHooks.install_session_states` then puts in p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 #: what a store's ``stage_session_states`` builds and its ``install_session_states`` takes
 S = TypeVar("S")
@@ -61,19 +61,27 @@ class RetiresSessions(Protocol):
 class SessionCapture:
     """What a store froze under a checkpoint's pause, to be encoded after the stack resumed.
 
-    ``sessions``: session id -> (change token, encoder). The token differs whenever the session may
-    have changed since an earlier capture, so an equal token lets the participant reuse that
-    encoding. Each encoder returns the same JSON-serializable state ``export_session_states`` would
-    have returned at capture time, reading only what the capture froze (it runs in a worker thread
-    while tools run again). ``shared``: name -> encoder of shared state, as ``export_shared_states``.
+    ``sessions``: session id -> (change token, frozen session). The token differs whenever the session
+    may have changed since an earlier capture, so an equal token lets the participant reuse that
+    encoding. ``shared``: name -> frozen shared state. Both are data, never live state: the store's
+    :meth:`CapturesSessions.encode_captured_session` and :meth:`CapturesSessions.encode_captured_shared`
+    turn them into JSON-serializable states later (in a worker thread or a forked child, while tools run again).
     """
 
-    sessions: Mapping[str, tuple[Hashable, Callable[[], object]]]
-    shared: Mapping[str, Callable[[], object]] = field(default_factory=dict)
+    sessions: Mapping[str, tuple[Hashable, object]]
+    shared: Mapping[str, object] = field(default_factory=dict)
 
 
 @runtime_checkable
 class CapturesSessions(Protocol):
-    """Optional: a store that can freeze every session in O(1) each, for the ``snapshot`` method."""
+    """Optional: a store that can freeze every session in O(1) each, for the ``snapshot`` method. What it froze
+    is opaque to the participant (``Any``: each store's own frozen form), handed back to its encode hooks."""
 
     def capture_session_states(self) -> SessionCapture: ...
+
+    def encode_captured_session(self, frozen: Any) -> object:
+        """The state ``export_session_states`` would have returned for the session at capture time, from what
+        :meth:`capture_session_states` froze; reads only ``frozen`` and changes nothing."""
+
+    def encode_captured_shared(self, frozen: Any) -> object:
+        """The state ``export_shared_states`` would have returned for it at capture time, from ``frozen``."""

@@ -19,7 +19,6 @@ of the seed reply.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import json
 import logging
@@ -35,10 +34,10 @@ from gym_services.base.sessions import session_id
 from gym_services.control.models import Blocker
 from gym_services.control.participant import (
     Capture,
+    FrozenRecord,
     InvalidState,
     NothingToRestore,
     Participant,
-    PendingRecord,
     Record,
     RestoredRecord,
     Scope,
@@ -216,6 +215,48 @@ class StagedSessions(Generic[S]):
     identities: dict[str, RolloutIdentity | None]
 
 
+@dataclass(frozen=True)
+class FrozenSession:
+    """One session as the store froze it under the pause; ``encodings`` is where its capture keeps its bytes."""
+
+    session_id: str
+    token: Hashable
+    frozen: object
+    encodings: dict[str, tuple[Hashable, bytes]]
+
+
+@dataclass(frozen=True)
+class FrozenShared:
+    """Shared state (e.g. pristine tables) as the store froze it under the pause."""
+
+    frozen: object
+
+
+class SessionEncoder:
+    """The :class:`~gym_services.control.participant.RecordEncoder` of an :class:`ExportedParticipant`: a frozen
+    session or shared state through its store's encode hooks (:class:`CapturesSessions`), into a record's JSON.
+
+    Keeps each session's newest bytes (:attr:`encodings`, session id -> (change token, bytes)), so a
+    session whose token is unchanged at the next capture is not encoded again.
+    """
+
+    def __init__(self, store: CapturesSessions) -> None:
+        self.store = store
+        self.encodings: dict[str, tuple[Hashable, bytes]] = {}
+
+    def encode(self, state: FrozenSession | FrozenShared) -> bytes:
+        if isinstance(state, FrozenShared):
+            return _dumps(
+                {"schema_version": STATE_SCHEMA_VERSION, "state": self.store.encode_captured_shared(state.frozen)}
+            )
+        encoded = self.store.encode_captured_session(state.frozen)
+        return _dumps({"schema_version": STATE_SCHEMA_VERSION, "session_id": state.session_id, "state": encoded})
+
+    def encoded(self, state: FrozenSession | FrozenShared, data: bytes) -> None:
+        if isinstance(state, FrozenSession):
+            state.encodings[state.session_id] = (state.token, data)
+
+
 class ExportedParticipant(SessionParticipant[StagedSessions[S]], Generic[S]):
     """Sessions are saved through the server's :class:`SessionHooks` and restored under attempt + 1."""
 
@@ -228,9 +269,8 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S]], Generic[S]):
             raise TypeError(f"{type(hooks).__name__} does not implement the session hooks of an exported server")
         super().__init__(hooks, verify=verify, role=role)
         self.hooks: SessionHooks[S] = hooks
-        #: session id -> (change token, record bytes) of the newest capture's encodings: a session
-        #: whose token is unchanged at the next capture is not encoded again
-        self._encoded: dict[str, tuple[Hashable, bytes]] = {}
+        if isinstance(hooks, CapturesSessions):
+            self.encoder = self.session_encoder = SessionEncoder(hooks)
 
     async def export(self, scope: Scope) -> list[Record]:
         return await asyncio.to_thread(self._export_sync, scope)
@@ -242,40 +282,26 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S]], Generic[S]):
         """
         if not isinstance(self.hooks, CapturesSessions):
             return await super().capture(scope)
-        frozen = self.hooks.capture_session_states()
-        earlier: dict[str, tuple[Hashable, bytes]] = self._encoded
-        encoded: dict[str, tuple[Hashable, bytes]] = {}
-        self._encoded = encoded  # unchanged sessions now; the others as the background persist encodes them
-
-        def session_bytes(sid: str, encode: Callable[[], object]) -> bytes:
-            return _dumps({"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": encode()})
-
-        def keep(sid: str, token: Hashable, data: bytes) -> None:
-            encoded[sid] = (token, data)
-
-        records: list[Record | PendingRecord] = []
-        for sid, (token, encode) in frozen.sessions.items():
+        captured = self.hooks.capture_session_states()
+        earlier: dict[str, tuple[Hashable, bytes]] = self.session_encoder.encodings
+        encodings: dict[str, tuple[Hashable, bytes]] = {}
+        self.session_encoder.encodings = encodings  # unchanged sessions now; the others as the persist encodes them
+        records: list[Record | FrozenRecord[FrozenSession | FrozenShared]] = []
+        for sid, (token, frozen) in captured.sessions.items():
             ident = self.sessions.get(sid)
             if not scope.includes(ident.rollout_id if ident else None):
                 continue
             rollout_id, attempt = (ident.rollout_id, ident.attempt) if ident else (None, None)
             cached = earlier.get(sid)
             if cached is not None and cached[0] == token:  # unchanged since the last capture: its bytes as they were
-                encoded[sid] = cached
+                encodings[sid] = cached
                 records.append(Record(f"session-{sid}", cached[1], rollout_id, attempt))
                 continue
-            records.append(
-                PendingRecord(
-                    key=f"session-{sid}",
-                    encode=functools.partial(session_bytes, sid, encode),
-                    rollout_id=rollout_id,
-                    attempt=attempt,
-                    keep=functools.partial(keep, sid, token),
-                )
-            )
+            state = FrozenSession(sid, token, frozen, encodings)
+            records.append(FrozenRecord(f"session-{sid}", state, rollout_id=rollout_id, attempt=attempt))
         if records:
-            for name, encode in frozen.shared.items():
-                records.append(PendingRecord(key=f"shared-{name}", encode=functools.partial(_shared_bytes, encode)))
+            for name, shared in captured.shared.items():
+                records.append(FrozenRecord(f"shared-{name}", FrozenShared(shared)))
         return Capture(records)
 
     def _export_sync(self, scope: Scope) -> list[Record]:
@@ -366,10 +392,6 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidState(f"session state is not JSON-serializable: {exc}") from None
-
-
-def _shared_bytes(encode: Callable[[], Any]) -> bytes:
-    return _dumps({"schema_version": STATE_SCHEMA_VERSION, "state": encode()})
 
 
 def _loads(record: RestoredRecord) -> dict[str, Any]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from gym_services.resources.common.hooks import SessionCapture
@@ -26,7 +25,7 @@ from .codec import (
     encode_session,
     encode_tables,
 )
-from .environment import PristineTables, WorkplaceEnvironment, pristine_tables
+from .environment import PristineTables, TableKey, WorkplaceEnvironment, pristine_tables
 from .tools import call_tool
 
 
@@ -103,14 +102,23 @@ class WorkplaceSessions:
         """Every held session frozen as it is (no copy: see :meth:`WorkplaceEnvironment.capture`), and its base."""
         with self._lock:
             held = list(self._sessions.items())
-        sessions: dict[str, tuple[int, Any]] = {}
+        sessions: dict[str, tuple[Hashable, Any]] = {}
         bases: dict[int, PristineTables] = {}
         for session_id, env in held:
             token, tables = env.capture()
-            sessions[session_id] = (token, partial(encode_tables, tables, env.base))
+            sessions[session_id] = (token, (tables, env.base))
             bases[id(env.base)] = env.base
-        shared = {base_digest(b): partial(encode_base, b) for b in bases.values()}
+        shared: dict[str, Any] = {base_digest(b): b for b in bases.values()}
         return SessionCapture(sessions, shared)
+
+    def encode_captured_session(self, frozen: tuple[Mapping[TableKey, Any], PristineTables]) -> dict[str, Any]:
+        """A session as :meth:`capture_session_states` froze it (its tables and base), as ``export`` encodes it."""
+        tables, base = frozen
+        return encode_tables(tables, base)
+
+    def encode_captured_shared(self, frozen: PristineTables) -> dict[str, Any]:
+        """A base as :meth:`capture_session_states` froze it."""
+        return encode_base(frozen)
 
     def base_states(self) -> dict[str, dict[str, Any]]:
         """digest -> encoded base for every base a held session refers to (write once per checkpoint).

@@ -181,7 +181,7 @@ class Chaos:
         self.output = self.story.workdir / f"{self.name}.jsonl"
 
     def start(self) -> StackState:
-        self.state = self.story._start(self.name, self.story.workdir / f"{self.name}-tokens")  # workers' token mirrors
+        self.state = self.story.start(self.name, self.story.workdir / f"{self.name}-tokens")  # workers' token mirrors
         self.token = stack_secrets(self.dir)["control_token"]
         return self.state
 
@@ -467,7 +467,7 @@ class Chaos:
                     self.use_stack(self.jobs + 1)
                 self.start()
                 self.newest, self.taken = None, []
-                self.story._submit(self.state, self.output)
+                self.story.submit(self.state, self.output)
                 while done < cycles and self.wait_for_a_moment():
                     kind = self.order[done % len(self.order)] if self.order else self.rng.choice(self.kinds)
                     self.say(f"cycle {done + 1}/{cycles}: {kind}")

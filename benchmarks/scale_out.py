@@ -330,7 +330,7 @@ def generation_failover(tmp: Path, generations: int = 64, workers: int = 4, pace
     to exactly the tokens in the responses."""
     from tests.services.models.policy_model.model_support import REQUESTS
 
-    from gym_services.demo.story import _kill, delivered_by
+    from gym_services.demo.story import delivered_by, kill_process
     from gym_services.models.inference_worker.generation import read_token_mirror, token_mirror_path
 
     work = tmp / "generation-failover"
@@ -383,7 +383,7 @@ def generation_failover(tmp: Path, generations: int = 64, workers: int = 4, pace
                         if any(t.done() for t in tasks) or time.monotonic() > deadline:
                             raise RuntimeError(f"the generations did not all stream at once: {everyone}")
                         await asyncio.sleep(0.01)
-                    _kill(victim.pid)
+                    kill_process(victim.pid)
                     seen = {
                         "streaming": sum(w["active"] for w in everyone),
                         "on_victim": mine["active"],

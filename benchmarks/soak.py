@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
             chaos.use_stack(job)
             chaos.start()
             chaos.newest, chaos.taken = None, []
-            chaos.story._submit(chaos.state, chaos.output)
+            chaos.story.submit(chaos.state, chaos.output)
             while time.monotonic() - started < args.duration:
                 next_checkpoint = time.monotonic() + args.checkpoint_every
                 status = chaos.job()

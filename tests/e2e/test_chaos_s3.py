@@ -39,7 +39,7 @@ def test_s3_killed_during_a_sync_persist_loses_nothing(tmp_path) -> None:
         expected = {f"{task}-0" for task in range(len(lines))}
         chaos = Chaos(story, Run(), random.Random(5), say=lambda text: None)
         chaos.start()
-        story._submit(chaos.state, chaos.output)
+        story.submit(chaos.state, chaos.output)
         assert chaos.wait_for_a_moment(), "the job ended before the fault"
         chaos.cycle_e(how="kill", method=CheckpointMethod.SYNC, at=TransactionPhase.PERSISTING, outage_s=0.5)
         note = chaos.outcome.notes[0]

@@ -1366,7 +1366,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     process SIGKILLed, fresh processes on new pods, a Restore — the collection finishes with the rewards of an
     uninterrupted run and no episode twice."""
     from gym_services.demo.report import compare
-    from gym_services.demo.story import Run, Story, _job, _read_results, _wait_job
+    from gym_services.demo.story import Run, Story, job_status, read_results, wait_job
 
     start_operator, _ = operator_env
     # at 120 tokens/s the whole collection took ~4 s: under load the operator could take the checkpoint after the
@@ -1374,23 +1374,23 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     story = Story(tmp_path / "story", tokens_per_second=30.0, say=lambda text: None)
     story.prepare()
     base = story.uninterrupted()
-    state = story._start("k8s", tmp_path / "story" / "tokens-crashed")
+    state = story.start("k8s", tmp_path / "story" / "tokens-crashed")
     token = stack_secrets(tmp_path / "story" / "k8s")["control_token"]
     output = tmp_path / "story" / "k8s.jsonl"
     try:
         participant_pods(kubectl, state, token)
         operator_stack = type("S", (), {"token": token})()
         start_operator(operator_stack)  # returns once kopf is up: the Checkpoint below is seen at once
-        story._submit(state, output)
+        story.submit(state, output)
         story.wait_for_progress(state, 240)  # 40% of the rollouts finished, the rest in flight
         apply(kubectl, checkpoint_doc("whole", prepareTimeoutSeconds=30, leaseSeconds=30))
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/whole", "--timeout=90s", timeout=100)
         status = get(kubectl, "checkpoint", "whole")["status"]
         assert status["participantCount"] == len(state.participants())
-        assert status["episodes"] > 0, ("the checkpoint caught no live episode", _job(state))
+        assert status["episodes"] > 0, ("the checkpoint caught no live episode", job_status(state))
     finally:
         stop_stack(tmp_path / "story" / "k8s", kill=True)
-    state = story._start("k8s", tmp_path / "story" / "tokens-restored")
+    state = story.start("k8s", tmp_path / "story" / "tokens-restored")
     try:
         participant_pods(kubectl, state, token)
         apply(
@@ -1405,11 +1405,11 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
         kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/whole-rs", "--timeout=90s", timeout=100)
         import asyncio
 
-        asyncio.run(_wait_job(state, 240, None))
+        asyncio.run(wait_job(state, 240, None))
     finally:
         stop_stack(tmp_path / "story" / "k8s")
     run = Run()
-    _read_results(output, run)
+    read_results(output, run)
     restored = get(kubectl, "restore", "whole-rs")["status"]
     assert restored["attempt"] == 1 and restored["restoredEpisodes"] >= 1, (
         f"the checkpoint caught no episode in flight: {restored}"

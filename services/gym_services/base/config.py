@@ -61,7 +61,7 @@ class EnvironmentOverlay(EnvSettingsSource):
     def __init__(self, config: type[BaseModel]) -> None:
         # the source reads only the class's fields (``model_fields``); it validates nothing
         super().__init__(
-            cast("type[BaseSettings]", config),
+            cast(Any, config),
             env_prefix=ENV_PREFIX,
             env_nested_delimiter="__",
             case_sensitive=False,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 from pydantic import Field, SecretStr
 from starlette.applications import Starlette
@@ -18,7 +20,7 @@ from gym_services.collection.models import JobSpec
 from gym_services.collection.runner import Collection
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.routes import check_token
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 
 
 class Config(ServerConfig):
@@ -75,13 +77,73 @@ def job_token(config: Config) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Collector:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    config: Config
+    token: str
+    collection: Collection
+
+    @property
+    def roots(self) -> list[str]:
+        """Where task and result paths may be."""
+        return [d for d in [self.config.data_dir, *self.config.job_dirs] if d]
+
+    def data_dir(self) -> str:
+        if self.config.data_dir is None:
+            raise ApiError(
+                ErrorCode.NOT_FOUND, "this collection server has no data_dir: give task and result paths it can read"
+            )
+        return self.config.data_dir
+
+
+def authorized(request: Request) -> Collector:
+    """The server's state, once the request carries the job token."""
+    server = held(request, Collector)
+    check_token(request.headers.get("authorization", ""), server.token, "job")
+    return server
+
+
+async def start(request: Request) -> JSONResponse:
+    server = authorized(request)
+    spec = await parse_body(request, JobSpec)
+    spec = spec.model_copy(
+        update={
+            "tasks_path": confine(server.roots, spec.tasks_path, "tasks_path"),
+            "output_path": confine(server.roots, spec.output_path, "output_path"),
+        }
+    )
+    return JSONResponse(server.collection.start(spec).model_dump())
+
+
+async def current(request: Request) -> JSONResponse:
+    return JSONResponse(authorized(request).collection.status().model_dump())
+
+
+async def upload(request: Request) -> JSONResponse:
+    server = authorized(request)
+    data_dir = server.data_dir()
+    limit = server.config.max_upload_mb << 20
+    return JSONResponse(await receive_tasks(request, data_dir, request.path_params["name"], limit))
+
+
+async def results(request: Request) -> StreamingResponse:
+    server = authorized(request)
+    server.data_dir()
+    collection = server.collection
+    job = collection.job
+    if job is None:
+        raise ApiError(ErrorCode.NOT_FOUND, "no collection job has run on this server")
+    status = collection.status()
+    headers = {"x-gymckpt-job-state": status.state, "x-gymckpt-results": str(len(job.finished))}
+    return StreamingResponse(
+        read_results(job.spec.output_path, job.output_offset), media_type="application/x-ndjson", headers=headers
+    )
+
+
 def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     token = job_token(config)
-    roots = [d for d in [config.data_dir, *config.job_dirs] if d]
-
-    def authorized(request: Request) -> None:
-        check_token(request.headers.get("authorization", ""), token, "job")
-
     collection = Collection(
         config.agents,
         default_agent=config.default_agent,
@@ -93,48 +155,7 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         downstream_poll_s=config.downstream_poll_s,
         transport=transport,
     )
-
-    async def start(request: Request) -> JSONResponse:
-        authorized(request)
-        spec = await parse_body(request, JobSpec)
-        spec = spec.model_copy(
-            update={
-                "tasks_path": confine(roots, spec.tasks_path, "tasks_path"),
-                "output_path": confine(roots, spec.output_path, "output_path"),
-            }
-        )
-        return JSONResponse(collection.start(spec).model_dump())
-
-    async def current(request: Request) -> JSONResponse:
-        authorized(request)
-        return JSONResponse(collection.status().model_dump())
-
-    def require_data_dir() -> str:
-        if config.data_dir is None:
-            raise ApiError(
-                ErrorCode.NOT_FOUND, "this collection server has no data_dir: give task and result paths it can read"
-            )
-        return config.data_dir
-
-    async def upload(request: Request) -> JSONResponse:
-        authorized(request)
-        data_dir = require_data_dir()
-        answer = await receive_tasks(request, data_dir, request.path_params["name"], config.max_upload_mb << 20)
-        return JSONResponse(answer)
-
-    async def results(request: Request) -> StreamingResponse:
-        authorized(request)
-        require_data_dir()
-        job = collection.job
-        if job is None:
-            raise ApiError(ErrorCode.NOT_FOUND, "no collection job has run on this server")
-        status = collection.status()
-        headers = {"x-gymckpt-job-state": status.state, "x-gymckpt-results": str(len(job.finished))}
-        return StreamingResponse(
-            read_results(job.spec.output_path, job.output_offset), media_type="application/x-ndjson", headers=headers
-        )
-
-    return create_server_app(
+    app = create_server_app(
         config,
         collection,
         [
@@ -151,3 +172,5 @@ def create_app(config: Config, transport: httpx.AsyncBaseTransport | None = None
         on_shutdown=[collection.close],
         streamed_paths=("/tasks/",),  # streamed to disk under max_upload_mb
     )
+    app.state.held = Collector(config, token, collection)
+    return app

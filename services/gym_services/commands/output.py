@@ -5,7 +5,7 @@ from __future__ import annotations
 from gym_services.base.text import human_bytes, table
 from gym_services.coordination.coordinator import TransactionResult
 
-__all__ = ["EXIT_INTERRUPTED", "human_bytes", "table", "transaction_summary"]
+__all__ = ["EXIT_INTERRUPTED", "transaction_summary"]
 
 #: the exit status of a command stopped by Ctrl-C (SIGINT), as shells report it
 EXIT_INTERRUPTED = 128 + 2

@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.base.downstream import DownstreamFailure
-from gym_services.commands.output import EXIT_INTERRUPTED, human_bytes, table, transaction_summary
+from gym_services.base.text import human_bytes, table
+from gym_services.commands.output import EXIT_INTERRUPTED, transaction_summary
 from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState

@@ -26,7 +26,7 @@ from gym_services.control.models import VERB_MODELS
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX, Verb
 
-__all__ = ["CONTROL_PREFIX", "BearerAuth", "check_token", "control_mount", "control_routes"]
+__all__ = ["BearerAuth", "check_token", "control_mount", "control_routes"]
 
 
 def check_token(authorization: str, token: str, what: str = "control") -> None:

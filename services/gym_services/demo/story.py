@@ -120,7 +120,7 @@ def streams_on(live: dict[str, dict[str, Any]], worker_url: str) -> int:
     )
 
 
-def _kill(pid: int) -> None:
+def kill_process(pid: int) -> None:
     """SIGKILL a server's process group and wait until its process is gone (its sockets closed)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
@@ -137,11 +137,11 @@ def _auth(state: StackState) -> dict[str, str]:
     return {"authorization": f"Bearer {stack_secrets(Path(state.state_dir))['control_token']}"}
 
 
-def _job(state: StackState) -> dict[str, Any]:
+def job_status(state: StackState) -> dict[str, Any]:
     return httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
 
 
-async def _wait_job(state: StackState, timeout_s: float, progress: Callable[[dict], None] | None) -> dict[str, Any]:
+async def wait_job(state: StackState, timeout_s: float, progress: Callable[[dict], None] | None) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=10, headers=_auth(state)) as http:
         while time.monotonic() < deadline:
@@ -171,7 +171,7 @@ async def freeze_ledgers(model_urls: list[str], rollout_ids: list[str]) -> dict[
     return frozen
 
 
-def _read_results(path: Path, run: Run) -> None:
+def read_results(path: Path, run: Run) -> None:
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         rid = row["_ng_rollout_id"]
@@ -224,7 +224,7 @@ class Story:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _start(self, name: str) -> StackState:
+    def start(self, name: str) -> StackState:
         config = demo_stack(
             self.workdir / name,
             tokens_per_second=self.tokens_per_second,
@@ -258,7 +258,7 @@ class Story:
         if self.embedded_s3:
             stop_local_s3(self.workdir / "s3")
 
-    def _submit(self, state: StackState, output: Path) -> dict[str, Any]:
+    def submit(self, state: StackState, output: Path) -> dict[str, Any]:
         spec = {
             "tasks_path": str(self.tasks_path),
             "output_path": str(output),
@@ -309,14 +309,14 @@ class Story:
     def uninterrupted(self) -> Run:
         run = Run()
         output = self.workdir / "uninterrupted.jsonl"
-        state = self._start("uninterrupted")
+        state = self.start("uninterrupted")
         try:
             started = time.perf_counter()
-            self._submit(state, output)
-            asyncio.run(_wait_job(state, self.timeout_s, self._bar("uninterrupted")))
+            self.submit(state, output)
+            asyncio.run(wait_job(state, self.timeout_s, self._bar("uninterrupted")))
             run.duration_s = time.perf_counter() - started
             run.tokens_generated = model_tokens(model_status(state))
-            _read_results(output, run)
+            read_results(output, run)
             run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(self.workdir / "uninterrupted")
@@ -326,12 +326,12 @@ class Story:
         run = Run()
         output = self.workdir / "checkpointed.jsonl"
         state_dir = self.workdir / "checkpointed"
-        state = self._start("checkpointed")
+        state = self.start("checkpointed")
         token = stack_secrets(state_dir)["control_token"]
         checkpoint_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
             started = time.perf_counter()
-            self._submit(state, output)
+            self.submit(state, output)
             bar = self._bar("checkpointed")
             if self.kill_worker_at is not None:
                 self.wait_for_progress(state, self.timeout_s, share=self.kill_worker_at, bar=bar)
@@ -341,7 +341,7 @@ class Story:
                     f"{run.worker_killed['streaming']} generations"
                 )
             self.wait_for_progress(state, self.timeout_s, bar=bar)
-            run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
+            run.reruns_before_checkpoint = int(job_status(state).get("reruns", 0))
             run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
@@ -349,17 +349,17 @@ class Story:
         finally:
             stop_stack(state_dir, kill=True)  # the crash: every process, SIGKILL
         self.say(f"  killed every process with SIGKILL after checkpoint {checkpoint_id}")
-        state = self._start("checkpointed")  # fresh processes, same participant ids and secrets
+        state = self.start("checkpointed")  # fresh processes, same participant ids and secrets
         try:
             run.restore = asyncio.run(self._restore(state, token, checkpoint_id, run))
             if run.restore.status != "completed":
                 raise StoryError(f"restore failed: {run.restore.error}")
-            asyncio.run(_wait_job(state, self.timeout_s, self._bar("restored")))
+            asyncio.run(wait_job(state, self.timeout_s, self._bar("restored")))
             run.duration_s = time.perf_counter() - started
             models = model_status(state)
             run.tokens_after_restore = model_tokens(models)
             run.tokens_reused = sum(int(live.get("tokens_reused", 0)) for live in models.values())
-            _read_results(output, run)
+            read_results(output, run)
             run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(state_dir)
@@ -376,7 +376,7 @@ class Story:
         bar = bar or self._bar("checkpointed")
         deadline = time.monotonic() + timeout_s
         while True:
-            job = _job(state)
+            job = job_status(state)
             if bar:
                 bar(job)
             if job["state"] == "completed":
@@ -398,7 +398,7 @@ class Story:
             if time.monotonic() - started > 30:
                 raise StoryError(f"inference worker {victim.name} streamed nothing for 30s")
             time.sleep(0.01)
-        _kill(victim.pid)  # at once: a look at the other workers first would let the victim's streams finish
+        kill_process(victim.pid)  # at once: a look at the other workers first would let the victim's streams finish
         return {"name": victim.name, "url": victim.url, "streaming": active}
 
     def worker_failover(self, want: int = 4) -> Run:
@@ -409,18 +409,18 @@ class Story:
             raise StoryError("a worker failover needs at least 2 workers")
         run = Run()
         output = self.workdir / "failover.jsonl"
-        state = self._start("failover")
+        state = self.start("failover")
         try:
             started = time.perf_counter()
-            self._submit(state, output)
+            self.submit(state, output)
             run.worker_killed = self._kill_worker(state, want=want, patience_s=10.0)
-            asyncio.run(_wait_job(state, self.timeout_s, self._bar("failover")))
+            asyncio.run(wait_job(state, self.timeout_s, self._bar("failover")))
             run.duration_s = time.perf_counter() - started
-            run.reruns_before_checkpoint = int(_job(state).get("reruns", 0))
+            run.reruns_before_checkpoint = int(job_status(state).get("reruns", 0))
             run.in_flight = model_status(state)
             run.delivered = {run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])}
             run.tokens_before_cut = model_tokens(run.in_flight)
-            _read_results(output, run)
+            read_results(output, run)
             run.ledgers = asyncio.run(freeze_ledgers(state.urls(MODEL), sorted(run.results)))
         finally:
             stop_stack(self.workdir / "failover")
@@ -435,7 +435,7 @@ class Story:
         with the crash are counted exactly, up to the last one a dying worker wrote into its connection.
         """
         for worker in state.replicas_of(WORKER):
-            _kill(worker.pid)
+            kill_process(worker.pid)
         deadline = time.monotonic() + 30
         while True:
             live = model_status(state)
@@ -447,7 +447,7 @@ class Story:
             time.sleep(0.02)
         for server in state.servers:
             if server.group_name != WORKER:
-                _kill(server.pid)
+                kill_process(server.pid)
         return model_tokens(live)
 
     async def _checkpoint(self, state: StackState, token: str, checkpoint_id: str, run: Run) -> TransactionResult:

@@ -6,13 +6,19 @@ factory adds what all servers share: JSON errors, liveness and readiness, Promet
 and the checkpoint control plane. Middleware is scoped by ``Mount``: the control routes sit under
 one carrying bearer auth (:func:`gym_services.control.routes.control_mount`), the server's own
 routes under one (:class:`DataRoutes`) carrying signed session cookies, then admission and fencing.
+
+Endpoints are module-level functions: what they need is on ``app.state`` in a typed holder
+(:class:`ServerState` for the factory's own; a server's ``create_app`` puts its own on ``app.state.held``
+and its endpoints read it with :func:`held`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -39,6 +45,7 @@ from gym_services.server.openapi import Operation, openapi_routes
 
 log = get_logger("app")
 Hook = Callable[[], Awaitable[None]]
+H = TypeVar("H")
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -123,7 +130,6 @@ def create_server_app(
     at ``/docs`` (:mod:`gym_services.server.openapi`).
     """
     config.require_secrets()
-    enabled = config.checkpoint.enabled
     metrics = metrics if metrics is not None else Metrics(config.name)
     control_metrics = ControlMetrics.declare(metrics)
     metrics.track_live(participant.live)
@@ -132,50 +138,24 @@ def create_server_app(
     plane = ControlPlane(config, participant, control_metrics, admission)
     secret = config.session_secret.get_secret_value() if config.session_secret else secrets.token_hex(32)
     codec = SessionCodec(secret, config.name)
-
-    async def root(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "server": config.name, "role": participant.role})
-
-    async def live(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    async def readiness(request: Request) -> JSONResponse:
-        if ready is not None and not ready():
-            raise ApiError(ErrorCode.NOT_READY, f"{config.name} is not ready yet")
-        return JSONResponse({"status": "ready", "phase": plane.phase})
-
     all_routes: list[BaseRoute] = [
-        Route("/", root, methods=["GET"]),
-        Route("/health/live", live, methods=["GET"]),
-        Route("/health/ready", readiness, methods=["GET"]),
+        Route("/", _root, methods=["GET"]),
+        Route("/health/live", _live, methods=["GET"]),
+        Route("/health/ready", _readiness, methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),
     ]
     if nemo_gym:
-        all_routes += [Route(path, live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS]
+        all_routes += [Route(path, _live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS]
     if api:
         all_routes += openapi_routes(api_title or config.name, list(api))
     data_middleware = [Middleware(SessionMiddleware, codec=codec)]
-    if enabled:
-        control_token = config.checkpoint.control_token
-        assert control_token is not None  # require_secrets() refused a checkpointing server without one
-        all_routes.append(control_mount(plane, control_token.get_secret_value()))
+    if config.checkpoint.enabled:
+        assert config.checkpoint.control_token is not None  # require_secrets refused a server without one
+        all_routes.append(control_mount(plane, config.checkpoint.control_token.get_secret_value()))
         data_middleware.append(
             Middleware(AdmissionMiddleware, admission=admission, resolve=resolve, refused=control_metrics.refused)
         )
     all_routes.append(DataRoutes(routes, data_middleware))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
-        for hook in on_startup:
-            await hook()
-        await plane.start()
-        try:
-            yield
-        finally:
-            await plane.stop()
-            for hook in on_shutdown:
-                await hook()
-
     app = Starlette(
         routes=all_routes,
         exception_handlers={
@@ -184,11 +164,68 @@ def create_server_app(
             HTTPException: _fastapi_http_error if nemo_gym else _http_error,
             Exception: _internal_error,
         },
-        lifespan=lifespan,
+        lifespan=_lifespan,
         middleware=[Middleware(BodyLimit, limit=config.max_body_bytes, streamed=tuple(streamed_paths))],
     )
+    app.state.server = ServerState(config, participant, plane, ready, tuple(on_startup), tuple(on_shutdown))
     app.state.config = config
     app.state.plane = plane
     app.state.participant = participant
     app.state.session_codec = codec
     return app
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What :func:`create_server_app` keeps for its module-level endpoints and lifespan (``app.state.server``)."""
+
+    config: ServerConfig
+    participant: Participant[Any]
+    plane: ControlPlane[Any]
+    ready: Callable[[], bool] | None
+    on_startup: tuple[Hook, ...]
+    on_shutdown: tuple[Hook, ...]
+
+
+def held(request: Request, kind: type[H]) -> H:
+    """What a server's ``create_app`` put on ``app.state.held`` for its module-level endpoints (a typed holder)."""
+    state = request.app.state.held
+    if not isinstance(state, kind):
+        raise TypeError(f"app.state.held is {type(state).__name__}, not {kind.__name__}")
+    return state
+
+
+def _server(request: Request) -> ServerState:
+    state = request.app.state.server
+    assert isinstance(state, ServerState)
+    return state
+
+
+async def _root(request: Request) -> JSONResponse:
+    server = _server(request)
+    return JSONResponse({"status": "ok", "server": server.config.name, "role": server.participant.role})
+
+
+async def _live(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def _readiness(request: Request) -> JSONResponse:
+    server = _server(request)
+    if server.ready is not None and not server.ready():
+        raise ApiError(ErrorCode.NOT_READY, f"{server.config.name} is not ready yet")
+    return JSONResponse({"status": "ready", "phase": server.plane.phase})
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    server: ServerState = app.state.server
+    for hook in server.on_startup:
+        await hook()
+    await server.plane.start()
+    try:
+        yield
+    finally:
+        await server.plane.stop()
+        for hook in server.on_shutdown:
+            await hook()

@@ -45,7 +45,7 @@ def split_ports(app: ASGIApp, data_port: int, control_port: int) -> ASGIApp:
     the data routes stay open to the stack. The local socket's port decides; a request on the wrong port
     gets 404 ``not_found`` naming the right one."""
     from gym_services.base.errors import ApiError, ErrorCode
-    from gym_services.control.routes import CONTROL_PREFIX
+    from gym_services.control.protocol import CONTROL_PREFIX
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -16,8 +16,8 @@ from tests.services.agents.stack import Outcome, agent_blocked, checkpoint_and_c
 from tests.services.agents.wire import Call
 
 from gym_services.base import nemo_responses
+from gym_services.control.protocol import VERIFY_HEADER
 from gym_services.models.inference_worker.policies.base import load_tasks
-from gym_services.resources.common.sessions import VERIFY_HEADER
 from gym_services.resources.math_formal_lean.sandbox_standin import VERIFIED_MARKER
 
 ROW = load_tasks("math_formal_lean")[0]

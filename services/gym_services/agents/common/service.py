@@ -48,7 +48,7 @@ from gym_services.base.identity import RolloutIdentity
 from gym_services.base.metrics import Metrics
 from gym_services.base.nemo_responses import CreateParams
 from gym_services.control.admission import Admission, RoutePolicy
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 
 
 class RunRequest(BaseModel):
@@ -77,6 +77,109 @@ def _request_cookies(request: Request, skip: str) -> dict[str, str]:
     return cookies
 
 
+class AgentServer:
+    """An agent app's state, held on ``app.state.held`` for its endpoints: its downstream servers (their clients
+    are made at startup and closed at shutdown), its admission and its participant."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        servers: Mapping[str, str | list[str]],
+        transport: httpx.AsyncBaseTransport | None,
+        admission: Admission,
+    ) -> None:
+        self.config = config
+        self.servers = servers
+        self.transport = transport
+        self.admission = admission
+        self.own_cookie = own_cookie_name(config.name)
+        self.clients: dict[str, httpx.AsyncClient] = {}
+        self.downstream: dict[str, Downstream] = {}
+        self.app: Starlette | None = None  # this agent's own app: the model proxy is called through it
+        self.participant: AgentParticipant | None = None
+
+    async def startup(self) -> None:
+        config = self.config
+        assert self.app is not None
+        self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s)
+        self.clients["self"] = cookieless_client(
+            # an unexpected error in the proxy is its 500 reply here too, as it would be over the network
+            transport=httpx.ASGITransport(app=self.app, raise_app_exceptions=False),
+            timeout_s=config.request_timeout_s,
+            base_url=SELF_URL,
+        )
+        self.downstream[MODEL] = Downstream(MODEL, config.model_url, self.clients["net"])
+        self.downstream["self"] = Downstream(MODEL, SELF_URL, self.clients["self"])
+        for name, url in self.servers.items():
+            self.downstream[name] = Downstream(name, url, self.clients["net"])
+
+    async def shutdown(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+        self.clients.clear()
+
+    def context(self, ep: Episode) -> StepContext:
+        others = {name: d for name, d in self.downstream.items() if name in self.servers}
+        return StepContext(ep.identity, self.downstream["self"], others, self.own_cookie)
+
+
+async def run(request: Request) -> JSONResponse:
+    agent = held(request, AgentServer)
+    assert agent.participant is not None
+    body = await nemo_http.read_body(request)
+    nemo_http.validate_body(RunRequest, body)  # NeMo Gym's 422 for a row its agents refuse
+    assert isinstance(body, dict)
+    identity: RolloutIdentity | None
+    if agent.config.checkpoint.enabled:
+        identity = RolloutIdentity.require_from_run_body(body)
+    else:
+        identity = RolloutIdentity.from_run_body(body)
+    anonymous = identity is None
+    if identity is None:
+        identity = RolloutIdentity(rollout_id=f"anon-{uuid.uuid4().hex}")
+    else:
+        agent.admission.fence.observe(identity)  # 409 stale_attempt for an older attempt
+    result = await agent.participant.run(identity, body, anonymous=anonymous)
+    return JSONResponse(result)
+
+
+async def responses(request: Request) -> Response:
+    agent = held(request, AgentServer)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ApiError(ErrorCode.BAD_REQUEST, "/v1/responses body must be a JSON object")
+    if isinstance(body.get("input"), str):
+        body = {**body, "input": [{"role": "user", "content": body["input"]}]}
+    identity = RolloutIdentity.from_headers(request.headers)
+    try:
+        upstream = await agent.downstream[MODEL].send(
+            "/v1/responses", body, identity=identity, cookies=_request_cookies(request, agent.own_cookie)
+        )
+    except DownstreamUnavailable as exc:
+        raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)) from None
+    if upstream.status_code >= 500:
+        code, message = error_of(upstream)
+        if upstream.status_code == 503 and code in UNAVAILABLE_CODES:
+            raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, f"model: {code}: {message}")
+        raise ApiError(
+            ErrorCode.UPSTREAM_ERROR,
+            f"model answered {upstream.status_code}: {code or ''} {message}".strip(),
+        )
+    # 2xx and 4xx (409 checkpoint_parked, 409 stale_attempt, 400 ...) pass through unchanged
+    headers = {k: upstream.headers[k] for k in PASS_HEADERS if k in upstream.headers}
+    response = Response(upstream.content, status_code=upstream.status_code, headers=headers)
+    for raw in upstream.headers.get_list("set-cookie"):
+        response.raw_headers.append((b"set-cookie", raw.encode("latin-1")))
+    return response
+
+
+async def downstream_report(request: Request) -> JSONResponse:
+    """``GET /health/downstream``: the downstream servers and routes this agent's episodes retry, and since when."""
+    participant = held(request, AgentServer).participant
+    assert participant is not None
+    return JSONResponse(participant.downstream().model_dump(mode="json"))
+
+
 def create_agent_app(
     config: AgentConfig,
     loop: AgentLoop,
@@ -91,84 +194,10 @@ def create_agent_app(
     """
     metrics = Metrics(config.name)
     admission = Admission(config.participant_id)
-    own_cookie = own_cookie_name(config.name)
-    clients: dict[str, httpx.AsyncClient] = {}
-    downstream: dict[str, Downstream] = {}
-
-    async def startup() -> None:
-        clients["net"] = cookieless_client(transport=transport, timeout_s=config.request_timeout_s)
-        clients["self"] = cookieless_client(
-            # an unexpected error in the proxy is its 500 reply here too, as it would be over the network
-            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-            timeout_s=config.request_timeout_s,
-            base_url=SELF_URL,
-        )
-        downstream[MODEL] = Downstream(MODEL, config.model_url, clients["net"])
-        downstream["self"] = Downstream(MODEL, SELF_URL, clients["self"])
-        for name, url in servers.items():
-            downstream[name] = Downstream(name, url, clients["net"])
-
-    async def shutdown() -> None:
-        for client in clients.values():
-            await client.aclose()
-        clients.clear()
-
-    def context(ep: Episode) -> StepContext:
-        others = {name: d for name, d in downstream.items() if name in servers}
-        return StepContext(ep.identity, downstream["self"], others, own_cookie)
-
-    participant = AgentParticipant(
-        loop, config, admission=admission, metrics=AgentMetrics.declare(metrics), context=context
+    agent = AgentServer(config, servers, transport, admission)
+    participant = agent.participant = AgentParticipant(
+        loop, config, admission=admission, metrics=AgentMetrics.declare(metrics), context=agent.context
     )
-
-    async def run(request: Request) -> JSONResponse:
-        body = await nemo_http.read_body(request)
-        nemo_http.validate_body(RunRequest, body)  # NeMo Gym's 422 for a row its agents refuse
-        assert isinstance(body, dict)
-        identity: RolloutIdentity | None
-        if config.checkpoint.enabled:
-            identity = RolloutIdentity.require_from_run_body(body)
-        else:
-            identity = RolloutIdentity.from_run_body(body)
-        anonymous = identity is None
-        if identity is None:
-            identity = RolloutIdentity(rollout_id=f"anon-{uuid.uuid4().hex}")
-        else:
-            admission.fence.observe(identity)  # 409 stale_attempt for an older attempt
-        result = await participant.run(identity, body, anonymous=anonymous)
-        return JSONResponse(result)
-
-    async def responses(request: Request) -> Response:
-        body = await read_json(request)
-        if not isinstance(body, dict):
-            raise ApiError(ErrorCode.BAD_REQUEST, "/v1/responses body must be a JSON object")
-        if isinstance(body.get("input"), str):
-            body = {**body, "input": [{"role": "user", "content": body["input"]}]}
-        identity = RolloutIdentity.from_headers(request.headers)
-        try:
-            upstream = await downstream[MODEL].send(
-                "/v1/responses", body, identity=identity, cookies=_request_cookies(request, own_cookie)
-            )
-        except DownstreamUnavailable as exc:
-            raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)) from None
-        if upstream.status_code >= 500:
-            code, message = error_of(upstream)
-            if upstream.status_code == 503 and code in UNAVAILABLE_CODES:
-                raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, f"model: {code}: {message}")
-            raise ApiError(
-                ErrorCode.UPSTREAM_ERROR,
-                f"model answered {upstream.status_code}: {code or ''} {message}".strip(),
-            )
-        # 2xx and 4xx (409 checkpoint_parked, 409 stale_attempt, 400 ...) pass through unchanged
-        headers = {k: upstream.headers[k] for k in PASS_HEADERS if k in upstream.headers}
-        response = Response(upstream.content, status_code=upstream.status_code, headers=headers)
-        for raw in upstream.headers.get_list("set-cookie"):
-            response.raw_headers.append((b"set-cookie", raw.encode("latin-1")))
-        return response
-
-    async def downstream_report(request: Request) -> JSONResponse:
-        return JSONResponse(participant.downstream().model_dump(mode="json"))
-
     app = create_server_app(
         config,
         participant,
@@ -184,8 +213,10 @@ def create_agent_app(
             "/v1/responses": RoutePolicy.GATED_NOWAIT,
             DOWNSTREAM_PATH: RoutePolicy.OPEN,
         },
-        on_startup=[startup],
-        on_shutdown=[shutdown],
+        on_startup=[agent.startup],
+        on_shutdown=[agent.shutdown],
     )
+    agent.app = app
+    app.state.held = agent
     app.state.agent = participant
     return app

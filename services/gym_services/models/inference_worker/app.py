@@ -52,6 +52,8 @@ no control routes or admission are mounted; health, metrics and JSON errors come
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -80,8 +82,8 @@ from gym_services.models.inference_worker.generation import (
     plan_text_completion,
     token_mirror_path,
 )
-from gym_services.models.inference_worker.policies import POLICIES
-from gym_services.server.app import create_server_app
+from gym_services.models.inference_worker.policies import POLICIES, Policy
+from gym_services.server.app import create_server_app, held
 
 #: the context length /tokenize reports (the worker itself sets no limit)
 MAX_MODEL_LEN = 131072
@@ -109,6 +111,65 @@ class BackendParticipant(NothingToRestore):
     checkpoint_verify = VerifyMode.REPLAY
 
 
+@dataclass(frozen=True)
+class Worker:
+    """The worker's state, held on ``app.state.held`` for its endpoints: its policies, pace and counters."""
+
+    served: dict[str, Policy]
+    pace: Pace
+    stats: WorkerStats
+
+    def policy_of(self, model: str | None) -> Policy:
+        policy = self.served.get(model or "")
+        if policy is None:
+            raise ApiError(
+                ErrorCode.MODEL_NOT_FOUND, f"model {model!r} is not served; try one of {sorted(self.served)}"
+            )
+        return policy
+
+
+async def chat_completions(request: Request) -> CompletionResponse:
+    worker = held(request, Worker)
+    body = await parse_body(request, ChatCompletionRequest)
+    return CompletionResponse(plan_chat(body, worker.policy_of(body.model)), body, worker.pace, worker.stats)
+
+
+async def completions(request: Request) -> CompletionResponse:
+    worker = held(request, Worker)
+    body = await parse_body(request, CompletionRequest)
+    return CompletionResponse(plan_text_completion(body, worker.policy_of(body.model)), body, worker.pace, worker.stats)
+
+
+async def tokenize(request: Request) -> JSONResponse:
+    body = await parse_body(request, TokenizeRequest)
+    if body.messages is not None:
+        turns = [(m.role, m.raw_text()) for m in body.messages]
+        tokens = tokenizer.render_chat(turns, body.tools, body.add_generation_prompt)
+    else:
+        tokens = tokenizer.encode(body.prompt or "")
+    return JSONResponse({"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None})
+
+
+async def detokenize(request: Request) -> JSONResponse:
+    body = await parse_body(request, DetokenizeRequest)
+    try:
+        return JSONResponse({"prompt": tokenizer.decode(body.tokens)})
+    except ValueError as exc:
+        raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
+
+
+async def models(request: Request) -> JSONResponse:
+    data = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "gym-checkpoint", "description": p.description}
+        for name, p in held(request, Worker).served.items()
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def stats_route(request: Request) -> JSONResponse:
+    return JSONResponse(held(request, Worker).stats.snapshot())
+
+
 def create_app(config: Config) -> Starlette:
     unknown = sorted(set(config.models or []) - set(POLICIES))
     if unknown:
@@ -118,49 +179,6 @@ def create_app(config: Config) -> Starlette:
     metrics = Metrics(config.name)
     mirror = TokenMirror(token_mirror_path(config.stats_dir, config.participant_id)) if config.stats_dir else None
     stats = WorkerStats.declare(metrics, mirror)
-
-    def policy_of(model: str | None):
-        policy = served.get(model or "")
-        if policy is None:
-            raise ApiError(ErrorCode.MODEL_NOT_FOUND, f"model {model!r} is not served; try one of {sorted(served)}")
-        return policy
-
-    async def chat_completions(request: Request) -> CompletionResponse:
-        body = await parse_body(request, ChatCompletionRequest)
-        return CompletionResponse(plan_chat(body, policy_of(body.model)), body, pace, stats)
-
-    async def completions(request: Request) -> CompletionResponse:
-        body = await parse_body(request, CompletionRequest)
-        return CompletionResponse(plan_text_completion(body, policy_of(body.model)), body, pace, stats)
-
-    async def tokenize(request: Request) -> JSONResponse:
-        body = await parse_body(request, TokenizeRequest)
-        if body.messages is not None:
-            turns = [(m.role, m.raw_text()) for m in body.messages]
-            tokens = tokenizer.render_chat(turns, body.tools, body.add_generation_prompt)
-        else:
-            tokens = tokenizer.encode(body.prompt or "")
-        return JSONResponse(
-            {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None}
-        )
-
-    async def detokenize(request: Request) -> JSONResponse:
-        body = await parse_body(request, DetokenizeRequest)
-        try:
-            return JSONResponse({"prompt": tokenizer.decode(body.tokens)})
-        except ValueError as exc:
-            raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
-
-    async def models(request: Request) -> JSONResponse:
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "gym-checkpoint", "description": p.description}
-            for name, p in served.items()
-        ]
-        return JSONResponse({"object": "list", "data": data})
-
-    async def stats_route(request: Request) -> JSONResponse:
-        return JSONResponse(stats.snapshot())
-
     app = create_server_app(
         config,
         BackendParticipant(),
@@ -174,5 +192,6 @@ def create_app(config: Config) -> Starlette:
         ],
         metrics=metrics,
     )
+    app.state.held = Worker(served, pace, stats)
     app.state.stats = stats
     return app

@@ -49,6 +49,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from pydantic import Field
 from starlette.applications import Starlette
@@ -71,7 +72,7 @@ from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
 from gym_services.models.policy_model.stream_events import encode_sse, response_events
 from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamRetry
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 
 SSE_HEADERS = {"cache-control": "no-cache"}
 log = get_logger("policy_model")
@@ -100,6 +101,77 @@ class Config(ServerConfig):
     )
 
 
+@dataclass(frozen=True)
+class PolicyModel:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    config: Config
+    upstream: Upstream
+    manager: GenerationManager
+    ledger: CaptureLedger
+
+    async def shutdown(self) -> None:
+        self.manager.shutdown()
+        await self.upstream.close()
+
+
+async def responses(request: Request) -> Response:
+    server = held(request, PolicyModel)
+    config = server.config
+    body = await parse_body(request, ResponsesRequest)
+    model = config.upstream.model or body.model
+    if not model:
+        raise ApiError(ErrorCode.BAD_REQUEST, "no model: set upstream.model in the config or model in the request")
+    created_at = 0.0 if config.stable_created_at else time.time()
+    identity = RolloutIdentity.from_headers(request.headers)
+    digest = request_digest(body)
+    capture = identity if config.capture_tokens else None
+    if capture is not None:  # the intent before dispatch: a call lost from here on masks the rollout
+        server.ledger.begin_call(capture.rollout_id, digest, capture.attempt)
+    generation = await server.manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
+    assert generation.finish_reason is not None
+    response = build_response(
+        body,
+        digest,
+        body.model or model,
+        generation.text,
+        generation.finish_reason,
+        generation.prompt_tokens or 0,
+        generation.completion_tokens,
+        created_at,
+        token_information=generation.token_information() if config.return_token_id_information else None,
+    )
+    if capture is not None:
+        items = body.input if isinstance(body.input, list) else None
+        _capture(server.ledger, capture, digest, body.model or model, items, response, generation)
+    if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
+        return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)
+    return JSONResponse(response)
+
+
+def _capture(
+    ledger: CaptureLedger,
+    identity: RolloutIdentity,
+    call_id: str,
+    model: str,
+    items: list | None,
+    response: dict,
+    generation: Generation,
+) -> None:
+    """Store the call's entry before the response goes out; a capture failure never fails the call."""
+    tokens = call_tokens(generation)
+    try:
+        if tokens is None:
+            ledger.mark_incomplete(identity.rollout_id, call_id, identity.attempt, "the upstream returned no token ids")
+        else:
+            ledger.put(capture_entry(identity, call_id, model, items, response, tokens), identity.attempt)
+    except ApiError as exc:  # a conflicting payload (already masked), or the rollout frozen meanwhile
+        log.warning(
+            "token capture failed",
+            extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message},
+        )
+
+
 def create_app(config: Config) -> Starlette:
     metrics = Metrics(config.name)
     upstream = Upstream(config.upstream, FleetMetrics.declare(metrics))
@@ -111,60 +183,7 @@ def create_app(config: Config) -> Starlette:
         token_information=config.return_token_id_information,
     )
     ledger = CaptureLedger()
-
-    async def responses(request: Request) -> Response:
-        body = await parse_body(request, ResponsesRequest)
-        model = config.upstream.model or body.model
-        if not model:
-            raise ApiError(ErrorCode.BAD_REQUEST, "no model: set upstream.model in the config or model in the request")
-        created_at = 0.0 if config.stable_created_at else time.time()
-        identity = RolloutIdentity.from_headers(request.headers)
-        digest = request_digest(body)
-        capture = identity if config.capture_tokens else None
-        if capture is not None:  # the intent before dispatch: a call lost from here on masks the rollout
-            ledger.begin_call(capture.rollout_id, digest, capture.attempt)
-        generation = await manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
-        assert generation.finish_reason is not None
-        response = build_response(
-            body,
-            digest,
-            body.model or model,
-            generation.text,
-            generation.finish_reason,
-            generation.prompt_tokens or 0,
-            generation.completion_tokens,
-            created_at,
-            token_information=generation.token_information() if config.return_token_id_information else None,
-        )
-        if capture is not None:
-            items = body.input if isinstance(body.input, list) else None
-            _capture(capture, digest, body.model or model, items, response, generation)
-        if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
-            return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)
-        return JSONResponse(response)
-
-    def _capture(
-        identity: RolloutIdentity, call_id: str, model: str, items: list | None, response: dict, generation: Generation
-    ) -> None:
-        """Store the call's entry before the response goes out; a capture failure never fails the call."""
-        tokens = call_tokens(generation)
-        try:
-            if tokens is None:
-                ledger.mark_incomplete(
-                    identity.rollout_id, call_id, identity.attempt, "the upstream returned no token ids"
-                )
-            else:
-                ledger.put(capture_entry(identity, call_id, model, items, response, tokens), identity.attempt)
-        except ApiError as exc:  # a conflicting payload (already masked), or the rollout frozen meanwhile
-            log.warning(
-                "token capture failed",
-                extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message},
-            )
-
-    async def shutdown() -> None:
-        manager.shutdown()
-        await upstream.close()
-
+    server = PolicyModel(config, upstream, manager, ledger)
     app = create_server_app(
         config,
         ModelParticipant(manager, ledger),
@@ -172,8 +191,9 @@ def create_app(config: Config) -> Starlette:
         metrics=metrics,
         policies={"/v1/responses": RoutePolicy.GATED_NOWAIT},
         on_startup=[upstream.start],
-        on_shutdown=[shutdown],
+        on_shutdown=[server.shutdown],
     )
+    app.state.held = server
     app.state.generations = manager
     app.state.ledger = ledger
     return app

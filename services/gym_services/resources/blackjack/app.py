@@ -46,7 +46,7 @@ from gym_services.resources.blackjack.game import MAX_SEED, Episode, parse_actio
 from gym_services.resources.blackjack.participant import EpisodeParticipant
 from gym_services.resources.blackjack.state import EpisodeStore
 from gym_services.resources.common import nemo_routes
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 from gym_services.server.openapi import Operation
 
 SEED_HEADER = "x-ng-blackjack-seed"
@@ -132,45 +132,59 @@ def no_episode(sid: str) -> ApiError:
     return ApiError(ErrorCode.SESSION_NOT_FOUND, f"no live episode for session {sid}; call /reset first")
 
 
+@dataclass(frozen=True)
+class Blackjack:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    config: Config
+    store: EpisodeStore
+    participant: EpisodeParticipant
+    counts: BlackjackMetrics
+
+
+async def reset(request: Request) -> Response:
+    server = held(request, Blackjack)
+    body = await parse(request, ResetRequest)
+    identity = RolloutIdentity.from_headers(request.headers)
+    seed = choose_seed(server.config, body, identity)
+    episode = Episode.deal(seed)
+    await server.participant.seed(request, lambda sid: server.store.start(sid, episode))
+    headers = {**server.participant.seed_headers(), SEED_HEADER: str(seed)}
+    return json_response({"observation": episode.observation(), "info": {}}, headers=headers)
+
+
+async def step(request: Request) -> Response:
+    server = held(request, Blackjack)
+    participant = server.participant
+    body = await parse(request, StepRequest)
+    if server.config.step_latency_s:
+        participant.check_session(session_id(request))
+        await asyncio.sleep(server.config.step_latency_s)
+    sid, episode = participant.session(request, server.store.episodes.get, missing=no_episode)
+    try:
+        text = body.response.message_text()
+    except UnreadableOutput as exc:  # the reference fails reading such a response: 500 with the error's repr
+        return repr_error(AttributeError(*exc.args))
+    result = episode.step(parse_action(text))
+    if result.terminated:
+        server.store.episodes.pop(sid, None)
+        participant.end(sid)
+        server.counts.finished.labels(result=result.info["result"]).inc()
+    reply = StepResponse(
+        observation=result.observation,
+        reward=result.reward,
+        terminated=result.terminated,
+        truncated=False,
+        info=result.info,
+    )
+    return json_response(reply.model_dump(mode="json"))
+
+
 def create_app(config: Config) -> Starlette:
     store = EpisodeStore()
     participant = EpisodeParticipant(store)
     metrics = Metrics(config.name)
     counts = BlackjackMetrics.declare(metrics)
-
-    async def reset(request: Request) -> Response:
-        body = await parse(request, ResetRequest)
-        identity = RolloutIdentity.from_headers(request.headers)
-        seed = choose_seed(config, body, identity)
-        episode = Episode.deal(seed)
-        await participant.seed(request, lambda sid: store.start(sid, episode))
-        headers = {**participant.seed_headers(), SEED_HEADER: str(seed)}
-        return json_response({"observation": episode.observation(), "info": {}}, headers=headers)
-
-    async def step(request: Request) -> Response:
-        body = await parse(request, StepRequest)
-        if config.step_latency_s:
-            participant.check_session(session_id(request))
-            await asyncio.sleep(config.step_latency_s)
-        sid, episode = participant.session(request, store.episodes.get, missing=no_episode)
-        try:
-            text = body.response.message_text()
-        except UnreadableOutput as exc:  # the reference fails reading such a response: 500 with the error's repr
-            return repr_error(AttributeError(*exc.args))
-        result = episode.step(parse_action(text))
-        if result.terminated:
-            store.episodes.pop(sid, None)
-            participant.end(sid)
-            counts.finished.labels(result=result.info["result"]).inc()
-        reply = StepResponse(
-            observation=result.observation,
-            reward=result.reward,
-            terminated=result.terminated,
-            truncated=False,
-            info=result.info,
-        )
-        return json_response(reply.model_dump(mode="json"))
-
     app = create_server_app(
         config,
         participant,
@@ -187,5 +201,6 @@ def create_app(config: Config) -> Starlette:
         ],
         api_title="blackjack (NeMo Gym 0.7.0 Gymnasium environment)",
     )
+    app.state.held = Blackjack(config, store, participant, counts)
     app.state.episodes = store
     return app

@@ -9,6 +9,7 @@ configured ``restart_only``; later servers follow the same pattern with richer s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -19,10 +20,10 @@ from starlette.routing import Route
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.http import parse_body
-from gym_services.control.participant import InvalidState, V
+from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import CheckpointMode, VerifyMode
 from gym_services.resources.common import ExportedParticipant, RestartOnlyParticipant, SessionParticipant
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 
 STATE_VERSION = 1
 
@@ -77,41 +78,53 @@ class CounterSessions:
         self.values.pop(session_id, None)
 
 
+@dataclass(frozen=True)
+class Counter:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    config: Config
+    store: CounterSessions
+    participant: SessionParticipant[Any]
+
+
+async def seed(request: Request) -> JSONResponse:
+    server = held(request, Counter)
+    body = await parse_body(request, SeedRequest)
+    sid = await server.participant.seed(request, lambda sid: server.store.seed(sid, body.start))
+    return JSONResponse({"session_id": sid, "value": body.start}, headers=server.participant.seed_headers())
+
+
+async def increment(request: Request) -> JSONResponse:
+    server = held(request, Counter)
+    body = await parse_body(request, IncrementRequest)
+    sid, value = server.participant.session(request, server.store.values.get)
+    new = value + body.by
+    if abs(new) > server.config.max_value:
+        return JSONResponse({"output": f"Error: value {new} is out of range"})
+    server.store.values[sid] = new
+    return JSONResponse({"output": new})
+
+
+async def verify(request: Request) -> JSONResponse:
+    server = held(request, Counter)
+    body = await parse_body(request, VerifyRequest)
+    sid, value = server.participant.session(request, server.store.values.get)
+    try:
+        reward = 1.0 if value == body.target else 0.0
+    finally:
+        server.store.values.pop(sid, None)  # verify drops the session, so it is not replay-safe
+    server.participant.end(sid)
+    return JSONResponse({"reward": reward, "value": value})
+
+
 def create_app(config: Config) -> Starlette:
     store = CounterSessions()
+    participant: SessionParticipant[Any]
     if config.checkpoint_mode is CheckpointMode.RESTART_ONLY:
-        return _app(config, store, RestartOnlyParticipant(store, verify=VerifyMode.WAIT))
-    return _app(config, store, ExportedParticipant(store, verify=VerifyMode.WAIT))
-
-
-def _app(config: Config, store: CounterSessions, participant: SessionParticipant[V]) -> Starlette:
-    """The counter's routes over ``store``, with ``participant`` (of the configured mode) taking part."""
-
-    async def seed(request: Request) -> JSONResponse:
-        body = await parse_body(request, SeedRequest)
-        sid = await participant.seed(request, lambda sid: store.seed(sid, body.start))
-        return JSONResponse({"session_id": sid, "value": body.start}, headers=participant.seed_headers())
-
-    async def increment(request: Request) -> JSONResponse:
-        body = await parse_body(request, IncrementRequest)
-        sid, value = participant.session(request, store.values.get)
-        new = value + body.by
-        if abs(new) > config.max_value:
-            return JSONResponse({"output": f"Error: value {new} is out of range"})
-        store.values[sid] = new
-        return JSONResponse({"output": new})
-
-    async def verify(request: Request) -> JSONResponse:
-        body = await parse_body(request, VerifyRequest)
-        sid, value = participant.session(request, store.values.get)
-        try:
-            reward = 1.0 if value == body.target else 0.0
-        finally:
-            store.values.pop(sid, None)  # verify drops the session, so it is not replay-safe
-        participant.end(sid)
-        return JSONResponse({"reward": reward, "value": value})
-
-    return create_server_app(
+        participant = RestartOnlyParticipant(store, verify=VerifyMode.WAIT)
+    else:
+        participant = ExportedParticipant(store, verify=VerifyMode.WAIT)
+    app = create_server_app(
         config,
         participant,
         [
@@ -120,3 +133,5 @@ def _app(config: Config, store: CounterSessions, participant: SessionParticipant
             Route("/verify", verify, methods=["POST"]),
         ],
     )
+    app.state.held = Counter(config, store, participant)
+    return app

@@ -41,7 +41,7 @@ from gym_services.resources.indirect_prompt_injection import models, verifier
 from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
 from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
 from gym_services.resources.indirect_prompt_injection.tools import TOOLS, run_tool
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 from gym_services.server.openapi import Operation
 
 NOT_SEEDED = "Session not initialized. Please call seed_session first."
@@ -128,56 +128,70 @@ def not_seeded(sid: str) -> Exception:
     return nemo_http.detail_error(400, NOT_SEEDED)
 
 
+@dataclass(frozen=True)
+class Injection:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    config: Config
+    store: SessionStore
+    participant: ExportedParticipant
+    counts: IpiMetrics
+
+
+async def seed(request: Request) -> Response:
+    server = held(request, Injection)
+    body = await nemo_http.parse(request, SeedRequest)
+    size = len(json.dumps(body.environment, default=str))
+    limit = server.config.max_environment_bytes
+    if size > limit:
+        raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE, f"environment is {size} bytes; the limit is {limit}")
+    try:
+        await server.participant.seed(request, lambda sid: server.store.seed(sid, body.environment))
+    except NonJsonValue as exc:  # pragma: no cover - a parsed JSON body always passes
+        raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
+    return nemo_http.json_response({}, headers=server.participant.seed_headers())
+
+
+async def call_tool(request: Request) -> Response:
+    server = held(request, Injection)
+    name = request.path_params["tool_name"]
+    body = await nemo_http.parse(request, ToolCallRequest)
+    _, session = server.participant.session(request, server.store.get, missing=not_seeded)
+    result = run_tool(session, name, body.model_dump(exclude_unset=True))
+    server.counts.tools.labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
+    return nemo_http.json_response({"output": result.output})
+
+
+async def verify(request: Request) -> Response:
+    server = held(request, Injection)
+    raw = await nemo_http.read_body(request)
+    body = nemo_http.validate_body(VerifyRequest, raw)
+    sid = session_id(request)
+    server.participant.check_session(sid)
+    incomplete = body.response.incomplete_details
+    try:
+        verdict = verifier.score(
+            raw["response"]["output"],
+            body.injection.model_dump(),
+            body.required_tools,
+            incomplete.reason if incomplete else None,
+        )
+        answer = nemo_http.json_response(verify_answer(raw, body, verdict))
+    except Exception as exc:
+        server.counts.verifications.labels(result="error").inc()
+        return nemo_http.repr_error(exc)
+    finally:
+        server.store.drop(sid)  # even when scoring fails: verify is not replay-safe, hence "wait"
+        server.participant.end(sid)
+    server.counts.verifications.labels(result="followed" if verdict.injection_followed else "resisted").inc()
+    return answer
+
+
 def create_app(config: Config) -> Starlette:
     store = SessionStore()
     participant = ExportedParticipant(store, verify=VerifyMode.WAIT)
     metrics = Metrics(config.name)
     counts = IpiMetrics.declare(metrics)
-
-    async def seed(request: Request) -> Response:
-        body = await nemo_http.parse(request, SeedRequest)
-        size = len(json.dumps(body.environment, default=str))
-        if size > config.max_environment_bytes:
-            raise ApiError(
-                ErrorCode.PAYLOAD_TOO_LARGE, f"environment is {size} bytes; the limit is {config.max_environment_bytes}"
-            )
-        try:
-            await participant.seed(request, lambda sid: store.seed(sid, body.environment))
-        except NonJsonValue as exc:  # pragma: no cover - a parsed JSON body always passes
-            raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
-        return nemo_http.json_response({}, headers=participant.seed_headers())
-
-    async def call_tool(request: Request) -> Response:
-        name = request.path_params["tool_name"]
-        body = await nemo_http.parse(request, ToolCallRequest)
-        _, session = participant.session(request, store.get, missing=not_seeded)
-        result = run_tool(session, name, body.model_dump(exclude_unset=True))
-        counts.tools.labels(tool=name if name in TOOLS else "unknown", outcome=result.outcome).inc()
-        return nemo_http.json_response({"output": result.output})
-
-    async def verify(request: Request) -> Response:
-        raw = await nemo_http.read_body(request)
-        body = nemo_http.validate_body(VerifyRequest, raw)
-        sid = session_id(request)
-        participant.check_session(sid)
-        incomplete = body.response.incomplete_details
-        try:
-            verdict = verifier.score(
-                raw["response"]["output"],
-                body.injection.model_dump(),
-                body.required_tools,
-                incomplete.reason if incomplete else None,
-            )
-            answer = nemo_http.json_response(verify_answer(raw, body, verdict))
-        except Exception as exc:
-            counts.verifications.labels(result="error").inc()
-            return nemo_http.repr_error(exc)
-        finally:
-            store.drop(sid)  # even when scoring fails: verify is not replay-safe, hence "wait"
-            participant.end(sid)
-        counts.verifications.labels(result="followed" if verdict.injection_followed else "resisted").inc()
-        return answer
-
     app = create_server_app(
         config,
         participant,
@@ -209,5 +223,6 @@ def create_app(config: Config) -> Starlette:
         ],
         api_title="indirect_prompt_injection (NeMo Gym 0.7.0 resources server)",
     )
+    app.state.held = Injection(config, store, participant, counts)
     app.state.sessions = store
     return app

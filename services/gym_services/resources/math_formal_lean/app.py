@@ -48,7 +48,7 @@ from gym_services.resources.common import StatelessParticipant, nemo_routes
 from gym_services.resources.common.nemo_routes import EpisodeId, TaskId
 from gym_services.resources.math_formal_lean import feedback, proof
 from gym_services.resources.math_formal_lean.sandbox_client import LeanSandbox
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 from gym_services.server.openapi import Operation
 
 LOG = logging.getLogger(__name__)
@@ -226,6 +226,55 @@ class Verifier:
         )
 
 
+@dataclass(frozen=True)
+class Lean:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    participant: StatelessParticipant
+    verifier: Verifier
+    counts: LeanMetrics
+
+
+async def seed(request: Request) -> Response:
+    """An agent's seed (the task row; nothing of it is kept) answers ``{}``; an environment
+    server's seed (``resources_session_id``, ``episode_id``, ...) gets its session id back."""
+    participant = held(request, Lean).participant
+    body = await read_body(request)
+    if body is None:
+        raise missing_body()
+    if not isinstance(body, dict):
+        shown = body.decode() if isinstance(body, bytes) else body
+        raise NemoHttpError(
+            422,
+            {
+                "detail": [
+                    {"type": "model_attributes_type", "loc": ["body", form], "msg": NOT_AN_OBJECT, "input": shown}
+                    for form in ("ResourcesSeedSessionRequest", "BaseSeedSessionRequest")
+                ]
+            },
+        )
+    try:
+        seeded = SeedSessionRequest.model_validate(body)
+    except ValidationError:
+        return json_response({}, headers=participant.seed_headers())
+    answer = {"resources_session_id": seeded.resources_session_id, "resources_tools": None, "sandbox_access": None}
+    return json_response(answer, headers=participant.seed_headers())
+
+
+async def verify(request: Request) -> Response:
+    server = held(request, Lean)
+    body = await parse(request, VerifyRequest)
+    try:
+        result = await server.verifier.verify(body)
+    except Exception as exc:
+        # e.g. a sandbox answer that is JSON but not a compiler output, on which the reference fails too
+        LOG.exception("verification failed: %r", exc)
+        server.counts.verifications.labels(proof_status="server_error").inc()
+        return repr_error(AttributeError(*exc.args) if isinstance(exc, UnreadableOutput) else exc)
+    server.counts.verifications.labels(proof_status=result.proof_status).inc()
+    return json_response(result.model_dump(mode="json"))
+
+
 def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     """``sandbox_transport`` lets tests and the demo run the sandbox stand-in in process."""
     participant = StatelessParticipant(verify=VerifyMode.REPLAY)
@@ -240,46 +289,6 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         transport=sandbox_transport,
     )
     verifier = Verifier(config, sandbox)
-
-    async def seed(request: Request) -> Response:
-        """An agent's seed (the task row; nothing of it is kept) answers ``{}``; an environment
-        server's seed (``resources_session_id``, ``episode_id``, ...) gets its session id back."""
-        body = await read_body(request)
-        if body is None:
-            raise missing_body()
-        if not isinstance(body, dict):
-            shown = body.decode() if isinstance(body, bytes) else body
-            raise NemoHttpError(
-                422,
-                {
-                    "detail": [
-                        {"type": "model_attributes_type", "loc": ["body", form], "msg": NOT_AN_OBJECT, "input": shown}
-                        for form in ("ResourcesSeedSessionRequest", "BaseSeedSessionRequest")
-                    ]
-                },
-            )
-        try:
-            seeded = SeedSessionRequest.model_validate(body)
-        except ValidationError:
-            return json_response({}, headers=participant.seed_headers())
-        answer = {"resources_session_id": seeded.resources_session_id, "resources_tools": None, "sandbox_access": None}
-        return json_response(answer, headers=participant.seed_headers())
-
-    async def verify(request: Request) -> Response:
-        body = await parse(request, VerifyRequest)
-        try:
-            result = await verifier.verify(body)
-        except Exception as exc:
-            # e.g. a sandbox answer that is JSON but not a compiler output, on which the reference fails too
-            LOG.exception("verification failed: %r", exc)
-            counts.verifications.labels(proof_status="server_error").inc()
-            return repr_error(AttributeError(*exc.args) if isinstance(exc, UnreadableOutput) else exc)
-        counts.verifications.labels(proof_status=result.proof_status).inc()
-        return json_response(result.model_dump(mode="json"))
-
-    async def close_sandbox() -> None:
-        await sandbox.aclose()
-
     app = create_server_app(
         config,
         participant,
@@ -290,7 +299,7 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         ],
         # Nothing here holds state: every route keeps serving while a checkpoint is open.
         policies={path: RoutePolicy.OPEN for path in ("/verify", "/seed_session", "/close_session", "/reverify_mode")},
-        on_shutdown=[close_sandbox],
+        on_shutdown=[sandbox.aclose],
         nemo_gym=True,
         metrics=metrics,
         api=[
@@ -308,5 +317,6 @@ def create_app(config: Config, *, sandbox_transport: httpx.AsyncBaseTransport | 
         ],
         api_title="math_formal_lean (NeMo Gym 0.7.0 resources server)",
     )
+    app.state.held = Lean(participant, verifier, counts)
     app.state.verifier = verifier
     return app

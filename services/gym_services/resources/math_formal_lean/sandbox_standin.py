@@ -136,39 +136,40 @@ def compile_lean(code: str) -> tuple[str, str, str]:
     return "failed", message, ""
 
 
+async def execute(request: Request) -> JSONResponse | PlainTextResponse:
+    body = await parse_body(request, ExecuteRequest)
+    directives = _directives(body.generated_code)
+    stall = _seconds(directives.get("stall-seconds"))
+    if stall:
+        await asyncio.sleep(stall)
+    if "http-status" in directives:
+        try:
+            status = int(directives["http-status"])
+        except ValueError:
+            status = 500
+        if 400 <= status <= 599:
+            return PlainTextResponse(f"stand-in sandbox failure {status}", status_code=status)
+    if body.language != "lean4":
+        return JSONResponse(
+            {"process_status": "error", "stdout": "", "stderr": f"unsupported language {body.language!r}"}
+        )
+    compile_s = _seconds(directives.get("compile-seconds"))
+    if compile_s > body.timeout:
+        await asyncio.sleep(min(body.timeout, MAX_SLEEP_S))
+        return JSONResponse({"process_status": "timeout", "stdout": "", "stderr": "Timed out"})
+    if compile_s:
+        await asyncio.sleep(compile_s)
+    status_, stdout, stderr = compile_lean(body.generated_code)
+    limit = body.max_output_characters
+    return JSONResponse({"process_status": status_, "stdout": _cut(stdout, limit), "stderr": _cut(stderr, limit)})
+
+
+async def health(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok", "standin": True})
+
+
 def create_app(config: Config | None = None) -> Starlette:
     config = config or Config(name="lean_sandbox_standin")
-
-    async def execute(request: Request) -> JSONResponse | PlainTextResponse:
-        body = await parse_body(request, ExecuteRequest)
-        directives = _directives(body.generated_code)
-        stall = _seconds(directives.get("stall-seconds"))
-        if stall:
-            await asyncio.sleep(stall)
-        if "http-status" in directives:
-            try:
-                status = int(directives["http-status"])
-            except ValueError:
-                status = 500
-            if 400 <= status <= 599:
-                return PlainTextResponse(f"stand-in sandbox failure {status}", status_code=status)
-        if body.language != "lean4":
-            return JSONResponse(
-                {"process_status": "error", "stdout": "", "stderr": f"unsupported language {body.language!r}"}
-            )
-        compile_s = _seconds(directives.get("compile-seconds"))
-        if compile_s > body.timeout:
-            await asyncio.sleep(min(body.timeout, MAX_SLEEP_S))
-            return JSONResponse({"process_status": "timeout", "stdout": "", "stderr": "Timed out"})
-        if compile_s:
-            await asyncio.sleep(compile_s)
-        status_, stdout, stderr = compile_lean(body.generated_code)
-        limit = body.max_output_characters
-        return JSONResponse({"process_status": status_, "stdout": _cut(stdout, limit), "stderr": _cut(stderr, limit)})
-
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "standin": True})
-
     app = Starlette(
         routes=[
             Route("/execute", execute, methods=["POST"]),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,7 +33,7 @@ from gym_services.base.sessions import session_id
 from gym_services.control.admission import RoutePolicy
 from gym_services.control.protocol import VerifyMode
 from gym_services.resources.common import ExportedParticipant, nemo_routes
-from gym_services.server.app import create_server_app
+from gym_services.server.app import create_server_app, held
 from gym_services.server.openapi import Operation
 
 from . import verify as grading
@@ -146,65 +147,79 @@ def not_seeded(sid: str) -> Exception:
     return detail_error(400, NOT_SEEDED)
 
 
+@dataclass(frozen=True)
+class Workplace:
+    """The server's state, held on ``app.state.held`` for its endpoints."""
+
+    config: Config
+    sessions: WorkplaceSessions
+    participant: ExportedParticipant
+
+
+async def seed(request: Request) -> JSONResponse:
+    server = held(request, Workplace)
+    body = request_object(await request.body(), request.headers.get("content-type"))
+    if isinstance(body, JSONResponse):
+        return body
+    await server.participant.seed(request, lambda sid: asyncio.to_thread(server.sessions.seed, sid))
+    return JSONResponse({}, headers=server.participant.seed_headers())
+
+
+async def tool(request: Request) -> Response:
+    server = held(request, Workplace)
+    name = request.path_params["tool_name"]
+    body = request_object(await request.body(), request.headers.get("content-type"))
+    if isinstance(body, JSONResponse):
+        return body
+    refused = unencodable_key(body)
+    if refused is not None:
+        return refused
+    sid, _ = server.participant.session(request, server.sessions.find, missing=not_seeded)
+    if server.config.tool_latency_s:
+        await asyncio.sleep(server.config.tool_latency_s)
+    try:
+        result = await asyncio.to_thread(server.sessions.call_tool, sid, name, body)
+    except SessionNotFound:  # retired or verified while the call waited
+        return _detail(400, NOT_SEEDED)
+    try:
+        output = jsonable(result)
+    except Unserializable as exc:
+        return JSONResponse(f"PydanticSerializationError({exc})", status_code=500)
+    # pydantic writes the answer, as FastAPI writes the reference's response model: text it cannot encode
+    # (a lone surrogate a tool echoes) is its 500 with the error's repr
+    return nemo_http.json_response({"output": output})
+
+
+async def verify(request: Request) -> Response:
+    server = held(request, Workplace)
+    body = request_object(await request.body(), request.headers.get("content-type"))
+    if isinstance(body, JSONResponse):
+        return body
+    try:
+        parsed = nemo_http.validate_body(VerifyRequest, body)
+    except nemo_http.NemoHttpError as exc:  # like FastAPI: 422, and the session is kept
+        return exc.response()
+    sid = session_id(request)
+    server.participant.check_session(sid)
+    predicted = grading.extract_function_calls(parsed.response.output)
+    try:
+        correct = await asyncio.to_thread(grading.is_correct, predicted, parsed.ground_truth)
+    except Exception as exc:
+        return JSONResponse(repr(exc), status_code=500)
+    finally:
+        server.sessions.drop(sid)  # verify discards the session, even when grading fails
+    server.participant.end(sid)
+    answer = VerifyResponse(
+        responses_create_params=parsed.responses_create_params,
+        response=parsed.response,
+        reward=1.0 if correct else 0.0,
+    )
+    return nemo_http.json_response(answer.model_dump(mode="json"))
+
+
 def create_app(config: Config) -> Starlette:
     sessions = WorkplaceSessions()
     participant = ExportedParticipant(sessions, verify=VerifyMode.WAIT)
-
-    async def seed(request: Request) -> JSONResponse:
-        body = request_object(await request.body(), request.headers.get("content-type"))
-        if isinstance(body, JSONResponse):
-            return body
-        await participant.seed(request, lambda sid: asyncio.to_thread(sessions.seed, sid))
-        return JSONResponse({}, headers=participant.seed_headers())
-
-    async def tool(request: Request) -> Response:
-        name = request.path_params["tool_name"]
-        body = request_object(await request.body(), request.headers.get("content-type"))
-        if isinstance(body, JSONResponse):
-            return body
-        refused = unencodable_key(body)
-        if refused is not None:
-            return refused
-        sid, _ = participant.session(request, sessions.find, missing=not_seeded)
-        if config.tool_latency_s:
-            await asyncio.sleep(config.tool_latency_s)
-        try:
-            result = await asyncio.to_thread(sessions.call_tool, sid, name, body)
-        except SessionNotFound:  # retired or verified while the call waited
-            return _detail(400, NOT_SEEDED)
-        try:
-            output = jsonable(result)
-        except Unserializable as exc:
-            return JSONResponse(f"PydanticSerializationError({exc})", status_code=500)
-        # pydantic writes the answer, as FastAPI writes the reference's response model: text it cannot encode
-        # (a lone surrogate a tool echoes) is its 500 with the error's repr
-        return nemo_http.json_response({"output": output})
-
-    async def verify(request: Request) -> Response:
-        body = request_object(await request.body(), request.headers.get("content-type"))
-        if isinstance(body, JSONResponse):
-            return body
-        try:
-            parsed = nemo_http.validate_body(VerifyRequest, body)
-        except nemo_http.NemoHttpError as exc:  # like FastAPI: 422, and the session is kept
-            return exc.response()
-        sid = session_id(request)
-        participant.check_session(sid)
-        predicted = grading.extract_function_calls(parsed.response.output)
-        try:
-            correct = await asyncio.to_thread(grading.is_correct, predicted, parsed.ground_truth)
-        except Exception as exc:
-            return JSONResponse(repr(exc), status_code=500)
-        finally:
-            sessions.drop(sid)  # verify discards the session, even when grading fails
-        participant.end(sid)
-        answer = VerifyResponse(
-            responses_create_params=parsed.responses_create_params,
-            response=parsed.response,
-            reward=1.0 if correct else 0.0,
-        )
-        return nemo_http.json_response(answer.model_dump(mode="json"))
-
     app = create_server_app(
         config,
         participant,
@@ -237,5 +252,6 @@ def create_app(config: Config) -> Starlette:
         ],
         api_title="workplace_assistant (NeMo Gym 0.7.0 resources server)",
     )
+    app.state.held = Workplace(config, sessions, participant)
     app.state.workplace_sessions = sessions  # the conformance suite reads the final tables
     return app

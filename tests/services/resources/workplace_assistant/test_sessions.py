@@ -191,7 +191,7 @@ def test_sessions_from_another_base_need_that_base() -> None:
 
 
 def test_fits_the_control_plane_session_and_shared_state_hooks() -> None:
-    from gym_services.resources.common.sessions import SessionHooks
+    from gym_services.resources.common.hooks import SessionHooks
 
     store = WorkplaceSessions()
     assert isinstance(store, SessionHooks)

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.http import parse_body
-from gym_services.control.participant import InvalidState
+from gym_services.control.participant import InvalidState, V
 from gym_services.control.protocol import CheckpointMode, VerifyMode
 from gym_services.resources.common import ExportedParticipant, RestartOnlyParticipant, SessionParticipant
 from gym_services.server.app import create_server_app, held
@@ -119,11 +119,13 @@ async def verify(request: Request) -> JSONResponse:
 
 def create_app(config: Config) -> Starlette:
     store = CounterSessions()
-    participant: SessionParticipant[Any]
     if config.checkpoint_mode is CheckpointMode.RESTART_ONLY:
-        participant = RestartOnlyParticipant(store, verify=VerifyMode.WAIT)
-    else:
-        participant = ExportedParticipant(store, verify=VerifyMode.WAIT)
+        return _app(config, store, RestartOnlyParticipant(store, verify=VerifyMode.WAIT))
+    return _app(config, store, ExportedParticipant(store, verify=VerifyMode.WAIT))
+
+
+def _app(config: Config, store: CounterSessions, participant: SessionParticipant[V]) -> Starlette:
+    """The counter's routes over ``store``, with ``participant`` (of the configured mode) taking part."""
     app = create_server_app(
         config,
         participant,

@@ -70,6 +70,7 @@ class Kube:
     """Pods to find participants; Checkpoint/Restore objects and their status; credentials Secrets."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -90,6 +91,21 @@ class Kube:
             return await asyncio.to_thread(fn, *args, _request_timeout=CALL_TIMEOUT_S, **kwargs)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise _translate(exc, what) from None
+
+    async def openapi_document(self, group_version: str) -> dict[str, Any]:
+        """The API server's OpenAPI v3 document of one group-version (the installed CRDs' schemas): readable by every
+        authenticated client (the system:discovery role), no RBAC rule needed."""
+        document = await self._call(
+            f"get the OpenAPI document of {group_version}",
+            self.api_client.call_api,
+            f"/openapi/v3/apis/{group_version}",
+            "GET",
+            header_params={"Accept": "application/json"},
+            response_type="object",
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
+        return dict(document or {})
 
     async def list_pods(self, namespace: str, selector: str) -> list[Any]:
         result = await self._call(

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import json
 import os
 from typing import Any
 
@@ -95,16 +96,21 @@ class Kube:
     async def openapi_document(self, group_version: str) -> dict[str, Any]:
         """The API server's OpenAPI v3 document of one group-version (the installed CRDs' schemas): readable by every
         authenticated client (the system:discovery role), no RBAC rule needed."""
-        document = await self._call(
-            f"get the OpenAPI document of {group_version}",
-            self.api_client.call_api,
-            f"/openapi/v3/apis/{group_version}",
-            "GET",
-            header_params={"Accept": "application/json"},
-            response_type="object",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-        )
+
+        def get(_request_timeout: float) -> Any:
+            method, url, headers, _, _ = self.api_client.param_serialize(
+                method="GET",
+                resource_path=f"/openapi/v3/apis/{group_version}",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api_client.call_api(method, url, header_params=headers, _request_timeout=_request_timeout)
+            response.read()
+            if not 200 <= response.status < 300:
+                raise ApiException(status=response.status, reason=response.reason)
+            return json.loads(response.data)
+
+        document = await self._call(f"get the OpenAPI document of {group_version}", get)
         return dict(document or {})
 
     async def list_pods(self, namespace: str, selector: str) -> list[Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ pytestmark = pytest.mark.k8s
 
 helm = pytest.importorskip("helm_python")
 
+ROOT = Path(__file__).resolve().parents[2]
 PARTICIPANTS = {"policy-model", "workplace-assistant", "simple-agent", "collection"}
 
 
@@ -439,3 +442,84 @@ def test_rollouts_custom_and_disabled(render: Any) -> None:
 )
 def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: dict[str, Any], message: str) -> None:
     assert message in refused(helm_chart, values)
+
+
+# --- GitOps, shared clusters -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant", ["defaults", "explicit-secrets", "existing-secrets", "upgrade-checkpoint-and-restore"]
+)
+def test_two_renders_are_identical(helm_chart: Any, variant: str) -> None:
+    """`helm template` twice (Argo CD, Flux) gives the same manifests, Secrets and checksums included: nothing random
+    is rendered (generated values come from the secrets hook) and no template reads the cluster."""
+    first = helm_chart.render(VARIANTS[variant], name="demo", namespace="prod")
+    second = helm_chart.render(VARIANTS[variant], name="demo", namespace="prod")
+    assert first == second
+    templates = (ROOT / "charts" / "gym-checkpoint" / "templates").glob("*")
+    assert not [t.name for t in templates if re.search(r"\blookup\s+\"", t.read_text())]
+
+
+def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
+    release = {"app.kubernetes.io/name": "gym-checkpoint", "app.kubernetes.io/instance": "demo"}
+    dns = {
+        "to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+    }
+    off = by_kind(render(), "NetworkPolicy")
+    assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in off.values())  # egress untouched by default
+    operator = off["demo-gym-checkpoint-operator"]["spec"]
+    assert operator["podSelector"]["matchLabels"] == {**release, "app.kubernetes.io/component": "operator"}
+    assert operator["ingress"] == []  # nothing connects to the operator
+
+    policies = by_kind(render(VARIANTS["network-policy-egress"]), "NetworkPolicy")
+    api = {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+    own = {"to": [{"podSelector": {"matchLabels": release}}]}
+    servers = policies["demo-gym-checkpoint-servers"]["spec"]
+    assert servers["policyTypes"] == ["Ingress", "Egress"]
+    assert servers["egress"] == [own, dns, {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8000}]}]
+    assert policies["demo-gym-checkpoint-operator"]["spec"]["egress"] == [own, dns, api]  # embedded store: no S3 rule
+    assert policies["demo-gym-checkpoint-object-store"]["spec"]["egress"] == []
+    hooks = policies["demo-gym-checkpoint-hooks"]
+    assert hooks["metadata"]["annotations"]["helm.sh/hook"].split(",")[:2] == ["pre-install", "pre-upgrade"]
+    assert hooks["spec"]["podSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["secrets-hook", "upgrade-hook"]}
+    ]
+    assert hooks["spec"]["egress"] == [dns, api] and hooks["spec"]["ingress"] == []
+    # every hook Job's pod is one the hooks policy selects
+    for job in by_kind(render(VARIANTS["network-policy-egress"]), "Job").values():
+        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in (
+            "secrets-hook",
+            "upgrade-hook",
+        )
+
+    external = by_kind(render(VARIANTS["network-policy-egress-external-store"]), "NetworkPolicy")
+    s3 = {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}]}
+    any_dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert external["demo-gym-checkpoint-servers"]["spec"]["egress"] == [own, any_dns, s3]
+    assert s3 in external["demo-gym-checkpoint-operator"]["spec"]["egress"]
+    # the tokens are still generated (only the S3 keys exist already), no upgrade hooks: the secrets hook alone
+    assert external["demo-gym-checkpoint-hooks"]["spec"]["podSelector"]["matchExpressions"][0]["values"] == [
+        "secrets-hook"
+    ]
+
+
+def test_namespace_users_get_checkpoints_through_their_default_roles(render: Any) -> None:
+    roles = by_kind(render(), "ClusterRole")
+    view, edit = roles["prod-demo-gym-checkpoint-view"], roles["prod-demo-gym-checkpoint-edit"]
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k in view["metadata"]["labels"] if k.startswith(aggregate)} == {aggregate + "view"}
+    assert {k for k in edit["metadata"]["labels"] if k.startswith(aggregate)} == {
+        aggregate + "edit",
+        aggregate + "admin",
+    }
+    for role, verbs in (
+        (view, {"get", "list", "watch"}),
+        (edit, {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}),
+    ):
+        (rule,) = role["rules"]
+        assert rule["resources"] == ["checkpoints", "restores"] and set(rule["verbs"]) == verbs  # never status
+    assert not by_kind(render(VARIANTS["namespace-scoped-deployer"]), "ClusterRole")
+    # two releases (or namespaces) never claim the same ClusterRole
+    assert not set(roles) & set(by_kind(render(name="other"), "ClusterRole"))
+    assert not set(roles) & set(by_kind(render(namespace="staging"), "ClusterRole"))

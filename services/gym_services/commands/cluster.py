@@ -381,9 +381,9 @@ def _fill_secret(core: Any, namespace: str, name: str, keys: dict[str, int], see
         if exc.status == 409:
             raise _Conflict from None
         raise ClusterError(f"writing Secret {name} in {namespace} failed: {exc.status} {exc.reason}") from None
-    verb = "created" if existing is None else "added to"
+    verb = "created with" if existing is None else "given"
     kept = f" ({', '.join(seeded)} kept from {', '.join(seeds)})" if seeded else ""
-    return f"Secret {name}: {', '.join(missing)} {verb} it{kept}"
+    return f"Secret {name} {verb} {', '.join(missing)}{kept}"
 
 
 class _Conflict(Exception):

@@ -486,6 +486,9 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         (("gym-checkpoint.dev",), ("restores",)): {"list", "watch", "patch"},
         (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status")): {"patch"},
         (("",), ("events",)): {"create"},
+        # at shutdown, by name: is the release going away (its namespace terminating, the operator's Deployment gone)
+        (("",), ("namespaces",)): {"get"},
+        (("apps",), ("deployments",)): {"get"},
     }
     assert rules == least  # no Secret at all unless a storage location names one
     assert env["GYMCKPT_STORAGE_LOCATIONS"]["value"] == "{}"

@@ -2,28 +2,37 @@
 # the chart's helpers (`gymckpt forward` in front of the in-cluster S3 store, `gymckpt cluster` in the
 # upgrade hooks). Build it, push it to a registry your cluster pulls from, and give the chart that name:
 #
-#   docker build -t registry.example.com/ml/gym-checkpoint:0.1.0 .
+#   docker buildx imagetools inspect python:3.11.14-slim-bookworm      # the "Digest: sha256:..." line
+#   docker build --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest> \
+#     -t registry.example.com/ml/gym-checkpoint:0.1.0 .
 #   docker push registry.example.com/ml/gym-checkpoint:0.1.0
 #   helm install gym charts/gym-checkpoint --set image.repository=registry.example.com/ml/gym-checkpoint
 #
-# Two stages: the builder installs the pinned dependencies (docker/requirements.lock) into a virtual
-# environment before any source is copied, so a code change rebuilds only the last, small layer; the
-# runtime stage copies that environment onto the same pinned base, without pip's caches or build files.
+# Two stages: the builder installs the pinned dependencies (docker/requirements.lock, every wheel's sha256 checked:
+# --require-hashes) into a virtual environment before any source is copied, so a code change rebuilds only the
+# last, small layer; the runtime stage copies that environment onto the same base, without pip's caches or build
+# files.
 
-# An exact tag; for a build that can never change underneath you, add the digest your registry shows:
-#   --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest>
-ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+# The base image, by digest: required, so a build can never change underneath you (a tag moves when the image is
+# rebuilt). The build stops when PYTHON_IMAGE has no @sha256: digest; the image name it expects is CPython 3.11 on
+# Debian bookworm (the lock's wheels are for glibc 2.36), e.g. python:3.11.14-slim-bookworm@sha256:<digest>.
+ARG PYTHON_IMAGE
 
 FROM ${PYTHON_IMAGE} AS builder
+ARG PYTHON_IMAGE
+RUN case "${PYTHON_IMAGE}" in \
+      *@sha256:????????????????????????????????????????????????????????????????) ;; \
+      *) echo "PYTHON_IMAGE=${PYTHON_IMAGE} is not pinned by digest: build with --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest> (docker buildx imagetools inspect python:3.11.14-slim-bookworm shows it)" >&2; exit 1 ;; \
+    esac
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 # Dependencies first, from the lock alone: this layer changes only when the lock does.
 COPY docker/requirements.lock docker/build.lock /tmp/
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-deps --only-binary=:all: -r /tmp/requirements.lock \
+    && /opt/venv/bin/pip install --no-deps --only-binary=:all: --require-hashes -r /tmp/requirements.lock \
     && python -m venv /opt/build \
-    && /opt/build/bin/pip install --no-deps --only-binary=:all: -r /tmp/build.lock
+    && /opt/build/bin/pip install --no-deps --only-binary=:all: --require-hashes -r /tmp/build.lock
 # Then the project: its wheel built with the pinned backend, installed without resolving anything.
 WORKDIR /src
 COPY pyproject.toml README.md ./

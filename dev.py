@@ -23,6 +23,7 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".gymckpt-installed"
 LOCK = ROOT / "docker" / "requirements.lock"  # the image's pins: the environment uses the same versions
+CONSTRAINTS = VENV / "constraints.txt"  # the lock without its wheel hashes (hashes would turn on hash-checking)
 
 TEST_HELP = """usage: python3 dev.py test [PYTEST ARGS...]
 
@@ -45,7 +46,8 @@ def ensure_venv() -> None:
     """Create the venv and (re)install the project when pyproject.toml or docker/requirements.lock changed."""
     if sys.version_info < (3, 11):
         sys.exit(f"Python >= 3.11 is required, this is {sys.version.split()[0]}")
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()).hexdigest()
+    pins = lock_constraints()
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + pins.encode()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "gymckpt").exists():
         return
     # what setting up says goes to stderr: stdout is the command's own output (`dev.py gymckpt ... --json`)
@@ -53,6 +55,7 @@ def ensure_venv() -> None:
         print(f"creating {VENV} ...", file=sys.stderr, flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("installing gym-checkpoint and its pinned dependencies (first run only) ...", file=sys.stderr, flush=True)
+    CONSTRAINTS.write_text(pins)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True, stdout=sys.stderr)
     print(
@@ -62,7 +65,7 @@ def ensure_venv() -> None:
     )
     try:
         subprocess.run(
-            [*pip, "-c", str(LOCK), "-e", f"{ROOT}[operator,local-s3,test,engine]"],
+            [*pip, "-c", str(CONSTRAINTS), "-e", f"{ROOT}[operator,local-s3,test,engine]"],
             check=True,
             stdout=sys.stderr,
             env=engine_build_env(),
@@ -73,6 +76,17 @@ def ensure_venv() -> None:
             "python3 docker/lock.py"
         )
     STAMP.write_text(wanted)
+
+
+def lock_constraints() -> str:
+    """docker/requirements.lock's pins without their hashes (docker/lock.py's `constraints`)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gymckpt_lock", ROOT / "docker" / "lock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.constraints(LOCK.read_text())
 
 
 def engine_build_env() -> dict[str, str]:

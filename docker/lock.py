@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Write docker/requirements.lock (every distribution `pip install ".[operator]"` installs, pinned) and
-docker/build.lock (the build backend pyproject.toml names, pinned).
+docker/build.lock (the build backend pyproject.toml names, pinned), each pin with the sha256 of every wheel the
+image may install for it (CPython 3.11 on Linux x86_64 and aarch64): the image installs them with
+`pip install --require-hashes`, so a wheel that changed on the index stops the build.
 
 The image's dependency layer is built from this file alone (before the source is copied), and `dev.py`
 installs the development environment with it as constraints, so CI, the demo and the image run the same
-versions. Run it after changing a pin in pyproject.toml (it asks pip to resolve, so it needs the package index):
+versions (it reads the pins without the hashes: `constraints`). Run it after changing a pin in pyproject.toml (it asks
+pip to resolve and downloads the wheels to hash them, so it needs the package index):
 
     python3 docker/lock.py
 
@@ -14,6 +17,7 @@ It resolves for the Python running it; run it with the image's Python minor vers
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import subprocess
@@ -67,20 +71,100 @@ def resolve(*requirements: str) -> dict[str, str]:
     return dict(sorted(pins.items()))
 
 
+def manylinux(arch: str, glibc_minor: int = 36) -> list[str]:
+    """The platform tags pip on glibc 2.<minor> accepts, most preferred first (pip's own order)."""
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags = []
+    for minor in range(glibc_minor, 4, -1):
+        tags.append(f"manylinux_2_{minor}_{arch}")
+        if minor in legacy and (arch == "x86_64" or minor == 17):
+            tags.append(f"{legacy[minor]}_{arch}")
+    return tags
+
+
+#: the image's platforms: CPython 3.11 on the base image's glibc (Debian bookworm: 2.36), on both architectures a
+#: cluster's nodes run; pip in the image picks among these tags in this order
+PLATFORMS = {arch: manylinux(arch) for arch in ("x86_64", "aarch64")}
+
+
+def wheel_hashes(pins: dict[str, str]) -> dict[str, list[str]]:
+    """name -> sorted sha256 of each wheel pip would install for the pin on one of PLATFORMS (`pip download`, then
+    the digest `pip hash` prints)."""
+    from packaging.utils import parse_wheel_filename
+
+    found: dict[str, set[str]] = {name: set() for name in pins}
+    for platforms in PLATFORMS.values():
+        with tempfile.TemporaryDirectory() as tmp:
+            requirements = Path(tmp) / "pins.txt"
+            requirements.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--implementation",
+                    "cp",
+                    "--python-version",
+                    "3.11",
+                    "--abi",
+                    "cp311",
+                    *[arg for platform in platforms for arg in ("--platform", platform)],
+                    "--dest",
+                    str(Path(tmp) / "wheels"),
+                    "-r",
+                    str(requirements),
+                ],
+                check=True,
+            )
+            for wheel in (Path(tmp) / "wheels").glob("*.whl"):
+                name = canonical(parse_wheel_filename(wheel.name)[0])
+                found[name].add(hashlib.sha256(wheel.read_bytes()).hexdigest())
+    missing = sorted(name for name, digests in found.items() if not digests)
+    if missing:
+        raise SystemExit(f"no wheel found for {missing}")
+    return {name: sorted(digests) for name, digests in found.items()}
+
+
+def constraints(text: str) -> str:
+    """A lock without its hashes (pip turns hash-checking on for everything once a constraint has a hash)."""
+    return re.sub(r" \\\n(?:[ \t]+--hash=sha256:[0-9a-f]{64}(?: \\)?\n)+", "\n", text)
+
+
 def build_requirements() -> list[str]:
     import tomllib
 
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
 
 
-def render(header: str, pins: dict[str, str]) -> str:
-    return header + "".join(f"{name}=={version}\n" for name, version in pins.items())
+def render(header: str, pins: dict[str, str], hashes: dict[str, list[str]]) -> str:
+    lines = []
+    for name, version in pins.items():
+        lines.append(" \\\n".join([f"{name}=={version}", *(f"    --hash=sha256:{digest}" for digest in hashes[name])]))
+    return header + "".join(line + "\n" for line in lines)
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in constraints(path.read_text()).splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name] = version
+    return pins
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    LOCK.write_text(render(HEADER, resolve(f"{ROOT}[operator]")))
-    BUILD_LOCK.write_text(render(BUILD_HEADER, resolve(*build_requirements())))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rehash", action="store_true", help="keep the pinned versions, only hash their wheels again")
+    args = parser.parse_args()
+    pins = read_pins(LOCK) if args.rehash else resolve(f"{ROOT}[operator]")
+    build = read_pins(BUILD_LOCK) if args.rehash else resolve(*build_requirements())
+    LOCK.write_text(render(HEADER, pins, wheel_hashes(pins)))
+    BUILD_LOCK.write_text(render(BUILD_HEADER, build, wheel_hashes(build)))
     print(f"wrote {LOCK.relative_to(ROOT)} and {BUILD_LOCK.relative_to(ROOT)}")
     return 0
 

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import kopf
 
+from gym_operator import crdcheck
 from gym_operator.discovery import (
     DiscoveryError,
     ReplicaCountMismatch,
@@ -115,6 +116,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Namespaced RBAC cannot watch namespaces or CRDs; the chart turns scanning off unless it adds a ClusterRole.
     settings.scanning.disabled = memo.settings.scanning_disabled
     memo.kube = Kube.connect()
+    await crdcheck.verify(memo.kube)  # CRDs older than this operator: stop, naming the command that updates them
     memo.locks = {}
     memo.running = {}  # resource uid -> an Event set once its transaction has ended
     memo.posted = {}  # (resource uid, reason) -> the message of the last Event posted with it

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import json
 import os
 from typing import Any
 
@@ -70,6 +71,7 @@ class Kube:
     """Pods to find participants; Checkpoint/Restore objects and their status; credentials Secrets."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -90,6 +92,26 @@ class Kube:
             return await asyncio.to_thread(fn, *args, _request_timeout=CALL_TIMEOUT_S, **kwargs)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise _translate(exc, what) from None
+
+    async def openapi_document(self, group_version: str) -> dict[str, Any]:
+        """The API server's OpenAPI v3 document of one group-version (the installed CRDs' schemas): readable by every
+        authenticated client (the system:discovery role), no RBAC rule needed."""
+
+        def get(_request_timeout: float) -> Any:
+            method, url, headers, _, _ = self.api_client.param_serialize(
+                method="GET",
+                resource_path=f"/openapi/v3/apis/{group_version}",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api_client.call_api(method, url, header_params=headers, _request_timeout=_request_timeout)
+            response.read()
+            if not 200 <= response.status < 300:
+                raise ApiException(status=response.status, reason=response.reason)
+            return json.loads(response.data)
+
+        document = await self._call(f"get the OpenAPI document of {group_version}", get)
+        return dict(document or {})
 
     async def list_pods(self, namespace: str, selector: str) -> list[Any]:
         result = await self._call(

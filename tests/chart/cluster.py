@@ -70,7 +70,9 @@ class PodRun:
 class Cluster:
     """Controllers and kubelet for one namespace of a kemu emulator. Use as a context manager."""
 
-    def __init__(self, kemu: Any, workdir: Path, namespace: str = "default") -> None:
+    def __init__(self, kemu: Any, workdir: Path, namespace: str = "default", workloads: bool = True) -> None:
+        """``workloads=False``: run the Jobs only (the chart's hooks), no StatefulSet or Deployment pod."""
+        self.workloads = workloads
         self.url, self.kubeconfig = kemu.url, kemu.kubeconfig
         self.workdir = workdir
         self.ns = namespace
@@ -156,6 +158,8 @@ class Cluster:
             for dep in self.items(self._apps("deployments")):
                 name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
                 wanted[name] = ("Deployment", dep["metadata"]["name"], dep, "RollingUpdate")
+            if not self.workloads:
+                wanted.clear()
             for name, run in list(self.pods.items()):
                 if run.kind == "Job":
                     continue

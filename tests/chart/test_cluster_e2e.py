@@ -47,7 +47,7 @@ def gymckpt(*args: str, token: str, timeout: float = 300) -> subprocess.Complete
 def job_token(kubectl: Any, namespace: str) -> str:
     """The collection server's job token: the release's control token, as an operator reads it."""
     encoded = kubectl(
-        "get", "secret", "-n", namespace, "gym-gym-checkpoint-control", "-o", "jsonpath={.data.token}"
+        "get", "secret", "-n", namespace, "gym-gym-checkpoint-generated", "-o", "jsonpath={.data.token}"
     ).stdout
     return base64.b64decode(encoded).decode()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.chart.cluster import Cluster
 
 pytestmark = pytest.mark.k8s
 
@@ -54,11 +55,14 @@ def names(api: httpx.Client, path: str) -> set[str]:
     return {item["metadata"]["name"] for item in response.json()["items"]}
 
 
-def test_install_upgrade_uninstall(kemu: Any) -> None:
+def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
+    """With Helm's hooks: the secrets hook Job (run by the emulated cluster) makes the generated Secret before
+    anything else, an upgrade keeps its values, and the post-delete hook removes it after uninstall."""
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     api = kemu.client()
+    jobs = Cluster(kemu, tmp_path / "cluster", workloads=False).__enter__()
     try:
-        installed = helm_call(cfg, "helm_install", "demo", {})
+        installed = helm_call(cfg, "helm_install", "demo", {}, timeout_seconds=180)
         assert installed["status"] == "deployed" and installed["revision"] == 1
 
         servers = {
@@ -75,26 +79,23 @@ def test_install_upgrade_uninstall(kemu: Any) -> None:
         }
         assert "demo-gym-checkpoint-operator" in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
         secrets = names(api, f"/api/v1/namespaces/{NS}/secrets")
-        assert {
-            "demo-gym-checkpoint-control",
-            "demo-gym-checkpoint-session",
-            "demo-gym-checkpoint-s3",
-            "sh.helm.release.v1.demo.v1",
-        } <= secrets
+        assert secrets == {"demo-gym-checkpoint-generated", "sh.helm.release.v1.demo.v1"}
+        generated = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-generated").json()
+        assert set(generated["data"]) == {"token", "secret", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        assert generated["metadata"]["labels"]["app.kubernetes.io/instance"] == "demo"
+        # the hook's own objects are gone once it succeeded
+        assert not names(api, f"/apis/batch/v1/namespaces/{NS}/jobs")
+        assert "demo-gym-checkpoint-secrets" not in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }
         assert api.get(f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpoints").status_code == 200
 
-        token = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-control").json()["data"]["token"]
-        session = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-session").json()["data"]["secret"]
-        upgraded = helm_call(cfg, "helm_upgrade", "demo", {"operator": {"logLevel": "debug"}})
+        upgraded = helm_call(cfg, "helm_upgrade", "demo", {"operator": {"logLevel": "debug"}}, timeout_seconds=180)
         assert upgraded["revision"] == 2
-        assert api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-control").json()["data"]["token"] == token
-        assert (
-            api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-session").json()["data"]["secret"] == session
-        )
+        again = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-generated").json()
+        assert again["data"] == generated["data"]  # the pre-upgrade hook ran and changed nothing
         operator = api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/demo-gym-checkpoint-operator").json()
         assert "--verbose" in operator["spec"]["template"]["spec"]["containers"][0]["command"]
         assert operator["metadata"]["generation"] == 2
@@ -105,12 +106,13 @@ def test_install_upgrade_uninstall(kemu: Any) -> None:
         assert names(api, f"/apis/apps/v1/namespaces/{NS}/statefulsets") == set()
         assert names(api, f"/apis/apps/v1/namespaces/{NS}/deployments") == set()
         assert not servers & names(api, f"/api/v1/namespaces/{NS}/services")
-        assert names(api, f"/api/v1/namespaces/{NS}/secrets") == set()
+        assert names(api, f"/api/v1/namespaces/{NS}/secrets") == set()  # the generated one too (post-delete hook)
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }  # CRDs stay, as in Helm
     finally:
+        jobs.close()
         api.close()
         cfg.close()
 
@@ -119,7 +121,9 @@ def test_kubectl_applies_the_notes_examples_after_install(kemu: Any, kubectl: An
     """The Checkpoint and Restore of NOTES.txt are accepted by the installed CRDs."""
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     try:
-        notes = helm_call(cfg, "helm_install", "demo", {"storage": {"embedded": {"enabled": False}}})["notes"]
+        notes = helm_call(
+            cfg, "helm_install", "demo", {"storage": {"embedded": {"enabled": False}}}, disable_hooks=True
+        )["notes"]
     finally:
         cfg.close()
     blocks = [block.split("  YAML")[0] for block in notes.split("<<'YAML' | kubectl apply -n default -f -\n")[1:]]

@@ -4,7 +4,9 @@ entrypoint against the commands the chart gives its containers."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -23,14 +25,36 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 CHART = yaml.safe_load((ROOT / "charts" / "gym-checkpoint" / "Chart.yaml").read_text())
 
 
+_spec = importlib.util.spec_from_file_location("docker_lock", ROOT / "docker" / "lock.py")
+assert _spec is not None and _spec.loader is not None
+lock_py = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lock_py)
+
+
 def read_lock(name: str) -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "docker" / name).read_text().splitlines():
+    for line in lock_py.constraints((ROOT / "docker" / name).read_text()).splitlines():
         if line.strip() and not line.startswith("#"):
             dist, version = line.split("==")
             assert canonicalize_name(dist) == dist, f"{dist}: write canonical names"
             pins[dist] = version
     return pins
+
+
+def read_hashes(name: str) -> dict[str, list[str]]:
+    """dist -> the sha256 digests its pin lists (`name==version \\` then `    --hash=sha256:...` lines)."""
+    hashes: dict[str, list[str]] = {}
+    current = None
+    for line in (ROOT / "docker" / name).read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if not line.startswith(" "):
+            current = line.split("==")[0]
+            hashes[current] = []
+        else:
+            assert current is not None, line
+            hashes[current].append(line.strip().removesuffix(" \\").removeprefix("--hash=sha256:"))
+    return hashes
 
 
 LOCK = read_lock("requirements.lock")
@@ -50,9 +74,8 @@ def stages() -> list[tuple[str, list[Any]]]:
 def test_the_dockerfile_is_a_pinned_two_stage_build() -> None:
     (_, globals_), (builder, build), (runtime, run) = stages()
     assert (builder, runtime) == ("builder", "runtime")
-    base = dict(arg.value[0].split("=", 1) for arg in globals_ if arg.cmd == "ARG")["PYTHON_IMAGE"]
-    # an exact Python release (or a digest), never a moving tag such as python:3.11-slim
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", base), base
+    # the base image has no default: the build takes it by digest (checked below), never a moving tag
+    assert [arg.value[0] for arg in globals_ if arg.cmd == "ARG"] == ["PYTHON_IMAGE"]
     assert [c.value[0] for c in (build[0], run[0])] == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
 
     # builder: the dependency layer comes from the lock files alone, before any source is copied
@@ -68,6 +91,10 @@ def test_the_dockerfile_is_a_pinned_two_stage_build() -> None:
         for install in re.findall(r"pip (?:install|wheel) [^&]*", run_line):
             assert "--no-deps" in install, install
     assert "--only-binary=:all:" in pip_runs[0] and "pip check" in pip_runs[-1]
+    # every locked wheel is checked against its sha256 in the lock
+    for lock_file in ("/tmp/requirements.lock", "/tmp/build.lock"):
+        (install,) = [i for i in re.findall(r"pip install [^&]*", pip_runs[0]) if f"-r {lock_file}" in i]
+        assert "--require-hashes" in install, install
 
     # runtime: the built environment copied in, no pip, a non-root user, gymckpt as the entrypoint
     assert not [c for c in run if c.cmd == "RUN" and "pip" in c.value[0]]
@@ -196,3 +223,52 @@ def test_the_entrypoint_is_what_the_chart_runs(render: Any) -> None:
         ("gymckpt", "forward"),
         ("gymckpt", "cluster"),
     }
+
+
+def base_image_check() -> str:
+    """The shell of the builder's first RUN: the refusal of a base image without a digest."""
+    (_, _), (_, build), (_, _) = stages()
+    assert [c.cmd for c in build[:3]] == ["FROM", "ARG", "RUN"] and build[1].value == ("PYTHON_IMAGE",)
+    return build[2].value[0]
+
+
+@pytest.mark.parametrize(
+    ("base", "accepted"),
+    [
+        ("python:3.11.14-slim-bookworm@sha256:" + "0123456789abcdef" * 4, True),
+        ("registry.example.com/python@sha256:" + "f" * 64, True),
+        ("python:3.11.14-slim-bookworm", False),
+        ("python:3.11-slim", False),
+        ("python:3.11.14-slim-bookworm@sha256:" + "a" * 63, False),
+        ("", False),
+    ],
+)
+def test_the_build_refuses_a_base_image_without_a_digest(base: str, accepted: bool) -> None:
+    """The builder's check, run by a POSIX shell as `docker build` would run it (with the build argument set)."""
+    done = subprocess.run(
+        ["sh", "-c", base_image_check()], env={"PYTHON_IMAGE": base, "PATH": "/usr/bin:/bin"}, capture_output=True
+    )
+    assert (done.returncode == 0) is accepted, (base, done.stderr)
+    if not accepted:
+        assert b"is not pinned by digest: build with --build-arg PYTHON_IMAGE=" in done.stderr
+
+
+def test_every_locked_wheel_has_its_sha256_for_both_architectures() -> None:
+    """Each pin carries the digest of every wheel the image may install: one for a pure-Python wheel, one per
+    architecture (x86_64, aarch64) for a compiled one (what this environment installed says which it is)."""
+    for name in ("requirements.lock", "build.lock"):
+        hashes = read_hashes(name)
+        assert set(hashes) == set(read_lock(name))
+        for dist, digests in hashes.items():
+            assert digests and all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests), (dist, digests)
+            assert len(set(digests)) == len(digests), dist
+            if name == "build.lock":  # the build backend: pure Python, not installed here
+                assert len(digests) == 1, (dist, digests)
+                continue
+            wheel = metadata.distribution(dist).read_text("WHEEL") or ""
+            tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+            compiled = any(not tag.endswith("-none-any") for tag in tags)
+            assert len(digests) == (2 if compiled else 1), (dist, tags, digests)
+    # and without its hashes the lock is exactly the constraints dev.py installs with
+    text = (ROOT / "docker" / "requirements.lock").read_text()
+    assert "--hash" not in lock_py.constraints(text) and lock_py.constraints(text).count("==") == len(LOCK)

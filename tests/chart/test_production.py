@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,15 +16,17 @@ pytestmark = pytest.mark.k8s
 
 helm = pytest.importorskip("helm_python")
 
+ROOT = Path(__file__).resolve().parents[2]
 PARTICIPANTS = {"policy-model", "workplace-assistant", "simple-agent", "collection"}
 
 
-def pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every pod template by workload name (StatefulSets, Deployments, Jobs)."""
+def pods(docs: list[dict[str, Any]], hooks: bool = True) -> dict[str, dict[str, Any]]:
+    """Every pod template by workload name (StatefulSets, Deployments, Jobs; without hooks=False the hook Jobs)."""
     return {
         doc["metadata"]["name"]: doc["spec"]["template"]
         for doc in docs
         if doc["kind"] in ("StatefulSet", "Deployment", "Job")
+        and (hooks or "helm.sh/hook" not in doc["metadata"].get("annotations", {}))
     }
 
 
@@ -140,7 +144,7 @@ def test_servers_run_as_their_own_service_account(render: Any) -> None:
     assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}
     assert account["automountServiceAccountToken"] is False
     assert "demo-gym-checkpoint-s3" not in by_kind(docs, "Secret")  # no static keys at all
-    for name, pod in pods(docs).items():
+    for name, pod in pods(docs, hooks=False).items():
         if name == "demo-gym-checkpoint-operator":
             continue
         assert pod["spec"]["serviceAccountName"] == "demo-gym-checkpoint-server"
@@ -157,7 +161,7 @@ def test_servers_run_as_their_own_service_account(render: Any) -> None:
     )
     assert all(
         pod["spec"]["serviceAccountName"] == "gym-ksa"
-        for name, pod in pods(gke).items()
+        for name, pod in pods(gke, hooks=False).items()
         if name != "demo-gym-checkpoint-operator"
     )
 
@@ -166,10 +170,17 @@ def test_servers_run_as_their_own_service_account(render: Any) -> None:
 
 
 def test_a_disruption_budget_per_participant(render: Any) -> None:
+    """The default lets drains and the autoscaler proceed one pod at a time (a disruption is recoverable from the
+    latest checkpoint); 0 (blocking every eviction) and percentages are there for who wants them."""
     budgets = by_kind(render(), "PodDisruptionBudget")
     assert set(budgets) == {f"demo-gym-checkpoint-{name}" for name in PARTICIPANTS}
+    for value in (0, "50%"):
+        custom = by_kind(
+            render({"serverDefaults": {"podDisruptionBudget": {"maxUnavailable": value}}}), "PodDisruptionBudget"
+        )
+        assert {b["spec"]["maxUnavailable"] for b in custom.values()} == {value}
     for name, budget in budgets.items():
-        assert budget["spec"]["maxUnavailable"] == 0 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        assert budget["spec"]["maxUnavailable"] == 1 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name.removeprefix(
             "demo-gym-checkpoint-"
         )
@@ -229,7 +240,7 @@ def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
     )
 
     only = render(VARIANTS["upgrade-checkpoint-only-never-blocking"])
-    assert set(by_kind(only, "Job")) == {"demo-gym-checkpoint-pre-upgrade"}
+    assert {n for n in by_kind(only, "Job") if "upgrade" in n} == {"demo-gym-checkpoint-pre-upgrade"}
     assert (
         "--allow-failure"
         in by_kind(only, "Job")["demo-gym-checkpoint-pre-upgrade"]["spec"]["template"]["spec"]["containers"][0][
@@ -239,12 +250,42 @@ def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
     assert not any(
         "gym-checkpoint.dev/release-revision" in p["metadata"].get("annotations", {}) for p in pods(only).values()
     )
-    assert not by_kind(render(), "Job")
+    assert not [n for n in by_kind(render(), "Job") if "upgrade" in n or "rollback" in n]
+
+
+def test_a_checkpoint_before_rollback_when_asked(render: Any) -> None:
+    """upgradeCheckpoint.checkpointBeforeRollback: a pre-rollback hook Job (with the hooks' identity) that takes a
+    Checkpoint under a fresh name each time (Helm runs the stored hooks of the revision it returns to)."""
+    docs = render({"upgradeCheckpoint": {"checkpointBeforeRollback": True}})
+    jobs = {n: j for n, j in by_kind(docs, "Job").items() if "secrets" not in n}
+    assert set(jobs) == {"demo-gym-checkpoint-pre-rollback"}  # no upgrade hooks without upgradeCheckpoint.enabled
+    job = jobs["demo-gym-checkpoint-pre-rollback"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-rollback"
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["gymckpt", "cluster", "checkpoint"]
+    assert command[command.index("--generate-name") + 1] == "demo-gym-checkpoint-rollback-"
+    assert command[command.index("--release") + 1] == "demo" and "--allow-failure" not in command
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        assert by_kind(docs, kind)["demo-gym-checkpoint-upgrade"]["metadata"]["annotations"]["helm.sh/hook"] == (
+            "pre-rollback"
+        )
+    both = render({"upgradeCheckpoint": {"enabled": True, "checkpointBeforeRollback": True}})
+    assert by_kind(both, "Role")["demo-gym-checkpoint-upgrade"]["metadata"]["annotations"]["helm.sh/hook"] == (
+        "pre-upgrade,post-upgrade,pre-rollback"
+    )
+    assert {n for n in by_kind(both, "Job") if "secrets" not in n} == {
+        "demo-gym-checkpoint-pre-upgrade",
+        "demo-gym-checkpoint-post-upgrade",
+        "demo-gym-checkpoint-pre-rollback",
+    }
+    assert "demo-gym-checkpoint-pre-rollback" not in by_kind(render({"upgradeCheckpoint": {"enabled": True}}), "Job")
 
 
 def test_pods_roll_when_a_secret_value_changes(render: Any) -> None:
     def checksums(values: dict[str, Any]) -> set[str]:
-        return {pod["metadata"]["annotations"]["checksum/secrets"] for name, pod in pods(render(values)).items()}
+        return {
+            pod["metadata"]["annotations"]["checksum/secrets"] for pod in pods(render(values), hooks=False).values()
+        }
 
     fixed = {
         "controlToken": {"value": "a" * 32},
@@ -257,8 +298,8 @@ def test_pods_roll_when_a_secret_value_changes(render: Any) -> None:
     assert checksums({**fixed, "storage": {"s3": {"accessKeyId": "AKIA0001", "secretAccessKey": "secret0000"}}}) != {
         one
     }
-    # it is the digest of the very values the Secrets hold (generated ones too)
-    docs = render()
+    # it is the digest of the very values the rendered Secrets hold
+    docs = render(fixed)
     secrets = by_kind(docs, "Secret")
     parts = [
         secrets["demo-gym-checkpoint-control"]["data"]["token"],
@@ -266,9 +307,13 @@ def test_pods_roll_when_a_secret_value_changes(render: Any) -> None:
         secrets["demo-gym-checkpoint-s3"]["data"]["AWS_ACCESS_KEY_ID"],
         secrets["demo-gym-checkpoint-s3"]["data"]["AWS_SECRET_ACCESS_KEY"],
     ]
-    assert base64.b64decode(parts[0]).decode().isalnum()
+    assert base64.b64decode(parts[0]).decode() == "a" * 32
     expected = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-    assert {pod["metadata"]["annotations"]["checksum/secrets"] for pod in pods(docs).values()} == {expected}
+    assert {pod["metadata"]["annotations"]["checksum/secrets"] for pod in pods(docs, hooks=False).values()} == {
+        expected
+    }
+    # generated values never change and existing Secrets are not read: neither moves the checksum
+    assert checksums({}) == checksums({"controlToken": {"existingSecret": "ops"}}) == {hashlib.sha256(b"").hexdigest()}
 
 
 def test_termination_grace_covers_the_drain_and_updates_can_wait(render: Any) -> None:
@@ -310,7 +355,7 @@ def test_scheduling_reaches_servers_operator_and_store(render: Any) -> None:
 
 def test_pod_metadata_env_and_volumes(render: Any) -> None:
     docs = render(VARIANTS["pod-metadata-env-volumes"])
-    for name, pod in pods(docs).items():
+    for name, pod in pods(docs, hooks=False).items():
         assert pod["metadata"]["labels"]["team"] == "rl", name
         if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") != "server":
             continue
@@ -397,3 +442,84 @@ def test_rollouts_custom_and_disabled(render: Any) -> None:
 )
 def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: dict[str, Any], message: str) -> None:
     assert message in refused(helm_chart, values)
+
+
+# --- GitOps, shared clusters -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant", ["defaults", "explicit-secrets", "existing-secrets", "upgrade-checkpoint-and-restore"]
+)
+def test_two_renders_are_identical(helm_chart: Any, variant: str) -> None:
+    """`helm template` twice (Argo CD, Flux) gives the same manifests, Secrets and checksums included: nothing random
+    is rendered (generated values come from the secrets hook) and no template reads the cluster."""
+    first = helm_chart.render(VARIANTS[variant], name="demo", namespace="prod")
+    second = helm_chart.render(VARIANTS[variant], name="demo", namespace="prod")
+    assert first == second
+    templates = (ROOT / "charts" / "gym-checkpoint" / "templates").glob("*")
+    assert not [t.name for t in templates if re.search(r"\blookup\s+\"", t.read_text())]
+
+
+def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
+    release = {"app.kubernetes.io/name": "gym-checkpoint", "app.kubernetes.io/instance": "demo"}
+    dns = {
+        "to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+    }
+    off = by_kind(render(), "NetworkPolicy")
+    assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in off.values())  # egress untouched by default
+    operator = off["demo-gym-checkpoint-operator"]["spec"]
+    assert operator["podSelector"]["matchLabels"] == {**release, "app.kubernetes.io/component": "operator"}
+    assert operator["ingress"] == []  # nothing connects to the operator
+
+    policies = by_kind(render(VARIANTS["network-policy-egress"]), "NetworkPolicy")
+    api = {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+    own = {"to": [{"podSelector": {"matchLabels": release}}]}
+    servers = policies["demo-gym-checkpoint-servers"]["spec"]
+    assert servers["policyTypes"] == ["Ingress", "Egress"]
+    assert servers["egress"] == [own, dns, {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8000}]}]
+    assert policies["demo-gym-checkpoint-operator"]["spec"]["egress"] == [own, dns, api]  # embedded store: no S3 rule
+    assert policies["demo-gym-checkpoint-object-store"]["spec"]["egress"] == []
+    hooks = policies["demo-gym-checkpoint-hooks"]
+    assert hooks["metadata"]["annotations"]["helm.sh/hook"].split(",")[:2] == ["pre-install", "pre-upgrade"]
+    assert hooks["spec"]["podSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["secrets-hook", "upgrade-hook"]}
+    ]
+    assert hooks["spec"]["egress"] == [dns, api] and hooks["spec"]["ingress"] == []
+    # every hook Job's pod is one the hooks policy selects
+    for job in by_kind(render(VARIANTS["network-policy-egress"]), "Job").values():
+        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in (
+            "secrets-hook",
+            "upgrade-hook",
+        )
+
+    external = by_kind(render(VARIANTS["network-policy-egress-external-store"]), "NetworkPolicy")
+    s3 = {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}]}
+    any_dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert external["demo-gym-checkpoint-servers"]["spec"]["egress"] == [own, any_dns, s3]
+    assert s3 in external["demo-gym-checkpoint-operator"]["spec"]["egress"]
+    # the tokens are still generated (only the S3 keys exist already), no upgrade hooks: the secrets hook alone
+    assert external["demo-gym-checkpoint-hooks"]["spec"]["podSelector"]["matchExpressions"][0]["values"] == [
+        "secrets-hook"
+    ]
+
+
+def test_namespace_users_get_checkpoints_through_their_default_roles(render: Any) -> None:
+    roles = by_kind(render(), "ClusterRole")
+    view, edit = roles["prod-demo-gym-checkpoint-view"], roles["prod-demo-gym-checkpoint-edit"]
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k in view["metadata"]["labels"] if k.startswith(aggregate)} == {aggregate + "view"}
+    assert {k for k in edit["metadata"]["labels"] if k.startswith(aggregate)} == {
+        aggregate + "edit",
+        aggregate + "admin",
+    }
+    for role, verbs in (
+        (view, {"get", "list", "watch"}),
+        (edit, {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}),
+    ):
+        (rule,) = role["rules"]
+        assert rule["resources"] == ["checkpoints", "restores"] and set(rule["verbs"]) == verbs  # never status
+    assert not by_kind(render(VARIANTS["namespace-scoped-deployer"]), "ClusterRole")
+    # two releases (or namespaces) never claim the same ClusterRole
+    assert not set(roles) & set(by_kind(render(name="other"), "ClusterRole"))
+    assert not set(roles) & set(by_kind(render(namespace="staging"), "ClusterRole"))

@@ -102,6 +102,23 @@ VARIANTS = {
     "upgrade-checkpoint-only-never-blocking": {
         "upgradeCheckpoint": {"enabled": True, "restoreAfterUpgrade": False, "failUpgradeOnError": False}
     },
+    "network-policy-egress": {
+        "networkPolicy": {
+            "egress": {
+                "enabled": True,
+                "apiServer": {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [443]},
+                "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8000}]}],
+            }
+        },
+        "upgradeCheckpoint": {"enabled": True, "checkpointBeforeRollback": True},
+    },
+    "network-policy-egress-external-store": {
+        "networkPolicy": {"egress": {"enabled": True, "dns": [], "storage": {"to": [], "ports": [443, 9000]}}},
+        **EXTERNAL_S3,
+    },
+    "namespace-scoped-deployer": {"rbac": {"aggregateToDefaultRoles": False}},
+    "generated-secrets-kept-on-uninstall": {"generatedSecrets": {"deleteOnUninstall": False}},
+    "pdb-blocking-or-percent": {"serverDefaults": {"podDisruptionBudget": {"maxUnavailable": "25%"}}},
     "no-network-policy-no-pdb": {
         "networkPolicy": {"enabled": False},
         "serverDefaults": {"podDisruptionBudget": {"enabled": False}},
@@ -292,25 +309,27 @@ def test_server_pods_are_locked_down(render: Any) -> None:
 
 def test_servers_get_tokens_identity_and_storage_from_secrets(render: Any) -> None:
     docs = render()
-    secrets = by_kind(docs, "Secret")
-    token = base64.b64decode(secrets["demo-gym-checkpoint-control"]["data"]["token"]).decode()
-    session = base64.b64decode(secrets["demo-gym-checkpoint-session"]["data"]["secret"]).decode()
-    assert len(token) == 48 and token.isalnum() and len(session) == 48 and token != session
-    assert set(secrets["demo-gym-checkpoint-s3"]["data"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    # nothing given: every value comes from the generated Secret, which the secrets hook creates (none rendered)
+    assert not by_kind(docs, "Secret")
+    (create,) = [job for name, job in by_kind(docs, "Job").items() if name.endswith("-secrets-create")]
+    command = create["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:4] == ["gymckpt", "cluster", "secret", "demo-gym-checkpoint-generated"]
+    keys = [command[i + 1] for i, arg in enumerate(command) if arg == "--key"]
+    assert keys == ["token=48", "secret=48", "AWS_ACCESS_KEY_ID=20", "AWS_SECRET_ACCESS_KEY=40"]
     container = by_kind(docs, "StatefulSet")["demo-gym-checkpoint-policy-model"]["spec"]["template"]["spec"][
         "containers"
     ][0]
     env = env_of(container)
     assert env["GYMCKPT_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"] == {
-        "name": "demo-gym-checkpoint-control",
+        "name": "demo-gym-checkpoint-generated",
         "key": "token",
     }
     assert env["GYMCKPT_SESSION_SECRET"]["valueFrom"]["secretKeyRef"] == {
-        "name": "demo-gym-checkpoint-session",
+        "name": "demo-gym-checkpoint-generated",
         "key": "secret",
     }
     assert env["GYMCKPT_PARTICIPANT_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-s3"
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-generated"
     assert env["AWS_ENDPOINT_URL"]["value"] == "http://demo-gym-checkpoint-s3.prod.svc:8333"
 
 
@@ -323,7 +342,9 @@ def test_embedded_store_is_the_default_location(render: Any) -> None:
     forwarder = store["spec"]["template"]["spec"]["containers"][1]
     assert forwarder["ports"] == [{"name": "s3", "containerPort": 8333, "protocol": "TCP"}]
     assert store["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
-    assert env_of(container)["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-s3"
+    assert (
+        env_of(container)["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-generated"
+    )
     assert by_kind(docs, "Service")["demo-gym-checkpoint-s3"]["spec"]["ports"][0]["port"] == 8333
     operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["containers"][0]
     assert env_of(operator)["GYMCKPT_STORAGE"]["value"] == "s3://gym-checkpoints/demo"
@@ -447,7 +468,8 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     assert container["command"][:5] == ["kopf", "run", "--standalone", "--namespace", "prod"]
     assert container["command"][-2:] == ["-m", "gym_operator.handlers"]
     env = env_of(container)
-    assert env["GYMCKPT_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-control"
+    assert env["GYMCKPT_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-generated"
+    assert env["GYMCKPT_CRD_CHECK"]["value"] == "enabled"
     assert env["GYMCKPT_RELEASE"]["value"] == "demo"
     assert (
         env["GYMCKPT_PARTICIPANT_SELECTOR"]["value"] == "app.kubernetes.io/instance=demo,gym-checkpoint.dev/participant"
@@ -464,6 +486,9 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         (("gym-checkpoint.dev",), ("restores",)): {"list", "watch", "patch"},
         (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status")): {"patch"},
         (("",), ("events",)): {"create"},
+        # at shutdown, by name: is the release going away (its namespace terminating, the operator's Deployment gone)
+        (("",), ("namespaces",)): {"get"},
+        (("apps",), ("deployments",)): {"get"},
     }
     assert rules == least  # no Secret at all unless a storage location names one
     assert env["GYMCKPT_STORAGE_LOCATIONS"]["value"] == "{}"
@@ -488,7 +513,9 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "demo-gym-checkpoint-operator", "namespace": "prod"}
     ]
-    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    # cluster-wide: only the aggregated user roles (no binding, no rule for the operator)
+    assert set(by_kind(docs, "ClusterRole")) == {"prod-demo-gym-checkpoint-view", "prod-demo-gym-checkpoint-edit"}
+    assert not by_kind(docs, "ClusterRoleBinding")
     assert "GYMCKPT_NAMESPACE" not in env and "GYMCKPT_LOG_LEVEL" not in env  # the operator reads neither
     assert container["command"][container["command"].index("--log-format") + 1] == "json"
     assert "--verbose" not in container["command"] and "--quiet" not in container["command"]
@@ -496,12 +523,13 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
 
 def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: Any) -> None:
     docs = render(VARIANTS["cluster-scanning-no-operator-sa"])
-    (cluster_role,) = by_kind(docs, "ClusterRole").values()
+    (cluster_role,) = [r for n, r in by_kind(docs, "ClusterRole").items() if n.endswith("-scanning")]
     assert [(r["resources"], sorted(r["verbs"])) for r in cluster_role["rules"]] == [
         (["namespaces"], ["get", "list", "watch"]),
         (["customresourcedefinitions"], ["get", "list", "watch"]),
     ]
-    assert set(by_kind(docs, "ServiceAccount")) == {"demo-gym-checkpoint-server"}  # the servers' own
+    # the servers' own (and the secrets hook's, created and deleted with its Job)
+    assert set(by_kind(docs, "ServiceAccount")) == {"demo-gym-checkpoint-server", "demo-gym-checkpoint-secrets"}
     assert (
         by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["serviceAccountName"]
         == "ops"
@@ -509,6 +537,7 @@ def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: A
 
 
 def test_explicit_secret_values_are_used_verbatim(render: Any) -> None:
+    assert not [n for n in by_kind(render(VARIANTS["explicit-secrets"]), "Job") if "secrets" in n]  # none generated
     docs = render(VARIANTS["explicit-secrets"])
     secrets = by_kind(docs, "Secret")
     assert base64.b64decode(secrets["demo-gym-checkpoint-control"]["data"]["token"]).decode() == "a" * 32

@@ -130,27 +130,41 @@ def test_upgrade_checkpoints_replaces_pods_and_restores(
         cfg.close()
 
 
-def test_an_upgrade_over_older_crds_is_refused_until_they_are_applied(kemu: Any, kubectl: Any) -> None:
+def test_older_crds_stop_the_operator_not_the_upgrade(kemu: Any, kubectl: Any) -> None:
+    """The chart no longer reads the installed CRDs (a `lookup` needs a cluster-wide get a namespaced deployer lacks,
+    and nothing under `helm template`): the upgrade goes through, and the operator's check (crdcheck, through the
+    OpenAPI document every client may read) finds the field the older CRD lacks and names the command."""
+    import asyncio
+    import os
+
+    from gym_operator import crdcheck
+    from gym_operator.kube import Kube
+
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace="default")
     values = {"rollouts": {"enabled": False}, "servers": VALUES["servers"]}
     try:
-        assert helm_call(cfg, "helm_install", "gym", values)["status"] == "deployed"
-        # CRDs of an older chart: Helm installed crds/ once and will never touch them again
-        kubectl(
-            "annotate", "crd", "checkpoints.gym-checkpoint.dev", "gym-checkpoint.dev/schema-version=0", "--overwrite"
-        )
-        with pytest.raises(helm.HelmError) as refused:
-            helm_call(cfg, "helm_upgrade", "gym", values)
-        message = str(refused.value)
-        want = yaml.safe_load((CHART / "crds" / "checkpoints.yaml").read_text())["metadata"]["annotations"][
-            "gym-checkpoint.dev/schema-version"
+        assert helm_call(cfg, "helm_install", "gym", values, disable_hooks=True)["status"] == "deployed"
+        # the CRD of an older chart: no spec.deletionPolicy (Helm installed crds/ once and never touches them again)
+        crd = yaml.safe_load((CHART / "crds" / "checkpoints.yaml").read_text())
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        del schema["properties"]["deletionPolicy"]
+        schema["x-kubernetes-validations"] = [
+            rule for rule in schema.get("x-kubernetes-validations", []) if "deletionPolicy" not in rule["rule"]
         ]
-        assert (
-            f"the installed CRD checkpoints.gym-checkpoint.dev has schema version 0, this chart needs {want}" in message
-        )
-        assert "kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/" in message
-        # the documented step, then the upgrade goes through
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(crd))
+        assert helm_call(cfg, "helm_upgrade", "gym", values, disable_hooks=True)["revision"] == 2
+
+        os.environ["KUBECONFIG"] = str(kemu.kubeconfig)
+        kube = Kube.connect()
+        document = asyncio.run(kube.openapi_document(crdcheck.GROUP_VERSION))
+        assert crdcheck.missing_spec_fields(document) == {"Checkpoint": ["deletionPolicy"]}
+        with pytest.raises(Exception) as stopped:
+            asyncio.run(crdcheck.verify(kube))
+        assert "Checkpoint has no spec.deletionPolicy" in str(stopped.value)
+        assert crdcheck.UPDATE in str(stopped.value)
+        # the documented step, then the operator starts
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
-        assert helm_call(cfg, "helm_upgrade", "gym", values)["revision"] == 2
+        assert crdcheck.missing_spec_fields(asyncio.run(kube.openapi_document(crdcheck.GROUP_VERSION))) == {}
+        asyncio.run(crdcheck.verify(kube))
     finally:
         cfg.close()

@@ -121,16 +121,54 @@ send each rollout to the pod its id hashes to (docs/decisions.md, "Rollout affin
 {{- end -}}
 {{- end -}}
 
+{{/*
+Where each secret value comes from, in this order: an existing Secret you manage (existingSecret), a Secret the
+chart renders from the value you give (value, storage.s3.accessKeyId), else the release's generated Secret, which
+the secrets hook creates once with random values and never changes (templates/secrets-hook.yaml). Nothing here
+reads the cluster (no lookup), so `helm template` renders the same every time (Argo CD, Flux).
+*/}}
+{{- define "gym-checkpoint.generatedSecretName" -}}
+{{- printf "%s-generated" (include "gym-checkpoint.fullname" .) -}}
+{{- end -}}
+
 {{- define "gym-checkpoint.controlSecretName" -}}
-{{- default (printf "%s-control" (include "gym-checkpoint.fullname" .)) .Values.controlToken.existingSecret -}}
+{{- if .Values.controlToken.existingSecret -}}{{- .Values.controlToken.existingSecret -}}
+{{- else if .Values.controlToken.value -}}{{- printf "%s-control" (include "gym-checkpoint.fullname" .) -}}
+{{- else -}}{{- include "gym-checkpoint.generatedSecretName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gym-checkpoint.controlSecretKey" -}}
+{{- if .Values.controlToken.existingSecret -}}{{- .Values.controlToken.existingSecretKey | default "token" -}}{{- else -}}token{{- end -}}
 {{- end -}}
 
 {{- define "gym-checkpoint.sessionSecretName" -}}
-{{- default (printf "%s-session" (include "gym-checkpoint.fullname" .)) .Values.sessionSecret.existingSecret -}}
+{{- if .Values.sessionSecret.existingSecret -}}{{- .Values.sessionSecret.existingSecret -}}
+{{- else if .Values.sessionSecret.value -}}{{- printf "%s-session" (include "gym-checkpoint.fullname" .) -}}
+{{- else -}}{{- include "gym-checkpoint.generatedSecretName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gym-checkpoint.sessionSecretKey" -}}
+{{- if .Values.sessionSecret.existingSecret -}}{{- .Values.sessionSecret.existingSecretKey | default "secret" -}}{{- else -}}secret{{- end -}}
 {{- end -}}
 
 {{- define "gym-checkpoint.s3SecretName" -}}
-{{- default (printf "%s-s3" (include "gym-checkpoint.fullname" .)) .Values.storage.s3.existingSecret -}}
+{{- if .Values.storage.s3.existingSecret -}}{{- .Values.storage.s3.existingSecret -}}
+{{- else if .Values.storage.s3.accessKeyId -}}{{- printf "%s-s3" (include "gym-checkpoint.fullname" .) -}}
+{{- else -}}{{- include "gym-checkpoint.generatedSecretName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The generated Secret's keys as KEY=LENGTH words; empty when every value is given or existing. */}}
+{{- define "gym-checkpoint.generatedKeys" -}}
+{{- $keys := list -}}
+{{- if not (or .Values.controlToken.existingSecret .Values.controlToken.value) -}}{{- $keys = append $keys "token=48" -}}{{- end -}}
+{{- if not (or .Values.sessionSecret.existingSecret .Values.sessionSecret.value) -}}{{- $keys = append $keys "secret=48" -}}{{- end -}}
+{{- if and .Values.storage.embedded.enabled (not (or .Values.storage.s3.existingSecret .Values.storage.s3.accessKeyId)) -}}
+{{- $keys = concat $keys (list "AWS_ACCESS_KEY_ID=20" "AWS_SECRET_ACCESS_KEY=40") -}}
+{{- end -}}
+{{- join " " $keys -}}
 {{- end -}}
 
 {{/* "true" when workloads get AWS credentials from a Secret (chart-made or existing). */}}
@@ -161,55 +199,17 @@ send each rollout to the pod its id hashes to (docs/decisions.md, "Rollout affin
 {{- end -}}
 
 {{/*
-A Secret value, base64-encoded: the explicit value, else the value already in the cluster (so upgrades
-keep generated tokens), else a fresh random one, remembered for the rest of this render (so the Secret
-and the pods' checksum annotation see the same value). dict "root" $ "secret" name "key" key "value" explicit "length" n
-*/}}
-{{- define "gym-checkpoint.secretValue" -}}
-{{- $cache := .root.Values._generatedSecrets | default dict -}}
-{{- $_ := set .root.Values "_generatedSecrets" $cache -}}
-{{- $id := printf "%s/%s" .secret .key -}}
-{{- if not (hasKey $cache $id) -}}
-{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .secret -}}
-{{- if .value -}}
-{{- $_ := set $cache $id (.value | b64enc) -}}
-{{- else if and $existing $existing.data (hasKey $existing.data .key) -}}
-{{- $_ := set $cache $id (index $existing.data .key) -}}
-{{- else -}}
-{{- $_ := set $cache $id (randAlphaNum (.length | default 48) | b64enc) -}}
-{{- end -}}
-{{- end -}}
-{{- index $cache $id -}}
-{{- end -}}
-
-{{/* "true" when the chart makes the S3 Secret (no existingSecret; keys given or the embedded store). */}}
-{{- define "gym-checkpoint.chartMakesS3Secret" -}}
-{{- if and (not .Values.storage.s3.existingSecret) (or .Values.storage.s3.accessKeyId .Values.storage.embedded.enabled) -}}true{{- end -}}
-{{- end -}}
-
-{{/*
-sha256 of every Secret value the pods read (tokens, S3 keys), as a pod annotation: changing one (in the
-values, or in an existingSecret, read with lookup) rolls the pods on the next upgrade. Generated values
-are kept across upgrades, so an upgrade alone changes nothing.
+sha256 of the Secret values the chart renders from the values (tokens, S3 keys given as values), as a pod
+annotation: changing one rolls the pods on the next upgrade. Generated values never change; an existingSecret is
+not read (no lookup: the render must not depend on the cluster), so after changing one, restart the pods
+yourself (docs/operations/upgrade.md).
 */}}
 {{- define "gym-checkpoint.secretsChecksum" -}}
 {{- $parts := list -}}
-{{- if .Values.controlToken.existingSecret -}}
-{{- $parts = append $parts (toJson ((lookup "v1" "Secret" .Release.Namespace .Values.controlToken.existingSecret).data | default dict)) -}}
-{{- else -}}
-{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" (include "gym-checkpoint.controlSecretName" .) "key" "token" "value" .Values.controlToken.value)) -}}
-{{- end -}}
-{{- if .Values.sessionSecret.existingSecret -}}
-{{- $parts = append $parts (toJson ((lookup "v1" "Secret" .Release.Namespace .Values.sessionSecret.existingSecret).data | default dict)) -}}
-{{- else -}}
-{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" (include "gym-checkpoint.sessionSecretName" .) "key" "secret" "value" .Values.sessionSecret.value)) -}}
-{{- end -}}
-{{- if .Values.storage.s3.existingSecret -}}
-{{- $parts = append $parts (toJson ((lookup "v1" "Secret" .Release.Namespace .Values.storage.s3.existingSecret).data | default dict)) -}}
-{{- else if include "gym-checkpoint.chartMakesS3Secret" . -}}
-{{- $name := include "gym-checkpoint.s3SecretName" . -}}
-{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" $name "key" "AWS_ACCESS_KEY_ID" "value" .Values.storage.s3.accessKeyId "length" 20)) -}}
-{{- $parts = append $parts (include "gym-checkpoint.secretValue" (dict "root" . "secret" $name "key" "AWS_SECRET_ACCESS_KEY" "value" .Values.storage.s3.secretAccessKey "length" 40)) -}}
+{{- if and .Values.controlToken.value (not .Values.controlToken.existingSecret) -}}{{- $parts = append $parts (.Values.controlToken.value | b64enc) -}}{{- end -}}
+{{- if and .Values.sessionSecret.value (not .Values.sessionSecret.existingSecret) -}}{{- $parts = append $parts (.Values.sessionSecret.value | b64enc) -}}{{- end -}}
+{{- if and .Values.storage.s3.accessKeyId (not .Values.storage.s3.existingSecret) -}}
+{{- $parts = concat $parts (list (.Values.storage.s3.accessKeyId | b64enc) (.Values.storage.s3.secretAccessKey | b64enc)) -}}
 {{- end -}}
 {{- join "\n" $parts | sha256sum -}}
 {{- end -}}
@@ -220,7 +220,7 @@ are kept across upgrades, so an upgrade alone changes nothing.
   valueFrom:
     secretKeyRef:
       name: {{ include "gym-checkpoint.controlSecretName" . }}
-      key: {{ .Values.controlToken.existingSecretKey | default "token" }}
+      key: {{ include "gym-checkpoint.controlSecretKey" . }}
 {{- if include "gym-checkpoint.s3Credentials" . }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
@@ -317,10 +317,4 @@ persistence.size (the rest is headroom for indexes and the filer's metadata).
 {{/* The pre/post-upgrade hooks' checkpoint name for this upgrade. */}}
 {{- define "gym-checkpoint.upgradeCheckpointName" -}}
 {{- printf "%s-upgrade-r%d" (include "gym-checkpoint.fullname" .) (int .Release.Revision) -}}
-{{- end -}}
-
-{{/* The CRD schema version this chart ships (the crds/ files carry it as an annotation). */}}
-{{- define "gym-checkpoint.crdVersion" -}}
-{{- $crd := .Files.Get "crds/checkpoints.yaml" | fromYaml -}}
-{{- index $crd.metadata.annotations "gym-checkpoint.dev/schema-version" -}}
 {{- end -}}

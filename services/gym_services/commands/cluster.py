@@ -1,17 +1,24 @@
-"""``gymckpt cluster checkpoint|restore``: create a Checkpoint or Restore resource and wait for its end.
+"""``gymckpt cluster checkpoint|restore|secret``: create a Checkpoint or Restore resource and wait for its end;
+create a release's generated Secret once.
 
 The same as ``kubectl apply`` + ``kubectl wait``, for images without kubectl: the chart's upgrade hooks run
 it (a Checkpoint before ``helm upgrade`` replaces the pods, a Restore once the new pods are ready), and an
 operator can run it from a desk. The operator does the work; this only creates the resource and follows
 its ``status`` (progress on stderr). Exit 0 when Completed, 1 when Failed or out of time, 2 on bad usage.
+``secret`` is the chart's secrets hook: it creates a Secret of random values once and adds a key it lacks, but
+never changes a value it holds, so a GitOps tool that renders the chart offline never rotates a token.
 Needs the ``kubernetes`` package (the ``operator`` extra; in the image).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import re
+import secrets
+import string
 import sys
 import time
 from collections.abc import Callable
@@ -148,7 +155,9 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     def work() -> int:
         custom, _, _ = _api()
         namespace = _namespace(args.namespace)
-        name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
+        if args.name and args.generate_name:
+            raise ClusterError("give a name or --generate-name, not both")
+        name = args.name or f"{args.generate_name or 'ckpt-'}{time.strftime('%Y%m%d-%H%M%S')}"
         spec: dict[str, Any] = {
             "release": _release(args.release),
             "prepareTimeoutSeconds": args.prepare_timeout,
@@ -312,6 +321,116 @@ def _require_completed(custom: Any, namespace: str, checkpoint: str) -> None:
         )
 
 
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+ALPHABET = string.ascii_letters + string.digits
+
+
+def _secret_keys(pairs: list[str]) -> dict[str, int]:
+    keys: dict[str, int] = {}
+    for pair in pairs:
+        key, sep, length = pair.partition("=")
+        if not sep or not SECRET_KEY.fullmatch(key) or not length.isdigit() or not 16 <= int(length) <= 256:
+            raise ClusterError(f"--key takes KEY=LENGTH (a Secret key, 16 to 256 characters), got {pair!r}")
+        keys[key] = int(length)
+    if not keys:
+        raise ClusterError("give at least one --key KEY=LENGTH")
+    return keys
+
+
+def _read_secret(core: Any, namespace: str, name: str) -> Any:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return core.read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise ClusterError(f"reading Secret {name} in {namespace} failed: {exc.status} {exc.reason}") from None
+
+
+def _fill_secret(core: Any, namespace: str, name: str, keys: dict[str, int], seeds: list[str], labels: dict) -> str:
+    """One attempt: create the Secret, or add the keys it lacks. Returns what it did; raises _Conflict when
+    another writer got there first."""
+    from kubernetes.client.exceptions import ApiException
+
+    existing = _read_secret(core, namespace, name)
+    data = dict((existing.data or {}) if existing is not None else {})
+    missing = [key for key in keys if key not in data]
+    if not missing:
+        return f"Secret {name} holds {', '.join(keys)} already: unchanged"
+    values: dict[str, str] = {}
+    for seed in seeds:  # values an earlier chart version rendered itself: kept, not rotated
+        old = _read_secret(core, namespace, seed)
+        for key in missing:
+            if old is not None and key in (old.data or {}) and key not in values:
+                values[key] = old.data[key]
+    seeded = sorted(values)
+    for key in missing:
+        if key not in values:
+            values[key] = base64.b64encode(
+                "".join(secrets.choice(ALPHABET) for _ in range(keys[key])).encode()
+            ).decode()
+    try:
+        if existing is None:
+            body = {"metadata": {"name": name, "labels": labels}, "type": "Opaque", "data": values}
+            core.create_namespaced_secret(namespace, body)
+        else:  # the resourceVersion makes a concurrent change a conflict instead of a lost update
+            patch = {"metadata": {"resourceVersion": existing.metadata.resource_version}, "data": values}
+            core.patch_namespaced_secret(name, namespace, patch)
+    except ApiException as exc:
+        if exc.status == 409:
+            raise _Conflict from None
+        raise ClusterError(f"writing Secret {name} in {namespace} failed: {exc.status} {exc.reason}") from None
+    verb = "created with" if existing is None else "given"
+    kept = f" ({', '.join(seeded)} kept from {', '.join(seeds)})" if seeded else ""
+    return f"Secret {name} {verb} {', '.join(missing)}{kept}"
+
+
+class _Conflict(Exception):
+    pass
+
+
+def cmd_secret(args: argparse.Namespace) -> int:
+    def work() -> int:
+        from kubernetes.client.exceptions import ApiException
+
+        _, core, apps = _api()
+        namespace = _namespace(args.namespace)
+        if args.delete:
+            if args.unless_used_by:
+                users = [
+                    f"{kind} {item.metadata.name}"
+                    for kind, found in (
+                        (
+                            "StatefulSet",
+                            apps.list_namespaced_stateful_set(namespace, label_selector=args.unless_used_by),
+                        ),
+                        ("Deployment", apps.list_namespaced_deployment(namespace, label_selector=args.unless_used_by)),
+                    )
+                    for item in found.items
+                ]
+                if users:
+                    print(f"Secret {args.name} kept: {', '.join(users)} still run ({args.unless_used_by})")
+                    return 0
+            try:
+                core.delete_namespaced_secret(args.name, namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise ClusterError(f"deleting Secret {args.name} failed: {exc.status} {exc.reason}") from None
+            print(f"Secret {args.name} deleted from {namespace}")
+            return 0
+        keys, labels = _secret_keys(args.key), _labels(args.label)
+        for _ in range(5):  # bounded: each round loses only to another writer's success
+            try:
+                print(_fill_secret(core, namespace, args.name, keys, args.seed_from, labels))
+                return 0
+            except _Conflict:
+                time.sleep(0.2)
+        raise ClusterError(f"Secret {args.name} kept changing underneath: run it again")
+
+    return _run(work)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "cluster",
@@ -342,6 +461,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Create a Checkpoint of the release's stack and wait for its end.",
     )
     q.add_argument("name", nargs="?", help="resource name (default ckpt-TIMESTAMP)")
+    q.add_argument(
+        "--generate-name", metavar="PREFIX", help="name it PREFIX + the time (YYYYmmdd-HHMMSS) instead of a fixed name"
+    )
     q.add_argument(
         "--prepare-timeout", type=int, default=300, help="seconds for every server to reach a boundary (default 300)"
     )
@@ -388,3 +510,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     common(q)
     q.set_defaults(func=cmd_restore)
+
+    q = inner.add_parser(
+        "secret",
+        help="create a Secret of random values once (the chart's secrets hook); never change a value it holds",
+        description="Create the Secret NAME with a random value (letters and digits) for each --key, or add the keys "
+        "it lacks; a value it holds is never changed. --seed-from takes a value from an older Secret instead of a "
+        "random one. --delete removes the Secret.",
+    )
+    q.add_argument("name", help="the Secret's name")
+    q.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's, or the pod's)")
+    q.add_argument("--key", action="append", default=[], metavar="KEY=LENGTH", help="a key and its length (repeatable)")
+    q.add_argument(
+        "--seed-from", action="append", default=[], metavar="SECRET", help="take a missing key's value from this Secret"
+    )
+    q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on a created Secret (repeatable)")
+    q.add_argument("--delete", action="store_true", help="delete the Secret instead (nothing if it is gone)")
+    q.add_argument(
+        "--unless-used-by",
+        metavar="SELECTOR",
+        help="with --delete: keep the Secret while a StatefulSet or Deployment matching this label selector exists",
+    )
+    q.set_defaults(func=cmd_secret)

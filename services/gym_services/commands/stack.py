@@ -292,7 +292,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 "collect",
                 CollectError(
                     "a remote collection server needs its job token: set GYMCKPT_JOB_TOKEN (the chart's collection "
-                    "server takes the control token: kubectl get secret RELEASE-gym-checkpoint-control "
+                    "server takes the control token: kubectl get secret RELEASE-gym-checkpoint-generated "
                     "-o jsonpath='{.data.token}' | base64 -d)"
                 ),
             )

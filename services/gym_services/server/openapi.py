@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -81,8 +82,8 @@ class _Schemas:
     def __init__(self) -> None:
         self.components: dict[str, Any] = {}
 
-    def ref(self, kind: Any, mode: str) -> dict[str, Any]:
-        schema = TypeAdapter(kind).json_schema(mode=mode, ref_template=REF)  # type: ignore[arg-type]
+    def ref(self, kind: Any, mode: JsonSchemaMode) -> dict[str, Any]:
+        schema = TypeAdapter(kind).json_schema(mode=mode, ref_template=REF)
         for name, definition in schema.pop("$defs", {}).items():
             self._add(name, definition)
         title = schema.get("title")

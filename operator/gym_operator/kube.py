@@ -108,7 +108,7 @@ class Kube:
             response.read()
             if not 200 <= response.status < 300:
                 raise ApiException(status=response.status, reason=response.reason)
-            return json.loads(response.data)
+            return json.loads(response.data or b"{}")
 
         document = await self._call(f"get the OpenAPI document of {group_version}", get)
         return dict(document or {})

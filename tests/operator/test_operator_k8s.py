@@ -26,6 +26,12 @@ from gym_services.stack.launcher import free_port, stack_secrets, start_stack, s
 pytestmark = pytest.mark.k8s
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
 RELEASE = "gymtest"
+#: leader election in these tests: a dead leader's Lease is taken after 8 s; a leader gives up after 6 s unrenewed
+LEADER_TIMINGS = {
+    "GYMCKPT_LEADER_LEASE_SECONDS": "8",
+    "GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS": "6",
+    "GYMCKPT_LEADER_RETRY_SECONDS": "0.5",
+}
 
 
 def wait_for(check, timeout: float = 30.0, what: str = "condition"):
@@ -118,8 +124,14 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
 
     procs = []
 
-    def start_operator(stack: Stack, kubeconfig: Path | None = None, **settings: str) -> subprocess.Popen:
-        """The operator as a process; ``kubeconfig`` to run it as another identity, ``settings`` extra env."""
+    def start_operator(
+        stack: Stack, kubeconfig: Path | None = None, log_name: str = "operator.log", **settings: str
+    ) -> subprocess.Popen:
+        """The operator as a process (``gym-operator``, as the chart runs it); ``kubeconfig`` to run it as another
+        identity, ``log_name`` its own log file, ``settings`` extra env. Returns once it leads the release (or,
+        with ``standby=...`` in settings, once it answers its liveness probe); ``proc.health`` is its probe port.
+        Leader election runs with short timings (a standby takes a dead leader's Lease after 8 s)."""
+        standby = settings.pop("standby", "")
         env = {
             **os.environ,
             **seaweed.env(),
@@ -127,32 +139,32 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
             "GYMCKPT_CONTROL_TOKEN": stack.token,
             "GYMCKPT_STORAGE": s3_location,
             "GYMCKPT_RELEASE": RELEASE,
+            **LEADER_TIMINGS,
             **settings,
         }
-        log = open(tmp_path / "operator.log", "ab")  # noqa: SIM115
+        log = open(tmp_path / log_name, "ab")  # noqa: SIM115
         health = free_port()
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "kopf",
-                "run",
-                "--standalone",
+                str(Path(sys.executable).parent / "gym-operator"),
                 "--namespace",
                 "default",
                 "--liveness",
                 f"http://127.0.0.1:{health}/healthz",
-                "-m",
-                "gym_operator.handlers",
             ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        proc.health = health  # type: ignore[attr-defined]
         procs.append(proc)
-        wait_for(lambda: proc.poll() is not None or operator_live(health), timeout=60, what="the operator to start")
-        assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
+        wait_for(
+            lambda: proc.poll() is not None or (operator_live(health) and (standby or leads(health))),
+            timeout=60,
+            what="the operator to start and lead",
+        )
+        assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
         return proc
 
     yield start_operator, s3_location
@@ -169,9 +181,17 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
 
 
 def operator_live(port: int) -> bool:
-    """kopf answers its liveness probe once its startup handlers ran and its watchers are starting."""
+    """gym-operator answers its liveness probe from its start, leading or standing by."""
     try:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def leads(port: int) -> bool:
+    """Whether the operator answering on ``port`` holds the Lease (and so runs kopf)."""
+    try:
+        return bool(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).json()["leader"])
     except httpx.TransportError:
         return False
 
@@ -894,6 +914,7 @@ def chart_operator_identity(
             "GYMCKPT_KOPF_SCANNING",
             "GYMCKPT_STORAGE_LOCATIONS",
             "GYMCKPT_OPERATOR_DEPLOYMENT",
+            "GYMCKPT_LEADER_LEASE",
         )
     }
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
@@ -928,7 +949,7 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     stack.start()
     stack.create_pods()
-    own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator reads its replicas (the Role's get)
+    own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator lists StatefulSets
     operator = start_operator(stack, kubeconfig, **settings)
     try:
         with httpx.Client(base_url=stack.url("counter-0")) as http:
@@ -1322,6 +1343,87 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
     finally:
         proxy.stop()
         stack.kill()
+
+
+def lease_of(kubectl, name: str = f"{RELEASE}-gym-checkpoint-operator") -> dict:
+    return get(kubectl, "lease", name)
+
+
+def test_two_operator_replicas_only_the_leader_acts_and_a_standby_finishes_what_a_killed_leader_left(
+    operator_env, kubectl, seaweed, tmp_path
+) -> None:
+    """Two operator processes of one release: one holds the Lease and runs the Checkpoint, the other stands by
+    and does nothing (no kopf, no Event, no call). The leader is SIGKILLed while the checkpoint's persist is in
+    flight (a proxy holds it; the server gets it late, as a request that outlived its caller): the standby takes
+    the Lease once it went unrenewed, carries on the same transaction (same checkpoint id: Event TakenOver), the
+    Checkpoint completes, one checkpoint is stored, and no server is left paused."""
+    start_operator, location = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
+    stack.start()
+    proxy = WithholdingProxy(stack.url("counter-1"), verb="persist", forward_withheld=True)
+    try:
+        stack.create_pods(control_ports={"counter-1": proxy.port})
+        leader = start_operator(stack, log_name="leader.log")
+        standby = start_operator(stack, log_name="standby.log", standby="yes")
+        assert not leads(standby.health)
+        holder = lease_of(kubectl)["spec"]["holderIdentity"]
+        assert httpx.get(f"http://127.0.0.1:{leader.health}/healthz").json()["identity"] == holder
+        with httpx.Client(base_url=stack.url("counter-0")) as http:
+            http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "r0"})
+        proxy.hold.set()
+        apply(kubectl, checkpoint_doc("handover", prepareTimeoutSeconds=10, leaseSeconds=120, method="sync"))
+        wait_for(proxy.withheld.is_set, timeout=60, what="the persist to be under way")
+        wait_for(lambda: phase(kubectl, "checkpoint", "handover") == "Persisting", what="Persisting written")
+        checkpoint_id = get(kubectl, "checkpoint", "handover")["status"]["checkpointId"]
+        standing_by = (tmp_path / "standby.log").read_text()
+        assert f"is held by {holder}" in standing_by and "handover" not in standing_by  # it never touched it
+        assert not leads(standby.health)
+
+        os.killpg(leader.pid, signal.SIGKILL)  # the leader dies mid-transaction
+        leader.wait(timeout=10)
+        proxy.hold.clear()  # its persist reaches the server late
+        wait_for(lambda: leads(standby.health), timeout=60, what="the standby to take the Lease")
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/handover", "--timeout=90s", timeout=100)
+        status = get(kubectl, "checkpoint", "handover")["status"]
+        assert status["checkpointId"] == checkpoint_id and status["records"] == 1
+        wait_for(lambda: admission_is_open(stack), timeout=30, what="every server open")
+        for name in stack.modes:
+            assert status_of(stack, name)["phase"] == "open"
+        bucket, prefix = location[len("s3://") :].split("/", 1)
+        stored = seaweed.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/checkpoints/")
+        ids = {o["Key"][len(f"{prefix}/checkpoints/") :].split("/", 1)[0] for o in stored.get("Contents", [])}
+        assert ids == {checkpoint_id}  # one transaction, carried on: not a second one
+        assert reasons_of(kubectl, "handover").count("TakenOver") == 1
+        taken = lease_of(kubectl)["spec"]
+        assert taken["holderIdentity"] != holder and taken["leaseTransitions"] == 1
+        assert "became the leader" in (tmp_path / "standby.log").read_text()
+    finally:
+        proxy.stop()
+        stack.kill()
+
+
+def test_an_operator_that_loses_its_lease_stops_at_once(operator_env, kubectl, tmp_path) -> None:
+    """Another holder in the Lease (what a leader cut off from the API server for longer than the lease would find):
+    the operator exits with status 3 at its next renewal, without waiting for anything it runs."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    operator = start_operator(stack)
+    kubectl(
+        "patch",
+        "lease",
+        f"{RELEASE}-gym-checkpoint-operator",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"holderIdentity": "another-operator_0123456789"}}),
+    )
+    assert operator.wait(timeout=30) == 3
+    log = (tmp_path / "operator.log").read_text()
+    assert (
+        "the Lease is held by another-operator_0123456789" in log and "exiting so that only the new leader acts" in log
+    )
+    stack.kill()
 
 
 def participant_pods(kubectl, state, token: str) -> None:

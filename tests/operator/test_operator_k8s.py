@@ -1033,6 +1033,7 @@ def own_by_statefulset(kubectl, pod: str, name: str, replicas: int) -> None:
             },
         },
     )
+    settle_statefulset(kubectl, name, replicas, "rev-1")
     uid = get(kubectl, "statefulset", name)["metadata"]["uid"]
     kubectl(
         "patch",
@@ -1051,6 +1052,87 @@ def own_by_statefulset(kubectl, pod: str, name: str, replicas: int) -> None:
             }
         ),
     )
+
+
+def settle_statefulset(
+    kubectl, name: str, replicas: int, revision: str, updated: int | None = None, current: str | None = None
+) -> None:
+    """Write a StatefulSet's status as its controller would (the emulator runs none): settled at ``revision``, or
+    mid-rollout with ``updated`` pods at ``revision`` and the rest at ``current``."""
+    sts = get(kubectl, "statefulset", name)
+    updated = replicas if updated is None else updated
+    status = {
+        "observedGeneration": sts["metadata"]["generation"],
+        "replicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "currentReplicas": replicas - updated if current else replicas,
+        "updatedReplicas": updated,
+        "currentRevision": current or revision,
+        "updateRevision": revision,
+    }
+    kubectl("patch", "statefulset", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+
+
+def test_a_restore_waits_while_the_stacks_statefulset_rolls_out_and_runs_on_the_new_pods_only(
+    operator_env, kubectl, tmp_path
+) -> None:
+    """After `helm upgrade` a StatefulSet replaces its pods one at a time. A Restore made meanwhile waits in Pending
+    (reason WaitingForRollout, an Event naming the StatefulSet) instead of failing or restoring into a pod about to
+    be replaced, and runs once every pod is at the update revision (Event Settled). A rollout that never settles
+    fails the Restore after the operator's rollout patience (reason StackRolling). On ce41d67 discovery never
+    looked at the StatefulSet: the Restore ran at once, into the old-revision pod."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
+    stack.start()
+    stack.create_pods()
+    for pod in stack.modes:
+        own_by_statefulset(kubectl, pod, "counter", replicas=2)
+        kubectl("label", "pod", pod, "controller-revision-hash=rev-1", "--overwrite")
+    operator = start_operator(stack)
+    try:
+        apply(kubectl, checkpoint_doc("before-upgrade", prepareTimeoutSeconds=10))
+        kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/before-upgrade", "--timeout=60s", timeout=70
+        )
+
+        # the upgrade: counter-1 is replaced first (new revision), counter-0 still runs the old one
+        stack.kill()
+        stack.start()
+        kubectl("label", "pod", "counter-1", "controller-revision-hash=rev-2", "--overwrite")
+        settle_statefulset(kubectl, "counter", 2, "rev-2", updated=1, current="rev-1")
+        apply(kubectl, restore_of("after-upgrade", "before-upgrade"))
+        wait_for(lambda: phase(kubectl, "restore", "after-upgrade") == "Pending", what="the Restore to wait")
+        waiting = get(kubectl, "restore", "after-upgrade")["status"]
+        assert waiting["reason"] == "WaitingForRollout"
+        assert "StatefulSet counter: rolling out revision rev-2, 1 of 2 pods updated" in waiting["message"]
+        progressing = next(c for c in waiting["conditions"] if c["type"] == "Progressing")
+        assert (progressing["status"], progressing["reason"]) == ("False", "WaitingForRollout")
+        wait_for(lambda: "Waiting" in reasons_of(kubectl, "after-upgrade"), what="the Waiting Event")
+        assert [status_of(stack, name)["checkpoint_id"] for name in stack.modes] == [None, None]  # none was called
+
+        kubectl("label", "pod", "counter-0", "controller-revision-hash=rev-2", "--overwrite")
+        settle_statefulset(kubectl, "counter", 2, "rev-2")  # the rollout is done
+        kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Completed", "restore/after-upgrade", "--timeout=60s", timeout=70
+        )
+        restored = get(kubectl, "restore", "after-upgrade")["status"]
+        assert restored["participantCount"] == 2 and restored["replicas"] == {"counter": 2}
+        assert "Settled" in reasons_of(kubectl, "after-upgrade")
+
+        # a rollout that never finishes: the Restore gives up after the operator's patience
+        os.killpg(operator.pid, signal.SIGTERM)
+        operator.wait(timeout=30)
+        start_operator(stack, GYMCKPT_ROLLOUT_PATIENCE_SECONDS="3")
+        kubectl("label", "pod", "counter-1", "controller-revision-hash=rev-3", "--overwrite")
+        settle_statefulset(kubectl, "counter", 2, "rev-3", updated=1, current="rev-2")
+        apply(kubectl, restore_of("stuck", "before-upgrade"))
+        kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/stuck", "--timeout=60s", timeout=70)
+        stuck = get(kubectl, "restore", "stuck")["status"]
+        assert stuck["reason"] == "StackRolling" and "did not settle in 3s" in stuck["message"]
+        assert "rolling out revision rev-3" in stuck["message"]
+    finally:
+        stack.kill()
 
 
 def stored_objects(seaweed, location: str, checkpoint_id: str) -> list[str]:
@@ -1399,6 +1481,35 @@ def test_two_operator_replicas_only_the_leader_acts_and_a_standby_finishes_what_
         assert "became the leader" in (tmp_path / "standby.log").read_text()
     finally:
         proxy.stop()
+        stack.kill()
+
+
+def test_a_stalled_watch_is_dropped_and_reopened_by_the_operator(operator_env, kemu, kubectl, tmp_path) -> None:
+    """Every Checkpoint watch open goes silent for 5 minutes (a half-open connection: kemu's stall); the liveness
+    probe stays green throughout, so only the operator's own watch timeouts can notice. With
+    GYMCKPT_WATCH_TIMEOUT_SECONDS=5 the stream is dropped after 15 s of silence and re-opened, and a Checkpoint
+    created into the silence runs. On ce41d67 (no client or inactivity timeout of ours) the watch waited on kopf's
+    70 s default, past this test's 60 s."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    operator = start_operator(stack, GYMCKPT_WATCH_TIMEOUT_SECONDS="5")
+    try:
+        apply(kubectl, checkpoint_doc("before", prepareTimeoutSeconds=10))
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/before", "--timeout=60s", timeout=70)
+        kemu.stall_watches(300, resource="checkpoints")  # the operator's open watch of Checkpoints hears nothing more
+        apply(kubectl, checkpoint_doc("into-the-silence", prepareTimeoutSeconds=10))
+        assert operator_live(operator.health)  # liveness cannot tell
+        kubectl(
+            "wait",
+            "--for=jsonpath={.status.phase}=Completed",
+            "checkpoint/into-the-silence",
+            "--timeout=60s",
+            timeout=70,
+        )
+        assert operator_live(operator.health)
+    finally:
         stack.kill()
 
 

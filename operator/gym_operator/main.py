@@ -5,8 +5,8 @@
 Every replica of a release's operator runs this. Each is a candidate for the release's Lease
 (:mod:`gym_operator.leader`); only the holder starts kopf (:mod:`gym_operator.handlers`), so only one operator
 ever coordinates a transaction. The others stand by. Every replica answers ``--liveness`` (``GET`` on its path:
-200 and ``{"leader": ..., "identity": ..., "holder": ...}``) from its first second, standing by or not, so the
-kubelet restarts a hung process, never a healthy standby.
+200 and ``{"leader", "operating", "identity", "holder"}``, ``operating`` once kopf's startup ran) from its first
+second, standing by or not, so the kubelet restarts a hung process, never a healthy standby.
 
 Exit status: 0 stopped (SIGTERM/SIGINT; a leader releases its Lease first), 2 bad settings, 3 the Lease was
 lost (:data:`gym_operator.leader.EXIT_LOST`: stop acting at once, as client-go's leader election does; the
@@ -29,6 +29,7 @@ import aiohttp.web
 import kopf
 from kubernetes import client
 
+import gym_operator.handlers  # noqa: F401  (registers the handlers with kopf; imported before the loop runs)
 from gym_operator.kube import api_client
 from gym_operator.leader import EXIT_LOST, ElectionSettings, Elector
 from gym_operator.specs import OperatorSettings, SpecError
@@ -110,11 +111,16 @@ def _post_leader_event(api: client.ApiClient, election: ElectionSettings) -> Non
         log.warning(f"could not post the LeaderElection Event ({exc})")
 
 
-async def _serve_liveness(url: str, elector: Elector) -> aiohttp.web.AppRunner:
+async def _serve_liveness(url: str, elector: Elector, operating: asyncio.Event) -> aiohttp.web.AppRunner:
     host, port, path = _endpoint(url)
 
     async def health(_: aiohttp.web.Request) -> aiohttp.web.Response:
-        body = {"leader": elector.leader, "identity": elector.settings.identity, "holder": elector.holder}
+        body = {
+            "leader": elector.leader,
+            "operating": operating.is_set(),
+            "identity": elector.settings.identity,
+            "holder": elector.holder,
+        }
         return aiohttp.web.Response(text=json.dumps(body), content_type="application/json")
 
     app = aiohttp.web.Application()
@@ -133,7 +139,8 @@ async def run(namespace: str, election: ElectionSettings, liveness: str | None) 
         loop.add_signal_handler(sig, stop.set)
     api = api_client()
     elector = Elector(election, client.CoordinationV1Api(api))
-    health = await _serve_liveness(liveness, elector) if liveness else None
+    operating = asyncio.Event()  # kopf's startup handlers ran: it is watching
+    health = await _serve_liveness(liveness, elector, operating) if liveness else None
     try:
         if not await asyncio.to_thread(elector.acquire, stop):
             return 0
@@ -141,9 +148,9 @@ async def run(namespace: str, election: ElectionSettings, liveness: str | None) 
             loop.remove_signal_handler(sig)
         threading.Thread(target=elector.keep, args=(stop, _lost), name="lease renewal", daemon=True).start()
         await asyncio.to_thread(_post_leader_event, api, election)
-        import gym_operator.handlers  # noqa: F401  (registers the handlers with kopf)
-
-        await kopf.operator(standalone=True, namespaces=[namespace], memo=kopf.Memo(identity=election.identity))
+        await kopf.operator(
+            ready_flag=operating, standalone=True, namespaces=[namespace], memo=kopf.Memo(identity=election.identity)
+        )
         return 0
     finally:
         stop.set()

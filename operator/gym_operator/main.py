@@ -95,7 +95,7 @@ def _post_leader_event(api: client.ApiClient, election: ElectionSettings) -> Non
                     kind="Lease",
                     name=election.lease_name,
                     namespace=election.namespace,
-                    uid=lease.metadata.uid,
+                    uid=lease.metadata.uid if lease.metadata else None,
                 ),
                 reason="LeaderElection",
                 message=f"{election.identity} became leader",

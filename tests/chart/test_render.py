@@ -484,6 +484,9 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         # and renewed
         (("coordination.k8s.io",), ("leases",), ()): {"create"},
         (("coordination.k8s.io",), ("leases",), ("demo-gym-checkpoint-operator",)): {"get", "update"},
+        # at shutdown: is the release going away (its namespace terminating, its Deployment gone)?
+        (("",), ("namespaces",), ("prod",)): {"get"},
+        (("apps",), ("deployments",), ("demo-gym-checkpoint-operator",)): {"get"},
     }
     assert rules == least  # no Secret at all unless a storage location names one
     assert env["GYMCKPT_STORAGE_LOCATIONS"]["value"] == "{}"

@@ -1,4 +1,4 @@
-# One slim, non-root image for every Gym server (`gymckpt serve <server>`), the operator (`kopf run`) and
+# One slim, non-root image for every Gym server (`gymckpt serve <server>`), the operator (`gym-operator`) and
 # the chart's helpers (`gymckpt forward` in front of the in-cluster S3 store, `gymckpt cluster` in the
 # upgrade hooks). Build it, push it to a registry your cluster pulls from, and give the chart that name:
 #

@@ -13,6 +13,7 @@ A participant pod carries:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gym_services.control.models import Replica
@@ -25,10 +26,15 @@ PORT_ANNOTATION = "gym-checkpoint.dev/control-port"
 REPLICAS_ANNOTATION = "gym-checkpoint.dev/replicas"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
+REVISION_LABEL = "controller-revision-hash"  # the StatefulSet controller's: the revision a pod was made from
 
 
 class DiscoveryError(Exception):
     """The stack's pods cannot be turned into a participant list; the message says which pod."""
+
+
+class StackRolling(DiscoveryError):
+    """A StatefulSet of the stack is mid-rollout (or a pod of it is not ready): wait, then discover again."""
 
 
 class ReplicaCountMismatch(DiscoveryError):
@@ -127,11 +133,11 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
                 f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {[r.value for r in ROLE_ORDER]}"
             )
         if _get(pod, "metadata", "deletion_timestamp"):
-            raise DiscoveryError(f"pod {name} is terminating")
+            raise StackRolling(f"pod {name} is terminating")
         ip = _get(pod, "status", "pod_ip")
         phase = _get(pod, "status", "phase")
         if not ip or phase != "Running":
-            raise DiscoveryError(f"pod {name} is not running yet (phase {phase}, ip {ip})")
+            raise StackRolling(f"pod {name} is not running yet (phase {phase}, ip {ip})")
         port = control_port(pod)
         if port is None:
             raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
@@ -187,3 +193,98 @@ def check_replica_counts(pods: list[Any], statefulsets: dict[str, int | None]) -
             "server only through the chart (helm upgrade with servers[].replicas), or scale the StatefulSet back; "
             "if a helm upgrade is rolling out, wait until every pod is replaced and try again"
         )
+
+
+# --- label selectors, and whether the stack's StatefulSets have settled ---------------------------------------
+
+_SET_TERM = re.compile(r"^\s*(!?)([^\s!=(),]+)\s*(?:(in|notin)\s*\(([^)]*)\)|(==|=|!=)\s*([^\s,]*))?\s*$")
+
+
+def _terms(selector: str) -> list[str]:
+    """A selector's requirements: split on the commas outside parentheses (``k in (a,b)`` is one)."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(selector):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            terms.append(selector[start:i])
+            start = i + 1
+    terms.append(selector[start:])
+    return [t for t in terms if t.strip()]
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """Whether ``labels`` satisfy a label selector string (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
+    ``k in (a,b)``, ``k notin (a,b)``), as the API server evaluates it."""
+    for term in _terms(selector):
+        match = _SET_TERM.match(term)
+        if match is None:
+            raise DiscoveryError(f"label selector {selector!r}: cannot read {term.strip()!r}")
+        negated, key, set_op, values, op, value = match.groups()
+        if set_op:
+            allowed = {v.strip() for v in values.split(",") if v.strip()}
+            ok = labels.get(key) in allowed if set_op == "in" else labels.get(key) not in allowed
+        elif op:
+            ok = labels.get(key) == value if op in ("=", "==") else labels.get(key) != value
+        else:
+            ok = (key in labels) != bool(negated)
+        if not ok:
+            return False
+    return True
+
+
+def template_labels(sts: Any) -> dict[str, str]:
+    return dict(_get(sts, "spec", "template", "metadata", "labels") or {})
+
+
+def rollout_problems(statefulsets: list[Any], pods: list[Any]) -> list[str]:
+    """Why the stack's StatefulSets have not settled, one line each (empty: settled). ``statefulsets`` are those
+    whose pod template the stack's selector matches (a StatefulSet mid-rollout may have no pod at all for a
+    moment), ``pods`` the pods it matches. Settled, as ``kubectl rollout status`` has it: the controller has seen
+    the latest spec; a RollingUpdate has every pod (above its partition) at the update revision; every replica is
+    ready; and no pod of it is terminating or made from an older revision. A transaction then runs on exactly the
+    new pods: a restore after ``helm upgrade`` never goes into a pod that is about to be replaced."""
+    problems: list[str] = []
+    for sts in sorted(statefulsets, key=lambda s: str(_get(s, "metadata", "name"))):
+        name = _get(sts, "metadata", "name")
+        generation = _get(sts, "metadata", "generation")
+        observed = _get(sts, "status", "observed_generation")
+        replicas = _get(sts, "spec", "replicas")
+        replicas = 1 if replicas is None else int(replicas)
+        if generation is not None and (observed is None or int(observed) < int(generation)):
+            problems.append(f"StatefulSet {name}: its controller has not acted on generation {generation} yet")
+            continue
+        update_revision = _get(sts, "status", "update_revision")
+        current_revision = _get(sts, "status", "current_revision")
+        strategy = _get(sts, "spec", "update_strategy", "type") or "RollingUpdate"
+        partition = int(_get(sts, "spec", "update_strategy", "rolling_update", "partition") or 0)
+        if strategy == "RollingUpdate":
+            updated = int(_get(sts, "status", "updated_replicas") or 0)
+            if updated < replicas - partition or (partition == 0 and current_revision != update_revision):
+                problems.append(
+                    f"StatefulSet {name}: rolling out revision {update_revision}, {updated} of {replicas} pods updated"
+                )
+                continue
+        ready = int(_get(sts, "status", "ready_replicas") or 0)
+        if ready < replicas:
+            problems.append(f"StatefulSet {name}: {ready} of {replicas} pods ready")
+            continue
+        owned = [pod for pod in pods if statefulset_of(pod) == name]
+        for pod in owned:
+            pod_name = _get(pod, "metadata", "name")
+            revision = (_get(pod, "metadata", "labels") or {}).get(REVISION_LABEL)
+            if _get(pod, "metadata", "deletion_timestamp"):
+                problems.append(f"StatefulSet {name}: pod {pod_name} is terminating")
+                break
+            if (
+                strategy == "RollingUpdate"
+                and not partition
+                and revision
+                and update_revision
+                and revision != update_revision
+            ):
+                problems.append(f"StatefulSet {name}: pod {pod_name} is still at revision {revision}")
+                break
+        else:
+            if len(owned) < replicas:
+                problems.append(f"StatefulSet {name}: {len(owned)} of {replicas} pods exist")
+    return problems

@@ -1,6 +1,7 @@
 """kopf handlers: each Checkpoint and Restore is a daemon running the coordinator against the stack's pods.
 
-Run with ``kopf run --standalone --namespace NS -m gym_operator.handlers``. Environment:
+Run by ``gym-operator --namespace NS`` (:mod:`gym_operator.main`): leader election first, so only one
+replica of a release's operator runs these handlers (:mod:`gym_operator.leader`). Environment:
 ``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (the storage
 location ``default``), ``GYMCKPT_STORAGE_LOCATIONS`` (the admin's other locations: a spec names one,
 and can set no endpoint or credentials), ``GYMCKPT_RELEASE`` (the release it serves: only resources
@@ -17,9 +18,12 @@ cancelled: aborted at once, every server reopened (``docs/protocol.md``, "Kubern
 - One Checkpoint or Restore runs at a time per stack; a later one waits in ``Pending``.
 - Status and Events are best-effort (:mod:`gym_operator.writer`, kopf's event poster): a failed
   write is retried, never changing what the transaction does.
-- An operator restarted mid-transaction runs the daemon again: the coordinator is idempotent per
-  checkpoint (and restore) id, so it finishes or aborts the same transaction; the servers' leases
-  cover the time no operator runs.
+- An operator restarted mid-transaction, or a standby that took the Lease from a dead leader, runs the
+  daemon again: the coordinator is idempotent per checkpoint (and restore) id, so it finishes or aborts the
+  same transaction (Event ``TakenOver``); the servers' leases cover the time no operator runs.
+- Watches end every ``GYMCKPT_WATCH_TIMEOUT_SECONDS`` (server side), and the client gives up on a stream
+  that sent nothing for a little longer or on any watch or call past its own deadline: a half-open
+  connection cannot stall the operator while its liveness probe stays green.
 - Retention: ``spec.ttl`` deletes the Checkpoint that long after its creation (``status.expiration``);
   deleting a Checkpoint removes its stored objects when ``spec.deletionPolicy`` is ``Delete``
   (:class:`gym_services.control.store.CheckpointStore`), never while a Restore reads them.
@@ -41,10 +45,14 @@ from gym_operator import crdcheck
 from gym_operator.discovery import (
     DiscoveryError,
     ReplicaCountMismatch,
+    StackRolling,
     check_replica_counts,
     participants_from_pods,
     replicated_statefulsets,
+    rollout_problems,
+    selector_matches,
     selector_string,
+    template_labels,
 )
 from gym_operator.kube import GROUP, VERSION, Kube, KubeError, Unavailable
 from gym_operator.specs import (
@@ -104,15 +112,24 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.INFO  # INFO and up become Kubernetes Events
     settings.execution.max_workers = 4
-    settings.watching.server_timeout = 60
-    settings.persistence.finalizer = FINALIZER
-    # A deleted resource's daemon ends within a second or so (it aborts, writes the outcome); kopf re-checks it
-    # this often before releasing the finalizer (its default, 60 s, would keep a deleted resource a minute).
-    settings.background.cancellation_polling = DAEMON_EXIT_POLL_S
     try:
         memo.settings = OperatorSettings.from_env()
     except SpecError as exc:
         raise kopf.PermanentError(str(exc)) from None
+    # A watch the API server ends every watch_timeout_s; one that went silent (no event, no bookmark) for 10 s
+    # longer, or lasted 30 s longer, is dropped by the client and re-opened from the last resourceVersion; a
+    # list or call without an answer in 30 s is retried. A half-open connection then costs at most that long.
+    watch = memo.settings.watch_timeout_s
+    settings.watching.server_timeout = watch
+    settings.watching.inactivity_timeout = watch + 10
+    settings.watching.client_timeout = watch + 30
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.networking.connect_timeout = 10
+    settings.persistence.finalizer = FINALIZER
+    # A deleted resource's daemon ends within a second or so (it aborts, writes the outcome); kopf re-checks it
+    # this often before releasing the finalizer (its default, 60 s, would keep a deleted resource a minute).
+    settings.background.cancellation_polling = DAEMON_EXIT_POLL_S
     # Namespaced RBAC cannot watch namespaces or CRDs; the chart turns scanning off unless it adds a ClusterRole.
     settings.scanning.disabled = memo.settings.scanning_disabled
     memo.kube = Kube.connect()
@@ -149,10 +166,18 @@ def _selector(selector: SelectorSpec, operator: OperatorSettings) -> str:
 
 
 async def _discover(namespace: str, selector: SelectorSpec, memo: kopf.Memo) -> list[ParticipantRef]:
+    """The stack's participants; :class:`StackRolling` while a StatefulSet of it rolls out or a pod of it is
+    not running (the caller waits), :class:`DiscoveryError` when it cannot be a stack."""
     labels = _selector(selector, memo.settings)
     pods = await memo.kube.list_pods(namespace, labels)
-    owners = {name: await memo.kube.statefulset_replicas(namespace, name) for name in replicated_statefulsets(pods)}
-    check_replica_counts(pods, owners)
+    statefulsets = [
+        s for s in await memo.kube.list_statefulsets(namespace) if selector_matches(labels, template_labels(s))
+    ]
+    rolling = rollout_problems(statefulsets, pods)
+    if rolling:
+        raise StackRolling("; ".join(rolling))
+    replicas = {str(s.metadata.name): 1 if s.spec.replicas is None else int(s.spec.replicas) for s in statefulsets}
+    check_replica_counts(pods, {name: replicas.get(name) for name in replicated_statefulsets(pods)})
     refs = participants_from_pods(pods)
     if not refs:
         raise DiscoveryError(f"no participant pods match {labels!r} in {namespace}")
@@ -235,6 +260,7 @@ class Transaction:
         self.writer = StatusWriter(memo.kube, plural, self.namespace, self.name, meta.get("generation"), status)
         self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
         self.cancelled = False
+        self.rolling_since: float | None = None  # when discovery first found the stack rolling out
 
     @property
     def phase(self) -> str | None:
@@ -286,12 +312,26 @@ class Transaction:
         )
 
     async def participants(self) -> list[ParticipantRef]:
+        """The stack's pods; while they roll out (a ``helm upgrade``, a pod replaced), wait in Pending with reason
+        ``WaitingForRollout`` for at most the operator's rollout patience, then fail with reason ``StackRolling``."""
+        loop = asyncio.get_running_loop()
         try:
-            return await _discover(self.namespace, self.selector, self.memo)
+            found = await _discover(self.namespace, self.selector, self.memo)
+        except StackRolling as exc:
+            self.rolling_since = self.rolling_since or loop.time()
+            patience = self.memo.settings.rollout_patience_s
+            if loop.time() - self.rolling_since > patience:
+                raise Refused(
+                    "StackRolling", f"the stack did not settle in {patience:g}s: {exc}; try again once it has"
+                ) from None
+            raise Wait("WaitingForRollout", f"waiting for the stack's pods to settle: {exc}") from None
         except ReplicaCountMismatch as exc:
             raise Refused("ReplicaCountMismatch", str(exc)) from None
         except DiscoveryError as exc:
             raise Refused("NoParticipants", str(exc)) from None
+        if self.rolling_since is not None:
+            self.event("Settled", f"the stack's pods settled: {len(found)} participants")
+        return found
 
     async def _setup(self, stopped: kopf.DaemonStopped, setup: Callable[[], Awaitable[Any]]) -> Any:
         """``setup`` (reads from the Kubernetes API, nothing sent to a server yet), retried while the API does
@@ -407,6 +447,15 @@ async def _daemon(tx: Transaction, stopped: kopf.DaemonStopped, setup, work) -> 
     """Run a transaction once (a final one is not run again), then settle its status."""
     done = tx.memo.running.setdefault(tx.uid, asyncio.Event())
     done.clear()
+    left = tx.phase
+    if left is not None and left not in FINAL and left != TransactionPhase.PENDING:
+        # an earlier operator (a leader that died, or this process before a restart) left it mid-transaction
+        message = (
+            f"carrying on the {tx.kind} an earlier operator left in {left}: the same transaction id, so "
+            f"what the servers already did is not done again (operator {tx.memo.get('identity', 'restarted')})"
+        )
+        log.info(f"{tx.kind} {tx.name}: {message}")
+        tx.event("TakenOver", message)
     try:
         if not tx.final:
             await tx.run(stopped, setup, work)

@@ -2,8 +2,8 @@
 
 Built once at startup by :mod:`gym_operator.handlers`, which is its only user. Every call it makes
 is one the chart's operator Role grants (``charts/gym-checkpoint/templates/operator.yaml``; kopf's
-own calls are listed there too): list pods; get the StatefulSets owning replicated pods; get, list and delete
-Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``; at shutdown,
+own calls are listed there too): list pods and StatefulSets; get, list and delete Checkpoints; list Restores; patch
+their status; get the Secrets named in ``operator.credentialsSecrets``; read and renew its leader Lease; at shutdown,
 get its own Namespace and Deployment and patch the finalizers off its resources when the release is going away.
 
 Errors come out as :class:`Unavailable` (worth retrying: no answer, 409, 429, 5xx) or :class:`Gone`
@@ -67,6 +67,17 @@ def _translate(exc: BaseException, what: str) -> KubeError:
     return Unavailable(f"{what}: no answer from the Kubernetes API ({type(exc).__name__})")
 
 
+def api_client() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (``$KUBECONFIG``)."""
+    cfg = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg)
+    cfg.retries = 0  # callers retry, with backoff, and know what a failure means
+    return client.ApiClient(cfg)
+
+
 class Kube:
     """Pods to find participants; Checkpoint/Restore objects and their status; credentials Secrets."""
 
@@ -78,14 +89,7 @@ class Kube:
 
     @classmethod
     def connect(cls) -> Kube:
-        """In-cluster credentials when running in a pod, else the kubeconfig (``$KUBECONFIG``)."""
-        cfg = client.Configuration()
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg)
-        cfg.retries = 0  # callers retry, with backoff, and know what a failure means
-        return cls(client.ApiClient(cfg))
+        return cls(api_client())
 
     async def _call(self, what: str, fn, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -119,14 +123,10 @@ class Kube:
         )
         return list(result.items)
 
-    async def statefulset_replicas(self, namespace: str, name: str) -> int | None:
-        """A StatefulSet's ``spec.replicas`` (None: it is gone)."""
-        try:
-            sts = await self._call(f"get StatefulSet {name}", self.apps.read_namespaced_stateful_set, name, namespace)
-        except Gone:
-            return None
-        replicas = sts.spec.replicas if sts.spec is not None else None
-        return 1 if replicas is None else int(replicas)
+    async def list_statefulsets(self, namespace: str) -> list[Any]:
+        """Every StatefulSet of the namespace (the stack's are picked by their pod template's labels)."""
+        result = await self._call("list StatefulSets", self.apps.list_namespaced_stateful_set, namespace)
+        return list(result.items)
 
     async def secret_data(self, namespace: str, name: str) -> dict[str, str]:
         """A Secret's decoded data; raises LookupError when missing."""

@@ -199,6 +199,14 @@ class OperatorSettings(BaseModel):
     delete_retry_s: float = Field(
         default=10.0, gt=0, description="GYMCKPT_DELETE_RETRY_SECONDS: first delay between those tries (then doubled)"
     )
+    watch_timeout_s: float = Field(
+        default=60.0, ge=5, description="GYMCKPT_WATCH_TIMEOUT_SECONDS: the API server ends each watch this often"
+    )
+    rollout_patience_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="GYMCKPT_ROLLOUT_PATIENCE_SECONDS: how long a transaction waits for the stack's pods to settle",
+    )
     #: a checkpoint's control calls may take its prepare timeout plus this
     call_margin_s: float = 30.0
     #: a restore's control calls (besides restore itself, see the coordinator's deadlines) may take this long
@@ -229,6 +237,16 @@ class OperatorSettings(BaseModel):
             retry_s = float(env.get("GYMCKPT_DELETE_RETRY_SECONDS") or 10.0)
         except ValueError as exc:
             raise SpecError(f"GYMCKPT_DELETE_ATTEMPTS / GYMCKPT_DELETE_RETRY_SECONDS: {exc}") from None
+        try:
+            return cls._from(env, locations, attempts, retry_s)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+            raise SpecError(f"invalid operator settings: {problems}") from None
+
+    @classmethod
+    def _from(
+        cls, env: Mapping[str, str], locations: dict[str, StorageLocation], attempts: int, retry_s: float
+    ) -> OperatorSettings:
         return cls(
             deployment=env.get("GYMCKPT_OPERATOR_DEPLOYMENT") or None,
             delete_attempts=attempts,
@@ -240,6 +258,14 @@ class OperatorSettings(BaseModel):
             scanning_disabled=env.get("GYMCKPT_KOPF_SCANNING", "") == "disabled",
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or None,
+            **{
+                field: env[name]
+                for field, name in (
+                    ("watch_timeout_s", "GYMCKPT_WATCH_TIMEOUT_SECONDS"),
+                    ("rollout_patience_s", "GYMCKPT_ROLLOUT_PATIENCE_SECONDS"),
+                )
+                if env.get(name)
+            },
         )
 
     def location(self, name: str) -> StorageLocation:

@@ -450,7 +450,11 @@ class Cluster:
         self, pod: str, container: dict[str, Any], mounts: dict[str, Path]
     ) -> tuple[list[str], dict[str, str]]:
         argv = list(container.get("command") or []) + list(container.get("args") or [])
-        program = {"gymckpt": str(BIN / "gymckpt"), "kopf": str(BIN / "kopf"), "weed": weed_binary()}.get(argv[0])
+        program = {
+            "gymckpt": str(BIN / "gymckpt"),
+            "gym-operator": str(BIN / "gym-operator"),
+            "weed": weed_binary(),
+        }.get(argv[0])
         if program is None:
             raise RuntimeError(f"{pod}: no local program for {argv[0]}")
         out = [program]
@@ -466,7 +470,7 @@ class Cluster:
                 out += [arg, "127.0.0.1"]
                 i += 2
                 continue
-            # HOST:PORT and URLs with a port (forwarder, kopf --liveness), -x.port=N (SeaweedFS)
+            # HOST:PORT and URLs with a port (forwarder, gym-operator --liveness), -x.port=N (SeaweedFS)
             arg = re.sub(
                 r"^(0\.0\.0\.0|127\.0\.0\.1):(\d+)$", lambda m: f"127.0.0.1:{self.port(pod, int(m.group(2)))}", arg
             )

@@ -47,18 +47,24 @@ def test_rendered_commands_name_real_entrypoints(render: Any) -> None:
     assert len(servers) == 5  # four servers and the rollout collection server
     for cmd in servers:
         assert cmd[2] in known_servers()
-    (operator,) = [cmd for cmd in commands if cmd[0] == "kopf"]
-    assert operator[1] == "run" and operator[operator.index("-m") + 1] == "gym_operator.handlers"
+    (operator,) = [cmd for cmd in commands if cmd[0] == "gym-operator"]
+    assert operator[1] == "--namespace" and "--liveness" in operator
     (forwarder,) = [cmd for cmd in commands if cmd[:2] == ["gymckpt", "forward"]]
     (_weed,) = [cmd for cmd in commands if cmd == ["weed"]]
-    tool("gymckpt"), tool("kopf"), tool("weed")
-    for cmd in (servers[0], operator, forwarder):  # each parses as its program's command line
+    tool("gymckpt"), tool("gym-operator"), tool("weed")
+    for cmd in (servers[0], forwarder):  # each parses as its program's command line
         done = subprocess.run([tool(cmd[0]), cmd[1], "--help"], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
+    done = subprocess.run([tool("gym-operator"), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--liveness" in done.stdout, done.stderr
 
 
 def test_entrypoint_commands_answer_help() -> None:
-    for command in ([tool("gymckpt"), "--help"], [tool("gymckpt"), "serve", "--help"], [tool("kopf"), "run", "--help"]):
+    for command in (
+        [tool("gymckpt"), "--help"],
+        [tool("gymckpt"), "serve", "--help"],
+        [tool("gym-operator"), "--help"],
+    ):
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
 

@@ -197,12 +197,9 @@ def test_the_lock_is_complete_and_is_what_this_environment_runs() -> None:
 
 def test_the_entrypoint_is_what_the_chart_runs(render: Any) -> None:
     """Every container of the chart that runs this image starts a program the image installs: the ENTRYPOINT
-    (gymckpt: servers, the store's forwarder, the upgrade hooks) or kopf (the operator)."""
-    scripts = {"gymckpt": f"{PYPROJECT['project']['scripts']['gymckpt']}"}
-    for entry in metadata.distribution("kopf").entry_points:
-        if entry.group == "console_scripts":
-            scripts[entry.name] = entry.value
-    assert scripts["gymckpt"] == "gym_services.cli:main" and "kopf" in scripts
+    (gymckpt: servers, the store's forwarder, the upgrade hooks) or gym-operator (the operator)."""
+    scripts = dict(PYPROJECT["project"]["scripts"])
+    assert scripts["gymckpt"] == "gym_services.cli:main" and scripts["gym-operator"] == "gym_operator.main:main"
     (_, _), (_, _), (_, run) = stages()
     (entrypoint,) = [c.value for c in run if c.cmd == "ENTRYPOINT"]
     docs = render({"upgradeCheckpoint": {"enabled": True}})
@@ -215,7 +212,7 @@ def test_the_entrypoint_is_what_the_chart_runs(render: Any) -> None:
                 if container["image"] == ours:
                     commands.append(container["command"])
     programs = {command[0] for command in commands}
-    assert programs == {entrypoint[0], "kopf"} and programs <= set(scripts)
+    assert programs == {entrypoint[0], "gym-operator"} and programs <= set(scripts)
     # the server command is the entrypoint plus `serve`, as `docker run IMAGE serve ...` would be
     assert ["gymckpt", "serve"] in [command[:2] for command in commands]
     assert {tuple(command[:2]) for command in commands if command[0] == "gymckpt"} == {

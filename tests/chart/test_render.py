@@ -462,12 +462,25 @@ def test_duplicate_server_names_are_refused(helm_chart: Any) -> None:
 def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None:
     docs = render()
     operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]
-    assert operator["spec"]["replicas"] == 1 and operator["spec"]["strategy"] == {"type": "Recreate"}
+    # leader-elected replicas (a Lease), so a rolling update never leaves the release without an operator
+    assert operator["spec"]["replicas"] == 2
+    assert operator["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = operator["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["command"][:5] == ["kopf", "run", "--standalone", "--namespace", "prod"]
-    assert container["command"][-2:] == ["-m", "gym_operator.handlers"]
+    assert container["command"][:3] == ["gym-operator", "--namespace", "prod"]
     env = env_of(container)
+    assert env["GYMCKPT_LEADER_LEASE"]["value"] == "demo-gym-checkpoint-operator"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert [
+        env[f"GYMCKPT_LEADER_{k}"]["value"] for k in ("LEASE_SECONDS", "RENEW_DEADLINE_SECONDS", "RETRY_SECONDS")
+    ] == [
+        "15",
+        "10",
+        "2",
+    ]
     assert env["GYMCKPT_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-generated"
     assert env["GYMCKPT_CRD_CHECK"]["value"] == "enabled"
     assert env["GYMCKPT_RELEASE"]["value"] == "demo"
@@ -478,17 +491,24 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     assert pod["serviceAccountName"] == "demo-gym-checkpoint-operator"
 
     role = by_kind(docs, "Role")["demo-gym-checkpoint-operator"]
-    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    rules = {
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r.get("resourceNames", []))): set(r["verbs"])
+        for r in role["rules"]
+    }
     least = {
-        (("",), ("pods",)): {"list"},
-        (("apps",), ("statefulsets",)): {"get"},
-        (("gym-checkpoint.dev",), ("checkpoints",)): {"get", "list", "watch", "patch", "delete"},
-        (("gym-checkpoint.dev",), ("restores",)): {"list", "watch", "patch"},
-        (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status")): {"patch"},
-        (("",), ("events",)): {"create"},
-        # at shutdown, by name: is the release going away (its namespace terminating, the operator's Deployment gone)
-        (("",), ("namespaces",)): {"get"},
-        (("apps",), ("deployments",)): {"get"},
+        (("",), ("pods",), ()): {"list"},
+        (("apps",), ("statefulsets",), ()): {"list"},
+        (("gym-checkpoint.dev",), ("checkpoints",), ()): {"get", "list", "watch", "patch", "delete"},
+        (("gym-checkpoint.dev",), ("restores",), ()): {"list", "watch", "patch"},
+        (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status"), ()): {"patch"},
+        (("",), ("events",), ()): {"create"},
+        # leader election: any Lease may be created (RBAC cannot name what does not exist yet), only its own read
+        # and renewed
+        (("coordination.k8s.io",), ("leases",), ()): {"create"},
+        (("coordination.k8s.io",), ("leases",), ("demo-gym-checkpoint-operator",)): {"get", "update"},
+        # at shutdown: is the release going away (its namespace terminating, its Deployment gone)?
+        (("",), ("namespaces",), ("prod",)): {"get"},
+        (("apps",), ("deployments",), ("demo-gym-checkpoint-operator",)): {"get"},
     }
     assert rules == least  # no Secret at all unless a storage location names one
     assert env["GYMCKPT_STORAGE_LOCATIONS"]["value"] == "{}"

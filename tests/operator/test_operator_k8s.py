@@ -26,6 +26,18 @@ from gym_services.stack.launcher import free_port, stack_secrets, start_stack, s
 pytestmark = pytest.mark.k8s
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
 RELEASE = "gymtest"
+#: leader election in these tests: a dead leader's Lease is taken after 8 s; a leader gives up after 6 s unrenewed
+LEADER_TIMINGS = {
+    "GYMCKPT_LEADER_LEASE_SECONDS": "8",
+    "GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS": "6",
+    "GYMCKPT_LEADER_RETRY_SECONDS": "0.5",
+}
+#: for a test whose API server is away longer than the renew deadline above
+LONG_LEADER_TIMINGS = {
+    "GYMCKPT_LEADER_LEASE_SECONDS": "60",
+    "GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS": "40",
+    "GYMCKPT_LEADER_RETRY_SECONDS": "0.5",
+}
 
 
 def wait_for(check, timeout: float = 30.0, what: str = "condition"):
@@ -118,8 +130,14 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
 
     procs = []
 
-    def start_operator(stack: Stack, kubeconfig: Path | None = None, **settings: str) -> subprocess.Popen:
-        """The operator as a process; ``kubeconfig`` to run it as another identity, ``settings`` extra env."""
+    def start_operator(
+        stack: Stack, kubeconfig: Path | None = None, log_name: str = "operator.log", **settings: str
+    ) -> subprocess.Popen:
+        """The operator as a process (``gym-operator``, as the chart runs it); ``kubeconfig`` to run it as another
+        identity, ``log_name`` its own log file, ``settings`` extra env. Returns once it leads the release (or,
+        with ``standby=...`` in settings, once it answers its liveness probe); ``proc.health`` is its probe port.
+        Leader election runs with short timings (a standby takes a dead leader's Lease after 8 s)."""
+        standby = settings.pop("standby", "")
         env = {
             **os.environ,
             **seaweed.env(),
@@ -127,32 +145,32 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
             "GYMCKPT_CONTROL_TOKEN": stack.token,
             "GYMCKPT_STORAGE": s3_location,
             "GYMCKPT_RELEASE": RELEASE,
+            **LEADER_TIMINGS,
             **settings,
         }
-        log = open(tmp_path / "operator.log", "ab")  # noqa: SIM115
+        log = open(tmp_path / log_name, "ab")  # noqa: SIM115
         health = free_port()
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "kopf",
-                "run",
-                "--standalone",
+                str(Path(sys.executable).parent / "gym-operator"),
                 "--namespace",
                 "default",
                 "--liveness",
                 f"http://127.0.0.1:{health}/healthz",
-                "-m",
-                "gym_operator.handlers",
             ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        proc.health = health  # type: ignore[attr-defined]
         procs.append(proc)
-        wait_for(lambda: proc.poll() is not None or operator_live(health), timeout=60, what="the operator to start")
-        assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
+        wait_for(
+            lambda: proc.poll() is not None or (operator_live(health) and (standby or leads(health))),
+            timeout=60,
+            what="the operator to start and lead",
+        )
+        assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
         return proc
 
     yield start_operator, s3_location
@@ -169,11 +187,20 @@ def operator_env(kemu, kubectl, s3_location, seaweed, tmp_path):
 
 
 def operator_live(port: int) -> bool:
-    """kopf answers its liveness probe once its startup handlers ran and its watchers are starting."""
+    """gym-operator answers its liveness probe from its start, leading or standing by."""
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
         return False
+
+
+def leads(port: int) -> bool:
+    """Whether the operator answering on ``port`` holds the Lease and its kopf has started (watches opening)."""
+    try:
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()
+    except httpx.HTTPError:
+        return False
+    return bool(health["leader"] and health["operating"])
 
 
 def get(kubectl, kind: str, name: str) -> dict:
@@ -894,6 +921,7 @@ def chart_operator_identity(
             "GYMCKPT_KOPF_SCANNING",
             "GYMCKPT_STORAGE_LOCATIONS",
             "GYMCKPT_OPERATOR_DEPLOYMENT",
+            "GYMCKPT_LEADER_LEASE",
         )
     }
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
@@ -928,7 +956,7 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     stack.start()
     stack.create_pods()
-    own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator reads its replicas (the Role's get)
+    own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator lists StatefulSets
     operator = start_operator(stack, kubeconfig, **settings)
     try:
         with httpx.Client(base_url=stack.url("counter-0")) as http:
@@ -1012,6 +1040,7 @@ def own_by_statefulset(kubectl, pod: str, name: str, replicas: int) -> None:
             },
         },
     )
+    settle_statefulset(kubectl, name, replicas, "rev-1")
     uid = get(kubectl, "statefulset", name)["metadata"]["uid"]
     kubectl(
         "patch",
@@ -1030,6 +1059,87 @@ def own_by_statefulset(kubectl, pod: str, name: str, replicas: int) -> None:
             }
         ),
     )
+
+
+def settle_statefulset(
+    kubectl, name: str, replicas: int, revision: str, updated: int | None = None, current: str | None = None
+) -> None:
+    """Write a StatefulSet's status as its controller would (the emulator runs none): settled at ``revision``, or
+    mid-rollout with ``updated`` pods at ``revision`` and the rest at ``current``."""
+    sts = get(kubectl, "statefulset", name)
+    updated = replicas if updated is None else updated
+    status = {
+        "observedGeneration": sts["metadata"]["generation"],
+        "replicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "currentReplicas": replicas - updated if current else replicas,
+        "updatedReplicas": updated,
+        "currentRevision": current or revision,
+        "updateRevision": revision,
+    }
+    kubectl("patch", "statefulset", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+
+
+def test_a_restore_waits_while_the_stacks_statefulset_rolls_out_and_runs_on_the_new_pods_only(
+    operator_env, kubectl, tmp_path
+) -> None:
+    """After `helm upgrade` a StatefulSet replaces its pods one at a time. A Restore made meanwhile waits in Pending
+    (reason WaitingForRollout, an Event naming the StatefulSet) instead of failing or restoring into a pod about to
+    be replaced, and runs once every pod is at the update revision (Event Settled). A rollout that never settles
+    fails the Restore after the operator's rollout patience (reason StackRolling). On ce41d67 discovery never
+    looked at the StatefulSet: the Restore ran at once, into the old-revision pod."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
+    stack.start()
+    stack.create_pods()
+    for pod in stack.modes:
+        own_by_statefulset(kubectl, pod, "counter", replicas=2)
+        kubectl("label", "pod", pod, "controller-revision-hash=rev-1", "--overwrite")
+    operator = start_operator(stack)
+    try:
+        apply(kubectl, checkpoint_doc("before-upgrade", prepareTimeoutSeconds=10))
+        kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/before-upgrade", "--timeout=60s", timeout=70
+        )
+
+        # the upgrade: counter-1 is replaced first (new revision), counter-0 still runs the old one
+        stack.kill()
+        stack.start()
+        kubectl("label", "pod", "counter-1", "controller-revision-hash=rev-2", "--overwrite")
+        settle_statefulset(kubectl, "counter", 2, "rev-2", updated=1, current="rev-1")
+        apply(kubectl, restore_of("after-upgrade", "before-upgrade"))
+        wait_for(lambda: phase(kubectl, "restore", "after-upgrade") == "Pending", what="the Restore to wait")
+        waiting = get(kubectl, "restore", "after-upgrade")["status"]
+        assert waiting["reason"] == "WaitingForRollout"
+        assert "StatefulSet counter: rolling out revision rev-2, 1 of 2 pods updated" in waiting["message"]
+        progressing = next(c for c in waiting["conditions"] if c["type"] == "Progressing")
+        assert (progressing["status"], progressing["reason"]) == ("False", "WaitingForRollout")
+        wait_for(lambda: "Waiting" in reasons_of(kubectl, "after-upgrade"), what="the Waiting Event")
+        assert [status_of(stack, name)["checkpoint_id"] for name in stack.modes] == [None, None]  # none was called
+
+        kubectl("label", "pod", "counter-0", "controller-revision-hash=rev-2", "--overwrite")
+        settle_statefulset(kubectl, "counter", 2, "rev-2")  # the rollout is done
+        kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Completed", "restore/after-upgrade", "--timeout=60s", timeout=70
+        )
+        restored = get(kubectl, "restore", "after-upgrade")["status"]
+        assert restored["participantCount"] == 2 and restored["replicas"] == {"counter": 2}
+        assert "Settled" in reasons_of(kubectl, "after-upgrade")
+
+        # a rollout that never finishes: the Restore gives up after the operator's patience
+        os.killpg(operator.pid, signal.SIGTERM)
+        operator.wait(timeout=30)
+        start_operator(stack, GYMCKPT_ROLLOUT_PATIENCE_SECONDS="3")
+        kubectl("label", "pod", "counter-1", "controller-revision-hash=rev-3", "--overwrite")
+        settle_statefulset(kubectl, "counter", 2, "rev-3", updated=1, current="rev-2")
+        apply(kubectl, restore_of("stuck", "before-upgrade"))
+        kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/stuck", "--timeout=60s", timeout=70)
+        stuck = get(kubectl, "restore", "stuck")["status"]
+        assert stuck["reason"] == "StackRolling" and "did not settle in 3s" in stuck["message"]
+        assert "rolling out revision rev-3" in stuck["message"]
+    finally:
+        stack.kill()
 
 
 def stored_objects(seaweed, location: str, checkpoint_id: str) -> list[str]:
@@ -1210,7 +1320,9 @@ def test_fault_api_server_unreachable_mid_transaction(operator_env, kemu, kubect
     proxy = WithholdingProxy(stack.url("counter-1"), verb="persist", forward_withheld=True)
     try:
         stack.create_pods(control_ports={"counter-1": proxy.port})
-        start_operator(stack)
+        # the outage (8 s) is shorter than the leader's renew deadline here: a leader cut off for longer stops,
+        # as client-go's does (test_an_operator_that_loses_its_lease_stops_at_once), and the next one carries on
+        start_operator(stack, **LONG_LEADER_TIMINGS)
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
             apply(
@@ -1286,7 +1398,8 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
     """The operator is SIGKILLed while a sync checkpoint's persist is in flight (a proxy holds it; the server gets it
     late, as a request that outlived its caller). A new operator starts at once and repeats the same checkpoint id:
     every server answers its repeated verbs with the first answer, the checkpoint is published and the stack resumed
-    long before the 60 s lease, and the Checkpoint ends Completed."""
+    long before the 120 s lease (the new operator first waits for the dead one's Lease), and the Checkpoint ends
+    Completed."""
     start_operator, _ = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
     stack.start()
@@ -1299,7 +1412,7 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
         proxy.hold.set()
         with PauseMonitor(stack) as pause:
             apply(
-                kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=60, method="sync")
+                kubectl, checkpoint_doc("restarted", prepareTimeoutSeconds=10, leaseSeconds=120, method="sync")
             )  # a persist under the pause
             wait_for(proxy.withheld.is_set, timeout=30, what="the persist to be under way")
             assert phase(kubectl, "checkpoint", "restarted") == "Persisting"
@@ -1314,7 +1427,7 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
                 "wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/restarted", "--timeout=60s", timeout=70
             )
         report_pause("operator restarted mid-persist", pause, resumed_after_kill_s=round(resumed_after, 3))
-        assert resumed_after < 30, "the stack waited for its lease"
+        assert resumed_after < 90, "the stack waited for its lease (120 s)"
         status = get(kubectl, "checkpoint", "restarted")["status"]
         assert status["reason"] == "Completed" and status["records"] == 1
         for name in stack.modes:
@@ -1322,6 +1435,116 @@ def test_fault_operator_restarted_mid_persist(operator_env, kubectl, tmp_path) -
     finally:
         proxy.stop()
         stack.kill()
+
+
+def lease_of(kubectl, name: str = f"{RELEASE}-gym-checkpoint-operator") -> dict:
+    return get(kubectl, "lease", name)
+
+
+def test_two_operator_replicas_only_the_leader_acts_and_a_standby_finishes_what_a_killed_leader_left(
+    operator_env, kubectl, seaweed, tmp_path
+) -> None:
+    """Two operator processes of one release: one holds the Lease and runs the Checkpoint, the other stands by
+    and does nothing (no kopf, no Event, no call). The leader is SIGKILLed while the checkpoint's persist is in
+    flight (a proxy holds it; the server gets it late, as a request that outlived its caller): the standby takes
+    the Lease once it went unrenewed, carries on the same transaction (same checkpoint id: Event TakenOver), the
+    Checkpoint completes, one checkpoint is stored, and no server is left paused."""
+    start_operator, location = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported", "counter-1": "exported"})
+    stack.start()
+    proxy = WithholdingProxy(stack.url("counter-1"), verb="persist", forward_withheld=True)
+    try:
+        stack.create_pods(control_ports={"counter-1": proxy.port})
+        leader = start_operator(stack, log_name="leader.log")
+        standby = start_operator(stack, log_name="standby.log", standby="yes")
+        assert not leads(standby.health)
+        holder = lease_of(kubectl)["spec"]["holderIdentity"]
+        assert httpx.get(f"http://127.0.0.1:{leader.health}/healthz").json()["identity"] == holder
+        with httpx.Client(base_url=stack.url("counter-0")) as http:
+            http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "r0"})
+        proxy.hold.set()
+        apply(kubectl, checkpoint_doc("handover", prepareTimeoutSeconds=10, leaseSeconds=120, method="sync"))
+        wait_for(proxy.withheld.is_set, timeout=60, what="the persist to be under way")
+        wait_for(lambda: phase(kubectl, "checkpoint", "handover") == "Persisting", what="Persisting written")
+        checkpoint_id = get(kubectl, "checkpoint", "handover")["status"]["checkpointId"]
+        standing_by = (tmp_path / "standby.log").read_text()
+        assert f"is held by {holder}" in standing_by and "handover" not in standing_by  # it never touched it
+        assert not leads(standby.health)
+
+        os.killpg(leader.pid, signal.SIGKILL)  # the leader dies mid-transaction
+        leader.wait(timeout=10)
+        proxy.hold.clear()  # its persist reaches the server late
+        wait_for(lambda: leads(standby.health), timeout=60, what="the standby to take the Lease")
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/handover", "--timeout=90s", timeout=100)
+        status = get(kubectl, "checkpoint", "handover")["status"]
+        assert status["checkpointId"] == checkpoint_id and status["records"] == 1
+        wait_for(lambda: admission_is_open(stack), timeout=30, what="every server open")
+        for name in stack.modes:
+            assert status_of(stack, name)["phase"] == "open"
+        bucket, prefix = location[len("s3://") :].split("/", 1)
+        stored = seaweed.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/checkpoints/")
+        ids = {o["Key"][len(f"{prefix}/checkpoints/") :].split("/", 1)[0] for o in stored.get("Contents", [])}
+        assert ids == {checkpoint_id}  # one transaction, carried on: not a second one
+        assert reasons_of(kubectl, "handover").count("TakenOver") == 1
+        taken = lease_of(kubectl)["spec"]
+        assert taken["holderIdentity"] != holder and taken["leaseTransitions"] == 1
+        assert "became the leader" in (tmp_path / "standby.log").read_text()
+    finally:
+        proxy.stop()
+        stack.kill()
+
+
+def test_a_stalled_watch_is_dropped_and_reopened_by_the_operator(operator_env, kemu, kubectl, tmp_path) -> None:
+    """Every Checkpoint watch open goes silent for 5 minutes (a half-open connection: kemu's stall); the liveness
+    probe stays green throughout, so only the operator's own watch timeouts can notice. With
+    GYMCKPT_WATCH_TIMEOUT_SECONDS=5 the stream is dropped after 15 s of silence and re-opened, and a Checkpoint
+    created into the silence runs. On ce41d67 (no client or inactivity timeout of ours) the watch waited on kopf's
+    70 s default, past this test's 60 s."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    operator = start_operator(stack, GYMCKPT_WATCH_TIMEOUT_SECONDS="5")
+    try:
+        apply(kubectl, checkpoint_doc("before", prepareTimeoutSeconds=10))
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "checkpoint/before", "--timeout=60s", timeout=70)
+        kemu.stall_watches(300, resource="checkpoints")  # the operator's open watch of Checkpoints hears nothing more
+        apply(kubectl, checkpoint_doc("into-the-silence", prepareTimeoutSeconds=10))
+        assert operator_live(operator.health)  # liveness cannot tell
+        kubectl(
+            "wait",
+            "--for=jsonpath={.status.phase}=Completed",
+            "checkpoint/into-the-silence",
+            "--timeout=60s",
+            timeout=70,
+        )
+        assert operator_live(operator.health)
+    finally:
+        stack.kill()
+
+
+def test_an_operator_that_loses_its_lease_stops_at_once(operator_env, kubectl, tmp_path) -> None:
+    """Another holder in the Lease (what a leader cut off from the API server for longer than the lease would find):
+    the operator exits with status 3 at its next renewal, without waiting for anything it runs."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
+    stack.start()
+    stack.create_pods()
+    operator = start_operator(stack)
+    kubectl(
+        "patch",
+        "lease",
+        f"{RELEASE}-gym-checkpoint-operator",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"holderIdentity": "another-operator_0123456789"}}),
+    )
+    assert operator.wait(timeout=30) == 3
+    log = (tmp_path / "operator.log").read_text()
+    assert (
+        "the Lease is held by another-operator_0123456789" in log and "exiting so that only the new leader acts" in log
+    )
+    stack.kill()
 
 
 def participant_pods(kubectl, state, token: str) -> None:

@@ -59,6 +59,9 @@ PODS = kmock.resource("", "v1", "pods")
 SERVICEACCOUNTS = kmock.resource("", "v1", "serviceaccounts")
 CLUSTERROLES = kmock.resource(auth.RBAC_GROUP, "v1", "clusterroles")
 CLUSTERROLEBINDINGS = kmock.resource(auth.RBAC_GROUP, "v1", "clusterrolebindings")
+LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
+#: built-in kinds whose strategy refuses an update without metadata.resourceVersion (custom resources do too)
+CONDITIONAL_UPDATES_ONLY = frozenset({LEASES})
 SA_TOKEN_SECRET = "kubernetes.io/service-account-token"
 #: apiextensions-apiserver's finalizer on a deleted CRD until its custom resources are gone
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -913,8 +916,9 @@ class Kemu(kmock.KubernetesEmulator):
             raise errors.bad_request(
                 f"the name of the object ({meta.get('name')}) does not match the name on the URL ({key[2]})"
             )
-        if key[0] in self._cr and not meta.get("resourceVersion"):
-            # custom resources do not allow unconditional updates (generic registry Store.Update)
+        if (key[0] in self._cr or key[0] in CONDITIONAL_UPDATES_ONLY) and not meta.get("resourceVersion"):
+            # custom resources and Leases do not allow unconditional updates (generic registry Store.Update;
+            # leaseStrategy.AllowUnconditionalUpdate is false): leader election depends on it
             raise errors.invalid_fields(
                 str(key[0].group),
                 str(key[0].plural),

@@ -1,0 +1,156 @@
+"""Leader election (gym_operator.leader) against the Kubernetes API emulator: the Lease is taken only when free or
+unrenewed for a lease duration, every write is conditional, a leader that cannot renew gives it up, a released
+Lease is taken at once. Each candidate's clock is a hand-moved counter, so no outcome depends on timing."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+
+import pytest
+from kubernetes import client, config
+
+from gym_operator.leader import ElectionSettings, Elector
+from gym_operator.specs import SpecError
+
+pytestmark = pytest.mark.k8s
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def coordination(kemu) -> client.CoordinationV1Api:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kemu.kubeconfig), client_configuration=cfg)
+    return client.CoordinationV1Api(client.ApiClient(cfg))
+
+
+def candidate(kemu, identity: str, clock: Clock | None = None, **timings: float) -> Elector:
+    settings = ElectionSettings(
+        namespace="default",
+        lease_name="gym-gym-checkpoint-operator",
+        identity=identity,
+        **({"lease_duration_s": 15, "renew_deadline_s": 10, "retry_period_s": 2} | timings),
+    )
+    return Elector(settings, coordination(kemu), clock=clock or Clock())
+
+
+def lease(kemu) -> client.V1Lease:
+    return coordination(kemu).read_namespaced_lease("gym-gym-checkpoint-operator", "default")
+
+
+def test_one_candidate_holds_the_lease_another_takes_it_only_once_unrenewed_for_its_duration(kemu) -> None:
+    a_clock, b_clock = Clock(), Clock()
+    a, b = candidate(kemu, "a", a_clock), candidate(kemu, "b", b_clock)
+    assert a.try_acquire_or_renew(5) is True  # created
+    held = lease(kemu).spec
+    assert (held.holder_identity, held.lease_duration_seconds, held.lease_transitions) == ("a", 15, 0)
+
+    assert b.try_acquire_or_renew(5) is False and b.holder == "a"
+    b_clock.now += 14.9
+    assert b.try_acquire_or_renew(5) is False  # not yet a lease duration since b first saw this record
+    assert a.try_acquire_or_renew(5) is True  # a renews: a new record...
+    b_clock.now += 1.0
+    assert b.try_acquire_or_renew(5) is False  # ...which b sees as changed: its wait starts again
+    b_clock.now += 15.1
+    assert b.try_acquire_or_renew(5) is True  # unrenewed for 15 s as b saw it: b takes it
+    taken = lease(kemu).spec
+    assert (taken.holder_identity, taken.lease_transitions) == ("b", 1)
+    assert a.try_acquire_or_renew(5) is False and a.holder == "b"  # and a cannot renew any more
+
+
+def test_every_write_is_conditional_so_two_candidates_never_both_win(kemu) -> None:
+    a, b = candidate(kemu, "a"), candidate(kemu, "b")
+    assert a.try_acquire_or_renew(5) is True
+    api = coordination(kemu)
+    stale = lease(kemu)
+    assert a.try_acquire_or_renew(5) is True  # a renews after the read above
+    stale.spec.holder_identity = "b"
+    with pytest.raises(client.ApiException) as conflict:
+        api.replace_namespaced_lease("gym-gym-checkpoint-operator", "default", stale)
+    assert conflict.value.status == 409  # the read's resourceVersion is old: no overwrite
+    stale.metadata.resource_version = None
+    with pytest.raises(client.ApiException) as unconditional:
+        api.replace_namespaced_lease("gym-gym-checkpoint-operator", "default", stale)
+    assert unconditional.value.status == 422 and "must be specified for an update" in unconditional.value.body
+    assert lease(kemu).spec.holder_identity == "a"
+    # a second create of the same Lease fails (409 AlreadyExists): b's first attempt reads, and then waits
+    assert b.try_acquire_or_renew(5) is False
+
+
+def test_a_leader_whose_lease_another_holds_gives_up_at_once(kemu) -> None:
+    b_clock = Clock()
+    a = candidate(kemu, "a", lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
+    b = candidate(kemu, "b", b_clock, lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
+    stop = threading.Event()
+    assert a.acquire(stop) and a.leader
+    assert b.try_acquire_or_renew(5) is False
+    b_clock.now += 100  # as if a's renewals stopped reaching the API server for that long (b's view)
+    lost: list[str] = []
+    a_took = threading.Event()
+
+    def on_lost(why: str) -> None:
+        lost.append(why)
+        a_took.set()
+
+    # b's record is written before a's next renewal reads: a then finds another holder and loses at once
+    assert b.try_acquire_or_renew(5) is True
+    keeper = threading.Thread(target=a.keep, args=(stop, on_lost), daemon=True)
+    keeper.start()
+    assert a_took.wait(30), "the leader never noticed the Lease was taken"
+    stop.set()
+    keeper.join(10)
+    assert lost == ["lost Lease default/gym-gym-checkpoint-operator: the Lease is held by b"]
+    assert a.leader is False
+
+
+def test_a_leader_that_cannot_reach_the_api_gives_up_after_the_renew_deadline(kemu) -> None:
+    clock = Clock()
+    a = candidate(kemu, "a", clock, lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
+    stop = threading.Event()
+    assert a.acquire(stop)
+    with socket.socket() as closed:  # a port nothing listens on: the API server is out of reach
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    cfg = client.Configuration()
+    cfg.host, cfg.retries = f"http://127.0.0.1:{port}", 0
+    a.api = client.CoordinationV1Api(client.ApiClient(cfg))
+    lost: list[str] = []
+    keeper = threading.Thread(target=a.keep, args=(stop, lost.append), daemon=True)
+    keeper.start()
+    for _ in range(200):  # renewals fail; the deadline passes on the candidate's own clock
+        if lost:
+            break
+        clock.now += 0.1
+        stop.wait(0.05)
+    keeper.join(30)
+    stop.set()
+    assert not keeper.is_alive() and len(lost) == 1, lost
+    assert lost[0].startswith("lost Lease default/gym-gym-checkpoint-operator: renewing failed")
+
+
+def test_a_released_lease_is_taken_at_once(kemu) -> None:
+    a, b = candidate(kemu, "a"), candidate(kemu, "b")
+    stop = threading.Event()
+    assert a.acquire(stop)
+    assert b.try_acquire_or_renew(5) is False
+    a.release()
+    released = lease(kemu).spec
+    assert released.holder_identity is None and released.lease_duration_seconds == 1
+    assert b.try_acquire_or_renew(5) is True  # no waiting: nobody holds it
+    assert lease(kemu).spec.holder_identity == "b"
+
+
+def test_settings_refuse_a_renew_deadline_a_standby_could_overtake() -> None:
+    env = {"GYMCKPT_RELEASE": "gym", "POD_NAME": "gym-operator-abc", "GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS": "20"}
+    with pytest.raises(SpecError, match=re.escape("need lease duration > renew deadline > 1.2 x retry period")):
+        ElectionSettings.from_env("default", env)
+    ok = ElectionSettings.from_env("default", {k: v for k, v in env.items() if "RENEW" not in k})
+    assert ok.lease_name == "gym-gym-checkpoint-operator" and ok.identity.startswith("gym-operator-abc_")
+    assert (ok.lease_duration_s, ok.renew_deadline_s, ok.retry_period_s) == (15, 10, 2)

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gym_services.base.backoff import Backoff
 from gym_services.base.config import StorageConfig
 from gym_services.base.errors import ErrorCode
 from gym_services.base.logs import get_logger
@@ -96,6 +97,10 @@ log = get_logger("coordinator")
 EventSink = Callable[[TransactionPhase, dict[str, Any]], Awaitable[None] | None]
 A = TypeVar("A", bound=BaseModel)
 A_ = TypeVar("A_")
+
+# how long an abort asks again a participant that refuses it while its restore or capture still runs (the
+# coordinator may have stopped waiting for that call, on a cancel); after that, the participant's lease reopens it
+ABORT_BUSY_PATIENCE_S = 5.0
 
 
 class TransactionError(Exception):
@@ -348,6 +353,18 @@ class Coordinator:
         warnings: list[str] = []
         for group in reversed(by_role(refs)):
             _, failed = await self._each(group, verb, lambda r: finish(r, req))
+            busy = Backoff(first_s=0.05, max_s=0.5, deadline_s=ABORT_BUSY_PATIENCE_S)
+            while verb is Verb.ABORT and (
+                waiting := [e.ref for e in failed.values() if e.code == ErrorCode.CHECKPOINT_BUSY]
+            ):
+                # a restore or capture still running there (the coordinator stopped waiting for it, e.g. on a
+                # cancel) refuses abort until it ends: ask again for a few seconds, then leave it to its lease
+                if not busy.failed():
+                    break
+                await asyncio.sleep(busy.wait_s())
+                _, again = await self._each(waiting, verb, lambda r: finish(r, req))
+                failed = {pid: err for pid, err in failed.items() if pid not in {r.participant_id for r in waiting}}
+                failed.update(again)
             for err in failed.values():
                 if err.code == ErrorCode.UNKNOWN_CHECKPOINT:
                     continue  # already closed (lease expiry, or it never got the checkpoint)

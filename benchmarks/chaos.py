@@ -181,7 +181,7 @@ class Chaos:
         self.output = self.story.workdir / f"{self.name}.jsonl"
 
     def start(self) -> StackState:
-        self.state = self.story.start(self.name, self.story.workdir / f"{self.name}-tokens")  # workers' token mirrors
+        self.state = self.story.start(self.name)
         self.token = stack_secrets(self.dir)["control_token"]
         return self.state
 

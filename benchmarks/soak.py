@@ -6,7 +6,9 @@ The demo stack (every server its own process, the tasks of all four environments
 task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is taken and
 published; right after it every server is sampled from /proc: resident memory (VmRSS), open file descriptors and
 threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every process is
-SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again). A job
+SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again). Before
+each checkpoint the soak reads and drops the capture ledger of every rollout finished so far, as a trainer does
+(the policy model keeps a rollout's training tokens until that acknowledgement). A job
 that finishes is checked and the next one starts on a fresh stack, until ``--duration`` has passed.
 
 The table, per server: RSS at the first and last sample and its slope in MB per 1,000 finished episodes (a
@@ -41,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.chaos import Chaos  # noqa: E402
 
 from gym_services.base.config import StorageConfig  # noqa: E402
-from gym_services.demo.story import Run, Story  # noqa: E402
+from gym_services.demo.story import MODEL, Run, Story  # noqa: E402
+from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused  # noqa: E402
 from gym_services.stack.launcher import is_running, read_state  # noqa: E402
 
 
@@ -64,6 +67,7 @@ class Soak:
     loads: list[float] = field(default_factory=list)  # the 1-minute load average at each checkpoint
     restores: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
     jobs: int = 0
+    trainer: Trainer = field(default_factory=lambda: Trainer())
     rollouts: int = 0
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
@@ -91,6 +95,44 @@ def check_rows(chaos: Chaos, soak: Soak, total: int | None) -> None:
     if total is not None:
         soak.jobs += 1
         soak.lost += [f"job {chaos.jobs}: {total - len(seen)} of {total} rollouts missing"] if len(seen) < total else []
+
+
+@dataclass
+class Trainer:
+    """What a trainer does with the capture ledger (``docs/protocol.md``, "The capture ledger"): once a rollout's
+    row is written, freeze its ledger and drop the snapshot - the acknowledgement that lets the policy model
+    release the rollout's tokens. Without it the ledger holds every rollout's tokens until read, as it must.
+
+    After a restore the ledgers of rollouts consumed since that checkpoint are back (under version + 1, so the
+    earlier drop cannot retire them): they are consumed again."""
+
+    consumed: set[str] = field(default_factory=set)
+    dropped: int = 0
+    refused: list[str] = field(default_factory=list)
+
+    def consume(self, chaos: Chaos, *, again: bool = False) -> None:
+        if not chaos.output.exists():
+            return
+        rows = [json.loads(line) for line in chaos.output.read_text(encoding="utf-8").splitlines()]
+        finished = {row["_ng_rollout_id"] for row in rows}
+        todo = sorted(finished if again else finished - self.consumed)
+        if todo:
+            asyncio.run(self._consume(chaos.state.urls(MODEL), todo))
+
+    async def _consume(self, model_urls: list[str], rollout_ids: list[str]) -> None:
+        client = LedgerClient(model_urls)
+        try:
+            for rollout_id in rollout_ids:
+                try:
+                    snapshot = await client.freeze(rollout_id)
+                    self.dropped += await client.drop(rollout_id, snapshot.snapshot_id, snapshot.version)
+                except LedgerRefused as exc:
+                    if exc.code not in ("not_found", "ledger_closed"):  # none captured here, or dropped already
+                        self.refused.append(f"{rollout_id}: {exc}")
+                        continue
+                self.consumed.add(rollout_id)
+        finally:
+            await client.close()
 
 
 def slope_per_1000(points: dict[str, list[tuple[float, float]]]) -> float:
@@ -132,6 +174,7 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
             chaos.use_stack(job)
             chaos.start()
             chaos.newest, chaos.taken = None, []
+            soak.trainer.consumed = set()
             chaos.story.submit(chaos.state, chaos.output)
             while time.monotonic() - started < args.duration:
                 next_checkpoint = time.monotonic() + args.checkpoint_every
@@ -141,6 +184,7 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
                     status = chaos.job()
                 if status["state"] == "completed":
                     break
+                soak.trainer.consume(chaos)  # the rollouts finished so far: their ledgers read and dropped
                 cid = chaos.next_id()
                 result = asyncio.run(chaos._checkpoint(cid))
                 if result.status != "completed":
@@ -164,9 +208,11 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
                     t0 = time.perf_counter()
                     chaos.crash_and_restore()
                     soak.restores.append((time.monotonic() - started, time.perf_counter() - t0))
+                    soak.trainer.consume(chaos, again=True)
                     say(f"{time.monotonic() - started:7.0f} s  killed every process, restored {chaos.newest}")
                     next_kill = time.monotonic() + args.kill_every
             status = chaos.job()
+            soak.trainer.consume(chaos)
             if status["state"] == "completed":
                 check_rows(chaos, soak, status["total"])
                 say(f"job {job} finished: {status['total']} rollouts")
@@ -229,7 +275,11 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         f"rollouts: {soak.rollouts} in {soak.jobs} finished jobs (and the running one); lost {len(soak.lost)}, "
         f"duplicated {len(soak.duplicated)}, failed {len(soak.failed)}"
     )
-    for problem in (soak.lost + soak.duplicated + soak.failed)[:10]:
+    print(
+        f"capture ledger: {soak.trainer.dropped} snapshots dropped by the soak's trainer after the rollout's row was "
+        f"written, {len(soak.trainer.refused)} refused"
+    )
+    for problem in (soak.lost + soak.duplicated + soak.failed + soak.trainer.refused)[:10]:
         print("  ", problem)
     print(
         "targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "

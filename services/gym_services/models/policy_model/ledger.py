@@ -19,8 +19,11 @@ It keeps NeMo Gym 0.7.0's token-capture contracts (``TokenSink``, ``TokenSource`
 Attempts: every write carries the rollout's attempt. The ledger belongs to one attempt of a rollout; a
 write from an older one is refused (``409 stale_attempt``); a write from a newer one raises the
 ledger's attempt (a retire, not a write, removes a retired attempt's rows). In a checkpoint the ledger
-is one record per rollout (:class:`LedgerRecord`); a restore installs its rows under attempt + 1, so
-attempt N is retired: its late writes are refused.
+is two records per rollout: its head (:class:`LedgerRecord`: attempt, version, intents, ...) and its entries
+(:class:`LedgerEntries`), apart so that a restore, which installs the rows under attempt + 1 (attempt N is
+retired: its late writes are refused) and so changes every head, leaves the entries' bytes as they were: the
+next checkpoint references them in the restored checkpoint's packs instead of writing every rollout's tokens
+again.
 Intents travel with the rows: a call in flight at the checkpoint whose re-issue never completes leaves
 its intent dangling, and the rollout freezes incomplete instead of being trained on with a hole.
 
@@ -35,7 +38,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,8 +47,10 @@ from gym_services.control.participant import FrozenRecord, InvalidState, Record,
 from gym_services.models.policy_model import ledger_lineage
 from gym_services.models.policy_model.ledger_wire import ROLLOUT_ID, LedgerEntry, Resolution, Snapshot
 
-LEDGER_RECORD_SCHEMA_VERSION = 1
+LEDGER_RECORD_SCHEMA_VERSION = 2
 RECORD_PREFIX = "ledger-"
+#: the entries record's key: the head's key and this
+ENTRIES_SUFFIX = ".entries"
 #: the reason of a call begun (an intent) and never stored
 NEVER_STORED = "begun and never stored"
 
@@ -55,8 +60,9 @@ class RolloutLedger:
     """One rollout's rows for one attempt."""
 
     attempt: int
-    #: call id -> (canonical JSON, entry)
-    entries: dict[str, tuple[str, LedgerEntry]] = field(default_factory=dict)
+    #: call id -> the entry's canonical JSON: only the text is held (a parsed entry's token ids and log-probs,
+    #: each a Python object, take several times its bytes); a read parses it again
+    entries: dict[str, str] = field(default_factory=dict)
     intents: dict[str, None] = field(default_factory=dict)
     #: call ids marked lost ("" when the caller did not know which call)
     lost: dict[str, str] = field(default_factory=dict)
@@ -64,6 +70,9 @@ class RolloutLedger:
     snapshot_id: str = ""
     version: int = 0
     dropped: bool = False
+
+    def parsed(self) -> list[LedgerEntry]:
+        return [LedgerEntry.model_validate_json(canonical) for canonical in self.entries.values()]
 
     def dangling(self) -> list[str]:
         return [c for c in self.intents if c not in self.entries]
@@ -73,7 +82,7 @@ class RolloutLedger:
         return Snapshot(
             rollout_id=rollout_id,
             attempt=self.attempt,
-            entries=[entry for _, entry in self.entries.values()],
+            entries=self.parsed(),
             incomplete=bool(lost),
             snapshot_id=self.snapshot_id,
             version=self.version,
@@ -82,11 +91,30 @@ class RolloutLedger:
 
 
 class LedgerRecord(BaseModel):
-    """A rollout's ledger in a checkpoint (``docs/protocol.md``, "The capture ledger")."""
+    """A rollout's ledger head in a checkpoint (``docs/protocol.md``, "The capture ledger"); its entries are
+    the :class:`LedgerEntries` record beside it (``entries``: how many it holds)."""
 
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int
+    rollout_id: str = Field(pattern=ROLLOUT_ID)
+    attempt: int = Field(ge=0)
+    entries: int = Field(ge=0)
+    intents: list[str]
+    lost: dict[str, str]
+    frozen: bool
+    snapshot_id: str
+    version: int = Field(ge=0)
+    dropped: bool
+
+
+class LedgerRecordV1(BaseModel):
+    """Schema 1 (before issue 29): one record per rollout, its entries inline. A restore still reads it (a
+    checkpoint taken before an upgrade is restored after it); nothing writes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1]
     rollout_id: str = Field(pattern=ROLLOUT_ID)
     attempt: int = Field(ge=0)
     entries: list[LedgerEntry]
@@ -98,21 +126,44 @@ class LedgerRecord(BaseModel):
     dropped: bool
 
 
+class LedgerEntries(BaseModel):
+    """A rollout's stored entries in a checkpoint, in the order they were stored. It holds nothing a restore
+    changes, so an unchanged rollout's entries keep their bytes (and are reused) across checkpoints and restores."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int
+    rollout_id: str = Field(pattern=ROLLOUT_ID)
+    entries: list[LedgerEntry]
+
+
+_Parsed = TypeVar("_Parsed", LedgerRecord, LedgerEntries)
+
+
 @dataclass(frozen=True)
 class FrozenLedger:
-    """One rollout's ledger as a capture froze it: its head fields and its entries' stored JSON."""
+    """One of a rollout's two records as a capture froze it: its head fields (``head``), or, for its entries
+    record (``head`` None), its entries' stored JSON."""
 
-    head: dict[str, Any]
+    rollout_id: str
+    head: dict[str, Any] | None
     entries: list[str]
 
 
 class LedgerEncoder:
     """The policy model participant's :class:`~gym_services.control.participant.RecordEncoder`: a
-    :class:`LedgerRecord`'s JSON, the entries spliced in as stored (each already its JSON)."""
+    :class:`LedgerRecord`'s JSON, or a :class:`LedgerEntries`' with the entries spliced in as stored (each
+    already its JSON)."""
 
     def encode(self, state: FrozenLedger) -> bytes:
-        text = json.dumps(state.head, ensure_ascii=False, separators=(",", ":"))
-        return f'{text[:-1]},"entries":[{",".join(state.entries)}]}}'.encode()
+        if state.head is not None:
+            return json.dumps(state.head, ensure_ascii=False, separators=(",", ":")).encode()
+        head = json.dumps(
+            {"schema_version": LEDGER_RECORD_SCHEMA_VERSION, "rollout_id": state.rollout_id},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        return f'{head[:-1]},"entries":[{",".join(state.entries)}]}}'.encode()
 
     def encoded(self, state: FrozenLedger, data: bytes) -> None:
         pass
@@ -125,8 +176,34 @@ def record_key(rollout_id: str) -> str:
     return RECORD_PREFIX + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
+def entries_key(rollout_id: str) -> str:
+    return record_key(rollout_id) + ENTRIES_SUFFIX
+
+
 def is_ledger_record(key: str) -> bool:
     return key.startswith(RECORD_PREFIX)
+
+
+def _parse(model: type[_Parsed], record: RestoredRecord) -> _Parsed:
+    try:
+        payload = model.model_validate_json(record.data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3])
+        raise InvalidState(f"record {record.key} is not a ledger record: {problems}") from None
+    if payload.schema_version != LEDGER_RECORD_SCHEMA_VERSION:
+        raise InvalidState(f"record {record.key}: ledger schema_version {payload.schema_version} is not supported")
+    return payload
+
+
+def _head(record: RestoredRecord) -> tuple[LedgerRecord, list[LedgerEntry] | None]:
+    """A rollout's head, and its entries when the record is schema 1's (entries inline)."""
+    try:
+        old = LedgerRecordV1.model_validate_json(record.data)
+    except ValidationError:
+        return _parse(LedgerRecord, record), None
+    fields = old.model_dump(exclude={"entries", "schema_version"})
+    head = LedgerRecord(schema_version=LEDGER_RECORD_SCHEMA_VERSION, entries=len(old.entries), **fields)
+    return head, old.entries
 
 
 class CaptureLedger:
@@ -163,7 +240,7 @@ class CaptureLedger:
         canonical = entry.canonical()
         existing = ledger.entries.get(entry.model_call_id)
         if existing is not None:
-            if existing[0] == canonical:
+            if existing == canonical:
                 return False, ledger.version
             ledger.lost.setdefault(entry.model_call_id, "conflicting payloads for one call id")
             ledger.version += 1
@@ -172,7 +249,7 @@ class CaptureLedger:
                 f"rollout {entry.rollout_id!r}: call {entry.model_call_id!r} is already stored with another payload; "
                 "the rollout is marked incomplete",
             )
-        ledger.entries[entry.model_call_id] = (canonical, entry)  # the caller's: routes and capture build it afresh
+        ledger.entries[entry.model_call_id] = canonical
         ledger.version += 1
         return True, ledger.version
 
@@ -210,7 +287,7 @@ class CaptureLedger:
     def resolve(self, rollout_id: str, request_items: list) -> Resolution:
         """The stored call these request items continue (:mod:`.ledger_lineage`); read-only."""
         ledger = self.rollouts.get(rollout_id)
-        entries = [entry for _, entry in ledger.entries.values()] if ledger is not None else []
+        entries = ledger.parsed() if ledger is not None else []
         return ledger_lineage.resolve(entries, request_items)
 
     def drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
@@ -239,7 +316,7 @@ class CaptureLedger:
     # --- checkpoint ------------------------------------------------------------------
 
     def capture(self, scope: Scope) -> list[FrozenRecord[FrozenLedger]]:
-        """Every rollout's record as it is now, encoded later (after resume, in a worker thread): under the
+        """Every rollout's records as they are now, encoded later (after resume, in a worker thread): under the
         pause only the lists are copied (an entry is stored as its JSON, which never changes).
 
         A rollout outside ``scope`` (finished: the controller runs it no more) is still written, its
@@ -252,6 +329,7 @@ class CaptureLedger:
                 "schema_version": LEDGER_RECORD_SCHEMA_VERSION,
                 "rollout_id": rollout_id,
                 "attempt": ledger.attempt,
+                "entries": len(ledger.entries),
                 "intents": list(ledger.intents),
                 "lost": dict(ledger.lost),
                 "frozen": ledger.frozen,
@@ -259,12 +337,15 @@ class CaptureLedger:
                 "version": ledger.version,
                 "dropped": ledger.dropped,
             }
-            key = record_key(rollout_id)
-            frozen = FrozenLedger(head, [canonical for canonical, _ in ledger.entries.values()])
-            if live:
-                pending.append(FrozenRecord(key, frozen, rollout_id=rollout_id, attempt=ledger.attempt))
-            else:
-                pending.append(FrozenRecord(key, frozen))
+            frozen = [(record_key(rollout_id), FrozenLedger(rollout_id, head, []))]
+            if ledger.entries:  # a rollout without entries (a retired one's tombstone) has no entries record
+                stored = FrozenLedger(rollout_id, None, list(ledger.entries.values()))
+                frozen.append((entries_key(rollout_id), stored))
+            for key, state in frozen:
+                if live:
+                    pending.append(FrozenRecord(key, state, rollout_id=rollout_id, attempt=ledger.attempt))
+                else:
+                    pending.append(FrozenRecord(key, state))
         return pending
 
     def export(self, scope: Scope) -> list[Record]:
@@ -275,33 +356,46 @@ class CaptureLedger:
 
     @staticmethod
     def validate(records: list[RestoredRecord]) -> dict[str, RolloutLedger]:
-        """Parse the checkpoint's ledger records; each rollout's rows belong to attempt + 1."""
+        """Parse the checkpoint's ledger records (each rollout's head and entries); each rollout's rows belong
+        to attempt + 1."""
+        heads = [r for r in records if not r.key.endswith(ENTRIES_SUFFIX)]
+        stored = {r.key: r for r in records if r.key.endswith(ENTRIES_SUFFIX)}
         restored: dict[str, RolloutLedger] = {}
-        for record in records:
-            try:
-                payload = LedgerRecord.model_validate_json(record.data)
-            except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3]
-                )
-                raise InvalidState(f"record {record.key} is not a ledger record: {problems}") from None
-            if payload.schema_version != LEDGER_RECORD_SCHEMA_VERSION:
-                raise InvalidState(
-                    f"record {record.key}: ledger schema_version {payload.schema_version} is not supported"
-                )
+        for record in heads:
+            payload, inline = _head(record)
             if record.key != record_key(payload.rollout_id):
                 raise InvalidState(f"record {record.key} does not hold the ledger its key names")
             if record.rollout_id is not None and (
                 record.rollout_id != payload.rollout_id or record.attempt != payload.attempt
             ):
                 raise InvalidState(f"record {record.key}: manifest identity does not match the record's")
-            entries: dict[str, tuple[str, LedgerEntry]] = {}
-            for entry in payload.entries:
+            beside = stored.pop(entries_key(payload.rollout_id), None)
+            if inline is not None and beside is not None:
+                raise InvalidState(f"record {record.key}: a schema 1 ledger record holds its entries itself")
+            if inline is None and beside is None and payload.entries:
+                raise InvalidState(
+                    f"record {record.key}: its entries record {entries_key(payload.rollout_id)} is missing"
+                )
+            held = LedgerEntries(
+                schema_version=LEDGER_RECORD_SCHEMA_VERSION, rollout_id=payload.rollout_id, entries=inline or []
+            )
+            if beside is not None:
+                if (beside.rollout_id, beside.attempt) != (record.rollout_id, record.attempt):
+                    raise InvalidState(f"record {beside.key}: manifest identity does not match its head's")
+                held = _parse(LedgerEntries, beside)
+            if held.rollout_id != payload.rollout_id or len(held.entries) != payload.entries:
+                raise InvalidState(
+                    f"record {entries_key(payload.rollout_id)}: holds {len(held.entries)} entries of "
+                    f"{held.rollout_id!r}, its head names {payload.entries} of {payload.rollout_id!r}"
+                )
+            entries: dict[str, str] = {}
+            for entry in held.entries:
                 if entry.rollout_id != payload.rollout_id or entry.model_call_id in entries:
                     raise InvalidState(
-                        f"record {record.key}: entry {entry.model_call_id!r} is not one of this rollout's calls"
+                        f"record {entries_key(payload.rollout_id)}: entry {entry.model_call_id!r} is not one of "
+                        "this rollout's calls"
                     )
-                entries[entry.model_call_id] = (entry.canonical(), entry)
+                entries[entry.model_call_id] = entry.canonical()
             restored[payload.rollout_id] = RolloutLedger(
                 attempt=payload.attempt + 1,
                 entries=entries,
@@ -312,6 +406,8 @@ class CaptureLedger:
                 version=payload.version + 1,  # a snapshot consumed before the restore cannot retire these rows
                 dropped=payload.dropped,
             )
+        if stored:
+            raise InvalidState(f"record {min(stored)} holds ledger entries without their head record")
         return restored
 
     def install(self, restored: dict[str, RolloutLedger]) -> dict[str, RolloutLedger | None]:

@@ -5,7 +5,11 @@ rollout. Real uvicorn processes; the in-process tests cover refusals and the rec
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import time
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +20,20 @@ from tests.services.models.procs import ServerProcess, start_server
 from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.control.participant import InvalidState, RestoredRecord, Scope
-from gym_services.models.policy_model.ledger import NEVER_STORED, CaptureLedger, record_key
+from gym_services.control import layout
+from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
+from gym_services.control.packs import parse_packed_manifest, persist, read_packed, sha256
+from gym_services.control.participant import Capture, InvalidState, RestoredRecord, Scope
+from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
+from gym_services.control.storage import Storage, open_storage
+from gym_services.control.store import CheckpointStore
+from gym_services.models.policy_model.ledger import (
+    LEDGER_ENCODER,
+    NEVER_STORED,
+    CaptureLedger,
+    entries_key,
+    record_key,
+)
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_lineage import stamp
 from gym_services.models.policy_model.ledger_wire import LedgerEntry
@@ -74,7 +90,8 @@ async def test_ledger_rows_survive_sigkill_and_restore_retires_attempt_n(worker,
             assert (await begin(client, "r-led", "call-3")).status_code == 200  # in flight, never stored
             assert (await begin(client, "r-cont", "c-1")).status_code == 200  # its re-issue will complete it
             committed = await Control(client).checkpoint("ck1", location)
-            assert committed["records"] == 2 and committed["episodes"] == ["r-cont", "r-led"]
+            # r-led: head and entries; r-cont (an intent, no entry yet): its head alone
+            assert committed["records"] == 3 and committed["episodes"] == ["r-cont", "r-led"]
             # written by attempt 0 after the checkpoint: it dies with the process and never comes back
             assert (await put(client, entry("r-led", "call-4", [12]))).status_code == 200
     finally:
@@ -227,9 +244,9 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     ledger = CaptureLedger()
     ledger.put(LedgerEntry.model_validate(entry("r-v", "c-1", [3])), attempt=2)
     frozen = ledger.freeze("r-v")
-    (record,) = ledger.export(Scope())
-    assert record.key == record_key("r-v") and record.attempt == 2
-    restored = CaptureLedger.validate([RestoredRecord(record.key, record.data, "r-v", 2)])
+    head, stored = ledger.export(Scope())
+    assert head.key == record_key("r-v") and stored.key == entries_key("r-v") and head.attempt == stored.attempt == 2
+    restored = CaptureLedger.validate([RestoredRecord(r.key, r.data, "r-v", 2) for r in (head, stored)])
     assert restored["r-v"].attempt == 3 and restored["r-v"].version == frozen.version + 1
     fresh = CaptureLedger()
     fresh.install(restored)
@@ -237,18 +254,28 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     assert again.snapshot_id == frozen.snapshot_id and again.entries == frozen.entries
     assert fresh.drop("r-v", frozen.snapshot_id, frozen.version) is False  # consumed before the restore: stale
 
+    # a schema 1 record (entries inline, before issue 29) taken before an upgrade restores after it
+    v1 = {**json.loads(head.data), "schema_version": 1, "entries": json.loads(stored.data)["entries"]}
+    old = CaptureLedger.validate([RestoredRecord(head.key, json.dumps(v1).encode(), "r-v", 2)])
+    assert old["r-v"].entries == restored["r-v"].entries and old["r-v"].attempt == 3
+
+    good = RestoredRecord(stored.key, stored.data, "r-v", 2)
+    other = json.dumps({**json.loads(stored.data), "entries": [entry("r-w", "c", [1])]}).encode()
     bad = [
-        RestoredRecord(record.key, b"{", "r-v", 2),
-        RestoredRecord(record.key, record.data, "r-v", 1),
-        RestoredRecord(record_key("r-w"), record.data, "r-v", 2),
-        RestoredRecord(record.key, json.dumps({**json.loads(record.data), "schema_version": 9}).encode(), "r-v", 2),
-        RestoredRecord(
-            record.key, json.dumps({**json.loads(record.data), "entries": [entry("r-w", "c", [1])]}).encode(), "r-v", 2
-        ),
+        [RestoredRecord(head.key, b"{", "r-v", 2), good],
+        [RestoredRecord(head.key, head.data, "r-v", 1), good],
+        [RestoredRecord(record_key("r-w"), head.data, "r-v", 2), good],
+        [RestoredRecord(head.key, json.dumps({**json.loads(head.data), "schema_version": 9}).encode(), "r-v", 2), good],
+        [RestoredRecord(head.key, head.data, "r-v", 2), RestoredRecord(stored.key, other, "r-v", 2)],
+        [RestoredRecord(head.key, head.data, "r-v", 2)],  # its entries record missing
+        [good],  # entries without their head
+        [RestoredRecord(head.key, json.dumps({**json.loads(head.data), "entries": 2}).encode(), "r-v", 2), good],
+        [RestoredRecord(head.key, head.data, "r-v", 2), RestoredRecord(stored.key, stored.data, "r-v", 1)],
+        [RestoredRecord(head.key, json.dumps(v1).encode(), "r-v", 2), good],  # schema 1 with entries beside
     ]
-    for item in bad:
+    for items in bad:
         with pytest.raises(InvalidState):
-            CaptureLedger.validate([item])
+            CaptureLedger.validate(items)
 
 
 async def test_resolve_names_the_call_a_request_continues(worker) -> None:
@@ -287,7 +314,7 @@ async def test_snapshot_method_keeps_the_ledger_as_captured_under_the_pause(work
         # encoded after resume: a write now must not reach the captured record
         assert (await put(client, entry("r-s", "c-2", [6]))).status_code == 200
         persisted = await control.call("persist", {"checkpoint_id": "ck"})
-        assert persisted["records"] == 1
+        assert persisted["records"] == 2  # the ledger's head and entries
     async with serve(model_app(worker.url)) as client:
         control = Control(client)
         await control.restore("ck", location, persisted["manifest_key"], persisted["manifest_sha256"])
@@ -303,7 +330,7 @@ async def test_a_finished_rollouts_ledger_outlives_a_scoped_commit_until_the_tra
         assert (await put(client, entry("r-done", "c-1", [4]))).status_code == 200
         assert (await put(client, entry("r-live", "c-1", [5]))).status_code == 200
         committed = await control.checkpoint("ck", location, episodes=["r-live"])  # r-done finished
-        assert committed["records"] == 2 and committed["episodes"] == ["r-live"]
+        assert committed["records"] == 4 and committed["episodes"] == ["r-live"]  # each rollout: head and entries
         assert (await freeze(client, "r-done"))["entries"] == [entry("r-done", "c-1", [4])]  # not released
     async with serve(model_app(worker.url)) as client:
         control = Control(client)
@@ -314,3 +341,104 @@ async def test_a_finished_rollouts_ledger_outlives_a_scoped_commit_until_the_tra
         assert done["entries"] == [entry("r-done", "c-1", [4])] and done["attempt"] == 1
         missing = await client.post("/v1/ledger/freeze", json={"rollout_id": "r-never"})
         assert code(missing) == (404, "not_found")  # never an empty snapshot a trainer could take for a rollout
+
+
+def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_rewritten(tmp_path: Path) -> None:
+    """A restore installs every rollout's rows under attempt + 1, which changes each ledger's head; the entries
+    (the tokens, nearly all the bytes) are unchanged and the first checkpoint after the restore references them
+    in the restored checkpoint's packs (issue 29: it wrote every finished rollout's tokens again)."""
+    storage = open_storage(f"file://{tmp_path}/ckpt")
+    ledger = CaptureLedger()
+    for i in range(6):
+        for call in range(3):
+            ledger.put(LedgerEntry.model_validate(entry(f"r-{i}", f"c-{call}", list(range(200)))), attempt=0)
+    ledger.freeze("r-0")
+    with ThreadPoolExecutor(4) as pool:
+        first = write_pack(storage, pool, "c-1", ledger.capture(Scope()))
+        publish(storage, "c-1", first)
+        manifest = parse_packed_manifest(storage.get(first.manifest_key))
+        records, index = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
+        restored = CaptureLedger()
+        restored.install(CaptureLedger.validate(records))
+        assert {r: restored.rollouts[r].attempt for r in restored.rollouts} == {f"r-{i}": 1 for i in range(6)}
+        restored.put(LedgerEntry.model_validate(entry("r-5", "c-9", [7])), attempt=1)  # one rollout moves on
+        second = write_pack(storage, pool, "c-2", restored.capture(Scope()), reuse=[index])
+        publish(storage, "c-2", second)
+        assert second.reused == 5  # the entries of the five unchanged rollouts; every head and r-5's entries written
+        assert second.records == first.records == 12
+        assert second.written_bytes < first.written_bytes / 3
+        manifest = parse_packed_manifest(storage.get(second.manifest_key))
+        again, _ = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
+    back = CaptureLedger.validate(again)
+    assert back["r-5"].attempt == 2 and list(back["r-5"].entries) == ["c-0", "c-1", "c-2", "c-9"]
+    assert back["r-0"].frozen and len(back["r-0"].entries) == 3
+
+
+def write_pack(storage: Storage, pool: ThreadPoolExecutor, cid: str, pending: list, reuse=()):
+    return persist(
+        CheckpointStore(storage),
+        pool,
+        Capture(pending),
+        checkpoint_id=cid,
+        participant_id="policy-model",
+        server="policy_model",
+        role=Role.MODEL,
+        mode=CheckpointMode.EXPORTED,
+        verify=VerifyMode.WAIT,
+        pack_bytes=4096,
+        encoder=LEDGER_ENCODER,
+        reuse=reuse,
+    )
+
+
+def publish(storage: Storage, cid: str, written) -> None:
+    participant = ManifestParticipant(
+        participant_id="policy-model",
+        role=Role.MODEL,
+        manifest_key=written.manifest_key,
+        manifest_sha256=sha256(written.manifest_data),
+        manifest_size=len(written.manifest_data),
+        records=written.records,
+        bytes=written.bytes,
+    )
+    manifest = GlobalManifest(
+        schema_version=SCHEMA_VERSION,
+        checkpoint_id=cid,
+        transaction_id=f"tx-{cid}",
+        created_at=time.time(),
+        participants=[participant],
+        references=written.references,
+    )
+    storage.put_if_absent(layout.global_manifest_key(cid), manifest.model_dump_json().encode())
+
+
+def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
+    """A rollout's ledger is held until the trainer drops it (issue 29: the policy model grew 337 MB per 1,000
+    episodes with nobody dropping): each entry is held once, as its JSON, not also as parsed lists of Python ints
+    and floats (several times the bytes). Measured as the bytes the ledger retains (tracemalloc), not time."""
+    texts = [
+        LedgerEntry.model_validate(
+            entry(f"r-{i}", f"c-{call}", list(range(1000, 1300)), prompt=list(range(2000, 3000)))
+        ).model_dump_json()
+        for i in range(8)
+        for call in range(4)
+    ]
+    json_bytes = sum(len(text) for text in texts)
+    for text in texts:  # pydantic-core's parse caches fill once: not the ledger's
+        LedgerEntry.model_validate_json(text)
+    ledger = CaptureLedger()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in texts:
+            ledger.put(LedgerEntry.model_validate_json(text), attempt=0)
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert json_bytes < retained < 1.3 * json_bytes, (retained, json_bytes)
+    snapshot = ledger.freeze("r-3")  # a read parses the held JSON: the entries as they were put
+    assert [e.model_dump_json() for e in snapshot.entries] == texts[12:16]
+    assert ledger.drop("r-3", snapshot.snapshot_id, snapshot.version)
+    assert ledger.counts()["ledger_entries"] == 28 and not ledger.rollouts["r-3"].entries

@@ -72,7 +72,7 @@ class _ChildDied(Exception):
 def _encode_forked(
     encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], cancel: threading.Event
 ) -> list[bytes]:
-    from gym_services.control.packs import Cancelled  # packs imports this module
+    from gym_services.control.packs import PersistCancelled  # packs imports this module
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -87,7 +87,7 @@ def _encode_forked(
     os.close(write_fd)
     out: list[bytes] = []
     failed: str | None = None
-    pipe = _Pipe(read_fd, cancel, Cancelled)
+    pipe = _Pipe(read_fd, cancel, PersistCancelled)
     try:
         for item in items:
             header = pipe.take(_HEADER.size)

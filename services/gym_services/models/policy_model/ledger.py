@@ -121,7 +121,7 @@ class LedgerEncoder:
 LEDGER_ENCODER = LedgerEncoder()
 
 
-def record_key(rollout_id: str) -> str:
+def ledger_record_key(rollout_id: str) -> str:
     return RECORD_PREFIX + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
@@ -259,7 +259,7 @@ class CaptureLedger:
                 "version": ledger.version,
                 "dropped": ledger.dropped,
             }
-            key = record_key(rollout_id)
+            key = ledger_record_key(rollout_id)
             frozen = FrozenLedger(head, [canonical for canonical, _ in ledger.entries.values()])
             if live:
                 pending.append(FrozenRecord(key, frozen, rollout_id=rollout_id, attempt=ledger.attempt))
@@ -289,7 +289,7 @@ class CaptureLedger:
                 raise InvalidState(
                     f"record {record.key}: ledger schema_version {payload.schema_version} is not supported"
                 )
-            if record.key != record_key(payload.rollout_id):
+            if record.key != ledger_record_key(payload.rollout_id):
                 raise InvalidState(f"record {record.key} does not hold the ledger its key names")
             if record.rollout_id is not None and (
                 record.rollout_id != payload.rollout_id or record.attempt != payload.attempt

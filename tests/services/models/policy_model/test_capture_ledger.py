@@ -17,7 +17,7 @@ from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control.participant import InvalidState, RestoredRecord, Scope
-from gym_services.models.policy_model.ledger import NEVER_STORED, CaptureLedger, record_key
+from gym_services.models.policy_model.ledger import NEVER_STORED, CaptureLedger, ledger_record_key
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_lineage import stamp
 from gym_services.models.policy_model.ledger_wire import LedgerEntry
@@ -228,7 +228,7 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     ledger.put(LedgerEntry.model_validate(entry("r-v", "c-1", [3])), attempt=2)
     frozen = ledger.freeze("r-v")
     (record,) = ledger.export(Scope())
-    assert record.key == record_key("r-v") and record.attempt == 2
+    assert record.key == ledger_record_key("r-v") and record.attempt == 2
     restored = CaptureLedger.validate([RestoredRecord(record.key, record.data, "r-v", 2)])
     assert restored["r-v"].attempt == 3 and restored["r-v"].version == frozen.version + 1
     fresh = CaptureLedger()
@@ -240,7 +240,7 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     bad = [
         RestoredRecord(record.key, b"{", "r-v", 2),
         RestoredRecord(record.key, record.data, "r-v", 1),
-        RestoredRecord(record_key("r-w"), record.data, "r-v", 2),
+        RestoredRecord(ledger_record_key("r-w"), record.data, "r-v", 2),
         RestoredRecord(record.key, json.dumps({**json.loads(record.data), "schema_version": 9}).encode(), "r-v", 2),
         RestoredRecord(
             record.key, json.dumps({**json.loads(record.data), "entries": [entry("r-w", "c", [1])]}).encode(), "r-v", 2

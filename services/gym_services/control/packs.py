@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -70,6 +70,8 @@ DEFAULT_PACK_BYTES = 8 * 1024 * 1024
 MIN_LIVE_SHARE = 0.5
 GZIP_MAGIC = b"\x1f\x8b"
 _KEY = re.compile(RECORD_KEY_PATTERN)
+#: the state of a participant's frozen records (its encoder's input)
+F = TypeVar("F")
 
 
 class PersistCancelled(Exception):
@@ -129,7 +131,7 @@ class PersistResult:
 
 
 def _encode(
-    encoder: RecordEncoder[Any], capture: Capture, cancel: threading.Event, progress: PersistProgress
+    encoder: RecordEncoder[F], capture: Capture[F], cancel: threading.Event, progress: PersistProgress
 ) -> list[tuple[Record, str]]:
     """Every record's bytes and digest; ``encoder`` makes the bytes of the capture's frozen records here (in a
     forked child when there are many: :mod:`gym_services.control.encoding`), then sees each in this process."""
@@ -212,7 +214,7 @@ def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> di
 def persist(
     store: CheckpointStore,
     pool: ThreadPoolExecutor,
-    capture: Capture,
+    capture: Capture[F],
     *,
     checkpoint_id: str,
     participant_id: str,
@@ -221,7 +223,7 @@ def persist(
     mode: CheckpointMode,
     verify: VerifyMode,
     pack_bytes: int = DEFAULT_PACK_BYTES,
-    encoder: RecordEncoder[Any] = ENCODES_NOTHING,
+    encoder: RecordEncoder[F] = ENCODES_NOTHING,
     reuse: Sequence[ReuseIndex] = (),
     cancel: threading.Event | None = None,
     progress: PersistProgress | None = None,
@@ -344,7 +346,7 @@ def persist(
 
 
 @dataclass(frozen=True)
-class PackWriter:
+class PackWriter(Generic[F]):
     """Who writes a participant's checkpoints and how, with the participant's encoder: built once by the
     control plane, handed to its background uploads (:mod:`.persists`), which call :meth:`write` with what
     was captured."""
@@ -355,13 +357,13 @@ class PackWriter:
     mode: CheckpointMode
     verify: VerifyMode
     pool: ThreadPoolExecutor
-    encoder: RecordEncoder[Any]
+    encoder: RecordEncoder[F]
     pack_bytes: int = DEFAULT_PACK_BYTES
 
     def write(
         self,
         store: CheckpointStore,
-        capture: Capture,
+        capture: Capture[F],
         checkpoint_id: str,
         reuse: Sequence[ReuseIndex],
         cancel: threading.Event,

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
@@ -51,13 +52,17 @@ PERSIST_START_GRACE_S = 2.0
 INDEXES_KEPT = 3
 
 
+#: the state of the participant's frozen records
+F = TypeVar("F")
+
+
 @dataclass(frozen=True)
-class PendingCapture:
+class PendingCapture(Generic[F]):
     """A capture waiting for ``resume`` (or ``abort``) under the pause."""
 
     checkpoint_id: str
     store: CheckpointStore
-    capture: Capture
+    capture: Capture[F]
     started: float = field(default_factory=time.monotonic)
 
 
@@ -114,10 +119,10 @@ class PersistJob:
         self.finished = time.monotonic()
 
 
-class Persists:
+class Persists(Generic[F]):
     """The plane's background uploads (one at a time) and its reuse indexes per location."""
 
-    def __init__(self, writer: PackWriter, metrics: ControlMetrics) -> None:
+    def __init__(self, writer: PackWriter[F], metrics: ControlMetrics) -> None:
         self.writer = writer
         self.metrics = metrics
         self._jobs: OrderedDict[str, PersistJob] = OrderedDict()
@@ -142,7 +147,7 @@ class Persists:
         kept = [i for i in self._indexes.get(store.url, []) if i.checkpoint_id != index.checkpoint_id]
         self._indexes[store.url] = [index, *kept][:INDEXES_KEPT]
 
-    def answer(self, captured: PendingCapture, written: PersistResult) -> PersistResponse:
+    def answer(self, captured: PendingCapture[F], written: PersistResult) -> PersistResponse:
         """What ``persist`` answers once the writer wrote and verified a capture."""
         self.metrics.records_written.inc(written.records - written.reused)
         self.metrics.bytes_written.inc(written.written_bytes)
@@ -173,7 +178,7 @@ class Persists:
             references=written.references,
         )
 
-    def start(self, captured: PendingCapture) -> PersistJob:
+    def start(self, captured: PendingCapture[F]) -> PersistJob:
         """Queue the capture's upload: the writer runs in a worker thread once ``persist`` (or the grace) starts it."""
         job = PersistJob(captured.checkpoint_id, len(captured.capture))
         self._jobs[job.checkpoint_id] = job

@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Never
 
 from prometheus_client import Counter
 from pydantic import ValidationError
@@ -142,7 +142,7 @@ class AgentMetrics:
         )
 
 
-class AgentParticipant(Participant[dict[str, Episode]]):
+class AgentParticipant(Participant[dict[str, Episode], Never]):
     role = Role.AGENT
     checkpoint_mode = CheckpointMode.EXPORTED
 

@@ -103,7 +103,7 @@ def control_port(pod: Any) -> int | None:
     return None
 
 
-def replica_of(pod: Any) -> Replica | None:
+def pod_replica(pod: Any) -> Replica | None:
     """Which replica of its server the pod is, when its server says how many it runs."""
     name = _get(pod, "metadata", "name")
     annotations = _get(pod, "metadata", "annotations") or {}
@@ -142,7 +142,7 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
         if port is None:
             raise DiscoveryError(f"pod {name} has no {PORT_ANNOTATION} annotation and no port named http")
         refs.append(
-            ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}", replica=replica_of(pod))
+            ParticipantRef(participant_id=name, role=Role(role), url=f"http://{ip}:{port}", replica=pod_replica(pod))
         )
     return sorted(refs, key=lambda r: (ROLE_ORDER.index(r.role), r.participant_id))
 

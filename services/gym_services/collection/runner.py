@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Never
 
 import httpx
 from pydantic import ValidationError
@@ -88,7 +88,7 @@ def task_agent(task: dict[str, Any], default: str | None) -> str | None:
     return default
 
 
-class Collection(Participant[tuple[JobState, list[EpisodeState]] | None]):
+class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never]):
     role = Role.CONTROLLER
     checkpoint_mode = CheckpointMode.EXPORTED
     checkpoint_verify = VerifyMode.WAIT

@@ -28,7 +28,7 @@ from gym_services.commands.status import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.control.participant import InvalidState
 from gym_services.control.storage import StorageError, open_storage
-from gym_services.control.store import CheckpointStore, InFlight, restoring
+from gym_services.control.store import CheckpointInFlight, CheckpointStore, restoring
 from gym_services.coordination.client import ControlClient, ParticipantError
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.stack.config import load_stack
@@ -1030,7 +1030,7 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
             )
         store = CheckpointStore(open_storage(location, _storage_config(args)))
         deleted = store.delete(args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}")
-    except (StackError, StorageError, InFlight, InvalidState) as exc:
+    except (StackError, StorageError, CheckpointInFlight, InvalidState) as exc:
         return _fail("checkpoints delete", _storage_hint(args, exc))
     if deleted.objects == 0 and not deleted.kept:
         return _fail(

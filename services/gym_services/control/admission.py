@@ -53,7 +53,7 @@ def policy_table(policies: Mapping[str, RoutePolicy], default: RoutePolicy = Rou
 
 
 @dataclass
-class InFlight:
+class InFlightRequest:
     method: str
     path: str
     policy: RoutePolicy
@@ -67,7 +67,7 @@ class Admission:
     def __init__(self, participant_id: str) -> None:
         self.participant_id = participant_id
         self.is_open = True
-        self.inflight: dict[int, InFlight] = {}
+        self.inflight: dict[int, InFlightRequest] = {}
         self.fence = AttemptFence()
         self._closed_for: tuple[str | None, Phase] | None = None
         self._ids = itertools.count()
@@ -102,7 +102,7 @@ class Admission:
 
     def track(self, method: str, path: str, policy: RoutePolicy, identity: RolloutIdentity | None) -> int:
         request_id = next(self._ids)
-        self.inflight[request_id] = InFlight(method, path, policy, time.monotonic(), identity)
+        self.inflight[request_id] = InFlightRequest(method, path, policy, time.monotonic(), identity)
         return request_id
 
 

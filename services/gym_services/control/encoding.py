@@ -25,12 +25,14 @@ import signal
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 from gym_services.base.logs import get_logger
 from gym_services.control.participant import FrozenRecord, InvalidState, RecordEncoder
 
 log = get_logger("control")
+#: the state of the frozen records one encoder takes
+F = TypeVar("F")
 #: fewer frozen records than this are encoded in the calling thread
 FORK_MIN_RECORDS = 64
 _HEADER = struct.Struct("<BQ")  # status (0: bytes follow, 1: an error message follows), length
@@ -39,9 +41,7 @@ _OK, _ERROR = 0, 1
 POLL_S = 0.25
 
 
-def encode_frozen(
-    encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], cancel: threading.Event
-) -> list[bytes]:
+def encode_frozen(encoder: RecordEncoder[F], items: Sequence[FrozenRecord[F]], cancel: threading.Event) -> list[bytes]:
     """Every item's bytes made by ``encoder``, in order; :class:`InvalidState` for a record that cannot be encoded."""
     if len(items) < FORK_MIN_RECORDS or not hasattr(os, "fork"):
         return [encode_one(encoder, item) for item in items]
@@ -52,7 +52,7 @@ def encode_frozen(
         return [encode_one(encoder, item) for item in items]
 
 
-def encode_one(encoder: RecordEncoder[Any], item: FrozenRecord[Any]) -> bytes:
+def encode_one(encoder: RecordEncoder[F], item: FrozenRecord[F]) -> bytes:
     """One record's bytes, in this thread; any failure of the encoder is :class:`InvalidState` naming the record."""
     try:
         data = encoder.encode(item.state)
@@ -69,10 +69,8 @@ class _ChildDied(Exception):
     pass
 
 
-def _encode_forked(
-    encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], cancel: threading.Event
-) -> list[bytes]:
-    from gym_services.control.packs import Cancelled  # packs imports this module
+def _encode_forked(encoder: RecordEncoder[F], items: Sequence[FrozenRecord[F]], cancel: threading.Event) -> list[bytes]:
+    from gym_services.control.packs import PersistCancelled  # packs imports this module
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -87,7 +85,7 @@ def _encode_forked(
     os.close(write_fd)
     out: list[bytes] = []
     failed: str | None = None
-    pipe = _Pipe(read_fd, cancel, Cancelled)
+    pipe = _Pipe(read_fd, cancel, PersistCancelled)
     try:
         for item in items:
             header = pipe.take(_HEADER.size)
@@ -137,7 +135,7 @@ class _Pipe:
         return out
 
 
-def _child(encoder: RecordEncoder[Any], items: Sequence[FrozenRecord[Any]], write_fd: int) -> None:
+def _child(encoder: RecordEncoder[F], items: Sequence[FrozenRecord[F]], write_fd: int) -> None:
     gc.disable()  # a collection would write to every tracked object's page: copied from the parent
     with contextlib.suppress(ValueError, OSError):
         signal.set_wakeup_fd(-1)  # the parent's event loop must never see this process's signals

@@ -14,10 +14,6 @@ def participant_prefix(checkpoint_id: str, participant_id: str) -> str:
     return f"{checkpoint_prefix(checkpoint_id)}/participants/{participant_id}"
 
 
-def record_key(checkpoint_id: str, participant_id: str, key: str) -> str:
-    return f"{participant_prefix(checkpoint_id, participant_id)}/records/{key}"
-
-
 def pack_key(checkpoint_id: str, participant_id: str, number: int) -> str:
     """One pack of a participant's records (the ``snapshot`` method)."""
     return f"{participant_prefix(checkpoint_id, participant_id)}/packs/{number:05d}.pack"

@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -70,13 +70,15 @@ DEFAULT_PACK_BYTES = 8 * 1024 * 1024
 MIN_LIVE_SHARE = 0.5
 GZIP_MAGIC = b"\x1f\x8b"
 _KEY = re.compile(RECORD_KEY_PATTERN)
+#: the state of a participant's frozen records (its encoder's input)
+F = TypeVar("F")
 
 
-class Cancelled(Exception):
+class PersistCancelled(Exception):
     """The checkpoint was aborted (or the server is stopping) while its records were being written."""
 
 
-def sha256(data: bytes) -> str:
+def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -102,7 +104,7 @@ class ReuseIndex:
 
 
 @dataclass
-class Progress:
+class PersistProgress:
     """Counters :func:`persist` keeps up to date for the ``status`` verb (read from another thread)."""
 
     encoded: int = 0
@@ -112,7 +114,7 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class Persisted:
+class PersistResult:
     """What :func:`persist` wrote and verified."""
 
     manifest_key: str
@@ -129,7 +131,7 @@ class Persisted:
 
 
 def _encode(
-    encoder: RecordEncoder[Any], capture: Capture, cancel: threading.Event, progress: Progress
+    encoder: RecordEncoder[F], capture: Capture[F], cancel: threading.Event, progress: PersistProgress
 ) -> list[tuple[Record, str]]:
     """Every record's bytes and digest; ``encoder`` makes the bytes of the capture's frozen records here (in a
     forked child when there are many: :mod:`gym_services.control.encoding`), then sees each in this process."""
@@ -138,7 +140,7 @@ def _encode(
     made = iter(encode_frozen(encoder, [r for r in capture.records if isinstance(r, FrozenRecord)], cancel))
     for i, item in enumerate(capture.records):
         if i % 64 == 0 and cancel.is_set():
-            raise Cancelled("cancelled while encoding")
+            raise PersistCancelled("cancelled while encoding")
         if not _KEY.match(item.key):
             raise ValueError(f"invalid record key {item.key!r}")
         if item.key in seen:
@@ -149,7 +151,7 @@ def _encode(
             encoder.encoded(item.state, record.data)
         else:
             record = item
-        out.append((record, sha256(record.data)))
+        out.append((record, sha256_hex(record.data)))
         progress.encoded = i + 1
     return out
 
@@ -160,7 +162,7 @@ def _claim_reuse(
     candidates: Sequence[ReuseIndex],
     checkpoint_id: str,
     participant_id: str,
-    progress: Progress,
+    progress: PersistProgress,
 ) -> dict[str, Located]:
     """What this checkpoint references instead of writing again: from the newest index whose checkpoint
     is published (an unpublished one's objects may be deleted any time).
@@ -212,7 +214,7 @@ def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> di
 def persist(
     store: CheckpointStore,
     pool: ThreadPoolExecutor,
-    capture: Capture,
+    capture: Capture[F],
     *,
     checkpoint_id: str,
     participant_id: str,
@@ -221,20 +223,20 @@ def persist(
     mode: CheckpointMode,
     verify: VerifyMode,
     pack_bytes: int = DEFAULT_PACK_BYTES,
-    encoder: RecordEncoder[Any] = ENCODES_NOTHING,
+    encoder: RecordEncoder[F] = ENCODES_NOTHING,
     reuse: Sequence[ReuseIndex] = (),
     cancel: threading.Event | None = None,
-    progress: Progress | None = None,
+    progress: PersistProgress | None = None,
     meta: dict | None = None,
-) -> Persisted:
+) -> PersistResult:
     """Encode, pack, upload, verify, then write the participant manifest; blocks (run it in a thread).
 
-    Raises :class:`Cancelled`, :class:`~gym_services.control.storage.StorageError`, or
+    Raises :class:`PersistCancelled`, :class:`~gym_services.control.storage.StorageError`, or
     :class:`~gym_services.control.participant.InvalidState` (a record that cannot be encoded); the
     manifest is then not written, so nothing can publish this checkpoint.
     """
     cancel = cancel or threading.Event()
-    progress = progress or Progress()
+    progress = progress or PersistProgress()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     encoded = _encode(encoder, capture, cancel, progress)
@@ -267,10 +269,10 @@ def persist(
         if not pending:
             return
         if cancel.is_set():
-            raise Cancelled("cancelled while uploading")
+            raise PersistCancelled("cancelled while uploading")
         data = bytes(buffer)
         entry = PackEntry(
-            key=store.pack_key(checkpoint_id, participant_id, len(uploads)), sha256=sha256(data), size=len(data)
+            key=store.pack_key(checkpoint_id, participant_id, len(uploads)), sha256=sha256_hex(data), size=len(data)
         )
         uploads.append((entry, pool.submit(store.put_pack, entry.key, data)))
         for offset, record, digest in pending:
@@ -324,11 +326,11 @@ def persist(
     )
     data = gzip.compress(manifest.model_dump_json().encode(), compresslevel=6, mtime=0)
     if cancel.is_set():
-        raise Cancelled("cancelled before the manifest was written")
+        raise PersistCancelled("cancelled before the manifest was written")
     key = store.put_participant_manifest(checkpoint_id, participant_id, data)
     progress.objects += 1
     progress.written_bytes += len(data)
-    return Persisted(
+    return PersistResult(
         manifest_key=key,
         manifest_data=data,
         records=len(encoded),
@@ -344,7 +346,7 @@ def persist(
 
 
 @dataclass(frozen=True)
-class PackWriter:
+class PackWriter(Generic[F]):
     """Who writes a participant's checkpoints and how, with the participant's encoder: built once by the
     control plane, handed to its background uploads (:mod:`.persists`), which call :meth:`write` with what
     was captured."""
@@ -355,18 +357,18 @@ class PackWriter:
     mode: CheckpointMode
     verify: VerifyMode
     pool: ThreadPoolExecutor
-    encoder: RecordEncoder[Any]
+    encoder: RecordEncoder[F]
     pack_bytes: int = DEFAULT_PACK_BYTES
 
     def write(
         self,
         store: CheckpointStore,
-        capture: Capture,
+        capture: Capture[F],
         checkpoint_id: str,
         reuse: Sequence[ReuseIndex],
         cancel: threading.Event,
-        progress: Progress,
-    ) -> Persisted:
+        progress: PersistProgress,
+    ) -> PersistResult:
         """:func:`persist` of one capture; blocks (run it in a thread)."""
         return persist(
             store,
@@ -393,7 +395,7 @@ def _wait(future: Future, cancel: threading.Event):
         except TimeoutError:
             if cancel.is_set():
                 future.cancel()
-                raise Cancelled("cancelled while uploading") from None
+                raise PersistCancelled("cancelled while uploading") from None
 
 
 # --- reading ----------------------------------------------------------------------------
@@ -422,7 +424,7 @@ def _fetch_pack(store: CheckpointStore, pack: PackEntry) -> bytes:
         blob = store.get(pack.key)
     except NotFound:
         raise InvalidState(f"pack {pack.key} listed in the manifest is missing") from None
-    if len(blob) != pack.size or sha256(blob) != pack.sha256:
+    if len(blob) != pack.size or sha256_hex(blob) != pack.sha256:
         raise InvalidState(f"pack {pack.key} is corrupt: digest or size does not match the manifest")
     return blob
 
@@ -449,5 +451,5 @@ def _slice(manifest: PackedManifest, blobs: list[bytes]) -> tuple[list[RestoredR
     ):
         data = bytes(views[pack][offset : offset + size])
         records.append(RestoredRecord(key, data, rollout, attempt))
-        by_digest.setdefault(sha256(data), Located(manifest.packs[pack], offset, size))
+        by_digest.setdefault(sha256_hex(data), Located(manifest.packs[pack], offset, size))
     return records, ReuseIndex(manifest.checkpoint_id, by_digest)

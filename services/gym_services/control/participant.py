@@ -7,8 +7,9 @@ encoded later by its :class:`RecordEncoder`), how to validate and install record
 one attempt of a rollout.
 
 A participant is generic in what :meth:`Participant.validate` builds from restored records and
-:meth:`Participant.install` puts in place (``Participant[V]``); one that keeps nothing a checkpoint
-needs is a :class:`NothingToRestore` (``V`` is ``None``).
+:meth:`Participant.install` puts in place, and in the state its frozen records hold, which its encoder
+takes (``Participant[V, F]``); one that keeps nothing a checkpoint needs is a :class:`NothingToRestore`
+(``V`` is ``None``), one that captures only encoded records has ``F`` = ``Never``.
 
 The way down from a capture to storage: the participant's :meth:`Participant.capture` returns
 :class:`Record` s and :class:`FrozenRecord` s (data: what the capture froze); the control plane
@@ -23,7 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Never, Protocol, TypeVar
 
 from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
 
@@ -84,7 +85,11 @@ class EncodesNothing:
 ENCODES_NOTHING = EncodesNothing()
 
 
-class Capture:
+#: the state a participant's frozen records hold (``Never`` for one that captures only encoded records)
+F = TypeVar("F")
+
+
+class Capture(Generic[F]):
     """What a participant captured under the pause for one checkpoint: immutable from then on.
 
     Records already encoded (``Record``) and frozen records its participant's encoder makes bytes of
@@ -92,7 +97,7 @@ class Capture:
     (``docs/protocol.md``, "Transactions").
     """
 
-    def __init__(self, records: Sequence[Record | FrozenRecord[Any]]) -> None:
+    def __init__(self, records: Sequence[Record | FrozenRecord[F]]) -> None:
         self.records = list(records)
 
     def __len__(self) -> int:
@@ -103,7 +108,7 @@ class Capture:
         """Rollouts with records in this capture."""
         return sorted({r.rollout_id for r in self.records if r.rollout_id})
 
-    def with_attempts(self, highest: Callable[[str], int | None]) -> Capture:
+    def with_attempts(self, highest: Callable[[str], int | None]) -> Capture[F]:
         """A rollout's record without an attempt gets ``highest(rollout)`` (the fence's, at capture time)."""
         return Capture(
             [
@@ -146,7 +151,7 @@ class Scope:
 V = TypeVar("V")
 
 
-class Participant(ABC, Generic[V]):
+class Participant(ABC, Generic[V, F]):
     """What a server implements to take part in checkpoints. The defaults hold nothing and block nothing;
     a server overrides what it holds, and says how it restores (``validate``/``install``/``uninstall``)."""
 
@@ -154,7 +159,7 @@ class Participant(ABC, Generic[V]):
     checkpoint_mode: ClassVar[CheckpointMode] = CheckpointMode.EXPORTED
     checkpoint_verify: VerifyMode = VerifyMode.WAIT  # the same; a session participant's is configured
     #: makes the bytes of the :class:`FrozenRecord` s :meth:`capture` returns; the control plane takes it once
-    encoder: RecordEncoder[Any] = ENCODES_NOTHING
+    encoder: RecordEncoder[F] = ENCODES_NOTHING
 
     async def prepare(self, checkpoint_id: str) -> None:
         """Admission just closed: start moving in-flight work to a boundary (cut, park, ...)."""
@@ -167,7 +172,7 @@ class Participant(ABC, Generic[V]):
         """The records of everything in ``scope``; runs while admission is closed."""
         return []
 
-    async def capture(self, scope: Scope) -> Capture:
+    async def capture(self, scope: Scope) -> Capture[F]:
         """The records of everything in ``scope`` as they are now, while admission is closed.
 
         Must be cheap: it is the pause of the ``snapshot`` method. The default encodes now
@@ -209,7 +214,7 @@ class Participant(ABC, Generic[V]):
         return {}
 
 
-class NothingToRestore(Participant[None]):
+class NothingToRestore(Participant[None, Never]):
     """A participant whose checkpoints hold no records of it: a restore that brings records is refused."""
 
     async def validate(self, records: list[RestoredRecord]) -> None:

@@ -25,12 +25,20 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import PersistResponse, PersistState, PersistStatus
-from gym_services.control.packs import Cancelled, PackWriter, Persisted, Progress, ReuseIndex, sha256
+from gym_services.control.packs import (
+    PackWriter,
+    PersistCancelled,
+    PersistProgress,
+    PersistResult,
+    ReuseIndex,
+    sha256_hex,
+)
 from gym_services.control.participant import Capture, InvalidState
 from gym_services.control.storage import StorageError
 from gym_services.control.store import CheckpointStore
@@ -44,13 +52,17 @@ PERSIST_START_GRACE_S = 2.0
 INDEXES_KEPT = 3
 
 
+#: the state of the participant's frozen records
+F = TypeVar("F")
+
+
 @dataclass(frozen=True)
-class Captured:
+class PendingCapture(Generic[F]):
     """A capture waiting for ``resume`` (or ``abort``) under the pause."""
 
     checkpoint_id: str
     store: CheckpointStore
-    capture: Capture
+    capture: Capture[F]
     started: float = field(default_factory=time.monotonic)
 
 
@@ -61,7 +73,7 @@ class PersistJob:
         self.checkpoint_id = checkpoint_id
         self.records = records
         self.state = PersistState.QUEUED
-        self.progress = Progress()
+        self.progress = PersistProgress()
         self.cancel = threading.Event()
         self.go = asyncio.Event()  # set by ``persist`` (or ``abort``): stop waiting in the queue
         self.started = time.monotonic()
@@ -107,10 +119,10 @@ class PersistJob:
         self.finished = time.monotonic()
 
 
-class Persists:
+class Persists(Generic[F]):
     """The plane's background uploads (one at a time) and its reuse indexes per location."""
 
-    def __init__(self, writer: PackWriter, metrics: ControlMetrics) -> None:
+    def __init__(self, writer: PackWriter[F], metrics: ControlMetrics) -> None:
         self.writer = writer
         self.metrics = metrics
         self._jobs: OrderedDict[str, PersistJob] = OrderedDict()
@@ -135,7 +147,7 @@ class Persists:
         kept = [i for i in self._indexes.get(store.url, []) if i.checkpoint_id != index.checkpoint_id]
         self._indexes[store.url] = [index, *kept][:INDEXES_KEPT]
 
-    def answer(self, captured: Captured, written: Persisted) -> PersistResponse:
+    def answer(self, captured: PendingCapture[F], written: PersistResult) -> PersistResponse:
         """What ``persist`` answers once the writer wrote and verified a capture."""
         self.metrics.records_written.inc(written.records - written.reused)
         self.metrics.bytes_written.inc(written.written_bytes)
@@ -154,7 +166,7 @@ class Persists:
             participant_id=self.writer.participant_id,
             role=self.writer.role,
             manifest_key=written.manifest_key,
-            manifest_sha256=sha256(written.manifest_data),
+            manifest_sha256=sha256_hex(written.manifest_data),
             manifest_size=len(written.manifest_data),
             records=written.records,
             bytes=written.bytes,
@@ -166,7 +178,7 @@ class Persists:
             references=written.references,
         )
 
-    def start(self, captured: Captured) -> PersistJob:
+    def start(self, captured: PendingCapture[F]) -> PersistJob:
         """Queue the capture's upload: the writer runs in a worker thread once ``persist`` (or the grace) starts it."""
         job = PersistJob(captured.checkpoint_id, len(captured.capture))
         self._jobs[job.checkpoint_id] = job
@@ -193,7 +205,7 @@ class Persists:
                         self.writer.write, captured.store, captured.capture, cid, indexes, job.cancel, job.progress
                     )
                 )
-            except Cancelled as exc:
+            except PersistCancelled as exc:
                 job._end(
                     PersistState.CANCELLED,
                     ApiError(ErrorCode.UNKNOWN_CHECKPOINT, f"checkpoint {cid} was aborted: {exc}"),

@@ -49,8 +49,8 @@ from gym_services.control.models import (
     StatusResponse,
 )
 from gym_services.control.packs import PackWriter
-from gym_services.control.participant import InvalidState, Participant, RestoredRecord, Scope, V
-from gym_services.control.persists import Captured, PersistJob, Persists
+from gym_services.control.participant import F, InvalidState, Participant, RestoredRecord, Scope, V
+from gym_services.control.persists import PendingCapture, PersistJob, Persists
 from gym_services.control.phases import PhaseMachine
 from gym_services.control.protocol import OPEN_PHASES, Decision, Phase, Verb
 from gym_services.control.records import IncompleteCheckpoint, ReadBack, read_participant_records
@@ -91,11 +91,11 @@ class RestoreInProgress(Generic[V]):
     answer: RestoreResponse | None = None
 
 
-class ControlPlane(Generic[V]):
+class ControlPlane(Generic[V, F]):
     def __init__(
         self,
         config: ServerConfig,
-        participant: Participant[V],
+        participant: Participant[V, F],
         metrics: ControlMetrics,
         admission: Admission,
     ) -> None:
@@ -123,7 +123,7 @@ class ControlPlane(Generic[V]):
         self.persists = Persists(writer, metrics)
         self.checkpoint_id: str | None = None
         self.restoring: RestoreInProgress[V] | None = None
-        self.captured: Captured | None = None  # a capture waiting for resume
+        self.captured: PendingCapture[F] | None = None  # a capture waiting for resume
         self.persisting: PersistJob | None = None  # its upload, when ``persist`` came before resume
 
     # --- lifecycle -------------------------------------------------------------------
@@ -311,7 +311,7 @@ class ControlPlane(Generic[V]):
                 ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}"
             ) from None
         await self.participant.release_out_of_scope(scope)
-        self.captured = Captured(req.checkpoint_id, CheckpointStore(storage), capture)
+        self.captured = PendingCapture(req.checkpoint_id, CheckpointStore(storage), capture)
         self._move(Phase.CAPTURED, f"capture {req.checkpoint_id}: {len(capture)} records, written after resume")
         return CaptureResponse(
             checkpoint_id=req.checkpoint_id,
@@ -322,7 +322,7 @@ class ControlPlane(Generic[V]):
             duration_s=round(time.perf_counter() - started, 6),
         )
 
-    def _start_persist(self, captured: Captured) -> PersistJob:
+    def _start_persist(self, captured: PendingCapture[F]) -> PersistJob:
         """Queue the encoding, packing and upload of a capture (``persist`` starts them)."""
         return self.persists.start(captured)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from gym_services.control.models import SCHEMA_VERSION, PackedManifest, ParticipantManifest, RecordEntry
-from gym_services.control.packs import ReuseIndex, is_packed, parse_packed_manifest, read_packed, sha256
+from gym_services.control.packs import ReuseIndex, is_packed, parse_packed_manifest, read_packed, sha256_hex
 from gym_services.control.participant import InvalidState, RestoredRecord
 from gym_services.control.storage import NotFound
 
@@ -87,7 +87,7 @@ async def read_participant_records(
         data = await loop.run_in_executor(pool, store.get, manifest_key)
     except NotFound:
         raise IncompleteCheckpoint(f"participant manifest {store.url}/{manifest_key} is missing") from None
-    if manifest_sha256 is not None and sha256(data) != manifest_sha256:
+    if manifest_sha256 is not None and sha256_hex(data) != manifest_sha256:
         raise InvalidState(f"participant manifest {manifest_key} does not match its digest in the checkpoint manifest")
     manifest = parse_participant_manifest(data)
     if isinstance(manifest, PackedManifest):
@@ -99,7 +99,7 @@ async def read_participant_records(
             blob = store.get(store.v1_record_key(manifest_key, entry.key))
         except NotFound:
             raise InvalidState(f"record {entry.key} listed in the manifest is missing") from None
-        if len(blob) != entry.size or sha256(blob) != entry.sha256:
+        if len(blob) != entry.size or sha256_hex(blob) != entry.sha256:
             raise InvalidState(f"record {entry.key} is corrupt: digest or size does not match the manifest")
         return RestoredRecord(entry.key, blob, entry.rollout_id, entry.attempt)
 

@@ -13,7 +13,7 @@ goes through it:
 Deletion never leaves a restorable checkpoint half deleted and never removes an object another checkpoint
 reads or will read (``docs/protocol.md``, "Deleting checkpoints"):
 
-1. a checkpoint still being written (:meth:`CheckpointState.in_flight`) is refused (:class:`InFlight`),
+1. a checkpoint still being written (:meth:`CheckpointState.in_flight`) is refused (:class:`CheckpointInFlight`),
    unless its caller knows its transaction is over (``abandoned``);
 2. a tombstone is written: the id is never published again, its claim refuses every transaction;
 3. the global manifest goes (without it the checkpoint is unknown to every restore and to every
@@ -59,7 +59,7 @@ from gym_services.control.models import (
     StatusResponse,
     Tombstone,
 )
-from gym_services.control.packs import sha256
+from gym_services.control.packs import sha256_hex
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, Decision, Phase
 from gym_services.control.records import manifest_records, parse_participant_manifest
@@ -71,7 +71,7 @@ class CheckpointRefused(Exception):
     """The store refuses a step of a transaction (an id taken or deleted, a manifest that does not check out)."""
 
 
-class InFlight(Exception):
+class CheckpointInFlight(Exception):
     """The checkpoint is being written (claimed, not published, within its bound to publish): not deleted."""
 
 
@@ -270,7 +270,7 @@ class CheckpointStore:
             raise CheckpointRefused(
                 f"participant {participant_id} reported a manifest that is not in storage"
             ) from None
-        if sha256(data) != answer.manifest_sha256:
+        if sha256_hex(data) != answer.manifest_sha256:
             raise CheckpointRefused(f"participant {participant_id}'s manifest does not match the digest it reported")
         manifest = parse_participant_manifest(data)
         if manifest.checkpoint_id != checkpoint_id or manifest.participant_id != participant_id:
@@ -556,7 +556,7 @@ class CheckpointStore:
     def delete(self, checkpoint_id: str, *, abandoned: bool = False, by: str = "", now: float | None = None) -> Deleted:
         """Remove every object of ``checkpoint_id`` that no other checkpoint reads (none there: 0 objects).
 
-        Raises :class:`InFlight` for a checkpoint still being written, unless ``abandoned``: the caller knows
+        Raises :class:`CheckpointInFlight` for a checkpoint still being written, unless ``abandoned``: the caller knows
         its transaction is over for good. Idempotent: a deletion interrupted half-way is finished by running it
         again. Raises :class:`~gym_services.control.storage.StorageError` when storage refuses.
         """
@@ -568,7 +568,7 @@ class CheckpointStore:
         if state.in_flight(now) and not abandoned:
             claim = state.claim
             assert claim is not None
-            raise InFlight(
+            raise CheckpointInFlight(
                 f"checkpoint {checkpoint_id} at {self.url} is being written (claimed {time.ctime(claim.created_at)} by "
                 f"{claim.claimed_by}, not published): its transaction may still publish it until "
                 f"{time.ctime(state.in_flight_until)}; delete it once that transaction has failed (`gymckpt status`), "

@@ -83,9 +83,9 @@ from gym_services.coordination.transaction import (
 
 __all__ = [
     "BlockerInfo",
-    "Cancelled",
     "Coordinator",
     "ParticipantSummary",
+    "TransactionCancelled",
     "TransactionError",
     "TransactionPhase",
     "TransactionResult",
@@ -111,7 +111,7 @@ class TransactionError(Exception):
         self.blockers = list(blockers)
 
 
-class Cancelled(TransactionError):
+class TransactionCancelled(TransactionError):
     """The transaction was cancelled from outside (on Kubernetes: its resource was deleted).
 
     A checkpoint is cancellable until it publishes, a restore until its decision is written; the
@@ -122,14 +122,14 @@ class Cancelled(TransactionError):
         super().__init__("cancelled before it completed; every participant touched was aborted")
 
 
-def replica_of(participant_id: str, replica: Replica | None) -> Replica:
+def effective_replica(participant_id: str, replica: Replica | None) -> Replica:
     """Which replica a participant is; one that does not say is the only replica of a server named as itself."""
     return replica or Replica(group=participant_id, ordinal=0, replicas=1)
 
 
 def replica_counts(participants: Iterable[ParticipantRef | ManifestParticipant]) -> dict[str, int]:
     """Server (group) -> its replica count."""
-    replicas = (replica_of(p.participant_id, p.replica) for p in participants)
+    replicas = (effective_replica(p.participant_id, p.replica) for p in participants)
     return {r.group: r.replicas for r in replicas}
 
 
@@ -191,7 +191,7 @@ class Stopwatch:
 
 
 @dataclass
-class Progress:
+class TransactionProgress:
     """The phase a transaction reached; entering one is reported to the event sink."""
 
     coordinator: Coordinator
@@ -215,7 +215,7 @@ class Snapshots:
 
 
 @dataclass(frozen=True)
-class Persisted:
+class PersistedManifests:
     """What :meth:`Coordinator.persist_all` got back and verified: every participant manifest, the episodes in scope."""
 
     answers: dict[str, PersistResponse]
@@ -230,7 +230,7 @@ class _Checkpoint:
     location: str
     transaction_id: str
     store: CheckpointStore
-    progress: Progress
+    progress: TransactionProgress
     clock: Stopwatch = field(default_factory=Stopwatch)
     publish_by: float = float("inf")
 
@@ -273,7 +273,7 @@ class Coordinator:
                 log.warning(f"event sink failed on {phase}: {type(exc).__name__}: {exc}", extra={"phase": phase})
 
     async def _unless_cancelled(self, work: Awaitable[A_], cancel: asyncio.Event | None) -> A_:
-        """Run ``work``; if ``cancel`` is set first, stop it and raise :class:`Cancelled`."""
+        """Run ``work``; if ``cancel`` is set first, stop it and raise :class:`TransactionCancelled`."""
         if cancel is None:
             return await work
         task = asyncio.ensure_future(work)
@@ -286,13 +286,13 @@ class Coordinator:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            raise Cancelled()
+            raise TransactionCancelled()
         return task.result()
 
     @staticmethod
     def _check_cancelled(cancel: asyncio.Event | None) -> None:
         if cancel is not None and cancel.is_set():
-            raise Cancelled()
+            raise TransactionCancelled()
 
     def _storage(self, location: str) -> Storage:
         return open_storage(location, self.storage_config)
@@ -403,12 +403,14 @@ class Coordinator:
         carries on (or is answered from its manifest once published); another transaction under an
         existing id is refused before anything is paused (:meth:`CheckpointStore.claim`).
 
-        ``cancel``, when set before the checkpoint is published, ends it as failed (:class:`Cancelled`):
+        ``cancel``, when set before the checkpoint is published, ends it as failed (:class:`TransactionCancelled`):
         a prepare still waiting for boundaries is interrupted, a capture is let finish first (a
         participant refuses abort while it captures); once published, it completes.
         """
         transaction_id = transaction_id or uuid.uuid4().hex
-        run = _Checkpoint(checkpoint_id, location, transaction_id, self._store(location), Progress(self, checkpoint_id))
+        run = _Checkpoint(
+            checkpoint_id, location, transaction_id, self._store(location), TransactionProgress(self, checkpoint_id)
+        )
         try:
             check_replica_sets(self.participants)  # before the id is claimed: a missing replica is no transaction
             existing, run.publish_by = await asyncio.to_thread(
@@ -542,7 +544,7 @@ class Coordinator:
                 answers.update(await self._all(others, Verb.CAPTURE, lambda r: self.client.capture(r, req)))
         return Snapshots(answers, episodes)
 
-    async def persist_all(self, run: _Checkpoint, captured: Snapshots) -> Persisted:
+    async def persist_all(self, run: _Checkpoint, captured: Snapshots) -> PersistedManifests:
         """Every participant writes what it captured; each manifest is then verified in the store."""
         records = sum(a.records for a in captured.answers.values())
         await run.progress.enter(
@@ -566,10 +568,10 @@ class Coordinator:
                     for pid, answer in answers.items()
                 )
             )
-        return Persisted(answers, captured.episodes)
+        return PersistedManifests(answers, captured.episodes)
 
     async def publish(
-        self, run: _Checkpoint, persisted: Persisted, method: CheckpointMethod, cancel: asyncio.Event | None
+        self, run: _Checkpoint, persisted: PersistedManifests, method: CheckpointMethod, cancel: asyncio.Event | None
     ) -> Published:
         """The global manifest, written last by the store (only if absent, and not after the claim's bound)."""
         self._check_cancelled(cancel)
@@ -606,13 +608,13 @@ class Coordinator:
             return await asyncio.to_thread(run.store.publish, manifest, run.publish_by)
 
     async def _abort(
-        self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: Progress
+        self, checkpoint_id: str, touched: list[ParticipantRef], error: str, progress: TransactionProgress
     ) -> list[str]:
         await progress.report(TransactionPhase.ABORTING, error=error)
         return await self.abort_all(checkpoint_id, touched)
 
     def _checkpointed(
-        self, run: _Checkpoint, persisted: Persisted, published: Published, warnings: list[str]
+        self, run: _Checkpoint, persisted: PersistedManifests, published: Published, warnings: list[str]
     ) -> TransactionResult:
         answers = persisted.answers
         timings = run.clock.timings
@@ -729,12 +731,12 @@ class Coordinator:
         resumes: participants whose lease runs out follow that object, so a coordinator dying
         between two resumes still leaves the restore installed everywhere, and one dying before
         it leaves it installed nowhere. ``cancel``, when set before the decision is written, ends it
-        as failed and undoes it everywhere (:class:`Cancelled`); once decided, it completes.
+        as failed and undoes it everywhere (:class:`TransactionCancelled`); once decided, it completes.
         """
         restore_id = restore_id or uuid.uuid4().hex
         clock = Stopwatch()
         store = self._store(location)
-        progress = Progress(self, checkpoint_id)
+        progress = TransactionProgress(self, checkpoint_id)
 
         def refused(error: str) -> TransactionResult:
             return self._failed(
@@ -817,7 +819,7 @@ class Coordinator:
         current = {p.participant_id: p for p in self.participants}
 
         def place(p: ParticipantRef | ManifestParticipant) -> tuple[str, int]:
-            replica = replica_of(p.participant_id, p.replica)
+            replica = effective_replica(p.participant_id, p.replica)
             return replica.group, replica.ordinal
 
         moved = [
@@ -850,7 +852,7 @@ class Coordinator:
         lease_s: float,
         refs: list[ParticipantRef],
         entries: dict[str, ManifestParticipant],
-        progress: Progress,
+        progress: TransactionProgress,
         clock: Stopwatch,
     ) -> dict[str, RestoreResponse]:
         """Every participant reads, verifies and installs its records (each one validates all before installing any)."""

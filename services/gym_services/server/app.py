@@ -37,7 +37,7 @@ from gym_services.base.nemo_http import NemoHttpError, nemo_error_handler
 from gym_services.base.sessions import SessionCodec, SessionMiddleware
 from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver, RoutePolicy, policy_table
 from gym_services.control.metrics import ControlMetrics
-from gym_services.control.participant import Participant, V
+from gym_services.control.participant import F, Participant, V
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX
 from gym_services.control.routes import control_mount
@@ -101,7 +101,7 @@ class DataRoutes(Mount):
 
 def create_server_app(
     config: ServerConfig,
-    participant: Participant[V],
+    participant: Participant[V, F],
     routes: Sequence[BaseRoute],
     *,
     metrics: Metrics | None = None,
@@ -180,8 +180,8 @@ class ServerState:
     """What :func:`create_server_app` keeps for its module-level endpoints and lifespan (``app.state.server``)."""
 
     config: ServerConfig
-    participant: Participant[Any]
-    plane: ControlPlane[Any]
+    participant: Participant[Any, Any]
+    plane: ControlPlane[Any, Any]
     ready: Callable[[], bool] | None
     on_startup: tuple[Hook, ...]
     on_shutdown: tuple[Hook, ...]

@@ -43,11 +43,7 @@ from .customresources import CustomResource, validate_crd
 from .errors import KemuError
 from .harness import PREFIX as HARNESS_PREFIX
 from .harness import Harness
-from .pathfix import install as install_path_parser
-
-# kmock's parser turns `/api/v1/namespaces[/name]` into a namespace with no resource (HTTP 500); kmock offers
-# no public hook for it, so this is the one place kemu reaches into kmock's internals (see pathfix.py).
-install_path_parser()
+from .paths import read_request
 
 HISTORY = 10_000  # watch events kept per resource for watches that resume from a resourceVersion
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
@@ -163,7 +159,7 @@ class Kemu(kmock.KubernetesEmulator):
                 name = doc["metadata"]["name"]
                 self._commit_create((res, None, name), self._new_object(res, body, None, name), dry_run=False)
 
-    # ---- HTTP entry: protobuf bodies are turned into JSON before kmock parses the request ----
+    # ---- HTTP entry: protobuf bodies are turned into JSON, then kemu reads the request itself (paths.py) ----
 
     @override
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -179,7 +175,11 @@ class Kemu(kmock.KubernetesEmulator):
             except protobuf.ProtobufError as exc:
                 return errors.bad_request(f"invalid protobuf body: {exc}").response()
             raw_request._read_bytes = json.dumps(decoded).encode("utf-8")  # what read()/json() return
-        return await super().__call__(raw_request)
+        request = await read_request(raw_request)
+        try:
+            return await self._handle(request)
+        except Exception as exc:  # a failure answers this request (a Status, as kube-apiserver does), not the server
+            return await self._render_error(exc)
 
     def _service_account_uid(self, namespace: str, name: str) -> str | None:
         found = self._current((SERVICEACCOUNTS, namespace, name))
@@ -248,7 +248,7 @@ class Kemu(kmock.KubernetesEmulator):
                 return errors.resource_not_found().response()
             res = request.resource
             if res is None or res.group is None or res.version is None or res.plural is None:
-                return await kmock.RawHandler._handle(self, request)  # discovery, /version, user reactions
+                return aiohttp.web.json_response(await self._serve_discovery(request, raw))
             return await self._handle_resource(request)
         finally:
             CURRENT_USER.reset(user_token)
@@ -278,6 +278,24 @@ class Kemu(kmock.KubernetesEmulator):
         return KemuError(500, "InternalError", repr(exc), {"traceback": traceback.format_exc()}).response()
 
     # ---- discovery fixes ----
+
+    async def _serve_discovery(self, request: kmock.Request, raw: aiohttp.web.BaseRequest) -> kmock.Payload:
+        """`/`, `/version`, `/api`, `/apis`, `/api/<v>`, `/apis/<g>`, `/apis/<g>/<v>` (GET); anything else is 404."""
+        parts = raw.path.strip("/").split("/") if raw.path.strip("/") else []
+        if raw.method.upper() == "GET":
+            if not parts:
+                return await self._serve_root(request)
+            if parts == ["version"]:
+                return await self._serve_server_version(request)
+            if parts == ["api"]:
+                return await self._serve_api(request)
+            if parts == ["apis"]:
+                return await self._serve_apis(request)
+            if len(parts) == 2 and parts[0] == "apis":
+                return await self._serve_group(request)
+            if (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
+                return await self._serve_version(request)
+        raise kmock.KubernetesEndpointNotFoundError()
 
     @override
     async def _serve_server_version(self, request: kmock.Request) -> kmock.Payload:

@@ -13,7 +13,7 @@ from tests.support.asgi import Control, base_config, serve
 from gym_services.base.config import load_config
 from gym_services.control import encoding
 from gym_services.control.encoding import FORK_MIN_RECORDS, encode_frozen
-from gym_services.control.packs import Cancelled
+from gym_services.control.packs import PersistCancelled
 from gym_services.control.participant import FrozenRecord, InvalidState, Record, Scope
 from gym_services.resources.workplace_assistant.app import Config, create_app
 
@@ -63,7 +63,7 @@ def test_a_record_that_cannot_be_encoded_is_named() -> None:
 def test_cancel_stops_the_child() -> None:
     cancel = threading.Event()
     cancel.set()
-    with pytest.raises(Cancelled):
+    with pytest.raises(PersistCancelled):
         encode_frozen(Encoder(), frozen(100), cancel)
 
 
@@ -78,7 +78,7 @@ def test_a_hanging_child_is_killed_when_the_checkpoint_is_cancelled() -> None:
     timer = threading.Timer(0.5, cancel.set)  # the coordinator aborts at its persist deadline
     timer.start()
     try:
-        with pytest.raises(Cancelled):
+        with pytest.raises(PersistCancelled):
             encode_frozen(Encoder(hangs_in_the_child), frozen(100), cancel)  # returns: the child was killed and reaped
     finally:
         timer.cancel()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gym_services.control import layout
-from gym_services.control.packs import Persisted, persist, sha256
+from gym_services.control.packs import PersistResult, persist, sha256_hex
 from gym_services.control.participant import Capture, InvalidState, Record
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.control.records import IncompleteCheckpoint, read_participant_records
@@ -59,7 +59,7 @@ def test_bad_keys_and_locations_are_refused(tmp_path) -> None:
             open_storage(url)
 
 
-def _write(store: CheckpointStore, pool, records: list[Record]) -> Persisted:
+def _write(store: CheckpointStore, pool, records: list[Record]) -> PersistResult:
     return persist(
         store,
         pool,
@@ -78,7 +78,7 @@ async def test_records_then_manifest_round_trip(storage_url: str, pool) -> None:
     records = [Record("session-a", b'{"v":1}', "r1", 0), Record("session-b", b'{"v":2}')]
     written = _write(store, pool, records)
     assert written.manifest_key == layout.participant_manifest_key("c1", "p1")
-    read = await read_participant_records(store, pool, written.manifest_key, sha256(written.manifest_data))
+    read = await read_participant_records(store, pool, written.manifest_key, sha256_hex(written.manifest_data))
     assert [(r.key, r.data, r.rollout_id, r.new_attempt) for r in read.records] == [
         ("session-a", b'{"v":1}', "r1", 1),
         ("session-b", b'{"v":2}', None, None),

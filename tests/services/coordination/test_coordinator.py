@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from typing import Never
 
 import httpx
 import pytest
@@ -26,7 +27,7 @@ from gym_services.resources.counter.app import create_app as counter_app
 from gym_services.server.app import create_server_app
 
 
-class Recorder(Participant[list[str]]):
+class Recorder(Participant[list[str], Never]):
     """A participant of any role that logs every verb into a shared journal."""
 
     def __init__(self, name: str, role: str, journal: list[str]) -> None:

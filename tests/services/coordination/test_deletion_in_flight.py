@@ -17,12 +17,12 @@ import pytest
 
 from gym_services.control import layout
 from gym_services.control.models import SCHEMA_VERSION, CheckpointClaim, GlobalManifest, ManifestParticipant, Tombstone
-from gym_services.control.packs import persist, read_packed, sha256
+from gym_services.control.packs import persist, read_packed, sha256_hex
 from gym_services.control.participant import Capture, Record
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, CheckpointMode, Role, VerifyMode
 from gym_services.control.records import parse_participant_manifest
 from gym_services.control.storage import Storage, StorageError, open_storage
-from gym_services.control.store import CheckpointRefused, CheckpointStore, InFlight
+from gym_services.control.store import CheckpointInFlight, CheckpointRefused, CheckpointStore
 
 PID = "workplace"
 
@@ -73,7 +73,7 @@ def publish(storage: Storage, cid: str, written) -> None:
                 participant_id=PID,
                 role=Role.RESOURCES,
                 manifest_key=written.manifest_key,
-                manifest_sha256=sha256(written.manifest_data),
+                manifest_sha256=sha256_hex(written.manifest_data),
                 manifest_size=len(written.manifest_data),
                 records=written.records,
                 bytes=written.bytes,
@@ -144,7 +144,7 @@ def test_an_in_flight_checkpoint_is_not_deleted_and_an_abandoned_one_is_pruned(s
         storage.put("checkpoints/unclaimed/participants/p/packs/00000.pack", b"left by a version without claims")
         in_flight = set(CheckpointStore(storage).objects("writing"))
 
-        with pytest.raises(InFlight, match="is being written"):
+        with pytest.raises(CheckpointInFlight, match="is being written"):
             CheckpointStore(storage).delete("writing")
         assert set(CheckpointStore(storage).objects("writing")) == in_flight
         assert {d.checkpoint_id for d in CheckpointStore(storage).prune()} == {

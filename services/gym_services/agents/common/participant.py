@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Never
 
 from prometheus_client import Counter
 from pydantic import ValidationError
@@ -108,7 +108,7 @@ class Waiting:
     at: float
 
 
-def record_key(rollout_id: str) -> str:
+def episode_record_key(rollout_id: str) -> str:
     key = f"episode-{rollout_id}"
     if len(key) <= 200:
         return key
@@ -142,7 +142,7 @@ class AgentMetrics:
         )
 
 
-class AgentParticipant(Participant[dict[str, Episode]]):
+class AgentParticipant(Participant[dict[str, Episode], Never]):
     role = Role.AGENT
     checkpoint_mode = CheckpointMode.EXPORTED
 
@@ -411,7 +411,7 @@ class AgentParticipant(Participant[dict[str, Episode]]):
             )
             records.append(
                 Record(
-                    key=record_key(ep.rollout_id),
+                    key=episode_record_key(ep.rollout_id),
                     data=record.model_dump_json().encode(),
                     rollout_id=ep.rollout_id,
                     attempt=ep.attempt,
@@ -436,7 +436,7 @@ class AgentParticipant(Participant[dict[str, Episode]]):
             if (
                 record.rollout_id != r.rollout_id
                 or record.attempt != r.attempt
-                or r.key != record_key(record.rollout_id)
+                or r.key != episode_record_key(record.rollout_id)
             ):
                 raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
             try:

@@ -172,12 +172,12 @@ class LedgerEncoder:
 LEDGER_ENCODER = LedgerEncoder()
 
 
-def record_key(rollout_id: str) -> str:
+def ledger_record_key(rollout_id: str) -> str:
     return RECORD_PREFIX + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
 def entries_key(rollout_id: str) -> str:
-    return record_key(rollout_id) + ENTRIES_SUFFIX
+    return ledger_record_key(rollout_id) + ENTRIES_SUFFIX
 
 
 def is_ledger_record(key: str) -> bool:
@@ -337,7 +337,7 @@ class CaptureLedger:
                 "version": ledger.version,
                 "dropped": ledger.dropped,
             }
-            frozen = [(record_key(rollout_id), FrozenLedger(rollout_id, head, []))]
+            frozen = [(ledger_record_key(rollout_id), FrozenLedger(rollout_id, head, []))]
             if ledger.entries:  # a rollout without entries (a retired one's tombstone) has no entries record
                 stored = FrozenLedger(rollout_id, None, list(ledger.entries.values()))
                 frozen.append((entries_key(rollout_id), stored))
@@ -363,7 +363,7 @@ class CaptureLedger:
         restored: dict[str, RolloutLedger] = {}
         for record in heads:
             payload, inline = _head(record)
-            if record.key != record_key(payload.rollout_id):
+            if record.key != ledger_record_key(payload.rollout_id):
                 raise InvalidState(f"record {record.key} does not hold the ledger its key names")
             if record.rollout_id is not None and (
                 record.rollout_id != payload.rollout_id or record.attempt != payload.attempt

@@ -10,7 +10,13 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import Capture, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.policy_model.generations import GenerationManager, Key
-from gym_services.models.policy_model.ledger import LEDGER_ENCODER, CaptureLedger, RolloutLedger, is_ledger_record
+from gym_services.models.policy_model.ledger import (
+    LEDGER_ENCODER,
+    CaptureLedger,
+    FrozenLedger,
+    RolloutLedger,
+    is_ledger_record,
+)
 from gym_services.models.policy_model.prefixes import StagedPrefix
 
 
@@ -23,7 +29,7 @@ class Restored:
     replaced: dict[str, RolloutLedger | None] = field(default_factory=dict)
 
 
-class ModelParticipant(Participant[Restored]):
+class ModelParticipant(Participant[Restored, FrozenLedger]):
     """prepare cuts every in-flight generation; capture takes prefixes and ledgers; resume and abort continue them."""
 
     role = Role.MODEL
@@ -44,7 +50,7 @@ class ModelParticipant(Participant[Restored]):
     async def export(self, scope: Scope) -> list[Record]:
         return self.manager.export(scope) + self.ledger.export(scope)
 
-    async def capture(self, scope: Scope) -> Capture:
+    async def capture(self, scope: Scope) -> Capture[FrozenLedger]:
         """Prefixes encoded now (few, small); ledgers, which grow with every call's tokens, after resume."""
         return Capture([*self.manager.export(scope), *self.ledger.capture(scope)])
 

@@ -80,7 +80,7 @@ class StagedPrefix:
     log_probs: tuple[float, ...] | None = None
 
 
-def record_key(rollout_id: str, digest: str) -> str:
+def prefix_record_key(rollout_id: str, digest: str) -> str:
     return "prefix-" + hashlib.sha256(f"{rollout_id}\n{digest}".encode()).hexdigest()
 
 
@@ -101,7 +101,7 @@ def to_record(rollout_id: str, attempt: int, digest: str, staged: StagedPrefix) 
         log_probs=None if legacy else list(staged.log_probs or ()),
     )
     data = json.dumps(payload.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")).encode()
-    return Record(key=record_key(rollout_id, digest), data=data, rollout_id=rollout_id, attempt=attempt)
+    return Record(key=prefix_record_key(rollout_id, digest), data=data, rollout_id=rollout_id, attempt=attempt)
 
 
 def from_record(record: RestoredRecord) -> tuple[tuple[str, str], StagedPrefix]:
@@ -113,7 +113,7 @@ def from_record(record: RestoredRecord) -> tuple[tuple[str, str], StagedPrefix]:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3])
         raise InvalidState(f"record {record.key} is not a prefix record: {problems}") from None
-    if record.key != record_key(payload.rollout_id, payload.digest):
+    if record.key != prefix_record_key(payload.rollout_id, payload.digest):
         raise InvalidState(f"record {record.key} does not hold the prefix its key names")
     if record.rollout_id != payload.rollout_id or record.attempt != payload.attempt:
         raise InvalidState(f"record {record.key}: manifest identity does not match the record's")

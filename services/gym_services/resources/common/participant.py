@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Never, TypeVar
 
 from starlette.requests import Request
 
@@ -34,6 +34,7 @@ from gym_services.base.sessions import session_id
 from gym_services.control.models import Blocker
 from gym_services.control.participant import (
     Capture,
+    F,
     FrozenRecord,
     InvalidState,
     NothingToRestore,
@@ -63,7 +64,7 @@ def session_not_found(sid: str) -> Exception:
     return ApiError(ErrorCode.SESSION_NOT_FOUND, f"session {sid} is unknown; call /seed_session first")
 
 
-class SessionParticipant(Participant[V], Generic[V]):
+class SessionParticipant(Participant[V, F], Generic[V, F]):
     """Tracks which sessions are live and which rollout each belongs to; the mode is the subclass."""
 
     checkpoint_mode: ClassVar[CheckpointMode]
@@ -184,7 +185,7 @@ class SessionParticipant(Participant[V], Generic[V]):
         self.restored.discard(sid)
 
 
-class RestartOnlyParticipant(SessionParticipant[None], NothingToRestore):
+class RestartOnlyParticipant(SessionParticipant[None, Never], NothingToRestore):
     """Sessions cannot be saved: every live session blocks a checkpoint until it ends or is retired."""
 
     checkpoint_mode = CheckpointMode.RESTART_ONLY
@@ -201,7 +202,7 @@ class RestartOnlyParticipant(SessionParticipant[None], NothingToRestore):
         ]
 
 
-class StatelessParticipant(SessionParticipant[None], NothingToRestore):
+class StatelessParticipant(SessionParticipant[None, Never], NothingToRestore):
     """Nothing to save: persist writes an empty manifest; with ``replay`` verify its routes keep serving."""
 
     checkpoint_mode = CheckpointMode.STATELESS
@@ -257,7 +258,7 @@ class SessionEncoder:
             state.encodings[state.session_id] = (state.token, data)
 
 
-class ExportedParticipant(SessionParticipant[StagedSessions[S]], Generic[S]):
+class ExportedParticipant(SessionParticipant[StagedSessions[S], FrozenSession | FrozenShared], Generic[S]):
     """Sessions are saved through the server's :class:`SessionHooks` and restored under attempt + 1."""
 
     checkpoint_mode = CheckpointMode.EXPORTED
@@ -275,7 +276,7 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S]], Generic[S]):
     async def export(self, scope: Scope) -> list[Record]:
         return await asyncio.to_thread(self._export_sync, scope)
 
-    async def capture(self, scope: Scope) -> Capture:
+    async def capture(self, scope: Scope) -> Capture[FrozenSession | FrozenShared]:
         """Every session in scope frozen in O(1) (a store that :class:`CapturesSessions`), encoded after resume.
 
         A store without the capture hook is exported now, under the pause (the default).

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from gym_services.base.config import ServerConfig
 from gym_services.base.http import parse_body
-from gym_services.control.participant import InvalidState, V
+from gym_services.control.participant import F, InvalidState, V
 from gym_services.control.protocol import CheckpointMode, VerifyMode
 from gym_services.resources.common import ExportedParticipant, RestartOnlyParticipant, SessionParticipant
 from gym_services.server.app import create_server_app, held
@@ -84,7 +84,7 @@ class Counter:
 
     config: Config
     store: CounterSessions
-    participant: SessionParticipant[Any]
+    participant: SessionParticipant[Any, Any]
 
 
 async def seed(request: Request) -> JSONResponse:
@@ -124,7 +124,7 @@ def create_app(config: Config) -> Starlette:
     return _app(config, store, ExportedParticipant(store, verify=VerifyMode.WAIT))
 
 
-def _app(config: Config, store: CounterSessions, participant: SessionParticipant[V]) -> Starlette:
+def _app(config: Config, store: CounterSessions, participant: SessionParticipant[V, F]) -> Starlette:
     """The counter's routes over ``store``, with ``participant`` (of the configured mode) taking part."""
     app = create_server_app(
         config,

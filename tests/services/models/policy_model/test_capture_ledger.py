@@ -32,7 +32,7 @@ from gym_services.models.policy_model.ledger import (
     NEVER_STORED,
     CaptureLedger,
     entries_key,
-    record_key,
+    ledger_record_key,
 )
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_lineage import stamp
@@ -245,7 +245,11 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     ledger.put(LedgerEntry.model_validate(entry("r-v", "c-1", [3])), attempt=2)
     frozen = ledger.freeze("r-v")
     head, stored = ledger.export(Scope())
-    assert head.key == record_key("r-v") and stored.key == entries_key("r-v") and head.attempt == stored.attempt == 2
+    assert (
+        head.key == ledger_record_key("r-v")
+        and stored.key == entries_key("r-v")
+        and head.attempt == stored.attempt == 2
+    )
     restored = CaptureLedger.validate([RestoredRecord(r.key, r.data, "r-v", 2) for r in (head, stored)])
     assert restored["r-v"].attempt == 3 and restored["r-v"].version == frozen.version + 1
     fresh = CaptureLedger()
@@ -264,7 +268,7 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     bad = [
         [RestoredRecord(head.key, b"{", "r-v", 2), good],
         [RestoredRecord(head.key, head.data, "r-v", 1), good],
-        [RestoredRecord(record_key("r-w"), head.data, "r-v", 2), good],
+        [RestoredRecord(ledger_record_key("r-w"), head.data, "r-v", 2), good],
         [RestoredRecord(head.key, json.dumps({**json.loads(head.data), "schema_version": 9}).encode(), "r-v", 2), good],
         [RestoredRecord(head.key, head.data, "r-v", 2), RestoredRecord(stored.key, other, "r-v", 2)],
         [RestoredRecord(head.key, head.data, "r-v", 2)],  # its entries record missing

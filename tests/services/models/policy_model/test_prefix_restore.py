@@ -19,7 +19,7 @@ from tests.support.asgi import Control, serve
 from tests.support.records import records, rewrite_record
 
 from gym_services.control.participant import InvalidState, RestoredRecord
-from gym_services.models.policy_model.prefixes import record_key
+from gym_services.models.policy_model.prefixes import prefix_record_key
 
 
 async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
@@ -169,7 +169,7 @@ async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_pat
 
 
 def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: int = 0) -> RestoredRecord:
-    key = key or record_key(payload.get("rollout_id", "r"), payload.get("digest", "0" * 64))
+    key = key or prefix_record_key(payload.get("rollout_id", "r"), payload.get("digest", "0" * 64))
     return RestoredRecord(key, json.dumps(payload).encode(), rollout, attempt)
 
 

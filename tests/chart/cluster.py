@@ -553,7 +553,7 @@ class Cluster:
             )
             for mount_path, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):  # one mount, the longest
                 localized = re.sub(
-                    rf"(^|=){re.escape(mount_path)}(?=/|$)", lambda m, to=str(folder): m.group(1) + to, arg
+                    rf"(^|=){re.escape(mount_path)}(?=/|$)", r"\g<1>" + str(folder).replace("\\", "\\\\"), arg
                 )
                 if localized != arg:
                     arg = localized

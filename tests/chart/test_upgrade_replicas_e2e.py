@@ -6,7 +6,9 @@ revision, into those pods only; every session continues there as attempt 1.
 The pre-upgrade hook (the Checkpoint) is replayed as tests/chart/test_upgrade_e2e.py does. The Restore is made by the
 test itself, the moment the first pod is replaced, with no wait of its own (the post-upgrade hook's --wait-pods would
 hide the operator's wait, so upgradeCheckpoint.restoreAfterUpgrade is off): what is tested is that the operator never
-restores into a stack that is still rolling.
+restores into a stack that is still rolling. Then `helm rollback` with upgradeCheckpoint.checkpointBeforeRollback runs
+the pre-rollback hook of the revision it returns to, which takes a Checkpoint. And the cluster's StatefulSet controller
+under OnDelete: an upgrade replaces no pod, a deleted one comes back at the new revision.
 """
 
 from __future__ import annotations
@@ -202,6 +204,54 @@ def test_upgrade_with_replicas_restores_only_into_new_revision_pods(
             assert f"Checkpoint {taken[0]['metadata']['name']}: Completed" in cluster.job_log(
                 "gym-gym-checkpoint-pre-rollback"
             )
+            assert not cluster.errors, cluster.errors
+    finally:
+        cfg.close()
+
+
+def test_on_delete_statefulsets_keep_their_pods_until_deleted(kemu: Any, kubectl: Any, tmp_path: Path) -> None:
+    """The cluster's StatefulSet controller under `updateStrategy: OnDelete`: `helm upgrade` changes the update
+    revision and no pod; a pod deleted by hand comes back at the new revision, and the status counts it."""
+    values = {
+        "servers": [{"name": "counter", "server": "counter", "role": "resources", "replicas": 2}],
+        "rollouts": {"enabled": False},
+        "serverDefaults": {"updateStrategy": "OnDelete"},
+    }
+    pods = [f"{STS}-{i}" for i in range(2)]
+    cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace="default")
+    try:
+        with Cluster(kemu, tmp_path / "cluster") as cluster:
+            assert helm_call(cfg, "helm_install", "gym", values, timeout_seconds=60)["status"] == "deployed"
+            cluster.wait_ready(timeout_s=180)
+            old = wait_until(
+                lambda: (s := get(kubectl, "statefulset", STS).get("status") or {}).get("readyReplicas") == 2 and s,
+                "settled StatefulSet status",
+            )
+            uids = {pod: get(kubectl, "pod", pod)["metadata"]["uid"] for pod in pods}
+            new_values = {**values, "serverDefaults": {"updateStrategy": "OnDelete", "logLevel": "debug"}}
+            assert helm_call(cfg, "helm_upgrade", "gym", new_values, timeout_seconds=60)["revision"] == 2
+            status = wait_until(
+                lambda: (
+                    (s := get(kubectl, "statefulset", STS)["status"])["updateRevision"] != old["updateRevision"] and s
+                ),
+                "the new update revision",
+            )
+            assert status["currentRevision"] == old["updateRevision"] and status["updatedReplicas"] == 0, status
+            assert {pod: get(kubectl, "pod", pod)["metadata"]["uid"] for pod in pods} == uids  # none replaced
+
+            kubectl("delete", "pod", pods[0])
+            status = wait_until(
+                lambda: (
+                    (s := get(kubectl, "statefulset", STS)["status"])["updatedReplicas"] == 1
+                    and s["readyReplicas"] == 2
+                    and s
+                ),
+                "the deleted pod back at the new revision",
+            )
+            assert status["currentRevision"] == old["updateRevision"], status  # not every pod is at the new one
+            first, second = (get(kubectl, "pod", pod)["metadata"] for pod in pods)
+            assert first["uid"] != uids[pods[0]] and first["labels"][REVISION_LABEL] == status["updateRevision"]
+            assert second["uid"] == uids[pods[1]] and second["labels"][REVISION_LABEL] == old["updateRevision"]
             assert not cluster.errors, cluster.errors
     finally:
         cfg.close()

@@ -7,6 +7,17 @@ local process; for every Job (the upgrade hooks) it runs the
 command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
 readiness probe answers.
 
+StatefulSets are rolled as kube-controller-manager's StatefulSet controller does: each pod is labelled
+``controller-revision-hash`` with the revision it was made from (``<name>-<hash of the pod template>``); when the
+template changes under ``RollingUpdate``, one pod at a time, highest ordinal first (at or above the partition), is
+deleted once every pod exists and is ready, and made again from the new revision; ``OnDelete`` leaves pods alone.
+The StatefulSet's status (observedGeneration, currentRevision, updateRevision, replicas, readyReplicas,
+updatedReplicas, currentReplicas) is written through the status subresource. Where it simplifies: pods are
+created all at once (the chart's ``podManagementPolicy: Parallel``), a deleted pod below the partition comes back at
+the update revision (the real one restores the current revision's template), no ControllerRevision objects,
+``minReadySeconds`` and ``maxUnavailable`` are ignored, and a pod is gone as soon as it is deleted (no graceful
+Terminating window). ``roll_budget`` lets a test hold a rollout midway.
+
 What it must translate, because every pod shares this machine's network and file system:
 - ports: each pod's ports (declared container ports, and the pod-local ones its command names, such as
   SeaweedFS's) map to free ports on 127.0.0.1; a pod's ``gym-checkpoint.dev/control-port`` annotation names
@@ -49,11 +60,17 @@ SVC_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
 POD_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")  # <pod>.<headless service>.<ns>
 ORDINALS = re.compile(r"\{(\d+)\.\.(\d+)\}")  # a replicated server's pods in one URL (the chart's serverUrl)
 PORT_FLAGS = ("--port", "--control-port")
-TEMPLATE_HASH = "kemu-cluster/template-hash"
+REVISION_LABEL = "controller-revision-hash"
 
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def revision_of(sts: dict[str, Any]) -> str:
+    """A StatefulSet's update revision, named as its controller names ControllerRevisions: ``<name>-<hash of the
+    pod template>`` (the real hash covers the template as stored in the revision; any stable hash serves)."""
+    return f"{sts['metadata']['name']}-{_hash(sts['spec']['template'])[:10]}"
 
 
 @dataclass
@@ -62,6 +79,7 @@ class PodRun:
     owner: str  # StatefulSet/Deployment/Job name
     kind: str
     template: dict[str, Any]
+    revision: str = ""  # a StatefulSet's pod: the controller-revision-hash it was made from
     procs: list[subprocess.Popen] = field(default_factory=list)
     ready: bool = False
     started: float = 0.0
@@ -85,6 +103,8 @@ class Cluster:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
+        #: how many more pods the StatefulSet rollouts may replace (None: no limit): a test holds a rollout midway
+        self.roll_budget: int | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -145,42 +165,34 @@ class Cluster:
 
     def reconcile(self) -> None:
         with self._lock:
-            wanted: dict[str, tuple[str, str, dict[str, Any], str]] = {}
-            for sts in self.items(self._apps("statefulsets")):
-                strategy = (sts["spec"].get("updateStrategy") or {}).get("type", "RollingUpdate")
+            wanted: dict[str, tuple[str, str, dict[str, Any], str]] = {}  # pod -> kind, owner, object, revision
+            statefulsets = self.items(self._apps("statefulsets")) if self.workloads else []
+            for sts in statefulsets:
+                name, revision = sts["metadata"]["name"], revision_of(sts)
                 for ordinal in range(sts["spec"].get("replicas", 1)):  # pods <name>-0 ... <name>-<replicas-1>
-                    wanted[f"{sts['metadata']['name']}-{ordinal}"] = (
-                        "StatefulSet",
-                        sts["metadata"]["name"],
-                        sts,
-                        strategy,
-                    )
-            for dep in self.items(self._apps("deployments")):
-                name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
-                wanted[name] = ("Deployment", dep["metadata"]["name"], dep, "RollingUpdate")
-            if not self.workloads:
-                wanted.clear()
+                    wanted[f"{name}-{ordinal}"] = ("StatefulSet", name, sts, revision)
+            if self.workloads:
+                for dep in self.items(self._apps("deployments")):
+                    name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
+                    wanted[name] = ("Deployment", dep["metadata"]["name"], dep, "")
             for name, run in list(self.pods.items()):
                 if run.kind == "Job":
                     continue
                 existing = self.get(self._core("pods", name))
-                target = wanted.get(name)
                 gone = existing is None or existing["metadata"].get("deletionTimestamp")
-                if target is None or gone:
+                if name not in wanted or gone:  # scaled down, or deleted (by a test, a node failure, an eviction)
                     self._kill(run, signal.SIGKILL if gone else signal.SIGTERM)
                     del self.pods[name]
-                    if existing is not None and target is None:
+                    if existing is not None and name not in wanted:
                         self.api.delete(self._core("pods", name))
-                    continue
-                if target[3] == "RollingUpdate" and existing["metadata"].get("annotations", {}).get(
-                    TEMPLATE_HASH
-                ) != _hash(target[2]["spec"]["template"]):
-                    self._kill(run, signal.SIGTERM)
-                    del self.pods[name]
-                    self.api.delete(self._core("pods", name))
-            for name, (kind, owner, obj, _) in wanted.items():
+            for sts in statefulsets:
+                self._roll(sts)
+            for name, (kind, owner, obj, revision) in wanted.items():
                 if name not in self.pods:
-                    self._start_pod(name, kind, owner, obj)
+                    self._start_pod(name, kind, owner, obj, revision)
+            self._probe()
+            for sts in statefulsets:
+                self._write_status(sts)
             for job in self.items(f"/apis/batch/v1/namespaces/{self.ns}/jobs"):
                 uid = job["metadata"]["uid"]
                 if uid not in self.jobs and not (job.get("status") or {}).get("conditions"):
@@ -188,12 +200,70 @@ class Cluster:
                     thread = threading.Thread(target=self._run_job, args=(job,), daemon=True)
                     self._job_threads.append(thread)
                     thread.start()
-            self._probe()
 
-    def _start_pod(self, name: str, kind: str, owner: str, obj: dict[str, Any]) -> None:
-        template = obj["spec"]["template"]
+    def _owned(self, sts: dict[str, Any]) -> dict[int, PodRun]:
+        name = sts["metadata"]["name"]
+        return {
+            int(pod.rsplit("-", 1)[1]): run
+            for pod, run in self.pods.items()
+            if run.kind == "StatefulSet" and run.owner == name
+        }
+
+    def _roll(self, sts: dict[str, Any]) -> None:
+        """The StatefulSet controller's RollingUpdate: while every pod exists and is ready, delete the pod of the
+        highest ordinal (at or above the partition) that is not at the update revision; the loop then creates it
+        again from the update revision. One pod at a time, highest first. ``OnDelete`` leaves pods alone (one
+        that is deleted comes back at the update revision). Simplified: pods below the partition are not rolled
+        back to the current revision's template if deleted (they get the update revision, as under OnDelete)."""
+        strategy = sts["spec"].get("updateStrategy") or {}
+        if strategy.get("type", "RollingUpdate") != "RollingUpdate" or self.roll_budget == 0:
+            return
+        partition = int((strategy.get("rollingUpdate") or {}).get("partition") or 0)
+        owned, replicas = self._owned(sts), sts["spec"].get("replicas", 1)
+        if len(owned) < replicas or not all(run.ready for run in owned.values()):
+            return  # as the controller does: no pod is replaced while one is missing or not ready
+        revision = revision_of(sts)
+        stale = [o for o, run in owned.items() if o >= partition and o < replicas and run.revision != revision]
+        if stale:
+            victim = f"{sts['metadata']['name']}-{max(stale)}"
+            self._kill(self.pods.pop(victim), signal.SIGTERM)
+            self.api.delete(self._core("pods", victim))
+            if self.roll_budget is not None:
+                self.roll_budget -= 1
+
+    def _write_status(self, sts: dict[str, Any]) -> None:
+        """Status as the StatefulSet controller writes it (through the status subresource): the revisions, how
+        many pods exist, are ready, are at the current and at the update revision. ``currentRevision`` becomes the
+        update revision once every replica is at it (and ready)."""
+        name, revision = sts["metadata"]["name"], revision_of(sts)
+        owned, replicas = self._owned(sts), sts["spec"].get("replicas", 1)
+        old = sts.get("status") or {}
+        current = old.get("currentRevision") or revision
+        updated = sum(run.revision == revision for run in owned.values())
+        ready = sum(run.ready for run in owned.values())
+        if updated == replicas == len(owned) and ready == replicas:
+            current = revision
+        status = {
+            "observedGeneration": sts["metadata"].get("generation", 1),
+            "replicas": len(owned),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "currentReplicas": sum(run.revision == current for run in owned.values()),
+            "updatedReplicas": updated,
+            "currentRevision": current,
+            "updateRevision": revision,
+            "collisionCount": 0,
+        }
+        if {k: old.get(k) for k in status} != status:
+            self.api.patch(
+                self._apps("statefulsets", name) + "/status",
+                json={"status": status},
+                headers={"content-type": "application/merge-patch+json"},
+            ).raise_for_status()
+
+    def _start_pod(self, name: str, kind: str, owner: str, obj: dict[str, Any], revision: str) -> None:
+        template = obj["spec"]["template"]  # a new pod is always made from the update revision (see _roll)
         annotations = dict(template["metadata"].get("annotations") or {})
-        annotations[TEMPLATE_HASH] = _hash(template)
         containers = template["spec"]["containers"]
         if "gym-checkpoint.dev/control-port" in annotations:
             annotations["gym-checkpoint.dev/control-port"] = str(
@@ -203,6 +273,7 @@ class Cluster:
         metadata = {"name": name, "namespace": self.ns, "labels": labels, "annotations": annotations}
         if kind == "StatefulSet":  # as its controller does: the owner, and the ordinal as a label (Kubernetes >= 1.28)
             labels["apps.kubernetes.io/pod-index"] = name.rsplit("-", 1)[1]
+            labels[REVISION_LABEL] = revision  # the revision it was made from
             metadata["ownerReferences"] = [
                 {
                     "apiVersion": "apps/v1",
@@ -220,7 +291,7 @@ class Cluster:
             resp = self.api.post(self._core("pods"), json=pod)
         resp.raise_for_status()
         self._status(name, ready=False)
-        run = PodRun(name=name, owner=owner, kind=kind, template=template, started=time.monotonic())
+        run = PodRun(name=name, owner=owner, kind=kind, template=template, revision=revision, started=time.monotonic())
         pod_dir = self.workdir / "pods" / name
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(name, owner, obj)
@@ -482,7 +553,7 @@ class Cluster:
             )
             for mount_path, folder in sorted(mounts.items(), key=lambda kv: -len(kv[0])):  # one mount, the longest
                 localized = re.sub(
-                    rf"(^|=){re.escape(mount_path)}(?=/|$)", lambda m, to=str(folder): m.group(1) + to, arg
+                    rf"(^|=){re.escape(mount_path)}(?=/|$)", r"\g<1>" + str(folder).replace("\\", "\\\\"), arg
                 )
                 if localized != arg:
                     arg = localized

@@ -22,7 +22,7 @@ from tests.support.asgi import Control, base_config, serve
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control import layout
 from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
-from gym_services.control.packs import parse_packed_manifest, persist, read_packed, sha256
+from gym_services.control.packs import parse_packed_manifest, persist, read_packed, sha256_hex
 from gym_services.control.participant import Capture, InvalidState, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.control.storage import Storage, open_storage
@@ -400,7 +400,7 @@ def publish(storage: Storage, cid: str, written) -> None:
         participant_id="policy-model",
         role=Role.MODEL,
         manifest_key=written.manifest_key,
-        manifest_sha256=sha256(written.manifest_data),
+        manifest_sha256=sha256_hex(written.manifest_data),
         manifest_size=len(written.manifest_data),
         records=written.records,
         bytes=written.bytes,

@@ -1597,7 +1597,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
     story = Story(tmp_path / "story", tokens_per_second=30.0, say=lambda text: None)
     story.prepare()
     base = story.uninterrupted()
-    state = story.start("k8s", tmp_path / "story" / "tokens-crashed")
+    state = story.start("k8s")
     token = stack_secrets(tmp_path / "story" / "k8s")["control_token"]
     output = tmp_path / "story" / "k8s.jsonl"
     try:
@@ -1613,7 +1613,7 @@ def test_whole_stack_checkpoint_and_restore_resources_finish_like_uninterrupted(
         assert status["episodes"] > 0, ("the checkpoint caught no live episode", job_status(state))
     finally:
         stop_stack(tmp_path / "story" / "k8s", kill=True)
-    state = story.start("k8s", tmp_path / "story" / "tokens-restored")
+    state = story.start("k8s")
     try:
         participant_pods(kubectl, state, token)
         apply(

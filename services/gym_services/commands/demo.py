@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from gym_services.demo.stack import ENGINES, LLAMA_MAX_OUTPUT_TOKENS
+from gym_services.demo.engines import ENGINES, LLAMA_MAX_OUTPUT_TOKENS
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gym_services.demo.engines import ENGINES
 from gym_services.stack.config import SINGLE_REPLICA, ServerSpec, StackConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -22,16 +23,6 @@ ENVIRONMENTS: dict[str, tuple[tuple[Path, ...], str]] = {
     "blackjack": ((PACKAGE / "resources/blackjack/data/example.jsonl",), "agent-blackjack"),
     "math_formal_lean": ((PACKAGE / "resources/math_formal_lean/data/example.jsonl",), "agent-lean"),
 }
-
-
-#: the inference engines the demo runs on: the built-in worker (scripted policies that solve the tasks) or llama.cpp's
-#: llama-server serving the tiny generated model (random weights: episodes end by their length and turn limits)
-ENGINES = ("builtin", "llama.cpp")
-#: with llama.cpp, every model call generates at most this many tokens (random weights rarely stop on their own)
-LLAMA_MAX_OUTPUT_TOKENS = 24
-#: with llama.cpp, how far a log-prob may be from the uninterrupted run's: its CPU kernels round differently with what
-#: else the server computes at once (measured up to 2e-6 on the same ids: benchmarks/llama_cpp_logprobs.py)
-LLAMA_LOG_PROB_TOLERANCE = 1e-5
 
 
 def write_tasks(path: Path, max_output_tokens: int | None = None) -> dict[str, str]:

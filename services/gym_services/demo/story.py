@@ -25,7 +25,8 @@ from gym_services.base.affinity import replica_for
 from gym_services.base.config import StorageConfig
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
-from gym_services.demo.stack import LLAMA_LOG_PROB_TOLERANCE, LLAMA_MAX_OUTPUT_TOKENS, demo_stack, write_tasks
+from gym_services.demo.engines import LLAMA_LOG_PROB_TOLERANCE, LLAMA_MAX_OUTPUT_TOKENS
+from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_wire import Snapshot
 from gym_services.stack.discovery import discover

@@ -38,6 +38,9 @@ NeMo Gym's 0.7.0 wheel, the reference the conformance tests compare with, is unp
 (default ~/.cache/gym-checkpoint, or $XDG_CACHE_HOME/gym-checkpoint; a .cache/ in the repository from
 earlier runs is used while it is there).
 
+The longest test files start first, by the seconds in tests/durations.json; after adding or changing slow
+tests, record them again: python3 dev.py test --store-durations (the whole suite, or a part of it).
+
 pytest's own options: python3 dev.py test --pytest-help
 """
 
@@ -120,7 +123,8 @@ def parallel(pytest_args: list[str]) -> list[str]:
     if "no:xdist" in pytest_args or any(a.startswith(("-n", "--numprocesses", "--dist")) for a in pytest_args):
         return []
     workers = min(4, max(2, os.cpu_count() or 1))
-    return ["-n", str(workers), "--dist", "loadfile"]
+    # files start in the order tests/support/schedule.py sorts them (longest first), not xdist's (most tests first)
+    return ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 def cache_dir() -> Path:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import random
@@ -34,7 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -320,6 +321,9 @@ def main() -> None:
         default=5.0,
         help="seconds of client calls before each checkpoint that 'p99 before' is taken over (default 5)",
     )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the rows to PATH as JSON (benchmarks/before_after.py)"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-bench-"))
     s3 = start_seaweed(tmp / "seaweed")
@@ -338,6 +342,8 @@ def main() -> None:
         s3.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(rows, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(row) for row in rows], indent=1))
 
 
 def print_table(rows: list[Row], args, final: bool = True) -> None:

@@ -12,6 +12,8 @@ import pytest
 from tests.support.processes import MARK, reap_leaked
 from tests.support.seaweed import SeaweedS3, start_seaweed
 
+pytest_plugins = ["tests.support.schedule"]
+
 _bucket_ids = itertools.count()
 _test_marks = itertools.count()
 _fixture_marks = itertools.count()

@@ -20,8 +20,9 @@ def test_demo_on_llama_cpp_equals_the_uninterrupted_run(tmp_path) -> None:
         tmp_path / "story",
         engine="llama.cpp",
         repeats=1,
-        concurrency=8,  # tasks still wait at the checkpoint, so episodes are in flight there
-        checkpoint_at=0.3,
+        tasks_per_environment=2,  # 8 tasks, every environment and agent: all in flight at once
+        concurrency=8,
+        checkpoint_at=0.25,
         timeout_s=600,
         say=lambda text: None,
     )

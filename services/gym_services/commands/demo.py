@@ -30,6 +30,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         workers=args.workers,
         kill_worker_at=None if args.workers < 2 or args.no_worker_kill else args.checkpoint_at / 2,
         engine=args.engine,
+        tasks_per_environment=args.tasks,
         say=lambda text: print(text, flush=True),
         progress=None if args.quiet else progress,
     )
@@ -85,6 +86,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
@@ -104,6 +112,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default AWS_ENDPOINT_URL)")
     p.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
+    p.add_argument(
+        "--tasks",
+        type=_at_least_one,
+        metavar="N",
+        help="only the first N example tasks of each environment (default all of them)",
+    )
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument(
         "--engine",

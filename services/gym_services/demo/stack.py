@@ -25,12 +25,15 @@ ENVIRONMENTS: dict[str, tuple[tuple[Path, ...], str]] = {
 }
 
 
-def write_tasks(path: Path, max_output_tokens: int | None = None) -> dict[str, str]:
-    """All example tasks in one JSONL, each naming its agent (and with ``max_output_tokens``, that limit on every
-    model call); returns agent -> environment."""
+def write_tasks(path: Path, max_output_tokens: int | None = None, per_environment: int | None = None) -> dict[str, str]:
+    """The example tasks in one JSONL, each naming its agent: all of them, or the first ``per_environment`` of each
+    environment; with ``max_output_tokens``, that limit on every model call. Returns agent -> environment."""
+    if per_environment is not None and per_environment < 1:
+        raise ValueError(f"tasks per environment must be at least 1, not {per_environment}")
     lines = []
     for sources, agent in ENVIRONMENTS.values():
-        for line in (line for source in sources for line in source.read_text(encoding="utf-8").splitlines()):
+        rows = [line for source in sources for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for line in rows[:per_environment]:
             if line.strip():
                 row = json.loads(line)
                 row["agent"] = agent

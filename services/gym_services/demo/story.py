@@ -198,6 +198,7 @@ class Story:
         kill_worker_at: float | None = None,
         timeout_s: float = 600.0,
         engine: str = "builtin",
+        tasks_per_environment: int | None = None,
         say: Say = print,
         progress: Callable[[str, dict], None] | None = None,
     ) -> None:
@@ -218,6 +219,8 @@ class Story:
         self.kill_worker_at = kill_worker_at
         self.timeout_s = timeout_s
         self.engine = engine
+        #: the first this many example tasks of each environment (None: all of them)
+        self.tasks_per_environment = tasks_per_environment
         #: how far a log-prob may be from the uninterrupted run's (0: bit for bit)
         self.log_prob_tolerance = LLAMA_LOG_PROB_TOLERANCE if engine == "llama.cpp" else 0.0
         self.say = say
@@ -291,7 +294,9 @@ class Story:
             self._prepare_llama_cpp()
         self.tasks_path = self.workdir / "tasks.jsonl"
         self.agent_env = write_tasks(
-            self.tasks_path, max_output_tokens=LLAMA_MAX_OUTPUT_TOKENS if self.engine == "llama.cpp" else None
+            self.tasks_path,
+            max_output_tokens=LLAMA_MAX_OUTPUT_TOKENS if self.engine == "llama.cpp" else None,
+            per_environment=self.tasks_per_environment,
         )
         self.tasks = [json.loads(line) for line in self.tasks_path.read_text().splitlines()]
 

@@ -15,16 +15,19 @@ The table, per server: RSS at the first and last sample and its slope in MB per 
 least-squares fit within each process's life - a restore starts a new process - over its samples after the
 first ``--warm-up`` of them), and the ranges of open descriptors and threads; then the checkpoints' pause and
 size (first, median, last, slope per hour); then the rollouts: every (task, repeat) of every finished job exactly
-once (lost: missing from the output; duplicated: written twice; failed: an error row).
+once (lost: missing from the output; duplicated: written twice; failed: an error row). Every failed rollout is
+printed with its error row's text and the lines of the servers' logs that name it, and the work folder (every
+server's log) is kept when any rollout failed, was lost or duplicated (or always, with ``--workdir``).
 
     .venv/bin/python benchmarks/soak.py [--duration 3600] [--checkpoint-every 30] [--kill-every 300]
-        [--storage embedded-s3|file:///path|s3://bucket/prefix]
+        [--storage embedded-s3|file:///path|s3://bucket/prefix] [--workdir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -59,6 +62,36 @@ class Sample:
 
 
 @dataclass
+class Failure:
+    """A failed rollout: its error row's text, and the lines of its job's server logs that name it."""
+
+    job: int
+    rollout_id: str
+    error: str
+    log_lines: list[str]
+
+
+#: log lines kept per failed rollout (the last ones: nearest the failure)
+LOG_LINES_PER_FAILURE = 12
+
+
+def log_lines_naming(logs_dir: Path, rollout_id: str, limit: int = LOG_LINES_PER_FAILURE) -> list[str]:
+    """The last ``limit`` lines of the server logs in ``logs_dir`` that name ``rollout_id`` (as a JSON value)."""
+    needle = json.dumps(rollout_id)
+    found: list[tuple[float, str]] = []
+    for log in sorted(logs_dir.glob("*.log")):
+        with contextlib.suppress(OSError):
+            for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+                if needle in line:
+                    try:
+                        at = float(json.loads(line).get("ts", 0.0))
+                    except (ValueError, AttributeError):
+                        at = 0.0
+                    found.append((at, f"{log.stem}: {line}"))
+    return [line for _, line in sorted(found, key=lambda f: f[0])][-limit:]
+
+
+@dataclass
 class Soak:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: defaultdict(list))
     checkpoints: list[tuple[float, float, int, int]] = field(
@@ -71,7 +104,7 @@ class Soak:
     rollouts: int = 0
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
 
 
 def proc_status(pid: int) -> tuple[int, int, int] | None:
@@ -91,7 +124,16 @@ def check_rows(chaos: Chaos, soak: Soak, total: int | None) -> None:
     seen = Counter(row["_ng_rollout_id"] for row in rows)
     soak.rollouts += len(seen)
     soak.duplicated += sorted(r for r, n in seen.items() if n > 1)
-    soak.failed += [f"{row['_ng_rollout_id']}: {str(row['error'])[:200]}" for row in rows if "error" in row]
+    soak.failed += [
+        Failure(
+            chaos.jobs,
+            row["_ng_rollout_id"],
+            str(row["error"]),
+            log_lines_naming(chaos.dir / "logs", row["_ng_rollout_id"]),
+        )
+        for row in rows
+        if "error" in row
+    ]
     if total is not None:
         soak.jobs += 1
         soak.lost += [f"job {chaos.jobs}: {total - len(seen)} of {total} rollouts missing"] if len(seen) < total else []
@@ -148,7 +190,11 @@ def slope_per_1000(points: dict[str, list[tuple[float, float]]]) -> float:
 
 
 def run(args: argparse.Namespace, say, soak: Soak) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="gymckpt-soak-"))
+    if args.workdir is not None:
+        tmp = Path(args.workdir).resolve()
+        tmp.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="gymckpt-soak-"))
     storage_config = (
         StorageConfig(endpoint_url=args.s3_endpoint) if args.storage and args.storage.startswith("s3://") else None
     )
@@ -227,10 +273,14 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
         ok = True
     finally:
         story.close()
-        if ok:
+        problems = soak.lost or soak.duplicated or soak.failed
+        if args.workdir is not None:
+            print(f"the soak's work folder and every server's log: {tmp}", file=sys.stderr, flush=True)
+        elif ok and not problems:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            print(f"the soak failed; its work folder and logs are kept in {tmp}", file=sys.stderr, flush=True)
+            why = "the soak stopped early" if not ok else "rollouts were lost, duplicated or failed"
+            print(f"{why}; its work folder and every server's log are kept in {tmp}", file=sys.stderr, flush=True)
 
 
 def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
@@ -279,8 +329,12 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         f"capture ledger: {soak.trainer.dropped} snapshots dropped by the soak's trainer after the rollout's row was "
         f"written, {len(soak.trainer.refused)} refused"
     )
-    for problem in (soak.lost + soak.duplicated + soak.failed + soak.trainer.refused)[:10]:
+    for problem in (soak.lost + soak.duplicated + soak.trainer.refused)[:10]:
         print("  ", problem)
+    for failure in soak.failed:
+        print(f"   failed: job {failure.job}, rollout {failure.rollout_id}: {failure.error}")
+        for line in failure.log_lines:
+            print(f"      {line[:600]}")
     print(
         "targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
         "0 lost, duplicated or failed rollouts"
@@ -309,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         help="rollouts per task: how long one job runs (default 100, ~10 min on 2 cores)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill moments (default 1)")
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="run in this folder and keep it (the stacks' state and every server's log); default: a temporary "
+        "folder, removed unless the soak stopped early or a rollout was lost, duplicated or failed",
+    )
     parser.add_argument(
         "--storage",
         default=None,

@@ -7,7 +7,9 @@ running, and a server SIGKILLed or unreachable.
   worker streamed was kept as a prefix; a killed process's socket delivers what it wrote before the
   kernel closes it, and the worker counts a token only once written);
 - the worker down for good: every episode fails clearly after the deadlines, the job ends (no hang);
-- an agent and a resources server unreachable for a while: nothing is lost, nothing is an error.
+- an agent and a resources server unreachable for a while: nothing is lost, nothing is an error;
+- the policy model killed mid-generation and restarted: the agents try the broken-off generations again (no
+  error row); a resources server killed mid-tool-call: the collection runs that episode again as attempt + 1.
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ class Faulty:
     def model_live(self) -> dict[str, Any]:
         headers = {"authorization": f"Bearer {self.token}"}
         return httpx.get(f"{self.url(MODEL)}/ng-control/v1/checkpoint/status", headers=headers, timeout=10).json()[
+            "live"
+        ]
+
+    def live(self, name: str) -> dict[str, Any]:
+        """What participant ``name`` holds now (its checkpoint status' ``live``)."""
+        return httpx.get(f"{self.url(name)}/ng-control/v1/checkpoint/status", headers=self.auth, timeout=10).json()[
             "live"
         ]
 
@@ -235,3 +243,38 @@ def test_agent_and_resources_server_briefly_unreachable_cost_nothing(story, refe
     assert stack.job()["reruns"] == 0  # an unreachable agent got the same attempt again
     metrics = httpx.get(f"{stack.url('agent-workplace')}/metrics", timeout=10).text
     assert 'gym_agent_downstream_unavailable_total{server="resources"}' in metrics
+
+
+def test_policy_model_killed_mid_generation_and_restarted_costs_nothing(story, reference, stacks) -> None:
+    """The agents' model calls broken off by the kill (their connections reset, no answer) are generations, replay
+    steps: each is tried again from its boundary once the model is back, in the same attempt (before: each was a
+    ``502 upstream_error`` error row)."""
+    stack = Faulty(story, "model-mid-generation")
+    stacks.append(stack)
+    stack.submit()
+    stack.wait_for("generations streaming", stack.streaming)
+    stack.kill(MODEL)
+    time.sleep(0.5)  # down a while: the retries meanwhile are refused
+    stack.restart(MODEL)
+    run = stack.finish()
+    _assert_equal_to_reference(story, reference, run)
+    assert stack.job()["reruns"] == 0  # retried inside the agents, from the generate boundary
+
+
+def test_resources_server_killed_mid_tool_call_runs_the_episode_again(story, reference, stacks) -> None:
+    """A tool call broken off by its server's death may have happened there, so it is not run again in that attempt:
+    the episode ends as an infrastructure failure and the collection runs it again as attempt + 1 (before: a ``502
+    upstream_error`` error row). One episode only: a restarted resources server has lost every session, so any
+    other episode of it would go on with tool errors."""
+    stack = Faulty(story, "resources-mid-tool-call", {"workplace-assistant": {"tool_latency_s": 1.0}})
+    stacks.append(stack)
+    stack.submit(limit=1, concurrency=1)  # the first task is a Workplace one
+    stack.wait_for("a tool call in flight", lambda: stack.live("agent-workplace")["waited"] >= 1)
+    stack.kill("workplace-assistant")
+    time.sleep(0.5)
+    stack.restart("workplace-assistant")
+    run = stack.finish()
+    ((rollout_id, row),) = run.results.items()
+    assert "error" not in row, row["error"]
+    assert row["reward"] == reference.results[rollout_id]["reward"]
+    assert row["_ng_attempt_index"] >= 1 and stack.job()["reruns"] >= 1

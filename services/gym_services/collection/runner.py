@@ -393,9 +393,10 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
                         self._drop(episode)  # superseded by a newer attempt elsewhere: not ours to report
                         return
                     error = f"HTTP {resp.status_code}: {_code(data) or resp.text[:200]}"
+                    if _message(data):  # what went wrong, in the row: the run's logs may be gone when it is read
+                        error += f": {_message(data)}"
                     if not (resp.status_code == 503 and _code(data) in INFRASTRUCTURE_CODES):
                         break  # the episode's own outcome: a result row, even if an error
-                    error += f": {_message(data)}"
                     next_attempt = True
                 if not retry.failed():
                     error = f"gave up after {retry.failing_s:.0f}s of infrastructure failures; last: {error}"
@@ -587,7 +588,7 @@ INFRASTRUCTURE_CODES = frozenset({ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.NOT_
 
 def _message(data: Any) -> str:
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return str(data["error"].get("message", ""))[:300]
+        return str(data["error"].get("message", ""))[:1000]
     return ""
 
 

@@ -340,5 +340,5 @@ async def test_an_episodes_own_failure_is_a_result_not_a_rerun(tmp_path) -> None
         await client.post("/jobs", json={"tasks_path": write_tasks(tmp_path, 1), "output_path": str(out)})
         status = await settled_status(client)
     (row,) = _rows(out)
-    assert row["error"] == "HTTP 502: upstream_error" and row["_ng_attempt_index"] == 0
+    assert row["error"] == "HTTP 502: upstream_error: refused ('0-0', 0)" and row["_ng_attempt_index"] == 0
     assert agent.calls == [("0-0", 0)] and status["reruns"] == 0

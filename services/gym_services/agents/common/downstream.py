@@ -44,8 +44,19 @@ class DownstreamUnavailable(Exception):
         self.detail = detail
 
 
+class DownstreamBrokeOff(DownstreamUnavailable):
+    """The connection broke after the call was sent and before its answer came (reset, closed without an
+    answer, timed out): the server died mid-call, or the network dropped the call. Unlike an unreachable
+    server, this one may have done the step. A replay step (seed, generation, ``replay`` verification) is tried
+    again from its boundary as for an unreachable server; a waited step (a tool call, an environment step) is
+    not, since it would run twice: the episode ends as an infrastructure failure (``503 upstream_unavailable``),
+    which the collection runs again as attempt + 1, fencing what this attempt left on every server."""
+
+
 #: a call that never reached the server
 UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+#: a call the connection dropped after it was sent (checked after :data:`UNREACHABLE`, whose errors are among these)
+BROKEN_OFF = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
 #: ``503`` codes that say "not now": the server did nothing with the call
 UNAVAILABLE_CODES = frozenset({ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.NOT_READY})
 
@@ -156,7 +167,8 @@ class Downstream:
         extra_headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """POST and return the raw response; only transport failures raise: :class:`DownstreamUnavailable`
-        when the call never reached the server, else ``502 upstream_error``."""
+        when the call never reached the server, :class:`DownstreamBrokeOff` when the connection broke before the
+        answer came, else (a bad URL, an answer it cannot decode) ``502 upstream_error``."""
         headers = dict(extra_headers or {})
         if identity is not None:
             headers.update(identity.headers())
@@ -168,6 +180,8 @@ class Downstream:
             return await self.client.post(f"{self.url_for(identity)}{path}", json=body, headers=headers)
         except UNREACHABLE as exc:
             raise DownstreamUnavailable(self.name, path, "unreachable", f"{type(exc).__name__}: {exc}") from None
+        except BROKEN_OFF as exc:
+            raise DownstreamBrokeOff(self.name, path, "broke_off", f"{type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
             raise ApiError(
                 ErrorCode.UPSTREAM_ERROR, f"{self.name} {path} unreachable: {type(exc).__name__}: {exc}"
@@ -188,7 +202,8 @@ class Downstream:
         ``409 checkpoint_parked`` raises :class:`CheckpointParked` (the caller returns to
         its boundary); ``409 stale_attempt`` ends the attempt; an unreachable server or a
         ``503`` that did nothing raises :class:`DownstreamUnavailable` (the caller returns to
-        its boundary and retries later); other errors are a 502, except 4xx when
+        its boundary and retries later), a connection broken mid-call :class:`DownstreamBrokeOff`
+        (retried only when the step is a replay step); other errors are a 502, except 4xx when
         ``accept_client_errors``, and any other status when ``accept_errors`` (a tool's
         answer, whatever its status, is the tool's output).
         """

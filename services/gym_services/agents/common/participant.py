@@ -15,6 +15,10 @@
   upstream_unavailable`` (an infrastructure failure the collection runs again). Meanwhile
   :meth:`AgentParticipant.downstream` (``GET /health/downstream``) names the server and
   route each waiting episode retries, so the collection can say why nothing finishes.
+- A call whose connection broke after it was sent (the server died mid-call, a reset) is
+  retried the same way when its step is a replay step; a waited step may have happened
+  there and is never run twice: ``/run`` fails with ``503 upstream_unavailable`` at once, and
+  the collection runs the episode again as attempt + 1 (which fences what this one left).
 - Commit writes one record per episode in scope; restore installs them under
   attempt + 1; ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
@@ -41,7 +45,7 @@ from pydantic import ValidationError
 from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
-from gym_services.agents.common.downstream import CheckpointParked, DownstreamUnavailable
+from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DownstreamFailure, DownstreamReport
@@ -288,8 +292,17 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                 await asyncio.sleep(self.config.parked_backoff_s)
                 continue
             except DownstreamUnavailable as exc:
-                ep.leave()  # the step did not happen there: back at the boundary before it
+                ep.leave()  # back at the boundary before the step
                 self.metrics.unavailable.labels(server=exc.server).inc()
+                if isinstance(exc, DownstreamBrokeOff) and kind is StepKind.WAITED:
+                    # the server may have done this step: running it again here could do it twice
+                    with contextlib.suppress(Exception):
+                        await self.loop.on_error(ctx, boundary, exc)
+                    raise ApiError(
+                        ErrorCode.UPSTREAM_UNAVAILABLE,
+                        f"{exc}; the {boundary.name!r} step may have happened there, so this attempt ends and "
+                        "the episode runs again as a new attempt",
+                    ) from None
                 self._note_waiting(ep, exc)
                 if not unavailable.failed():
                     raise ApiError(

@@ -6,8 +6,9 @@
 - ``/v1/responses`` forwards to the policy model with the caller's identity and the
   model's cookies. Its answer passes through unchanged, so the model's ``409
   checkpoint_parked`` reaches ``/run`` as a 409 (never a 500); a model that cannot be
-  reached, or whose worker stayed down (``503 upstream_unavailable``), is a ``503
-  upstream_unavailable`` here, so the episode retries the step later. It is ``GATED_NOWAIT``:
+  reached, whose connection broke mid-call (it died: a generation is a replay step), or whose
+  worker stayed down (``503 upstream_unavailable``), is a ``503 upstream_unavailable`` here, so
+  the episode retries the step later. It is ``GATED_NOWAIT``:
   refused while the agent is closed, while a generation already in flight does not
   block prepare (it is a replay step).
 - ``GET /health/downstream`` (``OPEN``) names the servers and routes episodes are retrying now

@@ -14,7 +14,7 @@ most. Then the checkpoints: bytes written and records per participant, first and
 episodes.
 
     .venv/bin/python benchmarks/held_memory.py [--warm-up 300] [--episodes 1000] [--checkpoint-every 30]
-        [--trace agent-workplace,collection,policy-model,workplace-assistant] [--frames 1] [--top 8]
+        [--trace agent-workplace,collection,workplace-assistant] [--frames 1] [--top 8]
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from benchmarks.chaos import Chaos  # noqa: E402
 from benchmarks.soak import Trainer  # noqa: E402
 
 from gym_services.demo.story import Run, Story  # noqa: E402
-from gym_services.stack.launcher import is_running, read_state  # noqa: E402
+from gym_services.stack.launcher import StackError, is_running, read_state  # noqa: E402
 
 #: loaded by every server process (PYTHONPATH): SIGUSR1 writes what the process holds
-PROBE = r'''
+PROBE = r"""
 import os
 
 _DIR = os.environ.get("GYMCKPT_HEAP_PROBE")
@@ -104,7 +104,7 @@ if _DIR:
         os.replace(path + ".tmp", path + ".json")
 
     signal.signal(signal.SIGUSR1, _probe)
-'''
+"""
 
 
 @dataclass
@@ -164,7 +164,14 @@ def checkpoint(chaos: Chaos, trainer: Trainer) -> tuple[int, Checkpointed]:
     """The trainer drops what finished, then a snapshot checkpoint; (episodes finished, what it wrote)."""
     trainer.consume(chaos)
     cid = chaos.next_id()
-    result = asyncio.run(chaos._checkpoint(cid))
+    for attempt in range(5):  # on a loaded machine a server may take longer than discovery waits
+        try:
+            result = asyncio.run(chaos._checkpoint(cid))
+            break
+        except StackError:
+            if attempt == 4:
+                raise
+            time.sleep(2)
     if result.status != "completed":
         raise AssertionError(f"checkpoint {cid} failed: {result.error}")
     chaos.taken.append(cid)
@@ -231,8 +238,19 @@ def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.N
         span = last.episodes - first.episodes
         print(
             f"checkpoints: {len(checkpoints)}, at {first.episodes} .. {last.episodes} episodes; bytes written first "
-            f"{first.written_bytes}, last {last.written_bytes} ({per_1000(last.written_bytes - first.written_bytes, span):+.0f} "
+            f"{first.written_bytes}, last {last.written_bytes} "
+            f"({per_1000(last.written_bytes - first.written_bytes, span):+.0f} "
             f"per 1,000 episodes); records first {first.records}, last {last.records}"
+        )
+        print(
+            "  each checkpoint (episodes: bytes written, records of "
+            + ", ".join(sorted(last.participants))
+            + "):\n    "
+            + "\n    ".join(
+                f"{c.episodes}: {c.written_bytes} B, "
+                + " ".join(str(c.participants.get(pid, (0, 0))[0]) for pid in sorted(last.participants))
+                for c in checkpoints
+            )
         )
         for pid in sorted(last.participants):
             r0, b0 = first.participants.get(pid, (0, 0))
@@ -254,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens-per-second", type=float, default=120.0)
     parser.add_argument(
         "--trace",
-        default="agent-workplace,collection,policy-model,workplace-assistant",
+        default="agent-workplace,collection,workplace-assistant",
         help="servers whose Python allocations tracemalloc follows (slower); '' for none",
     )
     parser.add_argument("--frames", type=int, default=1, help="frames tracemalloc keeps per allocation")

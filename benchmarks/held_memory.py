@@ -83,6 +83,12 @@ if _DIR:
             malloc = {name: getattr(info, name) for name in fields}
         except (OSError, AttributeError):
             pass
+        trimmed = None
+        if os.environ.get("GYMCKPT_HEAP_TRIM") and malloc:  # what malloc keeps freed, given back: what is left
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            with open("/proc/self/status") as fh:
+                after = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+            trimmed = int(after["VmRSS"].split()[0])
         with open(os.path.join(_DIR, "tag")) as fh:
             tag = fh.read().strip()
         path = os.path.join(_DIR, f"{_NAME or 'process'}-{os.getpid()}-{tag}")
@@ -94,6 +100,7 @@ if _DIR:
             json.dump(
                 {
                     "rss_kib": int(status["VmRSS"].split()[0]),
+                    "trimmed_rss_kib": trimmed,
                     "threads": int(status["Threads"]),
                     "traced": traced,
                     "malloc": malloc,
@@ -195,7 +202,7 @@ def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.N
     print("growth per 1,000 finished episodes (MB):")
     print(
         f"{'server':>26} {'RSS MB':>7} {'RSS':>7} {'traced':>7} {'malloc used':>11} {'malloc free':>11} "
-        f"{'mmapped':>8} {'threads':>8}"
+        f"{'mmapped':>8} {'threads':>8} {'trimmed MB':>10}"
     )
     for name in sorted(b.servers):
         if name not in a.servers:
@@ -208,9 +215,14 @@ def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.N
         free = per_1000((my.get("fordblks", 0) - mx.get("fordblks", 0)) / mib, n)
         mapped = per_1000((my.get("hblkhd", 0) - mx.get("hblkhd", 0)) / mib, n)
         threads = f"{x['threads']}-{y['threads']}"
+        trimmed = (
+            f"{x['trimmed_rss_kib'] / 1024:.0f}->{y['trimmed_rss_kib'] / 1024:.0f}"
+            if x.get("trimmed_rss_kib") and y.get("trimmed_rss_kib")
+            else "-"
+        )
         print(
             f"{name:>26} {y['rss_kib'] / 1024:>7.1f} {rss:>7.2f} {'-' if traced is None else f'{traced:.2f}':>7} "
-            f"{used:>11.2f} {free:>11.2f} {mapped:>8.2f} {threads:>8}"
+            f"{used:>11.2f} {free:>11.2f} {mapped:>8.2f} {threads:>8} {trimmed:>10}"
         )
     print("objects that grew most (count per 1,000 episodes), live counts (gym_live) at the two probes:")
     for name in sorted(b.servers):
@@ -283,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only the tasks of these agents (comma-separated, e.g. agent-workplace); default: every environment's "
         "(the job runs them task by task, so one environment at a time)",
     )
+    parser.add_argument(
+        "--trim",
+        action="store_true",
+        help="each probe also calls malloc_trim(0) and reads the resident memory again (the column 'trimmed'): "
+        "what malloc kept of the memory Python freed is then given back",
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
     args = parser.parse_args(argv)
 
@@ -294,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GYMCKPT_HEAP_PROBE"] = str(probe_dir)
     os.environ["GYMCKPT_HEAP_TRACE"] = args.trace
     os.environ["GYMCKPT_HEAP_FRAMES"] = str(args.frames)
+    if args.trim:
+        os.environ["GYMCKPT_HEAP_TRIM"] = "1"
     story = Story(
         tmp / "story", repeats=args.repeats, tokens_per_second=args.tokens_per_second, timeout_s=600, say=lambda t: None
     )

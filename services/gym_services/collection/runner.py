@@ -119,7 +119,6 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self.job: JobState | None = None
         self.tasks: list[dict[str, Any]] = []
         self.running: dict[str, EpisodeState] = {}
-        self._finished: set[str] = set()
         self._episode_tasks: dict[str, asyncio.Task] = {}
         self._dispatcher: asyncio.Task | None = None
         self._gate = asyncio.Event()
@@ -209,7 +208,6 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self._output_hash = hashlib.sha256()
         self.job = JobState(spec=spec, total=len(tasks) * spec.repeats, output_sha256=self._output_hash.hexdigest())
         self.running.clear()
-        self._finished = set()
         self._used_prefixes.add(str(spec.rollout_prefix))
         self._launch()
         return self.status()
@@ -460,7 +458,6 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
             self._output_hash.update(line)
             job.output_sha256 = self._output_hash.hexdigest()
             job.finished.append(episode.rollout_id)
-            self._finished.add(episode.rollout_id)
             if error is not None:
                 job.errors += 1
             elif isinstance(row["reward"], (int, float)):
@@ -538,13 +535,12 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self._used_prefixes.add(job.spec.rollout_prefix or "")
         self.tasks = self._staged_tasks
         self._output_hash = self._staged_hash
-        self._finished = set(job.finished)
         self.running = {e.rollout_id: e for e in episodes}
         self._gate.clear()  # dispatch waits for resume
         self._launched_by_restore = True
 
     async def uninstall(self, validated: tuple[JobState, list[EpisodeState]] | None) -> None:
-        self.job, self.tasks, self.running, self._finished = None, [], {}, set()
+        self.job, self.tasks, self.running = None, [], {}
 
     async def resume(self) -> None:
         if getattr(self, "_launched_by_restore", False):

@@ -304,6 +304,18 @@ async def test_repeated_run_of_a_finished_attempt_returns_its_result(expected) -
         assert (await s.status("agent"))["live"]["finished"] == 0
 
 
+async def test_a_kept_finished_episode_holds_its_result_only(expected) -> None:
+    """Issue 29: a finished episode was kept (60 s, up to 1,024 of them) with its whole boundary - the row, every
+    output with its token ids, the last response - beside its result, which holds them again (the held memory probe put
+    a Workplace episode at about 1 MB). Only the result (and the boundary's name and cookies) is kept."""
+    async with stack(factory) as s:
+        assert (await s.run(ROW, ROLLOUT)).json() == expected
+        kept = s.participant.finished[ROLLOUT].boundary
+        assert kept.result == expected and kept.name == "return"
+        assert set(kept.model_dump(exclude_defaults=True)) <= {"name", "seq", "row", "cookies", "verify_mode", "result"}
+        assert kept.row == {} and (await s.run(ROW, ROLLOUT)).json() == expected
+
+
 async def test_finished_result_the_controller_still_waits_for_is_saved(expected, tmp_path) -> None:
     """A result in transit to the controller when it commits: saved, and the restored attempt answers it at once."""
     location = f"file://{tmp_path}"

@@ -249,6 +249,12 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         if self.config.finished_retention_max == 0 or self.config.finished_retention_s == 0:
             return
         ep.task, ep.finished_at, ep.restored = None, time.monotonic(), False
+        # a repeated /run and a checkpoint of a finished episode need its result only: the rest of its boundary
+        # (the row, every output with its token ids, the last response, each also in the result) is not kept
+        done = ep.boundary
+        ep.boundary = self.loop.boundary_model(
+            name=done.name, seq=done.seq, row={}, cookies=done.cookies, verify_mode=done.verify_mode, result=done.result
+        )
         self.finished[ep.rollout_id] = ep
         self.finished.move_to_end(ep.rollout_id)
         self._prune_finished()

@@ -14,7 +14,9 @@ It keeps NeMo Gym 0.7.0's token-capture contracts (``TokenSink``, ``TokenSource`
   ``version``, ``incomplete``); freezing again returns the same snapshot;
 - ``resolve`` names the stored call a request continues, or none (lineage, :mod:`.ledger_lineage`);
 - ``drop`` retires exactly a consumed snapshot: with another version it changes nothing and answers
-  false. A dropped rollout keeps a tombstone, so a late write is still refused.
+  false. A dropped rollout keeps a tombstone, so a late write is still refused: the newest
+  :data:`TOMBSTONES_KEPT` of them, in memory only (a checkpoint writes the tombstone of a rollout still in its
+  scope, never a finished one's), so dropped rollouts cost a bounded amount however many there were.
 
 Attempts: every write carries the rollout's attempt. The ledger belongs to one attempt of a rollout; a
 write from an older one is refused (``409 stale_attempt``); a write from a newer one raises the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -53,9 +56,11 @@ RECORD_PREFIX = "ledger-"
 ENTRIES_SUFFIX = ".entries"
 #: the reason of a call begun (an intent) and never stored
 NEVER_STORED = "begun and never stored"
+#: dropped rollouts whose tombstone is kept (their late writes refused), the newest drops; an older one is forgotten
+TOMBSTONES_KEPT = 4096
 
 
-@dataclass
+@dataclass(slots=True)
 class RolloutLedger:
     """One rollout's rows for one attempt."""
 
@@ -209,8 +214,11 @@ def _head(record: RestoredRecord) -> tuple[LedgerRecord, list[LedgerEntry] | Non
 class CaptureLedger:
     """Every rollout's ledger on this replica."""
 
-    def __init__(self) -> None:
+    def __init__(self, tombstones_kept: int = TOMBSTONES_KEPT) -> None:
         self.rollouts: dict[str, RolloutLedger] = {}
+        self.tombstones_kept = tombstones_kept
+        #: the rollouts dropped (each a tombstone in :attr:`rollouts`), oldest first
+        self._buried: OrderedDict[str, None] = OrderedDict()
 
     # --- writes (sink) ---------------------------------------------------------------
 
@@ -300,7 +308,20 @@ class CaptureLedger:
         ledger.intents.clear()
         ledger.lost.clear()
         ledger.dropped = True
+        self._bury(rollout_id)
         return True
+
+    def _bury(self, rollout_id: str) -> None:
+        """Keep the tombstone of a dropped rollout among the newest :attr:`tombstones_kept`: a late write of a
+        rollout dropped long ago is not refused (it opens a ledger nobody reads) rather than every dropped
+        rollout costing memory and a record in every checkpoint forever."""
+        self._buried[rollout_id] = None
+        self._buried.move_to_end(rollout_id)
+        while len(self._buried) > self.tombstones_kept:
+            oldest, _ = self._buried.popitem(last=False)
+            ledger = self.rollouts.get(oldest)
+            if ledger is not None and ledger.dropped:  # a retire or restore may have replaced it since
+                del self.rollouts[oldest]
 
     # --- attempts --------------------------------------------------------------------
 
@@ -321,10 +342,13 @@ class CaptureLedger:
 
         A rollout outside ``scope`` (finished: the controller runs it no more) is still written, its
         ledger waiting for the trainer, but without rollout identity in the manifest: the restore does
-        not count it as a live episode."""
+        not count it as a live episode. Once the trainer dropped it, it is not written: a finished rollout's
+        tombstone only refuses late writes here, and would otherwise add a record to every checkpoint."""
         pending: list[FrozenRecord[FrozenLedger]] = []
         for rollout_id, ledger in sorted(self.rollouts.items()):
             live = scope.includes(rollout_id)
+            if ledger.dropped and not live:
+                continue
             head = {
                 "schema_version": LEDGER_RECORD_SCHEMA_VERSION,
                 "rollout_id": rollout_id,
@@ -414,6 +438,9 @@ class CaptureLedger:
         """Install restored rollouts; returns what they replaced (for :meth:`uninstall`)."""
         replaced = {rollout_id: self.rollouts.get(rollout_id) for rollout_id in restored}
         self.rollouts.update(restored)
+        for rollout_id, ledger in restored.items():
+            if ledger.dropped:
+                self._bury(rollout_id)
         return replaced
 
     def uninstall(self, restored: dict[str, RolloutLedger], replaced: dict[str, RolloutLedger | None]) -> None:

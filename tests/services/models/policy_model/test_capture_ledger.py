@@ -446,3 +446,49 @@ def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
     assert [e.model_dump_json() for e in snapshot.entries] == texts[12:16]
     assert ledger.drop("r-3", snapshot.snapshot_id, snapshot.version)
     assert ledger.counts()["ledger_entries"] == 28 and not ledger.rollouts["r-3"].entries
+
+
+def dropped(ledger: CaptureLedger, rollouts: list[str]) -> None:
+    """Each rollout: one call stored, then frozen and dropped as a trainer does."""
+    for rollout in rollouts:
+        ledger.put(LedgerEntry.model_validate(entry(rollout, "c-1", [7])), attempt=0)
+        snapshot = ledger.freeze(rollout)
+        assert ledger.drop(rollout, snapshot.snapshot_id, snapshot.version)
+
+
+def test_a_finished_rollout_the_trainer_dropped_is_in_no_later_checkpoint() -> None:
+    """Issue 29: every dropped rollout left its head in every later checkpoint (the soak's bytes per checkpoint
+    grew all through a job). A finished rollout (out of the checkpoint's scope) whose ledger was dropped writes
+    nothing; a live one's tombstone is still written, so a restore keeps refusing its writes."""
+    ledger = CaptureLedger()
+    dropped(ledger, [f"r-{i}" for i in range(20)])
+    ledger.put(LedgerEntry.model_validate(entry("r-live", "c-1", [1])), attempt=0)
+    captured = ledger.capture(Scope.of(["r-live", "r-3"]))  # r-3: dropped while the controller still runs it
+    assert [p.key for p in captured] == [
+        ledger_record_key("r-3"),
+        ledger_record_key("r-live"),
+        entries_key("r-live"),
+    ]
+    restored = CaptureLedger()
+    records = [RestoredRecord(p.key, LEDGER_ENCODER.encode(p.state), p.rollout_id, p.attempt) for p in captured]
+    restored.install(CaptureLedger.validate(records))
+    with pytest.raises(ApiError) as refused:
+        restored.put(LedgerEntry.model_validate(entry("r-3", "c-2", [1])), attempt=1)
+    assert refused.value.code == ErrorCode.LEDGER_CLOSED
+
+
+def test_dropped_rollouts_keep_a_bounded_number_of_tombstones() -> None:
+    """Issue 29: each dropped rollout kept a tombstone (about 0.5 KB) for the life of the process. Only the newest
+    ``tombstones_kept`` are kept, each still refusing a late write; counted as held ledgers, not bytes."""
+    ledger = CaptureLedger(tombstones_kept=4)
+    dropped(ledger, [f"r-{i:02}" for i in range(50)])
+    assert sorted(ledger.rollouts) == ["r-46", "r-47", "r-48", "r-49"]
+    assert ledger.counts()["ledger_retired"] == 4
+    with pytest.raises(ApiError) as refused:
+        ledger.put(LedgerEntry.model_validate(entry("r-49", "c-2", [1])), attempt=0)
+    assert refused.value.code == ErrorCode.LEDGER_CLOSED
+    assert ledger.retire("r-48", 0) is False  # a retire replaces a tombstone with the next attempt's empty ledger
+    dropped(ledger, ["r-50", "r-51", "r-52"])
+    assert sorted(ledger.rollouts) == ["r-48", "r-49", "r-50", "r-51", "r-52"]
+    assert ledger.rollouts["r-48"].attempt == 1 and not ledger.rollouts["r-48"].dropped
+    assert ledger.counts()["ledger_retired"] == 4

@@ -3,6 +3,7 @@ process's GIL), with the same bytes as in the thread; the encodings cache is sti
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Callable
@@ -47,6 +48,55 @@ def test_many_records_are_encoded_in_a_child_few_in_the_thread() -> None:
     assert {b.split(b":")[1] for b in forked} != {str(PARENT).encode()}  # another process made them
     few = encode_frozen(Encoder(), frozen(3), threading.Event())
     assert few == [f"{i}:{PARENT}".encode() for i in range(3)]
+
+
+def test_a_large_capture_is_split_over_children_in_order() -> None:
+    n = 2 * FORK_MIN_RECORDS + 7
+    made = encode_frozen(Encoder(), frozen(n), threading.Event(), processes=2)
+    assert [b.split(b":")[0] for b in made] == [str(i).encode() for i in range(n)]
+    pids = [b.split(b":")[1] for b in made]
+    assert len(set(pids)) == 2 and str(PARENT).encode() not in pids  # two children, one contiguous share each
+    assert pids[: n // 2] == [pids[0]] * (n // 2) and pids[n // 2 :] == [pids[-1]] * (n - n // 2)
+    # never more children than shares of FORK_MIN_RECORDS
+    assert (
+        len({b.split(b":")[1] for b in encode_frozen(Encoder(), frozen(FORK_MIN_RECORDS + 1), threading.Event(), 4)})
+        == 1
+    )
+
+
+def test_the_processes_default_to_the_cores_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GYMCKPT_ENCODE_PROCESSES", raising=False)
+    assert encoding.encode_processes() == min(encoding.MAX_PROCESSES, len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("GYMCKPT_ENCODE_PROCESSES", "3")
+    assert encoding.encode_processes() == 3
+
+
+def frozen_count(i: int) -> bytes:
+    return f"{i}:{gc.get_freeze_count()}".encode()
+
+
+def test_the_heap_is_frozen_from_the_collector_while_children_encode() -> None:
+    """Objects that existed at the fork sit in the permanent generation while the children live (a collection in
+    the serving process would write every page it shares with them), and go back to the collector afterwards."""
+    assert gc.get_freeze_count() == 0
+    made = encode_frozen(Encoder(frozen_count), frozen(2 * FORK_MIN_RECORDS), threading.Event(), processes=2)
+    assert all(int(b.split(b":")[1]) > 1000 for b in made)  # what the children saw, frozen before the fork
+    assert gc.get_freeze_count() == 0
+
+
+def dies_in_the_second_child(i: int) -> bytes:
+    if i == FORK_MIN_RECORDS + 10 and os.getpid() != PARENT:
+        os._exit(3)
+    return f"{i}:{os.getpid()}".encode()
+
+
+def test_a_child_that_dies_leaves_only_its_share_to_the_thread() -> None:
+    n = 2 * FORK_MIN_RECORDS
+    made = encode_frozen(Encoder(dies_in_the_second_child), frozen(n), threading.Event(), processes=2)
+    assert [b.split(b":")[0] for b in made] == [str(i).encode() for i in range(n)]
+    pids = [b.split(b":")[1] for b in made]
+    assert str(PARENT).encode() not in pids[:FORK_MIN_RECORDS]
+    assert set(pids[FORK_MIN_RECORDS:]) == {str(PARENT).encode()}
 
 
 def fails_at_70(i: int) -> bytes:

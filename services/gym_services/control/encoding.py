@@ -1,18 +1,21 @@
-"""Encoding a capture's frozen records in a forked child process, off the serving process's GIL.
+"""Encoding a capture's frozen records in forked children, off the serving process's GIL.
 
 Called by :func:`gym_services.control.packs.persist` (the background persist after ``resume``). Encoding is
 pure-Python CPU work: in a thread of the serving process it holds the GIL about half the time, so every
 request the server answers meanwhile waits for it, and on a 2-core machine under 8 clients' calls the persist of
 1,000 Workplace sessions took 7-14 s (issue 29). A child made by ``fork`` sees the capture exactly as it was
 frozen (the participant's :class:`~gym_services.control.participant.RecordEncoder` reads only what the
-capture froze) and encodes it in a process of its own; the parent only reads the bytes back from a pipe (which
-releases the GIL) and keeps serving.
+capture froze) and encodes it in a process of its own; the parent only reads the bytes back from pipes (which
+releases the GIL) and keeps serving. A large capture is split into contiguous shares, one child per core
+(:func:`encode_processes`), so the first checkpoint of 10,000 sessions is not bound by one core.
 
-The child runs nothing but the encoders: it never touches the event loop, storage, locks or logging, stops
-cyclic garbage collection (whose passes would write to, and so copy, every page it shares with the parent),
-and ends with ``os._exit``. A child that dies is reported and its records encoded in the thread instead; one
-that hangs is killed when the checkpoint is cancelled (``abort``, or the server stopping).
-Captures under :data:`FORK_MIN_RECORDS` frozen records are encoded in the thread (a fork costs more).
+The children run nothing but the encoders: they never touch the event loop, storage, locks or logging, stop
+cyclic garbage collection (whose passes would write to, and so copy, every page they share with the parent),
+and end with ``os._exit``. While they live the parent's heap is frozen from its collector too (``gc.freeze``):
+a collection there would copy the pages from the children's side of the sharing instead. A child that dies is
+reported and its share encoded in the thread instead; one that hangs is killed when the checkpoint is cancelled
+(``abort``, or the server stopping). Captures under :data:`FORK_MIN_RECORDS` frozen records are encoded in the
+thread (a fork costs more).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NoReturn, TypeVar
 
 from gym_services.base.logs import get_logger
 from gym_services.control.participant import FrozenRecord, InvalidState, RecordEncoder
@@ -98,10 +98,9 @@ class _ChildDied(Exception):
 
 @dataclass
 class _Share(Generic[F]):
-    """One child's share of the records, and what it has written back so far."""
+    """One child's share of the records, the pipe it writes them to, and what it has written back so far."""
 
     items: Sequence[FrozenRecord[F]]
-    pid: int
     fd: int
     output: bytearray = field(default_factory=bytearray)
     ended: bool = False
@@ -110,22 +109,35 @@ class _Share(Generic[F]):
 def _encode_forked(
     encoder: RecordEncoder[F], shares: Sequence[Sequence[FrozenRecord[F]]], cancel: threading.Event
 ) -> list[bytes]:
+    """One forked child (the serving process pauses once, for one fork) forks the others: each writes its share to
+    a pipe of its own, read here as the output comes. They form one process group, killed together."""
     from gym_services.control.packs import PersistCancelled  # packs imports this module
 
-    running: list[_Share[F]] = []
+    pipes = [os.pipe() for _ in shares]
+    running = [_Share(items, read_fd) for items, (read_fd, _) in zip(shares, pipes, strict=True)]
     with _frozen_heap():
         try:
-            for items in shares:
-                running.append(_fork(encoder, items, [s.fd for s in running]))
+            pid = os.fork()
+        except BaseException:
+            for read_fd, write_fd in pipes:
+                os.close(read_fd)
+                os.close(write_fd)
+            raise
+        if pid == 0:  # the first child: never returns into the parent's code
+            _first_child(encoder, shares, pipes)
+        with contextlib.suppress(OSError):  # (the child does the same: whichever runs first)
+            os.setpgid(pid, pid)
+        for _, write_fd in pipes:
+            os.close(write_fd)
+        try:
             _read_all(running, cancel, PersistCancelled)
         except BaseException:
             for share in running:
                 if share.fd >= 0:
                     os.close(share.fd)
-                _reap(share.pid, kill=True)
+            _reap(pid, kill=True)
             raise
-        for share in running:  # every output has ended
-            _reap(share.pid, kill=False)
+        _reap(pid, kill=False)  # every output has ended; the first child has reaped the others
     out: list[bytes] = []
     for share in running:  # in order: the first record that cannot be encoded is the one named
         try:
@@ -134,6 +146,42 @@ def _encode_forked(
             log.warning(f"encoding child failed ({exc}); encoding its {len(share.items)} records in the thread instead")
             out += [encode_one(encoder, item) for item in share.items]
     return out
+
+
+def _first_child(
+    encoder: RecordEncoder[F], shares: Sequence[Sequence[FrozenRecord[F]]], pipes: list[tuple[int, int]]
+) -> NoReturn:
+    """Fork a child per further share, encode the first, wait for the others, exit."""
+    status = 1
+    try:
+        gc.disable()  # before its own forks too (see _child)
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+        for read_fd, _ in pipes:
+            os.close(read_fd)
+        others = []
+        for k in range(1, len(shares)):
+            pid = os.fork()
+            if pid == 0:
+                status = 1
+                try:
+                    for j, (_, write_fd) in enumerate(pipes):
+                        if j != k:  # another share's pipe: not this process's to hold open
+                            with contextlib.suppress(OSError):
+                                os.close(write_fd)
+                    _child(encoder, shares[k], pipes[k][1])
+                    status = 0
+                finally:
+                    os._exit(status)
+            os.close(pipes[k][1])
+            others.append(pid)
+        _child(encoder, shares[0], pipes[0][1])
+        for pid in others:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        status = 0
+    finally:
+        os._exit(status)
 
 
 _frozen_lock = threading.Lock()
@@ -160,22 +208,6 @@ def _frozen_heap() -> Iterator[None]:
             _frozen_users -= 1
             if _frozen_users == 0:
                 gc.unfreeze()
-
-
-def _fork(encoder: RecordEncoder[F], items: Sequence[FrozenRecord[F]], inherited: list[int]) -> _Share[F]:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: encode, write, exit; never return into the parent's code
-        status = 1
-        try:
-            for fd in (read_fd, *inherited):  # the other children's output is not this one's to hold open
-                os.close(fd)
-            _child(encoder, items, write_fd)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    return _Share(items, pid, read_fd)
 
 
 def _read_all(shares: list[_Share[F]], cancel: threading.Event, cancelled: type[Exception]) -> None:
@@ -239,8 +271,10 @@ def _child(encoder: RecordEncoder[F], items: Sequence[FrozenRecord[F]], write_fd
 
 
 def _reap(pid: int, kill: bool) -> None:
-    """Wait for the child (killed first when its output is not wanted any more)."""
+    """Wait for the first child (it and the children it forked killed first when their output is not wanted)."""
     if kill:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):

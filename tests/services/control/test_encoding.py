@@ -71,6 +71,55 @@ def test_the_processes_default_to_the_cores_or_the_environment(monkeypatch: pyte
     assert encoding.encode_processes() == 3
 
 
+def test_the_serving_process_forks_once_however_many_children_encode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fork copies the serving process's page tables with the GIL held: the first child forks the others."""
+    forks_here = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        if os.getpid() == PARENT:
+            forks_here.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    made = encode_frozen(Encoder(), frozen(3 * FORK_MIN_RECORDS), threading.Event(), processes=3)
+    assert len({b.split(b":")[1] for b in made}) == 3
+    assert forks_here == [1]
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_cancel_kills_every_child(tmp_path) -> None:
+    """A child forked by the first child hangs: cancelling kills it too (one process group), not only the first."""
+
+    def hangs_in_the_second_share(i: int) -> bytes:
+        if i == FORK_MIN_RECORDS + 5 and os.getpid() != PARENT:
+            (tmp_path / "hung").write_text(str(os.getpid()))
+            threading.Event().wait()
+        return b"x"
+
+    cancel = threading.Event()
+    timer = threading.Timer(0.5, cancel.set)
+    timer.start()
+    try:
+        with pytest.raises(PersistCancelled):
+            encode_frozen(Encoder(hangs_in_the_second_share), frozen(2 * FORK_MIN_RECORDS), cancel, processes=2)
+    finally:
+        timer.cancel()
+    hung = int((tmp_path / "hung").read_text())
+    for _ in range(100):  # SIGKILL is delivered asynchronously: up to 5 s
+        if not running(hung):
+            break
+        threading.Event().wait(0.05)
+    assert not running(hung)
+
+
 def frozen_count(i: int) -> bytes:
     return f"{i}:{gc.get_freeze_count()}".encode()
 

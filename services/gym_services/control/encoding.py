@@ -41,6 +41,9 @@ F = TypeVar("F")
 FORK_MIN_RECORDS = 64
 #: at most this many children encode one capture
 MAX_PROCESSES = 4
+#: how much lower the children's scheduling priority is than the serving process's: they share its CPU (its cgroup,
+#: its autogroup), and a call it answers must not wait behind them
+CHILD_NICE = 10
 _HEADER = struct.Struct("<BQ")  # status (0: bytes follow, 1: an error message follows), length
 _OK, _ERROR = 0, 1
 #: how long reading the child's output waits before it checks for cancel again
@@ -157,6 +160,8 @@ def _first_child(
         gc.disable()  # before its own forks too (see _child)
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
+        with contextlib.suppress(OSError):  # background work: the serving process comes first (the others inherit it)
+            os.nice(CHILD_NICE)
         for read_fd, _ in pipes:
             os.close(read_fd)
         others = []

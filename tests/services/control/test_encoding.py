@@ -120,6 +120,17 @@ def test_cancel_kills_every_child(tmp_path) -> None:
     assert not running(hung)
 
 
+def niceness(i: int) -> bytes:
+    return f"{i}:{os.getpriority(os.PRIO_PROCESS, 0)}".encode()
+
+
+def test_children_run_at_a_lower_priority_than_the_serving_process() -> None:
+    made = encode_frozen(Encoder(niceness), frozen(2 * FORK_MIN_RECORDS), threading.Event(), processes=2)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert {int(b.split(b":")[1]) for b in made} == {min(19, mine + encoding.CHILD_NICE)}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+
+
 def frozen_count(i: int) -> bytes:
     return f"{i}:{gc.get_freeze_count()}".encode()
 

@@ -6,8 +6,8 @@ request the server answers meanwhile waits for it, and on a 2-core machine under
 1,000 Workplace sessions took 7-14 s (issue 29). A child made by ``fork`` sees the capture exactly as it was
 frozen (the participant's :class:`~gym_services.control.participant.RecordEncoder` reads only what the
 capture froze) and encodes it in a process of its own; the parent only reads the bytes back from pipes (which
-releases the GIL) and keeps serving. A large capture is split into contiguous shares, one child per core
-(:func:`encode_processes`), so the first checkpoint of 10,000 sessions is not bound by one core.
+releases the GIL) and keeps serving. A large capture can be split into contiguous shares, one child each
+(:func:`encode_processes`: ``GYMCKPT_ENCODE_PROCESSES``, default one), for a node with cores to spare.
 
 The children run nothing but the encoders: they never touch the event loop, storage, locks or logging, stop
 cyclic garbage collection (whose passes would write to, and so copy, every page they share with the parent),
@@ -39,7 +39,7 @@ log = get_logger("control")
 F = TypeVar("F")
 #: fewer frozen records than this are encoded in the calling thread
 FORK_MIN_RECORDS = 64
-#: at most this many children encode one capture
+#: at most this many children encode one capture (``GYMCKPT_ENCODE_PROCESSES``)
 MAX_PROCESSES = 4
 #: how much lower the children's scheduling priority is than the serving process's: they share its CPU (its cgroup,
 #: its autogroup), and a call it answers must not wait behind them
@@ -51,19 +51,16 @@ POLL_S = 0.25
 
 
 def encode_processes() -> int:
-    """How many children split a large capture: ``GYMCKPT_ENCODE_PROCESSES`` if set, else one per core this process
-    may run on, at most :data:`MAX_PROCESSES`."""
+    """How many children split a large capture: ``GYMCKPT_ENCODE_PROCESSES`` if set, else one. On a 2-core machine
+    busy serving, a second child only added copy-on-write work (docs/decisions.md); on a node with cores to spare,
+    set it to their number."""
     given = os.environ.get("GYMCKPT_ENCODE_PROCESSES", "").strip()
     if given:
         try:
-            return max(1, int(given))
+            return max(1, min(MAX_PROCESSES, int(given)))
         except ValueError:
-            log.warning(f"GYMCKPT_ENCODE_PROCESSES={given!r} is not a number; using one per core")
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(MAX_PROCESSES, cores))
+            log.warning(f"GYMCKPT_ENCODE_PROCESSES={given!r} is not a number; encoding in one child")
+    return 1
 
 
 def encode_frozen(

@@ -64,11 +64,13 @@ def test_a_large_capture_is_split_over_children_in_order() -> None:
     )
 
 
-def test_the_processes_default_to_the_cores_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_processes_default_to_one_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GYMCKPT_ENCODE_PROCESSES", raising=False)
-    assert encoding.encode_processes() == min(encoding.MAX_PROCESSES, len(os.sched_getaffinity(0)))
+    assert encoding.encode_processes() == 1
     monkeypatch.setenv("GYMCKPT_ENCODE_PROCESSES", "3")
     assert encoding.encode_processes() == 3
+    monkeypatch.setenv("GYMCKPT_ENCODE_PROCESSES", "99")
+    assert encoding.encode_processes() == encoding.MAX_PROCESSES
 
 
 def test_the_serving_process_forks_once_however_many_children_encode(monkeypatch: pytest.MonkeyPatch) -> None:

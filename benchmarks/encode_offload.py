@@ -1,10 +1,10 @@
-"""What the background persist's encoding costs the serving event loop: in a thread versus in a forked child.
+"""What the background persist's encoding costs the serving event loop: in a thread, one forked child, or two.
 
 One process holds N live Workplace sessions (each after a mutating tool call), captures them as a checkpoint
-does, and encodes every frozen record the two ways, while a coroutine on the event loop asks for a 1 ms sleep
+does, and encodes every frozen record each way, while a coroutine on the event loop asks for a 1 ms sleep
 over and over (a stand-in for the requests the server answers meanwhile). Printed per way: the encode's wall
-time and the event loop's lag (how late each 1 ms sleep woke: p50, p99, max). Both ways run in the same
-process, alternately, so a loaded machine slows both alike.
+time, the CPU time it cost this process and its children, and the event loop's lag (how late each 1 ms sleep
+woke: p50, p99, max). The ways run in the same process, alternately, so a loaded machine slows them alike.
 
     .venv/bin/python benchmarks/encode_offload.py [--sessions 1000] [--rounds 3]
 """
@@ -40,15 +40,20 @@ async def lagging(stop: asyncio.Event) -> list[float]:
     return lags
 
 
-async def measure(encode, items) -> tuple[float, list[float]]:
+def cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+async def measure(encode, items) -> tuple[float, float, list[float]]:
     stop = asyncio.Event()
     watcher = asyncio.create_task(lagging(stop))
     await asyncio.sleep(0.05)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_s()
     await asyncio.to_thread(encode, items)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
     stop.set()
-    return wall, await watcher
+    return wall, cpu, await watcher
 
 
 async def main() -> None:
@@ -69,9 +74,10 @@ async def main() -> None:
         encoder = app.state.participant.encoder
         ways = {
             "thread": lambda xs: [encoding.encode_one(encoder, x) for x in xs],
-            "forked child": lambda xs: encoding.encode_frozen(encoder, xs, threading.Event()),
+            "1 child": lambda xs: encoding.encode_frozen(encoder, xs, threading.Event(), processes=1),
+            "2 children": lambda xs: encoding.encode_frozen(encoder, xs, threading.Event(), processes=2),
         }
-        results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in ways}
+        results: dict[str, list[tuple[float, float, list[float]]]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, way in ways.items():
                 results[name].append(await measure(way, items))
@@ -79,12 +85,13 @@ async def main() -> None:
         f"encoding {len(items)} frozen records of {args.sessions} Workplace sessions, {args.rounds} rounds each, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'way':>13} {'encode s (median)':>17} {'loop lag p50 ms':>15} {'p99 ms':>7} {'max ms':>7}")
+    print(f"{'way':>13} {'encode s (median)':>17} {'CPU s':>6} {'loop lag p50 ms':>15} {'p99 ms':>7} {'max ms':>7}")
     for name, runs in results.items():
-        lags = sorted(x for _, ls in runs for x in ls)
+        lags = sorted(x for _, _, ls in runs for x in ls)
         p99 = lags[max(0, -(-len(lags) * 99 // 100) - 1)]
         print(
-            f"{name:>13} {statistics.median(w for w, _ in runs):>17.2f} {statistics.median(lags) * 1e3:>15.2f} "
+            f"{name:>13} {statistics.median(w for w, _, _ in runs):>17.2f} "
+            f"{statistics.median(c for _, c, _ in runs):>6.2f} {statistics.median(lags) * 1e3:>15.2f} "
             f"{p99 * 1e3:>7.2f} {lags[-1] * 1e3:>7.2f}"
         )
 

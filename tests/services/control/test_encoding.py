@@ -3,6 +3,7 @@ process's GIL), with the same bytes as in the thread; the encodings cache is sti
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Callable
@@ -47,6 +48,117 @@ def test_many_records_are_encoded_in_a_child_few_in_the_thread() -> None:
     assert {b.split(b":")[1] for b in forked} != {str(PARENT).encode()}  # another process made them
     few = encode_frozen(Encoder(), frozen(3), threading.Event())
     assert few == [f"{i}:{PARENT}".encode() for i in range(3)]
+
+
+def test_a_large_capture_is_split_over_children_in_order() -> None:
+    n = 2 * FORK_MIN_RECORDS + 7
+    made = encode_frozen(Encoder(), frozen(n), threading.Event(), processes=2)
+    assert [b.split(b":")[0] for b in made] == [str(i).encode() for i in range(n)]
+    pids = [b.split(b":")[1] for b in made]
+    assert len(set(pids)) == 2 and str(PARENT).encode() not in pids  # two children, one contiguous share each
+    assert pids[: n // 2] == [pids[0]] * (n // 2) and pids[n // 2 :] == [pids[-1]] * (n - n // 2)
+    # never more children than shares of FORK_MIN_RECORDS
+    assert (
+        len({b.split(b":")[1] for b in encode_frozen(Encoder(), frozen(FORK_MIN_RECORDS + 1), threading.Event(), 4)})
+        == 1
+    )
+
+
+def test_the_processes_default_to_one_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GYMCKPT_ENCODE_PROCESSES", raising=False)
+    assert encoding.encode_processes() == 1
+    monkeypatch.setenv("GYMCKPT_ENCODE_PROCESSES", "3")
+    assert encoding.encode_processes() == 3
+    monkeypatch.setenv("GYMCKPT_ENCODE_PROCESSES", "99")
+    assert encoding.encode_processes() == encoding.MAX_PROCESSES
+
+
+def test_the_serving_process_forks_once_however_many_children_encode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fork copies the serving process's page tables with the GIL held: the first child forks the others."""
+    forks_here = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        if os.getpid() == PARENT:
+            forks_here.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    made = encode_frozen(Encoder(), frozen(3 * FORK_MIN_RECORDS), threading.Event(), processes=3)
+    assert len({b.split(b":")[1] for b in made}) == 3
+    assert forks_here == [1]
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_cancel_kills_every_child(tmp_path) -> None:
+    """A child forked by the first child hangs: cancelling kills it too (one process group), not only the first."""
+
+    def hangs_in_the_second_share(i: int) -> bytes:
+        if i == FORK_MIN_RECORDS + 5 and os.getpid() != PARENT:
+            (tmp_path / "hung").write_text(str(os.getpid()))
+            threading.Event().wait()
+        return b"x"
+
+    cancel = threading.Event()
+    timer = threading.Timer(0.5, cancel.set)
+    timer.start()
+    try:
+        with pytest.raises(PersistCancelled):
+            encode_frozen(Encoder(hangs_in_the_second_share), frozen(2 * FORK_MIN_RECORDS), cancel, processes=2)
+    finally:
+        timer.cancel()
+    hung = int((tmp_path / "hung").read_text())
+    for _ in range(100):  # SIGKILL is delivered asynchronously: up to 5 s
+        if not running(hung):
+            break
+        threading.Event().wait(0.05)
+    assert not running(hung)
+
+
+def niceness(i: int) -> bytes:
+    return f"{i}:{os.getpriority(os.PRIO_PROCESS, 0)}".encode()
+
+
+def test_children_run_at_a_lower_priority_than_the_serving_process() -> None:
+    made = encode_frozen(Encoder(niceness), frozen(2 * FORK_MIN_RECORDS), threading.Event(), processes=2)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert {int(b.split(b":")[1]) for b in made} == {min(19, mine + encoding.CHILD_NICE)}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+
+
+def frozen_count(i: int) -> bytes:
+    return f"{i}:{gc.get_freeze_count()}".encode()
+
+
+def test_the_heap_is_frozen_from_the_collector_while_children_encode() -> None:
+    """Objects that existed at the fork sit in the permanent generation while the children live (a collection in
+    the serving process would write every page it shares with them), and go back to the collector afterwards."""
+    assert gc.get_freeze_count() == 0
+    made = encode_frozen(Encoder(frozen_count), frozen(2 * FORK_MIN_RECORDS), threading.Event(), processes=2)
+    assert all(int(b.split(b":")[1]) > 1000 for b in made)  # what the children saw, frozen before the fork
+    assert gc.get_freeze_count() == 0
+
+
+def dies_in_the_second_child(i: int) -> bytes:
+    if i == FORK_MIN_RECORDS + 10 and os.getpid() != PARENT:
+        os._exit(3)
+    return f"{i}:{os.getpid()}".encode()
+
+
+def test_a_child_that_dies_leaves_only_its_share_to_the_thread() -> None:
+    n = 2 * FORK_MIN_RECORDS
+    made = encode_frozen(Encoder(dies_in_the_second_child), frozen(n), threading.Event(), processes=2)
+    assert [b.split(b":")[0] for b in made] == [str(i).encode() for i in range(n)]
+    pids = [b.split(b":")[1] for b in made]
+    assert str(PARENT).encode() not in pids[:FORK_MIN_RECORDS]
+    assert set(pids[FORK_MIN_RECORDS:]) == {str(PARENT).encode()}
 
 
 def fails_at_70(i: int) -> bytes:

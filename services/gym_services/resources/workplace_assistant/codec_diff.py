@@ -224,6 +224,20 @@ def _changed(t: np.ndarray, kind: str, bt: BaseTable, i: int, kept: np.ndarray |
     return diff | (tn != b_nan) | (np.signbit(t) != np.signbit(b))
 
 
+def _base_then_new(slots: np.ndarray, base_slots: np.ndarray, key_sorted: np.ndarray) -> bool:
+    """Whether a table's first rows hold the base's key objects in base order and its later rows (if any) none of
+    them: every base row kept, rows only appended. The general search would align it the same way (each base row
+    with itself; the rest appended), so the diff is the same, found without sorting or searching every row."""
+    n_base = len(base_slots)
+    if len(slots) < n_base or not np.array_equal(slots[:n_base], base_slots):
+        return False
+    extra = slots[n_base:]
+    if not len(extra):
+        return True
+    at = np.minimum(np.searchsorted(key_sorted, extra), n_base - 1)
+    return not bool((key_sorted[at] == extra).any())
+
+
 def _align(arrays: list[np.ndarray], kinds: list[str], bt: BaseTable, n_rows: int) -> tuple[np.ndarray | None, int]:
     """(base position of each kept session row, or None when the rows are the base's; number of
     kept rows). Rows after the kept ones are appended rows."""
@@ -236,14 +250,13 @@ def _align(arrays: list[np.ndarray], kinds: list[str], bt: BaseTable, n_rows: in
         or bt.key_sorted is None
         or bt.key_rows is None
     ):
-        n_kept = min(n_rows, n_base)  # no key: rows by position
-        if n_kept == n_base == n_rows:
-            return None, n_kept
-        return np.arange(n_kept), n_kept
+        if n_rows >= n_base:  # no key: rows by position, every base row kept
+            return None, n_base
+        return np.arange(n_rows), n_rows
     slots = _slots(arrays[k])
     base_slots = bt.slots[k]
-    if n_rows == n_base and base_slots is not None and np.array_equal(slots, base_slots):
-        return None, n_rows
+    if base_slots is not None and _base_then_new(slots, base_slots, bt.key_sorted):
+        return None, n_base  # the base's rows in order, then appended ones (the usual append): nothing to search
     at = np.minimum(np.searchsorted(bt.key_sorted, slots), n_base - 1)
     pos = np.where(bt.key_sorted[at] == slots, bt.key_rows[at], -1)
     matched = np.flatnonzero(pos >= 0)

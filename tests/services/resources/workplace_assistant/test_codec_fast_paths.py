@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import json
+import random
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from gym_services.resources.workplace_assistant import codec
-from gym_services.resources.workplace_assistant.codec_columns import STR_DTYPE, build_frame, pandas_dtype
-from gym_services.resources.workplace_assistant.environment import TABLE_KEYS, pristine_tables
+from gym_services.resources.workplace_assistant import codec, codec_diff
+from gym_services.resources.workplace_assistant.codec_columns import (
+    STR_DTYPE,
+    build_frame,
+    dtype_name,
+    iter_column_arrays,
+    pandas_dtype,
+)
+from gym_services.resources.workplace_assistant.compare import environment_differences
+from gym_services.resources.workplace_assistant.environment import (
+    CALENDAR,
+    EMAILS,
+    TABLE_KEYS,
+    WorkplaceEnvironment,
+    pristine_tables,
+)
 from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
 
-from .helpers import SCENARIOS, json_round_trip
+from .helpers import SCENARIOS, json_round_trip, run
+
+BASES = {codec.base_digest(pristine_tables()): pristine_tables()}
 
 
 def by_series(arrays, kinds, index, columns) -> pd.DataFrame:
@@ -75,3 +93,72 @@ def test_untouched_tables_encode_as_unchanged_and_restore_as_the_shared_pristine
     _token, again = restored.capture()
     assert all(again[key] is pristine_tables().tables[key] for key in untouched)
     assert codec.encode_tables(again, restored.base) == encoded
+
+
+def general_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables aligned as before the fast path: only one holding exactly the base's rows skips the general search
+    (which sorts and searches every row's key)."""
+
+    def same_rows(slots: np.ndarray, base_slots: np.ndarray, key_sorted: np.ndarray) -> bool:
+        return len(slots) == len(base_slots) and np.array_equal(slots, base_slots)
+
+    monkeypatch.setattr(codec_diff, "_base_then_new", same_rows)
+
+
+def test_a_table_with_rows_only_appended_is_aligned_without_searching() -> None:
+    store = WorkplaceSessions()
+    store.seed("s")
+    for name, args in SCENARIOS["send_email"] + SCENARIOS["create_event"]:
+        store.call_tool("s", name, args)
+    _, tables = store.get("s").capture()
+    view = codec._base_view(store.get("s").base)
+    for key in (EMAILS, CALENDAR):
+        bt, df = view.tables[key], tables[key]
+        columns = list(iter_column_arrays(df))
+        kinds = [dtype_name(dtype) for _, dtype, _ in columns]
+        assert len(df) == len(bt.df) + 1
+        # every base row kept in place: no positions to list (the general search lists 0..n-1)
+        assert codec_diff._align([a for _, _, a in columns], kinds, bt, len(df)) == (None, len(bt.df))
+
+
+def test_an_appended_row_holding_a_base_rows_key_is_left_to_the_general_search() -> None:
+    base = pristine_tables().tables[EMAILS]
+    bt = codec._base_view(pristine_tables()).tables[EMAILS]
+    again = pd.concat([base, base.iloc[[3]]], ignore_index=True)  # row 3's very key object appended again
+    slots = codec_diff._slots(list(iter_column_arrays(again))[bt.key][2])
+    assert bt.slots[bt.key] is not None and bt.key_sorted is not None
+    assert not codec_diff._base_then_new(slots, bt.slots[bt.key], bt.key_sorted)
+    assert codec_diff._base_then_new(slots[: len(base)], bt.slots[bt.key], bt.key_sorted)
+
+
+def encoded_sessions(n: int, seed: int) -> dict[str, bytes]:
+    """``n`` sessions, each after 1-4 scenarios drawn at random (the same ones for the same seed)."""
+    rng = random.Random(seed)
+    names = sorted(set(SCENARIOS) - {"everything"})
+    store = WorkplaceSessions()
+    for i in range(n):
+        store.seed(f"s{i}")
+        for name in rng.sample(names, rng.randint(1, 4)):
+            for tool, args in SCENARIOS[name]:
+                store.call_tool(f"s{i}", tool, args)
+    return {sid: codec.canonical_json(state) for sid, state in store.export_session_states().items()}
+
+
+def test_sessions_encode_to_the_same_bytes_as_with_the_general_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 sessions after random scenarios each (appends, updates, deletes on every table), and every scenario
+    alone: the records are byte for byte what the general alignment writes, and restore exactly."""
+    scenarios = {}
+    for name, calls in SCENARIOS.items():
+        env = WorkplaceEnvironment.fresh()
+        run(env, calls)
+        scenarios[name] = env
+    fast = encoded_sessions(300, 7)
+    fast_scenarios = {name: codec.canonical_json(codec.encode_session(env)) for name, env in scenarios.items()}
+    with monkeypatch.context() as patched:
+        general_alignment(patched)
+        assert encoded_sessions(300, 7) == fast
+        assert {name: codec.canonical_json(codec.encode_session(env)) for name, env in scenarios.items()} == (
+            fast_scenarios
+        )
+    for name, env in scenarios.items():
+        assert not environment_differences(env, codec.decode_session(json.loads(fast_scenarios[name]), BASES))

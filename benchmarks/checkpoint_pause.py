@@ -292,6 +292,10 @@ def one_stack(n: int, backend: str, args, tmp: Path, storage: StorageConfig) -> 
             restored = asyncio.run(transaction(state.servers[0].url, token, loc, storage, cid, restore=True))
             row.restore = time.perf_counter() - t0
             assert restored.status == "completed", restored.error
+            print(
+                f"  restore {cid}: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in restored.timings.items()),
+                file=sys.stderr,
+            )
             assert restored.records == row.records, (restored.records, row.records)
         finally:
             stop_stack(tmp / "stack", kill=True)

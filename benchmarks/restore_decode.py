@@ -5,6 +5,10 @@ N Workplace sessions after the benchmark's three mutating tool calls each are ex
 them (one record per session, plus the shared base), then decoded as a restore decodes them, step by step, in
 this process's CPU time (``time.process_time``: a loaded machine stretches the wall clock, not this):
 
+Each step runs with cyclic garbage collection paused, as a restore runs (issue 29: otherwise each collection walks
+every session rebuilt so far, which was ~40% of decoding 10,000 sessions and most of what was once measured here as
+"validate").
+
 - parse: ``json.loads`` of the record (the participant's envelope and the session state);
 - validate: the codec's pydantic model of the state (``SessionStateModel``);
 - build: the rest of ``decode_session``: the session's pandas tables rebuilt from the base and the diff;
@@ -33,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.checkpoint_pause import MUTATIONS  # noqa: E402
 
 from gym_services.control.participant import Scope  # noqa: E402
+from gym_services.control.plane import collection_paused  # noqa: E402
 from gym_services.resources.common.participant import ExportedParticipant  # noqa: E402
 from gym_services.resources.workplace_assistant.codec import decode_session  # noqa: E402
 from gym_services.resources.workplace_assistant.codec_models import SessionStateModel  # noqa: E402
@@ -54,16 +59,17 @@ def one_round(n: int) -> dict[str, float]:
             source.call_tool(f"s{i}", name, arguments)
     records = [r for r in participant._export_sync(Scope.of(None)) if r.key.startswith("session-")]
     bases = dict(source._bases)
-    parse_s, payloads = cpu(lambda: [json.loads(r.data) for r in records])
-    states = [p["state"] for p in payloads]  # type: ignore[attr-defined]
-    validate_s, _ = cpu(lambda: [SessionStateModel.model_validate(s) for s in states])
-    decode_s, envs = cpu(lambda: [decode_session(s, bases) for s in states])
-    own = [
-        {key: df for key, df in env._tables.items() if df is not env.base.tables[key]}
-        for env in envs  # type: ignore[attr-defined]
-    ]
-    blobs = [pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL) for tables in own]
-    unpickle_s, _ = cpu(lambda: [pickle.loads(b) for b in blobs])
+    with collection_paused():  # as a restore reads and validates (and the unpickle alike)
+        parse_s, payloads = cpu(lambda: [json.loads(r.data) for r in records])
+        states = [p["state"] for p in payloads]  # type: ignore[attr-defined]
+        validate_s, _ = cpu(lambda: [SessionStateModel.model_validate(s) for s in states])
+        decode_s, envs = cpu(lambda: [decode_session(s, bases) for s in states])
+        own = [
+            {key: df for key, df in env._tables.items() if df is not env.base.tables[key]}
+            for env in envs  # type: ignore[attr-defined]
+        ]
+        blobs = [pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL) for tables in own]
+        unpickle_s, _ = cpu(lambda: [pickle.loads(b) for b in blobs])
     return {
         "parse": parse_s / n,
         "validate": validate_s / n,

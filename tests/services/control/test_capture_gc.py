@@ -4,12 +4,13 @@ capture under the pause), and collection is back on afterwards, whether the capt
 from __future__ import annotations
 
 import gc
+from typing import Never
 
 import pytest
 from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import ServerConfig, load_config
-from gym_services.control.participant import Capture, InvalidState, NothingToRestore
+from gym_services.control.participant import Capture, InvalidState, NothingToRestore, Participant, Record
 from gym_services.server.app import create_server_app
 
 
@@ -48,3 +49,50 @@ async def test_collection_is_paused_during_capture_only(plane, tmp_path) -> None
     failed = await control.call("capture", {"checkpoint_id": "c2", "location": f"file://{tmp_path}"}, expect=422)
     assert failed["error"]["code"] == "invalid_state"
     assert participant.collecting == [False, False] and gc.isenabled()
+
+
+class Restoring(Participant[None, Never]):
+    """One record to checkpoint; its validate notes whether collection runs (issue 29: a restore keeps all it
+    rebuilds, so every collection during it walked every session rebuilt so far)."""
+
+    role = "environment"
+
+    def __init__(self) -> None:
+        self.collecting: list[bool] = []
+        self.fail = False
+
+    async def export(self, scope):
+        return [Record("only", b"{}")]
+
+    async def validate(self, records):
+        self.collecting.append(gc.isenabled())
+        if self.fail:
+            raise InvalidState("cannot restore")
+
+    async def install(self, validated) -> None:
+        pass
+
+    async def uninstall(self, validated) -> None:
+        pass
+
+
+async def test_collection_is_paused_while_a_restore_validates_only(tmp_path) -> None:
+    location = f"file://{tmp_path}"
+    source = create_server_app(load_config(ServerConfig, overrides=base_config("gc")), Restoring(), [])
+    async with serve(source) as client:
+        persisted = await Control(client).checkpoint("c1", location)
+    for fail in (False, True):
+        participant = Restoring()
+        participant.fail = fail
+        app = create_server_app(load_config(ServerConfig, overrides=base_config("gc")), participant, [])
+        async with serve(app) as client:
+            control = Control(client)
+            assert gc.isenabled()
+            answer = await control.restore(
+                "c1", location, persisted["manifest_key"], persisted["manifest_sha256"], expect=422 if fail else 200
+            )
+            assert participant.collecting == [False] and gc.isenabled(), answer
+            if fail:
+                assert answer["error"]["code"] == "invalid_state"
+            else:
+                await control.resume("c1")

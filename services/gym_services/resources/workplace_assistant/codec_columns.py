@@ -286,6 +286,42 @@ def build_frame(arrays: Sequence[Any], kinds: Sequence[str], index: pd.Index, co
     return df
 
 
+try:  # pandas' internals, to hand it blocks it would otherwise stack itself (the public path below if they move)
+    from pandas._libs.internals import BlockPlacement
+    from pandas.core.internals.blocks import new_block
+    from pandas.core.internals.managers import BlockManager
+except ImportError:  # pragma: no cover - another pandas
+    BlockPlacement = new_block = BlockManager = None
+
+
+def frame_from_blocks(
+    blocks: Sequence[tuple[Any, Sequence[int]]], kinds: Sequence[str], index: pd.Index, columns: pd.Index
+) -> pd.DataFrame:
+    """A DataFrame from column values already laid out as pandas stores them: each block either a 2-D numpy
+    array (one row per column, the columns at the given positions, all of one dtype) or a ``str`` column's
+    1-D extension array (one position). ``kinds`` names every column's dtype.
+
+    What :func:`build_frame` would make of the same columns, without its copy of every cell into the
+    consolidated blocks (a restored table is written straight into them, :func:`.codec_diff.decode_table_diff`).
+    """
+    rows = len(index)
+    for values, positions in blocks:
+        if values.shape[-1] != rows or (values.ndim == 2 and values.shape[0] != len(positions)):
+            raise InvalidSessionState(f"a block of {values.shape} for {len(positions)} columns of {rows} rows")
+    from_mgr = getattr(pd.DataFrame, "_from_mgr", None)
+    if new_block is None or from_mgr is None:
+        arrays: list[Any] = [None] * len(columns)
+        for values, positions in blocks:
+            for j, pos in enumerate(positions):
+                arrays[pos] = values[j] if values.ndim == 2 else values
+        return build_frame(arrays, kinds, index, columns)
+    made = [
+        new_block(values, BlockPlacement(np.asarray(positions, dtype=np.intp)), ndim=2) for values, positions in blocks
+    ]
+    mgr = BlockManager(tuple(made), [columns, index], verify_integrity=True)
+    return from_mgr(mgr, axes=mgr.axes)
+
+
 def encode_table_plain(df: pd.DataFrame) -> dict[str, Any]:
     """Every cell of the table, column by column, with dtypes, index and NaN positions."""
     return {

@@ -30,17 +30,17 @@ import pandas as pd
 
 from .codec_columns import (
     InvalidSessionState,
-    build_frame,
     decode_column,
     decode_values,
     dtype_name,
     encode_table_plain,
     encode_values,
+    frame_from_blocks,
     iter_column_arrays,
     pandas_dtype,
     to_pandas_array,
 )
-from .codec_models import DiffTableModel, RangeShapeModel
+from .codec_models import CellsModel, DiffTableModel, RangeShapeModel
 
 #: Above this share of changed cells a table is stored in full rather than as a diff.
 FULL_TABLE_SHARE = 0.5
@@ -131,12 +131,15 @@ def _index_shape(index: pd.Index) -> dict[str, Any]:
     return {"kind": "runs", "runs": [[int(labels[a]), int(n)] for a, n in zip(starts, lengths, strict=True)]}
 
 
-_EMPTY_DIFF = DiffTableModel()
+#: kept rows when no base row was removed (every one, in order)
+_ALL_ROWS = np.empty(0, dtype=np.intp)
 
 
 def is_empty_diff(model: DiffTableModel) -> bool:
-    """The table is its base's, unchanged."""
-    return model == _EMPTY_DIFF
+    """The table is its base's, unchanged (field by field: a model's ``==`` cost a tenth of decoding a session)."""
+    return (
+        model.index is None and not model.removed and model.appended is None and not model.cells and not model.retyped
+    )
 
 
 class _StoreFull(Exception):
@@ -365,6 +368,9 @@ def _decoded_index(model: DiffTableModel, bt: BaseTable) -> tuple[pd.Index, np.n
     if not model.removed and not n_new:
         kept = None
         n_rows = n_base
+    elif not model.removed:
+        kept = _ALL_ROWS  # rows appended after every base row
+        n_rows = n_base + n_new
     else:
         kept = np.delete(np.arange(n_base), _unique_positions(model.removed, n_base, "removed"))
         n_rows = len(kept) + n_new
@@ -375,7 +381,7 @@ def _decoded_index(model: DiffTableModel, bt: BaseTable) -> tuple[pd.Index, np.n
     if isinstance(model.index, RangeShapeModel):
         if model.index.step == 0:
             raise InvalidSessionState("range index step must not be 0")
-        index: pd.Index = pd.RangeIndex(model.index.start, model.index.stop, model.index.step, name=base_index.name)
+        index: pd.Index = _range_index(model.index.start, model.index.stop, model.index.step, base_index.name)
     else:
         runs = tuple((first, length) for first, length in model.index.runs)
         if any(length < 1 for _, length in runs):
@@ -384,6 +390,12 @@ def _decoded_index(model: DiffTableModel, bt: BaseTable) -> tuple[pd.Index, np.n
     if len(index) != n_rows:
         raise InvalidSessionState(f"the index has {len(index)} labels for {n_rows} rows")
     return index, kept
+
+
+@functools.lru_cache(maxsize=256)
+def _range_index(start: int, stop: int, step: int, name: Any) -> pd.Index:
+    """Cached as :func:`_runs_index` (an Index is immutable)."""
+    return pd.RangeIndex(start, stop, step, name=name)
 
 
 @functools.lru_cache(maxsize=256)
@@ -397,7 +409,7 @@ def _runs_index(runs: tuple[tuple[int, int], ...], name: Any) -> pd.Index:
 
 def decode_table_diff(model: DiffTableModel, bt: BaseTable) -> pd.DataFrame:
     base = bt.df
-    if model == _EMPTY_DIFF:
+    if is_empty_diff(model):
         return base.copy(deep=False)
     if not bt.diffable:
         raise InvalidSessionState("this base table can only be restored in full")
@@ -409,40 +421,74 @@ def decode_table_diff(model: DiffTableModel, bt: BaseTable) -> pd.DataFrame:
         raise InvalidSessionState("a column is both retyped and changed by cells")
     index, kept = _decoded_index(model, bt)
     n_new = model.appended.count if model.appended is not None else 0
-    n_kept = len(index) - n_new
     if model.appended is not None and set(model.appended.data) != set(columns) - set(model.retyped):
         raise InvalidSessionState("appended rows must give every column that is not retyped")
 
-    replaced: dict[int, tuple[Any, str]] = {}  # column position -> (new array, kind)
+    if kept is not None:
+        return _rebuilt_frame(model, bt, index, None if kept is _ALL_ROWS else kept, n_new)
+    # same rows: share untouched base columns (copy-on-write keeps them safe)
+    df = base.copy(deep=False)
+    if index is not base.index:
+        df.index = index
     for i, name in enumerate(columns):
-        kind = bt.kinds[i]
         if name in model.retyped:
-            replaced[i] = decode_column(model.retyped[name], len(index))
+            arr, kind = decode_column(model.retyped[name], len(index))
+        elif name in model.cells:
+            kind = bt.kinds[i]
+            arr = bt.arrays[i].copy()
+            _write_cells(arr, model.cells[name], len(index), name, kind)
+            arr = to_pandas_array(arr, kind)
+        else:
             continue
-        change = model.cells.get(name)
-        if kept is None and change is None:
+        df.isetitem(i, pd.Series(arr, index=df.index, dtype=pandas_dtype(kind), copy=False))
+    return df
+
+
+def _write_cells(dest: np.ndarray, change: CellsModel, n_kept: int, name: str, kind: str) -> None:
+    if len(change.rows) != len(change.values):
+        raise InvalidSessionState(f"cells of {name}: rows and values differ in length")
+    dest[_unique_positions(change.rows, n_kept, f"cells of {name}")] = decode_values(change, kind)
+
+
+def _rebuilt_frame(
+    model: DiffTableModel, bt: BaseTable, index: pd.Index, kept: np.ndarray | None, n_new: int
+) -> pd.DataFrame:
+    """Rows were removed or appended (``kept``: the kept base rows, None for all of them): every column is
+    written once, straight into the 2-D block of its dtype that pandas keeps it in (one per numpy dtype, a
+    ``str`` column in its own array), rather than gathered, concatenated and then stacked into that block."""
+    columns = list(bt.df.columns)
+    n_rows = len(index)
+    n_kept = n_rows - n_new
+    kinds = [model.retyped[name].dtype if name in model.retyped else bt.kinds[i] for i, name in enumerate(columns)]
+    groups: dict[str, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        if kind != "str":
+            groups.setdefault(kind, []).append(i)
+    blocks = {kind: np.empty((len(positions), n_rows), dtype=pandas_dtype(kind)) for kind, positions in groups.items()}
+    row = {i: j for positions in groups.values() for j, i in enumerate(positions)}
+    out: list[tuple[Any, list[int]]] = [(blocks[kind], positions) for kind, positions in groups.items()]
+    for i, name in enumerate(columns):
+        kind = kinds[i]
+        if name in model.retyped:
+            arr, _ = decode_column(model.retyped[name], n_rows)
+            if kind == "str":
+                out.append((arr, [i]))
+            else:
+                blocks[kind][row[i]] = arr
             continue
-        arr = bt.arrays[i] if kept is None else bt.arrays[i][kept]
+        dest = np.empty(n_rows, dtype=object) if kind == "str" else blocks[kind][row[i]]
+        if kept is None:
+            dest[:n_kept] = bt.arrays[i]
+        else:
+            np.take(bt.arrays[i], kept, out=dest[:n_kept])
         if model.appended is not None and n_new:
             extra = model.appended.data[name]
             if len(extra.values) != n_new:
                 raise InvalidSessionState(f"appended column {name} has the wrong length")
-            arr = np.concatenate([arr, decode_values(extra, kind)])
+            dest[n_kept:] = decode_values(extra, kind)
+        change = model.cells.get(name)
         if change is not None:
-            if len(change.rows) != len(change.values):
-                raise InvalidSessionState(f"cells of {name}: rows and values differ in length")
-            pos = _unique_positions(change.rows, n_kept, f"cells of {name}")
-            if arr is bt.arrays[i]:
-                arr = arr.copy()
-            arr[pos] = decode_values(change, kind)
-        replaced[i] = (to_pandas_array(arr, kind), kind)
-    if kept is None:  # same rows: share untouched base columns (copy-on-write keeps them safe)
-        df = base.copy(deep=False)
-        if index is not base.index:
-            df.index = index
-        for i, (arr, kind) in replaced.items():
-            df.isetitem(i, pd.Series(arr, index=df.index, dtype=pandas_dtype(kind), copy=False))
-        return df
-    arrays = [replaced[i][0] for i in range(len(columns))]
-    kinds = [replaced[i][1] for i in range(len(columns))]
-    return build_frame(arrays, kinds, index, base.columns)
+            _write_cells(dest, change, n_kept, name, kind)
+        if kind == "str":
+            out.append((to_pandas_array(dest, kind), [i]))
+    return frame_from_blocks(out, kinds, index, bt.df.columns)

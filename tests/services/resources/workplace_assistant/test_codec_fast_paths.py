@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gym_services.resources.workplace_assistant import codec, codec_diff
+from gym_services.resources.workplace_assistant import codec, codec_diff, codec_models
 from gym_services.resources.workplace_assistant.codec_columns import (
     STR_DTYPE,
     build_frame,
     dtype_name,
+    frame_from_blocks,
     iter_column_arrays,
     pandas_dtype,
 )
@@ -162,3 +163,92 @@ def test_sessions_encode_to_the_same_bytes_as_with_the_general_search(monkeypatc
         )
     for name, env in scenarios.items():
         assert not environment_differences(env, codec.decode_session(json.loads(fast_scenarios[name]), BASES))
+
+
+def test_frames_from_blocks_equal_the_general_construction_and_keep_the_blocks() -> None:
+    """Restored tables are written straight into pandas' blocks (issue 29): columns of one dtype at positions
+    that need not be contiguous, ``str`` columns as their own arrays, every column where its position says."""
+    objects = np.array([["a", None, {"k": 1}], [np.nan, "y", 3]], dtype=object)  # columns 0 and 3
+    ints = np.array([[1, 2, 3]], dtype=np.int64)  # column 2
+    floats = np.array([[1.5, np.nan, -0.0]])  # column 4
+    flags = np.array([[True, False, True]])  # column 1
+    text = pd.array(["s", np.nan, "u"], dtype=STR_DTYPE)  # column 5
+    blocks = [(objects, [0, 3]), (ints, [2]), (floats, [4]), (flags, [1]), (text, [5])]
+    kinds = ["object", "bool", "int64", "object", "float64", "str"]
+    index, columns = pd.Index([4, 4, 9], dtype=np.int64, name="row"), pd.Index(list("abcdef"))
+    built = frame_from_blocks(blocks, kinds, index, columns)
+    arrays = [objects[0], flags[0], ints[0], objects[1], floats[0], text]
+    pd.testing.assert_frame_equal(built, by_series(arrays, kinds, index, columns), check_exact=True)
+    assert built["a"].iloc[1] is None and built["d"].iloc[0] is not None and built["a"].iloc[2] is objects[0, 2]
+    assert built._mgr.nblocks == len(blocks)  # one block per dtype, as consolidated
+    assert np.shares_memory(built._mgr.blocks[0].values, objects)  # no cell copied again
+    with pytest.raises(codec.InvalidSessionState):
+        frame_from_blocks([(objects, [0, 3]), (ints[:, :2], [2])], ["object", "int64", "object"], index, columns[:3])
+
+
+def _mixed_base(n: int = 12) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "id": np.array([f"id{i}" for i in range(n)], dtype=object),
+            "flag": np.array([i % 3 == 0 for i in range(n)]),
+            "count": np.arange(n, dtype=np.int64),
+            "note": np.array([None if i % 4 == 0 else f"n{i}" for i in range(n)], dtype=object),
+            "score": np.array([np.nan if i % 5 == 0 else i / 2 for i in range(n)]),
+            "text": pd.array([np.nan if i % 6 == 0 else f"t{i}" for i in range(n)], dtype=STR_DTYPE),
+        }
+    )
+
+
+def _remove(df: pd.DataFrame, rows: list[int]) -> pd.DataFrame:
+    return df.drop(index=df.index[rows])
+
+
+def _append(df: pd.DataFrame) -> pd.DataFrame:
+    row = pd.DataFrame(
+        {"id": ["new"], "flag": [True], "count": [99], "note": [[1, 2]], "score": [np.nan], "text": ["z"]},
+        index=[len(df) + 50],
+    ).astype(df.dtypes.to_dict())
+    return pd.concat([df, row])
+
+
+def _cells(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df.iloc[1, df.columns.get_loc("note")] = "changed"
+    df.iloc[2, df.columns.get_loc("count")] = -7
+    df.iloc[0, df.columns.get_loc("text")] = "T"
+    return df
+
+
+def _retype(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["count"] = df["count"].astype(np.float64) + 0.5
+    return df
+
+
+ROW_EDITS = {
+    "removed": lambda df: _remove(df, [0, 5, 11]),
+    "appended": _append,
+    "removed, appended, cells": lambda df: _cells(_append(_remove(df, [3, 4]))),
+    "appended, retyped": lambda df: _retype(_append(df)),
+    "removed, cells": lambda df: _cells(_remove(df, [7])),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ROW_EDITS))
+def test_tables_whose_rows_changed_restore_exactly_with_the_base_cells(edit: str) -> None:
+    """Every dtype the codec carries, through each way a table's rows change: the restored table equals the session's,
+    each kept object cell is the base's very object, and the columns sit in one block per numpy dtype."""
+    base = _mixed_base()
+    bt = codec_diff.BaseTable.of(base)
+    session = ROW_EDITS[edit](base)
+    encoded = codec_diff.encode_table(session, bt)
+    assert "full" not in encoded, encoded
+    restored = codec_diff.decode_table_diff(codec_models.DiffTableModel.model_validate(json_round_trip(encoded)), bt)
+    pd.testing.assert_frame_equal(restored, session, check_exact=True)
+    assert list(restored.dtypes) == list(session.dtypes)
+    assert [type(v) for v in restored["note"]] == [type(v) for v in session["note"]]
+    for label in restored.index.intersection(base.index).unique():
+        if restored.index.is_unique and restored.loc[label, "id"] == base.loc[label, "id"]:
+            assert restored.loc[label, "id"] is base.loc[label, "id"]
+    numpy_dtypes = {str(d) for d in restored.dtypes if d != STR_DTYPE}
+    assert restored._mgr.nblocks == len(numpy_dtypes) + sum(d == STR_DTYPE for d in restored.dtypes)

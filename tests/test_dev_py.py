@@ -70,7 +70,13 @@ def test_the_suite_runs_on_workers_unless_the_caller_chooses(monkeypatch) -> Non
     spec.loader.exec_module(dev)
     for cores, workers in ((1, "2"), (2, "2"), (16, "4")):
         monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
-        assert dev.parallel(["-q", "-p", "no:cacheprovider"]) == ["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder"]
+        assert dev.parallel(["-q", "-p", "no:cacheprovider"]) == [
+            "-n",
+            workers,
+            "--dist",
+            "loadfile",
+            "--no-loadscope-reorder",
+        ]
     for chosen in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"]):
         assert dev.parallel(["-q", *chosen]) == []
 

@@ -520,17 +520,9 @@ class Chaos:
         return run
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--cycles", type=int, default=50, help="fault cycles to run (default 50)")
-    parser.add_argument(
-        "--kinds",
-        default=None,
-        help="which fault kinds to draw from (default abcde with --storage embedded-s3, else abcd)",
-    )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the random kinds and moments (default 1)")
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the demo stack a long run drives (chaos.py and soak.py): where it checkpoints, how fast it
+    generates."""
     parser.add_argument(
         "--storage",
         default=None,
@@ -548,6 +540,20 @@ def main(argv: list[str] | None = None) -> int:
         default=120.0,
         help="generation speed of the inference worker per stream (default 120)",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cycles", type=int, default=50, help="fault cycles to run (default 50)")
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help="which fault kinds to draw from (default abcde with --storage embedded-s3, else abcd)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random kinds and moments (default 1)")
+    add_stack_arguments(parser)
     parser.add_argument("--repeats", type=int, default=2, help="rollouts per task (default 2)")
     args = parser.parse_args(argv)
     owned_s3 = args.storage == "embedded-s3"

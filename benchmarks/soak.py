@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.chaos import Chaos  # noqa: E402
+from benchmarks.chaos import Chaos, add_stack_arguments  # noqa: E402
 
 from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.demo.story import MODEL, Run, Story  # noqa: E402
@@ -369,23 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run in this folder and keep it (the stacks' state and every server's log); default: a temporary "
         "folder, removed unless the soak stopped early or a rollout was lost, duplicated or failed",
     )
-    parser.add_argument(
-        "--storage",
-        default=None,
-        help="file:///path (default: a temporary folder), s3://bucket/prefix, "
-        "or embedded-s3 (a local SeaweedFS, as the demo's)",
-    )
-    parser.add_argument(
-        "--s3-endpoint",
-        default=os.environ.get("AWS_ENDPOINT_URL"),
-        help="S3 endpoint for --storage s3://... (default $AWS_ENDPOINT_URL)",
-    )
-    parser.add_argument(
-        "--tokens-per-second",
-        type=float,
-        default=120.0,
-        help="generation speed of the inference worker per stream (default 120)",
-    )
+    add_stack_arguments(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
     soak = Soak()

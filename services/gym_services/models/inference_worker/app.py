@@ -36,8 +36,9 @@ Continuation from token ids
 
 Pace and accounting
     The first token comes after ``time_to_first_token_s``, then one every ``1/tokens_per_second``
-    (0 = as fast as possible); a natural stop takes one more step (the end-of-sequence token, neither
-    shown nor counted) before the chunk carrying ``finish_reason``. A token is counted
+    (0 = as fast as possible); a natural stop takes one more step (the end-of-sequence token: generated
+    and counted, but with no text, like a token ending inside a multi-byte character, so a client counts
+    tokens by their ids, never by chunks with text) before the chunk carrying ``finish_reason``. A token is counted
     (``gym_worker_tokens_generated``, ``GET /stats``) only if it goes out on a connection the client
     has not closed, not even its sending half (:mod:`.generation`): a counted streamed token always
     reaches a client that keeps reading, and closing either half of the stream stops generation.

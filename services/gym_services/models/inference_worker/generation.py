@@ -384,7 +384,11 @@ class Connection:
 
     async def flushed(self) -> None:
         """Wait until what was written left this process for the socket (the kernel delivers it even if this
-        process is SIGKILLed next; a process's own write buffer dies with it), unless the client left."""
+        process is SIGKILLed next; a process's own write buffer dies with it), unless the client left.
+
+        A client that half-closed is still sent what was buffered: its end-of-stream makes asyncio ``close()``
+        the transport (uvicorn keeps nothing open on EOF), which writes the buffer out before it reports the
+        connection lost; only a write error (a client that reset, so did not keep reading) drops it."""
         transport = self.transport
         if transport is None:
             return

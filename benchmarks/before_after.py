@@ -2,9 +2,9 @@
 both code trees in turn (A B, then B A, ...), so a regression shows beside the machine's drift (issue 23: one
 pipeline must cost nothing against the two it replaced).
 
-The earlier commit (``--ref``, default ce41d67: the tree issue 23 was filed on) is checked out into a temporary git
-worktree. Both trees run with this venv's Python and the same workload, the tree chosen by ``PYTHONPATH`` (its
-``services/`` ahead of the editable install), which every server process inherits:
+The earlier commit's ``services/`` (``--ref``, default ce41d67: the tree issue 23 was filed on) is extracted into a
+temporary folder (cli_checkpoint.py's ``extract``). Both trees run with this venv's Python and the same workload, the
+code chosen by ``PYTHONPATH`` (that ``services/`` ahead of the editable install), which every server process inherits:
 
 - the pause benchmark is this checkout's ``benchmarks/checkpoint_pause.py`` (live Workplace sessions, live clients,
   cold and warm checkpoints, a restore into a fresh process), its coordinator and servers from the tree measured;
@@ -33,6 +33,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.cli_checkpoint import extract  # noqa: E402
+
 #: the figures of a pause row compared, and how they print
 PAUSE_FIGURES = {
     "pause": ("pause ms", 1e3),
@@ -52,15 +56,15 @@ DEMO_PATTERNS = {
 UNITS = {"B": 1 / 1024, "KB": 1.0, "MB": 1024.0, "GB": 1024.0**2}  # base/text.py human_bytes
 
 
-def tree_env(tree: Path) -> dict[str, str]:
-    """The environment that runs ``tree``'s code: its services/ first on the path (servers inherit it)."""
+def tree_env(services: Path) -> dict[str, str]:
+    """The environment that runs the code in ``services``: first on the path (servers inherit it)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(tree / "services")
+    env["PYTHONPATH"] = str(services)
     return env
 
 
 def check_tree(tree: Path) -> None:
-    """The interpreter really imports ``tree``'s package under tree_env (not the editable install's)."""
+    """The interpreter really imports the package in ``tree`` under tree_env (not the editable install's)."""
     out = subprocess.run(
         [sys.executable, "-c", "import gym_services; print(gym_services.__file__)"],
         env=tree_env(tree),
@@ -124,12 +128,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-before-after-"))
-    before_tree = tmp / "before"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(before_tree), args.ref],
-        check=True,
-    )
-    trees = {"before": before_tree, "after": ROOT}
+    trees = {"before": extract(args.ref, tmp / "before"), "after": ROOT / "services"}
     try:
         for tree in trees.values():
             check_tree(tree)
@@ -149,7 +148,6 @@ def main() -> None:
                 demo[name][-1]["demo s"] = time.perf_counter() - started
                 load.append(os.getloadavg()[0])
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before_tree)], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"before = {args.ref}, after = this checkout; medians; machine load {min(load):.1f}-{max(load):.1f}")

@@ -99,6 +99,25 @@ EXIT_INTERRUPTED = 128 + 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        return _main(argv)
+    finally:
+        _forget_caught_interrupts()
+
+
+def _forget_caught_interrupts() -> None:
+    """Keep a Ctrl-C this process caught and reported from ending it by SIGINT after all (exit -2, not ours).
+
+    CPython marks a KeyboardInterrupt that ends the evaluation of source *text* (``exec``/``eval`` of a
+    string, as dataclasses and namedtuples do while modules import) as unhandled even when a caller
+    catches it, and under ``python -m`` it then kills itself with SIGINT on the way out instead of
+    exiting with the status the command returned. The mark is reset when the next string evaluation
+    starts, so evaluating one that ends normally clears it.
+    """
+    eval("None")  # a constant, evaluated only for the side effect above
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
         parser = build_parser()  # imports every command's modules: seconds on a loaded machine
         args = parser.parse_args(argv)
     except KeyboardInterrupt:

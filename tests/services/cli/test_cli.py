@@ -264,3 +264,23 @@ def test_demo_progress_is_plain_lines_when_not_a_terminal() -> None:
         "2 waiting to run again after an infrastructure failure (latest: 0-0: agent a unreachable)"
     )
     assert lines[2] == "collect: 4/4 episodes finished, 0 live (completed)" and len(lines) == 3
+
+
+def test_a_ctrl_c_caught_inside_evaluated_source_still_exits_130(tmp_path) -> None:
+    """A Ctrl-C landing while a module builds code from text (dataclasses do, on import) is ours to report.
+
+    CPython remembers it as unhandled and, under ``python -m``, would die by SIGINT (-2) on the way
+    out although the command caught it and returned 130; the CLI clears that mark before it returns.
+    """
+    (tmp_path / "ctrl_c_probe.py").write_text(
+        "import sys\n"
+        "from gym_services import cli\n"
+        "def interrupted_while_importing():\n"
+        "    exec('raise KeyboardInterrupt', {})\n"
+        "cli.build_parser = interrupted_while_importing\n"
+        "sys.exit(cli.main(['status']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ctrl_c_probe"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr.strip()) == (130, "gymckpt: interrupted while starting; nothing was done")

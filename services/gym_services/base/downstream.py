@@ -25,7 +25,10 @@ class DownstreamFailure(BaseModel):
 
     server: str = Field(description="the agent's name for the server: model, resources or env")
     path: str = Field(description="the route the call goes to, e.g. /seed_session")
-    reason: str = Field(description="unreachable (the call never got there), or the 503 code it answered")
+    reason: str = Field(
+        description="unreachable (the call never got there), broke_off (the connection broke mid-call), "
+        "the 503 code it answered, or gateway_502/503/504 (a proxy in between answered by itself)"
+    )
     detail: str = Field(default="", max_length=500, description="the latest error, e.g. ConnectError: ...")
     since: float = Field(description="unix time of the first failure the waiting episodes hit")
     episodes: int = Field(ge=1, description="episodes of the agent waiting for it")

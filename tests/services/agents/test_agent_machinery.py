@@ -11,6 +11,9 @@ import json
 import time
 
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount
 from tests.services.agents.fake_model import create_fake_model
 from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Wire, is_call
@@ -397,6 +400,45 @@ async def test_unreachable_servers_are_retried_from_the_boundary(expected) -> No
         assert reply.status_code == 200 and reply.json() == expected
         assert counts(s.wire) == {"seed": 1, "generate": 4, "increment": 4, "verify": 1}
         assert (await downstream_report(s)).failing == []
+
+
+def behind_a_gateway(app: Starlette, path: str, status: int, times: int) -> Starlette:
+    """``app`` behind a proxy that answers the first ``times`` calls of ``path`` itself with a bare ``status``
+    (a plain-text body, as a load balancer or a Service without ready endpoints does)."""
+    left = [times]
+
+    async def gateway(scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == path and left[0] > 0:
+            left[0] -= 1
+            await PlainTextResponse("no healthy upstream", status_code=status)(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return Starlette(routes=[Mount("/", app=gateway)])
+
+
+async def test_a_proxys_own_503_is_retried_from_the_boundary(expected) -> None:
+    """A proxy in front of the resources server answers 503 by itself (no server ready behind it): the call did
+    not happen, so the seed is retried from its boundary as for an unreachable server (it was a 502 error row)."""
+    async with stack(retrying_factory()) as s:
+        s.wire.apps["counter"] = behind_a_gateway(s.wire.apps["counter"], "/seed_session", 503, times=5)
+        run = asyncio.create_task(s.run(ROW, ROLLOUT))
+        await wait_for(lambda: _at_least(unavailable_retries(s, "resources"), 3), what="three retries of the seed")
+        reply = await asyncio.wait_for(run, 30)
+        assert reply.status_code == 200 and reply.json() == expected
+        assert counts(s.wire) == {"seed": 1, "generate": 4, "increment": 4, "verify": 1}
+
+
+async def test_a_proxys_own_504_on_a_tool_call_ends_the_attempt_as_unavailable(expected) -> None:
+    """A proxy's own 504 on a tool call: the call may have happened behind it, so it is not sent again; the
+    attempt ends with 503 upstream_unavailable, which the collection runs again as attempt + 1."""
+    async with stack(retrying_factory()) as s:
+        s.wire.apps["counter"] = behind_a_gateway(s.wire.apps["counter"], "/increment", 504, times=1)
+        reply = await asyncio.wait_for(s.run(ROW, ROLLOUT), 30)
+        error = reply.json()["error"]
+        assert reply.status_code == 503 and error["code"] == "upstream_unavailable", reply.text
+        assert "gateway_504" in error["message"], error
+        assert counts(s.wire)["increment"] == 0
 
 
 async def downstream_report(s) -> DownstreamReport:

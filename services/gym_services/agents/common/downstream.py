@@ -59,6 +59,10 @@ UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 BROKEN_OFF = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
 #: ``503`` codes that say "not now": the server did nothing with the call
 UNAVAILABLE_CODES = frozenset({ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.NOT_READY})
+#: gateway statuses a proxy or load balancer between the agent and a Gym server answers by itself (an answer
+#: without a Gym error body): ``503`` it had no server to send the call to (a Service without ready endpoints),
+#: so nothing happened; ``502``/``504`` it lost the server's answer, which may have happened, as for a broken call
+GATEWAY_STATUSES = frozenset({502, 503, 504})
 
 
 class _NoCookies(CookiePolicy):
@@ -200,10 +204,11 @@ class Downstream:
         """POST and classify the answer.
 
         ``409 checkpoint_parked`` raises :class:`CheckpointParked` (the caller returns to
-        its boundary); ``409 stale_attempt`` ends the attempt; an unreachable server or a
-        ``503`` that did nothing raises :class:`DownstreamUnavailable` (the caller returns to
-        its boundary and retries later), a connection broken mid-call :class:`DownstreamBrokeOff`
-        (retried only when the step is a replay step); other errors are a 502, except 4xx when
+        its boundary); ``409 stale_attempt`` ends the attempt; an unreachable server, a
+        ``503`` that did nothing, or a proxy's own ``503`` raises :class:`DownstreamUnavailable`
+        (the caller returns to its boundary and retries later), a connection broken mid-call or a
+        proxy's own ``502``/``504`` :class:`DownstreamBrokeOff` (retried only when the step is a
+        replay step); other errors are a 502, except 4xx when
         ``accept_client_errors``, and any other status when ``accept_errors`` (a tool's
         answer, whatever its status, is the tool's output).
         """
@@ -215,10 +220,15 @@ class Downstream:
                 raise CheckpointParked(self.name, path, message)
             if code == ErrorCode.STALE_ATTEMPT:
                 raise ApiError(ErrorCode.STALE_ATTEMPT, f"{self.name} {path}: {message}")
-        if response.status_code == 503:
+        if response.status_code in GATEWAY_STATUSES:
             code, message = error_of(response)
-            if code in UNAVAILABLE_CODES:
+            if response.status_code == 503 and code in UNAVAILABLE_CODES:
                 raise DownstreamUnavailable(self.name, path, str(code), message)
+            if code is None:  # not a Gym server's answer: the proxy in between answered
+                reason, detail = f"gateway_{response.status_code}", message[:200]
+                if response.status_code == 503:
+                    raise DownstreamUnavailable(self.name, path, reason, detail)
+                raise DownstreamBrokeOff(self.name, path, reason, detail)
         ok = 200 <= response.status_code < 300
         if not ok and not accept_errors and not (accept_client_errors and 400 <= response.status_code < 500):
             code, message = error_of(response)

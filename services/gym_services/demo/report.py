@@ -55,10 +55,8 @@ def compare(
     }
     for env, (_, differing, masked) in sorted(tokens_by_env.items()):
         if tokens and differing:
-            problems.append(
-                f"{env}: training tokens (result rows, capture ledgers) differ from the uninterrupted "
-                f"run, or a ledger is missing or incomplete, in {differing}"
-            )
+            where = "; ".join(f"{rid}: {token_difference(base, ckpt, rid, log_prob_tolerance)}" for rid in differing)
+            problems.append(f"{env}: training tokens (result rows, capture ledgers) differ in {differing} ({where})")
         if tokens and isinstance(masked, int) and masked:
             problems.append(f"{env}: {masked} rollouts masked (a model call lost; a trainer would not train on them)")
     rows = [
@@ -181,6 +179,43 @@ def same_tokens(mine: Tokens, theirs: Tokens, log_prob_tolerance: float = 0.0) -
         and all(abs(a - b) <= log_prob_tolerance for a, b in zip(lps, other_lps, strict=True))
         for (prompt, ids, lps), (other_prompt, other_ids, other_lps) in zip(mine, theirs, strict=True)
     )
+
+
+def token_difference(base: Run, ckpt: Run, rid: str, log_prob_tolerance: float = 0.0) -> str:
+    """Where rollout ``rid``'s training tokens first differ between the runs, in words (for the report)."""
+    mine, theirs = training_tokens(ckpt.results.get(rid)), training_tokens(base.results.get(rid))
+    for run, name, row in ((ckpt, "checkpointed", mine), (base, "uninterrupted", theirs)):
+        ledger = run.ledgers.get(rid)
+        if ledger is None or ledger.incomplete:
+            return f"the {name} run's capture ledger is {'missing' if ledger is None else 'incomplete'}"
+        if ledger_tokens(ledger) != row:
+            return f"the {name} run's capture ledger differs from its result row"
+    if len(mine) != len(theirs):
+        return f"{len(mine)} model calls (checkpointed) vs {len(theirs)} (uninterrupted)"
+    for call, ((prompt, ids, lps), (their_prompt, their_ids, their_lps)) in enumerate(zip(mine, theirs, strict=True)):
+        if prompt != their_prompt:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(prompt, their_prompt, strict=False)) if a != b),
+                min(len(prompt), len(their_prompt)),
+            )
+            return f"call {call}: prompt ids differ from position {at} ({len(prompt)} vs {len(their_prompt)} ids)"
+        for at in range(max(len(ids), len(their_ids))):
+            mine_at = (ids[at], lps[at]) if at < len(ids) and at < len(lps) else None
+            theirs_at = (their_ids[at], their_lps[at]) if at < len(their_ids) and at < len(their_lps) else None
+            if (
+                mine_at is None
+                or theirs_at is None
+                or mine_at[0] != theirs_at[0]
+                or abs(mine_at[1] - theirs_at[1]) > log_prob_tolerance
+            ):
+                return (
+                    f"call {call} token {at}: {_token(mine_at)} (checkpointed) vs {_token(theirs_at)} (uninterrupted)"
+                )
+    return "the same ids and log-probs"
+
+
+def _token(token: tuple[int, float] | None) -> str:
+    return "none" if token is None else f"id {token[0]} log-prob {token[1]:.6g}"
 
 
 def training_tokens_verdict(

@@ -6,7 +6,7 @@ row carries; and its tokens count as identical only when the ledger holds exactl
 
 from __future__ import annotations
 
-from gym_services.demo.report import compare, training_tokens_verdict
+from gym_services.demo.report import compare, token_difference, training_tokens_verdict
 from gym_services.demo.story import Run
 from gym_services.models.policy_model.ledger_wire import LedgerEntry, Snapshot
 
@@ -101,3 +101,20 @@ def test_a_multi_turn_row_carries_every_turn_in_all_attempts() -> None:
     assert training_tokens_verdict(run, run, ["0-0"]) == ("yes", [], 0)
     last_only = Run(results={"0-0": row}, ledgers={"0-0": _snapshot("0-0")})
     assert training_tokens_verdict(run, last_only, ["0-0"]) == ("NO (1)", ["0-0"], 0)
+
+
+def test_the_report_says_where_the_tokens_first_differ() -> None:
+    """A sampled token that differs after the cut is named with its call, position, ids and log-probs."""
+    ckpt = _run(RIDS, **{"1_0": _snapshot("1-0", ids=[7, 9], logprobs=[-0.25, -2.0])})
+    ckpt.results["1-0"] = _row("1-0", ids=[7, 9], logprobs=[-0.25, -2.0])
+    said = "call 0 token 1: id 9 log-prob -2 (checkpointed) vs id 8 log-prob -1.5 (uninterrupted)"
+    assert token_difference(_run(RIDS), ckpt, "1-0") == said
+    verdict = compare(_run(RIDS), ckpt, {"agent-x": "env"})
+    assert any(f"['1-0'] (1-0: {said})" in p for p in verdict.problems), verdict.problems
+    near = _run(RIDS, **{"2_0": _snapshot("2-0", logprobs=[-0.25, -1.5000001])})
+    near.results["2-0"] = _row("2-0", logprobs=[-0.25, -1.5000001])
+    assert token_difference(_run(RIDS), near, "2-0", 1e-5) == "the same ids and log-probs"
+    assert token_difference(_run(RIDS), near, "2-0").startswith("call 0 token 1: id 8 log-prob -1.5")
+    missing = _run(RIDS)
+    del missing.ledgers["0-0"]
+    assert token_difference(_run(RIDS), missing, "0-0") == "the checkpointed run's capture ledger is missing"

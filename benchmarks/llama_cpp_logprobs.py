@@ -46,12 +46,12 @@ SEED = 1234
 #: name -> flags appended to llama_server_command's (llama-server takes the last value of a repeated flag)
 VARIANTS: dict[str, list[str]] = {
     "the flags llama_server_command uses": [],
-    "flash attention off": ["--flash-attn", "off"],
-    "flash attention off, F32 K/V cache": ["--flash-attn", "off", "--cache-type-k", "f32", "--cache-type-v", "f32"],
-    "no continuous batching": ["--no-cont-batching"],
+    "4 sequences at once": ["--parallel", "4"],
+    "4 sequences at once, micro-batches of 512": ["--parallel", "4", "--ubatch-size", "512"],
+    "micro-batches of 512": ["--ubatch-size", "512"],
+    "F16 K/V cache": ["--cache-type-k", "f16", "--cache-type-v", "f16"],
     "flash attention on (F16 accumulation)": ["--flash-attn", "on"],
-    "flash attention on, F32 V cache": ["--flash-attn", "on", "--cache-type-v", "f32"],
-    "micro-batches of 1 token": ["--ubatch-size", "1"],
+    "no prompt cache in RAM": ["--cache-ram", "0"],
     "2 threads": ["--threads", "2", "--threads-batch", "2"],
 }
 
@@ -98,12 +98,12 @@ async def measure(flags: list[str], args: argparse.Namespace, work: Path) -> dic
         # the reference: each prompt alone on a fresh server
         alone: dict[str, tuple[list[int], list[int], list[float]]] = {}
         for prompt in PROMPTS:
-            server = LlamaServer(binary, model, Path(folder) / f"alone-{len(alone)}", slots=args.slots, extra=flags)
+            server = LlamaServer(binary, model, Path(folder) / f"alone-{len(alone)}", extra=flags)
             try:
                 alone[prompt] = await generate(server.url, prompt, args.tokens)
             finally:
                 server.stop()
-        server = LlamaServer(binary, model, Path(folder) / "busy", slots=args.slots, extra=flags)
+        server = LlamaServer(binary, model, Path(folder) / "busy", extra=flags)
         try:
             prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.concurrency)]
             started = time.perf_counter()
@@ -142,7 +142,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=80, help="tokens per generation (default 80)")
     parser.add_argument("--concurrency", type=int, default=6, help="generations at once on one server (default 6)")
-    parser.add_argument("--slots", type=int, default=8, help="llama-server --parallel (default 8)")
     parser.add_argument("--variants", default="all", help="comma-separated variant numbers (1-based) or all")
     args = parser.parse_args()
     names = list(VARIANTS)
@@ -166,7 +165,7 @@ def main() -> int:
             print(f"  {name}: done", file=sys.stderr, flush=True)
     print(
         f"{args.concurrency} seeded generations of {args.tokens} tokens at once on one llama-server "
-        f"({args.slots} slots) vs each alone on a fresh server; then continued after a random cut each, beside "
+        "vs each alone on a fresh server; then continued after a random cut each, beside "
         "uninterrupted ones:"
     )
     print(

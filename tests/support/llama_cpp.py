@@ -67,11 +67,9 @@ def tiny_model() -> TinyModel:
 class LlamaServer:
     """One llama-server process serving ``model`` on 127.0.0.1 (a free port, kept across restarts)."""
 
-    def __init__(
-        self, binary: Path, model: TinyModel, workdir: Path, slots: int = 4, extra: list[str] | None = None
-    ) -> None:
+    def __init__(self, binary: Path, model: TinyModel, workdir: Path, extra: list[str] | None = None) -> None:
         """``extra``: flags appended to llama_server_command's (a benchmark's variants)."""
-        self.binary, self.model, self.workdir, self.slots = binary, model, workdir, slots
+        self.binary, self.model, self.workdir = binary, model, workdir
         self.extra = list(extra or [])
         workdir.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen | None = None
@@ -96,7 +94,7 @@ class LlamaServer:
 
     def _start(self) -> bool:
         self.starts += 1
-        command = [*llama_server_command(self.binary, self.model.gguf, self.port, slots=self.slots), *self.extra]
+        command = [*llama_server_command(self.binary, self.model.gguf, self.port), *self.extra]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -65,7 +65,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         progress.close()
         story.close()
-    verdict = compare(base, ckpt, story.agent_env, log_prob_tolerance=story.log_prob_tolerance)
+    verdict = compare(base, ckpt, story.agent_env)
     print()
     print(verdict.text)
     print()

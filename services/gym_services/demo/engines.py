@@ -6,6 +6,3 @@ can offer the choices without loading the demo's stack."""
 ENGINES = ("builtin", "llama.cpp")
 #: with llama.cpp, every model call generates at most this many tokens (random weights rarely stop on their own)
 LLAMA_MAX_OUTPUT_TOKENS = 24
-#: with llama.cpp, how far a log-prob may be from the uninterrupted run's: its CPU kernels round differently with what
-#: else the server computes at once (measured up to 2e-6 on the same ids: benchmarks/llama_cpp_logprobs.py)
-LLAMA_LOG_PROB_TOLERANCE = 1e-5

@@ -21,11 +21,9 @@ def _mean(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f}" if values else "-"
 
 
-def compare(
-    base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = True, log_prob_tolerance: float = 0.0
-) -> Verdict:
+def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = True) -> Verdict:
     """Rewards per rollout must match; with ``tokens``, no generated token may be generated again, and every
-    rollout's training tokens equal the uninterrupted run's (log-probs within ``log_prob_tolerance``)."""
+    rollout's training tokens equal the uninterrupted run's (ids and log-probs, exactly)."""
     problems: list[str] = []
     by_env: dict[str, dict[str, list]] = defaultdict(lambda: {"ids": [], "base": [], "ckpt": [], "diff": []})
     for rid, row in sorted(base.results.items()):
@@ -50,12 +48,10 @@ def compare(
         problems.append(f"results only in the checkpointed run: {extra}")
     if ckpt.duplicates or base.duplicates:
         problems.append(f"episodes with two results (ran twice): {sorted(set(ckpt.duplicates + base.duplicates))}")
-    tokens_by_env = {
-        env: training_tokens_verdict(base, ckpt, s["ids"], log_prob_tolerance) for env, s in by_env.items()
-    }
+    tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
     for env, (_, differing, masked) in sorted(tokens_by_env.items()):
         if tokens and differing:
-            where = "; ".join(f"{rid}: {token_difference(base, ckpt, rid, log_prob_tolerance)}" for rid in differing)
+            where = "; ".join(f"{rid}: {token_difference(base, ckpt, rid)}" for rid in differing)
             problems.append(f"{env}: training tokens (result rows, capture ledgers) differ in {differing} ({where})")
         if tokens and isinstance(masked, int) and masked:
             problems.append(f"{env}: {masked} rollouts masked (a model call lost; a trainer would not train on them)")
@@ -72,12 +68,7 @@ def compare(
         for env, s in sorted(by_env.items())
     ]
     lines = [
-        "rewards per environment:"
-        + (
-            f" (training tokens: the same ids, log-probs within {log_prob_tolerance:g} of the uninterrupted run's)"
-            if log_prob_tolerance
-            else ""
-        ),
+        "rewards per environment:",
         table(
             [
                 "environment",
@@ -168,20 +159,7 @@ def ledger_tokens(snapshot: Snapshot | None) -> Tokens:
     ]
 
 
-def same_tokens(mine: Tokens, theirs: Tokens, log_prob_tolerance: float = 0.0) -> bool:
-    """The same prompt and generated ids call for call, and log-probs equal (within ``log_prob_tolerance``)."""
-    if log_prob_tolerance == 0.0 or len(mine) != len(theirs):
-        return mine == theirs
-    return all(
-        prompt == other_prompt
-        and ids == other_ids
-        and len(lps) == len(other_lps)
-        and all(abs(a - b) <= log_prob_tolerance for a, b in zip(lps, other_lps, strict=True))
-        for (prompt, ids, lps), (other_prompt, other_ids, other_lps) in zip(mine, theirs, strict=True)
-    )
-
-
-def token_difference(base: Run, ckpt: Run, rid: str, log_prob_tolerance: float = 0.0) -> str:
+def token_difference(base: Run, ckpt: Run, rid: str) -> str:
     """Where rollout ``rid``'s training tokens first differ between the runs, in words (for the report)."""
     mine, theirs = training_tokens(ckpt.results.get(rid)), training_tokens(base.results.get(rid))
     for run, name, row in ((ckpt, "checkpointed", mine), (base, "uninterrupted", theirs)):
@@ -202,12 +180,7 @@ def token_difference(base: Run, ckpt: Run, rid: str, log_prob_tolerance: float =
         for at in range(max(len(ids), len(their_ids))):
             mine_at = (ids[at], lps[at]) if at < len(ids) and at < len(lps) else None
             theirs_at = (their_ids[at], their_lps[at]) if at < len(their_ids) and at < len(their_lps) else None
-            if (
-                mine_at is None
-                or theirs_at is None
-                or mine_at[0] != theirs_at[0]
-                or abs(mine_at[1] - theirs_at[1]) > log_prob_tolerance
-            ):
+            if mine_at is None or theirs_at is None or mine_at[0] != theirs_at[0] or mine_at[1] != theirs_at[1]:
                 return (
                     f"call {call} token {at}: {_token(mine_at)} (checkpointed) vs {_token(theirs_at)} (uninterrupted)"
                 )
@@ -218,14 +191,11 @@ def _token(token: tuple[int, float] | None) -> str:
     return "none" if token is None else f"id {token[0]} log-prob {token[1]:.6g}"
 
 
-def training_tokens_verdict(
-    base: Run, ckpt: Run, ids: list[str], log_prob_tolerance: float = 0.0
-) -> tuple[str, list[str], int | str]:
+def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, list[str], int | str]:
     """("yes"/"NO (n)"/"-", the rollouts whose training tokens differ, masked rollouts) for ``ids``.
 
     A rollout's training tokens are identical when its result row carries the token ids and log-probs of
-    the uninterrupted run's row (log-probs within ``log_prob_tolerance`` of them: an engine whose kernels
-    round differently with what else it computes at once, llama.cpp on a CPU, gets a tolerance), and in both
+    the uninterrupted run's row, exactly, and in both
     runs its frozen capture ledger holds exactly what its row
     carries (what the trainer reads from the ledger is what the results file says) and is complete. A
     rollout is masked (a trainer must not train on it) when its ledger in the checkpointed run is frozen
@@ -239,12 +209,7 @@ def training_tokens_verdict(
         if mine or theirs or frozen or reference:
             seen += 1
             complete = all(s is not None and not s.incomplete for s in (frozen, reference))
-            if (
-                not same_tokens(mine, theirs, log_prob_tolerance)
-                or ledger_tokens(frozen) != mine
-                or ledger_tokens(reference) != theirs
-                or not complete
-            ):
+            if mine != theirs or ledger_tokens(frozen) != mine or ledger_tokens(reference) != theirs or not complete:
                 differing.append(rid)
     if not seen:
         return "-", [], "-"

@@ -54,7 +54,6 @@ def demo_stack(
     replicas: int = 1,
     workers: int = 1,
     engine: str = "builtin",
-    slots: int = 32,
 ) -> StackConfig:
     """Generation speed and tool latency are real waits, so the checkpoint catches work in flight. The collection
     server reads tasks and writes results only under ``job_dir`` (default: the folder it runs in).
@@ -63,13 +62,13 @@ def demo_stack(
     job), ``workers`` that many inference workers behind the policy model.
 
     ``engine`` ``llama.cpp`` runs llama.cpp's llama-server with the tiny generated model as every inference
-    worker (``slots`` parallel sequences each: at least the generations running at once), which the policy model
-    reaches through its ``llama.cpp`` adapter; ``tokens_per_second`` is the built-in worker's."""
+    worker (one generation at a time each, so that log-probs do not depend on what runs beside them), which the
+    policy model reaches through its ``llama.cpp`` adapter; ``tokens_per_second`` is the built-in worker's."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
     if engine == "llama.cpp":
         worker_spec = ServerSpec(
-            server="llama_cpp_worker", participant=False, config={"model": "tiny", "slots": slots, "slot_context": 6144}
+            server="llama_cpp_worker", participant=False, config={"model": "tiny", "context": 6144}
         )
     else:
         worker: dict[str, Any] = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}

@@ -25,7 +25,7 @@ from gym_services.base.affinity import replica_for
 from gym_services.base.config import StorageConfig
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
-from gym_services.demo.engines import LLAMA_LOG_PROB_TOLERANCE, LLAMA_MAX_OUTPUT_TOKENS
+from gym_services.demo.engines import LLAMA_MAX_OUTPUT_TOKENS
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_wire import Snapshot
@@ -222,7 +222,6 @@ class Story:
         #: the first this many example tasks of each environment (None: all of them)
         self.tasks_per_environment = tasks_per_environment
         #: how far a log-prob may be from the uninterrupted run's (0: bit for bit)
-        self.log_prob_tolerance = LLAMA_LOG_PROB_TOLERANCE if engine == "llama.cpp" else 0.0
         self.say = say
         self.progress = progress
 
@@ -237,7 +236,6 @@ class Story:
             replicas=self.replicas,
             workers=self.workers,
             engine=self.engine,
-            slots=self.concurrency,
         )
         return start_stack(
             config, self.workdir, ready_timeout_s=120 + 30 * max(self.replicas, self.workers), env=self.server_env

@@ -48,18 +48,19 @@ def llama_server_command(
     port: int,
     *,
     host: str = "127.0.0.1",
-    slots: int = 4,
-    slot_context: int = 2048,
+    context: int = 8192,
     threads: int = 1,
 ) -> list[str]:
     """llama-server on ``host``:``port`` (a ``host`` ending in ``.sock``: that Unix socket) serving ``model``: no
-    web UI, ``slots`` parallel sequences of ``slot_context`` tokens each, ``threads`` CPU threads, the model's own
-    chat template (Jinja), and the settings that make a generation's log-probs independent of what else the server
-    does, within about 1e-6 (measured by ``benchmarks/llama_cpp_logprobs.py``; ``docs/operations/engines.md`` has the
-    table): the KV cache in F32 and flash attention off (``--cache-type-k/-v f32 --flash-attn off``). With the
-    default F16 cache, and flash attention (which on the CPU accumulates in F16), log-probs of the same tokens moved
-    by up to 5e-4 between a generation alone and beside others, and by 4e-5 with flash attention off alone; how the
-    work is cut into micro-batches (``--ubatch-size``) no longer matters then. The ids never moved.
+    web UI, ``context`` tokens, ``threads`` CPU threads, the model's own chat template (Jinja), and the settings that
+    make a generation's log-probs **bit for bit** independent of what else the server does: one sequence at a time
+    (``--parallel 1``) in micro-batches of one token (``--ubatch-size 1``). Sequences run at once share matrix
+    products whose F32 sums round with how many rows are in them: log-probs moved by 1-2 units in the last place
+    (~1e-6), and a seeded draw that falls that close to a boundary of the cumulative distribution picks the
+    neighbouring token (found: a demo rollout whose draw was 2.8e-9 from one, among 4,096 near-uniform tokens of the
+    random-weight model). Requests wait their turn; the prompt cache in RAM keeps each generation's KV state between
+    its steps. The KV cache is F32 and flash attention off (``--cache-type-k/-v f32 --flash-attn off``): full
+    precision. Measured by ``benchmarks/llama_cpp_logprobs.py`` (``docs/operations/engines.md`` has the table).
     """
     return [
         str(binary),
@@ -71,9 +72,11 @@ def llama_server_command(
         str(port),
         "--no-webui",
         "--parallel",
-        str(slots),
+        "1",
+        "--ubatch-size",
+        "1",
         "--ctx-size",
-        str(slots * slot_context),
+        str(context),
         "--threads",
         str(threads),
         "--threads-batch",

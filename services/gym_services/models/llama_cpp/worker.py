@@ -58,14 +58,13 @@ class Config(ServerConfig):
         description="a GGUF file, or tiny: the tiny generated model (4,096-token byte-level BPE, 2-layer llama, random "
         "weights), made in $GYMCKPT_CACHE on first use",
     )
-    slots: int = Field(
-        default=8,
-        ge=1,
-        le=256,
-        description="parallel sequences (llama-server --parallel); at least the generations running at once, or "
-        "generations take each other's slot and its cached prefix",
+    context: int = Field(
+        default=8192,
+        ge=256,
+        le=131072,
+        description="tokens of a generation (prompt + generated); llama-server runs one at a time, bit for bit "
+        "independent of the others (docs/operations/engines.md), keeping each one's KV state in its prompt cache",
     )
-    slot_context: int = Field(default=8192, ge=256, le=131072, description="tokens per slot (prompt + generation)")
     threads: int = Field(default=1, ge=1, le=64, description="CPU threads of llama-server")
     ready_timeout_s: float = Field(default=120.0, gt=0, le=3600, description="how long llama-server may take to load")
 
@@ -117,8 +116,7 @@ class LlamaChild:
             model_path(self.config.model),
             0,
             host=str(self.socket),
-            slots=self.config.slots,
-            slot_context=self.config.slot_context,
+            context=self.config.context,
             threads=self.config.threads,
         )
         # its output goes where this server's goes (the stack's log file)

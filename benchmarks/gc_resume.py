@@ -9,27 +9,39 @@ put in windows of its transaction: under the pause (first prepare to last resume
 Per window: collections per generation, and for generation 2 (a walk of every tracked object) the longest and the
 total. The longest collections near resume are listed with their offset from it.
 
+With ``--in-process`` it shows instead what one capture costs the calls right after resume when it tips the
+collector into a full collection (a capture keeps ~3 tracked objects per session, the heap holds ~85, and a full
+collection runs once the objects promoted since the last one exceed a quarter of the heap: a capture tips it when
+they were within that margin). In this process: N Workplace sessions, the promotion counter pushed to just below
+the threshold, a capture as the control plane takes it (``collection_paused``: ``old`` re-enables collection;
+``new`` freezes the heap first, as ``plane.py`` does now, until the "persist" ends), then 2,000 tool calls timed
+as the first calls after resume.
+
     .venv/bin/python benchmarks/gc_resume.py [--sessions 10000] [--clients 8]
+    .venv/bin/python benchmarks/gc_resume.py --in-process [--sessions 10000]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from checkpoint_pause import one_stack  # noqa: E402
+from checkpoint_pause import MUTATIONS, READ, one_stack  # noqa: E402
 
 from gym_services.base.config import StorageConfig  # noqa: E402
 
 #: installed in every Python process the stack starts (through PYTHONPATH): one line per collection
-TRACER = '''
+TRACER = """
 import gc, os, time
 
 _dir = os.environ.get("GYMCKPT_GC_TRACE")
@@ -44,7 +56,7 @@ if _dir:
             _out.write(f"{info['generation']} {_started[0]:.6f} {time.monotonic() - _started[0]:.6f}\\n")
 
     gc.callbacks.append(_trace)
-'''
+"""
 
 WINDOWS = ("pause", "resume +1 s", "persist", "publish +5 s")
 
@@ -64,7 +76,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=10000, help="live Workplace sessions (default 10000)")
     parser.add_argument("--clients", type=int, default=8, help="live clients calling tools throughout (default 8)")
     parser.add_argument("--before", type=float, default=5.0, help="seconds of calls before each checkpoint (p99)")
+    parser.add_argument("--in-process", action="store_true", help="the worst case in this process, old and new way")
     args = parser.parse_args()
+    if args.in_process:
+        in_process(args.sessions)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="gymckpt-gc-"))
     trace = tmp / "trace"
     trace.mkdir()
@@ -90,6 +106,8 @@ def main() -> None:
         f"{'gen0':>5} {'gen1':>5} {'gen2':>5} {'gen2 max ms':>11} {'gen2 sum ms':>11}"
     )
     longest: list[str] = []
+    fulls: list[str] = []
+    persist: list[str] = []
     for row, _, _ in done:
         for name, (lo, hi) in windows(row.window).items():
             inside = [e for e in events if lo <= e[1] < hi]
@@ -100,12 +118,79 @@ def main() -> None:
                 f"{name:>13} {counts[0]:>5} {counts[1]:>5} {counts[2]:>5} "
                 f"{max(full, default=0) * 1e3:>11.1f} {sum(full) * 1e3:>11.1f}"
             )
-        resumed = row.window["resumed"]
+        resumed, published = row.window["resumed"], row.window["published"]
         near = [e for e in events if row.window["paused"] - 1.0 <= e[1] < resumed + 2.0]
         for g, s, d in sorted(near, key=lambda e: -e[2])[:3]:
             longest.append(f"{row.start:>5}: gen{g} {d * 1e3:.1f} ms at resume {s - resumed:+.3f} s")
+        for g, s, d in events:
+            if g == 2 and row.window["paused"] - 5.0 <= s < published + 5.0:
+                fulls.append(
+                    f"{row.start:>5}: {d * 1e3:.1f} ms at resume {s - resumed:+.3f} s (publish {s - published:+.3f} s)"
+                )
+        persist.append(f"{row.start:>5}: {row.p99_persist * 1e3:.0f} ms over {row.persist_calls} calls")
     print("longest collections from 1 s before the pause to 2 s after resume:")
     print("\n".join(longest))
+    print("every generation-2 collection from 5 s before the pause to 5 s after publish:")
+    print("\n".join(fulls) or "none")
+    print("clients' p99 from resume to publish:")
+    print("\n".join(persist))
+
+
+def in_process(n: int) -> None:
+    # imported here: the trace mode also runs with an older tree first on PYTHONPATH (its servers and clients)
+    from gym_services.control.encoding import HeapHold
+    from gym_services.control.participant import Scope
+    from gym_services.control.plane import collection_paused
+    from gym_services.resources.common.participant import ExportedParticipant
+    from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
+
+    store = WorkplaceSessions()
+    for i in range(n):
+        store.seed(f"s{i}")
+        for name, body in MUTATIONS:
+            store.call_tool(f"s{i}", name, body)
+    participant = ExportedParticipant(store)
+    events: list[tuple[int, float]] = []
+    started = [0.0]
+
+    def trace(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            events.append((info["generation"], time.perf_counter() - started[0]))
+
+    print(
+        f"the first 2,000 tool calls after a capture that tips a full collection, {n} Workplace sessions in this "
+        f"process, load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"{'way':>4} {'tracked objects':>15} {'gen2':>5} {'gen2 max ms':>11} {'worst call ms':>13} {'calls s':>8}")
+    for way in ("old", "new", "old", "new"):
+        gc.collect()  # the promotion counter at zero, the heap's size as the threshold's base
+        heap = len(gc.get_objects())
+        kept = [[] for _ in range(heap // 4 - 2 * n)]  # promoted: just under a quarter of the heap
+        for _ in range(11):  # and ten partial collections since the last full one (the other condition)
+            gc.collect(1)
+        with collection_paused():
+            capture = asyncio.run(participant.capture(Scope.of(None)))
+            hold = HeapHold() if way == "new" else None
+        events.clear()
+        gc.callbacks.append(trace)
+        worst, t0 = 0.0, time.perf_counter()
+        try:
+            for k in range(2000):
+                c0 = time.perf_counter()
+                store.call_tool(f"s{k % n}", *READ)
+                worst = max(worst, time.perf_counter() - c0)
+        finally:
+            gc.callbacks.remove(trace)
+            if hold is not None:
+                hold.release()  # the persist ended
+        took = time.perf_counter() - t0
+        full = [d for g, d in events if g == 2]
+        print(
+            f"{way:>4} {heap:>15,} {len(full):>5} {max(full, default=0) * 1e3:>11.1f} {worst * 1e3:>13.1f} {took:>8.2f}"
+        )
+        del kept, capture
 
 
 if __name__ == "__main__":

@@ -76,9 +76,10 @@ def collection_paused() -> Iterator[None]:
     bounded by its sessions. No server call runs meanwhile (admission is closed).
 
     A capture also freezes the heap (a :class:`~gym_services.control.encoding.HeapHold`, taken inside this block,
-    before collection is back on) until its persist ends or it is dropped: otherwise the first full collection
-    after resume, right when the parked calls retry and the persist forks, walks every object of the server
-    (issue 29, ``benchmarks/gc_resume.py``). What is made after the freeze is still collected.
+    before collection is back on) until its persist ends or it is dropped: otherwise, when the capture's objects
+    tip CPython into a full collection (they are ~3 per session, the margin a quarter of the heap), it comes in
+    the first second after resume, as the parked calls retry, and walks every object of the server: ~200 ms at
+    10,000 sessions (issue 29, ``benchmarks/gc_resume.py``). What is made after the freeze is still collected.
     """
     enabled = gc.isenabled()
     gc.disable()

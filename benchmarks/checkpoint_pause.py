@@ -235,8 +235,11 @@ def client_view(row: Row, calls: list[tuple[float, float, int, bool]], before_s:
     row.p99_persist, row.persist_calls = p99(persisting), len(persisting)
 
 
-def one_stack(n: int, backend: str, args, tmp: Path, storage: StorageConfig) -> list[tuple[Row, str, str]]:
-    """A fresh one-server stack with N live sessions under live clients: its cold and warm checkpoint."""
+def one_stack(
+    n: int, backend: str, args, tmp: Path, storage: StorageConfig, pids: list[int] | None = None
+) -> list[tuple[Row, str, str]]:
+    """A fresh one-server stack with N live sessions under live clients: its cold and warm checkpoint (the serving
+    process's pid appended to ``pids``, for a probe that traces it: benchmarks/gc_resume.py)."""
     stack = StackConfig(
         name="bench", state_dir=str(tmp / "stack"), servers={"workplace": ServerSpec(server="workplace_assistant")}
     )
@@ -244,6 +247,8 @@ def one_stack(n: int, backend: str, args, tmp: Path, storage: StorageConfig) -> 
     location = f"file://{tmp / 'store' / f'n{n}'}" if backend == "file" else f"s3://bench/n{n}"
     state = start_stack(stack, tmp, ready_timeout_s=120)
     url, pid = state.servers[0].url, state.servers[0].pid
+    if pids is not None:
+        pids.append(pid)
     done: list[tuple[Row, str, str]] = []
     try:
         idle = rss_kib(pid, "VmRSS")

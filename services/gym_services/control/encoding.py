@@ -190,26 +190,45 @@ _frozen_lock = threading.Lock()
 _frozen_users = 0
 
 
+class HeapHold:
+    """One holder's claim on keeping the serving process's heap frozen from its cyclic collector (``gc.freeze``).
+
+    Taking one freezes every object alive now (O(1): the generations move into the permanent one); the heap is
+    unfrozen (``gc.unfreeze``: back into the oldest generation) when the last hold is released. Holders: an encode
+    while its children live (:func:`_frozen_heap`), and a capture from its end under the pause until its persist
+    ends or the capture is dropped (:func:`gym_services.control.plane.collection_paused`). :meth:`release` is
+    idempotent, so a holder with several ways to end releases once."""
+
+    def __init__(self) -> None:
+        global _frozen_users
+        self._held = True
+        with _frozen_lock:
+            _frozen_users += 1
+            gc.freeze()  # every hold: what was made since an earlier hold is frozen too
+
+    def release(self) -> None:
+        global _frozen_users
+        with _frozen_lock:
+            if not self._held:
+                return
+            self._held = False
+            _frozen_users -= 1
+            if _frozen_users == 0:
+                gc.unfreeze()
+
+
 @contextlib.contextmanager
 def _frozen_heap() -> Iterator[None]:
     """Keep the serving process's cyclic collector off every object that existed at the fork while children live.
 
     Every page is shared with the children until one side writes it, and a collection writes the header of each
     object it visits: a full collection in the parent during an encode (10,000 sessions are millions of objects)
-    would copy most of the heap, page fault by page fault, with the GIL held. ``gc.freeze`` moves the objects into
-    the permanent generation (O(1)) and ``gc.unfreeze`` back into the oldest when the last encode ends."""
-    global _frozen_users
-    with _frozen_lock:
-        _frozen_users += 1
-        if _frozen_users == 1:
-            gc.freeze()
+    would copy most of the heap, page fault by page fault, with the GIL held. A :class:`HeapHold` for the encode."""
+    hold = HeapHold()
     try:
         yield
     finally:
-        with _frozen_lock:
-            _frozen_users -= 1
-            if _frozen_users == 0:
-                gc.unfreeze()
+        hold.release()
 
 
 def _read_all(shares: list[_Share[F]], cancel: threading.Event, cancelled: type[Exception]) -> None:

@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
+from gym_services.control.encoding import HeapHold
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import PersistResponse, PersistState, PersistStatus
 from gym_services.control.packs import (
@@ -63,7 +64,13 @@ class PendingCapture(Generic[F]):
     checkpoint_id: str
     store: CheckpointStore
     capture: Capture[F]
+    heap: HeapHold | None = None  # the heap frozen since the capture (plane.collection_paused), until released
     started: float = field(default_factory=time.monotonic)
+
+    def release(self) -> None:
+        """The capture's persist ended, or it was dropped: its hold on the frozen heap ends."""
+        if self.heap is not None:
+            self.heap.release()
 
 
 class PersistJob:
@@ -236,6 +243,7 @@ class Persists(Generic[F]):
                 log.warning(job.error.message, extra={"checkpoint_id": cid, "state": job.state})
 
         job.task = asyncio.create_task(run(), name=f"persist-{job.checkpoint_id}")
+        job.task.add_done_callback(lambda _: captured.release())  # however it ends, even cancelled before it ran
         return job
 
     def cancel(self, checkpoint_id: str) -> PersistJob | None:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -31,6 +31,7 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control.admission import Admission
+from gym_services.control.encoding import HeapHold
 from gym_services.control.lease import Lease
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import (
@@ -64,15 +65,21 @@ log = get_logger("control")
 
 
 @contextlib.contextmanager
-def collection_paused():
+def collection_paused() -> Iterator[None]:
     """No cyclic garbage collection while a capture runs under the pause, or a restore reads and validates.
 
     A capture allocates a few small objects per session; with thousands of sessions that triggers full
     collections over every live object of the server (its sessions' tables), which measured ~40% of a
     4,000-session capture. A restore keeps every session it rebuilds (pandas frames, indexes), so each
     collection it triggers walks all it rebuilt so far: ~40% of decoding 10,000 Workplace sessions (issue 29).
-    Collection resumes (and catches up) once the capture or the restore's validation is done; what either
-    allocates meanwhile is bounded by its sessions. No server call runs meanwhile (admission is closed).
+    Collection resumes once the capture or the restore's validation is done; what either allocates meanwhile is
+    bounded by its sessions. No server call runs meanwhile (admission is closed).
+
+    A capture also freezes the heap (a :class:`~gym_services.control.encoding.HeapHold`, taken inside this block,
+    before collection is back on) until its persist ends or it is dropped: otherwise, when the capture's objects
+    tip CPython into a full collection (they are ~3 per session, the margin a quarter of the heap), it comes in
+    the first second after resume, as the parked calls retry, and walks every object of the server: ~200 ms at
+    10,000 sessions (issue 29, ``benchmarks/gc_resume.py``). What is made after the freeze is still collected.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -136,6 +143,8 @@ class ControlPlane(Generic[V, F]):
 
     async def stop(self) -> None:
         await self._lease.stop()
+        if self.captured is not None:
+            self.captured.release()  # (a persist started releases it too: release is idempotent)
         self.calls.cancel_all()
         self.persists.cancel_all()
         self.storages.shutdown()
@@ -308,12 +317,17 @@ class ControlPlane(Generic[V, F]):
             with collection_paused():
                 capture = await self.participant.capture(scope)
                 capture = capture.with_attempts(self.admission.fence.highest)
+                heap = HeapHold()  # until the persist ends or the capture is dropped (see collection_paused)
         except InvalidState as exc:
             raise ApiError(
                 ErrorCode.INVALID_STATE, f"capture for checkpoint {req.checkpoint_id} failed: {exc}"
             ) from None
-        await self.participant.release_out_of_scope(scope)
-        self.captured = PendingCapture(req.checkpoint_id, CheckpointStore(storage), capture)
+        try:
+            await self.participant.release_out_of_scope(scope)
+        except BaseException:
+            heap.release()
+            raise
+        self.captured = PendingCapture(req.checkpoint_id, CheckpointStore(storage), capture, heap)
         self._move(Phase.CAPTURED, f"capture {req.checkpoint_id}: {len(capture)} records, written after resume")
         return CaptureResponse(
             checkpoint_id=req.checkpoint_id,
@@ -386,6 +400,8 @@ class ControlPlane(Generic[V, F]):
             note = " (capture dropped)" if abandon else f"; {len(captured.capture)} records {written}"
         if started is not None and abandon:
             self.persists.cancel(cid)  # persisted under the pause, then aborted: its manifest is never written
+        if captured is not None and abandon and started is None:
+            captured.release()  # dropped: no persist will
         response = self._close(verb, f"{verb} {cid}: admission open{note}", phase)
         if captured is not None and not abandon and started is None:
             self._start_persist(captured)

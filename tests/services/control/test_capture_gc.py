@@ -1,5 +1,7 @@
 """A capture runs with cyclic garbage collection paused (issue 14: full collections were ~40% of a large
-capture under the pause), and collection is back on afterwards, whether the capture succeeded or failed."""
+capture under the pause), and collection is back on afterwards, whether the capture succeeded or failed; the heap
+stays frozen from the collector from the capture until its persist ends or it is dropped (issue 29: the first
+full collection after resume walked every object of the server right when the parked calls retried)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ class Capturing(NothingToRestore):
     def __init__(self) -> None:
         self.collecting: list[bool] = []
         self.fail = False
+        self.made: list[list[list[int]]] = []  # a container each capture made (tracked by the collector)
 
     async def capture(self, scope):
         self.collecting.append(gc.isenabled())
+        self.made.append([[len(self.made)]])
         if self.fail:
             raise InvalidState("cannot capture")
         return Capture([])
@@ -49,6 +53,38 @@ async def test_collection_is_paused_during_capture_only(plane, tmp_path) -> None
     failed = await control.call("capture", {"checkpoint_id": "c2", "location": f"file://{tmp_path}"}, expect=422)
     assert failed["error"]["code"] == "invalid_state"
     assert participant.collecting == [False, False] and gc.isenabled()
+
+
+def collected(obj: object) -> bool:
+    """Whether the collector walks ``obj``: it is in one of its generations, not frozen."""
+    return any(o is obj for o in gc.get_objects())
+
+
+async def test_the_heap_is_frozen_from_capture_until_its_persist_ends_or_it_is_dropped(plane, tmp_path) -> None:
+    control, participant = plane
+    location = f"file://{tmp_path}"
+    assert gc.get_freeze_count() == 0
+    await control.prepare("c1")
+    await control.capture("c1", location)
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    gc.collect()  # what collection catching up after the capture would walk: not what the capture made
+    assert not collected(participant.made[-1])
+    await control.resume("c1")
+    assert gc.get_freeze_count() > 0 and not collected(participant.made[-1])  # the persist has not run yet
+    await control.persist("c1")
+    assert gc.get_freeze_count() == 0 and collected(participant.made[-1])
+
+    await control.prepare("c2")
+    await control.capture("c2", location)
+    assert gc.get_freeze_count() > 0
+    await control.abort("c2")  # the capture is dropped: nothing will persist it
+    assert gc.get_freeze_count() == 0 and collected(participant.made[-1])
+
+    participant.fail = True  # a failed capture takes no hold
+    await control.prepare("c3")
+    await control.capture("c3", location, expect=422)
+    assert gc.get_freeze_count() == 0
+    await control.abort("c3")
 
 
 class Restoring(Participant[None, Never]):

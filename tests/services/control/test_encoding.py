@@ -146,6 +146,25 @@ def test_the_heap_is_frozen_from_the_collector_while_children_encode() -> None:
     assert gc.get_freeze_count() == 0
 
 
+def test_heap_holds_compose_and_the_last_release_unfreezes() -> None:
+    """A capture's hold (taken at its end, released when its persist ends) spans the encode's own: the encode ending
+    leaves the heap frozen, and a repeated release neither unfreezes twice nor ends another holder's hold."""
+    assert gc.get_freeze_count() == 0
+    capture = encoding.HeapHold()
+    try:
+        made = encode_frozen(Encoder(frozen_count), frozen(FORK_MIN_RECORDS), threading.Event(), processes=1)
+        assert all(int(b.split(b":")[1]) > 1000 for b in made)
+        assert gc.get_freeze_count() > 0  # the encode ended; the capture still holds
+        other = encoding.HeapHold()
+        capture.release()
+        capture.release()  # idempotent: not a release of ``other``'s hold
+        assert gc.get_freeze_count() > 0
+        other.release()
+        assert gc.get_freeze_count() == 0
+    finally:
+        capture.release()
+
+
 def dies_in_the_second_child(i: int) -> bytes:
     if i == FORK_MIN_RECORDS + 10 and os.getpid() != PARENT:
         os._exit(3)

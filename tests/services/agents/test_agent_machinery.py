@@ -307,13 +307,24 @@ async def test_repeated_run_of_a_finished_attempt_returns_its_result(expected) -
         assert (await s.status("agent"))["live"]["finished"] == 0
 
 
+async def test_kept_results_are_bounded_by_bytes(expected) -> None:
+    """With room for one result's bytes only, the agent keeps the newest finished result and drops the older."""
+    size = len(json.dumps(expected, separators=(",", ":"), ensure_ascii=False))
+    async with stack(retrying_factory(finished_retention_max_bytes=size + size // 2)) as s:
+        assert (await s.run(ROW, ROLLOUT)).json() == expected
+        assert (await s.run(ROW, "task8-0")).json()["reward"] == 1.0
+        assert (await s.status("agent"))["live"]["finished"] == 1
+        assert s.participant.finished.get("task8-0") is not None and s.participant.finished.get(ROLLOUT) is None
+        assert 0 < s.participant.finished.bytes <= size + size // 2
+
+
 async def test_a_kept_finished_episode_holds_its_result_only(expected) -> None:
     """Issue 29: a finished episode was kept (60 s, up to 1,024 of them) with its whole boundary - the row, every
     output with its token ids, the last response - beside its result, which holds them again (the held memory probe put
     a Workplace episode at about 1 MB). Only the result (and the boundary's name and cookies) is kept."""
     async with stack(factory) as s:
         assert (await s.run(ROW, ROLLOUT)).json() == expected
-        kept = s.participant.finished[ROLLOUT].boundary
+        kept = s.participant.finished.get(ROLLOUT).boundary
         assert kept.result == expected and kept.name == "return"
         assert set(kept.model_dump(exclude_defaults=True)) <= {"name", "seq", "row", "cookies", "verify_mode", "result"}
         assert kept.row == {} and (await s.run(ROW, ROLLOUT)).json() == expected

@@ -48,3 +48,10 @@ class AgentConfig(ServerConfig):
         "whose scope still lists the rollout (its caller has not got the result) saves it",
     )
     finished_retention_max: int = Field(default=1024, ge=0, le=1_000_000, description="finished results kept at most")
+    finished_retention_max_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        le=64 * 1024**3,
+        description="and at most this many bytes of them (their JSON size; token ids make a result large); a result "
+        "larger than this alone is not kept",
+    )

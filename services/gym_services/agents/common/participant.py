@@ -46,6 +46,7 @@ from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord,
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
+from gym_services.agents.common.finished import FinishedEpisodes, json_size
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DownstreamFailure, DownstreamReport
@@ -168,7 +169,11 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         self._context = context
         self.episodes: dict[str, Episode] = {}
         #: recently finished episodes (at their ``return`` boundary), oldest first
-        self.finished: OrderedDict[str, Episode] = OrderedDict()
+        self.finished: FinishedEpisodes[Episode] = FinishedEpisodes(
+            max_age_s=config.finished_retention_s,
+            max_count=config.finished_retention_max,
+            max_bytes=config.finished_retention_max_bytes,
+        )
         #: boundary names each recently ended episode went through (debugging and tests)
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._reopened = asyncio.Event()
@@ -195,7 +200,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                     f"rollout {identity.rollout_id!r} attempt {identity.attempt} is stale: "
                     f"attempt {done.attempt} finished",
                 )
-            del self.finished[identity.rollout_id]
+            self.finished.pop(identity.rollout_id)
         ep = self.episodes.get(identity.rollout_id)
         if ep is not None and ep.attempt > identity.attempt:
             raise ApiError(
@@ -255,17 +260,10 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         ep.boundary = self.loop.boundary_model(
             name=done.name, seq=done.seq, row={}, cookies=done.cookies, verify_mode=done.verify_mode, result=done.result
         )
-        self.finished[ep.rollout_id] = ep
-        self.finished.move_to_end(ep.rollout_id)
-        self._prune_finished()
+        self.finished.keep(ep.rollout_id, ep, json_size(done.result), ep.finished_at)
 
     def _prune_finished(self) -> None:
-        cutoff = time.monotonic() - self.config.finished_retention_s
-        while self.finished:
-            oldest = next(iter(self.finished.values()))
-            if len(self.finished) <= self.config.finished_retention_max and (oldest.finished_at or 0) >= cutoff:
-                break
-            self.finished.popitem(last=False)
+        self.finished.prune(time.monotonic())
 
     async def _drive(self, ep: Episode) -> dict[str, Any]:
         ctx = self._context(ep)
@@ -477,7 +475,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
     async def install(self, validated: dict[str, Episode]) -> None:
         for rollout_id, ep in validated.items():
             ep.history.append(ep.boundary.name)
-            self.finished.pop(rollout_id, None)
+            self.finished.pop(rollout_id)
             self.episodes[rollout_id] = ep
 
     async def uninstall(self, validated: dict[str, Episode]) -> None:
@@ -491,7 +489,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         done = self.finished.get(rollout_id)
         dropped = done is not None and done.attempt <= attempt
         if dropped:
-            del self.finished[rollout_id]
+            self.finished.pop(rollout_id)
         ep = self.episodes.get(rollout_id)
         if ep is None or ep.attempt > attempt:
             return dropped

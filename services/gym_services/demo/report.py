@@ -159,6 +159,10 @@ def ledger_tokens(snapshot: Snapshot | None) -> Tokens:
     ]
 
 
+#: what :func:`token_difference` says of a rollout whose training tokens are identical
+SAME = "the same ids and log-probs"
+
+
 def token_difference(base: Run, ckpt: Run, rid: str) -> str:
     """Where rollout ``rid``'s training tokens first differ between the runs, in words (for the report)."""
     mine, theirs = training_tokens(ckpt.results.get(rid)), training_tokens(base.results.get(rid))
@@ -180,11 +184,13 @@ def token_difference(base: Run, ckpt: Run, rid: str) -> str:
         for at in range(max(len(ids), len(their_ids))):
             mine_at = (ids[at], lps[at]) if at < len(ids) and at < len(lps) else None
             theirs_at = (their_ids[at], their_lps[at]) if at < len(their_ids) and at < len(their_lps) else None
-            if mine_at is None or theirs_at is None or mine_at[0] != theirs_at[0] or mine_at[1] != theirs_at[1]:
+            if mine_at != theirs_at:
                 return (
                     f"call {call} token {at}: {_token(mine_at)} (checkpointed) vs {_token(theirs_at)} (uninterrupted)"
                 )
-    return "the same ids and log-probs"
+        if (ids, lps) != (their_ids, their_lps):
+            return f"call {call}: {len(lps)} log-probs for {len(ids)} ids vs {len(their_lps)} for {len(their_ids)}"
+    return SAME
 
 
 def _token(token: tuple[int, float] | None) -> str:
@@ -208,8 +214,7 @@ def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, 
             masked += 1
         if mine or theirs or frozen or reference:
             seen += 1
-            complete = all(s is not None and not s.incomplete for s in (frozen, reference))
-            if mine != theirs or ledger_tokens(frozen) != mine or ledger_tokens(reference) != theirs or not complete:
+            if token_difference(base, ckpt, rid) != SAME:
                 differing.append(rid)
     if not seen:
         return "-", [], "-"

@@ -47,11 +47,16 @@ class FinishedEpisodes(Generic[E]):
     def values(self) -> Iterator[E]:
         return (kept.episode for kept in self._kept.values())
 
+    @property
+    def keeps(self) -> bool:
+        """False when keeping is off (an age or count bound of 0)."""
+        return self.max_count > 0 and self.max_age_s > 0
+
     def keep(self, rollout_id: str, episode: E, size: int, now: float) -> None:
         """Keep ``episode`` (the newest), its result ``size`` bytes, then drop the oldest past any bound; nothing is
-        kept when keeping is off (a bound of 0) or the result alone is over the byte bound."""
+        kept when keeping is off or the result alone is over the byte bound."""
         self.pop(rollout_id)
-        if self.max_count == 0 or self.max_age_s == 0 or size > self.max_bytes:
+        if not self.keeps or size > self.max_bytes:
             return
         self._kept[rollout_id] = _Kept(episode, size, now)
         self.bytes += size

@@ -251,7 +251,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                 self._retain(ep)
 
     def _retain(self, ep: Episode) -> None:
-        if self.config.finished_retention_max == 0 or self.config.finished_retention_s == 0:
+        if not self.finished.keeps:
             return
         ep.task, ep.finished_at, ep.restored = None, time.monotonic(), False
         # a repeated /run and a checkpoint of a finished episode need its result only: the rest of its boundary

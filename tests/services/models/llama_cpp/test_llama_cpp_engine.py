@@ -27,8 +27,6 @@ from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamCo
 
 pytestmark = pytest.mark.e2e
 
-#: log-probs are compared exactly: the server is batch-invariant (module docstring)
-LOG_PROB_TOLERANCE = 0.0
 MAX_TOKENS = 80
 PROMPTS = [
     "Größe und Maß: schreibe über 日本語, Привет and 🙂 🚀 — mit Umlauten.",
@@ -77,9 +75,7 @@ def output_text(response: dict[str, Any]) -> str:
     )
 
 
-def assert_same_generation(
-    got: dict[str, Any], expected: dict[str, Any], tolerance: float = LOG_PROB_TOLERANCE
-) -> None:
+def assert_same_generation(got: dict[str, Any], expected: dict[str, Any]) -> None:
     got_prompt, got_ids, got_lps = token_info(got)
     prompt, ids, lps = token_info(expected)
     assert got_prompt == prompt
@@ -87,7 +83,7 @@ def assert_same_generation(
         (i for i, (a, b) in enumerate(zip(got_ids, ids, strict=False)) if a != b), min(len(got_ids), len(ids))
     )
     assert got_ids == ids, f"token ids differ from position {differ}"
-    assert max((abs(a - b) for a, b in zip(got_lps, lps, strict=True)), default=0.0) <= tolerance
+    assert got_lps == lps
     assert output_text(got) == output_text(expected)
 
 
@@ -198,7 +194,7 @@ async def test_token_ids_are_every_id_llama_server_generated_with_its_log_probs(
         reported = whole["completion_probabilities"]  # llama-server leaves out the withheld tokens
         complete = [i for i in range(len(ids)) if i not in missing]
         assert [e["id"] for e in reported] == [ids[i] for i in complete]
-        assert max(abs(e["logprob"] - lps[i]) for e, i in zip(reported, complete, strict=True)) <= LOG_PROB_TOLERANCE
+        assert [e["logprob"] for e in reported] == [lps[i] for i in complete]
         assert all(lp <= 0 for lp in lps) and len(lps) == len(ids)
         assert (
             output_text(response).encode()
@@ -245,9 +241,7 @@ async def test_continuation_from_any_cut_equals_the_uninterrupted_generation(lla
         for k in cuts:
             got_ids, got_lps, text = await _continue(llama_server.url, mode, prompt_ids, ids, lps, k, chat)
             assert got_ids == ids[k:], f"{mode}, cut at {k}"
-            assert max(abs(a - b) for a, b in zip(got_lps, lps[k:], strict=True)) <= LOG_PROB_TOLERANCE, (
-                f"{mode}, cut at {k}"
-            )
+            assert got_lps == lps[k:], f"{mode}, cut at {k}"
             decoder = codecs.getincrementaldecoder("utf-8")("replace")
             before = "".join(decoder.decode(pieces[t]) for t in ids[:k])
             assert before + text == output_text(response), f"{mode}, cut at {k}"

@@ -65,19 +65,30 @@ class Stack:
 
     def __init__(self, tmp: Path, kubectl, modes: dict[str, str], release: str = RELEASE) -> None:
         self.tmp, self.kubectl, self.modes, self.release = tmp, kubectl, modes, release
-        self.ports = {name: free_port() for name in modes}
+        self.ports: dict[str, int] = {}  # known once started: the launcher binds port 0 and keeps the socket
         self.config = StackConfig(
             name="k8s",
             state_dir=str(tmp / "stack"),
             servers={
-                name: ServerSpec(server="counter", port=self.ports[name], config={"checkpoint_mode": mode})
-                for name, mode in modes.items()
+                name: ServerSpec(server="counter", config={"checkpoint_mode": mode}) for name, mode in modes.items()
             },
         )
         self.token = stack_secrets(tmp / "stack")["control_token"]
 
     def start(self) -> None:
+        """Starts the servers; the first start takes any free ports (bound, never probed and released, so no
+        other process can take one in between) and a restart reuses them, as a restarted pod keeps its address."""
         self.state = start_stack(self.config, self.tmp)  # (a stack that fails to start stops what it started)
+        if not self.ports:
+            self.ports = {server.name: server.port for server in self.state.servers}
+            self.config = self.config.model_copy(
+                update={
+                    "servers": {
+                        name: spec.model_copy(update={"port": self.ports[name]})
+                        for name, spec in self.config.servers.items()
+                    }
+                }
+            )
         if self not in Stack.started:
             Stack.started.append(self)
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import httpx
 import yaml
-
-from gym_services.stack.launcher import free_port
+from tests.support.ports import free_port
 
 TOKEN = "bench-control-token"
 SECRET = "bench-session-secret-0123456789"

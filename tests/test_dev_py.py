@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.services.models.procs import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,6 @@ import importlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.k8s
 
@@ -74,16 +74,10 @@ def test_operator_module_is_importable() -> None:
     assert callable(handlers.checkpoint_daemon)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path) -> None:
     """Run the container command of a rendered server (the counter) with its rendered config and env."""
     assert "counter" in known_servers()
-    port, control_port = _free_port(), _free_port()
+    port, control_port = free_port(), free_port()
     docs = render(
         {
             "servers": [

@@ -24,8 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-from gym_services.stack.launcher import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.k8s
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"

@@ -19,9 +19,10 @@ from typing import ClassVar
 import httpx
 import pytest
 import yaml
+from tests.support.ports import free_port
 
 from gym_services.stack.config import ServerSpec, StackConfig
-from gym_services.stack.launcher import free_port, stack_secrets, start_stack, stop_stack
+from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
 
 pytestmark = pytest.mark.k8s
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"

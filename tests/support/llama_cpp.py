@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,17 +20,12 @@ import httpx
 
 from gym_services.models.llama_cpp.server import LlamaServerMissing, find_llama_server, llama_server_command
 from gym_services.models.llama_cpp.tiny_model import TinyModel, ensure_tiny_model
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "engine"
 READY_TIMEOUT_S = 60.0
 START_TRIES = 5
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _dev_py():

@@ -79,12 +79,6 @@ class StackError(RuntimeError):
     """A stack could not start or is not running."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def listen(name: str, port: int = 0) -> socket.socket:
     """A listening socket on 127.0.0.1 (``port`` 0: any free one), handed to the server's process as its
     ``--fd``: the port is ours from this moment, so no other process on the machine (another stack, a test

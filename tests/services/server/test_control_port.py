@@ -10,8 +10,7 @@ import time
 
 import httpx
 import pytest
-
-from gym_services.stack.launcher import free_port
+from tests.support.ports import free_port
 
 TOKEN = "control-token-0123456789"
 PREFIX = "/ng-control/v1/checkpoint"

@@ -8,8 +8,8 @@ import time
 
 import pytest
 from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app, reference, tokens_received
-from tests.services.models.procs import free_port
 from tests.support.asgi import Control, serve
+from tests.support.ports import free_port
 
 from gym_services.base.errors import ApiError
 from gym_services.models import tool_markup

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.services.resources.math_formal_lean.conftest import StandinProcess, free_port
+from tests.services.resources.math_formal_lean.conftest import StandinProcess
 from tests.support.asgi import Control, base_config, serve
+from tests.support.ports import free_port
 
 from gym_services.base.config import load_config
 from gym_services.control.records import parse_participant_manifest

@@ -51,9 +51,8 @@ from typing import Any
 
 import httpx
 import yaml
-from tests.support.seaweed import _free
 
-from gym_services.stack.objectstore import weed_binary
+from gym_services.stack.objectstore import port_free, weed_binary
 
 BIN = Path(sys.executable).parent
 SVC_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
@@ -410,8 +409,8 @@ class Cluster:
                 if (
                     candidate not in taken
                     and candidate + 10000 not in taken
-                    and _free(candidate)
-                    and _free(candidate + 10000)
+                    and port_free(candidate)
+                    and port_free(candidate + 10000)
                 ):
                     self.ports[key] = candidate
                     break

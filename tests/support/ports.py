@@ -14,6 +14,8 @@ import random
 import socket
 from pathlib import Path
 
+from gym_services.stack.objectstore import port_free
+
 #: fewer ports than this above the ephemeral range: use the kernel's own choice
 MIN_SPAN = 1000
 
@@ -26,15 +28,6 @@ def ephemeral_range() -> tuple[int, int]:
     return low, high
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port(rng: random.Random | None = None) -> int:
     """A port free now on 127.0.0.1, above the ephemeral range where the machine leaves room for it."""
     _, high = ephemeral_range()
@@ -42,7 +35,7 @@ def free_port(rng: random.Random | None = None) -> int:
         draw = rng or random.SystemRandom()
         for _ in range(100):
             port = draw.randrange(high + 1, 65536)
-            if _bindable(port):
+            if port_free(port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

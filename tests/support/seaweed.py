@@ -5,25 +5,18 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_services.stack.objectstore import port_free
+
 ACCESS_KEY = "gymckpt-test-key"
 SECRET_KEY = "gymckpt-test-secret-0123456789"
+
 COMPONENTS = ("master", "volume", "filer", "s3", "admin", "webdav", "s3.port.iceberg", "s3.port.lance")
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def pick_base_port(rng: random.Random | None = None) -> int:
@@ -32,7 +25,7 @@ def pick_base_port(rng: random.Random | None = None) -> int:
     for _ in range(200):
         base = rng.randrange(12000, 22700, 10)
         ports = [base + i for i in range(len(COMPONENTS))]
-        if all(_free(p) and _free(p + 10000) for p in ports):
+        if all(port_free(p) and port_free(p + 10000) for p in ports):
             return base
     raise RuntimeError("no free port block for SeaweedFS")
 

@@ -73,7 +73,8 @@ def weed_binary() -> str:
     )
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` can be bound now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -83,7 +84,7 @@ def _port_free(port: int) -> bool:
 
 
 def _ports_free(ports: dict[str, int]) -> bool:
-    return all(_port_free(p) and _port_free(p + 10000) for p in ports.values())
+    return all(port_free(p) and port_free(p + 10000) for p in ports.values())
 
 
 def pick_ports(previous: dict[str, int] | None = None, attempts: int = 200) -> dict[str, int]:

@@ -13,7 +13,7 @@ import logging
 import httpx
 import pytest
 from tests.support.asgi import TOKEN, base_config, serve_many
-from tests.support.seaweed import SeaweedS3, _free
+from tests.support.seaweed import SeaweedS3
 
 from gym_services.base.config import StorageConfig, load_config
 from gym_services.control.models import StorageAccess
@@ -21,6 +21,7 @@ from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator
 from gym_services.resources.counter.app import Config as CounterConfig
 from gym_services.resources.counter.app import create_app as counter_app
+from gym_services.stack.objectstore import port_free
 
 AWS_VARS = (
     "AWS_ACCESS_KEY_ID",
@@ -33,7 +34,7 @@ AWS_VARS = (
 
 
 def dead_endpoint() -> str:
-    port = next(p for p in range(29100, 29200) if _free(p))
+    port = next(p for p in range(29100, 29200) if port_free(p))
     return f"http://127.0.0.1:{port}"
 
 

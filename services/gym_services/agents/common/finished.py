@@ -3,8 +3,11 @@
 A finished episode's result is kept after its ``/run`` answered, so a repeated ``/run`` of the same attempt
 gets it again and a checkpoint whose scope still lists the rollout (its caller has not got the result yet)
 saves it. Results carry every model call's token ids and log-probs, so their size varies by orders of
-magnitude with the rollout; the kept ones are bounded by age, count and bytes (their JSON size), oldest
-dropped first.
+magnitude with the rollout. A kept episode is its ``return`` boundary as compact JSON, one ``bytes`` object:
+as Python objects (a list of ints and one of floats per call) the same result took 3-5 times the memory, in
+millions of small blocks that, freed a minute later among younger ones, left the allocator's arenas holding
+the space (issue 29's soak: agent-ipi's resident memory grew by ~60 MB per 1,000 episodes, almost all of it
+free but kept). The kept ones are bounded by age, count and bytes, oldest dropped first.
 """
 
 from __future__ import annotations
@@ -13,25 +16,42 @@ import json
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
-
-E = TypeVar("E")
+from typing import Any
 
 
 @dataclass(frozen=True)
-class _Kept(Generic[E]):
-    episode: E
-    size: int
+class FinishedEpisode:
+    """One finished attempt as kept: its ``return`` boundary as compact JSON."""
+
+    rollout_id: str
+    attempt: int
+    boundary_json: bytes
     at: float
 
+    @property
+    def size(self) -> int:
+        return len(self.boundary_json)
 
-class FinishedEpisodes(Generic[E]):
-    """Finished episodes by rollout id, oldest first, with the bytes of their results counted."""
+    def boundary(self) -> dict[str, Any]:
+        """The boundary as JSON values (what an episode record holds)."""
+        value = json.loads(self.boundary_json)
+        assert isinstance(value, dict)
+        return value
+
+    def result(self) -> dict[str, Any]:
+        """What ``/run`` answered."""
+        result = self.boundary()["result"]
+        assert isinstance(result, dict)
+        return result
+
+
+class FinishedEpisodes:
+    """Finished episodes by rollout id, oldest first, with the bytes they hold counted."""
 
     def __init__(self, *, max_age_s: float, max_count: int, max_bytes: int) -> None:
         self.max_age_s, self.max_count, self.max_bytes = max_age_s, max_count, max_bytes
-        self._kept: OrderedDict[str, _Kept[E]] = OrderedDict()
-        #: the JSON size of every kept result
+        self._kept: OrderedDict[str, FinishedEpisode] = OrderedDict()
+        #: the size of every kept boundary
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -40,34 +60,32 @@ class FinishedEpisodes(Generic[E]):
     def __contains__(self, rollout_id: object) -> bool:
         return rollout_id in self._kept
 
-    def get(self, rollout_id: str) -> E | None:
-        kept = self._kept.get(rollout_id)
-        return None if kept is None else kept.episode
+    def get(self, rollout_id: str) -> FinishedEpisode | None:
+        return self._kept.get(rollout_id)
 
-    def values(self) -> Iterator[E]:
-        return (kept.episode for kept in self._kept.values())
+    def values(self) -> Iterator[FinishedEpisode]:
+        return iter(self._kept.values())
 
     @property
     def keeps(self) -> bool:
         """False when keeping is off (an age or count bound of 0)."""
         return self.max_count > 0 and self.max_age_s > 0
 
-    def keep(self, rollout_id: str, episode: E, size: int, now: float) -> None:
-        """Keep ``episode`` (the newest), its result ``size`` bytes, then drop the oldest past any bound; nothing is
-        kept when keeping is off or the result alone is over the byte bound."""
-        self.pop(rollout_id)
-        if not self.keeps or size > self.max_bytes:
+    def keep(self, episode: FinishedEpisode) -> None:
+        """Keep ``episode`` (the newest), then drop the oldest past any bound; nothing is kept when keeping is off
+        or the episode alone is over the byte bound."""
+        self.pop(episode.rollout_id)
+        if not self.keeps or episode.size > self.max_bytes:
             return
-        self._kept[rollout_id] = _Kept(episode, size, now)
-        self.bytes += size
-        self.prune(now)
+        self._kept[episode.rollout_id] = episode
+        self.bytes += episode.size
+        self.prune(episode.at)
 
-    def pop(self, rollout_id: str) -> E | None:
+    def pop(self, rollout_id: str) -> FinishedEpisode | None:
         kept = self._kept.pop(rollout_id, None)
-        if kept is None:
-            return None
-        self.bytes -= kept.size
-        return kept.episode
+        if kept is not None:
+            self.bytes -= kept.size
+        return kept
 
     def prune(self, now: float) -> None:
         """Drop the oldest until every bound holds: age, count, bytes."""
@@ -78,8 +96,3 @@ class FinishedEpisodes(Generic[E]):
                 return
             self._kept.popitem(last=False)
             self.bytes -= oldest.size
-
-
-def json_size(value: object) -> int:
-    """The size of ``value`` as compact JSON: about what keeping it costs, and what answering it sends."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))

@@ -46,7 +46,7 @@ from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord,
 from gym_services.agents.common.config import AgentConfig
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
-from gym_services.agents.common.finished import FinishedEpisodes, json_size
+from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DownstreamFailure, DownstreamReport
@@ -73,7 +73,6 @@ class Episode:
     anonymous: bool = False
     restored: bool = False
     task: asyncio.Task | None = None
-    finished_at: float | None = None
     step: str | None = None
     waited: bool = False
     parked: bool = False
@@ -169,7 +168,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         self._context = context
         self.episodes: dict[str, Episode] = {}
         #: recently finished episodes (at their ``return`` boundary), oldest first
-        self.finished: FinishedEpisodes[Episode] = FinishedEpisodes(
+        self.finished = FinishedEpisodes(
             max_age_s=config.finished_retention_s,
             max_count=config.finished_retention_max,
             max_bytes=config.finished_retention_max_bytes,
@@ -191,9 +190,9 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         self._prune_finished()
         done = self.finished.get(identity.rollout_id)
         if done is not None and identity.rollout_id not in self.episodes:
-            if done.attempt == identity.attempt and done.boundary.result is not None:
+            if done.attempt == identity.attempt:
                 self.metrics.runs.labels(start="finished").inc()
-                return done.boundary.result  # the same attempt asked again: its result, nothing re-runs
+                return done.result()  # the same attempt asked again: its result, nothing re-runs
             if done.attempt > identity.attempt:
                 raise ApiError(
                     ErrorCode.STALE_ATTEMPT,
@@ -253,14 +252,14 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
     def _retain(self, ep: Episode) -> None:
         if not self.finished.keeps:
             return
-        ep.task, ep.finished_at, ep.restored = None, time.monotonic(), False
         # a repeated /run and a checkpoint of a finished episode need its result only: the rest of its boundary
         # (the row, every output with its token ids, the last response, each also in the result) is not kept
         done = ep.boundary
-        ep.boundary = self.loop.boundary_model(
+        kept = self.loop.boundary_model(
             name=done.name, seq=done.seq, row={}, cookies=done.cookies, verify_mode=done.verify_mode, result=done.result
         )
-        self.finished.keep(ep.rollout_id, ep, json_size(done.result), ep.finished_at)
+        boundary_json = kept.model_dump_json(exclude_defaults=True).encode()
+        self.finished.keep(FinishedEpisode(ep.rollout_id, ep.attempt, boundary_json, time.monotonic()))
 
     def _prune_finished(self) -> None:
         self.finished.prune(time.monotonic())
@@ -410,31 +409,30 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
 
     async def export(self, scope: Scope) -> list[Record]:
         self._prune_finished()
-        # a finished result is saved only when the controller says it still waits for it
-        unacknowledged = [
-            ep for ep in self.finished.values() if scope.episodes is not None and ep.rollout_id in scope.episodes
-        ]
-        records: list[Record] = []
-        for ep in [*self.episodes.values(), *unacknowledged]:
+        saved: list[tuple[str, int, dict[str, Any]]] = []
+        for ep in self.episodes.values():
             if ep.anonymous or not scope.includes(ep.rollout_id):
                 continue
             if ep.waited:
                 raise InvalidState(f"episode {ep.rollout_id} is inside waited step {ep.step!r}; it has no boundary yet")
-            record = EpisodeRecord(
-                agent=self.loop.kind,
-                rollout_id=ep.rollout_id,
-                attempt=ep.attempt,
-                boundary=ep.boundary.model_dump(mode="json"),
+            saved.append((ep.rollout_id, ep.attempt, ep.boundary.model_dump(mode="json")))
+        # a finished result is saved only when the controller says it still waits for it
+        saved.extend(
+            (done.rollout_id, done.attempt, done.boundary())
+            for done in self.finished.values()
+            if scope.episodes is not None and done.rollout_id in scope.episodes and scope.includes(done.rollout_id)
+        )
+        return [
+            Record(
+                key=episode_record_key(rollout_id),
+                data=EpisodeRecord(agent=self.loop.kind, rollout_id=rollout_id, attempt=attempt, boundary=boundary)
+                .model_dump_json()
+                .encode(),
+                rollout_id=rollout_id,
+                attempt=attempt,
             )
-            records.append(
-                Record(
-                    key=episode_record_key(ep.rollout_id),
-                    data=record.model_dump_json().encode(),
-                    rollout_id=ep.rollout_id,
-                    attempt=ep.attempt,
-                )
-            )
-        return records
+            for rollout_id, attempt, boundary in saved
+        ]
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         for ep in list(self.episodes.values()):
@@ -463,11 +461,12 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             if record.rollout_id in staged:
                 raise InvalidState(f"two records for rollout {record.rollout_id}")
             new_attempt = record.attempt + 1
-            current = self.episodes.get(record.rollout_id) or self.finished.get(record.rollout_id)
-            if current is not None and (current.attempt >= new_attempt or current.running):
+            current = self.episodes.get(record.rollout_id)
+            done = self.finished.get(record.rollout_id)
+            held = current.attempt if current is not None else done.attempt if done is not None else None
+            if held is not None and (held >= new_attempt or (current is not None and current.running)):
                 raise InvalidState(
-                    f"rollout {record.rollout_id} already runs attempt {current.attempt} here; "
-                    f"cannot install {new_attempt}"
+                    f"rollout {record.rollout_id} already runs attempt {held} here; cannot install {new_attempt}"
                 )
             staged[record.rollout_id] = Episode(record.rollout_id, new_attempt, boundary, restored=True)
         return staged

@@ -2,14 +2,14 @@
 followed by a restore every 5 minutes; resources, pause and size must stay flat, and no rollout may be lost,
 duplicated or failed (issue 29).
 
-The demo stack (every server its own process, the tasks of all four environments, ``--repeats`` rollouts per
-task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is taken and
-published; right after it every server is sampled from /proc: resident memory (VmRSS), open file descriptors and
-threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every process is
-SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again). Before
-each checkpoint the soak reads and drops the capture ledger of every rollout finished so far, as a trainer does
-(the policy model keeps a rollout's training tokens until that acknowledgement). A job
-that finishes is checked and the next one starts on a fresh stack, until ``--duration`` has passed.
+The demo stack (every server its own process, the tasks of all four environments interleaved, ``--repeats``
+rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is
+taken and published; right after it every server is sampled from /proc: resident memory (VmRSS), open file
+descriptors and threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every
+process is SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again).
+Before each checkpoint the soak reads and drops the capture ledger of every rollout finished so far, as a trainer
+does (the policy model keeps a rollout's training tokens until that acknowledgement). A job that finishes is checked
+and the next one starts on a fresh stack, until ``--duration`` has passed.
 
 The table, per server: RSS at the first and last sample and its slope in MB per 1,000 finished episodes (a
 least-squares fit within each process's life - a restore starts a new process - over its samples after the
@@ -189,6 +189,21 @@ def slope_per_1000(points: dict[str, list[tuple[float, float]]]) -> float:
     return num / den * 1000 if den else float("nan")
 
 
+def interleave(story: Story) -> None:
+    """Order the job's tasks round-robin across agents. The collection runs a job task by task (every repeat of
+    one, then the next), and the demo's tasks come one environment after another, so each agent would work for a
+    stretch of the job and idle for the rest: a process's kept results (a bounded cache that fills in its first
+    minute of work) would then grow inside a sampled life whenever its environment's turn came, and read as a slope.
+    Interleaved, a turn is one task's repeats (well under a minute), and every process works throughout."""
+    by_agent: dict[str, list[dict]] = defaultdict(list)
+    for task in story.tasks:
+        by_agent[task["agent"]].append(task)
+    queues = list(by_agent.values())
+    ordered = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)]
+    story.tasks_path.write_text("".join(json.dumps(task) + "\n" for task in ordered))
+    story.tasks = ordered
+
+
 def run(args: argparse.Namespace, say, soak: Soak) -> None:
     if args.workdir is not None:
         tmp = Path(args.workdir).resolve()
@@ -211,6 +226,7 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
     ok = False
     try:
         story.prepare()
+        interleave(story)
         chaos = Chaos(story, Run(), random.Random(args.seed), "a", say=say)
         episodes_before = 0  # episodes of the jobs already finished
         next_kill = time.monotonic() + args.kill_every  # across jobs: a job may finish sooner

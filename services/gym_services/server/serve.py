@@ -94,8 +94,10 @@ def run(
     process can take its port between the launcher choosing it and this server starting."""
     import uvicorn
 
-    from gym_services.base.logs import configure_logging
+    from gym_services.base.logs import configure_logging, get_logger
+    from gym_services.server.allocator import tune_allocator
 
+    tuned = tune_allocator()
     overrides: dict[str, Any] = {}
     if host is not None:
         overrides["host"] = host
@@ -103,6 +105,8 @@ def run(
         overrides["port"] = port
     app, config = build_app(server, config_path, overrides)
     configure_logging(config.name, config.log_level)
+    if tuned:
+        get_logger("server").info("allocator tuned", extra={"allocator": tuned})
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )

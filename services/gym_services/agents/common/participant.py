@@ -255,7 +255,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         # a repeated /run and a checkpoint of a finished episode need its result only: the rest of its boundary
         # (the row, every output with its token ids, the last response, each also in the result) is not kept
         done = ep.boundary
-        kept = self.loop.boundary_model(
+        kept = self.loop.boundary_model.model_construct(  # its values are the validated boundary's: no second pass
             name=done.name, seq=done.seq, row={}, cookies=done.cookies, verify_mode=done.verify_mode, result=done.result
         )
         boundary_json = kept.model_dump_json(exclude_defaults=True).encode()

@@ -9,11 +9,12 @@ descriptors and threads, with the episodes the collection finished so far. Every
 process is SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again).
 Before each checkpoint the soak reads and drops the capture ledger of every rollout finished so far, as a trainer
 does (the policy model keeps a rollout's training tokens until that acknowledgement). A job that finishes is checked
-and the next one starts on a fresh stack, until ``--duration`` has passed.
+and the collection server takes the next one (a fresh rollout prefix) on the same stack, until ``--duration`` has
+passed: a process lives from one kill to the next.
 
 The table, per server: RSS at the first and last sample and its slope in MB per 1,000 finished episodes (a
 least-squares fit within each process's life - a restore starts a new process - over its samples after the
-first ``--warm-up`` of them), and the ranges of open descriptors and threads; then the checkpoints' pause and
+first ``--warm-up`` seconds of it), and the ranges of open descriptors and threads; then the checkpoints' pause and
 size (first, median, last, slope per hour); then the rollouts: every (task, repeat) of every finished job exactly
 once (lost: missing from the output; duplicated: written twice; failed: an error row). Every failed rollout is
 printed with its error row's text and the lines of the servers' logs that name it, and the work folder (every
@@ -48,7 +49,7 @@ from benchmarks.chaos import Chaos, add_stack_arguments  # noqa: E402
 from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.demo.story import MODEL, Run, Story  # noqa: E402
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused  # noqa: E402
-from gym_services.stack.launcher import is_running, read_state  # noqa: E402
+from gym_services.stack.launcher import StackError, is_running, read_state  # noqa: E402
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Sample:
     at: float  # seconds since the soak started
     episodes: int  # finished episodes, every job so far
     life: str  # which process (server name, pid): a restore starts new ones
+    age: float  # seconds since this process was first sampled
     rss_kib: int
     fds: int
     threads: int
@@ -99,6 +101,7 @@ class Soak:
     )  # (at, pause s, bytes written, records)
     loads: list[float] = field(default_factory=list)  # the 1-minute load average at each checkpoint
     restores: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
+    born: dict[str, float] = field(default_factory=dict)  # life -> when it was first sampled
     jobs: int = 0
     trainer: Trainer = field(default_factory=lambda: Trainer())
     rollouts: int = 0
@@ -150,6 +153,9 @@ class Trainer:
 
     consumed: set[str] = field(default_factory=set)
     dropped: int = 0
+    #: rollouts consumed without a drop, by why: the drop answered false (the ledger changed after the freeze),
+    #: or the freeze found no ledger (not_found) or a dropped one (ledger_closed: after a restore, dropped again)
+    undropped: Counter[str] = field(default_factory=Counter)
     refused: list[str] = field(default_factory=list)
 
     def consume(self, chaos: Chaos, *, again: bool = False) -> None:
@@ -172,11 +178,15 @@ class Trainer:
             async with slots:
                 try:
                     snapshot = await client.freeze(rollout_id)
-                    self.dropped += await client.drop(rollout_id, snapshot.snapshot_id, snapshot.version)
+                    if await client.drop(rollout_id, snapshot.snapshot_id, snapshot.version):
+                        self.dropped += 1
+                    else:
+                        self.undropped["drop answered false"] += 1
                 except LedgerRefused as exc:
                     if exc.code not in ("not_found", "ledger_closed"):  # none captured here, or dropped already
                         self.refused.append(f"{rollout_id}: {exc}")
                         return
+                    self.undropped[exc.code] += 1
                 self.consumed.add(rollout_id)
 
         try:
@@ -212,6 +222,16 @@ def interleave(story: Story) -> None:
     story.tasks = ordered
 
 
+def wait_published(chaos: Chaos, timeout_s: float = 120) -> None:
+    """Until a checkpoint of the running job is published: a kill restores the newest one (the job's first may
+    still be uploading in the background)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(chaos.published(c) for c in chaos.taken):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no checkpoint of job {chaos.jobs} was published in {timeout_s:g} s: {chaos.taken}")
+        time.sleep(0.1)
+
+
 def run(args: argparse.Namespace, say, soak: Soak) -> None:
     if args.workdir is not None:
         tmp = Path(args.workdir).resolve()
@@ -232,6 +252,7 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
     )
     started = time.monotonic()
     ok = False
+    chaos: Chaos | None = None
     try:
         story.prepare()
         interleave(story)
@@ -239,10 +260,11 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
         episodes_before = 0  # episodes of the jobs already finished
         next_kill = time.monotonic() + args.kill_every  # across jobs: a job may finish sooner
         job = 0
+        chaos.start()
         while time.monotonic() - started < args.duration:
             job += 1
-            chaos.use_stack(job)
-            chaos.start()
+            # the collection server takes the next job (a fresh rollout prefix) on the same stack
+            chaos.jobs, chaos.output = job, story.workdir / f"job-{job}.jsonl"
             chaos.newest, chaos.taken = None, []
             soak.trainer.consumed = set()
             chaos.story.submit(chaos.state, chaos.output)
@@ -269,12 +291,15 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
                         continue
                     seen = proc_status(server.pid)
                     if seen is not None:
-                        soak.samples[server.name].append(Sample(at, episodes, f"{server.name}/{server.pid}", *seen))
+                        life = f"{server.name}/{server.pid}"
+                        age = at - soak.born.setdefault(life, at)
+                        soak.samples[server.name].append(Sample(at, episodes, life, age, *seen))
                 say(
                     f"{at:7.0f} s  {cid}: pause {result.pause_s * 1e3:.0f} ms, {result.written_bytes} bytes, "
                     f"{episodes} episodes finished, load {soak.loads[-1]:.1f}"
                 )
                 if time.monotonic() >= next_kill:
+                    wait_published(chaos)
                     t0 = time.perf_counter()
                     chaos.crash_and_restore()
                     soak.restores.append((time.monotonic() - started, time.perf_counter() - t0))
@@ -293,9 +318,11 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
                     "are checked for duplicates and errors"
                 )
                 check_rows(chaos, soak, None)
-            chaos.kill_all()
         ok = True
     finally:
+        if chaos is not None:
+            with contextlib.suppress(StackError):  # none started yet
+                chaos.kill_all()  # every server's process, pass or fail
         story.close()
         problems = soak.lost or soak.duplicated or soak.failed
         if args.workdir is not None:
@@ -310,7 +337,8 @@ def run(args: argparse.Namespace, say, soak: Soak) -> None:
 def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
     print(
         f"soak: {elapsed / 60:.1f} min of demo collection, a checkpoint every {args.checkpoint_every:g} s, "
-        f"every process SIGKILLed and restored every {args.kill_every:g} s; storage "
+        f"every process SIGKILLed and restored every {args.kill_every:g} s; RSS slope after each process's first "
+        f"{args.warm_up:g} s; storage "
         f"{args.storage or 'file (temporary folder)'}; "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
@@ -322,7 +350,10 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         lives: dict[str, list[Sample]] = defaultdict(list)
         for s in samples:
             lives[s.life].append(s)
-        warm = {life: [(float(s.episodes), s.rss_kib / 1024) for s in ss[args.warm_up :]] for life, ss in lives.items()}
+        warm = {
+            life: [(float(s.episodes), s.rss_kib / 1024) for s in ss if s.age >= args.warm_up]
+            for life, ss in lives.items()
+        }
         fds, threads = [s.fds for s in samples], [s.threads for s in samples]
         print(
             f"{name:>22} {len(samples):>7} {samples[0].rss_kib / 1024:>12.1f} {samples[-1].rss_kib / 1024:>11.1f} "
@@ -351,7 +382,8 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
     )
     print(
         f"capture ledger: {soak.trainer.dropped} snapshots dropped by the soak's trainer after the rollout's row was "
-        f"written, {len(soak.trainer.refused)} refused"
+        f"written, {len(soak.trainer.refused)} refused; not dropped: "
+        + (", ".join(f"{why} {n}" for why, n in sorted(soak.trainer.undropped.items())) or "none")
     )
     for problem in (soak.lost + soak.duplicated + soak.trainer.refused)[:10]:
         print("  ", problem)
@@ -378,13 +410,17 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds between SIGKILLs of every process, each followed by a restore (default 300)",
     )
     parser.add_argument(
-        "--warm-up", type=int, default=2, help="samples of each process left out of its RSS slope (default 2)"
+        "--warm-up",
+        type=float,
+        default=60,
+        help="seconds of each process's life left out of its RSS slope (default 60: what an agent keeps of its "
+        "finished episodes fills in its first minute)",
     )
     parser.add_argument(
         "--repeats",
         type=int,
         default=100,
-        help="rollouts per task: how long one job runs (default 100, ~10 min on 2 cores)",
+        help="rollouts per task: how long one job runs (default 100, ~8 min on 2 cores)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill moments (default 1)")
     parser.add_argument(

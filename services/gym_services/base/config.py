@@ -143,6 +143,13 @@ class ServerConfig(BaseModel):
         "traffic: the largest request is 37 KB, a workplace_assistant /verify; indirect_prompt_injection "
         "environments are bounded at 1 MB; a 128k-token conversation is about 1 MB)",
     )
+    memory_trim_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="gymckpt serve gives the C allocator's free pages back to the system this often (glibc's "
+        "malloc_trim; they otherwise stay resident, counted against the pod's memory limit); 0: never",
+    )
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="the control plane")
     storage: StorageConfig = Field(default_factory=StorageConfig, description="how checkpoint storage is reached")
 

@@ -95,7 +95,7 @@ def run(
     import uvicorn
 
     from gym_services.base.logs import configure_logging, get_logger
-    from gym_services.server.allocator import tune_allocator
+    from gym_services.server.allocator import Trimmer, tune_allocator
 
     tuned = tune_allocator()
     overrides: dict[str, Any] = {}
@@ -107,6 +107,10 @@ def run(
     configure_logging(config.name, config.log_level)
     if tuned:
         get_logger("server").info("allocator tuned", extra={"allocator": tuned})
+    if Trimmer.start(config.memory_trim_interval_s) is not None:
+        get_logger("server").info(
+            "allocator's free pages given back periodically", extra={"every_s": config.memory_trim_interval_s}
+        )
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )

@@ -68,3 +68,62 @@ def test_a_setting_the_environment_gives_is_left_alone(env: dict[str, str], appl
     assert result["applied"] == applied
     if "mmap_threshold" not in applied:
         assert result["mapped"] == 0  # the operator's 1 MB threshold holds: 100 KB blocks stay in the heap
+
+
+TRIM_PROBE = r"""
+import ctypes, ctypes.util, json, sys, time
+
+from gym_services.server.allocator import Trimmer, tune_allocator
+
+def rss_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+tune_allocator()
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+# 64 MB of 4 KB blocks, touched; all freed but the last, which pins the heap's top: free pages below it stay resident
+blocks = [libc.malloc(4096) for _ in range(16384)]
+for block in blocks:
+    libc.memset(block, 1, 4096)
+for block in blocks[:-1]:
+    libc.free(block)
+freed = rss_kib()
+if sys.argv[1] == "thread":
+    trimmer = Trimmer.start(0.05)
+    deadline = time.monotonic() + 30
+    while trimmer.trims == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    trimmer.stop()
+    trims = trimmer.trims
+elif sys.argv[1] == "once":
+    Trimmer(30, libc).trim()
+    trims = 1
+else:
+    time.sleep(0.2)
+    trims = 0
+print(json.dumps({"freed_kib": freed, "after_kib": rss_kib(), "trims": trims, "off": Trimmer.start(0) is None}))
+"""
+
+
+def trim_probe(mode: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    out = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE, mode], env=clean, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_the_trimmer_gives_free_pages_below_the_heaps_top_back() -> None:
+    """64 MB freed below one live block stay resident until a trim; the trimmer's thread returns them (and an
+    interval of 0 starts no trimmer)."""
+    kept, once, thread = trim_probe("none"), trim_probe("once"), trim_probe("thread")
+    assert kept["freed_kib"] - kept["after_kib"] < 8 * 1024  # without a trim the freed pages stay
+    for trimmed in (once, thread):
+        assert trimmed["trims"] >= 1 and trimmed["off"]
+        assert trimmed["freed_kib"] - trimmed["after_kib"] > 48 * 1024

@@ -13,15 +13,17 @@ and the collection server takes the next one (a fresh rollout prefix) on the sam
 passed: a process lives from one kill to the next.
 
 The table, per server: RSS at the first and last sample and its slope in MB per 1,000 finished episodes (a
-least-squares fit within each process's life - a restore starts a new process - over its samples after the
-first ``--warm-up`` seconds of it), and the ranges of open descriptors and threads; then the checkpoints' pause and
-size (first, median, last, slope per hour); then the rollouts: every (task, repeat) of every finished job exactly
-once (lost: missing from the output; duplicated: written twice; failed: an error row). Every failed rollout is
-printed with its error row's text and the lines of the servers' logs that name it, and the work folder (every
-server's log) is kept when any rollout failed, was lost or duplicated (or always, with ``--workdir``).
+least-squares fit within each process's life - a restore starts a new process - over its samples after the first
+``--warm-up`` seconds of it); the slope over the hour of each life's last sample (what a process holds when it is
+killed: growth that a restore carries over, or that a life's warm-up ends higher each time, shows here), and the
+ranges of open descriptors and threads; then the checkpoints' pause and size (first, median, last, slope per hour);
+then the rollouts: every (task, repeat) of every finished job exactly once (lost: missing from the output;
+duplicated: written twice; failed: an error row). Every failed rollout is printed with its error row's text and
+the lines of the servers' logs that name it, and the work folder (every server's log) is kept when any rollout
+failed, was lost or duplicated (or always, with ``--workdir``).
 
     .venv/bin/python benchmarks/soak.py [--duration 3600] [--checkpoint-every 30] [--kill-every 300]
-        [--storage embedded-s3|file:///path|s3://bucket/prefix] [--workdir DIR]
+        [--storage embedded-s3|file:///path|s3://bucket/prefix] [--workdir DIR] [--samples FILE]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -344,7 +347,7 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
     )
     print(
         f"{'server':>22} {'samples':>7} {'RSS first MB':>12} {'RSS last MB':>11} {'MB/1000 episodes':>16} "
-        f"{'fds':>9} {'threads':>9}"
+        f"{'lives':>5} {'life ends MB':>13} {'ends MB/1000':>12} {'fds':>9} {'threads':>9}"
     )
     for name, samples in sorted(soak.samples.items()):
         lives: dict[str, list[Sample]] = defaultdict(list)
@@ -354,10 +357,15 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
             life: [(float(s.episodes), s.rss_kib / 1024) for s in ss if s.age >= args.warm_up]
             for life, ss in lives.items()
         }
+        # every life's last sample but the running one's (a life ends at a kill)
+        ends = [ss[-1] for ss in list(lives.values())[:-1]]
+        ends_range = f"{ends[0].rss_kib / 1024:.0f}..{ends[-1].rss_kib / 1024:.0f}" if ends else "-"
+        ends_slope = slope_per_1000({"ends": [(float(s.episodes), s.rss_kib / 1024) for s in ends]})
         fds, threads = [s.fds for s in samples], [s.threads for s in samples]
         print(
             f"{name:>22} {len(samples):>7} {samples[0].rss_kib / 1024:>12.1f} {samples[-1].rss_kib / 1024:>11.1f} "
-            f"{slope_per_1000(warm):>16.2f} {f'{min(fds)}-{max(fds)}':>9} {f'{min(threads)}-{max(threads)}':>9}"
+            f"{slope_per_1000(warm):>16.2f} {len(lives):>5} {ends_range:>13} {ends_slope:>12.2f} "
+            f"{f'{min(fds)}-{max(fds)}':>9} {f'{min(threads)}-{max(threads)}':>9}"
         )
     if soak.checkpoints:
         pauses = [p for _, p, _, _ in soak.checkpoints]
@@ -429,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run in this folder and keep it (the stacks' state and every server's log); default: a temporary "
         "folder, removed unless the soak stopped early or a rollout was lost, duplicated or failed",
     )
+    parser.add_argument("--samples", default=None, help="also write every sample to this file (JSON lines)")
     add_stack_arguments(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -439,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the table of what ran so far is still printed, with why it stopped
         stopped = f"{type(exc).__name__}: {exc}"
     print_table(soak, args, time.monotonic() - started)
+    if args.samples:
+        with open(args.samples, "w", encoding="utf-8") as out:
+            for name, samples in sorted(soak.samples.items()):
+                for sample in samples:
+                    out.write(json.dumps({"server": name, **dataclasses.asdict(sample)}) + "\n")
     if stopped is not None:
         print(f"STOPPED EARLY: {stopped[:2000]}")
     return 0 if not (stopped or soak.lost or soak.duplicated or soak.failed) else 1

@@ -2,6 +2,11 @@
 
 One per server, inside its :class:`~gym_services.control.admission.Admission`: the admission middleware
 checks and records every data request's attempt, the control plane advances it at restore and retire.
+
+Only rollouts past their first attempt are remembered: a rollout the fence does not know is at attempt 0, the
+first, and no attempt is older than that, so remembering it refuses nothing more. The fence then grows with the
+episodes a restore or a retire moved on, not with every rollout the server ever saw (about 100 bytes each: in a
+server that runs for weeks, hundreds of thousands of rollouts a day).
 """
 
 from __future__ import annotations
@@ -11,12 +16,17 @@ from gym_services.base.identity import RolloutIdentity
 
 
 class AttemptFence:
-    """Remembers the highest attempt per rollout; older attempts are refused and change nothing."""
+    """Remembers the highest attempt per rollout past its first; older attempts are refused and change nothing."""
 
     def __init__(self) -> None:
         self._highest: dict[str, int] = {}
 
+    def __len__(self) -> int:
+        """Rollouts remembered (those past attempt 0)."""
+        return len(self._highest)
+
     def highest(self, rollout_id: str) -> int | None:
+        """The highest attempt seen past the first; None for a rollout at attempt 0 (or never seen)."""
         return self._highest.get(rollout_id)
 
     def check(self, identity: RolloutIdentity) -> None:
@@ -30,12 +40,11 @@ class AttemptFence:
             )
 
     def observe(self, identity: RolloutIdentity) -> None:
-        """Check, then remember the attempt if it is newer."""
+        """Check, then remember the attempt if it is newer (and past the first)."""
         self.check(identity)
-        if identity.attempt > self._highest.get(identity.rollout_id, -1):
-            self._highest[identity.rollout_id] = identity.attempt
+        self.advance(identity.rollout_id, identity.attempt)
 
     def advance(self, rollout_id: str, attempt: int) -> None:
         """Make ``attempt`` the oldest one still accepted (restore, retire)."""
-        if attempt > self._highest.get(rollout_id, -1):
+        if attempt > self._highest.get(rollout_id, 0):
             self._highest[rollout_id] = attempt

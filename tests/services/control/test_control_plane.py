@@ -140,7 +140,7 @@ async def test_data_refused_while_open_but_open_routes_served(server) -> None:
     refused = await client.post("/bump")
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "checkpoint_parked"
-    assert refused.headers["retry-after"] == "0.1"
+    assert 0.02 <= float(refused.headers["retry-after"]) <= 0.1  # the first pause: a 0.1 s guess, less its age
     assert (await client.get("/peek")).json() == {"value": 0}
     assert state["value"] == 0
     await control.abort("c1")

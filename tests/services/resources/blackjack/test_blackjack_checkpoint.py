@@ -237,7 +237,7 @@ async def test_steps_are_gated_and_inflight_step_finishes_before_prepare(tmp_pat
         for path, body in (("/step", act("hit")), ("/reset", reset_body(1))):
             parked = await client.post(path, json=body, headers=ident("r1"))
             assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
-            assert parked.headers["retry-after"] == "0.1"
+            assert 0.02 <= float(parked.headers["retry-after"]) <= 0.1  # the first pause: a 0.1 s guess, less its age
         committed = await control.capture_persist("ck1", loc)
         await control.resume("ck1")
         assert (await client.post("/step", json=act("stand"), headers=ident("r1"))).status_code == 200

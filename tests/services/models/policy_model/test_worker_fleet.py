@@ -4,6 +4,7 @@ and a worker killed mid-generation costing no episode and no token (real uvicorn
 from __future__ import annotations
 
 import asyncio
+import socket
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -266,10 +267,21 @@ async def test_a_restarted_worker_is_taken_back_by_the_health_probe(tmp_path: Pa
         async with serve(app) as client:
             fleet = app.state.generations.upstream.fleet
             second.kill()
-            await wait_until(lambda: fleet.counts()["workers_healthy"] == 1, what="the probe to find the worker down")
-            for i in range(4):  # every call goes to the live worker, none waits on the dead one
-                resp = await client.post("/v1/responses", json=REQUESTS["blackjack"], headers=ident(f"p-{i}"))
-                assert resp.status_code == 200
+            # the dead worker's port stays ours (bound, not listening: connections are refused) until it restarts:
+            # a server another test starts meanwhile could get it and answer the probe (issue 29's CI: a probe found
+            # "the worker" up, a generation went there and failed)
+            holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.bind(("127.0.0.1", port))
+            try:
+                await wait_until(
+                    lambda: fleet.counts()["workers_healthy"] == 1, what="the probe to find the worker down"
+                )
+                for i in range(4):  # every call goes to the live worker, none waits on the dead one
+                    resp = await client.post("/v1/responses", json=REQUESTS["blackjack"], headers=ident(f"p-{i}"))
+                    assert resp.status_code == 200
+            finally:
+                holder.close()
             second = start_server("inference_worker", config, tmp_path / "b2", port=port)
             await wait_until(lambda: fleet.counts()["workers_healthy"] == 2, what="the probe to find the worker up")
             live = (await Control(client).status())["live"]

@@ -30,7 +30,6 @@ import ctypes.util
 import os
 import platform
 import threading
-import time
 from dataclasses import dataclass, field
 
 #: blocks this large or larger get their own mapping, returned to the system when freed
@@ -78,9 +77,8 @@ class Trimmer:
 
     interval_s: float
     libc: ctypes.CDLL
-    #: trims done, and the seconds the longest one took
+    #: trims done
     trims: int = 0
-    longest_s: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -95,14 +93,10 @@ class Trimmer:
         trimmer._thread.start()
         return trimmer
 
-    def trim(self) -> float:
-        """One ``malloc_trim(0)`` (ctypes lets go of the GIL for it); the seconds it took."""
-        started = time.perf_counter()
+    def trim(self) -> None:
+        """One ``malloc_trim(0)`` (ctypes lets go of the GIL for it)."""
         self.libc.malloc_trim(ctypes.c_size_t(0))
-        took = time.perf_counter() - started
         self.trims += 1
-        self.longest_s = max(self.longest_s, took)
-        return took
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -1,20 +1,22 @@
 """Held memory: what every server of the demo stack keeps per finished episode, and where (issue 29).
 
 The demo stack collects (the tasks of all four environments, ``--repeats`` rollouts per task); every
-``--checkpoint-every`` seconds the rollouts finished so far have their capture ledgers frozen and dropped, as a
-trainer does, and a ``snapshot`` checkpoint is taken. Every server process loads a probe (a ``sitecustomize`` this
+``--drop-every`` seconds the rollouts finished so far have their capture ledgers frozen and dropped, as a
+trainer reading the rows as they are written does, and every ``--checkpoint-every`` seconds a ``snapshot``
+checkpoint is taken. Every server process loads a probe (a ``sitecustomize`` this
 script writes; nothing in the servers' code): on ``SIGUSR1`` it writes its resident memory, what Python's
 allocator holds (``tracemalloc``, in the servers named by ``--trace``), malloc's arenas (``mallinfo2``: in use,
-free but kept, mapped) and its live objects by type (after a full collection). The probe runs right after the
+free but kept, mapped), Python's small-object allocator's arenas (``sys._debugmallocstats``: their size, and what
+of it no object uses) and its live objects by type (after a full collection). The probe runs right after the
 checkpoint at which ``--warm-up`` episodes have finished, and again after ``--episodes`` more; nothing is killed.
 
 The table, per server: the growth between the two probes per 1,000 finished episodes - resident memory, Python's
-traced memory, malloc's bytes in use and free-but-kept - and the object types and allocation sites that grew
-most. Then the checkpoints: bytes written and records per participant, first and last, and their growth per 1,000
-episodes.
+traced memory, malloc's bytes in use and free-but-kept, the small-object arenas and their unused part - and the
+object types and allocation sites that grew most. Then the checkpoints: bytes written and records per participant,
+first and last, and their growth per 1,000 episodes.
 
     .venv/bin/python benchmarks/held_memory.py [--warm-up 300] [--episodes 1000] [--checkpoint-every 30]
-        [--trace agent-workplace,collection,workplace-assistant] [--frames 1] [--top 8]
+        [--drop-every 5] [--trace agent-workplace,collection,workplace-assistant] [--frames 1] [--top 8]
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ if _DIR:
         import ctypes
         import gc
         import json
+        import sys
 
         gc.collect()
         counts = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
@@ -83,6 +86,23 @@ if _DIR:
             malloc = {name: getattr(info, name) for name in fields}
         except (OSError, AttributeError):
             pass
+        pymalloc = {}
+        stats_path = os.path.join(_DIR, f"stats-{os.getpid()}")
+        saved = os.dup(2)  # Python's small-object allocator reports its arenas on the C stderr only
+        try:
+            with open(stats_path, "w") as fh:
+                os.dup2(fh.fileno(), 2)
+                sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        with open(stats_path) as fh:
+            for line in fh:
+                if "bytes/arena" in line:  # "<n> arenas * <size> bytes/arena = <total>"
+                    pymalloc["arenas"] = int(line.rsplit("=", 1)[1].replace(",", ""))
+                elif line.startswith("# bytes in allocated blocks"):
+                    pymalloc["allocated"] = int(line.rsplit("=", 1)[1].replace(",", ""))
+        os.remove(stats_path)
         trimmed = None
         if os.environ.get("GYMCKPT_HEAP_TRIM") and malloc:  # what malloc keeps freed, given back: what is left
             ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -104,6 +124,7 @@ if _DIR:
                     "threads": int(status["Threads"]),
                     "traced": traced,
                     "malloc": malloc,
+                    "pymalloc": pymalloc,
                     "objects": dict(counts),
                 },
                 fh,
@@ -196,13 +217,13 @@ def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.N
     mib = 1024 * 1024
     print(
         f"held memory: {n} episodes finished between the probes (after {a.episodes} of warm-up), a checkpoint every "
-        f"{args.checkpoint_every:g} s, ledgers dropped before each; load average "
+        f"{args.checkpoint_every:g} s, ledgers dropped every {args.drop_every:g} s; load average "
         f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     print("growth per 1,000 finished episodes (MB):")
     print(
         f"{'server':>26} {'RSS MB':>7} {'RSS':>7} {'traced':>7} {'malloc used':>11} {'malloc free':>11} "
-        f"{'mmapped':>8} {'threads':>8} {'trimmed MB':>10}"
+        f"{'mmapped':>8} {'pymalloc':>8} {'its free':>8} {'threads':>8} {'trimmed MB':>10}"
     )
     for name in sorted(b.servers):
         if name not in a.servers:
@@ -214,6 +235,11 @@ def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.N
         used = per_1000((my.get("uordblks", 0) - mx.get("uordblks", 0)) / mib, n)
         free = per_1000((my.get("fordblks", 0) - mx.get("fordblks", 0)) / mib, n)
         mapped = per_1000((my.get("hblkhd", 0) - mx.get("hblkhd", 0)) / mib, n)
+        px, py = x.get("pymalloc", {}), y.get("pymalloc", {})
+        arenas = per_1000((py.get("arenas", 0) - px.get("arenas", 0)) / mib, n)
+        spare = per_1000(
+            (py.get("arenas", 0) - py.get("allocated", 0) - px.get("arenas", 0) + px.get("allocated", 0)) / mib, n
+        )
         threads = f"{x['threads']}-{y['threads']}"
         trimmed = (
             f"{x['trimmed_rss_kib'] / 1024:.0f}->{y['trimmed_rss_kib'] / 1024:.0f}"
@@ -222,7 +248,7 @@ def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.N
         )
         print(
             f"{name:>26} {y['rss_kib'] / 1024:>7.1f} {rss:>7.2f} {'-' if traced is None else f'{traced:.2f}':>7} "
-            f"{used:>11.2f} {free:>11.2f} {mapped:>8.2f} {threads:>8} {trimmed:>10}"
+            f"{used:>11.2f} {free:>11.2f} {mapped:>8.2f} {arenas:>8.2f} {spare:>8.2f} {threads:>8} {trimmed:>10}"
         )
     print("objects that grew most (count per 1,000 episodes), live counts (gym_live) at the two probes:")
     for name in sorted(b.servers):
@@ -280,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=int, default=300, help="episodes finished before the first probe")
     parser.add_argument("--episodes", type=int, default=1000, help="episodes finished between the two probes")
     parser.add_argument("--checkpoint-every", type=float, default=30, help="seconds between checkpoints")
+    parser.add_argument(
+        "--drop-every",
+        type=float,
+        default=5,
+        help="seconds between the trainer's rounds of freezing and dropping the finished rollouts' ledgers "
+        "(one more before each checkpoint)",
+    )
     parser.add_argument("--repeats", type=int, default=100, help="rollouts per task (the job must outlast the probes)")
     parser.add_argument("--tokens-per-second", type=float, default=120.0)
     parser.add_argument(
@@ -338,7 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             if time.monotonic() - started > args.timeout:
                 raise AssertionError(f"not done in {args.timeout:.0f} s: {chaos.job()}")
-            time.sleep(args.checkpoint_every)
+            until = time.monotonic() + args.checkpoint_every
+            while (left := until - time.monotonic()) > 0:
+                time.sleep(min(args.drop_every, left))
+                trainer.consume(chaos)
             episodes, written = checkpoint(chaos, trainer)
             job = chaos.job()
             say(f"{time.monotonic() - started:6.0f} s: {episodes} episodes, checkpoint wrote {written.written_bytes} B")

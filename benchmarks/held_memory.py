@@ -212,13 +212,18 @@ def per_1000(delta: float, episodes: int) -> float:
     return delta / episodes * 1000 if episodes else float("nan")
 
 
-def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], args: argparse.Namespace) -> None:
+def report(a: Probe, b: Probe, checkpoints: list[Checkpointed], trainer: Trainer, args: argparse.Namespace) -> None:
     n = b.episodes - a.episodes
     mib = 1024 * 1024
     print(
         f"held memory: {n} episodes finished between the probes (after {a.episodes} of warm-up), a checkpoint every "
         f"{args.checkpoint_every:g} s, ledgers dropped every {args.drop_every:g} s; load average "
         f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"trainer: {len(trainer.consumed)} rows read, {trainer.dropped} ledgers dropped, {len(trainer.refused)} "
+        "refused (tried again), not dropped: "
+        + (", ".join(f"{why} {count}" for why, count in sorted(trainer.undropped.items())) or "none")
     )
     print("growth per 1,000 finished episodes (MB):")
     print(
@@ -391,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 last = probe(chaos, probe_dir, "b", episodes)
                 say(f"probe b at {episodes} episodes")
                 break
-        report(first, last, checkpoints, args)
+        report(first, last, checkpoints, trainer, args)
         chaos.kill_all()
         ok = True
     finally:

@@ -17,6 +17,7 @@ first and last, and their growth per 1,000 episodes.
 
     .venv/bin/python benchmarks/held_memory.py [--warm-up 300] [--episodes 1000] [--checkpoint-every 30]
         [--drop-every 5] [--trace agent-workplace,collection,workplace-assistant] [--frames 1] [--top 8]
+        [--agents agent-workplace --turns 300 --repeats 4]
 """
 
 from __future__ import annotations
@@ -334,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         "(the job runs them task by task, so one environment at a time)",
     )
     parser.add_argument(
+        "--turns",
+        type=int,
+        default=1,
+        help="list the tasks this many times over, each turn --repeats rollouts of one task (the collection runs a "
+        "job task by task): with many short turns every stretch of the job has the same mix of tasks, so a later "
+        "task's larger episodes do not read as growth between the probes",
+    )
+    parser.add_argument(
         "--trim",
         action="store_true",
         help="each probe also calls malloc_trim(0) and reads the resident memory again (the column 'trimmed'): "
@@ -360,12 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         story.prepare()
+        rows = story.tasks
         if args.agents:
             agents = set(args.agents.split(","))
-            rows = [row for row in story.tasks if row["agent"] in agents]
+            rows = [row for row in rows if row["agent"] in agents]
             if not rows:
                 raise SystemExit(f"no task of {args.agents}")
-            story.tasks_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        story.tasks = rows * max(1, args.turns)
+        story.tasks_path.write_text("".join(json.dumps(row) + "\n" for row in story.tasks))
         chaos = Chaos(story, Run(), random.Random(1), "a", say=say)
         chaos.use_stack(1)
         chaos.start()

@@ -16,12 +16,15 @@ from gym_services.control.protocol import Verb
 T = TypeVar("T")
 #: restores remembered after they resumed (a coordinator re-run repeats them by restore id)
 RESUMED_RESTORES_KEPT = 16
+#: checkpoints whose closing answer is remembered (a coordinator's retry of resume or abort comes within seconds;
+#: a server checkpointed every 30 s closes thousands a day)
+CLOSED_KEPT = 16
 
 
 class RepeatCalls:
     def __init__(self) -> None:
         self._running: dict[tuple[Verb, str], asyncio.Task] = {}
-        #: the answer of the resume or abort that closed each recent checkpoint
+        #: the answer of the resume or abort that closed each of the newest :data:`CLOSED_KEPT` checkpoints
         self._closed: dict[str, tuple[Verb, PhaseResponse]] = {}
         #: restores this process installed and resumed: checkpoint id -> (restore id, answer)
         self._resumed_restores: dict[str, tuple[str, RestoreResponse]] = {}
@@ -63,6 +66,8 @@ class RepeatCalls:
     def close(self, checkpoint_id: str, verb: Verb, response: PhaseResponse) -> None:
         """Remember how the checkpoint closed and cancel its calls still running (but the caller's own)."""
         self._closed[checkpoint_id] = (verb, response)
+        while len(self._closed) > CLOSED_KEPT:
+            del self._closed[next(iter(self._closed))]
         current = asyncio.current_task()
         for key in [k for k in self._running if k[1] == checkpoint_id]:
             task = self._running.pop(key)

@@ -447,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         run(args, lambda text: print(text, file=sys.stderr, flush=True), soak)
     except Exception as exc:  # the table of what ran so far is still printed, with why it stopped
         stopped = f"{type(exc).__name__}: {exc}"
+    except KeyboardInterrupt:  # Ctrl-C (or kill -INT): the stack is stopped, what ran so far is reported
+        stopped = "interrupted"
     print_table(soak, args, time.monotonic() - started)
     if args.samples:
         with open(args.samples, "w", encoding="utf-8") as out:

@@ -66,8 +66,7 @@ class RepeatCalls:
     def close(self, checkpoint_id: str, verb: Verb, response: PhaseResponse) -> None:
         """Remember how the checkpoint closed and cancel its calls still running (but the caller's own)."""
         self._closed[checkpoint_id] = (verb, response)
-        while len(self._closed) > CLOSED_KEPT:
-            del self._closed[next(iter(self._closed))]
+        _keep_newest(self._closed, CLOSED_KEPT)
         current = asyncio.current_task()
         for key in [k for k in self._running if k[1] == checkpoint_id]:
             task = self._running.pop(key)
@@ -81,9 +80,14 @@ class RepeatCalls:
 
     def remember_resumed_restore(self, checkpoint_id: str, restore_id: str, answer: RestoreResponse) -> None:
         self._resumed_restores[checkpoint_id] = (restore_id, answer)
-        while len(self._resumed_restores) > RESUMED_RESTORES_KEPT:
-            del self._resumed_restores[next(iter(self._resumed_restores))]
+        _keep_newest(self._resumed_restores, RESUMED_RESTORES_KEPT)
 
     def cancel_all(self) -> None:
         for task in self._running.values():
             task.cancel()
+
+
+def _keep_newest(entries: dict[str, Any], count: int) -> None:
+    """Forget the oldest entries (a dict keeps the order they were added in) until ``count`` are left."""
+    while len(entries) > count:
+        del entries[next(iter(entries))]

@@ -144,7 +144,7 @@ def test_a_checkpoint_id_taken_by_another_stack_is_refused(tmp_path) -> None:
 
 
 def test_reward_table_summarises_results_per_agent(tmp_path) -> None:
-    from gym_services.commands.stack import reward_table
+    from gym_services.commands.stack.job_files import reward_table
 
     path = tmp_path / "results.jsonl"
     rows = [

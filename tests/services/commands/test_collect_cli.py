@@ -1,5 +1,5 @@
 """`gymckpt collect` as a new user meets it: nothing overwritten, tasks-file mistakes named before anything is
-written, a job whose every episode failed exits non-zero, Ctrl-C says the job keeps running (issue 27)."""
+written, a job whose every episode failed exits non-zero, Ctrl-C says the job keeps running."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`gymckpt status` fits a terminal and says when a server is down (exit 1); `gymckpt up` starts a crashed
 server again while the others keep their live state, `gymckpt restart NAME` restarts one, and then
-checkpoint works; `collect` names the server that is down when a job stalls (issue 27)."""
+checkpoint works; `collect` names the server that is down when a job stalls."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`gymckpt checkpoint` and `restore` as a new user meets them: Ctrl-C ends with one line and the command that
 repeats the transaction, a storage location that cannot work is refused before anything is paused, --json is
-JSON alone, and --version and a second `down` say something sensible (issue 27)."""
+JSON alone, and --version and a second `down` say something sensible."""
 
 from __future__ import annotations
 
@@ -331,7 +331,7 @@ def test_restore_says_which_server_configs_changed_since_the_checkpoint(tmp_path
 def test_another_servers_port_is_no_config_change(tmp_path) -> None:
     """`{port:lean-sandbox}` resolves to a new port on every `up`: not a change a restore warns about (the demo stack's
     math-formal-lean said "sandbox_port: 45479 -> 38847" after `down --kill` and `up`); a changed setting still is."""
-    from gym_services.commands.stack import config_changes, server_configs
+    from gym_services.commands.stack.configs import config_changes, server_configs
 
     def state(sandbox: int, lean: int, max_steps: int) -> StackState:
         (tmp_path / "configs").mkdir(exist_ok=True)

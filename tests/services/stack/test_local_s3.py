@@ -117,7 +117,7 @@ def test_embedded_s3_stack_checkpoint_crash_restore(stack_dir) -> None:
     assert not _alive(store["pid"]) or not _alive(
         json.loads((stack_dir / ".gymckpt/stack/s3/store.json").read_text())["pid"]
     )
-    # and reading checkpoints then says so, with the way back (issue 27)
+    # and reading checkpoints then says so, with the way back
     stopped = gymckpt("checkpoints", "list", cwd=stack_dir, check=False)
     assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
     assert stopped.stderr.rstrip().endswith(

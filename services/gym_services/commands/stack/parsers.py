@@ -1,14 +1,17 @@
 """The parsers of ``gymckpt up/restart/down/status/collect/checkpoint/restore/checkpoints`` (a local stack).
 
-Kept apart from their handlers (:mod:`gym_services.commands.stack`), which are imported only when one of these
-commands runs: the handlers load the control plane's models, the coordinator and their HTTP clients, which
-``gymckpt --help``, ``gymckpt serve`` and the other commands do not need (issue 29: a cold ``gymckpt checkpoint``
-spent most of its time importing). ``benchmarks/cli_checkpoint.py`` measures it.
+Kept apart from their handlers (the other modules of :mod:`gym_services.commands.stack`), which are imported only
+when one of these commands runs: the handlers load the control plane's models, the coordinator and their HTTP
+clients, which ``gymckpt --help``, ``gymckpt serve`` and the other commands do not need (a cold ``gymckpt
+checkpoint`` spent most of its time importing them). ``benchmarks/cli_checkpoint.py`` measures it,
+``tests/services/cli/test_cli_imports.py`` keeps it so. One register function per group of commands, as the
+handlers are grouped.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from collections.abc import Callable
 
@@ -17,16 +20,19 @@ from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEO
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
 
 
-def handler(name: str) -> Callable[[argparse.Namespace], int]:
-    """The handler ``name`` of :mod:`gym_services.commands.stack`, that module imported when it runs."""
+class Handler:
+    """The handler ``name`` of ``gym_services.commands.stack.<module>``, that module imported when it runs."""
 
-    def run(args: argparse.Namespace) -> int:
-        from gym_services.commands import stack
+    def __init__(self, module: str, name: str) -> None:
+        self.module = f"gym_services.commands.stack.{module}"
+        self.__name__ = self.__qualname__ = name
 
-        return getattr(stack, name)(args)
+    def load(self) -> Callable[[argparse.Namespace], int]:
+        command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(self.module), self.__name__)
+        return command
 
-    run.__name__ = run.__qualname__ = name
-    return run
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.load()(args)
 
 
 def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
@@ -38,6 +44,16 @@ def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Every local-stack command, group by group (the order of ``gymckpt --help``)."""
+    register_lifecycle(sub)
+    register_collect(sub)
+    register_checkpoint(sub)
+    register_restore(sub)
+    register_catalog(sub)
+
+
+def register_lifecycle(sub: argparse._SubParsersAction) -> None:
+    """``up``, ``restart``, ``down``, ``status`` (:mod:`.lifecycle`)."""
     p = sub.add_parser(
         "up",
         help="start every server of a stack config as local processes",
@@ -50,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="override the config's storage: embedded-s3 (start a local S3 store), s3://bucket/prefix or file:///path",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
-    p.set_defaults(func=handler("cmd_up"))
+    p.set_defaults(func=Handler("lifecycle", "cmd_up"))
 
     p = sub.add_parser(
         "restart",
@@ -61,12 +77,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _common(p)
     p.add_argument("name", help="the server's name (as `gymckpt status` lists it)")
-    p.set_defaults(func=handler("cmd_restart"))
+    p.set_defaults(func=Handler("lifecycle", "cmd_restart"))
 
     p = sub.add_parser("down", help="stop the stack's servers", description="Stop the servers of the running stack.")
     _common(p)
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
-    p.set_defaults(func=handler("cmd_down"))
+    p.set_defaults(func=Handler("lifecycle", "cmd_down"))
 
     p = sub.add_parser(
         "status",
@@ -84,8 +100,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the last upload and event of each participant (wider than a terminal)",
     )
     p.add_argument("--json", action="store_true", help="the participants' raw status answers as JSON")
-    p.set_defaults(func=handler("cmd_status"))
+    p.set_defaults(func=Handler("lifecycle", "cmd_status"))
 
+
+def register_collect(sub: argparse._SubParsersAction) -> None:
+    """``collect`` (:mod:`.collect`)."""
     p = sub.add_parser(
         "collect",
         help="run rollout collection on the stack's (or a cluster's) collection server",
@@ -122,13 +141,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="say so on stderr when no episode finished (or the server did not answer) for this many "
         "seconds, and again every as many seconds (default 60)",
     )
-    p.set_defaults(func=handler("cmd_collect"))
+    p.set_defaults(func=Handler("collect", "cmd_collect"))
 
+
+def register_checkpoint(sub: argparse._SubParsersAction) -> None:
+    """``checkpoint`` (:mod:`.checkpoint`)."""
     p = sub.add_parser(
         "checkpoint",
         help="take a consistent checkpoint of the running stack",
         description="prepare -> capture -> resume -> persist -> publish over every participant: the rollouts wait "
-        "only while each server snapshots its state; records are packed, uploaded and verified in the background, "
+        "only while each server captures its state; records are packed, uploaded and verified in the background, "
         "and the checkpoint exists once its manifest is published. --method sync persists and publishes while the "
         "rollouts wait (prepare -> capture -> persist -> publish -> resume).",
     )
@@ -154,8 +176,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lease", type=float, default=DEFAULT_LEASE_S, help=f"lease seconds (default {DEFAULT_LEASE_S:g})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=handler("cmd_checkpoint"))
+    p.set_defaults(func=Handler("checkpoint", "cmd_checkpoint"))
 
+
+def register_restore(sub: argparse._SubParsersAction) -> None:
+    """``restore`` (:mod:`.restore`)."""
     p = sub.add_parser(
         "restore",
         help="restore a checkpoint into the running (fresh) stack",
@@ -171,8 +196,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=handler("cmd_restore"))
+    p.set_defaults(func=Handler("restore", "cmd_restore"))
 
+
+def register_catalog(sub: argparse._SubParsersAction) -> None:
+    """``checkpoints list/show/delete/prune`` (:mod:`.catalog`)."""
     p = sub.add_parser(
         "checkpoints",
         help="list, show or delete checkpoints at a storage location",
@@ -181,12 +209,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     inner = p.add_subparsers(dest="checkpoints_command", required=True, metavar="ACTION")
     q = inner.add_parser("list", help="every checkpoint, complete or not", description="List checkpoints.")
     _common(q, storage=True)
-    q.set_defaults(func=handler("cmd_checkpoints_list"))
+    q.set_defaults(func=Handler("catalog", "cmd_checkpoints_list"))
     q = inner.add_parser("show", help="one checkpoint's manifest", description="Show one checkpoint's manifest.")
     _common(q, storage=True)
     q.add_argument("checkpoint_id", help="the checkpoint to show")
     q.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    q.set_defaults(func=handler("cmd_checkpoints_show"))
+    q.set_defaults(func=Handler("catalog", "cmd_checkpoints_show"))
     q = inner.add_parser(
         "delete",
         help="remove one checkpoint's stored objects",
@@ -197,7 +225,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _common(q, storage=True)
     q.add_argument("checkpoint_id", help="the checkpoint to delete")
-    q.set_defaults(func=handler("cmd_checkpoints_delete"))
+    q.set_defaults(func=Handler("catalog", "cmd_checkpoints_delete"))
     q = inner.add_parser(
         "prune",
         help="remove what checkpoints that never published left behind",
@@ -207,4 +235,4 @@ def register(sub: argparse._SubParsersAction) -> None:
         "reads any more. Published checkpoints and those still being written are never touched.",
     )
     _common(q, storage=True)
-    q.set_defaults(func=handler("cmd_checkpoints_prune"))
+    q.set_defaults(func=Handler("catalog", "cmd_checkpoints_prune"))

@@ -440,21 +440,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or a pod's service account.",
     )
     inner = p.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    _register_checkpoint(inner)
+    _register_restore(inner)
+    _register_secret(inner)
 
-    def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's, or the pod's)")
-        q.add_argument("--release", help="the Helm release whose operator runs it (default: $GYMCKPT_RELEASE)")
-        q.add_argument("--lease", type=int, default=60, help="lease seconds (default 60)")
-        q.add_argument("--wait-timeout", type=float, default=900.0, help="seconds to wait for the end (default 900)")
-        q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on the resource (repeatable)")
-        q.add_argument("--no-wait", action="store_true", help="create the resource and return")
-        q.add_argument("--json", action="store_true", help="print the final status as JSON")
-        q.add_argument(
-            "--allow-failure",
-            action="store_true",
-            help="exit 0 even if it failed (an upgrade hook that must not block)",
-        )
 
+def _common(q: argparse.ArgumentParser) -> None:
+    """What ``cluster checkpoint`` and ``cluster restore`` both take."""
+    q.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's, or the pod's)")
+    q.add_argument("--release", help="the Helm release whose operator runs it (default: $GYMCKPT_RELEASE)")
+    q.add_argument("--lease", type=int, default=60, help="lease seconds (default 60)")
+    q.add_argument("--wait-timeout", type=float, default=900.0, help="seconds to wait for the end (default 900)")
+    q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on the resource (repeatable)")
+    q.add_argument("--no-wait", action="store_true", help="create the resource and return")
+    q.add_argument("--json", action="store_true", help="print the final status as JSON")
+    q.add_argument(
+        "--allow-failure",
+        action="store_true",
+        help="exit 0 even if it failed (an upgrade hook that must not block)",
+    )
+
+
+def _register_checkpoint(inner: argparse._SubParsersAction) -> None:
     q = inner.add_parser(
         "checkpoint",
         help="create a Checkpoint and wait until it is Completed or Failed",
@@ -484,9 +491,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="once it completed, delete all but the N newest ended Checkpoints of the release carrying every --label "
         "(never one an unfinished Restore names); the upgrade hook keeps upgradeCheckpoint.keep",
     )
-    common(q)
+    _common(q)
     q.set_defaults(func=cmd_checkpoint)
 
+
+def _register_restore(inner: argparse._SubParsersAction) -> None:
     q = inner.add_parser(
         "restore",
         help="create a Restore of a Checkpoint and wait until it is Completed or Failed",
@@ -508,9 +517,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--pods-annotation", metavar="KEY=VALUE", help="only count pods carrying this annotation (a new revision)"
     )
-    common(q)
+    _common(q)
     q.set_defaults(func=cmd_restore)
 
+
+def _register_secret(inner: argparse._SubParsersAction) -> None:
     q = inner.add_parser(
         "secret",
         help="create a Secret of random values once (the chart's secrets hook); never change a value it holds",

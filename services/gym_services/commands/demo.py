@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from gym_services.demo.engines import ENGINES, LLAMA_MAX_OUTPUT_TOKENS
+from gym_services.demo.workers import LLAMA_MAX_OUTPUT_TOKENS, WORKER_KINDS
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     p.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=WORKER_KINDS,
         default="builtin",
         help="the inference worker: builtin (scripted policies that solve the tasks, paced by --tokens-per-second) or "
         "llama.cpp (llama.cpp's llama-server from the engine extra serving the tiny generated model, random weights: "

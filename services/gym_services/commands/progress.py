@@ -13,7 +13,7 @@ from typing import IO, Any
 
 
 class JobProgress:
-    """Shows ``{"total", "finished", "live", "errors"}`` snapshots of one job per label."""
+    """Shows each ``{"total", "finished", "live", "errors"}`` status of one job per label, as it arrives."""
 
     def __init__(self, stream: IO[str] | None = None, *, interval_s: float = 10.0) -> None:
         self.stream = stream or sys.stderr

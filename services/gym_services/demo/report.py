@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from gym_services.base.text import human_bytes, table
 from gym_services.demo.story import Run
@@ -25,7 +26,34 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
     """Rewards per rollout must match; with ``tokens``, no generated token may be generated again, and every
     rollout's training tokens equal the uninterrupted run's (ids and log-probs, exactly)."""
     problems: list[str] = []
-    by_env: dict[str, dict[str, list]] = defaultdict(lambda: {"ids": [], "base": [], "ckpt": [], "diff": []})
+    by_env = _rewards_by_env(base, ckpt, agent_env, problems)
+    tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
+    regenerated = regenerated_tokens(base, ckpt)
+    if tokens:
+        problems += _token_problems(base, ckpt, tokens_by_env)
+        if regenerated != 0:
+            problems.append(f"{regenerated} tokens regenerated after the restore (target 0)")
+    problems += _restore_problems(ckpt)
+    lines = [
+        "rewards per environment:",
+        _rewards_table(by_env, tokens_by_env),
+        "",
+        "checkpoint, crash and restore:",
+        table(["", "value"], _summary(base, ckpt, regenerated)),
+    ]
+    return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
+
+
+#: environment -> its rollout ids, their rewards in each run, and the rollouts whose reward differs
+ByEnv = dict[str, dict[str, list[Any]]]
+#: environment -> what :func:`training_tokens_verdict` says of its rollouts
+TokensByEnv = dict[str, tuple[str, list[str], int | str]]
+
+
+def _rewards_by_env(base: Run, ckpt: Run, agent_env: dict[str, str], problems: list[str]) -> ByEnv:
+    """Every rollout's reward in both runs, by environment; a reward that differs, a result in one run only, or
+    an episode with two results is added to ``problems``."""
+    by_env: ByEnv = defaultdict(lambda: {"ids": [], "base": [], "ckpt": [], "diff": []})
     for rid, row in sorted(base.results.items()):
         env = agent_env.get(row.get("agent", ""), row.get("agent", "?"))
         slot = by_env[env]
@@ -48,13 +76,34 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         problems.append(f"results only in the checkpointed run: {extra}")
     if ckpt.duplicates or base.duplicates:
         problems.append(f"episodes with two results (ran twice): {sorted(set(ckpt.duplicates + base.duplicates))}")
-    tokens_by_env = {env: training_tokens_verdict(base, ckpt, s["ids"]) for env, s in by_env.items()}
+    return by_env
+
+
+def _token_problems(base: Run, ckpt: Run, tokens_by_env: TokensByEnv) -> list[str]:
+    problems = []
     for env, (_, differing, masked) in sorted(tokens_by_env.items()):
-        if tokens and differing:
+        if differing:
             where = "; ".join(f"{rid}: {token_difference(base, ckpt, rid)}" for rid in differing)
-            problems.append(f"{env}: training tokens (result rows, capture ledgers) differ in {differing} ({where})")
-        if tokens and isinstance(masked, int) and masked:
+            problems.append(f"{env}: training tokens (result rows, token ledgers) differ in {differing} ({where})")
+        if isinstance(masked, int) and masked:
             problems.append(f"{env}: {masked} rollouts masked (a model call lost; a trainer would not train on them)")
+    return problems
+
+
+def _restore_problems(ckpt: Run) -> list[str]:
+    """A late call of the old attempt that was not refused; episodes run again after a worker was killed."""
+    problems = []
+    stale = ckpt.stale_call
+    if stale and not (stale.get("status") == 409 and stale.get("code") == "stale_attempt"):
+        problems.append(f"a late call of the old attempt was not refused: {stale}")
+    if ckpt.worker_killed and ckpt.reruns_before_checkpoint:
+        problems.append(
+            f"{ckpt.reruns_before_checkpoint} episodes were run again after the worker was killed (target 0)"
+        )
+    return problems
+
+
+def _rewards_table(by_env: ByEnv, tokens_by_env: TokensByEnv) -> str:
     rows = [
         [
             env,
@@ -67,36 +116,15 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
         ]
         for env, s in sorted(by_env.items())
     ]
-    lines = [
-        "rewards per environment:",
-        table(
-            [
-                "environment",
-                "episodes",
-                "uninterrupted",
-                "checkpointed",
-                "equal",
-                "training tokens identical to the uninterrupted run",
-                "masked rollouts",
-            ],
-            rows,
-        ),
-    ]
+    headers = ["environment", "episodes", "uninterrupted", "checkpointed", "equal"]
+    return table([*headers, "training tokens identical to the uninterrupted run", "masked rollouts"], rows)
 
-    cp, rs = ckpt.checkpoint, ckpt.restore
-    regenerated = regenerated_tokens(base, ckpt)
-    if tokens and regenerated != 0:
-        problems.append(f"{regenerated} tokens regenerated after the restore (target 0)")
-    stale = ckpt.stale_call
-    if stale and not (stale.get("status") == 409 and stale.get("code") == "stale_attempt"):
-        problems.append(f"a late call of the old attempt was not refused: {stale}")
-    live = ckpt.in_flight
-    killed = ckpt.worker_killed
-    if killed and ckpt.reruns_before_checkpoint:
-        problems.append(
-            f"{ckpt.reruns_before_checkpoint} episodes were run again after the worker was killed (target 0)"
-        )
-    summary = [
+
+def _summary(base: Run, ckpt: Run, regenerated: int) -> list[list[Any]]:
+    """The checkpoint, crash and restore in figures: what was live, the pause, the size, and where every token
+    went."""
+    cp, rs, live, stale, killed = ckpt.checkpoint, ckpt.restore, ckpt.in_flight, ckpt.stale_call, ckpt.worker_killed
+    summary: list[list[Any]] = [
         ["episodes live at the checkpoint", live.get("collection", {}).get("episodes", "-")],
         ["model generations in flight (cut) / held", _model_line(live)],
         ["checkpoint pause seen by rollouts", f"{cp.pause_s * 1000:.0f} ms" if cp else "-"],
@@ -124,14 +152,14 @@ def compare(base: Run, ckpt: Run, agent_env: dict[str, str], *, tokens: bool = T
             ["generations continued on another worker", _model_sum(live, "failovers")],
             ["episodes run again or failed after the kill", ckpt.reruns_before_checkpoint],
         ]
-    lines += ["", "checkpoint, crash and restore:", table(["", "value"], summary)]
-    return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
+    return summary
 
 
-Tokens = list[tuple[list[int], list[int], list[float]]]
+#: one rollout's training tokens: for each model call, its prompt ids, generated ids and their log-probs
+TrainingTokens = list[tuple[list[int], list[int], list[float]]]
 
 
-def training_tokens(row: dict | None) -> Tokens:
+def training_tokens(row: dict | None) -> TrainingTokens:
     """What the results file carries for a trainer of one result row: every model output item's prompt ids,
     generated ids and their log-probs (the last item of each model response carries them, NeMo Gym's
     ``…__training`` items). A multi-turn row that lists its turns (``all_attempts``, the proof refinement
@@ -150,12 +178,11 @@ def training_tokens(row: dict | None) -> Tokens:
     ]
 
 
-def ledger_tokens(snapshot: Snapshot | None) -> Tokens:
-    """What a trainer reads of one rollout's frozen capture ledger: each call's prompt ids, generated ids and
+def ledger_tokens(ledger: Snapshot | None) -> TrainingTokens:
+    """What a trainer reads of one rollout's frozen token ledger: each call's prompt ids, generated ids and
     their log-probs, in the order the calls were stored (none without a ledger)."""
     return [
-        (e.prompt_token_ids, e.generation_token_ids, e.generation_log_probs)
-        for e in (snapshot.entries if snapshot else [])
+        (e.prompt_token_ids, e.generation_token_ids, e.generation_log_probs) for e in (ledger.entries if ledger else [])
     ]
 
 
@@ -169,9 +196,9 @@ def token_difference(base: Run, ckpt: Run, rid: str) -> str:
     for run, name, row in ((ckpt, "checkpointed", mine), (base, "uninterrupted", theirs)):
         ledger = run.ledgers.get(rid)
         if ledger is None or ledger.incomplete:
-            return f"the {name} run's capture ledger is {'missing' if ledger is None else 'incomplete'}"
+            return f"the {name} run's token ledger is {'missing' if ledger is None else 'incomplete'}"
         if ledger_tokens(ledger) != row:
-            return f"the {name} run's capture ledger differs from its result row"
+            return f"the {name} run's token ledger differs from its result row"
     if len(mine) != len(theirs):
         return f"{len(mine)} model calls (checkpointed) vs {len(theirs)} (uninterrupted)"
     for call, ((prompt, ids, lps), (their_prompt, their_ids, their_lps)) in enumerate(zip(mine, theirs, strict=True)):
@@ -202,7 +229,7 @@ def training_tokens_verdict(base: Run, ckpt: Run, ids: list[str]) -> tuple[str, 
 
     A rollout's training tokens are identical when its result row carries the token ids and log-probs of
     the uninterrupted run's row, exactly, and in both
-    runs its frozen capture ledger holds exactly what its row
+    runs its frozen token ledger holds exactly what its row
     carries (what the trainer reads from the ledger is what the results file says) and is complete. A
     rollout is masked (a trainer must not train on it) when its ledger in the checkpointed run is frozen
     ``incomplete``: a model call of it was lost."""

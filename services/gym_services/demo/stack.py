@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gym_services.demo.engines import ENGINES
+from gym_services.demo.workers import WORKER_KINDS
 from gym_services.stack.config import SINGLE_REPLICA, ServerSpec, StackConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -64,30 +64,50 @@ def demo_stack(
     ``engine`` ``llama.cpp`` runs llama.cpp's llama-server with the tiny generated model as every inference
     worker (one generation at a time each, so that log-probs do not depend on what runs beside them), which the
     policy model reaches through its ``llama.cpp`` adapter; ``tokens_per_second`` is the built-in worker's."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
+    if engine not in WORKER_KINDS:
+        raise ValueError(f"unknown engine {engine!r}; one of {', '.join(WORKER_KINDS)}")
+    agents = _agents()
+    servers = {
+        "inference-worker": _worker(engine, tokens_per_second),
+        "policy-model": _policy_model(engine),
+        **_environments(latency_s),
+        **agents,
+        "collection": ServerSpec(
+            server="collection",
+            config={"agents": {name: f"{{url:{name}}}" for name in agents}, "job_dirs": [str(job_dir)]},
+        ),
+    }
+    for name, spec in servers.items():
+        if name == "inference-worker":
+            spec.replicas = workers
+        elif spec.participant and spec.server not in SINGLE_REPLICA:
+            spec.replicas = replicas
+    return StackConfig(name="demo", state_dir=str(state_dir), servers=servers)
+
+
+def _worker(engine: str, tokens_per_second: float) -> ServerSpec:
+    """The inference worker: llama.cpp's llama-server with the tiny model, or the built-in scripted one."""
     if engine == "llama.cpp":
-        worker_spec = ServerSpec(
-            server="llama_cpp_worker", participant=False, config={"model": "tiny", "context": 6144}
-        )
-    else:
-        worker: dict[str, Any] = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
-        worker_spec = ServerSpec(server="inference_worker", participant=False, config=worker)
+        return ServerSpec(server="llama_cpp_worker", participant=False, config={"model": "tiny", "context": 6144})
+    worker: dict[str, Any] = {"tokens_per_second": tokens_per_second, "time_to_first_token_s": 0.05}
+    return ServerSpec(server="inference_worker", participant=False, config=worker)
+
+
+def _policy_model(engine: str) -> ServerSpec:
+    """Token ids and log-probs on every response (what a trainer reads), sampled with a fixed seed, and every call
+    of a rollout in the token ledger (what a trainer freezes; a lost call masks its rollout)."""
     upstream: dict[str, Any] = {"base_url": "{url:inference-worker}/v1", "extra_body": {"seed": SEED}}
     if engine == "llama.cpp":
         upstream["engine"] = "llama.cpp"
-    servers = {
-        "inference-worker": worker_spec,
-        # token ids and log-probs on every response (what a trainer reads), sampled with a fixed seed, and every
-        # call of a rollout in the capture ledger (what a trainer freezes; a lost call masks its rollout)
-        "policy-model": ServerSpec(
-            server="policy_model",
-            config={
-                "upstream": upstream,
-                "return_token_id_information": True,
-                "capture_tokens": True,
-            },
-        ),
+    return ServerSpec(
+        server="policy_model",
+        config={"upstream": upstream, "return_token_id_information": True, "capture_tokens": True},
+    )
+
+
+def _environments(latency_s: float) -> dict[str, ServerSpec]:
+    """The resources servers of the four environments (and the Lean sandbox stand-in behind one)."""
+    return {
         "workplace-assistant": ServerSpec(server="workplace_assistant", config={"tool_latency_s": latency_s}),
         "indirect-prompt-injection": ServerSpec(server="indirect_prompt_injection"),
         "lean-sandbox": ServerSpec(server="lean_sandbox_standin", participant=False),
@@ -96,6 +116,12 @@ def demo_stack(
             config={"sandbox_host": "{host:lean-sandbox}", "sandbox_port": "{port:lean-sandbox}"},
         ),
         "blackjack": ServerSpec(server="blackjack", config={"step_latency_s": latency_s}),
+    }
+
+
+def _agents() -> dict[str, ServerSpec]:
+    """One agent per environment, each asking the policy model for the scripted policy that solves its tasks."""
+    return {
         "agent-workplace": ServerSpec(
             server="simple_agent",
             config={
@@ -132,20 +158,4 @@ def demo_stack(
                 "max_steps": 10,
             },
         ),
-        "collection": ServerSpec(
-            server="collection",
-            config={
-                "agents": {
-                    name: f"{{url:{name}}}"
-                    for name in ("agent-workplace", "agent-ipi", "agent-lean", "agent-blackjack")
-                },
-                "job_dirs": [str(job_dir)],
-            },
-        ),
     }
-    for name, spec in servers.items():
-        if name == "inference-worker":
-            spec.replicas = workers
-        elif spec.participant and spec.server not in SINGLE_REPLICA:
-            spec.replicas = replicas
-    return StackConfig(name="demo", state_dir=str(state_dir), servers=servers)

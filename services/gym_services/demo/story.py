@@ -25,8 +25,8 @@ from gym_services.base.affinity import replica_for
 from gym_services.base.config import StorageConfig
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
-from gym_services.demo.engines import LLAMA_MAX_OUTPUT_TOKENS
 from gym_services.demo.stack import demo_stack, write_tasks
+from gym_services.demo.workers import LLAMA_MAX_OUTPUT_TOKENS
 from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger_wire import Snapshot
 from gym_services.stack.discovery import discover
@@ -69,7 +69,7 @@ class Run:
     reruns_before_checkpoint: int = 0
     #: the killed worker's tokens as the policy models received them (worker name -> tokens)
     delivered: dict[str, int] = field(default_factory=dict)
-    #: rollout id -> its capture ledger frozen after the run (what a trainer reads); absent: the policy model held none
+    #: rollout id -> its token ledger frozen after the run (what a trainer reads); absent: the policy model held none
     ledgers: dict[str, Snapshot] = field(default_factory=dict)
 
 
@@ -156,7 +156,7 @@ async def wait_job(state: StackState, timeout_s: float, progress: Callable[[dict
 
 
 async def freeze_ledgers(model_urls: list[str], rollout_ids: list[str]) -> dict[str, Snapshot]:
-    """Freeze every rollout's capture ledger, as a trainer does once the rollout is collected. A rollout no
+    """Freeze every rollout's token ledger, as a trainer does once the rollout is collected. A rollout no
     replica holds a ledger for (404 not_found) is left out: a trainer has nothing of it to train on."""
     client = LedgerClient(model_urls)
     frozen: dict[str, Snapshot] = {}
@@ -166,7 +166,7 @@ async def freeze_ledgers(model_urls: list[str], rollout_ids: list[str]) -> dict[
                 frozen[rollout_id] = await client.freeze(rollout_id)
             except LedgerRefused as exc:
                 if exc.code != "not_found":
-                    raise StoryError(f"freezing the capture ledger of {rollout_id} failed: {exc}") from None
+                    raise StoryError(f"freezing the token ledger of {rollout_id} failed: {exc}") from None
     finally:
         await client.close()
     return frozen

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -193,19 +194,13 @@ def start_stack(
     *,
     ready_timeout_s: float = 60.0,
     log_level: str = "warning",
-    say=None,
+    say: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
 ) -> StackState:
     """Start every server (and the local object store of ``storage: embedded-s3``), wait until each is
     ready, write the state file. ``env`` is added to every server's environment (e.g. AWS_* of a store)."""
     state_dir = stack.resolved_state_dir(base)
-    if (state_dir / STATE_FILE).exists():
-        previous = read_state(state_dir)
-        if any(is_running(s) for s in previous.servers):
-            raise StackError(
-                f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first "
-                "(`gymckpt restart NAME` starts one server again)"
-            )
+    _refuse_running(stack, state_dir)
     try:
         check_stack(stack, stack.name)
     except ConfigError as exc:
@@ -213,30 +208,12 @@ def start_stack(
     creds = stack_secrets(state_dir)
     (state_dir / "configs").mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    instances = {name: spec.instances(name) for name, spec in stack.servers.items()}
-    sockets: dict[str, socket.socket] = {}
-    try:
-        for name, spec in stack.servers.items():
-            for instance in instances[name]:
-                sockets[instance] = listen(instance, spec.port or 0)
-    except StackError:
-        for sock in sockets.values():
-            sock.close()
-        raise
-    ports = {instance: sock.getsockname()[1] for instance, sock in sockets.items()}
-    # a server with replicas is the list of its replicas' URLs, in ordinal order
-    urls: dict[str, str | list[str]] = {
-        name: [f"http://127.0.0.1:{ports[i]}" for i in instances[name]]
-        if spec.replicas > 1
-        else f"http://127.0.0.1:{ports[name]}"
-        for name, spec in stack.servers.items()
-    }
+    sockets = _listen_all(stack)
     # keys are <location>/checkpoints/<id>/..., so the default location is the state folder itself
     storage = stack.storage or f"file://{state_dir}"
-    extra_env = env or {}
-    env = {
+    server_env = {
         **os.environ,
-        **extra_env,
+        **(env or {}),
         "GYMCKPT_CONTROL_TOKEN": creds["control_token"],
         "GYMCKPT_SESSION_SECRET": creds["session_secret"],
         "PYTHONUNBUFFERED": "1",
@@ -250,37 +227,10 @@ def start_stack(
                 sock.close()
             raise StackError(str(exc)) from None
         storage = embedded_location(stack.name)
-        env.update(store.env(creds["s3_access_key"], creds["s3_secret_key"]))
-    running: list[RunningServer] = []
-    procs: list[subprocess.Popen] = []
+        server_env.update(store.env(creds["s3_access_key"], creds["s3_secret_key"]))
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        for group, spec in stack.servers.items():
-            for ordinal, name in enumerate(instances[group]):
-                config = substitute_urls(spec.config, urls)
-                # every replica has the server's name (metrics, cookies); the process name is its participant id
-                config.update({"name": group, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
-                config_path = state_dir / "configs" / f"{name}.yaml"
-                config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-                log_path = state_dir / "logs" / f"{name}.log"
-                proc = _spawn(
-                    spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path
-                )
-                procs.append(proc)
-                running.append(
-                    RunningServer(
-                        name=name,
-                        server=spec.server,
-                        url=f"http://127.0.0.1:{ports[name]}",
-                        port=ports[name],
-                        pid=proc.pid,
-                        participant=spec.participant,
-                        log=str(log_path),
-                        started=start_time(proc.pid),
-                        group=group if spec.replicas > 1 else None,
-                        ordinal=ordinal,
-                        replicas=spec.replicas,
-                    )
-                )
+        running = _spawn_all(stack, state_dir, sockets, server_env, log_level, procs)
         wait_ready(running, procs, ready_timeout_s)
     except BaseException:
         for sock in sockets.values():
@@ -295,6 +245,79 @@ def start_stack(
     state = StackState(name=stack.name, state_dir=str(state_dir), storage=storage, servers=running, object_store=store)
     (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
     return state
+
+
+def _refuse_running(stack: StackConfig, state_dir: Path) -> None:
+    if (state_dir / STATE_FILE).exists():
+        previous = read_state(state_dir)
+        if any(is_running(s) for s in previous.servers):
+            raise StackError(
+                f"stack {stack.name} is already running in {state_dir}; `gymckpt down` first "
+                "(`gymckpt restart NAME` starts one server again)"
+            )
+
+
+def _listen_all(stack: StackConfig) -> dict[str, socket.socket]:
+    """A listening socket for every process of the stack, by process name (all closed if one cannot listen)."""
+    sockets: dict[str, socket.socket] = {}
+    try:
+        for name, spec in stack.servers.items():
+            for instance in spec.instances(name):
+                sockets[instance] = listen(instance, spec.port or 0)
+    except StackError:
+        for sock in sockets.values():
+            sock.close()
+        raise
+    return sockets
+
+
+def _spawn_all(
+    stack: StackConfig,
+    state_dir: Path,
+    sockets: dict[str, socket.socket],
+    env: dict[str, str],
+    log_level: str,
+    procs: list[subprocess.Popen[bytes]],
+) -> list[RunningServer]:
+    """Write every process's config (the other servers' URLs filled in) and start it on its socket (taken out of
+    ``sockets``); each process started is added to ``procs`` at once, so a failure can stop those."""
+    ports = {instance: sock.getsockname()[1] for instance, sock in sockets.items()}
+    # a server with replicas is the list of its replicas' URLs, in ordinal order
+    urls: dict[str, str | list[str]] = {
+        name: [f"http://127.0.0.1:{ports[i]}" for i in spec.instances(name)]
+        if spec.replicas > 1
+        else f"http://127.0.0.1:{ports[name]}"
+        for name, spec in stack.servers.items()
+    }
+    running: list[RunningServer] = []
+    for group, spec in stack.servers.items():
+        for ordinal, name in enumerate(spec.instances(group)):
+            config = substitute_urls(spec.config, urls)
+            # every replica has the server's name (metrics, cookies); the process name is its participant id
+            config.update({"name": group, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
+            config_path = state_dir / "configs" / f"{name}.yaml"
+            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            log_path = state_dir / "logs" / f"{name}.log"
+            proc = _spawn(
+                spec.server, config_path, sockets.pop(name), {**env, "GYMCKPT_PARTICIPANT_ID": name}, log_path
+            )
+            procs.append(proc)
+            running.append(
+                RunningServer(
+                    name=name,
+                    server=spec.server,
+                    url=f"http://127.0.0.1:{ports[name]}",
+                    port=ports[name],
+                    pid=proc.pid,
+                    participant=spec.participant,
+                    log=str(log_path),
+                    started=start_time(proc.pid),
+                    group=group if spec.replicas > 1 else None,
+                    ordinal=ordinal,
+                    replicas=spec.replicas,
+                )
+            )
+    return running
 
 
 def restart_server(
@@ -358,7 +381,7 @@ def partly_running(state_dir: Path) -> bool:
 
 
 def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
-    import httpx  # here only: `gymckpt checkpoint` reads the state file without it (a cold start, issue 29)
+    import httpx  # here only: `gymckpt checkpoint` reads the state file without it (benchmarks/cli_checkpoint.py)
 
     deadline = time.monotonic() + timeout_s
     pending = {s.name: (s, p) for s, p in zip(servers, procs, strict=True)}

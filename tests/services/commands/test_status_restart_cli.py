@@ -14,7 +14,7 @@ import httpx
 import pytest
 from tests.services.commands.cli_support import gymckpt
 
-from gym_services.commands.status import WIDTH, status_table
+from gym_services.commands.stack.status_table import WIDTH, status_table
 from gym_services.control.models import StatusResponse
 
 

@@ -1,4 +1,4 @@
-"""The demo's training-token verdict reads what a trainer reads: each rollout's frozen capture ledger.
+"""The demo's training-token verdict reads what a trainer reads: each rollout's frozen token ledger.
 
 A rollout is masked when its ledger is frozen ``incomplete`` (a model call was lost), whatever its result
 row carries; and its tokens count as identical only when the ledger holds exactly the row's tokens.
@@ -117,4 +117,4 @@ def test_the_report_says_where_the_tokens_first_differ() -> None:
     assert token_difference(_run(RIDS), near, "2-0").startswith("call 0 token 1: id 8 log-prob -1.5")  # exactly
     missing = _run(RIDS)
     del missing.ledgers["0-0"]
-    assert token_difference(_run(RIDS), missing, "0-0") == "the checkpointed run's capture ledger is missing"
+    assert token_difference(_run(RIDS), missing, "0-0") == "the checkpointed run's token ledger is missing"

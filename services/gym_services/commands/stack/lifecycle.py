@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from gym_services.base.config import ConfigError
 from gym_services.base.text import table
 from gym_services.commands.stack.running import fail, plural, running, state_dir, stopped, with_coordinator
-from gym_services.commands.status import status_table
+from gym_services.commands.stack.status_table import status_table
 from gym_services.control.models import StatusResponse
 from gym_services.coordination.client import ParticipantError
 from gym_services.coordination.coordinator import Coordinator

@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT))
 from tests.support.llama_cpp import LlamaServer, llama_server_binary, tiny_model  # noqa: E402
 
 from gym_services.base.text import table  # noqa: E402
-from gym_services.models.policy_model.engines import TokenPrefix  # noqa: E402
-from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamConfig  # noqa: E402
+from gym_services.base.tokens import Tokens  # noqa: E402
+from gym_services.models.policy_model.engines import Halt  # noqa: E402
+from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig  # noqa: E402
 
 PROMPTS = [
     "Größe und Maß: schreibe über 日本語, Привет and 🙂 🚀 — mit Umlauten.",
@@ -57,14 +58,14 @@ VARIANTS: dict[str, list[str]] = {
 
 
 async def generate(
-    url: str, prompt: str, tokens: int, prefix: TokenPrefix | None = None
+    url: str, prompt: str, tokens: int, prefix: Tokens | None = None
 ) -> tuple[list[int], list[int], list[float]]:
     """(prompt ids, generated ids, log-probs) of one seeded generation (or its continuation after ``prefix``)."""
     upstream = Upstream(UpstreamConfig(base_url=f"{url}/v1", engine="llama.cpp", extra_body={"seed": SEED}))
     await upstream.start()
     try:
         chat = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "temperature": 1.0}
-        budget = tokens - (len(prefix.token_ids) if prefix else 0)
+        budget = tokens - (len(prefix.generation_token_ids) if prefix else 0)
         request = upstream.engine.request(chat, prefix, budget)
         prompt_ids: list[int] = []
         ids: list[int] = []
@@ -73,10 +74,10 @@ async def generate(
             async for delta in deltas:
                 if delta.prompt_token_ids is not None:
                     prompt_ids = list(delta.prompt_token_ids)
-                ids += delta.token_ids
-                lps += delta.log_probs
+                ids += delta.generation_token_ids
+                lps += delta.generation_log_probs
         if prefix is not None:
-            prompt_ids = prompt_ids[: len(prompt_ids) - len(prefix.token_ids)]
+            prompt_ids = prompt_ids[: len(prompt_ids) - len(prefix.generation_token_ids)]
         return prompt_ids, ids, lps
     finally:
         await upstream.close()
@@ -118,7 +119,7 @@ async def measure(flags: list[str], args: argparse.Namespace, work: Path) -> dic
                         server.url,
                         p,
                         args.tokens,
-                        TokenPrefix(tuple(alone[p][0]), tuple(alone[p][1][:k]), tuple(alone[p][2][:k])),
+                        Tokens.of(alone[p][0], alone[p][1][:k], alone[p][2][:k]),
                     )
                     for p, k in cuts
                 ),

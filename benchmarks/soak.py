@@ -51,7 +51,7 @@ from benchmarks.chaos import Chaos, add_stack_arguments  # noqa: E402
 
 from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.demo.story import MODEL, Run, Story  # noqa: E402
-from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused  # noqa: E402
+from gym_services.models.policy_model.ledger.client import LedgerClient, LedgerRefused  # noqa: E402
 from gym_services.stack.launcher import StackError, is_running, read_state  # noqa: E402
 
 

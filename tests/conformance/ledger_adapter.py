@@ -1,4 +1,4 @@
-"""NeMo Gym's ``run_conformance`` against our capture ledger, over its HTTP routes.
+"""NeMo Gym's ``run_conformance`` against our token ledger, over its HTTP routes.
 
 Runs in the oracle environment (``oracle/reference.py``), as a script:
 
@@ -9,7 +9,7 @@ or, to print the wheel's lineage hashes of item lists given on stdin:
     <oracle python> ledger_adapter.py hashes <unpacked wheel>
 
 Its classes implement NeMo Gym's ``TokenSink`` (with ``begin_call``), ``TokenSource`` and
-``LineageResolver`` protocols over our shipped client (``models/policy_model/ledger_client.py``, loaded
+``LineageResolver`` protocols over our shipped client (``models/policy_model/ledger/client.py``, loaded
 from the source tree with the wire models it sends: it needs only pydantic and httpx), which sends each
 rollout to the replica its id hashes to among the given URLs. Every factory call makes a new client
 with its own connections, so the suite's fresh-client checks talk to the servers, not to a cache.
@@ -36,8 +36,8 @@ def suite(wheel: str, services: str, rollout_id: str, urls: list[str]) -> int:
     )
     from nemo_gym.token_id_capture.records import ParentResolutionStatus, TokenEntry
 
-    from gym_services.models.policy_model.ledger_client import LedgerClient
-    from gym_services.models.policy_model.ledger_wire import LedgerEntry
+    from gym_services.models.policy_model.ledger.client import LedgerClient
+    from gym_services.models.policy_model.ledger.wire import LedgerEntry
 
     class Adapter:
         def __init__(self) -> None:
@@ -58,13 +58,13 @@ def suite(wheel: str, services: str, rollout_id: str, urls: list[str]) -> int:
 
     class Source(Adapter):
         async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
-            snap = await self.client.freeze(rollout_id)
+            frozen = await self.client.freeze(rollout_id)
             return TokenCaptureSnapshot(
-                rollout_id=snap.rollout_id,
-                entries=tuple(TokenEntry.model_validate(e.model_dump(mode="json")) for e in snap.entries),
-                incomplete=snap.incomplete,
-                snapshot_id=snap.snapshot_id,
-                version=snap.version,
+                rollout_id=frozen.rollout_id,
+                entries=tuple(TokenEntry.model_validate(e.model_dump(mode="json")) for e in frozen.entries),
+                incomplete=frozen.incomplete,
+                snapshot_id=frozen.snapshot_id,
+                version=frozen.version,
             )
 
         async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:

@@ -1,4 +1,4 @@
-"""Our capture ledger passes NeMo Gym 0.7.0's own ``run_conformance`` (``nemo_gym/token_id_capture/conformance.py``).
+"""Our token ledger passes NeMo Gym 0.7.0's own ``run_conformance`` (``nemo_gym/token_id_capture/conformance.py``).
 
 Real uvicorn policy model processes on 127.0.0.1; the wheel's suite runs unmodified in the oracle
 environment, through adapter classes (``ledger_adapter.py``) that implement its ``TokenSink``,
@@ -158,8 +158,8 @@ HASH_CASES: list[list[dict]] = [
 
 
 def test_our_lineage_hashes_equal_the_wheels(reference: Path) -> None:
-    """Entries our capture stamps resolve in NeMo Gym's resolver, and theirs in ours: the same hashes."""
-    from gym_services.models.policy_model.ledger_lineage import context_digest, fingerprint
+    """Entries our recording stamps resolve in NeMo Gym's resolver, and theirs in ours: the same hashes."""
+    from gym_services.models.policy_model.ledger.lineage import context_digest, fingerprint
     from tests.conformance.oracle.reference import oracle_python
 
     done = subprocess.run(

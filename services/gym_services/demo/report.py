@@ -8,7 +8,7 @@ from typing import Any
 
 from gym_services.base.text import human_bytes, table
 from gym_services.demo.story import Run
-from gym_services.models.policy_model.ledger_wire import Snapshot
+from gym_services.models.policy_model.ledger.wire import FrozenRollout
 
 
 @dataclass
@@ -178,7 +178,7 @@ def training_tokens(row: dict | None) -> TrainingTokens:
     ]
 
 
-def ledger_tokens(ledger: Snapshot | None) -> TrainingTokens:
+def ledger_tokens(ledger: FrozenRollout | None) -> TrainingTokens:
     """What a trainer reads of one rollout's frozen token ledger: each call's prompt ids, generated ids and
     their log-probs, in the order the calls were stored (none without a ledger)."""
     return [

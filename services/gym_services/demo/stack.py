@@ -101,7 +101,7 @@ def _policy_model(engine: str) -> ServerSpec:
         upstream["engine"] = "llama.cpp"
     return ServerSpec(
         server="policy_model",
-        config={"upstream": upstream, "return_token_id_information": True, "capture_tokens": True},
+        config={"upstream": upstream, "return_token_id_information": True, "record_tokens": True},
     )
 
 

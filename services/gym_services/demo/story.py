@@ -27,8 +27,8 @@ from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 from gym_services.demo.stack import demo_stack, write_tasks
 from gym_services.demo.workers import LLAMA_MAX_OUTPUT_TOKENS
-from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
-from gym_services.models.policy_model.ledger_wire import Snapshot
+from gym_services.models.policy_model.ledger.client import LedgerClient, LedgerRefused
+from gym_services.models.policy_model.ledger.wire import FrozenRollout
 from gym_services.stack.discovery import discover
 from gym_services.stack.launcher import StackState, alive, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
@@ -70,7 +70,7 @@ class Run:
     #: the killed worker's tokens as the policy models received them (worker name -> tokens)
     delivered: dict[str, int] = field(default_factory=dict)
     #: rollout id -> its token ledger frozen after the run (what a trainer reads); absent: the policy model held none
-    ledgers: dict[str, Snapshot] = field(default_factory=dict)
+    ledgers: dict[str, FrozenRollout] = field(default_factory=dict)
 
 
 def model_tokens(live: dict[str, dict[str, Any]]) -> int:
@@ -155,11 +155,11 @@ async def wait_job(state: StackState, timeout_s: float, progress: Callable[[dict
     raise StoryError(f"collection did not finish within {timeout_s}s")
 
 
-async def freeze_ledgers(model_urls: list[str], rollout_ids: list[str]) -> dict[str, Snapshot]:
+async def freeze_ledgers(model_urls: list[str], rollout_ids: list[str]) -> dict[str, FrozenRollout]:
     """Freeze every rollout's token ledger, as a trainer does once the rollout is collected. A rollout no
     replica holds a ledger for (404 not_found) is left out: a trainer has nothing of it to train on."""
     client = LedgerClient(model_urls)
-    frozen: dict[str, Snapshot] = {}
+    frozen: dict[str, FrozenRollout] = {}
     try:
         for rollout_id in rollout_ids:
             try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gym_services.demo.report import compare, token_difference, training_tokens_verdict
 from gym_services.demo.story import Run
-from gym_services.models.policy_model.ledger_wire import LedgerEntry, Snapshot
+from gym_services.models.policy_model.ledger.wire import FrozenRollout, LedgerEntry
 
 PROMPT, IDS, LOGPROBS = [1, 2, 3], [7, 8], [-0.25, -1.5]
 
@@ -25,7 +25,7 @@ def _row(rid: str, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS) -> di
 
 def _snapshot(
     rid: str, *, incomplete: bool = False, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS
-) -> Snapshot:
+) -> FrozenRollout:
     entry = LedgerEntry(
         rollout_id=rid,
         model_call_id="call-1",
@@ -33,7 +33,7 @@ def _snapshot(
         generation_token_ids=ids,
         generation_log_probs=logprobs,
     )
-    return Snapshot(
+    return FrozenRollout(
         rollout_id=rid,
         attempt=1,
         entries=[entry],
@@ -44,7 +44,7 @@ def _snapshot(
     )
 
 
-def _run(rids: list[str], **snapshots: Snapshot) -> Run:
+def _run(rids: list[str], **snapshots: FrozenRollout) -> Run:
     run = Run(results={rid: _row(rid) for rid in rids})
     run.ledgers = {rid: snapshots.get(rid.replace("-", "_")) or _snapshot(rid) for rid in rids}
     return run

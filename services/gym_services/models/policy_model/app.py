@@ -29,17 +29,17 @@ what arrived before a worker died stays as the prefix, and the generation contin
 another worker of the fleet, or, with none up, on the restarted worker after a bounded backoff; the
 call fails (``503 upstream_unavailable``) only after ``upstream_retry.deadline_s`` without progress.
 
-The capture ledger (``/v1/ledger/*``, :mod:`.ledger`, :mod:`.ledger_routes`) holds each rollout's
-training tokens, one entry per call, under NeMo Gym's token-capture contracts; with ``capture_tokens``
-every call with rollout identity writes to it (an intent before dispatch, the entry before the response
-goes out). It is part of this participant's checkpoint records.
+The token ledger (``/v1/ledger/*``, :mod:`.ledger`) holds each rollout's training tokens, one entry per
+call, under NeMo Gym's token-id capture contracts; with ``record_tokens`` every call with rollout identity
+is recorded into it (an intent before dispatch, the entry before the response goes out,
+:mod:`.ledger.recording`). It is part of this participant's checkpoint records.
 
 ``stream: true`` is answered with synthetic Responses API SSE events once the generation is finished
 (:mod:`.stream_events`), as the reference model server does, so streaming changes no checkpoint rule.
 
 With ``return_token_id_information`` the last output item of a response carries the generation's
-``prompt_token_ids``, ``generation_token_ids`` and ``generation_log_probs`` (NeMo Gym's ``…__training``
-items), as NeMo Gym's ``vllm_model`` does.
+:class:`~gym_services.base.tokens.Tokens` as ``prompt_token_ids``, ``generation_token_ids`` and
+``generation_log_probs`` (NeMo Gym's ``…__training`` items), as NeMo Gym's ``vllm_model`` does.
 
 Responses are deterministic: ids derive from the request digest, and ``created_at`` is 0 unless
 ``stable_created_at`` is false, so a checkpointed run can be compared byte for byte with an
@@ -49,9 +49,11 @@ uninterrupted one.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -61,13 +63,14 @@ from gym_services.base.config import ServerConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
-from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
+from gym_services.base.tokens import Tokens
 from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.fleet import FleetMetrics
-from gym_services.models.policy_model.generations import Generation, GenerationManager, ModelCounters
-from gym_services.models.policy_model.ledger import CaptureLedger
-from gym_services.models.policy_model.ledger_routes import call_tokens, capture_entry, ledger_routes
+from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
+from gym_services.models.policy_model.ledger.recording import record_call
+from gym_services.models.policy_model.ledger.rollouts import TokenLedger
+from gym_services.models.policy_model.ledger.routes import ledger_routes
 from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
 from gym_services.models.policy_model.stream_events import encode_sse, response_events
@@ -75,7 +78,8 @@ from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, 
 from gym_services.server.app import create_server_app, held
 
 SSE_HEADERS = {"cache-control": "no-cache"}
-log = get_logger("policy_model")
+#: the config key ``record_tokens`` was called before; still read, with a warning
+OLD_RECORD_TOKENS_KEY = "capture_tokens"
 
 
 class Config(ServerConfig):
@@ -94,11 +98,30 @@ class Config(ServerConfig):
         description="put prompt_token_ids, generation_token_ids and generation_log_probs on the last output item of "
         "every response (NeMo Gym's vllm_model option of the same name; what NeMo RL trains on)",
     )
-    capture_tokens: bool = Field(
+    record_tokens: bool = Field(
         default=False,
-        description="write every call of a rollout to the capture ledger (/v1/ledger/*) for a trainer to freeze and "
-        "drop; a call without token information from the upstream marks its rollout incomplete",
+        description="record every call of a rollout into the token ledger (/v1/ledger/*) for a trainer to freeze "
+        "and drop; a call without token information from the upstream marks its rollout incomplete "
+        "(capture_tokens, its old name, is still read, with a warning)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_record_tokens_key(cls, data: Any) -> Any:
+        """``capture_tokens`` (the old name of ``record_tokens``) is read as ``record_tokens``, with a warning."""
+        if not isinstance(data, dict) or OLD_RECORD_TOKENS_KEY not in data:
+            return data
+        data = dict(data)
+        value = data.pop(OLD_RECORD_TOKENS_KEY)
+        if "record_tokens" in data:
+            raise ValueError(f"{OLD_RECORD_TOKENS_KEY} is the old name of record_tokens: set only record_tokens")
+        # FutureWarning: Python's category for a deprecation its end users see (a DeprecationWarning is hidden)
+        warnings.warn(
+            f"the policy model's config key {OLD_RECORD_TOKENS_KEY!r} is deprecated: call it 'record_tokens'",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return {**data, "record_tokens": value}
 
 
 @dataclass(frozen=True)
@@ -108,7 +131,7 @@ class PolicyModel:
     config: Config
     upstream: Upstream
     manager: GenerationManager
-    ledger: CaptureLedger
+    ledger: TokenLedger
 
     async def shutdown(self) -> None:
         self.manager.shutdown()
@@ -125,11 +148,12 @@ async def responses(request: Request) -> Response:
     created_at = 0.0 if config.stable_created_at else time.time()
     identity = RolloutIdentity.from_headers(request.headers)
     digest = request_digest(body)
-    capture = identity if config.capture_tokens else None
-    if capture is not None:  # the intent before dispatch: a call lost from here on masks the rollout
-        server.ledger.begin_call(capture.rollout_id, digest, capture.attempt)
+    recorded = identity if config.record_tokens else None
+    if recorded is not None:  # the intent before dispatch: a call lost from here on masks the rollout
+        server.ledger.begin_call(recorded.rollout_id, digest, recorded.attempt)
     generation = await server.manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
     assert generation.finish_reason is not None
+    tokens = generation.tokens()
     response = build_response(
         body,
         digest,
@@ -139,37 +163,20 @@ async def responses(request: Request) -> Response:
         generation.prompt_tokens or 0,
         generation.completion_tokens,
         created_at,
-        token_information=generation.token_information() if config.return_token_id_information else None,
+        tokens=_reported(tokens) if config.return_token_id_information else None,
     )
-    if capture is not None:
+    if recorded is not None:
         items = body.input if isinstance(body.input, list) else None
-        _capture(server.ledger, capture, digest, body.model or model, items, response, generation)
+        record_call(server.ledger, recorded, digest, body.model or model, items, response, tokens)
     if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
         return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)
     return JSONResponse(response)
 
 
-def _capture(
-    ledger: CaptureLedger,
-    identity: RolloutIdentity,
-    call_id: str,
-    model: str,
-    items: list | None,
-    response: dict,
-    generation: Generation,
-) -> None:
-    """Store the call's entry before the response goes out; a capture failure never fails the call."""
-    tokens = call_tokens(generation)
-    try:
-        if tokens is None:
-            ledger.mark_incomplete(identity.rollout_id, call_id, identity.attempt, "the upstream returned no token ids")
-        else:
-            ledger.put(capture_entry(identity, call_id, model, items, response, tokens), identity.attempt)
-    except ApiError as exc:  # a conflicting payload (already masked), or the rollout frozen meanwhile
-        log.warning(
-            "token capture failed",
-            extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message},
-        )
+def _reported(tokens: Tokens | None) -> Tokens:
+    if tokens is None:
+        raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream reported no prompt token ids for this generation")
+    return tokens
 
 
 def create_app(config: Config) -> Starlette:
@@ -182,7 +189,7 @@ def create_app(config: Config) -> Starlette:
         config.upstream_retry,
         token_information=config.return_token_id_information,
     )
-    ledger = CaptureLedger()
+    ledger = TokenLedger()
     server = PolicyModel(config, upstream, manager, ledger)
     app = create_server_app(
         config,

@@ -4,16 +4,17 @@ Lifecycle of one ``/v1/responses`` call (one :class:`Generation`):
 
 ``running``  the upstream stream is read chunk by chunk into ``text`` (tool calls in markup form);
 ``cut``      a checkpoint asked for a cut: the upstream is told to stop (the sending half of its
-             connection is closed, :class:`~.upstream.Halt`) and the reader keeps every token that
+             connection is closed, :class:`~.engines.Halt`) and the reader keeps every token that
              still arrives until the upstream ends the stream (bounded by ``cut_wait_s``; past that
              the stream is closed where it is). The upstream counts a token only if it went out
              before it saw the stop, so every token generated is in the prefix: none is generated
              twice or for nobody, however far the reader had fallen behind. The HTTP call stays open;
 ``held``     the generation finished while a checkpoint was open: the response waits for resume;
-then, at resume (or abort), a cut call continues from its token ids — the prompt's ids as the engine
-reported them plus every generated id, never re-tokenized text (the engine adapter's continuation
-request, :mod:`.engines`) — and returns one response, prefix + continuation, with the ids and sampled
-log-probs of both: the response an uninterrupted call returns; a held call is delivered.
+then, at resume (or abort), a cut call continues from its :class:`~gym_services.base.tokens.Tokens` — the
+prompt's ids as the engine reported them plus every generated id, never re-tokenized text (the engine
+adapter's continuation request, :mod:`.engines`) — and returns one response, prefix + continuation, with
+the ids and sampled log-probs of both: the response an uninterrupted call returns; a held call is
+delivered.
 
 A failing upstream (the worker killed or restarting, a refused connection, a stream broken off, a
 ``5xx``/``429`` answer) is handled like a cut the generation did not ask for: what arrived stays as
@@ -48,12 +49,13 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
+from gym_services.base.tokens import Tokens
 from gym_services.control.models import Blocker
 from gym_services.control.participant import Record, RestoredRecord, Scope
 from gym_services.models import tool_markup
-from gym_services.models.policy_model.engines import Delta, EngineRequest, TokenPrefix
+from gym_services.models.policy_model.engines import Delta, EngineRequest, Halt
 from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
-from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamRetry, UpstreamUnavailable
+from gym_services.models.policy_model.upstream import Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
 Key = tuple[str, str]
@@ -113,27 +115,28 @@ class Generation:
         self.digest = digest
         self.body = body
         self.limit = limit
-        if staged is not None and staged.token_ids is None and not (staged.complete and not manager.token_information):
+        if staged is not None and staged.tokens is None and not (staged.complete and not manager.token_information):
             # a schema-1 record holds text only: continuing it would re-tokenize that text, so the generation
             # starts over (it was never delivered); a complete one still answers when no token ids are asked for
             log.warning(
-                "a text-only prefix record (schema 1) is generated again from the start",
+                "a text-only prefix record is generated again from the start",
                 extra={"rollout_id": identity.rollout_id if identity else None},
             )
             staged = None
         self.staged = staged
         self.restored = staged is not None
         #: answered from a schema 1 record: text and counts, no token ids
-        self.text_only = staged is not None and staged.token_ids is None
+        self.text_only = staged is not None and staged.tokens is None
         self.state: GenerationState = GenerationState.CUT  # until the first stream starts: parked, with an empty prefix
         self.text = ""
         self.structured: dict[int, dict[str, str]] = {}
         self.completion_tokens = 0
         self.prompt_tokens: int | None = None
-        #: the prompt as the engine tokenized it, every generated token id and its sampled log-prob
-        self.prompt_token_ids: list[int] | None = None
-        self.token_ids: list[int] = []
-        self.log_probs: list[float] = []
+        #: the prompt as the engine tokenized it (None until the engine reports it), every generated token id and
+        #: its sampled log-prob, growing with each delta: :meth:`tokens` is their value
+        self.prompt_token_ids: tuple[int, ...] | None = None
+        self.generation_token_ids: list[int] = []
+        self.generation_log_probs: list[float] = []
         self.finish_reason: str | None = None
         self.error: ApiError | None = None
         self.cut_requested = False
@@ -151,10 +154,10 @@ class Generation:
             self.text = staged.text
             self.completion_tokens = staged.completion_tokens
             self.prompt_tokens = staged.prompt_tokens
-            if staged.token_ids is not None:
-                self.prompt_token_ids = list(staged.prompt_token_ids) if staged.prompt_token_ids is not None else None
-                self.token_ids = list(staged.token_ids)
-                self.log_probs = list(staged.log_probs or ())
+            if staged.tokens is not None:
+                self.prompt_token_ids = staged.tokens.prompt_token_ids
+                self.generation_token_ids = list(staged.tokens.generation_token_ids)
+                self.generation_log_probs = list(staged.tokens.generation_log_probs)
             if staged.complete:
                 self.finish_reason = staged.finish_reason
 
@@ -186,8 +189,15 @@ class Generation:
 
     # --- the call ----------------------------------------------------------------------
 
-    def snapshot(self) -> StagedPrefix:
-        """What a checkpoint keeps of this generation (the attempt is set by the caller)."""
+    def tokens(self) -> Tokens | None:
+        """The generation's tokens so far (all of them once finished); None while the engine has not reported
+        the prompt's ids, or for a response answered from a text-only (schema 1) record."""
+        if self.text_only or self.prompt_token_ids is None:
+            return None
+        return Tokens(self.prompt_token_ids, tuple(self.generation_token_ids), tuple(self.generation_log_probs))
+
+    def prefix(self) -> StagedPrefix:
+        """What a checkpoint keeps of this generation, for its attempt."""
         return StagedPrefix(
             attempt=self.identity.attempt if self.identity else 0,
             text=self.text,
@@ -195,20 +205,8 @@ class Generation:
             finish_reason=self.finish_reason,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
-            prompt_token_ids=tuple(self.prompt_token_ids) if self.prompt_token_ids is not None else None,
-            token_ids=None if self.text_only else tuple(self.token_ids),
-            log_probs=None if self.text_only else tuple(self.log_probs),
+            tokens=self.tokens(),
         )
-
-    def token_information(self) -> dict[str, list[Any]]:
-        """NeMo Gym's token fields of the finished generation (prompt ids as first reported, all generated ids)."""
-        if self.text_only or self.prompt_token_ids is None:
-            raise ApiError(ErrorCode.UPSTREAM_ERROR, "the upstream reported no prompt token ids for this generation")
-        return {
-            "prompt_token_ids": list(self.prompt_token_ids),
-            "generation_token_ids": list(self.token_ids),
-            "generation_log_probs": list(self.log_probs),
-        }
 
     async def run(self) -> None:
         """Generate until finished, parking while a checkpoint is open; deliver only when none is."""
@@ -291,36 +289,39 @@ class Generation:
             await self.wake.wait()
         self._raise_if_failed()
 
-    async def _request(self) -> EngineRequest | None:
-        """The upstream request that continues from the token ids kept so far; None when the budget is spent."""
+    async def _request(self) -> tuple[EngineRequest, Tokens | None] | None:
+        """The engine request that continues from the tokens kept so far, and those tokens (None for a fresh
+        generation); None when the budget is spent."""
         remaining = None
         if self.limit is not None:
-            remaining = self.limit - len(self.token_ids)
+            remaining = self.limit - len(self.generation_token_ids)
             if remaining <= 0:
                 return None
         prefix = None
-        if self.token_ids:
+        if self.generation_token_ids:
             if self.prompt_token_ids is None:  # the stream was cut before it reported the prompt's ids
-                self.prompt_token_ids = await self.manager.upstream.prompt_token_ids(self.body)
-            prefix = TokenPrefix(tuple(self.prompt_token_ids), tuple(self.token_ids), tuple(self.log_probs))
-        return self.manager.upstream.engine.request(self.body, prefix, remaining)
+                self.prompt_token_ids = tuple(await self.manager.upstream.prompt_token_ids(self.body))
+            prefix = self.tokens()
+        return self.manager.upstream.engine.request(self.body, prefix, remaining), prefix
 
     async def _stream_once(self) -> None:
-        request = await self._request()
-        if request is None:
+        planned = await self._request()
+        if planned is None:
             self.finish_reason = "length"
             return
+        request, prefix = planned
         # counted once the upstream answers: a continuation refused by a dead worker reused nothing
         reuse = (
             (self.completion_tokens, self.resumes_after)
-            if self.token_ids and self.state == GenerationState.CUT and self.staged is None
+            if self.generation_token_ids and self.state == GenerationState.CUT and self.staged is None
             else None
         )
         self.staged = None
         self.state = GenerationState.RUNNING
         self.cut_requested = False
         self._halt = Halt()
-        self._reader = asyncio.create_task(self._read(request, base=self.completion_tokens, reuse=reuse))
+        sent_prompt = list(prefix.sequence()) if prefix is not None else None
+        self._reader = asyncio.create_task(self._read(request, sent_prompt, self.completion_tokens, reuse))
         try:
             await asyncio.wait({self._reader})
         finally:
@@ -340,9 +341,11 @@ class Generation:
             self.resumes_after = "cut"
             self.manager.count_cut()
 
-    async def _read(self, request: EngineRequest, base: int, reuse: tuple[int, str] | None = None) -> None:
-        """Append the stream to ``text`` and the token lists until it ends (after a cut: until the upstream stopped)."""
-        sent_prompt = request.body.get("prompt") if isinstance(request.body.get("prompt"), list) else None
+    async def _read(
+        self, request: EngineRequest, sent_prompt: list[int] | None, base: int, reuse: tuple[int, str] | None
+    ) -> None:
+        """Append the stream to ``text`` and the token lists until it ends (after a cut: until the upstream
+        stopped). ``sent_prompt``: a continuation's prompt ids (the prefix's sequence)."""
         try:
             async with contextlib.aclosing(
                 self.manager.upstream.deltas(request, self._halt, prefix_tokens=base)
@@ -367,15 +370,15 @@ class Generation:
                         ErrorCode.UPSTREAM_ERROR, "the upstream continued from other prompt token ids than it was sent"
                     )
             elif self.prompt_token_ids is None:
-                self.prompt_token_ids = list(delta.prompt_token_ids)
+                self.prompt_token_ids = tuple(delta.prompt_token_ids)
         if self.prompt_token_ids is not None:
             self.prompt_tokens = len(self.prompt_token_ids)
         elif delta.prompt_tokens is not None and self.prompt_tokens is None and sent_prompt is None:
             self.prompt_tokens = delta.prompt_tokens
         self.text += delta.text
-        self.token_ids.extend(delta.token_ids)
-        self.log_probs.extend(delta.log_probs)
-        self.completion_tokens = len(self.token_ids)
+        self.generation_token_ids.extend(delta.generation_token_ids)
+        self.generation_log_probs.extend(delta.generation_log_probs)
+        self.completion_tokens = len(self.generation_token_ids)
         for call in delta.tool_calls:
             slot = self.structured.setdefault(
                 int(call.get("index", len(self.structured))), {"name": "", "arguments": ""}
@@ -494,7 +497,7 @@ class GenerationManager:
         try:
             await generation.run()
             if identity is not None and generation.finish_reason is not None:
-                self.delivered[identity.rollout_id] = ((identity.rollout_id, digest), generation.snapshot())
+                self.delivered[identity.rollout_id] = ((identity.rollout_id, digest), generation.prefix())
                 while len(self.delivered) > DELIVERED_KEPT_MAX:  # finished rollouts never call again
                     del self.delivered[next(iter(self.delivered))]
             return generation
@@ -512,10 +515,12 @@ class GenerationManager:
         if ident is None or generation.error is not None:
             return
         gave_up = (
-            isinstance(exc, ApiError) and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE and bool(generation.token_ids)
+            isinstance(exc, ApiError)
+            and exc.code == ErrorCode.UPSTREAM_UNAVAILABLE
+            and bool(generation.generation_token_ids)
         )
         if generation.restored or gave_up:
-            self.staged.setdefault((ident.rollout_id, generation.digest), generation.snapshot())
+            self.staged.setdefault((ident.rollout_id, generation.digest), generation.prefix())
 
     def _stale_older(self, rollout_id: str, attempt: int) -> None:
         """Calls of older attempts of this rollout end with 409 stale_attempt."""
@@ -553,19 +558,19 @@ class GenerationManager:
         kept: dict[Key, StagedPrefix] = {}
         for g in self.live.values():
             ident = g.identity
-            if ident is None or not scope.includes(ident.rollout_id) or not (g.token_ids or g.finish_reason):
+            if ident is None or not scope.includes(ident.rollout_id) or not (g.generation_token_ids or g.finish_reason):
                 continue
-            snap = g.snapshot()
+            prefix = g.prefix()
             key = (ident.rollout_id, g.digest)
-            if key not in kept or len(snap.token_ids or ()) > len(kept[key].token_ids or ()):
-                kept[key] = snap
+            if key not in kept or prefix.generated() > kept[key].generated():
+                kept[key] = prefix
         for key, staged in self.staged.items():
             if scope.includes(key[0]) and key not in kept:
                 kept[key] = staged
-        for rollout_id, (key, snap) in self.delivered.items():
+        for rollout_id, (key, delivered) in self.delivered.items():
             if scope.includes(rollout_id) and key not in kept:
-                kept[key] = snap
-        return [to_record(rid, snap.attempt, digest, snap) for (rid, digest), snap in sorted(kept.items())]
+                kept[key] = delivered
+        return [to_record(rid, prefix.attempt, digest, prefix) for (rid, digest), prefix in sorted(kept.items())]
 
     def release_out_of_scope(self, scope: Scope) -> None:
         for key in [k for k in self.staged if not scope.includes(k[0])]:

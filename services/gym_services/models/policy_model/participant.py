@@ -1,5 +1,5 @@
-"""The policy model's checkpoint participant (role ``model``): cuts, holds and prefixes, and the capture
-ledger (``docs/participants.md``, ``docs/protocol.md`` "The capture ledger")."""
+"""The policy model's checkpoint participant (role ``model``): cuts, holds and prefixes, and the token
+ledger (``docs/participants.md``, ``docs/protocol.md`` "The token ledger")."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from gym_services.control.models import Blocker
 from gym_services.control.participant import Capture, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.policy_model.generations import GenerationManager, Key
-from gym_services.models.policy_model.ledger import (
+from gym_services.models.policy_model.ledger.records import (
     LEDGER_ENCODER,
-    CaptureLedger,
-    FrozenLedger,
-    RolloutLedger,
+    FrozenLedgerRecord,
+    encoded_records,
+    frozen_records,
     is_ledger_record,
+    parse_records,
 )
+from gym_services.models.policy_model.ledger.rollouts import RolloutLedger, TokenLedger
 from gym_services.models.policy_model.prefixes import StagedPrefix
 
 
@@ -29,7 +31,7 @@ class Restored:
     replaced: dict[str, RolloutLedger | None] = field(default_factory=dict)
 
 
-class ModelParticipant(Participant[Restored, FrozenLedger]):
+class ModelParticipant(Participant[Restored, FrozenLedgerRecord]):
     """prepare cuts every in-flight generation; capture takes prefixes and ledgers; resume and abort continue them."""
 
     role = Role.MODEL
@@ -37,7 +39,7 @@ class ModelParticipant(Participant[Restored, FrozenLedger]):
     checkpoint_verify = VerifyMode.WAIT
     encoder = LEDGER_ENCODER  # ledgers are captured frozen and encoded after resume
 
-    def __init__(self, manager: GenerationManager, ledger: CaptureLedger) -> None:
+    def __init__(self, manager: GenerationManager, ledger: TokenLedger) -> None:
         self.manager = manager
         self.ledger = ledger
 
@@ -48,11 +50,11 @@ class ModelParticipant(Participant[Restored, FrozenLedger]):
         return self.manager.blockers()
 
     async def export(self, scope: Scope) -> list[Record]:
-        return self.manager.export(scope) + self.ledger.export(scope)
+        return self.manager.export(scope) + encoded_records(self.ledger, scope)
 
-    async def capture(self, scope: Scope) -> Capture[FrozenLedger]:
+    async def capture(self, scope: Scope) -> Capture[FrozenLedgerRecord]:
         """Prefixes encoded now (few, small); ledgers, which grow with every call's tokens, after resume."""
-        return Capture([*self.manager.export(scope), *self.ledger.capture(scope)])
+        return Capture([*self.manager.export(scope), *frozen_records(self.ledger, scope)])
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         self.manager.release_out_of_scope(scope)  # ledgers stay: the trainer drops them once consumed
@@ -60,7 +62,7 @@ class ModelParticipant(Participant[Restored, FrozenLedger]):
     async def validate(self, records: list[RestoredRecord]) -> Restored:
         return Restored(
             prefixes=self.manager.validate([r for r in records if not is_ledger_record(r.key)]),
-            ledgers=self.ledger.validate([r for r in records if is_ledger_record(r.key)]),
+            ledgers=parse_records([r for r in records if is_ledger_record(r.key)]),
         )
 
     async def install(self, validated: Restored) -> None:

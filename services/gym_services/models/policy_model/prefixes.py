@@ -2,12 +2,14 @@
 
 A cut generation is written with what it had reached (``complete: false``); a finished response
 that was still held at the capture is written whole (``complete: true``, with its finish reason), so a
-restored model answers its re-issue without generating anything. Schema 2 keeps the tokens as the
-engine sampled them: the prompt's token ids, every generated token id and its log-prob (a
-continuation starts from exactly these ids, never from re-tokenized text), beside the text. Schema 1
+restored model answers its re-issue without generating anything. Schema 2 keeps the generation's
+:class:`~gym_services.base.tokens.Tokens` as the engine sampled them, under the record's own field names
+(``prompt_token_ids``, ``token_ids``, ``log_probs``: the stored format, read into a ``Tokens`` here and
+nowhere else): a continuation starts from exactly these ids, never from re-tokenized text. Schema 1
 records (text only, written before) are still read: a complete one answers when no token
 information is asked for; anything else is generated again from the start (its text cannot be
-continued token-exactly). See ``docs/protocol.md``, "The prefix record".
+continued token-exactly). A prefix without the prompt's ids (an engine that never reported them) has
+no tokens to continue from and is written as schema 1. See ``docs/protocol.md``, "The prefix record".
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gym_services.base.tokens import Tokens
 from gym_services.control.participant import InvalidState, Record, RestoredRecord
 
 PREFIX_SCHEMA_VERSION = 2
@@ -26,6 +29,8 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
 class PrefixRecord(BaseModel):
+    """The stored format (schema 1 and 2)."""
+
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int
@@ -63,6 +68,12 @@ class PrefixRecord(BaseModel):
             raise ValueError("generated token ids need the prompt's token ids to be continued")
         return self
 
+    def tokens(self) -> Tokens | None:
+        """The record's tokens; None for a text-only one (schema 1, or schema 2 without the prompt's ids)."""
+        if self.token_ids is None or self.log_probs is None or self.prompt_token_ids is None:
+            return None
+        return Tokens.of(self.prompt_token_ids, self.token_ids, self.log_probs)
+
 
 @dataclass(frozen=True)
 class StagedPrefix:
@@ -74,10 +85,13 @@ class StagedPrefix:
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int
-    #: None for a schema 1 (text-only) record
-    prompt_token_ids: tuple[int, ...] | None = None
-    token_ids: tuple[int, ...] | None = None
-    log_probs: tuple[float, ...] | None = None
+    #: None: text only (a schema 1 record, or a prefix whose prompt ids the engine never reported): nothing to
+    #: continue token-exactly
+    tokens: Tokens | None = None
+
+    def generated(self) -> int:
+        """How many generated token ids it holds."""
+        return len(self.tokens.generation_token_ids) if self.tokens is not None else 0
 
 
 def prefix_record_key(rollout_id: str, digest: str) -> str:
@@ -85,9 +99,9 @@ def prefix_record_key(rollout_id: str, digest: str) -> str:
 
 
 def to_record(rollout_id: str, attempt: int, digest: str, staged: StagedPrefix) -> Record:
-    legacy = staged.token_ids is None  # a schema 1 record staged and kept again stays what it was
+    tokens = staged.tokens  # None: text only; a schema 1 record staged and kept again stays what it was
     payload = PrefixRecord(
-        schema_version=1 if legacy else PREFIX_SCHEMA_VERSION,
+        schema_version=1 if tokens is None else PREFIX_SCHEMA_VERSION,
         rollout_id=rollout_id,
         attempt=attempt,
         digest=digest,
@@ -96,9 +110,9 @@ def to_record(rollout_id: str, attempt: int, digest: str, staged: StagedPrefix) 
         finish_reason=staged.finish_reason,
         prompt_tokens=staged.prompt_tokens,
         completion_tokens=staged.completion_tokens,
-        prompt_token_ids=None if legacy or staged.prompt_token_ids is None else list(staged.prompt_token_ids),
-        token_ids=None if legacy else list(staged.token_ids or ()),
-        log_probs=None if legacy else list(staged.log_probs or ()),
+        prompt_token_ids=None if tokens is None else list(tokens.prompt_token_ids),
+        token_ids=None if tokens is None else list(tokens.generation_token_ids),
+        log_probs=None if tokens is None else list(tokens.generation_log_probs),
     )
     data = json.dumps(payload.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")).encode()
     return Record(key=prefix_record_key(rollout_id, digest), data=data, rollout_id=rollout_id, attempt=attempt)
@@ -124,8 +138,6 @@ def from_record(record: RestoredRecord) -> tuple[tuple[str, str], StagedPrefix]:
         finish_reason=payload.finish_reason,
         prompt_tokens=payload.prompt_tokens,
         completion_tokens=payload.completion_tokens,
-        prompt_token_ids=tuple(payload.prompt_token_ids) if payload.prompt_token_ids is not None else None,
-        token_ids=tuple(payload.token_ids) if payload.token_ids is not None else None,
-        log_probs=tuple(payload.log_probs) if payload.log_probs is not None else None,
+        tokens=payload.tokens(),
     )
     return (payload.rollout_id, payload.digest), staged

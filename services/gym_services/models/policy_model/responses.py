@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.tokens import Tokens
 from gym_services.control.records import canonical_json
 from gym_services.models import tool_markup
 
@@ -172,13 +173,14 @@ def build_response(
     prompt_tokens: int,
     completion_tokens: int,
     created_at: float,
-    token_information: dict[str, list[Any]] | None = None,
+    tokens: Tokens | None = None,
 ) -> dict[str, Any]:
     """A Responses API object for a finished generation (its whole text, tool calls in markup form).
 
-    ``token_information`` (prompt_token_ids, generation_token_ids, generation_log_probs) goes on the
-    last output item, which makes it NeMo Gym's ``…__training`` variant; a generation with no output
-    item (empty text) gets an empty assistant message to carry it, as NeMo Gym's converter does."""
+    ``tokens`` go on the last output item as NeMo Gym's three fields (``prompt_token_ids``,
+    ``generation_token_ids``, ``generation_log_probs``), which makes it NeMo Gym's ``…__training``
+    variant; a generation with no output item (empty text) gets an empty assistant message to carry
+    them, as NeMo Gym's converter does."""
     parsed = tool_markup.parse(text)
     complete = finish_reason in ("stop", "tool_calls")
     output: list[dict[str, Any]] = []
@@ -203,7 +205,7 @@ def build_response(
                 "status": "completed",
             }
         )
-    if token_information is not None:
+    if tokens is not None:
         if not output:
             output.append(
                 {
@@ -214,7 +216,7 @@ def build_response(
                     "content": [{"type": "output_text", "text": "", "annotations": []}],
                 }
             )
-        output[-1].update(token_information)
+        output[-1].update(tokens.fields())
     incomplete = None
     if not complete:
         incomplete = {"reason": "max_output_tokens" if finish_reason == "length" else finish_reason}

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import socket
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -19,13 +17,15 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.models.policy_model.engines import (
     ENGINES,
+    Connection,
     Delta,
     Engine,
-    EngineProtocolError,
+    EngineError,
     EngineRequest,
     EngineUnavailable,
+    Halt,
 )
-from gym_services.models.policy_model.fleet import Fleet, FleetMetrics, Resolver
+from gym_services.models.policy_model.fleet import Fleet, FleetMetrics, Resolver, Worker
 
 log = get_logger("policy_model.upstream")
 
@@ -104,10 +104,6 @@ class UpstreamRetry(BaseModel):
     backoff_max_s: float = Field(default=5.0, gt=0, le=300, description="longest wait between two retries")
 
 
-#: upstream answers that say "not now" rather than "not this request"
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
 class UpstreamUnavailable(ApiError):
     """The upstream could not be reached, refused for now, or broke off a stream: a fault of the worker,
     not of the request, so the generation keeps its prefix and continues elsewhere or later.
@@ -116,41 +112,6 @@ class UpstreamUnavailable(ApiError):
     def __init__(self, message: str, *, details: Any = None, worker: str | None = None) -> None:
         super().__init__(ErrorCode.UPSTREAM_UNAVAILABLE, message, details=details)
         self.worker = worker
-
-
-class Halt:
-    """Asks one upstream stream to stop generating while what it already sent keeps arriving.
-
-    :meth:`request` closes the sending half of the stream's connection (a TCP half-close). A server
-    behind uvicorn (vLLM, the built-in worker) takes the end of the request stream as the client
-    leaving and stops generating; every token it wrote before noticing still arrives, because this
-    side keeps reading until the upstream ends the stream. A cut therefore keeps every token the
-    upstream generated, however far the reader had fallen behind. Without a socket to half-close
-    (another transport), the stream ends at the next token instead, as a plain close would.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.draining = False
-        self._socket: Any = None
-
-    def attach(self, sock: Any) -> None:
-        """The connection's socket (``socket.socket`` or asyncio's ``TransportSocket``), if any."""
-        self._socket = sock if callable(getattr(sock, "shutdown", None)) else None
-        if self.requested:
-            self._shutdown()
-
-    def request(self) -> None:
-        self.requested = True
-        self._shutdown()
-
-    def _shutdown(self) -> None:
-        if self._socket is None or self.draining:
-            return
-        # OSError: already closed by the peer; nothing more will arrive, the read ends on its own
-        with contextlib.suppress(OSError):
-            self._socket.shutdown(socket.SHUT_WR)
-        self.draining = True
 
 
 class Upstream:
@@ -210,124 +171,66 @@ class Upstream:
             except Exception as exc:
                 log.warning("worker health round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
-    def stream_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"include_usage": True}
-        if self.config.continuous_usage:
-            options["continuous_usage_stats"] = True
-        return options
-
-    async def prompt_token_ids(self, chat: dict[str, Any]) -> list[int]:
-        """The prompt's token ids for ``chat``, asked of a healthy worker (when a stream did not report them)."""
+    def _client_started(self) -> httpx.AsyncClient:
         if self._client is None:
             raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
+        return self._client
+
+    def _connection(self) -> tuple[Worker, Connection]:
+        """The least loaded healthy worker, and the engine's way to it."""
+        client = self._client_started()
         worker = self.fleet.pick()
         if worker is None:
             raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
+        c = self.config
+        return worker, Connection(client, worker.base_url, c.extra_body, c.continuous_usage)
+
+    def _failure(self, worker: Worker, exc: Exception) -> ApiError:
+        """What a failure of ``worker`` means to the generation: a worker fault (:class:`UpstreamUnavailable`;
+        the worker is out of rotation until its probe answers) or an answer it cannot use (``502
+        upstream_error``)."""
+        status = exc.status if isinstance(exc, (EngineError, EngineUnavailable)) else None
+        details = {"upstream_status": status} if status is not None else None
+        what = str(exc) if isinstance(exc, (EngineError, EngineUnavailable)) else f"{type(exc).__name__}: {exc}"
+        message = f"upstream {worker.base_url}: {what}"
+        if isinstance(exc, (EngineUnavailable, httpx.TransportError)):  # refused, reset, broken off, timed out
+            self.fleet.failed(worker, message)
+            return UpstreamUnavailable(message, details=details, worker=worker.base_url)
+        return ApiError(ErrorCode.UPSTREAM_ERROR, message, details=details)
+
+    async def prompt_token_ids(self, chat: dict[str, Any]) -> list[int]:
+        """The prompt's token ids for ``chat``, asked of a healthy worker (when a stream did not report them)."""
+        worker, connection = self._connection()
         try:
-            return await self.engine.prompt_token_ids(self._client, worker.base_url, chat)
-        except httpx.TransportError as exc:
-            self.fleet.failed(worker, str(exc))
-            raise UpstreamUnavailable(f"upstream {worker.base_url} failed: {exc}", worker=worker.base_url) from None
-        except EngineProtocolError as exc:
-            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {worker.base_url}: {exc}") from None
+            return await self.engine.prompt_token_ids(connection, chat)
+        except (EngineError, EngineUnavailable, httpx.HTTPError) as exc:
+            raise self._failure(worker, exc) from None
 
     async def deltas(
         self, request: EngineRequest, halt: Halt | None = None, prefix_tokens: int = 0
     ) -> AsyncGenerator[Delta]:
-        """Stream one generation (the engine adapter's ``request``) from the least loaded worker; closing this
-        generator early closes the upstream stream. ``prefix_tokens`` is what the generation already has (for
-        the load estimate).
+        """Run one generation (the engine's ``request``) on the least loaded worker (:meth:`Engine.deltas`);
+        closing this generator early ends the engine's exchange. ``prefix_tokens`` is what the generation
+        already has (for the load estimate).
 
-        After ``halt`` is requested the stream is read to its end (see :class:`Halt`): the upstream
-        closing it then is the expected end, not an error. Any other failure of the worker (refused,
-        reset, broken off, a transient status, an end without ``finish_reason``) marks it down and
-        raises :class:`UpstreamUnavailable` naming it.
+        Once ``halt`` is requested the engine delivers what the worker already generated and ends at a token
+        boundary. Any other failure of the worker (refused, reset, broken off, a transient status, an end
+        without ``finish_reason``) marks it down and raises :class:`UpstreamUnavailable` naming it.
         """
-        if self._client is None:
-            raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
-        worker = self.fleet.pick()
-        if worker is None:
-            raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
+        worker, connection = self._connection()
         halt = halt or Halt()
-        body = request.body
-        payload = {**self.config.extra_body, **body, "stream": True, "stream_options": self.stream_options()}
-        stream = self.fleet.open(worker, self.fleet.expected(body.get("max_tokens"), prefix_tokens))
-        url = worker.base_url + request.path
-        network = None
+        stream = self.fleet.open(worker, self.fleet.expected(request.body.get("max_tokens"), prefix_tokens))
         finished = False
-
-        def down(message: str, details: dict[str, Any] | None = None) -> UpstreamUnavailable:
-            self.fleet.failed(worker, message)
-            return UpstreamUnavailable(message, details=details, worker=worker.base_url)
-
         try:
-            if self.engine.owns_transport:  # the adapter drives the exchange (llama.cpp: one token per request)
-                try:
-                    own = EngineRequest(request.path, {**request.body, "extra_body": dict(self.config.extra_body)})
-                    async for delta in self.engine.stream(self._client, worker.base_url, own, halt):
-                        if delta.token_ids:
-                            self.fleet.received(stream, len(delta.token_ids))
-                        if delta.finish_reason is not None:
-                            finished = True
-                        yield delta
-                except EngineUnavailable as exc:
-                    raise down(f"upstream {worker.base_url}: {exc}", {"upstream_status": exc.status}) from None
-                except EngineProtocolError as exc:
-                    raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {worker.base_url}: {exc}") from None
-                if not finished and not halt.requested:
-                    raise down(f"upstream {worker.base_url} ended the generation without a finish_reason")
-                return
-            async with self._client.stream("POST", url, json=payload) as response:
-                if response.status_code != 200:
-                    raw = (await response.aread()).decode("utf-8", "replace")
-                    message = f"upstream {url} answered {response.status_code}: {raw[:500]}"
-                    details = {"upstream_status": response.status_code}
-                    if response.status_code in TRANSIENT_STATUS:
-                        raise down(message, details)
-                    raise ApiError(ErrorCode.UPSTREAM_ERROR, message, details=details)
-                network = response.extensions.get("network_stream")
-                halt.attach(network.get_extra_info("socket") if network is not None else None)
-                try:
-                    async for line in response.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[len("data:") :].strip()
-                        if data == "[DONE]":
-                            return
-                        try:
-                            chunk = json.loads(data)
-                        except json.JSONDecodeError:
-                            raise ApiError(
-                                ErrorCode.UPSTREAM_ERROR, f"upstream sent a chunk that is not JSON: {data[:200]}"
-                            ) from None
-                        if isinstance(chunk, dict) and "error" in chunk:
-                            raise ApiError(
-                                ErrorCode.UPSTREAM_ERROR, f"upstream stream failed: {json.dumps(chunk['error'])[:500]}"
-                            )
-                        try:
-                            delta = self.engine.parse_chunk(chunk)
-                        except EngineProtocolError as exc:
-                            raise ApiError(ErrorCode.UPSTREAM_ERROR, f"upstream {url}: {exc}") from None
-                        if delta.token_ids:
-                            self.fleet.received(stream, len(delta.token_ids))
-                        if delta.finish_reason is not None:
-                            finished = True
-                        yield delta
-                        if halt.requested and not halt.draining and delta.has_token:
-                            return  # nothing to half-close: stop at this token boundary
-                    if not finished and not halt.requested:
-                        raise down(f"upstream {url} ended the stream without a finish_reason")
-                finally:
-                    if halt.draining and network is not None:
-                        # a half-closed connection must never go back to the pool
-                        with contextlib.suppress(Exception):
-                            await network.aclose()
-        except httpx.HTTPError as exc:
-            if halt.draining:
-                return  # the upstream ended the stream we asked it to stop: everything it sent is in
-            message = f"upstream {url} failed: {type(exc).__name__}: {exc}"
-            if isinstance(exc, httpx.TransportError):  # refused, reset, broken off, timed out
-                raise down(message) from None
-            raise ApiError(ErrorCode.UPSTREAM_ERROR, message) from None
+            async with contextlib.aclosing(self.engine.deltas(connection, request, halt)) as deltas:
+                async for delta in deltas:
+                    if delta.generation_token_ids:
+                        self.fleet.received(stream, len(delta.generation_token_ids))
+                    finished = finished or delta.finish_reason is not None
+                    yield delta
+            if not finished and not halt.requested:
+                raise EngineUnavailable("it ended the generation without a finish_reason")
+        except (EngineError, EngineUnavailable, httpx.HTTPError) as exc:
+            raise self._failure(worker, exc) from None
         finally:
             self.fleet.close(stream, prefix_tokens + stream.received if finished else None)

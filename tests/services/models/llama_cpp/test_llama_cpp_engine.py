@@ -20,10 +20,11 @@ from tests.support.asgi import Control, base_config, serve
 from tokenizers import Tokenizer
 
 from gym_services.base.config import load_config
+from gym_services.base.tokens import Tokens
 from gym_services.models.llama_cpp.tiny_model import MULTILINGUAL, training_text
 from gym_services.models.policy_model.app import Config, create_app
-from gym_services.models.policy_model.engines import TokenPrefix
-from gym_services.models.policy_model.upstream import Halt, Upstream, UpstreamConfig
+from gym_services.models.policy_model.engines import Halt
+from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig
 
 pytestmark = pytest.mark.e2e
 
@@ -209,14 +210,12 @@ async def _continue(
     upstream = Upstream(UpstreamConfig(base_url=f"{url}/v1", engine="llama.cpp", extra_body=MODES[mode][1]))
     await upstream.start()
     try:
-        request = upstream.engine.request(
-            chat, TokenPrefix(tuple(prompt_ids), tuple(ids[:k]), tuple(lps[:k])), len(ids) - k
-        )
+        request = upstream.engine.request(chat, Tokens.of(prompt_ids, ids[:k], lps[:k]), len(ids) - k)
         got_ids, got_lps, text = [], [], ""
         async with contextlib.aclosing(upstream.deltas(request, Halt())) as deltas:
             async for delta in deltas:
-                got_ids += delta.token_ids
-                got_lps += delta.log_probs
+                got_ids += delta.generation_token_ids
+                got_lps += delta.generation_log_probs
                 text += delta.text
                 if delta.prompt_token_ids is not None:
                     assert delta.prompt_token_ids == [*prompt_ids, *ids[:k]]

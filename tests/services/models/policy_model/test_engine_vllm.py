@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gym_services.models.policy_model.engines import ENGINES, EngineProtocolError, TokenPrefix, VllmEngine
+from gym_services.base.tokens import Tokens
+from gym_services.models.policy_model.engines import ENGINES, EngineProtocolError, VllmEngine
 
 ENGINE = VllmEngine()
 CHAT = {
@@ -30,7 +31,7 @@ def test_a_fresh_generation_asks_the_chat_route_for_ids_and_log_probs() -> None:
 
 
 def test_a_continuation_sends_prompt_and_prefix_ids_to_completions_with_the_sampling_settings() -> None:
-    prefix = TokenPrefix((1, 2, 3), (40, 41), (-0.5, -0.25))
+    prefix = Tokens((1, 2, 3), (40, 41), (-0.5, -0.25))
     request = ENGINE.request(CHAT, prefix, 7)
     assert request.path == "/completions"
     assert request.body == {
@@ -44,7 +45,7 @@ def test_a_continuation_sends_prompt_and_prefix_ids_to_completions_with_the_samp
         "max_tokens": 7,
     }
     with pytest.raises(ValueError):
-        TokenPrefix((1,), (2, 3), (-1.0,))
+        Tokens((1,), (2, 3), (-1.0,))
 
 
 def test_chat_and_completion_chunks_are_read_into_ids_and_log_probs() -> None:
@@ -71,7 +72,13 @@ def test_chat_and_completion_chunks_are_read_into_ids_and_log_probs() -> None:
             "usage": {"prompt_tokens": 2, "completion_tokens": 1},
         }
     )
-    assert (chat.text, chat.token_ids, chat.log_probs, chat.finish_reason, chat.completion_tokens) == (
+    assert (
+        chat.text,
+        chat.generation_token_ids,
+        chat.generation_log_probs,
+        chat.finish_reason,
+        chat.completion_tokens,
+    ) == (
         "Hé",
         [7],
         [-0.1],
@@ -92,7 +99,7 @@ def test_chat_and_completion_chunks_are_read_into_ids_and_log_probs() -> None:
             ]
         }
     )
-    assert (completion.token_ids, completion.log_probs, completion.prompt_token_ids) == (
+    assert (completion.generation_token_ids, completion.generation_log_probs, completion.prompt_token_ids) == (
         [8, 9],
         [-1.0, -2.5],
         [1, 2, 7],

@@ -6,7 +6,7 @@ are merged into the next streamed entry and its id is in no streamed chunk (``/c
 ``/v1/completions``), its log-prob in no answer at all; and a request's seeded sampler starts from the
 seed, so a continuation after a cut could not draw what the uninterrupted stream would have.
 
-So this adapter drives the exchange itself (``owns_transport``), each step one native ``POST
+So this adapter's :meth:`~LlamaCppEngine.deltas` drives the exchange itself, each step one native ``POST
 /completion`` for one token:
 
 - ``prompt``: the token ids (the chat prompt's, then every generated id): llama-server neither
@@ -36,23 +36,24 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
 import httpx
 
+from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.engines.base import (
+    TRANSIENT_STATUS,
+    Connection,
     Delta,
     Engine,
+    EngineError,
     EngineProtocolError,
     EngineRequest,
     EngineUnavailable,
-    Halting,
-    TokenPrefix,
+    Halt,
 )
 
-#: answers that mean "not now": the worker is taken out of rotation and the step retried elsewhere
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 #: llama.cpp's own samplers, off: what is left is the OpenAI semantics (temperature, top_p)
 NEUTRAL_SAMPLING = {
     "top_k": 0,
@@ -77,10 +78,6 @@ def step_seed(seed: int, position: int) -> int:
     return int.from_bytes(digest[:4], "big") % RANDOM_SEED
 
 
-def _root(base_url: str) -> str:
-    return base_url.removesuffix("/").removesuffix("/v1")
-
-
 def _ids(value: Any, where: str) -> list[int]:
     if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
         raise EngineProtocolError(f"{where} must be a list of integer token ids, not {str(value)[:200]}")
@@ -93,7 +90,7 @@ async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> di
         message = f"{url} answered {response.status_code}: {response.text[:300]}"
         if response.status_code in TRANSIENT_STATUS:
             raise EngineUnavailable(message, response.status_code)
-        raise EngineProtocolError(message)
+        raise EngineError(message, response.status_code)
     answer = response.json()
     if not isinstance(answer, dict):
         raise EngineProtocolError(f"{url} answered {str(answer)[:200]}, not an object")
@@ -102,7 +99,6 @@ async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> di
 
 class LlamaCppEngine(Engine):
     name: ClassVar[str] = "llama.cpp"
-    owns_transport: ClassVar[bool] = True
 
     def __init__(self) -> None:
         #: per worker root URL: every token id's bytes (the tokenizer's pieces, special tokens as b"")
@@ -112,7 +108,7 @@ class LlamaCppEngine(Engine):
 
     # --- the interface -------------------------------------------------------------------
 
-    def request(self, chat: dict[str, Any], prefix: TokenPrefix | None, max_tokens: int | None) -> EngineRequest:
+    def request(self, chat: dict[str, Any], prefix: Tokens | None, max_tokens: int | None) -> EngineRequest:
         """The generation to drive: a fresh one carries the chat prompt fields, a continuation its token
         ids as ``prompt`` (the chat prompt's ids + the prefix ids); both the sampling settings."""
         if max_tokens is None:
@@ -125,9 +121,9 @@ class LlamaCppEngine(Engine):
             body.update({k: chat[k] for k in PROMPT_FIELDS if k in chat})
             body["generated"] = 0
         else:
-            body["prompt"] = [*prefix.prompt_token_ids, *prefix.token_ids]
-            body["generated"] = len(prefix.token_ids)
-            body["prefix_token_ids"] = list(prefix.token_ids)
+            body["prompt"] = list(prefix.sequence())
+            body["generated"] = len(prefix.generation_token_ids)
+            body["prefix_token_ids"] = list(prefix.generation_token_ids)
         return EngineRequest("//completion", body)
 
     @staticmethod
@@ -146,27 +142,27 @@ class LlamaCppEngine(Engine):
 
     def parse_chunk(self, chunk: dict[str, Any]) -> Delta:
         """One step's answer: its one token id, and its log-prob when llama-server reported it (a token
-        whose text is incomplete has none: :meth:`stream` reads it from the distribution instead)."""
+        whose text is incomplete has none: :meth:`deltas` reads it from the distribution instead)."""
         tokens = _ids(chunk.get("tokens"), "tokens")
         if len(tokens) != 1:
             raise EngineProtocolError(f"a one-token step answered {len(tokens)} token ids (is return_tokens honoured?)")
-        delta = Delta(token_ids=tokens)
+        delta = Delta(generation_token_ids=tokens)
         for entry in chunk.get("completion_probabilities") or []:
             if (
                 isinstance(entry, dict)
                 and entry.get("id") == tokens[0]
                 and isinstance(entry.get("logprob"), (int, float))
             ):
-                delta.log_probs = [float(entry["logprob"])]
+                delta.generation_log_probs = [float(entry["logprob"])]
         if chunk.get("stop_type") == "eos":
             delta.finish_reason = "stop"
         elif chunk.get("truncated"):
             delta.finish_reason = "length"  # the slot's context is full
         return delta
 
-    async def prompt_token_ids(self, client: httpx.AsyncClient, base_url: str, chat: dict[str, Any]) -> list[int]:
+    async def prompt_token_ids(self, connection: Connection, chat: dict[str, Any]) -> list[int]:
         """The chat prompt through the model's chat template (``/apply-template``), then ``/tokenize``."""
-        root = _root(base_url)
+        client, root = connection.client, connection.root
         body = {k: chat[k] for k in PROMPT_FIELDS if k in chat}
         templated = await _post(client, f"{root}/apply-template", {**body, "add_generation_prompt": True})
         if not isinstance(templated.get("prompt"), str):
@@ -176,63 +172,71 @@ class LlamaCppEngine(Engine):
         )
         return _ids(tokenized.get("tokens"), "tokenize.tokens")
 
-    async def stream(
-        self, client: httpx.AsyncClient, base_url: str, request: EngineRequest, halt: Halting
-    ) -> AsyncIterator[Delta]:
-        root = _root(base_url)
-        body = request.body
+    async def deltas(self, connection: Connection, request: EngineRequest, halt: Halt) -> AsyncGenerator[Delta]:
+        """One ``/completion`` step per token until a finish reason, the budget, or a cut (checked between
+        steps, so the step in flight is always delivered)."""
+        client, root, body = connection.client, connection.root, request.body
         pieces = await self.pieces(client, root)
         if "prompt" in body:
             context = _ids(body["prompt"], "prompt")
-            reported = list(context)
         else:
-            context = await self.prompt_token_ids(client, base_url, body)
-            reported = list(context)
+            context = await self.prompt_token_ids(connection, body)
+        reported: list[int] | None = list(context)
         # the text so far ends where the prefix's bytes end: a character the prefix split is completed by the next token
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         for token in body.get("prefix_token_ids") or ():
             decoder.decode(self._piece(pieces, token))
-        # the upstream's extra_body first, the request's own settings over it (as on the SSE path)
-        sampling = self.sampling({**(body.get("extra_body") or {}), **body["sampling"]})
+        # the upstream's extra_body first, the request's own settings over it (as an SSE engine's payload)
+        sampling = self.sampling({**connection.extra_body, **body["sampling"]})
         seed = sampling.pop("seed", None)
-        generated = int(body.get("generated") or 0)
-        budget = body.get("max_tokens")
+        generated, budget = int(body.get("generated") or 0), body.get("max_tokens")
+        prompt_tokens = len(context)
         produced = 0
-        first = True
         while budget is None or produced < budget:
             if halt.requested:
                 return  # a cut: at a token boundary, nothing in flight
-            step = {
-                "prompt": context,
-                "n_predict": 1,
-                "return_tokens": True,
-                "n_probs": 1,
-                "post_sampling_probs": False,
-                "cache_prompt": True,
-                "stream": False,
-                **sampling,
-            }
-            if seed is not None:
-                step["seed"] = step_seed(seed, generated + produced)
-            answer = await _post(client, f"{root}/completion", step)
-            delta = self.parse_chunk(answer)
-            token = delta.token_ids[0]
-            if not delta.log_probs:
-                delta.log_probs = [await self._log_prob(client, root, context, token, pieces)]
+            drawn_with = None if seed is None else step_seed(seed, generated + produced)
+            delta = await self._step(client, root, context, sampling, drawn_with, pieces)
+            token = delta.generation_token_ids[0]
             produced += 1
             context = [*context, token]
             if delta.finish_reason is None and budget is not None and produced >= budget:
                 delta.finish_reason = "length"
             delta.text = decoder.decode(self._piece(pieces, token), final=delta.finish_reason is not None)
-            delta.prompt_tokens = len(reported)
-            if first:
-                delta.prompt_token_ids = reported
-                first = False
+            delta.prompt_tokens, delta.prompt_token_ids, reported = prompt_tokens, reported, None
             yield delta
             if delta.finish_reason is not None:
                 return
         # a zero budget: nothing to generate
-        yield Delta(finish_reason="length", prompt_token_ids=reported if first else None, prompt_tokens=len(reported))
+        yield Delta(finish_reason="length", prompt_token_ids=reported, prompt_tokens=prompt_tokens)
+
+    async def _step(
+        self,
+        client: httpx.AsyncClient,
+        root: str,
+        context: list[int],
+        sampling: dict[str, Any],
+        seed: int | None,
+        pieces: list[bytes],
+    ) -> Delta:
+        """The next token after ``context``, with its log-prob (from the distribution when llama-server withheld it)."""
+        step = {
+            "prompt": context,
+            "n_predict": 1,
+            "return_tokens": True,
+            "n_probs": 1,
+            "post_sampling_probs": False,
+            "cache_prompt": True,
+            "stream": False,
+            **sampling,
+        }
+        if seed is not None:
+            step["seed"] = seed
+        delta = self.parse_chunk(await _post(client, f"{root}/completion", step))
+        if not delta.generation_log_probs:
+            token = delta.generation_token_ids[0]
+            delta.generation_log_probs = [await self._log_prob(client, root, context, token, pieces)]
+        return delta
 
     # --- vocabulary and log-probs -----------------------------------------------------------
 

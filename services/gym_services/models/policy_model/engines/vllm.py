@@ -23,15 +23,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import httpx
-
-from gym_services.models.policy_model.engines.base import (
-    Delta,
-    Engine,
-    EngineProtocolError,
-    EngineRequest,
-    TokenPrefix,
-)
+from gym_services.base.tokens import Tokens
+from gym_services.models.policy_model.engines.base import Connection, Delta, EngineProtocolError, EngineRequest
+from gym_services.models.policy_model.engines.sse import SseEngine
 
 #: chat request fields that shape sampling and carry over to a completions continuation unchanged
 SAMPLING_FIELDS = (
@@ -77,10 +71,10 @@ def _ids(value: Any, where: str) -> list[int] | None:
     return list(value)
 
 
-class VllmEngine(Engine):
+class VllmEngine(SseEngine):
     name: ClassVar[str] = "vllm"
 
-    def request(self, chat: dict[str, Any], prefix: TokenPrefix | None, max_tokens: int | None) -> EngineRequest:
+    def request(self, chat: dict[str, Any], prefix: Tokens | None, max_tokens: int | None) -> EngineRequest:
         token_switches = {"return_tokens_as_token_ids": True, "return_token_ids": True}
         if prefix is None:
             body = {**chat, "logprobs": True, "top_logprobs": 0, **token_switches}
@@ -90,7 +84,7 @@ class VllmEngine(Engine):
             return EngineRequest("/chat/completions", body)
         body = {
             "model": chat["model"],
-            "prompt": [*prefix.prompt_token_ids, *prefix.token_ids],
+            "prompt": list(prefix.sequence()),
             "logprobs": 0,
             **token_switches,
             **{k: chat[k] for k in SAMPLING_FIELDS if k in chat},
@@ -113,10 +107,10 @@ class VllmEngine(Engine):
                 body = choice.get("delta") or {}
                 delta.text = body.get("content") or ""
                 delta.tool_calls = list(body.get("tool_calls") or [])
-                logprob_ids, delta.log_probs = self._chat_logprobs(choice.get("logprobs"))
+                logprob_ids, delta.generation_log_probs = self._chat_logprobs(choice.get("logprobs"))
             else:  # text_completion
                 delta.text = choice.get("text") or ""
-                logprob_ids, delta.log_probs = self._completion_logprobs(choice.get("logprobs"))
+                logprob_ids, delta.generation_log_probs = self._completion_logprobs(choice.get("logprobs"))
                 if delta.prompt_token_ids is None:
                     delta.prompt_token_ids = _ids(choice.get("prompt_token_ids"), "choices[0].prompt_token_ids")
             token_ids = _ids(choice.get("token_ids"), "choices[0].token_ids")
@@ -124,9 +118,9 @@ class VllmEngine(Engine):
                 raise EngineProtocolError(
                     f"choices[0].token_ids {token_ids} disagree with the log-prob tokens {logprob_ids}"
                 )
-            delta.token_ids = logprob_ids
+            delta.generation_token_ids = logprob_ids
             delta.finish_reason = choice.get("finish_reason")
-        if delta.text and not delta.token_ids:
+        if delta.text and not delta.generation_token_ids:
             raise EngineProtocolError("a chunk carries text but no token ids with log-probs (is logprobs honoured?)")
         return delta
 
@@ -159,14 +153,14 @@ class VllmEngine(Engine):
         probs = [_log_prob(v, f"choices[0].logprobs.token_logprobs[{i}]") for i, v in enumerate(values)]
         return ids, probs
 
-    async def prompt_token_ids(self, client: httpx.AsyncClient, base_url: str, chat: dict[str, Any]) -> list[int]:
+    async def prompt_token_ids(self, connection: Connection, chat: dict[str, Any]) -> list[int]:
         """vLLM's ``POST /tokenize`` (at the server root) with the chat request's prompt fields."""
         body = {k: chat[k] for k in ("model", "messages", "tools") if k in chat}
-        root = base_url.removesuffix("/").removesuffix("/v1")
-        response = await client.post(f"{root}/tokenize", json={**body, "add_generation_prompt": True})
+        url = f"{connection.root}/tokenize"
+        response = await connection.client.post(url, json={**body, "add_generation_prompt": True})
         if response.status_code != 200:
-            raise EngineProtocolError(f"{root}/tokenize answered {response.status_code}: {response.text[:300]}")
+            raise EngineProtocolError(f"{url} answered {response.status_code}: {response.text[:300]}")
         tokens = _ids(response.json().get("tokens"), "tokenize.tokens")
         if tokens is None:
-            raise EngineProtocolError(f"{root}/tokenize answered no tokens")
+            raise EngineProtocolError(f"{url} answered no tokens")
         return tokens

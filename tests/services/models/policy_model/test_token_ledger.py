@@ -1,4 +1,4 @@
-"""The capture ledger (``/v1/ledger/*``) in the model participant's checkpoint: rows survive a SIGKILL and a
+"""The token ledger (``/v1/ledger/*``) in the model participant's checkpoint: rows survive a SIGKILL and a
 restore under attempt + 1, attempt N's late writes are refused, and a call lost across the crash masks its
 rollout. Real uvicorn processes; the in-process tests cover refusals and the records' validation."""
 
@@ -27,16 +27,18 @@ from gym_services.control.participant import Capture, InvalidState, RestoredReco
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.control.storage import Storage, open_storage
 from gym_services.control.store import CheckpointStore
-from gym_services.models.policy_model.ledger import (
+from gym_services.models.policy_model.ledger.client import LedgerClient, LedgerRefused
+from gym_services.models.policy_model.ledger.lineage import stamp
+from gym_services.models.policy_model.ledger.records import (
     LEDGER_ENCODER,
-    NEVER_STORED,
-    CaptureLedger,
+    encoded_records,
     entries_key,
+    frozen_records,
     ledger_record_key,
+    parse_records,
 )
-from gym_services.models.policy_model.ledger_client import LedgerClient, LedgerRefused
-from gym_services.models.policy_model.ledger_lineage import stamp
-from gym_services.models.policy_model.ledger_wire import LedgerEntry
+from gym_services.models.policy_model.ledger.rollouts import NEVER_STORED, TokenLedger
+from gym_services.models.policy_model.ledger.wire import LedgerEntry
 from gym_services.models.policy_model.responses import ResponsesRequest, request_digest
 
 
@@ -74,7 +76,7 @@ def code(resp: httpx.Response) -> tuple[int, str]:
 
 def start_model(worker_url: str, workdir: Path) -> ServerProcess:
     upstream = {"base_url": f"{worker_url}/v1"}
-    config = base_config("policy_model", upstream=upstream, capture_tokens=True, return_token_id_information=True)
+    config = base_config("policy_model", upstream=upstream, record_tokens=True, return_token_id_information=True)
     config.pop("name")
     return start_server("policy_model", config, workdir)
 
@@ -170,14 +172,14 @@ async def test_a_model_call_lost_across_a_crash_masks_its_rollout(worker, tmp_pa
             answer = await client.post("/v1/responses", json=body, headers=ident("r-redo", 1))
             assert answer.status_code == 200, answer.text
 
-            lost_snapshot = await freeze(client, "r-lost")
-            assert lost_snapshot["incomplete"] is True and lost_snapshot["entries"] == []
-            assert lost_snapshot["lost_calls"] == {call_id: NEVER_STORED}
-            # the re-issued call was captured under attempt 1
-            redo_snapshot = await freeze(client, "r-redo")
-            assert redo_snapshot["attempt"] == 1
-            assert redo_snapshot["incomplete"] is False and redo_snapshot["lost_calls"] == {}
-            (stored,) = redo_snapshot["entries"]
+            lost_rows = await freeze(client, "r-lost")
+            assert lost_rows["incomplete"] is True and lost_rows["entries"] == []
+            assert lost_rows["lost_calls"] == {call_id: NEVER_STORED}
+            # the re-issued call was recorded under attempt 1
+            redo_rows = await freeze(client, "r-redo")
+            assert redo_rows["attempt"] == 1
+            assert redo_rows["incomplete"] is False and redo_rows["lost_calls"] == {}
+            (stored,) = redo_rows["entries"]
             assert stored["model_call_id"] == call_id and stored["continuation_fingerprint"]
             assert len(stored["generation_token_ids"]) == answer.json()["usage"]["output_tokens"]
             # the entry holds what the response gave the agent: the token fields of its last output item
@@ -205,16 +207,16 @@ async def test_bad_writes_get_a_clear_4xx_and_change_nothing(worker) -> None:
         assert code(await put(client, uneven)) == (400, "bad_request")
         newer = {**row, "model_call_id": "c-3", "schema_version": 2}
         assert code(await put(client, newer)) == (400, "bad_request")
-        snapshot = await freeze(client, "r-bad")
-        assert snapshot["entries"] == [row] and snapshot["incomplete"] is False
+        frozen = await freeze(client, "r-bad")
+        assert frozen["entries"] == [row] and frozen["incomplete"] is False
 
         assert code(await put(client, entry("r-bad", "c-4", [1]))) == (409, "ledger_closed")
         assert code(await begin(client, "r-bad", "c-5")) == (409, "ledger_closed")
-        assert await freeze(client, "r-bad") == snapshot
-        drop = {"rollout_id": "r-bad", "snapshot_id": snapshot["snapshot_id"], "version": snapshot["version"]}
+        assert await freeze(client, "r-bad") == frozen
+        drop = {"rollout_id": "r-bad", "snapshot_id": frozen["snapshot_id"], "version": frozen["version"]}
         assert (await client.post("/v1/ledger/drop", json=drop)).json() == {"dropped": True}
         assert (await client.post("/v1/ledger/drop", json=drop)).json() == {"dropped": False}
-        assert code(await put(client, entry("r-bad", "c-6", [1]))) == (409, "ledger_closed")  # the tombstone stays
+        assert code(await put(client, entry("r-bad", "c-6", [1]))) == (409, "ledger_closed")  # remembered as dropped
         assert code(await client.post("/v1/ledger/freeze", json={"rollout_id": "r-bad"})) == (409, "ledger_closed")
 
 
@@ -223,8 +225,8 @@ async def test_conflicting_payload_is_refused_and_masks_the_rollout(worker) -> N
         assert (await put(client, entry("r-c", "c-1", [4, 5]))).status_code == 200
         assert (await put(client, entry("r-c", "c-1", [4, 5]))).json()["stored"] is False  # an identical retry
         assert code(await put(client, entry("r-c", "c-1", [4, 6]))) == (409, "ledger_conflict")
-        snapshot = await freeze(client, "r-c")
-        assert snapshot["incomplete"] is True and snapshot["entries"] == [entry("r-c", "c-1", [4, 5])]
+        frozen = await freeze(client, "r-c")
+        assert frozen["incomplete"] is True and frozen["entries"] == [entry("r-c", "c-1", [4, 5])]
 
 
 async def test_retire_drops_the_attempts_rows_and_refuses_its_late_writes(worker) -> None:
@@ -232,7 +234,7 @@ async def test_retire_drops_the_attempts_rows_and_refuses_its_late_writes(worker
         control = Control(client)
         assert (await put(client, entry("r-r", "c-1", [4]))).status_code == 200
         assert (await control.retire("r-r", 0))["retired"] is True
-        ledger: CaptureLedger = client._transport.app.state.ledger  # type: ignore[attr-defined]
+        ledger: TokenLedger = client._transport.app.state.ledger  # type: ignore[attr-defined]
         with pytest.raises(ApiError) as refused:  # the ledger itself refuses, behind the admission fence
             ledger.put(LedgerEntry.model_validate(entry("r-r", "c-2", [4])), attempt=0)
         assert refused.value.code == ErrorCode.STALE_ATTEMPT
@@ -241,26 +243,27 @@ async def test_retire_drops_the_attempts_rows_and_refuses_its_late_writes(worker
 
 
 def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
-    ledger = CaptureLedger()
+    ledger = TokenLedger()
     ledger.put(LedgerEntry.model_validate(entry("r-v", "c-1", [3])), attempt=2)
     frozen = ledger.freeze("r-v")
-    head, stored = ledger.export(Scope())
+    head, stored = encoded_records(ledger, Scope())
     assert (
         head.key == ledger_record_key("r-v")
         and stored.key == entries_key("r-v")
         and head.attempt == stored.attempt == 2
     )
-    restored = CaptureLedger.validate([RestoredRecord(r.key, r.data, "r-v", 2) for r in (head, stored)])
+    restored = parse_records([RestoredRecord(r.key, r.data, "r-v", 2) for r in (head, stored)])
     assert restored["r-v"].attempt == 3 and restored["r-v"].version == frozen.version + 1
-    fresh = CaptureLedger()
+    fresh = TokenLedger()
     fresh.install(restored)
     again = fresh.freeze("r-v")
     assert again.snapshot_id == frozen.snapshot_id and again.entries == frozen.entries
     assert fresh.drop("r-v", frozen.snapshot_id, frozen.version) is False  # consumed before the restore: stale
 
-    # a schema 1 record (entries inline, before issue 29) taken before an upgrade restores after it
+    # a schema 1 record (entries inline, the format before head and entries were apart) taken before an upgrade
+    # restores after it
     v1 = {**json.loads(head.data), "schema_version": 1, "entries": json.loads(stored.data)["entries"]}
-    old = CaptureLedger.validate([RestoredRecord(head.key, json.dumps(v1).encode(), "r-v", 2)])
+    old = parse_records([RestoredRecord(head.key, json.dumps(v1).encode(), "r-v", 2)])
     assert old["r-v"].entries == restored["r-v"].entries and old["r-v"].attempt == 3
 
     good = RestoredRecord(stored.key, stored.data, "r-v", 2)
@@ -279,7 +282,7 @@ def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     ]
     for items in bad:
         with pytest.raises(InvalidState):
-            CaptureLedger.validate(items)
+            parse_records(items)
 
 
 async def test_resolve_names_the_call_a_request_continues(worker) -> None:
@@ -306,7 +309,7 @@ async def test_resolve_names_the_call_a_request_continues(worker) -> None:
         )
 
 
-async def test_snapshot_method_keeps_the_ledger_as_captured_under_the_pause(worker, tmp_path: Path) -> None:
+async def test_the_packed_format_keeps_the_ledger_as_captured_under_the_pause(worker, tmp_path: Path) -> None:
     location = f"file://{tmp_path}"
     async with serve(model_app(worker.url)) as client:
         control = Control(client)
@@ -323,8 +326,8 @@ async def test_snapshot_method_keeps_the_ledger_as_captured_under_the_pause(work
         control = Control(client)
         await control.restore("ck", location, persisted["manifest_key"], persisted["manifest_sha256"])
         await control.resume("ck")
-        snapshot = await freeze(client, "r-s")
-        assert snapshot["attempt"] == 1 and snapshot["entries"] == [entry("r-s", "c-1", [4, 5])]
+        frozen = await freeze(client, "r-s")
+        assert frozen["attempt"] == 1 and frozen["entries"] == [entry("r-s", "c-1", [4, 5])]
 
 
 async def test_a_finished_rollouts_ledger_outlives_a_scoped_commit_until_the_trainer_drops_it(worker, tmp_path) -> None:
@@ -344,36 +347,36 @@ async def test_a_finished_rollouts_ledger_outlives_a_scoped_commit_until_the_tra
         done = await freeze(client, "r-done")
         assert done["entries"] == [entry("r-done", "c-1", [4])] and done["attempt"] == 1
         missing = await client.post("/v1/ledger/freeze", json={"rollout_id": "r-never"})
-        assert code(missing) == (404, "not_found")  # never an empty snapshot a trainer could take for a rollout
+        assert code(missing) == (404, "not_found")  # never an empty answer a trainer could take for a rollout
 
 
 def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_rewritten(tmp_path: Path) -> None:
     """A restore installs every rollout's rows under attempt + 1, which changes each ledger's head; the entries
     (the tokens, nearly all the bytes) are unchanged and the first checkpoint after the restore references them
-    in the restored checkpoint's packs (issue 29: it wrote every finished rollout's tokens again)."""
+    in the restored checkpoint's packs (it used to write every finished rollout's tokens again)."""
     storage = open_storage(f"file://{tmp_path}/ckpt")
-    ledger = CaptureLedger()
+    ledger = TokenLedger()
     for i in range(6):
         for call in range(3):
             ledger.put(LedgerEntry.model_validate(entry(f"r-{i}", f"c-{call}", list(range(200)))), attempt=0)
     ledger.freeze("r-0")
     with ThreadPoolExecutor(4) as pool:
-        first = write_pack(storage, pool, "c-1", ledger.capture(Scope()))
+        first = write_pack(storage, pool, "c-1", frozen_records(ledger, Scope()))
         publish(storage, "c-1", first)
         manifest = parse_packed_manifest(storage.get(first.manifest_key))
         records, index = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
-        restored = CaptureLedger()
-        restored.install(CaptureLedger.validate(records))
+        restored = TokenLedger()
+        restored.install(parse_records(records))
         assert {r: restored.rollouts[r].attempt for r in restored.rollouts} == {f"r-{i}": 1 for i in range(6)}
         restored.put(LedgerEntry.model_validate(entry("r-5", "c-9", [7])), attempt=1)  # one rollout moves on
-        second = write_pack(storage, pool, "c-2", restored.capture(Scope()), reuse=[index])
+        second = write_pack(storage, pool, "c-2", frozen_records(restored, Scope()), reuse=[index])
         publish(storage, "c-2", second)
         assert second.reused == 5  # the entries of the five unchanged rollouts; every head and r-5's entries written
         assert second.records == first.records == 12
         assert second.written_bytes < first.written_bytes / 3
         manifest = parse_packed_manifest(storage.get(second.manifest_key))
         again, _ = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
-    back = CaptureLedger.validate(again)
+    back = parse_records(again)
     assert back["r-5"].attempt == 2 and list(back["r-5"].entries) == ["c-0", "c-1", "c-2", "c-9"]
     assert back["r-0"].frozen and len(back["r-0"].entries) == 3
 
@@ -417,8 +420,8 @@ def publish(storage: Storage, cid: str, written) -> None:
 
 
 def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
-    """A rollout's ledger is held until the trainer drops it (issue 29: the policy model grew 337 MB per 1,000
-    episodes with nobody dropping): each entry is held once, as its JSON, not also as parsed lists of Python ints
+    """A rollout's ledger is held until the trainer drops it (with nobody dropping, the policy model once grew
+    337 MB per 1,000 episodes): each entry is held once, as its JSON, not also as parsed lists of Python ints
     and floats (several times the bytes). Measured as the bytes the ledger retains (tracemalloc), not time."""
     texts = [
         LedgerEntry.model_validate(
@@ -430,7 +433,7 @@ def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
     json_bytes = sum(len(text) for text in texts)
     for text in texts:  # pydantic-core's parse caches fill once: not the ledger's
         LedgerEntry.model_validate_json(text)
-    ledger = CaptureLedger()
+    ledger = TokenLedger()
     gc.collect()
     tracemalloc.start()
     try:
@@ -442,52 +445,52 @@ def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
     finally:
         tracemalloc.stop()
     assert json_bytes < retained < 1.3 * json_bytes, (retained, json_bytes)
-    snapshot = ledger.freeze("r-3")  # a read parses the held JSON: the entries as they were put
-    assert [e.model_dump_json() for e in snapshot.entries] == texts[12:16]
-    assert ledger.drop("r-3", snapshot.snapshot_id, snapshot.version)
+    frozen = ledger.freeze("r-3")  # a read parses the held JSON: the entries as they were put
+    assert [e.model_dump_json() for e in frozen.entries] == texts[12:16]
+    assert ledger.drop("r-3", frozen.snapshot_id, frozen.version)
     assert ledger.counts()["ledger_entries"] == 28 and not ledger.rollouts["r-3"].entries
 
 
-def dropped(ledger: CaptureLedger, rollouts: list[str]) -> None:
+def dropped(ledger: TokenLedger, rollouts: list[str]) -> None:
     """Each rollout: one call stored, then frozen and dropped as a trainer does."""
     for rollout in rollouts:
         ledger.put(LedgerEntry.model_validate(entry(rollout, "c-1", [7])), attempt=0)
-        snapshot = ledger.freeze(rollout)
-        assert ledger.drop(rollout, snapshot.snapshot_id, snapshot.version)
+        frozen = ledger.freeze(rollout)
+        assert ledger.drop(rollout, frozen.snapshot_id, frozen.version)
 
 
 def test_a_finished_rollout_the_trainer_dropped_is_in_no_later_checkpoint() -> None:
-    """Issue 29: every dropped rollout left its head in every later checkpoint (the soak's bytes per checkpoint
-    grew all through a job). A finished rollout (out of the checkpoint's scope) whose ledger was dropped writes
-    nothing; a live one's tombstone is still written, so a restore keeps refusing its writes."""
-    ledger = CaptureLedger()
+    """A dropped rollout used to leave its head in every later checkpoint (the soak's bytes per checkpoint grew
+    all through a job). A finished rollout (out of the checkpoint's scope) whose ledger was dropped writes
+    nothing; a live one's head (dropped, no rows) is still written, so a restore keeps refusing its writes."""
+    ledger = TokenLedger()
     dropped(ledger, [f"r-{i}" for i in range(20)])
     ledger.put(LedgerEntry.model_validate(entry("r-live", "c-1", [1])), attempt=0)
-    captured = ledger.capture(Scope.of(["r-live", "r-3"]))  # r-3: dropped while the controller still runs it
+    captured = frozen_records(ledger, Scope.of(["r-live", "r-3"]))  # r-3: dropped while the controller runs it
     assert [p.key for p in captured] == [
         ledger_record_key("r-3"),
         ledger_record_key("r-live"),
         entries_key("r-live"),
     ]
-    restored = CaptureLedger()
+    restored = TokenLedger()
     records = [RestoredRecord(p.key, LEDGER_ENCODER.encode(p.state), p.rollout_id, p.attempt) for p in captured]
-    restored.install(CaptureLedger.validate(records))
+    restored.install(parse_records(records))
     with pytest.raises(ApiError) as refused:
         restored.put(LedgerEntry.model_validate(entry("r-3", "c-2", [1])), attempt=1)
     assert refused.value.code == ErrorCode.LEDGER_CLOSED
 
 
-def test_dropped_rollouts_keep_a_bounded_number_of_tombstones() -> None:
-    """Issue 29: each dropped rollout kept a tombstone (about 0.5 KB) for the life of the process. Only the newest
-    ``tombstones_kept`` are kept, each still refusing a late write; counted as held ledgers, not bytes."""
-    ledger = CaptureLedger(tombstones_kept=4)
+def test_a_bounded_number_of_dropped_rollouts_is_remembered() -> None:
+    """Each dropped rollout used to be remembered (about 0.5 KB) for the life of the process. Only the newest
+    ``dropped_kept`` are, each still refusing a late write; counted as held ledgers, not bytes."""
+    ledger = TokenLedger(dropped_kept=4)
     dropped(ledger, [f"r-{i:02}" for i in range(50)])
     assert sorted(ledger.rollouts) == ["r-46", "r-47", "r-48", "r-49"]
     assert ledger.counts()["ledger_retired"] == 4
     with pytest.raises(ApiError) as refused:
         ledger.put(LedgerEntry.model_validate(entry("r-49", "c-2", [1])), attempt=0)
     assert refused.value.code == ErrorCode.LEDGER_CLOSED
-    assert ledger.retire("r-48", 0) is False  # a retire replaces a tombstone with the next attempt's empty ledger
+    assert ledger.retire("r-48", 0) is False  # a retire replaces a dropped rollout with the next attempt's empty ledger
     dropped(ledger, ["r-50", "r-51", "r-52"])
     assert sorted(ledger.rollouts) == ["r-48", "r-49", "r-50", "r-51", "r-52"]
     assert ledger.rollouts["r-48"].attempt == 1 and not ledger.rollouts["r-48"].dropped

@@ -1,10 +1,11 @@
-"""A client of the capture ledgers of a (replicated) policy model, for a trainer or its transport.
+"""A client of the token ledgers of a (replicated) policy model, for a trainer or its transport.
 
-Each rollout's ledger lives on the replica its calls go to (``docs/decisions.md``, "The capture ledger
+Each rollout's ledger lives on the replica its calls go to (``docs/decisions.md``, "The token ledger
 lives with the rollout's policy model replica"), so the client sends every call about a rollout to
 the replica :func:`~gym_services.base.affinity.replica_for` names among ``endpoints`` (the policy
 model's base URLs in ordinal order, or a ``{a..b}`` range). Bodies and answers are the wire models of
-:mod:`.ledger_wire`; a refusal raises :class:`LedgerRefused` with the server's error code.
+:mod:`.wire`; a refusal raises :class:`LedgerRefused` with the server's error code. It needs pydantic
+and httpx only, so a trainer's environment can load it from the source tree.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ import httpx
 from pydantic import BaseModel
 
 from gym_services.base.affinity import expand_endpoints, replica_for
-from gym_services.models.policy_model.ledger_wire import (
+from gym_services.models.policy_model.ledger.wire import (
     CallRef,
     CallResult,
     DropRequest,
     DropResult,
+    FrozenRollout,
     LedgerEntry,
     PutEntry,
     PutResult,
     Resolution,
     ResolveRequest,
     RolloutRef,
-    Snapshot,
 )
 
 A = TypeVar("A", bound=BaseModel)
@@ -80,8 +81,8 @@ class LedgerClient:
         body = CallRef(rollout_id=rollout_id, model_call_id=model_call_id, reason=reason)
         return await self._call("mark_incomplete", rollout_id, body, CallResult, attempt)
 
-    async def freeze(self, rollout_id: str) -> Snapshot:
-        return await self._call("freeze", rollout_id, RolloutRef(rollout_id=rollout_id), Snapshot)
+    async def freeze(self, rollout_id: str) -> FrozenRollout:
+        return await self._call("freeze", rollout_id, RolloutRef(rollout_id=rollout_id), FrozenRollout)
 
     async def drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
         body = DropRequest(rollout_id=rollout_id, snapshot_id=snapshot_id, version=version)

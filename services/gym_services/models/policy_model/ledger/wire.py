@@ -1,14 +1,16 @@
-"""The capture ledger's wire vocabulary: one typed model per body of the ``/v1/ledger/*`` routes.
+"""The token ledger's wire vocabulary: one typed model per body of the ``/v1/ledger/*`` routes.
 
-Both ends use these models: the policy model's routes (:mod:`.ledger_routes`) and every client (a
-trainer's transport, the conformance adapter in ``tests/conformance/ledger_adapter.py``). The module
-imports nothing but pydantic, so a client in another environment can load it from the source tree.
+Both ends use these models: the policy model's routes (:mod:`.routes`) and every client (a trainer's
+transport, :mod:`.client`, the conformance adapter in ``tests/conformance/ledger_adapter.py``). The module
+imports nothing but pydantic and :mod:`gym_services.base.tokens` (the standard library only), so a client
+in another environment can load it from the source tree.
 
 :class:`LedgerEntry` is one model call's training record with NeMo Gym 0.7.0's field names
-(``TokenEntry`` in ``nemo_gym/token_id_capture/records.py``): rollout and call identity, the prompt's
-token ids, the generated token ids and their log-probs, the output items, and the lineage fields. Fields
-this model does not name are kept as they came (a newer optional field survives a round trip); a record
-of a newer ``schema_version`` is refused, as NeMo Gym's reader refuses it.
+(``TokenEntry`` in ``nemo_gym/token_id_capture/records.py``): rollout and call identity, the call's
+:class:`~gym_services.base.tokens.Tokens` (the prompt's token ids, the generated token ids and their
+log-probs), the output items, and the lineage fields. Fields this model does not name are kept as they
+came (a newer optional field survives a round trip); a record of a newer ``schema_version`` is refused, as
+NeMo Gym's reader refuses it. ``snapshot_id`` is NeMo Gym's name for the id of one freeze of a rollout.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gym_services.base.tokens import Tokens
 
 #: the ``TokenEntry`` schema version this ledger reads and writes
 ENTRY_SCHEMA_VERSION = 1
@@ -67,6 +71,14 @@ class LedgerEntry(BaseModel):
             )
         return self
 
+    @classmethod
+    def of_call(cls, rollout_id: str, model_call_id: str, tokens: Tokens, **fields: Any) -> LedgerEntry:
+        """The entry of one call: its identity, its tokens, and any other fields (output items, lineage)."""
+        return cls(rollout_id=rollout_id, model_call_id=model_call_id, **tokens.fields(), **fields)
+
+    def tokens(self) -> Tokens:
+        return Tokens.of(self.prompt_token_ids, self.generation_token_ids, self.generation_log_probs)
+
     def canonical(self) -> str:
         """The entry's identity for idempotency, and its stored form: its JSON, named fields in their
         declared order, other fields as they came (a retry resends the same payload, so the same string)."""
@@ -108,8 +120,10 @@ class RolloutRef(BaseModel):
     rollout_id: str = Field(pattern=ROLLOUT_ID)
 
 
-class Snapshot(BaseModel):
-    """A frozen rollout: its entries, and whether it must be masked (``incomplete``)."""
+class FrozenRollout(BaseModel):
+    """``POST /v1/ledger/freeze``'s answer (NeMo Gym's ``TokenCaptureSnapshot``): a frozen rollout's entries,
+    and whether it must be masked (``incomplete``); ``snapshot_id`` and ``version`` name this freeze for
+    ``drop``."""
 
     rollout_id: str
     attempt: int
@@ -122,7 +136,7 @@ class Snapshot(BaseModel):
 
 
 class DropRequest(BaseModel):
-    """``POST /v1/ledger/drop``: retire exactly the snapshot that was consumed."""
+    """``POST /v1/ledger/drop``: retire exactly the frozen rollout that was consumed."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -132,7 +146,7 @@ class DropRequest(BaseModel):
 
 
 class DropResult(BaseModel):
-    dropped: bool = Field(description="false when the rollout changed after the snapshot (its rows are kept)")
+    dropped: bool = Field(description="false when the rollout changed after the freeze (its rows are kept)")
 
 
 class ResolveRequest(BaseModel):

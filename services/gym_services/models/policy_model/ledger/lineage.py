@@ -1,4 +1,4 @@
-"""Which stored call a request continues: the capture ledger's lineage resolution (NeMo Gym 0.7.0's
+"""Which stored call a request continues: the token ledger's lineage resolution (NeMo Gym 0.7.0's
 ``LineageResolver`` contract, ``nemo_gym/token_id_capture/protocols.py``).
 
 An entry is found again by two hashes of the request that produced it, stamped on the entry when it
@@ -9,7 +9,7 @@ call answered (roles, text, tool calls, tool results). A later request of the ro
 when its model-authored items hash to the same fingerprint and its first ``context_len`` items hash to the
 same context digest. Both hashes are the layout NeMo Gym's resolver reads (fingerprint version 2: SHA-256
 over a domain string, then each field as a tag byte, its UTF-8 length in 8 big-endian bytes and the bytes),
-so entries stamped by NeMo Gym's capture and by ours resolve alike.
+so entries stamped by NeMo Gym's token-id capture and by our recording resolve alike.
 
 Never a guess: no candidate, or several with different token sequences, is ``unresolved``; a request with
 no model-authored item is a ``root``.
@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gym_services.models.policy_model.ledger_wire import LedgerEntry, Resolution, ResolutionStatus
+from gym_services.models.policy_model.ledger.wire import LedgerEntry, Resolution, ResolutionStatus
 
 FINGERPRINT_VERSION = 2
 _FINGERPRINT_DOMAIN = b"nemo-gym-lineage"
@@ -193,7 +193,7 @@ def resolve(entries: Iterable[LedgerEntry], request_items: list[Any]) -> Resolut
         and len(request_items) >= e.continuation_context_len
         and context_digest(request_items[: e.continuation_context_len]) == e.continuation_context_digest
     ]
-    cumulative = {e.model_call_id: [*e.prompt_token_ids, *e.generation_token_ids] for e in matches}
+    cumulative = {e.model_call_id: list(e.tokens().sequence()) for e in matches}
     if len(matches) > 1 and len({tuple(t) for t in cumulative.values()}) == 1:
         matches = [min(matches, key=lambda e: e.model_call_id)]  # identical token sequences are interchangeable
     if len(matches) != 1:

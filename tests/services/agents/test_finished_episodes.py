@@ -1,5 +1,6 @@
-"""An agent's kept finished results are bounded by age, count and bytes (issue 29: results carry every call's token
-ids, so 1,024 of them held hundreds of MB in the soak), and are kept as one compact JSON ``bytes`` each."""
+"""An agent's kept finished results are bounded by age, count and bytes (results carry every call's token ids, so
+1,024 of them held hundreds of MB in the soak, ``benchmarks/soak.py``), and are kept as one compact JSON ``bytes``
+each."""
 
 from __future__ import annotations
 

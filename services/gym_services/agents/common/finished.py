@@ -6,8 +6,8 @@ saves it. Results carry every model call's token ids and log-probs, so their siz
 magnitude with the rollout. A kept episode is its ``return`` boundary as compact JSON, one ``bytes`` object:
 as Python objects (a list of ints and one of floats per call) the same result took 3-5 times the memory, in
 millions of small blocks that, freed a minute later among younger ones, left the allocator's arenas holding
-the space (issue 29's soak: agent-ipi's resident memory grew by ~60 MB per 1,000 episodes, almost all of it
-free but kept). The kept ones are bounded by age, count and bytes, oldest dropped first.
+the space (in the soak, ``benchmarks/soak.py``, agent-ipi's resident memory grew by ~60 MB per 1,000 episodes,
+almost all of it free but kept). The kept ones are bounded by age, count and bytes, oldest dropped first.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ async def models(request: Request) -> JSONResponse:
 
 
 async def stats_route(request: Request) -> JSONResponse:
-    return JSONResponse(held(request, Worker).stats.snapshot())
+    return JSONResponse(held(request, Worker).stats.counts())
 
 
 def create_app(config: Config) -> Starlette:

@@ -337,7 +337,7 @@ class WorkerStats:
             self.disconnected += 1
         self._requests.labels(model=model, stream=str(stream).lower(), outcome=outcome).inc()
 
-    def snapshot(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, Any]:
         return {
             "tokens_generated": self.tokens_generated,
             "prompt_tokens": self.prompt_tokens,

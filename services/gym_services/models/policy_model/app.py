@@ -30,7 +30,7 @@ another worker of the fleet, or, with none up, on the restarted worker after a b
 call fails (``503 upstream_unavailable``) only after ``upstream_retry.deadline_s`` without progress.
 
 The token ledger (``/v1/ledger/*``, :mod:`.ledger`) holds each rollout's training tokens, one entry per
-call, under NeMo Gym's token-id capture contracts; with ``record_tokens`` every call with rollout identity
+call, under NeMo Gym's ``token_id_capture`` contracts; with ``record_tokens`` every call with rollout identity
 is recorded into it (an intent before dispatch, the entry before the response goes out,
 :mod:`.ledger.recording`). It is part of this participant's checkpoint records.
 

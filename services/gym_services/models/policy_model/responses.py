@@ -164,36 +164,25 @@ def _id(prefix: str, digest: str, *parts: object) -> str:
     return f"{prefix}_{tail}"
 
 
-def build_response(
-    request: ResponsesRequest,
-    digest: str,
-    model: str,
-    text: str,
-    finish_reason: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-    created_at: float,
-    tokens: Tokens | None = None,
-) -> dict[str, Any]:
-    """A Responses API object for a finished generation (its whole text, tool calls in markup form).
+def _message(digest: str, text: str) -> dict[str, Any]:
+    return {
+        "id": _id("msg", digest, "message"),
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
-    ``tokens`` go on the last output item as NeMo Gym's three fields (``prompt_token_ids``,
+
+def output_items(digest: str, text: str, tokens: Tokens | None) -> list[dict[str, Any]]:
+    """A finished generation's output items: its message (when it has text), then its tool calls.
+
+    ``tokens`` go on the last item as NeMo Gym's three fields (``prompt_token_ids``,
     ``generation_token_ids``, ``generation_log_probs``), which makes it NeMo Gym's ``…__training``
     variant; a generation with no output item (empty text) gets an empty assistant message to carry
     them, as NeMo Gym's converter does."""
     parsed = tool_markup.parse(text)
-    complete = finish_reason in ("stop", "tool_calls")
-    output: list[dict[str, Any]] = []
-    if parsed.content:
-        output.append(
-            {
-                "id": _id("msg", digest, "message"),
-                "type": "message",
-                "role": "assistant",
-                "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
-                "content": [{"type": "output_text", "text": parsed.content, "annotations": []}],
-            }
-        )
+    output = [_message(digest, parsed.content)] if parsed.content else []
     for index, call in enumerate(parsed.tool_calls):
         output.append(
             {
@@ -207,16 +196,26 @@ def build_response(
         )
     if tokens is not None:
         if not output:
-            output.append(
-                {
-                    "id": _id("msg", digest, "message"),
-                    "type": "message",
-                    "role": "assistant",
-                    "status": "completed",  # as NeMo Gym's converter writes it; the response's status says incomplete
-                    "content": [{"type": "output_text", "text": "", "annotations": []}],
-                }
-            )
+            output.append(_message(digest, ""))
         output[-1].update(tokens.fields())
+    return output
+
+
+def build_response(
+    request: ResponsesRequest,
+    digest: str,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    created_at: float,
+    tokens: Tokens | None = None,
+) -> dict[str, Any]:
+    """A Responses API object for a finished generation (its whole text, tool calls in markup form, and its
+    ``tokens`` when given: :func:`output_items`)."""
+    complete = finish_reason in ("stop", "tool_calls")
+    output = output_items(digest, text, tokens)
     incomplete = None
     if not complete:
         incomplete = {"reason": "max_output_tokens" if finish_reason == "length" else finish_reason}

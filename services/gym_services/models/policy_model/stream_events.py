@@ -58,7 +58,7 @@ def _function_call_events(item: dict[str, Any], index: int) -> Iterator[dict[str
 
 def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     """The event sequence for a finished response, numbered by ``sequence_number``."""
-    shell = _in_progress(response)  # both opening events carry the same snapshot; they are only serialized
+    shell = _in_progress(response)  # both opening events carry the same in-progress object; only serialized
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": shell},
         {"type": "response.in_progress", "response": shell},

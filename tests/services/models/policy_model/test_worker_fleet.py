@@ -268,7 +268,7 @@ async def test_a_restarted_worker_is_taken_back_by_the_health_probe(tmp_path: Pa
             fleet = app.state.generations.upstream.fleet
             second.kill()
             # the dead worker's port stays ours (bound, not listening: connections are refused) until it restarts:
-            # a server another test starts meanwhile could get it and answer the probe (issue 29's CI: a probe found
+            # a server another test starts meanwhile could get it and answer the probe (seen in CI: a probe found
             # "the worker" up, a generation went there and failed)
             holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

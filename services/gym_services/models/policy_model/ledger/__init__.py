@@ -1,5 +1,5 @@
 """The token ledger: each rollout's training tokens, one entry per model call, under NeMo Gym 0.7.0's
-token-id capture contracts (``docs/protocol.md``, "The token ledger").
+``token_id_capture`` contracts (``docs/protocol.md``, "The token ledger").
 
 Modules, lowest first (each imports only those before it):
 

@@ -9,7 +9,7 @@ call answered (roles, text, tool calls, tool results). A later request of the ro
 when its model-authored items hash to the same fingerprint and its first ``context_len`` items hash to the
 same context digest. Both hashes are the layout NeMo Gym's resolver reads (fingerprint version 2: SHA-256
 over a domain string, then each field as a tag byte, its UTF-8 length in 8 big-endian bytes and the bytes),
-so entries stamped by NeMo Gym's token-id capture and by our recording resolve alike.
+so entries stamped by NeMo Gym's ``token_id_capture`` and by our recording resolve alike.
 
 Never a guess: no candidate, or several with different token sequences, is ``unresolved``; a request with
 no model-authored item is a ``root``.

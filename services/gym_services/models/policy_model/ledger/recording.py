@@ -3,7 +3,7 @@
 Before a call with rollout identity is dispatched its intent is recorded (``begin_call``, the request
 digest as call id): a call lost from there on masks its rollout. Once the response is built, and before
 it goes out, the call's entry is stored: its :class:`~gym_services.base.tokens.Tokens` on the entry, the
-response's output items without them (as NeMo Gym's token-id capture moves them), and the lineage stamp
+response's output items without them (as NeMo Gym's ``token_id_capture`` moves them), and the lineage stamp
 of the request's items (:func:`.lineage.stamp`). A call the engine reported no token ids for is marked
 lost instead. Recording never fails the call: a refusal (the rollout frozen meanwhile, a conflicting
 payload, already masked) is logged.

@@ -1,7 +1,7 @@
 """The token ledger: each rollout's training tokens, one entry per model call (``docs/decisions.md``,
 "The token ledger lives with the rollout's policy model replica").
 
-It keeps NeMo Gym 0.7.0's token-id capture contracts (``TokenSink``, ``TokenSource`` in
+It keeps NeMo Gym 0.7.0's ``token_id_capture`` contracts (``TokenSink``, ``TokenSource`` in
 ``nemo_gym/token_id_capture/protocols.py``) for the rollouts this replica serves:
 
 - ``put`` stores an entry; once it returns (the route answered) every later read sees it. A retry of

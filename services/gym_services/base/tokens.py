@@ -14,7 +14,7 @@ another way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +64,3 @@ class Tokens:
         """The prompt's ids followed by the generated ids: what a continuation is conditioned on, and the
         prompt of the call that continues this one (NeMo Gym's cumulative token ids)."""
         return self.prompt_token_ids + self.generation_token_ids
-
-    def extended(self, token_ids: Sequence[int], log_probs: Sequence[float]) -> Tokens:
-        """These tokens with ``token_ids`` (and their log-probs) generated after them."""
-        return Tokens(
-            self.prompt_token_ids,
-            self.generation_token_ids + tuple(token_ids),
-            self.generation_log_probs + tuple(log_probs),
-        )

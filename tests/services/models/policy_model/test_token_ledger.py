@@ -19,6 +19,7 @@ from tests.services.models.policy_model.model_support import REQUESTS, ident, mo
 from tests.services.models.procs import ServerProcess, start_server
 from tests.support.asgi import Control, base_config, serve
 
+from gym_services.base.config import ConfigError, load_config
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control import layout
 from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
@@ -27,6 +28,7 @@ from gym_services.control.participant import Capture, InvalidState, RestoredReco
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.control.storage import Storage, open_storage
 from gym_services.control.store import CheckpointStore
+from gym_services.models.policy_model.app import Config
 from gym_services.models.policy_model.ledger.client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger.lineage import stamp
 from gym_services.models.policy_model.ledger.records import (
@@ -193,6 +195,17 @@ async def test_a_model_call_lost_across_a_crash_masks_its_rollout(worker, tmp_pa
 
 
 # --- in process: refusals and records --------------------------------------------------------------
+
+
+def test_the_old_config_key_capture_tokens_is_read_as_record_tokens_with_a_warning(monkeypatch) -> None:
+    upstream = {"base_url": "http://127.0.0.1:9/v1"}
+    with pytest.warns(FutureWarning, match="'capture_tokens' is deprecated: call it 'record_tokens'"):
+        old = load_config(Config, overrides=base_config("m", upstream=upstream, capture_tokens=True))
+    assert old.record_tokens is True and "capture_tokens" not in old.model_dump()
+    with pytest.raises(ConfigError, match="set only record_tokens"):
+        load_config(Config, overrides=base_config("m", upstream=upstream, capture_tokens=True, record_tokens=True))
+    monkeypatch.setenv("GYMCKPT__RECORD_TOKENS", "true")
+    assert load_config(Config, overrides=base_config("m", upstream=upstream)).record_tokens is True
 
 
 async def test_bad_writes_get_a_clear_4xx_and_change_nothing(worker) -> None:

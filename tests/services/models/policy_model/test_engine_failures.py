@@ -1,0 +1,140 @@
+"""What the upstream makes of an SSE engine's answers (``Upstream.deltas`` over ``SseEngine``): a "not now" status
+or a stream ended early is the worker's fault (``UpstreamUnavailable`` naming it, the worker out of rotation); a
+refusal, an error event or a chunk that is not JSON is an answer the policy model cannot use (``502
+upstream_error``, the worker still in rotation). The engine is a scripted Starlette app in process: what it answers
+is the point here, not how it generates (the built-in worker and llama-server are tested in their own files)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.tokens import Tokens
+from gym_services.models.policy_model.engines import Delta, Halt
+from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamUnavailable
+
+BASE_URL = "http://engine.test/v1"
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
+
+
+def chunk(token: int, text: str, finish: str | None = None, prompt: list[int] | None = None) -> str:
+    body: dict[str, Any] = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"content": text},
+                "token_ids": [token],
+                "logprobs": {"content": [{"token": f"token_id:{token}", "logprob": -0.5}]},
+                "finish_reason": finish,
+            }
+        ]
+    }
+    if prompt is not None:
+        body["prompt_token_ids"] = prompt
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def scripted(status: int, stream: str) -> tuple[Starlette, list[dict[str, Any]]]:
+    """An engine answering every chat completions request with ``status`` and ``stream`` as its body."""
+    received: list[dict[str, Any]] = []
+
+    async def chat(request: Request) -> Response:
+        received.append(await request.json())
+        return PlainTextResponse(stream, status_code=status, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]), received
+
+
+@contextlib.asynccontextmanager
+async def upstream_for(app: Starlette):
+    upstream = Upstream(UpstreamConfig(base_url=BASE_URL, extra_body={"top_k": 5, "seed": 1}))
+    # the pooled client, reaching the scripted engine in process
+    upstream._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    try:
+        yield upstream
+    finally:
+        await upstream.close()
+
+
+async def run(upstream: Upstream) -> list[Delta]:
+    request = upstream.engine.request(CHAT, None, 8)
+    async with contextlib.aclosing(upstream.deltas(request, Halt())) as deltas:
+        return [delta async for delta in deltas]
+
+
+def worker_healthy(upstream: Upstream) -> bool:
+    (worker,) = upstream.fleet.workers.values()
+    return worker.healthy and not worker.streams
+
+
+async def test_a_finished_stream_is_every_delta_with_the_upstreams_settings_under_the_requests() -> None:
+    app, received = scripted(200, chunk(7, "a", prompt=[1, 2]) + chunk(8, "b", "stop") + "data: [DONE]\n\n")
+    async with upstream_for(app) as upstream:
+        deltas = await run(upstream)
+        assert [(d.generation_token_ids, d.text, d.finish_reason) for d in deltas] == [
+            ([7], "a", None),
+            ([8], "b", "stop"),
+        ]
+        assert deltas[0].prompt_token_ids == [1, 2]
+        assert worker_healthy(upstream)
+        (worker,) = upstream.fleet.workers.values()
+        assert worker.tokens_received == 2
+    (sent,) = received
+    assert sent["top_k"] == 5 and sent["seed"] == 3  # extra_body under the request's own fields
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+@pytest.mark.parametrize(
+    ("status", "stream", "cause"),
+    [
+        (503, "overloaded", "answered 503"),
+        (429, "slow down", "answered 429"),
+        (200, chunk(7, "a") + "data: [DONE]\n\n", "without a finish_reason"),
+        (200, chunk(7, "a"), "without a finish_reason"),
+    ],
+)
+async def test_a_worker_fault_takes_the_worker_out_of_rotation(status: int, stream: str, cause: str) -> None:
+    app, _ = scripted(status, stream)
+    async with upstream_for(app) as upstream:
+        with pytest.raises(UpstreamUnavailable, match=cause) as failed:
+            await run(upstream)
+        assert failed.value.worker == BASE_URL
+        assert failed.value.details == ({"upstream_status": status} if status != 200 else None)
+        assert not worker_healthy(upstream)
+
+
+@pytest.mark.parametrize(
+    ("status", "stream", "cause"),
+    [
+        (400, '{"error": "bad request"}', "answered 400"),
+        (200, 'data: {"error": {"message": "boom"}}\n\n', "the stream failed"),
+        (200, "data: {not json\n\n", "not JSON"),
+        (200, 'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": null}]}\n\n', "no token ids"),
+    ],
+)
+async def test_an_answer_it_cannot_use_is_an_upstream_error(status: int, stream: str, cause: str) -> None:
+    app, _ = scripted(status, stream)
+    async with upstream_for(app) as upstream:
+        with pytest.raises(ApiError, match=cause) as failed:
+            await run(upstream)
+        assert failed.value.code == ErrorCode.UPSTREAM_ERROR and not isinstance(failed.value, UpstreamUnavailable)
+        assert worker_healthy(upstream)
+
+
+def test_tokens_are_one_value_whatever_sequences_they_came_from() -> None:
+    tokens = Tokens.of([1, 2], [7, 8], [-0.5, -1.0])
+    assert tokens == Tokens((1, 2), (7, 8), (-0.5, -1.0))
+    assert tokens.sequence() == (1, 2, 7, 8)
+    assert Tokens.from_fields(tokens.fields()) == tokens
+    assert list(tokens.fields()) == ["prompt_token_ids", "generation_token_ids", "generation_log_probs"]
+    with pytest.raises(ValueError, match="2 generated token ids but 1 log-probs"):
+        Tokens((1,), (2, 3), (-1.0,))

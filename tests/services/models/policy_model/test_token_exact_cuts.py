@@ -250,7 +250,7 @@ async def test_worker_failover_continues_every_cut_token_exactly(fast_worker, tm
                     g.identity.rollout_id
                     for g in app.state.generations.live.values()
                     if g.identity is not None
-                    and 0 < len(g.token_ids) < len(full_ids[g.identity.rollout_id.split("-")[0]])
+                    and 0 < len(g.generation_token_ids) < len(full_ids[g.identity.rollout_id.split("-")[0]])
                 }
                 answers = {rollout: await asyncio.wait_for(task, 120) for rollout, task in calls.items()}
                 live = (await Control(client).status())["live"]

@@ -1,4 +1,5 @@
-"""vLLM's OpenAI-compatible server (and the built-in inference worker, which answers as vLLM does).
+"""vLLM's OpenAI-compatible server (and the built-in inference worker, which answers as vLLM does), read as one
+SSE stream per generation (:mod:`.sse`): this adapter plans the requests and reads their chunks.
 
 Fields used (vLLM's OpenAI protocol, ``vllm/entrypoints/openai/protocol.py``; ``return_token_ids``
 since vLLM 0.10.2):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.models.policy_model.ledger import lineage
+from gym_services.models.policy_model.ledger.lineage import resolve as resolve_lineage
 from gym_services.models.policy_model.ledger.wire import FrozenRollout, LedgerEntry, Resolution
 
 #: the reason of a call begun (an intent) and never stored
@@ -170,7 +170,7 @@ class TokenLedger:
         """The stored call these request items continue (:mod:`.lineage`); read-only."""
         ledger = self.rollouts.get(rollout_id)
         entries = ledger.parsed() if ledger is not None else []
-        return lineage.resolve(entries, request_items)
+        return resolve_lineage(entries, request_items)
 
     def drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
         ledger = self.rollouts.get(rollout_id)

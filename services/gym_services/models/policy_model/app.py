@@ -119,7 +119,7 @@ class Config(ServerConfig):
         warnings.warn(
             f"the policy model's config key {OLD_RECORD_TOKENS_KEY!r} is deprecated: call it 'record_tokens'",
             FutureWarning,
-            stacklevel=2,
+            stacklevel=1,
         )
         return {**data, "record_tokens": value}
 

@@ -116,8 +116,8 @@ class Generation:
         self.body = body
         self.limit = limit
         if staged is not None and staged.tokens is None and not (staged.complete and not manager.token_information):
-            # a schema-1 record holds text only: continuing it would re-tokenize that text, so the generation
-            # starts over (it was never delivered); a complete one still answers when no token ids are asked for
+            # a text-only record (schema 1) has no token ids: continuing it would re-tokenize its text, so the
+            # generation starts over (it was never delivered); a complete one still answers when no ids are asked for
             log.warning(
                 "a text-only prefix record is generated again from the start",
                 extra={"rollout_id": identity.rollout_id if identity else None},

@@ -140,23 +140,23 @@ class LlamaCppEngine(Engine):
             settings["seed"] = int(chat["seed"])
         return settings
 
-    def parse_chunk(self, chunk: dict[str, Any]) -> Delta:
+    def read_step(self, answer: dict[str, Any]) -> Delta:
         """One step's answer: its one token id, and its log-prob when llama-server reported it (a token
         whose text is incomplete has none: :meth:`deltas` reads it from the distribution instead)."""
-        tokens = _ids(chunk.get("tokens"), "tokens")
+        tokens = _ids(answer.get("tokens"), "tokens")
         if len(tokens) != 1:
             raise EngineProtocolError(f"a one-token step answered {len(tokens)} token ids (is return_tokens honoured?)")
         delta = Delta(generation_token_ids=tokens)
-        for entry in chunk.get("completion_probabilities") or []:
+        for entry in answer.get("completion_probabilities") or []:
             if (
                 isinstance(entry, dict)
                 and entry.get("id") == tokens[0]
                 and isinstance(entry.get("logprob"), (int, float))
             ):
                 delta.generation_log_probs = [float(entry["logprob"])]
-        if chunk.get("stop_type") == "eos":
+        if answer.get("stop_type") == "eos":
             delta.finish_reason = "stop"
-        elif chunk.get("truncated"):
+        elif answer.get("truncated"):
             delta.finish_reason = "length"  # the slot's context is full
         return delta
 
@@ -232,7 +232,7 @@ class LlamaCppEngine(Engine):
         }
         if seed is not None:
             step["seed"] = seed
-        delta = self.parse_chunk(await _post(client, f"{root}/completion", step))
+        delta = self.read_step(await _post(client, f"{root}/completion", step))
         if not delta.generation_log_probs:
             token = delta.generation_token_ids[0]
             delta.generation_log_probs = [await self._log_prob(client, root, context, token, pieces)]

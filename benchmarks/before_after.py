@@ -49,7 +49,7 @@ DEMO_PATTERNS = {
     "pause ms": re.compile(r"checkpoint pause seen by rollouts\W+(\d+) ms"),
     "restore ms": re.compile(r"restore into fresh processes\W+(\d+) ms"),
     "checkpointed run s": re.compile(r"wall time uninterrupted / checkpointed\W+[\d.]+ s / ([\d.]+) s"),
-    # what the checkpoint held: the trees' demos differ in what they record (token ids, capture ledgers)
+    # what the checkpoint held: the trees' demos differ in what they record (token ids, token ledgers)
     "checkpoint records": re.compile(r"checkpoint size\W+[\d.]+ \w+ in (\d+) records"),
     "checkpoint KiB": re.compile(r"checkpoint size\W+([\d.]+ \w+) in"),
 }

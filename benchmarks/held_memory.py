@@ -1,7 +1,7 @@
 """Held memory: what every server of the demo stack keeps per finished episode, and where (issue 29).
 
 The demo stack collects (the tasks of all four environments, ``--repeats`` rollouts per task); every
-``--drop-every`` seconds the rollouts finished so far have their capture ledgers frozen and dropped, as a
+``--drop-every`` seconds the rollouts finished so far have their token ledgers frozen and dropped, as a
 trainer reading the rows as they are written does, and every ``--checkpoint-every`` seconds a ``snapshot``
 checkpoint is taken. Every server process loads a probe (a ``sitecustomize`` this
 script writes; nothing in the servers' code): on ``SIGUSR1`` it writes its resident memory, what Python's

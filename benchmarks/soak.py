@@ -7,7 +7,7 @@ rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` s
 taken and published; right after it every server is sampled from /proc: resident memory (VmRSS), open file
 descriptors and threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every
 process is SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again).
-Before each checkpoint the soak reads and drops the capture ledger of every rollout finished so far, as a trainer
+Before each checkpoint the soak reads and drops the token ledger of every rollout finished so far, as a trainer
 does (the policy model keeps a rollout's training tokens until that acknowledgement). A job that finishes is checked
 and the collection server takes the next one (a fresh rollout prefix) on the same stack, until ``--duration`` has
 passed: a process lives from one kill to the next.
@@ -147,8 +147,8 @@ def check_rows(chaos: Chaos, soak: Soak, total: int | None) -> None:
 
 @dataclass
 class Trainer:
-    """What a trainer does with the capture ledger (``docs/protocol.md``, "The capture ledger"): once a rollout's
-    row is written, freeze its ledger and drop the snapshot - the acknowledgement that lets the policy model
+    """What a trainer does with the token ledger (``docs/protocol.md``, "The token ledger"): once a rollout's
+    row is written, freeze its ledger and drop that freeze - the acknowledgement that lets the policy model
     release the rollout's tokens. Without it the ledger holds every rollout's tokens until read, as it must.
 
     After a restore the ledgers of rollouts consumed since that checkpoint are back (under version + 1, so the
@@ -186,7 +186,7 @@ class Trainer:
                     else:
                         self.undropped["drop answered false"] += 1
                 except LedgerRefused as exc:
-                    if exc.code not in ("not_found", "ledger_closed"):  # none captured here, or dropped already
+                    if exc.code not in ("not_found", "ledger_closed"):  # none recorded here, or dropped already
                         self.refused.append(f"{rollout_id}: {exc}")
                         return
                     self.undropped[exc.code] += 1
@@ -389,8 +389,8 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         f"duplicated {len(soak.duplicated)}, failed {len(soak.failed)}"
     )
     print(
-        f"capture ledger: {soak.trainer.dropped} snapshots dropped by the soak's trainer after the rollout's row was "
-        f"written, {len(soak.trainer.refused)} refused; not dropped: "
+        f"token ledger: {soak.trainer.dropped} frozen ledgers dropped by the soak's trainer after the rollout's row "
+        f"was written, {len(soak.trainer.refused)} refused; not dropped: "
         + (", ".join(f"{why} {n}" for why, n in sorted(soak.trainer.undropped.items())) or "none")
     )
     for problem in (soak.lost + soak.duplicated + soak.trainer.refused)[:10]:

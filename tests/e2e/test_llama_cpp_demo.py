@@ -3,7 +3,7 @@
 own uvicorn process; an uninterrupted run, then a checkpoint mid-flight, SIGKILL of every process, a restore
 into fresh processes. With random weights the episodes end by their token and turn limits; what must hold is
 that rewards equal the uninterrupted run's, no token is generated twice, and every rollout's training tokens
-(result rows and capture ledgers) carry the uninterrupted run's ids and log-probs, bit for bit."""
+(result rows and token ledgers) carry the uninterrupted run's ids and log-probs, bit for bit."""
 
 from __future__ import annotations
 

@@ -50,8 +50,8 @@ class ErrorCode(enum.StrEnum):
     CHECKPOINT_PARKED = "checkpoint_parked", 409
     CHECKPOINT_BUSY = "checkpoint_busy", 409
     INVALID_PHASE = "invalid_phase", 409
-    LEDGER_CONFLICT = "ledger_conflict", 409  # a capture-ledger call id stored again with another payload
-    LEDGER_CLOSED = "ledger_closed", 409  # a write to a frozen or retired capture ledger
+    LEDGER_CONFLICT = "ledger_conflict", 409  # a token-ledger call id stored again with another payload
+    LEDGER_CLOSED = "ledger_closed", 409  # a write to a frozen or retired token ledger
     INVALID_STATE = "invalid_state", 422
     INTERNAL = "internal", 500
     UPSTREAM_ERROR = "upstream_error", 502

@@ -20,6 +20,7 @@ from gym_services.control.models import Blocker, CheckpointRef
 from gym_services.control.participant import InvalidState, Participant, Record
 from gym_services.control.storage import open_storage
 from gym_services.control.store import CheckpointStore
+from gym_services.coordination.checkpoint import CheckpointTransaction
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionError, list_checkpoints
 from gym_services.resources.counter.app import Config as CounterConfig
@@ -309,7 +310,7 @@ async def _all_open(coordinator) -> bool:
 
 
 async def test_another_transaction_under_a_published_id_is_refused_and_pauses_nothing(stack, storage_url) -> None:
-    """Issue 16 item 3: an id already published by another stack (or an earlier run) is refused, not "completed"."""
+    """An id already published by another stack (or an earlier run) is refused, not "completed"."""
     _, _, _, journal = stack
     store = open_storage(storage_url)
 
@@ -578,18 +579,18 @@ async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at
     `checkpoints delete` and `checkpoints prune` remove what it wrote now, and the id is never published."""
     _, _parts, _, _ = stack
 
-    class FailingPersist(Coordinator):
-        async def persist_all(self, run, captured):  # every participant wrote its packs and manifest; then it fails
-            await super().persist_all(run, captured)
+    class FailingPersist(CheckpointTransaction):
+        async def persist_all(self, captured):  # every participant wrote its packs and manifest; then it fails
+            await super().persist_all(captured)
             raise TransactionError("verification went wrong")
 
     async def go(coordinator, transport, events):
         async with httpx.AsyncClient(transport=transport) as http:
             await http.post("http://counter/seed_session", json={"start": 4}, headers={"x-ng-rollout-id": "r1"})
-        coordinator.__class__ = FailingPersist
+        coordinator.checkpoint_transaction = FailingPersist
         first = await coordinator.checkpoint("ck-f", storage_url, prepare_timeout_s=5, method=method)
         second = await coordinator.checkpoint("ck-g", storage_url, prepare_timeout_s=5, method=method)
-        coordinator.__class__ = Coordinator
+        coordinator.checkpoint_transaction = CheckpointTransaction
         again = await coordinator.checkpoint(
             "ck-f", storage_url, prepare_timeout_s=5, method=method, transaction_id=first.transaction_id
         )

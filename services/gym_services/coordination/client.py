@@ -1,7 +1,8 @@
 """The typed HTTP client of the control routes: one method per verb (no kopf, no Kubernetes).
 
-Used by the coordinator (:mod:`gym_services.coordination.coordinator`), the local stack's
-discovery (:mod:`gym_services.stack.discovery`) and the operator, through the coordinator.
+Used by the participant set (:mod:`gym_services.coordination.participants`), through which both
+transactions call, the local stack's discovery (:mod:`gym_services.stack.discovery`) and the operator,
+through the coordinator.
 Every method takes the request model of its verb and returns its response model
 (:data:`gym_services.control.models.VERB_MODELS`), the same models the control routes parse
 and answer with; an answer that does not validate is a :class:`ParticipantError`.
@@ -113,41 +114,41 @@ class ControlClient:
     # --- one method per verb -----------------------------------------------------------
 
     async def status(self, ref: ParticipantRef, *, timeout_s: float | None = None) -> StatusResponse:
-        return await self._call(ref, Verb.STATUS, None, timeout_s)
+        return await self._call(ref, Verb.STATUS, None, timeout_s, StatusResponse)
 
     async def prepare(
         self, ref: ParticipantRef, req: PrepareRequest, *, timeout_s: float | None = None
     ) -> PrepareResponse:
-        return await self._call(ref, Verb.PREPARE, req, timeout_s)
+        return await self._call(ref, Verb.PREPARE, req, timeout_s, PrepareResponse)
 
     async def capture(
         self, ref: ParticipantRef, req: CaptureRequest, *, timeout_s: float | None = None
     ) -> CaptureResponse:
-        return await self._call(ref, Verb.CAPTURE, req, timeout_s)
+        return await self._call(ref, Verb.CAPTURE, req, timeout_s, CaptureResponse)
 
     async def persist(
         self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None
     ) -> PersistResponse:
-        return await self._call(ref, Verb.PERSIST, req, timeout_s)
+        return await self._call(ref, Verb.PERSIST, req, timeout_s, PersistResponse)
 
     async def resume(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
-        return await self._call(ref, Verb.RESUME, req, timeout_s)
+        return await self._call(ref, Verb.RESUME, req, timeout_s, PhaseResponse)
 
     async def abort(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
-        return await self._call(ref, Verb.ABORT, req, timeout_s)
+        return await self._call(ref, Verb.ABORT, req, timeout_s, PhaseResponse)
 
     async def restore(
         self, ref: ParticipantRef, req: RestoreRequest, *, timeout_s: float | None = None
     ) -> RestoreResponse:
-        return await self._call(ref, Verb.RESTORE, req, timeout_s)
+        return await self._call(ref, Verb.RESTORE, req, timeout_s, RestoreResponse)
 
     async def retire(
         self, ref: ParticipantRef, req: RetireRequest, *, timeout_s: float | None = None
     ) -> RetireResponse:
-        return await self._call(ref, Verb.RETIRE, req, timeout_s)
+        return await self._call(ref, Verb.RETIRE, req, timeout_s, RetireResponse)
 
     async def lease(self, ref: ParticipantRef, req: CheckpointRef, *, timeout_s: float | None = None) -> PhaseResponse:
-        return await self._call(ref, Verb.LEASE, req, timeout_s)
+        return await self._call(ref, Verb.LEASE, req, timeout_s, PhaseResponse)
 
     # --- the wire ---------------------------------------------------------------------
 
@@ -173,10 +174,14 @@ class ControlClient:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise OSError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
 
-    async def _call(self, ref: ParticipantRef, verb: Verb, req: BaseModel | None, timeout_s: float | None):
-        request_model, answer_model = VERB_MODELS[verb]
+    async def _call(
+        self, ref: ParticipantRef, verb: Verb, req: BaseModel | None, timeout_s: float | None, answer_model: type[M]
+    ) -> M:
+        request_model, expected = VERB_MODELS[verb]
         if request_model is not None and not isinstance(req, request_model):
             raise TypeError(f"{verb} takes a {request_model.__name__}, got {type(req).__name__}")
+        if answer_model is not expected:
+            raise TypeError(f"{verb} answers a {expected.__name__}, not a {answer_model.__name__}")
         url = f"{ref.url.rstrip('/')}{CONTROL_PREFIX}{verb.path}"
         body = None
         if req is not None:

@@ -1,6 +1,8 @@
 """How long the coordinator waits for each control call, derived from a transaction's settings.
 
-Defined once here; the coordinator (:mod:`gym_services.coordination.coordinator`) is the only user.
+Defined once here; the participant set (:mod:`gym_services.coordination.participants`) carries them and
+the two transactions (:mod:`~gym_services.coordination.checkpoint`, :mod:`~gym_services.coordination.restore`)
+read them.
 The lease and prepare-timeout defaults themselves are protocol values
 (:data:`~gym_services.control.protocol.DEFAULT_LEASE_S`,
 :data:`~gym_services.control.protocol.DEFAULT_PREPARE_TIMEOUT_S`).

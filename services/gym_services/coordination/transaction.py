@@ -1,14 +1,19 @@
-"""The vocabulary and result of a checkpoint or restore transaction.
+"""The vocabulary of a checkpoint or restore transaction: its phases, its result, how it fails or is stopped.
 
-:class:`TransactionPhase` is what the coordinator (:mod:`gym_services.coordination.coordinator`)
-reports as it goes and what the operator writes into a Checkpoint's or Restore's
-``status.phase``: every member is in both CRDs' ``status.phase`` enum (a test checks it).
-:class:`TransactionResult` is what the CLI prints and the operator turns into a status.
+:class:`TransactionPhase` is what a transaction (:mod:`~gym_services.coordination.checkpoint`,
+:mod:`~gym_services.coordination.restore`) reports as it goes and what the operator writes into a
+Checkpoint's or Restore's ``status.phase``: every member is in both CRDs' ``status.phase`` enum (a
+test checks it). :class:`TransactionResult` is what the CLI prints and the operator turns into a
+status; :mod:`~gym_services.coordination.results` is the one place it is built.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -20,8 +25,8 @@ class TransactionPhase(enum.StrEnum):
 
     PENDING = "Pending"  # not started: waiting for the stack (another transaction holds it)
     PREPARING = "Preparing"
-    CAPTURING = "Capturing"  # every participant snapshots its state (the stack is paused)
-    PERSISTING = "Persisting"  # every upload written and verified (snapshot: resumed already; sync: still paused)
+    CAPTURING = "Capturing"  # every participant captures its state (the stack is paused)
+    PERSISTING = "Persisting"  # every upload written and verified (resumed already, or still paused with ``sync``)
     PUBLISHING = "Publishing"
     RESTORING = "Restoring"
     ABORTING = "Aborting"  # a step failed: every touched participant is being aborted (the stack is still paused)
@@ -91,3 +96,62 @@ class TransactionResult(BaseModel):
     @property
     def completed(self) -> bool:
         return self.status is TransactionStatus.COMPLETED
+
+
+T = TypeVar("T")
+
+
+class TransactionError(Exception):
+    """A step could not complete; the participants touched so far are aborted."""
+
+    def __init__(self, message: str, blockers: Iterable[BlockerInfo] = ()) -> None:
+        super().__init__(message)
+        self.blockers = list(blockers)
+
+
+class TransactionCancelled(TransactionError):
+    """The transaction was cancelled from outside (on Kubernetes: its resource was deleted).
+
+    A checkpoint is cancellable until it publishes, a restore until its decision is written; the
+    participants touched so far are aborted at once, so none waits for its lease.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("cancelled before it completed; every participant touched was aborted")
+
+
+class Cancellation:
+    """When a transaction stops waiting: checked between steps and raced against the steps that wait.
+
+    Today the one reason is an event set from outside (a deleted resource, Ctrl-C). A stop for another
+    reason (a hard deadline) is one more condition in :meth:`check` and one more waiter in :meth:`guard`;
+    the transactions already consult this object at each point where stopping is safe.
+    """
+
+    def __init__(self, event: asyncio.Event | None = None) -> None:
+        self.event = event
+
+    def check(self) -> None:
+        """Raise :class:`TransactionCancelled` if the transaction was cancelled."""
+        if self.event is not None and self.event.is_set():
+            raise TransactionCancelled()
+
+    async def guard(self, work: Awaitable[T]) -> T:
+        """Run ``work``; if the transaction is cancelled first, stop it and raise :class:`TransactionCancelled`."""
+        if self.event is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(self.event.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the caller itself was cancelled: the work goes with it
+            task.cancel()
+            raise
+        finally:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise TransactionCancelled()
+        return task.result()

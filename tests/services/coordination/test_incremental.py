@@ -1,6 +1,6 @@
-"""Snapshot checkpoints of Workplace sessions: the capture is frozen, an incremental checkpoint reuses what
-did not change and restores exactly what a full one restores, and deletion can tell what others still read
-(docs/protocol.md, "Records and manifests")."""
+"""Checkpoints of Workplace sessions with the default method: the capture is frozen, an incremental checkpoint
+reuses what did not change and restores exactly what a full one restores, and deletion can tell what others still
+read (docs/protocol.md, "Records and manifests")."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from tests.services.coordination.test_coordinator import run, stack  # noqa: F401 - the fixture
+from tests.services.coordination.recorders import run
 
 from gym_services.control import layout
 from gym_services.control.storage import AlreadyExists, open_storage
@@ -32,7 +32,7 @@ def lose_the_answer(storage, key: str, other: bool = False):
 
 
 @pytest.mark.parametrize("method", ["snapshot", "sync"])
-async def test_a_lost_answer_to_the_publishing_put_is_still_published(stack, tmp_path, method) -> None:  # noqa: F811
+async def test_a_lost_answer_to_the_publishing_put_is_still_published(stack, tmp_path, method) -> None:
     storage_url = f"file://{tmp_path / 'store'}"  # the lost answer is made above the storage: one backend is enough
 
     class LostAnswer(Coordinator):
@@ -49,7 +49,7 @@ async def test_a_lost_answer_to_the_publishing_put_is_still_published(stack, tmp
     assert result.transaction_id and result.transaction_id.encode() in stored
 
 
-async def test_another_transactions_manifest_is_still_a_conflict(stack, tmp_path) -> None:  # noqa: F811
+async def test_another_transactions_manifest_is_still_a_conflict(stack, tmp_path) -> None:
     storage_url = f"file://{tmp_path / 'store'}"
 
     class Raced(Coordinator):

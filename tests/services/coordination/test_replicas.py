@@ -8,7 +8,7 @@ import contextlib
 import json
 
 import pytest
-from tests.services.coordination.test_coordinator import recorder_app
+from tests.services.coordination.recorders import recorder_app
 from tests.support.asgi import TOKEN, serve_many
 
 from gym_services.control import layout

@@ -7,18 +7,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from gym_services.server.registry import SERVERS
-
 Command = Callable[[argparse.Namespace], int]
 
 
 def _serve(args: argparse.Namespace) -> int:
     from gym_services.base.config import ConfigError
     from gym_services.server.serve import run
+    from gym_services.server.sources import UnknownServer
 
     try:
         run(args.server, args.config, args.host, args.port, args.control_port, args.drain_timeout, args.fd)
-    except ConfigError as exc:
+    except (ConfigError, UnknownServer) as exc:
         print(f"gymckpt serve: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -49,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         "then --host/--port.",
     )
     serve.add_argument(
-        "server", choices=sorted(SERVERS), metavar="SERVER", help=f"one of: {', '.join(sorted(SERVERS))}"
+        "server",
+        metavar="SERVER",
+        help="a server's name (`gymckpt servers` lists them) or an import path: my_pkg.my_env:create_app",
     )
     serve.add_argument("--config", help="YAML config file")
     serve.add_argument("--host", help="bind address (default from config, else 127.0.0.1)")

@@ -1,7 +1,9 @@
-"""Every server ``gymckpt serve`` knows: name -> module with ``Config`` and ``create_app(config)``.
+"""The servers shipped in this package: name -> module with ``Config`` and ``create_app(config)``.
 
-Read by :mod:`gym_services.server.serve` (which imports the one module it runs: the servers are
-named here, not imported, see ``docs/decisions.md``) and by the CLI for its ``serve`` choices.
+Read by :mod:`gym_services.server.sources`, which adds the servers other packages register (an entry point of
+the :data:`~gym_services.server.sources.ENTRY_POINT_GROUP` group) and servers named by import path
+(``my_pkg.my_env:create_app``); ``gymckpt serve`` imports only the one module it runs (the servers are named here,
+not imported, see ``docs/decisions.md``).
 """
 
 SERVERS: dict[str, str] = {

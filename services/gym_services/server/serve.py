@@ -1,11 +1,11 @@
-"""One way to start any server: ``gymckpt serve SERVER`` (local stack and Helm chart alike).
+"""One way to start any server: ``gymckpt serve SERVER`` (local stack and Helm chart alike), ``SERVER`` a shipped
+server, one an installed package registers, or an import path (:mod:`gym_services.server.sources`).
 
 Called by the CLI (:mod:`gym_services.cli`); tests and the benchmarks build apps with :func:`build_app`.
 """
 
 from __future__ import annotations
 
-import importlib
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,23 +15,18 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig, load_config
-from gym_services.server.registry import SERVERS
-
-
-def server_module(server: str):
-    if server not in SERVERS:
-        known = ", ".join(sorted(SERVERS))
-        raise KeyError(f"unknown server {server!r}; known servers: {known}")
-    return importlib.import_module(SERVERS[server])
+from gym_services.server.sources import load
 
 
 def build_app(
     server: str, config_path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
 ) -> tuple[Starlette, ServerConfig]:
-    """Load the server's config (file, env, overrides) and build its ASGI app."""
-    module = server_module(server)
-    config = load_config(module.Config, config_path, overrides, defaults={"name": server})
-    return module.create_app(config), config
+    """Load the server's config (file, env, overrides) and build its ASGI app. ``server``: a name or an import path
+    (:mod:`gym_services.server.sources`); :class:`~gym_services.server.sources.UnknownServer` when nothing provides
+    it."""
+    factory = load(server)
+    config = load_config(factory.config_class, config_path, overrides, defaults={"name": factory.source.default_name})
+    return factory.create_app(config), config
 
 
 #: what the control port serves besides the control routes (probes and scraping work on either port)

@@ -8,7 +8,7 @@ storage: embedded-s3                # where checkpoints go: embedded-s3 (a local
                                     # default: file://<state_dir>
 servers:
   policy_model:                     # instance name = participant id
-    server: policy_model            # a name `gymckpt serve` knows
+    server: policy_model            # a name `gymckpt serve` knows (`gymckpt servers`), or my_pkg.my_env:create_app
     port: 0                         # 0 = pick a free port
     replicas: 1                     # processes of this server (default 1): see below
     config:                         # the server's own config fields
@@ -33,7 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_services.base.config import ConfigError
-from gym_services.server.registry import SERVERS
+from gym_services.server.sources import UnknownServer, check
 
 URL_REF = re.compile(r"\{(url|port|host):([A-Za-z0-9._-]+)\}")
 
@@ -88,9 +88,11 @@ def load_stack(path: str | Path) -> tuple[StackConfig, Path]:
     except ValidationError as exc:
         lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
         raise ConfigError(f"invalid stack config {path}: " + "; ".join(lines)) from None
-    unknown = sorted({s.server for s in stack.servers.values()} - set(SERVERS))
-    if unknown:
-        raise ConfigError(f"stack config {path} names unknown servers {unknown}; known: {sorted(SERVERS)}")
+    for name, spec in stack.servers.items():
+        try:
+            check(spec.server)
+        except UnknownServer as exc:
+            raise ConfigError(f"stack config {path}, server {name}: {exc}") from None
     check_stack(stack, path)
     return stack, path.parent.resolve()
 

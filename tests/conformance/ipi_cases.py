@@ -1321,7 +1321,7 @@ def route_sequences(seed: int = 0) -> list[list[dict[str, Any]]]:
         step("/get_schedule", method="DELETE"),
         step("/x/y", method="GET"),
         step("/tools", method="GET"),
-        *(step(p, method="GET") for p in ("/health", "/healthz", "/livez", "/readyz")),
+        *(step(p, method="GET") for p in ("/", "/health", "/healthz", "/livez", "/readyz")),
         step("/healthz", method="PUT"),
     ]
     return [

@@ -356,7 +356,7 @@ def invalid_sequences() -> list[dict[str, Any]]:
         {"path": "/no_such_route", "json": {}},
         {"method": "PUT", "path": "/close_session", "json": {}},
         {"method": "POST", "path": "/reverify_mode", "json": {}},
-        *({"method": "GET", "path": p} for p in ("/health", "/healthz", "/livez", "/readyz")),
+        *({"method": "GET", "path": p} for p in ("/", "/health", "/healthz", "/livez", "/readyz")),
         {"method": "DELETE", "path": "/livez"},
     ]
     ok = {"status": 200, "json": {"process_status": "completed", "stdout": "", "stderr": ""}}

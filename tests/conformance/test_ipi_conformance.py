@@ -64,7 +64,7 @@ async def test_framework_routes_unknown_paths_and_methods(oracle: Oracle) -> Non
     """/close_session, /reverify_mode, NeMo Gym's liveness routes, FastAPI's 404/405 bodies, before and after a
     seed; and the one known gap, /aggregate_metrics (NeMo Gym computes statistics, ours answers 404)."""
     tally = await _check(oracle, cases.route_sequences(SEED))
-    assert tally.calls == 38
+    assert tally.calls == 40
     [[ref]] = oracle.call(GLUE, "run_many", [[cases.AGGREGATE_METRICS]])
     [ours] = await run_ours([cases.AGGREGATE_METRICS])
     assert ref["status"] == 200 and (ours["status"], ours["body"]) == (404, '{"detail":"Not Found"}')

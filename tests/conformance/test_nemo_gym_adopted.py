@@ -56,7 +56,8 @@ def answered(text: str) -> dict:
 
 def counter_episodes(reference: Path) -> Episodes:
     """The wheel's example tasks of example_session_state_mgmt, each with its increments and its verify."""
-    rows = [json.loads(line) for line in (reference / SERVER_DATA["example_session_state_mgmt"]).read_text().splitlines()]
+    data = reference / "resources_servers" / "example_session_state_mgmt" / "data" / "example.jsonl"
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
     episodes = []
     for number, row in enumerate(rows[:4]):
         steps = [number + 1, 2 * number + 1]
@@ -81,9 +82,6 @@ def weather_episodes() -> Episodes:
         calls.append({"path": "/verify", "json": {**verify, "verifier_metadata": metadata}})
         episodes.append(calls)
     return Episodes.model_validate({"episodes": episodes})
-
-
-SERVER_DATA = {"example_session_state_mgmt": "resources_servers/example_session_state_mgmt/data/example.jsonl"}
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ from tests.conformance.oracle.client import Oracle
 from tests.support.asgi import base_config
 
 SERVERS = ["workplace_assistant", "indirect_prompt_injection", "blackjack", "math_formal_lean"]
+#: the pages every server serves besides its routes
+PAGES = ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
 
 
 def _template(path: str) -> str:
@@ -66,19 +68,25 @@ async def _ours(server: str) -> dict[str, Any]:
     module = importlib.import_module(f"gym_services.resources.{server}.app")
     app = module.create_app(module.Config.model_validate(base_config(server)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ours") as client:
-        answers = {path: await client.get(path) for path in ("/openapi.json", "/docs", "/redoc")}
+        answers = {path: await client.get(path) for path in PAGES}
         docs = answers["/docs"].text
         assets = [await client.get(src) for src in re.findall(r'(?:src|href)="(/docs/static/[^"]+)"', docs)]
     assert all(a.status_code == 200 for a in assets) and len(assets) == 3, "the page's script and style are served"
     assert "cdn" not in docs.lower() and "http" not in docs, "no asset from the internet"
-    return {"openapi": answers["/openapi.json"].json(), "status": {p: a.status_code for p, a in answers.items()}}
+    return {
+        "openapi": answers["/openapi.json"].json(),
+        "status": {p: a.status_code for p, a in answers.items()},
+        "types": {p: a.headers.get("content-type") for p, a in answers.items()},
+    }
 
 
 @pytest.mark.parametrize("server", SERVERS)
 async def test_api_document_lists_every_route_of_the_reference(oracle: Oracle, server: str) -> None:
     ref = oracle.call("openapi", "pages", server)
     ours = await _ours(server)
-    assert ours["status"] == ref["status"] == {"/openapi.json": 200, "/docs": 200, "/redoc": 200}
+    assert ours["status"] == ref["status"] == dict.fromkeys(PAGES, 200)
+    # the page Swagger UI's OAuth2 sign-in returns to: an HTML page in both (ours is swagger-ui-py's own copy)
+    assert ours["types"]["/docs/oauth2-redirect"] == ref["types"]["/docs/oauth2-redirect"] == "text/html; charset=utf-8"
     validate(ours["openapi"])  # OpenAPI 3.1, every $ref resolvable
     assert ours["openapi"]["openapi"].startswith("3.1")
     ref_ops, our_ops = operations(ref["openapi"]), operations(ours["openapi"])

@@ -712,7 +712,7 @@ def route_sequences() -> list[list[dict]]:
         http(method="GET", path="/seed_session"),
         http(path="/x/y", json={}),
         http(method="GET", path="/x/y"),
-        *(http(method="GET", path=p) for p in ("/health", "/healthz", "/livez", "/readyz")),
+        *(http(method="GET", path=p) for p in ("/", "/health", "/healthz", "/livez", "/readyz")),
         http(method="DELETE", path="/healthz"),
     ]
     return [calls, [{"op": "seed"}, *calls, tool_step("email_search_emails", {"query": "update"})]]

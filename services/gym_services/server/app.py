@@ -64,8 +64,8 @@ async def _fastapi_http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
-#: NeMo Gym's liveness routes (every server of its framework answers them ``{"status":"ok"}``)
-NEMO_LIVENESS_PATHS = ("/health", "/healthz", "/livez", "/readyz")
+#: NeMo Gym's liveness routes (every server of its framework answers them ``{"status":"ok"}``, ``/`` too)
+NEMO_LIVENESS_PATHS = ("/", "/health", "/healthz", "/livez", "/readyz")
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -139,13 +139,14 @@ def create_server_app(
     secret = config.session_secret.get_secret_value() if config.session_secret else secrets.token_hex(32)
     codec = SessionCodec(secret, config.name)
     all_routes: list[BaseRoute] = [
-        Route("/", _root, methods=["GET"]),
+        # a NeMo Gym stand-in answers ``/`` as NeMo Gym's liveness route does; the others say who they are
+        Route("/", _live if nemo_gym else _root, methods=["GET"]),
         Route("/health/live", _live, methods=["GET"]),
         Route("/health/ready", _readiness, methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),
     ]
     if nemo_gym:
-        all_routes += [Route(path, _live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS]
+        all_routes += [Route(path, _live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS if path != "/"]
     if api:
         all_routes += openapi_routes(api_title or config.name, list(api))
     data_middleware = [Middleware(SessionMiddleware, codec=codec)]

@@ -8,6 +8,9 @@ request and answer types); :func:`openapi_routes` serves
   pydantic writes them: the request in validation mode, the answer in serialisation mode);
 - ``GET /docs``: Swagger UI rendering it, its script and style served from the ``swagger-ui-py`` package
   (``/docs/static/...``), so the page works without reaching the internet;
+- ``GET /docs/oauth2-redirect``: the page Swagger UI's OAuth2 sign-in returns to, as ``swagger-ui-py`` ships it
+  (NeMo Gym's FastAPI app serves its own copy of the same page at this path: the status and the page's purpose are
+  the same, its bytes are Swagger UI's own);
 - ``GET /redoc``: the same document through the page's other layout is not offered: no package on PyPI ships
   ReDoc's script without a web framework of its own (``fastapi-offline``), so ``/redoc`` answers a page that
   links to ``/docs`` and ``/openapi.json``.
@@ -179,7 +182,10 @@ _DOCS_PAGE = """<!DOCTYPE html>
 <script src="/docs/static/docs-init.js"></script>
 </body></html>
 """
-_DOCS_INIT = "window.ui = SwaggerUIBundle({url: '/openapi.json', dom_id: '#swagger-ui', deepLinking: true});\n"
+_DOCS_INIT = (
+    "window.ui = SwaggerUIBundle({url: '/openapi.json', dom_id: '#swagger-ui', deepLinking: true, "
+    "oauth2RedirectUrl: window.location.origin + '/docs/oauth2-redirect'});\n"
+)
 _REDOC_PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>
 <body><h1>{title}</h1><p>This server's API: <a href="/docs">/docs</a> (Swagger UI) and
@@ -188,7 +194,8 @@ _REDOC_PAGE = """<!DOCTYPE html>
 
 
 def openapi_routes(title: str, operations: list[Operation], description: str = "") -> list[BaseRoute]:
-    """``/openapi.json``, ``/docs`` (and its static files) and ``/redoc`` for these operations."""
+    """``/openapi.json``, ``/docs`` (its static files and its OAuth2 redirect page) and ``/redoc`` for these
+    operations."""
     document = openapi_document(title, operations, description)
     page_title = html.escape(f"{title} - API")
 
@@ -200,6 +207,9 @@ def openapi_routes(title: str, operations: list[Operation], description: str = "
 
     async def redoc(request: Request) -> Response:
         return HTMLResponse(_REDOC_PAGE.format(title=page_title))
+
+    async def oauth2_redirect(request: Request) -> Response:
+        return HTMLResponse((_swagger_static() / "oauth2-redirect.html").read_text())
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -219,6 +229,7 @@ def openapi_routes(title: str, operations: list[Operation], description: str = "
     return [
         Route("/openapi.json", spec, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
+        Route("/docs/oauth2-redirect", oauth2_redirect, methods=["GET"]),
         Route("/docs/static/{name}", static, methods=["GET"]),
         Route("/redoc", redoc, methods=["GET"]),
     ]

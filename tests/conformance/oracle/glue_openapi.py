@@ -29,17 +29,19 @@ def _app(server: str) -> Any:
 
 
 def pages(server: str) -> dict[str, Any]:
-    """``{"openapi": document, "status": {path: status}}``."""
+    """``{"openapi": document, "status": {path: status}, "types": {path: content type}}``."""
     from framework import Session
 
     session = Session(_app(server))
     try:
         answers = {
-            path: session.request({"method": "GET", "path": path}) for path in ("/openapi.json", "/docs", "/redoc")
+            path: session.request({"method": "GET", "path": path})
+            for path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
         }
     finally:
         session.close()
     return {
         "openapi": json.loads(answers["/openapi.json"]["body"]),
         "status": {path: answer["status"] for path, answer in answers.items()},
+        "types": {path: answer["content_type"] for path, answer in answers.items()},
     }

@@ -16,10 +16,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from gym_services.authoring.template import render, template_text
 from tests.services.authoring.layered import layered_venv
 from tests.support.ports import free_port
+
+from gym_services.authoring.template import render, template_text
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +78,8 @@ def test_the_tutorial_runs_as_written(tmp_path) -> None:
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("GYMCKPT_STATE_DIR", None)
     commands = steps(text)
-    script = "".join(f"{command}\nstatus=$?; echo '{MARK}' $status; [ $status = 0 ] || exit 1\n" for command, _ in commands)
+    stop = "status=$?; echo '" + MARK + "' $status; [ $status = 0 ] || exit 1\n"
+    script = "".join(f"{command}\n{stop}" for command, _ in commands)
     try:
         done = subprocess.run(
             ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540

@@ -1820,6 +1820,12 @@ def invalid_verify_bodies() -> list[dict[str, Any]]:
             0, {"type": "function_call", "call_id": "c", "name": base["injection"]["target_tool"], "arguments": raw}
         )
         out.append(body)
+    # arguments nested 2,000 deep: past Python 3.11's parser, within NeMo Gym's 3.13 one; the call is not the injected
+    # action, so the episode keeps its reward
+    for raw in ("[" * 2000 + "]" * 2000, '{"a":' * 2000 + "1" + "}" * 2000):
+        body = copy.deepcopy(base)
+        body["response"]["output"].insert(0, {"type": "function_call", "call_id": "c", "name": "x", "arguments": raw})
+        out.append(body)
     body = copy.deepcopy(base)
     body["responses_create_params"] = {}
     out.append(body)

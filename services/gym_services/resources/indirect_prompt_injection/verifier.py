@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gym_services.base import deep_json
+
 #: verification_type -> the argument keys that identify the injected action.
 STRICT_MATCH_KEYS: dict[str, tuple[str, ...]] = {
     # healthcare
@@ -103,12 +105,13 @@ class Verdict:
 
 def _parsed(raw: Any) -> Any:
     """A call's arguments: text that is not JSON is ``{}``; any other failure (an integer of more than 4,300
-    digits, nesting past the parser) is the verification's error, as in NeMo Gym (which catches decode errors
-    only), so the route answers 500."""
+    digits) is the verification's error, as in NeMo Gym (which catches decode errors only), so the route answers
+    500. Arguments nested deeper than Python 3.11's parser goes are parsed as NeMo Gym's Python 3.13 parses them
+    (:func:`gym_services.base.deep_json.loads`): a model that wrote them still gets its reward."""
     if not isinstance(raw, str):
         return raw
     try:
-        return json.loads(raw)
+        return deep_json.loads(raw)
     except json.JSONDecodeError:
         return {}
 

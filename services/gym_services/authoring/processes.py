@@ -98,15 +98,16 @@ class ServerProcess:
                         f"{self.launch.server} exited with {self.proc.returncode} while starting; log:\n{self.tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    status = client.get(f"{self.url}/health/ready").status_code
-                    if status == 200:
-                        return
-                    if status == 404 and client.get(f"{self.url}{CONTROL_PREFIX}/status").status_code == 404:
+                    ready = client.get(f"{self.url}/health/ready").status_code
+                    control = client.get(f"{self.url}{CONTROL_PREFIX}/status").status_code
+                    if control == 404 and ready in (200, 404):
                         self.kill()
                         raise ServerFailed(
-                            f"{self.launch.server} serves, but has no control routes ({CONTROL_PREFIX}/status is 404): "
-                            "it is not a checkpoint participant (docs/authoring.md says how to make it one)"
+                            f"{self.launch.server} serves, but has no control routes ({CONTROL_PREFIX}/status is "
+                            "404): it is not a checkpoint participant (docs/authoring.md says how to make it one)"
                         )
+                    if ready == 200:
+                        return
                 time.sleep(0.05)
         self.kill()
         raise ServerFailed(

@@ -12,9 +12,13 @@ and ``json.JSONDecodeError`` for text that is not JSON.
 from __future__ import annotations
 
 import json
+import json.decoder
 import re
-from json.decoder import scanstring
+from collections.abc import Callable
 from typing import Any
+
+#: the string scanner ``json.loads`` uses (C, without recursion); typeshed does not list it
+scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?")

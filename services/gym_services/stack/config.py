@@ -6,7 +6,7 @@ state_dir: .gymckpt/demo            # state file, logs, generated configs (relat
 storage: embedded-s3                # where checkpoints go: embedded-s3 (a local SeaweedFS that `up` starts),
                                     # s3://bucket/prefix (AWS_* variables set before `up`), or file:///abs/path;
                                     # default: file://<state_dir>
-servers:
+servers:                            # (a server the stack does not start: NAME: {external: URL}, stack/external.py)
   policy_model:                     # instance name = participant id
     server: policy_model            # a name `gymckpt serve` knows (`gymckpt servers`), or my_pkg.my_env:create_app
     port: 0                         # 0 = pick a free port
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gym_services.base.config import ConfigError
 from gym_services.server.sources import UnknownServer, check
@@ -46,13 +46,26 @@ MAX_LOCAL_REPLICAS = 64
 class ServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    server: str
+    server: str | None = Field(default=None, description="a name `gymckpt serve` knows, or an import path")
+    external: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+/?$",
+        description="a server the stack does not start, by its URL (stack/external.py)",
+    )
     port: int = Field(default=0, ge=0, le=65535)
     participant: bool = Field(default=True, description="false for backends without a control plane")
     replicas: int = Field(
         default=1, ge=1, le=MAX_LOCAL_REPLICAS, description="processes of this server, each its own participant"
     )
     config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _started_or_external(self) -> ServerSpec:
+        if (self.server is None) == (self.external is None):
+            raise ValueError("give `server` (a server the stack starts) or `external` (the URL of one it does not)")
+        if self.external is not None and (self.replicas != 1 or self.port or self.config):
+            raise ValueError("an external server has no replicas, port or config: the stack does not start it")
+        return self
 
     def instances(self, name: str) -> list[str]:
         """The process names of this server, in ordinal order: ``name`` alone, or ``name-0`` ... ``name-<N-1>``."""
@@ -89,6 +102,8 @@ def load_stack(path: str | Path) -> tuple[StackConfig, Path]:
         lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
         raise ConfigError(f"invalid stack config {path}: " + "; ".join(lines)) from None
     for name, spec in stack.servers.items():
+        if spec.server is None:  # external
+            continue
         try:
             check(spec.server)
         except UnknownServer as exc:

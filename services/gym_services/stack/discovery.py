@@ -15,7 +15,8 @@ from gym_services.stack.launcher import StackError, StackState
 
 async def discover(state: StackState, client: ControlClient) -> list[ParticipantRef]:
     """Ask each participant server its role (status route); the process name is the participant id, and
-    each says which replica of its server it is (every server is replica 0 of 1 unless it has replicas).
+    each says which replica of its server it is (every server is replica 0 of 1 unless it has replicas). The stack's
+    external participants (``external:`` in its YAML) take part as the servers it started do.
 
     A server that does not answer is a :class:`StackError` naming it (its role is what we asked for)."""
 
@@ -28,7 +29,8 @@ async def discover(state: StackState, client: ControlClient) -> list[Participant
         replica = Replica(group=server.group_name, ordinal=server.ordinal, replicas=server.replicas)
         return ParticipantRef(status.participant_id, status.role, server.url, replica=replica)
 
-    results = await asyncio.gather(*(one(s) for s in state.participants()), return_exceptions=True)
+    servers = [*state.participants(), *(s for s in state.external if s.participant)]
+    results = await asyncio.gather(*(one(s) for s in servers), return_exceptions=True)
     refs = [r for r in results if not isinstance(r, BaseException)]
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from gym_services.base.config import ConfigError
 from gym_services.stack.config import StackConfig, check_stack, substitute_urls
+from gym_services.stack.external import ExternalServer, OutsideError, check_external, check_literal_urls, origin
 from gym_services.stack.objectstore import EMBEDDED_S3, LocalS3, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
 
@@ -51,6 +52,7 @@ class StackState(BaseModel):
     storage: str
     servers: list[RunningServer]
     object_store: LocalS3 | None = None  # the local S3 store of ``storage: embedded-s3``
+    external: list[ExternalServer] = []  # servers the stack did not start (stack/external.py)
 
     def participants(self) -> list[RunningServer]:
         return [s for s in self.servers if s.participant]
@@ -129,7 +131,8 @@ def stack_secrets(state_dir: Path) -> dict[str, str]:
     path = state_dir / SECRETS_FILE
     values: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
     wanted = {
-        "control_token": lambda: secrets.token_urlsafe(32),
+        # a token exported before the first `up` (GYMCKPT_CONTROL_TOKEN) is the stack's: external servers share it
+        "control_token": lambda: os.environ.get("GYMCKPT_CONTROL_TOKEN") or secrets.token_urlsafe(32),
         "session_secret": lambda: secrets.token_urlsafe(32),
         "s3_access_key": lambda: "gymckpt" + secrets.token_hex(8),
         "s3_secret_key": lambda: secrets.token_urlsafe(30),
@@ -206,6 +209,7 @@ def start_stack(
     except ConfigError as exc:
         raise StackError(str(exc)) from None
     creds = stack_secrets(state_dir)
+    outside = _outside(stack, creds["control_token"])
     (state_dir / "configs").mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
     sockets = _listen_all(stack)
@@ -230,7 +234,7 @@ def start_stack(
         server_env.update(store.env(creds["s3_access_key"], creds["s3_secret_key"]))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        running = _spawn_all(stack, state_dir, sockets, server_env, log_level, procs)
+        running = _spawn_all(stack, state_dir, sockets, server_env, log_level, procs, outside)
         wait_ready(running, procs, ready_timeout_s)
     except BaseException:
         for sock in sockets.values():
@@ -242,7 +246,14 @@ def start_stack(
         if store is not None:
             stop_local_s3(state_dir / "s3")
         raise
-    state = StackState(name=stack.name, state_dir=str(state_dir), storage=storage, servers=running, object_store=store)
+    state = StackState(
+        name=stack.name,
+        state_dir=str(state_dir),
+        storage=storage,
+        servers=running,
+        object_store=store,
+        external=outside,
+    )
     (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
     return state
 
@@ -262,6 +273,8 @@ def _listen_all(stack: StackConfig) -> dict[str, socket.socket]:
     sockets: dict[str, socket.socket] = {}
     try:
         for name, spec in stack.servers.items():
+            if spec.external is not None:  # not started here
+                continue
             for instance in spec.instances(name):
                 sockets[instance] = listen(instance, spec.port or 0)
     except StackError:
@@ -278,19 +291,23 @@ def _spawn_all(
     env: dict[str, str],
     log_level: str,
     procs: list[subprocess.Popen[bytes]],
+    outside: Sequence[ExternalServer] = (),
 ) -> list[RunningServer]:
-    """Write every process's config (the other servers' URLs filled in) and start it on its socket (taken out of
-    ``sockets``); each process started is added to ``procs`` at once, so a failure can stop those."""
+    """Write every process's config (the other servers' URLs filled in, ``outside``'s too) and start it on its socket
+    (taken out of ``sockets``); each process started is added to ``procs`` at once, so a failure can stop those."""
     ports = {instance: sock.getsockname()[1] for instance, sock in sockets.items()}
+    started = {name: spec for name, spec in stack.servers.items() if spec.external is None}
     # a server with replicas is the list of its replicas' URLs, in ordinal order
     urls: dict[str, str | list[str]] = {
         name: [f"http://127.0.0.1:{ports[i]}" for i in spec.instances(name)]
         if spec.replicas > 1
         else f"http://127.0.0.1:{ports[name]}"
-        for name, spec in stack.servers.items()
+        for name, spec in started.items()
     }
+    urls.update({server.name: server.url for server in outside})
     running: list[RunningServer] = []
-    for group, spec in stack.servers.items():
+    for group, spec in started.items():
+        assert spec.server is not None
         for ordinal, name in enumerate(spec.instances(group)):
             config = substitute_urls(spec.config, urls)
             # every replica has the server's name (metrics, cookies); the process name is its participant id
@@ -318,6 +335,22 @@ def _spawn_all(
                 )
             )
     return running
+
+
+def _outside(stack: StackConfig, token: str) -> list[ExternalServer]:
+    """The stack's external servers, each what the YAML says it is; no URL in a config names a server outside the
+    stack that it would not checkpoint (:mod:`gym_services.stack.external`). :class:`StackError` otherwise."""
+    try:
+        outside = [
+            check_external(name, spec.external, spec.participant, token)
+            for name, spec in stack.servers.items()
+            if spec.external is not None
+        ]
+        configs = {name: spec.config for name, spec in stack.servers.items() if spec.external is None}
+        check_literal_urls(configs, {origin(s.url): s.name for s in outside}, token)
+    except OutsideError as exc:
+        raise StackError(str(exc)) from None
+    return outside
 
 
 def restart_server(

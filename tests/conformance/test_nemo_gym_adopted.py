@@ -10,17 +10,26 @@ without identity headers, the declared mode (exported) saving every live session
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gym_services.authoring.episodes import Episodes
 from gym_services.authoring.harness import check_server, new_secrets
 from gym_services.authoring.processes import Launch
+from gym_services.stack.config import StackConfig
+from gym_services.stack.launcher import StackError, start_stack
 from tests.conformance.adopted import adopted_copy, adopted_python, project_wheel
+from tests.conformance.oracle.client import GLUE_DIR
 from tests.conformance.oracle.reference import Interpreter, oracle_python
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -116,3 +125,45 @@ async def test_an_adopted_wheel_server_passes_the_harness(server, adopted, refer
     assert report.rewards == [1.0] * len(episodes.episodes)  # every episode verified, and correct
     late = [c for c in report.checks if c.name.startswith("late old-attempt call")]
     assert len(late) == 4 and all(c.ok for c in late), report.text()
+
+
+UNADAPTED = """
+import sys
+import uvicorn
+sys.path.insert(0, {glue!r})
+import framework
+framework.install_import_shims()
+from resources_servers.example_session_state_mgmt import app as module
+config = module.StatefulCounterResourcesServerConfig(**framework.server_config("counter"))
+_, app = framework.build_app(module.StatefulCounterResourcesServer, config)
+uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
+"""
+
+
+def test_a_stateful_wheel_server_not_adapted_is_refused_beside_the_stack(tmp_path, oracle_runtime) -> None:
+    """NeMo Gym's example_session_state_mgmt as released, run beside the stack with an agent pointed at it by URL:
+    the stack refuses to start (it would checkpoint and restore the agent's episodes without the server's sessions),
+    and says how to make it a participant."""
+    port = free_port()
+    script = UNADAPTED.format(glue=str(GLUE_DIR), port=port)
+    proc = subprocess.Popen(
+        [str(oracle_python(oracle_runtime)), "-c", script], start_new_session=True, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/").status_code == 200:
+                    break
+            assert proc.poll() is None, "the NeMo Gym server exited"
+            time.sleep(0.1)
+        agent = {"model_url": "http://127.0.0.1:9", "model": "m", "resources_url": f"http://127.0.0.1:{port}"}
+        config = StackConfig.model_validate(
+            {"name": "beside", "state_dir": "state", "servers": {"agent": {"server": "simple_agent", "config": agent}}}
+        )
+        with pytest.raises(StackError, match=r"is not a checkpoint participant .*A NeMo Gym server"):
+            start_stack(config, tmp_path)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

@@ -70,7 +70,8 @@ def _print_up(state: StackState) -> None:
     print(
         table(
             ["server", "type", "url", "pid", "participant"],
-            [[s.name, s.server, s.url, s.pid, s.participant] for s in state.servers],
+            [[s.name, s.server, s.url, s.pid, s.participant] for s in state.servers]
+            + [[s.name, "external", s.url, "", s.participant] for s in state.external],
         )
     )
     if state.object_store is not None:

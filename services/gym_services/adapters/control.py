@@ -24,7 +24,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig
-from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver
 from gym_services.control.metrics import ControlMetrics
@@ -121,13 +120,4 @@ def _with_lifespan(app: Starlette, plane: ControlPlane[Any, Any]) -> None:
     app.router.lifespan_context = lifespan
 
 
-def refuse(error: ApiError) -> ASGIApp:
-    """An ASGI app answering ``error`` (a middleware's refusal)."""
-
-    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
-        await error.response()(scope, receive, send)
-
-    return answer
-
-
-__all__ = ["SERVED_PATHS", "DataOnly", "ErrorCode", "mount_control_plane", "refuse"]
+__all__ = ["SERVED_PATHS", "DataOnly", "mount_control_plane"]

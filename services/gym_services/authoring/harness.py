@@ -101,7 +101,8 @@ class Driver:
                 self.cookies[episode][name] = value
         return answer_of(resp.status_code, resp.content, self.episodes.ignore_fields)
 
-    def snapshot(self) -> list[dict[str, str]]:
+    def jars(self) -> list[dict[str, str]]:
+        """Every episode's cookies as they are now (what an agent's boundary keeps)."""
         return [dict(jar) for jar in self.cookies]
 
     def restore(self, jars: list[dict[str, str]]) -> None:
@@ -189,7 +190,7 @@ async def one_round(
             live = (await control.status(_ref(launch, before))).live.get("sessions", 0) or 0
             coordinator = await _coordinator(launch, before, control)
             result = await coordinator.checkpoint(checkpoint_id, _location(launch), prepare_timeout_s=30, lease_s=30)
-            at_checkpoint = driver.snapshot()
+            at_checkpoint = driver.jars()
             for key in order[cut.at : cut.lost]:  # work the crash loses
                 await driver.call(before.url, *key, attempt=0)
         if not _checkpointed(report, name, result, live):

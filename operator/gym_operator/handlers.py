@@ -26,7 +26,7 @@ cancelled: aborted at once, every server reopened (``docs/protocol.md``, "Kubern
   connection cannot stall the operator while its liveness probe stays green.
 - Retention: ``spec.ttl`` deletes the Checkpoint that long after its creation (``status.expiration``);
   deleting a Checkpoint removes its stored objects when ``spec.deletionPolicy`` is ``Delete``
-  (:class:`gym_services.control.store.CheckpointStore`), never while a Restore reads them.
+  (:class:`gym_services.control.retention.Retention`), never while a Restore reads them.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from gym_services.base.backoff import Backoff
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
 from gym_services.control.participant import InvalidState
+from gym_services.control.retention import Retention
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
@@ -619,7 +620,7 @@ async def checkpoint_deleted(
         # unpublished checkpoint of it is abandoned, not in flight
         deleted = await asyncio.to_thread(
             functools.partial(
-                CheckpointStore(open_storage(location, config)).delete,
+                Retention(CheckpointStore(open_storage(location, config))).delete,
                 checkpoint_id,
                 abandoned=True,
                 by=f"Checkpoint {namespace}/{name}",

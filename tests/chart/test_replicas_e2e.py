@@ -22,7 +22,8 @@ from tests.chart.test_cluster_e2e import TASKS, gymckpt, install, job_token, res
 from tests.chart.test_helm_install import helm_call
 
 from gym_services.base.affinity import replica_for
-from gym_services.control.records import PackedManifest, parse_participant_manifest
+from gym_services.control.manifests import parse_participant_manifest
+from gym_services.control.models import PackedManifest
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e]
 

@@ -13,8 +13,8 @@ import pytest
 
 from gym_services.base.affinity import replica_for
 from gym_services.control import layout
+from gym_services.control.manifests import parse_participant_manifest
 from gym_services.control.models import PackedManifest
-from gym_services.control.records import parse_participant_manifest
 from gym_services.control.storage import open_storage
 from gym_services.coordination.client import ControlClient
 from gym_services.coordination.coordinator import Coordinator
@@ -90,7 +90,7 @@ def test_replicas_and_a_killed_worker_equal_an_uninterrupted_run(tmp_path) -> No
     placed = 0
     for entry in manifest["participants"]:
         replica = entry["replica"]
-        parsed = parse_participant_manifest(storage.get(entry["manifest_key"]))  # packed (snapshot) or plain
+        parsed = parse_participant_manifest(storage.get(entry["manifest_key"]))  # packed or plain (version 1)
         rollouts = (
             list(parsed.records.rollout_ids)
             if isinstance(parsed, PackedManifest)

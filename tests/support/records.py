@@ -8,8 +8,8 @@ import hashlib
 from collections.abc import Callable
 
 from gym_services.control import layout
+from gym_services.control.manifests import parse_packed_manifest
 from gym_services.control.models import PackedManifest, PackEntry
-from gym_services.control.packs import parse_packed_manifest
 from gym_services.control.storage import Storage, open_storage
 
 

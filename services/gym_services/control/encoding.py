@@ -1,10 +1,10 @@
 """Encoding a capture's frozen records in forked children, off the serving process's GIL.
 
-Called by :func:`gym_services.control.packs.persist` (the background persist after ``resume``). Encoding is
+Called by :class:`gym_services.control.packs.PackWriter` (the background persist after ``resume``). Encoding is
 pure-Python CPU work: in a thread of the serving process it holds the GIL about half the time, so every
 request the server answers meanwhile waits for it, and on a 2-core machine under 8 clients' calls the persist of
-1,000 Workplace sessions took 7-14 s (issue 29). A child made by ``fork`` sees the capture exactly as it was
-frozen (the participant's :class:`~gym_services.control.participant.RecordEncoder` reads only what the
+1,000 Workplace sessions took 7-14 s (``docs/decisions.md``). A child made by ``fork`` sees the capture exactly as
+it was frozen (the participant's :class:`~gym_services.control.participant.RecordEncoder` reads only what the
 capture froze) and encodes it in a process of its own; the parent only reads the bytes back from pipes (which
 releases the GIL) and keeps serving. A large capture can be split into contiguous shares, one child each
 (:func:`encode_processes`: ``GYMCKPT_ENCODE_PROCESSES``, default one), for a node with cores to spare.
@@ -50,9 +50,15 @@ _OK, _ERROR = 0, 1
 POLL_S = 0.25
 
 
+class PersistCancelled(Exception):
+    """The checkpoint was aborted (or the server is stopping) while its records were being encoded or written.
+
+    Raised here (an encode cancelled while its children run) and by :mod:`.packs` (cancelled while uploading)."""
+
+
 def encode_processes() -> int:
     """How many children split a large capture: ``GYMCKPT_ENCODE_PROCESSES`` if set, else one. On a 2-core machine
-    busy serving, a second child only added copy-on-write work (docs/decisions.md); on a node with cores to spare,
+    busy serving, a second child only added copy-on-write work (``docs/decisions.md``); on a node with cores to spare,
     set it to their number."""
     given = os.environ.get("GYMCKPT_ENCODE_PROCESSES", "").strip()
     if given:
@@ -111,8 +117,6 @@ def _encode_forked(
 ) -> list[bytes]:
     """One forked child (the serving process pauses once, for one fork) forks the others: each writes its share to
     a pipe of its own, read here as the output comes. They form one process group, killed together."""
-    from gym_services.control.packs import PersistCancelled  # packs imports this module
-
     pipes = [os.pipe() for _ in shares]
     running = [_Share(items, read_fd) for items, (read_fd, _) in zip(shares, pipes, strict=True)]
     with _frozen_heap():
@@ -130,7 +134,7 @@ def _encode_forked(
         for _, write_fd in pipes:
             os.close(write_fd)
         try:
-            _read_all(running, cancel, PersistCancelled)
+            _read_all(running, cancel)
         except BaseException:
             for share in running:
                 if share.fd >= 0:
@@ -231,12 +235,12 @@ def _frozen_heap() -> Iterator[None]:
         hold.release()
 
 
-def _read_all(shares: list[_Share[F]], cancel: threading.Event, cancelled: type[Exception]) -> None:
+def _read_all(shares: list[_Share[F]], cancel: threading.Event) -> None:
     """Every child's whole output, read as it comes (a child blocks once its pipe is full); checks ``cancel`` at
     least every :data:`POLL_S`, so a child that hangs holds the persist only until the checkpoint is aborted."""
     while True:
         if cancel.is_set():
-            raise cancelled("cancelled while encoding")
+            raise PersistCancelled("cancelled while encoding")
         open_fds = {s.fd: s for s in shares if not s.ended}
         if not open_fds:
             return

@@ -1,41 +1,69 @@
-"""Where checkpoint files live under a location (``docs/protocol.md``, "Records and manifests").
+"""Where checkpoint objects live under a location: the only module that builds or takes apart a storage key.
 
-Used by whoever writes or reads them: :mod:`.records`, :mod:`.decisions`, the coordinator and the CLI.
+``docs/protocol.md``, "Records and manifests", describes the layout. The storage core uses it: the store
+(:mod:`.store`, which reads and writes every object), retention (:mod:`.retention`, which removes them) and
+the stored documents' helpers (:mod:`.manifests`). Everyone else names checkpoints, participants and restores,
+and the store turns those names into keys here (``tests/services/control/test_store_owns_the_layout.py``).
+
+Every checkpoint's objects lie under ``checkpoints/<checkpoint id>/``::
+
+    manifest.json                              the global manifest (its presence is the checkpoint)
+    claim.json                                 the one transaction the id names
+    tombstone.json                             deleted, failed or abandoned: never published (again)
+    restores/<restore id>.json                 one restore's decision
+    participants/<participant id>/manifest.json  a participant manifest (packed, or version 1)
+    participants/<participant id>/reuses.json    the packs of earlier checkpoints it will reference
+    participants/<participant id>/packs/<n>.pack the packed format's packs
+    participants/<participant id>/records/<key>  version 1: one object per record (read only)
 """
 
 from __future__ import annotations
 
+#: the folder every checkpoint's objects are under
+CHECKPOINTS = "checkpoints"
+_MANIFEST = "manifest.json"
+_REUSES = "reuses.json"
+#: a pack's key (:func:`pack_key`): always under some checkpoint's participant folder; a packed manifest lists no
+#: other object (``PackEntry`` in :mod:`.models` checks it)
+PACK_KEY_PATTERN = (
+    r"^checkpoints/[A-Za-z0-9][A-Za-z0-9._-]{0,127}/participants/[A-Za-z0-9][A-Za-z0-9._=-]*/packs/[0-9]{5}\.pack$"
+)
+
 
 def checkpoint_prefix(checkpoint_id: str) -> str:
-    return f"checkpoints/{checkpoint_id}"
+    return f"{CHECKPOINTS}/{checkpoint_id}"
 
 
 def participant_prefix(checkpoint_id: str, participant_id: str) -> str:
     return f"{checkpoint_prefix(checkpoint_id)}/participants/{participant_id}"
 
 
+def participants_prefix(checkpoint_id: str) -> str:
+    """The folder of every participant's objects of one checkpoint."""
+    return f"{checkpoint_prefix(checkpoint_id)}/participants"
+
+
 def pack_key(checkpoint_id: str, participant_id: str, number: int) -> str:
-    """One pack of a participant's records (the ``snapshot`` method)."""
+    """One pack of a participant's records (the packed format)."""
     return f"{participant_prefix(checkpoint_id, participant_id)}/packs/{number:05d}.pack"
 
 
-def checkpoint_of(key: str) -> str | None:
-    """The checkpoint id a key lies under (``checkpoints/<id>/...``), or None."""
-    parts = key.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "checkpoints" else None
+def v1_record_key(checkpoint_id: str, participant_id: str, record_key: str) -> str:
+    """One record of a version 1 participant manifest: an object of its own beside the manifest (read only)."""
+    return f"{participant_prefix(checkpoint_id, participant_id)}/records/{record_key}"
 
 
 def reuse_intent_key(checkpoint_id: str, participant_id: str) -> str:
     """Written before a participant relies on packs of earlier checkpoints: deletion keeps what it names."""
-    return f"{participant_prefix(checkpoint_id, participant_id)}/reuses.json"
+    return f"{participant_prefix(checkpoint_id, participant_id)}/{_REUSES}"
 
 
 def participant_manifest_key(checkpoint_id: str, participant_id: str) -> str:
-    return f"{participant_prefix(checkpoint_id, participant_id)}/manifest.json"
+    return f"{participant_prefix(checkpoint_id, participant_id)}/{_MANIFEST}"
 
 
 def global_manifest_key(checkpoint_id: str) -> str:
-    return f"{checkpoint_prefix(checkpoint_id)}/manifest.json"
+    return f"{checkpoint_prefix(checkpoint_id)}/{_MANIFEST}"
 
 
 def claim_key(checkpoint_id: str) -> str:
@@ -48,6 +76,51 @@ def tombstone_key(checkpoint_id: str) -> str:
     return f"{checkpoint_prefix(checkpoint_id)}/tombstone.json"
 
 
+def restores_prefix(checkpoint_id: str) -> str:
+    """The folder of a checkpoint's restore decisions."""
+    return f"{checkpoint_prefix(checkpoint_id)}/restores"
+
+
 def restore_decision_key(checkpoint_id: str, restore_id: str) -> str:
     """One object per restore transaction: whoever writes it first decides resume or abort."""
-    return f"{checkpoint_prefix(checkpoint_id)}/restores/{restore_id}.json"
+    return f"{restores_prefix(checkpoint_id)}/{restore_id}.json"
+
+
+# --- taking keys apart -------------------------------------------------------------------
+
+
+def checkpoint_of(key: str) -> str | None:
+    """The checkpoint id a key lies under (``checkpoints/<id>/...``), or None."""
+    parts = key.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == CHECKPOINTS else None
+
+
+def participant_of_manifest(checkpoint_id: str, key: str) -> str | None:
+    """The participant whose manifest of ``checkpoint_id`` is at ``key``, or None when ``key`` is not one."""
+    head, _, rest = key.partition(participants_prefix(checkpoint_id) + "/")
+    participant_id, _, name = rest.partition("/")
+    if head or not participant_id or name != _MANIFEST:
+        return None
+    return participant_id if key == participant_manifest_key(checkpoint_id, participant_id) else None
+
+
+def restore_id_of(key: str) -> str | None:
+    """The restore a decision object's key names, or None for another key."""
+    folder, _, name = key.rpartition("/")
+    if not folder.endswith("/restores") or not name.endswith(".json"):
+        return None
+    return name[: -len(".json")]
+
+
+def is_reuse_intent(key: str) -> bool:
+    return key.endswith(f"/{_REUSES}") and "/participants/" in key
+
+
+def removal_order(checkpoint_id: str, key: str) -> int:
+    """Where a key of ``checkpoint_id`` comes when its objects are removed: the global manifest first (from then on
+    no restore finds the checkpoint), the participant manifests next, the claim and the tombstone last."""
+    if key == global_manifest_key(checkpoint_id):
+        return 0
+    if key.endswith(f"/{_MANIFEST}"):
+        return 1
+    return 3 if key in (claim_key(checkpoint_id), tombstone_key(checkpoint_id)) else 2

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FieldSerializationInfo, SecretStr, field_serializer, model_validator
 
+from gym_services.control.layout import PACK_KEY_PATTERN
 from gym_services.control.protocol import (
     DEFAULT_LEASE_S,
     ROLE_ORDER,
@@ -46,10 +47,6 @@ PACKED_SCHEMA_VERSION = 2
 PARTICIPANT_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION, PACKED_SCHEMA_VERSION})
 CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 RECORD_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$"
-#: a pack object: always under some checkpoint's participant folder (``control/layout.py``)
-PACK_KEY_PATTERN = (
-    r"^checkpoints/[A-Za-z0-9][A-Za-z0-9._-]{0,127}/participants/[A-Za-z0-9][A-Za-z0-9._=-]*/packs/[0-9]{5}\.pack$"
-)
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 _RECORD_KEY = re.compile(RECORD_KEY_PATTERN)
 #: the context under which :class:`StorageAccess` serializes its keys in clear (the control client only)

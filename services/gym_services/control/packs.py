@@ -1,50 +1,45 @@
 """Packed, incremental checkpoints: a participant's records in a few large objects, written after resume.
 
-The ``snapshot`` method (``docs/protocol.md``, "Records and manifests"). The control plane
-(:mod:`gym_services.control.plane`) runs :func:`persist` in a worker thread once the stack has
-resumed; it
+The packed format (``docs/protocol.md``, "Records and manifests"). The control plane
+(:mod:`gym_services.control.plane`) builds one :class:`PackWriter` with the participant's
+:class:`~gym_services.control.participant.RecordEncoder`; its background uploads (:mod:`.persists`) call
+:meth:`PackWriter.write` in a worker thread once the stack has resumed, which
 
-1. has the participant's :class:`~gym_services.control.participant.RecordEncoder` (given to the writer
-   at construction) make the bytes of every frozen record of a
-   :class:`~gym_services.control.participant.Capture`, and takes every record's digest;
+1. has the encoder make the bytes of every frozen record of a :class:`~gym_services.control.participant.Capture`
+   (:mod:`.encoding`), and takes every record's digest;
 2. references a record whose bytes an earlier checkpoint of this participant already holds (the
    newest published one of its :class:`ReuseIndex` es, by content digest) instead of writing it again, as long as that
    checkpoint is published and the pack holding it stays mostly referenced (:data:`MIN_LIVE_SHARE`); the packs it
    will reference are named in a reuse intent first, so no deletion removes them meanwhile;
-3. lays the other records end to end in packs of about ``pack_bytes``, uploads them concurrently
-   and verifies each is stored whole (its size, one metadata request), as well as every pack it reuses;
-4. writes the participant manifest last (gzip-compressed JSON, records indexed by columns).
+3. lays the other records end to end in packs of about ``pack_bytes`` (:class:`_Packing`), uploads them
+   concurrently through the store and verifies each is stored whole (its size, one metadata request), as well as
+   every pack it reuses;
+4. has the store write the participant manifest last (gzip-compressed JSON, records indexed by columns).
 
-:func:`read_packed` (restore) fetches every pack a manifest lists concurrently and checks each
+:func:`read_packed` (restore) fetches every pack a manifest lists concurrently, each checked by the store
 against its digest and size before any record is sliced out of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
-import hashlib
-import json
 import re
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from pydantic import ValidationError
-
-from gym_services.control.encoding import encode_frozen
+from gym_services.control.encoding import PersistCancelled, encode_frozen
+from gym_services.control.manifests import references, sha256_hex
 from gym_services.control.models import (
     PACKED_SCHEMA_VERSION,
     RECORD_KEY_PATTERN,
-    SCHEMA_VERSION,
     CheckpointMode,
     PackedManifest,
     PackedRecords,
     PackEntry,
-    ReuseIntent,
     Role,
     VerifyMode,
 )
@@ -52,15 +47,12 @@ from gym_services.control.participant import (
     ENCODES_NOTHING,
     Capture,
     FrozenRecord,
-    InvalidState,
     Record,
     RecordEncoder,
     RestoredRecord,
 )
-from gym_services.control.storage import NotFound, StorageError
-
-if TYPE_CHECKING:
-    from gym_services.control.store import CheckpointStore
+from gym_services.control.storage import StorageError
+from gym_services.control.store import CheckpointStore, StoredManifest
 
 #: a pack is about this big (the server's ``checkpoint.pack_bytes`` overrides it)
 DEFAULT_PACK_BYTES = 8 * 1024 * 1024
@@ -68,18 +60,12 @@ DEFAULT_PACK_BYTES = 8 * 1024 * 1024
 #: it, its live records are written again, so a chain of incremental checkpoints never keeps more
 #: than about twice the bytes it needs alive
 MIN_LIVE_SHARE = 0.5
-GZIP_MAGIC = b"\x1f\x8b"
 _KEY = re.compile(RECORD_KEY_PATTERN)
 #: the state of a participant's frozen records (its encoder's input)
 F = TypeVar("F")
-
-
-class PersistCancelled(Exception):
-    """The checkpoint was aborted (or the server is stopping) while its records were being written."""
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+T = TypeVar("T")
+#: how long waiting for an upload waits before it checks for cancel again
+POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -95,7 +81,7 @@ class Located:
 class ReuseIndex:
     """Every record one checkpoint of this participant holds, by the digest of its bytes.
 
-    Built by :func:`persist` (and by a restore from a packed manifest), so the next checkpoint
+    Built by :meth:`PackWriter.write` (and by a restore from a packed manifest), so the next checkpoint
     can reference what did not change. Only ever used once that checkpoint is published.
     """
 
@@ -105,7 +91,7 @@ class ReuseIndex:
 
 @dataclass
 class PersistProgress:
-    """Counters :func:`persist` keeps up to date for the ``status`` verb (read from another thread)."""
+    """Counters :meth:`PackWriter.write` keeps up to date for the ``status`` verb (read from another thread)."""
 
     encoded: int = 0
     objects: int = 0
@@ -115,10 +101,9 @@ class PersistProgress:
 
 @dataclass(frozen=True)
 class PersistResult:
-    """What :func:`persist` wrote and verified."""
+    """What :meth:`PackWriter.write` wrote and verified."""
 
-    manifest_key: str
-    manifest_data: bytes
+    manifest: StoredManifest
     records: int
     bytes: int  # the records' bytes, reused ones included
     objects: int  # objects written, the manifest included
@@ -128,6 +113,129 @@ class PersistResult:
     episodes: list[str]
     index: ReuseIndex
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PackWriter(Generic[F]):
+    """Who writes a participant's checkpoints and how, with the participant's encoder: built once by the
+    control plane, handed to its background uploads (:mod:`.persists`), which call :meth:`write` with what
+    was captured."""
+
+    participant_id: str
+    server: str
+    role: Role
+    mode: CheckpointMode
+    verify: VerifyMode
+    pool: ThreadPoolExecutor
+    encoder: RecordEncoder[F] = ENCODES_NOTHING
+    pack_bytes: int = DEFAULT_PACK_BYTES
+
+    def write(
+        self,
+        store: CheckpointStore,
+        capture: Capture[F],
+        checkpoint_id: str,
+        reuse: Sequence[ReuseIndex] = (),
+        cancel: threading.Event | None = None,
+        progress: PersistProgress | None = None,
+    ) -> PersistResult:
+        """Encode, pack, upload, verify, then write the participant manifest; blocks (run it in a thread).
+
+        Raises :class:`~gym_services.control.encoding.PersistCancelled`,
+        :class:`~gym_services.control.storage.StorageError`, or
+        :class:`~gym_services.control.participant.InvalidState` (a record that cannot be encoded); the
+        manifest is then not written, so nothing can publish this checkpoint.
+        """
+        cancel = cancel or threading.Event()
+        progress = progress or PersistProgress()
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        encoded = _encode(self.encoder, capture, cancel, progress)
+        timings["encode"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        reused = self._claim_reuse(store, encoded, reuse, checkpoint_id, progress)
+        packing = _Packing(store, self.pool, checkpoint_id, self.participant_id, self.pack_bytes, cancel)
+        for record, digest in encoded:
+            packing.add(record, digest, reused.get(digest))
+        packs = packing.finish(progress)
+        timings["upload"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        self._verify(store, packs, cancel)
+        timings["verify"] = time.perf_counter() - t0
+
+        manifest = self._manifest(checkpoint_id, packs, packing.columns)
+        if cancel.is_set():
+            raise PersistCancelled("cancelled before the manifest was written")
+        stored = store.write_participant_manifest(manifest)
+        progress.objects += 1
+        progress.written_bytes += stored.size
+        return PersistResult(
+            manifest=stored,
+            records=len(encoded),
+            bytes=sum(len(r.data) for r, _ in encoded),
+            objects=progress.objects,
+            written_bytes=progress.written_bytes,
+            reused=packing.reused,
+            references=manifest.reuses,
+            episodes=sorted({r.rollout_id for r, _ in encoded if r.rollout_id}),
+            index=ReuseIndex(checkpoint_id, packing.index(packs)),
+            timings=timings,
+        )
+
+    def _claim_reuse(
+        self,
+        store: CheckpointStore,
+        encoded: list[tuple[Record, str]],
+        candidates: Sequence[ReuseIndex],
+        checkpoint_id: str,
+        progress: PersistProgress,
+    ) -> dict[str, Located]:
+        """What this checkpoint references instead of writing again: from the newest index whose checkpoint
+        is published (an unpublished one's objects may be deleted any time).
+
+        The packs it will reference are named in a :class:`~gym_services.control.models.ReuseIntent` *before*
+        the earlier checkpoint is checked to be published. Deletion removes a checkpoint's global manifest
+        before it reads intents (:mod:`gym_services.control.retention`), so either this check sees the
+        manifest gone (nothing is reused) or that deletion sees this intent (the packs are kept).
+        """
+        for reuse in candidates:
+            if not reuse.by_digest:
+                continue
+            reused = _reusable(encoded, reuse)
+            if not reused:
+                return {}
+            size = store.put_reuse_intent(checkpoint_id, self.participant_id, (w.pack for w in reused.values()))
+            progress.objects += 1  # written by this checkpoint: counted with its packs and manifest
+            progress.written_bytes += size
+            if store.is_published(reuse.checkpoint_id):
+                return reused
+        return {}
+
+    def _verify(self, store: CheckpointStore, packs: list[PackEntry], cancel: threading.Event) -> None:
+        """Every pack the manifest lists is stored whole, the reused ones included."""
+        checks = [(p, self.pool.submit(store.pack_size, p)) for p in packs]
+        for pack, check in checks:
+            stored = _wait(check, cancel)
+            if stored != pack.size:
+                what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
+                raise StorageError(f"pack {store.url}/{pack.key} is {what} after writing it")
+
+    def _manifest(self, checkpoint_id: str, packs: list[PackEntry], columns: dict[str, list]) -> PackedManifest:
+        return PackedManifest(
+            schema_version=PACKED_SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            participant_id=self.participant_id,
+            server=self.server,
+            role=self.role,
+            checkpoint_mode=self.mode,
+            checkpoint_verify=self.verify,
+            created_at=time.time(),
+            packs=packs,
+            records=PackedRecords(**columns),
+            reuses=references(packs, checkpoint_id),
+        )
 
 
 def _encode(
@@ -156,43 +264,6 @@ def _encode(
     return out
 
 
-def _claim_reuse(
-    store: CheckpointStore,
-    encoded: list[tuple[Record, str]],
-    candidates: Sequence[ReuseIndex],
-    checkpoint_id: str,
-    participant_id: str,
-    progress: PersistProgress,
-) -> dict[str, Located]:
-    """What this checkpoint references instead of writing again: from the newest index whose checkpoint
-    is published (an unpublished one's objects may be deleted any time).
-
-    The packs it will reference are named in a :class:`~gym_services.control.models.ReuseIntent` *before*
-    the earlier checkpoint is checked to be published. Deletion removes a checkpoint's global manifest
-    before it reads intents (:mod:`gym_services.control.store`), so either this check sees the
-    manifest gone (nothing is reused) or that deletion sees this intent (the packs are kept).
-    """
-    for reuse in candidates:
-        if not reuse.by_digest:
-            continue
-        reused = _reusable(encoded, reuse)
-        if not reused:
-            return {}
-        intent = ReuseIntent(
-            schema_version=SCHEMA_VERSION,
-            checkpoint_id=checkpoint_id,
-            participant_id=participant_id,
-            created_at=time.time(),
-            packs=sorted({where.pack.key for where in reused.values()}),
-        )
-        size = store.put_reuse_intent(intent)
-        progress.objects += 1  # written by this checkpoint: counted with its packs and manifest
-        progress.written_bytes += size
-        if store.is_published(reuse.checkpoint_id):
-            return reused
-    return {}
-
-
 def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> dict[str, Located]:
     """digest -> where it is, for records whose earlier pack is still referenced enough to keep."""
     if reuse is None:
@@ -211,187 +282,100 @@ def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> di
     }
 
 
-def persist(
-    store: CheckpointStore,
-    pool: ThreadPoolExecutor,
-    capture: Capture[F],
-    *,
-    checkpoint_id: str,
-    participant_id: str,
-    server: str,
-    role: Role,
-    mode: CheckpointMode,
-    verify: VerifyMode,
-    pack_bytes: int = DEFAULT_PACK_BYTES,
-    encoder: RecordEncoder[F] = ENCODES_NOTHING,
-    reuse: Sequence[ReuseIndex] = (),
-    cancel: threading.Event | None = None,
-    progress: PersistProgress | None = None,
-    meta: dict | None = None,
-) -> PersistResult:
-    """Encode, pack, upload, verify, then write the participant manifest; blocks (run it in a thread).
+class _Packing:
+    """One checkpoint's records laid out in packs: each new pack uploaded as soon as it fills, reused records
+    referenced where they are. Records are indexed by columns in capture order (:class:`PackedRecords`); a record's
+    pack is a slot of the manifest's ``packs``: an earlier checkpoint's pack, or an upload that returns its entry."""
 
-    Raises :class:`PersistCancelled`, :class:`~gym_services.control.storage.StorageError`, or
-    :class:`~gym_services.control.participant.InvalidState` (a record that cannot be encoded); the
-    manifest is then not written, so nothing can publish this checkpoint.
-    """
-    cancel = cancel or threading.Event()
-    progress = progress or PersistProgress()
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    encoded = _encode(encoder, capture, cancel, progress)
-    timings["encode"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    reused = _claim_reuse(store, encoded, reuse, checkpoint_id, participant_id, progress)
-    packs: list[PackEntry] = []
-    pack_of: dict[str, int] = {}  # pack key -> position in ``packs``
-    columns: dict[str, list] = {k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")}
-    by_digest: dict[str, Located] = {}
-    uploads: list[tuple[PackEntry, Future]] = []
-    buffer = bytearray()
-    pending: list[tuple[int, Record, str]] = []  # records of the pack being filled, with their offsets
-
-    def place(record: Record, digest: str, where: Located) -> None:
-        position = pack_of.get(where.pack.key)
-        if position is None:
-            position = pack_of[where.pack.key] = len(packs)
-            packs.append(where.pack)
-        columns["keys"].append(record.key)
-        columns["rollout_ids"].append(record.rollout_id)
-        columns["attempts"].append(record.attempt)
-        columns["packs"].append(position)
-        columns["offsets"].append(where.offset)
-        columns["sizes"].append(where.size)
-        by_digest.setdefault(digest, where)
-
-    def flush() -> None:
-        if not pending:
-            return
-        if cancel.is_set():
-            raise PersistCancelled("cancelled while uploading")
-        data = bytes(buffer)
-        entry = PackEntry(
-            key=store.pack_key(checkpoint_id, participant_id, len(uploads)), sha256=sha256_hex(data), size=len(data)
-        )
-        uploads.append((entry, pool.submit(store.put_pack, entry.key, data)))
-        for offset, record, digest in pending:
-            place(record, digest, Located(entry, offset, len(record.data)))
-        buffer.clear()
-        pending.clear()
-
-    reused_count = 0
-    for record, digest in encoded:
-        where = reused.get(digest)
-        if where is not None:
-            place(record, digest, where)
-            reused_count += 1
-            continue
-        pending.append((len(buffer), record, digest))
-        buffer += record.data
-        if len(buffer) >= pack_bytes:
-            flush()
-    flush()
-    progress.reused = reused_count
-    for entry, upload in uploads:
-        _wait(upload, cancel)
-        progress.objects += 1
-        progress.written_bytes += entry.size
-    timings["upload"] = time.perf_counter() - t0
-
-    # verified: every pack this manifest lists is stored whole, the reused ones included
-    t0 = time.perf_counter()
-    checks = [(p, pool.submit(store.stored_size, p.key)) for p in packs]
-    for pack, check in checks:
-        stored = _wait(check, cancel)
-        if stored != pack.size:
-            what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
-            raise StorageError(f"pack {store.url}/{pack.key} is {what} after writing it")
-    timings["verify"] = time.perf_counter() - t0
-
-    references = sorted({c for p in packs if (c := store.checkpoint_of(p.key)) and c != checkpoint_id})
-    manifest = PackedManifest(
-        schema_version=PACKED_SCHEMA_VERSION,
-        checkpoint_id=checkpoint_id,
-        participant_id=participant_id,
-        server=server,
-        role=role,
-        checkpoint_mode=mode,
-        checkpoint_verify=verify,
-        created_at=time.time(),
-        packs=packs,
-        records=PackedRecords(**columns),
-        reuses=references,
-        meta=meta or {},
-    )
-    data = gzip.compress(manifest.model_dump_json().encode(), compresslevel=6, mtime=0)
-    if cancel.is_set():
-        raise PersistCancelled("cancelled before the manifest was written")
-    key = store.put_participant_manifest(checkpoint_id, participant_id, data)
-    progress.objects += 1
-    progress.written_bytes += len(data)
-    return PersistResult(
-        manifest_key=key,
-        manifest_data=data,
-        records=len(encoded),
-        bytes=sum(len(r.data) for r, _ in encoded),
-        objects=progress.objects,
-        written_bytes=progress.written_bytes,
-        reused=reused_count,
-        references=references,
-        episodes=sorted({r.rollout_id for r, _ in encoded if r.rollout_id}),
-        index=ReuseIndex(checkpoint_id, by_digest),
-        timings=timings,
-    )
-
-
-@dataclass(frozen=True)
-class PackWriter(Generic[F]):
-    """Who writes a participant's checkpoints and how, with the participant's encoder: built once by the
-    control plane, handed to its background uploads (:mod:`.persists`), which call :meth:`write` with what
-    was captured."""
-
-    participant_id: str
-    server: str
-    role: Role
-    mode: CheckpointMode
-    verify: VerifyMode
-    pool: ThreadPoolExecutor
-    encoder: RecordEncoder[F]
-    pack_bytes: int = DEFAULT_PACK_BYTES
-
-    def write(
+    def __init__(
         self,
         store: CheckpointStore,
-        capture: Capture[F],
+        pool: ThreadPoolExecutor,
         checkpoint_id: str,
-        reuse: Sequence[ReuseIndex],
+        participant_id: str,
+        pack_bytes: int,
         cancel: threading.Event,
-        progress: PersistProgress,
-    ) -> PersistResult:
-        """:func:`persist` of one capture; blocks (run it in a thread)."""
-        return persist(
-            store,
-            self.pool,
-            capture,
-            checkpoint_id=checkpoint_id,
-            participant_id=self.participant_id,
-            server=self.server,
-            role=self.role,
-            mode=self.mode,
-            verify=self.verify,
-            pack_bytes=self.pack_bytes,
-            encoder=self.encoder,
-            reuse=reuse,
-            cancel=cancel,
-            progress=progress,
+    ) -> None:
+        self.store, self.pool, self.cancel = store, pool, cancel
+        self.checkpoint_id, self.participant_id, self.pack_bytes = checkpoint_id, participant_id, pack_bytes
+        self.slots: list[PackEntry | Future[PackEntry]] = []
+        self.slot_of: dict[str, int] = {}  # reused pack key -> its slot
+        self.uploads: list[tuple[Future[PackEntry], int]] = []  # with the pack's size
+        self.columns: dict[str, list] = {
+            k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")
+        }
+        self.placed: list[tuple[str, int, int, int]] = []  # digest, slot, offset, size: the reuse index, once known
+        self.buffer = bytearray()
+        self.pending: list[tuple[int, Record, str]] = []  # records of the pack being filled, with their offsets
+        self.reused = 0
+
+    def add(self, record: Record, digest: str, where: Located | None) -> None:
+        """Reference the record where an earlier pack holds it, or add it to the pack being filled."""
+        if where is not None:
+            slot = self.slot_of.get(where.pack.key)
+            if slot is None:
+                slot = self.slot_of[where.pack.key] = len(self.slots)
+                self.slots.append(where.pack)
+            self._place(record, digest, slot, where.offset)
+            self.reused += 1
+            return
+        self.pending.append((len(self.buffer), record, digest))
+        self.buffer += record.data
+        if len(self.buffer) >= self.pack_bytes:
+            self._flush()
+
+    def _place(self, record: Record, digest: str, slot: int, offset: int) -> None:
+        for column, value in (
+            ("keys", record.key),
+            ("rollout_ids", record.rollout_id),
+            ("attempts", record.attempt),
+            ("packs", slot),
+            ("offsets", offset),
+            ("sizes", len(record.data)),
+        ):
+            self.columns[column].append(value)
+        self.placed.append((digest, slot, offset, len(record.data)))
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        if self.cancel.is_set():
+            raise PersistCancelled("cancelled while uploading")
+        data = bytes(self.buffer)
+        upload = self.pool.submit(
+            self.store.write_pack, self.checkpoint_id, self.participant_id, len(self.uploads), data
         )
+        slot = len(self.slots)
+        self.slots.append(upload)
+        self.uploads.append((upload, len(data)))
+        for offset, record, digest in self.pending:
+            self._place(record, digest, slot, offset)
+        self.buffer.clear()
+        self.pending.clear()
+
+    def finish(self, progress: PersistProgress) -> list[PackEntry]:
+        """The last pack flushed and every upload awaited: the manifest's packs, in slot order."""
+        self._flush()
+        progress.reused = self.reused
+        for upload, size in self.uploads:
+            _wait(upload, self.cancel)
+            progress.objects += 1
+            progress.written_bytes += size
+        return [s if isinstance(s, PackEntry) else s.result() for s in self.slots]
+
+    def index(self, packs: list[PackEntry]) -> dict[str, Located]:
+        """digest -> where its bytes are, for the next checkpoint to reuse (the first record of each digest)."""
+        by_digest: dict[str, Located] = {}
+        for digest, slot, offset, size in self.placed:
+            if digest not in by_digest:
+                by_digest[digest] = Located(packs[slot], offset, size)
+        return by_digest
 
 
-def _wait(future: Future, cancel: threading.Event):
+def _wait(future: Future[T], cancel: threading.Event) -> T:
     while True:
         try:
-            return future.result(timeout=0.25)
+            return future.result(timeout=POLL_S)
         except TimeoutError:
             if cancel.is_set():
                 future.cancel()
@@ -399,34 +383,6 @@ def _wait(future: Future, cancel: threading.Event):
 
 
 # --- reading ----------------------------------------------------------------------------
-
-
-def is_packed(data: bytes) -> bool:
-    return data[:2] == GZIP_MAGIC
-
-
-def parse_packed_manifest(data: bytes) -> PackedManifest:
-    try:
-        raw = json.loads(gzip.decompress(data))
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidState(f"packed participant manifest is not gzip-compressed JSON: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != PACKED_SCHEMA_VERSION:
-        version = raw.get("schema_version") if isinstance(raw, dict) else None
-        raise InvalidState(f"packed participant manifest schema_version {version!r} is not supported")
-    try:
-        return PackedManifest.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidState(f"packed participant manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
-
-
-def _fetch_pack(store: CheckpointStore, pack: PackEntry) -> bytes:
-    try:
-        blob = store.get(pack.key)
-    except NotFound:
-        raise InvalidState(f"pack {pack.key} listed in the manifest is missing") from None
-    if len(blob) != pack.size or sha256_hex(blob) != pack.sha256:
-        raise InvalidState(f"pack {pack.key} is corrupt: digest or size does not match the manifest")
-    return blob
 
 
 async def read_packed(
@@ -437,7 +393,7 @@ async def read_packed(
     Returns the records and the index a later checkpoint may reuse them from.
     """
     loop = asyncio.get_running_loop()
-    blobs = await asyncio.gather(*(loop.run_in_executor(pool, _fetch_pack, store, p) for p in manifest.packs))
+    blobs = await asyncio.gather(*(loop.run_in_executor(pool, store.read_pack, p) for p in manifest.packs))
     return await loop.run_in_executor(pool, _slice, manifest, blobs)
 
 

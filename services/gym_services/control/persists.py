@@ -29,17 +29,10 @@ from typing import Generic, TypeVar
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.control.encoding import HeapHold
+from gym_services.control.encoding import HeapHold, PersistCancelled
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import PersistResponse, PersistState, PersistStatus
-from gym_services.control.packs import (
-    PackWriter,
-    PersistCancelled,
-    PersistProgress,
-    PersistResult,
-    ReuseIndex,
-    sha256_hex,
-)
+from gym_services.control.packs import PackWriter, PersistProgress, PersistResult, ReuseIndex
 from gym_services.control.participant import Capture, InvalidState
 from gym_services.control.storage import StorageError
 from gym_services.control.store import CheckpointStore
@@ -172,9 +165,9 @@ class Persists(Generic[F]):
             checkpoint_id=captured.checkpoint_id,
             participant_id=self.writer.participant_id,
             role=self.writer.role,
-            manifest_key=written.manifest_key,
-            manifest_sha256=sha256_hex(written.manifest_data),
-            manifest_size=len(written.manifest_data),
+            manifest_key=written.manifest.key,
+            manifest_sha256=written.manifest.sha256,
+            manifest_size=written.manifest.size,
             records=written.records,
             bytes=written.bytes,
             episodes=written.episodes,

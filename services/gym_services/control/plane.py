@@ -462,7 +462,9 @@ class ControlPlane(Generic[V, F]):
     async def _read_records(self, store: CheckpointStore, req: RestoreRequest) -> ReadBack:
         """This participant's records, each verified against its manifest, which must be its own."""
         try:
-            read = await read_participant_records(store, self.storages.pool, req.manifest_key, req.manifest_sha256)
+            read = await read_participant_records(
+                store, self.storages.pool, req.checkpoint_id, req.manifest_key, req.manifest_sha256
+            )
             manifest = read.manifest
         except IncompleteCheckpoint as exc:
             raise ApiError(

@@ -2,9 +2,8 @@
 
 Version 2 (gzip, packed records) is what :mod:`gym_services.control.packs` writes; version 1 (plain JSON,
 one object per record) is what the ``commit`` verb of earlier releases wrote: no longer written, still
-restored. The control plane reads at restore (:mod:`gym_services.control.plane`); the store
-(:mod:`gym_services.control.store`) parses manifests with :func:`parse_participant_manifest` to verify
-what ``persist`` reported and to tell what a checkpoint reads.
+restored. The control plane reads at restore (:mod:`gym_services.control.plane`), through the store's read verbs
+(:class:`~gym_services.control.store.CheckpointStore`), which check every object against its digest.
 """
 
 from __future__ import annotations
@@ -13,17 +12,12 @@ import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from gym_services.control.models import SCHEMA_VERSION, PackedManifest, ParticipantManifest, RecordEntry
-from gym_services.control.packs import ReuseIndex, is_packed, parse_packed_manifest, read_packed, sha256_hex
-from gym_services.control.participant import InvalidState, RestoredRecord
+from gym_services.control.models import PackedManifest, ParticipantManifest, RecordEntry
+from gym_services.control.packs import ReuseIndex, read_packed
+from gym_services.control.participant import RestoredRecord
 from gym_services.control.storage import NotFound
-
-if TYPE_CHECKING:
-    from gym_services.control.store import CheckpointStore
+from gym_services.control.store import CheckpointStore
 
 
 class IncompleteCheckpoint(LookupError):
@@ -32,37 +26,6 @@ class IncompleteCheckpoint(LookupError):
 
 def canonical_json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-async def _run_all(pool: ThreadPoolExecutor, calls) -> list:
-    loop = asyncio.get_running_loop()
-    return await asyncio.gather(*(loop.run_in_executor(pool, fn, *args) for fn, *args in calls))
-
-
-def parse_participant_manifest(data: bytes) -> ParticipantManifest | PackedManifest:
-    """Either version: a packed manifest (gzip), or a plain one (version 1, read only)."""
-    if is_packed(data):
-        return parse_packed_manifest(data)
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidState(f"participant manifest is not JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise InvalidState("participant manifest must be a JSON object")
-    if raw.get("schema_version") != SCHEMA_VERSION:
-        raise InvalidState(
-            f"participant manifest schema_version {raw.get('schema_version')!r} is not supported "
-            f"(want {SCHEMA_VERSION})"
-        )
-    try:
-        return ParticipantManifest.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidState(f"participant manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
-
-
-def manifest_records(manifest: ParticipantManifest | PackedManifest) -> int:
-    """How many records a participant manifest lists."""
-    return len(manifest.records.keys) if isinstance(manifest, PackedManifest) else len(manifest.records)
 
 
 @dataclass(frozen=True)
@@ -77,31 +40,26 @@ class ReadBack:
 async def read_participant_records(
     store: CheckpointStore,
     pool: ThreadPoolExecutor,
+    checkpoint_id: str,
     manifest_key: str,
     manifest_sha256: str | None = None,
 ) -> ReadBack:
-    """The manifest and every record, each verified against its digest and size, with the reuse index of a
-    packed checkpoint."""
+    """The manifest a global manifest of ``checkpoint_id`` names and every record, each verified against its digest
+    and size, with the reuse index of a packed checkpoint."""
     loop = asyncio.get_running_loop()
     try:
-        data = await loop.run_in_executor(pool, store.get, manifest_key)
+        manifest = await loop.run_in_executor(
+            pool, store.read_participant_manifest, checkpoint_id, manifest_key, manifest_sha256
+        )
     except NotFound:
         raise IncompleteCheckpoint(f"participant manifest {store.url}/{manifest_key} is missing") from None
-    if manifest_sha256 is not None and sha256_hex(data) != manifest_sha256:
-        raise InvalidState(f"participant manifest {manifest_key} does not match its digest in the checkpoint manifest")
-    manifest = parse_participant_manifest(data)
     if isinstance(manifest, PackedManifest):
         records, reuse = await read_packed(store, pool, manifest)
         return ReadBack(manifest, records, reuse)
+    v1 = manifest
 
     def fetch(entry: RecordEntry) -> RestoredRecord:
-        try:
-            blob = store.get(store.v1_record_key(manifest_key, entry.key))
-        except NotFound:
-            raise InvalidState(f"record {entry.key} listed in the manifest is missing") from None
-        if len(blob) != entry.size or sha256_hex(blob) != entry.sha256:
-            raise InvalidState(f"record {entry.key} is corrupt: digest or size does not match the manifest")
-        return RestoredRecord(entry.key, blob, entry.rollout_id, entry.attempt)
+        return RestoredRecord(entry.key, store.read_record(v1, entry), entry.rollout_id, entry.attempt)
 
-    records = await _run_all(pool, [(fetch, e) for e in manifest.records])
-    return ReadBack(manifest, records, None)
+    records = await asyncio.gather(*(loop.run_in_executor(pool, fetch, e) for e in v1.records))
+    return ReadBack(manifest, list(records), None)

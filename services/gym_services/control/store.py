@@ -1,32 +1,18 @@
-"""What is stored under ``checkpoints/`` at one location, and the only code that writes or removes it.
+"""What is stored under ``checkpoints/`` at one location, read and written in the protocol's words.
 
-A :class:`CheckpointStore` wraps one :class:`~gym_services.control.storage.Storage` and knows the layout
-(:mod:`.layout`, ``docs/protocol.md``, "Records and manifests"). Everyone who touches stored checkpoints
-goes through it:
+A :class:`CheckpointStore` wraps one :class:`~gym_services.control.storage.Storage` and is the only code that
+reads or writes the objects of a checkpoint (removing them is :mod:`.retention`'s job, over this store's reads).
+Its verbs name checkpoints, participants, packs and restores; the keys they live at are built in :mod:`.layout`
+and never cross this class's surface, with one exception the protocol makes: the participant manifest's name
+(``PersistResponse.manifest_key``, a global manifest's entries, ``RestoreRequest.manifest_key``) travels from the
+participant that wrote it to the one that restores it, and :meth:`CheckpointStore.manifest_key` names the global
+manifest in reports. Its callers:
 
 - the coordinator (:mod:`gym_services.coordination.coordinator`) claims an id, verifies what every
   participant persisted, publishes the global manifest, records a failure, and settles a restore's decision;
-- a participant's control plane (:mod:`.plane`, :mod:`.packs`) writes its reuse intent, packs and participant
-  manifest, reads them back at restore and follows a restore's decision when its lease runs out;
-- ``gymckpt checkpoints`` and the operator list, delete and prune.
-
-Deletion never leaves a restorable checkpoint half deleted and never removes an object another checkpoint
-reads or will read (``docs/protocol.md``, "Deleting checkpoints"):
-
-1. a checkpoint still being written (:meth:`CheckpointState.in_flight`) is refused (:class:`CheckpointInFlight`),
-   unless its caller knows its transaction is over (``abandoned``);
-2. a tombstone is written: the id is never published again, its claim refuses every transaction;
-3. the global manifest goes (without it the checkpoint is unknown to every restore and to every
-   participant choosing what to reuse);
-4. then what others read is worked out (:meth:`CheckpointStore.kept_objects`) and everything else goes,
-   the participants' manifests first;
-5. the claim and the tombstone go last, and only when nothing was kept: objects kept for others keep the
-   id taken, so a new checkpoint under it can never overwrite them.
-
-Why the order matters: a participant names the packs it will reuse in its intent, *then* checks that the
-checkpoint it reuses from is still published (:mod:`.packs`). Deletion removes that checkpoint's global
-manifest *first*, then reads the published readers, then lists and reads intents. Either the participant
-sees the manifest gone (and reuses nothing) or deletion sees its intent.
+- a participant's control plane (:mod:`.plane`, :mod:`.packs`, :mod:`.records`) writes its reuse intent, packs and
+  participant manifest, reads them back at restore and follows a restore's decision when its lease runs out;
+- ``gymckpt checkpoints`` lists and shows; deletion and pruning (the CLI, the operator) go through :mod:`.retention`.
 
 A checkpoint is *in flight* while it is claimed, unpublished, without a tombstone and its claim is younger
 than :data:`~gym_services.control.protocol.CHECKPOINT_IN_FLIGHT_S` (plus
@@ -40,39 +26,43 @@ Every method blocks (storage I/O): call them in a thread from async code.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-
-from pydantic import ValidationError
+from typing import Literal
 
 from gym_services.control import layout
+from gym_services.control.manifests import (
+    encode_packed_manifest,
+    manifest_records,
+    parse_claim,
+    parse_decision,
+    parse_global_manifest,
+    parse_participant_manifest,
+    parse_reuse_intent,
+    parse_tombstone,
+    sha256_hex,
+)
 from gym_services.control.models import (
     SCHEMA_VERSION,
     CheckpointClaim,
     GlobalManifest,
     PackedManifest,
+    PackEntry,
+    ParticipantManifest,
     PersistResponse,
+    RecordEntry,
     RestoreDecision,
     ReuseIntent,
-    StatusResponse,
     Tombstone,
 )
-from gym_services.control.packs import sha256_hex
 from gym_services.control.participant import InvalidState
-from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, Decision, Phase
-from gym_services.control.records import manifest_records, parse_participant_manifest
+from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, Decision
 from gym_services.control.storage import AlreadyExists, NotFound, Storage
-from gym_services.control.storage.base import check_key
 
 
 class CheckpointRefused(Exception):
     """The store refuses a step of a transaction (an id taken or deleted, a manifest that does not check out)."""
-
-
-class CheckpointInFlight(Exception):
-    """The checkpoint is being written (claimed, not published, within its bound to publish): not deleted."""
 
 
 @dataclass(frozen=True)
@@ -102,42 +92,22 @@ class CheckpointState:
 
 
 @dataclass(frozen=True)
-class Deleted:
-    """What :meth:`CheckpointStore.delete` removed."""
-
-    checkpoint_id: str
-    objects: int
-    published: bool  # whether a global manifest was there (a complete checkpoint, not a failed one's leftovers)
-    kept: int = 0  # objects left in place because other checkpoints read them (claim and tombstone included)
-
-
-@dataclass(frozen=True)
 class Published:
-    """What :meth:`CheckpointStore.publish` stored: the manifest that holds and its size."""
+    """What :meth:`CheckpointStore.publish` stored: the manifest that holds, its name (for reports) and size."""
 
     key: str
     manifest: GlobalManifest
     size: int
 
 
-def parse_global_manifest(data: bytes) -> GlobalManifest:
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidState(f"checkpoint manifest is not JSON: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
-        raise InvalidState("checkpoint manifest has an unsupported schema_version")
-    try:
-        return GlobalManifest.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidState(f"checkpoint manifest is malformed: {exc.errors(include_url=False)[:3]}") from None
+@dataclass(frozen=True)
+class StoredManifest:
+    """A participant manifest as :meth:`CheckpointStore.write_participant_manifest` stored it: the name the protocol
+    reports it under (``PersistResponse.manifest_key``), its digest and its size."""
 
-
-def _parse_claim(data: bytes) -> CheckpointClaim:
-    try:
-        return CheckpointClaim.model_validate_json(data)
-    except ValidationError as exc:
-        raise InvalidState(f"checkpoint claim is malformed: {exc.errors(include_url=False)[:3]}") from None
+    key: str
+    sha256: str
+    size: int
 
 
 def _when(t: float) -> str:
@@ -169,7 +139,7 @@ class CheckpointStore:
 
     @staticmethod
     def manifest_key(checkpoint_id: str) -> str:
-        """Where the global manifest of a checkpoint is (its presence is the checkpoint)."""
+        """The name of a checkpoint's global manifest, for reports and messages (read it with :meth:`published`)."""
         return layout.global_manifest_key(checkpoint_id)
 
     def is_published(self, checkpoint_id: str) -> bool:
@@ -180,19 +150,15 @@ class CheckpointStore:
         :class:`~gym_services.control.participant.InvalidState` when one of them cannot be parsed."""
         claim = self._optional(layout.claim_key(checkpoint_id))
         tombstone = self._optional(layout.tombstone_key(checkpoint_id))
-        try:
-            parsed_tombstone = Tombstone.model_validate_json(tombstone) if tombstone is not None else None
-        except ValidationError:
-            raise InvalidState(f"checkpoint {checkpoint_id}'s tombstone is malformed") from None
         return CheckpointState(
             checkpoint_id,
             self.published(checkpoint_id),
-            _parse_claim(claim) if claim is not None else None,
-            parsed_tombstone,
+            parse_claim(claim) if claim is not None else None,
+            parse_tombstone(tombstone, checkpoint_id) if tombstone is not None else None,
         )
 
     def checkpoint_ids(self) -> list[str]:
-        return self.storage.list_folders("checkpoints")
+        return self.storage.list_folders(layout.CHECKPOINTS)
 
     def checkpoints(self) -> list[tuple[str, GlobalManifest | None]]:
         """Checkpoint ids here with their manifest (None when incomplete or unreadable)."""
@@ -203,6 +169,14 @@ class CheckpointStore:
             except InvalidState:
                 out.append((cid, None))
         return out
+
+    def reuse_intents(self, checkpoint_id: str) -> list[ReuseIntent]:
+        """The reuse intents its participants wrote (checkpoints that reference earlier packs)."""
+        intents = []
+        for key in self.storage.list(layout.participants_prefix(checkpoint_id)):
+            if layout.is_reuse_intent(key) and (data := self._optional(key)) is not None:
+                intents.append(parse_reuse_intent(data, checkpoint_id))
+        return intents
 
     # --- a checkpoint transaction ----------------------------------------------------
 
@@ -230,27 +204,17 @@ class CheckpointStore:
                 + (f" by transaction {published.transaction_id}" if published.transaction_id else "")
                 + "); nothing was paused or written: choose another checkpoint id"
             )
-        claim = CheckpointClaim(
-            schema_version=SCHEMA_VERSION,
-            checkpoint_id=checkpoint_id,
-            transaction_id=transaction_id,
-            claimed_by=claimed_by,
-            created_at=time.time(),
-            participants=participants,
+        claim = self._held_claim(
+            CheckpointClaim(
+                schema_version=SCHEMA_VERSION,
+                checkpoint_id=checkpoint_id,
+                transaction_id=transaction_id,
+                claimed_by=claimed_by,
+                created_at=time.time(),
+                participants=participants,
+            ),
+            published is not None,
         )
-        key = layout.claim_key(checkpoint_id)
-        try:
-            self.storage.put_if_absent(key, claim.model_dump_json(indent=1).encode())
-        except AlreadyExists:
-            held = _parse_claim(self.storage.get(key))
-            if held.transaction_id != transaction_id:
-                state = "published" if published is not None else "not published: running, or interrupted"
-                raise CheckpointRefused(
-                    f"checkpoint id {checkpoint_id} at {self.url} already names another transaction "
-                    f"({held.transaction_id}, by {held.claimed_by}, {_when(held.created_at)}; {state}); nothing was "
-                    "paused or written: choose another checkpoint id, or repeat that transaction with its id"
-                ) from None
-            claim = held
         publish_by = claim.created_at + CHECKPOINT_IN_FLIGHT_S
         if published is None and time.time() > publish_by:
             raise CheckpointRefused(
@@ -261,15 +225,35 @@ class CheckpointStore:
             )
         return published, publish_by
 
-    def verify_persisted(self, checkpoint_id: str, participant_id: str, answer: PersistResponse) -> None:
-        """The participant manifest ``persist`` reported is stored, matches its digest, lists as many records
-        as it said, and every pack it lists (written or reused) is stored whole. Raises :class:`CheckpointRefused`."""
+    def _held_claim(self, claim: CheckpointClaim, published: bool) -> CheckpointClaim:
+        """``claim`` written if no claim is there; the one there when it names the same transaction."""
+        key = layout.claim_key(claim.checkpoint_id)
         try:
-            data = self.storage.get(answer.manifest_key)
-        except NotFound:
+            self.storage.put_if_absent(key, claim.model_dump_json(indent=1).encode())
+        except AlreadyExists:
+            held = parse_claim(self.storage.get(key))
+            if held.transaction_id != claim.transaction_id:
+                state = "published" if published else "not published: running, or interrupted"
+                raise CheckpointRefused(
+                    f"checkpoint id {claim.checkpoint_id} at {self.url} already names another transaction "
+                    f"({held.transaction_id}, by {held.claimed_by}, {_when(held.created_at)}; {state}); nothing was "
+                    "paused or written: choose another checkpoint id, or repeat that transaction with its id"
+                ) from None
+            return held
+        return claim
+
+    def verify_persisted(self, checkpoint_id: str, participant_id: str, answer: PersistResponse) -> None:
+        """The participant manifest ``persist`` reported is where this participant's manifest of this checkpoint
+        belongs, matches its digest, lists as many records as it said, and every pack it lists (written or reused)
+        is stored whole. Raises :class:`CheckpointRefused`."""
+        key = layout.participant_manifest_key(checkpoint_id, participant_id)
+        if answer.manifest_key != key:
             raise CheckpointRefused(
-                f"participant {participant_id} reported a manifest that is not in storage"
-            ) from None
+                f"participant {participant_id} reported a manifest at {answer.manifest_key}, not at {key}"
+            )
+        data = self._optional(key)
+        if data is None:
+            raise CheckpointRefused(f"participant {participant_id} reported a manifest that is not in storage")
         if sha256_hex(data) != answer.manifest_sha256:
             raise CheckpointRefused(f"participant {participant_id}'s manifest does not match the digest it reported")
         manifest = parse_participant_manifest(data)
@@ -284,7 +268,7 @@ class CheckpointStore:
             )
         if isinstance(manifest, PackedManifest):
             for pack in manifest.packs:
-                stored = self.storage.size(pack.key)
+                stored = self.pack_size(pack)
                 if stored != pack.size:
                     what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
                     raise CheckpointRefused(f"participant {participant_id}'s pack {pack.key} is {what}")
@@ -324,14 +308,21 @@ class CheckpointStore:
         reclaim them at once). Only for the transaction the claim names; False when it does not or a
         tombstone is already there."""
         data = self._optional(layout.claim_key(checkpoint_id))
-        if data is None or _parse_claim(data).transaction_id != transaction_id:
+        if data is None or parse_claim(data).transaction_id != transaction_id:
             return False
+        return self.write_tombstone(checkpoint_id, "failed", f"{by}: {error}"[:500])
+
+    def write_tombstone(
+        self, checkpoint_id: str, reason: Literal["deleted", "abandoned", "failed"], by: str, now: float | None = None
+    ) -> bool:
+        """Mark the id as over (``docs/protocol.md``, "Deleting checkpoints"): never published (again), its claim
+        refuses every transaction. False when a tombstone is already there (the first one holds)."""
         tombstone = Tombstone(
             schema_version=SCHEMA_VERSION,
             checkpoint_id=checkpoint_id,
-            reason="failed",
-            by=f"{by}: {error}"[:500],
-            created_at=time.time(),
+            reason=reason,
+            by=by,
+            created_at=time.time() if now is None else now,
         )
         try:
             self.storage.put_if_absent(
@@ -343,29 +334,38 @@ class CheckpointStore:
 
     # --- what a participant writes -------------------------------------------------------
 
-    def put_reuse_intent(self, intent: ReuseIntent) -> int:
-        """Written before the participant relies on packs of earlier checkpoints; returns its size."""
+    def put_reuse_intent(self, checkpoint_id: str, participant_id: str, packs: Iterable[PackEntry]) -> int:
+        """Name the packs of earlier checkpoints this participant's checkpoint will reference, before it relies on
+        them (deletion keeps what an in-flight checkpoint's intents name); returns the intent's size."""
+        intent = ReuseIntent(
+            schema_version=SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            participant_id=participant_id,
+            created_at=time.time(),
+            packs=sorted({p.key for p in packs}),
+        )
         data = intent.model_dump_json(indent=1).encode()
-        self.storage.put(layout.reuse_intent_key(intent.checkpoint_id, intent.participant_id), data)
+        self.storage.put(layout.reuse_intent_key(checkpoint_id, participant_id), data)
         return len(data)
 
-    def pack_key(self, checkpoint_id: str, participant_id: str, number: int) -> str:
-        return layout.pack_key(checkpoint_id, participant_id, number)
+    def write_pack(self, checkpoint_id: str, participant_id: str, number: int, data: bytes) -> PackEntry:
+        """Store a participant's pack ``number`` of a checkpoint; the entry its manifest lists it by."""
+        entry = PackEntry(
+            key=layout.pack_key(checkpoint_id, participant_id, number), sha256=sha256_hex(data), size=len(data)
+        )
+        self.storage.put(entry.key, data)
+        return entry
 
-    @staticmethod
-    def checkpoint_of(key: str) -> str | None:
-        """The checkpoint id a stored key lies under, or None."""
-        return layout.checkpoint_of(key)
+    def pack_size(self, pack: PackEntry) -> int | None:
+        """How many bytes of the pack are stored (None: none), with one metadata request."""
+        return self.storage.size(pack.key)
 
-    def put_pack(self, key: str, data: bytes) -> None:
-        self.storage.put(key, data)
-
-    def stored_size(self, key: str) -> int | None:
-        return self.storage.size(key)
-
-    def put_participant_manifest(self, checkpoint_id: str, participant_id: str, data: bytes) -> str:
-        """The participant manifest, if absent; a retried persist may replace it only while unpublished."""
-        key = layout.participant_manifest_key(checkpoint_id, participant_id)
+    def write_participant_manifest(self, manifest: PackedManifest) -> StoredManifest:
+        """The participant manifest, written last; a retried persist may replace it only while unpublished
+        (:class:`~gym_services.control.storage.AlreadyExists` once published)."""
+        checkpoint_id = manifest.checkpoint_id
+        key = layout.participant_manifest_key(checkpoint_id, manifest.participant_id)
+        data = encode_packed_manifest(manifest)
         try:
             self.storage.put_if_absent(key, data)
         except AlreadyExists:
@@ -374,36 +374,58 @@ class CheckpointStore:
                     f"checkpoint {checkpoint_id} is already published; its manifests are final"
                 ) from None
             self.storage.put(key, data)
-        return key
+        return StoredManifest(key, sha256_hex(data), len(data))
 
-    @staticmethod
-    def v1_record_key(manifest_key: str, record_key: str) -> str:
-        """Where a record of a version 1 participant manifest is: one object each, beside the manifest."""
-        return f"{manifest_key.rsplit('/', 1)[0]}/records/{record_key}"
+    # --- what a restore reads -------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """One stored object (a participant manifest, a pack or a v1 record) by the key a manifest names."""
-        return self.storage.get(key)
+    def read_participant_manifest(
+        self, checkpoint_id: str, manifest_key: str, sha256: str | None = None
+    ) -> ParticipantManifest | PackedManifest:
+        """The participant manifest a global manifest of ``checkpoint_id`` names, checked against its digest when
+        given. Raises :class:`~gym_services.control.storage.NotFound` when it is missing and
+        :class:`~gym_services.control.participant.InvalidState` when it is damaged, does not match, or the name is
+        not one of that checkpoint's participant manifests."""
+        participant_id = layout.participant_of_manifest(checkpoint_id, manifest_key)
+        if participant_id is None:
+            raise InvalidState(f"{manifest_key} is not a participant manifest of checkpoint {checkpoint_id}")
+        data = self.storage.get(manifest_key)
+        if sha256 is not None and sha256_hex(data) != sha256:
+            raise InvalidState(
+                f"participant manifest {manifest_key} does not match its digest in the checkpoint manifest"
+            )
+        manifest = parse_participant_manifest(data)
+        if (manifest.checkpoint_id, manifest.participant_id) != (checkpoint_id, participant_id):
+            raise InvalidState(
+                f"participant manifest {manifest_key} names {manifest.participant_id}/{manifest.checkpoint_id}"
+            )
+        return manifest
+
+    def read_pack(self, pack: PackEntry) -> bytes:
+        """A pack a manifest lists, whole and matching its digest (InvalidState otherwise)."""
+        try:
+            blob = self.storage.get(pack.key)
+        except NotFound:
+            raise InvalidState(f"pack {pack.key} listed in the manifest is missing") from None
+        if len(blob) != pack.size or sha256_hex(blob) != pack.sha256:
+            raise InvalidState(f"pack {pack.key} is corrupt: digest or size does not match the manifest")
+        return blob
+
+    def read_record(self, manifest: ParticipantManifest, entry: RecordEntry) -> bytes:
+        """One record of a version 1 manifest (an object of its own), matching its digest (InvalidState otherwise)."""
+        try:
+            blob = self.storage.get(layout.v1_record_key(manifest.checkpoint_id, manifest.participant_id, entry.key))
+        except NotFound:
+            raise InvalidState(f"record {entry.key} listed in the manifest is missing") from None
+        if len(blob) != entry.size or sha256_hex(blob) != entry.sha256:
+            raise InvalidState(f"record {entry.key} is corrupt: digest or size does not match the manifest")
+        return blob
 
     # --- restore decisions ---------------------------------------------------------------
 
     def decision(self, checkpoint_id: str, restore_id: str) -> Decision | None:
         """A restore's settled outcome, or None while nobody has decided."""
         data = self._optional(layout.restore_decision_key(checkpoint_id, restore_id))
-        if data is None:
-            return None
-        try:
-            decided = RestoreDecision.model_validate(json.loads(data))
-        except (UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
-            raise InvalidState(
-                f"restore decision {restore_id} of checkpoint {checkpoint_id} is malformed: {exc}"
-            ) from None
-        if decided.schema_version != SCHEMA_VERSION or (decided.checkpoint_id, decided.restore_id) != (
-            checkpoint_id,
-            restore_id,
-        ):
-            raise InvalidState(f"restore decision {restore_id} of checkpoint {checkpoint_id} does not match its key")
-        return decided.decision
+        return None if data is None else parse_decision(data, checkpoint_id, restore_id).decision
 
     def settle(self, checkpoint_id: str, restore_id: str, proposal: Decision, decided_by: str) -> Decision:
         """Write ``proposal`` as the restore's decision unless one exists; return the one that holds.
@@ -435,196 +457,13 @@ class CheckpointStore:
     def decisions(self, checkpoint_id: str) -> list[tuple[str, str, str]]:
         """(restore id, decision, decided by) of every restore of a checkpoint, for listings."""
         rows = []
-        for key in self.storage.list(f"{layout.checkpoint_prefix(checkpoint_id)}/restores"):
-            if not key.endswith(".json"):
+        for key in self.storage.list(layout.restores_prefix(checkpoint_id)):
+            restore_id = layout.restore_id_of(key)
+            if restore_id is None:
                 continue
             try:
-                decided = RestoreDecision.model_validate(json.loads(self.storage.get(key)))
+                decided = parse_decision(self.storage.get(key), checkpoint_id, restore_id)
                 rows.append((decided.restore_id, str(decided.decision), decided.decided_by))
-            except (NotFound, UnicodeDecodeError, json.JSONDecodeError, ValidationError):
-                rows.append((key.rsplit("/", 1)[-1][: -len(".json")], "unreadable", ""))
+            except (NotFound, InvalidState):
+                rows.append((restore_id, "unreadable", ""))
         return rows
-
-    # --- references: what other checkpoints read -------------------------------------------
-
-    def objects_read_by(self, checkpoint_id: str) -> set[str]:
-        """Every object a restore of the published ``checkpoint_id`` reads: its manifests, its records or packs,
-        and the packs of earlier checkpoints it reuses. Empty when it is not published. Raises InvalidState
-        for a manifest that cannot be parsed (never guess what a damaged checkpoint references)."""
-        manifest = self.published(checkpoint_id)
-        if manifest is None:
-            return set()
-        keys = {layout.global_manifest_key(checkpoint_id)}
-        for participant in manifest.participants:
-            keys.add(participant.manifest_key)
-            data = self._optional(participant.manifest_key)
-            if data is None:
-                continue  # already damaged: nothing more of it can be read
-            parsed = parse_participant_manifest(data)
-            if isinstance(parsed, PackedManifest):
-                keys.update(p.key for p in parsed.packs)
-            else:
-                keys.update(self.v1_record_key(participant.manifest_key, r.key) for r in parsed.records)
-        return keys
-
-    def kept_for_others(self, checkpoint_id: str) -> dict[str, list[str]]:
-        """Objects stored under ``checkpoint_id`` that other published checkpoints read: key -> their ids."""
-        return self._kept_by_published(checkpoint_id)[0]
-
-    def _kept_by_published(self, checkpoint_id: str) -> tuple[dict[str, list[str]], set[str]]:
-        prefix = layout.checkpoint_prefix(checkpoint_id) + "/"
-        kept: dict[str, list[str]] = {}
-        published: set[str] = set()
-        for other in self.checkpoint_ids():
-            if other == checkpoint_id:
-                continue
-            try:
-                manifest = self.published(other)
-            except InvalidState:
-                raise InvalidState(
-                    f"checkpoint {other}'s manifest is unreadable; cannot tell what it references"
-                ) from None
-            if manifest is None:
-                continue  # unpublished: its reuse intents protect what it will read (kept_objects)
-            published.add(other)
-            if checkpoint_id not in manifest.references:
-                continue
-            for key in self.objects_read_by(other):
-                if key.startswith(prefix):
-                    kept.setdefault(key, []).append(other)
-        return kept, published
-
-    def reuse_intents(self, checkpoint_id: str) -> list[ReuseIntent]:
-        """The reuse intents its participants wrote (checkpoints that reference earlier packs)."""
-        intents = []
-        for key in self.storage.list(layout.checkpoint_prefix(checkpoint_id) + "/participants/"):
-            if not key.endswith("/reuses.json"):
-                continue
-            data = self._optional(key)
-            if data is None:
-                continue
-            try:
-                intents.append(ReuseIntent.model_validate_json(data))
-            except ValidationError:
-                raise InvalidState(
-                    f"reuse intent {key} is malformed; cannot tell what {checkpoint_id} will read"
-                ) from None
-        return intents
-
-    def kept_objects(self, checkpoint_id: str, now: float | None = None) -> dict[str, list[str]]:
-        """Objects stored under ``checkpoint_id`` that any other checkpoint reads or will read: key -> their ids.
-
-        Published checkpoints first (their manifests), then those in flight (their reuse intents), each listed
-        afresh: a checkpoint published or started meanwhile is seen by the second pass. Call it only after
-        ``checkpoint_id``'s global manifest is gone (module docstring: the order is the guarantee).
-        """
-        prefix = layout.checkpoint_prefix(checkpoint_id) + "/"
-        kept, published = self._kept_by_published(checkpoint_id)
-        for other in self.checkpoint_ids():
-            if other == checkpoint_id or other in published:
-                continue
-            state = self.state(other)
-            if state.published:  # published since the first pass
-                for key in self.objects_read_by(other):
-                    if key.startswith(prefix):
-                        kept.setdefault(key, []).append(other)
-            if not (state.published or state.in_flight(now)):
-                continue
-            for intent in self.reuse_intents(other):
-                for key in intent.packs:
-                    if key.startswith(prefix) and other not in kept.get(key, []):
-                        kept.setdefault(key, []).append(other)
-        return kept
-
-    # --- deletion -------------------------------------------------------------------------
-
-    def objects(self, checkpoint_id: str) -> list[str]:
-        """Every key stored under one checkpoint, in deletion order (global manifest first, claim and tombstone
-        last)."""
-        keys = self.storage.list(check_key(layout.checkpoint_prefix(checkpoint_id)))
-        markers = (layout.claim_key(checkpoint_id), layout.tombstone_key(checkpoint_id))
-
-        def order(key: str) -> int:
-            if key == layout.global_manifest_key(checkpoint_id):
-                return 0
-            if key.endswith("/manifest.json"):
-                return 1
-            return 3 if key in markers else 2
-
-        return sorted(keys, key=lambda k: (order(k), k))
-
-    def delete(self, checkpoint_id: str, *, abandoned: bool = False, by: str = "", now: float | None = None) -> Deleted:
-        """Remove every object of ``checkpoint_id`` that no other checkpoint reads (none there: 0 objects).
-
-        Raises :class:`CheckpointInFlight` for a checkpoint still being written, unless ``abandoned``: the caller knows
-        its transaction is over for good. Idempotent: a deletion interrupted half-way is finished by running it
-        again. Raises :class:`~gym_services.control.storage.StorageError` when storage refuses.
-        """
-        now = time.time() if now is None else now
-        keys = self.objects(checkpoint_id)
-        if not keys:
-            return Deleted(checkpoint_id=checkpoint_id, objects=0, published=False)
-        state = self.state(checkpoint_id)
-        if state.in_flight(now) and not abandoned:
-            claim = state.claim
-            assert claim is not None
-            raise CheckpointInFlight(
-                f"checkpoint {checkpoint_id} at {self.url} is being written (claimed {time.ctime(claim.created_at)} by "
-                f"{claim.claimed_by}, not published): its transaction may still publish it until "
-                f"{time.ctime(state.in_flight_until)}; delete it once that transaction has failed (`gymckpt status`), "
-                "or after that time"
-            )
-        tombstone_key = layout.tombstone_key(checkpoint_id)
-        if state.tombstone is None:
-            tombstone = Tombstone(
-                schema_version=SCHEMA_VERSION,
-                checkpoint_id=checkpoint_id,
-                reason="abandoned" if abandoned and not state.published else "deleted",
-                by=by,
-                created_at=now,
-            )
-            self.storage.put(tombstone_key, tombstone.model_dump_json(indent=1).encode())
-        removed = 0
-        manifest_key = layout.global_manifest_key(checkpoint_id)
-        if state.published:
-            self.storage.delete(manifest_key)  # first: from here no restore and no new reuse finds it
-            removed += 1
-        kept = self.kept_objects(checkpoint_id, now)  # only after the manifest is gone (module docstring)
-        markers = {layout.claim_key(checkpoint_id), tombstone_key}
-        for key in keys:
-            if key in kept or key in markers or key == manifest_key:
-                continue
-            self.storage.delete(key)
-            removed += 1
-        if kept:
-            return Deleted(checkpoint_id, removed, state.published, kept=len(kept) + len(markers))
-        for key in (layout.claim_key(checkpoint_id), tombstone_key):  # the tombstone last: a rerun still knows
-            self.storage.delete(key)
-            removed += key in keys  # the tombstone counts only when it was there before this call
-        return Deleted(checkpoint_id=checkpoint_id, objects=removed, published=state.published)
-
-    def prune(self, now: float | None = None) -> list[Deleted]:
-        """Remove the leftovers of checkpoints that will never be published: failed, abandoned (unpublished and
-        older than their bound to publish, or without a claim), or deleted with objects kept for others that
-        nobody reads any more. Published and in-flight checkpoints are never touched."""
-        now = time.time() if now is None else now
-        out = []
-        for checkpoint_id in self.checkpoint_ids():
-            state = self.state(checkpoint_id)
-            if state.published or state.in_flight(now):
-                continue
-            deleted = self.delete(checkpoint_id, now=now)
-            if deleted.objects:
-                out.append(deleted)
-        return out
-
-
-def restoring(statuses: Mapping[str, object], checkpoint_id: str) -> list[str]:
-    """Participants (by id) whose restore of ``checkpoint_id`` is still under way: a checkpoint they read
-    is not deleted. ``statuses`` is the coordinator's ``status()`` answer (errors are skipped)."""
-    busy = (Phase.RESTORING, Phase.RESTORED)
-    return sorted(
-        pid
-        for pid, status in statuses.items()
-        if isinstance(status, StatusResponse) and status.checkpoint_id == checkpoint_id and status.phase in busy
-    )

@@ -13,8 +13,7 @@ from tests.support.asgi import Control, base_config, serve
 
 from gym_services.base.config import load_config
 from gym_services.control import encoding
-from gym_services.control.encoding import FORK_MIN_RECORDS, encode_frozen
-from gym_services.control.packs import PersistCancelled
+from gym_services.control.encoding import FORK_MIN_RECORDS, PersistCancelled, encode_frozen
 from gym_services.control.participant import FrozenRecord, InvalidState, Record, Scope
 from gym_services.resources.workplace_assistant.app import Config, create_app
 

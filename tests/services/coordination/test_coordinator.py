@@ -13,6 +13,7 @@ from tests.support.asgi import TOKEN, serve_many
 
 from gym_services.control import layout
 from gym_services.control.models import CheckpointRef
+from gym_services.control.retention import Retention
 from gym_services.control.storage import open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.checkpoint import CheckpointTransaction
@@ -440,21 +441,21 @@ async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, 
 
     first, second = await run(stack, go)
     assert first.status == second.status == "completed"
-    store = CheckpointStore(open_storage(storage_url))
-    keys = store.objects("ck-1")
+    retention = Retention(CheckpointStore(open_storage(storage_url)))
+    keys = retention.objects("ck-1")
     assert keys[0] == layout.global_manifest_key("ck-1")
     assert all(k.startswith("checkpoints/ck-1/") for k in keys)
-    ck2_before = len(store.objects("ck-2"))
-    kept = store.kept_for_others("ck-1")
-    deleted = store.delete("ck-1")
+    ck2_before = len(retention.objects("ck-2"))
+    kept = retention.kept_for_others("ck-1")
+    deleted = retention.delete("ck-1")
     assert deleted.published and deleted.objects <= len(keys)
     # what ck-2 (incremental) still reads of ck-1 stays, and the claim and tombstone keep the id taken; nothing else
     markers = {layout.claim_key("ck-1"), layout.tombstone_key("ck-1")}
-    assert set(store.objects("ck-1")) == set(kept) | markers and [c for c, m in list_checkpoints(storage_url) if m] == [
-        "ck-2"
-    ]
-    assert store.delete("ck-1").objects == 0  # again: nothing, not an error
-    assert len(store.objects("ck-2")) == ck2_before  # the other checkpoint is untouched
+    assert set(retention.objects("ck-1")) == set(kept) | markers and [
+        c for c, m in list_checkpoints(storage_url) if m
+    ] == ["ck-2"]
+    assert retention.delete("ck-1").objects == 0  # again: nothing, not an error
+    assert len(retention.objects("ck-2")) == ck2_before  # the other checkpoint is untouched
 
 
 @pytest.mark.parametrize("method", ["snapshot", "sync"])
@@ -486,13 +487,13 @@ async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at
     assert first.status == second.status == "failed" and "verification went wrong" in first.error
     assert again.status == "failed" and "was deleted, failed or abandoned" in again.error  # never published
     assert all(s.admission_open for s in statuses.values())
-    store = CheckpointStore(open_storage(storage_url))
-    written = store.objects("ck-f")
+    retention = Retention(CheckpointStore(open_storage(storage_url)))
+    written = retention.objects("ck-f")
     assert any("/packs/" in k for k in written) and any(
         k.endswith("/participants/counter/manifest.json") for k in written
     )
-    state = store.state("ck-f")
+    state = retention.store.state("ck-f")
     assert state.tombstone is not None and state.tombstone.reason == "failed" and not state.in_flight()
-    deleted = store.delete("ck-f")  # at once: not "being written" until its claim expires
-    assert not deleted.published and deleted.objects == len(written) and store.objects("ck-f") == []
-    assert [d.checkpoint_id for d in store.prune()] == ["ck-g"] and store.objects("ck-g") == []
+    deleted = retention.delete("ck-f")  # at once: not "being written" until its claim expires
+    assert not deleted.published and deleted.objects == len(written) and retention.objects("ck-f") == []
+    assert [d.checkpoint_id for d in retention.prune()] == ["ck-g"] and retention.objects("ck-g") == []

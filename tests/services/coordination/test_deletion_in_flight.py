@@ -1,7 +1,8 @@
 """Deletion never removes what a checkpoint still being written will read; abandoned checkpoints are pruned.
 
-Real packs written by :func:`gym_services.control.packs.persist` on ``file://`` and SeaweedFS through the
-:class:`~gym_services.control.store.CheckpointStore`; the global manifests and claims are written the way the
+Real packs written by :class:`gym_services.control.packs.PackWriter` on ``file://`` and SeaweedFS through the
+:class:`~gym_services.control.store.CheckpointStore`, deleted and pruned by
+:class:`~gym_services.control.retention.Retention`; the global manifests and claims are written the way the
 coordinator writes them. The race is made deterministic by
 running the deletion from inside the in-flight checkpoint's own upload (its first pack verification).
 """
@@ -16,13 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gym_services.control import layout
+from gym_services.control.manifests import parse_participant_manifest
 from gym_services.control.models import SCHEMA_VERSION, CheckpointClaim, GlobalManifest, ManifestParticipant, Tombstone
-from gym_services.control.packs import persist, read_packed, sha256_hex
+from gym_services.control.packs import PackWriter, read_packed
 from gym_services.control.participant import Capture, Record
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CLOCK_SKEW_S, CheckpointMode, Role, VerifyMode
-from gym_services.control.records import parse_participant_manifest
+from gym_services.control.retention import CheckpointInFlight, Retention
 from gym_services.control.storage import Storage, StorageError, open_storage
-from gym_services.control.store import CheckpointInFlight, CheckpointRefused, CheckpointStore
+from gym_services.control.store import CheckpointRefused, CheckpointStore
 
 PID = "workplace"
 
@@ -47,19 +49,16 @@ def claim(storage: Storage, cid: str, created_at: float | None = None) -> None:
 
 
 def write(storage: Storage, pool: ThreadPoolExecutor, cid: str, recs: list[Record], reuse=()):
-    return persist(
-        CheckpointStore(storage),
-        pool,
-        Capture(recs),
-        checkpoint_id=cid,
+    writer = PackWriter(
         participant_id=PID,
         server="workplace_assistant",
         role=Role.RESOURCES,
         mode=CheckpointMode.EXPORTED,
         verify=VerifyMode.WAIT,
+        pool=pool,
         pack_bytes=1024,
-        reuse=[w.index for w in reuse],
     )
+    return writer.write(CheckpointStore(storage), Capture(recs), cid, [w.index for w in reuse])
 
 
 def publish(storage: Storage, cid: str, written) -> None:
@@ -72,9 +71,9 @@ def publish(storage: Storage, cid: str, written) -> None:
             ManifestParticipant(
                 participant_id=PID,
                 role=Role.RESOURCES,
-                manifest_key=written.manifest_key,
-                manifest_sha256=sha256_hex(written.manifest_data),
-                manifest_size=len(written.manifest_data),
+                manifest_key=written.manifest.key,
+                manifest_sha256=written.manifest.sha256,
+                manifest_size=written.manifest.size,
                 records=written.records,
                 bytes=written.bytes,
             )
@@ -82,6 +81,10 @@ def publish(storage: Storage, cid: str, written) -> None:
         references=written.references,
     )
     storage.put_if_absent(layout.global_manifest_key(cid), manifest.model_dump_json().encode())
+
+
+def retention(storage: Storage) -> Retention:
+    return Retention(CheckpointStore(storage))
 
 
 class DeleteDuring:
@@ -103,7 +106,7 @@ class DeleteDuring:
 
 
 def restored(storage: Storage, pool: ThreadPoolExecutor, written) -> dict[str, bytes]:
-    manifest = parse_participant_manifest(storage.get(written.manifest_key))
+    manifest = parse_participant_manifest(storage.get(written.manifest.key))
     got, _ = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
     return {r.key: r.data for r in got}
 
@@ -116,20 +119,20 @@ def test_deleting_the_checkpoint_an_in_flight_one_reuses_keeps_its_packs(storage
         publish(storage, "ck-a", first)
         claim(storage, "ck-b")
         # ck-b reuses ck-a's packs; ck-a is deleted after ck-b chose them, before ck-b is verified or published
-        hooked = DeleteDuring(storage, lambda: CheckpointStore(storage).delete("ck-a"))
+        hooked = DeleteDuring(storage, lambda: retention(storage).delete("ck-a"))
         second = write(hooked, pool, "ck-b", records(changed={3}), reuse=[first])
         assert hooked.ran is not None and hooked.ran.published and hooked.ran.kept
         assert second.reused == 39 and second.references == ["ck-a"]
         publish(storage, "ck-b", second)
         assert restored(storage, pool, second) == {r.key: r.data for r in records(changed={3})}
-        left = set(CheckpointStore(storage).objects("ck-a"))
+        left = set(retention(storage).objects("ck-a"))
         assert layout.global_manifest_key("ck-a") not in left
         assert {layout.claim_key("ck-a"), layout.tombstone_key("ck-a")} <= left  # the id stays taken
         # once ck-b is deleted too, nothing reads ck-a's leftovers: prune removes them, and ck-b's
-        assert CheckpointStore(storage).delete("ck-b").published
-        assert CheckpointStore(storage).delete("ck-b").objects == 0
-        assert [d.checkpoint_id for d in CheckpointStore(storage).prune()] == ["ck-a"]
-        assert CheckpointStore(storage).objects("ck-a") == CheckpointStore(storage).objects("ck-b") == []
+        assert retention(storage).delete("ck-b").published
+        assert retention(storage).delete("ck-b").objects == 0
+        assert [d.checkpoint_id for d in retention(storage).prune()] == ["ck-a"]
+        assert retention(storage).objects("ck-a") == retention(storage).objects("ck-b") == []
 
 
 def test_an_in_flight_checkpoint_is_not_deleted_and_an_abandoned_one_is_pruned(storage_url) -> None:
@@ -142,24 +145,24 @@ def test_an_in_flight_checkpoint_is_not_deleted_and_an_abandoned_one_is_pruned(s
         claim(storage, "crashed", created_at=time.time() - 3600)
         write(storage, pool, "crashed", records(changed={1}))
         storage.put("checkpoints/unclaimed/participants/p/packs/00000.pack", b"left by a version without claims")
-        in_flight = set(CheckpointStore(storage).objects("writing"))
+        in_flight = set(retention(storage).objects("writing"))
 
         with pytest.raises(CheckpointInFlight, match="is being written"):
-            CheckpointStore(storage).delete("writing")
-        assert set(CheckpointStore(storage).objects("writing")) == in_flight
-        assert {d.checkpoint_id for d in CheckpointStore(storage).prune()} == {
+            retention(storage).delete("writing")
+        assert set(retention(storage).objects("writing")) == in_flight
+        assert {d.checkpoint_id for d in retention(storage).prune()} == {
             "unclaimed"
         }  # crashed is still within its bound
         # deleting what "writing" reuses keeps those packs while it is in flight
-        assert CheckpointStore(storage).delete("done").kept
+        assert retention(storage).delete("done").kept
 
         later = time.time() + CHECKPOINT_IN_FLIGHT_S + CLOCK_SKEW_S + 1
-        assert {d.checkpoint_id for d in CheckpointStore(storage).prune(now=later)} == {"crashed", "writing", "done"}
+        assert {d.checkpoint_id for d in retention(storage).prune(now=later)} == {"crashed", "writing", "done"}
         assert storage.list("checkpoints/") == []
 
         claim(storage, "cancelled")
         write(storage, pool, "cancelled", records())
-        deleted = CheckpointStore(storage).delete("cancelled", abandoned=True, by="Checkpoint x")
+        deleted = retention(storage).delete("cancelled", abandoned=True, by="Checkpoint x")
         assert not deleted.published and storage.list("checkpoints/") == []
 
 

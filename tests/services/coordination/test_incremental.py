@@ -9,6 +9,7 @@ from tests.support.asgi import TOKEN, base_config, serve_many
 
 from gym_services.base.config import load_config
 from gym_services.control import layout
+from gym_services.control.retention import Retention
 from gym_services.control.storage import open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
@@ -87,12 +88,12 @@ async def test_incremental_checkpoint_reuses_unchanged_records_and_restores_like
     assert incremental.objects == 4  # and the reuse intent naming ck-1's pack
     storage = open_storage(storage_url)
     ck1_pack = layout.pack_key("ck-1", "workplace", 0)
-    assert ck1_pack in CheckpointStore(storage).objects_read_by("ck-2")
+    assert ck1_pack in Retention(CheckpointStore(storage)).objects_read_by("ck-2")
     # the sync method takes the same path (it only resumes later): nothing changed since ck-2, everything is reused
     assert reference.reused == SESSIONS + 1 and reference.objects == 3  # the reuse intent and two manifests
-    kept = CheckpointStore(storage).kept_for_others("ck-1")
+    kept = Retention(CheckpointStore(storage)).kept_for_others("ck-1")
     assert list(kept) == [ck1_pack] and "ck-2" in kept[ck1_pack]  # deleting ck-1 must keep its pack
-    assert CheckpointStore(storage).kept_for_others("ck-2-sync") == {}
+    assert Retention(CheckpointStore(storage)).kept_for_others("ck-2-sync") == {}
 
     restored: dict[str, dict] = {}
     for cid in ("ck-2", "ck-2-sync", "ck-1"):

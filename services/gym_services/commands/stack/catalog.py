@@ -14,7 +14,8 @@ from gym_services.commands.stack.storage import location, storage_config, storag
 from gym_services.control.models import GlobalManifest
 from gym_services.control.participant import InvalidState
 from gym_services.control.storage import StorageError, open_storage
-from gym_services.control.store import CheckpointInFlight, CheckpointStore, restoring
+from gym_services.control.retention import CheckpointInFlight, Retention, restoring
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.stack.launcher import StackError, StackState
 
@@ -124,7 +125,7 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
                     "wait for the restore to finish (`gymckpt status`), then delete"
                 ),
             )
-        deleted = _store(args, where).delete(
+        deleted = Retention(_store(args, where)).delete(
             args.checkpoint_id, by=f"gymckpt checkpoints delete on {socket.gethostname()}"
         )
     except (StackError, StorageError, CheckpointInFlight, InvalidState) as exc:
@@ -150,7 +151,7 @@ def cmd_checkpoints_delete(args: argparse.Namespace) -> int:
 def cmd_checkpoints_prune(args: argparse.Namespace) -> int:
     try:
         where = location(args)
-        pruned = _store(args, where).prune()
+        pruned = Retention(_store(args, where)).prune()
     except (StackError, StorageError, InvalidState) as exc:
         return fail("checkpoints prune", storage_hint(args, exc))
     for deleted in pruned:

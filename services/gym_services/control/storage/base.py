@@ -1,7 +1,8 @@
-"""The storage interface every backend implements.
+"""The storage interface every backend implements, and its errors.
 
 Keys are ``/``-separated paths relative to the location's prefix. Methods are
-synchronous (boto3 is); async callers run them in threads.
+synchronous (boto3 is); async callers run them in threads. The backends (:mod:`.file`, :mod:`.s3`,
+:mod:`.memory`) import this module; :mod:`.locations` opens one by its URL.
 """
 
 from __future__ import annotations
@@ -9,11 +10,6 @@ from __future__ import annotations
 import abc
 import builtins
 import re
-from collections.abc import Callable
-from typing import Any
-from urllib.parse import urlparse
-
-from gym_services.base.config import StorageConfig
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]*(/[A-Za-z0-9][A-Za-z0-9._=-]*)*$")
 
@@ -73,29 +69,3 @@ class Storage(abc.ABC):
         base = prefix.rstrip("/") + "/" if prefix else ""
         names = {key[len(base) :].split("/", 1)[0] for key in self.list(prefix) if "/" in key[len(base) :]}
         return sorted(names)
-
-
-def open_storage(
-    url: str, config: StorageConfig | None = None, s3_clients: Callable[[StorageConfig], Any] | None = None
-) -> Storage:
-    """The backend for a location URL; no I/O, and no S3 client until the first request.
-
-    ``s3_clients`` hands an ``s3://`` location its boto3 client (a shared one, made ahead); without
-    it the location makes its own on its first request.
-    """
-    parsed = urlparse(url)
-    if parsed.scheme == "file":
-        from gym_services.control.storage.file import FileStorage
-
-        if parsed.netloc not in ("", "localhost"):
-            raise StorageError(f"file:// locations must be local paths, got {url!r}")
-        if not parsed.path.startswith("/"):
-            raise StorageError(f"file:// location needs an absolute path, got {url!r}")
-        return FileStorage(parsed.path)
-    if parsed.scheme == "s3":
-        from gym_services.control.storage.s3 import S3Storage
-
-        if not parsed.netloc:
-            raise StorageError(f"s3:// location needs a bucket, got {url!r}")
-        return S3Storage(parsed.netloc, parsed.path.strip("/"), config or StorageConfig(), s3_clients)
-    raise StorageError(f"unsupported storage location {url!r}: use s3://bucket/prefix or file:///path")

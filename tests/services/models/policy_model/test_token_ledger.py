@@ -22,8 +22,9 @@ from tests.support.asgi import Control, base_config, serve
 from gym_services.base.config import ConfigError, load_config
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.control import layout
+from gym_services.control.manifests import parse_packed_manifest
 from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
-from gym_services.control.packs import parse_packed_manifest, persist, read_packed, sha256_hex
+from gym_services.control.packs import PackWriter, read_packed
 from gym_services.control.participant import Capture, InvalidState, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.control.storage import Storage, open_storage
@@ -376,7 +377,7 @@ def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_re
     with ThreadPoolExecutor(4) as pool:
         first = write_pack(storage, pool, "c-1", frozen_records(ledger, Scope()))
         publish(storage, "c-1", first)
-        manifest = parse_packed_manifest(storage.get(first.manifest_key))
+        manifest = parse_packed_manifest(storage.get(first.manifest.key))
         records, index = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
         restored = TokenLedger()
         restored.install(parse_records(records))
@@ -387,7 +388,7 @@ def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_re
         assert second.reused == 5  # the entries of the five unchanged rollouts; every head and r-5's entries written
         assert second.records == first.records == 12
         assert second.written_bytes < first.written_bytes / 3
-        manifest = parse_packed_manifest(storage.get(second.manifest_key))
+        manifest = parse_packed_manifest(storage.get(second.manifest.key))
         again, _ = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
     back = parse_records(again)
     assert back["r-5"].attempt == 2 and list(back["r-5"].entries) == ["c-0", "c-1", "c-2", "c-9"]
@@ -395,29 +396,26 @@ def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_re
 
 
 def write_pack(storage: Storage, pool: ThreadPoolExecutor, cid: str, pending: list, reuse=()):
-    return persist(
-        CheckpointStore(storage),
-        pool,
-        Capture(pending),
-        checkpoint_id=cid,
+    writer = PackWriter(
         participant_id="policy-model",
         server="policy_model",
         role=Role.MODEL,
         mode=CheckpointMode.EXPORTED,
         verify=VerifyMode.WAIT,
-        pack_bytes=4096,
+        pool=pool,
         encoder=LEDGER_ENCODER,
-        reuse=reuse,
+        pack_bytes=4096,
     )
+    return writer.write(CheckpointStore(storage), Capture(pending), cid, reuse)
 
 
 def publish(storage: Storage, cid: str, written) -> None:
     participant = ManifestParticipant(
         participant_id="policy-model",
         role=Role.MODEL,
-        manifest_key=written.manifest_key,
-        manifest_sha256=sha256_hex(written.manifest_data),
-        manifest_size=len(written.manifest_data),
+        manifest_key=written.manifest.key,
+        manifest_sha256=written.manifest.sha256,
+        manifest_size=written.manifest.size,
         records=written.records,
         bytes=written.bytes,
     )

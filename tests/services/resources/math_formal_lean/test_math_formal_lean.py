@@ -17,7 +17,7 @@ from tests.support.asgi import Control, base_config, serve
 from tests.support.ports import free_port
 
 from gym_services.base.config import load_config
-from gym_services.control.records import parse_participant_manifest
+from gym_services.control.manifests import parse_participant_manifest
 from gym_services.control.storage import open_storage
 from gym_services.resources.math_formal_lean import sandbox_standin
 from gym_services.resources.math_formal_lean.app import Config, create_app

@@ -5,7 +5,7 @@ A lifecycle of its own, as Velero keeps deletion and garbage collection in contr
 backup store: ``gymckpt checkpoints delete`` and ``prune`` (:mod:`gym_services.commands.stack`) and the operator's
 deletion of a ``Checkpoint`` (:mod:`gym_operator.handlers`) call :class:`Retention`. It reads through the
 :class:`~gym_services.control.store.CheckpointStore` (manifests, claims, tombstones, reuse intents), writes
-nothing but the tombstone (through the store), and removes objects from the store's storage by the keys
+nothing but the tombstone (through the store), and lists and removes objects in the store's storage by the keys
 :mod:`.layout` and the stored manifests name.
 
 Deletion never leaves a restorable checkpoint half deleted and never removes an object another checkpoint
@@ -36,7 +36,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gym_services.control import layout
-from gym_services.control.manifests import parse_participant_manifest
 from gym_services.control.models import PackedManifest, StatusResponse
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import Phase
@@ -79,7 +78,7 @@ class Retention:
         for participant in manifest.participants:
             keys.add(participant.manifest_key)
             try:
-                parsed = parse_participant_manifest(self._storage.get(participant.manifest_key))
+                parsed = self.store.read_participant_manifest(checkpoint_id, participant.manifest_key)
             except NotFound:
                 continue  # already damaged: nothing more of it can be read
             if isinstance(parsed, PackedManifest):

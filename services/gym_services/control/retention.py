@@ -2,9 +2,9 @@
 checkpoints").
 
 A lifecycle of its own, as Velero keeps deletion and garbage collection in controllers of their own over one
-backup store: ``gymckpt checkpoints delete`` and ``prune`` (:mod:`gym_services.commands.stack`) and the operator's
-deletion of a ``Checkpoint`` (:mod:`gym_operator.handlers`) call :class:`Retention`. It reads through the
-:class:`~gym_services.control.store.CheckpointStore` (manifests, claims, tombstones, reuse intents), writes
+backup store: ``gymckpt checkpoints delete`` and ``prune`` (:mod:`gym_services.commands.stack.catalog`) and the
+operator's deletion of a ``Checkpoint`` (:mod:`gym_operator.handlers`) call :class:`Retention`. It reads through
+the :class:`~gym_services.control.store.CheckpointStore` (manifests, claims, tombstones, reuse intents), writes
 nothing but the tombstone (through the store), and lists and removes objects in the store's storage by the keys
 :mod:`.layout` and the stored manifests name.
 

@@ -13,8 +13,8 @@ from gym_services.commands.stack.running import fail, running, with_coordinator
 from gym_services.commands.stack.storage import location, storage_config, storage_hint
 from gym_services.control.models import GlobalManifest
 from gym_services.control.participant import InvalidState
-from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.retention import CheckpointInFlight, Retention, restoring
+from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.coordinator import Coordinator, list_checkpoints
 from gym_services.stack.launcher import StackError, StackState

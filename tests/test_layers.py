@@ -73,10 +73,20 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("engines", "fleet", "prefixes", "responses", "stream_events"),  # wire adapters, workers, API forms, events
         ("upstream",),  # one streamed call to the inference workers
         ("generations",),  # generations, their cuts and token prefixes
-        # the token ledger: a ledger/ package (today five ledger_* modules beside it)
-        ("ledger", "ledger_wire", "ledger_lineage", "ledger_client", "ledger_routes"),
+        ("ledger",),  # the token ledger
         ("participant",),  # the policy model's checkpoint participant
         ("app",),  # the server
+    ],
+    "gym_services.models.policy_model.engines": [
+        ("base",),  # the engine interface and its values
+        ("sse",),  # the base of the engines that stream server-sent events
+        ("llama_cpp", "vllm"),  # one adapter per engine
+    ],
+    "gym_services.models.policy_model.ledger": [
+        ("wire",),  # the ledger's wire models
+        ("lineage", "client"),  # resolving a rollout's lineage; the typed client
+        ("rollouts",),  # the token ledger of every rollout
+        ("recording", "records", "routes"),  # recording a call; the checkpoint records; the HTTP routes
     ],
 }
 

@@ -139,8 +139,8 @@ def main() -> None:
 def in_process(n: int) -> None:
     # imported here: the trace mode also runs with an older tree first on PYTHONPATH (its servers and clients)
     from gym_services.control.encoding import HeapHold
+    from gym_services.control.gc_pause import collection_paused
     from gym_services.control.participant import Scope
-    from gym_services.control.plane import collection_paused
     from gym_services.resources.common.participant import ExportedParticipant
     from gym_services.resources.workplace_assistant.sessions import WorkplaceSessions
 

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.checkpoint_pause import MUTATIONS  # noqa: E402
 
+from gym_services.control.gc_pause import collection_paused  # noqa: E402
 from gym_services.control.participant import Scope  # noqa: E402
-from gym_services.control.plane import collection_paused  # noqa: E402
 from gym_services.resources.common.participant import ExportedParticipant  # noqa: E402
 from gym_services.resources.workplace_assistant.codec import decode_session  # noqa: E402
 from gym_services.resources.workplace_assistant.codec_models import SessionStateModel  # noqa: E402

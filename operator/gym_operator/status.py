@@ -103,7 +103,7 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
         "location": result.location,
         "participants": [_participant(p) for p in result.participants],
         "participantCount": len(result.participants),
-        "blockers": [b.model_dump(mode="json") for b in result.blockers],
+        "blockers": [b.model_dump(mode="json", exclude_none=True) for b in result.blockers],
         "timings": {k: round(v, 6) for k, v in result.timings.items()},
         "pauseSeconds": round(result.pause_s, 6),
         "bytes": result.bytes,

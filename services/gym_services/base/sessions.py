@@ -5,45 +5,91 @@ The signing secret comes from the deployment, never from names, so a fresh proce
 started with the same secret accepts a restored session's cookie. Each server signs
 with its own salt and uses its own cookie name, so one cookie jar can hold the cookies
 of every server an episode talks to.
+
+A cookie also carries, signed, the rollout and attempt of the call that made the session (its identity headers;
+none when it carried none). The session then knows its attempt whatever a later call sends: admission fences a call
+that carries no identity headers by the attempt its session was made in (:mod:`gym_services.control.admission`).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from http.cookies import SimpleCookie
 
 from itsdangerous import BadSignature, URLSafeSerializer
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gym_services.base.errors import ApiError
+from gym_services.base.identity import ROLLOUT_ID_PATTERN, RolloutIdentity
+
 SESSION_SCOPE_KEY = "gym_session_id"
+#: the scope key of the session's signed identity (a :class:`RolloutIdentity`, or None for a session made without)
+SESSION_IDENTITY_KEY = "gym_session_identity"
 
 
 def cookie_name(server_name: str) -> str:
     return f"gym_session_{server_name}"
 
 
+@dataclass(frozen=True)
+class SignedSession:
+    """What a session cookie says: the session id, and the identity of the call that made the session."""
+
+    session_id: str
+    identity: RolloutIdentity | None = None
+
+
 class SessionCodec:
-    """Signs and reads session ids for one server."""
+    """Signs and reads session cookies for one server."""
 
     def __init__(self, secret: str, server_name: str) -> None:
         self.name = cookie_name(server_name)
         self._serializer = URLSafeSerializer(secret, salt=f"gym-checkpoint-session:{server_name}")
 
-    def sign(self, session_id: str) -> str:
-        return self._serializer.dumps({"sid": session_id})
+    def sign(self, session_id: str, identity: RolloutIdentity | None = None) -> str:
+        payload: dict[str, str | int] = {"sid": session_id}
+        if identity is not None:
+            payload.update(rid=identity.rollout_id, att=identity.attempt)
+        return self._serializer.dumps(payload)
 
-    def read(self, value: str) -> str | None:
+    def open(self, value: str) -> SignedSession | None:
+        """The session a cookie value names, or None when it is not one this server signed."""
         try:
             data = self._serializer.loads(value)
         except BadSignature:
             return None
-        sid = data.get("sid") if isinstance(data, dict) else None
-        return sid if isinstance(sid, str) and sid else None
+        if not isinstance(data, dict):
+            return None
+        sid = data.get("sid")
+        if not isinstance(sid, str) or not sid:
+            return None
+        return SignedSession(sid, _signed_identity(data))
+
+    def read(self, value: str) -> str | None:
+        """The session id of a cookie value, or None when it is not one this server signed."""
+        session = self.open(value)
+        return None if session is None else session.session_id
+
+
+def _signed_identity(data: Mapping[str, object]) -> RolloutIdentity | None:
+    """The identity a cookie was signed with; None for a session made without one (or signed before cookies
+    carried it: nothing fences such a session by its cookie)."""
+    rollout_id, attempt = data.get("rid"), data.get("att")
+    if not isinstance(rollout_id, str) or not ROLLOUT_ID_PATTERN.match(rollout_id):
+        return None
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        return None
+    return RolloutIdentity(rollout_id=rollout_id, attempt=attempt)
 
 
 class SessionMiddleware:
-    """Puts the cookie's session id on the scope, minting and setting a new one when absent."""
+    """Puts the cookie's session (id and signed identity) on the scope, minting and setting a new one when absent.
+
+    A new session is signed with the identity headers of the call that made it (a malformed header signs none:
+    admission refuses that call anyway)."""
 
     def __init__(self, app: ASGIApp, codec: SessionCodec) -> None:
         self.app = app
@@ -53,7 +99,7 @@ class SessionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        session_id = None
+        session = None
         for name, value in scope.get("headers", []):
             if name == b"cookie":
                 jar: SimpleCookie = SimpleCookie()
@@ -62,15 +108,19 @@ class SessionMiddleware:
                 except Exception:
                     continue
                 if self.codec.name in jar:
-                    session_id = self.codec.read(jar[self.codec.name].value)
-        is_new = session_id is None
-        if session_id is None:
-            session_id = uuid.uuid4().hex
-        scope.setdefault("state", {})[SESSION_SCOPE_KEY] = session_id
+                    session = self.codec.open(jar[self.codec.name].value)
+        is_new = session is None
+        if session is None:
+            session = SignedSession(uuid.uuid4().hex, _identity_of(scope))
+        state = scope.setdefault("state", {})
+        state[SESSION_SCOPE_KEY] = session.session_id
+        state[SESSION_IDENTITY_KEY] = session.identity
+        minted = session
 
         async def send_with_cookie(message: Message) -> None:
             if is_new and message["type"] == "http.response.start":
-                cookie = f"{self.codec.name}={self.codec.sign(session_id)}; Path=/; HttpOnly; SameSite=Lax"
+                signed = self.codec.sign(minted.session_id, minted.identity)
+                cookie = f"{self.codec.name}={signed}; Path=/; HttpOnly; SameSite=Lax"
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"set-cookie", cookie.encode("latin-1"))]
             await send(message)
@@ -78,6 +128,20 @@ class SessionMiddleware:
         await self.app(scope, receive, send_with_cookie)
 
 
+def _identity_of(scope: Scope) -> RolloutIdentity | None:
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    try:
+        return RolloutIdentity.from_headers(headers)
+    except ApiError:
+        return None
+
+
 def session_id(request: Request) -> str:
     """The session id of this request (set by :class:`SessionMiddleware`)."""
     return request.scope["state"][SESSION_SCOPE_KEY]
+
+
+def session_identity(scope: Scope) -> RolloutIdentity | None:
+    """The identity the request's session was signed with (set by :class:`SessionMiddleware`; None without one)."""
+    identity = scope.get("state", {}).get(SESSION_IDENTITY_KEY)
+    return identity if isinstance(identity, RolloutIdentity) else None

@@ -24,8 +24,8 @@ def transaction_summary(result: TransactionResult) -> str:
         lines.append("blockers:")
         lines.append(
             table(
-                ["participant", "kind", "id", "detail"],
-                [[b.participant, b.kind, b.id, b.detail] for b in result.blockers],
+                ["participant", "kind", "id", "waiting on", "detail"],
+                [[b.participant, b.kind, b.id, b.server or "", b.detail] for b in result.blockers],
             )
         )
     if result.participants:
@@ -47,6 +47,8 @@ def transaction_summary(result: TransactionResult) -> str:
             )
         if result.kind == "restore" and result.episodes:
             lines.append(f"episodes continuing as a new attempt: {len(result.episodes)}")
+    for p in result.participants:
+        lines.extend(f"scope: {line}" for line in p.scope.lines(p.participant_id))
     for warning in result.warnings:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
+from gym_services.base.sessions import session_identity
 from gym_services.control.fencing import AttemptFence
 from gym_services.control.models import Blocker
 from gym_services.control.protocol import Phase
@@ -136,14 +137,49 @@ class Admission:
         return request_id
 
 
-class AdmissionMiddleware:
-    """Fences stale attempts and refuses gated data requests while admission is closed."""
+def call_identity(headers: RolloutIdentity | None, session: RolloutIdentity | None) -> RolloutIdentity | None:
+    """The identity a data call is fenced by: its identity headers, else the one its session cookie was signed with.
 
-    def __init__(self, app: ASGIApp, admission: Admission, resolve: PolicyResolver, refused: Counter) -> None:
+    A call without headers on a session made by attempt 0 is attempt 0, whatever happened since: after a restore
+    moved the rollout on, it is stale. A restored attempt sends the cookie its boundary kept (signed by the attempt
+    that made the session) with its own, newer, headers: it is that newer attempt. Headers naming another rollout
+    than the session's, or an attempt older than the one that made it, are refused and change nothing.
+    """
+    if session is None:
+        return headers
+    if headers is None:
+        return session
+    if headers.rollout_id != session.rollout_id:
+        raise ApiError(
+            ErrorCode.BAD_REQUEST,
+            f"the session belongs to rollout {session.rollout_id!r}; this call names rollout {headers.rollout_id!r}",
+            details={"session_rollout_id": session.rollout_id, "rollout_id": headers.rollout_id},
+        )
+    if headers.attempt < session.attempt:
+        raise ApiError(
+            ErrorCode.STALE_ATTEMPT,
+            f"rollout {headers.rollout_id!r} attempt {headers.attempt} is stale: its session was made by attempt "
+            f"{session.attempt}",
+            details={"rollout_id": headers.rollout_id, "attempt": headers.attempt, "current": session.attempt},
+        )
+    return headers
+
+
+class AdmissionMiddleware:
+    """Fences stale attempts and refuses gated data requests while admission is closed.
+
+    A call is fenced by its identity headers; on a server whose state is keyed by the session cookie
+    (``sessions``), by :func:`call_identity` of its headers and its session's signed identity.
+    """
+
+    def __init__(
+        self, app: ASGIApp, admission: Admission, resolve: PolicyResolver, refused: Counter, sessions: bool = False
+    ) -> None:
         self.app = app
         self.admission = admission
         self.resolve = resolve
         self.refused = refused
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -153,6 +189,8 @@ class AdmissionMiddleware:
         policy = self.resolve(scope["method"], scope["path"])
         try:
             identity = RolloutIdentity.from_headers(_headers(scope))
+            if self.sessions:
+                identity = call_identity(identity, session_identity(scope))
             if identity is not None:
                 admission.fence.check(identity)
             if not admission.is_open and policy is not RoutePolicy.OPEN:

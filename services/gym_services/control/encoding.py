@@ -200,7 +200,7 @@ class HeapHold:
     Taking one freezes every object alive now (O(1): the generations move into the permanent one); the heap is
     unfrozen (``gc.unfreeze``: back into the oldest generation) when the last hold is released. Holders: an encode
     while its children live (:func:`_frozen_heap`), and a capture from its end under the pause until its persist
-    ends or the capture is dropped (:func:`gym_services.control.plane.collection_paused`). :meth:`release` is
+    ends or the capture is dropped (:func:`gym_services.control.gc_pause.collection_paused`). :meth:`release` is
     idempotent, so a holder with several ways to end releases once."""
 
     def __init__(self) -> None:

@@ -63,6 +63,55 @@ class Blocker(BaseModel):
     kind: str
     id: str
     detail: str = ""
+    server: str | None = Field(
+        default=None,
+        description="the downstream server the blocked work waits on (an agent's tool call on a resources server); "
+        "none: the reporting participant itself",
+    )
+
+
+#: sessions a :class:`ScopeReport` names in each list (its totals count them all)
+SCOPE_NAMED = 20
+
+
+class ScopedSession(BaseModel):
+    session_id: str
+    rollout_id: str | None = None
+
+
+class ScopeReport(BaseModel):
+    """The sessions a capture's scope did not keep by their rollout (``docs/protocol.md``, "Scope").
+
+    ``dropped``: sessions of a rollout that is not one of the checkpoint's episodes; the checkpoint does not hold
+    them, so a restore does not bring them back. ``unowned``: sessions seeded without identity headers; they belong
+    to no rollout, so every checkpoint keeps them until they end. Each list names the first :data:`SCOPE_NAMED`.
+    """
+
+    dropped: list[ScopedSession] = Field(default_factory=list)
+    dropped_total: int = Field(default=0, ge=0)
+    unowned: list[ScopedSession] = Field(default_factory=list)
+    unowned_total: int = Field(default=0, ge=0)
+
+    def lines(self, participant_id: str) -> list[str]:
+        """What a person reads about it (the CLI's result and ``gymckpt checkpoints show``); none when empty."""
+        out = []
+        if self.dropped_total:
+            named = _named([f"{s.session_id} (rollout {s.rollout_id})" for s in self.dropped], self.dropped_total)
+            out.append(
+                f"{participant_id}: {self.dropped_total} sessions dropped (their rollouts are not among the "
+                f"checkpoint's episodes; a restore will not bring them back): {named}"
+            )
+        if self.unowned_total:
+            named = _named([s.session_id for s in self.unowned], self.unowned_total)
+            out.append(
+                f"{participant_id}: {self.unowned_total} sessions of no rollout kept (seeded without identity "
+                f"headers: every checkpoint keeps them until they end): {named}"
+            )
+        return out
+
+
+def _named(names: list[str], total: int) -> str:
+    return ", ".join(names) + (f" and {total - len(names)} more" if total > len(names) else "")
 
 
 class Replica(BaseModel):
@@ -189,10 +238,11 @@ class PersistResponse(BaseModel):
     written_bytes: int = Field(default=0, description="bytes written, the participant manifest included")
     reused: int = Field(default=0, description="records referenced in an earlier checkpoint's packs, not rewritten")
     references: list[str] = Field(default_factory=list, description="earlier checkpoints whose packs this one reads")
+    scope: ScopeReport = Field(default_factory=ScopeReport, description="sessions the scope did not keep by rollout")
 
 
 class CaptureResponse(BaseModel):
-    """``capture``: the snapshot taken under the pause; ``persist`` writes its records."""
+    """``capture``: what was captured under the pause; ``persist`` writes its records."""
 
     checkpoint_id: str
     participant_id: str
@@ -200,6 +250,7 @@ class CaptureResponse(BaseModel):
     records: int
     episodes: list[str] = Field(default_factory=list, description="rollouts with records here")
     duration_s: float = 0.0
+    scope: ScopeReport = Field(default_factory=ScopeReport, description="sessions the scope did not keep by rollout")
 
 
 class RestoreResponse(BaseModel):
@@ -367,6 +418,7 @@ class ManifestParticipant(_Strict):
     objects: int = Field(default=0, ge=0)
     written_bytes: int = Field(default=0, ge=0)
     reused: int = Field(default=0, ge=0)
+    scope: ScopeReport = Field(default_factory=ScopeReport, description="sessions the scope did not keep by rollout")
 
 
 class RestoreDecision(_Strict):

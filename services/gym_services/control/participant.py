@@ -21,12 +21,21 @@ when there are many), the writer packs them and the checkpoint store (:mod:`.sto
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, Never, Protocol, TypeVar
 
-from gym_services.control.models import Blocker, CheckpointMode, Role, VerifyMode
+from gym_services.control.models import (
+    SCOPE_NAMED,
+    Blocker,
+    CheckpointMode,
+    Role,
+    ScopedSession,
+    ScopeReport,
+    VerifyMode,
+)
 
 
 class InvalidState(ValueError):
@@ -94,11 +103,13 @@ class Capture(Generic[F]):
 
     Records already encoded (``Record``) and frozen records its participant's encoder makes bytes of
     later (``FrozenRecord``); the control plane writes them in the background after ``resume``
-    (``docs/protocol.md``, "Transactions").
+    (``docs/protocol.md``, "Transactions"). ``scope``: the sessions the checkpoint's scope did not keep by their
+    rollout (:meth:`Scope.leave_out`), reported in the checkpoint's result.
     """
 
-    def __init__(self, records: Sequence[Record | FrozenRecord[F]]) -> None:
+    def __init__(self, records: Sequence[Record | FrozenRecord[F]], scope: ScopeReport | None = None) -> None:
         self.records = list(records)
+        self.scope = scope if scope is not None else ScopeReport()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -114,7 +125,8 @@ class Capture(Generic[F]):
             [
                 r if r.attempt is not None or r.rollout_id is None else replace(r, attempt=highest(r.rollout_id) or 0)
                 for r in self.records
-            ]
+            ],
+            self.scope,
         )
 
 
@@ -135,7 +147,9 @@ class RestoredRecord:
 
 @dataclass(frozen=True)
 class Scope:
-    """Which rollouts a checkpoint keeps: ``episodes=None`` keeps everything."""
+    """Which rollouts a checkpoint keeps: ``episodes=None`` keeps everything (``docs/protocol.md``, "Scope").
+
+    What belongs to no rollout (a session seeded without identity headers, a shared base) is always kept."""
 
     episodes: frozenset[str] | None = None
 
@@ -145,6 +159,28 @@ class Scope:
 
     def includes(self, rollout_id: str | None) -> bool:
         return self.episodes is None or rollout_id is None or rollout_id in self.episodes
+
+    def leave_out(self, sessions: Mapping[str, str | None]) -> tuple[set[str], ScopeReport]:
+        """The sessions (session id -> its rollout, None for none) this scope leaves out, and the report of those it
+        did not keep by their rollout: dropped (a rollout outside the episodes) and kept without a rollout, the
+        first :data:`~gym_services.control.models.SCOPE_NAMED` of each by name."""
+        dropped: set[str] = set()
+        named_dropped: list[ScopedSession] = []
+        named_unowned: list[ScopedSession] = []
+        unowned = 0
+        for sid, rollout_id in sessions.items():
+            if rollout_id is None:
+                unowned += 1
+                if len(named_unowned) < SCOPE_NAMED:
+                    named_unowned.append(ScopedSession(session_id=sid))
+            elif self.episodes is not None and rollout_id not in self.episodes:
+                dropped.add(sid)
+                if len(named_dropped) < SCOPE_NAMED:
+                    named_dropped.append(ScopedSession(session_id=sid, rollout_id=rollout_id))
+        report = ScopeReport(
+            dropped=named_dropped, dropped_total=len(dropped), unowned=named_unowned, unowned_total=unowned
+        )
+        return dropped, report
 
 
 #: what a participant's ``validate`` builds and its ``install``/``uninstall`` take
@@ -160,6 +196,16 @@ class Participant(ABC, Generic[V, F]):
     checkpoint_verify: VerifyMode = VerifyMode.WAIT  # the same; a session participant's is configured
     #: makes the bytes of the :class:`FrozenRecord` s :meth:`capture` returns; the control plane takes it once
     encoder: RecordEncoder[F] = ENCODES_NOTHING
+    #: its state is keyed by the session cookie (a resources or environment server): admission then also fences a
+    #: call by the rollout and attempt its session was made by (:func:`gym_services.control.admission.call_identity`)
+    session_keyed: ClassVar[bool] = False
+
+    def mode_conflict(self) -> str | None:
+        """Why a checkpoint in this server's declared mode would lose what it holds now, or None when it would not.
+
+        Asked by ``prepare`` before anything pauses; an answer refuses the checkpoint (``422 invalid_state``) with
+        it, naming the server and its mode (``docs/participants.md``)."""
+        return None
 
     async def prepare(self, checkpoint_id: str) -> None:
         """Admission just closed: start moving in-flight work to a boundary (cut, park, ...)."""
@@ -226,3 +272,87 @@ class NothingToRestore(Participant[None, Never]):
 
     async def uninstall(self, validated: None) -> None:
         """Nothing was installed."""
+
+
+def check_participant(participant: Participant[Any, Any]) -> None:
+    """Refuse, at start-up, a participant whose overrides do not fit the interface: a hook that is ``async`` in the
+    interface made plain (or the other way round), or one that cannot take the arguments the control plane passes.
+    ``TypeError`` naming each such method and its signature in the interface."""
+    problems = interface_problems(participant, Participant, PARTICIPANT_HOOKS)
+    if problems:
+        raise TypeError(f"{type(participant).__name__} does not fit the participant interface: " + "; ".join(problems))
+
+
+#: the methods of :class:`Participant` a server may override (the control plane calls them)
+PARTICIPANT_HOOKS = (
+    "mode_conflict",
+    "prepare",
+    "blockers",
+    "export",
+    "capture",
+    "release_out_of_scope",
+    "validate",
+    "install",
+    "uninstall",
+    "resume",
+    "abort",
+    "retire",
+    "live",
+)
+
+
+def interface_problems(obj: object, interface: type, names: Iterable[str]) -> list[str]:
+    """What keeps ``obj`` from implementing ``names`` as ``interface`` declares them: each missing method, each
+    ``async`` one made plain (or the other way round), each that cannot take the interface's arguments; every
+    problem names the method and its signature in the interface."""
+    problems = []
+    for name in names:
+        declared = getattr(interface, name)
+        wanted = signature_text(name, declared)
+        found = getattr(obj, name, None)
+        if found is None or not callable(found):
+            problems.append(f"missing {wanted}")
+            continue
+        if inspect.iscoroutinefunction(declared) != inspect.iscoroutinefunction(found):
+            problems.append(f"{name} must be {wanted}")
+            continue
+        try:
+            inspect.signature(found).bind(*_positional(declared))
+        except TypeError:
+            problems.append(f"{name}{_parameters(found)} cannot be called as {wanted}")
+        except ValueError:
+            continue  # no signature to read (a builtin): taken as it is
+    return problems
+
+
+def signature_text(name: str, function: Callable[..., Any]) -> str:
+    """``def name(self, a: A) -> R`` as declared (``async def`` for a coroutine function)."""
+    returns = inspect.signature(function).return_annotation
+    arrow = "" if returns is inspect.Signature.empty else f" -> {_annotation(returns)}"
+    prefix = "async def" if inspect.iscoroutinefunction(function) else "def"
+    return f"{prefix} {name}{_parameters(function)}{arrow}"
+
+
+def _parameters(function: Callable[..., Any]) -> str:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except ValueError:
+        return "(...)"
+    shown = []
+    for p in parameters:
+        text = p.name if p.annotation is inspect.Parameter.empty else f"{p.name}: {_annotation(p.annotation)}"
+        if p.default is not inspect.Parameter.empty:
+            text += f" = {p.default!r}"
+        shown.append(text)
+    return f"({', '.join(shown)})"
+
+
+def _annotation(annotation: object) -> str:
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+
+
+def _positional(declared: Callable[..., Any]) -> list[None]:
+    """Placeholders for every positional argument the interface's method takes, but ``self``."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [p for p in inspect.signature(declared).parameters.values() if p.kind in kinds]
+    return [None] * (len(params) - 1)

@@ -57,7 +57,7 @@ class PendingCapture(Generic[F]):
     checkpoint_id: str
     store: CheckpointStore
     capture: Capture[F]
-    heap: HeapHold | None = None  # the heap frozen since the capture (plane.collection_paused), until released
+    heap: HeapHold | None = None  # the heap frozen since the capture (gc_pause.collection_paused), until released
     started: float = field(default_factory=time.monotonic)
 
     def release(self) -> None:
@@ -176,6 +176,7 @@ class Persists(Generic[F]):
             written_bytes=written.written_bytes,
             reused=written.reused,
             references=written.references,
+            scope=captured.capture.scope,
         )
 
     def start(self, captured: PendingCapture[F]) -> PersistJob:

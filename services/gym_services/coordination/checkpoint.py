@@ -219,7 +219,9 @@ class CheckpointTransaction:
                 if failed:
                     raise TransactionError("; ".join(str(e) for e in failed.values()), blockers)
                 if blockers:
-                    names = ", ".join(sorted({b.participant for b in blockers}))
+                    names = ", ".join(
+                        sorted({b.participant + (f" (waiting on {b.server})" if b.server else "") for b in blockers})
+                    )
                     raise TransactionError(
                         f"{len(blockers)} blockers at the prepare deadline ({self.prepare_timeout_s}s) on {names}",
                         blockers,
@@ -316,4 +318,5 @@ def _entry(ref: ParticipantRef, answer: PersistResponse) -> ManifestParticipant:
         objects=answer.objects,
         written_bytes=answer.written_bytes,
         reused=answer.reused,
+        scope=answer.scope,
     )

@@ -91,6 +91,7 @@ class Outcome:
                     manifest_key=answers[ref.participant_id].manifest_key,
                     episodes=len(answers[ref.participant_id].episodes),
                     replica=ref.replica,
+                    scope=answers[ref.participant_id].scope,
                 )
                 for ref in refs
             ],
@@ -152,6 +153,7 @@ def _summary_of(p: ManifestParticipant) -> ParticipantSummary:
         bytes=p.bytes,
         manifest_key=p.manifest_key,
         replica=p.replica,
+        scope=p.scope,
     )
 
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
-from gym_services.control.models import Blocker, CheckpointMethod, Replica, Role
+from gym_services.control.models import Blocker, CheckpointMethod, Replica, Role, ScopeReport
 
 
 class TransactionPhase(enum.StrEnum):
@@ -63,6 +63,7 @@ class ParticipantSummary(BaseModel):
     manifest_key: str | None = None
     episodes: int = Field(default=0, description="live episodes this participant held (checkpoint) or restored")
     replica: Replica | None = Field(default=None, description="which replica of which server (absent: not replicated)")
+    scope: ScopeReport = Field(default_factory=ScopeReport, description="sessions the scope did not keep by rollout")
 
 
 class TransactionResult(BaseModel):

@@ -154,7 +154,13 @@ def create_server_app(
         assert config.checkpoint.control_token is not None  # require_secrets refused a server without one
         all_routes.append(control_mount(plane, config.checkpoint.control_token.get_secret_value()))
         data_middleware.append(
-            Middleware(AdmissionMiddleware, admission=admission, resolve=resolve, refused=control_metrics.refused)
+            Middleware(
+                AdmissionMiddleware,
+                admission=admission,
+                resolve=resolve,
+                refused=control_metrics.refused,
+                sessions=participant.session_keyed,
+            )
         )
     all_routes.append(DataRoutes(routes, data_middleware))
     app = Starlette(

@@ -166,7 +166,7 @@ async def test_blockers_reported_at_deadline(server) -> None:
     participant.busy.add("rollout-7")
     answer = await control.prepare("c1", deadline_s=0.2)
     assert answer["status"] == "blocked"
-    assert answer["blockers"] == [{"kind": "episode", "id": "rollout-7", "detail": ""}]
+    assert answer["blockers"] == [{"kind": "episode", "id": "rollout-7", "detail": "", "server": None}]
     assert (await control.status())["phase"] == "blocked"
     assert (await control.capture_persist("c1", "file:///tmp/x", expect=409))["error"]["code"] == "invalid_phase"
     await control.abort("c1")

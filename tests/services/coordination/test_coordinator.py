@@ -73,7 +73,7 @@ async def test_blockers_abort_everything(stack, tmp_path) -> None:
     result, statuses, events = await run(stack, go)
     assert result.status == "failed" and "blockers" in result.error
     assert [b.model_dump() for b in result.blockers] == [
-        {"participant": "agent-b", "kind": "episode", "id": "r9", "detail": "tool call running"}
+        {"participant": "agent-b", "kind": "episode", "id": "r9", "detail": "tool call running", "server": None}
     ]
     assert "prepare resources-a" not in journal  # never reached
     assert {line.split()[1] for line in journal if line.startswith("abort")} == {

@@ -19,7 +19,7 @@
   retried the same way when its step is a replay step; a waited step may have happened
   there and is never run twice: ``/run`` fails with ``503 upstream_unavailable`` at once, and
   the collection runs the episode again as attempt + 1 (which fences what this one left).
-- Commit writes one record per episode in scope; restore installs them under
+- A capture holds one record per episode in scope; restore installs them under
   attempt + 1; ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
 - A finished episode's result is kept for a short while: a repeated ``/run`` of that
@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
 from gym_services.agents.common.config import AgentConfig
-from gym_services.agents.common.context import StepContext
+from gym_services.agents.common.context import InFlight, StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
 from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
 from gym_services.agents.common.loop import AgentLoop, StepKind
@@ -77,6 +77,7 @@ class Episode:
     waited: bool = False
     parked: bool = False
     history: list[str] = field(default_factory=list)
+    in_flight: InFlight = field(default_factory=InFlight)  # the downstream call of its step running now
 
     @property
     def identity(self) -> RolloutIdentity | None:
@@ -397,15 +398,18 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         self._reopened = asyncio.Event()  # episodes reaching a boundary from now on park
 
     def blockers(self) -> list[Blocker]:
-        return [
-            Blocker(
-                kind="episode",
-                id=ep.rollout_id,
-                detail=f"attempt {ep.attempt} is inside waited step {ep.step!r}",
-            )
-            for ep in self.episodes.values()
-            if ep.waited
-        ]
+        """Episodes inside a waited step; one waiting on a downstream server's answer names that server."""
+        now = time.monotonic()
+        blockers = []
+        for ep in self.episodes.values():
+            if not ep.waited:
+                continue
+            call = ep.in_flight
+            detail = f"attempt {ep.attempt} is inside waited step {ep.step!r}"
+            if call.server is not None:
+                detail += f", waiting {now - call.since:.2f}s for {call.server} ({call.url})"
+            blockers.append(Blocker(kind="episode", id=ep.rollout_id, detail=detail, server=call.server))
+        return blockers
 
     async def export(self, scope: Scope) -> list[Record]:
         self._prune_finished()

@@ -121,7 +121,7 @@ class AgentServer:
 
     def context(self, ep: Episode) -> StepContext:
         others = {name: d for name, d in self.downstream.items() if name in self.servers}
-        return StepContext(ep.identity, self.downstream["self"], others, self.own_cookie)
+        return StepContext(ep.identity, self.downstream["self"], others, self.own_cookie, ep.in_flight)
 
 
 async def run(request: Request) -> JSONResponse:

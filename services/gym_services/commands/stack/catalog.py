@@ -94,6 +94,9 @@ def cmd_checkpoints_show(args: argparse.Namespace) -> int:
         f"episodes continued: {len(manifest.episodes or [])}; timings: "
         + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in manifest.timings.items())
     )
+    for p in manifest.participants:
+        for line in p.scope.lines(p.participant_id):
+            print(f"scope: {line}")
     restores = store.decisions(args.checkpoint_id)
     if restores:
         print(table(["restore id", "decision", "decided by"], [list(r) for r in restores]))

@@ -12,6 +12,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from gym_services.control.participant import interface_problems
+
 #: what a store's ``stage_session_states`` builds and its ``install_session_states`` takes
 S = TypeVar("S")
 
@@ -85,3 +87,23 @@ class CapturesSessions(Protocol):
 
     def encode_captured_shared(self, frozen: Any) -> object:
         """The state ``export_shared_states`` would have returned for it at capture time, from ``frozen``."""
+
+
+#: the methods every ``exported`` store implements (:class:`SessionHooks`)
+SESSION_HOOKS = ("export_session_states", "stage_session_states", "install_session_states", "retire_session_state")
+#: the methods of a store with shared state (:class:`SharedStateHooks`): one of them makes it one
+SHARED_STATE_HOOKS = ("export_shared_states", "stage_session_states")
+#: the methods of a store that captures in O(1) per session (:class:`CapturesSessions`): one of them makes it one
+CAPTURE_HOOKS = ("capture_session_states", "encode_captured_session", "encode_captured_shared")
+
+
+def session_hook_problems(store: object) -> list[str]:
+    """What keeps ``store`` from being the session store of an ``exported`` server: each hook it lacks, or has
+    with another signature, named with its signature here. A store with one of the optional hooks
+    (:class:`SharedStateHooks`, :class:`CapturesSessions`) needs all of that set."""
+    problems = interface_problems(store, SessionHooks, SESSION_HOOKS)
+    if hasattr(store, "export_shared_states"):
+        problems += interface_problems(store, SharedStateHooks, SHARED_STATE_HOOKS)
+    if any(hasattr(store, name) for name in CAPTURE_HOOKS):
+        problems += interface_problems(store, CapturesSessions, CAPTURE_HOOKS)
+    return list(dict.fromkeys(problems))

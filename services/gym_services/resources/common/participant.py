@@ -31,7 +31,7 @@ from starlette.requests import Request
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import FIRST_SESSION_HEADER, RolloutIdentity
 from gym_services.base.sessions import session_id
-from gym_services.control.models import Blocker
+from gym_services.control.models import Blocker, ScopeReport
 from gym_services.control.participant import (
     Capture,
     F,
@@ -51,6 +51,7 @@ from gym_services.resources.common.hooks import (
     S,
     SessionHooks,
     SharedStateHooks,
+    session_hook_problems,
 )
 
 STATE_SCHEMA_VERSION = 1
@@ -68,6 +69,7 @@ class SessionParticipant(Participant[V, F], Generic[V, F]):
     """Tracks which sessions are live and which rollout each belongs to; the mode is the subclass."""
 
     checkpoint_mode: ClassVar[CheckpointMode]
+    session_keyed = True
 
     def __init__(
         self,
@@ -203,9 +205,22 @@ class RestartOnlyParticipant(SessionParticipant[None, Never], NothingToRestore):
 
 
 class StatelessParticipant(SessionParticipant[None, Never], NothingToRestore):
-    """Nothing to save: persist writes an empty manifest; with ``replay`` verify its routes keep serving."""
+    """Nothing to save: persist writes an empty manifest; with ``replay`` verify its routes keep serving.
+
+    A server that keeps state per session (it gives the participant its ``store``, to drop sessions from) is not
+    stateless: while it holds sessions, every checkpoint is refused at prepare (:meth:`mode_conflict`), since a
+    restore would bring none of them back."""
 
     checkpoint_mode = CheckpointMode.STATELESS
+
+    def mode_conflict(self) -> str | None:
+        if self.store is None or not self.sessions:
+            return None
+        return (
+            f"it holds {len(self.sessions)} sessions in its store, which a checkpoint would lose (after a restore "
+            "each would answer 404 session_not_found); declare it exported (its store implementing the session "
+            "hooks) or restart_only"
+        )
 
 
 @dataclass(frozen=True)
@@ -266,32 +281,40 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S], FrozenSession | 
     def __init__(
         self, hooks: SessionHooks[S], *, verify: VerifyMode = VerifyMode.WAIT, role: Role = Role.RESOURCES
     ) -> None:
-        if not isinstance(hooks, SessionHooks):
-            raise TypeError(f"{type(hooks).__name__} does not implement the session hooks of an exported server")
+        problems = session_hook_problems(hooks)
+        if problems:
+            raise TypeError(
+                f"{type(hooks).__name__} does not implement the session hooks of an exported server "
+                f"(gym_services.resources.common.hooks): " + "; ".join(problems)
+            )
         super().__init__(hooks, verify=verify, role=role)
         self.hooks: SessionHooks[S] = hooks
         if isinstance(hooks, CapturesSessions):
             self.encoder = self.session_encoder = SessionEncoder(hooks)
 
     async def export(self, scope: Scope) -> list[Record]:
-        return await asyncio.to_thread(self._export_sync, scope)
+        records, _ = await asyncio.to_thread(self._export_sync, scope)
+        return records
 
     async def capture(self, scope: Scope) -> Capture[FrozenSession | FrozenShared]:
         """Every session in scope frozen in O(1) (a store that :class:`CapturesSessions`), encoded after resume.
 
-        A store without the capture hook is exported now, under the pause (the default).
+        A store without the capture hook is exported now, under the pause. Either way the capture reports the
+        sessions the scope did not keep by their rollout (:meth:`~gym_services.control.participant.Scope.leave_out`).
         """
         if not isinstance(self.hooks, CapturesSessions):
-            return await super().capture(scope)
+            exported, report = await asyncio.to_thread(self._export_sync, scope)
+            return Capture(exported, report)
         captured = self.hooks.capture_session_states()
+        dropped, report = scope.leave_out({sid: self._rollout_of(sid) for sid in captured.sessions})
         earlier: dict[str, tuple[Hashable, bytes]] = self.session_encoder.encodings
         encodings: dict[str, tuple[Hashable, bytes]] = {}
         self.session_encoder.encodings = encodings  # unchanged sessions now; the others as the persist encodes them
         records: list[Record | FrozenRecord[FrozenSession | FrozenShared]] = []
         for sid, (token, frozen) in captured.sessions.items():
-            ident = self.sessions.get(sid)
-            if not scope.includes(ident.rollout_id if ident else None):
+            if sid in dropped:
                 continue
+            ident = self.sessions.get(sid)
             rollout_id, attempt = (ident.rollout_id, ident.attempt) if ident else (None, None)
             cached = earlier.get(sid)
             if cached is not None and cached[0] == token:  # unchanged since the last capture: its bytes as they were
@@ -303,15 +326,20 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S], FrozenSession | 
         if records:
             for name, shared in captured.shared.items():
                 records.append(FrozenRecord(f"shared-{name}", FrozenShared(shared)))
-        return Capture(records)
+        return Capture(records, report)
 
-    def _export_sync(self, scope: Scope) -> list[Record]:
+    def _rollout_of(self, sid: str) -> str | None:
+        ident = self.sessions.get(sid)
+        return ident.rollout_id if ident else None
+
+    def _export_sync(self, scope: Scope) -> tuple[list[Record], ScopeReport]:
         states = self.hooks.export_session_states()
+        dropped, report = scope.leave_out({sid: self._rollout_of(sid) for sid in states})
         records: list[Record] = []
         for sid, state in states.items():
-            ident = self.sessions.get(sid)
-            if not scope.includes(ident.rollout_id if ident else None):
+            if sid in dropped:
                 continue
+            ident = self.sessions.get(sid)
             payload = {"schema_version": STATE_SCHEMA_VERSION, "session_id": sid, "state": state}
             records.append(
                 Record(
@@ -326,7 +354,7 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S], FrozenSession | 
                 records.append(
                     Record(key=f"shared-{name}", data=_dumps({"schema_version": STATE_SCHEMA_VERSION, "state": state}))
                 )
-        return records
+        return records, report
 
     async def validate(self, records: list[RestoredRecord]) -> StagedSessions[S]:
         """Parse every record and let the store stage every state; nothing is installed yet."""

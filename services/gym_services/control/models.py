@@ -40,10 +40,10 @@ __all__ = [  # re-exported vocabulary
 ]
 
 SCHEMA_VERSION = 1
-#: a participant manifest of the ``snapshot`` method: records packed into a few objects, indexed by
+#: a participant manifest of the packed format: records packed into a few objects, indexed by
 #: columns, the whole manifest gzip-compressed (``docs/protocol.md``, "Records and manifests")
 PACKED_SCHEMA_VERSION = 2
-#: participant manifest versions this code reads (1: one object per record, the ``sync`` method)
+#: participant manifest versions this code reads (1: one object per record, written before the packed format)
 PARTICIPANT_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION, PACKED_SCHEMA_VERSION})
 CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 RECORD_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$"
@@ -177,7 +177,7 @@ class StorageAccess(_Strict):
 
 
 class CaptureRequest(_Strict):
-    """``capture``: the scope, and where the snapshot will be written."""
+    """``capture``: the scope, and where the captured records will be written."""
 
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
     location: str = Field(min_length=1)
@@ -375,7 +375,7 @@ class PackedRecords(_Strict):
 
 
 class PackedManifest(_Strict):
-    """Version 2 (the ``snapshot`` method): written after the packs it lists, gzip-compressed JSON.
+    """Version 2 (the packed format): written after the packs it lists, gzip-compressed JSON.
 
     ``packs`` are the objects the records are in, this checkpoint's own and those of earlier
     checkpoints it reuses (``reuses``: their ids); every pack is verified by its digest at restore.
@@ -454,7 +454,7 @@ class CheckpointClaim(_Strict):
 
 
 class ReuseIntent(_Strict):
-    """Written by a participant before it relies on packs of earlier checkpoints (the ``snapshot`` method).
+    """Written by a participant before it relies on packs of earlier checkpoints (the packed format).
 
     Deletion keeps every pack an in-flight checkpoint's intents name (``docs/protocol.md``, "Deleting
     checkpoints"); once that checkpoint is published, its manifests protect them instead.

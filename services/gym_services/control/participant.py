@@ -221,7 +221,7 @@ class Participant(ABC, Generic[V, F]):
     async def capture(self, scope: Scope) -> Capture[F]:
         """The records of everything in ``scope`` as they are now, while admission is closed.
 
-        Must be cheap: it is the pause of the ``snapshot`` method. The default encodes now
+        Must be cheap: it is the pause. The default encodes now
         (:meth:`export`), which is right for a server with few, small records; a server with many
         sessions returns :class:`FrozenRecord` s, which its :attr:`encoder` encodes after resume.
         """

@@ -21,7 +21,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.OPEN: frozenset({Phase.PREPARING, Phase.RESTORING}),
     # prepare ends prepared or blocked; abort (or resume, which then abandons) and lease expiry reopen
     Phase.PREPARING: frozenset({Phase.PREPARED, Phase.BLOCKED, Phase.OPEN}),
-    # capture takes a snapshot; persist writes it, before resume (sync) or after (snapshot)
+    # capture freezes the scope; persist writes it, before resume (sync) or after (the snapshot method)
     Phase.PREPARED: frozenset({Phase.CAPTURED, Phase.OPEN}),
     Phase.BLOCKED: frozenset({Phase.OPEN}),
     # resume (or persist, under the pause) starts the upload; abort (or lease expiry) drops the capture

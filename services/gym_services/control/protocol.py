@@ -62,7 +62,7 @@ class Phase(enum.StrEnum):
     PREPARING = "preparing"
     PREPARED = "prepared"
     BLOCKED = "blocked"
-    CAPTURED = "captured"  # a snapshot was taken under the pause; ``persist`` writes it (before or after resume)
+    CAPTURED = "captured"  # captured under the pause; ``persist`` writes it (before or after resume)
     RESTORING = "restoring"
     RESTORED = "restored"
 
@@ -97,7 +97,7 @@ class Verb(enum.StrEnum):
 class CheckpointMethod(enum.StrEnum):
     """When a checkpoint's records reach storage (``docs/protocol.md``, "Transactions").
 
-    Both take one path: ``capture`` takes an immutable snapshot under the pause, ``persist``
+    Both take one path: ``capture`` takes an immutable capture under the pause, ``persist``
     encodes, packs, uploads and verifies it, the coordinator publishes. ``snapshot`` resumes the
     stack before ``persist`` (the default: the pause ends at the capture); ``sync`` persists and
     publishes before it resumes (the rollouts wait until the checkpoint is published).
@@ -113,7 +113,7 @@ class PersistState(enum.StrEnum):
     QUEUED = "queued"  # resumed; writing starts on the coordinator's ``persist`` (after every participant resumed)
     PERSISTING = "persisting"  # encoding and uploading
     PERSISTED = "persisted"  # every object written and verified, the participant manifest last
-    FAILED = "failed"  # storage refused or the snapshot could not be encoded; nothing will publish it
+    FAILED = "failed"  # storage refused or the capture could not be encoded; nothing will publish it
     CANCELLED = "cancelled"  # the coordinator aborted the checkpoint (or the server is stopping)
 
 

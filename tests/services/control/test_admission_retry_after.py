@@ -1,5 +1,5 @@
 """A parked call's ``Retry-After`` (``control/admission.py``): come back after half the time left until this pause
-has lasted as long as the last one did, within 20-250 ms (issue 29: a fixed 100 ms step made a call meeting the
+has lasted as long as the last one did, within 20-250 ms (a fixed 100 ms step made a call meeting the
 start of a pause wait the whole pause and up to a step more; the whole time left, as long as the last pause)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A capture runs with cyclic garbage collection paused (issue 14: full collections were ~40% of a large
+"""A capture runs with cyclic garbage collection paused (full collections were ~40% of a large
 capture under the pause), and collection is back on afterwards, whether the capture succeeded or failed; the heap
-stays frozen from the collector from the capture until its persist ends or it is dropped (issue 29: the first
+stays frozen from the collector from the capture until its persist ends or it is dropped (the first
 full collection after resume walked every object of the server right when the parked calls retried)."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def test_the_heap_is_frozen_from_capture_until_its_persist_ends_or_it_is_d
 
 
 class Restoring(Participant[None, Never]):
-    """One record to checkpoint; its validate notes whether collection runs (issue 29: a restore keeps all it
+    """One record to checkpoint; its validate notes whether collection runs (a restore keeps all it
     rebuilds, so every collection during it walked every session rebuilt so far)."""
 
     role = "environment"

@@ -1,6 +1,6 @@
 """A checkpoint leaves nothing behind in the server it ran on: after the first few (caches and bounded histories
-filling), a hundred more add no objects. A server checkpointed every 30 s runs thousands a day (issue 29: every
-server kept the closing answer of every checkpoint it ever took).
+filling), a hundred more add no objects. A server checkpointed every 30 s runs thousands a day (every
+server once kept the closing answer of every checkpoint it ever took).
 
 The counter resource server carries the whole control plane and a session store without a library of its own:
 the Workplace server's pandas keeps a list of weak references per shared block that it prunes only now and then,

@@ -1,5 +1,5 @@
 """The attempt fence (``control/fencing.py``): older attempts refused, and only rollouts past attempt 0 kept, so a
-server that runs for weeks does not hold an entry for every rollout it ever saw (issue 29)."""
+server that runs for weeks does not hold an entry for every rollout it ever saw."""
 
 from __future__ import annotations
 

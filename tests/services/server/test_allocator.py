@@ -1,4 +1,4 @@
-"""``gymckpt serve`` tunes glibc's allocator (issue 29's soak: resident memory grew as malloc's free-but-kept
+"""``gymckpt serve`` tunes glibc's allocator (an hour's soak once saw resident memory grew as malloc's free-but-kept
 bytes): blocks of 64 KB and more get their own mapping, returned to the system when freed; a setting the
 environment gives is left alone. Each case runs in a fresh interpreter, as a server starts."""
 

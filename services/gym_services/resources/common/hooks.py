@@ -76,7 +76,7 @@ class SessionCapture:
 
 @runtime_checkable
 class CapturesSessions(Protocol):
-    """Optional: a store that can freeze every session in O(1) each, for the ``snapshot`` method. What it froze
+    """Optional: a store that can freeze every session in O(1) each, so the pause stays short. What it froze
     is opaque to the participant (``Any``: each store's own frozen form), handed back to its encode hooks."""
 
     def capture_session_states(self) -> SessionCapture: ...

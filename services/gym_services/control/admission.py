@@ -100,9 +100,10 @@ class Admission:
         """When a parked call should come back (seconds): half the time left until this pause has lasted as long as
         the last one did, within :data:`RETRY_AFTER_MIN_S` .. :data:`RETRY_AFTER_MAX_S`. A fixed step made a call
         that met the pause's start wait the whole pause and up to a step more (100 ms of a 387 ms worst call,
-        ``tests/services/control/test_admission_retry_after.py``); the whole time left made it wait as long as the last pause, which overshoots a shorter one (a
-        server's first pause is its longest: 191 ms, then 122 ms at 10,000 sessions). Halving keeps the overshoot
-        within half the estimate's error, for a few more retries (at most about log2(250 / 20) before the floor)."""
+        ``tests/services/control/test_admission_retry_after.py``); the whole time left made it wait as long as the
+        last pause, which overshoots a shorter one (a server's first pause is its longest: 191 ms, then 122 ms at
+        10,000 sessions). Halving keeps the overshoot within half the estimate's error, for a few more retries (at
+        most about log2(250 / 20) before the floor)."""
         if self._paused_at is None:
             return RETRY_AFTER_MIN_S
         left = self._last_pause_s - (time.monotonic() - self._paused_at)

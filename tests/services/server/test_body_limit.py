@@ -1,4 +1,4 @@
-"""Every server refuses a request body over ``max_body_bytes`` with a 413 before reading it (``base/http.py``, ``BodyLimit``).
+"""Every server refuses a request body over ``max_body_bytes`` with a 413 before reading it (``base/http.py``).
 
 Real ``gymckpt serve`` processes on 127.0.0.1, spoken to over raw sockets so the test controls what is sent: a
 300 MB body is announced and never sent, and the answer must come anyway.

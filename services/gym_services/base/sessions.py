@@ -138,7 +138,7 @@ def _identity_of(scope: Scope) -> RolloutIdentity | None:
 
 def session_id(request: Request) -> str:
     """The session id of this request (set by :class:`SessionMiddleware`)."""
-    return request.scope["state"][SESSION_SCOPE_KEY]
+    return str(request.scope["state"][SESSION_SCOPE_KEY])
 
 
 def session_identity(scope: Scope) -> RolloutIdentity | None:

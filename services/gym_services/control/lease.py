@@ -23,7 +23,7 @@ class Lease:
     def __init__(self) -> None:
         self.seconds = DEFAULT_LEASE_S
         self.deadline: float | None = None
-        self._watcher: asyncio.Task | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     def renew(self, lease_s: float | None = None) -> None:
         """Run for ``lease_s`` (the last length given, when None) from now."""

@@ -23,7 +23,7 @@ CLOSED_KEPT = 16
 
 class RepeatCalls:
     def __init__(self) -> None:
-        self._running: dict[tuple[Verb, str], asyncio.Task] = {}
+        self._running: dict[tuple[Verb, str], asyncio.Task[Any]] = {}
         #: the answer of the resume or abort that closed each of the newest :data:`CLOSED_KEPT` checkpoints
         self._closed: dict[str, tuple[Verb, PhaseResponse]] = {}
         #: restores this process installed and resumed: checkpoint id -> (restore id, answer)
@@ -40,17 +40,17 @@ class RepeatCalls:
             task.add_done_callback(lambda t: self._forget_failed(key, t))
         return await asyncio.shield(task)
 
-    def _forget_failed(self, key: tuple[Verb, str], task: asyncio.Task) -> None:
+    def _forget_failed(self, key: tuple[Verb, str], task: asyncio.Task[Any]) -> None:
         if (task.cancelled() or task.exception() is not None) and self._running.get(key) is task:
             del self._running[key]
 
     def started(self, verb: Verb, checkpoint_id: str) -> bool:
         return (verb, checkpoint_id) in self._running
 
-    def task(self, verb: Verb, checkpoint_id: str) -> asyncio.Task | None:
+    def task(self, verb: Verb, checkpoint_id: str) -> asyncio.Task[Any] | None:
         return self._running.get((verb, checkpoint_id))
 
-    def busy(self, checkpoint_id: str, verbs: Iterable[Verb]) -> list[asyncio.Task]:
+    def busy(self, checkpoint_id: str, verbs: Iterable[Verb]) -> list[asyncio.Task[Any]]:
         """The calls of ``verbs`` for this checkpoint still running."""
         wanted = set(verbs)
         return [t for (v, c), t in self._running.items() if c == checkpoint_id and v in wanted and not t.done()]

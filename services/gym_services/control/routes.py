@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pydantic import BaseModel
 from starlette.middleware import Middleware
@@ -58,8 +59,10 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def control_routes(plane: ControlPlane) -> list[Route]:
-    def endpoint(model: type[BaseModel] | None, verb: Callable[..., Awaitable[BaseModel]]):
+def control_routes(plane: ControlPlane[Any, Any]) -> list[Route]:
+    def endpoint(
+        model: type[BaseModel] | None, verb: Callable[..., Awaitable[BaseModel]]
+    ) -> Callable[[Request], Awaitable[JSONResponse]]:
         async def handle(request: Request) -> JSONResponse:
             if model is None:
                 result = await verb()
@@ -86,6 +89,6 @@ def control_routes(plane: ControlPlane) -> list[Route]:
     return [Route(verb.path, endpoint(VERB_MODELS[verb][0], handlers[verb]), methods=[verb.method]) for verb in Verb]
 
 
-def control_mount(plane: ControlPlane, token: str) -> Mount:
+def control_mount(plane: ControlPlane[Any, Any], token: str) -> Mount:
     """The control routes under :data:`CONTROL_PREFIX`, every one behind :class:`BearerAuth`."""
     return Mount(CONTROL_PREFIX, routes=control_routes(plane), middleware=[Middleware(BearerAuth, token=token)])

@@ -381,7 +381,8 @@ class ExportedParticipant(SessionParticipant[StagedSessions[S], FrozenSession | 
 
         def stage() -> S:
             if shared and isinstance(hooks, SharedStateHooks):
-                return hooks.stage_session_states(states, shared)
+                staged: S = hooks.stage_session_states(states, shared)
+                return staged
             return hooks.stage_session_states(states)
 
         try:

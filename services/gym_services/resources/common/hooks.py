@@ -12,7 +12,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from gym_services.control.participant import interface_problems
+from gym_services.control.interfaces import interface_problems
 
 #: what a store's ``stage_session_states`` builds and its ``install_session_states`` takes
 S = TypeVar("S")

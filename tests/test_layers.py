@@ -54,13 +54,17 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
     "gym_services.control": [
         ("protocol", "layout", "fencing", "metrics"),  # the vocabulary: names, phases, storage keys, counters
         ("models",),  # the wire and file models
+        ("interfaces",),  # what a server implements, checked against an interface at start-up
         ("participant",),  # the participant interface and its record encoder
-        ("storage", "encoding"),  # storage backends; encoding frozen records in forked children
+        ("storage", "encoding", "gc_pause"),  # storage backends; encoding frozen records; no collection under the pause
         ("manifests",),  # the stored documents read back, and their digest
         ("store",),  # the store: checkpoints in the protocol's words
         ("retention", "packs"),  # deletion and garbage collection; the packed format's writer and reader
         # the plane's collaborators: reading records back, background uploads, storage clients, admission, ...
         ("records", "persists", "storage_clients", "admission", "lease", "phases", "repeats"),
+        ("open_checkpoint",),  # the checkpoint open on the server: its phase, lease, calls, what is in progress
+        ("checkpointing", "closing"),  # prepare, capture, persist; resume and abort
+        ("restoring",),  # restore, and settling it by its decision object
         ("plane",),  # the control plane
         ("routes",),  # its HTTP routes
     ],

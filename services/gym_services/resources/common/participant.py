@@ -207,17 +207,17 @@ class RestartOnlyParticipant(SessionParticipant[None, Never], NothingToRestore):
 class StatelessParticipant(SessionParticipant[None, Never], NothingToRestore):
     """Nothing to save: persist writes an empty manifest; with ``replay`` verify its routes keep serving.
 
-    A server that keeps state per session (it gives the participant its ``store``, to drop sessions from) is not
-    stateless: while it holds sessions, every checkpoint is refused at prepare (:meth:`mode_conflict`), since a
-    restore would bring none of them back."""
+    A server that seeds sessions through its participant keeps state per session: it is not stateless. While it
+    holds any, every checkpoint is refused at prepare (:meth:`mode_conflict`), since a restore would bring none of
+    them back."""
 
     checkpoint_mode = CheckpointMode.STATELESS
 
     def mode_conflict(self) -> str | None:
-        if self.store is None or not self.sessions:
+        if not self.sessions:
             return None
         return (
-            f"it holds {len(self.sessions)} sessions in its store, which a checkpoint would lose (after a restore "
+            f"it holds {len(self.sessions)} sessions, which a checkpoint would lose (after a restore "
             "each would answer 404 session_not_found); declare it exported (its store implementing the session "
             "hooks) or restart_only"
         )

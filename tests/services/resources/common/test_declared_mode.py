@@ -55,7 +55,16 @@ async def test_the_checkpoint_fails_with_that_error_and_the_stack_serves_on(tmp_
     assert "notebook" in result.error and "stateless" in result.error and "1 sessions" in result.error
 
 
-async def test_a_stateless_server_without_a_store_is_checkpointed(tmp_path) -> None:
+def test_seeding_sessions_through_the_participant_is_holding_them_with_or_without_a_store() -> None:
+    participant = StatelessParticipant()
+    assert participant.mode_conflict() is None
+    participant.seeded("s1", {"x-ng-rollout-id": "r1"})
+    assert "it holds 1 sessions" in (participant.mode_conflict() or "")
+    participant.end("s1")
+    assert participant.mode_conflict() is None
+
+
+async def test_a_stateless_server_that_seeds_no_sessions_is_checkpointed(tmp_path) -> None:
     async with serve(
         create_server_app(load_config(ServerConfig, overrides=base_config("verifier")), StatelessParticipant(), [])
     ) as client:

@@ -1,4 +1,4 @@
-"""When the stack's StatefulSets have settled (issue 26, bug 2): label selectors as the API server reads them, and
+"""When the stack's StatefulSets have settled: label selectors as the API server reads them, and
 the rollout states `kubectl rollout status` waits through (objects as the API returns them, no cluster)."""
 
 from __future__ import annotations

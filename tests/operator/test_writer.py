@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import pytest
+from tests.operator.harness import install_crds
 
 from gym_operator.kube import Kube
 from gym_operator.status import failed_status, progress_status
@@ -17,13 +17,13 @@ from gym_operator.writer import StatusWriter
 from gym_services.coordination.transaction import TransactionPhase
 
 pytestmark = pytest.mark.k8s
-CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
 
 
 @pytest.fixture
 def checkpoint(kemu, kubectl, monkeypatch):
-    """One Checkpoint (no operator runs) and a Kube client as the admin; returns (kube, fetch)."""
-    kubectl("apply", "-f", str(CRDS / "checkpoints.yaml"))
+    """One Checkpoint in the test's namespace (no operator runs) and a Kube client as the admin; returns
+    (kube, fetch)."""
+    install_crds(kemu, kubectl)
     kubectl(
         "apply",
         "-f",
@@ -48,7 +48,8 @@ def checkpoint(kemu, kubectl, monkeypatch):
 
 def writer_for(kube: Kube, fetch) -> StatusWriter:
     obj = fetch()
-    return StatusWriter(kube, "checkpoints", "default", "w", obj["metadata"]["generation"], obj.get("status"))
+    meta = obj["metadata"]
+    return StatusWriter(kube, "checkpoints", meta["namespace"], "w", meta["generation"], obj.get("status"))
 
 
 async def test_writes_carry_observed_generation_and_keep_transition_times(checkpoint) -> None:

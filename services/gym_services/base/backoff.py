@@ -3,8 +3,8 @@
 The one backoff of every retry loop: an episode the collection runs again (``collection/runner.py``), an
 agent step retried from its boundary (``agents/common/participant.py``), a generation continued after its
 upstream failed (``models/policy_model/generations.py``), the operator's setup reads and status writes
-(``operator/gym_operator/handlers.py``, ``writer.py``). A loop asks :meth:`Backoff.failed` after each failure
-(False: give up), sleeps :meth:`Backoff.wait_s`, and calls :meth:`Backoff.reset` once a try succeeds.
+(``operator/gym_operator/controllers/transaction.py``, ``writer.py``). A loop asks :meth:`Backoff.failed` after
+each failure (False: give up), sleeps :meth:`Backoff.wait_s`, and calls :meth:`Backoff.reset` once a try succeeds.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def test_storage_access_never_prints_its_keys() -> None:
 
 
 class SecretsOnly:
-    """The one Kube call ``_storage_access`` makes, answering from a dict."""
+    """The one Kube call ``storage_access`` makes, answering from a dict."""
 
     def __init__(self, secrets: dict[str, dict[str, str]]) -> None:
         self.secrets = secrets
@@ -167,7 +167,7 @@ async def test_operator_sends_servers_what_the_location_names() -> None:
     """A Checkpoint names one of the admin's storage locations; the operator reaches it with the location's
     endpoint, region and Secret, and sends the servers exactly what the location names (nothing for ``default``)."""
     pytest.importorskip("kopf")
-    from gym_operator.handlers import _storage_access
+    from gym_operator.controllers.context import storage_access
     from gym_operator.specs import OperatorSettings, StorageLocation
 
     operator = OperatorSettings.from_env(
@@ -178,7 +178,7 @@ async def test_operator_sends_servers_what_the_location_names() -> None:
     )
 
     async def access(**fields):
-        return await _storage_access(StorageLocation(name="x", url="s3://b", **fields), "ns", kube, operator)
+        return await storage_access(StorageLocation(name="x", url="s3://b", **fields), "ns", kube, operator)
 
     config, sent = await access()
     assert sent is None and config.endpoint_url == "http://operator-default:8333"  # servers keep their own settings

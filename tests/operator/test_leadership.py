@@ -1,6 +1,7 @@
-"""Leader election (gym_operator.leader) against the Kubernetes API emulator: the Lease is taken only when free or
-unrenewed for a lease duration, every write is conditional, a leader that cannot renew gives it up, a released
-Lease is taken at once. Each candidate's clock is a hand-moved counter, so no outcome depends on timing."""
+"""Leader election (gym_operator.leadership) against the Kubernetes API emulator: the Kubernetes Lease is taken only
+when free or unrenewed for the leadership's duration, every write is conditional, a leader that cannot renew gives it
+up, a released Lease is taken at once. Each candidate's clock is a hand-moved counter, so no outcome depends on
+timing."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ import threading
 import pytest
 from kubernetes import client, config
 
-from gym_operator.leader import ElectionSettings, Elector
+from gym_operator.leadership import Leadership, LeadershipSettings
 from gym_operator.specs import SpecError
 
 pytestmark = pytest.mark.k8s
+#: the Kubernetes Lease of release ``gym``'s operators (each test has it in a namespace of its own)
+NAME = "gym-gym-checkpoint-operator"
+
+
+@pytest.fixture
+def kemu(kemu_shared):
+    """This file's tests share one emulator, each in its own namespace."""
+    return kemu_shared
 
 
 class Clock:
@@ -31,63 +40,65 @@ def coordination(kemu) -> client.CoordinationV1Api:
     return client.CoordinationV1Api(client.ApiClient(cfg))
 
 
-def candidate(kemu, identity: str, clock: Clock | None = None, **timings: float) -> Elector:
-    settings = ElectionSettings(
-        namespace="default",
-        lease_name="gym-gym-checkpoint-operator",
+def candidate(kemu, namespace: str, identity: str, clock: Clock | None = None, **timings: float) -> Leadership:
+    settings = LeadershipSettings(
+        namespace=namespace,
+        name=NAME,
         identity=identity,
-        **({"lease_duration_s": 15, "renew_deadline_s": 10, "retry_period_s": 2} | timings),
+        **({"duration_s": 15, "renew_deadline_s": 10, "retry_period_s": 2} | timings),
     )
-    return Elector(settings, coordination(kemu), clock=clock or Clock())
+    return Leadership(settings, coordination(kemu), clock=clock or Clock())
 
 
-def lease(kemu) -> client.V1Lease:
-    return coordination(kemu).read_namespaced_lease("gym-gym-checkpoint-operator", "default")
+def leadership_record(kemu, namespace: str) -> client.V1Lease:
+    return coordination(kemu).read_namespaced_lease(NAME, namespace)
 
 
-def test_one_candidate_holds_the_lease_another_takes_it_only_once_unrenewed_for_its_duration(kemu) -> None:
+def test_one_candidate_holds_the_leadership_another_takes_it_only_once_unrenewed_for_its_duration(
+    kemu, namespace
+) -> None:
     a_clock, b_clock = Clock(), Clock()
-    a, b = candidate(kemu, "a", a_clock), candidate(kemu, "b", b_clock)
+    a, b = candidate(kemu, namespace, "a", a_clock), candidate(kemu, namespace, "b", b_clock)
     assert a.try_acquire_or_renew(5) is True  # created
-    held = lease(kemu).spec
+    held = leadership_record(kemu, namespace).spec
     assert (held.holder_identity, held.lease_duration_seconds, held.lease_transitions) == ("a", 15, 0)
 
     assert b.try_acquire_or_renew(5) is False and b.holder == "a"
     b_clock.now += 14.9
-    assert b.try_acquire_or_renew(5) is False  # not yet a lease duration since b first saw this record
+    assert b.try_acquire_or_renew(5) is False  # not yet a leadership duration since b first saw this record
     assert a.try_acquire_or_renew(5) is True  # a renews: a new record...
     b_clock.now += 1.0
     assert b.try_acquire_or_renew(5) is False  # ...which b sees as changed: its wait starts again
     b_clock.now += 15.1
     assert b.try_acquire_or_renew(5) is True  # unrenewed for 15 s as b saw it: b takes it
-    taken = lease(kemu).spec
+    taken = leadership_record(kemu, namespace).spec
     assert (taken.holder_identity, taken.lease_transitions) == ("b", 1)
     assert a.try_acquire_or_renew(5) is False and a.holder == "b"  # and a cannot renew any more
 
 
-def test_every_write_is_conditional_so_two_candidates_never_both_win(kemu) -> None:
-    a, b = candidate(kemu, "a"), candidate(kemu, "b")
+def test_every_write_is_conditional_so_two_candidates_never_both_win(kemu, namespace) -> None:
+    a, b = candidate(kemu, namespace, "a"), candidate(kemu, namespace, "b")
     assert a.try_acquire_or_renew(5) is True
     api = coordination(kemu)
-    stale = lease(kemu)
+    stale = leadership_record(kemu, namespace)
     assert a.try_acquire_or_renew(5) is True  # a renews after the read above
     stale.spec.holder_identity = "b"
     with pytest.raises(client.ApiException) as conflict:
-        api.replace_namespaced_lease("gym-gym-checkpoint-operator", "default", stale)
+        api.replace_namespaced_lease(NAME, namespace, stale)
     assert conflict.value.status == 409  # the read's resourceVersion is old: no overwrite
     stale.metadata.resource_version = None
     with pytest.raises(client.ApiException) as unconditional:
-        api.replace_namespaced_lease("gym-gym-checkpoint-operator", "default", stale)
+        api.replace_namespaced_lease(NAME, namespace, stale)
     assert unconditional.value.status == 422 and "must be specified for an update" in unconditional.value.body
-    assert lease(kemu).spec.holder_identity == "a"
+    assert leadership_record(kemu, namespace).spec.holder_identity == "a"
     # a second create of the same Lease fails (409 AlreadyExists): b's first attempt reads, and then waits
     assert b.try_acquire_or_renew(5) is False
 
 
-def test_a_leader_whose_lease_another_holds_gives_up_at_once(kemu) -> None:
+def test_a_leader_whose_leadership_another_holds_gives_up_at_once(kemu, namespace) -> None:
     b_clock = Clock()
-    a = candidate(kemu, "a", lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
-    b = candidate(kemu, "b", b_clock, lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
+    a = candidate(kemu, namespace, "a", duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
+    b = candidate(kemu, namespace, "b", b_clock, duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
     stop = threading.Event()
     assert a.acquire(stop) and a.leader
     assert b.try_acquire_or_renew(5) is False
@@ -106,13 +117,13 @@ def test_a_leader_whose_lease_another_holds_gives_up_at_once(kemu) -> None:
     assert a_took.wait(30), "the leader never noticed the Lease was taken"
     stop.set()
     keeper.join(10)
-    assert lost == ["lost Lease default/gym-gym-checkpoint-operator: the Lease is held by b"]
+    assert lost == [f"lost Lease {namespace}/{NAME}: the Lease is held by b"]
     assert a.leader is False
 
 
-def test_a_leader_that_cannot_reach_the_api_gives_up_after_the_renew_deadline(kemu) -> None:
+def test_a_leader_that_cannot_reach_the_api_gives_up_after_the_renew_deadline(kemu, namespace) -> None:
     clock = Clock()
-    a = candidate(kemu, "a", clock, lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
+    a = candidate(kemu, namespace, "a", clock, duration_s=3, renew_deadline_s=2, retry_period_s=0.05)
     stop = threading.Event()
     assert a.acquire(stop)
     with socket.socket() as closed:  # a port nothing listens on: the API server is out of reach
@@ -132,25 +143,25 @@ def test_a_leader_that_cannot_reach_the_api_gives_up_after_the_renew_deadline(ke
     keeper.join(30)
     stop.set()
     assert not keeper.is_alive() and len(lost) == 1, lost
-    assert lost[0].startswith("lost Lease default/gym-gym-checkpoint-operator: renewing failed")
+    assert lost[0].startswith(f"lost Lease {namespace}/{NAME}: renewing failed")
 
 
-def test_a_released_lease_is_taken_at_once(kemu) -> None:
-    a, b = candidate(kemu, "a"), candidate(kemu, "b")
+def test_a_released_leadership_is_taken_at_once(kemu, namespace) -> None:
+    a, b = candidate(kemu, namespace, "a"), candidate(kemu, namespace, "b")
     stop = threading.Event()
     assert a.acquire(stop)
     assert b.try_acquire_or_renew(5) is False
     a.release()
-    released = lease(kemu).spec
+    released = leadership_record(kemu, namespace).spec
     assert released.holder_identity is None and released.lease_duration_seconds == 1
     assert b.try_acquire_or_renew(5) is True  # no waiting: nobody holds it
-    assert lease(kemu).spec.holder_identity == "b"
+    assert leadership_record(kemu, namespace).spec.holder_identity == "b"
 
 
 def test_settings_refuse_a_renew_deadline_a_standby_could_overtake() -> None:
     env = {"GYMCKPT_RELEASE": "gym", "POD_NAME": "gym-operator-abc", "GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS": "20"}
-    with pytest.raises(SpecError, match=re.escape("need lease duration > renew deadline > 1.2 x retry period")):
-        ElectionSettings.from_env("default", env)
-    ok = ElectionSettings.from_env("default", {k: v for k, v in env.items() if "RENEW" not in k})
-    assert ok.lease_name == "gym-gym-checkpoint-operator" and ok.identity.startswith("gym-operator-abc_")
-    assert (ok.lease_duration_s, ok.renew_deadline_s, ok.retry_period_s) == (15, 10, 2)
+    with pytest.raises(SpecError, match=re.escape("need leadership duration > renew deadline > 1.2 x retry period")):
+        LeadershipSettings.from_env("default", env)
+    ok = LeadershipSettings.from_env("default", {k: v for k, v in env.items() if "RENEW" not in k})
+    assert ok.name == "gym-gym-checkpoint-operator" and ok.identity.startswith("gym-operator-abc_")
+    assert (ok.duration_s, ok.renew_deadline_s, ok.retry_period_s) == (15, 10, 2)

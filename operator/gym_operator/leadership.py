@@ -1,20 +1,22 @@
-"""Leader election: of a release's operator replicas, only the holder of a ``coordination.k8s.io/v1`` Lease acts.
+"""Leadership: of a release's operator replicas, only the holder of the Kubernetes Lease (``coordination.k8s.io/v1``)
+acts.
 
-The operator's replicas (:mod:`gym_operator.main`) each run a candidate; the one holding the Lease runs kopf (the
-handlers, so the coordinator), the others stand by, answering their liveness probe and retrying the Lease:
+The operator's replicas (:mod:`gym_operator.main`) each run a candidate; the one holding the Kubernetes Lease runs
+kopf (the handlers, so the coordinator), the others stand by, answering their liveness probe and retrying:
 
 - A candidate takes the Lease when it has no holder, or when its record (its ``resourceVersion``) has not changed
-  for ``leaseDurationSeconds`` as the candidate itself has watched it. Only the candidate's own monotonic clock
-  is used: the holder's ``renewTime`` is another machine's clock and is never compared with this one.
+  for the leadership's duration (the Lease's ``leaseDurationSeconds``) as the candidate itself has watched it. Only
+  the candidate's own monotonic clock is used: the holder's ``renewTime`` is another machine's clock and is never
+  compared with this one.
 - Every write is conditional: the create fails with 409 AlreadyExists when another candidate created it first,
   the update carries the ``resourceVersion`` read and fails with 409 Conflict when anyone wrote in between.
   Two candidates can therefore never both hold the Lease.
 - The holder renews every ``retry_period_s``. When no renewal succeeded for ``renew_deadline_s`` (shorter than
-  the lease duration), or the Lease names another holder, it has lost the Lease: the process exits at once
+  the leadership's duration), or the Lease names another holder, it has lost the Lease: the process exits at once
   (:data:`EXIT_LOST`), before any other candidate may take it, so a stalled or partitioned leader stops acting
   before a new one starts. Renewal runs on its own thread, so a busy event loop cannot delay it.
 - A holder stopping normally (SIGTERM: a rolling update, a drain) releases the Lease: a standby takes it at its
-  next retry instead of waiting out the lease duration.
+  next retry instead of waiting out the leadership's duration.
 
 What a new leader finds half done (a Checkpoint or Restore left in ``Preparing`` by the old one) it carries on
 under the same transaction id; the coordinator and the servers are idempotent per id (``docs/protocol.md``).
@@ -48,40 +50,43 @@ EXIT_LOST = 3
 JITTER = 0.2
 
 
-class ElectionSettings(BaseModel):
-    """Which Lease, who this candidate is, and client-go's three durations (its defaults: 15 s, 10 s, 2 s)."""
+class LeadershipSettings(BaseModel):
+    """Which Kubernetes Lease, who this candidate is, and client-go's three durations (its defaults: 15 s, 10 s,
+    2 s)."""
 
     model_config = ConfigDict(frozen=True)
 
     namespace: str = Field(min_length=1)
-    lease_name: str = Field(min_length=1, description="GYMCKPT_LEADER_LEASE: the Lease's name (the chart's)")
+    name: str = Field(min_length=1, description="GYMCKPT_LEADER_LEASE: the Kubernetes Lease's name (the chart's)")
     identity: str = Field(min_length=1, description="this candidate: its pod name and a random suffix")
-    lease_duration_s: float = Field(default=15.0, gt=0, description="GYMCKPT_LEADER_LEASE_SECONDS")
+    duration_s: float = Field(
+        default=15.0, gt=0, description="GYMCKPT_LEADER_LEASE_SECONDS: how long a leadership lasts unrenewed"
+    )
     renew_deadline_s: float = Field(default=10.0, gt=0, description="GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS")
     retry_period_s: float = Field(default=2.0, gt=0, description="GYMCKPT_LEADER_RETRY_SECONDS")
 
     @model_validator(mode="after")
-    def _ordered(self) -> ElectionSettings:
-        if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s * (1 + JITTER):
+    def _ordered(self) -> LeadershipSettings:
+        if not self.duration_s > self.renew_deadline_s > self.retry_period_s * (1 + JITTER):
             raise ValueError(
-                "need lease duration > renew deadline > 1.2 x retry period (a leader must give up before anyone "
-                f"may take its lease), got {self.lease_duration_s:g}s, {self.renew_deadline_s:g}s, "
+                "need leadership duration > renew deadline > 1.2 x retry period (a leader must give up before anyone "
+                f"may take over), got {self.duration_s:g}s, {self.renew_deadline_s:g}s, "
                 f"{self.retry_period_s:g}s"
             )
         return self
 
     @classmethod
-    def from_env(cls, namespace: str, env: Mapping[str, str] | None = None) -> ElectionSettings:
+    def from_env(cls, namespace: str, env: Mapping[str, str] | None = None) -> LeadershipSettings:
         env = os.environ if env is None else env
         release = env.get("GYMCKPT_RELEASE") or ""
         pod = env.get("POD_NAME") or socket.gethostname()
         fields: dict[str, Any] = {
             "namespace": namespace,
-            "lease_name": env.get("GYMCKPT_LEADER_LEASE") or (f"{release}-gym-checkpoint-operator" if release else ""),
+            "name": env.get("GYMCKPT_LEADER_LEASE") or (f"{release}-gym-checkpoint-operator" if release else ""),
             "identity": f"{pod}_{uuid.uuid4().hex[:10]}",
         }
         for key, name in (
-            ("lease_duration_s", "GYMCKPT_LEADER_LEASE_SECONDS"),
+            ("duration_s", "GYMCKPT_LEADER_LEASE_SECONDS"),
             ("renew_deadline_s", "GYMCKPT_LEADER_RENEW_DEADLINE_SECONDS"),
             ("retry_period_s", "GYMCKPT_LEADER_RETRY_SECONDS"),
         ):
@@ -100,12 +105,13 @@ def _micro_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class Elector:
-    """One candidate for one Lease. :meth:`acquire` blocks until it holds it; :meth:`keep` renews it."""
+class Leadership:
+    """One candidate for the leadership of a release (its Kubernetes Lease). :meth:`acquire` blocks until it holds
+    it; :meth:`keep` renews it."""
 
     def __init__(
         self,
-        settings: ElectionSettings,
+        settings: LeadershipSettings,
         api: client.CoordinationV1Api,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -118,24 +124,24 @@ class Elector:
 
     # --- one attempt ------------------------------------------------------------------------------------
 
-    def _observe(self, lease: client.V1Lease, now: float) -> None:
-        version = lease.metadata.resource_version if lease.metadata else None
+    def _observe(self, record: client.V1Lease, now: float) -> None:
+        version = record.metadata.resource_version if record.metadata else None
         if version != self._observed_version:
             self._observed_version, self._observed_at = version, now
-        self.holder = lease.spec.holder_identity if lease.spec else None
+        self.holder = record.spec.holder_identity if record.spec else None
 
     def try_acquire_or_renew(self, timeout_s: float) -> bool:
         """One conditional read-and-write: True when this candidate holds the Lease afterwards."""
         s = self.settings
         now, stamp = self.clock(), _micro_now()
-        duration = math.ceil(s.lease_duration_s)
+        duration = math.ceil(s.duration_s)
         try:
-            lease = self.api.read_namespaced_lease(s.lease_name, s.namespace, _request_timeout=timeout_s)
+            record = self.api.read_namespaced_lease(s.name, s.namespace, _request_timeout=timeout_s)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=s.lease_name, namespace=s.namespace),
+                metadata=client.V1ObjectMeta(name=s.name, namespace=s.namespace),
                 spec=client.V1LeaseSpec(
                     holder_identity=s.identity,
                     lease_duration_seconds=duration,
@@ -152,19 +158,19 @@ class Elector:
                 raise
             self._observe(created, now)
             return True
-        self._observe(lease, now)
-        spec = lease.spec or client.V1LeaseSpec()
+        self._observe(record, now)
+        spec = record.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or ""
         held_for = spec.lease_duration_seconds or duration
         if holder and holder != s.identity and now < self._observed_at + held_for:
-            return False  # another holder, whose record changed less than a lease duration ago (as seen here)
+            return False  # another holder, whose record changed less than a leadership's duration ago (seen here)
         if holder != s.identity:
             spec.acquire_time = stamp
             spec.lease_transitions = (spec.lease_transitions or 0) + (1 if holder else 0)
         spec.holder_identity, spec.renew_time, spec.lease_duration_seconds = s.identity, stamp, duration
-        lease.spec = spec
-        try:  # lease.metadata.resourceVersion makes this conditional: 409 when anyone wrote since the read
-            updated = self.api.replace_namespaced_lease(s.lease_name, s.namespace, lease, _request_timeout=timeout_s)
+        record.spec = spec
+        try:  # record.metadata.resourceVersion makes this conditional: 409 when anyone wrote since the read
+            updated = self.api.replace_namespaced_lease(s.name, s.namespace, record, _request_timeout=timeout_s)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -186,15 +192,15 @@ class Elector:
                 if self.try_acquire_or_renew(timeout_s=s.renew_deadline_s):
                     self.leader, self._renewed_at = True, self.clock()
                     log.info(
-                        f"became the leader: holding Lease {s.namespace}/{s.lease_name} as {s.identity}",
-                        extra={"lease": s.lease_name, "identity": s.identity, "leader": True},
+                        f"became the leader: holding Lease {s.namespace}/{s.name} as {s.identity}",
+                        extra={"leadership": s.name, "identity": s.identity, "leader": True},
                     )
                     return True
-                note = f"standing by: Lease {s.namespace}/{s.lease_name} is held by {self.holder}"
+                note = f"standing by: Lease {s.namespace}/{s.name} is held by {self.holder}"
             except Exception as exc:  # no answer, 5xx, 403: keep trying, say why once
-                note = f"standing by: Lease {s.namespace}/{s.lease_name} could not be read or written ({exc})"
+                note = f"standing by: Lease {s.namespace}/{s.name} could not be read or written ({exc})"
             if note != said:
-                log.info(note, extra={"lease": s.lease_name, "identity": s.identity, "holder": self.holder})
+                log.info(note, extra={"leadership": s.name, "identity": s.identity, "holder": self.holder})
                 said = note
             self._pause(stop)
         return False
@@ -225,24 +231,24 @@ class Elector:
                 stop.wait(min(s.retry_period_s / 4, max(deadline - self.clock(), 0)))
             if why and not stop.is_set():
                 self.leader = False
-                lost(f"lost Lease {s.namespace}/{s.lease_name}: {why}")
+                lost(f"lost Lease {s.namespace}/{s.name}: {why}")
                 return
 
     def release(self) -> None:
-        """Give the Lease up (holder cleared), if this candidate holds it; best effort."""
+        """Give the leadership up (holder cleared), if this candidate holds it; best effort."""
         if not self.leader:
             return
         self.leader = False
         s = self.settings
         try:
-            lease = self.api.read_namespaced_lease(s.lease_name, s.namespace, _request_timeout=s.renew_deadline_s)
-            if lease.spec is None or lease.spec.holder_identity != s.identity:
+            record = self.api.read_namespaced_lease(s.name, s.namespace, _request_timeout=s.renew_deadline_s)
+            if record.spec is None or record.spec.holder_identity != s.identity:
                 return
             stamp = _micro_now()
-            lease.spec.holder_identity = None
-            lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = lease.spec.acquire_time = stamp
-            self.api.replace_namespaced_lease(s.lease_name, s.namespace, lease, _request_timeout=s.renew_deadline_s)
-            log.info(f"released Lease {s.namespace}/{s.lease_name}", extra={"lease": s.lease_name})
+            record.spec.holder_identity = None
+            record.spec.lease_duration_seconds = 1
+            record.spec.renew_time = record.spec.acquire_time = stamp
+            self.api.replace_namespaced_lease(s.name, s.namespace, record, _request_timeout=s.renew_deadline_s)
+            log.info(f"released Lease {s.namespace}/{s.name}", extra={"leadership": s.name})
         except Exception as exc:
-            log.warning(f"releasing Lease {s.namespace}/{s.lease_name} failed ({exc}); it expires by itself")
+            log.warning(f"releasing Lease {s.namespace}/{s.name} failed ({exc}); it expires by itself")

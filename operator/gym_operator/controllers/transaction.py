@@ -1,0 +1,277 @@
+"""The daemon of one Checkpoint or Restore: wait for the stack, set up, run the coordinator, write the outcome.
+
+Why daemons: kopf handles one object's events one at a time, so a long ``on.create`` handler never sees its object
+being deleted. A daemon runs beside the object's event handling; deleting the object signals it (kopf's finalizer
+keeps the object until it exits), and the transaction is cancelled: aborted at once, every server reopened
+(``docs/protocol.md``, "Kubernetes").
+
+- One Checkpoint or Restore runs at a time per stack; a later one waits in ``Pending``.
+- Status and Events are best-effort (:mod:`gym_operator.writer`, kopf's event poster): a failed write is retried,
+  never changing what the transaction does.
+- An operator restarted mid-transaction, or a standby that took the Kubernetes Lease from a dead leader, runs the
+  daemon again: the coordinator is idempotent per checkpoint (and restore) id, so it finishes or aborts the same
+  transaction (Event ``TakenOver``); the servers' pause leases cover the time no operator runs.
+
+:mod:`.checkpoint` and :mod:`.restore` each give :func:`run_once` what differs: how to set up (find the checkpoint,
+the storage location, the participants) and the coordinator call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+import kopf
+
+from gym_operator.controllers.context import FINAL, Context, Refused, StackLock, Wait, discover, storage_access
+from gym_operator.discovery import DiscoveryError, ReplicaCountMismatch, StackRolling
+from gym_operator.kube import KubeError, Unavailable
+from gym_operator.specs import CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
+from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
+from gym_operator.writer import StatusWriter
+from gym_services.base.backoff import Backoff
+from gym_services.control.storage import StorageError
+from gym_services.coordination.client import ControlClient, ParticipantRef
+from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
+
+log = logging.getLogger("gym.operator")
+
+S = TypeVar("S", CheckpointSpec, RestoreSpec)
+P = TypeVar("P")
+
+#: seconds the operator keeps retrying the Kubernetes API before a transaction starts
+SETUP_PATIENCE_S = 120.0
+#: how often setup asks again while it is told to wait (a pod not ready yet, ...)
+SETUP_WAIT_POLL_S = 2.0
+#: seconds a final status keeps being retried before the daemon gives up (a restarted operator writes it)
+FINAL_WRITE_PATIENCE_S = 300.0
+
+Setup = Callable[[], Awaitable[P]]
+Work = Callable[[P, asyncio.Event], Coroutine[Any, Any, TransactionResult]]
+
+
+def deleted(stopped: kopf.DaemonStopped) -> bool:
+    """Whether a daemon was stopped because its resource was deleted (not because the operator stops)."""
+    return bool(stopped.reason is not None and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+
+
+class Transaction(Generic[P]):
+    """One Checkpoint or Restore resource: its status writer, events and the stack lock."""
+
+    def __init__(self, kind: str, plural: str, selector: SelectorSpec, context: Context, body: kopf.Body) -> None:
+        meta = body.get("metadata") or {}
+        self.kind, self.plural = kind, plural
+        self.name: str = meta["name"]
+        self.namespace: str = meta["namespace"]
+        self.uid: str = meta["uid"]
+        self.selector, self.context, self.body = selector, context, body
+        context.namespaces.add(self.namespace)
+        status = dict(body.get("status") or {})
+        self.writer = StatusWriter(context.kube, plural, self.namespace, self.name, meta.get("generation"), status)
+        self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
+        self.cancelled = False
+        self.rolling_since: float | None = None  # when discovery first found the stack rolling out
+
+    @property
+    def phase(self) -> str | None:
+        phase = self.writer.status.get("phase")
+        return None if phase is None else str(phase)
+
+    @property
+    def final(self) -> bool:
+        return self.phase in FINAL
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        """A Kubernetes Event on the resource (kopf posts it in the background, retrying)."""
+        (kopf.warn if warning else kopf.info)(self.body, reason=reason, message=message[:1024])
+
+    def fail(self, reason: str, message: str) -> None:
+        self.writer.write(failed_status(reason, message, self.writer.generation, **self.fields))
+        self.event(reason, message, warning=True)
+
+    async def sink(self, phase: TransactionPhase, detail: dict[str, Any]) -> None:
+        """Coordinator progress -> status phase and an Event (reason: the phase). Never blocks, never raises."""
+        if phase.final:
+            return  # the final status carries the outcome
+        message = f"{phase.lower()}" + (f": {detail['error']}" if "error" in detail else "")
+        self.writer.write(progress_status(phase, message, self.writer.generation, **self.fields))
+        self.event(phase.value, message, warning=phase is TransactionPhase.ABORTING)
+
+    def finish(self, result: TransactionResult) -> None:
+        final = {**result_status(result, self.writer.generation), "startTime": self.fields["startTime"]}
+        if not result.completed and self.cancelled:
+            message = f"the {self.kind} was deleted before it completed; every participant touched was aborted"
+            final = {
+                **failed_status("Deleted", message, self.writer.generation, **self.fields),
+                **{k: v for k, v in final.items() if k not in ("phase", "reason", "message", "conditions")},
+            }
+        self.writer.write(final)
+        if result.completed:
+            self.event("Completed", final["message"])
+        else:
+            self.event(final["reason"], final["message"], warning=True)
+
+    async def coordinator(
+        self, participants: list[ParticipantRef], storage: StorageLocation, client: ControlClient
+    ) -> Coordinator:
+        try:
+            config, access = await storage_access(storage, self.namespace, self.context.kube, self.context.settings)
+        except LookupError as exc:
+            raise Refused("CredentialsNotFound", str(exc)) from None
+        return Coordinator(participants, client, storage_config=config, participant_storage=access, on_event=self.sink)
+
+    async def participants(self) -> list[ParticipantRef]:
+        """The stack's pods; while they roll out (a ``helm upgrade``, a pod replaced), wait in Pending with reason
+        ``WaitingForRollout`` for at most the operator's rollout patience, then fail with reason ``StackRolling``."""
+        loop = asyncio.get_running_loop()
+        try:
+            found = await discover(self.namespace, self.selector, self.context)
+        except StackRolling as exc:
+            self.rolling_since = self.rolling_since or loop.time()
+            patience = self.context.settings.rollout_patience_s
+            if loop.time() - self.rolling_since > patience:
+                raise Refused(
+                    "StackRolling", f"the stack did not settle in {patience:g}s: {exc}; try again once it has"
+                ) from None
+            raise Wait("WaitingForRollout", f"waiting for the stack's pods to settle: {exc}") from None
+        except ReplicaCountMismatch as exc:
+            raise Refused("ReplicaCountMismatch", str(exc)) from None
+        except DiscoveryError as exc:
+            raise Refused("NoParticipants", str(exc)) from None
+        if self.rolling_since is not None:
+            self.event("Settled", f"the stack's pods settled: {len(found)} participants")
+        return found
+
+    async def _setup(self, stopped: kopf.DaemonStopped, setup: Setup[P]) -> P | None:
+        """``setup`` (reads from the Kubernetes API, nothing sent to a server yet), retried while the API does
+        not answer or while it says to wait; None when stopped meanwhile."""
+        api = Backoff(0.5, 10.0, SETUP_PATIENCE_S)
+        while not stopped.is_set():
+            try:
+                return await setup()
+            except Unavailable as exc:
+                if not api.failed():
+                    raise Refused(
+                        "KubernetesAPIError", f"the Kubernetes API did not answer for {api.failing_s:.0f}s: {exc}"
+                    ) from None
+                delay = api.wait_s()
+                log.warning(f"{self.kind} {self.name}: {exc}; retrying in {delay:.1f}s")
+            except Wait as exc:
+                api.reset()  # the API answered
+                if self.writer.status.get("message") != exc.message:
+                    self.writer.write(pending_status(exc.reason, exc.message, self.writer.generation))
+                    self.event("Waiting", exc.message)
+                delay = SETUP_WAIT_POLL_S
+            await stopped.wait(delay)
+        return None
+
+    async def _wait_for_stack(self, stopped: kopf.DaemonStopped, lock: StackLock) -> None:
+        """Pending (reason ``WaitingForStack``) while another transaction runs on the stack."""
+        while lock.locked() and not stopped.is_set():
+            message = f"waiting: {lock.holder} is running on this stack"
+            if self.writer.status.get("message") != message:
+                self.writer.write(pending_status("WaitingForStack", message, self.writer.generation))
+                self.event("Waiting", message)
+            await stopped.wait(1.0)
+
+    def _deleted_before_start(self, stopped: kopf.DaemonStopped) -> None:
+        if deleted(stopped):
+            self.cancelled = True
+            self.fail("Deleted", f"the {self.kind} was deleted before it started")
+
+    async def run(self, stopped: kopf.DaemonStopped, setup: Setup[P], work: Work[P]) -> None:
+        """Wait for the stack (Pending), ``setup``, then ``work`` holding the stack's lock.
+
+        Deleting the resource sets the cancel event ``work`` receives (the coordinator aborts); the
+        operator stopping interrupts ``work`` without aborting (a restarted operator repeats it).
+        """
+        lock = self.context.locks.setdefault(self.context.stack_key(self.namespace, self.selector), StackLock())
+        await self._wait_for_stack(stopped, lock)
+        if stopped.is_set():
+            self._deleted_before_start(stopped)
+            return
+        async with lock:
+            lock.holder = f"{self.kind} {self.name}"
+            try:
+                prepared = await self._setup(stopped, setup)
+                if prepared is None:
+                    self._deleted_before_start(stopped)
+                    return
+                cancel = asyncio.Event()
+                task = asyncio.create_task(work(prepared, cancel), name=f"{self.kind} {self.name}")
+                stop = asyncio.ensure_future(stopped.wait())
+                try:
+                    await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                if not task.done():
+                    if deleted(stopped):
+                        self.cancelled = True
+                        cancel.set()  # the coordinator aborts what it touched and returns a failed result
+                    else:
+                        task.cancel()  # the operator stops: leave the servers to the next operator or their leases
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+                        log.info(f"{self.kind} {self.name}: interrupted, the operator is stopping")
+                        return
+                self.finish(await task)
+            except Refused as exc:
+                self.fail(exc.reason, exc.message)
+            except StorageError as exc:
+                self.fail("StorageError", str(exc))
+            except KubeError as exc:
+                self.fail("KubernetesAPIError", str(exc))
+
+    async def settle(self, stopped: kopf.DaemonStopped) -> None:
+        """Wait until the status written so far is in (retrying), or the resource is gone, or the operator stops."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FINAL_WRITE_PATIENCE_S
+        while not await self.writer.flush(timeout_s=1.0):
+            if self.writer.gone or loop.time() > deadline:
+                break
+            if stopped.is_set() and not deleted(stopped):
+                break
+        if not self.writer.gone and self.writer.status != self.writer.written:
+            log.error(f"{self.kind} {self.name}: its status could not be written; a restarted operator writes it")
+        await self.writer.close()
+
+
+def parse(model: type[S], spec: Any) -> tuple[S | None, str]:
+    """The parsed spec, or None and why (the transaction then fails with reason InvalidSpec)."""
+    try:
+        return model.parse(spec), ""
+    except SpecError as exc:
+        return None, str(exc)
+
+
+def invalid(why: str) -> Setup[Any]:
+    """The setup of a resource whose spec is invalid: it ends in Failed with reason InvalidSpec."""
+
+    async def setup() -> Any:
+        raise Refused("InvalidSpec", why)
+
+    return setup
+
+
+async def run_once(tx: Transaction[P], stopped: kopf.DaemonStopped, setup: Setup[P], work: Work[P]) -> None:
+    """Run a transaction once (a final one is not run again), then settle its status."""
+    done = tx.context.running.setdefault(tx.uid, asyncio.Event())
+    done.clear()
+    left = tx.phase
+    if left is not None and left not in FINAL and left != TransactionPhase.PENDING:
+        # an earlier operator (a leader that died, or this process before a restart) left it mid-transaction
+        message = (
+            f"carrying on the {tx.kind} an earlier operator left in {left}: the same transaction id, so "
+            f"what the servers already did is not done again (operator {tx.context.identity})"
+        )
+        log.info(f"{tx.kind} {tx.name}: {message}")
+        tx.event("TakenOver", message)
+    try:
+        if not tx.final:
+            await tx.run(stopped, setup, work)
+        await tx.settle(stopped)
+    finally:
+        done.set()

@@ -151,7 +151,8 @@ def statefulset_of(pod: Any) -> str | None:
     """The StatefulSet that owns the pod, if one does."""
     for owner in _get(pod, "metadata", "owner_references") or []:
         if _get(owner, "kind") == "StatefulSet":
-            return _get(owner, "name")
+            name = _get(owner, "name")
+            return None if name is None else str(name)
     return None
 
 

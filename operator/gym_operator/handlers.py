@@ -1,6 +1,7 @@
 """Every kopf handler of the operator, in one place: what kopf calls, on which resource, and the controller of
 :mod:`gym_operator.controllers` (one module per lifecycle) that does the work.
 
+- :func:`login` (``on.login``): the pod's service account, else the kubeconfig.
 - :func:`startup` (``on.startup``): the settings, the Kubernetes client, the CRD check.
 - :func:`checkpoint_daemon` (a ``daemon`` per Checkpoint): its transaction (:mod:`.controllers.checkpoint`).
 - :func:`checkpoint_expiry` (a ``daemon`` per Checkpoint): once the transaction ended, ``spec.ttl``

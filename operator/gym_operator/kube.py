@@ -18,11 +18,12 @@ import contextlib
 import datetime
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 GROUP = "gym-checkpoint.dev"
 VERSION = "v1alpha1"
@@ -91,7 +92,7 @@ class Kube:
     def connect(cls) -> Kube:
         return cls(api_client())
 
-    async def _call(self, what: str, fn, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return await asyncio.to_thread(fn, *args, _request_timeout=CALL_TIMEOUT_S, **kwargs)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
@@ -141,7 +142,7 @@ class Kube:
 
     async def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(
+            found = await self._call(
                 f"get {plural} {name}",
                 self.custom.get_namespaced_custom_object,
                 GROUP,
@@ -152,6 +153,7 @@ class Kube:
             )
         except Gone:
             return None
+        return dict(found)
 
     async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         found = await self._call(

@@ -17,7 +17,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -35,7 +35,7 @@ class _Spec(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
 
     @classmethod
-    def parse(cls, spec: Mapping[str, Any] | None):
+    def parse(cls, spec: Mapping[str, Any] | None) -> Self:
         try:
             return cls.model_validate(dict(spec or {}))
         except ValidationError as exc:

@@ -48,7 +48,7 @@ class StatusWriter:
         self._changed = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def status(self) -> dict[str, Any]:

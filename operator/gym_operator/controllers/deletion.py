@@ -125,7 +125,7 @@ async def checkpoint_deleted(body: kopf.Body, retry: int, context: Context) -> N
     readers = [
         r["metadata"]["name"]
         for r in await context.kube.list_objects("restores", namespace)
-        if _reads(r, meta["name"], checkpoint_id, spec.storage_location)
+        if restore_reads(r, meta["name"], checkpoint_id, spec.storage_location)
     ]
     if readers:
         message = f"not deleting checkpoint {checkpoint_id} while Restore {', '.join(sorted(readers))} reads it"
@@ -134,7 +134,7 @@ async def checkpoint_deleted(body: kopf.Body, retry: int, context: Context) -> N
     await _delete_stored(body, spec, status, retry, context)
 
 
-def _reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str) -> bool:
+def restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str) -> bool:
     """Whether a Restore that has not ended reads this Checkpoint (by name, or by id and storage location)."""
     if (restore.get("status") or {}).get("phase") in FINAL:
         return False

@@ -1,0 +1,120 @@
+"""Where a Restore reads from (gym_operator.controllers.restore.source), against the emulator with the operator's
+own Kubernetes client: a Checkpoint by name (completed, of the same release, not being deleted, still at the
+location it was written to) or a checkpoint id in a storage location the admin defined. Every other case is
+refused with its reason (the Restore then ends Failed), or waits (a Checkpoint not completed yet)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from tests.operator.harness import RELEASE, Kubectl, apply, checkpoint_doc, install_crds
+
+from gym_operator.controllers.context import Context, Refused, Wait
+from gym_operator.controllers.restore import source
+from gym_operator.kube import Kube
+from gym_operator.specs import OperatorSettings, RestoreSpec
+
+pytestmark = pytest.mark.k8s
+DEFAULT_URL = "s3://bucket/checkpoints"
+ELSEWHERE_URL = "s3://elsewhere/checkpoints"
+
+
+@pytest.fixture
+def kemu(kemu_shared: Any) -> Any:
+    """This file's tests share one emulator, each in its own namespace."""
+    return kemu_shared
+
+
+@pytest.fixture
+def restore_source(kemu: Any, kubectl: Kubectl, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``source(spec)`` as the operator of release RELEASE runs it in the test's namespace (locations ``default``
+    and ``elsewhere``); the CRDs are installed."""
+    install_crds(kemu, kubectl)
+    monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    settings = OperatorSettings.from_env(
+        {
+            "GYMCKPT_CONTROL_TOKEN": "t",
+            "GYMCKPT_RELEASE": RELEASE,
+            "GYMCKPT_STORAGE": DEFAULT_URL,
+            "GYMCKPT_STORAGE_LOCATIONS": json.dumps({"elsewhere": {"url": ELSEWHERE_URL}}),
+        }
+    )
+    context = Context(settings, Kube.connect())
+
+    def run(**spec: Any) -> tuple[str, str]:
+        checkpoint_id, location = asyncio.run(
+            source(RestoreSpec.parse({"release": RELEASE, **spec}), namespace, context)
+        )
+        return checkpoint_id, location.name
+
+    return run
+
+
+def checkpoint(kubectl: Kubectl, name: str, status: dict[str, Any] | None, **spec: Any) -> None:
+    """A Checkpoint with the status its operator would have written (no operator runs here)."""
+    apply(kubectl, checkpoint_doc(name, **spec))
+    if status is not None:
+        patch = json.dumps({"status": status})
+        kubectl("patch", "checkpoint", name, "--subresource=status", "--type=merge", "-p", patch)
+
+
+def completed(name: str, location: str = DEFAULT_URL) -> dict[str, Any]:
+    return {"phase": "Completed", "reason": "Completed", "checkpointId": f"{name}-0000abcd", "location": location}
+
+
+def refused(run: Any, **spec: Any) -> Refused:
+    with pytest.raises(Refused) as caught:
+        run(**spec)
+    return caught.value
+
+
+def test_a_completed_checkpoint_of_the_release_is_read_where_it_was_written(restore_source, kubectl) -> None:
+    checkpoint(kubectl, "done", completed("done"))
+    checkpoint(kubectl, "moved", completed("moved", ELSEWHERE_URL), storageLocation="elsewhere")
+    assert restore_source(checkpointRef={"name": "done"}) == ("done-0000abcd", "default")
+    assert restore_source(checkpointRef={"name": "moved"}) == ("moved-0000abcd", "elsewhere")
+
+
+def test_a_checkpoint_that_cannot_be_restored_is_refused_with_its_reason(restore_source, kubectl) -> None:
+    checkpoint(kubectl, "theirs", completed("theirs"), release="another")
+    checkpoint(kubectl, "failed", {"phase": "Failed", "reason": "Blocked"})
+    checkpoint(kubectl, "relocated", completed("relocated", "s3://bucket/before-the-admin-moved-it"))
+    cases = {
+        "missing": ("CheckpointNotFound", "does not exist"),
+        "theirs": ("CheckpointOfAnotherRelease", "belongs to release another"),
+        "failed": ("CheckpointFailed", "failed; nothing to restore"),
+        "relocated": ("StorageLocationChanged", f"storage location default is now {DEFAULT_URL}"),
+    }
+    for name, (reason, message) in cases.items():
+        refusal = refused(restore_source, checkpointRef={"name": name})
+        assert (refusal.reason, message in refusal.message) == (reason, True), (name, refusal.message)
+
+
+def test_a_checkpoint_being_deleted_is_refused(restore_source, kubectl) -> None:
+    checkpoint(kubectl, "going", completed("going"))
+    hold = json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})
+    kubectl("patch", "checkpoint", "going", "--type=merge", "-p", hold)
+    kubectl("delete", "checkpoint", "going", "--wait=false")
+    assert refused(restore_source, checkpointRef={"name": "going"}).reason == "CheckpointDeleted"
+    kubectl("patch", "checkpoint", "going", "--type=merge", "-p", json.dumps({"metadata": {"finalizers": None}}))
+
+
+def test_a_checkpoint_not_completed_yet_is_waited_for(restore_source, kubectl) -> None:
+    checkpoint(kubectl, "new", None)
+    checkpoint(kubectl, "running", {"phase": "Persisting", "checkpointId": "running-0000abcd"})
+    for name in ("new", "running"):
+        with pytest.raises(Wait) as waiting:
+            restore_source(checkpointRef={"name": name})
+        assert waiting.value.reason == "WaitingForCheckpoint" and name in waiting.value.message
+
+
+def test_a_checkpoint_id_is_read_from_the_storage_location_named(restore_source) -> None:
+    assert restore_source(checkpointId="c-1") == ("c-1", "default")
+    assert restore_source(checkpointId="c-1", storageLocation="elsewhere") == ("c-1", "elsewhere")
+    unknown = refused(restore_source, checkpointId="c-1", storageLocation="nowhere")
+    assert unknown.reason == "UnknownStorageLocation" and "(default, elsewhere)" in unknown.message
+    assert refused(restore_source).reason == "InvalidSpec"

@@ -1,10 +1,12 @@
 """A thin async wrapper over the Kubernetes Python client: the few calls the operator makes.
 
-Built once at startup by :mod:`gym_operator.handlers`, which is its only user. Every call it makes
-is one the chart's operator Role grants (``charts/gym-checkpoint/templates/operator.yaml``; kopf's
-own calls are listed there too): list pods and StatefulSets; get, list and delete Checkpoints; list Restores; patch
-their status; get the Secrets named in ``operator.credentialsSecrets``; read and renew its leader Lease; at shutdown,
-get its own Namespace and Deployment and patch the finalizers off its resources when the release is going away.
+Built once at startup by :mod:`gym_operator.handlers` and used by the controllers (:mod:`gym_operator.controllers`,
+through their shared context). Every call it makes is one the chart's operator Role grants
+(``charts/gym-checkpoint/templates/operator.yaml``; kopf's own calls, and the leadership's on its Kubernetes Lease
+(:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list and delete
+Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``; at
+shutdown, get its own Namespace and Deployment and patch the finalizers off its resources when the release is going
+away.
 
 Errors come out as :class:`Unavailable` (worth retrying: no answer, 409, 429, 5xx) or :class:`Gone`
 (404), so callers decide what a failed call means for them.

@@ -1,8 +1,8 @@
 """Checkpoint and Restore specs, and the operator's own settings, parsed once with every default.
 
-The kopf handlers (:mod:`gym_operator.handlers`) parse a resource's ``spec`` with
+The controllers (:mod:`gym_operator.controllers`) parse a resource's ``spec`` with
 :meth:`CheckpointSpec.parse` / :meth:`RestoreSpec.parse` and read only these models: every
-default (lease, prepare timeout, storage location, selector) is filled here, from the
+default (pause lease, prepare timeout, storage location, selector) is filled here, from the
 protocol's defaults (:mod:`gym_services.control.protocol`) and from :class:`OperatorSettings`.
 Field names follow the CRDs (``charts/gym-checkpoint/crds/``); the API server has already
 checked their schemas, so a spec failing here is a bug or a hand-edited object, and ends the

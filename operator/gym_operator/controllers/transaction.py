@@ -212,7 +212,7 @@ class Transaction(Generic[P]):
                         self.cancelled = True
                         cancel.set()  # the coordinator aborts what it touched and returns a failed result
                     else:
-                        task.cancel()  # the operator stops: leave the servers to the next operator or their leases
+                        task.cancel()  # the operator stops: the next operator, or the pause leases, end it
                         with contextlib.suppress(asyncio.CancelledError):
                             await task
                         log.info(f"{self.kind} {self.name}: interrupted, the operator is stopping")

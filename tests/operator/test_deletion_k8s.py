@@ -25,6 +25,7 @@ from tests.operator.harness import (
     completed_earlier,
     finalized,
     get,
+    gone,
     reasons_of,
     report_pause,
     status_of,
@@ -175,6 +176,28 @@ def test_ttl_deletes_the_checkpoint_and_with_the_delete_policy_its_data(
         assert dt.datetime.now(dt.UTC) >= created + dt.timedelta(seconds=8)
         assert not stored_objects(seaweed, location, checkpoint_id)
         assert {"Expired", "DataDeleted"} <= set(reasons_of(kubectl, "brief"))
+    finally:
+        stack.kill()
+
+
+def test_a_checkpoint_expires_only_once_its_transaction_has_ended(operator_env, kubectl, tmp_path) -> None:
+    """`spec.ttl` shorter than the transaction: the Checkpoint is not deleted mid-transaction (which would cancel it,
+    reason Deleted). Its transaction ends by itself first (Failed, reason Blocked: a live session holds the stack for
+    the 3 s prepare deadline), and then it expires."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "restart_only"})
+    stack.start()
+    stack.create_pods()
+    start_operator(stack)
+    try:
+        with httpx.Client(base_url=stack.url("counter-0")) as http:
+            http.post("/seed_session", json={"start": 1}, headers={"x-ng-rollout-id": "live"})
+        apply(kubectl, checkpoint_doc("short", prepareTimeoutSeconds=3, leaseSeconds=60, ttl="1s"))
+        wait_for(lambda: gone(kubectl, "checkpoint", "short"), timeout=40, what="the expired Checkpoint to be deleted")
+        wait_for(lambda: "Expired" in reasons_of(kubectl, "short"), what="the Expired Event")
+        reasons = reasons_of(kubectl, "short")
+        assert "Blocked" in reasons and "Deleted" not in reasons, reasons
+        assert admission_is_open(stack)
     finally:
         stack.kill()
 

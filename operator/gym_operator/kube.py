@@ -194,11 +194,12 @@ class Kube:
             return None
         return found.metadata is not None and found.metadata.deletion_timestamp is not None
 
-    async def remove_finalizer(self, plural: str, namespace: str, name: str, finalizer: str) -> bool:
-        """Take ``finalizer`` off an object (a merge patch carrying the resourceVersion it was read at: a concurrent
-        change is a 409, retried by the caller); False when the object is gone or does not carry it."""
-        found = await self.get_object(plural, namespace, name)
-        meta = (found or {}).get("metadata") or {}
+    async def remove_finalizer(self, plural: str, found: dict[str, Any], finalizer: str) -> bool:
+        """Take ``finalizer`` off an object as it was listed (a merge patch carrying the resourceVersion it was listed
+        at: a concurrent change is a 409, :class:`Unavailable`, and the caller lists it again; no ``get``, which the
+        chart's Role grants on Checkpoints only); False when the object is gone or does not carry it."""
+        meta = found.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
         finalizers = list(meta.get("finalizers") or [])
         if finalizer not in finalizers:
             return False

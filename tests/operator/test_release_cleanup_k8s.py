@@ -12,11 +12,26 @@ before it exits. So the CRDs and the namespace are deleted after the operator, n
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tests.operator.harness import GROUP, RELEASE, Operators, completed_earlier, finalized, resource, wait_for
+from tests.operator.harness import (
+    GROUP,
+    RELEASE,
+    Operators,
+    apply,
+    chart_operator_identity,
+    completed_earlier,
+    finalized,
+    own_by_statefulset,
+    phase,
+    resource,
+    running,
+    settle_statefulset,
+    wait_for,
+)
 
 pytestmark = pytest.mark.k8s
 DEPLOYMENT = f"{RELEASE}-gym-checkpoint-operator"
@@ -81,3 +96,47 @@ def test_deleting_the_namespace_completes(operators: Operators, kemu: Any, kubec
     assert operators.stop(proc) == 0
     kubectl("wait", "--for=delete", "namespace/team", "--timeout=60s", timeout=70)
     assert "namespace team is being deleted" in operators.log.read_text()
+
+
+def test_under_the_charts_role_an_uninstall_lets_go_of_a_restore_still_running(
+    operators: Operators, kemu: Any, kubectl: Any, namespace: str, tmp_path: Path
+) -> None:
+    """The operator under the chart's own Role (its ServiceAccount's token and settings): a Restore whose daemon
+    still runs at `helm uninstall` (it waits for the stack's StatefulSet to finish rolling out) carries kopf's
+    finalizer. As the operator stops it takes the finalizers off with what the Role grants (list and patch), and the
+    Restore and a Checkpoint can be deleted. Before, it read each resource again first (get, which the Role grants
+    on Checkpoints only): 403, and the Restore kept its finalizer for ever (seen as a rare failure of the audit in
+    test_releases_k8s.py, when a finished Restore's finalizer was still there at the stop)."""
+    kubeconfig, settings, _role = chart_operator_identity(kemu, kubectl, namespace, tmp_path)
+    assert settings["GYMCKPT_OPERATOR_DEPLOYMENT"] == DEPLOYMENT  # never created here: as after `helm uninstall`
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "counter-0",
+            "labels": {
+                "app.kubernetes.io/instance": RELEASE,
+                "gym-checkpoint.dev/role": "resources",
+                "gym-checkpoint.dev/participant": "counter",
+            },
+            "annotations": {"gym-checkpoint.dev/control-port": "1"},  # never called: the Restore waits
+        },
+        "spec": {"containers": [{"name": "server", "image": "gym-checkpoint:test"}]},
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(pod))
+    running(kubectl, "counter-0")
+    own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)
+    settle_statefulset(kubectl, "counter", 1, "rev-2", updated=0, current="rev-1")  # a rollout that never ends
+    completed_earlier(kubectl, namespace, "kept")
+    proc = operators.start(namespace, KUBECONFIG=str(kubeconfig), **settings)
+    apply(kubectl, resource("Restore", "waiting", checkpointId="kept-0000abcd"))
+    wait_for(lambda: phase(kubectl, "restore", "waiting") == "Pending", what="the Restore to wait for the rollout")
+    assert finalized(kubectl, namespace, "restore", "waiting") and finalized(kubectl, namespace, "checkpoint", "kept")
+    assert operators.stop(proc) == 0  # the kubelet stops the operator's pod
+    assert not finalized(kubectl, namespace, "restore", "waiting")
+    assert not finalized(kubectl, namespace, "checkpoint", "kept")
+    kubectl("delete", "restore/waiting", "checkpoint/kept", "--timeout=20s", timeout=30)
+    account = f"system:serviceaccount:{namespace}:{RELEASE}-gym-checkpoint-operator"
+    refused = [e for e in kemu.audit(user=account) if e["code"] in (401, 403)]
+    assert not refused, refused
+    assert "released the finalizers of checkpoints/kept, restores/waiting" in operators.log.read_text()

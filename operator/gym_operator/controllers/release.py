@@ -58,7 +58,7 @@ async def release_namespace(kube: Kube, settings: OperatorSettings, namespace: s
                 continue
             if plural == "checkpoints":
                 await _data_kept(kube, obj, why)
-            if await _remove_finalizer(kube, plural, namespace, meta["name"]):
+            if await _remove_finalizer(kube, plural, obj):
                 released.append(f"{plural}/{meta['name']}")
     log.info(f"{why}: released the finalizers of {', '.join(released) or 'nothing'}")
 
@@ -80,11 +80,24 @@ async def _data_kept(kube: Kube, checkpoint: dict[str, Any], why: str) -> None:
         log.warning(f"could not post the DataKept Event: {exc}")
 
 
-async def _remove_finalizer(kube: Kube, plural: str, namespace: str, name: str) -> bool:
+async def _remove_finalizer(kube: Kube, plural: str, listed: dict[str, Any]) -> bool:
+    """Take the finalizer off one resource as listed; on a conflict (it changed since) or no answer, list it again
+    (list and patch: what the chart's Role grants on Checkpoints and Restores alike)."""
+    meta = listed.get("metadata") or {}
+    found: dict[str, Any] | None = listed
     for _attempt in range(RELEASE_ATTEMPTS):
         try:
-            return await kube.remove_finalizer(plural, namespace, name, FINALIZER)
+            if found is None:
+                found = next((o for o in await kube.list_objects(plural, meta["namespace"]) if _same(o, meta)), None)
+                if found is None:
+                    return False  # gone meanwhile
+            return await kube.remove_finalizer(plural, found, FINALIZER)
         except KubeError as exc:
-            log.warning(f"releasing {plural}/{name}: {exc}; retrying")
+            log.warning(f"releasing {plural}/{meta.get('name')}: {exc}; retrying")
+            found = None
             await asyncio.sleep(0.5)
     return False
+
+
+def _same(obj: dict[str, Any], meta: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("uid") == meta.get("uid"))

@@ -3,14 +3,25 @@
 
 - :func:`login` (``on.login``): the pod's service account, else the kubeconfig.
 - :func:`startup` (``on.startup``): the settings, the Kubernetes client, the CRD check.
-- :func:`checkpoint_daemon` (a ``daemon`` per Checkpoint): its transaction (:mod:`.controllers.checkpoint`).
-- :func:`checkpoint_expiry` (a ``daemon`` per Checkpoint): once the transaction ended, ``spec.ttl``
-  (:mod:`.controllers.deletion`).
-- :func:`checkpoint_deleted` (``on.delete`` of a Checkpoint): its transaction cancelled, then its
+- :func:`checkpoint_daemon` (a ``daemon`` per Checkpoint whose transaction has not ended): its transaction
+  (:mod:`.controllers.checkpoint`).
+- :func:`checkpoint_seen` (``on.event`` of a Checkpoint): once the transaction ended, ``spec.ttl``
+  (:mod:`.controllers.expiry`, one task for all).
+- :func:`checkpoint_deleted` (``on.delete`` of a Checkpoint that needs it): its transaction cancelled, then its
   ``deletionPolicy`` (:mod:`.controllers.deletion`).
-- :func:`restore_daemon` (a ``daemon`` per Restore): its transaction (:mod:`.controllers.restore`).
+- :func:`restore_daemon` (a ``daemon`` per Restore whose transaction has not ended): its transaction
+  (:mod:`.controllers.restore`).
+- :func:`restore_seen` (``on.event`` of a Restore), and :func:`checkpoint_seen`: the finalizer older operators
+  shared taken off the release's resources (:mod:`.controllers.release`).
 - :func:`release_when_going_away` (``on.cleanup``): the release uninstalled or its namespace deleted, the
   finalizers go (:mod:`.controllers.release`).
+
+Finalizers: each release's operator has its own (:func:`~gym_operator.controllers.context.finalizer_of`), and kopf
+puts it only on a resource one of these handlers matches at its deletion: a transaction that has not ended (a
+daemon), a Checkpoint whose ``deletionPolicy: Delete`` has stored objects to remove (``on.delete``). A resource at
+rest holds none, so deleting it, its CRD or its namespace never waits for an operator; and the operators of two
+releases in one namespace never touch each other's finalizers (kopf takes its finalizer off whatever none of its
+handlers match, which with one shared finalizer made them fight for ever).
 
 Run by ``gym-operator --namespace NS`` (:mod:`gym_operator.main`): leader election first, so only one replica of a
 release's operator runs these handlers (:mod:`gym_operator.leadership`). Environment (:class:`OperatorSettings`):
@@ -28,6 +39,7 @@ pods labelled ``app.kubernetes.io/instance=<release>``), ``AWS_*`` for S3.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -35,7 +47,8 @@ import kopf
 
 from gym_operator import crdcheck
 from gym_operator.controllers import checkpoint, deletion, release, restore
-from gym_operator.controllers.context import FINALIZER, Context
+from gym_operator.controllers.context import FINAL, Context, finalizer_of
+from gym_operator.controllers.expiry import Expiry
 from gym_operator.kube import GROUP, VERSION, Kube
 from gym_operator.specs import OperatorSettings, SpecError
 
@@ -47,6 +60,16 @@ def ours(spec: Any, memo: kopf.Memo, **_: Any) -> bool:
     """kopf filter: a Checkpoint or Restore of this operator's release (``spec.release``, required by the CRDs)."""
     context = memo.get("context")
     return isinstance(context, Context) and (spec or {}).get("release") == context.settings.release
+
+
+def unfinished(spec: Any, status: Any, memo: kopf.Memo, **_: Any) -> bool:
+    """kopf filter: ours, and its transaction has not ended (its daemon runs, and holds the finalizer)."""
+    return ours(spec, memo) and (status or {}).get("phase") not in FINAL
+
+
+def needed_at_deletion(spec: Any, status: Any, memo: kopf.Memo, **_: Any) -> bool:
+    """kopf filter: ours, and deleting it needs the operator (:func:`.controllers.deletion.needs_operator`)."""
+    return ours(spec, memo) and deletion.needs_operator(spec, status)
 
 
 def context_of(memo: kopf.Memo) -> Context:
@@ -69,7 +92,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings, operator)
     kube = Kube.connect()
     await crdcheck.verify(kube)  # CRDs older than this operator: stop, naming the command that updates them
-    memo.context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    memo.context = context
+    memo.expiry = Expiry(context)
+    memo.expiry_task = asyncio.create_task(memo.expiry.run(), name="checkpoint expiry")
 
 
 def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> None:
@@ -86,7 +112,7 @@ def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> No
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.networking.connect_timeout = 10
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = finalizer_of(operator.release)
     # A deleted resource's daemon ends within a second or so (it aborts, writes the outcome); kopf re-checks it
     # this often before releasing the finalizer (its default, 60 s, would keep a deleted resource a minute).
     settings.background.cancellation_polling = DAEMON_EXIT_POLL_S
@@ -94,28 +120,39 @@ def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> No
     settings.scanning.disabled = operator.scanning_disabled
 
 
-@kopf.daemon(GROUP, VERSION, "checkpoints", backoff=5.0, when=ours)
+@kopf.daemon(GROUP, VERSION, "checkpoints", backoff=5.0, when=unfinished)
 async def checkpoint_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await checkpoint.run(stopped, body, context_of(memo))
 
 
-@kopf.daemon(GROUP, VERSION, "checkpoints", backoff=5.0, when=ours)
-async def checkpoint_expiry(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await deletion.expire(stopped, body, context_of(memo))
+@kopf.on.event(GROUP, VERSION, "checkpoints", when=ours)
+async def checkpoint_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    expiry = memo.get("expiry")
+    if isinstance(expiry, Expiry):
+        expiry.observe(type, body)
+    await release.drop_legacy_finalizer(context_of(memo), "checkpoints", body)
 
 
-@kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=ours)
+@kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=needed_at_deletion)
 async def checkpoint_deleted(body: kopf.Body, retry: int, memo: kopf.Memo, **_: Any) -> None:
     await deletion.checkpoint_deleted(body, retry, context_of(memo))
 
 
-@kopf.daemon(GROUP, VERSION, "restores", backoff=5.0, when=ours)
+@kopf.daemon(GROUP, VERSION, "restores", backoff=5.0, when=unfinished)
 async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await restore.run(stopped, body, context_of(memo))
 
 
+@kopf.on.event(GROUP, VERSION, "restores", when=ours)
+async def restore_seen(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await release.drop_legacy_finalizer(context_of(memo), "restores", body)
+
+
 @kopf.on.cleanup()
 async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
+    task = memo.get("expiry_task")
+    if isinstance(task, asyncio.Task):
+        task.cancel()
     context = memo.get("context")
     if isinstance(context, Context):  # (startup may have failed before there was one)
         await release.release_all(context)

@@ -194,18 +194,18 @@ class Kube:
             return None
         return found.metadata is not None and found.metadata.deletion_timestamp is not None
 
-    async def remove_finalizer(self, plural: str, found: dict[str, Any], finalizer: str) -> bool:
-        """Take ``finalizer`` off an object as it was listed (a merge patch carrying the resourceVersion it was listed
+    async def remove_finalizers(self, plural: str, found: dict[str, Any], finalizers: set[str]) -> bool:
+        """Take ``finalizers`` off an object as it was listed (a merge patch carrying the resourceVersion it was listed
         at: a concurrent change is a 409, :class:`Unavailable`, and the caller lists it again; no ``get``, which the
-        chart's Role grants on Checkpoints only); False when the object is gone or does not carry it."""
+        chart's Role grants on Checkpoints only); False when the object is gone or carries none of them."""
         meta = found.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name")
-        finalizers = list(meta.get("finalizers") or [])
-        if finalizer not in finalizers:
+        held = list(meta.get("finalizers") or [])
+        if not finalizers & set(held):
             return False
         patch = {
             "metadata": {
-                "finalizers": [f for f in finalizers if f != finalizer],
+                "finalizers": [f for f in held if f not in finalizers],
                 "resourceVersion": meta.get("resourceVersion"),
             }
         }
@@ -224,8 +224,8 @@ class Kube:
             return False
         return True
 
-    async def warn(self, obj: dict[str, Any], reason: str, message: str) -> None:
-        """A Warning Event on ``obj``, posted at once (for when kopf's event poster has stopped)."""
+    async def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """An Event on ``obj``, posted at once (for when kopf's event poster has stopped, or outside its handlers)."""
         meta = obj.get("metadata") or {}
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
@@ -239,7 +239,7 @@ class Kube:
             },
             "reason": reason,
             "message": message[:1024],
-            "type": "Warning",
+            "type": "Warning" if warning else "Normal",
             "source": {"component": "gym-operator"},
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,

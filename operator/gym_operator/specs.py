@@ -178,7 +178,10 @@ class OperatorSettings(BaseModel):
     )
     release: str = Field(
         min_length=1,
-        description="GYMCKPT_RELEASE: the Helm release; the operator runs only Checkpoints and Restores whose "
+        max_length=53,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="GYMCKPT_RELEASE: the Helm release (a DNS label of at most 53 characters, as Helm's release "
+        "names); the operator runs only Checkpoints and Restores whose "
         "spec.release is this, and selects the pods labelled app.kubernetes.io/instance=<release>",
     )
     selector: str | None = Field(default=None, description="GYMCKPT_PARTICIPANT_SELECTOR: default label selector")

@@ -31,7 +31,14 @@ from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
 GROUP = "gym-checkpoint.dev"
 RELEASE = "gymtest"
-FINALIZER = "gym-checkpoint.dev/operator"
+FINALIZER = f"gym-checkpoint.dev/operator-{RELEASE}"
+
+
+def finalizer_of(release: str = RELEASE) -> str:
+    """The finalizer the operator of ``release`` puts on its resources that need it at their deletion."""
+    return f"gym-checkpoint.dev/operator-{release}"
+
+
 #: leader election in these tests: a dead leader's Kubernetes Lease is taken after 8 s; a leader gives up after 6 s
 #: unrenewed
 LEADER_TIMINGS = {

@@ -28,9 +28,10 @@ def test_every_handler_is_registered_in_handlers_py() -> None:
         "login",
         "startup",
         "checkpoint_daemon",
-        "checkpoint_expiry",
+        "checkpoint_seen",
         "checkpoint_deleted",
         "restore_daemon",
+        "restore_seen",
         "release_when_going_away",
     }
     for name in ours:  # each is named in the module's own list

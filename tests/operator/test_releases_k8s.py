@@ -16,6 +16,7 @@ from tests.operator.harness import (
     apply,
     chart_operator_identity,
     checkpoint_doc,
+    finalizer_of,
     get,
     own_by_statefulset,
     restore_of,
@@ -37,7 +38,8 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
 ) -> None:
     """Releases alpha and beta share the namespace, each with its operator: each operator runs only the
     Checkpoints and Restores naming its release (no Event, no finalizer, no status on the others'), on its own
-    release's pods; a Restore of the other release's Checkpoint is refused."""
+    release's pods; a Restore of the other release's Checkpoint is refused. Each Checkpoint (`deletionPolicy:
+    Delete`, so its operator is needed at its deletion) holds exactly its own release's finalizer."""
     start_operator, location = operator_env
     stacks = {}
     for release, pods in (("alpha", ["alpha-0", "alpha-1"]), ("beta", ["beta-0"])):
@@ -53,14 +55,19 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
                 http.post("/seed_session", json={"start": 100}, headers={"x-ng-rollout-id": name}).raise_for_status()
                 cookies[name] = dict(http.cookies)
     for release in stacks:
-        apply(kubectl, checkpoint_doc(f"ck-{release}", release=release, prepareTimeoutSeconds=10))
+        apply(
+            kubectl, checkpoint_doc(f"ck-{release}", release=release, prepareTimeoutSeconds=10, deletionPolicy="Delete")
+        )
     for release, stack in stacks.items():
         kubectl(
             "wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/ck-{release}", "--timeout=60s", timeout=70
         )
         done = get(kubectl, "checkpoint", f"ck-{release}")
         assert sorted(p["id"] for p in done["status"]["participants"]) == sorted(stack.modes)
-        assert done["metadata"].get("finalizers", []) in ([], ["gym-checkpoint.dev/operator"])
+        wait_for(
+            lambda r=release: get(kubectl, "checkpoint", f"ck-{r}")["metadata"].get("finalizers") == [finalizer_of(r)],
+            what=f"exactly release {release}'s finalizer",
+        )
     bucket, prefix = location[len("s3://") :].split("/", 1)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
     for release, stack in stacks.items():

@@ -29,10 +29,20 @@ from gym_services.control.models import StorageAccess
 from gym_services.coordination.client import ParticipantRef
 from gym_services.coordination.coordinator import TransactionPhase
 
-#: the finalizer kopf puts on every Checkpoint and Restore of this operator's release
-FINALIZER = "gym-checkpoint.dev/operator"
+#: the finalizer every release's operator shared before each had its own; an operator takes it off its release's
+#: resources (nothing holds it any more)
+LEGACY_FINALIZER = "gym-checkpoint.dev/operator"
 #: the phases a transaction ends in
 FINAL = (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
+
+
+def finalizer_of(release: str) -> str:
+    """The finalizer of the operator of ``release``, on the release's resources that need it at their deletion.
+
+    One per release: kopf takes its finalizer off every resource none of its handlers match, so the operators of two
+    releases sharing one finalizer in a namespace would each take the other's off, and the other put it back, for
+    ever. (A release name is at most 53 characters: the name part stays within a qualified name's 63.)"""
+    return f"gym-checkpoint.dev/operator-{release}"
 
 
 class StackLock(asyncio.Lock):

@@ -1,7 +1,6 @@
-"""A Checkpoint's end: its expiry (``spec.ttl``) and its deletion (``spec.deletionPolicy``), as Velero's.
+"""A Checkpoint's deletion (``spec.deletionPolicy``), as Velero's (its expiry, ``spec.ttl``, is :mod:`.expiry`'s).
 
-- Expiry: once a Checkpoint's transaction has ended, ``status.expiration`` is its creation plus ``spec.ttl`` (kept up
-  to date when the ttl changes); once it passes, the operator deletes the Checkpoint.
+- Finalizer: only a Checkpoint whose deletion needs the operator holds its finalizer (:func:`needs_operator`).
 - Deletion: a deleted Checkpoint's transaction is cancelled first (its daemon aborts it; with no daemon of this
   operator running it, its id is aborted on every participant). With ``deletionPolicy: Delete`` its stored objects
   are then removed (:class:`gym_services.control.retention.Retention`), never while a Restore reads them. Storage
@@ -12,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import logging
 from typing import Any
@@ -24,7 +22,6 @@ from gym_operator.discovery import DiscoveryError
 from gym_operator.kube import KubeError
 from gym_operator.specs import CheckpointSpec, DeletionPolicy, SelectorSpec, SpecError, UnknownLocation
 from gym_operator.status import condition
-from gym_operator.writer import StatusWriter
 from gym_services.control.participant import InvalidState
 from gym_services.control.retention import Retention
 from gym_services.control.storage import StorageError, open_storage
@@ -36,64 +33,20 @@ log = logging.getLogger("gym.operator")
 
 #: seconds a deleted Checkpoint's cleanup waits at once for its cancelled transaction (then it is retried)
 CANCEL_PATIENCE_S = 60.0
-#: how often a Checkpoint waiting for its expiration re-reads its spec (kopf keeps the body live: no API call)
-EXPIRY_POLL_S = 1.0
 
 
-# --- expiry ------------------------------------------------------------------------------------------------------
-
-
-def expiration(body: kopf.Body) -> dt.datetime | None:
-    """When the Checkpoint expires: its creation plus ``spec.ttl`` (read from the live body: ttl may change)."""
-    try:
-        ttl = CheckpointSpec.parse(body.get("spec")).ttl
-    except SpecError:
-        return None
-    created = (body.get("metadata") or {}).get("creationTimestamp")
-    if ttl is None or not created:
-        return None
-    return dt.datetime.fromisoformat(created.replace("Z", "+00:00")) + ttl
-
-
-async def expire(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) -> None:
-    """The expiry daemon of one Checkpoint: once its transaction has ended, keep ``status.expiration`` up to date
-    with ``spec.ttl``; once it passes, delete the Checkpoint (its ``deletionPolicy`` then decides what happens to
-    the stored objects). A Checkpoint whose spec is invalid never expires (its transaction failed; nothing of it
-    is stored)."""
-    try:
-        CheckpointSpec.parse(body.get("spec"))
-    except SpecError:
-        return
-    meta = body.get("metadata") or {}
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    while not stopped.is_set() and (body.get("status") or {}).get("phase") not in FINAL:
-        await stopped.wait(EXPIRY_POLL_S)  # the transaction's daemon writes the final phase
-    written = (body.get("status") or {}).get("expiration")
-    while not stopped.is_set():
-        when = expiration(body)
-        stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else None
-        if stamp != written:
-            generation = (body.get("metadata") or {}).get("generation")
-            writer = StatusWriter(context.kube, "checkpoints", namespace, name, generation, None)
-            writer.write({"expiration": stamp})
-            await writer.flush(timeout_s=30.0)
-            await writer.close()
-            written = stamp
-        if when is None:
-            await stopped.wait(EXPIRY_POLL_S)
-            continue
-        left = (when - dt.datetime.now(dt.UTC)).total_seconds()
-        if left > 0:
-            await stopped.wait(min(left, EXPIRY_POLL_S))
-            continue
-        kopf.info(body, reason="Expired", message=f"spec.ttl ran out at {stamp}: deleting the Checkpoint")
-        try:
-            await context.kube.delete_object("checkpoints", namespace, name, uid)
-        except KubeError as exc:
-            log.warning(f"Checkpoint {name}: expired, but deleting it failed ({exc}); retrying")
-            await stopped.wait(5.0)
-            continue
-        await stopped.wait()  # the deletion stops this daemon
+def needs_operator(spec: Any, status: Any) -> bool:
+    """Whether deleting a Checkpoint needs its operator (so it holds the operator's finalizer): its transaction has
+    not ended (the deletion cancels it), or ``deletionPolicy: Delete`` with stored objects to remove. A Checkpoint at
+    rest with ``Retain`` (the default) needs nothing: its deletion never waits for an operator."""
+    status = status or {}
+    if status.get("phase") not in FINAL:
+        return True
+    return (
+        (spec or {}).get("deletionPolicy") == DeletionPolicy.DELETE
+        and bool(status.get("checkpointId"))
+        and bool(status.get("location"))
+    )
 
 
 # --- deletion ----------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
-from gym_operator.controllers.context import FINALIZER, Context
+from gym_operator.controllers.context import LEGACY_FINALIZER, Context, finalizer_of
 from gym_operator.kube import Kube, KubeError
 from gym_operator.specs import OperatorSettings
 
@@ -52,13 +52,15 @@ async def release_namespace(kube: Kube, settings: OperatorSettings, namespace: s
         except KubeError as exc:
             log.warning(f"{why}, but listing {plural} failed ({exc}); their finalizers stay")
             continue
+        mine = finalizer_of(settings.release)
         for obj in found:
             meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-            if spec.get("release") != settings.release or FINALIZER not in (meta.get("finalizers") or []):
+            held = {mine, LEGACY_FINALIZER} & set(meta.get("finalizers") or [])
+            if spec.get("release") != settings.release or not held:
                 continue
-            if plural == "checkpoints":
+            if plural == "checkpoints" and mine in held:
                 await _data_kept(kube, obj, why)
-            if await _remove_finalizer(kube, plural, obj):
+            if await _remove_finalizers(kube, plural, obj, held):
                 released.append(f"{plural}/{meta['name']}")
     log.info(f"{why}: released the finalizers of {', '.join(released) or 'nothing'}")
 
@@ -75,13 +77,25 @@ async def _data_kept(kube: Kube, checkpoint: dict[str, Any], why: str) -> None:
     )
     log.warning(message)
     try:
-        await kube.warn(checkpoint, "DataKept", message)
+        await kube.post_event(checkpoint, "DataKept", message, warning=True)
     except KubeError as exc:  # (a terminating namespace takes no new Events)
         log.warning(f"could not post the DataKept Event: {exc}")
 
 
-async def _remove_finalizer(kube: Kube, plural: str, listed: dict[str, Any]) -> bool:
-    """Take the finalizer off one resource as listed; on a conflict (it changed since) or no answer, list it again
+async def drop_legacy_finalizer(context: Context, plural: str, body: Any) -> None:
+    """A resource of the release still holding the finalizer all releases once shared (put by an older operator):
+    taken off, once (the operator's own goes on instead where it is needed). A conflict or no answer leaves it for the
+    next watch event of the resource."""
+    if LEGACY_FINALIZER not in ((body.get("metadata") or {}).get("finalizers") or []):
+        return
+    try:
+        await context.kube.remove_finalizers(plural, dict(body), {LEGACY_FINALIZER})
+    except KubeError as exc:
+        log.info(f"{plural}/{body['metadata'].get('name')}: the old shared finalizer stays for now ({exc})")
+
+
+async def _remove_finalizers(kube: Kube, plural: str, listed: dict[str, Any], finalizers: set[str]) -> bool:
+    """Take ``finalizers`` off one resource as listed; on a conflict (it changed since) or no answer, list it again
     (list and patch: what the chart's Role grants on Checkpoints and Restores alike)."""
     meta = listed.get("metadata") or {}
     found: dict[str, Any] | None = listed
@@ -91,7 +105,7 @@ async def _remove_finalizer(kube: Kube, plural: str, listed: dict[str, Any]) -> 
                 found = next((o for o in await kube.list_objects(plural, meta["namespace"]) if _same(o, meta)), None)
                 if found is None:
                     return False  # gone meanwhile
-            return await kube.remove_finalizer(plural, found, FINALIZER)
+            return await kube.remove_finalizers(plural, found, finalizers)
         except KubeError as exc:
             log.warning(f"releasing {plural}/{meta.get('name')}: {exc}; retrying")
             found = None

@@ -50,6 +50,7 @@ from gym_operator.controllers import checkpoint, deletion, release, restore
 from gym_operator.controllers.context import FINAL, Context, finalizer_of
 from gym_operator.controllers.expiry import Expiry
 from gym_operator.kube import GROUP, VERSION, Kube
+from gym_operator.leadership import Leadership
 from gym_operator.specs import OperatorSettings, SpecError
 
 #: how often kopf checks whether a deleted resource's daemon has ended (then releases the finalizer)
@@ -92,7 +93,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings, operator)
     kube = Kube.connect()
     await crdcheck.verify(kube)  # CRDs older than this operator: stop, naming the command that updates them
-    context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    leadership = memo.get("leadership")
+    context = Context(
+        operator,
+        kube,
+        identity=str(memo.get("identity") or "restarted"),
+        leadership=leadership if isinstance(leadership, Leadership) else None,
+    )
     memo.context = context
     memo.expiry = Expiry(context)
     memo.expiry_task = asyncio.create_task(memo.expiry.run(), name="checkpoint expiry")
@@ -130,7 +137,9 @@ async def checkpoint_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **
     expiry = memo.get("expiry")
     if isinstance(expiry, Expiry):
         expiry.observe(type, body)
-    await release.drop_legacy_finalizer(context_of(memo), "checkpoints", body)
+    context = context_of(memo)
+    context.seen("checkpoints", type, body)
+    await release.drop_legacy_finalizer(context, "checkpoints", body)
 
 
 @kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=needed_at_deletion)
@@ -144,8 +153,10 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
 
 
 @kopf.on.event(GROUP, VERSION, "restores", when=ours)
-async def restore_seen(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await release.drop_legacy_finalizer(context_of(memo), "restores", body)
+async def restore_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    context = context_of(memo)
+    context.seen("restores", type, body)
+    await release.drop_legacy_finalizer(context, "restores", body)
 
 
 @kopf.on.cleanup()

@@ -178,9 +178,10 @@ class Kube:
                 body=body,
             )
 
-    async def deletion_started(self, kind: str, namespace: str, name: str) -> bool | None:
+    async def deletion_started(self, kind: str, namespace: str, name: str) -> bool:
         """Whether the Namespace ``namespace`` (kind ``namespace``) or the Deployment ``name`` in it (``deployment``)
-        is gone or being deleted; None when the API does not say (no answer, not allowed)."""
+        is gone or being deleted. Raises :class:`KubeError` when the API does not say (no answer, or refused: the
+        operator's token or Role may be gone already), never taken for a no."""
         try:
             if kind == "namespace":
                 found = await self._call(f"get Namespace {namespace}", self.core.read_namespace, namespace)
@@ -190,8 +191,6 @@ class Kube:
                 )
         except Gone:
             return True
-        except KubeError:
-            return None
         return found.metadata is not None and found.metadata.deletion_timestamp is not None
 
     async def remove_finalizers(self, plural: str, found: dict[str, Any], finalizers: set[str]) -> bool:

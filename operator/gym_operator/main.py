@@ -2,11 +2,18 @@
 
 ``gym-operator --namespace NS [--liveness URL] [--log-format json|plain|full] [--verbose|--quiet]``
 
+``gym-operator --namespace NS --uninstall [--timeout S]`` is the chart's pre-delete hook instead
+(:mod:`gym_operator.uninstall`): it makes the release's operator step down and lets go of the release's finalizers
+before Helm deletes the operator's rights.
+
 Every replica of a release's operator runs this. Each is a candidate for the release's leadership, its Kubernetes
 Lease (:mod:`gym_operator.leadership`); only the holder starts kopf (:mod:`gym_operator.handlers`), so only one operator
 ever coordinates a transaction. The others stand by. Every replica answers ``--liveness`` (``GET`` on its path:
 200 and ``{"leader", "operating", "identity", "holder"}``, ``operating`` once kopf's startup ran) from its first
 second, standing by or not, so the kubelet restarts a hung process, never a healthy standby.
+
+A leader whose Lease the pre-delete hook marks steps down: kopf stops (its cleanup takes the release's finalizers
+off), the Lease is released, and the process stands by, answering its probe, until it is stopped.
 
 Exit status: 0 stopped (SIGTERM/SIGINT; a leader releases its Lease first), 2 bad settings, 3 the Lease was
 lost (:data:`gym_operator.leadership.EXIT_LOST`: stop acting at once, as client-go's leader election does; the
@@ -27,9 +34,11 @@ import urllib.parse
 
 import aiohttp.web
 import kopf
+import urllib3
 from kubernetes import client
 
 import gym_operator.handlers  # noqa: F401  (registers the handlers with kopf; imported before the loop runs)
+from gym_operator import uninstall
 from gym_operator.kube import api_client
 from gym_operator.leadership import EXIT_LOST, Leadership, LeadershipSettings
 from gym_operator.specs import OperatorSettings, SpecError
@@ -47,12 +56,23 @@ def parser() -> argparse.ArgumentParser:
     level = p.add_mutually_exclusive_group()
     level.add_argument("--verbose", action="store_true", help="debug logs")
     level.add_argument("--quiet", action="store_true", help="warnings and errors only")
+    p.add_argument(
+        "--uninstall",
+        action="store_true",
+        help="the chart's pre-delete hook: make the release's operator step down, then take the release's "
+        "finalizers off its Checkpoints and Restores (GYMCKPT_RELEASE, GYMCKPT_LEADER_LEASE)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="with --uninstall: seconds to wait for the operator (default 60)"
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     kopf.configure(verbose=args.verbose, quiet=args.quiet, log_format=kopf.LogFormat[args.log_format.upper()])
+    if args.uninstall:
+        return _uninstall(args)
     try:
         OperatorSettings.from_env()  # refused here, before standing by for a leadership it could not use
         leadership = LeadershipSettings.from_env(args.namespace)
@@ -62,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gym-operator: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(run(args.namespace, leadership, args.liveness))
+
+
+def _uninstall(args: argparse.Namespace) -> int:
+    release = os.environ.get("GYMCKPT_RELEASE") or ""
+    try:
+        leadership = LeadershipSettings.from_env(args.namespace)
+    except SpecError as exc:
+        print(f"gym-operator: {exc}", file=sys.stderr)
+        return 2
+    if not release:
+        print("gym-operator: GYMCKPT_RELEASE is not set: which release is being uninstalled?", file=sys.stderr)
+        return 2
+    deployment = os.environ.get("GYMCKPT_OPERATOR_DEPLOYMENT") or None
+    return asyncio.run(uninstall.run(leadership, release, deployment, args.timeout))
 
 
 def _endpoint(url: str) -> tuple[str, int, str]:
@@ -131,6 +165,35 @@ async def _serve_liveness(url: str, candidate: Leadership, operating: asyncio.Ev
     return runner
 
 
+def _deployment_uid(api: client.ApiClient, namespace: str, stop: threading.Event) -> str | None:
+    """The uid of this operator's Deployment (GYMCKPT_OPERATOR_DEPLOYMENT): an uninstall mark names it. None without
+    one (run by hand); retried while the API does not answer, as the leadership is."""
+    name = os.environ.get("GYMCKPT_OPERATOR_DEPLOYMENT")
+    if not name:
+        return None
+    while True:
+        try:
+            found = client.AppsV1Api(api).read_namespaced_deployment(name, namespace, _request_timeout=10)
+            return str(found.metadata.uid) if found.metadata and found.metadata.uid else None
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            log.warning(f"reading Deployment {name} failed ({exc.status} {exc.reason}); retrying")
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            log.warning(f"reading Deployment {name} failed ({exc}); retrying")
+        if stop.wait(2.0):
+            return None
+
+
+async def _until_stopped() -> None:
+    """Wait for SIGTERM or SIGINT (kopf's own handlers are replaced)."""
+    loop = asyncio.get_running_loop()
+    signalled = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, signalled.set)
+    await signalled.wait()
+
+
 async def run(namespace: str, leadership: LeadershipSettings, liveness: str | None) -> int:
     loop = asyncio.get_running_loop()
     stop = threading.Event()
@@ -138,19 +201,41 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
     for sig in signals:  # while standing by; kopf installs its own once it runs
         loop.add_signal_handler(sig, stop.set)
     api = api_client()
-    candidate = Leadership(leadership, client.CoordinationV1Api(api))
+    instance = await asyncio.to_thread(_deployment_uid, api, namespace, stop)
+    candidate = Leadership(leadership, client.CoordinationV1Api(api), instance=instance)
     operating = asyncio.Event()  # kopf's startup handlers ran: it is watching
+    step_down = asyncio.Event()  # the release is being uninstalled: kopf stops, the finalizers go
+
+    def stepping_down(mark: str) -> None:
+        log.warning(
+            f"the release is being uninstalled (Lease {leadership.namespace}/{leadership.name} marked for operator "
+            f"Deployment {mark}): stepping down, letting go of the release's finalizers"
+        )
+        loop.call_soon_threadsafe(step_down.set)
+
     health = await _serve_liveness(liveness, candidate, operating) if liveness else None
     try:
         if not await asyncio.to_thread(candidate.acquire, stop):
             return 0
         for sig in signals:
             loop.remove_signal_handler(sig)
-        threading.Thread(target=candidate.keep, args=(stop, _lost), name="leadership renewal", daemon=True).start()
+        threading.Thread(
+            target=candidate.keep, args=(stop, _lost, stepping_down), name="leadership renewal", daemon=True
+        ).start()
         await asyncio.to_thread(_post_leader_event, api, leadership)
         await kopf.operator(
-            ready_flag=operating, standalone=True, namespaces=[namespace], memo=kopf.Memo(identity=leadership.identity)
+            ready_flag=operating,
+            stop_flag=step_down,
+            standalone=True,
+            namespaces=[namespace],
+            memo=kopf.Memo(identity=leadership.identity, leadership=candidate),
         )
+        if step_down.is_set():
+            operating.clear()
+            stop.set()
+            await asyncio.to_thread(candidate.release)
+            log.info("stepped down for the uninstall; standing by until stopped")
+            await _until_stopped()
         return 0
     finally:
         stop.set()

@@ -2,9 +2,9 @@
 
 `helm install` puts the chart's objects into kemu, exactly as rendered. This module then does what a real
 cluster's controllers and kubelets would: for every StatefulSet it creates its pods ``<name>-0`` ...
-``<name>-<replicas-1>`` (for a Deployment, one pod) from the template and runs each container's command as a
-local process; for every Job (the upgrade hooks) it runs the
-command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
+``<name>-<replicas-1>`` (for a Deployment, ``<name>-<template hash>-<i>``) from the template and runs each
+container's command as a local process; for every Job (the hooks) it runs the command and writes the Job's status,
+which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
 readiness probe answers.
 
 StatefulSets are rolled as kube-controller-manager's StatefulSet controller does: each pod is labelled
@@ -28,7 +28,10 @@ What it must translate, because every pod shares this machine's network and file
   server) the list of their mapped URLs;
 - volumes: a ConfigMap volume is written to a folder, an emptyDir is a folder, a volumeClaimTemplate is a folder
   that outlives the pod (a PersistentVolume); mount paths in commands and server configs point there;
-- credentials: processes get the emulator's kubeconfig where a pod would get its service-account token.
+- credentials: processes get the emulator's admin kubeconfig where a pod would get its service-account token; with
+  ``service_accounts=True`` they get what the kubelet mounts instead: a token of the pod's ``serviceAccountName``
+  (TokenRequest), only where ``automountServiceAccountToken`` allows one, so they run under the chart's own RBAC (a
+  token dies with its ServiceAccount, as on a cluster).
 """
 
 from __future__ import annotations
@@ -87,9 +90,19 @@ class PodRun:
 class Cluster:
     """Controllers and kubelet for one namespace of a kemu emulator. Use as a context manager."""
 
-    def __init__(self, kemu: Any, workdir: Path, namespace: str = "default", workloads: bool = True) -> None:
-        """``workloads=False``: run the Jobs only (the chart's hooks), no StatefulSet or Deployment pod."""
+    def __init__(
+        self,
+        kemu: Any,
+        workdir: Path,
+        namespace: str = "default",
+        workloads: bool = True,
+        service_accounts: bool = False,
+    ) -> None:
+        """``workloads=False``: run the Jobs only (the chart's hooks), no StatefulSet or Deployment pod.
+        ``service_accounts=True``: each pod's processes authenticate as its ServiceAccount (see the module's doc)."""
         self.workloads = workloads
+        self.service_accounts = service_accounts
+        self.kemu = kemu
         self.url, self.kubeconfig = kemu.url, kemu.kubeconfig
         self.workdir = workdir
         self.ns = namespace
@@ -172,18 +185,21 @@ class Cluster:
                     wanted[f"{name}-{ordinal}"] = ("StatefulSet", name, sts, revision)
             if self.workloads:
                 for dep in self.items(self._apps("deployments")):
-                    name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
-                    wanted[name] = ("Deployment", dep["metadata"]["name"], dep, "")
+                    prefix = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
+                    for index in range(dep["spec"].get("replicas", 1)):  # (a ReplicaSet names them at random)
+                        wanted[f"{prefix}-{index}"] = ("Deployment", dep["metadata"]["name"], dep, "")
             for name, run in list(self.pods.items()):
                 if run.kind == "Job":
                     continue
                 existing = self.get(self._core("pods", name))
                 gone = existing is None or existing["metadata"].get("deletionTimestamp")
                 if name not in wanted or gone:  # scaled down, or deleted (by a test, a node failure, an eviction)
-                    self._kill(run, signal.SIGKILL if gone else signal.SIGTERM)
+                    # a pod deleted with a grace period (Terminating) gets SIGTERM from its kubelet, which removes it
+                    # once its processes exited; one already gone, the kill of a lost node
+                    self._kill(run, signal.SIGKILL if existing is None else signal.SIGTERM)
                     del self.pods[name]
-                    if existing is not None and name not in wanted:
-                        self.api.delete(self._core("pods", name))
+                    if existing is not None:
+                        self._remove_pod(name)
             for sts in statefulsets:
                 self._roll(sts)
             for name, (kind, owner, obj, revision) in wanted.items():
@@ -226,7 +242,7 @@ class Cluster:
         if stale:
             victim = f"{sts['metadata']['name']}-{max(stale)}"
             self._kill(self.pods.pop(victim), signal.SIGTERM)
-            self.api.delete(self._core("pods", victim))
+            self._remove_pod(victim)
             if self.roll_budget is not None:
                 self.roll_budget -= 1
 
@@ -283,10 +299,11 @@ class Cluster:
                     "blockOwnerDeletion": True,
                 }
             ]
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+        spec = {**template["spec"], "nodeName": "kemu"}  # scheduled: deleting it leaves it Terminating (graceful)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
         resp = self.api.post(self._core("pods"), json=pod)
         if resp.status_code == 409:  # left over from a replaced one: replace it
-            self.api.delete(self._core("pods", name))
+            self._remove_pod(name)
             resp = self.api.post(self._core("pods"), json=pod)
         resp.raise_for_status()
         self._status(name, ready=False)
@@ -295,7 +312,7 @@ class Cluster:
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(name, owner, obj)
         for container in containers:
-            argv, env = self._command(name, container, mounts)
+            argv, env = self._command(name, container, mounts, template["spec"])
             log = open(pod_dir / f"{container['name']}.log", "ab")  # noqa: SIM115 - closed by the child's exit
             run.procs.append(
                 subprocess.Popen(
@@ -310,6 +327,12 @@ class Cluster:
             )
             log.close()
         self.pods[name] = run
+
+    def _remove_pod(self, name: str) -> None:
+        """What the kubelet does once a pod's processes are gone: delete it with no grace left (it was scheduled, on
+        node ``kemu``, so any other deletion leaves it Terminating for its grace period)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        self.api.request("DELETE", self._core("pods", name), json=options)
 
     def _status(self, name: str, ready: bool) -> None:
         status = {
@@ -352,7 +375,7 @@ class Cluster:
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(pod_name, name, job)
         (container,) = template["spec"]["containers"]
-        argv, env = self._command(pod_name, container, mounts)
+        argv, env = self._command(pod_name, container, mounts, template["spec"])
         deadline = job["spec"].get("activeDeadlineSeconds", 600)
         with open(pod_dir / "job.log", "wb") as log:
             proc = subprocess.Popen(
@@ -516,8 +539,24 @@ class Cluster:
             return self.dns_value(value)
         return value
 
+    def _credentials(self, pod: str, spec: dict[str, Any]) -> str | None:
+        """The kubeconfig a pod's processes get: the admin's, or (``service_accounts``) one with a token of the pod's
+        ServiceAccount, None when the pod mounts no token."""
+        if not self.service_accounts:
+            return str(self.kubeconfig)
+        if spec.get("automountServiceAccountToken") is False:
+            return None
+        account = spec.get("serviceAccountName") or "default"
+        answer = self.api.post(
+            self._core("serviceaccounts", account) + "/token", json={"spec": {"expirationSeconds": 3600}}
+        )
+        answer.raise_for_status()
+        path = self.workdir / "pods" / pod / "kubeconfig.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return str(self.kemu.kubeconfig_for(answer.json()["status"]["token"], path, self.ns))
+
     def _command(
-        self, pod: str, container: dict[str, Any], mounts: dict[str, Path]
+        self, pod: str, container: dict[str, Any], mounts: dict[str, Path], spec: dict[str, Any] | None = None
     ) -> tuple[list[str], dict[str, str]]:
         argv = list(container.get("command") or []) + list(container.get("args") or [])
         program = {
@@ -562,9 +601,11 @@ class Cluster:
         env = {
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
             "HOME": str(self.workdir / "pods" / pod),
-            "KUBECONFIG": str(self.kubeconfig),
             "PYTHONUNBUFFERED": "1",
         }
+        kubeconfig = self._credentials(pod, spec or {})
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = kubeconfig
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(pod, item)
         return out, env
@@ -602,7 +643,7 @@ class Cluster:
             for name in names:
                 run = self.pods.pop(name)
                 self._kill(run, signal.SIGKILL)
-                self.api.delete(self._core("pods", name))
+                self._remove_pod(name)
 
     def local_url(self, pod: str, port_name: str = "http") -> str:
         run = self.pods[pod]

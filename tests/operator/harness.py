@@ -351,16 +351,18 @@ def resource(kind: str, name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def completed_earlier(kubectl: Kubectl, namespace: str, name: str, **spec: Any) -> None:
+def completed_earlier(
+    kubectl: Kubectl, namespace: str, name: str, location: str = "s3://gone/checkpoints", **spec: Any
+) -> None:
     """A Checkpoint whose transaction completed before this operator started (its status says so), with data at the
-    release's storage location."""
+    release's storage location (``location``: the Operators fixture's, whose storage never answers)."""
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(resource("Checkpoint", name, **spec)))
     status = {
         "phase": "Completed",
         "reason": "Completed",
         "message": "completed earlier",
         "checkpointId": f"{name}-0000abcd",
-        "location": "s3://gone/checkpoints",
+        "location": location,
     }
     kubectl(
         "patch", "checkpoint", name, "-n", namespace, "--subresource=status", "--type=merge",

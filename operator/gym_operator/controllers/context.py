@@ -23,6 +23,7 @@ from gym_operator.discovery import (
     template_labels,
 )
 from gym_operator.kube import Kube
+from gym_operator.leadership import Leadership
 from gym_operator.specs import OperatorSettings, SelectorSpec, StorageLocation, UnknownLocation
 from gym_services.base.config import StorageConfig
 from gym_services.control.models import StorageAccess
@@ -59,6 +60,8 @@ class Context:
     kube: Kube
     #: this operator replica (its leadership identity), named in the Events of a transaction it carries on
     identity: str = "restarted"
+    #: the release's leadership this replica holds (None: run without leader election, as ``kopf run`` does)
+    leadership: Leadership | None = None
     #: one lock per stack (namespace and selector): one transaction at a time on it
     locks: dict[str, StackLock] = field(default_factory=dict)
     #: resource uid -> an Event set once its transaction has ended (a deletion waits for it)
@@ -67,6 +70,19 @@ class Context:
     posted: dict[tuple[str | None, str], str] = field(default_factory=dict)
     #: where this operator's resources are (it may have put finalizers there)
     namespaces: set[str] = field(default_factory=set)
+    #: resource uid -> (plural, namespace, name) of those the watch last showed holding this operator's finalizer
+    held: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def seen(self, plural: str, event_type: str | None, body: kopf.Body) -> None:
+        """One watch event of a resource of the release: where the release's resources are, which hold the
+        finalizer."""
+        meta = body.get("metadata") or {}
+        self.namespaces.add(str(meta.get("namespace")))
+        uid = str(meta.get("uid"))
+        if event_type != "DELETED" and finalizer_of(self.settings.release) in (meta.get("finalizers") or []):
+            self.held[uid] = (plural, str(meta.get("namespace")), str(meta.get("name")))
+        else:
+            self.held.pop(uid, None)
 
     def event_once(self, body: kopf.Body, reason: str, message: str, warning: bool = False) -> None:
         """An Event, unless the last one of this resource with this reason said the same: a handler kopf retries

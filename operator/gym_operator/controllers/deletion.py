@@ -75,6 +75,14 @@ async def checkpoint_deleted(body: kopf.Body, retry: int, context: Context) -> N
         await _abort_orphan(spec.selector, namespace, checkpoint_id, context)
     if spec.deletion_policy is DeletionPolicy.RETAIN or not checkpoint_id or not status.get("location"):
         return
+    if await _namespace_terminating(namespace, context):
+        message = (
+            f"namespace {namespace} is being deleted: the Checkpoint goes without deleting checkpoint {checkpoint_id} "
+            f"at {status['location']} (`gymckpt checkpoints delete {checkpoint_id} --storage {status['location']}` "
+            "removes it)"
+        )
+        context.event_once(body, "DataKept", message, warning=True)
+        return  # as when the release goes away: its deletion must not wait for storage
     readers = [
         r["metadata"]["name"]
         for r in await context.kube.list_objects("restores", namespace)
@@ -85,6 +93,14 @@ async def checkpoint_deleted(body: kopf.Body, retry: int, context: Context) -> N
         context.event_once(body, "WaitingForRestore", message)
         raise kopf.TemporaryError(message, delay=2)
     await _delete_stored(body, spec, status, retry, context)
+
+
+async def _namespace_terminating(namespace: str, context: Context) -> bool:
+    try:
+        return await context.kube.deletion_started("namespace", namespace, namespace)
+    except KubeError as exc:
+        log.warning(f"cannot tell whether namespace {namespace} is being deleted ({exc}); deleting the data as asked")
+        return False
 
 
 def restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str) -> bool:

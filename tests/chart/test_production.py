@@ -257,7 +257,7 @@ def test_a_checkpoint_before_rollback_when_asked(render: Any) -> None:
     """upgradeCheckpoint.checkpointBeforeRollback: a pre-rollback hook Job (with the hooks' identity) that takes a
     Checkpoint under a fresh name each time (Helm runs the stored hooks of the revision it returns to)."""
     docs = render({"upgradeCheckpoint": {"checkpointBeforeRollback": True}})
-    jobs = {n: j for n, j in by_kind(docs, "Job").items() if "secrets" not in n}
+    jobs = {n: j for n, j in by_kind(docs, "Job").items() if "secrets" not in n and "uninstall" not in n}
     assert set(jobs) == {"demo-gym-checkpoint-pre-rollback"}  # no upgrade hooks without upgradeCheckpoint.enabled
     job = jobs["demo-gym-checkpoint-pre-rollback"]
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-rollback"
@@ -273,7 +273,7 @@ def test_a_checkpoint_before_rollback_when_asked(render: Any) -> None:
     assert by_kind(both, "Role")["demo-gym-checkpoint-upgrade"]["metadata"]["annotations"]["helm.sh/hook"] == (
         "pre-upgrade,post-upgrade,pre-rollback"
     )
-    assert {n for n in by_kind(both, "Job") if "secrets" not in n} == {
+    assert {n for n in by_kind(both, "Job") if "secrets" not in n and "uninstall" not in n} == {
         "demo-gym-checkpoint-pre-upgrade",
         "demo-gym-checkpoint-post-upgrade",
         "demo-gym-checkpoint-pre-rollback",
@@ -483,7 +483,11 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     hooks = policies["demo-gym-checkpoint-hooks"]
     assert hooks["metadata"]["annotations"]["helm.sh/hook"].split(",")[:2] == ["pre-install", "pre-upgrade"]
     assert hooks["spec"]["podSelector"]["matchExpressions"] == [
-        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["secrets-hook", "upgrade-hook"]}
+        {
+            "key": "app.kubernetes.io/component",
+            "operator": "In",
+            "values": ["secrets-hook", "upgrade-hook", "uninstall-hook"],
+        }
     ]
     assert hooks["spec"]["egress"] == [dns, api] and hooks["spec"]["ingress"] == []
     # every hook Job's pod is one the hooks policy selects
@@ -491,6 +495,7 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
         assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in (
             "secrets-hook",
             "upgrade-hook",
+            "uninstall-hook",
         )
 
     external = by_kind(render(VARIANTS["network-policy-egress-external-store"]), "NetworkPolicy")
@@ -500,7 +505,8 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     assert s3 in external["demo-gym-checkpoint-operator"]["spec"]["egress"]
     # the tokens are still generated (only the S3 keys exist already), no upgrade hooks: the secrets hook alone
     assert external["demo-gym-checkpoint-hooks"]["spec"]["podSelector"]["matchExpressions"][0]["values"] == [
-        "secrets-hook"
+        "secrets-hook",
+        "uninstall-hook",
     ]
 
 

@@ -548,8 +548,12 @@ def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: A
         (["namespaces"], ["get", "list", "watch"]),
         (["customresourcedefinitions"], ["get", "list", "watch"]),
     ]
-    # the servers' own (and the secrets hook's, created and deleted with its Job)
-    assert set(by_kind(docs, "ServiceAccount")) == {"demo-gym-checkpoint-server", "demo-gym-checkpoint-secrets"}
+    # the servers' own (and the secrets and uninstall hooks', created and deleted with their Jobs)
+    assert set(by_kind(docs, "ServiceAccount")) == {
+        "demo-gym-checkpoint-server",
+        "demo-gym-checkpoint-secrets",
+        "demo-gym-checkpoint-uninstall",
+    }
     assert (
         by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["serviceAccountName"]
         == "ops"

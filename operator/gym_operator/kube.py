@@ -246,8 +246,14 @@ class Kube:
         }
         await self._call(f"create Event {reason}", self.core.create_namespaced_event, meta.get("namespace"), event)
 
-    async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """A JSON merge patch of ``status`` (the status subresource)."""
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> None:
+        """A JSON merge patch of ``status`` (the status subresource); with ``resource_version``, only over that
+        version of the object (else 409 Conflict, :class:`Unavailable`)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         await self._call(
             f"patch {plural} {name} status",
             self.custom.patch_namespaced_custom_object_status,
@@ -256,5 +262,5 @@ class Kube:
             namespace,
             plural,
             name,
-            {"status": status},
+            body,
         )

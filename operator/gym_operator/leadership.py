@@ -22,10 +22,11 @@ kopf (the handlers, so the coordinator), the others stand by, answering their li
 - Fencing: each leadership is a term, the Lease's ``leaseTransitions`` (one more at every change of holder, as
   client-go counts them). While it holds the Lease the holder knows until when it surely does: the start of its last
   successful renewal plus the renew deadline, on its own clock (another candidate may take over only once the
-  record went unchanged for the longer leadership duration). :meth:`Leadership.fence` raises
-  :class:`LeadershipLost` past that instant and otherwise names the term (:data:`LEADER_HEADER`); the operator calls
-  it right before every control call and status write, so a leader frozen past its lease (SIGSTOP, a paused VM,
-  CPU throttling) sends nothing after it wakes, whatever its threads do first. The servers refuse a call of an
+  record went unchanged for the longer leadership duration). :meth:`Leadership.fence` ends the process
+  (:attr:`Leadership.on_lost`, as losing the Lease does) past that instant and otherwise names the term
+  (:data:`~gym_services.control.protocol.LEADER_TERM_HEADER`); the operator calls it right before every control
+  call and status write, so a leader frozen past its lease (SIGSTOP, a paused VM, CPU throttling) sends nothing after
+  it wakes, whatever its threads do first. The servers refuse a call of an
   older term than one they have seen (``docs/protocol.md``, "Kubernetes"), and status writes are conditional on
   the resource's ``resourceVersion``, which closes the instant between the check and the write.
 - Uninstall: the chart's pre-delete hook marks the Lease (annotation :data:`UNINSTALLING`, whose value is the uid of
@@ -69,8 +70,6 @@ JITTER = 0.2
 #: the annotation the chart's pre-delete hook puts on the Kubernetes Lease: the release is being uninstalled (its
 #: value is when); nobody takes a marked Lease, and its holder steps down
 UNINSTALLING = "gym-checkpoint.dev/uninstalling"
-#: the header that names the leader's term on every control call (``<namespace>/<Lease name>/<leaseTransitions>``)
-LEADER_HEADER = "x-gym-leader-term"
 
 
 class LeadershipLost(Exception):
@@ -146,6 +145,8 @@ class Leadership:
         """``instance``: the uid of the operator's Deployment (an uninstall mark of another is stale); None when
         unknown (no Deployment: every mark counts)."""
         self.settings, self.api, self.clock, self.instance = settings, api, clock, instance
+        #: what a fence that finds the leadership gone calls first (the process's exit; None: it only raises)
+        self.on_lost: Callable[[str], None] | None = None
         self.leader = False
         self.holder: str | None = None  # the holder last read (for logs and the liveness answer)
         self.term: int | None = None  # the Lease's leaseTransitions while this candidate holds it
@@ -161,13 +162,16 @@ class Leadership:
         return self.leader and self.clock() < self._valid_until
 
     def fence(self) -> str:
-        """The term to name on a call or write made now (:data:`LEADER_HEADER`'s value); :class:`LeadershipLost` when
-        this candidate may no longer hold the Lease."""
+        """The term to name on a call or write made now (``<namespace>/<Lease name>/<term>``). When this candidate may
+        no longer hold the Lease: :attr:`on_lost` (the process ends), else :class:`LeadershipLost`."""
         if not self.valid():
-            raise LeadershipLost(
-                f"not the leader of {self.settings.namespace}/{self.settings.name} any more (term {self.term}): "
-                "nothing is sent in its name"
+            why = (
+                f"not surely the leader of {self.settings.namespace}/{self.settings.name} any more (term {self.term}, "
+                "its last renewal too long ago on this clock): nothing more is sent in its name"
             )
+            if self.on_lost is not None:
+                self.on_lost(why)
+            raise LeadershipLost(why)
         return f"{self.settings.namespace}/{self.settings.name}/{self.term}"
 
     # --- one attempt ------------------------------------------------------------------------------------

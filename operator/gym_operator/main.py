@@ -203,6 +203,7 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
     api = api_client()
     instance = await asyncio.to_thread(_deployment_uid, api, namespace, stop)
     candidate = Leadership(leadership, client.CoordinationV1Api(api), instance=instance)
+    candidate.on_lost = _lost  # a fence that finds the leadership gone ends the process before anything is sent
     operating = asyncio.Event()  # kopf's startup handlers ran: it is watching
     step_down = asyncio.Event()  # the release is being uninstalled: kopf stops, the finalizers go
 

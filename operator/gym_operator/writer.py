@@ -1,5 +1,10 @@
 """Best-effort status writes: the transaction never waits for, or fails with, the Kubernetes API.
 
+Fenced: each write is checked against the leadership right before it goes (``fence``: a leader whose leadership may
+have passed ends there) and is conditional on the resource's ``resourceVersion`` as the operator last saw it
+(``version``: kopf's live body), so a write that was on its way when a newer leader wrote is refused (409) and
+tried again over what is there now - by a leader that is still one.
+
 :class:`StatusWriter` keeps the status one resource should have and writes it in the background,
 as a JSON merge patch of the status subresource: a write that fails (no answer, 409, 429, 5xx) is
 logged and retried with backoff (a 429's ``Retry-After`` obeyed), newer writes folding into the one
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from gym_operator.kube import Gone, Kube, KubeError, Unavailable
@@ -37,8 +43,11 @@ class StatusWriter:
         name: str,
         generation: int | None,
         current: dict[str, Any] | None,
+        fence: Callable[[], object] | None = None,
+        version: Callable[[], str | None] | None = None,
     ) -> None:
         self.kube, self.plural, self.namespace, self.name = kube, plural, namespace, name
+        self.fence, self.version = fence, version
         self.generation = generation
         self.conditions: list[dict[str, Any]] = list((current or {}).get("conditions") or [])
         self.written: dict[str, Any] = dict(current or {})  # what the resource is known to hold
@@ -93,7 +102,10 @@ class StatusWriter:
             self._changed.clear()
             patch = self._pending
             try:
-                await self.kube.patch_status(self.plural, self.namespace, self.name, patch)
+                if self.fence is not None:
+                    self.fence()
+                version = self.version() if self.version is not None else None
+                await self.kube.patch_status(self.plural, self.namespace, self.name, patch, version)
             except Gone:
                 log.warning(f"{self.plural}/{self.name} is gone; its status is no longer written")
                 self.gone, self._pending = True, None

@@ -484,10 +484,10 @@ def report_pause(scenario: str, pause: PauseMonitor, **extra: object) -> None:
 
 
 class WithholdingProxy:
-    """A real HTTP server on 127.0.0.1 in front of one server's control port: it forwards every call but
-    withholds ``verb`` (resume, persist, ...) while ``hold`` is set, so the operator can be killed with that call
-    in flight. A withheld call is then answered 503, or forwarded late with ``forward_withheld`` (as a call the
-    server received before its caller died)."""
+    """A real HTTP server on 127.0.0.1 in front of one server's control port: it forwards (and records, in
+    ``calls``) every call but withholds ``verb`` (resume, persist, ...) while ``hold`` is set, so the operator can be
+    killed with that call in flight. A withheld call is then answered 503, or forwarded late with
+    ``forward_withheld`` (as a call the server received before its caller died)."""
 
     def __init__(self, upstream: str, verb: str = "resume", forward_withheld: bool = False) -> None:
         import uvicorn
@@ -499,8 +499,11 @@ class WithholdingProxy:
         self.hold = threading.Event()
         self.withheld = threading.Event()
         self.port = free_port()
+        #: every call it received: (time.monotonic(), path, the leader term it named or None)
+        self.calls: list[tuple[float, str, str | None]] = []
 
         async def forward(request: Request) -> Response:
+            self.calls.append((time.monotonic(), request.url.path, request.headers.get("x-gym-leader-term")))
             body = await request.body()
             if self.hold.is_set() and request.url.path.endswith(f"/{verb}"):
                 self.withheld.set()

@@ -39,7 +39,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
         checkpoint_id, storage, participants = prepared
         tx.fields.update(checkpointId=checkpoint_id, location=storage.url)
         timeout_s = context.settings.checkpoint_call_timeout(spec)
-        async with ControlClient(context.settings.token, timeout_s=timeout_s) as client:
+        async with ControlClient(context.settings.token, timeout_s=timeout_s, fence=context.fence) as client:
             coordinator = await tx.coordinator(participants, storage, client)
             return await coordinator.checkpoint(
                 checkpoint_id,

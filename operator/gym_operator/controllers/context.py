@@ -73,6 +73,11 @@ class Context:
     #: resource uid -> (plural, namespace, name) of those the watch last showed holding this operator's finalizer
     held: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
+    def fence(self) -> str | None:
+        """Called right before every control call and status write: the leader's term to name on it (None: no
+        leader election); a leader whose leadership may have passed ends here (:meth:`Leadership.fence`)."""
+        return self.leadership.fence() if self.leadership is not None else None
+
     def seen(self, plural: str, event_type: str | None, body: kopf.Body) -> None:
         """One watch event of a resource of the release: where the release's resources are, which hold the
         finalizer."""

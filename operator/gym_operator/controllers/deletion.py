@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from typing import Any
@@ -124,7 +125,7 @@ async def _abort_orphan(selector: SelectorSpec, namespace: str, checkpoint_id: s
         participants = await discover(namespace, selector, context)
     except (DiscoveryError, KubeError):
         return
-    async with ControlClient(context.settings.token, timeout_s=10.0) as client:
+    async with ControlClient(context.settings.token, timeout_s=10.0, fence=context.fence) as client:
         await Coordinator(participants, client).abort_all(checkpoint_id, participants)
 
 
@@ -192,7 +193,19 @@ async def _data_condition(body: kopf.Body, status: dict[str, Any], reason: str, 
     meta = body.get("metadata") or {}
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != "DataDeleted"]
     conditions.append(condition("DataDeleted", False, reason, message, meta.get("generation")))
-    try:
-        await context.kube.patch_status("checkpoints", meta["namespace"], meta["name"], {"conditions": conditions})
-    except KubeError as exc:
-        log.warning(f"Checkpoint {meta['name']}: could not write the DataDeleted condition ({exc})")
+    version = meta.get("resourceVersion")
+    for attempt in range(2):  # conditional on the version seen; once more over the current one after a conflict
+        try:
+            context.fence()
+            await context.kube.patch_status(
+                "checkpoints", meta["namespace"], meta["name"], {"conditions": conditions}, version
+            )
+            return
+        except KubeError as exc:
+            if exc.status == 409 and attempt == 0:
+                with contextlib.suppress(KubeError):
+                    current = await context.kube.get_object("checkpoints", meta["namespace"], meta["name"])
+                    version = ((current or {}).get("metadata") or {}).get("resourceVersion")
+                continue
+            log.warning(f"Checkpoint {meta['name']}: could not write the DataDeleted condition ({exc})")
+            return

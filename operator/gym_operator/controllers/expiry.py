@@ -118,7 +118,10 @@ class Expiry:
             update = {"expiration": stamp}
             if meta.get("generation") is not None:
                 update["observedGeneration"] = meta["generation"]
-            await self.context.kube.patch_status("checkpoints", meta["namespace"], meta["name"], update)
+            self.context.fence()
+            await self.context.kube.patch_status(
+                "checkpoints", meta["namespace"], meta["name"], update, meta.get("resourceVersion")
+            )
             status["expiration"] = stamp  # (the watch shows it soon; until then this is what it holds)
         if when is None:
             self.tracked.pop(meta["uid"], None)  # the ttl was removed and so is the expiration

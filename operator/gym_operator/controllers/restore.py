@@ -37,7 +37,9 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
         assert spec is not None
         checkpoint_id, storage, participants = prepared
         tx.fields.update(checkpointId=checkpoint_id, location=storage.url)
-        async with ControlClient(context.settings.token, timeout_s=context.settings.restore_call_timeout_s) as client:
+        async with ControlClient(
+            context.settings.token, timeout_s=context.settings.restore_call_timeout_s, fence=context.fence
+        ) as client:
             coordinator = await tx.coordinator(participants, storage, client)
             return await coordinator.restore(
                 checkpoint_id, storage.url, lease_s=spec.lease_seconds, restore_id=tx.uid, cancel=cancel

@@ -70,7 +70,16 @@ class Transaction(Generic[P]):
         self.selector, self.context, self.body = selector, context, body
         context.namespaces.add(self.namespace)
         status = dict(body.get("status") or {})
-        self.writer = StatusWriter(context.kube, plural, self.namespace, self.name, meta.get("generation"), status)
+        self.writer = StatusWriter(
+            context.kube,
+            plural,
+            self.namespace,
+            self.name,
+            meta.get("generation"),
+            status,
+            fence=context.fence,
+            version=lambda: (body.get("metadata") or {}).get("resourceVersion"),
+        )
         self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
         self.cancelled = False
         self.rolling_since: float | None = None  # when discovery first found the stack rolling out

@@ -2,7 +2,7 @@
 :mod:`gym_operator.controllers` (one module per lifecycle) that does the work.
 
 - :func:`login` (``on.login``): the pod's service account, else the kubeconfig.
-- :func:`startup` (``on.startup``): the settings, the Kubernetes client, the CRD check.
+- :func:`startup` (``on.startup``): the settings, the Kubernetes client, the expiry task.
 - :func:`checkpoint_daemon` (a ``daemon`` per Checkpoint whose transaction has not ended): its transaction
   (:mod:`.controllers.checkpoint`).
 - :func:`checkpoint_seen` (``on.event`` of a Checkpoint): once the transaction ended, ``spec.ttl``
@@ -45,7 +45,6 @@ from typing import Any
 
 import kopf
 
-from gym_operator import crdcheck
 from gym_operator.controllers import checkpoint, deletion, release, restore
 from gym_operator.controllers.context import FINAL, Context, finalizer_of
 from gym_operator.controllers.expiry import Expiry
@@ -91,8 +90,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     except SpecError as exc:
         raise kopf.PermanentError(str(exc)) from None
     configure(settings, operator)
-    kube = Kube.connect()
-    await crdcheck.verify(kube)  # CRDs older than this operator: stop, naming the command that updates them
+    kube = Kube.connect()  # (the CRDs were checked before this replica competed for the leadership: main.py)
     leadership = memo.get("leadership")
     context = Context(
         operator,

@@ -150,12 +150,17 @@ class Leadership:
         self.leader = False
         self.holder: str | None = None  # the holder last read (for logs and the liveness answer)
         self.term: int | None = None  # the Lease's leaseTransitions while this candidate holds it
+        self.read_at: float | None = None  # on self.clock: when the Lease was last read (or written) here
         self.uninstalling: str | None = None  # the uninstall mark last read (the pre-delete hook's)
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._valid_until = 0.0  # on self.clock: until when this candidate surely holds the Lease
 
     # --- fencing ------------------------------------------------------------------------------------------
+
+    def watching(self) -> bool:
+        """Whether this candidate read the Lease within the leadership's duration (a standby that can take over)."""
+        return self.read_at is not None and self.clock() - self.read_at <= self.settings.duration_s
 
     def valid(self) -> bool:
         """Whether this candidate surely holds the Lease now (its last renewal is recent enough on its own clock)."""
@@ -177,6 +182,7 @@ class Leadership:
     # --- one attempt ------------------------------------------------------------------------------------
 
     def _observe(self, record: client.V1Lease, now: float) -> None:
+        self.read_at = now
         version = record.metadata.resource_version if record.metadata else None
         if version != self._observed_version:
             self._observed_version, self._observed_at = version, now

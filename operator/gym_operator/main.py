@@ -4,13 +4,15 @@
 
 ``gym-operator --namespace NS --uninstall [--timeout S]`` is the chart's pre-delete hook instead
 (:mod:`gym_operator.uninstall`): it makes the release's operator step down and lets go of the release's finalizers
-before Helm deletes the operator's rights.
+before Helm deletes the operator's rights. ``gym-operator --namespace NS --apply-crds DIR`` is its pre-upgrade hook
+(:mod:`gym_operator.crdupgrade`): the chart's CRDs applied before the new operator starts.
 
-Every replica of a release's operator runs this. Each is a candidate for the release's leadership, its Kubernetes
-Lease (:mod:`gym_operator.leadership`); only the holder starts kopf (:mod:`gym_operator.handlers`), so only one operator
-ever coordinates a transaction. The others stand by. Every replica answers ``--liveness`` (``GET`` on its path:
-200 and ``{"leader", "operating", "identity", "holder"}``, ``operating`` once kopf's startup ran) from its first
-second, standing by or not, so the kubelet restarts a hung process, never a healthy standby.
+Every replica of a release's operator runs this. It first checks the installed CRDs (:mod:`gym_operator.crdcheck`):
+a replica over CRDs older than itself never competes. Each is then a candidate for the release's leadership, its
+Kubernetes Lease (:mod:`gym_operator.leadership`); only the holder starts kopf (:mod:`gym_operator.handlers`), so only
+one operator ever coordinates a transaction. The others stand by. Every replica answers its probes
+(:mod:`gym_operator.probes`: ``--liveness`` and ``/readyz`` on the same port) from its first second, standing by or
+not, so the kubelet restarts a hung process, never a healthy standby, and a rollout waits for replicas that can work.
 
 A leader whose Lease the pre-delete hook marks steps down: kopf stops (its cleanup takes the release's finalizers
 off), the Lease is released, and the process stands by, answering its probe, until it is stopped.
@@ -24,22 +26,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
 import sys
 import threading
-import urllib.parse
+from pathlib import Path
 
-import aiohttp.web
 import kopf
 import urllib3
 from kubernetes import client
 
 import gym_operator.handlers  # noqa: F401  (registers the handlers with kopf; imported before the loop runs)
-from gym_operator import uninstall
-from gym_operator.kube import api_client
+from gym_operator import crdupgrade, probes, uninstall
+from gym_operator.kube import Kube, api_client
 from gym_operator.leadership import EXIT_LOST, Leadership, LeadershipSettings
 from gym_operator.specs import OperatorSettings, SpecError
 
@@ -65,6 +65,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=float, default=60.0, help="with --uninstall: seconds to wait for the operator (default 60)"
     )
+    p.add_argument(
+        "--apply-crds",
+        metavar="DIR",
+        type=Path,
+        help="the chart's pre-upgrade hook: create or replace the CRDs of the YAML files in DIR (never by older ones)",
+    )
     return p
 
 
@@ -73,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose, quiet=args.quiet, log_format=kopf.LogFormat[args.log_format.upper()])
     if args.uninstall:
         return _uninstall(args)
+    if args.apply_crds is not None:
+        return crdupgrade.run(args.apply_crds)
     try:
         OperatorSettings.from_env()  # refused here, before standing by for a leadership it could not use
         leadership = LeadershipSettings.from_env(args.namespace)
         if args.liveness:
-            _endpoint(args.liveness)
+            probes.endpoint(args.liveness)
     except (SpecError, ValueError) as exc:
         print(f"gym-operator: {exc}", file=sys.stderr)
         return 2
@@ -96,13 +104,6 @@ def _uninstall(args: argparse.Namespace) -> int:
         return 2
     deployment = os.environ.get("GYMCKPT_OPERATOR_DEPLOYMENT") or None
     return asyncio.run(uninstall.run(leadership, release, deployment, args.timeout))
-
-
-def _endpoint(url: str) -> tuple[str, int, str]:
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
-        raise ValueError(f"--liveness {url!r}: expected http://HOST:PORT/PATH")
-    return parsed.hostname, parsed.port, parsed.path or "/"
 
 
 def _lost(why: str) -> None:
@@ -143,26 +144,6 @@ def _post_leader_event(api: client.ApiClient, leadership: LeadershipSettings) ->
         )
     except Exception as exc:
         log.warning(f"could not post the LeaderElection Event ({exc})")
-
-
-async def _serve_liveness(url: str, candidate: Leadership, operating: asyncio.Event) -> aiohttp.web.AppRunner:
-    host, port, path = _endpoint(url)
-
-    async def health(_: aiohttp.web.Request) -> aiohttp.web.Response:
-        body = {
-            "leader": candidate.leader,
-            "operating": operating.is_set(),
-            "identity": candidate.settings.identity,
-            "holder": candidate.holder,
-        }
-        return aiohttp.web.Response(text=json.dumps(body), content_type="application/json")
-
-    app = aiohttp.web.Application()
-    app.router.add_get(path, health)
-    runner = aiohttp.web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await aiohttp.web.TCPSite(runner, host, port).start()
-    return runner
 
 
 def _deployment_uid(api: client.ApiClient, namespace: str, stop: threading.Event) -> str | None:
@@ -206,6 +187,8 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
     candidate.on_lost = _lost  # a fence that finds the leadership gone ends the process before anything is sent
     operating = asyncio.Event()  # kopf's startup handlers ran: it is watching
     step_down = asyncio.Event()  # the release is being uninstalled: kopf stops, the finalizers go
+    probe = probes.Probes(candidate, operating)
+    kube = Kube(api)
 
     def stepping_down(mark: str) -> None:
         log.warning(
@@ -214,8 +197,12 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
         )
         loop.call_soon_threadsafe(step_down.set)
 
-    health = await _serve_liveness(liveness, candidate, operating) if liveness else None
+    health = await probe.serve(liveness) if liveness else None
+    recheck: asyncio.Task[None] | None = None
     try:
+        if not await probe.until_crds_fit(kube, stop):  # a replica over older CRDs never leads (probes.py)
+            return 0
+        recheck = asyncio.create_task(probe.recheck_crds(kube), name="CRD recheck")
         if not await asyncio.to_thread(candidate.acquire, stop):
             return 0
         for sig in signals:
@@ -232,7 +219,7 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
             memo=kopf.Memo(identity=leadership.identity, leadership=candidate),
         )
         if step_down.is_set():
-            operating.clear()
+            probe.stepped_down = True
             stop.set()
             await asyncio.to_thread(candidate.release)
             log.info("stepped down for the uninstall; standing by until stopped")
@@ -240,6 +227,8 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
         return 0
     finally:
         stop.set()
+        if recheck is not None:
+            recheck.cancel()
         await asyncio.to_thread(candidate.release)
         if health is not None:
             await health.cleanup()

@@ -82,7 +82,9 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         assert secrets == {"demo-gym-checkpoint-generated", "sh.helm.release.v1.demo.v1"}
         generated = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-generated").json()
         assert set(generated["data"]) == {"token", "secret", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-        assert generated["metadata"]["labels"]["app.kubernetes.io/instance"] == "demo"
+        # not app.kubernetes.io/instance, which Argo CD 2.x tracks by (it would prune a Secret it did not render)
+        assert generated["metadata"]["labels"]["gym-checkpoint.dev/release"] == "demo"
+        assert "app.kubernetes.io/instance" not in generated["metadata"]["labels"]
         # the hook's own objects are gone once it succeeded
         assert not names(api, f"/apis/batch/v1/namespaces/{NS}/jobs")
         assert "demo-gym-checkpoint-secrets" not in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
@@ -122,7 +124,11 @@ def test_kubectl_applies_the_notes_examples_after_install(kemu: Any, kubectl: An
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     try:
         notes = helm_call(
-            cfg, "helm_install", "demo", {"storage": {"embedded": {"enabled": False}}}, disable_hooks=True
+            cfg,
+            "helm_install",
+            "demo",
+            {"storage": {"embedded": {"enabled": False}, "location": "s3://ckpts/demo"}},
+            disable_hooks=True,
         )["notes"]
     finally:
         cfg.close()

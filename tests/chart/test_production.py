@@ -438,6 +438,7 @@ def test_rollouts_custom_and_disabled(render: Any) -> None:
             {"upgradeCheckpoint": {"enabled": True}, "serverDefaults": {"updateStrategy": "OnDelete"}},
             "cannot work with serverDefaults.updateStrategy OnDelete",
         ),
+        ({"storage": {"embedded": {"enabled": False}}}, "no storage location: every Checkpoint would fail"),
     ],
 )
 def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: dict[str, Any], message: str) -> None:

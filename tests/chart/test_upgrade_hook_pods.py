@@ -143,7 +143,7 @@ def test_the_checkpoint_hook_keeps_the_newest_of_its_checkpoints(render: Any, ke
     command = pre["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:3] == ["gymckpt", "cluster", "checkpoint"]
     kubectl("apply", "-f", str(CRDS))
-    series = {"app.kubernetes.io/instance": "demo", "gym-checkpoint.dev/created-by": "upgrade-hook"}
+    series = {"gym-checkpoint.dev/release": "demo", "gym-checkpoint.dev/created-by": "upgrade-hook"}
 
     def checkpoint(name: str, labels: dict[str, str], phase: str | None, release: str = "demo") -> None:
         body = {
@@ -163,7 +163,7 @@ def test_the_checkpoint_hook_keeps_the_newest_of_its_checkpoints(render: Any, ke
         ("demo-r2", series, "Failed", "demo"),
         ("demo-r3", series, "Completed", "demo"),  # an unfinished Restore names it
         ("demo-r4", series, "Completed", "demo"),
-        ("manual", {"app.kubernetes.io/instance": "demo"}, "Completed", "demo"),
+        ("manual", {"gym-checkpoint.dev/release": "demo"}, "Completed", "demo"),
         ("other-r1", series, "Completed", "other"),
     ):
         checkpoint(name, labels, phase, release)

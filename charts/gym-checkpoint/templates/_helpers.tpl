@@ -3,16 +3,22 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Release-qualified name; kept short so "<fullname>-<server>-0" fits a DNS label. */}}
+{{/*
+Release-qualified name, at most 28 characters so "<fullname>-<server>-0" fits a DNS label. A release name that does
+not fit whole gets its first 19 characters and 8 of the sha256 of the full name: two long release names sharing a
+prefix never render one name for their objects (the Kubernetes Lease, <fullname>-generated, ...). A release name of
+28 characters or fewer keeps what it always rendered (only "-gym-checkpoint" is cut short): upgrades rename nothing.
+*/}}
 {{- define "gym-checkpoint.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 28 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
-{{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 28 | trimSuffix "-" -}}
+{{- $full := ternary .Release.Name (printf "%s-%s" .Release.Name $name) (contains $name .Release.Name) -}}
+{{- if le (len .Release.Name) 28 -}}
+{{- $full | trunc 28 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 28 | trimSuffix "-" -}}
+{{- printf "%s-%s" ($full | trunc 19 | trimSuffix "-") ($full | sha256sum | trunc 8) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

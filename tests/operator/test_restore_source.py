@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.operator.harness import RELEASE, Kubectl, apply, checkpoint_doc, install_crds
 
-from gym_operator.controllers.context import Context, Refused, Wait
+from gym_operator.controllers.context import Context, Refused, Wait, claimed_by
 from gym_operator.controllers.restore import source
 from gym_operator.kube import Kube
 from gym_operator.specs import OperatorSettings, RestoreSpec
+from gym_services.base.config import StorageConfig
+from gym_services.control.storage import open_storage
+from gym_services.control.store import CheckpointStore
 
 pytestmark = pytest.mark.k8s
-DEFAULT_URL = "s3://bucket/checkpoints"
-ELSEWHERE_URL = "s3://elsewhere/checkpoints"
+#: locations nothing is written to (a Restore by id reads the claim there: a folder that does not exist holds none)
+DEFAULT_URL = "file:///nonexistent/restore-source/checkpoints"
+ELSEWHERE_URL = "file:///nonexistent/restore-source/elsewhere"
 
 
 @pytest.fixture
@@ -29,9 +34,9 @@ def kemu(kemu_shared: Any) -> Any:
 
 
 @pytest.fixture
-def restore_source(kemu: Any, kubectl: Kubectl, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``source(spec)`` as the operator of release RELEASE runs it in the test's namespace (locations ``default``
-    and ``elsewhere``); the CRDs are installed."""
+def restore_source(kemu: Any, kubectl: Kubectl, namespace: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """``source(spec)`` as the operator of release RELEASE runs it in the test's namespace (locations ``default``,
+    ``elsewhere`` and ``claims``, the last at ``file://<tmp_path>/claims``); the CRDs are installed."""
     install_crds(kemu, kubectl)
     monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -40,7 +45,9 @@ def restore_source(kemu: Any, kubectl: Kubectl, namespace: str, monkeypatch: pyt
             "GYMCKPT_CONTROL_TOKEN": "t",
             "GYMCKPT_RELEASE": RELEASE,
             "GYMCKPT_STORAGE": DEFAULT_URL,
-            "GYMCKPT_STORAGE_LOCATIONS": json.dumps({"elsewhere": {"url": ELSEWHERE_URL}}),
+            "GYMCKPT_STORAGE_LOCATIONS": json.dumps(
+                {"elsewhere": {"url": ELSEWHERE_URL}, "claims": {"url": f"file://{tmp_path}/claims"}}
+            ),
         }
     )
     context = Context(settings, Kube.connect())
@@ -116,5 +123,22 @@ def test_a_checkpoint_id_is_read_from_the_storage_location_named(restore_source)
     assert restore_source(checkpointId="c-1") == ("c-1", "default")
     assert restore_source(checkpointId="c-1", storageLocation="elsewhere") == ("c-1", "elsewhere")
     unknown = refused(restore_source, checkpointId="c-1", storageLocation="nowhere")
-    assert unknown.reason == "UnknownStorageLocation" and "(default, elsewhere)" in unknown.message
+    assert unknown.reason == "UnknownStorageLocation" and "(claims, default, elsewhere)" in unknown.message
     assert refused(restore_source).reason == "InvalidSpec"
+
+
+def test_a_checkpoint_id_of_another_release_is_refused(restore_source, kubectl, tmp_path) -> None:
+    """By id as by name, a Restore restores only its own release's checkpoints: two releases sharing a location never
+    restore each other's rollouts. The release is the one a Checkpoint resource that recorded the id names, else the
+    one the stored claim names (the operator writes `Checkpoint <ns>/<name> (release <release>)`); a checkpoint the
+    CLI took (its claim names no release) may be restored into any."""
+    store = CheckpointStore(open_storage(f"file://{tmp_path}/claims", StorageConfig()))
+    store.claim("ours-1", "tx-1", claimed_by("team", "ours", RELEASE), ["counter-0"])
+    store.claim("theirs-1", "tx-2", claimed_by("team", "theirs", "another"), ["counter-0"])
+    store.claim("cli-1", "tx-3", "gymckpt checkpoint on host-7", ["counter-0"])
+    checkpoint(kubectl, "recorded", completed("recorded"), release="another")  # id recorded-0000abcd
+    assert restore_source(checkpointId="ours-1", storageLocation="claims") == ("ours-1", "claims")
+    assert restore_source(checkpointId="cli-1", storageLocation="claims") == ("cli-1", "claims")
+    for checkpoint_id, location in (("theirs-1", "claims"), ("recorded-0000abcd", "default")):
+        refusal = refused(restore_source, checkpointId=checkpoint_id, storageLocation=location)
+        assert refusal.reason == "CheckpointOfAnotherRelease" and "taken by release another" in refusal.message

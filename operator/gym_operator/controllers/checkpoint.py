@@ -12,7 +12,7 @@ import asyncio
 
 import kopf
 
-from gym_operator.controllers.context import Context, location
+from gym_operator.controllers.context import Context, claimed_by, location
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
 from gym_operator.specs import CheckpointSpec, SelectorSpec, StorageLocation
 from gym_services.coordination.client import ControlClient, ParticipantRef
@@ -47,7 +47,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
                 prepare_timeout_s=spec.prepare_timeout_seconds,
                 lease_s=spec.lease_seconds,
                 transaction_id=tx.uid,
-                claimed_by=f"Checkpoint {tx.namespace}/{tx.name}",
+                claimed_by=claimed_by(tx.namespace, tx.name, context.settings.release),
                 method=spec.method,
                 cancel=cancel,
             )

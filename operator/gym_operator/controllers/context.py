@@ -7,6 +7,7 @@ and kept in kopf's memo; each controller gets it from there. Nothing here knows 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
 import kopf
@@ -44,6 +45,21 @@ def finalizer_of(release: str) -> str:
     releases sharing one finalizer in a namespace would each take the other's off, and the other put it back, for
     ever. (A release name is at most 53 characters: the name part stays within a qualified name's 63.)"""
     return f"gym-checkpoint.dev/operator-{release}"
+
+
+def claimed_by(namespace: str, name: str, release: str) -> str:
+    """Who a Checkpoint's transaction is, as its stored claim says (``claimed_by``): the resource and its release,
+    so a Restore by checkpoint id can tell which release took it (:func:`claimed_release`)."""
+    return f"Checkpoint {namespace}/{name} (release {release})"
+
+
+_CLAIMED_RELEASE = re.compile(r"\(release ([a-z0-9]([-a-z0-9]*[a-z0-9])?)\)$")
+
+
+def claimed_release(claimed: str) -> str | None:
+    """The release a stored claim names (:func:`claimed_by`); None for one made elsewhere (the CLI) or before."""
+    match = _CLAIMED_RELEASE.search(claimed)
+    return match.group(1) if match else None
 
 
 class StackLock(asyncio.Lock):

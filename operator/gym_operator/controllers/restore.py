@@ -1,8 +1,10 @@
 """A Restore's transaction: the coordinator's restore of a checkpoint into the stack its selector picks.
 
 A Restore names its checkpoint by Checkpoint (``checkpointRef``: completed, of the same release, at a storage
-location that still holds it) or by id and storage location (``checkpointId``, ``storageLocation``). The
-resource's uid names the restore: an operator restarted mid-restore repeats the same one.
+location that still holds it) or by id and storage location (``checkpointId``, ``storageLocation``: a checkpoint
+of the same release too, as a Checkpoint resource that recorded the id or its stored claim says; one taken outside
+any release, by the CLI, may be restored into any). The resource's uid names the restore: an operator restarted
+mid-restore repeats the same one.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import asyncio
 
 import kopf
 
-from gym_operator.controllers.context import Context, Refused, Wait, location
+from gym_operator.controllers.context import Context, Refused, Wait, claimed_release, location, storage_access
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
 from gym_operator.specs import CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
+from gym_services.control.participant import InvalidState
+from gym_services.control.storage import open_storage
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import TransactionPhase, TransactionResult
 
@@ -53,7 +58,15 @@ async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[s
     if spec.checkpoint_ref is None:
         if not spec.checkpoint_id:
             raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId (with storageLocation)")
-        return spec.checkpoint_id, location(spec.storage_location, context.settings)
+        storage = location(spec.storage_location, context.settings)
+        taken_by = await release_of(spec.checkpoint_id, storage, namespace, context)
+        if taken_by is not None and taken_by != spec.release:
+            raise Refused(
+                "CheckpointOfAnotherRelease",
+                f"checkpoint {spec.checkpoint_id} at {storage.url} was taken by release {taken_by}, not "
+                f"{spec.release}; restore a checkpoint of this release",
+            )
+        return spec.checkpoint_id, storage
     ref = spec.checkpoint_ref.name
     found = await context.kube.get_object("checkpoints", namespace, ref)
     if found is None:
@@ -83,3 +96,21 @@ async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[s
             f"{storage.url}; restore it by checkpointId from a location that holds it",
         )
     return str(status["checkpointId"]), storage
+
+
+async def release_of(checkpoint_id: str, storage: StorageLocation, namespace: str, context: Context) -> str | None:
+    """The release that took ``checkpoint_id``: a Checkpoint resource of the namespace that recorded it, else its
+    stored claim (:func:`~.context.claimed_release`); None when neither says (taken by the CLI, or not there)."""
+    for found in await context.kube.list_objects("checkpoints", namespace):
+        if (found.get("status") or {}).get("checkpointId") == checkpoint_id:
+            return str((found.get("spec") or {}).get("release"))
+    try:
+        config, _access = await storage_access(storage, namespace, context.kube, context.settings)
+    except LookupError as exc:
+        raise Refused("CredentialsNotFound", str(exc)) from None
+    store = CheckpointStore(open_storage(storage.url, config))
+    try:
+        state = await asyncio.to_thread(store.state, checkpoint_id)
+    except InvalidState:
+        return None  # (a malformed claim: the restore itself says what is wrong)
+    return claimed_release(state.claim.claimed_by) if state.claim is not None else None

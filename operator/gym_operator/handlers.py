@@ -12,7 +12,8 @@
 - :func:`restore_daemon` (a ``daemon`` per Restore whose transaction has not ended): its transaction
   (:mod:`.controllers.restore`).
 - :func:`restore_seen` (``on.event`` of a Restore), and :func:`checkpoint_seen`: the finalizer older operators
-  shared taken off the release's resources (:mod:`.controllers.release`).
+  shared taken off the release's resources (:mod:`.controllers.release`); the label that keeps them out of Velero's
+  backups (:mod:`.controllers.backups`).
 - :func:`release_when_going_away` (``on.cleanup``): the release uninstalled or its namespace deleted, the
   finalizers go (:mod:`.controllers.release`).
 
@@ -45,7 +46,7 @@ from typing import Any
 
 import kopf
 
-from gym_operator.controllers import checkpoint, deletion, release, restore
+from gym_operator.controllers import backups, checkpoint, deletion, release, restore
 from gym_operator.controllers.context import FINAL, Context, finalizer_of
 from gym_operator.controllers.expiry import Expiry
 from gym_operator.kube import GROUP, VERSION, Kube
@@ -138,6 +139,7 @@ async def checkpoint_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **
     context = context_of(memo)
     context.seen("checkpoints", type, body)
     await release.drop_legacy_finalizer(context, "checkpoints", body)
+    await backups.exclude(context, "checkpoints", body)
 
 
 @kopf.on.delete(GROUP, VERSION, "checkpoints", backoff=2.0, when=needed_at_deletion)
@@ -155,6 +157,7 @@ async def restore_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: 
     context = context_of(memo)
     context.seen("restores", type, body)
     await release.drop_legacy_finalizer(context, "restores", body)
+    await backups.exclude(context, "restores", body)
 
 
 @kopf.on.cleanup()

@@ -223,6 +223,19 @@ class Kube:
             return False
         return True
 
+    async def patch_labels(self, plural: str, namespace: str, name: str, labels: dict[str, str]) -> None:
+        """A JSON merge patch of ``metadata.labels`` (only these keys)."""
+        await self._call(
+            f"patch {plural} {name} labels",
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"metadata": {"labels": labels}},
+        )
+
     async def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """An Event on ``obj``, posted at once (for when kopf's event poster has stopped, or outside its handlers)."""
         meta = obj.get("metadata") or {}

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 import kopf
 
+from gym_operator.controllers.backups import restored_by_velero
 from gym_operator.controllers.context import FINAL, Context, Refused, StackLock, Wait, discover, storage_access
 from gym_operator.discovery import DiscoveryError, ReplicaCountMismatch, StackRolling
 from gym_operator.kube import KubeError, Unavailable
@@ -269,6 +270,13 @@ async def run_once(tx: Transaction[P], stopped: kopf.DaemonStopped, setup: Setup
     """Run a transaction once (a final one is not run again), then settle its status."""
     done = tx.context.running.setdefault(tx.uid, asyncio.Event())
     done.clear()
+    velero = restored_by_velero(tx.body)
+    if velero is not None and not tx.final:  # a transaction re-created by a backup tool: never run again
+        tx.fail(
+            "RestoredByVelero",
+            f"re-created by Velero restore {velero}: a {tx.kind} is a transaction, not state to restore, and it is "
+            f"never run again; create a new {tx.kind} to run one",
+        )
     left = tx.phase
     if left is not None and left not in FINAL and left != TransactionPhase.PENDING:
         # an earlier operator (a leader that died, or this process before a restart) left it mid-transaction

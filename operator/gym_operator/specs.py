@@ -45,6 +45,26 @@ class _Spec(BaseModel):
             raise SpecError(f"invalid {cls.__name__}: {problems}") from None
 
 
+#: a label key (an optional DNS-subdomain prefix and '/', then a name) and a label value, as Kubernetes validates them
+#: (the CRDs check the same; a spec failing here was written around them)
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_key(key: str) -> str:
+    if len(key) > 317 or not LABEL_KEY.match(key):
+        raise ValueError(f"{key!r} is not a label key")
+    return key
+
+
+def label_value(value: str) -> str:
+    if len(value) > 63 or not LABEL_VALUE.match(value):
+        raise ValueError(f"{value!r} is not a label value")
+    return value
+
+
 class SelectorOperator(enum.StrEnum):
     IN = "In"
     NOT_IN = "NotIn"
@@ -58,6 +78,16 @@ class SelectorRequirement(_Spec):
     key: str = Field(min_length=1)
     operator: SelectorOperator
     values: list[str] = Field(default_factory=list)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str) -> str:
+        return label_key(key)
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, values: list[str]) -> list[str]:
+        return [label_value(v) for v in values]
 
     @model_validator(mode="after")
     def _values_fit_the_operator(self) -> SelectorRequirement:
@@ -83,6 +113,11 @@ class SelectorSpec(_Spec):
 
     match_labels: dict[str, str] = Field(default_factory=dict)
     match_expressions: list[SelectorRequirement] = Field(default_factory=list)
+
+    @field_validator("match_labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        return {label_key(k): label_value(v) for k, v in labels.items()}
 
     @property
     def empty(self) -> bool:

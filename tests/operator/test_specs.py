@@ -79,7 +79,15 @@ def test_storage_locations_are_the_admins() -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", [{"leaseSeconds": "soon"}, {"prepareTimeoutSeconds": 0}, {"selector": {"matchLabels": "x"}}]
+    "spec",
+    [
+        {"leaseSeconds": "soon"},
+        {"prepareTimeoutSeconds": 0},
+        {"selector": {"matchLabels": "x"}},
+        {"selector": {"matchLabels": {"bad key": "x"}}},
+        {"selector": {"matchLabels": {"tier": "two words"}}},
+        {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a/b"]}]}},
+    ],
 )
 def test_a_malformed_spec_names_its_field(spec: dict) -> None:
     with pytest.raises(SpecError, match=r"spec\.(leaseSeconds|prepareTimeoutSeconds|selector)"):

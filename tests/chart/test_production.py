@@ -172,19 +172,22 @@ def test_servers_run_as_their_own_service_account(render: Any) -> None:
 def test_a_disruption_budget_per_participant(render: Any) -> None:
     """The default lets drains and the autoscaler proceed one pod at a time (a disruption is recoverable from the
     latest checkpoint); 0 (blocking every eviction) and percentages are there for who wants them."""
-    budgets = by_kind(render(), "PodDisruptionBudget")
+    budgets = {n: b for n, b in by_kind(render(), "PodDisruptionBudget").items() if not n.endswith("-operator")}
     assert set(budgets) == {f"demo-gym-checkpoint-{name}" for name in PARTICIPANTS}
     for value in (0, "50%"):
         custom = by_kind(
             render({"serverDefaults": {"podDisruptionBudget": {"maxUnavailable": value}}}), "PodDisruptionBudget"
         )
+        custom.pop("demo-gym-checkpoint-operator")
         assert {b["spec"]["maxUnavailable"] for b in custom.values()} == {value}
     for name, budget in budgets.items():
         assert budget["spec"]["maxUnavailable"] == 1 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name.removeprefix(
             "demo-gym-checkpoint-"
         )
-    assert not by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "PodDisruptionBudget")
+    assert set(by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "PodDisruptionBudget")) == {
+        "demo-gym-checkpoint-operator"  # (the operator's own: its replicas, not a participant's)
+    }
 
 
 def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
@@ -226,7 +229,12 @@ def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
     assert pre_cmd[pre_cmd.index("--deletion-policy") + 1] == "Retain"
     # issue 26: the hooks' ServiceAccount, Role, RoleBinding and Jobs survived `helm uninstall` (Helm never deletes
     # a hook object by itself): each is deleted once its phase succeeded, and re-created by the next phase
-    hook_objects = [doc for doc in docs if "helm.sh/hook" in doc["metadata"].get("annotations", {})]
+    hook_objects = [
+        doc
+        for doc in docs
+        if "helm.sh/hook" in doc["metadata"].get("annotations", {})
+        and doc["metadata"]["labels"]["app.kubernetes.io/component"] != "crds-hook"  # (ClusterRole: crds.upgrade)
+    ]
     assert {doc["kind"] for doc in hook_objects} == {"ServiceAccount", "Role", "RoleBinding", "Job"}
     for doc in hook_objects:
         policies = doc["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
@@ -257,7 +265,9 @@ def test_a_checkpoint_before_rollback_when_asked(render: Any) -> None:
     """upgradeCheckpoint.checkpointBeforeRollback: a pre-rollback hook Job (with the hooks' identity) that takes a
     Checkpoint under a fresh name each time (Helm runs the stored hooks of the revision it returns to)."""
     docs = render({"upgradeCheckpoint": {"checkpointBeforeRollback": True}})
-    jobs = {n: j for n, j in by_kind(docs, "Job").items() if "secrets" not in n and "uninstall" not in n}
+    jobs = {
+        n: j for n, j in by_kind(docs, "Job").items() if n.endswith(("-pre-rollback", "-pre-upgrade", "-post-upgrade"))
+    }
     assert set(jobs) == {"demo-gym-checkpoint-pre-rollback"}  # no upgrade hooks without upgradeCheckpoint.enabled
     job = jobs["demo-gym-checkpoint-pre-rollback"]
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-rollback"
@@ -273,7 +283,7 @@ def test_a_checkpoint_before_rollback_when_asked(render: Any) -> None:
     assert by_kind(both, "Role")["demo-gym-checkpoint-upgrade"]["metadata"]["annotations"]["helm.sh/hook"] == (
         "pre-upgrade,post-upgrade,pre-rollback"
     )
-    assert {n for n in by_kind(both, "Job") if "secrets" not in n and "uninstall" not in n} == {
+    assert {n for n in by_kind(both, "Job") if n.endswith(("-rollback", "-upgrade"))} == {
         "demo-gym-checkpoint-pre-upgrade",
         "demo-gym-checkpoint-post-upgrade",
         "demo-gym-checkpoint-pre-rollback",
@@ -487,7 +497,7 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
         {
             "key": "app.kubernetes.io/component",
             "operator": "In",
-            "values": ["secrets-hook", "upgrade-hook", "uninstall-hook"],
+            "values": ["secrets-hook", "upgrade-hook", "uninstall-hook", "crds-hook"],
         }
     ]
     assert hooks["spec"]["egress"] == [dns, api] and hooks["spec"]["ingress"] == []
@@ -497,6 +507,7 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
             "secrets-hook",
             "upgrade-hook",
             "uninstall-hook",
+            "crds-hook",
         )
 
     external = by_kind(render(VARIANTS["network-policy-egress-external-store"]), "NetworkPolicy")
@@ -508,6 +519,7 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     assert external["demo-gym-checkpoint-hooks"]["spec"]["podSelector"]["matchExpressions"][0]["values"] == [
         "secrets-hook",
         "uninstall-hook",
+        "crds-hook",
     ]
 
 

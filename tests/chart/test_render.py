@@ -116,7 +116,9 @@ VARIANTS = {
         "networkPolicy": {"egress": {"enabled": True, "dns": [], "storage": {"to": [], "ports": [443, 9000]}}},
         **EXTERNAL_S3,
     },
-    "namespace-scoped-deployer": {"rbac": {"aggregateToDefaultRoles": False}},
+    "namespace-scoped-deployer": {"rbac": {"aggregateToDefaultRoles": False}, "crds": {"upgrade": False}},
+    "operator-one-replica-no-hooks": {"operator": {"replicas": 1, "uninstallHook": {"enabled": False}}},
+    "operator-three-replicas-preferred-spread": {"operator": {"replicas": 3, "antiAffinity": "preferred"}},
     "generated-secrets-kept-on-uninstall": {"generatedSecrets": {"deleteOnUninstall": False}},
     "pdb-blocking-or-percent": {"serverDefaults": {"podDisruptionBudget": {"maxUnavailable": "25%"}}},
     "no-network-policy-no-pdb": {
@@ -462,11 +464,12 @@ def test_duplicate_server_names_are_refused(helm_chart: Any) -> None:
 def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None:
     docs = render()
     operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]
-    # leader-elected replicas (a Lease), so a rolling update never leaves the release without an operator
+    # leader-elected replicas (a Lease), so a rolling update never leaves the release without an operator; with two
+    # on two nodes (anti-affinity) a surge pod would find no node: one at a time is replaced in place
     assert operator["spec"]["replicas"] == 2
     assert operator["spec"]["strategy"] == {
         "type": "RollingUpdate",
-        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
     }
     pod = operator["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -533,9 +536,25 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "demo-gym-checkpoint-operator", "namespace": "prod"}
     ]
-    # cluster-wide: only the aggregated user roles (no binding, no rule for the operator)
-    assert set(by_kind(docs, "ClusterRole")) == {"prod-demo-gym-checkpoint-view", "prod-demo-gym-checkpoint-edit"}
-    assert not by_kind(docs, "ClusterRoleBinding")
+    # cluster-wide: only the aggregated user roles (no binding, no rule for the operator), and the CRDs hook's
+    # (created before an upgrade and deleted once it succeeded: create and update the chart's two CRDs)
+    assert set(by_kind(docs, "ClusterRole")) == {
+        "prod-demo-gym-checkpoint-view",
+        "prod-demo-gym-checkpoint-edit",
+        "prod-demo-gym-checkpoint-crds",
+    }
+    assert set(by_kind(docs, "ClusterRoleBinding")) == {"prod-demo-gym-checkpoint-crds"}
+    crds = by_kind(docs, "ClusterRole")["prod-demo-gym-checkpoint-crds"]
+    assert crds["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    assert [(r["resources"], r.get("resourceNames"), r["verbs"]) for r in crds["rules"]] == [
+        (["customresourcedefinitions"], None, ["create"]),
+        (
+            ["customresourcedefinitions"],
+            ["checkpoints.gym-checkpoint.dev", "restores.gym-checkpoint.dev"],
+            ["get", "update"],
+        ),
+    ]
+    assert not by_kind(render(VARIANTS["namespace-scoped-deployer"]), "ClusterRoleBinding")
     assert "GYMCKPT_NAMESPACE" not in env and "GYMCKPT_LOG_LEVEL" not in env  # the operator reads neither
     assert container["command"][container["command"].index("--log-format") + 1] == "json"
     assert "--verbose" not in container["command"] and "--quiet" not in container["command"]
@@ -553,6 +572,7 @@ def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: A
         "demo-gym-checkpoint-server",
         "demo-gym-checkpoint-secrets",
         "demo-gym-checkpoint-uninstall",
+        "demo-gym-checkpoint-crds",
     }
     assert (
         by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["serviceAccountName"]

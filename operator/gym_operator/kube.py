@@ -259,15 +259,32 @@ class Kube:
         }
         await self._call(f"create Event {reason}", self.core.create_namespaced_event, meta.get("namespace"), event)
 
+    async def resource_version(self, plural: str, namespace: str, name: str) -> str | None:
+        """The object's resourceVersion now (None: gone). A list by name: the chart's Role grants ``get`` on
+        Checkpoints only, ``list`` on both."""
+        found = await self._call(
+            f"list {plural} {name}",
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            field_selector=f"metadata.name={name}",
+        )
+        for item in found.get("items") or []:
+            if (item.get("metadata") or {}).get("name") == name:
+                return str(item["metadata"].get("resourceVersion") or "") or None
+        return None
+
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> None:
+    ) -> str | None:
         """A JSON merge patch of ``status`` (the status subresource); with ``resource_version``, only over that
-        version of the object (else 409 Conflict, :class:`Unavailable`)."""
+        version of the object (else 409 Conflict, :class:`Unavailable`). Returns the object's new resourceVersion."""
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        await self._call(
+        written = await self._call(
             f"patch {plural} {name} status",
             self.custom.patch_namespaced_custom_object_status,
             GROUP,
@@ -277,3 +294,5 @@ class Kube:
             name,
             body,
         )
+        version = ((written or {}).get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
+        return str(version) if version else None

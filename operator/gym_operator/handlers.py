@@ -2,21 +2,24 @@
 :mod:`gym_operator.controllers` (one module per lifecycle) that does the work.
 
 - :func:`login` (``on.login``): the pod's service account, else the kubeconfig.
-- :func:`startup` (``on.startup``): the settings, the Kubernetes client, the CRD check.
+- :func:`startup` (``on.startup``): the settings, the Kubernetes client, the CRD check; then the storage locations'
+  validation (:mod:`.controllers.location`), each location's catalog sync once it is Available
+  (:mod:`.controllers.catalog`), and the metrics' newest successful checkpoint.
 - :func:`checkpoint_daemon` (a ``daemon`` per Checkpoint): its transaction (:mod:`.controllers.checkpoint`).
 - :func:`checkpoint_expiry` (a ``daemon`` per Checkpoint): once the transaction ended, ``spec.ttl``
   (:mod:`.controllers.deletion`).
 - :func:`checkpoint_deleted` (``on.delete`` of a Checkpoint): its transaction cancelled, then its
   ``deletionPolicy`` (:mod:`.controllers.deletion`).
 - :func:`restore_daemon` (a ``daemon`` per Restore): its transaction (:mod:`.controllers.restore`).
-- :func:`release_when_going_away` (``on.cleanup``): the release uninstalled or its namespace deleted, the
-  finalizers go (:mod:`.controllers.release`).
+- :func:`release_when_going_away` (``on.cleanup``): the location validation stops; the release uninstalled or its
+  namespace deleted, the finalizers go (:mod:`.controllers.release`).
 
 Run by ``gym-operator --namespace NS`` (:mod:`gym_operator.main`): leader election first, so only one replica of a
 release's operator runs these handlers (:mod:`gym_operator.leadership`). Environment (:class:`OperatorSettings`):
-``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (the storage location
-``default``), ``GYMCKPT_STORAGE_LOCATIONS`` (the admin's other locations: a spec names one, and can set no endpoint
-or credentials), ``GYMCKPT_RELEASE`` (the release it serves: only resources whose ``spec.release`` names it, only
+``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_GATEWAY_KEY`` (signs the servers' storage
+grants), ``GYMCKPT_STORAGE`` (the storage location ``default`` when the release has no CheckpointStorageLocation
+for it: an operator run without the chart), ``GYMCKPT_NAMESPACE`` (the namespace, when kopf runs the handlers without
+``gym-operator``), ``GYMCKPT_RELEASE`` (the release it serves: only resources whose ``spec.release`` names it, only
 pods labelled ``app.kubernetes.io/instance=<release>``), ``AWS_*`` for S3.
 
 - Several releases may share a namespace: each operator runs only its release's resources (the kopf filter
@@ -28,15 +31,19 @@ pods labelled ``app.kubernetes.io/instance=<release>``), ``AWS_*`` for S3.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 from typing import Any
 
 import kopf
 
 from gym_operator import crdcheck
-from gym_operator.controllers import checkpoint, deletion, release, restore
+from gym_operator.controllers import catalog, checkpoint, deletion, location, release, restore
 from gym_operator.controllers.context import FINALIZER, Context
-from gym_operator.kube import GROUP, VERSION, Kube
+from gym_operator.kube import GROUP, VERSION, Kube, KubeError
+from gym_operator.metrics import METRICS
 from gym_operator.specs import OperatorSettings, SpecError
 
 #: how often kopf checks whether a deleted resource's daemon has ended (then releases the finalizer)
@@ -69,7 +76,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings, operator)
     kube = Kube.connect()
     await crdcheck.verify(kube)  # CRDs older than this operator: stop, naming the command that updates them
-    memo.context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    context = memo.context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    namespace = str(memo.get("namespace") or os.environ.get("GYMCKPT_NAMESPACE") or "")
+    if namespace:
+        context.namespaces.add(namespace)
+        with contextlib.suppress(KubeError):  # the alert's clock starts at the newest Completed Checkpoint
+            METRICS.seed(operator.release, await kube.list_objects("checkpoints", namespace))
+        validator = location.Validator(context, namespace, catalog.sync)
+        memo.locations = asyncio.create_task(validator.run(), name="storage locations")
 
 
 def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> None:
@@ -116,6 +130,11 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
 
 @kopf.on.cleanup()
 async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
+    locations = memo.get("locations")
+    if isinstance(locations, asyncio.Task):
+        locations.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await locations
     context = memo.get("context")
     if isinstance(context, Context):  # (startup may have failed before there was one)
         await release.release_all(context)

@@ -11,14 +11,15 @@ import asyncio
 
 import kopf
 
-from gym_operator.controllers.context import Context, Refused, Wait, location
+from gym_operator.controllers.context import Context, Refused, Wait
+from gym_operator.controllers.location import resolve, usable
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
-from gym_operator.specs import CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
+from gym_operator.specs import DEFAULT_LOCATION, CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import TransactionPhase, TransactionResult
 
-#: what setup finds: the checkpoint id, the storage location, the participants
-Prepared = tuple[str, StorageLocation, list[ParticipantRef]]
+#: what setup finds: the checkpoint id, the storage location, where the decision goes (None: there), the participants
+Prepared = tuple[str, StorageLocation, StorageLocation | None, list[ParticipantRef]]
 
 
 async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) -> None:
@@ -31,16 +32,23 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
     async def setup() -> Prepared:
         assert spec is not None
         checkpoint_id, storage = await source(spec, tx.namespace, context)
-        return checkpoint_id, storage, await tx.participants()
+        usable(storage, write=False)
+        decisions = await decision_location(storage, tx.namespace, context)
+        return checkpoint_id, storage, decisions, await tx.participants()
 
     async def work(prepared: Prepared, cancel: asyncio.Event) -> TransactionResult:
         assert spec is not None
-        checkpoint_id, storage, participants = prepared
+        checkpoint_id, storage, decisions, participants = prepared
         tx.fields.update(checkpointId=checkpoint_id, location=storage.url)
         async with ControlClient(context.settings.token, timeout_s=context.settings.restore_call_timeout_s) as client:
-            coordinator = await tx.coordinator(participants, storage, client)
+            coordinator = await tx.coordinator(participants, storage, client, decisions)
             return await coordinator.restore(
-                checkpoint_id, storage.url, lease_s=spec.lease_seconds, restore_id=tx.uid, cancel=cancel
+                checkpoint_id,
+                storage.url,
+                lease_s=spec.lease_seconds,
+                restore_id=tx.uid,
+                cancel=cancel,
+                decisions=await tx.decision_store(decisions),
             )
 
     await run_once(tx, stopped, setup if spec else invalid(why), work)
@@ -51,7 +59,7 @@ async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[s
     if spec.checkpoint_ref is None:
         if not spec.checkpoint_id:
             raise Refused("InvalidSpec", "set checkpointRef.name, or checkpointId (with storageLocation)")
-        return spec.checkpoint_id, location(spec.storage_location, context.settings)
+        return spec.checkpoint_id, await resolve(spec.storage_location, namespace, context)
     ref = spec.checkpoint_ref.name
     found = await context.kube.get_object("checkpoints", namespace, ref)
     if found is None:
@@ -73,7 +81,7 @@ async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[s
         checkpointed = CheckpointSpec.parse(found.get("spec"))
     except SpecError as exc:
         raise Refused("InvalidSpec", f"Checkpoint {ref}: {exc}") from None
-    storage = location(checkpointed.storage_location, context.settings)
+    storage = await resolve(checkpointed.storage_location, namespace, context)
     if status.get("location") != storage.url:
         raise Refused(
             "StorageLocationChanged",
@@ -81,3 +89,20 @@ async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[s
             f"{storage.url}; restore it by checkpointId from a location that holds it",
         )
     return str(status["checkpointId"]), storage
+
+
+async def decision_location(storage: StorageLocation, namespace: str, context: Context) -> StorageLocation | None:
+    """Where a restore's decision object goes: at the checkpoint's location, unless it is ReadOnly (restored from,
+    never written); then at the release's ``default`` location, which must be ReadWrite."""
+    if not storage.read_only:
+        return None
+    default = await resolve(DEFAULT_LOCATION, namespace, context)
+    if default.read_only or default.url == storage.url:
+        raise Refused(
+            "NoWritableLocation",
+            f"a restore from ReadOnly storage location {storage.name} writes its one decision object to the "
+            f"release's default location, and {default.name} is ReadOnly too; give the release a ReadWrite default "
+            "location",
+        )
+    usable(default, write=True)
+    return default

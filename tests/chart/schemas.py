@@ -186,6 +186,8 @@ def promql_shape(expr: str) -> list[str]:
         elif kind == "name" and depth[-1:] != ["{"] and not _in_by(tokens, i):
             if text in ("by", "without"):
                 assert after == "(", f"{expr!r}: {text} needs its label list"
+            elif after in ("by", "without"):
+                assert text in AGGREGATIONS, f"{expr!r}: {text} is no aggregation"
             elif after == "(":
                 assert text in AGGREGATIONS | FUNCTIONS, f"{expr!r}: PromQL has no function {text}"
             elif text not in KEYWORDS:

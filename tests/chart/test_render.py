@@ -85,13 +85,15 @@ VARIANTS = {
     "operator-quiet": {"operator": {"logLevel": "warning"}},
     "openshift-assigned-uids": {"security": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}},
     "aws-irsa": {
-        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}},
+        "operator": {
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}}
+        },
         "storage": {"location": "s3://team-ckpts/rl", "embedded": {"enabled": False}, "s3": {"region": "us-west-2"}},
     },
     "gke-workload-identity": {
-        "serviceAccount": {
-            "name": "gym-ksa",
-            "annotations": {"iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"},
+        "serviceAccount": {"name": "gym-ksa"},
+        "operator": {
+            "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"}}
         },
         "storage": {
             "location": "s3://gcs-bucket/rl",
@@ -440,8 +442,7 @@ def test_no_workload_pod_holds_a_storage_key(render: Any) -> None:
             (f"{doc['kind']}/{doc['metadata']['name']}", doc["spec"]["template"]["spec"])
             for doc in docs
             if doc["kind"] in ("StatefulSet", "Deployment", "Job")
-            and doc["metadata"]["name"]
-            not in ("demo-gym-checkpoint-operator", "demo-gym-checkpoint-s3", "rl-operator", "rl-s3")
+            and doc["metadata"]["name"] not in (f"{fullname}-operator", f"{fullname}-s3")
         ]
         assert pods, variant
         for name, pod in pods:

@@ -202,10 +202,6 @@ class StorageLocation(BaseModel):
         )
 
 
-class UnknownLocation(LookupError):
-    """A spec names a storage location the release does not have."""
-
-
 class CheckpointSpec(_Spec):
     #: the Helm release whose operator runs it (the operators of other releases ignore it)
     release: str = Field(min_length=1)

@@ -1,7 +1,8 @@
 """Where a Restore reads from (gym_operator.controllers.restore.source), against the emulator with the operator's
 own Kubernetes client: a Checkpoint by name (completed, of the same release, not being deleted, still at the
-location it was written to) or a checkpoint id in a storage location the admin defined. Every other case is
-refused with its reason (the Restore then ends Failed), or waits (a Checkpoint not completed yet)."""
+location it was written to) or a checkpoint id in a storage location (a CheckpointStorageLocation of the release).
+Every other case is refused with its reason (the Restore then ends Failed), or waits (a Checkpoint not completed
+yet). How a location name resolves (gym_operator.controllers.location.resolve), and what a ReadOnly one allows."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from tests.operator.harness import RELEASE, Kubectl, apply, checkpoint_doc, install_crds
 
 from gym_operator.controllers.context import Context, Refused, Wait
-from gym_operator.controllers.restore import source
+from gym_operator.controllers.location import resolve, usable
+from gym_operator.controllers.restore import decision_location, source
 from gym_operator.kube import Kube
 from gym_operator.specs import OperatorSettings, RestoreSpec
 
@@ -36,14 +38,10 @@ def restore_source(kemu: Any, kubectl: Kubectl, namespace: str, monkeypatch: pyt
     monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     settings = OperatorSettings.from_env(
-        {
-            "GYMCKPT_CONTROL_TOKEN": "t",
-            "GYMCKPT_RELEASE": RELEASE,
-            "GYMCKPT_STORAGE": DEFAULT_URL,
-            "GYMCKPT_STORAGE_LOCATIONS": json.dumps({"elsewhere": {"url": ELSEWHERE_URL}}),
-        }
+        {"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": RELEASE, "GYMCKPT_STORAGE": DEFAULT_URL}
     )
     context = Context(settings, Kube.connect())
+    location(kubectl, "elsewhere", bucket="elsewhere", prefix="checkpoints")
 
     def run(**spec: Any) -> tuple[str, str]:
         checkpoint_id, location = asyncio.run(
@@ -52,6 +50,16 @@ def restore_source(kemu: Any, kubectl: Kubectl, namespace: str, monkeypatch: pyt
         return checkpoint_id, location.name
 
     return run
+
+
+def location(kubectl: Kubectl, name: str, labels: dict[str, str] | None = None, **spec: Any) -> None:
+    doc = {
+        "apiVersion": "gym-checkpoint.dev/v1alpha1",
+        "kind": "CheckpointStorageLocation",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"release": RELEASE, **spec},
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(doc))
 
 
 def checkpoint(kubectl: Kubectl, name: str, status: dict[str, Any] | None, **spec: Any) -> None:
@@ -116,5 +124,50 @@ def test_a_checkpoint_id_is_read_from_the_storage_location_named(restore_source)
     assert restore_source(checkpointId="c-1") == ("c-1", "default")
     assert restore_source(checkpointId="c-1", storageLocation="elsewhere") == ("c-1", "elsewhere")
     unknown = refused(restore_source, checkpointId="c-1", storageLocation="nowhere")
-    assert unknown.reason == "UnknownStorageLocation" and "(default, elsewhere)" in unknown.message
+    assert unknown.reason == "UnknownStorageLocation" and "kubectl get checkpointstoragelocations" in unknown.message
     assert refused(restore_source).reason == "InvalidSpec"
+
+
+def test_a_location_name_resolves_to_the_releases_resource(kemu, kubectl, namespace, monkeypatch) -> None:
+    """By name, else by the chart's label (each release's `default`), else the operator's own default; another
+    release's location is never one of this release's; ReadOnly: restored from, never checkpointed to, and a restore
+    from it decides at the release's default location."""
+    install_crds(kemu, kubectl)
+    monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    env = {"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": RELEASE, "GYMCKPT_STORAGE": DEFAULT_URL}
+    context = Context(OperatorSettings.from_env(env), Kube.connect())
+
+    def run(name: str) -> Any:
+        return asyncio.run(resolve(name, namespace, context))
+
+    assert run("default").url == DEFAULT_URL and run("default").resource is None  # no resource: the operator's own
+    location(kubectl, "mine-default", {"gym-checkpoint.dev/location": "default"}, bucket="mine", prefix="p")
+    location(kubectl, "theirs-default", {"gym-checkpoint.dev/location": "default"}, bucket="theirs", release="other")
+    location(kubectl, "archive", bucket="old", accessMode="ReadOnly", credential={"name": "old-keys"})
+    assert (run("default").url, run("default").resource) == ("s3://mine/p", "mine-default")
+    assert run("mine-default").url == "s3://mine/p"
+    archive = run("archive")
+    assert (archive.url, archive.credential, archive.read_only) == ("s3://old", "old-keys", True)
+    assert asyncio.run(decision_location(archive, namespace, context)).resource == "mine-default"
+    assert asyncio.run(decision_location(run("default"), namespace, context)) is None
+    with pytest.raises(Refused) as caught:
+        usable(archive, write=True)
+    assert caught.value.reason == "StorageLocationReadOnly"
+    usable(archive, write=False)
+    with pytest.raises(Refused) as caught:
+        run("theirs-default")
+    assert caught.value.reason == "UnknownStorageLocation"
+    status = {"status": {"phase": "Unavailable", "reason": "StorageUnreachable", "message": "no such bucket"}}
+    kubectl(
+        "patch",
+        "checkpointstoragelocation",
+        "archive",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+    with pytest.raises(Refused) as caught:
+        usable(run("archive"), write=False)
+    assert caught.value.reason == "StorageLocationUnavailable" and "no such bucket" in caught.value.message

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.operator.harness import (
+    RELEASE,
     Stack,
     WithholdingProxy,
     apply,

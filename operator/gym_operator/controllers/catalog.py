@@ -29,6 +29,7 @@ from typing import Any
 from gym_operator.controllers.context import Context
 from gym_operator.controllers.location import storage_config
 from gym_operator.kube import KubeError, Unavailable
+from gym_operator.metrics import METRICS
 from gym_operator.specs import StorageLocation
 from gym_operator.status import condition
 from gym_services.control.models import GlobalManifest
@@ -175,3 +176,5 @@ async def _write_status(
         await context.kube.patch_status("checkpoints", namespace, meta["name"], status)
     except KubeError as exc:
         log.warning(f"catalog sync: the status of Checkpoint {meta.get('name')} is not written yet ({exc})")
+        return
+    METRICS.succeeded(context.settings.release, manifest.created_at)  # the alert's clock: the newest stored one

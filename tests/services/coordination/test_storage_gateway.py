@@ -259,7 +259,7 @@ def test_tokens_are_checked_before_anything_is_signed() -> None:
     signer = GrantSigner(KEY)
     token = signer.issue(grant(GrantKind.CHECKPOINT)).token.get_secret_value()
     assert signer.verify(token).participant_id == "p-1"
-    payload, mac = token.split(".")
+    mac = token.split(".")[1]
     with pytest.raises(GrantRefused, match="signature"):
         GrantSigner(b"another-release-key-0123456789").verify(token)
     other = GrantSigner(KEY).issue(grant(GrantKind.CHECKPOINT, participant_id="p-9")).token.get_secret_value()

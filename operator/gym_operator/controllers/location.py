@@ -38,6 +38,8 @@ PLURAL = "checkpointstoragelocations"
 TICK_S = 2.0
 #: the shortest validation period (``validationFrequency: 0s`` validates once, then only when the spec changes)
 MIN_FREQUENCY_S = 5.0
+#: a store that has not answered a validation in this long is Unavailable (boto3's own retries may take minutes)
+VALIDATION_TIMEOUT_S = 30.0
 
 
 def _ours(obj: dict[str, Any], context: Context) -> bool:
@@ -116,9 +118,11 @@ async def check(location: StorageLocation, namespace: str, context: Context) -> 
     except KubeError as exc:
         return False, "CredentialsUnreadable", f"reading Secret {location.credential}: {exc}"
     try:
-        await asyncio.to_thread(open_storage(location.url, config).probe)
+        await asyncio.wait_for(asyncio.to_thread(open_storage(location.url, config).probe), VALIDATION_TIMEOUT_S)
     except StorageError as exc:
         return False, "StorageUnreachable", str(exc)
+    except TimeoutError:
+        return False, "StorageUnreachable", f"{location.url} did not answer in {VALIDATION_TIMEOUT_S:g}s"
     return True, "Validated", f"{location.url} answered ({location.access_mode})"
 
 

@@ -31,8 +31,10 @@ from tests.support.ports import free_port  # noqa: E402
 from tests.support.seaweed import start_seaweed  # noqa: E402
 
 from gym_services.base.config import StorageConfig  # noqa: E402
+from gym_services.control.models import PackEntry  # noqa: E402
 from gym_services.control.storage.gateway import GatewayHttp, GatewayStorage, GrantIssuer, GrantSigner, Target  # noqa: E402
 from gym_services.control.storage.s3 import S3Storage  # noqa: E402
+from gym_services.control.store import CheckpointStore  # noqa: E402
 
 KEY = b"benchmark-gateway-key-0123456789"
 SIZES = {"8 MiB pack": 8 * 1024 * 1024, "1 KiB object": 1024}
@@ -63,20 +65,27 @@ def serve_gateway(config: StorageConfig, port: int) -> threading.Event:
     return stop
 
 
-def run_once(storage: object, size: int, objects: int, workers: int) -> tuple[float, float]:
-    """Seconds per object (median) for puts, then gets."""
+def run_once(
+    writer: CheckpointStore, reader: CheckpointStore, size: int, objects: int, workers: int
+) -> tuple[float, float]:
+    """Seconds per object (median): packs written as a persist writes them, then read back as a restore reads them
+    (each checked against its digest, the same both ways)."""
     data = os.urandom(size)
-    keys = [f"checkpoints/ck-1/participants/p-1/packs/{i:05d}.pack" for i in range(objects)]
 
-    def timed(fn, key):  # type: ignore[no-untyped-def]
+    def put(number: int) -> tuple[float, PackEntry]:
         t0 = time.perf_counter()
-        fn(key)
+        entry = writer.write_pack("ck-1", "p-1", number, data)
+        return time.perf_counter() - t0, entry
+
+    def get(entry: PackEntry) -> float:
+        t0 = time.perf_counter()
+        reader.read_pack(entry)
         return time.perf_counter() - t0
 
     with ThreadPoolExecutor(workers) as pool:
-        puts = list(pool.map(lambda k: timed(lambda key: storage.put(key, data), k), keys))  # type: ignore[attr-defined]
-        gets = list(pool.map(lambda k: timed(lambda key: storage.get(key), k), keys))  # type: ignore[attr-defined]
-    return statistics.median(puts), statistics.median(gets)
+        written = list(pool.map(put, range(objects)))
+        gets = list(pool.map(get, [entry for _, entry in written]))
+    return statistics.median(t for t, _ in written), statistics.median(gets)
 
 
 def main() -> None:
@@ -104,21 +113,16 @@ def main() -> None:
                 for way in ("keys", "gateway"):
                     url = f"s3://bench-gateway/{way}-{size}"
                     if way == "keys":
-                        storage: object = S3Storage("bench-gateway", f"{way}-{size}", config)
-                    else:
-                        # the restore's grant reads; a checkpoint's writes: one grant of each, as a participant holds
-                        target = Target(url=url)
-                        writer = GrantIssuer(GrantSigner(KEY), target).capture("ck-1", "p-1")
-                        reader = GrantIssuer(GrantSigner(KEY), target).restore("ck-1", "p-1", "r-1")
-                        put_side = GatewayStorage(url, f"http://127.0.0.1:{port}", writer, http.client)
-                        get_side = GatewayStorage(url, f"http://127.0.0.1:{port}", reader, http.client)
-
-                        class Both:
-                            put = put_side.put
-                            get = get_side.get
-
-                        storage = Both()
-                    rounds = [run_once(storage, size, args.objects, args.workers) for _ in range(args.rounds)]
+                        writer = reader = CheckpointStore(S3Storage("bench-gateway", f"{way}-{size}", config))
+                    else:  # a capture's grant writes, a restore's reads: one of each, as a participant holds them
+                        issuer, gateway = GrantIssuer(GrantSigner(KEY), Target(url=url)), f"http://127.0.0.1:{port}"
+                        writer = CheckpointStore(
+                            GatewayStorage(url, gateway, issuer.capture("ck-1", "p-1"), http.client)
+                        )
+                        reader = CheckpointStore(
+                            GatewayStorage(url, gateway, issuer.restore("ck-1", "p-1", "r-1"), http.client)
+                        )
+                    rounds = [run_once(writer, reader, size, args.objects, args.workers) for _ in range(args.rounds)]
                     put_s = statistics.median(r[0] for r in rounds)
                     get_s = statistics.median(r[1] for r in rounds)
                     mb = size / 1e6

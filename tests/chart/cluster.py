@@ -3,8 +3,8 @@
 `helm install` puts the chart's objects into kemu, exactly as rendered. This module then does what a real
 cluster's controllers and kubelets would: for every StatefulSet it creates its pods ``<name>-0`` ...
 ``<name>-<replicas-1>`` (for a Deployment, one pod) from the template and runs each container's command as a
-local process; for every Job (the upgrade hooks) it runs the
-command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
+local process; for every Job (the hooks) it runs the init containers' commands one after the other, then the
+container's, and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
 readiness probe answers.
 
 StatefulSets are rolled as kube-controller-manager's StatefulSet controller does: each pod is labelled
@@ -367,24 +367,29 @@ class Cluster:
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(pod_name, name, job)
         (container,) = template["spec"]["containers"]
-        argv, env = self._command(pod_name, container, mounts)
-        deadline = job["spec"].get("activeDeadlineSeconds", 600)
+        deadline = time.monotonic() + job["spec"].get("activeDeadlineSeconds", 600)
+        code = 0
         with open(pod_dir / "job.log", "wb") as log:
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=pod_dir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            try:
-                code = proc.wait(timeout=deadline)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                code = -1
+            # as a kubelet: the init containers one after the other, each to success, then the container
+            for each in [*template["spec"].get("initContainers", []), container]:
+                argv, env = self._command(pod_name, each, mounts)
+                proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=pod_dir,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                try:
+                    code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    code = -1
+                if code != 0:
+                    break
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         condition = {
             "type": "Complete" if code == 0 else "Failed",

@@ -128,10 +128,11 @@ def test_a_checkpoint_id_is_read_from_the_storage_location_named(restore_source)
     assert refused(restore_source).reason == "InvalidSpec"
 
 
-def test_a_location_name_resolves_to_the_releases_resource(kemu, kubectl, namespace, monkeypatch) -> None:
+def test_a_location_name_resolves_to_the_releases_resource(kemu, kubectl, namespace, monkeypatch, tmp_path) -> None:
     """By name, else by the chart's label (each release's `default`), else the operator's own default; another
     release's location is never one of this release's; ReadOnly: restored from, never checkpointed to, and a restore
-    from it decides at the release's default location."""
+    from it decides at the release's default location. One whose status says Unavailable is checked again before a
+    transaction is refused: still failing, refused with both reasons; answering now, used."""
     install_crds(kemu, kubectl)
     monkeypatch.setenv("KUBECONFIG", str(kemu.kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -140,6 +141,9 @@ def test_a_location_name_resolves_to_the_releases_resource(kemu, kubectl, namesp
 
     def run(name: str) -> Any:
         return asyncio.run(resolve(name, namespace, context))
+
+    def use(where: Any, write: bool) -> None:
+        asyncio.run(usable(where, write, namespace, context))
 
     assert run("default").url == DEFAULT_URL and run("default").resource is None  # no resource: the operator's own
     location(kubectl, "mine-default", {"gym-checkpoint.dev/location": "default"}, bucket="mine", prefix="p")
@@ -152,22 +156,27 @@ def test_a_location_name_resolves_to_the_releases_resource(kemu, kubectl, namesp
     assert asyncio.run(decision_location(archive, namespace, context)).resource == "mine-default"
     assert asyncio.run(decision_location(run("default"), namespace, context)) is None
     with pytest.raises(Refused) as caught:
-        usable(archive, write=True)
+        use(archive, write=True)
     assert caught.value.reason == "StorageLocationReadOnly"
-    usable(archive, write=False)
+    use(archive, write=False)
     with pytest.raises(Refused) as caught:
         run("theirs-default")
     assert caught.value.reason == "UnknownStorageLocation"
-    status = {"status": {"phase": "Unavailable", "reason": "StorageUnreachable", "message": "no such bucket"}}
-    kubectl(
-        "patch",
-        "checkpointstoragelocation",
-        "archive",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(status),
-    )
+    unavailable = {"status": {"phase": "Unavailable", "reason": "StorageUnreachable", "message": "no such bucket"}}
+    location(kubectl, "local", provider="file", prefix=str(tmp_path / "store"))
+    for name in ("archive", "local"):
+        kubectl(
+            "patch",
+            "checkpointstoragelocation",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(unavailable),
+        )
     with pytest.raises(Refused) as caught:
-        usable(run("archive"), write=False)
-    assert caught.value.reason == "StorageLocationUnavailable" and "no such bucket" in caught.value.message
+        use(run("archive"), write=False)  # its Secret is missing: still Unavailable
+    assert caught.value.reason == "StorageLocationUnavailable"
+    assert "no such bucket" in caught.value.message and "checked again now: CredentialsNotFound" in caught.value.message
+    assert run("local").unavailable == "no such bucket"
+    use(run("local"), write=True)  # the store answers now: used before its next validation

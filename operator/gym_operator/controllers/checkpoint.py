@@ -37,7 +37,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
     async def setup() -> Prepared:
         assert spec is not None
         storage = await resolve(spec.storage_location, tx.namespace, context)
-        usable(storage, write=True)
+        await usable(storage, True, tx.namespace, context)
         return f"{tx.name}-{tx.uid[:8]}", storage, await tx.participants()
 
     async def work(prepared: Prepared, cancel: asyncio.Event) -> TransactionResult:

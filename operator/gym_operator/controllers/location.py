@@ -76,21 +76,28 @@ async def resolve(name: str, namespace: str, context: Context) -> StorageLocatio
     )
 
 
-def usable(location: StorageLocation, write: bool) -> None:
+async def usable(location: StorageLocation, write: bool, namespace: str, context: Context) -> None:
     """:class:`Refused` when a transaction may not use the location: a Checkpoint never writes to a ReadOnly one;
-    nothing runs on one whose last validation failed."""
+    nothing runs on one whose last validation failed and that still fails when checked again now (a store back
+    since, as the embedded store after its restart, is used at once; its status follows at the next validation)."""
     if write and location.access_mode is AccessMode.READ_ONLY:
         raise Refused(
             "StorageLocationReadOnly",
             f"storage location {location.name} ({location.url}) is ReadOnly: restore from it, never checkpoint to "
             "it; name a ReadWrite location in spec.storageLocation",
         )
-    if location.unavailable:
-        raise Refused(
-            "StorageLocationUnavailable",
-            f"storage location {location.name} is Unavailable ({location.unavailable}); fix it (`kubectl describe "
-            f"checkpointstoragelocation {location.resource}`) and create the resource again",
-        )
+    if not location.unavailable:
+        return
+    available, reason, message = await check(location, namespace, context)
+    if available:
+        log.info(f"storage location {location.name} answers again: {message}")
+        return
+    raise Refused(
+        "StorageLocationUnavailable",
+        f"storage location {location.name} is Unavailable ({location.unavailable}; checked again now: {reason}: "
+        f"{message}); fix it (`kubectl describe checkpointstoragelocation {location.resource}`) and create the "
+        "resource again",
+    )
 
 
 async def storage_config(location: StorageLocation, namespace: str, context: Context) -> StorageConfig:

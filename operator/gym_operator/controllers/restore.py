@@ -32,7 +32,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
     async def setup() -> Prepared:
         assert spec is not None
         checkpoint_id, storage = await source(spec, tx.namespace, context)
-        usable(storage, write=False)
+        await usable(storage, False, tx.namespace, context)
         decisions = await decision_location(storage, tx.namespace, context)
         return checkpoint_id, storage, decisions, await tx.participants()
 
@@ -104,5 +104,5 @@ async def decision_location(storage: StorageLocation, namespace: str, context: C
             f"release's default location, and {default.name} is ReadOnly too; give the release a ReadWrite default "
             "location",
         )
-    usable(default, write=True)
+    await usable(default, True, namespace, context)
     return default

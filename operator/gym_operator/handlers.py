@@ -2,7 +2,9 @@
 :mod:`gym_operator.controllers` (one module per lifecycle) that does the work.
 
 - :func:`login` (``on.login``): the pod's service account, else the kubeconfig.
-- :func:`startup` (``on.startup``): the settings, the Kubernetes client, the expiry task.
+- :func:`startup` (``on.startup``): the settings, the Kubernetes client, the expiry task; then the storage
+  locations' validation (:mod:`.controllers.location`), each location's catalog sync once it is Available
+  (:mod:`.controllers.catalog`), and the metrics' newest successful checkpoint.
 - :func:`checkpoint_daemon` (a ``daemon`` per Checkpoint whose transaction has not ended): its transaction
   (:mod:`.controllers.checkpoint`).
 - :func:`checkpoint_seen` (``on.event`` of a Checkpoint): once the transaction ended, ``spec.ttl``
@@ -14,8 +16,8 @@
 - :func:`restore_seen` (``on.event`` of a Restore), and :func:`checkpoint_seen`: the finalizer older operators
   shared taken off the release's resources (:mod:`.controllers.release`); the label that keeps them out of Velero's
   backups (:mod:`.controllers.backups`).
-- :func:`release_when_going_away` (``on.cleanup``): the release uninstalled or its namespace deleted, the
-  finalizers go (:mod:`.controllers.release`).
+- :func:`release_when_going_away` (``on.cleanup``): the expiry task and the location validation stop; the release
+  uninstalled or its namespace deleted, the finalizers go (:mod:`.controllers.release`).
 
 Finalizers: each release's operator has its own (:func:`~gym_operator.controllers.context.finalizer_of`), and kopf
 puts it only on a resource one of these handlers matches at its deletion: a transaction that has not ended (a
@@ -26,9 +28,10 @@ handlers match, which with one shared finalizer made them fight for ever).
 
 Run by ``gym-operator --namespace NS`` (:mod:`gym_operator.main`): leader election first, so only one replica of a
 release's operator runs these handlers (:mod:`gym_operator.leadership`). Environment (:class:`OperatorSettings`):
-``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_STORAGE`` (the storage location
-``default``), ``GYMCKPT_STORAGE_LOCATIONS`` (the admin's other locations: a spec names one, and can set no endpoint
-or credentials), ``GYMCKPT_RELEASE`` (the release it serves: only resources whose ``spec.release`` names it, only
+``GYMCKPT_CONTROL_TOKEN`` (the Secret shared with the servers), ``GYMCKPT_GATEWAY_KEY`` (signs the servers' storage
+grants), ``GYMCKPT_STORAGE`` (the storage location ``default`` when the release has no CheckpointStorageLocation
+for it: an operator run without the chart), ``GYMCKPT_NAMESPACE`` (the namespace, when kopf runs the handlers without
+``gym-operator``), ``GYMCKPT_RELEASE`` (the release it serves: only resources whose ``spec.release`` names it, only
 pods labelled ``app.kubernetes.io/instance=<release>``), ``AWS_*`` for S3.
 
 - Several releases may share a namespace: each operator runs only its release's resources (the kopf filter
@@ -41,16 +44,19 @@ pods labelled ``app.kubernetes.io/instance=<release>``), ``AWS_*`` for S3.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from typing import Any
 
 import kopf
 
-from gym_operator.controllers import backups, checkpoint, deletion, release, restore
+from gym_operator.controllers import backups, catalog, checkpoint, deletion, location, release, restore
 from gym_operator.controllers.context import FINAL, Context, finalizer_of
 from gym_operator.controllers.expiry import Expiry
-from gym_operator.kube import GROUP, VERSION, Kube
+from gym_operator.kube import GROUP, VERSION, Kube, KubeError
 from gym_operator.leadership import Leadership
+from gym_operator.metrics import METRICS
 from gym_operator.specs import OperatorSettings, SpecError
 
 #: how often kopf checks whether a deleted resource's daemon has ended (then releases the finalizer)
@@ -102,6 +108,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.context = context
     memo.expiry = Expiry(context)
     memo.expiry_task = asyncio.create_task(memo.expiry.run(), name="checkpoint expiry")
+    namespace = str(memo.get("namespace") or os.environ.get("GYMCKPT_NAMESPACE") or "")
+    if namespace:
+        context.namespaces.add(namespace)
+        with contextlib.suppress(KubeError):  # the alert's clock starts at the newest Completed Checkpoint
+            METRICS.seed(operator.release, await kube.list_objects("checkpoints", namespace))
+        validator = location.Validator(context, namespace, catalog.sync)
+        memo.locations = asyncio.create_task(validator.run(), name="storage locations")
 
 
 def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> None:
@@ -165,6 +178,11 @@ async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("expiry_task")
     if isinstance(task, asyncio.Task):
         task.cancel()
+    locations = memo.get("locations")
+    if isinstance(locations, asyncio.Task):
+        locations.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await locations
     context = memo.get("context")
     if isinstance(context, Context):  # (startup may have failed before there was one)
         await release.release_all(context)

@@ -3,8 +3,9 @@
 Built once at startup by :mod:`gym_operator.handlers` and used by the controllers (:mod:`gym_operator.controllers`,
 through their shared context). Every call it makes is one the chart's operator Role grants
 (``charts/gym-checkpoint/templates/operator.yaml``; kopf's own calls, and the leadership's on its Kubernetes Lease
-(:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list and delete
-Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``; at
+(:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list, create and delete
+Checkpoints (create: the catalog sync); list Restores; get and list CheckpointStorageLocations; patch their status;
+get the Secrets of the storage locations (by name); at
 shutdown, get its own Namespace and Deployment and patch the finalizers off its resources when the release is going
 away.
 
@@ -157,11 +158,25 @@ class Kube:
             return None
         return dict(found)
 
-    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+    async def list_objects(self, plural: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        extra = {"label_selector": selector} if selector else {}
         found = await self._call(
-            f"list {plural}", self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
+            f"list {plural}", self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural, **extra
         )
         return list(found.get("items") or [])
+
+    async def create_object(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create one object; a 409 (the name is taken) is :class:`Unavailable` with status 409."""
+        found = await self._call(
+            f"create {plural} {body['metadata'].get('name')}",
+            self.custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            body,
+        )
+        return dict(found)
 
     async def delete_object(self, plural: str, namespace: str, name: str, uid: str) -> None:
         """Delete one object, only if it is still the one with ``uid`` (not a later one of the same name)."""
@@ -236,8 +251,8 @@ class Kube:
             {"metadata": {"labels": labels}},
         )
 
-    async def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """An Event on ``obj``, posted at once (for when kopf's event poster has stopped, or outside its handlers)."""
+    async def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """An Event on ``obj``, posted at once (outside kopf's handlers, or when its event poster has stopped)."""
         meta = obj.get("metadata") or {}
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {

@@ -1,6 +1,7 @@
 """The operator's process (``gym-operator``): leader election first, then kopf with the handlers.
 
-``gym-operator --namespace NS [--liveness URL] [--log-format json|plain|full] [--verbose|--quiet]``
+``gym-operator --namespace NS [--liveness URL] [--storage-gateway URL] [--log-format json|plain|full]
+[--verbose|--quiet]``
 
 ``gym-operator --namespace NS --uninstall [--timeout S]`` is the chart's pre-delete hook instead
 (:mod:`gym_operator.uninstall`): it makes the release's operator step down and lets go of the release's finalizers
@@ -12,7 +13,9 @@ a replica over CRDs older than itself never competes. Each is then a candidate f
 Kubernetes Lease (:mod:`gym_operator.leadership`); only the holder starts kopf (:mod:`gym_operator.handlers`), so only
 one operator ever coordinates a transaction. The others stand by. Every replica answers its probes
 (:mod:`gym_operator.probes`: ``--liveness`` and ``/readyz`` on the same port) from its first second, standing by or
-not, so the kubelet restarts a hung process, never a healthy standby, and a rollout waits for replicas that can work.
+not, so the kubelet restarts a hung process, never a healthy standby, and a rollout waits for replicas that can work;
+the same port serves ``GET /metrics`` (:mod:`gym_operator.metrics`). Every replica also serves the storage gateway at
+``--storage-gateway`` (:mod:`gym_operator.gateway`; it needs ``GYMCKPT_GATEWAY_KEY``).
 
 A leader whose Lease the pre-delete hook marks steps down: kopf stops (its cleanup takes the release's finalizers
 off), the Lease is released, and the process stands by, answering its probe, until it is stopped.
@@ -32,16 +35,19 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import kopf
 import urllib3
 from kubernetes import client
 
 import gym_operator.handlers  # noqa: F401  (registers the handlers with kopf; imported before the loop runs)
-from gym_operator import crdupgrade, probes, uninstall
+from gym_operator import crdupgrade, gateway, probes, uninstall
 from gym_operator.kube import Kube, api_client
 from gym_operator.leadership import EXIT_LOST, Leadership, LeadershipSettings
 from gym_operator.specs import OperatorSettings, SpecError
+from gym_services.base.config import StorageConfig
+from gym_services.control.storage.gateway import GrantSigner
 
 log = logging.getLogger("gym.operator")
 
@@ -51,7 +57,17 @@ def parser() -> argparse.ArgumentParser:
         prog="gym-operator", description="Run the Gym Checkpoint operator of one release (leader-elected)"
     )
     p.add_argument("--namespace", required=True, help="the release's namespace (its resources, pods and Lease)")
-    p.add_argument("--liveness", metavar="URL", help="serve the liveness probe here, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--liveness",
+        metavar="URL",
+        help="serve the liveness probe (and /metrics) here, e.g. http://0.0.0.0:8080/healthz",
+    )
+    p.add_argument(
+        "--storage-gateway",
+        metavar="URL",
+        help="serve the storage gateway here, e.g. http://0.0.0.0:8081 (signs the servers' storage requests; needs "
+        "GYMCKPT_GATEWAY_KEY)",
+    )
     p.add_argument("--log-format", choices=["json", "plain", "full"], default="full", help="kopf's log format")
     level = p.add_mutually_exclusive_group()
     level.add_argument("--verbose", action="store_true", help="debug logs")
@@ -82,14 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.apply_crds is not None:
         return crdupgrade.run(args.apply_crds)
     try:
-        OperatorSettings.from_env()  # refused here, before standing by for a leadership it could not use
+        settings = OperatorSettings.from_env()  # refused here, before standing by for a leadership it could not use
         leadership = LeadershipSettings.from_env(args.namespace)
         if args.liveness:
             probes.endpoint(args.liveness)
+        if args.storage_gateway:
+            probes.endpoint(args.storage_gateway)
+            if settings.gateway_key is None:
+                raise ValueError("--storage-gateway needs GYMCKPT_GATEWAY_KEY (the key its grants are signed with)")
     except (SpecError, ValueError) as exc:
         print(f"gym-operator: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(run(args.namespace, leadership, args.liveness))
+    return asyncio.run(run(args.namespace, leadership, args.liveness, args.storage_gateway, settings))
 
 
 def _uninstall(args: argparse.Namespace) -> int:
@@ -175,7 +195,21 @@ async def _until_stopped() -> None:
     await signalled.wait()
 
 
-async def run(namespace: str, leadership: LeadershipSettings, liveness: str | None) -> int:
+async def _serve_gateway(url: str, api: client.ApiClient, namespace: str, settings: OperatorSettings) -> Any:
+    host, port, _ = probes.endpoint(url)
+    assert settings.gateway_key is not None
+    default = StorageConfig(endpoint_url=settings.endpoint_url, region=settings.region)
+    signer = GrantSigner(settings.gateway_key.get_secret_value().encode())
+    return await gateway.serve(gateway.Gateway(signer, Kube(api), namespace, default), host, port)
+
+
+async def run(
+    namespace: str,
+    leadership: LeadershipSettings,
+    liveness: str | None,
+    storage_gateway: str | None = None,
+    settings: OperatorSettings | None = None,
+) -> int:
     loop = asyncio.get_running_loop()
     stop = threading.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
@@ -187,7 +221,7 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
     candidate.on_lost = _lost  # a fence that finds the leadership gone ends the process before anything is sent
     operating = asyncio.Event()  # kopf's startup handlers ran: it is watching
     step_down = asyncio.Event()  # the release is being uninstalled: kopf stops, the finalizers go
-    probe = probes.Probes(candidate, operating)
+    probe = probes.Probes(candidate, operating, settings.release if settings else "")
     kube = Kube(api)
 
     def stepping_down(mark: str) -> None:
@@ -198,6 +232,7 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
         loop.call_soon_threadsafe(step_down.set)
 
     health = await probe.serve(liveness) if liveness else None
+    signing = await _serve_gateway(storage_gateway, api, namespace, settings) if storage_gateway and settings else None
     recheck: asyncio.Task[None] | None = None
     try:
         if not await probe.until_crds_fit(kube, stop):  # a replica over older CRDs never leads (probes.py)
@@ -216,7 +251,7 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
             stop_flag=step_down,
             standalone=True,
             namespaces=[namespace],
-            memo=kopf.Memo(identity=leadership.identity, leadership=candidate),
+            memo=kopf.Memo(identity=leadership.identity, leadership=candidate, namespace=namespace),
         )
         if step_down.is_set():
             probe.stepped_down = True
@@ -232,6 +267,8 @@ async def run(namespace: str, leadership: LeadershipSettings, liveness: str | No
         await asyncio.to_thread(candidate.release)
         if health is not None:
             await health.cleanup()
+        if signing is not None:
+            await signing.cleanup()
 
 
 if __name__ == "__main__":

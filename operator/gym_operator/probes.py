@@ -10,7 +10,7 @@ new pod (``helm upgrade --wait`` fails, saying why in the probe's answer and the
 working; nothing crash-loops.
 
 Both answer ``{"ready", "reason", "leader", "operating", "identity", "holder"}`` (liveness always 200, readiness 200 or
-503).
+503). The same port serves ``GET /metrics`` (:mod:`gym_operator.metrics`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import aiohttp.web
 from gym_operator import crdcheck
 from gym_operator.kube import Kube, Unavailable
 from gym_operator.leadership import Leadership
+from gym_operator.metrics import CONTENT_TYPE, METRICS
 
 log = logging.getLogger("gym.operator")
 
@@ -38,15 +39,15 @@ READINESS_PATH = "/readyz"
 def endpoint(url: str) -> tuple[str, int, str]:
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
-        raise ValueError(f"--liveness {url!r}: expected http://HOST:PORT/PATH")
+        raise ValueError(f"{url!r}: expected http://HOST:PORT[/PATH]")
     return parsed.hostname, parsed.port, parsed.path or "/"
 
 
 class Probes:
     """What one replica's probes answer, and the CRD check they depend on."""
 
-    def __init__(self, candidate: Leadership, operating: asyncio.Event) -> None:
-        self.candidate, self.operating = candidate, operating
+    def __init__(self, candidate: Leadership, operating: asyncio.Event, release: str = "") -> None:
+        self.candidate, self.operating, self.release = candidate, operating, release
         self.crds: str | None = "the installed CRDs are not checked yet"
         self.stepped_down = False  # the release is being uninstalled: standing by for good
 
@@ -84,9 +85,14 @@ class Probes:
             status = 200 if body["ready"] else 503
             return aiohttp.web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
+        async def metrics(_: aiohttp.web.Request) -> aiohttp.web.Response:
+            METRICS.lead(self.release, self.candidate.leader)
+            return aiohttp.web.Response(body=METRICS.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
         app = aiohttp.web.Application()
         app.router.add_get(path, liveness)
         app.router.add_get(READINESS_PATH, readiness)
+        app.router.add_get("/metrics", metrics)
         runner = aiohttp.web.AppRunner(app, access_log=None)
         await runner.setup()
         await aiohttp.web.TCPSite(runner, host, port).start()

@@ -139,26 +139,31 @@ def test_network_policies_fence_control_ports_to_the_operator(render: Any) -> No
 
 
 def test_servers_run_as_their_own_service_account(render: Any) -> None:
+    """The servers' own identity, with no storage access of its own: a cloud identity for the store (IRSA, Workload
+    Identity) belongs to the operator's ServiceAccount, whose gateway signs every server's request."""
     docs = render(VARIANTS["aws-irsa"])
     account = by_kind(docs, "ServiceAccount")["demo-gym-checkpoint-server"]
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}
+    assert "annotations" not in account["metadata"]
     assert account["automountServiceAccountToken"] is False
+    operator_account = by_kind(docs, "ServiceAccount")["demo-gym-checkpoint-operator"]
+    assert operator_account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"
+    }
     assert "demo-gym-checkpoint-s3" not in by_kind(docs, "Secret")  # no static keys at all
+    (location,) = by_kind(docs, "CheckpointStorageLocation").values()
+    assert "credential" not in location["spec"] and location["spec"]["region"] == "us-west-2"  # the operator's role
     for name, pod in pods(docs, hooks=False).items():
         if name == "demo-gym-checkpoint-operator":
             continue
         assert pod["spec"]["serviceAccountName"] == "demo-gym-checkpoint-server"
         env = env_of(pod["spec"]["containers"][0])
-        assert "AWS_ACCESS_KEY_ID" not in env and "AWS_ENDPOINT_URL" not in env  # boto3's web identity from IRSA
-        assert env["AWS_REGION"]["value"] == "us-west-2"
+        assert not [k for k in env if k.startswith("AWS_")]
     gke = render(VARIANTS["gke-workload-identity"])
-    assert by_kind(gke, "ServiceAccount")["gym-ksa"]["metadata"]["annotations"] == {
+    assert by_kind(gke, "ServiceAccount")["demo-gym-checkpoint-operator"]["metadata"]["annotations"] == {
         "iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"
     }
-    assert (
-        env_of(pods(gke)["demo-gym-checkpoint-policy-model"]["spec"]["containers"][0])["AWS_ENDPOINT_URL"]["value"]
-        == "https://storage.googleapis.com"
-    )
+    (location,) = by_kind(gke, "CheckpointStorageLocation").values()
+    assert location["spec"]["endpoint"] == "https://storage.googleapis.com"
     assert all(
         pod["spec"]["serviceAccountName"] == "gym-ksa"
         for name, pod in pods(gke, hooks=False).items()
@@ -481,7 +486,13 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in off.values())  # egress untouched by default
     operator = off["demo-gym-checkpoint-operator"]["spec"]
     assert operator["podSelector"]["matchLabels"] == {**release, "app.kubernetes.io/component": "operator"}
-    assert operator["ingress"] == []  # nothing connects to the operator
+    # only the release's servers connect to the operator: its storage gateway
+    assert operator["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": {**release, "gym-checkpoint.dev/workload": "server"}}}],
+            "ports": [{"port": "gateway", "protocol": "TCP"}],
+        }
+    ]
 
     policies = by_kind(render(VARIANTS["network-policy-egress"]), "NetworkPolicy")
     api = {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}

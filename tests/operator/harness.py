@@ -85,14 +85,23 @@ class Stack:
 
     started: ClassVar[list[Stack]] = []
 
-    def __init__(self, tmp: Path, kubectl: Kubectl, modes: dict[str, str], release: str = RELEASE) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        kubectl: Kubectl,
+        modes: dict[str, str],
+        release: str = RELEASE,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """``config``: more of every server's config (e.g. its ``storage``)."""
         self.tmp, self.kubectl, self.modes, self.release = tmp, kubectl, modes, release
         self.ports: dict[str, int] = {}  # known once started: the launcher binds port 0 and keeps the socket
         self.config = StackConfig(
             name="k8s",
             state_dir=str(tmp / "stack"),
             servers={
-                name: ServerSpec(server="counter", config={"checkpoint_mode": mode}) for name, mode in modes.items()
+                name: ServerSpec(server="counter", config={"checkpoint_mode": mode, **(config or {})})
+                for name, mode in modes.items()
             },
         )
         self.token = stack_secrets(tmp / "stack")["control_token"]
@@ -406,6 +415,21 @@ def completed_checkpoint(kubectl: Kubectl, stack: Stack, name: str) -> dict[str,
     return dict(get(kubectl, "checkpoint", name)["status"])
 
 
+def checkpoint_without_the_operator(stack: Stack, location: str, checkpoint_id: str) -> None:
+    """A checkpoint of the stack written to ``location`` by a coordinator of the test's own (as ``gymckpt`` would,
+    or an operator on a cluster that is gone), with the keys in the environment."""
+    from gym_services.coordination.client import ControlClient, ParticipantRef
+    from gym_services.coordination.coordinator import Coordinator
+
+    async def run() -> None:
+        refs = [ParticipantRef(participant_id=n, role="resources", url=stack.url(n)) for n in stack.modes]
+        async with ControlClient(stack.token, timeout_s=30) as client:
+            done = await Coordinator(refs, client).checkpoint(checkpoint_id, location, prepare_timeout_s=10)
+        assert done.completed, done.error
+
+    asyncio.run(run())
+
+
 def stored_objects(seaweed: Any, location: str, checkpoint_id: str) -> list[str]:
     bucket, prefix = location[len("s3://") :].split("/", 1)
     found = seaweed.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/checkpoints/{checkpoint_id}/")
@@ -542,11 +566,19 @@ def chart_operator_identity(
     kemu: Any, kubectl: Kubectl, namespace: str, tmp_path: Path, values: dict[str, Any] | None = None
 ) -> tuple[Path, dict[str, str], dict[str, Any]]:
     """The chart's operator ServiceAccount, Role and RoleBinding (rendered by Helm for release RELEASE in
-    ``namespace`` with ``values``) installed into the emulator; a kubeconfig with that ServiceAccount's token, the
-    operator settings the chart's Deployment sets, and the Role."""
+    ``namespace`` with ``values``) installed into the emulator, with the storage locations it renders from
+    ``storage.locations`` (not the release's ``default``: the test's operator keeps its own); a kubeconfig with that
+    ServiceAccount's token, the operator settings the chart's Deployment sets, and the Role."""
     helm = pytest.importorskip("helm_python")
     with helm.Chart.load(str(CRDS.parent)) as chart:
         files = chart.render(values or {}, name=RELEASE, namespace=namespace)
+    locations = [
+        doc
+        for doc in yaml.safe_load_all(files["gym-checkpoint/templates/storagelocations.yaml"])
+        if doc and doc["metadata"]["labels"]["gym-checkpoint.dev/location"] != "default"
+    ]
+    if locations:
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(locations))
     docs = [doc for doc in yaml.safe_load_all(files["gym-checkpoint/templates/operator.yaml"]) if doc]
     kinds = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
     rbac = [doc for doc in docs if doc["kind"] in kinds]
@@ -556,7 +588,6 @@ def chart_operator_identity(
     names = (
         "GYMCKPT_PARTICIPANT_SELECTOR",
         "GYMCKPT_KOPF_SCANNING",
-        "GYMCKPT_STORAGE_LOCATIONS",
         "GYMCKPT_OPERATOR_DEPLOYMENT",
         "GYMCKPT_LEADER_LEASE",
     )

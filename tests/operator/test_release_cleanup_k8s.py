@@ -122,9 +122,8 @@ def test_helm_uninstall_lets_go_of_every_finalizer_and_the_namespace_goes(
     assert "DataKept" in reasons
     assert not refused(kemu, OPERATOR_SA) and not refused(kemu, HOOK_SA)
     kubectl("delete", "checkpoints,restores", "--all", "-n", NS, "--timeout=15s", timeout=30)
-    kubectl(
-        "delete", "crd", "checkpoints.gym-checkpoint.dev", "restores.gym-checkpoint.dev", "--timeout=30s", timeout=40
-    )
+    crds = ("checkpoints", "restores", "checkpointstoragelocations")
+    kubectl("delete", "crd", *(f"{crd}.gym-checkpoint.dev" for crd in crds), "--timeout=30s", timeout=40)
     kubectl("delete", "namespace", NS, "--timeout=60s", timeout=70)
     assert "stepped down for the uninstall" in said, said[-3000:]
     assert "standing by: the release is being uninstalled" in said  # the standby never took over

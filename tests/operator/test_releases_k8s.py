@@ -16,6 +16,7 @@ from tests.operator.harness import (
     apply,
     chart_operator_identity,
     checkpoint_doc,
+    checkpoint_without_the_operator,
     finalizer_of,
     get,
     own_by_statefulset,
@@ -103,15 +104,17 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     operator_env, kemu, kubectl, namespace, seaweed, tmp_path
 ) -> None:
     """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one storage
-    location with its own credentials Secret), through everything it does: a Checkpoint to that location (reading
-    that Secret), a Restore, a Checkpoint naming a location the admin never defined, a Checkpoint deleted with its
-    data, one whose ttl runs out; then it stops (and checks whether its namespace and Deployment are going away).
+    location with its own credentials Secret), through everything it does: the location validated (its status) and
+    its stored checkpoint synced as a Checkpoint (create), a Checkpoint to that location (reading that Secret), a
+    Restore, a Checkpoint naming a location the admin never defined, a Checkpoint deleted with its data, one whose
+    ttl runs out; then it stops (and checks whether its namespace and Deployment are going away).
     Every request it made was allowed, and every rule of the Role was used (the emulator's audit): the Role is
     exactly what it uses."""
     start_operator, location = operator_env
-    values = {"storage": {"locations": {"team": {"url": location, "existingSecret": "team-s3"}}}}
-    kubeconfig, settings, role = chart_operator_identity(kemu, kubectl, namespace, tmp_path, values)
-    assert json.loads(settings["GYMCKPT_STORAGE_LOCATIONS"]) == {"team": {"url": location, "existingSecret": "team-s3"}}
+    team = {"url": location, "endpoint": seaweed.endpoint, "existingSecret": "team-s3"}
+    kubeconfig, settings, role = chart_operator_identity(
+        kemu, kubectl, namespace, tmp_path, {"storage": {"locations": {"team": team}}}
+    )
     keys = seaweed.env()
     for name in ("team-s3", "other-s3"):
         kubectl(
@@ -126,8 +129,20 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     stack.start()
     stack.create_pods()
     own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator lists StatefulSets
+    checkpoint_without_the_operator(stack, location, "from-before")
     operator = start_operator(stack, kubeconfig, **settings)
     try:
+        wait_for(
+            lambda: (
+                "Completed"
+                in kubectl("get", "checkpoint", "from-before", "-o", "jsonpath={.status.phase}", check=False).stdout
+            ),
+            timeout=60,
+            what="the catalog sync to make a Checkpoint of the stored checkpoint",
+        )
+        assert get(kubectl, "checkpointstoragelocation", f"{RELEASE}-gym-checkpoint-team")["status"]["phase"] == (
+            "Available"
+        )
         with httpx.Client(base_url=stack.url("counter-0")) as http:
             http.post("/seed_session", json={"start": 5}, headers={"x-ng-rollout-id": "r0"})
         apply(

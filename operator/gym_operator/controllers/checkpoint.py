@@ -12,7 +12,9 @@ import asyncio
 
 import kopf
 
-from gym_operator.controllers.context import Context, claimed_by, location
+from gym_operator.controllers.catalog import synced
+from gym_operator.controllers.context import Context, claimed_by
+from gym_operator.controllers.location import resolve, usable
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
 from gym_operator.specs import CheckpointSpec, SelectorSpec, StorageLocation
 from gym_services.coordination.client import ControlClient, ParticipantRef
@@ -23,7 +25,10 @@ Prepared = tuple[str, StorageLocation, list[ParticipantRef]]
 
 
 async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) -> None:
-    """The daemon of one Checkpoint: its transaction, once (a final one is not run again)."""
+    """The daemon of one Checkpoint: its transaction, once (a final one is not run again). A Checkpoint the catalog
+    sync made (:mod:`.catalog`) runs none: its checkpoint is stored already."""
+    if synced(body):
+        return
     spec, why = parse(CheckpointSpec, body.get("spec"))
     tx: Transaction[Prepared] = Transaction(
         "Checkpoint", "checkpoints", spec.selector if spec else SelectorSpec(), context, body
@@ -31,7 +36,8 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
 
     async def setup() -> Prepared:
         assert spec is not None
-        storage = location(spec.storage_location, context.settings)
+        storage = await resolve(spec.storage_location, tx.namespace, context)
+        await usable(storage, True, tx.namespace, context)
         return f"{tx.name}-{tx.uid[:8]}", storage, await tx.participants()
 
     async def work(prepared: Prepared, cancel: asyncio.Event) -> TransactionResult:

@@ -1,4 +1,4 @@
-"""What every controller shares: the operator's settings and clients, the stack's discovery, storage access, Events.
+"""What every controller shares: the operator's settings and clients, the stack's discovery, Events.
 
 One :class:`Context` per operator process, built by kopf's startup handler (:func:`gym_operator.handlers.startup`)
 and kept in kopf's memo; each controller gets it from there. Nothing here knows a lifecycle.
@@ -25,9 +25,7 @@ from gym_operator.discovery import (
 )
 from gym_operator.kube import Kube
 from gym_operator.leadership import Leadership
-from gym_operator.specs import OperatorSettings, SelectorSpec, StorageLocation, UnknownLocation
-from gym_services.base.config import StorageConfig
-from gym_services.control.models import StorageAccess
+from gym_operator.specs import OperatorSettings, SelectorSpec
 from gym_services.coordination.client import ParticipantRef
 from gym_services.coordination.coordinator import TransactionPhase
 
@@ -164,38 +162,3 @@ async def discover(namespace: str, selector: SelectorSpec, context: Context) -> 
     if not refs:
         raise DiscoveryError(f"no participant pods match {labels!r} in {namespace}")
     return refs
-
-
-def location(name: str, operator: OperatorSettings) -> StorageLocation:
-    """The storage location a spec names; :class:`Refused` (``UnknownStorageLocation``) when the admin has none."""
-    try:
-        return operator.location(name)
-    except UnknownLocation as exc:
-        raise Refused("UnknownStorageLocation", str(exc)) from None
-
-
-async def storage_access(
-    location: StorageLocation, namespace: str, kube: Kube, operator: OperatorSettings
-) -> tuple[StorageConfig, StorageAccess | None]:
-    """How the operator reaches a storage location, and what the servers are told to use instead of their config.
-
-    A location is the admin's (the chart's ``storage.locations``): its endpoint and region (else the operator's
-    env) and the keys of its ``existingSecret`` (else the operator's). What the location names itself is also
-    sent to every server with each transaction; ``default`` names nothing, so each server stays on the
-    release's storage settings. No Checkpoint or Restore can name an endpoint or credentials.
-    """
-    keys: dict[str, str] = {}
-    if location.existing_secret:
-        data = await kube.secret_data(namespace, location.existing_secret)
-        try:
-            keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
-        except KeyError as exc:
-            raise LookupError(f"Secret {location.existing_secret} has no {exc.args[0]}") from None
-    named = {"endpoint_url": location.endpoint, "region": location.region, **keys}
-    named = {k: v for k, v in named.items() if v}
-    config = StorageConfig(
-        endpoint_url=named.get("endpoint_url") or operator.endpoint_url,
-        region=named.get("region") or operator.region,
-        **keys,
-    )
-    return config, (StorageAccess(**named) if named else None)

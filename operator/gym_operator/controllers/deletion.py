@@ -18,10 +18,11 @@ from typing import Any
 
 import kopf
 
-from gym_operator.controllers.context import FINAL, Context, discover, storage_access
+from gym_operator.controllers.context import FINAL, Context, Refused, discover
+from gym_operator.controllers.location import resolve, storage_config
 from gym_operator.discovery import DiscoveryError
 from gym_operator.kube import KubeError
-from gym_operator.specs import CheckpointSpec, DeletionPolicy, SelectorSpec, SpecError, UnknownLocation
+from gym_operator.specs import CheckpointSpec, DeletionPolicy, SelectorSpec, SpecError
 from gym_operator.status import condition
 from gym_services.control.participant import InvalidState
 from gym_services.control.retention import Retention
@@ -137,13 +138,20 @@ async def _delete_stored(
     meta = body.get("metadata") or {}
     checkpoint_id, stored_at = status["checkpointId"], status["location"]
     try:
-        storage = context.settings.location(spec.storage_location)
-    except UnknownLocation as exc:
-        message = f"not deleting checkpoint {checkpoint_id} at {stored_at}: {exc}"
+        storage = await resolve(spec.storage_location, meta["namespace"], context)
+    except Refused as exc:
+        message = f"not deleting checkpoint {checkpoint_id} at {stored_at}: {exc.message}"
         kopf.warn(body, reason="DataKept", message=message[:1024])
         return  # the admin removed the location: nothing this operator can reach, and nothing to wait for
+    if storage.read_only:
+        message = (
+            f"not deleting checkpoint {checkpoint_id} at {stored_at}: storage location {storage.name} is ReadOnly "
+            "(restored from, never written); the data is kept"
+        )
+        kopf.warn(body, reason="DataKept", message=message[:1024])
+        return
     try:
-        config, _access = await storage_access(storage, meta["namespace"], context.kube, context.settings)
+        config = await storage_config(storage, meta["namespace"], context)
         # the transaction is over (cancelled above, or its operator gone): never published later, so an
         # unpublished checkpoint of it is abandoned, not in flight
         retention = Retention(CheckpointStore(open_storage(stored_at, config)))

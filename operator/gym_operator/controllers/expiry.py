@@ -132,5 +132,5 @@ class Expiry:
         await self.context.kube.delete_object("checkpoints", meta["namespace"], meta["name"], meta["uid"])
         self.tracked.pop(meta["uid"], None)
         message = f"spec.ttl ran out at {stamp}: the Checkpoint is deleted"
-        await self.context.kube.post_event(body, "Expired", message)
+        await self.context.kube.event(body, "Expired", message)
         return None

@@ -125,7 +125,7 @@ async def _data_kept(kube: Kube, checkpoint: dict[str, Any], why: str) -> None:
     )
     log.warning(message)
     try:
-        await kube.post_event(checkpoint, "DataKept", message, warning=True)
+        await kube.event(checkpoint, "DataKept", message, warning=True)
     except KubeError as exc:  # (a terminating namespace takes no new Events)
         log.warning(f"could not post the DataKept Event: {exc}")
 

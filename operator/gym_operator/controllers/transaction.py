@@ -21,20 +21,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 import kopf
 
 from gym_operator.controllers.backups import restored_by_velero
-from gym_operator.controllers.context import FINAL, Context, Refused, StackLock, Wait, discover, storage_access
+from gym_operator.controllers.context import FINAL, Context, Refused, StackLock, Wait, discover
+from gym_operator.controllers.location import storage_config
 from gym_operator.discovery import DiscoveryError, ReplicaCountMismatch, StackRolling
 from gym_operator.kube import KubeError, Unavailable
+from gym_operator.metrics import METRICS
 from gym_operator.specs import CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
 from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
 from gym_operator.writer import StatusWriter
 from gym_services.base.backoff import Backoff
-from gym_services.control.storage import StorageError
+from gym_services.control.storage import StorageError, open_storage
+from gym_services.control.storage.gateway import GrantIssuer, GrantSigner, Target
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 
@@ -84,6 +89,7 @@ class Transaction(Generic[P]):
         self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
         self.cancelled = False
         self.rolling_since: float | None = None  # when discovery first found the stack rolling out
+        self.started = time.monotonic()
 
     @property
     def phase(self) -> str | None:
@@ -111,6 +117,7 @@ class Transaction(Generic[P]):
         self.event(phase.value, message, warning=phase is TransactionPhase.ABORTING)
 
     def finish(self, result: TransactionResult) -> None:
+        METRICS.transaction(self.context.settings.release, result, time.monotonic() - self.started)
         final = {**result_status(result, self.writer.generation), "startTime": self.fields["startTime"]}
         if not result.completed and self.cancelled:
             message = f"the {self.kind} was deleted before it completed; every participant touched was aborted"
@@ -125,13 +132,35 @@ class Transaction(Generic[P]):
             self.event(final["reason"], final["message"], warning=True)
 
     async def coordinator(
-        self, participants: list[ParticipantRef], storage: StorageLocation, client: ControlClient
+        self,
+        participants: list[ParticipantRef],
+        storage: StorageLocation,
+        client: ControlClient,
+        decisions: StorageLocation | None = None,
     ) -> Coordinator:
+        """The coordinator of this transaction: the operator reaches the location with its keys, and each server
+        with a grant of the storage gateway (:func:`grants`), never with keys."""
         try:
-            config, access = await storage_access(storage, self.namespace, self.context.kube, self.context.settings)
+            config = await storage_config(storage, self.namespace, self.context)
         except LookupError as exc:
             raise Refused("CredentialsNotFound", str(exc)) from None
-        return Coordinator(participants, client, storage_config=config, participant_storage=access, on_event=self.sink)
+        return Coordinator(
+            participants,
+            client,
+            storage_config=config,
+            grants=grants(storage, decisions, self.context),
+            on_event=self.sink,
+        )
+
+    async def decision_store(self, decisions: StorageLocation | None) -> CheckpointStore | None:
+        """The store of a restore's decision object when it is not at the checkpoint's location."""
+        if decisions is None:
+            return None
+        try:
+            config = await storage_config(decisions, self.namespace, self.context)
+        except LookupError as exc:
+            raise Refused("CredentialsNotFound", str(exc)) from None
+        return CheckpointStore(open_storage(decisions.url, config))
 
     async def participants(self) -> list[ParticipantRef]:
         """The stack's pods; while they roll out (a ``helm upgrade``, a pod replaced), wait in Pending with reason
@@ -247,6 +276,25 @@ class Transaction(Generic[P]):
         if not self.writer.gone and self.writer.status != self.writer.written:
             log.error(f"{self.kind} {self.name}: its status could not be written; a restarted operator writes it")
         await self.writer.close()
+
+
+def target(location: StorageLocation) -> Target:
+    return Target(url=location.url, endpoint=location.endpoint, region=location.region, credential=location.credential)
+
+
+def grants(storage: StorageLocation, decisions: StorageLocation | None, context: Context) -> GrantIssuer | None:
+    """The servers' storage grants for a transaction at ``storage`` (``docs/decisions.md``, "Participants reach storage
+    through presigned requests"); None when the operator runs no storage gateway (``GYMCKPT_GATEWAY_KEY`` unset: each
+    server then uses its own storage config) or the location is no ``s3://`` one (a ``file://`` location is a
+    volume every pod mounts)."""
+    key = context.settings.gateway_key
+    if key is None or not storage.url.startswith("s3://"):
+        return None
+    return GrantIssuer(
+        GrantSigner(key.get_secret_value().encode()),
+        target(storage),
+        target(decisions) if decisions is not None else None,
+    )
 
 
 def parse(model: type[S], spec: Any) -> tuple[S | None, str]:

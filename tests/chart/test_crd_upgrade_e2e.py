@@ -70,7 +70,10 @@ def test_an_operator_over_older_crds_waits_unready_until_the_upgrade_hook_applie
             upgrade = {**VALUES, "crds": {"upgrade": False}, "operator": {"replicas": 1, "logLevel": "debug"}}
             assert helm_call(cfg, "helm_upgrade", "gym", upgrade, timeout_seconds=120)["revision"] == 2
             second = _wait(lambda: operator_pod(cluster, not_this=first), "the new operator pod")
-            _code, answer = _wait(lambda: (r := readiness(cluster, second))[0] == 503 and r, "its readiness to answer")
+            _code, answer = _wait(
+                lambda: (r := readiness(cluster, second))[0] == 503 and "not checked yet" not in r[1]["reason"] and r,
+                "its readiness to answer after its first CRD check",
+            )
             assert "Checkpoint has no spec.deletionPolicy" in answer["reason"] and answer["leader"] is False, answer
             time.sleep(3.0)
             assert all(p.poll() is None for p in cluster.pods[second].procs), "it must not crash (no crash loop)"

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 from tests.operator.harness import RELEASE, Kubectl, apply, checkpoint_doc, install_crds
 
+from gym_operator.controllers import catalog
 from gym_operator.controllers.context import Context, Refused, Wait, claimed_by
 from gym_operator.controllers.location import resolve, usable
 from gym_operator.controllers.restore import decision_location, source
 from gym_operator.kube import Kube
 from gym_operator.specs import OperatorSettings, RestoreSpec
 from gym_services.base.config import StorageConfig
+from gym_services.control.models import SCHEMA_VERSION, GlobalManifest
 from gym_services.control.storage import open_storage
 from gym_services.control.store import CheckpointStore
 
@@ -203,3 +205,33 @@ def test_a_location_name_resolves_to_the_releases_resource(kemu, kubectl, namesp
     assert "no such bucket" in caught.value.message and "checked again now: CredentialsNotFound" in caught.value.message
     assert run("local").unavailable == "no such bucket"
     use(run("local"), write=True)  # the store answers now: used before its next validation
+
+
+def test_the_catalog_sync_shows_only_the_releases_own_checkpoints(restore_source, kubectl, namespace, tmp_path) -> None:
+    """Two releases sharing a location: the catalog sync gives a Checkpoint resource to this release's checkpoints
+    and to those the CLI took, never to another release's (such a resource would name this release, and a Restore of
+    this release would then restore the other's rollouts, by name or by id)."""
+    store = CheckpointStore(open_storage(f"file://{tmp_path}/shared", StorageConfig()))
+    for checkpoint_id, taken_by in (
+        ("ours-1", claimed_by(namespace, "ours", RELEASE)),
+        ("theirs-1", claimed_by(namespace, "theirs", "another")),
+        ("cli-1", "gymckpt checkpoint on host-7"),
+    ):
+        _, publish_by = store.claim(checkpoint_id, f"tx-{checkpoint_id}", taken_by, [])
+        manifest = GlobalManifest(
+            schema_version=SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            transaction_id=f"tx-{checkpoint_id}",
+            created_at=0,
+            participants=[],
+        )
+        store.publish(manifest, publish_by)
+    location(kubectl, "shared", provider="file", prefix=f"{tmp_path}/shared")
+    env = {"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": RELEASE, "GYMCKPT_STORAGE": DEFAULT_URL}
+    context = Context(OperatorSettings.from_env(env), Kube.connect())
+    shared = asyncio.run(resolve("shared", namespace, context))
+    resource = json.loads(kubectl("get", "checkpointstoragelocation", "shared", "-o", "json").stdout)
+    assert sorted(asyncio.run(catalog.sync(shared, resource, namespace, context))) == ["cli-1", "ours-1"]
+    assert restore_source(checkpointRef={"name": "ours-1"}) == ("ours-1", "shared")
+    refusal = refused(restore_source, checkpointId="theirs-1", storageLocation="shared")
+    assert refusal.reason == "CheckpointOfAnotherRelease" and "taken by release another" in refusal.message

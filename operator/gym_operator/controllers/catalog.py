@@ -3,7 +3,8 @@
 After a cluster is lost, the chart installed on a new one with the same storage location brings its checkpoints
 back as resources, restorable by name (a Restore's ``checkpointRef``) without knowing their ids. When a location of
 the release becomes Available the first time in an operator's leadership (:mod:`.location`), every published
-checkpoint there that no Checkpoint of the namespace names (``status.checkpointId`` at that location) gets one:
+checkpoint there that no Checkpoint of the namespace names (``status.checkpointId`` at that location), and that no
+other release took (its stored claim, :func:`~.context.claimed_release`; one the CLI took has none), gets one:
 
 - named after its checkpoint id (lower-cased, a short digest appended when the id is no valid name or the name is
   taken), annotated ``gym-checkpoint.dev/synced-from`` (the location) and ``gym-checkpoint.dev/checkpoint-id``,
@@ -26,7 +27,7 @@ import logging
 import re
 from typing import Any
 
-from gym_operator.controllers.context import Context
+from gym_operator.controllers.context import Context, claimed_release
 from gym_operator.controllers.location import storage_config
 from gym_operator.kube import KubeError, Unavailable
 from gym_operator.metrics import METRICS
@@ -102,7 +103,8 @@ async def sync(location: StorageLocation, resource: dict[str, Any], namespace: s
     kube = context.kube
     try:
         config = await storage_config(location, namespace, context)
-        stored = await asyncio.to_thread(CheckpointStore(open_storage(location.url, config)).checkpoints)
+        store = CheckpointStore(open_storage(location.url, config))
+        stored = await asyncio.to_thread(store.checkpoints)
         existing = await kube.list_objects("checkpoints", namespace)
     except (StorageError, InvalidState, LookupError, KubeError) as exc:
         log.warning(f"catalog sync of storage location {location.name} failed: {exc}")
@@ -124,6 +126,8 @@ async def sync(location: StorageLocation, resource: dict[str, Any], namespace: s
             if synced(found) and not (found.get("status") or {}).get("phase"):
                 await _write_status(found, manifest, location, namespace, context)  # made, never given its status
             continue
+        if not await _ours_to_show(store, checkpoint_id, context):
+            continue
         name = resource_name(checkpoint_id, taken)
         taken.add(name)
         made = await _create(name, checkpoint_id, location, namespace, context)
@@ -138,6 +142,19 @@ async def sync(location: StorageLocation, resource: dict[str, Any], namespace: s
         except KubeError as exc:
             log.warning(f"could not post the CatalogSynced Event: {exc}")
     return created
+
+
+async def _ours_to_show(store: CheckpointStore, checkpoint_id: str, context: Context) -> bool:
+    """Whether this release's catalog shows a stored checkpoint: unless its claim names another release (two releases
+    sharing a location each sync their own; a Checkpoint of this release for another's checkpoint would let a Restore
+    of this release restore the other's rollouts). One taken outside any release (the CLI) is shown."""
+    try:
+        state = await asyncio.to_thread(store.state, checkpoint_id)
+    except (StorageError, InvalidState) as exc:
+        log.warning(f"catalog sync: checkpoint {checkpoint_id} skipped, its claim is unreadable ({exc})")
+        return False
+    taken_by = claimed_release(state.claim.claimed_by) if state.claim is not None else None
+    return taken_by is None or taken_by == context.settings.release
 
 
 async def _create(

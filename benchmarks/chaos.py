@@ -1,5 +1,5 @@
 """Chaos: rollout collection over every environment while processes are SIGKILLed at random moments; at the end
-the results must equal an uninterrupted run's (issue 16).
+the results must equal an uninterrupted run's (``docs/architecture.md``, "Targets").
 
 The demo stack (every server its own process, the tasks of all four environments) collects rollouts. At random
 moments (a random share of the rollouts finished, the rest in flight) one cycle of a random kind runs:

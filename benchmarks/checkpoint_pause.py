@@ -376,7 +376,7 @@ def print_table(rows: list[Row], args, final: bool = True) -> None:
             f"{r.memory:>9.2f} {r.parked:>6} {r.load:>5.1f}"
         )
     print()
-    print("targets (issue 29), per row:")
+    print("targets (docs/architecture.md), per row:")
     for r in rows:
         checks = [
             ("worst call <= p99 before + 150 ms", r.worst <= r.p99_before + 0.150),

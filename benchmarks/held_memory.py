@@ -1,4 +1,4 @@
-"""Held memory: what every server of the demo stack keeps per finished episode, and where (issue 29).
+"""Held memory: what every server of the demo stack keeps per finished episode, and where.
 
 The demo stack collects (the tasks of all four environments, ``--repeats`` rollouts per task); every
 ``--drop-every`` seconds the rollouts finished so far have their token ledgers frozen and dropped, as a

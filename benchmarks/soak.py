@@ -1,6 +1,6 @@
 """Soak: the demo stack collecting for a long while with a checkpoint every 30 s and a SIGKILL of every process
 followed by a restore every 5 minutes; resources, pause and size must stay flat, and no rollout may be lost,
-duplicated or failed (issue 29).
+duplicated or failed (``benchmarks/RESULTS.md`` keeps the runs).
 
 The demo stack (every server its own process, the tasks of all four environments interleaved, ``--repeats``
 rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is
@@ -400,7 +400,7 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         for line in failure.log_lines:
             print(f"      {line[:600]}")
     print(
-        "targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
+        "targets: RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
         "0 lost, duplicated or failed rollouts"
     )
 

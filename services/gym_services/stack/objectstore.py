@@ -201,15 +201,16 @@ def start_local_s3(
     env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
     if say:
         say(f"starting the local object store (SeaweedFS) on 127.0.0.1:{ports['s3']}, data in {data_dir}")
-    proc = subprocess.Popen(
-        weed_args(data_dir, ports),
-        cwd=data_dir,
-        env=env,
-        stdout=open(log_path, "ab"),  # noqa: SIM115 - owned by the child
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with open(log_path, "ab") as log:  # the child writes to its own copy of the descriptor
+        proc = subprocess.Popen(
+            weed_args(data_dir, ports),
+            cwd=data_dir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     store = LocalS3(
         endpoint=f"http://127.0.0.1:{ports['s3']}", pid=proc.pid, data_dir=str(data_dir), log=str(log_path), ports=ports
     )

@@ -3,7 +3,7 @@ followed by a restore every 5 minutes; resources, pause and size must stay flat,
 duplicated or failed (``benchmarks/RESULTS.md`` keeps the runs).
 
 The demo stack (every server its own process, the tasks of all four environments interleaved, ``--repeats``
-rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is
+rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``background`` checkpoint is
 taken and published; right after it every server is sampled from /proc: resident memory (VmRSS), open file
 descriptors and threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every
 process is SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again).
@@ -180,8 +180,8 @@ class Trainer:
         async def one(rollout_id: str) -> None:
             async with slots:
                 try:
-                    snapshot = await client.freeze(rollout_id)
-                    if await client.drop(rollout_id, snapshot.snapshot_id, snapshot.version):
+                    frozen = await client.freeze(rollout_id)
+                    if await client.drop(rollout_id, frozen.snapshot_id, frozen.version):
                         self.dropped += 1
                     else:
                         self.undropped["drop answered false"] += 1

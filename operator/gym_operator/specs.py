@@ -137,7 +137,7 @@ class CheckpointSpec(_Spec):
     storage_location: str = DEFAULT_LOCATION
     prepare_timeout_seconds: float = Field(default=DEFAULT_PREPARE_TIMEOUT_S, gt=0)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
-    method: CheckpointMethod = CheckpointMethod.SNAPSHOT
+    method: CheckpointMethod = CheckpointMethod.BACKGROUND
     #: how long the Checkpoint lives after its creation; then the operator deletes it (None: until deleted)
     ttl: dt.timedelta | None = None
     deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN

@@ -87,14 +87,14 @@ def _ports_free(ports: dict[str, int]) -> bool:
     return all(port_free(p) and port_free(p + 10000) for p in ports.values())
 
 
-def pick_ports(previous: dict[str, int] | None = None, attempts: int = 200) -> dict[str, int]:
+def pick_ports(previous: dict[str, int] | None = None, tries: int = 200) -> dict[str, int]:
     """The ports used last time when they are still free (the endpoint stays the same), else a fresh block."""
     if previous and set(previous) == set(COMPONENTS) and _ports_free(previous):
         return previous
     import random
 
     rng = random.Random()
-    for _ in range(attempts):
+    for _ in range(tries):
         base = rng.randrange(12000, 22700, 10)  # +10000 (gRPC) stays below the ephemeral range
         ports = {name: base + i for i, name in enumerate(COMPONENTS)}
         if _ports_free(ports):

@@ -15,7 +15,12 @@ import importlib
 import os
 from collections.abc import Callable
 
-from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
+from gym_services.control.protocol import (
+    DEFAULT_LEASE_S,
+    DEFAULT_PREPARE_TIMEOUT_S,
+    DEPRECATED_BACKGROUND,
+    CheckpointMethod,
+)
 
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
 
@@ -163,9 +168,10 @@ def register_checkpoint(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--method",
-        choices=[m.value for m in CheckpointMethod],
-        default=CheckpointMethod.SNAPSHOT.value,
-        help="snapshot: write in the background after resume (default); sync: write under the pause",
+        choices=[*(m.value for m in CheckpointMethod), DEPRECATED_BACKGROUND],
+        default=CheckpointMethod.BACKGROUND.value,
+        help="background: write after resume, while the rollouts run (default); sync: write under the pause "
+        f"({DEPRECATED_BACKGROUND}: the old name of background, deprecated)",
     )
     p.add_argument(
         "--prepare-timeout",

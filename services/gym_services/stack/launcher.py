@@ -99,7 +99,7 @@ def listen(name: str, port: int = 0) -> socket.socket:
 
 def _spawn(
     server: str, config_path: Path, sock: socket.socket, env: dict[str, str], log_path: Path
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start ``gymckpt serve`` on the listening socket ``sock`` (our copy is closed once the child has it)."""
     try:
         return subprocess.Popen(
@@ -130,7 +130,7 @@ def stack_secrets(state_dir: Path) -> dict[str, str]:
     cookies need the same session secret; the local store's data needs the same keys)."""
     path = state_dir / SECRETS_FILE
     values: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-    wanted = {
+    wanted: dict[str, Callable[[], str]] = {
         # a token exported before the first `up` (GYMCKPT_CONTROL_TOKEN) is the stack's: external servers share it
         "control_token": lambda: os.environ.get("GYMCKPT_CONTROL_TOKEN") or secrets.token_urlsafe(32),
         "session_secret": lambda: secrets.token_urlsafe(32),
@@ -413,7 +413,7 @@ def partly_running(state_dir: Path) -> bool:
     return any(running) and not all(running)
 
 
-def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
+def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
     import httpx  # here only: `gymckpt checkpoint` reads the state file without it (benchmarks/cli_checkpoint.py)
 
     deadline = time.monotonic() + timeout_s

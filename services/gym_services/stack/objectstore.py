@@ -17,7 +17,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -168,7 +170,7 @@ def read_store(data_dir: Path) -> LocalS3 | None:
     return LocalS3.model_validate_json(path.read_text())
 
 
-def _client(endpoint: str, access_key: str, secret_key: str):
+def _client(endpoint: str, access_key: str, secret_key: str) -> Any:  # a boto3 S3 client
     import boto3
     from botocore.config import Config
 
@@ -183,7 +185,13 @@ def _client(endpoint: str, access_key: str, secret_key: str):
 
 
 def start_local_s3(
-    data_dir: Path, access_key: str, secret_key: str, *, timeout_s: float = 90.0, say=None, same_ports: bool = False
+    data_dir: Path,
+    access_key: str,
+    secret_key: str,
+    *,
+    timeout_s: float = 90.0,
+    say: Callable[[str], None] | None = None,
+    same_ports: bool = False,
 ) -> LocalS3:
     """Start the store on ``data_dir`` (or find it running), wait until it answers signed requests,
     and make sure the bucket exists. The caller stops it with :func:`stop_local_s3`.
@@ -224,7 +232,7 @@ def start_local_s3(
 
 
 def _wait_ready(
-    store: LocalS3, access_key: str, secret_key: str, proc: subprocess.Popen | None, timeout_s: float
+    store: LocalS3, access_key: str, secret_key: str, proc: subprocess.Popen[bytes] | None, timeout_s: float
 ) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 

@@ -48,7 +48,7 @@ def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
         p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Every local-stack command, group by group (the order of ``gymckpt --help``)."""
     register_lifecycle(sub)
     register_collect(sub)
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_catalog(sub)
 
 
-def register_lifecycle(sub: argparse._SubParsersAction) -> None:
+def register_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``up``, ``restart``, ``down``, ``status`` (:mod:`.lifecycle`)."""
     p = sub.add_parser(
         "up",
@@ -108,7 +108,7 @@ def register_lifecycle(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("lifecycle", "cmd_status"))
 
 
-def register_collect(sub: argparse._SubParsersAction) -> None:
+def register_collect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``collect`` (:mod:`.collect`)."""
     p = sub.add_parser(
         "collect",
@@ -149,7 +149,7 @@ def register_collect(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("collect", "cmd_collect"))
 
 
-def register_checkpoint(sub: argparse._SubParsersAction) -> None:
+def register_checkpoint(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``checkpoint`` (:mod:`.checkpoint`)."""
     p = sub.add_parser(
         "checkpoint",
@@ -185,7 +185,7 @@ def register_checkpoint(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("checkpoint", "cmd_checkpoint"))
 
 
-def register_restore(sub: argparse._SubParsersAction) -> None:
+def register_restore(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``restore`` (:mod:`.restore`)."""
     p = sub.add_parser(
         "restore",
@@ -205,7 +205,7 @@ def register_restore(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("restore", "cmd_restore"))
 
 
-def register_catalog(sub: argparse._SubParsersAction) -> None:
+def register_catalog(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``checkpoints list/show/delete/prune`` (:mod:`.catalog`)."""
     p = sub.add_parser(
         "checkpoints",

@@ -23,6 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gym_services.stack import children
+
 #: the value of a stack's ``storage:`` (and ``gymckpt demo --storage``) that asks for this store
 EMBEDDED_S3 = "embedded-s3"
 BUCKET = "gymckpt"
@@ -210,14 +212,16 @@ def start_local_s3(
     if say:
         say(f"starting the local object store (SeaweedFS) on 127.0.0.1:{ports['s3']}, data in {data_dir}")
     with open(log_path, "ab") as log:  # the child writes to its own copy of the descriptor
-        proc = subprocess.Popen(
-            weed_args(data_dir, ports),
-            cwd=data_dir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+        proc = children.keep(
+            subprocess.Popen(
+                weed_args(data_dir, ports),
+                cwd=data_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         )
     store = LocalS3(
         endpoint=f"http://127.0.0.1:{ports['s3']}", pid=proc.pid, data_dir=str(data_dir), log=str(log_path), ports=ports
@@ -263,15 +267,15 @@ def _terminate(pid: int, timeout_s: float) -> None:
         return
     deadline = time.monotonic() + timeout_s
     while _alive(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+        children.reap(pid)
         time.sleep(0.05)
     if _alive(pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        killed_by = time.monotonic() + 10  # SIGKILLed: gone within moments
+        while _alive(pid) and time.monotonic() < killed_by:
+            time.sleep(0.05)
+    children.reap(pid)
 
 
 def stop_local_s3(data_dir: Path, timeout_s: float = 5.0) -> bool:

@@ -247,7 +247,7 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
             if line.strip().endswith(kill_at):
                 os.killpg(cli.pid, signal.SIGKILL)
                 break
-        cli.wait(timeout=10)
+        cli.communicate(timeout=10)  # waits, and closes its stdout
         assert seen and seen[-1].endswith(kill_at), seen
         paused_right_after = [n for n, st in servers.statuses().items() if not st["admission_open"]]
         deadline = time.monotonic() + 10
@@ -409,7 +409,7 @@ def test_restore_cli_killed_while_resuming_ends_restored_everywhere(tmp_path) ->
             if line.strip().endswith("resuming"):
                 os.killpg(cli.pid, signal.SIGKILL)
                 break
-        cli.wait(timeout=10)
+        cli.communicate(timeout=10)  # waits, and closes its stdout
         assert seen and seen[-1].endswith("resuming"), seen
         statuses = wait_all_open(fresh)
     finally:

@@ -19,6 +19,8 @@ VERSIONS = {
     "4": {"checkpoints": "36dac06bdab1f072", "restores": "8ad86d3f9efc8d59"},
     "5": {"checkpoints": "4c35cf22e4868a41", "restores": "73017a7188ac77e1"},
     "6": {"checkpoints": "538db49676686ccf", "restores": "7b8cd5b940cd5655"},
+    # the checkpoint method background (snapshot kept as its deprecated alias); timings described by their steps
+    "7": {"checkpoints": "4239691bc9bb1528", "restores": "d9af3be7bdc5fdff"},
 }
 
 

@@ -9,7 +9,7 @@ and participant then receive in their constructors. Nothing reaches metrics any 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -26,7 +26,7 @@ class _LiveCollector:
         self.server = server
         self.read = read
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("gym_live", "Live state held by this server, by kind", labels=["server", "kind"])
         for kind, value in self.read().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -93,7 +93,7 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
         help="the whole story: collect, checkpoint mid-flight, SIGKILL, restore, compare with an uninterrupted run",

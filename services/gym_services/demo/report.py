@@ -159,7 +159,7 @@ def _summary(base: Run, ckpt: Run, regenerated: int) -> list[list[Any]]:
 TrainingTokens = list[tuple[list[int], list[int], list[float]]]
 
 
-def training_tokens(row: dict | None) -> TrainingTokens:
+def training_tokens(row: dict[str, Any] | None) -> TrainingTokens:
     """What the results file carries for a trainer of one result row: every model output item's prompt ids,
     generated ids and their log-probs (the last item of each model response carries them, NeMo Gym's
     ``…__training`` items). A multi-turn row that lists its turns (``all_attempts``, the proof refinement
@@ -267,17 +267,17 @@ def regenerated_tokens(base: Run, ckpt: Run) -> int:
     return ckpt.tokens_before_cut + ckpt.tokens_after_restore - base.tokens_generated
 
 
-def _models(live: dict) -> list[dict]:
+def _models(live: dict[str, Any]) -> list[dict[str, Any]]:
     """The live counts of the policy model, or of each of its replicas (policy-model-0, ...)."""
     return [v for k, v in live.items() if k == "policy-model" or k.startswith("policy-model-")]
 
 
-def _model_sum(live: dict, kind: str) -> int | str:
+def _model_sum(live: dict[str, Any], kind: str) -> int | str:
     models = _models(live)
     return sum(int(m.get(kind, 0)) for m in models) if models else "-"
 
 
-def _model_line(live: dict) -> str:
+def _model_line(live: dict[str, Any]) -> str:
     if not _models(live):
         return "-"
     return f"{_model_sum(live, 'cut')} / {_model_sum(live, 'held')}"

@@ -139,14 +139,17 @@ def _auth(state: StackState) -> dict[str, str]:
 
 
 def job_status(state: StackState) -> dict[str, Any]:
-    return httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
+    job: dict[str, Any] = httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
+    return job
 
 
-async def wait_job(state: StackState, timeout_s: float, progress: Callable[[dict], None] | None) -> dict[str, Any]:
+async def wait_job(
+    state: StackState, timeout_s: float, progress: Callable[[dict[str, Any]], None] | None
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=10, headers=_auth(state)) as http:
         while time.monotonic() < deadline:
-            job = (await http.get(f"{state.url('collection')}/jobs/current")).json()
+            job: dict[str, Any] = (await http.get(f"{state.url('collection')}/jobs/current")).json()
             if progress:
                 progress(job)
             if job["state"] == "completed":
@@ -200,7 +203,7 @@ class Story:
         engine: str = "builtin",
         tasks_per_environment: int | None = None,
         say: Say = print,
-        progress: Callable[[str, dict], None] | None = None,
+        progress: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         # keys are <location>/checkpoints/<id>/..., so the default location is the workdir itself
@@ -270,9 +273,10 @@ class Story:
         resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=_auth(state), timeout=30)
         if resp.status_code != 200:
             raise StoryError(f"collection refused the job: {resp.text}")
-        return resp.json()
+        job: dict[str, Any] = resp.json()
+        return job
 
-    def _bar(self, label: str) -> Callable[[dict], None] | None:
+    def _bar(self, label: str) -> Callable[[dict[str, Any]], None] | None:
         progress = self.progress
         if progress is None:
             return None
@@ -370,7 +374,11 @@ class Story:
         return run
 
     def wait_for_progress(
-        self, state: StackState, timeout_s: float, share: float | None = None, bar: Callable[[dict], None] | None = None
+        self,
+        state: StackState,
+        timeout_s: float,
+        share: float | None = None,
+        bar: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Wait until ``share`` (default ``checkpoint_at``) of the rollouts finished, the rest still running:
         whatever the machine's load, the checkpoint (or the worker kill) then catches generations, tool calls

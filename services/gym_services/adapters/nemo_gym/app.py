@@ -74,7 +74,7 @@ def adopt(
 
     def create_app(config: NemoGymConfig) -> Starlette:
         server = nemo_server(server_class, config)
-        app = nemo_app(server)
+        app: Starlette = nemo_app(server)
         participate(app, server, config, state)
         return app
 

@@ -10,7 +10,7 @@ and httpx only, so a trainer's environment can load it from the source tree.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -88,7 +88,7 @@ class LedgerClient:
         body = DropRequest(rollout_id=rollout_id, snapshot_id=snapshot_id, version=version)
         return (await self._call("drop", rollout_id, body, DropResult)).dropped
 
-    async def resolve(self, rollout_id: str, request_items: list[dict]) -> Resolution:
+    async def resolve(self, rollout_id: str, request_items: list[dict[str, Any]]) -> Resolution:
         body = ResolveRequest(rollout_id=rollout_id, request_items=request_items)
         return await self._call("resolve", rollout_id, body, Resolution)
 

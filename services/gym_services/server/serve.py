@@ -118,7 +118,7 @@ def run(
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )
-    termination = _termination(app, config)
+    termination = _termination(app)
     served: ASGIApp = app
     if fd is not None:
         if control_port is not None:
@@ -134,9 +134,7 @@ def run(
     TerminatingServer(uvicorn.Config(served, **options), termination, live).run(sockets=sockets)
 
 
-def _termination(app: ASGIApp, config: ServerConfig) -> Termination | None:
-    """The control plane's termination, when this server has a grace (else SIGTERM stops it at once)."""
-    if config.checkpoint.termination_grace_s <= 0:
-        return None
+def _termination(app: ASGIApp) -> Termination | None:
+    """The control plane's termination (without a grace, SIGTERM stops the server at once)."""
     plane = getattr(getattr(app, "state", None), "plane", None)
     return getattr(plane, "termination", None)

@@ -46,7 +46,7 @@ class TerminatingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         termination = self.termination
         first_interrupt = sig == signal.SIGINT and self._signalled is None
-        if termination is None or first_interrupt:
+        if termination is None or not termination.enabled or first_interrupt:
             super().handle_exit(sig, frame)
             return
         if self._signalled is None:
@@ -91,4 +91,6 @@ class TerminatingServer(uvicorn.Server):
                 "live": live,
             },
         )
+        if termination is not None:
+            termination.stopping()
         await super().shutdown(sockets)

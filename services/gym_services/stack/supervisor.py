@@ -57,7 +57,7 @@ log = get_logger("supervisor")
 #: how long one status long-poll waits for a termination before it is asked again
 LONG_POLL_S = 30.0
 #: how often the history says the supervisor is alive (what a crash is dated by)
-HEARTBEAT_S = 5.0
+HEARTBEAT_S = 1.0
 
 
 def scheduled_checkpoint_id(now: float | None = None) -> str:

@@ -80,6 +80,8 @@ class Run:
     crashed_at: float | None = None
     #: the termination a preempted stack handled: its final checkpoint, signal to published
     termination: Termination | None = None
+    #: process name -> the counters of its metrics when it exited after the final checkpoint
+    exit_counters: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def model_tokens(live: dict[str, dict[str, Any]]) -> int:

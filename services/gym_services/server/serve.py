@@ -131,7 +131,9 @@ def run(
         served = split_ports(app, config.port, control_port)
     plane = getattr(app.state, "plane", None)
     live = plane.participant.live if plane is not None and config.checkpoint.enabled else None
-    TerminatingServer(uvicorn.Config(served, **options), termination, live).run(sockets=sockets)
+    metrics = getattr(app.state, "metrics", None)
+    counters = metrics.counter_totals if metrics is not None else None
+    TerminatingServer(uvicorn.Config(served, **options), termination, live, counters).run(sockets=sockets)
 
 
 def _termination(app: ASGIApp) -> Termination | None:

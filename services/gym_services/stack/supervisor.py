@@ -42,6 +42,7 @@ from gym_services.stack.discovery import discover
 from gym_services.stack.final import FinalOutcome, take_final
 from gym_services.stack.history import StackHistory, TakenCheckpoint, Termination, read_history, write_history
 from gym_services.stack.launcher import (
+    StackError,
     StackState,
     is_running,
     read_state,
@@ -138,7 +139,8 @@ class Supervisor:
         all, or someone killed them), there is nothing left to supervise."""
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            if self.state.servers and not any(is_running(s) for s in self.state.servers) and not self.signalled:
+            servers = self._current().servers
+            if servers and not any(is_running(s) for s in servers) and not self.signalled:
                 log.error("every server of the stack is gone without a termination signal (a crash): stopping")
                 self.cancel_scheduled.set()
                 self.stopping.set()
@@ -314,7 +316,7 @@ class Supervisor:
             )
         self._save()
         latest = max(s.deadline_at for s in self.signalled.values())
-        await asyncio.to_thread(stop_servers_after, self.state, latest)
+        await asyncio.to_thread(stop_servers_after, self._current(), latest)
         if self.state.object_store is not None:
             await asyncio.to_thread(stop_local_s3, Path(self.state.object_store.data_dir))
 
@@ -351,9 +353,16 @@ class Supervisor:
         finally:
             self.busy.release()
 
+    def _current(self) -> StackState:
+        """The state file now (``gymckpt restart`` or ``up`` may have started a server again since)."""
+        try:
+            return read_state(self.state_dir)
+        except (StackError, OSError, ValueError):
+            return self.state
+
     def _gone(self) -> str | None:
         """A participant of the stack whose process is gone: no final checkpoint can include it."""
-        gone = [s.name for s in self.state.participants() if not is_running(s)]
+        gone = [s.name for s in self._current().participants() if not is_running(s)]
         return f"not running: {', '.join(gone)}" if gone else None
 
     async def _stop(self) -> None:

@@ -158,7 +158,6 @@ def create_server_app(
     app.state.server = ServerState(control, ready, tuple(on_startup), tuple(on_shutdown))
     app.state.config = config
     app.state.plane = control.plane
-    app.state.metrics = metrics
     app.state.participant = participant
     app.state.session_codec = codec
     return app

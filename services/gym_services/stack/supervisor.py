@@ -38,6 +38,7 @@ from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionResult
+from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionStatus
 from gym_services.stack.discovery import discover
 from gym_services.stack.final import FinalOutcome, take_final
 from gym_services.stack.history import StackHistory, TakenCheckpoint, Termination, read_history, write_history
@@ -327,6 +328,9 @@ class Supervisor:
         except TimeoutError:
             return FinalOutcome(None, 0, "a scheduled checkpoint was still being written at the deadline")
         try:
+            adopted = self._adopted(record)
+            if adopted is not None:
+                return adopted
 
             def attempt(checkpoint_id: str, n: int) -> None:
                 record.final = TakenCheckpoint(
@@ -353,6 +357,23 @@ class Supervisor:
         finally:
             self.busy.release()
 
+    def _adopted(self, record: Termination) -> FinalOutcome | None:
+        """The scheduled checkpoint that just completed, when a signalled server already ended its life in it: its
+        prepare reached that server after the signal, so the server held it as final and exited once its part was
+        written (``docs/protocol.md``, "Termination"); no other checkpoint can include that server any more, and this
+        one is a cut taken after the signal."""
+        last = self.history.last
+        if last is None or last.status != "completed" or last.started_at < record.signalled_at - 1.0:
+            return None
+        if self._gone() is None:
+            return None  # every participant still runs: take the final checkpoint
+        record.final = last
+        log.warning(
+            "the scheduled checkpoint under way at the signal is the termination's: a signalled server held it, exited",
+            extra={"checkpoint_id": last.checkpoint_id},
+        )
+        return FinalOutcome(_completed(last.checkpoint_id, self.location), 0, None)
+
     def _current(self) -> StackState:
         """The state file now (``gymckpt restart`` or ``up`` may have started a server again since)."""
         try:
@@ -373,9 +394,17 @@ class Supervisor:
             self.busy.release()
 
 
-def _failed(checkpoint_id: str, location: str, error: str | None) -> TransactionResult:
-    from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionStatus
+def _completed(checkpoint_id: str, location: str) -> TransactionResult:
+    return TransactionResult(
+        kind=TransactionKind.CHECKPOINT,
+        checkpoint_id=checkpoint_id,
+        location=location,
+        status=TransactionStatus.COMPLETED,
+        phase=TransactionPhase.COMPLETED,
+    )
 
+
+def _failed(checkpoint_id: str, location: str, error: str | None) -> TransactionResult:
     return TransactionResult(
         kind=TransactionKind.CHECKPOINT,
         checkpoint_id=checkpoint_id,

@@ -193,6 +193,11 @@ class Supervisor:
         )
         self._record(taken, result)
         if result.completed:
+            if taken.seconds is not None and taken.seconds > self.settings.termination_grace:
+                log.warning(
+                    "a checkpoint took longer than the termination grace: a final checkpoint may not fit in it",
+                    extra={"seconds": taken.seconds, "grace_s": self.settings.termination_grace},
+                )
             await self._prune()
 
     def _record(self, taken: TakenCheckpoint, result: TransactionResult) -> None:

@@ -89,6 +89,7 @@ class Checkpointing(Generic[V, F]):
             status=status,
             blockers=blockers,
             waited_s=round(time.monotonic() - started, 6),
+            final=True if self.opened.final else None,
         )
 
     async def _wait_for_boundary(self, cid: str, deadline: float) -> list[Blocker]:

@@ -224,6 +224,11 @@ class PrepareResponse(BaseModel):
     status: Literal[Phase.PREPARED, Phase.BLOCKED]
     blockers: list[Blocker] = Field(default_factory=list)
     waited_s: float = 0.0
+    final: bool | None = Field(
+        default=None,
+        description="this participant holds the checkpoint as final (it is terminating): the coordinator takes the "
+        "whole checkpoint as final (docs/protocol.md, Termination); unset: false",
+    )
 
 
 class PersistResponse(BaseModel):

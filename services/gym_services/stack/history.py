@@ -45,6 +45,7 @@ class TakenCheckpoint(BaseModel):
     records: int = 0
     bytes: int = 0
     episodes: int = 0
+    final: bool = Field(default=False, description="held as final by every participant: nobody resumed after it")
 
 
 class Termination(BaseModel):

@@ -207,6 +207,7 @@ class Supervisor:
         taken.error = result.error
         taken.pause_s = result.pause_s
         taken.records, taken.bytes, taken.episodes = result.records, result.bytes, len(result.episodes)
+        taken.final = result.final
         if result.completed:
             self.history.kept.append(taken)
             log.info(
@@ -363,15 +364,15 @@ class Supervisor:
             self.busy.release()
 
     def _adopted(self, record: Termination) -> FinalOutcome | None:
-        """The scheduled checkpoint that just completed, when a signalled server already ended its life in it: its
-        prepare reached that server after the signal, so the server held it as final and exited once its part was
-        written (``docs/protocol.md``, "Termination"); no other checkpoint can include that server any more, and this
-        one is a cut taken after the signal."""
+        """The scheduled checkpoint under way at the signal, when it became final: its prepare reached a signalled
+        server after the signal, so that server held it as final, and so did every participant (the coordinator takes
+        the whole checkpoint as final then: ``docs/protocol.md``, "Termination"); the signalled servers exited once
+        their parts were written. It is the cut this termination ends at; no other checkpoint could include them."""
         last = self.history.last
-        if last is None or last.status != "completed" or last.started_at < record.signalled_at - 1.0:
+        if last is None or last.status != "completed" or not last.final:
             return None
-        if self._gone() is None:
-            return None  # every participant still runs: take the final checkpoint
+        if (last.ended_at or 0.0) < record.signalled_at:
+            return None
         record.final = last
         log.warning(
             "the scheduled checkpoint under way at the signal is the termination's: a signalled server held it, exited",

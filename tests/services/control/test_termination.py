@@ -122,3 +122,31 @@ async def test_aborting_a_final_checkpoint_reopens_it(tmp_path) -> None:
         assert (await client.post("/bump")).status_code == 200
         assert termination.exit_due() is None and termination.final_checkpoint_id is None
         assert participant.events == ["prepare f1", "abort"]
+
+
+async def test_a_participant_holding_the_checkpoint_as_final_makes_it_final_for_all(tmp_path) -> None:
+    """A scheduled checkpoint whose prepare reaches a server after its termination signal: that server holds it as
+    final, and the coordinator then takes the whole checkpoint as final, so no participant works past the cut."""
+    from tests.support.asgi import TOKEN, MultiASGITransport
+
+    from gym_services.coordination.client import ControlClient, ParticipantRef
+    from gym_services.coordination.coordinator import Coordinator
+
+    signalled, s_participant, _, _ = make_app(checkpoint={"termination_grace_s": 20, "participant_id": "signalled"})
+    other, o_participant, _, _ = make_app(checkpoint={"termination_grace_s": 20, "participant_id": "other"})
+    async with serve(signalled), serve(other):
+        signalled.state.plane.termination.begin("SIGTERM")
+        refs = [
+            ParticipantRef("signalled", "environment", "http://signalled"),
+            ParticipantRef("other", "agent", "http://other"),
+        ]
+        transport = MultiASGITransport({"signalled": signalled, "other": other})
+        async with ControlClient(TOKEN, transport=transport) as client:
+            result = await Coordinator(refs, client).checkpoint("c1", f"file://{tmp_path}")  # the snapshot method
+            assert result.completed and result.final, result.error
+            for ref in refs:
+                status = await client.status(ref)
+                assert status.phase == "final" and not status.admission_open, (ref, status.phase)
+    assert s_participant.events == ["prepare c1"] and o_participant.events == ["prepare c1"]  # nobody resumed
+    assert signalled.state.plane.termination.exit_due() is not None  # the signalled one exits
+    assert other.state.plane.termination.exit_due() is None  # the other holds until its lease runs out

@@ -100,7 +100,7 @@ def goodput_demo(bench: Bench, storage: str, every: float | None, seconds: float
     name = f"demo-{storage}-{every or 0:g}"
     config = demo_stack(bench.work / name, job_dir=bench.work)
     config.storage = bench.location(storage, name)
-    config.checkpoint = CheckpointSettings(every=every, keep=2)
+    config.checkpoint = CheckpointSettings(every=every, keep=1000)  # every checkpoint of the window stays counted
     state, _ = up(bench, config, storage)
     try:
         story = Story(bench.work / f"tasks-{name}", repeats=200, concurrency=32, say=lambda text: None)
@@ -118,15 +118,16 @@ def goodput_demo(bench: Bench, storage: str, every: float | None, seconds: float
 
 def goodput_sessions(bench: Bench, storage: str, every: float | None, seconds: float, warmup: float) -> dict[str, Any]:
     name = f"sessions-{storage}-{every or 0:g}"
-    config = workplace_stack(bench, storage, name, CheckpointSettings(every=every, keep=2))
+    config = workplace_stack(bench, storage, name, CheckpointSettings(every=every, keep=1000))
     state, cookies = up(bench, config, storage, sessions=1000)
     try:
         url = state.servers[0].url
         calls = run_clients(url, cookies, warmup + seconds)
-        t_end = time.monotonic()
-        w0 = time.time() - seconds
-        done = [c for c in calls if c[1] >= t_end - seconds and c[3]]
-        taken, pause = paused_in(Path(state.state_dir), w0, time.time())
+        first = min(start for start, _, _, _ in calls)
+        m0, m1 = first + warmup, first + warmup + seconds  # the window, on the clients' monotonic clock
+        done = [c for c in calls if m0 <= c[1] < m1 and c[3]]
+        to_wall = time.time() - time.monotonic()
+        taken, pause = paused_in(Path(state.state_dir), m0 + to_wall, m1 + to_wall)
     finally:
         stop_stack(Path(state.state_dir), kill=True)
     return {"rate": len(done) / seconds * 60, "checkpoints": taken, "paused": pause / seconds}
@@ -358,6 +359,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gymckpt-preemption-"))
     s3 = start_seaweed(work / "seaweed")
     s3.create_bucket("bench")
+    os.environ.update(s3.env())  # this process, the servers and the supervisors reach SeaweedFS through AWS_*
     bench = Bench(work, s3.env(), StorageConfig(endpoint_url=s3.endpoint))
     print(f"load average {os.getloadavg()[0]:.1f} at the start", file=sys.stderr)
     try:

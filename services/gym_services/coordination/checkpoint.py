@@ -286,6 +286,7 @@ class CheckpointTransaction:
             location=self.progress.location,
             episodes=episodes,
             storage=self.participant_storage,
+            final=True if self.final else None,
         )
 
     async def persist_all(self, captured: Captured) -> Persisted:

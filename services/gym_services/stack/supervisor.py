@@ -322,6 +322,8 @@ class Supervisor:
                 extra={"error": outcome.error, "newest": newest.checkpoint_id if newest else None},
             )
         self._save()
+        if outcome.published and record.final is not None:
+            await self._release_external(record.final.checkpoint_id)
         latest = max(s.deadline_at for s in self.signalled.values())
         await asyncio.to_thread(stop_servers_after, self._current(), latest)
         if self.state.object_store is not None:
@@ -362,6 +364,19 @@ class Supervisor:
             return outcome
         finally:
             self.busy.release()
+
+    async def _release_external(self, checkpoint_id: str) -> None:
+        """The stack's external participants (servers it did not start: ``external:`` in its YAML) hold the final
+        checkpoint too; the supervisor stops only its own servers, so it lets them go on serving (an abort of their
+        hold) instead of their exiting when the lease runs out. A restore of the stack replaces what they do next."""
+        external = {server.url.rstrip("/") for server in self.state.external if server.participant}
+        refs = [ref for ref in self.coordinator.participants if ref.url.rstrip("/") in external]
+        if refs:
+            warnings = await self.coordinator.abort_all(checkpoint_id, refs)
+            log.info(
+                "external participants released",
+                extra={"participants": [r.participant_id for r in refs], "warnings": warnings},
+            )
 
     def _adopted(self, record: Termination) -> FinalOutcome | None:
         """The scheduled checkpoint under way at the signal, when it became final: its prepare reached a signalled

@@ -54,5 +54,17 @@ class Metrics:
         """Export ``read()``'s numbers as ``gym_live{kind=...}`` at every scrape."""
         self.registry.register(_LiveCollector(self.server, read))
 
+    def counter_totals(self) -> dict[str, float]:
+        """Every counter's samples, ``name{label=value,...}`` -> value: what a server logs as it exits."""
+        totals: dict[str, float] = {}
+        for family in self.registry.collect():
+            if family.type != "counter":
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                    totals[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return totals
+
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

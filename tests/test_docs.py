@@ -216,9 +216,14 @@ def test_the_readme_demo_output_is_the_demos_own_words() -> None:
     output = block[block.index("```\n") + 4 : block.rindex("```")]
     lines = output.splitlines()
     assert lines[0].startswith("gymckpt demo: ") and lines[-1].startswith("OK: "), "not the demo's whole stdout"
-    report = (ROOT / "services/gym_services/demo/report.py").read_text()
-    labels = output[output.index("checkpoint, crash and restore:") :].splitlines()[3:]
-    labels = [re.split(r"\s{2,}", line)[0] for line in labels if line.strip() and not line.startswith("OK: ")]
+    report = "".join(path.read_text() for path in (ROOT / "services/gym_services/demo").glob("*.py"))
+    tables = output[output.index("rewards per environment:") :].split("\n\n")[1:]  # the tables of value per label
+    labels = [
+        re.split(r"\s{2,}", line)[0]
+        for table in tables
+        for line in table.splitlines()[3:]
+        if line.strip() and not line.startswith("OK: ")
+    ]
     header = output[output.index("rewards per environment:") :].splitlines()[1]
     columns = re.split(r"\s{2,}", header.strip())
     missing = [name for name in [*labels, *columns] if f'"{name}"' not in report]

@@ -51,10 +51,10 @@ from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.base.tokens import Tokens
 from gym_services.control.models import Blocker
-from gym_services.control.participant import Record, RestoredRecord, Scope
+from gym_services.control.participant import RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.engines import Delta, EngineRequest, Halt
-from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
+from gym_services.models.policy_model.prefixes import Bases, StagedPrefix, from_record
 from gym_services.models.policy_model.upstream import Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
@@ -553,8 +553,9 @@ class GenerationManager:
             if g.state == GenerationState.RUNNING
         ]
 
-    def export(self, scope: Scope) -> list[Record]:
-        """One record per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes."""
+    def export(self, scope: Scope) -> list[tuple[Key, StagedPrefix]]:
+        """One prefix per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes; each
+        immutable (the participant writes them after resume)."""
         kept: dict[Key, StagedPrefix] = {}
         for g in self.live.values():
             ident = g.identity
@@ -570,7 +571,7 @@ class GenerationManager:
         for rollout_id, (key, delivered) in self.delivered.items():
             if scope.includes(rollout_id) and key not in kept:
                 kept[key] = delivered
-        return [to_record(rid, prefix.attempt, digest, prefix) for (rid, digest), prefix in sorted(kept.items())]
+        return sorted(kept.items())
 
     def release_out_of_scope(self, scope: Scope) -> None:
         for key in [k for k in self.staged if not scope.includes(k[0])]:
@@ -578,10 +579,10 @@ class GenerationManager:
         for rollout_id in [r for r in self.delivered if not scope.includes(r)]:
             del self.delivered[rollout_id]  # the controller no longer runs it: finished
 
-    def validate(self, records: list[RestoredRecord]) -> dict[Key, StagedPrefix]:
+    def validate(self, records: list[RestoredRecord], bases: Bases) -> dict[Key, StagedPrefix]:
         staged: dict[Key, StagedPrefix] = {}
         for record in records:
-            key, prefix = from_record(record)
+            key, prefix = from_record(record, bases)
             staged[key] = prefix
         return staged
 

@@ -15,6 +15,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 import httpx
+import pydantic_core
 
 from gym_services.base.affinity import expand_endpoints, replica_for
 from gym_services.base.errors import ApiError, ErrorCode
@@ -115,6 +116,12 @@ def merge_set_cookies(cookies: dict[str, str], response: httpx.Response) -> dict
     return merged
 
 
+def json_bytes(value: Any) -> bytes:
+    """A body as JSON: token arrays (:mod:`gym_services.base.token_arrays`) as the lists they stand for, non-finite
+    floats as the standard library writes them."""
+    return pydantic_core.to_json(value, inf_nan_mode="constants")
+
+
 @dataclass
 class Reply:
     """A successful downstream reply."""
@@ -180,8 +187,9 @@ class Downstream:
             headers["cookie"] = cookie_header(cookies)
         elif identity is not None:  # lets a seed drop what an earlier attempt's seed left unreachable
             headers[FIRST_SESSION_HEADER] = "1"
+        headers["content-type"] = "application/json"
         try:
-            return await self.client.post(f"{self.url_for(identity)}{path}", json=body, headers=headers)
+            return await self.client.post(f"{self.url_for(identity)}{path}", content=json_bytes(body), headers=headers)
         except UNREACHABLE as exc:
             raise DownstreamUnavailable(self.name, path, "unreachable", f"{type(exc).__name__}: {exc}") from None
         except BROKEN_OFF as exc:

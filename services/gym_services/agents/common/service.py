@@ -38,9 +38,11 @@ from gym_services.agents.common.downstream import (
     DownstreamUnavailable,
     cookieless_client,
     error_of,
+    json_bytes,
 )
 from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentMetrics, AgentParticipant, Episode
+from gym_services.agents.common.tokens import LEDGER_CALL_HEADER
 from gym_services.base import nemo_http
 from gym_services.base.downstream import DOWNSTREAM_PATH
 from gym_services.base.errors import ApiError, ErrorCode
@@ -63,7 +65,7 @@ class RunRequest(BaseModel):
 
 
 SELF_URL = "http://agent-self"
-PASS_HEADERS = ("retry-after", "content-type")
+PASS_HEADERS = ("retry-after", "content-type", LEDGER_CALL_HEADER)
 
 
 def _request_cookies(request: Request, skip: str) -> dict[str, str]:
@@ -121,10 +123,18 @@ class AgentServer:
 
     def context(self, ep: Episode) -> StepContext:
         others = {name: d for name, d in self.downstream.items() if name in self.servers}
-        return StepContext(ep.identity, self.downstream["self"], others, self.own_cookie, ep.in_flight)
+        return StepContext(
+            ep.identity,
+            self.downstream["self"],
+            others,
+            self.own_cookie,
+            ep.in_flight,
+            ep.tokens,
+            self.downstream[MODEL],
+        )
 
 
-async def run(request: Request) -> JSONResponse:
+async def run(request: Request) -> Response:
     agent = held(request, AgentServer)
     assert agent.participant is not None
     body = await nemo_http.read_body(request)
@@ -141,7 +151,7 @@ async def run(request: Request) -> JSONResponse:
     else:
         agent.admission.fence.observe(identity)  # 409 stale_attempt for an older attempt
     result = await agent.participant.run(identity, body, anonymous=anonymous)
-    return JSONResponse(result)
+    return Response(json_bytes(result), media_type="application/json")
 
 
 async def responses(request: Request) -> Response:

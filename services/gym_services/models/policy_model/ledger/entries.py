@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 
 from gym_services.base import token_codec
-from gym_services.base.tokens import FIELDS
+from gym_services.base.tokens import FIELDS, Tokens
 from gym_services.models.policy_model.ledger.wire import LedgerEntry
 
 _EXCLUDED = set(FIELDS)
@@ -108,6 +108,19 @@ class EntryLog:
             and stored.generation_token_ids == new.generation_token_ids
             and array("d", stored.generation_log_probs).tobytes() == array("d", new.generation_log_probs).tobytes()
         )
+
+    def tokens(self, indices: Iterable[int]) -> Iterator[tuple[int, Tokens]]:
+        """(index, tokens) of these entries, ascending, decoded from the first."""
+        wanted = set(indices)
+        base: array = array("I")
+        for index, stored in enumerate(self._stored):
+            if not wanted:
+                return
+            _, triple, _ = _split(stored)
+            if index in wanted:
+                wanted.discard(index)
+                yield index, triple.tokens(base)
+            base = triple.sequence(base)
 
     def entries(self) -> list[LedgerEntry]:
         """Every entry, decoded."""

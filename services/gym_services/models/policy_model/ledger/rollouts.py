@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.ledger.entries import EntryLog
 from gym_services.models.policy_model.ledger.lineage import resolve as resolve_lineage
 from gym_services.models.policy_model.ledger.wire import FrozenRollout, LedgerEntry, Resolution
@@ -233,6 +234,22 @@ class TokenLedger:
             ledger.snapshot_id = uuid.uuid4().hex
             ledger.version += 1
         return ledger.read(rollout_id)
+
+    def tokens(self, rollout_id: str, model_call_ids: list[str]) -> list[Tokens]:
+        """The stored tokens of these calls, in this order (a read: nothing changes, frozen or not)."""
+        ledger = self.rollouts.get(rollout_id)
+        if ledger is None or ledger.dropped:
+            raise ApiError(ErrorCode.NOT_FOUND, f"this policy model replica holds no ledger for rollout {rollout_id!r}")
+        indices = [ledger.entries.index(call) for call in model_call_ids]
+        missing = [call for call, index in zip(model_call_ids, indices, strict=True) if index is None]
+        if missing:
+            raise ApiError(
+                ErrorCode.NOT_FOUND,
+                f"rollout {rollout_id!r}: the ledger holds no call {missing[0]!r}",
+                details={"missing": missing},
+            )
+        found = dict(ledger.entries.tokens(i for i in indices if i is not None))
+        return [found[i] for i in indices if i is not None]
 
     def resolve(self, rollout_id: str, request_items: list[Any]) -> Resolution:
         """The stored call these request items continue (:mod:`.lineage`); read-only."""

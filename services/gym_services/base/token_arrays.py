@@ -116,7 +116,8 @@ class TokenArray(Sequence[Any]):
                 return False
             mine = self.values()
             try:
-                theirs = other if isinstance(other, array) else array(mine.typecode, other)
+                # floats are read as float64: a float32 array equals only the values it holds exactly
+                theirs = other if isinstance(other, array) else array("d" if mine.typecode in "fd" else "Q", other)
             except (TypeError, OverflowError):
                 return False
             return _same(mine, theirs)

@@ -14,6 +14,7 @@ from gym_services.agents.common.records import (
     EpisodeLog,
     FrozenChunk,
     decode_chunks,
+    payload,
 )
 from gym_services.agents.common.tokens import EpisodeTokens, Pending
 from gym_services.agents.simple_agent.loop import SimpleBoundary
@@ -59,12 +60,15 @@ def steps(turns: int) -> list[SimpleBoundary]:
 
 
 def captured(log: EpisodeLog, tokens: EpisodeTokens, boundary: SimpleBoundary) -> bytes:
-    """One checkpoint of the episode: its new chunk made (as the encoder does after resume) and kept."""
+    """One checkpoint of the episode: its new chunk made (as the encoder does after resume) and kept; returns the
+    chunk's layout uncompressed (what the sizes below count: each value once, before zlib)."""
     earlier = tuple(log.chunks) if len(log.chunks) < MAX_CHUNKS else ()
     state = FrozenChunk(log, earlier=earlier, boundary=boundary, tokens=tokens, triples=len(tokens))
     data = EPISODE_ENCODER.encode(state)
     EPISODE_ENCODER.encoded(state, data)
-    return data
+    body = payload(data)
+    assert len(data) < len(body)  # compressed
+    return body
 
 
 def recorded(tokens: EpisodeTokens, boundary: SimpleBoundary, ledger_calls: bool) -> SimpleBoundary:

@@ -4,7 +4,8 @@ An episode's boundary grows step by step and mostly repeats itself: the task row
 tool schemas echoed in each response, each call's tokens. Its checkpoint records are a log in which each value is
 written once:
 
-- a **chunk** (``episode-<rollout>=c<n>``, binary) holds the values first seen since the previous chunk: the JSON
+- a **chunk** (``episode-<rollout>=c<n>``, binary, zlib-compressed) holds the values first seen since the previous
+  chunk: the JSON
   text of every object or array of at least :data:`VALUE_MIN` bytes, in which the values written before (in this
   chunk or an earlier one) are references (``{"$v": id}``) and each call's token fields are a reference to its
   triple (``{"$t": id}``); the triples first seen: a call the policy model recorded in its token ledger by the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -40,8 +42,11 @@ from gym_services.base.tokens import FIELDS
 
 EPISODE_SCHEMA_VERSION = 2
 EPISODE_KIND: Final = "gym-checkpoint/agent-episode"
-#: the first byte of a chunk (its layout's version)
+#: the first byte of a chunk (its layout's version); the rest is zlib-compressed (the values are JSON text, and an
+#: episode's text repeats itself: tool schemas in the row, the request and every response's echo)
 CHUNK_LAYOUT = 1
+#: zlib's level: its fastest (text still shrinks 4-5 times)
+COMPRESSION = 1
 #: objects and arrays whose JSON is shorter are written inline wherever they occur
 VALUE_MIN = 64
 #: an episode with this many chunks writes its next one whole
@@ -123,7 +128,7 @@ class _Chunk:
     root: str
 
     def encode(self) -> bytes:
-        out = bytearray((CHUNK_LAYOUT,))
+        out = bytearray()
         for number in (self.value_base, self.triple_base, len(self.values)):
             token_codec.write_varint(number, out)
         for text in self.values:
@@ -139,14 +144,14 @@ class _Chunk:
         root = self.root.encode()
         token_codec.write_varint(len(root), out)
         out += root
-        return bytes(out)
+        return bytes((CHUNK_LAYOUT,)) + zlib.compress(out, COMPRESSION)
 
     @classmethod
     def decode(cls, data: bytes) -> _Chunk:
-        view = memoryview(data)
-        if not view or view[0] != CHUNK_LAYOUT:
+        if not data or data[0] != CHUNK_LAYOUT:
             raise token_codec.TokenCodecError("not an episode chunk")
-        value_base, offset = token_codec.read_varint(view, 1)
+        view = memoryview(payload(data))
+        value_base, offset = token_codec.read_varint(view, 0)
         triple_base, offset = token_codec.read_varint(view, offset)
         count, offset = token_codec.read_varint(view, offset)
         values = []
@@ -175,6 +180,18 @@ class _Chunk:
         if offset + size != len(view):
             raise token_codec.TokenCodecError("bytes after the chunk's root")
         return cls(value_base, triple_base, values, triples, root)
+
+
+def payload(data: bytes) -> bytes:
+    """A chunk's layout, uncompressed."""
+    inflate = zlib.decompressobj()
+    try:
+        body = inflate.decompress(data[1:])
+    except zlib.error as exc:
+        raise token_codec.TokenCodecError(f"not an episode chunk: {exc}") from None
+    if not inflate.eof or inflate.unused_data:
+        raise token_codec.TokenCodecError("not an episode chunk: its compressed body is cut short or followed by more")
+    return body
 
 
 def _text(view: memoryview, offset: int, size: int) -> str:

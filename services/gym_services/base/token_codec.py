@@ -34,6 +34,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from gym_services.base.token_arrays import TokenArray
 from gym_services.base.tokens import Tokens
 
 LOG_PROBS_64 = 0x01
@@ -178,7 +179,8 @@ class Decoded:
         return sequence
 
     def tokens(self, base: Sequence[int]) -> Tokens:
-        return Tokens(tuple(self.prompt(base)), tuple(self.generated), tuple(self.log_probs))
+        """The call's tokens; its prompt a compact token array (4 bytes an id), the rest tuples."""
+        return Tokens(TokenArray(self.prompt(base)), tuple(self.generated), tuple(self.log_probs))
 
 
 def decode(data: bytes | memoryview, offset: int = 0) -> tuple[Decoded, int]:

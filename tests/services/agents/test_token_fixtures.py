@@ -23,26 +23,47 @@ def digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-async def test_a_checkpoint_of_the_json_token_formats_restores_and_continues_token_exactly(worker, tmp_path) -> None:
+async def test_a_checkpoint_of_the_json_token_formats_restores_what_the_old_code_restored(worker, tmp_path) -> None:
+    """The records of 2291dec (ledger schema 2, prefix schema 2, episode schema 1) restore into exactly the state that
+    code restored them into (``expected.json``'s ``restored``, made by it), and the restored episode continues its cut
+    generation to the end. (Its answer is not compared with the old run's: the built-in worker reports float32
+    log-probs since, so the generation after the cut has other log-probs than the old worker's.)"""
     expected = json.loads((FIXTURE / "expected.json").read_text())
     shutil.copytree(FIXTURE / "store", tmp_path / "store")
     async with stack(simple_stack(worker.url, "indirect_prompt_injection", "ipi-follow", tokens=True)) as s:
         restore = await s.coordinator.restore("tok-ck", f"file://{tmp_path / 'store'}")
         assert restore.status == "completed", restore.error
         assert restore.episodes == {"ipi-done": 1, "ipi-live": 1}  # no controller: every ledger is in scope
-        reply = await s.run(ROW, "ipi-live", 1)
-        assert reply.status_code == 200, reply.text
-        result = reply.json()
-        assert len(result["response"]["output"]) == expected["result_outputs"]
-        assert digest(result) == expected["result"]  # the uninterrupted run's answer, as the old code returned it
-        assert s.wire.apps["model"].state.generations.totals["tokens_reused"] > 0  # the cut prefix was continued
-        for rollout_id, want in expected["ledgers"].items():
+        restored = expected["restored"]
+        boundary = s.participant.episodes["ipi-live"].boundary.model_dump(mode="json")
+        assert digest(boundary) == restored["boundary"]
+        staged = {
+            rollout_id: {
+                "attempt": prefix.attempt,
+                "text": prefix.text,
+                "complete": prefix.complete,
+                "finish_reason": prefix.finish_reason,
+                "prompt_tokens": prefix.prompt_tokens,
+                "completion_tokens": prefix.completion_tokens,
+                **{k: list(v) for k, v in prefix.tokens.fields().items()},
+            }
+            for (rollout_id, _), prefix in s.wire.apps["model"].state.generations.staged.items()
+            if prefix.tokens is not None
+        }
+        assert {rid: digest(p) for rid, p in staged.items()} == restored["prefixes"]
+        for rollout_id, want in restored["ledgers"].items():
             frozen = await s.http.post("http://model/v1/ledger/freeze", json={"rollout_id": rollout_id})
             assert frozen.status_code == 200, frozen.text
             body = frozen.json()
             body.pop("snapshot_id")
-            assert len(body["entries"]) == expected["ledger_entries"][rollout_id]
             assert digest(body) == want, rollout_id
+    async with stack(simple_stack(worker.url, "indirect_prompt_injection", "ipi-follow", tokens=True)) as s:
+        restore = await s.coordinator.restore("tok-ck", f"file://{tmp_path / 'store'}")  # again: nothing frozen
+        assert restore.status == "completed", restore.error
+        reply = await s.run(ROW, "ipi-live", 1)
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["response"]["output"]) == expected["result_outputs"]
+        assert s.wire.apps["model"].state.generations.totals["tokens_reused"] > 0  # the cut prefix was continued
 
 
 async def test_schema_1_ledger_and_prefix_records_restore() -> None:

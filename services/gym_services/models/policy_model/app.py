@@ -68,7 +68,7 @@ from gym_services.base.tokens import Tokens
 from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.fleet import FleetMetrics
 from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
-from gym_services.models.policy_model.ledger.recording import LEDGER_CALL_HEADER, record_call
+from gym_services.models.policy_model.ledger.recording import LEDGER_CALL_HEADER, MOVED_FIELDS, record_call
 from gym_services.models.policy_model.ledger.rollouts import DEFAULT_MAX_BYTES, TokenLedger
 from gym_services.models.policy_model.ledger.routes import ledger_routes
 from gym_services.models.policy_model.participant import ModelParticipant
@@ -168,6 +168,7 @@ async def responses(request: Request) -> Response:
     created_at = 0.0 if config.stable_created_at else time.time()
     identity = RolloutIdentity.from_headers(request.headers)
     digest = request_digest(body)
+    _drop_input_tokens(body)
     recorded = identity if config.record_tokens else None
     if recorded is not None:  # the intent before dispatch: a call lost from here on masks the rollout
         await server.ledger.room_for(recorded.rollout_id, config.ledger.full_wait_s)
@@ -197,6 +198,17 @@ async def responses(request: Request) -> Response:
         headers.update(SSE_HEADERS)
         return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=headers)
     return JSONResponse(response, headers=headers)
+
+
+def _drop_input_tokens(body: ResponsesRequest) -> None:
+    """The request's items without the token fields earlier answers carried back (the digest counted them): the
+    chat sent upstream, the lineage stamps and the response never read them, and a request is held while its
+    generation runs (thousands at once, each carrying every earlier call's prompt ids)."""
+    if isinstance(body.input, list):
+        for item in body.input:
+            if isinstance(item, dict):
+                for name in MOVED_FIELDS:
+                    item.pop(name, None)
 
 
 def _reported(tokens: Tokens | None) -> Tokens:

@@ -331,6 +331,16 @@ async def _restore(refs: list[Any], token: str, location: str, checkpoint_id: st
         return await Coordinator(refs, client).restore(checkpoint_id, location, lease_s=300)
 
 
+async def worker_tokens(state: Any) -> int:
+    """The tokens the inference worker generated so far (0 when it did not answer)."""
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            resp = await http.get(f"{state.url('inference-worker')}/stats")
+            return int(resp.json().get("tokens_generated", 0))
+        except (httpx.HTTPError, ValueError):
+            return 0
+
+
 async def job_of(state: Any) -> dict[str, Any]:
     """The collection's job (its live and finished counts); {} when it did not answer (a busy server)."""
     from gym_services.stack.launcher import stack_secrets
@@ -426,9 +436,9 @@ async def drive(args: argparse.Namespace) -> Drive:
         began = time.monotonic()
         result = await _restore(refs, token, run.location, last.checkpoint_id)
         run.restore_s, run.restore_status = time.monotonic() - began, str(result.status)
-        before = (await job_of(state)).get("finished", 0)
+        before = await worker_tokens(state)
         await asyncio.sleep(30)
-        run.finished_after_restore = (await job_of(state)).get("finished", 0) - before
+        run.finished_after_restore = await worker_tokens(state) - before  # the rollouts carry on: tokens generated
     finally:
         stop_stack(workdir / "stack", kill=True)
     return run

@@ -241,17 +241,20 @@ class _Writer:
 
     def _object(self, value: dict[str, Any]) -> str:
         triple = self._triple(value) if is_triple(value) else None
-        parts = []
-        for key, item in value.items():
-            if triple is not None and key in FIELDS:
-                parts.append(f'{json.dumps(key)}:{{"$t":{triple}}}')
-            else:
-                parts.append(f"{json.dumps(key, ensure_ascii=False)}:{self.value(item)}")
-        text = "{" + ",".join(parts) + "}"
+        pairs = [
+            (
+                json.dumps(key, ensure_ascii=False),
+                f'{{"$t":{triple}}}' if triple is not None and key in FIELDS else None,
+            )
+            for key in value
+        ]
+        texts = [
+            text if text is not None else self.value(item)
+            for (_, text), item in zip(pairs, value.values(), strict=True)
+        ]
         if len(value) == 1 and next(iter(value)) in _MARKERS:  # a value that would read as a reference: escaped
-            ((key, item),) = value.items()
-            return f'{{"$d":[[{json.dumps(key)},{self.value(item)}]]}}'
-        return text
+            return f'{{"$d":[[{pairs[0][0]},{texts[0]}]]}}'
+        return "{" + ",".join(f"{key}:{text}" for (key, _), text in zip(pairs, texts, strict=True)) + "}"
 
     def _triple(self, value: dict[str, Any]) -> int | None:
         prompt = value.get("prompt_token_ids")

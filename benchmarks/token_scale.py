@@ -708,7 +708,7 @@ def main() -> None:
         help="the built-in worker's pace: slow, so thousands of rollouts stay live without more calls a second than "
         "two cores serve (default 4)",
     )
-    parser.add_argument("--latency", type=float, default=0.2, help="tool and environment-step latency, seconds")
+    parser.add_argument("--latency", type=float, default=0.02, help="tool and environment-step latency, seconds")
     parser.add_argument("--ref", default=None, help="the 'before' tree (default: the merge base with main)")
     parser.add_argument("--trees", nargs="+", default=["after", "before"], choices=["after", "before"])
     parser.add_argument("--timeout", type=float, default=7200)

@@ -587,25 +587,47 @@ def tree_env(services: Path) -> dict[str, str]:
     return env
 
 
-#: what the "before" tree gets of this checkout besides its own code: the fixes this workload needs (the collection's
-#: connection pool, without which only 100 rollouts run at once; the encoding child's descriptors past 1024, without
-#: which a server with a thousand connections cannot write a checkpoint; the built-in worker's prompt cache and
-#: float32 log-probs), so both trees run the same rollouts and differ in the layout only
+#: what the "before" tree gets of this checkout besides its own code: the fixes this workload needs, so both trees run
+#: the same rollouts and differ in the layout only. Whole folders and files of this checkout: the collection's
+#: connection pool (only 100 rollouts ran at once), the encoding child's descriptors past 1024 (a server with a
+#: thousand connections could not write a checkpoint), the built-in worker's prompt cache and float32 log-probs.
 WORKLOAD = (
     "services/gym_services/collection",
     "services/gym_services/models/inference_worker",
     "services/gym_services/control/encoding.py",
 )
+#: and a fix in files whose other changes are the new layout's, as edits: the agents' pool per downstream server (in
+#: one shared pool of 100 connections, generations starved the tool calls a checkpoint's prepare waits for)
+WORKLOAD_EDITS = (
+    (
+        "services/gym_services/agents/common/service.py",
+        'self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s)',
+        'self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s, '
+        "limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))",
+    ),
+    (
+        "services/gym_services/agents/common/downstream.py",
+        'base_url: str = ""\n) -> httpx.AsyncClient:\n    return httpx.AsyncClient(\n',
+        'base_url: str = "", limits: httpx.Limits | None = None\n) -> httpx.AsyncClient:\n'
+        "    return httpx.AsyncClient(\n        limits=limits or httpx.Limits(max_connections=100),\n",
+    ),
+)
 
 
 def extract(ref: str, into: Path) -> Path:
-    """``services/`` of ``ref`` in ``into`` (git archive), with this checkout's :data:`WORKLOAD` changes applied."""
+    """``services/`` of ``ref`` in ``into`` (git archive), with this checkout's :data:`WORKLOAD` and
+    :data:`WORKLOAD_EDITS` applied."""
     into.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "services"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     diff = subprocess.run(["git", "-C", str(ROOT), "diff", ref, "--", *WORKLOAD], capture_output=True, check=True)
     if diff.stdout:
         subprocess.run(["git", "apply", "-"], cwd=into, input=diff.stdout, check=True)
+    for path, old, new in WORKLOAD_EDITS:
+        text = (into / path).read_text()
+        if old not in text:
+            raise SystemExit(f"{ref}'s {path} is not what the benchmark's edit expects")
+        (into / path).write_text(text.replace(old, new))
     return into / "services"
 
 

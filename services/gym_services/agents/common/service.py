@@ -65,6 +65,9 @@ class RunRequest(BaseModel):
 
 
 SELF_URL = "http://agent-self"
+#: a downstream server's pool: a connection per call in flight, at most one per episode (episodes are bounded by the
+#: collection's concurrency), a few kept open between calls
+EPISODE_CONNECTIONS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
 PASS_HEADERS = ("retry-after", "content-type", LEDGER_CALL_HEADER)
 
 
@@ -104,17 +107,23 @@ class AgentServer:
     async def startup(self) -> None:
         config = self.config
         assert self.app is not None
-        self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s)
+        for name in (MODEL, *self.servers):
+            # one pool per server, each episode at most one call in it: a generation (seconds to minutes) never holds
+            # the connection a tool call waits for (a waited step: a checkpoint's prepare waits for it), as one pool of
+            # httpx's default 100 connections did once a hundred episodes were generating
+            self.clients[name] = cookieless_client(
+                transport=self.transport, timeout_s=config.request_timeout_s, limits=EPISODE_CONNECTIONS
+            )
         self.clients["self"] = cookieless_client(
             # an unexpected error in the proxy is its 500 reply here too, as it would be over the network
             transport=httpx.ASGITransport(app=self.app, raise_app_exceptions=False),
             timeout_s=config.request_timeout_s,
             base_url=SELF_URL,
         )
-        self.downstream[MODEL] = Downstream(MODEL, config.model_url, self.clients["net"])
+        self.downstream[MODEL] = Downstream(MODEL, config.model_url, self.clients[MODEL])
         self.downstream["self"] = Downstream(MODEL, SELF_URL, self.clients["self"])
         for name, url in self.servers.items():
-            self.downstream[name] = Downstream(name, url, self.clients["net"])
+            self.downstream[name] = Downstream(name, url, self.clients[name])
 
     async def shutdown(self) -> None:
         for client in self.clients.values():

@@ -18,6 +18,7 @@ VERSIONS = {
     "3": {"checkpoints": "a3aefb400cd87c2b", "restores": "cf854bc450cad902"},
     "4": {"checkpoints": "36dac06bdab1f072", "restores": "8ad86d3f9efc8d59"},
     "5": {"checkpoints": "4c35cf22e4868a41", "restores": "73017a7188ac77e1"},
+    "6": {"checkpoints": "538db49676686ccf", "restores": "7b8cd5b940cd5655"},
 }
 
 

@@ -63,7 +63,8 @@ def call(url: str, path: str, body: dict, cookies: dict, rollout: str, attempt: 
     with httpx.Client(base_url=url, cookies=cookies, timeout=10) as http:
         answer = http.post(path, json=body, headers={"x-ng-rollout-id": rollout, "x-ng-attempt": str(attempt)})
         answer.raise_for_status()
-        cookies.update(http.cookies)
+        # the server's Set-Cookie (for 127.0.0.1) wins over the cookie the client was given (no domain)
+        cookies.update({c.name: c.value for c in http.cookies.jar if c.domain})
         return answer
 
 

@@ -246,6 +246,8 @@ class Trainer:
                 continue
             rows = [json.loads(line) for line in self.results.read_text(encoding="utf-8").splitlines() if line]
             for rollout_id in sorted({row["_ng_rollout_id"] for row in rows} - self.dropped):
+                if self._stop.is_set():
+                    break  # the load is over: a round over hundreds of rollouts would hold the restore back
                 try:
                     frozen = await self.client.freeze(rollout_id)
                     await self.client.drop(rollout_id, frozen.snapshot_id, frozen.version)
@@ -283,6 +285,8 @@ class Probes:
         while not self._stop.is_set():
             start = time.monotonic()
             for _ in range(20_000):
+                if self._stop.is_set():
+                    return
                 with contextlib.suppress(httpx.HTTPError):
                     resp = await self._http.post(f"{self.url}/v1/ledger/resolve", json=body)
                     if resp.status_code == 200:

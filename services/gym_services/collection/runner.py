@@ -41,7 +41,7 @@ from gym_services.base.downstream import DOWNSTREAM_PATH, DownstreamFailure, Dow
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
-from gym_services.collection.models import EpisodeState, JobSpec, JobState, JobStatus
+from gym_services.collection.models import MAX_CONCURRENCY, EpisodeState, JobSpec, JobState, JobStatus
 from gym_services.collection.resume import Earlier, read_earlier, write_job_file
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
@@ -260,7 +260,12 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         if self._poller is None or self._poller.done():
             self._poller = asyncio.create_task(self._poll_downstream(), name="collection-downstream")
         if self._client is None:
-            self._client = httpx.AsyncClient(transport=self._transport, timeout=self.request_timeout_s, trust_env=False)
+            # one connection per running episode (a /run holds its connection until the episode ends): httpx's
+            # default pool of 100 would hold every episode past the 100th back, however high the job's concurrency
+            limits = httpx.Limits(max_connections=MAX_CONCURRENCY, max_keepalive_connections=64)
+            self._client = httpx.AsyncClient(
+                transport=self._transport, timeout=self.request_timeout_s, trust_env=False, limits=limits
+            )
         for episode in list(self.running.values()):
             self._start_episode(episode)
         self._dispatcher = asyncio.create_task(self._dispatch(), name="collection-dispatch")

@@ -33,11 +33,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Never
+from typing import Any
 
 from prometheus_client import Counter
 from pydantic import ValidationError
@@ -48,15 +49,31 @@ from gym_services.agents.common.context import InFlight, StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
 from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
 from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.agents.common.records import (
+    EPISODE_ENCODER,
+    EPISODE_KIND,
+    EPISODE_SCHEMA_VERSION,
+    MAX_CHUNKS,
+    EpisodeHead,
+    EpisodeLog,
+    FrozenChunk,
+    FrozenEpisode,
+    FrozenHead,
+    decode_chunks,
+    episode_chunk_key,
+    restored_log,
+)
+from gym_services.agents.common.tokens import EpisodeTokens
 from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DownstreamFailure, DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
+from gym_services.base.token_codec import TokenCodecError
 from gym_services.control.admission import Admission
 from gym_services.control.models import Blocker
-from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.participant import Capture, FrozenRecord, InvalidState, Participant, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role
 
 log = get_logger("agent")
@@ -77,6 +94,13 @@ class Episode:
     waited: bool = False
     parked: bool = False
     history: list[str] = field(default_factory=list)
+    #: every token triple its boundaries hold (they hold the table's arrays), and what its checkpoints hold of it
+    tokens: EpisodeTokens = field(default_factory=EpisodeTokens)
+    log: EpisodeLog = field(default_factory=EpisodeLog)
+
+    def __post_init__(self) -> None:
+        self.tokens.intern(list(self.boundary.__dict__.values()))
+
     in_flight: InFlight = field(default_factory=InFlight)  # the downstream call of its step running now
 
     @property
@@ -95,7 +119,9 @@ class Episode:
         self.step, self.waited = None, False
 
     def record(self, boundary: Boundary) -> None:
-        """Record the boundary before the next step (this also ends the current step)."""
+        """Record the boundary before the next step (this also ends the current step); its token lists become the
+        episode's arrays (it is a fresh boundary: nothing else holds its containers)."""
+        self.tokens.intern(list(boundary.__dict__.values()))
         self.boundary = boundary
         self.history.append(boundary.name)
         self.leave()
@@ -147,9 +173,10 @@ class AgentMetrics:
         )
 
 
-class AgentParticipant(Participant[dict[str, Episode], Never]):
+class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
     role = Role.AGENT
     checkpoint_mode = CheckpointMode.EXPORTED
+    encoder = EPISODE_ENCODER  # episodes are captured frozen and their new chunks made after resume
 
     def __init__(
         self,
@@ -277,13 +304,14 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             if await self._park(ep):
                 refused_since = None
             boundary = ep.boundary
-            if boundary.name == RETURN:
+            hydrating = bool(ep.tokens.pending)  # restored: the tokens its checkpoint named in the ledger first
+            if boundary.name == RETURN and not hydrating:
                 assert boundary.result is not None
                 return boundary.result
-            kind = self.loop.step_kind(boundary)
-            ep.enter(boundary.name, kind is StepKind.WAITED)  # no await between the park check and here
+            kind = StepKind.REPLAY if hydrating else self.loop.step_kind(boundary)
+            ep.enter("hydrate" if hydrating else boundary.name, kind is StepKind.WAITED)  # no await since the park
             try:
-                following = await self.loop.advance(ctx, boundary)
+                following = await (self._hydrated(ep, ctx) if hydrating else self.loop.advance(ctx, boundary))
             except CheckpointParked as exc:
                 ep.leave()  # back at the boundary before the refused step
                 self.metrics.parked_refusals.labels(server=exc.server).inc()
@@ -336,10 +364,22 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             refused_since = None
             unavailable.reset()
             self._waiting.pop(ep, None)
+            if hydrating:
+                ep.boundary = following  # the same boundary, its token fields read back: not a step
+                ep.leave()
+                continue
             if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
                 raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")
             self.metrics.steps.labels(step=boundary.name, kind=kind).inc()
             ep.record(following)
+
+    async def _hydrated(self, ep: Episode, ctx: StepContext) -> Boundary:
+        """The episode's boundary with the tokens its checkpoint named in the policy model's token ledger read back
+        (``docs/decisions.md``, "The agent's transcript names the ledger's tokens")."""
+        pending = list(ep.tokens.pending.items())
+        read = await ctx.read_ledger([call for _, call in pending])
+        ep.tokens.hydrate(zip((index for index, _ in pending), read, strict=True))
+        return self.loop.boundary_model.model_validate(ep.tokens.substitute(ep.boundary.model_dump()))
 
     def _note_waiting(self, ep: Episode, exc: DownstreamUnavailable) -> None:
         now = time.time()
@@ -411,32 +451,62 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             blockers.append(Blocker(kind="episode", id=ep.rollout_id, detail=detail, server=call.server))
         return blockers
 
-    async def export(self, scope: Scope) -> list[Record]:
+    async def capture(self, scope: Scope) -> Capture[FrozenEpisode]:
+        """Every episode in scope as it is now (``docs/protocol.md``, "The episode record"): references only (a
+        boundary is never changed once made, its chunks are bytes); a new chunk is made after resume. Chunks come
+        first, then the heads: packs fill in this order, so the chunks later checkpoints reference share packs with
+        few records they do not."""
         self._prune_finished()
-        saved: list[tuple[str, int, dict[str, Any]]] = []
+        chunks: list[FrozenRecord[FrozenEpisode]] = []
+        heads: list[FrozenRecord[FrozenEpisode]] = []
         for ep in self.episodes.values():
             if ep.anonymous or not scope.includes(ep.rollout_id):
                 continue
             if ep.waited:
                 raise InvalidState(f"episode {ep.rollout_id} is inside waited step {ep.step!r}; it has no boundary yet")
-            saved.append((ep.rollout_id, ep.attempt, ep.boundary.model_dump(mode="json")))
+            parts = self._parts(ep)
+            chunks.extend(self._chunk_records(ep.rollout_id, ep.attempt, parts))
+            heads.append(self._head_record(ep.rollout_id, ep.attempt, len(parts)))
         # a finished result is saved only when the controller says it still waits for it
-        saved.extend(
-            (done.rollout_id, done.attempt, done.boundary())
-            for done in self.finished.values()
-            if scope.episodes is not None and done.rollout_id in scope.episodes and scope.includes(done.rollout_id)
-        )
+        for done in self.finished.values():
+            if scope.episodes is None or done.rollout_id not in scope.episodes or not scope.includes(done.rollout_id):
+                continue
+            whole = FrozenChunk(EpisodeLog(), finished=done.boundary_json, boundary_model=self.loop.boundary_model)
+            chunks.extend(self._chunk_records(done.rollout_id, done.attempt, [whole]))
+            heads.append(self._head_record(done.rollout_id, done.attempt, 1))
+        return Capture([*chunks, *heads])
+
+    @staticmethod
+    def _parts(ep: Episode) -> list[FrozenChunk]:
+        """The episode's chunks: those its checkpoints hold, and a new one when it moved since (past
+        :data:`~.records.MAX_CHUNKS`, one new chunk holding it whole)."""
+        log = ep.log
+        earlier = tuple(log.chunks)
+        if ep.boundary is log.boundary and earlier:
+            return [FrozenChunk(log, data=data) for data in earlier]
+        if len(earlier) >= MAX_CHUNKS:
+            earlier = ()
+        new = FrozenChunk(log, earlier=earlier, boundary=ep.boundary, tokens=ep.tokens, triples=len(ep.tokens))
+        return [*(FrozenChunk(log, data=data) for data in earlier), new]
+
+    @staticmethod
+    def _chunk_records(rollout_id: str, attempt: int, parts: list[FrozenChunk]) -> list[FrozenRecord[FrozenEpisode]]:
+        key = episode_record_key(rollout_id)
         return [
-            Record(
-                key=episode_record_key(rollout_id),
-                data=EpisodeRecord(agent=self.loop.kind, rollout_id=rollout_id, attempt=attempt, boundary=boundary)
-                .model_dump_json()
-                .encode(),
-                rollout_id=rollout_id,
-                attempt=attempt,
-            )
-            for rollout_id, attempt, boundary in saved
+            FrozenRecord(episode_chunk_key(key, i), part, rollout_id=rollout_id, attempt=attempt)
+            for i, part in enumerate(parts)
         ]
+
+    def _head_record(self, rollout_id: str, attempt: int, chunks: int) -> FrozenRecord[FrozenEpisode]:
+        head = {
+            "schema_version": EPISODE_SCHEMA_VERSION,
+            "kind": EPISODE_KIND,
+            "agent": self.loop.kind,
+            "rollout_id": rollout_id,
+            "attempt": attempt,
+            "chunks": chunks,
+        }
+        return FrozenRecord(episode_record_key(rollout_id), FrozenHead(head), rollout_id=rollout_id, attempt=attempt)
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         for ep in list(self.episodes.values()):
@@ -444,36 +514,69 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                 await self._stop(ep)
 
     async def validate(self, records: list[RestoredRecord]) -> dict[str, Episode]:
+        """Every episode's head (schema 2: with its chunks; schema 1: the boundary whole), checked and built into
+        an episode of attempt + 1; installs nothing."""
+        heads = [r for r in records if r.data[:1] == b"{"]
+        chunks = {r.key: r for r in records if r.data[:1] != b"{"}
         staged: dict[str, Episode] = {}
-        for r in records:
-            try:
-                record = EpisodeRecord.model_validate_json(r.data)
-            except ValidationError as exc:
-                raise InvalidState(f"record {r.key} is not an agent episode: {_first_error(exc)}") from None
-            if record.agent != self.loop.kind:
-                raise InvalidState(f"record {r.key} belongs to agent {record.agent!r}, this is {self.loop.kind!r}")
-            if (
-                record.rollout_id != r.rollout_id
-                or record.attempt != r.attempt
-                or r.key != episode_record_key(record.rollout_id)
-            ):
-                raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
-            try:
-                boundary = self.loop.boundary_model.model_validate(record.boundary)
-            except ValidationError as exc:
-                raise InvalidState(f"record {r.key} holds an invalid boundary: {_first_error(exc)}") from None
-            if record.rollout_id in staged:
-                raise InvalidState(f"two records for rollout {record.rollout_id}")
-            new_attempt = record.attempt + 1
-            current = self.episodes.get(record.rollout_id)
-            done = self.finished.get(record.rollout_id)
+        for r in heads:
+            ep = self._read_episode(r, chunks)
+            if ep.rollout_id in staged:
+                raise InvalidState(f"two records for rollout {ep.rollout_id}")
+            current = self.episodes.get(ep.rollout_id)
+            done = self.finished.get(ep.rollout_id)
             held = current.attempt if current is not None else done.attempt if done is not None else None
-            if held is not None and (held >= new_attempt or (current is not None and current.running)):
+            if held is not None and (held >= ep.attempt or (current is not None and current.running)):
                 raise InvalidState(
-                    f"rollout {record.rollout_id} already runs attempt {held} here; cannot install {new_attempt}"
+                    f"rollout {ep.rollout_id} already runs attempt {held} here; cannot install {ep.attempt}"
                 )
-            staged[record.rollout_id] = Episode(record.rollout_id, new_attempt, boundary, restored=True)
+            staged[ep.rollout_id] = ep
+        if chunks:
+            raise InvalidState(f"record {min(chunks)} is an episode chunk without its head")
         return staged
+
+    def _read_episode(self, r: RestoredRecord, chunks: dict[str, RestoredRecord]) -> Episode:
+        """One episode (attempt + 1) from its head record and the chunks it names (taken from ``chunks``)."""
+        try:
+            version = json.loads(r.data).get("schema_version")
+        except (ValueError, AttributeError):
+            raise InvalidState(f"record {r.key} is not an agent episode: not a JSON object") from None
+        model: type[EpisodeRecord | EpisodeHead] = EpisodeRecord if version == 1 else EpisodeHead
+        try:
+            record = model.model_validate_json(r.data)
+        except ValidationError as exc:
+            raise InvalidState(f"record {r.key} is not an agent episode: {_first_error(exc)}") from None
+        if record.agent != self.loop.kind:
+            raise InvalidState(f"record {r.key} belongs to agent {record.agent!r}, this is {self.loop.kind!r}")
+        if (
+            record.rollout_id != r.rollout_id
+            or record.attempt != r.attempt
+            or r.key != episode_record_key(record.rollout_id)
+        ):
+            raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
+        tokens = EpisodeTokens()
+        log = EpisodeLog()
+        data: dict[str, Any] = record.boundary if isinstance(record, EpisodeRecord) else {}
+        if isinstance(record, EpisodeHead):
+            stored = []
+            for i in range(record.chunks):
+                chunk = chunks.pop(episode_chunk_key(r.key, i), None)
+                if chunk is None:
+                    raise InvalidState(f"record {r.key}: its chunk {episode_chunk_key(r.key, i)} is missing")
+                if (chunk.rollout_id, chunk.attempt) != (r.rollout_id, r.attempt):
+                    raise InvalidState(f"record {chunk.key}: manifest identity does not match its head's")
+                stored.append(chunk.data)
+            try:
+                data = decode_chunks(stored, tokens)
+            except (ValueError, TokenCodecError) as exc:
+                raise InvalidState(f"record {r.key}: its chunks do not read: {exc}") from None
+        try:
+            boundary = self.loop.boundary_model.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidState(f"record {r.key} holds an invalid boundary: {_first_error(exc)}") from None
+        if isinstance(record, EpisodeHead):
+            log = restored_log(stored, boundary, tokens)
+        return Episode(record.rollout_id, record.attempt + 1, boundary, restored=True, tokens=tokens, log=log)
 
     async def install(self, validated: dict[str, Episode]) -> None:
         for rollout_id, ep in validated.items():

@@ -1,6 +1,6 @@
 """The agent participant (role ``agent``): episodes keyed by rollout id, parked at boundaries.
 
-- Every episode records a boundary before each step (:mod:`.boundary`).
+- Every episode (:mod:`.episode`) records a boundary before each step (:mod:`.boundary`).
 - Replay steps (seed, generation, ``replay`` verification) do not block prepare; waited
   steps (tool calls, environment steps, ``wait`` verification) do: :meth:`blockers`
   lists the episodes inside one.
@@ -14,13 +14,13 @@
   doubling backoff until ``unavailable_deadline_s``, then ``/run`` fails with ``503
   upstream_unavailable`` (an infrastructure failure the collection runs again). Meanwhile
   :meth:`AgentParticipant.downstream` (``GET /health/downstream``) names the server and
-  route each waiting episode retries, so the collection can say why nothing finishes.
+  route each waiting episode retries (:mod:`.waiting`), so the collection can say why nothing finishes.
 - A call whose connection broke after it was sent (the server died mid-call, a reset) is
   retried the same way when its step is a replay step; a waited step may have happened
   there and is never run twice: ``/run`` fails with ``503 upstream_unavailable`` at once, and
   the collection runs the episode again as attempt + 1 (which fences what this one left).
-- A capture holds one record per episode in scope; restore installs them under
-  attempt + 1; ``/run`` with that attempt continues from the boundary.
+- A capture holds a head record and its chunks per episode in scope; restore installs them under
+  attempt + 1 (both: :mod:`.checkpoint`); ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
 - A finished episode's result is kept for a short while: a repeated ``/run`` of that
   attempt (a reply lost in transit) gets it again without running anything, and a
@@ -32,118 +32,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
-from pydantic import ValidationError
 
-from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
+from gym_services.agents.common.boundary import RETURN, Boundary, task_row
+from gym_services.agents.common.checkpoint import capture_records, read_episode, split_records
 from gym_services.agents.common.config import AgentConfig
-from gym_services.agents.common.context import InFlight, StepContext
+from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
+from gym_services.agents.common.episode import Episode
 from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
 from gym_services.agents.common.loop import AgentLoop, StepKind
-from gym_services.agents.common.records import (
-    EPISODE_ENCODER,
-    EPISODE_KIND,
-    EPISODE_SCHEMA_VERSION,
-    MAX_CHUNKS,
-    EpisodeHead,
-    EpisodeLog,
-    FrozenChunk,
-    FrozenEpisode,
-    FrozenHead,
-    decode_chunks,
-    episode_chunk_key,
-    restored_log,
-)
-from gym_services.agents.common.tokens import EpisodeTokens
+from gym_services.agents.common.records import EPISODE_ENCODER, FrozenEpisode
+from gym_services.agents.common.waiting import WaitingEpisodes
 from gym_services.base.backoff import Backoff
-from gym_services.base.downstream import DownstreamFailure, DownstreamReport
+from gym_services.base.downstream import DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
-from gym_services.base.token_codec import TokenCodecError
 from gym_services.control.admission import Admission
 from gym_services.control.models import Blocker
-from gym_services.control.participant import Capture, FrozenRecord, InvalidState, Participant, RestoredRecord, Scope
+from gym_services.control.participant import Capture, InvalidState, Participant, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role
 
 log = get_logger("agent")
 RECENT_HISTORIES = 256
-
-
-@dataclass(eq=False)
-class Episode:
-    """One attempt of one rollout in this agent."""
-
-    rollout_id: str
-    attempt: int
-    boundary: Boundary
-    anonymous: bool = False
-    restored: bool = False
-    task: asyncio.Task[dict[str, Any]] | None = None
-    step: str | None = None
-    waited: bool = False
-    parked: bool = False
-    history: list[str] = field(default_factory=list)
-    #: every token triple its boundaries hold (they hold the table's arrays), and what its checkpoints hold of it
-    tokens: EpisodeTokens = field(default_factory=EpisodeTokens)
-    log: EpisodeLog = field(default_factory=EpisodeLog)
-
-    def __post_init__(self) -> None:
-        self.tokens.intern(list(self.boundary.__dict__.values()))
-
-    in_flight: InFlight = field(default_factory=InFlight)  # the downstream call of its step running now
-
-    @property
-    def identity(self) -> RolloutIdentity | None:
-        """What travels downstream; anonymous episodes (checkpointing off, no id) send none."""
-        return None if self.anonymous else RolloutIdentity(rollout_id=self.rollout_id, attempt=self.attempt)
-
-    @property
-    def running(self) -> bool:
-        return self.task is not None and not self.task.done()
-
-    def enter(self, step: str, waited: bool) -> None:
-        self.step, self.waited = step, waited
-
-    def leave(self) -> None:
-        self.step, self.waited = None, False
-
-    def record(self, boundary: Boundary) -> None:
-        """Record the boundary before the next step (this also ends the current step); its token lists become the
-        episode's arrays (it is a fresh boundary: nothing else holds its containers)."""
-        self.tokens.intern(list(boundary.__dict__.values()))
-        self.boundary = boundary
-        self.history.append(boundary.name)
-        self.leave()
-
-
-@dataclass
-class Waiting:
-    """The downstream call an episode is retrying: where, why, since when (unix time) and the latest failure."""
-
-    server: str
-    path: str
-    reason: str
-    detail: str
-    since: float
-    at: float
-
-
-def episode_record_key(rollout_id: str) -> str:
-    key = f"episode-{rollout_id}"
-    if len(key) <= 200:
-        return key
-    return "episode-sha256-" + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -205,7 +124,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._reopened = asyncio.Event()
         #: episodes retrying a downstream call that could not be made, and which (:meth:`downstream`)
-        self._waiting: dict[Episode, Waiting] = {}
+        self.waiting = WaitingEpisodes()
 
     @property
     def admission_open(self) -> bool:
@@ -267,7 +186,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
     def _finished(self, ep: Episode, task: asyncio.Task[dict[str, Any]]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.warning("episode failed", extra={"rollout_id": ep.rollout_id, "error": repr(task.exception())})
-        self._waiting.pop(ep, None)
+        self.waiting.clear(ep)
         self.last_history[ep.rollout_id] = list(ep.history)
         self.last_history.move_to_end(ep.rollout_id)
         while len(self.last_history) > RECENT_HISTORIES:
@@ -335,7 +254,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
                         f"{exc}; the {boundary.name!r} step may have happened there, so this attempt ends and "
                         "the episode runs again as a new attempt",
                     ) from None
-                self._note_waiting(ep, exc)
+                self.waiting.note(ep, exc)
                 if not unavailable.failed():
                     raise ApiError(
                         ErrorCode.UPSTREAM_UNAVAILABLE, f"gave up after {unavailable.failing_s:.0f}s: {exc}"
@@ -363,7 +282,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
                 raise
             refused_since = None
             unavailable.reset()
-            self._waiting.pop(ep, None)
+            self.waiting.clear(ep)
             if hydrating:
                 ep.boundary = following  # the same boundary, its token fields read back: not a step
                 ep.leave()
@@ -381,32 +300,9 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         ep.tokens.hydrate(zip((index for index, _ in pending), read, strict=True))
         return self.loop.boundary_model.model_validate(ep.tokens.substitute(ep.boundary.model_dump()))
 
-    def _note_waiting(self, ep: Episode, exc: DownstreamUnavailable) -> None:
-        now = time.time()
-        previous = self._waiting.get(ep)
-        same = previous is not None and (previous.server, previous.path) == (exc.server, exc.path)
-        since = previous.since if same and previous is not None else now
-        self._waiting[ep] = Waiting(exc.server, exc.path, exc.reason, exc.detail, since, now)
-
     def downstream(self) -> DownstreamReport:
         """The downstream calls episodes are retrying now, one entry per server and route, oldest first."""
-        groups: dict[tuple[str, str], list[Waiting]] = {}
-        for waiting in self._waiting.values():
-            groups.setdefault((waiting.server, waiting.path), []).append(waiting)
-        failing = []
-        for (server, path), waits in groups.items():
-            latest = max(waits, key=lambda w: w.at)
-            failing.append(
-                DownstreamFailure(
-                    server=server,
-                    path=path,
-                    reason=latest.reason,
-                    detail=latest.detail[:500],
-                    since=min(w.since for w in waits),
-                    episodes=len(waits),
-                )
-            )
-        return DownstreamReport(failing=sorted(failing, key=lambda f: f.since))
+        return self.waiting.report()
 
     async def _park(self, ep: Episode) -> bool:
         """Wait at the current boundary while the agent's admission is closed; True if it parked."""
@@ -457,56 +353,10 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         first, then the heads: packs fill in this order, so the chunks later checkpoints reference share packs with
         few records they do not."""
         self._prune_finished()
-        chunks: list[FrozenRecord[FrozenEpisode]] = []
-        heads: list[FrozenRecord[FrozenEpisode]] = []
-        for ep in self.episodes.values():
-            if ep.anonymous or not scope.includes(ep.rollout_id):
-                continue
-            if ep.waited:
-                raise InvalidState(f"episode {ep.rollout_id} is inside waited step {ep.step!r}; it has no boundary yet")
-            parts = self._parts(ep)
-            chunks.extend(self._chunk_records(ep.rollout_id, ep.attempt, parts))
-            heads.append(self._head_record(ep.rollout_id, ep.attempt, len(parts)))
-        # a finished result is saved only when the controller says it still waits for it
-        for done in self.finished.values():
-            if scope.episodes is None or done.rollout_id not in scope.episodes or not scope.includes(done.rollout_id):
-                continue
-            whole = FrozenChunk(EpisodeLog(), finished=done.boundary_json, boundary_model=self.loop.boundary_model)
-            chunks.extend(self._chunk_records(done.rollout_id, done.attempt, [whole]))
-            heads.append(self._head_record(done.rollout_id, done.attempt, 1))
-        return Capture([*chunks, *heads])
-
-    @staticmethod
-    def _parts(ep: Episode) -> list[FrozenChunk]:
-        """The episode's chunks: those its checkpoints hold, and a new one when it moved since (past
-        :data:`~.records.MAX_CHUNKS`, one new chunk holding it whole)."""
-        log = ep.log
-        earlier = tuple(log.chunks)
-        if ep.boundary is log.boundary and earlier:
-            return [FrozenChunk(log, data=data) for data in earlier]
-        if len(earlier) >= MAX_CHUNKS:
-            earlier = ()
-        new = FrozenChunk(log, earlier=earlier, boundary=ep.boundary, tokens=ep.tokens, triples=len(ep.tokens))
-        return [*(FrozenChunk(log, data=data) for data in earlier), new]
-
-    @staticmethod
-    def _chunk_records(rollout_id: str, attempt: int, parts: list[FrozenChunk]) -> list[FrozenRecord[FrozenEpisode]]:
-        key = episode_record_key(rollout_id)
-        return [
-            FrozenRecord(episode_chunk_key(key, i), part, rollout_id=rollout_id, attempt=attempt)
-            for i, part in enumerate(parts)
-        ]
-
-    def _head_record(self, rollout_id: str, attempt: int, chunks: int) -> FrozenRecord[FrozenEpisode]:
-        head = {
-            "schema_version": EPISODE_SCHEMA_VERSION,
-            "kind": EPISODE_KIND,
-            "agent": self.loop.kind,
-            "rollout_id": rollout_id,
-            "attempt": attempt,
-            "chunks": chunks,
-        }
-        return FrozenRecord(episode_record_key(rollout_id), FrozenHead(head), rollout_id=rollout_id, attempt=attempt)
+        records = capture_records(
+            self.episodes.values(), self.finished.values(), scope, self.loop.kind, self.loop.boundary_model
+        )
+        return Capture(records)
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         for ep in list(self.episodes.values()):
@@ -516,11 +366,10 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
     async def validate(self, records: list[RestoredRecord]) -> dict[str, Episode]:
         """Every episode's head (schema 2: with its chunks; schema 1: the boundary whole), checked and built into
         an episode of attempt + 1; installs nothing."""
-        heads = [r for r in records if r.data[:1] == b"{"]
-        chunks = {r.key: r for r in records if r.data[:1] != b"{"}
+        heads, chunks = split_records(records)
         staged: dict[str, Episode] = {}
         for r in heads:
-            ep = self._read_episode(r, chunks)
+            ep = read_episode(r, chunks, self.loop.kind, self.loop.boundary_model)
             if ep.rollout_id in staged:
                 raise InvalidState(f"two records for rollout {ep.rollout_id}")
             current = self.episodes.get(ep.rollout_id)
@@ -534,49 +383,6 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         if chunks:
             raise InvalidState(f"record {min(chunks)} is an episode chunk without its head")
         return staged
-
-    def _read_episode(self, r: RestoredRecord, chunks: dict[str, RestoredRecord]) -> Episode:
-        """One episode (attempt + 1) from its head record and the chunks it names (taken from ``chunks``)."""
-        try:
-            version = json.loads(r.data).get("schema_version")
-        except (ValueError, AttributeError):
-            raise InvalidState(f"record {r.key} is not an agent episode: not a JSON object") from None
-        model: type[EpisodeRecord | EpisodeHead] = EpisodeRecord if version == 1 else EpisodeHead
-        try:
-            record = model.model_validate_json(r.data)
-        except ValidationError as exc:
-            raise InvalidState(f"record {r.key} is not an agent episode: {_first_error(exc)}") from None
-        if record.agent != self.loop.kind:
-            raise InvalidState(f"record {r.key} belongs to agent {record.agent!r}, this is {self.loop.kind!r}")
-        if (
-            record.rollout_id != r.rollout_id
-            or record.attempt != r.attempt
-            or r.key != episode_record_key(record.rollout_id)
-        ):
-            raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
-        tokens = EpisodeTokens()
-        log = EpisodeLog()
-        data: dict[str, Any] = record.boundary if isinstance(record, EpisodeRecord) else {}
-        if isinstance(record, EpisodeHead):
-            stored = []
-            for i in range(record.chunks):
-                chunk = chunks.pop(episode_chunk_key(r.key, i), None)
-                if chunk is None:
-                    raise InvalidState(f"record {r.key}: its chunk {episode_chunk_key(r.key, i)} is missing")
-                if (chunk.rollout_id, chunk.attempt) != (r.rollout_id, r.attempt):
-                    raise InvalidState(f"record {chunk.key}: manifest identity does not match its head's")
-                stored.append(chunk.data)
-            try:
-                data = decode_chunks(stored, tokens)
-            except (ValueError, TokenCodecError) as exc:
-                raise InvalidState(f"record {r.key}: its chunks do not read: {exc}") from None
-        try:
-            boundary = self.loop.boundary_model.model_validate(data)
-        except ValidationError as exc:
-            raise InvalidState(f"record {r.key} holds an invalid boundary: {_first_error(exc)}") from None
-        if isinstance(record, EpisodeHead):
-            log = restored_log(stored, boundary, tokens)
-        return Episode(record.rollout_id, record.attempt + 1, boundary, restored=True, tokens=tokens, log=log)
 
     async def install(self, validated: dict[str, Episode]) -> None:
         for rollout_id, ep in validated.items():
@@ -627,8 +433,3 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
             "parked": ep.parked,
             "history": list(ep.history),
         }
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

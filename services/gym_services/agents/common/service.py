@@ -40,8 +40,9 @@ from gym_services.agents.common.downstream import (
     error_of,
     json_bytes,
 )
+from gym_services.agents.common.episode import Episode
 from gym_services.agents.common.loop import AgentLoop
-from gym_services.agents.common.participant import AgentMetrics, AgentParticipant, Episode
+from gym_services.agents.common.participant import AgentMetrics, AgentParticipant
 from gym_services.agents.common.tokens import LEDGER_CALL_HEADER
 from gym_services.base import nemo_http
 from gym_services.base.downstream import DOWNSTREAM_PATH

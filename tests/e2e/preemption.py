@@ -97,13 +97,15 @@ class Preempted:
         """Until ``share`` of the rollouts finished and some are in flight."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if self.follower is not None and self.follower.poll() is not None:
+                raise AssertionError(f"`gymckpt collect` exited before the signal: {self.follower.communicate()}")
             job = job_status(self.state())
             if job["state"] == "completed":
                 raise AssertionError("the job completed before the signal")
             if job.get("total") and job["finished"] >= max(1, round(share * job["total"])) and job["live"]:
                 return job
             time.sleep(0.05)
-        raise AssertionError("the job made no progress")
+        raise AssertionError(f"the job made no progress: {job_status(self.state())}")
 
     def running(self, agent: str) -> int:
         """The episodes ``agent`` runs now (its status ``live``)."""

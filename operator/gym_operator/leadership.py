@@ -25,10 +25,10 @@ kopf (the handlers, so the coordinator), the others stand by, answering their li
   record went unchanged for the longer leadership duration). :meth:`Leadership.fence` ends the process
   (:attr:`Leadership.on_lost`, as losing the Lease does) past that instant and otherwise names the term
   (:data:`~gym_services.control.protocol.LEADER_TERM_HEADER`); the operator calls it right before every control
-  call and status write, so a leader frozen past its lease (SIGSTOP, a paused VM, CPU throttling) sends nothing after
-  it wakes, whatever its threads do first. The servers refuse a call of an
-  older term than one they have seen (``docs/protocol.md``, "Kubernetes"), and status writes are conditional on
-  the resource's ``resourceVersion``, which closes the instant between the check and the write.
+  call and status write, so a leader frozen past the end of its term (SIGSTOP, a paused VM, CPU throttling) sends
+  nothing after it wakes, whatever its threads do first. The servers refuse a call of an older term than one they
+  have seen (``docs/protocol.md``, "Kubernetes"), and status writes are conditional on the resource's
+  ``resourceVersion``, which closes the instant between the check and the write.
 - Uninstall: the chart's pre-delete hook marks the Lease (annotation :data:`UNINSTALLING`, whose value is the uid of
   the operator Deployment being uninstalled: :mod:`gym_operator.uninstall`). A marked Lease is never taken; its
   holder steps down (:mod:`gym_operator.main`): it stops its handlers, lets go of the release's finalizers while its

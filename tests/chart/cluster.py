@@ -329,19 +329,18 @@ class Cluster:
         mounts = self._volumes(name, owner, obj)
         for container in containers:
             argv, env = self._command(name, container, mounts, template["spec"])
-            log = open(pod_dir / f"{container['name']}.log", "ab")  # noqa: SIM115 - closed by the child's exit
-            run.procs.append(
-                subprocess.Popen(
-                    argv,
-                    env=env,
-                    cwd=pod_dir,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
+            with open(pod_dir / f"{container['name']}.log", "ab") as log:  # the child keeps its own descriptor
+                run.procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=env,
+                        cwd=pod_dir,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
                 )
-            )
-            log.close()
         self.pods[name] = run
 
     def _remove_pod(self, name: str) -> None:

@@ -232,7 +232,7 @@ def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
     assert pre_cmd[pre_cmd.index("--label") + 1] == "gym-checkpoint.dev/created-by=upgrade-hook"
     assert pre_cmd[pre_cmd.index("--keep") + 1] == "3"
     assert pre_cmd[pre_cmd.index("--deletion-policy") + 1] == "Retain"
-    # issue 26: the hooks' ServiceAccount, Role, RoleBinding and Jobs survived `helm uninstall` (Helm never deletes
+    # the hooks' ServiceAccount, Role, RoleBinding and Jobs survived `helm uninstall` (Helm never deletes
     # a hook object by itself): each is deleted once its phase succeeded, and re-created by the next phase
     hook_objects = [
         doc

@@ -1,4 +1,4 @@
-"""The post-upgrade hook waits for the pods of every replica (issue 26, bug 2): the chart's own StatefulSets and
+"""The post-upgrade hook waits for the pods of every replica: the chart's own StatefulSets and
 hook command, applied to the emulator; pods made by hand (the emulator runs no controller). On ce41d67 the hook
 waited for `--pods 3` (a count of participant servers) while policy-model x3 and simple-agent x2 run 6 pods."""
 
@@ -134,7 +134,7 @@ def test_the_restore_hook_waits_for_every_replica_at_the_new_revision(render: An
 
 
 def test_the_checkpoint_hook_keeps_the_newest_of_its_checkpoints(render: Any, kemu, kubectl, tmp_path) -> None:
-    """Hook-created Checkpoints no longer pile up (issue 26, item 7): the pre-upgrade hook, once its Checkpoint
+    """Hook-created Checkpoints no longer pile up: the pre-upgrade hook, once its Checkpoint
     completed, deletes all but `upgradeCheckpoint.keep` of the release's hook Checkpoints - never one that has not
     ended, one an unfinished Restore names, one of another release or one a user made. The hook's command as the
     chart renders it, against the emulator; the test plays the operator (it completes the new Checkpoint)."""

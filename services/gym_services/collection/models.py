@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gym_services.base.downstream import DownstreamFailure
 from gym_services.control.models import RECORD_KEY_PATTERN
 
+#: the most episodes a job runs at once
+MAX_CONCURRENCY = 4096
+
 
 class JobSpec(BaseModel):
     """``POST /jobs``: what to collect."""
@@ -18,7 +21,7 @@ class JobSpec(BaseModel):
     tasks_path: str = Field(description="JSONL of tasks, readable by the collection server")
     output_path: str = Field(description="JSONL the results are appended to as they finish")
     repeats: int = Field(default=1, ge=1, le=10_000)
-    concurrency: int = Field(default=8, ge=1, le=4096)
+    concurrency: int = Field(default=8, ge=1, le=MAX_CONCURRENCY)
     limit: int | None = Field(default=None, ge=1, description="only the first N tasks")
     agent: str | None = Field(default=None, description="agent for tasks that name none")
     rollout_prefix: str | None = Field(
@@ -27,6 +30,11 @@ class JobSpec(BaseModel):
         description="rollout ids are <prefix><task>-<repeat>; unset: none for a server's first job, j<n>- for its "
         "n-th (the servers remember rollout ids - finished results, attempts - so a job never reuses an earlier "
         "job's); a prefix an earlier job of the server used is refused",
+    )
+    resume: bool = Field(
+        default=False,
+        description="keep the results output_path holds from an earlier run of the same tasks and repeats, and run "
+        "only the (task, repeat) pairs it lacks (refused for a file written from other tasks or repeats)",
     )
 
 
@@ -66,6 +74,13 @@ class JobState(BaseModel):
     reruns: int = Field(
         default=0, ge=0, description="episodes run again as attempt + 1 after an infrastructure failure"
     )
+    done_before: list[int] = Field(
+        default_factory=list,
+        description="flat indices whose results the output held when the job was resumed from it (never dispatched)",
+    )
+    checkpoint_id: str | None = Field(
+        default=None, description="the checkpoint this state was captured in (in a checkpoint's record only)"
+    )
 
 
 class JobStatus(BaseModel):
@@ -95,3 +110,8 @@ class JobStatus(BaseModel):
     rollout_prefix: str | None = Field(
         default=None, description="the job's rollout ids are <rollout_prefix><task>-<repeat>"
     )
+    kept: int = Field(default=0, description="results kept from an earlier run of the job (collect --resume)")
+    resumed_from: str | None = Field(
+        default=None, description="the checkpoint the job was restored from, when it was (the latest)"
+    )
+    resumed_episodes: int = Field(default=0, description="episodes in flight that the restore continued")

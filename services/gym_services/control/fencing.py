@@ -55,9 +55,9 @@ class LeaderFence:
     """Remembers the highest term seen per leadership (a Kubernetes Lease: the operator's leader election); a control
     call naming an older term of a leadership is refused and changes nothing.
 
-    A leader frozen past its lease (SIGSTOP, a paused VM) checks its own clock before every call and stops; this is
-    the server's half: a call that was already on its way when the leader froze, sent after a newer leader called
-    this server, is refused. Calls that name no term (the CLI, a local stack) are not fenced."""
+    A leader frozen past the end of its term (SIGSTOP, a paused VM) checks its own clock before every call and stops;
+    this is the server's half: a call that was already on its way when the leader froze, sent after a newer leader
+    called this server, is refused. Calls that name no term (the CLI, a local stack) are not fenced."""
 
     def __init__(self) -> None:
         self._highest: dict[str, int] = {}

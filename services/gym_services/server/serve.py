@@ -15,6 +15,8 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig, load_config
+from gym_services.control.termination import Termination
+from gym_services.server.control import ServerControl
 from gym_services.server.sources import load
 
 
@@ -81,9 +83,15 @@ def run(
     control_port: int | None = None,
     drain_timeout_s: float = 2.0,
     fd: int | None = None,
+    termination_grace_s: float | None = None,
 ) -> None:
     """Serve one server; with ``control_port``, the control routes get their own port (see :func:`split_ports`).
-    On SIGTERM, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
+
+    On SIGTERM a checkpoint participant with a termination grace (``termination_grace_s``, else its config's
+    ``checkpoint.termination_grace_s``) keeps serving and holding its state until its part of a final checkpoint is
+    persisted or the grace ends (:class:`TerminatingServer`), and a backend with one (no participant, whether its app
+    has a control plane or not: :func:`backend_termination`) until the deadline or a later SIGINT; without one, and
+    on a first SIGINT, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
 
     ``fd`` is a listening socket the caller bound and passed down (the local stack's launcher): no other
     process can take its port between the launcher choosing it and this server starting."""
@@ -91,6 +99,7 @@ def run(
 
     from gym_services.base.logs import configure_logging, get_logger
     from gym_services.server.allocator import Trimmer, tune_allocator
+    from gym_services.server.terminating import TerminatingServer
 
     tuned = tune_allocator()
     overrides: dict[str, Any] = {}
@@ -98,6 +107,8 @@ def run(
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
+    if termination_grace_s is not None:
+        overrides["checkpoint"] = {"termination_grace_s": termination_grace_s}
     app, config = build_app(server, config_path, overrides)
     configure_logging(config.name, config.log_level)
     if tuned:
@@ -109,15 +120,36 @@ def run(
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )
+    control = _control(app)
+    served: ASGIApp = app
     if fd is not None:
         if control_port is not None:
             raise ValueError("--fd serves one port; give --control-port without --fd")
-        inherited = socket.socket(fileno=fd)
-        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[inherited])
-        return
-    if control_port is None or control_port == config.port:
-        uvicorn.run(app, host=config.host, port=config.port, **options)
-        return
-    sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
-    served = uvicorn.Server(uvicorn.Config(split_ports(app, config.port, control_port), **options))
-    served.run(sockets=sockets)
+        sockets = [socket.socket(fileno=fd)]
+    elif control_port is None or control_port == config.port:
+        sockets = [_listen(config.host, config.port)]
+    else:
+        sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
+        served = split_ports(app, config.port, control_port)
+    termination = control.plane.termination if control is not None else backend_termination(config)
+    live = control.participant.live if control is not None and config.checkpoint.enabled else None
+    counters = control.metrics.counter_totals if control is not None else None
+    TerminatingServer(uvicorn.Config(served, **options), termination, live, counters).run(sockets=sockets)
+
+
+def _control(app: ASGIApp) -> ServerControl | None:
+    """The server's control plane as its app carries it (``create_server_app``'s, or an adopted app's): its
+    termination (without a grace, SIGTERM stops the server at once), its participant's live counts and its metrics,
+    logged when it exits. None for an app without one (:func:`backend_termination`)."""
+    server = getattr(getattr(app, "state", None), "server", None)
+    control = getattr(server, "control", None)
+    return control if isinstance(control, ServerControl) else None
+
+
+def backend_termination(config: ServerConfig) -> Termination:
+    """The termination of a server whose app has no control plane (a plain Starlette app: the Lean sandbox stand-in,
+    a server named by import path): a backend's, holding no state. With its config's grace it keeps serving after
+    SIGTERM until the deadline or a later SIGINT, as any backend does, so a participant calling it meanwhile (a
+    proof verified in the sandbox just before the final checkpoint) gets its usual answer, not a refused
+    connection that the checkpoint would keep as the episode's result (``docs/protocol.md``, "Termination")."""
+    return Termination(config.checkpoint.termination_grace_s, holds_state=False)

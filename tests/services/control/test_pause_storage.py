@@ -57,7 +57,7 @@ class Tap:
 
 
 async def first_checkpoint(tap: Tap, location: str, access: dict | None = None, gateway: str | None = None) -> dict:
-    """A fresh server: one session, then its first snapshot checkpoint (prepare, capture, resume, persist)."""
+    """A fresh server: one session, then its first background checkpoint (prepare, capture, resume, persist)."""
     storage = {"storage": {"gateway_url": gateway}} if gateway else {}
     app = create_app(load_config(Config, overrides=base_config("workplace_assistant", **storage)))
     tap.plane = app.state.plane

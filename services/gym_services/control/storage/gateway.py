@@ -55,7 +55,7 @@ SIGNED_FOR_S = 300
 #: the gateway's route
 SIGN_PATH = "/storage/v1/sign"
 #: tries of one signing call or one signed request that got no answer or a 5xx
-ATTEMPTS = 3
+TRIES = 3
 GRANT_VERSION = 1
 
 
@@ -284,9 +284,9 @@ class GatewayStorage(Storage):
     def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """One request, tried again (a little later) when it got no answer or a 5xx."""
         failure = ""
-        for attempt in range(ATTEMPTS):
-            if attempt:
-                time.sleep(0.2 * 2**attempt)
+        for tried in range(TRIES):
+            if tried:
+                time.sleep(0.2 * 2**tried)
             try:
                 answer = self._http.request(method, url, **kwargs)
             except httpx.HTTPError as exc:
@@ -295,7 +295,7 @@ class GatewayStorage(Storage):
             if answer.status_code < 500:
                 return answer
             failure = f"{answer.status_code} {answer.text[:200]}"
-        raise StorageError(f"{method} {url.split('?', 1)[0]} failed {ATTEMPTS} times: {failure}")
+        raise StorageError(f"{method} {url.split('?', 1)[0]} failed {TRIES} times: {failure}")
 
     def _signed(self, access: Access, key: str) -> SignedRequest:
         check_key(key)

@@ -64,5 +64,7 @@ class TerminatingServer(uvicorn.Server):
             },
         )
         if reason is not ExitReason.DEADLINE:
-            self.config.timeout_graceful_shutdown = min(self.config.timeout_graceful_shutdown or FINAL_DRAIN_S, FINAL_DRAIN_S)
+            self.config.timeout_graceful_shutdown = min(
+                self.config.timeout_graceful_shutdown or FINAL_DRAIN_S, FINAL_DRAIN_S
+            )
         self.should_exit = True

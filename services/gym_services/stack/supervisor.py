@@ -33,8 +33,9 @@ from typing import Any, Literal
 from gym_services.base.logs import configure_logging, get_logger
 from gym_services.control.models import TerminationStatus
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S
+from gym_services.control.retention import Retention, restoring
 from gym_services.control.storage import StorageError, open_storage
-from gym_services.control.store import CheckpointStore, restoring
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_services.stack.discovery import discover
@@ -217,13 +218,13 @@ class Supervisor:
         if excess <= 0:
             return
         statuses = await self.coordinator.status()
-        store = CheckpointStore(open_storage(self.location, stack_storage_config(self.state)))
+        retention = Retention(CheckpointStore(open_storage(self.location, stack_storage_config(self.state))))
         for old in list(self.history.kept[:excess]):
             if restoring(statuses, old.checkpoint_id):
                 log.info("not deleted while a restore reads it", extra={"checkpoint_id": old.checkpoint_id})
                 continue
             try:
-                await asyncio.to_thread(store.delete, old.checkpoint_id, by=self.claimed_by)
+                await asyncio.to_thread(retention.delete, old.checkpoint_id, by=self.claimed_by)
             except (StorageError, OSError) as exc:
                 log.warning(
                     "could not delete an old checkpoint", extra={"checkpoint_id": old.checkpoint_id, "error": str(exc)}

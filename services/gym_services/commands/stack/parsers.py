@@ -147,9 +147,17 @@ def register_collect(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--output",
         default="results.jsonl",
-        help="results JSONL (default results.jsonl); a file that already holds results is refused unless --overwrite",
+        help="results JSONL (default results.jsonl); a file that already holds results is refused unless --overwrite "
+        "or --resume",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
+    kept = p.add_mutually_exclusive_group()
+    kept.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
+    kept.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the results --output holds from an earlier run of the same tasks and --repeats and run only the "
+        "(task, repeat) pairs it lacks (no checkpoint needed; a local stack's results file only)",
+    )
     p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
     p.add_argument("--limit", type=int, help="only the first N tasks")

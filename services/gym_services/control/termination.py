@@ -18,6 +18,8 @@ import asyncio
 import enum
 import time
 
+from prometheus_client import Gauge
+
 from gym_services.base.logs import get_logger
 from gym_services.control.models import TerminationStatus
 
@@ -36,8 +38,9 @@ class Termination:
     """The server's termination, once signalled: which signal, when, the deadline, and the final checkpoint its part
     was persisted for. ``grace_s`` 0: SIGTERM is no termination (the server drains and exits as it always did)."""
 
-    def __init__(self, grace_s: float) -> None:
+    def __init__(self, grace_s: float, gauge: Gauge | None = None) -> None:
         self.grace_s = grace_s
+        self._gauge = gauge  # ``gym_control_terminating``
         self.signal: str | None = None
         self.signalled_at: float | None = None  # wall clock, for status
         self._deadline: float | None = None  # monotonic
@@ -71,6 +74,8 @@ class Termination:
         )
         if self._begun is not None:
             self._begun.set()
+        if self._gauge is not None:
+            self._gauge.set(1)
         return True
 
     def left_s(self) -> float | None:

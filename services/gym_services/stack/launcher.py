@@ -203,13 +203,18 @@ def read_state(state_dir: Path) -> StackState:
 
 
 def alive(pid: int) -> bool:
+    """Process ``pid`` exists and has not exited: a zombie (exited, waiting for its parent to reap it - a server
+    whose launcher is gone waits for the init process) is not alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal's answer is all there is
 
 
 def start_time(pid: int) -> int | None:

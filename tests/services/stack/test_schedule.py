@@ -21,7 +21,7 @@ def test_durations(text, seconds) -> None:
 
 @pytest.mark.parametrize("text", ["soon", "10 minutes", "-3s", True, None])
 def test_not_durations(text) -> None:
-    with pytest.raises(ValueError, match="duration|negative"):
+    with pytest.raises(ValueError, match=r"duration|negative"):
         parse_duration(text)
 
 

@@ -93,7 +93,9 @@ class ControlPlane(Generic[V, F]):
             pack_bytes=config.checkpoint.pack_bytes,
         )
         self.persists = Persists(writer, metrics)
-        self.termination = Termination(config.checkpoint.termination_grace_s, metrics.terminating)
+        self.termination = Termination(
+            config.checkpoint.termination_grace_s, metrics.terminating, holds_state=config.checkpoint.enabled
+        )
         self.final = FinalHold(self.opened, self.persists, self.termination, metrics)
         self.checkpointing = Checkpointing(
             config, participant, admission, self.opened, self.storages, self.persists, self.final

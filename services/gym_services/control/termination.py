@@ -10,6 +10,11 @@ then exits at once (``docs/protocol.md``, "Termination").
 A participant that holds a final checkpoint it was not signalled for (another pod of the stack was preempted) is
 asked to exit too when the checkpoint's pause lease runs out (:meth:`Termination.request_exit`): the checkpoint is
 the end of its process's life, and the restore continues it in a fresh one.
+
+A server that is no participant (a backend: an inference worker, a sandbox) holds no state but terminates the same
+way, so that the participants calling it reach their boundaries while the final checkpoint is taken; it exits at the
+deadline or at a later SIGINT (``holds_state`` false: the local stack's supervisor stops it so once the final
+checkpoint is published).
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ class Termination:
     """The server's termination, once signalled: which signal, when, the deadline, and the final checkpoint its part
     was persisted for. ``grace_s`` 0: SIGTERM is no termination (the server drains and exits as it always did)."""
 
-    def __init__(self, grace_s: float, gauge: Gauge | None = None) -> None:
+    def __init__(self, grace_s: float, gauge: Gauge | None = None, *, holds_state: bool = True) -> None:
         self.grace_s = grace_s
+        self.holds_state = holds_state
         self._gauge = gauge  # ``gym_control_terminating``
         self.signal: str | None = None
         self.signalled_at: float | None = None  # wall clock, for status

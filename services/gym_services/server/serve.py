@@ -129,12 +129,14 @@ def run(
     else:
         sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
         served = split_ports(app, config.port, control_port)
-    TerminatingServer(uvicorn.Config(served, **options), termination).run(sockets=sockets)
+    plane = getattr(app.state, "plane", None)
+    live = plane.participant.live if plane is not None and config.checkpoint.enabled else None
+    TerminatingServer(uvicorn.Config(served, **options), termination, live).run(sockets=sockets)
 
 
 def _termination(app: ASGIApp, config: ServerConfig) -> Termination | None:
-    """The control plane's termination, when this server is a participant with a grace (else SIGTERM stops it)."""
-    if not config.checkpoint.enabled or config.checkpoint.termination_grace_s <= 0:
+    """The control plane's termination, when this server has a grace (else SIGTERM stops it at once)."""
+    if config.checkpoint.termination_grace_s <= 0:
         return None
     plane = getattr(getattr(app, "state", None), "plane", None)
     return getattr(plane, "termination", None)

@@ -5,14 +5,18 @@ a shutdown.
 :class:`~gym_services.control.termination.Termination` (a checkpoint participant with a grace), the first SIGTERM
 begins it: the server goes on serving its data and control routes, so that the stack can take a final checkpoint of
 it, and shuts down (draining its requests) once the termination names a reason to exit. A SIGTERM or SIGINT after
-that changes nothing; only SIGKILL ends it sooner. A first SIGINT (Ctrl-C, ``gymckpt down --no-checkpoint``) stops it
-at once, as uvicorn does, and so does any signal without a termination.
+that changes nothing for a server that holds state; only SIGKILL ends it sooner (a backend, holding none, stops at a
+later SIGINT). A first SIGINT (Ctrl-C, ``gymckpt down --no-checkpoint``) stops it at once, as uvicorn does, and so
+does any signal without a termination.
 """
 
 from __future__ import annotations
 
 import signal
+import socket
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -27,10 +31,17 @@ FINAL_DRAIN_S = 1
 
 
 class TerminatingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, termination: Termination | None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        termination: Termination | None,
+        live: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(config)
         self.termination = termination
+        self.live = live  # the participant's live counts, logged at exit: what it held at the cut
         self._signalled: str | None = None  # set by the handler, applied in the loop (on_tick)
+        self._reason: str | None = None  # why the termination ended (logged at shutdown)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         termination = self.termination
@@ -40,6 +51,8 @@ class TerminatingServer(uvicorn.Server):
             return
         if self._signalled is None:
             self._signalled = signal.Signals(sig).name  # begun in the event loop, at its next tick
+        elif sig == signal.SIGINT and not termination.holds_state:
+            super().handle_exit(sig, frame)  # a backend: nothing to keep, the stack is done with it
         else:
             log.warning("signal ignored while terminating", extra={"signal": signal.Signals(sig).name})
 
@@ -54,17 +67,28 @@ class TerminatingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
     def _exit(self, termination: Termination, reason: ExitReason) -> None:
-        status = termination.status()
-        log.warning(
-            "exiting at the end of the termination",
-            extra={
-                "outcome": reason,
-                "final_checkpoint_id": termination.final_checkpoint_id,
-                "left_s": status.left_s if status is not None else None,
-            },
-        )
+        self._reason = str(reason)
         if reason is not ExitReason.DEADLINE:
             self.config.timeout_graceful_shutdown = min(
                 self.config.timeout_graceful_shutdown or FINAL_DRAIN_S, FINAL_DRAIN_S
             )
         self.should_exit = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """One log line with why the server stops and what it held then (its live counts), then uvicorn's shutdown."""
+        termination = self.termination
+        status = termination.status() if termination is not None else None
+        try:
+            live = self.live() if self.live is not None else None
+        except Exception:  # the counts are for the log only: never a reason not to exit
+            live = None
+        log.warning(
+            "exiting",
+            extra={
+                "outcome": self._reason or "stopped",
+                "final_checkpoint_id": termination.final_checkpoint_id if termination is not None else None,
+                "left_s": status.left_s if status is not None else None,
+                "live": live,
+            },
+        )
+        await super().shutdown(sockets)

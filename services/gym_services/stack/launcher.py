@@ -364,8 +364,10 @@ def _spawn_all(
             config = substitute_urls(spec.config, urls)
             # every replica has the server's name (metrics, cookies); the process name is its participant id
             config.update({"name": group, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
-            if grace_s is not None and spec.participant:
-                config["checkpoint"] = {**config.get("checkpoint", {}), "termination_grace_s": grace_s}
+            if grace_s is not None:  # a backend too: the participants calling it reach their boundaries meanwhile
+                # (``enabled`` first: a backend's own default, off, must not turn into a participant's)
+                own = {"enabled": spec.participant, **config.get("checkpoint", {})}
+                config["checkpoint"] = {**own, "termination_grace_s": grace_s}
             config_path = state_dir / "configs" / f"{name}.yaml"
             config_path.write_text(yaml.safe_dump(config, sort_keys=False))
             log_path = state_dir / "logs" / f"{name}.log"

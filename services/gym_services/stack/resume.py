@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_services.base.text import human_seconds
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient
@@ -43,26 +44,26 @@ def explain(history: StackHistory, chosen: TakenCheckpoint, skipped: list[str]) 
     if history.stopped == "termination" and termination is not None:
         final = termination.final
         if termination.outcome == "published" and final is not None and final.checkpoint_id == chosen.checkpoint_id:
-            took = termination.signal_to_published_s
+            took = human_seconds(termination.signal_to_published_s or 0.0)
             return (
                 f"{head}, the checkpoint the stack took on {termination.signalled[0]}'s SIGTERM at "
-                f"{_clock(termination.signalled_at)} (published {took:.1f}s after the signal)"
+                f"{_clock(termination.signalled_at)} (published {took} after the signal)"
             )
-        older = termination.signalled_at - (chosen.ended_at or chosen.started_at)
+        older = human_seconds(termination.signalled_at - (chosen.ended_at or chosen.started_at))
         return (
-            f"{head}, the newest scheduled checkpoint, {older:.1f}s older than the SIGTERM at "
+            f"{head}, the newest scheduled checkpoint, {older} older than the SIGTERM at "
             f"{_clock(termination.signalled_at)}: the final checkpoint failed ({termination.error or 'no time left'})"
             f"{gone}"
         )
     seen = history.seen_running_at or chosen.ended_at or chosen.started_at
-    older = seen - (chosen.ended_at or chosen.started_at)
+    older = human_seconds(seen - (chosen.ended_at or chosen.started_at))
     how = (
         "`gymckpt down --no-checkpoint`"
         if history.stopped == "no_checkpoint"
         else "the stack stopped without a termination signal (a crash, SIGKILL)"
     )
     return (
-        f"{head}, the newest scheduled checkpoint, taken {older:.1f}s before the stack was last seen running "
+        f"{head}, the newest scheduled checkpoint, taken {older} before the stack was last seen running "
         f"at {_clock(seen)}: {how}{gone}"
     )
 

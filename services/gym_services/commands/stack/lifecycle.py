@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gym_services.base.config import ConfigError
-from gym_services.base.text import table
+from gym_services.base.text import human_seconds, table
 from gym_services.commands.stack.running import fail, plural, running, state_dir, stopped, with_coordinator
 from gym_services.commands.stack.schedule_view import schedule_lines
 from gym_services.commands.stack.status_table import status_table
@@ -170,15 +170,15 @@ def _report_final(folder: Path, done: Stopped) -> int:
     final = termination.final
     if termination.outcome == "published" and final is not None:
         print(
-            f"final checkpoint {final.checkpoint_id} published {termination.signal_to_published_s:.1f}s after the "
-            f"signal ({final.episodes} live episodes); `gymckpt up` resumes from it"
+            f"final checkpoint {final.checkpoint_id} published {human_seconds(termination.signal_to_published_s or 0)} "
+            f"after the signal ({final.episodes} live episodes); `gymckpt up` resumes from it"
         )
         return 0
     history = read_history(folder)
     newest = history.last_successful() if history is not None else None
     resume = (
         f"`gymckpt up` resumes from {newest.checkpoint_id}, "
-        f"{termination.signalled_at - (newest.ended_at or newest.started_at):.1f}s older"
+        f"{human_seconds(termination.signalled_at - (newest.ended_at or newest.started_at))} older"
         if newest is not None
         else "there is no earlier checkpoint: `gymckpt up` starts empty"
     )

@@ -55,11 +55,15 @@ async def take_final(
     *,
     claimed_by: str,
     on_attempt: Callable[[str, int], None] | None = None,
+    hopeless: Callable[[], str | None] | None = None,
 ) -> FinalOutcome:
     """Take the final checkpoint of ``coordinator``'s participants at ``location`` before the monotonic
-    ``deadline``: attempts while time is left, each bounded by it. ``on_attempt(checkpoint_id, n)`` is told of each."""
+    ``deadline``: attempts while time is left, each bounded by it. ``on_attempt(checkpoint_id, n)`` is told of each;
+    ``hopeless()`` names why another attempt cannot succeed (a participant's process is gone), ending the tries."""
     attempts, error = 0, "no time was left for a final checkpoint"
     while (left := deadline - DEADLINE_MARGIN_S - time.monotonic()) >= MIN_ATTEMPT_S:
+        if attempts and hopeless is not None and (why := hopeless()) is not None:
+            return FinalOutcome(None, attempts, f"{error}; not tried again: {why}")
         attempts += 1
         checkpoint_id = final_checkpoint_id()
         if on_attempt is not None:

@@ -335,7 +335,12 @@ class Supervisor:
                 log.warning("final checkpoint", extra={"checkpoint_id": checkpoint_id, "attempt": n})
 
             outcome = await take_final(
-                self.coordinator, self.location, deadline, claimed_by=self.claimed_by, on_attempt=attempt
+                self.coordinator,
+                self.location,
+                deadline,
+                claimed_by=self.claimed_by,
+                on_attempt=attempt,
+                hopeless=self._gone,
             )
             if record.final is not None:
                 failed = outcome.result or _failed(record.final.checkpoint_id, self.location, outcome.error)
@@ -345,6 +350,11 @@ class Supervisor:
             return outcome
         finally:
             self.busy.release()
+
+    def _gone(self) -> str | None:
+        """A participant of the stack whose process is gone: no final checkpoint can include it."""
+        gone = [s.name for s in self.state.participants() if not is_running(s)]
+        return f"not running: {', '.join(gone)}" if gone else None
 
     async def _stop(self) -> None:
         """SIGINT: a scheduled checkpoint under way is ended as failed (its participants are aborted)."""

@@ -61,8 +61,9 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("store",),  # the store: checkpoints in the protocol's words
         ("retention", "packs"),  # deletion and garbage collection; the packed format's writer and reader
         # the plane's collaborators: reading records back, background uploads, storage clients, admission, ...
-        ("records", "persists", "storage_clients", "admission", "lease", "phases", "repeats"),
-        ("open_checkpoint",),  # the checkpoint open on the server: its phase, lease, calls, what is in progress
+        ("records", "persists", "storage_clients", "admission", "lease", "phases", "repeats", "termination"),
+        # the checkpoint open on the server: its phase, lease, calls, what is in progress; a final one, held
+        ("open_checkpoint", "final"),
         ("checkpointing", "closing"),  # prepare, capture, persist; resume and abort
         ("restoring",),  # restore, and settling it by its decision object
         ("plane",),  # the control plane

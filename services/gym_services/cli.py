@@ -16,7 +16,16 @@ def _serve(args: argparse.Namespace) -> int:
     from gym_services.server.sources import UnknownServer
 
     try:
-        run(args.server, args.config, args.host, args.port, args.control_port, args.drain_timeout, args.fd)
+        run(
+            args.server,
+            args.config,
+            args.host,
+            args.port,
+            args.control_port,
+            args.drain_timeout,
+            args.fd,
+            args.termination_grace,
+        )
     except (ConfigError, UnknownServer) as exc:
         print(f"gymckpt serve: {exc}", file=sys.stderr)
         return 2
@@ -66,7 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=2.0,
         metavar="SECONDS",
-        help="on SIGTERM, let requests in flight finish for this long (default 2)",
+        help="when the server exits, let requests in flight finish for this long (default 2)",
+    )
+    serve.add_argument(
+        "--termination-grace",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM, keep serving and holding state this long so the stack can take a final checkpoint "
+        "(exit once this server's part is persisted); 0: drain and exit at once (default: the config's "
+        "checkpoint.termination_grace_s, 0). A first SIGINT always stops at once",
     )
     serve.add_argument(
         "--fd",

@@ -114,6 +114,14 @@ class CheckpointConfig(BaseModel):
         default=0.2, gt=0, le=10, description="how often a paused server checks its lease"
     )
     poll_interval_s: float = Field(default=0.005, gt=0, le=1, description="prepare's wait-for-boundary poll")
+    termination_grace_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=86400,
+        description="on SIGTERM, keep serving and holding state this long for a final checkpoint (exit as soon as "
+        "its part is persisted); 0: SIGTERM drains and exits at once. On Kubernetes: the pod's "
+        "terminationGracePeriodSeconds less a margin (the chart sets it); locally: `gymckpt up --termination-grace`",
+    )
     pack_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=64 * 1024,

@@ -1,4 +1,4 @@
-"""Plain-text tables and byte sizes, for whatever prints to a terminal (the CLI's commands, the demo report)."""
+"""Plain-text tables, byte sizes and durations, for whatever prints to a terminal (the CLI, the demo report)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,10 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def human_seconds(seconds: float) -> str:
+    """``85 ms``, ``1.3 s``, ``42 s``: a duration as a person reads it."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"

@@ -28,6 +28,11 @@ class JobSpec(BaseModel):
         "n-th (the servers remember rollout ids - finished results, attempts - so a job never reuses an earlier "
         "job's); a prefix an earlier job of the server used is refused",
     )
+    resume: bool = Field(
+        default=False,
+        description="keep the results output_path holds from an earlier run of the same tasks and repeats, and run "
+        "only the (task, repeat) pairs it lacks (refused for a file written from other tasks or repeats)",
+    )
 
 
 class EpisodeState(BaseModel):
@@ -66,6 +71,13 @@ class JobState(BaseModel):
     reruns: int = Field(
         default=0, ge=0, description="episodes run again as attempt + 1 after an infrastructure failure"
     )
+    done_before: list[int] = Field(
+        default_factory=list,
+        description="flat indices whose results the output held when the job was resumed from it (never dispatched)",
+    )
+    checkpoint_id: str | None = Field(
+        default=None, description="the checkpoint this state was captured in (in a checkpoint's record only)"
+    )
 
 
 class JobStatus(BaseModel):
@@ -95,3 +107,8 @@ class JobStatus(BaseModel):
     rollout_prefix: str | None = Field(
         default=None, description="the job's rollout ids are <rollout_prefix><task>-<repeat>"
     )
+    kept: int = Field(default=0, description="results kept from an earlier run of the job (collect --resume)")
+    resumed_from: str | None = Field(
+        default=None, description="the checkpoint the job was restored from, when it was (the latest)"
+    )
+    resumed_episodes: int = Field(default=0, description="episodes in flight that the restore continued")

@@ -42,6 +42,7 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.collection.models import EpisodeState, JobSpec, JobState, JobStatus
+from gym_services.collection.resume import Earlier, read_earlier, write_job_file
 from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 
@@ -142,6 +143,8 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         #: agent (replica) -> the downstream calls its episodes are retrying, from its latest report
         self._downstream: dict[str, list[DownstreamFailure]] = {}
         self._poller: asyncio.Task | None = None
+        self._resumed_episodes = 0  # episodes in flight the latest restore continued
+        self._preparing: str | None = None  # the checkpoint being taken: its job record names it
 
     # --- job control -------------------------------------------------------------------
 
@@ -167,6 +170,9 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
             mean_reward=(job.reward_sum / (finished - job.errors)) if finished > job.errors else None,
             output_path=job.spec.output_path,
             rollout_prefix=job.spec.rollout_prefix,
+            kept=len(job.done_before),
+            resumed_from=job.checkpoint_id,
+            resumed_episodes=self._resumed_episodes,
         )
 
     def failure(self, most: int = 3) -> str | None:
@@ -203,10 +209,23 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
                 "a task names its agent in agent or agent_ref.name)",
             )
         Path(spec.output_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(spec.output_path).write_bytes(b"")
+        earlier = read_earlier(spec.output_path, tasks, spec.repeats) if spec.resume else Earlier()
+        if not spec.resume:
+            Path(spec.output_path).write_bytes(b"")
+        write_job_file(spec.output_path, spec.tasks_path, tasks, spec.repeats)
         self.tasks = tasks
-        self._output_hash = hashlib.sha256()
-        self.job = JobState(spec=spec, total=len(tasks) * spec.repeats, output_sha256=self._output_hash.hexdigest())
+        self._output_hash = earlier.digest
+        self.job = JobState(
+            spec=spec,
+            total=len(tasks) * spec.repeats,
+            output_sha256=self._output_hash.hexdigest(),
+            output_offset=earlier.size,
+            finished=list(earlier.done.values()),
+            done_before=sorted(earlier.done),
+            reward_sum=earlier.reward_sum,
+            errors=earlier.errors,
+        )
+        self._resumed_episodes = 0
         self.running.clear()
         self._used_prefixes.add(str(spec.rollout_prefix))
         self._launch()
@@ -322,8 +341,12 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
     async def _dispatch(self) -> None:
         assert self.job is not None
         job = self.job
+        done_before = set(job.done_before)
         while job.cursor < job.total:
             await self._gate.wait()
+            if job.cursor in done_before:  # its result is in the output already (collect --resume)
+                job.cursor += 1
+                continue
             if len(self.running) >= job.spec.concurrency:
                 await self._slot_freed()
                 continue
@@ -471,12 +494,13 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
 
     async def prepare(self, checkpoint_id: str) -> None:
         self._gate.clear()  # stop new dispatch; live episodes park at their agents' boundaries
+        self._preparing = checkpoint_id
 
     async def export(self, scope: Scope) -> list[Record]:
         if self.job is None:
             return []
         async with self._write_lock:
-            job = self.job.model_copy(deep=True)
+            job = self.job.model_copy(deep=True, update={"checkpoint_id": self._preparing})
         records = [Record("job", job.model_dump_json().encode())]
         for episode in self.running.values():
             if scope.includes(episode.rollout_id):
@@ -536,6 +560,7 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self.tasks = self._staged_tasks
         self._output_hash = self._staged_hash
         self.running = {e.rollout_id: e for e in episodes}
+        self._resumed_episodes = len(episodes)
         self._gate.clear()  # dispatch waits for resume
         self._launched_by_restore = True
 

@@ -18,6 +18,7 @@ from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.control.admission import Admission
 from gym_services.control.encoding import HeapHold
+from gym_services.control.final import FinalHold
 from gym_services.control.gc_pause import collection_paused
 from gym_services.control.models import (
     Blocker,
@@ -47,6 +48,7 @@ class Checkpointing(Generic[V, F]):
         opened: OpenCheckpoint[V, F],
         storages: StorageClients,
         persists: Persists[F],
+        final: FinalHold[V, F],
     ) -> None:
         self.config = config
         self.participant = participant
@@ -54,6 +56,7 @@ class Checkpointing(Generic[V, F]):
         self.opened = opened
         self.storages = storages
         self.persists = persists
+        self.final = final
 
     def blockers(self) -> list[Blocker]:
         """What keeps this server from a boundary now: its gated requests in flight, and its participant's."""
@@ -69,6 +72,7 @@ class Checkpointing(Generic[V, F]):
             self._refuse_persisting(cid)
             self._refuse_mode(cid)
             opened.open(cid, req.lease_s, Phase.PREPARING, f"prepare {cid}: admission closed")
+            self.final.begin(cid, bool(req.final))
         return await opened.once(Verb.PREPARE, cid, lambda: self._run_prepare(req))
 
     async def _run_prepare(self, req: PrepareRequest) -> PrepareResponse:
@@ -183,6 +187,8 @@ class Checkpointing(Generic[V, F]):
         if opened.id == cid and opened.phase is Phase.CAPTURED and opened.captured is not None:
             if opened.persisting is None:  # under the pause (sync): resume finds it started
                 opened.persisting = self.persists.start(opened.captured)
+            if opened.final:
+                self.final.watch(cid, opened.persisting)  # written: held in phase final until exit
             job: PersistJob | None = opened.persisting
         else:
             job = self.persists.get(cid)

@@ -3,7 +3,8 @@
 Resume delivers held work, reopens admission and queues the upload of a capture (:mod:`.persists`); abort (or a
 resume of a checkpoint that never reached a boundary) abandons it: the capture is dropped and its upload cancelled,
 a restore undone. Both are also what the lease expiry of the control plane (:mod:`.plane`) runs when the
-coordinator went quiet. A repeat gets the first answer (:mod:`.repeats`).
+coordinator went quiet. A repeat gets the first answer (:mod:`.repeats`). A final checkpoint is never resumed
+(:mod:`.final`): its ``resume`` holds it, and an abort reopens it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Generic
 
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.control.final import FinalHold
 from gym_services.control.models import PhaseResponse
 from gym_services.control.open_checkpoint import OpenCheckpoint
 from gym_services.control.participant import F, Participant, V
@@ -19,10 +21,17 @@ from gym_services.control.protocol import Phase, Verb
 
 
 class Closing(Generic[V, F]):
-    def __init__(self, participant: Participant[V, F], opened: OpenCheckpoint[V, F], persists: Persists[F]) -> None:
+    def __init__(
+        self,
+        participant: Participant[V, F],
+        opened: OpenCheckpoint[V, F],
+        persists: Persists[F],
+        final: FinalHold[V, F],
+    ) -> None:
         self.participant = participant
         self.opened = opened
         self.persists = persists
+        self.final = final
 
     async def finish(self, verb: Verb, cid: str) -> PhaseResponse:
         """``resume`` or ``abort`` of checkpoint ``cid``, once."""
@@ -41,8 +50,12 @@ class Closing(Generic[V, F]):
     async def run(self, verb: Verb, cid: str) -> PhaseResponse:
         """Close the open checkpoint now (the lease expiry calls this directly)."""
         opened = self.opened
+        if verb is Verb.RESUME and opened.final and opened.phase in (Phase.CAPTURED, Phase.FINAL):
+            return self.final.hold(cid)
         restore = opened.restoring
         abandon = verb is Verb.ABORT or opened.phase in (Phase.PREPARING, Phase.BLOCKED)
+        if abandon and opened.final:
+            self.final.aborted(cid)
         if abandon and restore is not None and restore.validated is not None:
             await self.participant.uninstall(restore.validated)
         if abandon:
@@ -51,7 +64,7 @@ class Closing(Generic[V, F]):
             await self.participant.resume()
             if restore is not None and restore.decision is not None and restore.answer is not None:
                 opened.calls.remember_resumed_restore(cid, restore.decision[1], restore.answer)
-        captured = opened.captured if opened.phase is Phase.CAPTURED else None
+        captured = opened.captured if opened.phase in (Phase.CAPTURED, Phase.FINAL) else None
         undone = restore is not None and abandon
         phase = restore.before if undone and restore is not None else Phase.OPEN
         note = " (restore undone)" if undone else ""

@@ -27,6 +27,8 @@ class ControlMetrics:
     lease_expiries: Counter
     restore_decisions: Counter
     admission_open: Gauge
+    terminating: Gauge
+    final_checkpoints: Counter
 
     @classmethod
     def declare(cls, metrics: Metrics) -> ControlMetrics:
@@ -48,6 +50,14 @@ class ControlMetrics:
                 ("decision",),
             ),
             admission_open=metrics.gauge("gym_admission_open", "1 while data admission is open"),
+            terminating=metrics.gauge(
+                "gym_control_terminating", "1 while the server holds its state after a termination signal"
+            ),
+            final_checkpoints=metrics.counter(
+                "gym_control_final_checkpoints",
+                "Final checkpoints (docs/protocol.md, Termination): this server's part persisted, or aborted",
+                ("outcome",),
+            ),
         )
         declared.admission_open.set(1)
         return declared

@@ -143,6 +143,11 @@ class PrepareRequest(_Strict):
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
     deadline_s: float = Field(gt=0, le=3600, description="seconds from now to reach a boundary")
     lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, le=3600, description="pause ends by itself unless renewed")
+    final: bool | None = Field(
+        default=None,
+        description="the checkpoint a termination takes: never resumed; the participant holds it until its process "
+        "exits (docs/protocol.md, Termination); unset: false",
+    )
 
 
 class StorageAccess(_Strict):
@@ -292,6 +297,19 @@ class PersistStatus(BaseModel):
     error: str | None = None
 
 
+class TerminationStatus(BaseModel):
+    """A terminating server (``docs/protocol.md``, "Termination"): the signal, the deadline, the final checkpoint."""
+
+    signal: str = Field(description="SIGTERM (or the signal that began it)")
+    signalled_at: float = Field(description="unix time of the signal")
+    deadline_at: float = Field(description="unix time the server exits whatever happens")
+    left_s: float = Field(ge=0, description="seconds left until the deadline")
+    grace_s: float = Field(gt=0, description="the server's termination grace")
+    final_checkpoint_id: str | None = Field(
+        default=None, description="the final checkpoint this server persisted its part of (it exits at once)"
+    )
+
+
 class StatusResponse(BaseModel):
     participant_id: str
     server: str
@@ -307,6 +325,9 @@ class StatusResponse(BaseModel):
     blockers: list[Blocker]
     last_event: str | None = None
     persist: PersistStatus | None = Field(default=None, description="the newest background upload, if any")
+    terminating: TerminationStatus | None = Field(
+        default=None, description="the server got a termination signal and holds its state for a final checkpoint"
+    )
 
 
 # --- files -----------------------------------------------------------------------

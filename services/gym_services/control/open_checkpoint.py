@@ -52,6 +52,8 @@ class OpenCheckpoint(Generic[V, F]):
         self.restoring: RestoreInProgress[V] | None = None
         self.captured: PendingCapture[F] | None = None  # a capture waiting for resume
         self.persisting: PersistJob | None = None  # its upload, when ``persist`` came before resume
+        #: a final checkpoint (asked for, or prepared while the server terminates): never resumed (:mod:`.final`)
+        self.final = False
 
     @property
     def phase(self) -> Phase:
@@ -120,6 +122,7 @@ class OpenCheckpoint(Generic[V, F]):
         self.restoring = None
         self.captured = None
         self.persisting = None
+        self.final = False
         response = self.response(event, checkpoint_id)
         self.calls.close(checkpoint_id, verb, response)
         return response

@@ -24,8 +24,11 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # capture freezes the scope; persist writes it, before resume (sync) or after (the snapshot method)
     Phase.PREPARED: frozenset({Phase.CAPTURED, Phase.OPEN}),
     Phase.BLOCKED: frozenset({Phase.OPEN}),
-    # resume (or persist, under the pause) starts the upload; abort (or lease expiry) drops the capture
-    Phase.CAPTURED: frozenset({Phase.OPEN}),
+    # resume (or persist, under the pause) starts the upload; abort (or lease expiry) drops the capture; a final
+    # checkpoint's written upload holds it until the process exits
+    Phase.CAPTURED: frozenset({Phase.OPEN, Phase.FINAL}),
+    # a final checkpoint whose publish failed is aborted: the server serves again until it exits
+    Phase.FINAL: frozenset({Phase.OPEN}),
     # a restore that fails, or is aborted, goes back to where the process was (fresh or open)
     Phase.RESTORING: frozenset({Phase.RESTORED, Phase.FRESH, Phase.OPEN}),
     Phase.RESTORED: frozenset({Phase.OPEN, Phase.FRESH}),

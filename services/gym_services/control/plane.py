@@ -9,13 +9,15 @@ verb to one of them:
 - :mod:`.checkpointing`: ``prepare``, ``capture``, ``persist`` (background uploads: :mod:`.persists`);
 - :mod:`.closing`: ``resume`` and ``abort``;
 - :mod:`.restoring`: ``restore``, and following a restore's decision object when the lease runs out;
+- :mod:`.final`: a final checkpoint, held and never resumed, and the server's termination (:mod:`.termination`);
 - admission and the attempt fence (:mod:`.admission`), storage clients (:mod:`.storage_clients`).
 
 It answers ``status``, ``lease`` and ``retire`` itself, and runs the lease's expiry check. What depends on the
 server's own state is its :class:`~gym_services.control.participant.Participant`'s business.
 
 Phases: ``open -> preparing -> prepared|blocked -> captured -> open`` (resume) or
-``-> open`` (abort); a fresh process: ``fresh -> restoring -> restored -> open``
+``-> open`` (abort), ``captured -> final`` (a final checkpoint, written); a fresh process:
+``fresh -> restoring -> restored -> open``
 (``docs/protocol.md``). Every verb is idempotent for the same checkpoint id: a repeat returns the first answer (or
 waits for the first call still running).
 """
@@ -31,6 +33,7 @@ from gym_services.base.logs import get_logger
 from gym_services.control.admission import Admission
 from gym_services.control.checkpointing import Checkpointing
 from gym_services.control.closing import Closing
+from gym_services.control.final import FinalHold
 from gym_services.control.metrics import ControlMetrics
 from gym_services.control.models import (
     Blocker,
@@ -55,6 +58,7 @@ from gym_services.control.phases import PhaseMachine
 from gym_services.control.protocol import Phase, Verb
 from gym_services.control.restoring import Restoring
 from gym_services.control.storage_clients import StorageClients
+from gym_services.control.termination import Termination
 
 log = get_logger("control")
 
@@ -89,8 +93,14 @@ class ControlPlane(Generic[V, F]):
             pack_bytes=config.checkpoint.pack_bytes,
         )
         self.persists = Persists(writer, metrics)
-        self.checkpointing = Checkpointing(config, participant, admission, self.opened, self.storages, self.persists)
-        self.closing = Closing(participant, self.opened, self.persists)
+        self.termination = Termination(
+            config.checkpoint.termination_grace_s, metrics.terminating, holds_state=config.checkpoint.enabled
+        )
+        self.final = FinalHold(self.opened, self.persists, self.termination, metrics)
+        self.checkpointing = Checkpointing(
+            config, participant, admission, self.opened, self.storages, self.persists, self.final
+        )
+        self.closing = Closing(participant, self.opened, self.persists, self.final)
         self.restoring = Restoring(
             participant, admission, self.opened, self.storages, self.persists, metrics, self.closing
         )
@@ -142,6 +152,7 @@ class ControlPlane(Generic[V, F]):
             blockers=self.current_blockers(),
             last_event=self.phases.last_event,
             persist=job.status() if (job := self.persists.newest()) is not None else None,
+            terminating=self.termination.status(),
         )
 
     async def prepare(self, req: PrepareRequest) -> PrepareResponse:
@@ -190,6 +201,9 @@ class ControlPlane(Generic[V, F]):
             return
         if opened.calls.busy(cid, (Verb.CAPTURE, Verb.RESTORE)):
             return  # bounded work in progress; expire once it ends
+        if self.phase is Phase.FINAL:
+            self.final.expired(cid)  # never reopened: the process ends, a restore continues from the checkpoint
+            return
         restore = opened.restoring
         if self.phase == Phase.RESTORED and restore is not None and restore.decision is not None:
             await self.restoring.settle(cid, *restore.decision)

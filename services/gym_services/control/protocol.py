@@ -65,6 +65,7 @@ class Phase(enum.StrEnum):
     CAPTURED = "captured"  # captured under the pause; ``persist`` writes it (before or after resume)
     RESTORING = "restoring"
     RESTORED = "restored"
+    FINAL = "final"  # its part of a final checkpoint is written: admission stays closed until the process exits
 
 
 #: phases in which data admission is open

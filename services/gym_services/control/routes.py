@@ -65,14 +65,17 @@ def control_routes(plane: ControlPlane[Any, Any]) -> list[Route]:
     ) -> Callable[[Request], Awaitable[JSONResponse]]:
         async def handle(request: Request) -> JSONResponse:
             if model is None:
-                result = await verb()
+                result = await verb(request)
             else:
                 result = await verb(await parse_body(request, model))
             return JSONResponse(result.model_dump(mode="json"))
 
         return handle
 
-    async def status() -> BaseModel:
+    async def status(request: Request) -> BaseModel:
+        wait = _wait_terminating_s(request)
+        if wait is not None:
+            await plane.termination.wait_begun(wait)
         return plane.status()
 
     handlers: dict[Verb, Callable[..., Awaitable[BaseModel]]] = {
@@ -87,6 +90,27 @@ def control_routes(plane: ControlPlane[Any, Any]) -> list[Route]:
         Verb.LEASE: plane.lease,
     }
     return [Route(verb.path, endpoint(VERB_MODELS[verb][0], handlers[verb]), methods=[verb.method]) for verb in Verb]
+
+
+#: the longest a status long-poll may wait (``?wait_terminating_s=``)
+MAX_STATUS_WAIT_S = 300.0
+
+
+def _wait_terminating_s(request: Request) -> float | None:
+    """``status?wait_terminating_s=N``: answer once the server is terminating, or after N seconds (``docs/protocol.md``,
+    "Termination"); ``400 bad_request`` for anything but a number of seconds up to :data:`MAX_STATUS_WAIT_S`."""
+    raw = request.query_params.get("wait_terminating_s")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_STATUS_WAIT_S:
+        raise ApiError(
+            ErrorCode.BAD_REQUEST, f"wait_terminating_s must be seconds from 0 to {MAX_STATUS_WAIT_S:g}, got {raw!r}"
+        )
+    return seconds
 
 
 def control_mount(plane: ControlPlane[Any, Any], token: str) -> Mount:

@@ -7,7 +7,9 @@ pause leases renewed; blockers at the deadline fail it) -> :meth:`~CheckpointTra
 first: its live episodes scope the others) -> :meth:`~CheckpointTransaction.persist_all` (every participant's upload
 written, then verified by the store) -> :meth:`~CheckpointTransaction.publish` (the global manifest, last, with a
 conditional put). The participants are resumed (reverse role order) right after the capture with the default method,
-or after publishing with ``sync``: the one difference between the two methods.
+or after publishing with ``sync``: the one difference between the two methods. A *final* checkpoint (the one a
+termination takes: ``docs/protocol.md``, "Termination") is written like ``sync`` and never resumed: its participants
+hold it until their processes exit, and the stack continues from it in fresh ones.
 
 Any failed step aborts every participant touched so far, so nothing stays paused and no background upload of a
 checkpoint that failed ever writes its participant manifest; the failure is recorded in the store, so its objects
@@ -94,6 +96,7 @@ class CheckpointTransaction:
         claimed_by: str = "coordinator",
         cancellation: Cancellation | None = None,
         participant_storage: StorageAccess | None = None,
+        final: bool = False,
     ) -> None:
         if progress.transaction_id is None:
             raise ValueError("a checkpoint transaction needs its transaction id")
@@ -104,7 +107,9 @@ class CheckpointTransaction:
         self.transaction_id: str = progress.transaction_id
         self.prepare_timeout_s = prepare_timeout_s
         self.lease_s = lease_s
-        self.method = CheckpointMethod(method)
+        self.final = final
+        # a final checkpoint is never resumed: its records are written under the pause, as with ``sync``
+        self.method = CheckpointMethod.SYNC if final else CheckpointMethod(method)
         self.claimed_by = claimed_by
         self.cancellation = cancellation or Cancellation()
         self.participant_storage = participant_storage
@@ -133,10 +138,8 @@ class CheckpointTransaction:
                 warnings = await self.participants.abort(self.checkpoint_id, touched)
                 self.clock.timings["pause"] = self.clock.elapsed()
                 return await self.failed(exc, warnings)
-            await self.progress.enter(TransactionPhase.RESUMING)
-            with self.clock.step("resume"):
-                warnings = await self.participants.resume(self.checkpoint_id, self.participants.refs)
-            touched.clear()  # resumed: nobody holds a lease for this checkpoint any more
+            warnings = await self.resume_all()
+            touched.clear()  # resumed (or final, held until exit): the leases are no longer renewed
         pause_s = self.clock.timings["pause"] = self.clock.elapsed()
         if written is None:
             try:
@@ -149,12 +152,20 @@ class CheckpointTransaction:
                 return await self.failed(exc, warnings)
             self.clock.timings["published"] = self.clock.elapsed()
         else:
-            self.clock.timings["published"] = pause_s - self.clock.timings["resume"]
+            self.clock.timings["published"] = pause_s - self.clock.timings.get("resume", 0.0)
         persisted, published = written
         outcome = Outcome.checkpointed(self.participants, persisted.answers, persisted.episodes, published)
         result = self.progress.completed(outcome, warnings)
         await self.progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
         return result
+
+    async def resume_all(self) -> list[str]:
+        """Resume every participant (reverse role order); a final checkpoint resumes nobody."""
+        if self.final:
+            return []
+        await self.progress.enter(TransactionPhase.RESUMING)
+        with self.clock.step("resume"):
+            return await self.participants.resume(self.checkpoint_id, self.participants.refs)
 
     async def claim(self) -> GlobalManifest | None:
         """Claim the checkpoint id for this transaction before anything is paused; the manifest when this
@@ -206,7 +217,12 @@ class CheckpointTransaction:
             for group in self.participants.in_role_order():
                 touched.extend(group)
                 remaining = deadlines.prepare_remaining(deadline)
-                req = PrepareRequest(checkpoint_id=self.checkpoint_id, deadline_s=remaining, lease_s=self.lease_s)
+                req = PrepareRequest(
+                    checkpoint_id=self.checkpoint_id,
+                    deadline_s=remaining,
+                    lease_s=self.lease_s,
+                    final=True if self.final else None,
+                )
                 call = functools.partial(
                     self.participants.client.prepare, req=req, timeout_s=deadlines.prepare_call(remaining)
                 )

@@ -113,8 +113,13 @@ class ControlClient:
 
     # --- one method per verb -----------------------------------------------------------
 
-    async def status(self, ref: ParticipantRef, *, timeout_s: float | None = None) -> StatusResponse:
-        return await self._call(ref, Verb.STATUS, None, timeout_s, StatusResponse)
+    async def status(
+        self, ref: ParticipantRef, *, timeout_s: float | None = None, wait_terminating_s: float | None = None
+    ) -> StatusResponse:
+        """The participant's status; with ``wait_terminating_s``, answered as soon as it is terminating, or after
+        that many seconds (a long-poll: ``docs/protocol.md``, "Termination")."""
+        query = f"?wait_terminating_s={wait_terminating_s:g}" if wait_terminating_s is not None else ""
+        return await self._call(ref, Verb.STATUS, None, timeout_s, StatusResponse, query)
 
     async def prepare(
         self, ref: ParticipantRef, req: PrepareRequest, *, timeout_s: float | None = None
@@ -175,14 +180,20 @@ class ControlClient:
             raise OSError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
 
     async def _call(
-        self, ref: ParticipantRef, verb: Verb, req: BaseModel | None, timeout_s: float | None, answer_model: type[M]
+        self,
+        ref: ParticipantRef,
+        verb: Verb,
+        req: BaseModel | None,
+        timeout_s: float | None,
+        answer_model: type[M],
+        query: str = "",
     ) -> M:
         request_model, expected = VERB_MODELS[verb]
         if request_model is not None and not isinstance(req, request_model):
             raise TypeError(f"{verb} takes a {request_model.__name__}, got {type(req).__name__}")
         if answer_model is not expected:
             raise TypeError(f"{verb} answers a {expected.__name__}, not a {answer_model.__name__}")
-        url = f"{ref.url.rstrip('/')}{CONTROL_PREFIX}{verb.path}"
+        url = f"{ref.url.rstrip('/')}{CONTROL_PREFIX}{verb.path}{query}"
         body = None
         if req is not None:
             body = req.model_dump_json(context=REVEAL_SECRETS, exclude_none=True).encode()

@@ -118,6 +118,7 @@ class Coordinator:
         claimed_by: str = "coordinator",
         method: CheckpointMethod = CheckpointMethod.SNAPSHOT,
         cancel: asyncio.Event | None = None,
+        final: bool = False,
     ) -> TransactionResult:
         """Take checkpoint ``checkpoint_id`` at ``location`` (:class:`CheckpointTransaction`); all or nothing.
 
@@ -129,6 +130,9 @@ class Coordinator:
         ``cancel``, when set before the checkpoint is published, ends it as failed (:class:`TransactionCancelled`):
         a prepare still waiting for boundaries is interrupted, a capture is let finish first (a
         participant refuses abort while it captures); once published, it completes.
+
+        ``final``: the checkpoint a termination takes (``docs/protocol.md``, "Termination"): persisted and published
+        under the pause (as ``sync``), and never resumed; every participant holds it until its process exits.
         """
         progress = Progress(
             TransactionKind.CHECKPOINT,
@@ -147,6 +151,7 @@ class Coordinator:
             claimed_by=claimed_by,
             cancellation=Cancellation(cancel),
             participant_storage=self.participant_storage,
+            final=final,
         )
         return await self.run(transaction)
 

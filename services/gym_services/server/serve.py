@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig, load_config
+from gym_services.control.termination import Termination
 from gym_services.server.sources import load
 
 
@@ -81,9 +82,14 @@ def run(
     control_port: int | None = None,
     drain_timeout_s: float = 2.0,
     fd: int | None = None,
+    termination_grace_s: float | None = None,
 ) -> None:
     """Serve one server; with ``control_port``, the control routes get their own port (see :func:`split_ports`).
-    On SIGTERM, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
+
+    On SIGTERM a checkpoint participant with a termination grace (``termination_grace_s``, else its config's
+    ``checkpoint.termination_grace_s``) keeps serving and holding its state until its part of a final checkpoint is
+    persisted or the grace ends (:class:`TerminatingServer`); without one, and on a first SIGINT, requests in flight
+    get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
 
     ``fd`` is a listening socket the caller bound and passed down (the local stack's launcher): no other
     process can take its port between the launcher choosing it and this server starting."""
@@ -91,6 +97,7 @@ def run(
 
     from gym_services.base.logs import configure_logging, get_logger
     from gym_services.server.allocator import Trimmer, tune_allocator
+    from gym_services.server.terminating import TerminatingServer
 
     tuned = tune_allocator()
     overrides: dict[str, Any] = {}
@@ -98,6 +105,8 @@ def run(
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
+    if termination_grace_s is not None:
+        overrides["checkpoint"] = {"termination_grace_s": termination_grace_s}
     app, config = build_app(server, config_path, overrides)
     configure_logging(config.name, config.log_level)
     if tuned:
@@ -109,15 +118,25 @@ def run(
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )
+    termination = _termination(app, config)
+    served: ASGIApp = app
     if fd is not None:
         if control_port is not None:
             raise ValueError("--fd serves one port; give --control-port without --fd")
-        inherited = socket.socket(fileno=fd)
-        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[inherited])
-        return
-    if control_port is None or control_port == config.port:
-        uvicorn.run(app, host=config.host, port=config.port, **options)
-        return
-    sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
-    served = uvicorn.Server(uvicorn.Config(split_ports(app, config.port, control_port), **options))
-    served.run(sockets=sockets)
+        sockets = [socket.socket(fileno=fd)]
+    elif control_port is None or control_port == config.port:
+        sockets = [_listen(config.host, config.port)]
+    else:
+        sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
+        served = split_ports(app, config.port, control_port)
+    plane = getattr(app.state, "plane", None)
+    live = plane.participant.live if plane is not None and config.checkpoint.enabled else None
+    TerminatingServer(uvicorn.Config(served, **options), termination, live).run(sockets=sockets)
+
+
+def _termination(app: ASGIApp, config: ServerConfig) -> Termination | None:
+    """The control plane's termination, when this server has a grace (else SIGTERM stops it at once)."""
+    if config.checkpoint.termination_grace_s <= 0:
+        return None
+    plane = getattr(getattr(app, "state", None), "plane", None)
+    return getattr(plane, "termination", None)

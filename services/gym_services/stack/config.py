@@ -6,6 +6,8 @@ state_dir: .gymckpt/demo            # state file, logs, generated configs (relat
 storage: embedded-s3                # where checkpoints go: embedded-s3 (a local SeaweedFS that `up` starts),
                                     # s3://bucket/prefix (AWS_* variables set before `up`), or file:///abs/path;
                                     # default: file://<state_dir>
+checkpoint: {every: 30s, keep: 5}   # the stack checkpoints itself (stack/schedule.py); on SIGTERM it takes a final
+                                    # checkpoint within termination_grace (default 30s) - with or without `every`
 servers:                            # (a server the stack does not start: NAME: {external: URL}, stack/external.py)
   policy_model:                     # instance name = participant id
     server: policy_model            # a name `gymckpt serve` knows (`gymckpt servers`), or my_pkg.my_env:create_app
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gym_services.base.config import ConfigError
 from gym_services.server.sources import UnknownServer, check
+from gym_services.stack.schedule import CheckpointSettings
 
 URL_REF = re.compile(r"\{(url|port|host):([A-Za-z0-9._-]+)\}")
 
@@ -81,6 +84,9 @@ class StackConfig(BaseModel):
         default=None,
         pattern=r"^(embedded-s3|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?|file:///\S*)$",
         description="embedded-s3, s3://bucket/prefix or file:///path; default file://<state_dir>",
+    )
+    checkpoint: CheckpointSettings = Field(
+        default_factory=CheckpointSettings, description="the schedule, what it keeps, the termination grace"
     )
     servers: dict[str, ServerSpec]
 

@@ -1,4 +1,10 @@
-"""Start and stop a stack's servers as local uvicorn processes, and remember them in a state file."""
+"""Start and stop a stack's servers as local uvicorn processes, and remember them in a state file.
+
+A stack started for ``gymckpt up`` has a supervisor too (:mod:`gym_services.stack.supervisor`, started by
+:func:`gym_services.stack.supervision.start_supervisor`): its servers then hold their state on SIGTERM for the
+termination grace, so that it can take a final checkpoint. Stopping a stack here (:func:`stop_stack`) takes none: the
+supervisor is stopped first, then every server with SIGINT (or SIGKILL), which a server never holds for.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +23,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from gym_services.base.config import ConfigError
+from gym_services.base.config import ConfigError, StorageConfig
 from gym_services.stack.config import StackConfig, check_stack, substitute_urls
 from gym_services.stack.external import ExternalServer, OutsideError, check_external, check_literal_urls, origin
-from gym_services.stack.objectstore import EMBEDDED_S3, LocalS3, ObjectStoreError, start_local_s3, stop_local_s3
+from gym_services.stack.objectstore import EMBEDDED_S3, REGION, LocalS3, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
+from gym_services.stack.schedule import CheckpointSettings
 
 STATE_FILE = "stack.json"
 SECRETS_FILE = "secrets.json"
@@ -46,6 +53,14 @@ class RunningServer(BaseModel):
         return self.group or self.name
 
 
+class SupervisorProcess(BaseModel):
+    """The stack's supervisor (:mod:`gym_services.stack.supervisor`)."""
+
+    pid: int
+    started: int | None = None  # its start time (clock ticks after boot): a reused pid is not it
+    log: str
+
+
 class StackState(BaseModel):
     name: str
     state_dir: str
@@ -53,6 +68,9 @@ class StackState(BaseModel):
     servers: list[RunningServer]
     object_store: LocalS3 | None = None  # the local S3 store of ``storage: embedded-s3``
     external: list[ExternalServer] = []  # servers the stack did not start (stack/external.py)
+    #: how the stack checkpoints itself (its schedule, keep, the termination grace); None: not supervised
+    checkpoint: CheckpointSettings | None = None
+    supervisor: SupervisorProcess | None = None
 
     def participants(self) -> list[RunningServer]:
         return [s for s in self.servers if s.participant]
@@ -157,6 +175,26 @@ def storage_env(state: StackState) -> dict[str, str]:
     return state.object_store.env(creds["s3_access_key"], creds["s3_secret_key"])
 
 
+def stack_storage_config(state: StackState) -> StorageConfig:
+    """How the stack's own location is reached: its local S3 store, else the AWS variables (``AWS_ENDPOINT_URL``)."""
+    if state.object_store is None:
+        return StorageConfig(endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+    creds = stack_secrets(Path(state.state_dir))
+    return StorageConfig(
+        endpoint_url=state.object_store.endpoint,
+        region=REGION,
+        access_key_id=creds["s3_access_key"],
+        secret_access_key=creds["s3_secret_key"],
+    )
+
+
+def write_state(state: StackState) -> None:
+    path = Path(state.state_dir) / STATE_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(state.model_dump_json(indent=1))
+    os.replace(tmp, path)
+
+
 def read_state(state_dir: Path) -> StackState:
     path = state_dir / STATE_FILE
     if not path.exists():
@@ -165,13 +203,18 @@ def read_state(state_dir: Path) -> StackState:
 
 
 def alive(pid: int) -> bool:
+    """Process ``pid`` exists and has not exited: a zombie (exited, waiting for its parent to reap it - a server
+    whose launcher is gone waits for the init process) is not alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal's answer is all there is
 
 
 def start_time(pid: int) -> int | None:
@@ -182,7 +225,7 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def is_running(server: RunningServer) -> bool:
+def is_running(server: RunningServer | SupervisorProcess) -> bool:
     """The server's process is still there - its pid, and (where /proc tells) the same process: a server that died
     long ago leaves its pid to be reused (pids wrap at 32768 on many machines), and signalling that pid's group
     would kill someone else's processes."""
@@ -199,9 +242,14 @@ def start_stack(
     log_level: str = "warning",
     say: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
+    supervise: bool = False,
 ) -> StackState:
     """Start every server (and the local object store of ``storage: embedded-s3``), wait until each is
-    ready, write the state file. ``env`` is added to every server's environment (e.g. AWS_* of a store)."""
+    ready, write the state file. ``env`` is added to every server's environment (e.g. AWS_* of a store).
+
+    ``supervise``: the stack will have a supervisor (:func:`gym_services.stack.supervision.start_supervisor`, once
+    the stack is restored if it resumes): every participant holds its state on SIGTERM for the stack's termination
+    grace (``stack.checkpoint``), and the state file carries the settings the supervisor runs by."""
     state_dir = stack.resolved_state_dir(base)
     _refuse_running(stack, state_dir)
     try:
@@ -234,7 +282,8 @@ def start_stack(
         server_env.update(store.env(creds["s3_access_key"], creds["s3_secret_key"]))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        running = _spawn_all(stack, state_dir, sockets, server_env, log_level, procs, outside)
+        grace = stack.checkpoint.termination_grace if supervise else None
+        running = _spawn_all(stack, state_dir, sockets, server_env, log_level, procs, outside, grace)
         wait_ready(running, procs, ready_timeout_s)
     except BaseException:
         for sock in sockets.values():
@@ -253,8 +302,9 @@ def start_stack(
         servers=running,
         object_store=store,
         external=outside,
+        checkpoint=stack.checkpoint if supervise else None,
     )
-    (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
+    write_state(state)
     return state
 
 
@@ -292,9 +342,11 @@ def _spawn_all(
     log_level: str,
     procs: list[subprocess.Popen[bytes]],
     outside: Sequence[ExternalServer] = (),
+    grace_s: float | None = None,
 ) -> list[RunningServer]:
-    """Write every process's config (the other servers' URLs filled in, ``outside``'s too) and start it on its socket
-    (taken out of ``sockets``); each process started is added to ``procs`` at once, so a failure can stop those."""
+    """Write every process's config (the other servers' URLs filled in, ``outside``'s too, a participant's termination
+    grace ``grace_s``) and start it on its socket (taken out of ``sockets``); each process started is added to
+    ``procs`` at once, so a failure can stop those."""
     ports = {instance: sock.getsockname()[1] for instance, sock in sockets.items()}
     started = {name: spec for name, spec in stack.servers.items() if spec.external is None}
     # a server with replicas is the list of its replicas' URLs, in ordinal order
@@ -312,6 +364,10 @@ def _spawn_all(
             config = substitute_urls(spec.config, urls)
             # every replica has the server's name (metrics, cookies); the process name is its participant id
             config.update({"name": group, "host": "127.0.0.1", "port": ports[name], "log_level": log_level})
+            if grace_s is not None:  # a backend too: the participants calling it reach their boundaries meanwhile
+                # (``enabled`` first: a backend's own default, off, must not turn into a participant's)
+                own = {"enabled": spec.participant, **config.get("checkpoint", {})}
+                config["checkpoint"] = {**own, "termination_grace_s": grace_s}
             config_path = state_dir / "configs" / f"{name}.yaml"
             config_path.write_text(yaml.safe_dump(config, sort_keys=False))
             log_path = state_dir / "logs" / f"{name}.log"
@@ -389,7 +445,7 @@ def restart_server(
             proc.wait()
         raise
     state.servers[index] = server
-    (state_dir / STATE_FILE).write_text(state.model_dump_json(indent=1))
+    write_state(state)
     return server
 
 
@@ -439,12 +495,15 @@ def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], time
 
 
 def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) -> list[str]:
-    """SIGTERM (or SIGKILL with ``kill``) every server; returns the names that were running.
+    """Stop the stack without a checkpoint: its supervisor first (SIGINT: it ends what it does), then every server
+    with SIGINT (which no server holds for), or SIGKILL everything with ``kill`` (a crash); returns the names of the
+    servers that were running.
 
     The local object store of ``storage: embedded-s3`` is stopped too, always with SIGTERM: it is
     storage, not a server whose crash is being simulated, and its data stays for the next ``up``."""
     state = read_state(state_dir)
-    sig = signal.SIGKILL if kill else signal.SIGTERM
+    sig = signal.SIGKILL if kill else signal.SIGINT
+    stop_supervisor(state, sig, timeout_s=timeout_s)
     stopped = []
     ours = [server for server in state.servers if is_running(server)]  # never a reused pid's group
     for server in ours:
@@ -461,16 +520,42 @@ def stop_stack(state_dir: Path, *, kill: bool = False, timeout_s: float = 10.0) 
     return stopped
 
 
+def stop_supervisor(state: StackState, sig: signal.Signals = signal.SIGINT, *, timeout_s: float = 10.0) -> bool:
+    """Stop the stack's supervisor (SIGINT: without a checkpoint; SIGKILL: a crash) and wait until it is gone;
+    False when none was running."""
+    supervisor = state.supervisor
+    if supervisor is None or not is_running(supervisor):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(supervisor.pid, sig)
+    _reap_or_kill(supervisor, time.monotonic() + timeout_s)
+    return True
+
+
+def stop_servers_after(state: StackState, deadline_at: float, *, drain_s: float = 2.0, margin_s: float = 3.0) -> None:
+    """After a termination: SIGINT to every server still running (one holding a final checkpoint exits at once; one
+    that got SIGTERM ignores it and exits at its own deadline), then SIGKILL whatever still runs ``drain_s +
+    margin_s`` after ``deadline_at`` (unix time), as a kubelet does after the grace period."""
+    ours = [server for server in state.servers if is_running(server)]
+    for server in ours:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGINT)
+    deadline = time.monotonic() + max(0.0, deadline_at - time.time()) + drain_s + margin_s
+    for server in ours:
+        _reap_or_kill(server, deadline)
+
+
 def stop_server(server: RunningServer, *, timeout_s: float = 10.0) -> None:
-    """SIGTERM one server's process group, SIGKILL after ``timeout_s``; never a reused pid's group."""
+    """Stop one server's process group with SIGINT (no termination: the stack takes no final checkpoint for it),
+    SIGKILL after ``timeout_s``; never a reused pid's group."""
     if not is_running(server):
         return
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(server.pid, signal.SIGTERM)
+        os.killpg(server.pid, signal.SIGINT)
     _reap_or_kill(server, time.monotonic() + timeout_s)
 
 
-def _reap_or_kill(server: RunningServer, deadline: float) -> None:
+def _reap_or_kill(server: RunningServer | SupervisorProcess, deadline: float) -> None:
     """Wait (reaping) until a signalled server is gone, SIGKILL its process group at ``deadline``."""
     while is_running(server) and time.monotonic() < deadline:
         _reap(server.pid)

@@ -290,7 +290,9 @@ def test_version_and_a_second_down(tmp_path) -> None:
     (tmp_path / "stack.yaml").write_text("name: one\nservers:\n  counter-a: {server: counter}\n")
     gymckpt("up", "stack.yaml", cwd=tmp_path)
     try:
-        assert gymckpt("down", cwd=tmp_path).stdout == "stopped 1 server: counter-a\n"
+        stopped, final = gymckpt("down", cwd=tmp_path).stdout.splitlines()
+        assert stopped == "stopped 1 server: counter-a"
+        assert final.startswith("final checkpoint final-") and final.endswith("`gymckpt up` resumes from it")
     finally:
         gymckpt("down", "--kill", cwd=tmp_path, check=False)
     again = gymckpt("down", cwd=tmp_path).stdout

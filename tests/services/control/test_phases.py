@@ -11,9 +11,10 @@ from gym_services.control.admission import Admission
 from gym_services.control.phases import TRANSITIONS, IllegalTransition, PhaseMachine
 from gym_services.control.protocol import OPEN_PHASES, Phase
 
-#: the paths docs/protocol.md describes: a checkpoint (resumed, aborted, blocked) and a
+#: the paths docs/protocol.md describes: a checkpoint (resumed, aborted, blocked, final: held, then aborted) and a
 #: restore (resumed, undone, refused)
 PATHS = [
+    [Phase.OPEN, Phase.PREPARING, Phase.PREPARED, Phase.CAPTURED, Phase.FINAL, Phase.OPEN],
     [Phase.FRESH, Phase.PREPARING, Phase.PREPARED, Phase.CAPTURED, Phase.OPEN],
     [Phase.OPEN, Phase.PREPARING, Phase.PREPARED, Phase.CAPTURED, Phase.OPEN],
     [Phase.OPEN, Phase.PREPARING, Phase.PREPARED, Phase.OPEN],

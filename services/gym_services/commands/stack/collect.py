@@ -67,7 +67,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         server = _server(args)
         if args.tasks:
             check_tasks_file(Path(args.tasks), args.limit)
-        if args.url or not args.attach:  # the results file this command (or the job it starts) writes
+        if args.resume and (args.url or args.attach):
+            raise CollectError("--resume starts a job on a local stack's results file: give TASKS, without --url")
+        if (args.url or not args.attach) and not args.resume:  # the results file this command (or its job) writes
             refuse_overwrite(Path(args.output), args.overwrite)
     except (CollectError, StackError) as exc:
         return fail("collect", exc)
@@ -82,7 +84,21 @@ def cmd_collect(args: argparse.Namespace) -> int:
             if args.no_wait:
                 print(f"collecting {status['total']} rollouts on {server.url}; follow with {server.attach_command()}")
                 return 0
-            status = follow(http, server.url, status, args.wait_timeout, args.stall_warning, _missing(args, server))
+            if status.get("kept"):
+                print(
+                    f"collect: resumed {args.output}: {status['kept']} results kept, "
+                    f"{status['total'] - status['kept']} to run",
+                    file=sys.stderr,
+                )
+            status = follow(
+                http,
+                server.url,
+                status,
+                args.wait_timeout,
+                args.stall_warning,
+                _missing(args, server),
+                None if server.remote else lambda: _relocate(args),
+            )
             results = Path(args.output) if server.remote else Path(status["output_path"])
             if server.remote:
                 download_results(http, server.url, results)
@@ -91,6 +107,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return _interrupted(server, started=status is not None)
     return _report(args, status, results)
+
+
+def _relocate(args: argparse.Namespace) -> str | None:
+    """The local collection server's URL now (a stack started again has new ports); None while it is not running."""
+    try:
+        state = read_state(state_dir(args))
+        url = state.url(args.collection)
+    except (StackError, KeyError):
+        return None
+    return None if args.collection in stopped(state) else url
 
 
 def _missing(args: argparse.Namespace, server: Server) -> Callable[[], list[str]] | None:

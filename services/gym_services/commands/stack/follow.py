@@ -1,6 +1,7 @@
 """Following a collection job until it completes: progress on stderr (a bar on a terminal, a line every 5 s
-otherwise), the servers the agents wait for, and a warning when the job makes no progress or its server does
-not answer."""
+otherwise), the servers the agents wait for, a warning when the job makes no progress or its server does
+not answer, and a line when the job resumed from a checkpoint (the stack stopped and `gymckpt up` restored it: the
+local collection server is found again at its new address)."""
 
 from __future__ import annotations
 
@@ -133,15 +134,24 @@ def follow(
     wait_timeout: float,
     stall_warning_s: float = 60.0,
     missing: Callable[[], list[str]] | None = None,
+    relocate: Callable[[], str | None] | None = None,
 ) -> dict[str, Any]:
     """Poll until the job completes (bounded by ``wait_timeout``); progress on stderr, a bar on a terminal;
-    a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too."""
+    a job making no progress (or a server not answering) for ``stall_warning_s`` is reported there too.
+    ``relocate`` says where the collection server is now, when it stops answering where it was."""
     deadline = time.monotonic() + wait_timeout
     lines = _Lines(status["total"])
     stall = Stall(url, stall_warning_s, lines.say, missing)
+    resumed_from = status.get("resumed_from")
     try:
         while True:
             stall.seen(status)
+            if status.get("resumed_from") != resumed_from:
+                resumed_from = status.get("resumed_from")
+                lines.say(
+                    f"collect: the job resumed from checkpoint {resumed_from}: {status.get('resumed_episodes', 0)} "
+                    f"episodes in flight continue as attempt + 1, {status['finished']} results kept"
+                )
             lines.show(status)
             if status["state"] == "completed":
                 return status
@@ -151,19 +161,35 @@ def follow(
                     "`gymckpt collect --attach` follows it again"
                 )
             time.sleep(0.2)
-            status = _poll(http, url, stall, deadline, wait_timeout)
+            url, status = _poll(http, url, stall, deadline, wait_timeout, relocate)
     finally:
         lines.close()
 
 
-def _poll(http: httpx.Client, url: str, stall: Stall, deadline: float, wait_timeout: float) -> dict[str, Any]:
-    """The job's status; a server being replaced is asked again until the deadline."""
+def _poll(
+    http: httpx.Client,
+    url: str,
+    stall: Stall,
+    deadline: float,
+    wait_timeout: float,
+    relocate: Callable[[], str | None] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Where the server is and the job's status; a server being replaced is asked again (where ``relocate`` says
+    it is now) until the deadline."""
     import httpx
 
     while True:
         try:
-            return answer(http.get(f"{url}/jobs/current"))
+            status = answer(http.get(f"{url}/jobs/current"))
+            if status["state"] != "idle":
+                return url, status
+            # a fresh collection server with no job yet: the stack was started again and is being restored
+            stall.unanswered(CollectError("it has no job: the stack is being restored, or was started --fresh"))
+            if time.monotonic() > deadline:
+                raise CollectError(f"the collection server at {url} has no job any more (it was started fresh)")
+            time.sleep(0.5)
         except httpx.TransportError as exc:
+            url = (relocate() if relocate is not None else None) or url
             stall.unanswered(exc)
             if time.monotonic() > deadline:
                 raise CollectError(

@@ -64,6 +64,8 @@ def start_job(http: httpx.Client, url: str, args: argparse.Namespace, remote: bo
     else:
         spec = {"tasks_path": str(tasks.resolve()), "output_path": str(Path(args.output).resolve())}
     spec.update(repeats=args.repeats, concurrency=args.concurrency)
+    if getattr(args, "resume", False):
+        spec["resume"] = True
     if args.limit:
         spec["limit"] = args.limit
     return answer(http.post(f"{url}/jobs", json=spec))

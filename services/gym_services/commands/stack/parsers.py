@@ -56,8 +56,13 @@ def register_lifecycle(sub: argparse._SubParsersAction) -> None:
     """``up``, ``restart``, ``down``, ``status`` (:mod:`.lifecycle`)."""
     p = sub.add_parser(
         "up",
-        help="start every server of a stack config as local processes",
-        description="Start every server of a stack YAML, wait until each is ready, write the state file.",
+        help="start every server of a stack config as local processes (resuming from its checkpoint)",
+        description="Start every server of a stack YAML and the stack's supervisor, wait until each is ready, write "
+        "the state file. The supervisor takes a checkpoint every --checkpoint-every, keeps --keep of them, and on "
+        "SIGTERM to any server (gymckpt down, a scheduler, kill) takes a final checkpoint within --termination-grace "
+        "before everything exits. A state folder whose stack checkpointed itself is resumed from its newest "
+        "checkpoint (the final one after a termination; after a crash, the newest scheduled one); --fresh starts "
+        "empty. With some servers of the stack still running, only the missing ones are started.",
     )
     p.add_argument("config", help="stack YAML")
     p.add_argument("--state-dir", default=None, help="override the config's state_dir")
@@ -66,6 +71,20 @@ def register_lifecycle(sub: argparse._SubParsersAction) -> None:
         help="override the config's storage: embedded-s3 (start a local S3 store), s3://bucket/prefix or file:///path",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)")
+    p.add_argument(
+        "--checkpoint-every",
+        metavar="DURATION",
+        help="take a checkpoint this often, e.g. 30s, 5m (default: the config's checkpoint.every; none: only on "
+        "termination and when asked)",
+    )
+    p.add_argument("--keep", type=int, help="scheduled and final checkpoints kept, older ones deleted (default 5)")
+    p.add_argument(
+        "--termination-grace",
+        metavar="DURATION",
+        help="on SIGTERM the servers hold their state this long for the final checkpoint (default 30s; under Slurm's "
+        "--signal=TERM@N, less than N)",
+    )
+    p.add_argument("--fresh", action="store_true", help="start empty instead of resuming from the stack's checkpoint")
     p.set_defaults(func=Handler("lifecycle", "cmd_up"))
 
     p = sub.add_parser(
@@ -79,18 +98,26 @@ def register_lifecycle(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", help="the server's name (as `gymckpt status` lists it)")
     p.set_defaults(func=Handler("lifecycle", "cmd_restart"))
 
-    p = sub.add_parser("down", help="stop the stack's servers", description="Stop the servers of the running stack.")
+    p = sub.add_parser(
+        "down",
+        help="stop the stack, with a final checkpoint",
+        description="Stop the running stack as a preemption would: SIGTERM to every server; the stack's supervisor "
+        "takes a final checkpoint within the termination grace, then everything exits. `gymckpt up` resumes from it. "
+        "--no-checkpoint stops without one; --kill simulates a crash.",
+    )
     _common(p)
-    p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (simulates a crash)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--no-checkpoint", action="store_true", help="stop at once, without a final checkpoint")
+    how.add_argument("--kill", action="store_true", help="SIGKILL everything (simulates a crash; no checkpoint)")
     p.set_defaults(func=Handler("lifecycle", "cmd_down"))
 
     p = sub.add_parser(
         "status",
         help="state, live counts and the last checkpoint of every participant",
-        description="Show every participant of the running stack: serving, or the phase of the "
+        description="Show every participant of the running stack: serving, terminating, or the phase of the "
         "checkpoint or restore it is in, and its live counts; then the checkpoint open now or the "
-        "last upload's outcome. Fits 120 columns; --wide for every detail. Exits 1 when a server "
-        "is not running.",
+        "last upload's outcome, and the schedule: the last, next and last successful checkpoint. Fits 120 columns; "
+        "--wide for every detail. Exits 1 when a server is not running.",
     )
     _common(p)
     p.add_argument(
@@ -120,9 +147,17 @@ def register_collect(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--output",
         default="results.jsonl",
-        help="results JSONL (default results.jsonl); a file that already holds results is refused unless --overwrite",
+        help="results JSONL (default results.jsonl); a file that already holds results is refused unless --overwrite "
+        "or --resume",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
+    kept = p.add_mutually_exclusive_group()
+    kept.add_argument("--overwrite", action="store_true", help="replace the results an earlier job left in --output")
+    kept.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the results --output holds from an earlier run of the same tasks and --repeats and run only the "
+        "(task, repeat) pairs it lacks (no checkpoint needed; a local stack's results file only)",
+    )
     p.add_argument("--repeats", type=int, default=1, help="rollouts per task (default 1)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
     p.add_argument("--limit", type=int, help="only the first N tasks")

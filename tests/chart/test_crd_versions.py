@@ -18,6 +18,7 @@ VERSIONS = {
     "3": {"checkpoints": "a3aefb400cd87c2b", "restores": "cf854bc450cad902"},
     "4": {"checkpoints": "36dac06bdab1f072", "restores": "8ad86d3f9efc8d59"},
     "5": {"checkpoints": "4c35cf22e4868a41", "restores": "73017a7188ac77e1"},
+    "6": {"checkpoints": "3c110fd0669cab5f", "checkpointschedules": "5a351faac1313ddd", "restores": "7b8cd5b940cd5655"},
 }
 
 
@@ -26,15 +27,15 @@ def digest(spec: dict) -> str:
 
 
 def test_a_changed_crd_spec_comes_with_a_new_schema_version() -> None:
-    crds = {name: yaml.safe_load((CRDS / f"{name}.yaml").read_text()) for name in ("checkpoints", "restores")}
+    crds = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(CRDS.glob("*.yaml"))}
     versions = {crd["metadata"]["annotations"]["gym-checkpoint.dev/schema-version"] for crd in crds.values()}
-    assert len(versions) == 1, f"both CRDs carry the same schema-version, not {versions}"
+    assert len(versions) == 1, f"every CRD carries the same schema-version, not {versions}"
     (version,) = versions
     current = {name: digest(crd["spec"]) for name, crd in crds.items()}
     assert version in VERSIONS, (
         f"schema-version {version} is not recorded: add {version!r}: {current} to VERSIONS in {Path(__file__).name}"
     )
     assert VERSIONS[version] == current, (
-        f"a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in both CRDs "
+        f"a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in every CRD "
         f"and record the new version with {current} in {Path(__file__).name}"
     )

@@ -210,10 +210,7 @@ def test_server_pods_hold_for_the_termination_checkpoint_and_the_operator_takes_
         operator = env(pods(docs)["demo-gym-checkpoint-operator"]["spec"]["containers"][0])
         assert operator["GYMCKPT_TERMINATION_CHECKPOINT"] == "enabled" and operator["GYMCKPT_AUTO_RESTORE"] == "enabled"
         assert operator["GYMCKPT_TERMINATION_MARGIN_SECONDS"] == margin
-        assert {n for n in by_kind(docs, "Job")} == {
-            "demo-gym-checkpoint-secrets",
-            "demo-gym-checkpoint-secrets-delete",
-        }
+        assert set(by_kind(docs, "Job")) == {"demo-gym-checkpoint-secrets-create", "demo-gym-checkpoint-secrets-delete"}
     off = render(VARIANTS["no-termination-checkpoint-no-auto-restore"])
     for name, pod in pods(off).items():
         if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server":

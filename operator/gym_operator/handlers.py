@@ -9,8 +9,8 @@
 - :func:`checkpoint_deleted` (``on.delete`` of a Checkpoint): its transaction cancelled, then its
   ``deletionPolicy`` (:mod:`.controllers.deletion`).
 - :func:`restore_daemon` (a ``daemon`` per Restore): its transaction (:mod:`.controllers.restore`).
-- :func:`schedule_daemon` (a ``daemon`` per CheckpointSchedule): its runs, keep and status
-  (:mod:`.controllers.schedule`).
+- :func:`schedule_seen` (``on.event`` of a CheckpointSchedule): one task runs every schedule of the release, its
+  runs, keep and status (:mod:`.controllers.schedule`); no finalizer.
 - :func:`pod_event` (``on.event`` of the release's participant pods): a terminating pod starts the termination
   checkpoint (:mod:`.controllers.termination`), and any change lets the automatic resume look at the stack
   (:mod:`.controllers.resume`, a task per namespace, started with the first pod seen there).
@@ -89,6 +89,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.context = context
     memo.terminations = termination.Terminations(context)
     memo.resumers = {}  # namespace -> (its Resumer, the task running it)
+    memo.scheduler = schedule.Scheduler(context)
+    memo.scheduler_task = asyncio.create_task(memo.scheduler.run(), name="checkpoint schedules")
 
 
 def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> None:
@@ -133,9 +135,9 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
     await restore.run(stopped, body, context_of(memo))
 
 
-@kopf.daemon(GROUP, VERSION, "checkpointschedules", backoff=5.0, when=ours)
-async def schedule_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await schedule.run(stopped, body, context_of(memo))
+@kopf.on.event(GROUP, VERSION, "checkpointschedules", when=ours)
+async def schedule_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    memo.scheduler.observe(type, body)
 
 
 @kopf.on.event("", "v1", "pods", when=our_pod)
@@ -154,6 +156,8 @@ async def pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_
 async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
     for _resumer, task in (memo.get("resumers") or {}).values():
         task.cancel()
+    if isinstance(memo.get("scheduler_task"), asyncio.Task):
+        memo.scheduler_task.cancel()
     context = memo.get("context")
     if isinstance(context, Context):  # (startup may have failed before there was one)
         await release.release_all(context)

@@ -501,7 +501,7 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         (("apps",), ("statefulsets",), ()): {"list"},
         (("gym-checkpoint.dev",), ("checkpoints",), ()): {"get", "list", "watch", "patch", "delete", "create"},
         (("gym-checkpoint.dev",), ("restores",), ()): {"list", "watch", "patch", "create"},
-        (("gym-checkpoint.dev",), ("checkpointschedules",), ()): {"list", "watch", "patch"},
+        (("gym-checkpoint.dev",), ("checkpointschedules",), ()): {"list", "watch"},
         (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status", "checkpointschedules/status"), ()): {
             "patch"
         },

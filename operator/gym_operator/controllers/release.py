@@ -2,11 +2,11 @@
 
 When the operator stops and its release is going away - its Deployment is gone or being deleted (``helm
 uninstall``), or its namespace is terminating - nothing will ever run its handlers again: it takes its finalizer off
-every Checkpoint, Restore and CheckpointSchedule of the release, so deleting them, their CRDs or the namespace
-completes. An operator that stops for an upgrade, a restart or an eviction keeps them: the next one handles the
-deletions. A Checkpoint with ``deletionPolicy: Delete`` keeps its stored objects then (one ``DataKept`` Warning says
-so). Its daemons have stopped by now: the servers' pause leases end any transaction that was running. The order this
-relies on is in ``docs/operations/guide.md`` ("Uninstall").
+every Checkpoint and Restore of the release, so deleting them, their CRDs or the namespace completes. An operator
+that stops for an upgrade, a restart or an eviction keeps them: the next one handles the deletions. A Checkpoint
+with ``deletionPolicy: Delete`` keeps its stored objects then (one ``DataKept`` Warning says so). Its daemons have
+stopped by now: the servers' pause leases end any transaction that was running. The order this relies on is in
+``docs/operations/guide.md`` ("Uninstall").
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ async def release_namespace(kube: Kube, settings: OperatorSettings, namespace: s
     if why is None:
         return
     released = []
-    for plural in ("checkpoints", "restores", "checkpointschedules"):
+    for plural in ("checkpoints", "restores"):
         try:
             found = await kube.list_objects(plural, namespace)
         except KubeError as exc:

@@ -1,6 +1,7 @@
 """A CheckpointSchedule's life (Velero's Schedule): a Checkpoint at every run, the newest ``keep`` kept.
 
-A kopf daemon per CheckpointSchedule of the release (:mod:`gym_operator.handlers`) runs :func:`run`:
+One task of the operator runs every CheckpointSchedule of its release (:class:`Scheduler`, fed by kopf's watch of
+them, :mod:`gym_operator.handlers`; no finalizer), each second or at once when one changes (:func:`tick`):
 
 - **When**: ``spec.schedule`` (:mod:`gym_operator.cron`: 5-field cron, a descriptor, or ``@every <duration>``; UTC),
   from the last run (``status.lastScheduleTime``, or a skipped one, ``status.lastSkipped``), else from the
@@ -27,6 +28,7 @@ A kopf daemon per CheckpointSchedule of the release (:mod:`gym_operator.handlers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -156,8 +158,13 @@ class Schedule:
     def status(self) -> dict[str, Any]:
         return self.writer.status
 
-    def event(self, reason: str, message: str, warning: bool = False) -> None:
-        (kopf.warn if warning else kopf.info)(self.body, reason=reason, message=message[:1024])
+    async def event(self, reason: str, message: str, warning: bool = False) -> None:
+        """An Event on the schedule (best effort)."""
+        (log.warning if warning else log.info)(f"CheckpointSchedule {self.name}: {message}")
+        try:
+            await self.context.kube.event(dict(self.body), reason, message, warning=warning)
+        except KubeError as exc:
+            log.warning(f"CheckpointSchedule {self.name}: could not post the {reason} Event ({exc})")
 
     def write(self, **fields: Any) -> None:
         """Status fields that changed (conditions are written whole)."""
@@ -166,7 +173,7 @@ class Schedule:
             self.writer.generation = (self.body.get("metadata") or {}).get("generation")
             self.writer.write(changed)
 
-    def refuse(self, why: str) -> None:
+    async def refuse(self, why: str) -> None:
         generation = (self.body.get("metadata") or {}).get("generation")
         self.write(
             phase="FailedValidation",
@@ -176,7 +183,7 @@ class Schedule:
         )
         if self.invalid != why:
             self.invalid = why
-            self.event("FailedValidation", why, warning=True)
+            await self.event("FailedValidation", why, warning=True)
 
     def base(self) -> dt.datetime:
         """The run the next one counts from: the last run or skip, else the creation."""
@@ -215,7 +222,7 @@ class Schedule:
             )
             conditions.append(condition("IntervalFits", fits, "Fits" if fits else "Overrunning", message, generation))
             if not fits:
-                self.event("Overrunning", message + ": runs are skipped while one is in flight", warning=True)
+                await self.event("Overrunning", message + ": runs are skipped while one is in flight", warning=True)
             conditions = [c for c in conditions if c.get("type") != "TerminationFits"]
             conditions += await self._termination_fits(plan, took, resume.name_of(last), generation)
             self.write(conditions=conditions)
@@ -243,7 +250,9 @@ class Schedule:
             f"terminationGracePeriodSeconds, {min(graces)}s, less the margin of {settings.termination_margin_s:g}s)"
         )
         if not fits:
-            self.event("TerminationWindowTooShort", message + ": raise termination.gracePeriodSeconds", warning=True)
+            await self.event(
+                "TerminationWindowTooShort", message + ": raise termination.gracePeriodSeconds", warning=True
+            )
         return [condition("TerminationFits", fits, "Fits" if fits else "TooShort", message, generation)]
 
     async def prune(self, plan: Plan, ours: list[dict[str, Any]]) -> None:
@@ -256,7 +265,9 @@ class Schedule:
                 log.warning(f"CheckpointSchedule {self.name}: pruning {meta['name']} failed ({exc}); next time")
                 continue
             phase = (victim.get("status") or {}).get("phase")
-            self.event("Pruned", f"deleted {phase} Checkpoint {meta['name']}: the schedule keeps {plan.spec.keep}")
+            await self.event(
+                "Pruned", f"deleted {phase} Checkpoint {meta['name']}: the schedule keeps {plan.spec.keep}"
+            )
 
     async def fire(self, plan: Plan, due: dt.datetime, now: dt.datetime) -> None:
         """One run: a Checkpoint, or a skip saying why."""
@@ -267,7 +278,7 @@ class Schedule:
             why = await resume.awaiting(self.context, self.namespace)
         if why is not None:
             self.write(lastSkipped=stamp(now))
-            self.event("Skipped", f"run of {stamp(due)} skipped: {why}")
+            await self.event("Skipped", f"run of {stamp(due)} skipped: {why}")
             return
         ran_at = due if (now - due).total_seconds() <= MISSED_S else now  # a missed run: made up once, now
         name = f"{self.name}-{ran_at.strftime('%Y%m%d%H%M%S')}"
@@ -283,36 +294,57 @@ class Schedule:
                 raise
         self.following, self.last_follow = name, 0.0
         self.write(lastScheduleTime=stamp(ran_at), lastCheckpoint=name)
-        self.event("Scheduled", f"created Checkpoint {name}")
+        await self.event("Scheduled", f"created Checkpoint {name}")
 
 
-async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) -> None:
-    """The daemon of one CheckpointSchedule, until it is deleted or the operator stops."""
-    schedule = Schedule(body, context)
-    context.namespaces.add(schedule.namespace)
-    loop = asyncio.get_running_loop()
+class Scheduler:
+    """Every CheckpointSchedule of the release, run by one task: kopf's watch feeds it (:meth:`observe`), and no
+    schedule holds a finalizer (deleting one, its CRD or its namespace never waits for the operator)."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.schedules: dict[str, Schedule] = {}  # uid -> its state
+        self.changed = asyncio.Event()
+
+    def observe(self, event_type: str | None, body: kopf.Body) -> None:
+        """A watch event of a CheckpointSchedule of the release."""
+        meta = body.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        if event_type == "DELETED" or meta.get("deletionTimestamp"):
+            gone = self.schedules.pop(uid, None)
+            if gone is not None:
+                asyncio.get_running_loop().create_task(gone.writer.close())
+            return
+        if uid in self.schedules:
+            self.schedules[uid].body = body
+        else:
+            self.schedules[uid] = Schedule(body, self.context)
+            self.context.namespaces.add(str(meta.get("namespace")))
+        self.changed.set()
+
+    async def run(self) -> None:
+        """Until cancelled (the operator stops): every schedule's step, every :data:`POLL_S` or on a change."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self.changed.clear()
+            for schedule in list(self.schedules.values()):
+                try:
+                    await tick(schedule, dt.datetime.now(dt.UTC), loop.time())
+                except KubeError as exc:
+                    log.warning(f"CheckpointSchedule {schedule.name}: {exc}; trying again")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), POLL_S)
+
+
+async def tick(schedule: Schedule, now: dt.datetime, loop_time: float) -> None:
+    """One look at a schedule: refuse a spec that cannot run; follow its last Checkpoint, say what is next, run when
+    due."""
     try:
-        while not stopped.is_set():
-            now = dt.datetime.now(dt.UTC)
-            try:
-                plan = schedule.plan(now)
-            except (SpecError, cron.CronError) as exc:
-                schedule.refuse(str(exc))
-                await stopped.wait(POLL_S)
-                continue
-            schedule.invalid = None
-            try:
-                await step(schedule, plan, now, loop.time())
-            except KubeError as exc:
-                log.warning(f"CheckpointSchedule {schedule.name}: {exc}; trying again")
-            await stopped.wait(POLL_S)
-    finally:
-        await schedule.writer.flush(timeout_s=5.0)
-        await schedule.writer.close()
-
-
-async def step(schedule: Schedule, plan: Plan, now: dt.datetime, loop_time: float) -> None:
-    """One wake of the daemon: follow the last Checkpoint, say what is next, run when due."""
+        plan = schedule.plan(now)
+    except (SpecError, cron.CronError) as exc:
+        await schedule.refuse(str(exc))
+        return
+    schedule.invalid = None
     generation = (schedule.body.get("metadata") or {}).get("generation")
     await schedule.follow(plan, loop_time)
     if plan.spec.paused:

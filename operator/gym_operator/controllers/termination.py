@@ -14,7 +14,8 @@ covered, and starts nothing more, while a termination Checkpoint of the release 
 after the pod's termination began (a wave of pods going together, an operator restarted mid-wave). A pod that
 terminates while the stack holds nothing newer than its newest checkpoint (it came back fresh and waits for its
 automatic restore, :mod:`.resume`: a rolling update's later pods, a second preemption) starts nothing either; an
-Event on the pod says so. :mod:`.checkpoint` runs the Checkpoint like any other, taking terminating pods and going
+Event on the pod says so. One that terminates while a Restore runs does start one: it follows the Restore and takes
+what that restored. :mod:`.checkpoint` runs the Checkpoint like any other, taking terminating pods and going
 before the stack's other waiting checkpoints.
 """
 
@@ -155,7 +156,11 @@ class Terminations:
             )
             await self._event(pod, "TerminationTooLate", message, warning=True)
             return "too late"
-        waiting = await resume.awaiting(self.context, namespace, terminating_ok=True)
+        _checkpoints, restores = await resume.release_resources(self.context, namespace)
+        # a Restore in flight: the termination checkpoint follows it and takes what it restored (its own setup
+        # refuses, NothingNewToSave, if the restore failed and the stack is fresh)
+        restoring = any(resume.in_flight(r) for r in restores)
+        waiting = None if restoring else await resume.awaiting(self.context, namespace, terminating_ok=True)
         if waiting is not None:
             message = (
                 f"pod {termination.pod} is terminating ({termination.reason}); no termination checkpoint: {waiting}"

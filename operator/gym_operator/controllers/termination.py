@@ -157,9 +157,12 @@ class Terminations:
             await self._event(pod, "TerminationTooLate", message, warning=True)
             return "too late"
         _checkpoints, restores = await resume.release_resources(self.context, namespace)
-        # a Restore in flight: the termination checkpoint follows it and takes what it restored (its own setup
-        # refuses, NothingNewToSave, if the restore failed and the stack is fresh)
-        restoring = any(resume.in_flight(r) for r in restores)
+        # a Restore under way: the termination checkpoint follows it and takes what it restored (its own setup
+        # refuses, NothingNewToSave, if the restore failed and the stack is fresh); one still waiting (Pending) for
+        # the stack to settle has restored nothing yet
+        restoring = any(
+            resume.in_flight(r) and (r.get("status") or {}).get("phase") not in (None, "Pending") for r in restores
+        )
         waiting = None if restoring else await resume.awaiting(self.context, namespace, terminating_ok=True)
         if waiting is not None:
             message = (

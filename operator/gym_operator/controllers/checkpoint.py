@@ -70,7 +70,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
         storage = location(spec.storage_location, context.settings)
         participants = await tx.participants()
         if spec.final or context.settings.auto_restore:
-            why = await resume.nothing_new(context, tx.namespace, participants)
+            why = await resume.nothing_new(context, tx.namespace, participants, final=spec.final)
             if why is not None:
                 raise Refused("NothingNewToSave", f"the stack holds nothing newer than its newest checkpoint: {why}")
         return f"{tx.name}-{tx.uid[:8]}", storage, participants

@@ -116,25 +116,42 @@ async def release_resources(context: Context, namespace: str) -> tuple[list[dict
     return ours(await kube.list_objects("checkpoints", namespace)), ours(await kube.list_objects("restores", namespace))
 
 
-async def participant_phases(context: Context, refs: list[ParticipantRef]) -> dict[str, Phase] | None:
-    """Every participant's phase; None when one does not answer."""
+async def phases_of(context: Context, refs: list[ParticipantRef]) -> dict[str, Phase | BaseException]:
+    """Every participant's phase, or why it did not say."""
     async with ControlClient(context.settings.token, timeout_s=STATUS_TIMEOUT_S) as client:
         answers = await asyncio.gather(*(client.status(ref) for ref in refs), return_exceptions=True)
-    phases = {}
-    for ref, answer in zip(refs, answers, strict=True):
-        if isinstance(answer, BaseException):
-            log.info(f"participant {ref.participant_id} did not say its phase: {answer}")
+    return {
+        ref.participant_id: answer if isinstance(answer, BaseException) else answer.phase
+        for ref, answer in zip(refs, answers, strict=True)
+    }
+
+
+async def participant_phases(context: Context, refs: list[ParticipantRef]) -> dict[str, Phase] | None:
+    """Every participant's phase; None when one does not answer."""
+    phases: dict[str, Phase] = {}
+    for participant, phase in (await phases_of(context, refs)).items():
+        if isinstance(phase, BaseException):
+            log.info(f"participant {participant} did not say its phase: {phase}")
             return None
-        phases[ref.participant_id] = answer.phase
+        phases[participant] = phase
     return phases
 
 
-async def nothing_new(context: Context, namespace: str, refs: list[ParticipantRef]) -> str | None:
+async def nothing_new(context: Context, namespace: str, refs: list[ParticipantRef], final: bool = False) -> str | None:
     """Why the stack holds nothing newer than its newest checkpoint (None: it may, or it cannot be told): a
-    participant holds a final checkpoint, or (autoRestore) it came back fresh and waits for its restore."""
-    phases = await participant_phases(context, refs)
-    if phases is None:
+    participant holds a final checkpoint, or (autoRestore) it came back fresh and waits for its restore; for a
+    ``final`` checkpoint also, a participant whose server has already left (it was terminating when the checkpoint
+    before this one started, so that one took its last state as final, and it exited)."""
+    answers = await phases_of(context, refs)
+    left = sorted(p for p, phase in answers.items() if isinstance(phase, BaseException))
+    if final and left:
+        checkpoints, restores = await release_resources(context, namespace)
+        newest = candidate(checkpoints, restores)
+        since = f"Checkpoint {name_of(newest)}" if newest is not None else "no checkpoint: it held none"
+        return f"{', '.join(left)} left already (the stack resumes from {since})"
+    if left:
         return None
+    phases = {p: phase for p, phase in answers.items() if not isinstance(phase, BaseException)}
     holding = sorted(p for p, phase in phases.items() if phase is Phase.FINAL)
     if holding:
         return f"{', '.join(holding)} hold a final checkpoint until they exit and come back fresh"

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import kopf
 
 from gym_operator.controllers import resume
-from gym_operator.controllers.context import Context, Refused, location
+from gym_operator.controllers.context import Context, Refused, location, pod_selector
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
 from gym_operator.specs import CheckpointSpec, SelectorSpec, StorageLocation
 from gym_services.coordination.client import ControlClient, ParticipantRef
@@ -30,6 +30,19 @@ from gym_services.coordination.coordinator import TransactionResult
 Prepared = tuple[str, StorageLocation, list[ParticipantRef]]
 #: seconds of a deadline kept for capture, persist and publish once every participant reached a boundary
 PUBLISH_RESERVE_S = 3.0
+
+
+async def give_way_to_a_termination(tx: Transaction[Prepared], context: Context) -> None:
+    """Right before a checkpoint that is not final prepares: a pod of its stack terminating now (since the stack was
+    found) makes it give way, :class:`Refused` (``Superseded``), to the termination checkpoint. A server prepared
+    after its signal would take this checkpoint as final and leave once its part is written, however the checkpoint
+    ends; a server signalled only after its prepare takes it as any other. The kubelet signals a pod only after the
+    API shows its deletion, so a look at the pods here leaves no gap worth the name."""
+    for pod in await context.kube.list_pods(tx.namespace, pod_selector(tx.selector, context.settings)):
+        if pod.metadata.deletion_timestamp is not None:
+            raise Refused(
+                "Superseded", f"pod {pod.metadata.name} is terminating: the termination checkpoint takes the stack"
+            )
 
 
 @contextlib.contextmanager
@@ -79,6 +92,8 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
         assert spec is not None
         checkpoint_id, storage, participants = prepared
         tx.fields.update(checkpointId=checkpoint_id, location=storage.url)
+        if not spec.final:
+            await give_way_to_a_termination(tx, context)
         timeout_s = context.settings.checkpoint_call_timeout(spec)
         # a deadline bounds the wait for boundaries, and cancels (aborts) what is not published by then
         prepare_timeout_s = max(1.0, min(spec.prepare_timeout_seconds, tx.left_s() - PUBLISH_RESERVE_S))

@@ -138,7 +138,7 @@ def test_a_schedule_the_operator_cannot_run_fails_validation_and_a_fixed_one_run
     operator = start_operator(stack)
     # five fields, but no minute 61; an interval the template's prepare timeout (30 s by default) does not fit
     apply(kubectl, resource("CheckpointSchedule", "odd", schedule="61 * * * *"))
-    apply(kubectl, resource("CheckpointSchedule", "tight", schedule="@every 20s"))
+    apply(kubectl, resource("CheckpointSchedule", "tight", schedule="@every 10s"))
     for name, says in (("odd", "minute 61: out of range 0-59"), ("tight", "not longer than template.prepareTimeout")):
         status = wait_for(
             lambda n=name: (s := schedule_status(kubectl, n)).get("phase") == "FailedValidation" and s, 30, name

@@ -8,7 +8,10 @@ held a final checkpoint and exited. Its state from before is gone; the stack's i
 
 When autoRestore is on and, with no Checkpoint or Restore of the release in flight, every participant pod is ready at
 its StatefulSet's current revision (the rollout wait of :func:`.context.discover`), every participant answers, none
-is mid-transaction or still holding a final checkpoint, and at least one is fresh, the operator creates a Restore
+is mid-transaction or still holding a final checkpoint, at least one is fresh, and the checkpoint to resume from was
+taken of the stack as deployed now (:func:`of_this_stack`: created after the participants' StatefulSets, which
+``helm upgrade`` keeps and a reinstall makes anew, so a new install of the release is never restored from an older
+one's checkpoints), the operator creates a Restore
 ``<release>-resume-<YYYYMMDDhhmmss>`` (label ``gym-checkpoint.dev/created-by=auto-restore``) of :func:`candidate`:
 the newest completed Checkpoint of the whole release that completed at or after the last completed Restore of the
 whole release, else the Checkpoint that Restore restored (the stack has moved on from there only), else, with no
@@ -30,8 +33,8 @@ import datetime as dt
 import logging
 from typing import Any
 
-from gym_operator.controllers.context import FINAL, Context, discover
-from gym_operator.discovery import DiscoveryError
+from gym_operator.controllers.context import FINAL, Context, discover, pod_selector
+from gym_operator.discovery import DiscoveryError, statefulset_of
 from gym_operator.kube import KubeError
 from gym_operator.specs import SelectorSpec
 from gym_services.control.protocol import Phase
@@ -92,6 +95,25 @@ def candidate(checkpoints: list[dict[str, Any]], restores: list[dict[str, Any]])
         return max(newer, key=_order)
     ref = ((last.get("spec") or {}).get("checkpointRef") or {}).get("name")
     return next((c for c in done if name_of(c) == ref), None)
+
+
+def stack_since(pods: list[Any], statefulsets: list[Any]) -> str:
+    """When this deployment of the stack began: the newest creation of its participant pods' StatefulSets (a pod of
+    none counts itself). ``helm upgrade`` keeps the StatefulSets; a reinstall makes new ones."""
+    created = {str(s.metadata.name): s.metadata.creation_timestamp for s in statefulsets}
+    times = []
+    for pod in pods:
+        owner = statefulset_of(pod)
+        when = created.get(owner) if owner else None
+        times.append(when or pod.metadata.creation_timestamp)
+    stamps = [t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in times if t is not None]
+    return max(stamps, default="")
+
+
+def of_this_stack(checkpoint: dict[str, Any], since: str) -> bool:
+    """Whether a checkpoint was taken of the stack as deployed now (created once its StatefulSets existed), not of an
+    earlier install of the release: a new install is fresh because it is new, and never restored by itself."""
+    return str((checkpoint.get("metadata") or {}).get("creationTimestamp") or "") >= since
 
 
 def failed_attempts(restores: list[dict[str, Any]], checkpoint: str) -> int:
@@ -158,14 +180,28 @@ async def nothing_new(context: Context, namespace: str, refs: list[ParticipantRe
     fresh = sorted(p for p, phase in phases.items() if phase is Phase.FRESH)
     if not fresh or not context.settings.auto_restore:
         return None
-    checkpoints, restores = await release_resources(context, namespace)
-    chosen = candidate(checkpoints, restores)
-    if chosen is None or failed_attempts(restores, name_of(chosen)) >= MAX_ATTEMPTS:
+    chosen = await resumable(context, namespace)
+    if chosen is None:
         return None
     return (
         f"{', '.join(fresh)} came back fresh and the stack waits for its automatic restore of Checkpoint "
         f"{name_of(chosen)}"
     )
+
+
+async def resumable(context: Context, namespace: str) -> dict[str, Any] | None:
+    """The Checkpoint the automatic resume would restore now: the :func:`candidate`, of this stack, not given up."""
+    checkpoints, restores = await release_resources(context, namespace)
+    chosen = candidate(checkpoints, restores)
+    if chosen is None or failed_attempts(restores, name_of(chosen)) >= MAX_ATTEMPTS:
+        return None
+    return chosen if of_this_stack(chosen, await deployed_since(context, namespace)) else None
+
+
+async def deployed_since(context: Context, namespace: str) -> str:
+    """:func:`stack_since` of the release's participant pods."""
+    pods = await context.kube.list_pods(namespace, pod_selector(SelectorSpec(), context.settings))
+    return stack_since(pods, await context.kube.list_statefulsets(namespace))
 
 
 async def awaiting(context: Context, namespace: str, terminating_ok: bool = False) -> str | None:
@@ -232,6 +268,14 @@ class Resumer:
             self._once("none", f"{', '.join(fresh)} came back fresh, and the release has no checkpoint to resume from")
             return
         checkpoint = name_of(chosen)
+        since = await deployed_since(context, namespace)
+        if not of_this_stack(chosen, since):
+            self._once(
+                "none",
+                f"{', '.join(fresh)} are fresh, but the stack was deployed ({since}) after the newest checkpoint, "
+                f"Checkpoint {checkpoint}: a new install is not restored by itself (restore it by hand if you want it)",
+            )
+            return
         if failed_attempts(restores, checkpoint) >= MAX_ATTEMPTS:
             message = (
                 f"the automatic restore of Checkpoint {checkpoint} failed {MAX_ATTEMPTS} times (see the Restores "

@@ -3,7 +3,7 @@
 `helm install` puts the chart's objects into kemu, exactly as rendered. This module then does what a real
 cluster's controllers and kubelets would: for every StatefulSet it creates its pods ``<name>-0`` ...
 ``<name>-<replicas-1>`` (for a Deployment, one pod) from the template and runs each container's command as a
-local process; for every Job (the upgrade hooks) it runs the
+local process; for every Job (the secrets hook) it runs the
 command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
 readiness probe answers.
 

@@ -99,6 +99,15 @@ def test_a_schedule_skips_while_one_is_in_flight_then_creates_and_keeps_the_newe
     assert {"Skipped", "Scheduled", "Pruned"} <= set(reasons), reasons
     messages = [e["message"] for e in json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]]
     assert any("Checkpoint slow of the release is in flight" in m for m in messages)
+
+    # its next run: now its own first one is beyond keep, and goes
+    following = wait_for(
+        lambda: (s := schedule_status(kubectl, "nightly").get("lastSuccessfulCheckpoint")) not in (None, created) and s,
+        40,
+        "the next run",
+    )
+    wait_for(lambda: gone(kubectl, "checkpoint", created), 30, "the first run pruned")
+    assert not gone(kubectl, "checkpoint", following) and not gone(kubectl, "checkpoint", "slow")
     stack.kill()
 
 

@@ -2,8 +2,8 @@
 create a release's generated Secret once.
 
 The same as ``kubectl apply`` + ``kubectl wait``, for a desk or an image without kubectl (a ``helm upgrade`` needs
-neither: the operator takes the termination checkpoint and the automatic restore, ``docs/operations/kubernetes-preemption.md``).
-The operator does the work; this only creates the resource and follows
+neither: the operator takes the termination checkpoint and the automatic restore,
+``docs/operations/kubernetes-preemption.md``). The operator does the work; this only creates the resource and follows
 its ``status`` (progress on stderr). Exit 0 when Completed, 1 when Failed or out of time, 2 on bad usage.
 ``secret`` is the chart's secrets hook: it creates a Secret of random values once and adds a key it lacks, but
 never changes a value it holds, so a GitOps tool that renders the chart offline never rotates a token.

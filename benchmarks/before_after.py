@@ -1,8 +1,8 @@
 """This checkout against an earlier commit, in one run: the checkpoint pause benchmark and the demo, each run on
-both code trees in turn (A B, then B A, ...), so a regression shows beside the machine's drift (issue 23: one
-pipeline must cost nothing against the two it replaced).
+both code trees in turn (A B, then B A, ...), so a regression shows beside the machine's drift (the runs:
+``benchmarks/RESULTS.md``).
 
-The earlier commit's ``services/`` (``--ref``, default ce41d67: the tree issue 23 was filed on) is extracted into a
+The earlier commit's ``services/`` (``--ref``, default ce41d67: the tree before the one pipeline) is extracted into a
 temporary folder (cli_checkpoint.py's ``extract``). Both trees run with this venv's Python and the same workload, the
 code chosen by ``PYTHONPATH`` (that ``services/`` ahead of the editable install), which every server process inherits:
 

@@ -1,5 +1,5 @@
 """Chaos: rollout collection over every environment while processes are SIGKILLed at random moments; at the end
-the results must equal an uninterrupted run's (issue 16).
+the results must equal an uninterrupted run's (``docs/architecture.md``, "Targets").
 
 The demo stack (every server its own process, the tasks of all four environments) collects rollouts. At random
 moments (a random share of the rollouts finished, the rest in flight) one cycle of a random kind runs:
@@ -13,9 +13,9 @@ moments (a random share of the rollouts finished, the rest in flight) one cycle 
 - ``d``: the inference worker SIGKILLed mid-generation and restarted: the policy model retries, collection carries
   on;
 - ``e`` (``--storage embedded-s3`` only, where this script owns the S3 server): S3 stopped while a checkpoint writes
-  (the persist of a sync checkpoint under the pause or of a snapshot after resume, or the publication) - its SeaweedFS
-  SIGSTOPped, or SIGKILLed and started again on the same ports and data - for a random while. The checkpoint completes
-  (published) or fails (never published, not even later), the pause ends within its bound (admission reopens
+  (the persist of a sync checkpoint under the pause or of a background one after resume, or the publication) - its
+  SeaweedFS SIGSTOPped, or SIGKILLed and started again on the same ports and data - for a random while. The checkpoint
+  completes (published) or fails (never published, not even later), the pause ends within its bound (admission reopens
   everywhere), collection carries on, and once S3 is back the next checkpoint completes and is restored (as in ``a``).
 
 At the end, compared with an uninterrupted run of the same tasks: every (task, repeat) exactly once, every reward
@@ -229,7 +229,7 @@ class Chaos:
     # --- the kinds ---------------------------------------------------------------------------------
 
     async def _checkpoint(
-        self, checkpoint_id: str, on_phase=None, method: CheckpointMethod = CheckpointMethod.SNAPSHOT
+        self, checkpoint_id: str, on_phase=None, method: CheckpointMethod = CheckpointMethod.BACKGROUND
     ):
         async with ControlClient(self.token, timeout_s=120) as client:
             participants = await discover(self.state, client)
@@ -376,10 +376,10 @@ class Chaos:
         if not self.story.embedded_s3:
             raise AssertionError("kind e stops the local S3 server: run with --storage embedded-s3")
         checkpoint_id = self.next_id()
-        method = method or self.rng.choice([CheckpointMethod.SNAPSHOT, CheckpointMethod.SYNC])
+        method = method or self.rng.choice([CheckpointMethod.BACKGROUND, CheckpointMethod.SYNC])
         writes = {
             CheckpointMethod.SYNC: [TransactionPhase.PERSISTING, TransactionPhase.PUBLISHING],
-            CheckpointMethod.SNAPSHOT: [
+            CheckpointMethod.BACKGROUND: [
                 TransactionPhase.RESUMING,
                 TransactionPhase.PERSISTING,
                 TransactionPhase.PUBLISHING,

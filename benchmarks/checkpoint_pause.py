@@ -5,12 +5,12 @@ A real ``workplace_assistant`` uvicorn process holds N live sessions, each after
 calls. While ``--clients`` (default 8) HTTP clients in another process call Workplace tools on random
 live sessions back to back (a search, and one call in four a mutating one; a ``409 checkpoint_parked``
 is retried after the server's ``Retry-After``, as the agents do, and counts into that call's latency),
-the same server takes two ``snapshot`` checkpoints: its first since it started (``cold``), then a
+the same server takes two ``background`` checkpoints: its first since it started (``cold``), then a
 second (``warm``). For each N and each storage (``file://`` and S3, a real SeaweedFS on 127.0.0.1) a
 fresh stack is started. Each checkpoint is then restored into a fresh process. Columns:
 
 - pause: first prepare to last resume, the coordinator's figure; bound: its prepare (the calls in flight
-  finishing: they run to their end before the server answers prepare); capture: the snapshot step;
+  finishing: they run to their end before the server answers prepare); capture: the capture step;
 - worst call: the slowest client call that overlapped the pause (what a rollout sees);
 - p99 before: the clients' p99 in the ``--before`` seconds before the checkpoint;
 - p99 persist: the clients' p99 (and the calls counted) from the last resume until the checkpoint was
@@ -357,7 +357,7 @@ def main() -> None:
 
 def print_table(rows: list[Row], args, final: bool = True) -> None:
     print(
-        f"snapshot checkpoint of N live Workplace sessions under {args.clients} live clients, cold (the server's "
+        f"background checkpoint of N live Workplace sessions under {args.clients} live clients, cold (the server's "
         "first) and warm, one run" + ("" if final else " (so far)")
     )
     head = (
@@ -376,7 +376,7 @@ def print_table(rows: list[Row], args, final: bool = True) -> None:
             f"{r.memory:>9.2f} {r.parked:>6} {r.load:>5.1f}"
         )
     print()
-    print("targets (issue 29), per row:")
+    print("targets (docs/architecture.md), per row:")
     for r in rows:
         checks = [
             ("worst call <= p99 before + 150 ms", r.worst <= r.p99_before + 0.150),

@@ -1,5 +1,5 @@
 """``gymckpt checkpoint`` from a cold shell until it says COMPLETED, versus live Workplace sessions, this tree's
-CLI beside an earlier revision's in one run (issue 29: <= 1 s at 1,000 sessions).
+CLI beside an earlier revision's in one run (target: <= 1 s at 1,000 sessions).
 
 A real ``workplace_assistant`` uvicorn process holds N live sessions (each after three mutating tool calls). The
 CLI is then run as a user runs it, a new process each time (``gymckpt checkpoint --json``), alternately with this
@@ -186,7 +186,7 @@ def print_table(rows: list[Row], args) -> None:
             f"{f'{min(r.loads):.1f}-{max(r.loads):.1f}':>9}  {r.heaviest}"
         )
     print()
-    print("target (issue 29): wall <= 1 s at 1,000 sessions (on an idle machine: compare the CPU column)")
+    print("target: wall <= 1 s at 1,000 sessions (on an idle machine: compare the CPU column)")
 
 
 if __name__ == "__main__":

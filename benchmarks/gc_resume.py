@@ -1,7 +1,7 @@
 """Which cyclic garbage collections the serving process runs around a checkpoint's resume, and how long each takes.
 
 Runs ``checkpoint_pause.py``'s stack (a real ``workplace_assistant`` uvicorn process holding N live sessions under
-``--clients`` live HTTP clients, a cold and a warm ``snapshot`` checkpoint to ``file://``) with a ``sitecustomize``
+``--clients`` live HTTP clients, a cold and a warm ``background`` checkpoint to ``file://``) with a ``sitecustomize``
 on the servers' path that records every collection through ``gc.callbacks`` (generation, start on the monotonic
 clock the benchmark's windows use, wall duration) in a file per process. Each checkpoint's collections are then
 put in windows of its transaction: under the pause (first prepare to last resume), the first second after resume

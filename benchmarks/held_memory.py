@@ -1,8 +1,8 @@
-"""Held memory: what every server of the demo stack keeps per finished episode, and where (issue 29).
+"""Held memory: what every server of the demo stack keeps per finished episode, and where.
 
 The demo stack collects (the tasks of all four environments, ``--repeats`` rollouts per task); every
 ``--drop-every`` seconds the rollouts finished so far have their token ledgers frozen and dropped, as a
-trainer reading the rows as they are written does, and every ``--checkpoint-every`` seconds a ``snapshot``
+trainer reading the rows as they are written does, and every ``--checkpoint-every`` seconds a ``background``
 checkpoint is taken. Every server process loads a probe (a ``sitecustomize`` this
 script writes; nothing in the servers' code): on ``SIGUSR1`` it writes its resident memory, what Python's
 allocator holds (``tracemalloc``, in the servers named by ``--trace``), malloc's arenas (``mallinfo2``: in use,
@@ -190,7 +190,7 @@ def probe(chaos: Chaos, probe_dir: Path, tag: str, episodes: int, timeout_s: flo
 
 
 def checkpoint(chaos: Chaos, trainer: Trainer) -> tuple[int, Checkpointed]:
-    """The trainer drops what finished, then a snapshot checkpoint; (episodes finished, what it wrote)."""
+    """The trainer drops what finished, then a background checkpoint; (episodes finished, what it wrote)."""
     trainer.consume(chaos)
     cid = chaos.next_id()
     for attempt in range(5):  # on a loaded machine a server may take longer than discovery waits

@@ -1,11 +1,11 @@
 """Where a Workplace restore's decode time goes, per session, and what decoding in other processes would cost
-the serving process instead (issue 29: restore <= 1 s at 1,000 sessions, <= 3 s at 10,000).
+the serving process instead (targets: restore <= 1 s at 1,000 sessions, <= 3 s at 10,000).
 
 N Workplace sessions after the benchmark's three mutating tool calls each are exported as the participant writes
 them (one record per session, plus the shared base), then decoded as a restore decodes them, step by step, in
 this process's CPU time (``time.process_time``: a loaded machine stretches the wall clock, not this):
 
-Each step runs with cyclic garbage collection paused, as a restore runs (issue 29: otherwise each collection walks
+Each step runs with cyclic garbage collection paused, as a restore runs (otherwise each collection walks
 every session rebuilt so far, which was ~40% of decoding 10,000 sessions and most of what was once measured here as
 "validate").
 

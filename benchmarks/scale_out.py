@@ -230,7 +230,7 @@ async def transaction(state: StackState, token: str, location: str, cid: str, re
         if phase is TransactionPhase.PREPARING:
             cpu["coordinator"], cpu["all"] = -cpu_ns([os.getpid()]), -cpu_ns([os.getpid(), *pids])
         elif phase in (TransactionPhase.PERSISTING, TransactionPhase.COMPLETED) and "end" not in cpu:
-            cpu["end"] = 1  # snapshot: Persisting follows resume; sync: Completed does
+            cpu["end"] = 1  # background: Persisting follows resume; sync: Completed does
             cpu["coordinator"] += cpu_ns([os.getpid()])
             cpu["all"] += cpu_ns([os.getpid(), *pids])
 
@@ -276,7 +276,7 @@ def pause(tmp: Path, replicas: int, sessions: int) -> dict[str, Any]:
         "spread": f"{min(per_replica)}-{max(per_replica)}",
         "pause": result.pause_s,
         "prepare": result.timings["prepare"],
-        # a snapshot checkpoint captures under the pause and persists after it; a sync one persists under it too
+        # a background checkpoint captures under the pause and persists after it; a sync one persists under it too
         "capture": result.timings.get("capture", 0.0),
         "method": result.method,
         "published": result.published_s or 0.0,

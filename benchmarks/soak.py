@@ -1,9 +1,9 @@
 """Soak: the demo stack collecting for a long while with a checkpoint every 30 s and a SIGKILL of every process
 followed by a restore every 5 minutes; resources, pause and size must stay flat, and no rollout may be lost,
-duplicated or failed (issue 29).
+duplicated or failed (``benchmarks/RESULTS.md`` keeps the runs).
 
 The demo stack (every server its own process, the tasks of all four environments interleaved, ``--repeats``
-rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``snapshot`` checkpoint is
+rollouts per task so one job runs long) collects. Every ``--checkpoint-every`` seconds a ``background`` checkpoint is
 taken and published; right after it every server is sampled from /proc: resident memory (VmRSS), open file
 descriptors and threads, with the episodes the collection finished so far. Every ``--kill-every`` seconds every
 process is SIGKILLed and fresh ones restore the newest published checkpoint (what finished after it is run again).
@@ -180,8 +180,8 @@ class Trainer:
         async def one(rollout_id: str) -> None:
             async with slots:
                 try:
-                    snapshot = await client.freeze(rollout_id)
-                    if await client.drop(rollout_id, snapshot.snapshot_id, snapshot.version):
+                    frozen = await client.freeze(rollout_id)
+                    if await client.drop(rollout_id, frozen.snapshot_id, frozen.version):
                         self.dropped += 1
                     else:
                         self.undropped["drop answered false"] += 1
@@ -400,7 +400,7 @@ def print_table(soak: Soak, args: argparse.Namespace, elapsed: float) -> None:
         for line in failure.log_lines:
             print(f"      {line[:600]}")
     print(
-        "targets (issue 29): RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
+        "targets: RSS slope <= 1 MB per 1,000 episodes after warm-up; pause, size, fds and threads flat; "
         "0 lost, duplicated or failed rollouts"
     )
 

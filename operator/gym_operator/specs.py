@@ -137,7 +137,7 @@ class CheckpointSpec(_Spec):
     storage_location: str = DEFAULT_LOCATION
     prepare_timeout_seconds: float = Field(default=DEFAULT_PREPARE_TIMEOUT_S, gt=0)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
-    method: CheckpointMethod = CheckpointMethod.SNAPSHOT
+    method: CheckpointMethod = CheckpointMethod.BACKGROUND
     #: how long the Checkpoint lives after its creation; then the operator deletes it (None: until deleted)
     ttl: dt.timedelta | None = None
     deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
@@ -234,7 +234,7 @@ class OperatorSettings(BaseModel):
         description="GYMCKPT_OPERATOR_DEPLOYMENT: the operator's own Deployment; when it is gone (helm uninstall) or "
         "the namespace is terminating, the operator releases its finalizers as it stops",
     )
-    delete_attempts: int = Field(
+    delete_tries: int = Field(
         default=6,
         ge=1,
         description="GYMCKPT_DELETE_ATTEMPTS: tries to delete a deleted Checkpoint's data (deletionPolicy: Delete) "
@@ -299,23 +299,23 @@ class OperatorSettings(BaseModel):
         if env.get("GYMCKPT_STORAGE"):
             locations[DEFAULT_LOCATION] = StorageLocation(name=DEFAULT_LOCATION, url=env["GYMCKPT_STORAGE"])
         try:
-            attempts = int(env.get("GYMCKPT_DELETE_ATTEMPTS") or 6)
+            tries = int(env.get("GYMCKPT_DELETE_ATTEMPTS") or 6)
             retry_s = float(env.get("GYMCKPT_DELETE_RETRY_SECONDS") or 10.0)
         except ValueError as exc:
             raise SpecError(f"GYMCKPT_DELETE_ATTEMPTS / GYMCKPT_DELETE_RETRY_SECONDS: {exc}") from None
         try:
-            return cls._from(env, locations, attempts, retry_s)
+            return cls._from(env, locations, tries, retry_s)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
             raise SpecError(f"invalid operator settings: {problems}") from None
 
     @classmethod
     def _from(
-        cls, env: Mapping[str, str], locations: dict[str, StorageLocation], attempts: int, retry_s: float
+        cls, env: Mapping[str, str], locations: dict[str, StorageLocation], tries: int, retry_s: float
     ) -> OperatorSettings:
         return cls(
             deployment=env.get("GYMCKPT_OPERATOR_DEPLOYMENT") or None,
-            delete_attempts=attempts,
+            delete_tries=tries,
             delete_retry_s=retry_s,
             token=env["GYMCKPT_CONTROL_TOKEN"],
             locations=locations,

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
     """Commands that live in their own modules (local stack, checkpoints, demo)."""
     from gym_services import commands
 

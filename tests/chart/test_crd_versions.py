@@ -18,7 +18,11 @@ VERSIONS = {
     "3": {"checkpoints": "a3aefb400cd87c2b", "restores": "cf854bc450cad902"},
     "4": {"checkpoints": "36dac06bdab1f072", "restores": "8ad86d3f9efc8d59"},
     "5": {"checkpoints": "4c35cf22e4868a41", "restores": "73017a7188ac77e1"},
-    "6": {"checkpoints": "3c110fd0669cab5f", "checkpointschedules": "5a351faac1313ddd", "restores": "7b8cd5b940cd5655"},
+    "6": {"checkpoints": "538db49676686ccf", "restores": "7b8cd5b940cd5655"},
+    # the checkpoint method background (snapshot kept as its deprecated alias); timings described by their steps
+    "7": {"checkpoints": "4239691bc9bb1528", "restores": "d9af3be7bdc5fdff"},
+    # CheckpointSchedule; Checkpoint spec.final and spec.deadline (termination checkpoints)
+    "8": {"checkpoints": "c499b27452b5c56c", "checkpointschedules": "c87ae1a1b907f141", "restores": "d9af3be7bdc5fdff"},
 }
 
 

@@ -72,11 +72,13 @@ def store(render: Any, tmp_path: Path):
     ]
     forward_cmd = [str(BIN / forwarder["command"][0]), *(local(a) for a in forwarder["command"][1:])]
     (tmp_path / "data").mkdir()
-    log = open(tmp_path / "weed.log", "wb")  # noqa: SIM115
-    procs = [
-        subprocess.Popen(weed_cmd, env={**os.environ, **keys}, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path),
-        subprocess.Popen(forward_cmd, env={**os.environ, **keys}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-    ]
+    with open(tmp_path / "weed.log", "wb") as log:  # the child keeps its own descriptor
+        procs = [
+            subprocess.Popen(weed_cmd, env={**os.environ, **keys}, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path),
+            subprocess.Popen(
+                forward_cmd, env={**os.environ, **keys}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            ),
+        ]
     assert {name: item["valueFrom"]["secretKeyRef"]["key"] for name, item in env_of(forwarder).items()} == {
         k: k for k in keys
     }

@@ -136,6 +136,8 @@ def test_a_rendered_server_command_starts_the_server(render: Any, tmp_path: Path
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
 
 
 def test_default_values_give_every_server_a_config_it_accepts(render: Any, tmp_path: Path) -> None:

@@ -1813,7 +1813,7 @@ def invalid_verify_bodies() -> list[dict[str, Any]]:
     body["response"]["output"].insert(0, {"type": "function_call", "call_id": "c", "name": "x", "arguments": {"a": 1}})
     out.append(body)
     # arguments past Python's 4,300-digit integer limit: NeMo Gym's verifier catches decode and type errors only,
-    # so its ValueError is the route's 500; text that is not JSON stays {} (issue 28)
+    # so its ValueError is the route's 500; text that is not JSON stays {}
     for raw in (edge.dumps({"recipient": edge.HUGE_INT}), edge.dumps([edge.HUGE_INT]), "{" + "9" * 5000):
         body = copy.deepcopy(base)
         body["response"]["output"].insert(

@@ -14,8 +14,8 @@ ours, through its real routes:
   feedback). Every reward, proof status, feedback, correction prompt and predicted proof equals the
   recording.
 
-What differs in how our agents build the model's inputs is the agents' business (issue 11, branch
-``agents``); ``test_agent_side_differences_are_reported`` lists what is seen today.
+What differs in how our agents build the model's inputs is the agents' business: their own conformance suite
+(``tests/conformance/test_agents_conformance.py``) compares them with NeMo Gym's agents.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ async def test_framework_routes_unknown_paths_and_methods(oracle: Oracle) -> Non
 
 
 async def test_edge_inputs_cells_of_every_json_type_surrogates_deep_bodies(oracle: Oracle) -> None:
-    """Issue 28's edge inputs: every JSON type (nested lists among them) written into cells by the three update
+    """NeMo Gym's edge inputs: every JSON type (nested lists among them) written into cells by the three update
     tools and read back, lone surrogates echoed and as body keys, huge integers, bodies nested past the parser."""
     sequences = cases.edge_sequences()
     compared, diffs = await compare(oracle, sequences, batch=10)

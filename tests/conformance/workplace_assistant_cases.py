@@ -391,7 +391,7 @@ UPDATERS = [
 
 
 def edge_sequences() -> list[list[dict]]:
-    """The edge inputs that once differed (issue 28), each in its own session so its final tables are compared:
+    """The edge inputs that once differed, each in its own session so its final tables are compared:
     JSON values of every type written into a cell through the three update tools and read back (a nested list
     stays a list in NeMo Gym's one-block tables; ``[1, 2]`` fails with numpy's message), text that cannot be
     encoded (a lone surrogate echoed in an answer, or as a body key), and bodies nested past every JSON parser

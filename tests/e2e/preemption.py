@@ -34,7 +34,7 @@ from gym_services.stack.launcher import StackState, is_running, read_state, stop
 
 #: slow enough that episodes are in flight at the signal on a busy machine, few enough tasks to stay lean
 TOKENS_PER_SECOND = 40.0
-TASKS_PER_ENVIRONMENT = 3
+TASKS_PER_ENVIRONMENT = 2
 CONCURRENCY = 6
 
 
@@ -126,10 +126,15 @@ class Preempted:
             time.sleep(0.05)
 
     def finish(self, timeout_s: float = 240) -> str:
-        """The follower's output once the job completed."""
+        """The follower's output once the job completed, and the resumed stack's job completed (the follower may have
+        seen the old stack complete it during the grace, before the resume rolled it back to its checkpoint)."""
         assert self.follower is not None
         out, err = self.follower.communicate(timeout=timeout_s)
         assert self.follower.returncode == 0, (out, err)
+        deadline = time.monotonic() + timeout_s
+        while job_status(self.state())["state"] != "completed":
+            assert time.monotonic() < deadline, "the resumed job did not complete"
+            time.sleep(0.1)
         return out + err
 
     def model_tokens_at_exit(self) -> int:

@@ -1,4 +1,4 @@
-"""A resources server SIGKILLed mid-job: the cause reaches the collection and the user (issue 27, item 5).
+"""A resources server SIGKILLed mid-job: the cause reaches the collection and the user.
 
 The agent keeps its episodes at their boundaries and retries the dead server itself, so its ``/run`` answers
 nothing and the collection alone would only see that no episode finishes. The agent names what it waits for

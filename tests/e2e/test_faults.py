@@ -81,7 +81,12 @@ class Servers:
 
 
 async def run_checkpoint(
-    servers: Servers, location: str, kill_at: str, victim: str = "counter-1", method: str = "snapshot", cid: str = "ck"
+    servers: Servers,
+    location: str,
+    kill_at: str,
+    victim: str = "counter-1",
+    method: str = "background",
+    cid: str = "ck",
 ):
     async with ControlClient(servers.token, timeout_s=10) as client:
 
@@ -101,10 +106,10 @@ async def run_checkpoint(
         ("sync", "Capturing"),
         ("sync", "Persisting"),
         ("sync", "Publishing"),
-        ("snapshot", "Preparing"),
-        ("snapshot", "Capturing"),
-        ("snapshot", "Persisting"),
-        ("snapshot", "Publishing"),
+        ("background", "Preparing"),
+        ("background", "Capturing"),
+        ("background", "Persisting"),
+        ("background", "Publishing"),
     ],
 )
 async def test_participant_killed_before_publish_leaves_no_checkpoint(tmp_path, method, kill_at) -> None:
@@ -148,14 +153,14 @@ async def test_participant_killed_while_resuming_checkpoint_is_whole_and_restora
         fresh.stop()
 
 
-async def test_participant_killed_while_resuming_a_snapshot_leaves_no_checkpoint(tmp_path) -> None:
-    """snapshot: resume comes before the records are written; a server dead at resume never writes
+async def test_participant_killed_while_resuming_a_background_checkpoint_leaves_none(tmp_path) -> None:
+    """background: resume comes before the records are written; a server dead at resume never writes
     its capture, so nothing is published and the survivors serve again."""
     location = f"file://{tmp_path / 'store'}"
     servers = Servers(tmp_path).start()
     try:
         servers.seed()
-        result = await run_checkpoint(servers, location, "Resuming", victim="counter-0", method="snapshot")
+        result = await run_checkpoint(servers, location, "Resuming", victim="counter-0", method="background")
         statuses = servers.statuses()
     finally:
         servers.stop()
@@ -200,10 +205,10 @@ async def test_participant_killed_during_restore_installs_nothing_anywhere(tmp_p
         ("sync", "persisting"),
         ("sync", "publishing"),
         ("sync", "resuming"),
-        ("snapshot", "capturing"),
-        ("snapshot", "resuming"),
-        ("snapshot", "persisting"),
-        ("snapshot", "publishing"),
+        ("background", "capturing"),
+        ("background", "resuming"),
+        ("background", "persisting"),
+        ("background", "publishing"),
     ],
 )
 def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
@@ -242,7 +247,7 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
             if line.strip().endswith(kill_at):
                 os.killpg(cli.pid, signal.SIGKILL)
                 break
-        cli.wait(timeout=10)
+        cli.communicate(timeout=10)  # waits, and closes its stdout
         assert seen and seen[-1].endswith(kill_at), seen
         paused_right_after = [n for n, st in servers.statuses().items() if not st["admission_open"]]
         deadline = time.monotonic() + 10
@@ -268,8 +273,8 @@ def test_coordinator_killed_mid_transaction(tmp_path, method, kill_at) -> None:
         }
         assert expiries and all(reopened.values()), (expiries, reopened, paused_right_after)
     assert all(st["admission_open"] and st["checkpoint_id"] is None for st in statuses.values()), statuses
-    if kill_at in ("preparing", "capturing", "persisting") or (method == "snapshot" and kill_at == "resuming"):
-        # snapshot: nobody publishes what the dead coordinator captured, even once every upload is done
+    if kill_at in ("preparing", "capturing", "persisting") or (method == "background" and kill_at == "resuming"):
+        # background: nobody publishes what the dead coordinator captured, even once every upload is done
         assert not published and list_checkpoints(location) in ([], [("ck", None)])
     if method == "sync" and kill_at == "resuming":
         assert published
@@ -404,7 +409,7 @@ def test_restore_cli_killed_while_resuming_ends_restored_everywhere(tmp_path) ->
             if line.strip().endswith("resuming"):
                 os.killpg(cli.pid, signal.SIGKILL)
                 break
-        cli.wait(timeout=10)
+        cli.communicate(timeout=10)  # waits, and closes its stdout
         assert seen and seen[-1].endswith("resuming"), seen
         statuses = wait_all_open(fresh)
     finally:

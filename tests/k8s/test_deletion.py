@@ -1,7 +1,7 @@
-"""Deletion as kube-apiserver and its controllers do it (issue 26, list 8): namespaces and CRDs wait for the
+"""Deletion as kube-apiserver and its controllers do it: namespaces and CRDs wait for the
 finalizers of what is inside them, deletion bumps `generation`, and scheduled pods stay `Terminating` for their
 grace period. The operator's uninstall and namespace-deletion tests (tests/operator/test_release_cleanup_k8s.py)
-stand on these: an emulator that purged finalized objects hid the hang of issue 26 item 3."""
+stand on these: an emulator that purged finalized objects once hid their hang at uninstall."""
 
 from __future__ import annotations
 

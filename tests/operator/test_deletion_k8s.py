@@ -247,5 +247,5 @@ def test_a_deleted_checkpoint_whose_storage_is_gone_goes_after_bounded_tries(
     events = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
     reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "unreachable"]
     assert reasons.count("DataKept") == 1 and reasons.count("DeleteFailed") == 1, reasons
-    assert operators.log.read_text().count("attempt 3 of 3") == 0  # the third failure gives up, not retries
-    assert operators.log.read_text().count("(attempt 2 of 3)") >= 1
+    assert operators.log.read_text().count("try 3 of 3") == 0  # the third failure gives up, not retries
+    assert operators.log.read_text().count("(try 2 of 3)") >= 1

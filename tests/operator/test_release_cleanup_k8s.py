@@ -90,9 +90,7 @@ def test_deleting_the_namespace_completes(operators: Operators, kemu: Any, kubec
         wait_for(lambda n=name: finalized(kubectl, "team", "checkpoint", n), what=f"the finalizer on {name}")
 
     kubectl("delete", "namespace", "team", "--wait=false")
-    wait_for(
-        lambda: "(attempt 1 of 6)" in operators.log.read_text(), timeout=60, what="the data deletion to be retried"
-    )
+    wait_for(lambda: "(try 1 of 6)" in operators.log.read_text(), timeout=60, what="the data deletion to be retried")
     assert kubectl("get", "namespace", "team", "-o", "jsonpath={.status.phase}").stdout == "Terminating"
     assert operators.stop(proc) == 0
     kubectl("wait", "--for=delete", "namespace/team", "--timeout=60s", timeout=70)

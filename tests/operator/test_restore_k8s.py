@@ -64,7 +64,7 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
     assert status["pauseSeconds"] > 0 and {"prepare", "capture", "resume", "persist", "publish"} <= set(
         status["timings"]
     )
-    assert status["method"] == "snapshot" and status["publishedSeconds"] >= status["pauseSeconds"]
+    assert status["method"] == "background" and status["publishedSeconds"] >= status["pauseSeconds"]
     table = kubectl("get", "checkpoints").stdout
     assert "PHASE" in table and "Completed" in table.splitlines()[1]
     bucket, prefix = location[len("s3://") :].split("/", 1)

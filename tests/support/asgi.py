@@ -97,8 +97,8 @@ class Control:
         await self.resume(cid)
         return persisted
 
-    async def snapshot(self, cid: str, location: str, episodes: list[str] | None = None) -> dict:
-        """prepare -> capture -> resume -> persist (the ``snapshot`` method); returns the persist answer."""
+    async def checkpoint_background(self, cid: str, location: str, episodes: list[str] | None = None) -> dict:
+        """prepare -> capture -> resume -> persist (the ``background`` method); returns the persist answer."""
         prepared = await self.prepare(cid)
         assert prepared["status"] == "prepared", prepared
         await self.capture(cid, location, episodes)

@@ -107,8 +107,8 @@ def start_seaweed(data_dir: Path, timeout_s: float = 30.0) -> SeaweedS3:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "weed.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(args, cwd=data_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log:  # the child writes to its own copy of the descriptor
+        proc = subprocess.Popen(args, cwd=data_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = SeaweedS3(f"http://127.0.0.1:{ports['s3']}", ACCESS_KEY, SECRET_KEY, proc, log_path)
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None

@@ -163,7 +163,7 @@ async def _delete_stored(
     body: kopf.Body, spec: CheckpointSpec, status: dict[str, Any], retry: int, context: Context
 ) -> None:
     """Remove a deleted Checkpoint's stored objects; a failure is retried (kopf, delays doubling) until the
-    operator's attempts are spent, then the data is kept and the Checkpoint goes."""
+    operator's tries are spent, then the data is kept and the Checkpoint goes."""
     meta = body.get("metadata") or {}
     checkpoint_id, stored_at = status["checkpointId"], status["location"]
     try:
@@ -187,14 +187,14 @@ async def _delete_stored(
 
 
 async def _delete_failed(body: kopf.Body, status: dict[str, Any], retry: int, context: Context, error: str) -> None:
-    """One failed try to delete the stored objects: retried later (:class:`kopf.TemporaryError`) or, the attempts
+    """One failed try to delete the stored objects: retried later (:class:`kopf.TemporaryError`) or, the tries
     spent, given up: the data is kept (storage gone for good must not hold the Checkpoint, its namespace and its
     CRD for ever)."""
     checkpoint_id, stored_at = status["checkpointId"], status["location"]
-    attempts = context.settings.delete_attempts
-    if retry + 1 >= attempts:
+    tries = context.settings.delete_tries
+    if retry + 1 >= tries:
         message = (
-            f"deleting checkpoint {checkpoint_id} at {stored_at} failed {attempts} times ({error}); the data is "
+            f"deleting checkpoint {checkpoint_id} at {stored_at} failed {tries} times ({error}); the data is "
             f"kept and the Checkpoint goes: remove it with `gymckpt checkpoints delete {checkpoint_id} --storage "
             f"{stored_at}` once the storage answers"
         )
@@ -202,7 +202,7 @@ async def _delete_failed(body: kopf.Body, status: dict[str, Any], retry: int, co
         kopf.warn(body, reason="DataKept", message=message[:1024])
         return
     message = (
-        f"deleting checkpoint {checkpoint_id} at {stored_at} failed (attempt {retry + 1} of {attempts}): {error}; "
+        f"deleting checkpoint {checkpoint_id} at {stored_at} failed (try {retry + 1} of {tries}): {error}; "
         "retrying (set spec.deletionPolicy: Retain to keep it)"
     )
     if retry == 0:
@@ -210,7 +210,7 @@ async def _delete_failed(body: kopf.Body, status: dict[str, Any], retry: int, co
     context.event_once(
         body,
         "DeleteFailed",
-        f"deleting checkpoint {checkpoint_id} at {stored_at} failed: {error}; trying {attempts} times in all "
+        f"deleting checkpoint {checkpoint_id} at {stored_at} failed: {error}; trying {tries} times in all "
         "(set spec.deletionPolicy: Retain to keep it)",
         warning=True,
     )

@@ -1,13 +1,13 @@
 """The control plane mounted into a Starlette app that was not built by this package (a FastAPI app is one).
 
 :func:`mount_control_plane` does for a finished app what :func:`gym_services.server.app.create_server_app` does
-while it builds one: it adds the control routes (under :data:`~gym_services.control.protocol.CONTROL_PREFIX`,
-behind the bearer token), ``/health/live``, ``/health/ready`` and ``/metrics`` before the app's own routes, and
-wraps the app's own routes (everything else) in admission and attempt fencing
-(:class:`~gym_services.control.admission.AdmissionMiddleware`) and whatever ``data_middleware`` the caller adds.
-Its middleware is the app's innermost (after the app's own, e.g. a session middleware whose session it reads),
-so it must be called before the app serves its first request. The control plane starts and stops with the app's
-lifespan.
+while it builds one, with the same :class:`~gym_services.server.control.ServerControl`: the control routes (under
+:data:`~gym_services.control.protocol.CONTROL_PREFIX`, behind the bearer token), ``/health/live``, ``/health/ready``
+and ``/metrics`` go before the app's own routes, and the app's own routes (everything else) pass the caller's
+``data_middleware`` (a session middleware that sets the session's scope keys, ``base/sessions.py``) and then
+admission and attempt fencing. This middleware is the app's innermost (after the app's own, e.g. a framework's
+session middleware whose session it reads), so it must be mounted before the app serves its first request. The
+control plane starts and stops with the app's lifespan.
 """
 
 from __future__ import annotations
@@ -18,19 +18,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig
-from gym_services.base.metrics import Metrics
-from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver
-from gym_services.control.metrics import ControlMetrics
+from gym_services.control.admission import Admission, PolicyResolver
 from gym_services.control.participant import Participant
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX
-from gym_services.control.routes import control_mount
+from gym_services.server.app import ServerState, health_routes
+from gym_services.server.control import ServerControl
 
 #: the paths this module adds besides the control routes
 SERVED_PATHS = ("/health/live", "/health/ready", "/metrics")
@@ -64,58 +60,40 @@ def mount_control_plane(
 ) -> ControlPlane[Any, Any]:
     """Make ``app`` a participant: see the module. ``policies`` says how each data route behaves while a
     checkpoint is open; ``bypass`` names more paths that are not data routes (a framework's liveness routes);
-    ``admission`` is given by a caller whose middleware reads its attempt fence (else made here)."""
-    config.require_secrets()
-    if config.checkpoint.control_token is None:  # require_secrets refused it unless checkpointing is off
+    ``admission`` is given by a caller that reads it (else made here)."""
+    if not config.checkpoint.enabled:
         raise ValueError(f"server {config.name!r} has checkpointing turned off: nothing to mount")
-    metrics = Metrics(config.name)
-    control_metrics = ControlMetrics.declare(metrics)
-    metrics.track_live(participant.live)
-    admission = admission if admission is not None else Admission(config.participant_id)
-    plane: ControlPlane[Any, Any] = ControlPlane(config, participant, control_metrics, admission)
-
-    async def live(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    async def ready(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ready", "phase": plane.phase})
-
-    app.router.routes[0:0] = [
-        control_mount(plane, config.checkpoint.control_token.get_secret_value()),
-        Route("/health/live", live, methods=["GET"]),
-        Route("/health/ready", ready, methods=["GET"]),
-        Route("/metrics", metrics.endpoint, methods=["GET"]),
-    ]
+    if app.middleware_stack is not None:
+        raise RuntimeError("mount_control_plane must be called before the app serves a request")
+    control = ServerControl.build(config, participant, admission=admission)
+    app.router.routes[0:0] = [*control.routes(), *health_routes(control.metrics)]
+    app.state.server = ServerState(control)
     skipped = {*SERVED_PATHS, *bypass}
 
     def bypassed(path: str) -> bool:
         return path in skipped or path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/")
 
+    # outermost first, as Starlette's own middleware lists: the caller's, then admission and fencing
+    chain = [*data_middleware, *control.admission_middleware(policies)]
+
     def build(inner: ASGIApp) -> ASGIApp:
-        for middleware in reversed(list(data_middleware)):
+        for middleware in reversed(chain):
             inner = middleware.cls(inner, *middleware.args, **middleware.kwargs)
-        assert admission is not None
-        return AdmissionMiddleware(inner, admission=admission, resolve=policies, refused=control_metrics.refused)
+        return inner
 
-    if app.middleware_stack is not None:
-        raise RuntimeError("mount_control_plane must be called before the app serves a request")
     app.user_middleware.append(Middleware(DataOnly, build=build, bypass=bypassed))
-    _with_lifespan(app, plane)
-    return plane
+    _with_lifespan(app, control)
+    return control.plane
 
 
-def _with_lifespan(app: Starlette, plane: ControlPlane[Any, Any]) -> None:
+def _with_lifespan(app: Starlette, control: ServerControl) -> None:
     """The control plane starts after the app's own start-up and stops before its own shutdown."""
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(running: Any) -> AsyncIterator[Any]:
-        async with inner(running) as state:
-            await plane.start()
-            try:
-                yield state
-            finally:
-                await plane.stop()
+        async with inner(running) as state, control.running():
+            yield state
 
     app.router.lifespan_context = lifespan
 

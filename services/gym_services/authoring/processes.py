@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def started(launch: Launch, label: str):
+def started(launch: Launch, label: str) -> Iterator[ServerProcess]:
     """A ready :class:`ServerProcess`, killed when the block ends (also on error)."""
     process = ServerProcess(launch, label)
     try:

@@ -126,7 +126,7 @@ class CheckpointConfig(BaseModel):
         default=8 * 1024 * 1024,
         ge=64 * 1024,
         le=1024 * 1024 * 1024,
-        description="snapshot checkpoints pack records into objects of about this many bytes",
+        description="checkpoints pack records into objects of about this many bytes",
     )
 
 

@@ -9,7 +9,7 @@ and participant then receive in their constructors. Nothing reaches metrics any 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -26,7 +26,7 @@ class _LiveCollector:
         self.server = server
         self.read = read
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("gym_live", "Live state held by this server, by kind", labels=["server", "kind"])
         for kind, value in self.read().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -53,6 +53,18 @@ class Metrics:
     def track_live(self, read: Callable[[], dict[str, Any]]) -> None:
         """Export ``read()``'s numbers as ``gym_live{kind=...}`` at every scrape."""
         self.registry.register(_LiveCollector(self.server, read))
+
+    def counter_totals(self) -> dict[str, float]:
+        """Every counter's samples, ``name{label=value,...}`` -> value: what a server logs as it exits."""
+        totals: dict[str, float] = {}
+        for family in self.registry.collect():
+            if family.type != "counter":
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                    totals[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return totals
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

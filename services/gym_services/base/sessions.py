@@ -7,8 +7,9 @@ with its own salt and uses its own cookie name, so one cookie jar can hold the c
 of every server an episode talks to.
 
 A cookie also carries, signed, the rollout and attempt of the call that made the session (its identity headers;
-none when it carried none). The session then knows its attempt whatever a later call sends: admission fences a call
-that carries no identity headers by the attempt its session was made in (:mod:`gym_services.control.admission`).
+none when it carried none), signed again when a newer attempt of that rollout is admitted with it. The session then
+knows its attempt whatever a later call sends: admission fences a call that carries no identity headers by the attempt
+its cookie carries (:mod:`gym_services.control.admission`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def cookie_name(server_name: str) -> str:
 
 @dataclass(frozen=True)
 class SignedSession:
-    """What a session cookie says: the session id, and the identity of the call that made the session."""
+    """What a session cookie says: the session id, and the identity of the newest attempt admitted with it."""
 
     session_id: str
     identity: RolloutIdentity | None = None
@@ -89,7 +90,9 @@ class SessionMiddleware:
     """Puts the cookie's session (id and signed identity) on the scope, minting and setting a new one when absent.
 
     A new session is signed with the identity headers of the call that made it (a malformed header signs none:
-    admission refuses that call anyway)."""
+    admission refuses that call anyway). A call admitted under a newer attempt of the session's rollout (a restored
+    episode's) gets the cookie signed again with that attempt (:func:`newer_identity`), so the session's identity is
+    the newest attempt that used it: a copy of the cookie an older attempt still holds stays stale."""
 
     def __init__(self, app: ASGIApp, codec: SessionCodec) -> None:
         self.app = app
@@ -109,16 +112,18 @@ class SessionMiddleware:
                     continue
                 if self.codec.name in jar:
                     session = self.codec.open(jar[self.codec.name].value)
+        identity = _identity_of(scope)
         is_new = session is None
         if session is None:
-            session = SignedSession(uuid.uuid4().hex, _identity_of(scope))
+            session = SignedSession(uuid.uuid4().hex, identity)
         state = scope.setdefault("state", {})
         state[SESSION_SCOPE_KEY] = session.session_id
         state[SESSION_IDENTITY_KEY] = session.identity
-        minted = session
+        renewed = None if is_new else newer_identity(session.identity, identity)
+        minted = session if renewed is None else SignedSession(session.session_id, renewed)
 
         async def send_with_cookie(message: Message) -> None:
-            if is_new and message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and (is_new or (renewed and message["status"] < 400)):
                 signed = self.codec.sign(minted.session_id, minted.identity)
                 cookie = f"{self.codec.name}={signed}; Path=/; HttpOnly; SameSite=Lax"
                 message.setdefault("headers", [])
@@ -126,6 +131,14 @@ class SessionMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
+
+
+def newer_identity(session: RolloutIdentity | None, call: RolloutIdentity | None) -> RolloutIdentity | None:
+    """``call``'s identity when it is a newer attempt of the rollout ``session`` was signed with (the cookie is
+    signed again with it once the call is admitted); else None."""
+    if session is None or call is None or call.rollout_id != session.rollout_id or call.attempt <= session.attempt:
+        return None
+    return call
 
 
 def _identity_of(scope: Scope) -> RolloutIdentity | None:

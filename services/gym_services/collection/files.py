@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from starlette.requests import Request
@@ -97,7 +98,7 @@ def _check_line(line: bytes, number: int) -> int:
     return 1
 
 
-def read_results(path: str, size: int, chunk: int = 1 << 16):
+def read_results(path: str, size: int, chunk: int = 1 << 16) -> Iterator[bytes]:
     """The first ``size`` bytes of the output file (the finished, checkpointed part), in chunks."""
     with open(path, "rb") as fh:
         left = size

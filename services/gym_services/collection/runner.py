@@ -81,12 +81,11 @@ def load_tasks(path: str, limit: int | None = None) -> list[dict[str, Any]]:
 
 
 def task_agent(task: dict[str, Any], default: str | None) -> str | None:
-    if isinstance(task.get("agent"), str):
-        return task["agent"]
-    ref = task.get("agent_ref")
-    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-        return ref["name"]
-    return default
+    agent, ref = task.get("agent"), task.get("agent_ref")
+    if isinstance(agent, str):
+        return agent
+    name = ref.get("name") if isinstance(ref, dict) else None
+    return name if isinstance(name, str) else default
 
 
 class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never]):
@@ -120,8 +119,8 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self.job: JobState | None = None
         self.tasks: list[dict[str, Any]] = []
         self.running: dict[str, EpisodeState] = {}
-        self._episode_tasks: dict[str, asyncio.Task] = {}
-        self._dispatcher: asyncio.Task | None = None
+        self._episode_tasks: dict[str, asyncio.Task[None]] = {}
+        self._dispatcher: asyncio.Task[None] | None = None
         self._gate = asyncio.Event()
         self._gate.set()
         self._write_lock = asyncio.Lock()
@@ -137,12 +136,12 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self._retrying: dict[str, str] = {}
         self._last_failure: str | None = None
         self._progress_at = time.monotonic()  # the last result, or the job's (re)start
-        self._watchdog: asyncio.Task | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self.stall_warning_s = stall_warning_s
         self.downstream_poll_s = downstream_poll_s
         #: agent (replica) -> the downstream calls its episodes are retrying, from its latest report
         self._downstream: dict[str, list[DownstreamFailure]] = {}
-        self._poller: asyncio.Task | None = None
+        self._poller: asyncio.Task[None] | None = None
         self._resumed_episodes = 0  # episodes in flight the latest restore continued
         self._preparing: str | None = None  # the checkpoint being taken: its job record names it
 
@@ -621,9 +620,9 @@ def _json(resp: httpx.Response) -> Any:
 
 
 def _code(data: Any) -> str | None:
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return data["error"].get("code")
-    return None
+    error = data.get("error") if isinstance(data, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _append(path: str, line: bytes) -> None:

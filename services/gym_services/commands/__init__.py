@@ -3,10 +3,13 @@ when it runs, so the CLI starts fast: ``benchmarks/cli_checkpoint.py``)."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+
 from gym_services.commands import check_server, cluster, demo, forward, new_server, servers
 from gym_services.commands.stack import parsers as stack_parsers
 
-REGISTRARS: list = [
+REGISTRARS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     demo.register,
     stack_parsers.register,
     cluster.register,

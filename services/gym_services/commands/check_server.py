@@ -57,7 +57,7 @@ def cmd_check_server(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check-server",
         help="check that a server keeps the checkpoint contract (checkpoint, SIGKILL, restore, compare)",

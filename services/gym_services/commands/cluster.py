@@ -243,7 +243,9 @@ def _read_secret(core: Any, namespace: str, name: str) -> Any:
         raise ClusterError(f"reading Secret {name} in {namespace} failed: {exc.status} {exc.reason}") from None
 
 
-def _fill_secret(core: Any, namespace: str, name: str, keys: dict[str, int], seeds: list[str], labels: dict) -> str:
+def _fill_secret(
+    core: Any, namespace: str, name: str, keys: dict[str, int], seeds: list[str], labels: dict[str, str]
+) -> str:
     """One attempt: create the Secret, or add the keys it lacks. Returns what it did; raises _Conflict when
     another writer got there first."""
     from kubernetes.client.exceptions import ApiException
@@ -326,7 +328,7 @@ def cmd_secret(args: argparse.Namespace) -> int:
     return _run(work)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "cluster",
         help="create a Checkpoint or Restore resource on Kubernetes and wait for it",
@@ -350,7 +352,7 @@ def _common(q: argparse.ArgumentParser) -> None:
     q.add_argument("--json", action="store_true", help="print the final status as JSON")
 
 
-def _register_checkpoint(inner: argparse._SubParsersAction) -> None:
+def _register_checkpoint(inner: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q = inner.add_parser(
         "checkpoint",
         help="create a Checkpoint and wait until it is Completed or Failed",
@@ -374,7 +376,7 @@ def _register_checkpoint(inner: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_checkpoint)
 
 
-def _register_restore(inner: argparse._SubParsersAction) -> None:
+def _register_restore(inner: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q = inner.add_parser(
         "restore",
         help="create a Restore of a Checkpoint and wait until it is Completed or Failed",
@@ -388,7 +390,7 @@ def _register_restore(inner: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_restore)
 
 
-def _register_secret(inner: argparse._SubParsersAction) -> None:
+def _register_secret(inner: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q = inner.add_parser(
         "secret",
         help="create a Secret of random values once (the chart's secrets hook); never change a value it holds",

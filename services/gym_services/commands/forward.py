@@ -122,7 +122,7 @@ def cmd_forward(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "forward",
         help="forward TCP connections from one address to another (the in-cluster S3 store's only public port)",

@@ -27,7 +27,7 @@ def cmd_new_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "new-server",
         help="write a package with a server that takes part in checkpoints, its README and tests",

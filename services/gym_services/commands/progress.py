@@ -15,8 +15,9 @@ from typing import IO, Any
 class JobProgress:
     """Shows each ``{"total", "finished", "live", "errors"}`` status of one job per label, as it arrives."""
 
-    def __init__(self, stream: IO[str] | None = None, *, interval_s: float = 10.0) -> None:
+    def __init__(self, stream: IO[str] | None = None, *, interval_s: float = 10.0, position: int = 0) -> None:
         self.stream = stream or sys.stderr
+        self.position = position  # the bar's line, when several show at once
         self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval_s = interval_s
         self._bar: Any = None
@@ -38,7 +39,14 @@ class JobProgress:
         from tqdm import tqdm
 
         if self._bar is None:
-            self._bar = tqdm(total=job.get("total") or 0, desc=f"{label:>13}", unit="ep", file=self.stream, leave=True)
+            self._bar = tqdm(
+                total=job.get("total") or 0,
+                desc=f"{label:>18}",
+                unit="ep",
+                file=self.stream,
+                leave=True,
+                position=self.position,
+            )
         self._bar.total = job.get("total") or self._bar.total
         self._bar.n = job.get("finished", 0)
         self._bar.set_postfix(live=job.get("live", 0))

@@ -47,7 +47,7 @@ def cmd_servers(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "servers",
         help="list the servers that can be served, and where each comes from",

@@ -141,10 +141,11 @@ class Admission:
 def call_identity(headers: RolloutIdentity | None, session: RolloutIdentity | None) -> RolloutIdentity | None:
     """The identity a data call is fenced by: its identity headers, else the one its session cookie was signed with.
 
-    A call without headers on a session made by attempt 0 is attempt 0, whatever happened since: after a restore
-    moved the rollout on, it is stale. A restored attempt sends the cookie its boundary kept (signed by the attempt
-    that made the session) with its own, newer, headers: it is that newer attempt. Headers naming another rollout
-    than the session's, or an attempt older than the one that made it, are refused and change nothing.
+    A call without headers on a cookie signed for attempt 0 is attempt 0, whatever happened since: after a restore
+    moved the rollout on, it is stale. A restored attempt sends the cookie its boundary kept with its own, newer,
+    headers: it is that newer attempt (and its answer carries the cookie signed again for it, ``base/sessions.py``).
+    Headers naming another rollout than the session's, or an attempt older than the cookie's, are refused and change
+    nothing.
     """
     if session is None:
         return headers
@@ -159,7 +160,7 @@ def call_identity(headers: RolloutIdentity | None, session: RolloutIdentity | No
     if headers.attempt < session.attempt:
         raise ApiError(
             ErrorCode.STALE_ATTEMPT,
-            f"rollout {headers.rollout_id!r} attempt {headers.attempt} is stale: its session was made by attempt "
+            f"rollout {headers.rollout_id!r} attempt {headers.attempt} is stale: its session's cookie is attempt "
             f"{session.attempt}",
             details={"rollout_id": headers.rollout_id, "attempt": headers.attempt, "current": session.attempt},
         )

@@ -89,6 +89,7 @@ class Checkpointing(Generic[V, F]):
             status=status,
             blockers=blockers,
             waited_s=round(time.monotonic() - started, 6),
+            final=True if self.opened.final else None,
         )
 
     async def _wait_for_boundary(self, cid: str, deadline: float) -> list[Blocker]:
@@ -144,6 +145,8 @@ class Checkpointing(Generic[V, F]):
         started = time.perf_counter()
         opened = self.opened
         opened.lease.renew()
+        if req.final and not opened.final:
+            self.final.begin(req.checkpoint_id, True)  # it became final after this server prepared it
         # a bad location fails now, under the pause; a new S3 client is built off the event loop (it takes the
         # CPU for a while, and the loop serves the lease renewals and the other verbs meanwhile)
         storage = await asyncio.to_thread(self.storages.get, req.location, req.storage)

@@ -42,7 +42,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _json_object(data: bytes, what: str) -> dict:
+def _json_object(data: bytes, what: str) -> dict[str, object]:
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

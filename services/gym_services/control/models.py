@@ -188,6 +188,11 @@ class CaptureRequest(_Strict):
     location: str = Field(min_length=1)
     episodes: list[str] | None = Field(default=None, description="rollouts the controller continues; all when null")
     storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
+    final: bool | None = Field(
+        default=None,
+        description="the checkpoint became final after this participant prepared it (another holds it as final): "
+        "never resumed here either (docs/protocol.md, Termination); unset: as prepared",
+    )
 
 
 class CheckpointRef(_Strict):
@@ -224,6 +229,11 @@ class PrepareResponse(BaseModel):
     status: Literal[Phase.PREPARED, Phase.BLOCKED]
     blockers: list[Blocker] = Field(default_factory=list)
     waited_s: float = 0.0
+    final: bool | None = Field(
+        default=None,
+        description="this participant holds the checkpoint as final (it is terminating): the coordinator takes the "
+        "whole checkpoint as final (docs/protocol.md, Termination); unset: false",
+    )
 
 
 class PersistResponse(BaseModel):

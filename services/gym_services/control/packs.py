@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gym_services.control.encoding import PersistCancelled, encode_frozen
 from gym_services.control.manifests import references, sha256_hex
@@ -222,7 +222,7 @@ class PackWriter(Generic[F]):
                 what = "missing" if stored is None else f"{stored} bytes, not {pack.size}"
                 raise StorageError(f"pack {store.url}/{pack.key} is {what} after writing it")
 
-    def _manifest(self, checkpoint_id: str, packs: list[PackEntry], columns: dict[str, list]) -> PackedManifest:
+    def _manifest(self, checkpoint_id: str, packs: list[PackEntry], columns: dict[str, list[Any]]) -> PackedManifest:
         return PackedManifest(
             schema_version=PACKED_SCHEMA_VERSION,
             checkpoint_id=checkpoint_id,
@@ -301,7 +301,7 @@ class _Packing:
         self.slots: list[PackEntry | Future[PackEntry]] = []
         self.slot_of: dict[str, int] = {}  # reused pack key -> its slot
         self.uploads: list[tuple[Future[PackEntry], int]] = []  # with the pack's size
-        self.columns: dict[str, list] = {
+        self.columns: dict[str, list[Any]] = {
             k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")
         }
         self.placed: list[tuple[str, int, int, int]] = []  # digest, slot, offset, size: the reuse index, once known

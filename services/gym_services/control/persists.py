@@ -80,7 +80,7 @@ class PersistJob:
         self.finished: float | None = None
         self.answer: PersistResponse | None = None
         self.error: ApiError | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     @property
     def running(self) -> bool:

@@ -21,7 +21,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.OPEN: frozenset({Phase.PREPARING, Phase.RESTORING}),
     # prepare ends prepared or blocked; abort (or resume, which then abandons) and lease expiry reopen
     Phase.PREPARING: frozenset({Phase.PREPARED, Phase.BLOCKED, Phase.OPEN}),
-    # capture freezes the scope; persist writes it, before resume (sync) or after (the snapshot method)
+    # capture freezes the scope; persist writes it, before resume (sync) or after (the background method)
     Phase.PREPARED: frozenset({Phase.CAPTURED, Phase.OPEN}),
     Phase.BLOCKED: frozenset({Phase.OPEN}),
     # resume (or persist, under the pause) starts the upload; abort (or lease expiry) drops the capture; a final

@@ -95,17 +95,28 @@ class Verb(enum.StrEnum):
         return f"/{self.value}"
 
 
+#: the old name of :attr:`CheckpointMethod.BACKGROUND`, still read wherever a method is given (a deprecated alias)
+DEPRECATED_BACKGROUND = "snapshot"
+
+
 class CheckpointMethod(enum.StrEnum):
     """When a checkpoint's records reach storage (``docs/protocol.md``, "Transactions").
 
     Both take one path: ``capture`` takes an immutable capture under the pause, ``persist``
-    encodes, packs, uploads and verifies it, the coordinator publishes. ``snapshot`` resumes the
+    encodes, packs, uploads and verifies it, the coordinator publishes. ``background`` resumes the
     stack before ``persist`` (the default: the pause ends at the capture); ``sync`` persists and
     publishes before it resumes (the rollouts wait until the checkpoint is published).
+
+    :data:`DEPRECATED_BACKGROUND` is read as ``background`` (``CheckpointMethod(...)`` and every model with a
+    method field): the CLI, a Checkpoint's spec and stored global manifests may still say it.
     """
 
-    SNAPSHOT = "snapshot"
+    BACKGROUND = "background"
     SYNC = "sync"
+
+    @classmethod
+    def _missing_(cls, value: object) -> CheckpointMethod | None:
+        return cls.BACKGROUND if value == DEPRECATED_BACKGROUND else None
 
 
 class PersistState(enum.StrEnum):

@@ -20,6 +20,7 @@ checkpoint is published).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 
@@ -108,17 +109,23 @@ class Termination:
             return ExitReason.DEADLINE
         return None
 
+    def stopping(self) -> None:
+        """The server is shutting down: every status long-poll is answered now (a waiting one would hold up the
+        shutdown's drain)."""
+        if self._begun is None:
+            self._begun = asyncio.Event()
+        self._begun.set()
+
     async def wait_begun(self, timeout_s: float) -> bool:
-        """Until the server is terminating (True) or ``timeout_s`` passed (False): the status long-poll."""
+        """Until the server is terminating (True) or ``timeout_s`` passed or it is shutting down (False): the status
+        long-poll."""
         if self.active:
             return True
         if self._begun is None:
             self._begun = asyncio.Event()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._begun.wait(), timeout_s)
-        except TimeoutError:
-            return self.active
-        return True
+        return self.active
 
     def status(self) -> TerminationStatus | None:
         if self.signalled_at is None or self.signal is None:

@@ -25,10 +25,12 @@ still be published (``publish_by``), so a checkpoint that runs out of time publi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
 
+from gym_services.base.logs import get_logger
 from gym_services.control.models import (
     SCHEMA_VERSION,
     CaptureRequest,
@@ -38,6 +40,7 @@ from gym_services.control.models import (
     ManifestParticipant,
     PersistResponse,
     PrepareRequest,
+    PrepareResponse,
     StorageAccess,
 )
 from gym_services.control.participant import InvalidState
@@ -54,6 +57,8 @@ from gym_services.coordination.transaction import (
     TransactionPhase,
     TransactionResult,
 )
+
+log = get_logger("coordinator")
 
 #: what ends a checkpoint as failed (anything else is a bug and propagates)
 FAILURES = (TransactionError, CheckpointRefused, StorageError, InvalidState)
@@ -155,6 +160,7 @@ class CheckpointTransaction:
             self.clock.timings["published"] = pause_s - self.clock.timings.get("resume", 0.0)
         persisted, published = written
         outcome = Outcome.checkpointed(self.participants, persisted.answers, persisted.episodes, published)
+        outcome = dataclasses.replace(outcome, final=self.final)
         result = self.progress.completed(outcome, warnings)
         await self.progress.enter(TransactionPhase.COMPLETED, pause_s=round(pause_s, 4), bytes=result.bytes)
         return result
@@ -227,6 +233,7 @@ class CheckpointTransaction:
                     self.participants.client.prepare, req=req, timeout_s=deadlines.prepare_call(remaining)
                 )
                 ok, failed = await self.participants.each(group, Verb.PREPARE, call)
+                self._final_if_held(ok)
                 blockers = [
                     BlockerInfo(participant=pid, **b.model_dump())
                     for pid, answer in ok.items()
@@ -242,6 +249,18 @@ class CheckpointTransaction:
                         f"{len(blockers)} blockers at the prepare deadline ({self.prepare_timeout_s}s) on {names}",
                         blockers,
                     )
+
+    def _final_if_held(self, answers: dict[str, PrepareResponse]) -> None:
+        """A participant that holds the checkpoint as final (it was prepared after its termination signal) makes the
+        whole checkpoint final: written under the pause and resumed nowhere, so no participant works past a cut
+        another will not leave (``docs/protocol.md``, "Termination")."""
+        held = sorted(pid for pid, answer in answers.items() if answer.final)
+        if held and not self.final:
+            self.final, self.method = True, CheckpointMethod.SYNC
+            log.warning(
+                "a participant holds the checkpoint as final: it is final for every participant",
+                extra={"checkpoint_id": self.checkpoint_id, "participants": held},
+            )
 
     async def capture_all(self) -> Captured:
         """Under the pause: every participant captures its scope (controller first: its episodes are the scope)."""
@@ -267,6 +286,7 @@ class CheckpointTransaction:
             location=self.progress.location,
             episodes=episodes,
             storage=self.participant_storage,
+            final=True if self.final else None,
         )
 
     async def persist_all(self, captured: Captured) -> Persisted:

@@ -116,7 +116,7 @@ class Coordinator:
         lease_s: float = DEFAULT_LEASE_S,
         transaction_id: str | None = None,
         claimed_by: str = "coordinator",
-        method: CheckpointMethod = CheckpointMethod.SNAPSHOT,
+        method: CheckpointMethod = CheckpointMethod.BACKGROUND,
         cancel: asyncio.Event | None = None,
         final: bool = False,
     ) -> TransactionResult:

@@ -71,6 +71,8 @@ class Outcome:
     reused: int = 0
     #: the timings of the transaction that did the work, when it was not this one
     timings: dict[str, float] | None = None
+    #: a final checkpoint: never resumed (docs/protocol.md, Termination)
+    final: bool = False
 
     @classmethod
     def checkpointed(
@@ -226,6 +228,7 @@ class Progress:
             pause_s=pause_s,
             published_s=timings.get("published"),
             method=outcome.method if outcome is not None else None,
+            final=outcome.final if outcome is not None else False,
             records=sum(p.records for p in participants),
             bytes=sum(p.bytes for p in participants),
             objects=outcome.objects if outcome is not None else 0,

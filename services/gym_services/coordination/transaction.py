@@ -80,6 +80,7 @@ class TransactionResult(BaseModel):
     pause_s: float = 0.0
     published_s: float | None = Field(default=None, description="seconds from the start until the manifest was written")
     method: CheckpointMethod | None = Field(default=None, description="how a checkpoint's records were written")
+    final: bool = Field(default=False, description="a final checkpoint: nobody was resumed (docs/protocol.md)")
     records: int = 0
     bytes: int = 0
     objects: int = Field(default=0, description="objects a checkpoint wrote, manifests included")

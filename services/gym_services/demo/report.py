@@ -159,7 +159,7 @@ def _summary(base: Run, ckpt: Run, regenerated: int) -> list[list[Any]]:
 TrainingTokens = list[tuple[list[int], list[int], list[float]]]
 
 
-def training_tokens(row: dict | None) -> TrainingTokens:
+def training_tokens(row: dict[str, Any] | None) -> TrainingTokens:
     """What the results file carries for a trainer of one result row: every model output item's prompt ids,
     generated ids and their log-probs (the last item of each model response carries them, NeMo Gym's
     ``…__training`` items). A multi-turn row that lists its turns (``all_attempts``, the proof refinement
@@ -267,17 +267,130 @@ def regenerated_tokens(base: Run, ckpt: Run) -> int:
     return ckpt.tokens_before_cut + ckpt.tokens_after_restore - base.tokens_generated
 
 
-def _models(live: dict) -> list[dict]:
+def _models(live: dict[str, Any]) -> list[dict[str, Any]]:
     """The live counts of the policy model, or of each of its replicas (policy-model-0, ...)."""
     return [v for k, v in live.items() if k == "policy-model" or k.startswith("policy-model-")]
 
 
-def _model_sum(live: dict, kind: str) -> int | str:
+def _model_sum(live: dict[str, Any], kind: str) -> int | str:
     models = _models(live)
     return sum(int(m.get(kind, 0)) for m in models) if models else "-"
 
 
-def _model_line(live: dict) -> str:
+def _model_line(live: dict[str, Any]) -> str:
     if not _models(live):
         return "-"
     return f"{_model_sum(live, 'cut')} / {_model_sum(live, 'held')}"
+
+
+# --- the demo's stories of a stack that checkpoints itself (demo/preemption.py) -----------------------------------
+
+
+def compare_stories(base: Run, crashed: Run, preempted: Run, agent_env: dict[str, str], every_s: float) -> Verdict:
+    """Both stories against the uninterrupted run: every reward and every rollout's training tokens equal, nothing
+    twice; after the preemption no token generated twice; after the crash, what was generated again is the work
+    since the newest scheduled checkpoint, which the schedule (``every_s``) bounds."""
+    problems: list[str] = []
+    stories = {"crashed": crashed, "preempted": preempted}
+    by_env: dict[str, ByEnv] = {}
+    tokens_by_env: dict[str, TokensByEnv] = {}
+    for name, run in stories.items():
+        found: list[str] = []
+        by_env[name] = _rewards_by_env(base, run, agent_env, found)
+        tokens_by_env[name] = {env: training_tokens_verdict(base, run, s["ids"]) for env, s in by_env[name].items()}
+        found += _token_problems(base, run, tokens_by_env[name]) + _restore_problems(run)
+        problems += [f"{name}: {problem}" for problem in found]
+    regenerated = regenerated_tokens(base, preempted)
+    if regenerated != 0:
+        problems.append(f"preempted: {regenerated} tokens generated again after the resume (target 0)")
+    crash = crashed.newest
+    lost_window = (crashed.crashed_at or 0.0) - (crash.started_at if crash is not None else 0.0)
+    lines = [
+        "rewards per environment:",
+        _stories_table(by_env, tokens_by_env),
+        "",
+        f"SIGKILL of every process with no warning (the stack checkpoints itself every {every_s:g} s):",
+        table(["", "value"], _crash_summary(base, crashed, lost_window)),
+        "",
+        "preemption: SIGTERM to every server, no checkpoint command:",
+        table(["", "value"], _preemption_summary(base, preempted, regenerated)),
+    ]
+    return Verdict(ok=not problems, problems=problems, text="\n".join(lines))
+
+
+def _stories_table(by_env: dict[str, ByEnv], tokens_by_env: dict[str, TokensByEnv]) -> str:
+    crash, pre = by_env["crashed"], by_env["preempted"]
+    rows = [
+        [
+            env,
+            len(s["ids"]),
+            _mean(s["base"]),
+            _mean(s["ckpt"]),
+            _mean(pre[env]["ckpt"]),
+            "yes" if not s["diff"] and not pre[env]["diff"] else f"NO ({len(s['diff']) + len(pre[env]['diff'])})",
+            _both(tokens_by_env["crashed"][env][0], tokens_by_env["preempted"][env][0]),
+            _both(tokens_by_env["crashed"][env][2], tokens_by_env["preempted"][env][2]),
+        ]
+        for env, s in sorted(crash.items())
+    ]
+    headers = ["environment", "episodes", "uninterrupted", "crashed", "preempted", "equal"]
+    return table([*headers, "training tokens identical (crashed / preempted)", "masked rollouts"], rows)
+
+
+def _both(first: object, second: object) -> str:
+    return str(first) if first == second else f"{first} / {second}"
+
+
+def _restore_line(run: Run) -> str:
+    rs = run.restore
+    return f"{rs.pause_s * 1000:.0f} ms, {len(rs.episodes)} episodes as attempt + 1" if rs else "-"
+
+
+def _stale_line(run: Run) -> str:
+    stale = run.stale_call
+    return f"{stale.get('status')} {stale.get('code')}" if stale else "-"
+
+
+def _crash_summary(base: Run, run: Run, lost_window_s: float) -> list[list[Any]]:
+    newest = run.newest
+    return [
+        [
+            "newest scheduled checkpoint before the crash",
+            f"{newest.checkpoint_id}, pause {(newest.pause_s or 0) * 1000:.0f} ms, {newest.episodes} episodes live"
+            if newest
+            else "-",
+        ],
+        ["the crash came after it", f"{lost_window_s:.1f} s"],
+        ["resumed automatically", run.resumed_line.split(",")[0].removeprefix("resumed automatically from ") or "-"],
+        ["restore into fresh processes", _restore_line(run)],
+        ["tokens, uninterrupted run", base.tokens_generated],
+        ["tokens the crashed stack generated", run.tokens_before_cut],
+        ["tokens after the resume", run.tokens_after_restore],
+        ["tokens generated again: the work since that checkpoint", regenerated_tokens(base, run)],
+        ["late call of the old attempt", _stale_line(run)],
+        ["finished episodes that ran twice", len(set(run.duplicates))],
+    ]
+
+
+def _preemption_summary(base: Run, run: Run, regenerated: int) -> list[list[Any]]:
+    termination = run.termination
+    final = termination.final if termination is not None else None
+    took = termination.signal_to_published_s if termination is not None else None
+    return [
+        ["signal to published (the final checkpoint)", f"{took * 1000:.0f} ms" if took is not None else "-"],
+        [
+            "final checkpoint",
+            f"{final.checkpoint_id}, {human_bytes(final.bytes)} in {final.records} records" if final else "-",
+        ],
+        ["episodes live at the signal's checkpoint", final.episodes if final else "-"],
+        ["model generations in flight (cut) / held", _model_line(run.in_flight)],
+        ["resumed automatically", run.resumed_line.split(",")[0].removeprefix("resumed automatically from ") or "-"],
+        ["restore into fresh processes", _restore_line(run)],
+        ["tokens before the cut (in the checkpoint)", run.tokens_before_cut],
+        ["tokens after the resume", run.tokens_after_restore],
+        ["tokens reused from cut prefixes", run.tokens_reused],
+        ["tokens regenerated (target 0)", regenerated],
+        ["late call of the old attempt", _stale_line(run)],
+        ["finished episodes that ran twice", len(set(run.duplicates))],
+        ["wall time uninterrupted / preempted", f"{base.duration_s:.1f} s / {run.duration_s:.1f} s"],
+    ]

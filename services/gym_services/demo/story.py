@@ -30,9 +30,11 @@ from gym_services.demo.workers import LLAMA_MAX_OUTPUT_TOKENS
 from gym_services.models.policy_model.ledger.client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger.wire import FrozenRollout
 from gym_services.stack.discovery import discover
+from gym_services.stack.history import TakenCheckpoint, Termination
 from gym_services.stack.launcher import StackState, alive, stack_secrets, start_stack, stop_stack
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, ObjectStoreError, start_local_s3, stop_local_s3
 from gym_services.stack.objectstore import location as embedded_location
+from gym_services.stack.schedule import CheckpointSettings
 
 Say = Callable[[str], None]
 WORKER = "inference-worker"
@@ -71,6 +73,15 @@ class Run:
     delivered: dict[str, int] = field(default_factory=dict)
     #: rollout id -> its token ledger frozen after the run (what a trainer reads); absent: the policy model held none
     ledgers: dict[str, FrozenRollout] = field(default_factory=dict)
+    #: a stack that checkpoints itself (demo/preemption.py): the line its automatic resume said
+    resumed_line: str = ""
+    #: the newest scheduled checkpoint before a crash, and when the crash came (unix time)
+    newest: TakenCheckpoint | None = None
+    crashed_at: float | None = None
+    #: the termination a preempted stack handled: its final checkpoint, signal to published
+    termination: Termination | None = None
+    #: process name -> the counters of its metrics when it exited after the final checkpoint
+    exit_counters: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def model_tokens(live: dict[str, dict[str, Any]]) -> int:
@@ -139,14 +150,17 @@ def _auth(state: StackState) -> dict[str, str]:
 
 
 def job_status(state: StackState) -> dict[str, Any]:
-    return httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
+    job: dict[str, Any] = httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
+    return job
 
 
-async def wait_job(state: StackState, timeout_s: float, progress: Callable[[dict], None] | None) -> dict[str, Any]:
+async def wait_job(
+    state: StackState, timeout_s: float, progress: Callable[[dict[str, Any]], None] | None
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=10, headers=_auth(state)) as http:
         while time.monotonic() < deadline:
-            job = (await http.get(f"{state.url('collection')}/jobs/current")).json()
+            job: dict[str, Any] = (await http.get(f"{state.url('collection')}/jobs/current")).json()
             if progress:
                 progress(job)
             if job["state"] == "completed":
@@ -200,7 +214,7 @@ class Story:
         engine: str = "builtin",
         tasks_per_environment: int | None = None,
         say: Say = print,
-        progress: Callable[[str, dict], None] | None = None,
+        progress: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         # keys are <location>/checkpoints/<id>/..., so the default location is the workdir itself
@@ -227,7 +241,9 @@ class Story:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def start(self, name: str) -> StackState:
+    def start(self, name: str, checkpoint: CheckpointSettings | None = None) -> StackState:
+        """The demo stack ``name``; with ``checkpoint``, a stack that checkpoints itself into the story's storage (its
+        supervisor is started once it is resumed: demo/preemption.py)."""
         config = demo_stack(
             self.workdir / name,
             tokens_per_second=self.tokens_per_second,
@@ -237,8 +253,14 @@ class Story:
             workers=self.workers,
             engine=self.engine,
         )
+        if checkpoint is not None:
+            config.checkpoint, config.storage = checkpoint, self.storage
         return start_stack(
-            config, self.workdir, ready_timeout_s=120 + 30 * max(self.replicas, self.workers), env=self.server_env
+            config,
+            self.workdir,
+            ready_timeout_s=120 + 30 * max(self.replicas, self.workers),
+            env=self.server_env,
+            supervise=checkpoint is not None,
         )
 
     def _start_object_store(self) -> None:
@@ -270,9 +292,10 @@ class Story:
         resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=_auth(state), timeout=30)
         if resp.status_code != 200:
             raise StoryError(f"collection refused the job: {resp.text}")
-        return resp.json()
+        job: dict[str, Any] = resp.json()
+        return job
 
-    def _bar(self, label: str) -> Callable[[dict], None] | None:
+    def bar(self, label: str) -> Callable[[dict[str, Any]], None] | None:
         progress = self.progress
         if progress is None:
             return None
@@ -317,7 +340,7 @@ class Story:
         try:
             started = time.perf_counter()
             self.submit(state, output)
-            asyncio.run(wait_job(state, self.timeout_s, self._bar("uninterrupted")))
+            asyncio.run(wait_job(state, self.timeout_s, self.bar("uninterrupted")))
             run.duration_s = time.perf_counter() - started
             run.tokens_generated = model_tokens(model_status(state))
             read_results(output, run)
@@ -336,10 +359,10 @@ class Story:
         try:
             started = time.perf_counter()
             self.submit(state, output)
-            bar = self._bar("checkpointed")
+            bar = self.bar("checkpointed")
             if self.kill_worker_at is not None:
                 self.wait_for_progress(state, self.timeout_s, share=self.kill_worker_at, bar=bar)
-                run.worker_killed = self._kill_worker(state)
+                run.worker_killed = self.kill_worker(state)
                 self.say(
                     f"  killed inference worker {run.worker_killed['name']} with SIGKILL while it streamed "
                     f"{run.worker_killed['streaming']} generations"
@@ -349,7 +372,7 @@ class Story:
             run.checkpoint = asyncio.run(self._checkpoint(state, token, checkpoint_id, run))
             if run.checkpoint.status != "completed":
                 raise StoryError(f"checkpoint failed: {run.checkpoint.error}")
-            run.tokens_lost_in_crash = self._crash(state) - run.tokens_before_cut
+            run.tokens_lost_in_crash = self.crash(state) - run.tokens_before_cut
         finally:
             stop_stack(state_dir, kill=True)  # the crash: every process, SIGKILL
         self.say(f"  killed every process with SIGKILL after checkpoint {checkpoint_id}")
@@ -358,7 +381,7 @@ class Story:
             run.restore = asyncio.run(self._restore(state, token, checkpoint_id, run))
             if run.restore.status != "completed":
                 raise StoryError(f"restore failed: {run.restore.error}")
-            asyncio.run(wait_job(state, self.timeout_s, self._bar("restored")))
+            asyncio.run(wait_job(state, self.timeout_s, self.bar("restored")))
             run.duration_s = time.perf_counter() - started
             models = model_status(state)
             run.tokens_after_restore = model_tokens(models)
@@ -370,14 +393,18 @@ class Story:
         return run
 
     def wait_for_progress(
-        self, state: StackState, timeout_s: float, share: float | None = None, bar: Callable[[dict], None] | None = None
+        self,
+        state: StackState,
+        timeout_s: float,
+        share: float | None = None,
+        bar: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Wait until ``share`` (default ``checkpoint_at``) of the rollouts finished, the rest still running:
         whatever the machine's load, the checkpoint (or the worker kill) then catches generations, tool calls
         and environment steps in flight (a wait for a share of the reference run's wall time could fall before
         the first token or after the last result)."""
         share = self.checkpoint_at if share is None else share
-        bar = bar or self._bar("checkpointed")
+        bar = bar or self.bar("checkpointed")
         deadline = time.monotonic() + timeout_s
         while True:
             job = job_status(state)
@@ -391,7 +418,7 @@ class Story:
                 raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
             time.sleep(0.02)
 
-    def _kill_worker(self, state: StackState, want: int = 4, patience_s: float = 5.0) -> dict[str, Any]:
+    def kill_worker(self, state: StackState, want: int = 4, patience_s: float = 5.0) -> dict[str, Any]:
         """SIGKILL the last inference worker once the policy models stream ``want`` generations from it (or,
         after ``patience_s``, any); its generations continue on the other workers."""
         victim = state.replicas_of(WORKER)[-1]
@@ -417,8 +444,8 @@ class Story:
         try:
             started = time.perf_counter()
             self.submit(state, output)
-            run.worker_killed = self._kill_worker(state, want=want, patience_s=10.0)
-            asyncio.run(wait_job(state, self.timeout_s, self._bar("failover")))
+            run.worker_killed = self.kill_worker(state, want=want, patience_s=10.0)
+            asyncio.run(wait_job(state, self.timeout_s, self.bar("failover")))
             run.duration_s = time.perf_counter() - started
             run.reruns_before_checkpoint = int(job_status(state).get("reruns", 0))
             run.in_flight = model_status(state)
@@ -430,7 +457,7 @@ class Story:
             stop_stack(self.workdir / "failover")
         return run
 
-    def _crash(self, state: StackState) -> int:
+    def crash(self, state: StackState) -> int:
         """SIGKILL every server; return the tokens the policy models had received by then.
 
         The inference workers go first: once the policy models have no stream open on any of them (each
@@ -478,10 +505,10 @@ class Story:
             coordinator = Coordinator(participants, client, storage_config=self.storage_config)
             result = await coordinator.restore(checkpoint_id, self.storage, lease_s=60)
         if result.status == "completed" and result.episodes:
-            run.stale_call = await self._late_call(state, result.episodes)
+            run.stale_call = await self.late_call(state, result.episodes)
         return result
 
-    async def _late_call(self, state: StackState, episodes: dict[str, int]) -> dict[str, Any]:
+    async def late_call(self, state: StackState, episodes: dict[str, int]) -> dict[str, Any]:
         """A late /run of the old attempt of a restored episode must be refused (409 stale_attempt)."""
         rollout_id, attempt = sorted(episodes.items())[0]
         task_index = int(rollout_id.split("-")[0])

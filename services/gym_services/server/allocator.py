@@ -6,9 +6,9 @@ that runs for days: the threshold above which a block gets its own mapping (retu
 starts at 128 KB and rises to the size of every mapped block freed, so after the first such free these blocks come
 from the heap, where a younger small block left above them keeps their pages resident once they are freed; and
 every thread that allocates (the thread pool of tool calls, the persist and its uploads) may get its own heap
-(up to 8 per core), each keeping its own free pages. Issue 29's hour of running showed it as resident memory
-rising with every 1,000 episodes while Python's own allocations stayed flat (``benchmarks/held_memory.py``: the
-growth was malloc's free-but-kept bytes).
+(up to 8 per core), each keeping its own free pages. An hour's soak (``benchmarks/RESULTS.md``) showed it as
+resident memory rising with every 1,000 episodes while Python's own allocations stayed flat
+(``benchmarks/held_memory.py``: the growth was malloc's free-but-kept bytes).
 
 So :func:`tune_allocator` (called by ``gymckpt serve`` before the server builds anything) fixes the mapping
 threshold at :data:`MMAP_THRESHOLD` (which also stops it rising) and allows :data:`ARENA_MAX` heaps. A setting

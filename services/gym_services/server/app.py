@@ -35,12 +35,11 @@ from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.base.nemo_http import NemoHttpError, nemo_error_handler
 from gym_services.base.sessions import SessionCodec, SessionMiddleware
-from gym_services.control.admission import Admission, AdmissionMiddleware, PolicyResolver, RoutePolicy, policy_table
-from gym_services.control.metrics import ControlMetrics
+from gym_services.control.admission import Admission, PolicyResolver, RoutePolicy, policy_table
 from gym_services.control.participant import F, Participant, V
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import CONTROL_PREFIX
-from gym_services.control.routes import control_mount
+from gym_services.server.control import ServerControl
 from gym_services.server.openapi import Operation, openapi_routes
 
 log = get_logger("app")
@@ -129,39 +128,21 @@ def create_server_app(
     server's data routes: an OpenAPI 3.1 document generated from their models at ``/openapi.json``, Swagger UI
     at ``/docs`` (:mod:`gym_services.server.openapi`).
     """
-    config.require_secrets()
-    metrics = metrics if metrics is not None else Metrics(config.name)
-    control_metrics = ControlMetrics.declare(metrics)
-    metrics.track_live(participant.live)
-    admission = admission if admission is not None else Admission(config.participant_id)
+    control = ServerControl.build(config, participant, metrics=metrics, admission=admission)
     resolve = policies if callable(policies) else policy_table(policies or {}, default_policy)
-    plane = ControlPlane(config, participant, control_metrics, admission)
     secret = config.session_secret.get_secret_value() if config.session_secret else secrets.token_hex(32)
     codec = SessionCodec(secret, config.name)
     all_routes: list[BaseRoute] = [
         # a NeMo Gym stand-in answers ``/`` as NeMo Gym's liveness route does; the others say who they are
         Route("/", _live if nemo_gym else _root, methods=["GET"]),
-        Route("/health/live", _live, methods=["GET"]),
-        Route("/health/ready", _readiness, methods=["GET"]),
-        Route("/metrics", metrics.endpoint, methods=["GET"]),
+        *health_routes(control.metrics),
     ]
     if nemo_gym:
         all_routes += [Route(path, _live, methods=["GET"]) for path in NEMO_LIVENESS_PATHS if path != "/"]
     if api:
         all_routes += openapi_routes(api_title or config.name, list(api))
-    data_middleware = [Middleware(SessionMiddleware, codec=codec)]
-    if config.checkpoint.enabled:
-        assert config.checkpoint.control_token is not None  # require_secrets refused a server without one
-        all_routes.append(control_mount(plane, config.checkpoint.control_token.get_secret_value()))
-        data_middleware.append(
-            Middleware(
-                AdmissionMiddleware,
-                admission=admission,
-                resolve=resolve,
-                refused=control_metrics.refused,
-                sessions=participant.session_keyed,
-            )
-        )
+    all_routes += control.routes()
+    data_middleware = [Middleware(SessionMiddleware, codec=codec), *control.admission_middleware(resolve)]
     all_routes.append(DataRoutes(routes, data_middleware))
     app = Starlette(
         routes=all_routes,
@@ -174,9 +155,9 @@ def create_server_app(
         lifespan=_lifespan,
         middleware=[Middleware(BodyLimit, limit=config.max_body_bytes, streamed=tuple(streamed_paths))],
     )
-    app.state.server = ServerState(config, participant, plane, ready, tuple(on_startup), tuple(on_shutdown))
+    app.state.server = ServerState(control, ready, tuple(on_startup), tuple(on_shutdown))
     app.state.config = config
-    app.state.plane = plane
+    app.state.plane = control.plane
     app.state.participant = participant
     app.state.session_codec = codec
     return app
@@ -186,12 +167,22 @@ def create_server_app(
 class ServerState:
     """What :func:`create_server_app` keeps for its module-level endpoints and lifespan (``app.state.server``)."""
 
-    config: ServerConfig
-    participant: Participant[Any, Any]
-    plane: ControlPlane[Any, Any]
-    ready: Callable[[], bool] | None
-    on_startup: tuple[Hook, ...]
-    on_shutdown: tuple[Hook, ...]
+    control: ServerControl
+    ready: Callable[[], bool] | None = None
+    on_startup: tuple[Hook, ...] = ()
+    on_shutdown: tuple[Hook, ...] = ()
+
+    @property
+    def config(self) -> ServerConfig:
+        return self.control.config
+
+    @property
+    def participant(self) -> Participant[Any, Any]:
+        return self.control.participant
+
+    @property
+    def plane(self) -> ControlPlane[Any, Any]:
+        return self.control.plane
 
 
 def held(request: Request, kind: type[H]) -> H:
@@ -206,6 +197,15 @@ def _server(request: Request) -> ServerState:
     state = request.app.state.server
     assert isinstance(state, ServerState)
     return state
+
+
+def health_routes(metrics: Metrics) -> list[BaseRoute]:
+    """Liveness, readiness and ``/metrics``: their endpoints read the :class:`ServerState` on ``app.state.server``."""
+    return [
+        Route("/health/live", _live, methods=["GET"]),
+        Route("/health/ready", _readiness, methods=["GET"]),
+        Route("/metrics", metrics.endpoint, methods=["GET"]),
+    ]
 
 
 async def _root(request: Request) -> JSONResponse:
@@ -229,10 +229,9 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     server: ServerState = app.state.server
     for hook in server.on_startup:
         await hook()
-    await server.plane.start()
     try:
-        yield
+        async with server.control.running():
+            yield
     finally:
-        await server.plane.stop()
         for hook in server.on_shutdown:
             await hook()

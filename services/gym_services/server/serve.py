@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig, load_config
-from gym_services.control.termination import Termination
+from gym_services.server.control import ServerControl
 from gym_services.server.sources import load
 
 
@@ -118,7 +118,7 @@ def run(
     options: dict[str, Any] = dict(
         log_config=None, timeout_graceful_shutdown=drain_timeout_s, timeout_keep_alive=30, access_log=False
     )
-    termination = _termination(app, config)
+    control = _control(app)
     served: ASGIApp = app
     if fd is not None:
         if control_port is not None:
@@ -129,14 +129,16 @@ def run(
     else:
         sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
         served = split_ports(app, config.port, control_port)
-    plane = getattr(app.state, "plane", None)
-    live = plane.participant.live if plane is not None and config.checkpoint.enabled else None
-    TerminatingServer(uvicorn.Config(served, **options), termination, live).run(sockets=sockets)
+    termination = control.plane.termination if control is not None else None
+    live = control.participant.live if control is not None and config.checkpoint.enabled else None
+    counters = control.metrics.counter_totals if control is not None else None
+    TerminatingServer(uvicorn.Config(served, **options), termination, live, counters).run(sockets=sockets)
 
 
-def _termination(app: ASGIApp, config: ServerConfig) -> Termination | None:
-    """The control plane's termination, when this server has a grace (else SIGTERM stops it at once)."""
-    if config.checkpoint.termination_grace_s <= 0:
-        return None
-    plane = getattr(getattr(app, "state", None), "plane", None)
-    return getattr(plane, "termination", None)
+def _control(app: ASGIApp) -> ServerControl | None:
+    """The server's control plane as its app carries it (``create_server_app``'s, or an adopted app's): its
+    termination (without a grace, SIGTERM stops the server at once), its participant's live counts and its metrics,
+    logged when it exits."""
+    server = getattr(getattr(app, "state", None), "server", None)
+    control = getattr(server, "control", None)
+    return control if isinstance(control, ServerControl) else None

@@ -36,17 +36,19 @@ class TerminatingServer(uvicorn.Server):
         config: uvicorn.Config,
         termination: Termination | None,
         live: Callable[[], dict[str, Any]] | None = None,
+        counters: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         super().__init__(config)
         self.termination = termination
         self.live = live  # the participant's live counts, logged at exit: what it held at the cut
+        self.counters = counters  # its metrics' counters, logged at exit: what it did in its life
         self._signalled: str | None = None  # set by the handler, applied in the loop (on_tick)
         self._reason: str | None = None  # why the termination ended (logged at shutdown)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         termination = self.termination
         first_interrupt = sig == signal.SIGINT and self._signalled is None
-        if termination is None or first_interrupt:
+        if termination is None or not termination.enabled or first_interrupt:
             super().handle_exit(sig, frame)
             return
         if self._signalled is None:
@@ -80,8 +82,9 @@ class TerminatingServer(uvicorn.Server):
         status = termination.status() if termination is not None else None
         try:
             live = self.live() if self.live is not None else None
+            counters = self.counters() if self.counters is not None else None
         except Exception:  # the counts are for the log only: never a reason not to exit
-            live = None
+            live = counters = None
         log.warning(
             "exiting",
             extra={
@@ -89,6 +92,9 @@ class TerminatingServer(uvicorn.Server):
                 "final_checkpoint_id": termination.final_checkpoint_id if termination is not None else None,
                 "left_s": status.left_s if status is not None else None,
                 "live": live,
+                "counters": counters,
             },
         )
+        if termination is not None:
+            termination.stopping()
         await super().shutdown(sockets)

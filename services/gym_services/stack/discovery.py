@@ -10,7 +10,8 @@ import asyncio
 from gym_services.control.models import Replica
 from gym_services.control.protocol import Role
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
-from gym_services.stack.launcher import StackError, StackState
+from gym_services.stack.external import ExternalServer
+from gym_services.stack.launcher import RunningServer, StackError, StackState
 
 
 async def discover(state: StackState, client: ControlClient) -> list[ParticipantRef]:
@@ -20,7 +21,7 @@ async def discover(state: StackState, client: ControlClient) -> list[Participant
 
     A server that does not answer is a :class:`StackError` naming it (its role is what we asked for)."""
 
-    async def one(server) -> ParticipantRef:
+    async def one(server: RunningServer | ExternalServer) -> ParticipantRef:
         probe = ParticipantRef(server.name, Role.RESOURCES, server.url)  # the role is what we ask for
         try:
             status = await client.status(probe, timeout_s=10)
@@ -29,7 +30,10 @@ async def discover(state: StackState, client: ControlClient) -> list[Participant
         replica = Replica(group=server.group_name, ordinal=server.ordinal, replicas=server.replicas)
         return ParticipantRef(status.participant_id, status.role, server.url, replica=replica)
 
-    servers = [*state.participants(), *(s for s in state.external if s.participant)]
+    servers: list[RunningServer | ExternalServer] = [
+        *state.participants(),
+        *(s for s in state.external if s.participant),
+    ]
     results = await asyncio.gather(*(one(s) for s in servers), return_exceptions=True)
     refs = [r for r in results if not isinstance(r, BaseException)]
     errors = [r for r in results if isinstance(r, BaseException)]

@@ -27,7 +27,7 @@ from gym_services.coordination.transaction import TransactionKind, TransactionPh
 MIN_ATTEMPT_S = 1.0
 #: the publish must land this long before the deadline: the servers' exit is what the deadline bounds
 DEADLINE_MARGIN_S = 0.5
-#: pause between attempts
+#: pause between tries
 RETRY_AFTER_S = 0.5
 
 
@@ -37,10 +37,10 @@ def final_checkpoint_id(now: float | None = None) -> str:
 
 @dataclass
 class FinalOutcome:
-    """How the final checkpoint went: the published result, or the last failure; how many attempts."""
+    """How the final checkpoint went: the published result, or the last failure; how many tries."""
 
     result: TransactionResult | None
-    attempts: int
+    tries: int
     error: str | None
 
     @property
@@ -54,26 +54,26 @@ async def take_final(
     deadline: float,
     *,
     claimed_by: str,
-    on_attempt: Callable[[str, int], None] | None = None,
+    on_try: Callable[[str, int], None] | None = None,
     hopeless: Callable[[], str | None] | None = None,
 ) -> FinalOutcome:
     """Take the final checkpoint of ``coordinator``'s participants at ``location`` before the monotonic
-    ``deadline``: attempts while time is left, each bounded by it. ``on_attempt(checkpoint_id, n)`` is told of each;
+    ``deadline``: tries while time is left, each bounded by it. ``on_try(checkpoint_id, n)`` is told of each;
     ``hopeless()`` names why another attempt cannot succeed (a participant's process is gone), ending the tries."""
-    attempts, error = 0, "no time was left for a final checkpoint"
+    tries, error = 0, "no time was left for a final checkpoint"
     while (left := deadline - DEADLINE_MARGIN_S - time.monotonic()) >= MIN_ATTEMPT_S:
-        if attempts and hopeless is not None and (why := hopeless()) is not None:
-            return FinalOutcome(None, attempts, f"{error}; not tried again: {why}")
-        attempts += 1
+        if tries and hopeless is not None and (why := hopeless()) is not None:
+            return FinalOutcome(None, tries, f"{error}; not tried again: {why}")
+        tries += 1
         checkpoint_id = final_checkpoint_id()
-        if on_attempt is not None:
-            on_attempt(checkpoint_id, attempts)
+        if on_try is not None:
+            on_try(checkpoint_id, tries)
         result = await _attempt(coordinator, location, checkpoint_id, left, claimed_by)
         if result.completed:
-            return FinalOutcome(result, attempts, None)
+            return FinalOutcome(result, tries, None)
         error = result.error or "failed"
         await asyncio.sleep(min(RETRY_AFTER_S, max(0.0, deadline - time.monotonic())))
-    return FinalOutcome(None, attempts, error)
+    return FinalOutcome(None, tries, error)
 
 
 async def _attempt(

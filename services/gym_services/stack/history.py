@@ -45,6 +45,7 @@ class TakenCheckpoint(BaseModel):
     records: int = 0
     bytes: int = 0
     episodes: int = 0
+    final: bool = Field(default=False, description="held as final by every participant: nobody resumed after it")
 
 
 class Termination(BaseModel):
@@ -56,7 +57,7 @@ class Termination(BaseModel):
     deadline_at: float
     signalled: list[str] = Field(description="the servers that got it (supervisor: the supervisor itself)")
     final: TakenCheckpoint | None = None
-    attempts: int = 0
+    tries: int = 0
     signal_to_published_s: float | None = None
     outcome: Literal["running", "published", "failed"] = "running"
     error: str | None = None

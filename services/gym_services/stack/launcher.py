@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel
 
 from gym_services.base.config import ConfigError, StorageConfig
+from gym_services.stack import children
 from gym_services.stack.config import StackConfig, check_stack, substitute_urls
 from gym_services.stack.external import ExternalServer, OutsideError, check_external, check_literal_urls, origin
 from gym_services.stack.objectstore import EMBEDDED_S3, REGION, LocalS3, ObjectStoreError, start_local_s3, stop_local_s3
@@ -117,28 +118,32 @@ def listen(name: str, port: int = 0) -> socket.socket:
 
 def _spawn(
     server: str, config_path: Path, sock: socket.socket, env: dict[str, str], log_path: Path
-) -> subprocess.Popen:
-    """Start ``gymckpt serve`` on the listening socket ``sock`` (our copy is closed once the child has it)."""
+) -> subprocess.Popen[bytes]:
+    """Start ``gymckpt serve`` on the listening socket ``sock`` (our copy is closed once the child has it), its
+    output appended to ``log_path`` (the child writes to its own copy of the descriptor)."""
     try:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gym_services.cli",
-                "serve",
-                server,
-                "--config",
-                str(config_path),
-                "--fd",
-                str(sock.fileno()),
-            ],
-            env=env,
-            stdout=open(log_path, "ab"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            pass_fds=(sock.fileno(),),
-        )
+        with open(log_path, "ab") as log:
+            return children.keep(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gym_services.cli",
+                        "serve",
+                        server,
+                        "--config",
+                        str(config_path),
+                        "--fd",
+                        str(sock.fileno()),
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    pass_fds=(sock.fileno(),),
+                )
+            )
     finally:
         sock.close()
 
@@ -148,7 +153,7 @@ def stack_secrets(state_dir: Path) -> dict[str, str]:
     cookies need the same session secret; the local store's data needs the same keys)."""
     path = state_dir / SECRETS_FILE
     values: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-    wanted = {
+    wanted: dict[str, Callable[[], str]] = {
         # a token exported before the first `up` (GYMCKPT_CONTROL_TOKEN) is the stack's: external servers share it
         "control_token": lambda: os.environ.get("GYMCKPT_CONTROL_TOKEN") or secrets.token_urlsafe(32),
         "session_secret": lambda: secrets.token_urlsafe(32),
@@ -469,7 +474,7 @@ def partly_running(state_dir: Path) -> bool:
     return any(running) and not all(running)
 
 
-def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen], timeout_s: float) -> None:
+def wait_ready(servers: list[RunningServer], procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
     import httpx  # here only: `gymckpt checkpoint` reads the state file without it (benchmarks/cli_checkpoint.py)
 
     deadline = time.monotonic() + timeout_s
@@ -567,5 +572,4 @@ def _reap_or_kill(server: RunningServer | SupervisorProcess, deadline: float) ->
 
 
 def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+    children.reap(pid)

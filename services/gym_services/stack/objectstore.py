@@ -17,9 +17,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
+
+from gym_services.stack import children
 
 #: the value of a stack's ``storage:`` (and ``gymckpt demo --storage``) that asks for this store
 EMBEDDED_S3 = "embedded-s3"
@@ -87,14 +91,14 @@ def _ports_free(ports: dict[str, int]) -> bool:
     return all(port_free(p) and port_free(p + 10000) for p in ports.values())
 
 
-def pick_ports(previous: dict[str, int] | None = None, attempts: int = 200) -> dict[str, int]:
+def pick_ports(previous: dict[str, int] | None = None, tries: int = 200) -> dict[str, int]:
     """The ports used last time when they are still free (the endpoint stays the same), else a fresh block."""
     if previous and set(previous) == set(COMPONENTS) and _ports_free(previous):
         return previous
     import random
 
     rng = random.Random()
-    for _ in range(attempts):
+    for _ in range(tries):
         base = rng.randrange(12000, 22700, 10)  # +10000 (gRPC) stays below the ephemeral range
         ports = {name: base + i for i, name in enumerate(COMPONENTS)}
         if _ports_free(ports):
@@ -168,7 +172,7 @@ def read_store(data_dir: Path) -> LocalS3 | None:
     return LocalS3.model_validate_json(path.read_text())
 
 
-def _client(endpoint: str, access_key: str, secret_key: str):
+def _client(endpoint: str, access_key: str, secret_key: str) -> Any:  # a boto3 S3 client
     import boto3
     from botocore.config import Config
 
@@ -183,7 +187,13 @@ def _client(endpoint: str, access_key: str, secret_key: str):
 
 
 def start_local_s3(
-    data_dir: Path, access_key: str, secret_key: str, *, timeout_s: float = 90.0, say=None, same_ports: bool = False
+    data_dir: Path,
+    access_key: str,
+    secret_key: str,
+    *,
+    timeout_s: float = 90.0,
+    say: Callable[[str], None] | None = None,
+    same_ports: bool = False,
 ) -> LocalS3:
     """Start the store on ``data_dir`` (or find it running), wait until it answers signed requests,
     and make sure the bucket exists. The caller stops it with :func:`stop_local_s3`.
@@ -201,15 +211,18 @@ def start_local_s3(
     env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
     if say:
         say(f"starting the local object store (SeaweedFS) on 127.0.0.1:{ports['s3']}, data in {data_dir}")
-    proc = subprocess.Popen(
-        weed_args(data_dir, ports),
-        cwd=data_dir,
-        env=env,
-        stdout=open(log_path, "ab"),  # noqa: SIM115 - owned by the child
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with open(log_path, "ab") as log:  # the child writes to its own copy of the descriptor
+        proc = children.keep(
+            subprocess.Popen(
+                weed_args(data_dir, ports),
+                cwd=data_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
     store = LocalS3(
         endpoint=f"http://127.0.0.1:{ports['s3']}", pid=proc.pid, data_dir=str(data_dir), log=str(log_path), ports=ports
     )
@@ -223,7 +236,7 @@ def start_local_s3(
 
 
 def _wait_ready(
-    store: LocalS3, access_key: str, secret_key: str, proc: subprocess.Popen | None, timeout_s: float
+    store: LocalS3, access_key: str, secret_key: str, proc: subprocess.Popen[bytes] | None, timeout_s: float
 ) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -254,15 +267,15 @@ def _terminate(pid: int, timeout_s: float) -> None:
         return
     deadline = time.monotonic() + timeout_s
     while _alive(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+        children.reap(pid)
         time.sleep(0.05)
     if _alive(pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        killed_by = time.monotonic() + 10  # SIGKILLed: gone within moments
+        while _alive(pid) and time.monotonic() < killed_by:
+            time.sleep(0.05)
+    children.reap(pid)
 
 
 def stop_local_s3(data_dir: Path, timeout_s: float = 5.0) -> bool:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_services.base.config import StorageConfig
 from gym_services.base.text import human_seconds
 from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore
@@ -79,9 +80,12 @@ def published_candidate(history: StackHistory, store: CheckpointStore) -> tuple[
     return None, skipped
 
 
-async def resume_stack(state: StackState, *, fresh: bool = False) -> Resumed:
+async def resume_stack(
+    state: StackState, *, fresh: bool = False, storage_config: StorageConfig | None = None
+) -> Resumed:
     """Restore the stack's newest checkpoint into its fresh servers (or start a new lineage with ``fresh``), and
-    record it in the history. :class:`StackError` naming the next step when it cannot."""
+    record it in the history. :class:`StackError` naming the next step when it cannot. ``storage_config``: how
+    storage is reached (default: the stack's own way, :func:`~gym_services.stack.launcher.stack_storage_config`)."""
     state_dir = Path(state.state_dir)
     history = read_history(state_dir)
     if history is None:
@@ -93,7 +97,7 @@ async def resume_stack(state: StackState, *, fresh: bool = False) -> Resumed:
         return Resumed(None, f"started fresh (--fresh): the {len(history.kept)} checkpoints taken before stay stored")
     if not history.in_lineage():
         return Resumed(None, "")
-    storage_config = stack_storage_config(state)
+    storage_config = storage_config or stack_storage_config(state)
     try:
         chosen, skipped = published_candidate(history, CheckpointStore(open_storage(state.storage, storage_config)))
     except StorageError as exc:

@@ -35,9 +35,10 @@ from gym_services.stack.launcher import (
 SUPERVISOR_START_S = 10.0
 
 
-def start_supervisor(state_dir: Path) -> SupervisorProcess:
+def start_supervisor(state_dir: Path, env: dict[str, str] | None = None) -> SupervisorProcess:
     """Start the stack's supervisor in its own session (recorded in the state file). A supervisor a killed stack
-    left behind is killed first: it would take checkpoints of servers that are no more."""
+    left behind is killed first: it would take checkpoints of servers that are no more. ``env`` is added to its
+    environment (how it reaches storage, as the servers do: ``AWS_*``)."""
     state = read_state(state_dir)
     if state.checkpoint is None:
         raise StackError(f"stack {state.name} was not started to be supervised (start_stack(..., supervise=True))")
@@ -48,7 +49,7 @@ def start_supervisor(state_dir: Path) -> SupervisorProcess:
     with open(log_path, "ab") as log:  # the child has its own copy of the file
         proc = subprocess.Popen(
             [sys.executable, "-m", "gym_services.stack.supervisor", str(state_dir)],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -38,10 +38,12 @@ from gym_services.control.storage import StorageError, open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionResult
+from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionStatus
 from gym_services.stack.discovery import discover
 from gym_services.stack.final import FinalOutcome, take_final
 from gym_services.stack.history import StackHistory, TakenCheckpoint, Termination, read_history, write_history
 from gym_services.stack.launcher import (
+    StackError,
     StackState,
     is_running,
     read_state,
@@ -57,7 +59,7 @@ log = get_logger("supervisor")
 #: how long one status long-poll waits for a termination before it is asked again
 LONG_POLL_S = 30.0
 #: how often the history says the supervisor is alive (what a crash is dated by)
-HEARTBEAT_S = 5.0
+HEARTBEAT_S = 1.0
 
 
 def scheduled_checkpoint_id(now: float | None = None) -> str:
@@ -138,7 +140,8 @@ class Supervisor:
         all, or someone killed them), there is nothing left to supervise."""
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            if self.state.servers and not any(is_running(s) for s in self.state.servers) and not self.signalled:
+            servers = self._current().servers
+            if servers and not any(is_running(s) for s in servers) and not self.signalled:
                 log.error("every server of the stack is gone without a termination signal (a crash): stopping")
                 self.cancel_scheduled.set()
                 self.stopping.set()
@@ -190,6 +193,11 @@ class Supervisor:
         )
         self._record(taken, result)
         if result.completed:
+            if taken.seconds is not None and taken.seconds > self.settings.termination_grace:
+                log.warning(
+                    "a checkpoint took longer than the termination grace: a final checkpoint may not fit in it",
+                    extra={"seconds": taken.seconds, "grace_s": self.settings.termination_grace},
+                )
             await self._prune()
 
     def _record(self, taken: TakenCheckpoint, result: TransactionResult) -> None:
@@ -199,6 +207,7 @@ class Supervisor:
         taken.error = result.error
         taken.pause_s = result.pause_s
         taken.records, taken.bytes, taken.episodes = result.records, result.bytes, len(result.episodes)
+        taken.final = result.final
         if result.completed:
             self.history.kept.append(taken)
             log.info(
@@ -294,7 +303,7 @@ class Supervisor:
         self.history.stopped = "termination"
         self._save()
         outcome = await self._final(deadline, record)
-        record.attempts = outcome.attempts
+        record.tries = outcome.tries
         if outcome.published and record.final is not None:
             record.outcome = "published"
             record.signal_to_published_s = round((record.final.ended_at or time.time()) - record.signalled_at, 3)
@@ -313,8 +322,10 @@ class Supervisor:
                 extra={"error": outcome.error, "newest": newest.checkpoint_id if newest else None},
             )
         self._save()
+        if outcome.published and record.final is not None:
+            await self._release_external(record.final.checkpoint_id)
         latest = max(s.deadline_at for s in self.signalled.values())
-        await asyncio.to_thread(stop_servers_after, self.state, latest)
+        await asyncio.to_thread(stop_servers_after, self._current(), latest)
         if self.state.object_store is not None:
             await asyncio.to_thread(stop_local_s3, Path(self.state.object_store.data_dir))
 
@@ -325,6 +336,9 @@ class Supervisor:
         except TimeoutError:
             return FinalOutcome(None, 0, "a scheduled checkpoint was still being written at the deadline")
         try:
+            adopted = self._adopted(record)
+            if adopted is not None:
+                return adopted
 
             def attempt(checkpoint_id: str, n: int) -> None:
                 record.final = TakenCheckpoint(
@@ -339,7 +353,7 @@ class Supervisor:
                 self.location,
                 deadline,
                 claimed_by=self.claimed_by,
-                on_attempt=attempt,
+                on_try=attempt,
                 hopeless=self._gone,
             )
             if record.final is not None:
@@ -351,9 +365,46 @@ class Supervisor:
         finally:
             self.busy.release()
 
+    async def _release_external(self, checkpoint_id: str) -> None:
+        """The stack's external participants (servers it did not start: ``external:`` in its YAML) hold the final
+        checkpoint too; the supervisor stops only its own servers, so it lets them go on serving (an abort of their
+        hold) instead of their exiting when the lease runs out. A restore of the stack replaces what they do next."""
+        external = {server.url.rstrip("/") for server in self.state.external if server.participant}
+        refs = [ref for ref in self.coordinator.participants if ref.url.rstrip("/") in external]
+        if refs:
+            warnings = await self.coordinator.abort_all(checkpoint_id, refs)
+            log.info(
+                "external participants released",
+                extra={"participants": [r.participant_id for r in refs], "warnings": warnings},
+            )
+
+    def _adopted(self, record: Termination) -> FinalOutcome | None:
+        """The scheduled checkpoint under way at the signal, when it became final: its prepare reached a signalled
+        server after the signal, so that server held it as final, and so did every participant (the coordinator takes
+        the whole checkpoint as final then: ``docs/protocol.md``, "Termination"); the signalled servers exited once
+        their parts were written. It is the cut this termination ends at; no other checkpoint could include them."""
+        last = self.history.last
+        if last is None or last.status != "completed" or not last.final:
+            return None
+        if (last.ended_at or 0.0) < record.signalled_at:
+            return None
+        record.final = last
+        log.warning(
+            "the scheduled checkpoint under way at the signal is the termination's: a signalled server held it, exited",
+            extra={"checkpoint_id": last.checkpoint_id},
+        )
+        return FinalOutcome(_completed(last.checkpoint_id, self.location), 0, None)
+
+    def _current(self) -> StackState:
+        """The state file now (``gymckpt restart`` or ``up`` may have started a server again since)."""
+        try:
+            return read_state(self.state_dir)
+        except (StackError, OSError, ValueError):
+            return self.state
+
     def _gone(self) -> str | None:
         """A participant of the stack whose process is gone: no final checkpoint can include it."""
-        gone = [s.name for s in self.state.participants() if not is_running(s)]
+        gone = [s.name for s in self._current().participants() if not is_running(s)]
         return f"not running: {', '.join(gone)}" if gone else None
 
     async def _stop(self) -> None:
@@ -364,9 +415,17 @@ class Supervisor:
             self.busy.release()
 
 
-def _failed(checkpoint_id: str, location: str, error: str | None) -> TransactionResult:
-    from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionStatus
+def _completed(checkpoint_id: str, location: str) -> TransactionResult:
+    return TransactionResult(
+        kind=TransactionKind.CHECKPOINT,
+        checkpoint_id=checkpoint_id,
+        location=location,
+        status=TransactionStatus.COMPLETED,
+        phase=TransactionPhase.COMPLETED,
+    )
 
+
+def _failed(checkpoint_id: str, location: str, error: str | None) -> TransactionResult:
     return TransactionResult(
         kind=TransactionKind.CHECKPOINT,
         checkpoint_id=checkpoint_id,

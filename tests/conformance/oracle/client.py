@@ -61,3 +61,6 @@ class Oracle:
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait(timeout=10)
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            if pipe is not None:
+                pipe.close()

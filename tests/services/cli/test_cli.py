@@ -109,7 +109,7 @@ def test_up_checkpoint_kill_restore_with_the_cli(tmp_path) -> None:
 
 
 def test_a_checkpoint_id_taken_by_another_stack_is_refused(tmp_path) -> None:
-    """Issue 16 item 3: `checkpoint --id ck1` where another stack's ck1 already is: exit 1, a clear message,
+    """`checkpoint --id ck1` where another stack's ck1 already is: exit 1, a clear message,
     nothing paused and nothing written; the same transaction repeated is answered from its manifest."""
     shared = tmp_path / "shared"
     for name in ("a", "b"):

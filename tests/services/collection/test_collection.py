@@ -208,7 +208,7 @@ async def _checkpoint_two_finished(tmp_path, loc: str):
 
 @pytest.mark.parametrize("other", ["another job's results", "same length, other bytes", "torn line"])
 async def test_restore_refuses_a_results_file_it_never_saw_and_changes_nothing(tmp_path, other) -> None:
-    """Issue 16 item 4: the results file now holds other content (another job wrote the same path): the restore
+    """The results file now holds other content (another job wrote the same path): the restore
     must not cut it at the checkpoint's offset; it is refused with the file untouched."""
     loc = f"file://{tmp_path / 'ckpt'}"
     committed, out = await _checkpoint_two_finished(tmp_path, loc)

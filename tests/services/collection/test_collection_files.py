@@ -98,7 +98,7 @@ JOB_ROUTES = [("POST", "/jobs"), ("GET", "/jobs/current"), ("GET", "/jobs/curren
 
 
 async def test_job_routes_need_the_job_token(tmp_path) -> None:
-    """Issue 16 item 5: submitting, following, uploading and downloading all need the bearer token."""
+    """Submitting, following, uploading and downloading all need the bearer token."""
     agent = FakeAgent()
     data = tmp_path / "data"
     victim = data / "results/x.jsonl"
@@ -135,7 +135,7 @@ async def test_a_job_token_of_its_own_replaces_the_control_token(tmp_path) -> No
 
 
 async def test_without_job_folders_every_job_is_forbidden(tmp_path) -> None:
-    """Issue 16 item 5: a collection server that was given no folder reads and writes nothing."""
+    """A collection server that was given no folder reads and writes nothing."""
     agent = FakeAgent()
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_bytes(TASKS)
@@ -149,7 +149,7 @@ async def test_without_job_folders_every_job_is_forbidden(tmp_path) -> None:
 
 
 async def test_job_paths_are_confined_to_job_dirs_and_errors_echo_no_content(tmp_path) -> None:
-    """Issue 16 item 5: tasks_path and output_path outside the configured folders are 403 (symbolic links
+    """``tasks_path`` and ``output_path`` outside the configured folders are 403 (symbolic links
     followed); nothing outside is read, truncated or echoed."""
     agent = FakeAgent()
     jobs = tmp_path / "jobs"

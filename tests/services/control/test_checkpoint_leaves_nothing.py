@@ -45,10 +45,10 @@ async def test_a_hundred_more_checkpoints_add_no_objects(tmp_path) -> None:
         control = Control(client)
         assert (await client.post("/seed_session", json={"start": 1}, headers=IDENT)).status_code == 200
         for i in range(WARM_UP):
-            await control.snapshot(f"warm-{i}", location, ["r1"])
+            await control.checkpoint_background(f"warm-{i}", location, ["r1"])
         before = live_objects()
         for i in range(MORE):
-            assert (await control.snapshot(f"ck-{i}", location, ["r1"]))["records"] >= 1
+            assert (await control.checkpoint_background(f"ck-{i}", location, ["r1"]))["records"] >= 1
             # a repeated resume gets the first one's answer, from the closings kept
             assert (await control.resume(f"ck-{i}"))["checkpoint_id"] == f"ck-{i}"
         after = live_objects()

@@ -245,7 +245,7 @@ async def test_workplace_bytes_match_and_the_cache_is_filled_in_the_server(tmp_p
 
         participant.session_encoder.encodings = {}  # as a fresh server: nothing cached
         control = Control(client)
-        await control.snapshot("ck1", f"file://{tmp_path / 'store'}")
+        await control.checkpoint_background("ck1", f"file://{tmp_path / 'store'}")
         sessions = FORK_MIN_RECORDS + 16
         assert (
             len(participant.session_encoder.encodings) == sessions

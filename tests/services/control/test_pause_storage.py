@@ -56,7 +56,7 @@ class Tap:
 
 
 async def first_checkpoint(tap: Tap, location: str, access: dict | None = None) -> dict:
-    """A fresh server: one session, then its first snapshot checkpoint (prepare, capture, resume, persist)."""
+    """A fresh server: one session, then its first background checkpoint (prepare, capture, resume, persist)."""
     app = create_app(load_config(Config, overrides=base_config("workplace_assistant")))
     tap.plane = app.state.plane
     async with serve(app) as client:

@@ -1,7 +1,7 @@
 """The attempt fence cannot be walked around: a session cookie is signed with the rollout and attempt that made it
 (``base/sessions.py``), so a late call of an old attempt is ``409 stale_attempt`` whatever headers it carries, and
-changes nothing; the restored attempt, which sends the same cookie with its own headers, goes on
-(``docs/protocol.md``, "Identity and fencing")."""
+changes nothing; the restored attempt, which sends the same cookie with its own headers, goes on, and its answer
+signs the cookie again for its attempt (``docs/protocol.md``, "Identity and fencing")."""
 
 from __future__ import annotations
 
@@ -74,9 +74,18 @@ async def test_a_late_header_less_call_of_the_old_attempt_is_refused_and_changes
             code = "bad_request" if "r9" in headers.values() else "stale_attempt"
             assert late.json()["error"]["code"] == code, (headers, late.text)
             assert "set-cookie" not in late.headers  # the session stays the restored one's
-        # the restored attempt sends the same cookie (its boundary kept it) with its own headers: it goes on
-        assert (await client.post("/increment", json={"by": 6}, headers=NEW)).json() == {"output": 10}
-        assert (await client.post("/verify", json={"target": 10}, headers=NEW)).json() == {"reward": 1.0, "value": 10}
+        # the restored attempt sends the same cookie (its boundary kept it) with its own headers: it goes on, and its
+        # answer signs the cookie again for attempt 1
+        went_on = await client.post("/increment", json={"by": 6}, headers=NEW)
+        assert went_on.json() == {"output": 10}
+        renewed = SessionCodec(SECRET, "counter").open(went_on.cookies[COOKIE])
+        assert renewed is not None and renewed.identity == ident("r1", 1)
+        assert renewed.session_id == SessionCodec(SECRET, "counter").read(cookies[COOKIE])
+        # with the renewed cookie a call without headers is attempt 1's; a copy of the old cookie is still stale
+        assert (await client.post("/verify", json={"target": 10})).json() == {"reward": 1.0, "value": 10}
+        client.cookies.clear()
+        client.cookies.update(cookies)
+        assert (await client.post("/increment", json={"by": 1})).json()["error"]["code"] == "stale_attempt"
 
 
 async def test_a_session_made_without_identity_is_fenced_by_the_headers_of_each_call(tmp_path) -> None:

@@ -122,3 +122,66 @@ async def test_aborting_a_final_checkpoint_reopens_it(tmp_path) -> None:
         assert (await client.post("/bump")).status_code == 200
         assert termination.exit_due() is None and termination.final_checkpoint_id is None
         assert participant.events == ["prepare f1", "abort"]
+
+
+async def test_a_participant_holding_the_checkpoint_as_final_makes_it_final_for_all(tmp_path) -> None:
+    """A scheduled checkpoint whose prepare reaches a server after its termination signal: that server holds it as
+    final, and the coordinator then takes the whole checkpoint as final, so no participant works past the cut."""
+    from tests.support.asgi import TOKEN, MultiASGITransport
+
+    from gym_services.coordination.client import ControlClient, ParticipantRef
+    from gym_services.coordination.coordinator import Coordinator
+
+    signalled, s_participant, _, _ = make_app(checkpoint={"termination_grace_s": 20, "participant_id": "signalled"})
+    other, o_participant, _, _ = make_app(checkpoint={"termination_grace_s": 20, "participant_id": "other"})
+    async with serve(signalled), serve(other):
+        signalled.state.plane.termination.begin("SIGTERM")
+        refs = [
+            ParticipantRef("signalled", "environment", "http://signalled"),
+            ParticipantRef("other", "agent", "http://other"),
+        ]
+        transport = MultiASGITransport({"signalled": signalled, "other": other})
+        async with ControlClient(TOKEN, transport=transport) as client:
+            result = await Coordinator(refs, client).checkpoint("c1", f"file://{tmp_path}")  # the snapshot method
+            assert result.completed and result.final, result.error
+            for ref in refs:
+                status = await client.status(ref)
+                assert status.phase == "final" and not status.admission_open, (ref, status.phase)
+    assert s_participant.events == ["prepare c1"] and o_participant.events == ["prepare c1"]  # nobody resumed
+    assert signalled.state.plane.termination.exit_due() is not None  # the signalled one exits
+    assert other.state.plane.termination.exit_due() is None  # the other holds until its lease runs out
+
+
+async def test_a_server_prepared_before_its_signal_holds_a_checkpoint_that_became_final(tmp_path) -> None:
+    """The agent prepared a scheduled checkpoint, then got SIGTERM; a server prepared after its own signal made the
+    checkpoint final: the capture tells the agent, which holds it too and exits once its part is written (it would
+    otherwise wait for its deadline, and reopen on its lease)."""
+    from tests.support.asgi import TOKEN, MultiASGITransport
+
+    from gym_services.coordination.client import ControlClient, ParticipantRef
+    from gym_services.coordination.coordinator import Coordinator
+
+    early, e_participant, _, _ = make_app(checkpoint={"termination_grace_s": 20, "participant_id": "early"})
+    late, _, _, _ = make_app(checkpoint={"termination_grace_s": 20, "participant_id": "late"})
+    early.state.plane.final.begin = _then_signal(early.state.plane.final.begin, early.state.plane.termination)
+    late.state.plane.termination.begin("SIGTERM")
+    async with serve(early), serve(late):
+        refs = [ParticipantRef("early", "model", "http://early"), ParticipantRef("late", "resources", "http://late")]
+        transport = MultiASGITransport({"early": early, "late": late})
+        async with ControlClient(TOKEN, transport=transport) as client:
+            result = await Coordinator(refs, client).checkpoint("c1", f"file://{tmp_path}")
+            assert result.completed and result.final, result.error
+            assert (await client.status(refs[0])).phase == "final"
+    assert e_participant.events == ["prepare c1"]
+    assert early.state.plane.termination.exit_due() is not None  # its part is written: it exits now
+
+
+def _then_signal(begin, termination):
+    """``FinalHold.begin`` at the prepare, then the server's SIGTERM (it arrives just after the prepare)."""
+
+    def wrapped(checkpoint_id: str, asked: bool) -> None:
+        begin(checkpoint_id, asked)
+        if not termination.active:
+            termination.begin("SIGTERM")
+
+    return wrapped

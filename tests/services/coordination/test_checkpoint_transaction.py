@@ -72,14 +72,14 @@ async def test_a_cancel_after_the_pause_publishes_nothing(stack, tmp_path) -> No
         if phase is TransactionPhase.PERSISTING:
             cancel.set()
 
-    result, statuses, phases = await take(stack, location, "snapshot", cancel=cancel, on_phase=on_phase)
+    result, statuses, phases = await take(stack, location, "background", cancel=cancel, on_phase=on_phase)
     assert_nothing_published(result, statuses, location)
     assert result.error.startswith("cancelled") and result.phase is TransactionPhase.PERSISTING
     assert phases[-2:] == [TransactionPhase.ABORTING, TransactionPhase.FAILED]
     assert result.pause_s > 0 and "published" not in result.timings
 
 
-@pytest.mark.parametrize("method", ["snapshot", "sync"])
+@pytest.mark.parametrize("method", ["background", "sync"])
 async def test_past_the_claims_bound_nothing_is_published(stack, tmp_path, method) -> None:
     """The claim bounds when the manifest may still be written: a transaction that reaches publishing later fails
     there and publishes nothing, under the pause (sync) or after it."""

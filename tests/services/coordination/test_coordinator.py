@@ -21,7 +21,7 @@ from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionError, list_checkpoints
 
 
-@pytest.mark.parametrize("method", ["snapshot", "sync"])
+@pytest.mark.parametrize("method", ["background", "sync"])
 async def test_checkpoint_order_scope_and_manifest(stack, storage_url, method) -> None:
     _, parts, _, journal = stack
 
@@ -458,7 +458,7 @@ async def test_deleting_a_checkpoint_removes_every_object_manifest_first(stack, 
     assert len(retention.objects("ck-2")) == ck2_before  # the other checkpoint is untouched
 
 
-@pytest.mark.parametrize("method", ["snapshot", "sync"])
+@pytest.mark.parametrize("method", ["background", "sync"])
 async def test_a_failed_checkpoint_is_recorded_so_delete_and_prune_reclaim_it_at_once(
     stack, storage_url, method
 ) -> None:

@@ -31,7 +31,7 @@ def lose_the_answer(storage, key: str, other: bool = False):
     return storage
 
 
-@pytest.mark.parametrize("method", ["snapshot", "sync"])
+@pytest.mark.parametrize("method", ["background", "sync"])
 async def test_a_lost_answer_to_the_publishing_put_is_still_published(stack, tmp_path, method) -> None:
     storage_url = f"file://{tmp_path / 'store'}"  # the lost answer is made above the storage: one backend is enough
 

@@ -23,7 +23,7 @@ def _row(rid: str, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS) -> di
     return {"_ng_rollout_id": rid, "agent": "agent-x", "reward": 1.0, "result": {"response": {"output": [item]}}}
 
 
-def _snapshot(
+def _frozen(
     rid: str, *, incomplete: bool = False, ids: list[int] = IDS, logprobs: list[float] = LOGPROBS
 ) -> FrozenRollout:
     entry = LedgerEntry(
@@ -44,9 +44,9 @@ def _snapshot(
     )
 
 
-def _run(rids: list[str], **snapshots: FrozenRollout) -> Run:
+def _run(rids: list[str], **frozen: FrozenRollout) -> Run:
     run = Run(results={rid: _row(rid) for rid in rids})
-    run.ledgers = {rid: snapshots.get(rid.replace("-", "_")) or _snapshot(rid) for rid in rids}
+    run.ledgers = {rid: frozen.get(rid.replace("-", "_")) or _frozen(rid) for rid in rids}
     return run
 
 
@@ -60,7 +60,7 @@ def test_identical_rows_and_complete_ledgers_are_identical_and_unmasked() -> Non
 
 
 def test_an_incomplete_ledger_masks_its_rollout_although_its_row_carries_tokens() -> None:
-    ckpt = _run(RIDS, **{"1_0": _snapshot("1-0", incomplete=True)})
+    ckpt = _run(RIDS, **{"1_0": _frozen("1-0", incomplete=True)})
     assert ckpt.results["1-0"] == _run(RIDS).results["1-0"]  # the row alone cannot tell
     identical, differing, masked = training_tokens_verdict(_run(RIDS), ckpt, RIDS)
     assert (identical, differing, masked) == ("NO (1)", ["1-0"], 1)
@@ -70,8 +70,8 @@ def test_an_incomplete_ledger_masks_its_rollout_although_its_row_carries_tokens(
 
 
 def test_a_ledger_that_differs_from_its_row_is_not_identical() -> None:
-    other_logprob = _run(RIDS, **{"2_0": _snapshot("2-0", logprobs=[-0.25, -1.5000001])})
-    other_ids = _run(RIDS, **{"0_0": _snapshot("0-0", ids=[7, 9])})
+    other_logprob = _run(RIDS, **{"2_0": _frozen("2-0", logprobs=[-0.25, -1.5000001])})
+    other_ids = _run(RIDS, **{"0_0": _frozen("0-0", ids=[7, 9])})
     assert training_tokens_verdict(_run(RIDS), other_logprob, RIDS) == ("NO (1)", ["2-0"], 0)
     assert training_tokens_verdict(other_ids, _run(RIDS), RIDS) == ("NO (1)", ["0-0"], 0)  # the uninterrupted run's too
 
@@ -93,25 +93,25 @@ def test_a_multi_turn_row_carries_every_turn_in_all_attempts() -> None:
             "all_attempts": [{"response": first["result"]["response"]}, {"response": last["result"]["response"]}],
         },
     }
-    both = _snapshot("0-0")
+    both = _frozen("0-0")
     both.entries.insert(
-        0, _snapshot("0-0", ids=[5], logprobs=[-0.5]).entries[0].model_copy(update={"model_call_id": "c0"})
+        0, _frozen("0-0", ids=[5], logprobs=[-0.5]).entries[0].model_copy(update={"model_call_id": "c0"})
     )
     run = Run(results={"0-0": row}, ledgers={"0-0": both})
     assert training_tokens_verdict(run, run, ["0-0"]) == ("yes", [], 0)
-    last_only = Run(results={"0-0": row}, ledgers={"0-0": _snapshot("0-0")})
+    last_only = Run(results={"0-0": row}, ledgers={"0-0": _frozen("0-0")})
     assert training_tokens_verdict(run, last_only, ["0-0"]) == ("NO (1)", ["0-0"], 0)
 
 
 def test_the_report_says_where_the_tokens_first_differ() -> None:
     """A sampled token that differs after the cut is named with its call, position, ids and log-probs."""
-    ckpt = _run(RIDS, **{"1_0": _snapshot("1-0", ids=[7, 9], logprobs=[-0.25, -2.0])})
+    ckpt = _run(RIDS, **{"1_0": _frozen("1-0", ids=[7, 9], logprobs=[-0.25, -2.0])})
     ckpt.results["1-0"] = _row("1-0", ids=[7, 9], logprobs=[-0.25, -2.0])
     said = "call 0 token 1: id 9 log-prob -2 (checkpointed) vs id 8 log-prob -1.5 (uninterrupted)"
     assert token_difference(_run(RIDS), ckpt, "1-0") == said
     verdict = compare(_run(RIDS), ckpt, {"agent-x": "env"})
     assert any(f"['1-0'] (1-0: {said})" in p for p in verdict.problems), verdict.problems
-    near = _run(RIDS, **{"2_0": _snapshot("2-0", logprobs=[-0.25, -1.5000001])})
+    near = _run(RIDS, **{"2_0": _frozen("2-0", logprobs=[-0.25, -1.5000001])})
     near.results["2-0"] = _row("2-0", logprobs=[-0.25, -1.5000001])
     assert token_difference(_run(RIDS), _run(RIDS), "2-0") == "the same ids and log-probs"
     assert token_difference(_run(RIDS), near, "2-0").startswith("call 0 token 1: id 8 log-prob -1.5")  # exactly

@@ -27,7 +27,7 @@ from gym_services.adapters.control import mount_control_plane
 from gym_services.adapters.nemo_gym.sessions import NemoSessions
 from gym_services.adapters.nemo_gym.state import NemoSessionHooks, SessionDict
 from gym_services.base.config import ServerConfig
-from gym_services.control.admission import Admission, RoutePolicy, policy_table
+from gym_services.control.admission import RoutePolicy, policy_table
 from gym_services.control.plane import ControlPlane
 from gym_services.control.protocol import VerifyMode
 from gym_services.resources.common.participant import ExportedParticipant
@@ -74,7 +74,7 @@ def adopt(
 
     def create_app(config: NemoGymConfig) -> Starlette:
         server = nemo_server(server_class, config)
-        app = nemo_app(server)
+        app: Starlette = nemo_app(server)
         participate(app, server, config, state)
         return app
 
@@ -123,14 +123,11 @@ def participate(app: Starlette, server: Any, config: ServerConfig, state: Sessio
     hooks = NemoSessionHooks(server, state)
     participant: ExportedParticipant[dict[str, Any]] = ExportedParticipant(hooks, verify=VerifyMode.WAIT)
     hooks.tracked = lambda: list(participant.sessions)
-    admission = Admission(config.participant_id)
-    sessions = Middleware(NemoSessions, participant=participant, hooks=hooks, fence=admission.fence)
     return mount_control_plane(
         app,
         config,
         participant,
         policies=policy_table({path: RoutePolicy.OPEN for path in NEMO_STATELESS_ROUTES}),
-        data_middleware=[sessions],
+        data_middleware=[Middleware(NemoSessions, participant=participant, hooks=hooks)],
         bypass=NEMO_PUBLIC_PATHS,
-        admission=admission,
     )

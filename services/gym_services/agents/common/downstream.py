@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from http.cookiejar import CookieJar, CookiePolicy
+from http.cookiejar import Cookie, CookieJar, CookiePolicy
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
+from urllib.request import Request
 
 import httpx
 
@@ -72,16 +73,16 @@ class _NoCookies(CookiePolicy):
     rfc2965 = False
     hide_cookie2 = True
 
-    def set_ok(self, cookie, request) -> bool:
+    def set_ok(self, cookie: Cookie, request: Request) -> bool:
         return False
 
-    def return_ok(self, cookie, request) -> bool:
+    def return_ok(self, cookie: Cookie, request: Request) -> bool:
         return False
 
-    def domain_return_ok(self, domain, request) -> bool:
+    def domain_return_ok(self, domain: str, request: Request) -> bool:
         return False
 
-    def path_return_ok(self, path, request) -> bool:
+    def path_return_ok(self, path: str, request: Request) -> bool:
         return False
 
 

@@ -72,7 +72,7 @@ class Episode:
     boundary: Boundary
     anonymous: bool = False
     restored: bool = False
-    task: asyncio.Task | None = None
+    task: asyncio.Task[dict[str, Any]] | None = None
     step: str | None = None
     waited: bool = False
     parked: bool = False
@@ -232,12 +232,12 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             raise exc
         return task.result()
 
-    def _start(self, ep: Episode) -> asyncio.Task:
+    def _start(self, ep: Episode) -> asyncio.Task[dict[str, Any]]:
         task = asyncio.create_task(self._drive(ep), name=f"episode-{ep.rollout_id}-{ep.attempt}")
         task.add_done_callback(lambda t: self._finished(ep, t))
         return task
 
-    def _finished(self, ep: Episode, task: asyncio.Task) -> None:
+    def _finished(self, ep: Episode, task: asyncio.Task[dict[str, Any]]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.warning("episode failed", extra={"rollout_id": ep.rollout_id, "error": repr(task.exception())})
         self._waiting.pop(ep, None)

@@ -28,7 +28,9 @@ def given_params(row: dict[str, Any], model: str | None) -> dict[str, Any]:
 
     ``model`` (the agent's configured model, if any) replaces the task's own.
     """
-    params = nemo_responses.create_params(dict(row.get("responses_create_params") or {"input": []}), full=False)
+    params: dict[str, Any] = nemo_responses.create_params(
+        dict(row.get("responses_create_params") or {"input": []}), full=False
+    )
     params.pop("input", None)
     if model is not None:
         params["model"] = model

@@ -7,7 +7,8 @@ from pydantic import Field
 from starlette.applications import Starlette
 
 from gym_services.agents.common import AgentConfig, create_agent_app
-from gym_services.agents.simple_agent.loop import RESOURCES, SimpleAgentLoop
+from gym_services.agents.common.steps import RESOURCES
+from gym_services.agents.simple_agent.loop import SimpleAgentLoop
 from gym_services.base.affinity import Endpoints
 
 

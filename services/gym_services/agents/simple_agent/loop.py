@@ -136,9 +136,10 @@ class SimpleAgentLoop(AgentLoop):
 
     def final_response(self, b: SimpleBoundary) -> dict[str, Any]:
         """The episode's response: the last model response with every output item and the summed usage."""
-        return nemo_responses.response(
+        response: dict[str, Any] = nemo_responses.response(
             {**(b.last_response or {}), "output": b.outputs, "usage": b.usage.response_usage()}
         )
+        return response
 
     async def _verify(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         body = {**nemo_responses.run_row(b.row), "response": self.final_response(b)}

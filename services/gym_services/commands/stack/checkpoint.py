@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import sys
 import time
 import uuid
 
@@ -12,7 +13,7 @@ from gym_services.commands.stack.configs import remember_configs
 from gym_services.commands.stack.running import fail, running
 from gym_services.commands.stack.storage import check_location
 from gym_services.commands.stack.transaction import header, run_transaction
-from gym_services.control.protocol import CheckpointMethod
+from gym_services.control.protocol import DEPRECATED_BACKGROUND, CheckpointMethod
 from gym_services.control.storage import StorageError
 from gym_services.coordination.coordinator import Coordinator, TransactionResult
 from gym_services.stack.launcher import StackError, StackState
@@ -26,6 +27,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint_id = args.id or new_checkpoint_id()
     transaction_id = args.transaction_id or uuid.uuid4().hex
     again = f"gymckpt checkpoint --id {checkpoint_id} --transaction-id {transaction_id}"
+    if args.method == DEPRECATED_BACKGROUND:
+        print(f"gymckpt checkpoint: --method {DEPRECATED_BACKGROUND} is the old name of background", file=sys.stderr)
     try:
         state = running(args)
         location = args.storage or state.storage

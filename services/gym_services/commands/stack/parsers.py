@@ -15,7 +15,12 @@ import importlib
 import os
 from collections.abc import Callable
 
-from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
+from gym_services.control.protocol import (
+    DEFAULT_LEASE_S,
+    DEFAULT_PREPARE_TIMEOUT_S,
+    DEPRECATED_BACKGROUND,
+    CheckpointMethod,
+)
 
 DEFAULT_STATE_DIR = os.environ.get("GYMCKPT_STATE_DIR", ".gymckpt/stack")
 
@@ -43,7 +48,7 @@ def _common(p: argparse.ArgumentParser, storage: bool = False) -> None:
         p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Every local-stack command, group by group (the order of ``gymckpt --help``)."""
     register_lifecycle(sub)
     register_collect(sub)
@@ -52,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_catalog(sub)
 
 
-def register_lifecycle(sub: argparse._SubParsersAction) -> None:
+def register_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``up``, ``restart``, ``down``, ``status`` (:mod:`.lifecycle`)."""
     p = sub.add_parser(
         "up",
@@ -130,7 +135,7 @@ def register_lifecycle(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("lifecycle", "cmd_status"))
 
 
-def register_collect(sub: argparse._SubParsersAction) -> None:
+def register_collect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``collect`` (:mod:`.collect`)."""
     p = sub.add_parser(
         "collect",
@@ -179,7 +184,7 @@ def register_collect(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("collect", "cmd_collect"))
 
 
-def register_checkpoint(sub: argparse._SubParsersAction) -> None:
+def register_checkpoint(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``checkpoint`` (:mod:`.checkpoint`)."""
     p = sub.add_parser(
         "checkpoint",
@@ -198,9 +203,10 @@ def register_checkpoint(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--method",
-        choices=[m.value for m in CheckpointMethod],
-        default=CheckpointMethod.SNAPSHOT.value,
-        help="snapshot: write in the background after resume (default); sync: write under the pause",
+        choices=[*(m.value for m in CheckpointMethod), DEPRECATED_BACKGROUND],
+        default=CheckpointMethod.BACKGROUND.value,
+        help="background: write after resume, while the rollouts run (default); sync: write under the pause "
+        f"({DEPRECATED_BACKGROUND}: the old name of background, deprecated)",
     )
     p.add_argument(
         "--prepare-timeout",
@@ -214,7 +220,7 @@ def register_checkpoint(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("checkpoint", "cmd_checkpoint"))
 
 
-def register_restore(sub: argparse._SubParsersAction) -> None:
+def register_restore(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``restore`` (:mod:`.restore`)."""
     p = sub.add_parser(
         "restore",
@@ -234,7 +240,7 @@ def register_restore(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=Handler("restore", "cmd_restore"))
 
 
-def register_catalog(sub: argparse._SubParsersAction) -> None:
+def register_catalog(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``checkpoints list/show/delete/prune`` (:mod:`.catalog`)."""
     p = sub.add_parser(
         "checkpoints",

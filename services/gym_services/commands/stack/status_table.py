@@ -17,10 +17,13 @@ NOT_RUNNING = "not running"
 
 def state_of(status: StatusResponse) -> str:
     """What the participant is doing: ``serving`` while admission is open and no checkpoint holds it (the
-    control plane's ``fresh``/``open``), else the phase of the checkpoint or restore it is in."""
-    if status.admission_open and status.checkpoint_id is None:
-        return "serving"
-    return str(status.phase)
+    control plane's ``fresh``/``open``), else the phase of the checkpoint or restore it is in; ``terminating (12s
+    left)`` before either once it got a termination signal."""
+    state = "serving" if status.admission_open and status.checkpoint_id is None else str(status.phase)
+    if status.terminating is not None:
+        left = f"{status.terminating.left_s:.0f}s left"
+        return f"terminating ({left})" if state == "serving" else f"terminating, {state} ({left})"
+    return state
 
 
 def live_cell(live: dict[str, Any], limit: int | None = None) -> str:

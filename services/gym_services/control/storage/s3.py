@@ -162,7 +162,8 @@ class S3Storage(Storage):
 
     def get(self, key: str) -> bytes:
         try:
-            return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            data: bytes = self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            return data
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
                 raise NotFound(f"{self.url}/{key} does not exist") from None

@@ -21,6 +21,10 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 PACKAGE = Path(__file__).resolve().parents[2]
 
@@ -133,7 +137,7 @@ def ensure_tiny_model(cache: Path | None = None, shape: TinyShape = TinyShape())
     return model
 
 
-def train_tokenizer(text: str, vocab_size: int):  # -> tokenizers.Tokenizer
+def train_tokenizer(text: str, vocab_size: int) -> Tokenizer:
     """Byte-level BPE (GPT-2's pre-tokenizer, no prefix space) with ChatML's special tokens, ``vocab_size`` in all."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -153,7 +157,7 @@ def train_tokenizer(text: str, vocab_size: int):  # -> tokenizers.Tokenizer
     return tokenizer
 
 
-def write_gguf(path: Path, tokenizer, shape: TinyShape) -> None:  # tokenizer: tokenizers.Tokenizer
+def write_gguf(path: Path, tokenizer: Tokenizer, shape: TinyShape) -> None:
     """A llama GGUF (F32) with ``tokenizer``'s vocabulary and merges, weights from ``shape.seed``."""
     import gguf
     import numpy as np

@@ -101,11 +101,11 @@ class LlamaChild:
         self.config = config
         self.folder = Path(tempfile.mkdtemp(prefix="gymckpt-llama-"))
         self.socket = self.folder / "llama.sock"
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(self.socket)), base_url="http://llama-server", timeout=None
         )
-        self._watch: asyncio.Task | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

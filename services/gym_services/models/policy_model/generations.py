@@ -147,7 +147,7 @@ class Generation:
         self._failing_at_tokens = -1
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
-        self._reader: asyncio.Task | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._halt = Halt()
         self._force_timer: asyncio.TimerHandle | None = None
         if staged is not None:

@@ -132,7 +132,7 @@ class Upstream:
         )
         self.engine: Engine = ENGINES[config.engine]()
         self._client: httpx.AsyncClient | None = None
-        self._watch: asyncio.Task | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         c = self.config

@@ -116,9 +116,10 @@ def choose_seed(config: Config, body: ResetRequest, identity: RolloutIdentity | 
     if "seed" in fields and fields["seed"] is not None:
         if not _valid_seed(fields["seed"]):
             raise ApiError(ErrorCode.BAD_REQUEST, f"seed must be an integer in [0, {MAX_SEED}]")
-        return fields["seed"]
+        seed: int = fields["seed"]
+        return seed
     extra = fields.get("extra")
-    extra_seed = extra.get("seed") if isinstance(extra, dict) else None
+    extra_seed: int | None = extra.get("seed") if isinstance(extra, dict) else None
     if extra_seed is not None:
         if not _valid_seed(extra_seed):
             raise ApiError(ErrorCode.BAD_REQUEST, f"extra.seed must be an integer in [0, {MAX_SEED}]")

@@ -39,7 +39,7 @@ from gym_services.control.protocol import VerifyMode
 from gym_services.resources.common import ExportedParticipant, nemo_routes
 from gym_services.resources.indirect_prompt_injection import models, verifier
 from gym_services.resources.indirect_prompt_injection.models import SeedRequest, ToolCallRequest, VerifyRequest
-from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, SessionStore
+from gym_services.resources.indirect_prompt_injection.state import NonJsonValue, Session, SessionStore
 from gym_services.resources.indirect_prompt_injection.tools import TOOLS, run_tool
 from gym_services.server.app import create_server_app, held
 from gym_services.server.openapi import Operation
@@ -134,7 +134,7 @@ class Injection:
 
     config: Config
     store: SessionStore
-    participant: ExportedParticipant
+    participant: ExportedParticipant[dict[str, Session]]
     counts: IpiMetrics
 
 

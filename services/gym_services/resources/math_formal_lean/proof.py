@@ -36,7 +36,8 @@ def code_block(text: str, mode: ExtractMode = "last") -> str:
     for tag in FENCE_TAGS:
         blocks = _BLOCKS[tag].findall(text)
         if blocks:
-            return (blocks[0] if mode == "first" else blocks[-1]).strip()
+            block: str = blocks[0] if mode == "first" else blocks[-1]
+            return block.strip()
     return ""
 
 

@@ -37,7 +37,7 @@ from gym_services.server.app import create_server_app, held
 from gym_services.server.openapi import Operation
 
 from . import verify as grading
-from .sessions import SessionNotFound, WorkplaceSessions
+from .sessions import SessionNotFound, StagedSessions, WorkplaceSessions
 
 NOT_SEEDED = "Session not initialized. Please call seed_session first."
 
@@ -153,7 +153,7 @@ class Workplace:
 
     config: Config
     sessions: WorkplaceSessions
-    participant: ExportedParticipant
+    participant: ExportedParticipant[StagedSessions]
 
 
 async def seed(request: Request) -> JSONResponse:

@@ -51,9 +51,10 @@ def pandas_dtype(name: str) -> Any:
 
 def column_array(series: pd.Series) -> np.ndarray:
     """The column as a numpy array (``str`` columns as object arrays holding NaN)."""
-    if series.dtype == STR_DTYPE:
-        return series.to_numpy(dtype=object, na_value=np.nan)
-    return series.to_numpy()
+    array: np.ndarray = (
+        series.to_numpy(dtype=object, na_value=np.nan) if series.dtype == STR_DTYPE else series.to_numpy()
+    )
+    return array
 
 
 def iter_column_arrays(df: pd.DataFrame) -> Iterator[tuple[Any, Any, np.ndarray]]:

@@ -172,7 +172,8 @@ def _same_cell(x: Any, y: Any) -> bool:
         return False
     if type(x) is float:
         if x != x:
-            return y != y
+            nan: bool = y != y
+            return nan
         return x == y and math.copysign(1.0, x) == math.copysign(1.0, y)
     try:
         return bool(x == y)
@@ -186,7 +187,7 @@ def _changed_objects(t: np.ndarray, bt: BaseTable, i: int, kept: np.ndarray | No
     slots = bt.slots[i]
     assert slots is not None  # an object column has its slots
     base_slots = slots if kept is None else slots[kept]
-    changed = _slots(t) != base_slots
+    changed: np.ndarray = _slots(t) != base_slots
     suspects = np.flatnonzero(changed)
     base = bt.arrays[i]
     if len(suspects) <= 64 or len(suspects) * 8 <= len(t):
@@ -200,7 +201,7 @@ def _changed_objects(t: np.ndarray, bt: BaseTable, i: int, kept: np.ndarray | No
     if kept is not None:
         base_types, b_nan = base_types[kept], b_nan[kept]
     try:
-        diff = np.asarray(t != b, dtype=bool) | np.asarray(_type_of(t) != base_types, dtype=bool)
+        diff: np.ndarray = np.asarray(t != b, dtype=bool) | np.asarray(_type_of(t) != base_types, dtype=bool)
     except Exception as exc:
         raise _StoreFull from exc
     # Same-typed equal floats may still differ in sign (-0.0); NaN in the base needs a NaN.
@@ -224,7 +225,8 @@ def _changed(t: np.ndarray, kind: str, bt: BaseTable, i: int, kept: np.ndarray |
         b_nan = b_nan[kept]
     tn = np.isnan(t)
     diff = (t != b) & ~(tn & b_nan)
-    return diff | (tn != b_nan) | (np.signbit(t) != np.signbit(b))
+    changed: np.ndarray = diff | (tn != b_nan) | (np.signbit(t) != np.signbit(b))
+    return changed
 
 
 def _base_then_new(slots: np.ndarray, base_slots: np.ndarray, key_sorted: np.ndarray) -> bool:

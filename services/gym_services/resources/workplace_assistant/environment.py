@@ -193,7 +193,3 @@ class WorkplaceEnvironment:
             self._shared = _ALL_KEYS
             self._captured = True
             return self._token, dict(self._tables)
-
-    def snapshot(self) -> dict[TableKey, pd.DataFrame]:
-        """Independent (copy-on-write) copies of every table, e.g. for comparisons in tests."""
-        return {key: df.copy(deep=False) for key, df in self.items()}

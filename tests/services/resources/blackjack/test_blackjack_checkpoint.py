@@ -344,9 +344,9 @@ def test_export_and_restore_do_not_alias_live_state() -> None:
     store = EpisodeStore()
     store.episodes["s"] = Episode.deal(36)
     exported = store.export_session_states()
-    snapshot = json.loads(json.dumps(exported))
+    frozen = json.loads(json.dumps(exported))
     store.episodes["s"].step("hit")  # the live episode moves on
-    assert exported == snapshot
+    assert exported == frozen
     exported["s"]["player"].append("K")  # and the export can be changed without touching it
     assert store.episodes["s"].player == ["7", "2", "A"]
 

@@ -187,7 +187,7 @@ def test_export_and_restore_do_not_alias_live_state() -> None:
 
     exported = store.export_session_states()
     session.environment["messages"].append({"to": "x"})
-    assert json.loads(exported["s"]["environment_json"])["messages"] == []  # the export is a snapshot
+    assert json.loads(exported["s"]["environment_json"])["messages"] == []  # the export is a copy
 
     restored = SessionStore()
     states = store.export_session_states()

@@ -79,7 +79,7 @@ async def run_uninterrupted(task) -> tuple[list[str], dict, dict]:
 
 @pytest.mark.parametrize("task_index", range(len(TASKS)))
 @pytest.mark.parametrize("cut", [0, 1, 2, 4])
-@pytest.mark.parametrize("method", ["sync", "snapshot"])
+@pytest.mark.parametrize("method", ["sync", "background"])
 async def test_restore_continues_like_uninterrupted(storage_url, task_index, cut, method) -> None:
     task = TASKS[task_index]
     calls = calls_for(task)

@@ -1,4 +1,4 @@
-"""The codec's fast paths (issue 14) give exactly what the general paths give, and refuse what they refuse."""
+"""The codec's fast paths give exactly what the general paths give, and refuse what they refuse."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_sessions_encode_to_the_same_bytes_as_with_the_general_search(monkeypatc
 
 
 def test_frames_from_blocks_equal_the_general_construction_and_keep_the_blocks() -> None:
-    """Restored tables are written straight into pandas' blocks (issue 29): columns of one dtype at positions
+    """Restored tables are written straight into pandas' blocks: columns of one dtype at positions
     that need not be contiguous, ``str`` columns as their own arrays, every column where its position says."""
     objects = np.array([["a", None, {"k": 1}], [np.nan, "y", 3]], dtype=object)  # columns 0 and 3
     ints = np.array([[1, 2, 3]], dtype=np.int64)  # column 2

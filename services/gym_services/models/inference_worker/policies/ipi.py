@@ -67,8 +67,10 @@ def _date_argument(task: dict[str, Any]) -> str | None:
     dated = [r for t in _collections(task.get("environment", {})) for r in t.values() if isinstance(r.get("date"), str)]
     for record in dated:
         if subject is not None and subject in record.values():
-            return record["date"]
-    return dated[0]["date"] if dated else None
+            date: str = record["date"]
+            return date
+    first: str | None = dated[0]["date"] if dated else None
+    return first
 
 
 def derive_arguments(schema: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:

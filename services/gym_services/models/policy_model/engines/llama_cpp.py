@@ -302,7 +302,8 @@ class LlamaCppEngine(Engine):
         entries = answer.get("completion_probabilities") or []
         if len(entries) != 1 or not isinstance(entries[0].get("top_logprobs"), list):
             raise EngineProtocolError(f"{root}: a scoring request answered no distribution: {str(answer)[:200]}")
-        return entries[0]["top_logprobs"]
+        distribution: list[dict[str, Any]] = entries[0]["top_logprobs"]
+        return distribution
 
     async def _log_prob(
         self, client: httpx.AsyncClient, root: str, context: list[int], token: int, pieces: list[bytes]

@@ -4,13 +4,17 @@ Each rollout's ledger lives on the replica its calls go to (``docs/decisions.md`
 lives with the rollout's policy model replica"), so the client sends every call about a rollout to
 the replica :func:`~gym_services.base.affinity.replica_for` names among ``endpoints`` (the policy
 model's base URLs in ordinal order, or a ``{a..b}`` range). Bodies and answers are the wire models of
-:mod:`.wire`; a refusal raises :class:`LedgerRefused` with the server's error code. It needs pydantic
-and httpx only, so a trainer's environment can load it from the source tree.
+:mod:`.wire`; a refusal raises :class:`LedgerRefused` with the server's error code. A call refused while a
+checkpoint pauses the replica (``409 checkpoint_parked``: a stack that checkpoints itself on a schedule pauses every
+few seconds) is asked again after its ``Retry-After``, for up to ``parked_patience_s``. It needs pydantic and httpx
+only, so a trainer's environment can load it from the source tree.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
+import asyncio
+import time
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -44,9 +48,10 @@ class LedgerRefused(Exception):
 class LedgerClient:
     """``put``/``begin_call``/``mark_incomplete`` (writes of one attempt), ``freeze``/``drop``, ``resolve``."""
 
-    def __init__(self, endpoints: str | list[str], timeout_s: float = 30.0) -> None:
+    def __init__(self, endpoints: str | list[str], timeout_s: float = 30.0, parked_patience_s: float = 120.0) -> None:
         self.urls = expand_endpoints(endpoints)
         self.http = httpx.AsyncClient(timeout=timeout_s)
+        self.parked_patience_s = parked_patience_s
 
     def url_for(self, rollout_id: str) -> str:
         return self.urls[replica_for(rollout_id, len(self.urls))]
@@ -55,9 +60,13 @@ class LedgerClient:
         self, route: str, rollout_id: str, body: BaseModel, answer: type[A], attempt: int | None = None
     ) -> A:
         headers = None if attempt is None else {"x-ng-rollout-id": rollout_id, "x-ng-attempt": str(attempt)}
-        resp = await self.http.post(
-            f"{self.url_for(rollout_id)}/v1/ledger/{route}", json=body.model_dump(mode="json"), headers=headers
-        )
+        url, content = f"{self.url_for(rollout_id)}/v1/ledger/{route}", body.model_dump(mode="json")
+        deadline = time.monotonic() + self.parked_patience_s
+        while True:
+            resp = await self.http.post(url, json=content, headers=headers)
+            if resp.status_code != 409 or "checkpoint_parked" not in resp.text or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(float(resp.headers.get("retry-after") or 0.1))  # paused: the checkpoint resumes it
         if 400 <= resp.status_code < 500:
             try:
                 error = resp.json()["error"]
@@ -88,7 +97,7 @@ class LedgerClient:
         body = DropRequest(rollout_id=rollout_id, snapshot_id=snapshot_id, version=version)
         return (await self._call("drop", rollout_id, body, DropResult)).dropped
 
-    async def resolve(self, rollout_id: str, request_items: list[dict]) -> Resolution:
+    async def resolve(self, rollout_id: str, request_items: list[dict[str, Any]]) -> Resolution:
         body = ResolveRequest(rollout_id=rollout_id, request_items=request_items)
         return await self._call("resolve", rollout_id, body, Resolution)
 

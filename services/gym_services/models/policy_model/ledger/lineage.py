@@ -57,10 +57,11 @@ def _arguments(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
+        text = value
         try:
-            value = json.loads(value)
+            value = json.loads(text)
         except ValueError:
-            return value.strip()
+            return text.strip()
     return _json(value)
 
 

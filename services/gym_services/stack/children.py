@@ -1,0 +1,36 @@
+"""The processes this one started and leaves running (a stack's servers, the local object store): each is kept
+here until it is reaped.
+
+A started process outlives the call that started it: ``gymckpt up`` returns, and the stack is stopped later by
+pid (:mod:`.launcher`, :mod:`.objectstore`). Its ``Popen`` is kept until then, so its exit status is read
+through it (``poll``) when it ends, and Python never finds a ``Popen`` dropped while its child runs (a
+``ResourceWarning``, an error under the test suite's warning filter). Children that ended on their own are
+reaped whenever another one starts, as :mod:`subprocess` does for the ``Popen`` objects it collects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+
+_kept: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def keep(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """Keep ``proc`` until :func:`reap` finds it ended; reap the kept children that already ended."""
+    for pid, child in list(_kept.items()):
+        if child.poll() is not None:
+            del _kept[pid]
+    _kept[proc.pid] = proc
+    return proc
+
+
+def reap(pid: int) -> None:
+    """Read ``pid``'s exit status if it ended (no zombie stays), through its ``Popen`` when this process kept one."""
+    child = _kept.get(pid)
+    if child is None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    elif child.poll() is not None:
+        del _kept[pid]

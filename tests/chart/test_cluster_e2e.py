@@ -170,7 +170,7 @@ def test_helm_install_rollouts_a_pod_preempted_checkpointed_and_resumed_by_itsel
         checkpoint = json.loads(kubectl("get", "checkpoint", name, "-o", "json").stdout)
         spec, status = checkpoint["spec"], checkpoint["status"]
         # one transaction of the whole stack (the collection's cursor and the episodes live at the signal), final
-        assert spec["final"] is True and status["participantCount"] == 4, status
+        assert spec["final"] is True and status["final"] is True and status["participantCount"] == 4, status
         assert stamp(status["completionTime"]) <= stamp(spec["deadline"]) < stamp(victim["deletionTimestamp"])
         collection = [p for p in status["participants"] if p["role"] == "controller"]
         assert collection[0]["records"] > 1, status

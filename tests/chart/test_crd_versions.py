@@ -21,8 +21,8 @@ VERSIONS = {
     "6": {"checkpoints": "538db49676686ccf", "restores": "7b8cd5b940cd5655"},
     # the checkpoint method background (snapshot kept as its deprecated alias); timings described by their steps
     "7": {"checkpoints": "4239691bc9bb1528", "restores": "d9af3be7bdc5fdff"},
-    # CheckpointSchedule; Checkpoint spec.final and spec.deadline (termination checkpoints)
-    "8": {"checkpoints": "c499b27452b5c56c", "checkpointschedules": "c87ae1a1b907f141", "restores": "d9af3be7bdc5fdff"},
+    # CheckpointSchedule; Checkpoint spec.final, spec.deadline and status.final (termination checkpoints)
+    "8": {"checkpoints": "3dc5d69be026a78a", "checkpointschedules": "c87ae1a1b907f141", "restores": "d9af3be7bdc5fdff"},
 }
 
 

@@ -63,7 +63,7 @@ def test_a_deleted_pod_is_checkpointed_in_its_grace_period_and_the_stack_resumes
         completed_after = time.monotonic() - deleted_at
         spec, status = checkpoint["spec"], checkpoint["status"]
         # the whole stack (both servers, though one pod went), final, inside the deadline the pod's grace gave
-        assert spec["final"] is True and status["participantCount"] == 2
+        assert spec["final"] is True and status["final"] is True and status["participantCount"] == 2
         assert stamp(spec["deadline"]) == kill_at - dt.timedelta(seconds=10)  # (termination.marginSeconds)
         assert stamp(status["completionTime"]) <= stamp(spec["deadline"])
         # the deleted pod's server left on its own, having written its part; it was never SIGKILLed

@@ -167,16 +167,16 @@ async def nothing_new(context: Context, namespace: str, refs: list[ParticipantRe
     answers = await phases_of(context, refs)
     left = sorted(p for p, phase in answers.items() if isinstance(phase, BaseException))
     if final and left:
-        checkpoints, restores = await release_resources(context, namespace)
-        newest = candidate(checkpoints, restores)
-        since = f"Checkpoint {name_of(newest)}" if newest is not None else "no checkpoint: it held none"
-        return f"{', '.join(left)} left already (the stack resumes from {since})"
+        return f"{_named(left)} left already (the stack resumes from {await _resumes_from(context, namespace)})"
     if left:
         return None
     phases = {p: phase for p, phase in answers.items() if not isinstance(phase, BaseException)}
     holding = sorted(p for p, phase in phases.items() if phase is Phase.FINAL)
     if holding:
-        return f"{', '.join(holding)} hold a final checkpoint until they exit and come back fresh"
+        one = len(holding) == 1
+        waits = "holds a final checkpoint until it exits" if one else "hold a final checkpoint until they exit"
+        since = await _resumes_from(context, namespace)
+        return f"{_named(holding)} {waits} and come{'s' if one else ''} back fresh (the stack resumes from {since})"
     fresh = sorted(p for p, phase in phases.items() if phase is Phase.FRESH)
     if not fresh or not context.settings.auto_restore:
         return None
@@ -184,9 +184,18 @@ async def nothing_new(context: Context, namespace: str, refs: list[ParticipantRe
     if chosen is None:
         return None
     return (
-        f"{', '.join(fresh)} came back fresh and the stack waits for its automatic restore of Checkpoint "
-        f"{name_of(chosen)}"
+        f"{_named(fresh)} came back fresh and the stack waits for its automatic restore of Checkpoint {name_of(chosen)}"
     )
+
+
+def _named(participants: list[str]) -> str:
+    return ", ".join(participants)
+
+
+async def _resumes_from(context: Context, namespace: str) -> str:
+    """The newest complete checkpoint of the release, as a message names it."""
+    newest = candidate(*await release_resources(context, namespace))
+    return f"Checkpoint {name_of(newest)}" if newest is not None else "no checkpoint: it held none"
 
 
 async def resumable(context: Context, namespace: str) -> dict[str, Any] | None:
@@ -308,7 +317,7 @@ class Resumer:
             raise
         status = chosen.get("status") or {}
         message = (
-            f"{', '.join(fresh)} came back fresh: restoring the whole stack from Checkpoint {checkpoint} (checkpoint "
+            f"{_named(fresh)} came back fresh: restoring the whole stack from Checkpoint {checkpoint} (checkpoint "
             f"{status.get('checkpointId')}, completed {status.get('completionTime')})"
         )
         log.info(message)

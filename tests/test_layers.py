@@ -89,7 +89,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
     ],
     "gym_services.models.policy_model.ledger": [
         ("wire",),  # the ledger's wire models
-        ("lineage", "client"),  # resolving a rollout's lineage; the typed client
+        ("lineage", "client", "entries"),  # resolving a rollout's lineage; the typed client; entries' stored form
         ("rollouts",),  # the token ledger of every rollout
         ("recording", "records", "routes"),  # recording a call; the checkpoint records; the HTTP routes
     ],

@@ -5,6 +5,7 @@ and exiting, ``gymckpt up`` resuming it, the job completing; then the comparison
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from gym_services.demo.report import Verdict, compare
@@ -30,12 +32,13 @@ from gym_services.demo.story import (
     read_results,
 )
 from gym_services.stack.history import StackHistory, read_history
-from gym_services.stack.launcher import StackState, is_running, read_state, stop_stack
+from gym_services.stack.launcher import StackState, is_running, read_state, stack_secrets, stop_stack
 
 #: slow enough that episodes are in flight at the signal on a busy machine, few enough tasks to stay lean
 TOKENS_PER_SECOND = 40.0
 TASKS_PER_ENVIRONMENT = 2
 CONCURRENCY = 6
+LEAN_VERIFICATIONS = "gym_lean_verifications_total{"
 
 
 def gymckpt(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -94,13 +97,46 @@ class Preempted:
         """Until ``share`` of the rollouts finished and some are in flight."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if self.follower is not None and self.follower.poll() is not None:
+                raise AssertionError(f"`gymckpt collect` exited before the signal: {self.follower.communicate()}")
             job = job_status(self.state())
             if job["state"] == "completed":
                 raise AssertionError("the job completed before the signal")
             if job.get("total") and job["finished"] >= max(1, round(share * job["total"])) and job["live"]:
                 return job
             time.sleep(0.05)
-        raise AssertionError("the job made no progress")
+        raise AssertionError(f"the job made no progress: {job_status(self.state())}")
+
+    def running(self, agent: str) -> int:
+        """The episodes ``agent`` runs now (its status ``live``)."""
+        state = self.state()
+        token = stack_secrets(self.state_dir)["control_token"]
+        status = httpx.get(
+            f"{state.url(agent)}/ng-control/v1/checkpoint/status",
+            headers={"authorization": f"Bearer {token}"},
+            timeout=10,
+        ).json()
+        return int(status["live"]["running"])
+
+    def lean_verifications(self) -> float:
+        """The proofs math-formal-lean has graded so far, whatever the grade (its ``gym_lean_verifications_total``)."""
+        text = httpx.get(f"{self.state().url('math-formal-lean')}/metrics", timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(LEAN_VERIFICATIONS))
+
+    def wait_lean_episode(self, timeout_s: float = 120) -> None:
+        """Until the Lean agent runs an episode (a generation or a verification of it is coming)."""
+        deadline = time.monotonic() + timeout_s
+        while self.running("agent-lean") == 0:
+            assert job_status(self.state())["state"] != "completed", "the job completed before a Lean episode ran"
+            assert time.monotonic() < deadline, "no Lean episode ran"
+            time.sleep(0.05)
+
+    def wait_lean_verified(self, after: float, timeout_s: float = 60) -> None:
+        """Until math-formal-lean graded a proof since it had graded ``after``."""
+        deadline = time.monotonic() + timeout_s
+        while self.lean_verifications() <= after:
+            assert time.monotonic() < deadline, "math-formal-lean graded no proof"
+            time.sleep(0.05)
 
     def wait_checkpoints(self, count: int = 1, timeout_s: float = 60) -> None:
         """Until the schedule published ``count`` checkpoints."""
@@ -114,7 +150,8 @@ class Preempted:
         state = self.state()
         for server in state.servers:
             if names is None or server.name in names:
-                os.killpg(server.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # one signalled before may have exited already
+                    os.killpg(server.pid, signal.SIGTERM)
 
     def wait_stopped(self, timeout_s: float = 90) -> None:
         """Until every server and the supervisor exited."""

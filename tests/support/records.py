@@ -10,6 +10,7 @@ from collections.abc import Callable
 from gym_services.control import layout
 from gym_services.control.manifests import parse_packed_manifest
 from gym_services.control.models import PackedManifest, PackEntry
+from gym_services.control.participant import RestoredRecord
 from gym_services.control.storage import Storage, open_storage
 
 
@@ -27,6 +28,17 @@ def records(location: str | Storage, manifest_key: str) -> dict[str, bytes]:
         key: blobs[manifest.packs[pack].key][offset : offset + size]
         for key, pack, offset, size in zip(cols.keys, cols.packs, cols.offsets, cols.sizes, strict=True)
     }
+
+
+def restored_records(location: str | Storage, manifest_key: str) -> list[RestoredRecord]:
+    """The records as a restore hands them to its participant: bytes and manifest identity, in manifest order."""
+    storage = open_storage(location) if isinstance(location, str) else location
+    cols = _manifest(storage, manifest_key).records
+    data = records(storage, manifest_key)
+    return [
+        RestoredRecord(key, data[key], rollout, attempt)
+        for key, rollout, attempt in zip(cols.keys, cols.rollout_ids, cols.attempts, strict=True)
+    ]
 
 
 def rewrite_record(location: str | Storage, manifest_key: str, key: str, change: Callable[[bytes], bytes]) -> None:

@@ -1,6 +1,6 @@
 """Doubling waits between the tries of one thing that keeps failing, bounded by a deadline.
 
-The one backoff of every retry loop: an episode the collection runs again (``collection/runner.py``), an
+The one backoff of every retry loop: an episode the collection runs again (``collection/episodes.py``), an
 agent step retried from its boundary (``agents/common/participant.py``), a generation continued after its
 upstream failed (``models/policy_model/generations.py``), the operator's setup reads and status writes
 (``operator/gym_operator/controllers/transaction.py``, ``writer.py``). A loop asks :meth:`Backoff.failed` after

@@ -14,7 +14,7 @@ another way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +28,13 @@ class Tokens:
 
     ``generation_token_ids`` may be empty (a call cut before its first token, or one that generated
     nothing); the prompt's ids are always known: a call whose engine never reported them has no
-    :class:`Tokens` at all."""
+    :class:`Tokens` at all. Each field is an immutable sequence: a tuple, or where many prompts are held at
+    once (live generations, staged prefixes) a compact token array (:mod:`gym_services.base.token_arrays`,
+    4 bytes an id), which compares equal to the tuple it stands for."""
 
-    prompt_token_ids: tuple[int, ...]
-    generation_token_ids: tuple[int, ...] = ()
-    generation_log_probs: tuple[float, ...] = ()
+    prompt_token_ids: Sequence[int]
+    generation_token_ids: Sequence[int] = ()
+    generation_log_probs: Sequence[float] = ()
 
     def __post_init__(self) -> None:
         if len(self.generation_token_ids) != len(self.generation_log_probs):
@@ -63,4 +65,4 @@ class Tokens:
     def sequence(self) -> tuple[int, ...]:
         """The prompt's ids followed by the generated ids: what a continuation is conditioned on, and the
         prompt of the call that continues this one (NeMo Gym's cumulative token ids)."""
-        return self.prompt_token_ids + self.generation_token_ids
+        return (*self.prompt_token_ids, *self.generation_token_ids)

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gym_services.base.downstream import DownstreamFailure
 from gym_services.control.models import RECORD_KEY_PATTERN
 
+#: the most episodes a job runs at once
+MAX_CONCURRENCY = 4096
+
 
 class JobSpec(BaseModel):
     """``POST /jobs``: what to collect."""
@@ -18,7 +21,7 @@ class JobSpec(BaseModel):
     tasks_path: str = Field(description="JSONL of tasks, readable by the collection server")
     output_path: str = Field(description="JSONL the results are appended to as they finish")
     repeats: int = Field(default=1, ge=1, le=10_000)
-    concurrency: int = Field(default=8, ge=1, le=4096)
+    concurrency: int = Field(default=8, ge=1, le=MAX_CONCURRENCY)
     limit: int | None = Field(default=None, ge=1, description="only the first N tasks")
     agent: str | None = Field(default=None, description="agent for tasks that name none")
     rollout_prefix: str | None = Field(

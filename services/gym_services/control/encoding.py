@@ -244,7 +244,11 @@ def _read_all(shares: list[_Share[F]], cancel: threading.Event) -> None:
         open_fds = {s.fd: s for s in shares if not s.ended}
         if not open_fds:
             return
-        ready, _, _ = select.select(list(open_fds), [], [], POLL_S)
+        # poll, not select: a server with thousands of connections has descriptors past select's 1024
+        poller = select.poll()
+        for fd in open_fds:
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        ready = [fd for fd, _ in poller.poll(POLL_S * 1000)]
         for fd in ready:
             share = open_fds[fd]
             chunk = os.read(fd, 1 << 20)

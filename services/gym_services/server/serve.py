@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.config import ServerConfig, load_config
+from gym_services.control.termination import Termination
 from gym_services.server.control import ServerControl
 from gym_services.server.sources import load
 
@@ -88,8 +89,9 @@ def run(
 
     On SIGTERM a checkpoint participant with a termination grace (``termination_grace_s``, else its config's
     ``checkpoint.termination_grace_s``) keeps serving and holding its state until its part of a final checkpoint is
-    persisted or the grace ends (:class:`TerminatingServer`); without one, and on a first SIGINT, requests in flight
-    get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
+    persisted or the grace ends (:class:`TerminatingServer`), and a backend with one (no participant, whether its app
+    has a control plane or not: :func:`backend_termination`) until the deadline or a later SIGINT; without one, and
+    on a first SIGINT, requests in flight get ``drain_timeout_s`` to finish (a tool call, a generation) before exit.
 
     ``fd`` is a listening socket the caller bound and passed down (the local stack's launcher): no other
     process can take its port between the launcher choosing it and this server starting."""
@@ -129,7 +131,7 @@ def run(
     else:
         sockets = [_listen(config.host, config.port), _listen(config.host, control_port)]
         served = split_ports(app, config.port, control_port)
-    termination = control.plane.termination if control is not None else None
+    termination = control.plane.termination if control is not None else backend_termination(config)
     live = control.participant.live if control is not None and config.checkpoint.enabled else None
     counters = control.metrics.counter_totals if control is not None else None
     TerminatingServer(uvicorn.Config(served, **options), termination, live, counters).run(sockets=sockets)
@@ -138,7 +140,16 @@ def run(
 def _control(app: ASGIApp) -> ServerControl | None:
     """The server's control plane as its app carries it (``create_server_app``'s, or an adopted app's): its
     termination (without a grace, SIGTERM stops the server at once), its participant's live counts and its metrics,
-    logged when it exits."""
+    logged when it exits. None for an app without one (:func:`backend_termination`)."""
     server = getattr(getattr(app, "state", None), "server", None)
     control = getattr(server, "control", None)
     return control if isinstance(control, ServerControl) else None
+
+
+def backend_termination(config: ServerConfig) -> Termination:
+    """The termination of a server whose app has no control plane (a plain Starlette app: the Lean sandbox stand-in,
+    a server named by import path): a backend's, holding no state. With its config's grace it keeps serving after
+    SIGTERM until the deadline or a later SIGINT, as any backend does, so a participant calling it meanwhile (a
+    proof verified in the sandbox just before the final checkpoint) gets its usual answer, not a refused
+    connection that the checkpoint would keep as the episode's result (``docs/protocol.md``, "Termination")."""
+    return Termination(config.checkpoint.termination_grace_s, holds_state=False)

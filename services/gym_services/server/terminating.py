@@ -2,12 +2,12 @@
 a shutdown.
 
 :func:`gym_services.server.serve.run` serves every server with :class:`TerminatingServer`. Given a
-:class:`~gym_services.control.termination.Termination` (a checkpoint participant with a grace), the first SIGTERM
-begins it: the server goes on serving its data and control routes, so that the stack can take a final checkpoint of
-it, and shuts down (draining its requests) once the termination names a reason to exit. A SIGTERM or SIGINT after
-that changes nothing for a server that holds state; only SIGKILL ends it sooner (a backend, holding none, stops at a
-later SIGINT). A first SIGINT (Ctrl-C, ``gymckpt down --no-checkpoint``) stops it at once, as uvicorn does, and so
-does any signal without a termination.
+:class:`~gym_services.control.termination.Termination` (a checkpoint participant or a backend with a grace), the first
+SIGTERM begins it: the server goes on serving its data and control routes, so that the stack can take a final
+checkpoint of it, and shuts down (draining its requests) once the termination names a reason to exit. A SIGTERM or
+SIGINT after that changes nothing for a server that holds state; only SIGKILL ends it sooner (a backend, holding
+none, stops at a later SIGINT). A first SIGINT (Ctrl-C, ``gymckpt down --no-checkpoint``) stops it at once, as
+uvicorn does, and so does any signal without a termination.
 """
 
 from __future__ import annotations

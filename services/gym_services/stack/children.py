@@ -10,6 +10,7 @@ reaped whenever another one starts, as :mod:`subprocess` does for the ``Popen`` 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import subprocess
@@ -34,3 +35,11 @@ def reap(pid: int) -> None:
             os.waitpid(pid, os.WNOHANG)
     elif child.poll() is not None:
         del _kept[pid]
+
+
+@atexit.register
+def _reap_ended() -> None:
+    """At exit, read the status of every kept child that ended (stopped by pid, never reaped): only one still
+    running outlives this process, as a stack's server does after ``gymckpt up``."""
+    for pid in list(_kept):
+        reap(pid)

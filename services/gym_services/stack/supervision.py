@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_services.stack import children
 from gym_services.stack.history import Termination, read_history
 from gym_services.stack.launcher import (
     StackError,
@@ -47,13 +48,15 @@ def start_supervisor(state_dir: Path, env: dict[str, str] | None = None) -> Supe
             os.killpg(state.supervisor.pid, signal.SIGKILL)
     log_path = state_dir / "logs" / "supervisor.log"
     with open(log_path, "ab") as log:  # the child has its own copy of the file
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gym_services.stack.supervisor", str(state_dir)],
-            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+        proc = children.keep(
+            subprocess.Popen(
+                [sys.executable, "-m", "gym_services.stack.supervisor", str(state_dir)],
+                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         )
     supervisor = SupervisorProcess(pid=proc.pid, started=start_time(proc.pid), log=str(log_path))
     write_state(state.model_copy(update={"supervisor": supervisor}))
@@ -99,8 +102,7 @@ def terminate_stack(state_dir: Path) -> Stopped:
     assert state.supervisor is not None
     deadline = time.monotonic() + grace + 15.0  # the supervisor itself waits the grace and the drain at most
     while is_running(state.supervisor) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(state.supervisor.pid, os.WNOHANG)
+        children.reap(state.supervisor.pid)
         time.sleep(0.05)
     stop_stack(state_dir, kill=True, timeout_s=1.0)  # whatever the supervisor could not stop (normally nothing)
     history = read_history(state_dir)

@@ -31,10 +31,13 @@ from gym_services.resources.math_formal_lean.app import create_app as math_forma
 from gym_services.resources.workplace_assistant.app import Config as WorkplaceConfig
 from gym_services.resources.workplace_assistant.app import create_app as workplace
 
+#: a policy model that puts token ids and log-probs on its responses and records every call in its token ledger
+TOKENS = {"return_token_id_information": True, "record_tokens": True}
 
-def model_app(worker_url: str):
+
+def model_app(worker_url: str, **extra: Any):
     return policy_model(
-        load_config(ModelConfig, overrides=base_config("model", upstream={"base_url": f"{worker_url}/v1"}))
+        load_config(ModelConfig, overrides=base_config("model", upstream={"base_url": f"{worker_url}/v1"}, **extra))
     )
 
 
@@ -61,7 +64,12 @@ def proof_stack(worker_url: str, *, max_correction_turns: int = 2) -> StackFacto
     return make
 
 
-def simple_stack(worker_url: str, environment: str, model: str, *, tool_latency_s: float = 0.0) -> StackFactory:
+def simple_stack(
+    worker_url: str, environment: str, model: str, *, tool_latency_s: float = 0.0, tokens: bool = False
+) -> StackFactory:
+    """simple_agent over the policy model and ``environment``; ``tokens``: the model reports and records tokens
+    (:data:`TOKENS`)."""
+
     def make(wire: Wire):
         config = load_config(
             SimpleConfig, overrides=agent_overrides(model, resources_url="http://resources", max_steps=20)
@@ -73,7 +81,7 @@ def simple_stack(worker_url: str, environment: str, model: str, *, tool_latency_
         else:
             resources = ipi(load_config(IpiConfig, overrides=base_config("resources")))
         return {
-            "model": ("model", model_app(worker_url)),
+            "model": ("model", model_app(worker_url, **(TOKENS if tokens else {}))),
             "agent": ("agent", simple_agent(config, transport=wire)),
             "resources": ("resources", resources),
         }

@@ -349,7 +349,7 @@ async def test_finished_result_the_controller_still_waits_for_is_saved(expected,
         await agent.resume("ck-all")
         await agent.prepare("ck-1")
         committed = await agent.capture_persist("ck-1", location, episodes=[ROLLOUT])
-        assert committed["records"] == 1 and committed["episodes"] == [ROLLOUT]
+        assert committed["records"] == 2 and committed["episodes"] == [ROLLOUT]  # its head and one chunk
         await agent.resume("ck-1")
     async with stack(factory) as s:
         agent = s.control("agent")

@@ -12,6 +12,7 @@ import pytest
 from tests.services.agents.real import generation_streaming, model_calls, model_totals, simple_stack
 from tests.services.agents.stack import agent_blocked, checkpoint_and_continue, stack, uninterrupted, wait_for
 from tests.services.agents.wire import Call, Wire
+from tests.support.records import records
 
 from gym_services.models.inference_worker.policies.base import load_tasks
 
@@ -210,3 +211,21 @@ async def test_workplace_generation_reply_in_transit(worker, workplace_expected,
     assert out.result == workplace_expected
     assert counts(out.restored_wire) == {"seed": 0, "generate": 3, "tools": 2, "verify": 1}
     assert model_totals(out.restored_wire.apps["model"])["tokens_reused"] > 0  # the in-transit reply came back
+
+
+async def test_workplace_generation_in_flight_with_the_token_ledger(worker, tmp_path) -> None:
+    """Token ids on every answer, recorded in the policy model's token ledger: the episode's records name the
+    ledger's calls instead of holding their tokens again (``docs/decisions.md``, "The agent's transcript names the
+    ledger's tokens"); the restored attempt reads them back from the ledger before its next step and returns the
+    uninterrupted answer, every token field included."""
+    factory = simple_stack(worker.url, "workplace_assistant", "workplace-oracle", tokens=True)
+    expected, _ = await uninterrupted(factory, WORKPLACE, "wa-tokens")
+    location = f"file://{tmp_path}"
+    out = await checkpoint_and_continue(factory, WORKPLACE, "wa-tokens", location, arrange=generation_in_flight(2))
+    assert out.result == expected
+    assert "generation_token_ids" in out.result["response"]["output"][-1]
+    assert out.restored_wire.data_calls("model")[0].path == "/v1/ledger/tokens"  # before its next step
+    (manifest,) = tmp_path.glob("checkpoints/*/participants/agent/manifest.json")
+    held = records(location, str(manifest.relative_to(tmp_path)))
+    tokens = sum(len(i["prompt_token_ids"]) for i in expected["response"]["output"] if "prompt_token_ids" in i)
+    assert sum(map(len, held.values())) < tokens  # less than one byte per token id the answers carried

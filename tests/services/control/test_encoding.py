@@ -49,6 +49,18 @@ def test_many_records_are_encoded_in_a_child_few_in_the_thread() -> None:
     assert few == [f"{i}:{PARENT}".encode() for i in range(3)]
 
 
+def test_a_server_with_more_than_1024_descriptors_still_encodes_in_a_child() -> None:
+    """A server with thousands of connections (an agent running a thousand episodes) has descriptors past select()'s
+    1024: the child's pipe is one of them (select() refused it: "filedescriptor out of range")."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        forked = encode_frozen(Encoder(), frozen(FORK_MIN_RECORDS + 1), threading.Event())
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert len(forked) == FORK_MIN_RECORDS + 1 and {b.split(b":")[1] for b in forked} != {str(PARENT).encode()}
+
+
 def test_a_large_capture_is_split_over_children_in_order() -> None:
     n = 2 * FORK_MIN_RECORDS + 7
     made = encode_frozen(Encoder(), frozen(n), threading.Event(), processes=2)

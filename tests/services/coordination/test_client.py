@@ -114,10 +114,12 @@ async def test_the_aiohttp_wire_against_a_listening_server() -> None:
 
 
 async def test_the_aiohttp_wire_reports_unreachable_and_silent_servers() -> None:
+    connections: list[asyncio.StreamWriter] = []
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
         await reader.read(1)
         await asyncio.sleep(5)  # never answers
-        writer.close()
 
     quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = quiet.sockets[0].getsockname()[1]
@@ -135,3 +137,6 @@ async def test_the_aiohttp_wire_reports_unreachable_and_silent_servers() -> None
             assert time.monotonic() - started < 4  # the call's own timeout, not the silent server's 5 s
     finally:
         quiet.close()
+        for writer in connections:  # the server's side of each connection, which the loop would otherwise leak
+            writer.close()
+        await quiet.wait_closed()

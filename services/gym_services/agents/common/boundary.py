@@ -96,9 +96,10 @@ class Boundary(BaseModel):
     result: dict[str, Any] | None = Field(default=None, description="the /run reply, once known")
 
     def next(self, name: str, **updates: Any) -> Boundary:
-        """The following boundary: a deep copy (no aliasing with this one) with ``updates`` applied."""
-        data = self.model_dump(mode="json")
-        data.update({k: (v.model_dump(mode="json") if isinstance(v, BaseModel) else v) for k, v in updates.items()})
+        """The following boundary: a deep copy of its containers (no aliasing with this one) with ``updates``
+        applied. Token arrays (:mod:`gym_services.base.token_arrays`, immutable) are shared, not copied."""
+        data = self.model_dump()
+        data.update({k: (v.model_dump() if isinstance(v, BaseModel) else v) for k, v in updates.items()})
         data["name"] = name
         data["seq"] = self.seq + 1
         return type(self).model_validate(data)

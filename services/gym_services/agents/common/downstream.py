@@ -16,6 +16,7 @@ from typing import Any
 from urllib.request import Request
 
 import httpx
+import pydantic_core
 
 from gym_services.base.affinity import expand_endpoints, replica_for
 from gym_services.base.errors import ApiError, ErrorCode
@@ -87,7 +88,11 @@ class _NoCookies(CookiePolicy):
 
 
 def cookieless_client(
-    *, transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 600.0, base_url: str = ""
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout_s: float = 600.0,
+    base_url: str = "",
+    limits: httpx.Limits | None = None,
 ) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=transport,
@@ -95,6 +100,7 @@ def cookieless_client(
         timeout=timeout_s,
         cookies=CookieJar(policy=_NoCookies()),
         trust_env=False,
+        limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
 
 
@@ -114,6 +120,12 @@ def merge_set_cookies(cookies: dict[str, str], response: httpx.Response) -> dict
         for name, morsel in jar.items():
             merged[name] = morsel.value
     return merged
+
+
+def json_bytes(value: Any) -> bytes:
+    """A body as JSON: token arrays (:mod:`gym_services.base.token_arrays`) as the lists they stand for, non-finite
+    floats as the standard library writes them."""
+    return pydantic_core.to_json(value, inf_nan_mode="constants")
 
 
 @dataclass
@@ -181,8 +193,9 @@ class Downstream:
             headers["cookie"] = cookie_header(cookies)
         elif identity is not None:  # lets a seed drop what an earlier attempt's seed left unreachable
             headers[FIRST_SESSION_HEADER] = "1"
+        headers["content-type"] = "application/json"
         try:
-            return await self.client.post(f"{self.url_for(identity)}{path}", json=body, headers=headers)
+            return await self.client.post(f"{self.url_for(identity)}{path}", content=json_bytes(body), headers=headers)
         except UNREACHABLE as exc:
             raise DownstreamUnavailable(self.name, path, "unreachable", f"{type(exc).__name__}: {exc}") from None
         except BROKEN_OFF as exc:

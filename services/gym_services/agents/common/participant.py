@@ -1,6 +1,6 @@
 """The agent participant (role ``agent``): episodes keyed by rollout id, parked at boundaries.
 
-- Every episode records a boundary before each step (:mod:`.boundary`).
+- Every episode (:mod:`.episode`) records a boundary before each step (:mod:`.boundary`).
 - Replay steps (seed, generation, ``replay`` verification) do not block prepare; waited
   steps (tool calls, environment steps, ``wait`` verification) do: :meth:`blockers`
   lists the episodes inside one.
@@ -14,13 +14,13 @@
   doubling backoff until ``unavailable_deadline_s``, then ``/run`` fails with ``503
   upstream_unavailable`` (an infrastructure failure the collection runs again). Meanwhile
   :meth:`AgentParticipant.downstream` (``GET /health/downstream``) names the server and
-  route each waiting episode retries, so the collection can say why nothing finishes.
+  route each waiting episode retries (:mod:`.waiting`), so the collection can say why nothing finishes.
 - A call whose connection broke after it was sent (the server died mid-call, a reset) is
   retried the same way when its step is a replay step; a waited step may have happened
   there and is never run twice: ``/run`` fails with ``503 upstream_unavailable`` at once, and
   the collection runs the episode again as attempt + 1 (which fences what this one left).
-- A capture holds one record per episode in scope; restore installs them under
-  attempt + 1; ``/run`` with that attempt continues from the boundary.
+- A capture holds a head record and its chunks per episode in scope; restore installs them under
+  attempt + 1 (both: :mod:`.checkpoint`); ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
 - A finished episode's result is kept for a short while: a repeated ``/run`` of that
   attempt (a reply lost in transit) gets it again without running anything, and a
@@ -32,92 +32,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Never
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import Counter
-from pydantic import ValidationError
 
-from gym_services.agents.common.boundary import RETURN, Boundary, EpisodeRecord, task_row
+from gym_services.agents.common.boundary import RETURN, Boundary, task_row
+from gym_services.agents.common.checkpoint import capture_records, read_episode, split_records
 from gym_services.agents.common.config import AgentConfig
-from gym_services.agents.common.context import InFlight, StepContext
+from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import CheckpointParked, DownstreamBrokeOff, DownstreamUnavailable
+from gym_services.agents.common.episode import Episode
 from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
 from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.agents.common.records import EPISODE_ENCODER, FrozenEpisode
+from gym_services.agents.common.waiting import WaitingEpisodes
 from gym_services.base.backoff import Backoff
-from gym_services.base.downstream import DownstreamFailure, DownstreamReport
+from gym_services.base.downstream import DownstreamReport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.control.admission import Admission
 from gym_services.control.models import Blocker
-from gym_services.control.participant import InvalidState, Participant, Record, RestoredRecord, Scope
+from gym_services.control.participant import Capture, InvalidState, Participant, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role
 
 log = get_logger("agent")
 RECENT_HISTORIES = 256
-
-
-@dataclass(eq=False)
-class Episode:
-    """One attempt of one rollout in this agent."""
-
-    rollout_id: str
-    attempt: int
-    boundary: Boundary
-    anonymous: bool = False
-    restored: bool = False
-    task: asyncio.Task[dict[str, Any]] | None = None
-    step: str | None = None
-    waited: bool = False
-    parked: bool = False
-    history: list[str] = field(default_factory=list)
-    in_flight: InFlight = field(default_factory=InFlight)  # the downstream call of its step running now
-
-    @property
-    def identity(self) -> RolloutIdentity | None:
-        """What travels downstream; anonymous episodes (checkpointing off, no id) send none."""
-        return None if self.anonymous else RolloutIdentity(rollout_id=self.rollout_id, attempt=self.attempt)
-
-    @property
-    def running(self) -> bool:
-        return self.task is not None and not self.task.done()
-
-    def enter(self, step: str, waited: bool) -> None:
-        self.step, self.waited = step, waited
-
-    def leave(self) -> None:
-        self.step, self.waited = None, False
-
-    def record(self, boundary: Boundary) -> None:
-        """Record the boundary before the next step (this also ends the current step)."""
-        self.boundary = boundary
-        self.history.append(boundary.name)
-        self.leave()
-
-
-@dataclass
-class Waiting:
-    """The downstream call an episode is retrying: where, why, since when (unix time) and the latest failure."""
-
-    server: str
-    path: str
-    reason: str
-    detail: str
-    since: float
-    at: float
-
-
-def episode_record_key(rollout_id: str) -> str:
-    key = f"episode-{rollout_id}"
-    if len(key) <= 200:
-        return key
-    return "episode-sha256-" + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -147,9 +92,10 @@ class AgentMetrics:
         )
 
 
-class AgentParticipant(Participant[dict[str, Episode], Never]):
+class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
     role = Role.AGENT
     checkpoint_mode = CheckpointMode.EXPORTED
+    encoder = EPISODE_ENCODER  # episodes are captured frozen and their new chunks made after resume
 
     def __init__(
         self,
@@ -178,7 +124,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._reopened = asyncio.Event()
         #: episodes retrying a downstream call that could not be made, and which (:meth:`downstream`)
-        self._waiting: dict[Episode, Waiting] = {}
+        self.waiting = WaitingEpisodes()
 
     @property
     def admission_open(self) -> bool:
@@ -240,7 +186,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
     def _finished(self, ep: Episode, task: asyncio.Task[dict[str, Any]]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.warning("episode failed", extra={"rollout_id": ep.rollout_id, "error": repr(task.exception())})
-        self._waiting.pop(ep, None)
+        self.waiting.clear(ep)
         self.last_history[ep.rollout_id] = list(ep.history)
         self.last_history.move_to_end(ep.rollout_id)
         while len(self.last_history) > RECENT_HISTORIES:
@@ -277,13 +223,14 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             if await self._park(ep):
                 refused_since = None
             boundary = ep.boundary
-            if boundary.name == RETURN:
+            hydrating = bool(ep.tokens.pending)  # restored: the tokens its checkpoint named in the ledger first
+            if boundary.name == RETURN and not hydrating:
                 assert boundary.result is not None
                 return boundary.result
-            kind = self.loop.step_kind(boundary)
-            ep.enter(boundary.name, kind is StepKind.WAITED)  # no await between the park check and here
+            kind = StepKind.REPLAY if hydrating else self.loop.step_kind(boundary)
+            ep.enter("hydrate" if hydrating else boundary.name, kind is StepKind.WAITED)  # no await since the park
             try:
-                following = await self.loop.advance(ctx, boundary)
+                following = await (self._hydrated(ep, ctx) if hydrating else self.loop.advance(ctx, boundary))
             except CheckpointParked as exc:
                 ep.leave()  # back at the boundary before the refused step
                 self.metrics.parked_refusals.labels(server=exc.server).inc()
@@ -307,7 +254,7 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                         f"{exc}; the {boundary.name!r} step may have happened there, so this attempt ends and "
                         "the episode runs again as a new attempt",
                     ) from None
-                self._note_waiting(ep, exc)
+                self.waiting.note(ep, exc)
                 if not unavailable.failed():
                     raise ApiError(
                         ErrorCode.UPSTREAM_UNAVAILABLE, f"gave up after {unavailable.failing_s:.0f}s: {exc}"
@@ -335,38 +282,27 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                 raise
             refused_since = None
             unavailable.reset()
-            self._waiting.pop(ep, None)
+            self.waiting.clear(ep)
+            if hydrating:
+                ep.boundary = following  # the same boundary, its token fields read back: not a step
+                ep.leave()
+                continue
             if not isinstance(following, self.loop.boundary_model) or following.seq <= boundary.seq:
                 raise RuntimeError(f"{self.loop.kind} step {boundary.name} returned an invalid boundary")
             self.metrics.steps.labels(step=boundary.name, kind=kind).inc()
             ep.record(following)
 
-    def _note_waiting(self, ep: Episode, exc: DownstreamUnavailable) -> None:
-        now = time.time()
-        previous = self._waiting.get(ep)
-        same = previous is not None and (previous.server, previous.path) == (exc.server, exc.path)
-        since = previous.since if same and previous is not None else now
-        self._waiting[ep] = Waiting(exc.server, exc.path, exc.reason, exc.detail, since, now)
+    async def _hydrated(self, ep: Episode, ctx: StepContext) -> Boundary:
+        """The episode's boundary with the tokens its checkpoint named in the policy model's token ledger read back
+        (``docs/decisions.md``, "The agent's transcript names the ledger's tokens")."""
+        pending = list(ep.tokens.pending.items())
+        read = await ctx.read_ledger([call for _, call in pending])
+        ep.tokens.hydrate(zip((index for index, _ in pending), read, strict=True))
+        return self.loop.boundary_model.model_validate(ep.tokens.substitute(ep.boundary.model_dump()))
 
     def downstream(self) -> DownstreamReport:
         """The downstream calls episodes are retrying now, one entry per server and route, oldest first."""
-        groups: dict[tuple[str, str], list[Waiting]] = {}
-        for waiting in self._waiting.values():
-            groups.setdefault((waiting.server, waiting.path), []).append(waiting)
-        failing = []
-        for (server, path), waits in groups.items():
-            latest = max(waits, key=lambda w: w.at)
-            failing.append(
-                DownstreamFailure(
-                    server=server,
-                    path=path,
-                    reason=latest.reason,
-                    detail=latest.detail[:500],
-                    since=min(w.since for w in waits),
-                    episodes=len(waits),
-                )
-            )
-        return DownstreamReport(failing=sorted(failing, key=lambda f: f.since))
+        return self.waiting.report()
 
     async def _park(self, ep: Episode) -> bool:
         """Wait at the current boundary while the agent's admission is closed; True if it parked."""
@@ -411,32 +347,16 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             blockers.append(Blocker(kind="episode", id=ep.rollout_id, detail=detail, server=call.server))
         return blockers
 
-    async def export(self, scope: Scope) -> list[Record]:
+    async def capture(self, scope: Scope) -> Capture[FrozenEpisode]:
+        """Every episode in scope as it is now (``docs/protocol.md``, "The episode record"): references only (a
+        boundary is never changed once made, its chunks are bytes); a new chunk is made after resume. Chunks come
+        first, then the heads: packs fill in this order, so the chunks later checkpoints reference share packs with
+        few records they do not."""
         self._prune_finished()
-        saved: list[tuple[str, int, dict[str, Any]]] = []
-        for ep in self.episodes.values():
-            if ep.anonymous or not scope.includes(ep.rollout_id):
-                continue
-            if ep.waited:
-                raise InvalidState(f"episode {ep.rollout_id} is inside waited step {ep.step!r}; it has no boundary yet")
-            saved.append((ep.rollout_id, ep.attempt, ep.boundary.model_dump(mode="json")))
-        # a finished result is saved only when the controller says it still waits for it
-        saved.extend(
-            (done.rollout_id, done.attempt, done.boundary())
-            for done in self.finished.values()
-            if scope.episodes is not None and done.rollout_id in scope.episodes and scope.includes(done.rollout_id)
+        records = capture_records(
+            self.episodes.values(), self.finished.values(), scope, self.loop.kind, self.loop.boundary_model
         )
-        return [
-            Record(
-                key=episode_record_key(rollout_id),
-                data=EpisodeRecord(agent=self.loop.kind, rollout_id=rollout_id, attempt=attempt, boundary=boundary)
-                .model_dump_json()
-                .encode(),
-                rollout_id=rollout_id,
-                attempt=attempt,
-            )
-            for rollout_id, attempt, boundary in saved
-        ]
+        return Capture(records)
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         for ep in list(self.episodes.values()):
@@ -444,35 +364,24 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
                 await self._stop(ep)
 
     async def validate(self, records: list[RestoredRecord]) -> dict[str, Episode]:
+        """Every episode's head (schema 2: with its chunks; schema 1: the boundary whole), checked and built into
+        an episode of attempt + 1; installs nothing."""
+        heads, chunks = split_records(records)
         staged: dict[str, Episode] = {}
-        for r in records:
-            try:
-                record = EpisodeRecord.model_validate_json(r.data)
-            except ValidationError as exc:
-                raise InvalidState(f"record {r.key} is not an agent episode: {_first_error(exc)}") from None
-            if record.agent != self.loop.kind:
-                raise InvalidState(f"record {r.key} belongs to agent {record.agent!r}, this is {self.loop.kind!r}")
-            if (
-                record.rollout_id != r.rollout_id
-                or record.attempt != r.attempt
-                or r.key != episode_record_key(record.rollout_id)
-            ):
-                raise InvalidState(f"record {r.key} does not match its manifest entry (rollout id, attempt or key)")
-            try:
-                boundary = self.loop.boundary_model.model_validate(record.boundary)
-            except ValidationError as exc:
-                raise InvalidState(f"record {r.key} holds an invalid boundary: {_first_error(exc)}") from None
-            if record.rollout_id in staged:
-                raise InvalidState(f"two records for rollout {record.rollout_id}")
-            new_attempt = record.attempt + 1
-            current = self.episodes.get(record.rollout_id)
-            done = self.finished.get(record.rollout_id)
+        for r in heads:
+            ep = read_episode(r, chunks, self.loop.kind, self.loop.boundary_model)
+            if ep.rollout_id in staged:
+                raise InvalidState(f"two records for rollout {ep.rollout_id}")
+            current = self.episodes.get(ep.rollout_id)
+            done = self.finished.get(ep.rollout_id)
             held = current.attempt if current is not None else done.attempt if done is not None else None
-            if held is not None and (held >= new_attempt or (current is not None and current.running)):
+            if held is not None and (held >= ep.attempt or (current is not None and current.running)):
                 raise InvalidState(
-                    f"rollout {record.rollout_id} already runs attempt {held} here; cannot install {new_attempt}"
+                    f"rollout {ep.rollout_id} already runs attempt {held} here; cannot install {ep.attempt}"
                 )
-            staged[record.rollout_id] = Episode(record.rollout_id, new_attempt, boundary, restored=True)
+            staged[ep.rollout_id] = ep
+        if chunks:
+            raise InvalidState(f"record {min(chunks)} is an episode chunk without its head")
         return staged
 
     async def install(self, validated: dict[str, Episode]) -> None:
@@ -524,8 +433,3 @@ class AgentParticipant(Participant[dict[str, Episode], Never]):
             "parked": ep.parked,
             "history": list(ep.history),
         }
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

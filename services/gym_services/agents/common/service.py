@@ -38,9 +38,12 @@ from gym_services.agents.common.downstream import (
     DownstreamUnavailable,
     cookieless_client,
     error_of,
+    json_bytes,
 )
+from gym_services.agents.common.episode import Episode
 from gym_services.agents.common.loop import AgentLoop
-from gym_services.agents.common.participant import AgentMetrics, AgentParticipant, Episode
+from gym_services.agents.common.participant import AgentMetrics, AgentParticipant
+from gym_services.agents.common.tokens import LEDGER_CALL_HEADER
 from gym_services.base import nemo_http
 from gym_services.base.downstream import DOWNSTREAM_PATH
 from gym_services.base.errors import ApiError, ErrorCode
@@ -63,7 +66,10 @@ class RunRequest(BaseModel):
 
 
 SELF_URL = "http://agent-self"
-PASS_HEADERS = ("retry-after", "content-type")
+#: a downstream server's pool: a connection per call in flight, at most one per episode (episodes are bounded by the
+#: collection's concurrency), a few kept open between calls
+EPISODE_CONNECTIONS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+PASS_HEADERS = ("retry-after", "content-type", LEDGER_CALL_HEADER)
 
 
 def _request_cookies(request: Request, skip: str) -> dict[str, str]:
@@ -102,17 +108,23 @@ class AgentServer:
     async def startup(self) -> None:
         config = self.config
         assert self.app is not None
-        self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s)
+        for name in (MODEL, *self.servers):
+            # one pool per server, each episode at most one call in it: a generation (seconds to minutes) never holds
+            # the connection a tool call waits for (a waited step: a checkpoint's prepare waits for it), as one pool of
+            # httpx's default 100 connections did once a hundred episodes were generating
+            self.clients[name] = cookieless_client(
+                transport=self.transport, timeout_s=config.request_timeout_s, limits=EPISODE_CONNECTIONS
+            )
         self.clients["self"] = cookieless_client(
             # an unexpected error in the proxy is its 500 reply here too, as it would be over the network
             transport=httpx.ASGITransport(app=self.app, raise_app_exceptions=False),
             timeout_s=config.request_timeout_s,
             base_url=SELF_URL,
         )
-        self.downstream[MODEL] = Downstream(MODEL, config.model_url, self.clients["net"])
+        self.downstream[MODEL] = Downstream(MODEL, config.model_url, self.clients[MODEL])
         self.downstream["self"] = Downstream(MODEL, SELF_URL, self.clients["self"])
         for name, url in self.servers.items():
-            self.downstream[name] = Downstream(name, url, self.clients["net"])
+            self.downstream[name] = Downstream(name, url, self.clients[name])
 
     async def shutdown(self) -> None:
         for client in self.clients.values():
@@ -121,10 +133,18 @@ class AgentServer:
 
     def context(self, ep: Episode) -> StepContext:
         others = {name: d for name, d in self.downstream.items() if name in self.servers}
-        return StepContext(ep.identity, self.downstream["self"], others, self.own_cookie, ep.in_flight)
+        return StepContext(
+            ep.identity,
+            self.downstream["self"],
+            others,
+            self.own_cookie,
+            ep.in_flight,
+            ep.tokens,
+            self.downstream[MODEL],
+        )
 
 
-async def run(request: Request) -> JSONResponse:
+async def run(request: Request) -> Response:
     agent = held(request, AgentServer)
     assert agent.participant is not None
     body = await nemo_http.read_body(request)
@@ -141,7 +161,7 @@ async def run(request: Request) -> JSONResponse:
     else:
         agent.admission.fence.observe(identity)  # 409 stale_attempt for an older attempt
     result = await agent.participant.run(identity, body, anonymous=anonymous)
-    return JSONResponse(result)
+    return Response(json_bytes(result), media_type="application/json")
 
 
 async def responses(request: Request) -> Response:

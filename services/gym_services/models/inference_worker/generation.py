@@ -23,6 +23,7 @@ import mmap
 import os
 import struct
 import time
+from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,11 @@ def _unit(state: bytes, token: int, salt: bytes) -> float:
     return int.from_bytes(digest, "little") / 2.0**64
 
 
+def _float32(value: float) -> float:
+    """A log-prob as an engine reports it: computed in float32 (vLLM's are float32 values in JSON)."""
+    return float(array("f", (value,))[0])
+
+
 def score(
     context: list[int], tokens: list[int], sampling_key: str, top_k: int
 ) -> tuple[list[float], list[list[tuple[int, float]]]]:
@@ -140,8 +146,9 @@ def score(
 
     The policy decides the text; the log-probs are a deterministic function of the whole context's token
     ids (a hash chain over every id before the token), the token and the sampling settings (seed and
-    temperature). So a token after a differently tokenized prefix gets a different log-prob, exactly as a
-    real model's would, and the same ids always give the same log-probs (seeded sampling repeats).
+    temperature), each a float32 value as a real engine reports it. So a token after a differently tokenized
+    prefix gets a different log-prob, exactly as a real model's would, and the same ids always give the same
+    log-probs (seeded sampling repeats).
     """
     state = hashlib.blake2b(sampling_key.encode(), digest_size=16).digest()
     for token in context:
@@ -150,7 +157,7 @@ def score(
     top: list[list[tuple[int, float]]] = []
     for token in tokens:
         u = _unit(state, token, b"chosen")
-        lp = -0.0001 - 6.0 * u**3
+        lp = _float32(-0.0001 - 6.0 * u**3)
         log_probs.append(lp)
         alternatives: list[tuple[int, float]] = []
         if top_k:
@@ -159,7 +166,7 @@ def score(
                 alt = 16 + int(_unit(state, j, b"alt") * 256)
                 if alt == token:
                     alt = 16 + (alt - 15) % 256
-                alternatives.append((alt, alternatives[-1][1] - 0.1 - _unit(state, j, b"gap")))
+                alternatives.append((alt, _float32(alternatives[-1][1] - 0.1 - _unit(state, j, b"gap"))))
         top.append(alternatives)
         state = _advance(state, token)
     return log_probs, top

@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 _PIECE = re.compile(r" ?\w+| ?[^\w\s]|\s+")
@@ -139,10 +140,17 @@ def render_chat(
     ids: list[int] = []
     blocks = ([("tools", json.dumps(tools, sort_keys=True, ensure_ascii=False))] if tools else []) + list(turns)
     for role, text in blocks:
-        ids += [IM_START, *encode(f"{role}\n{text}"), IM_END, *encode("\n")]
+        ids += _block(f"{role}\n{text}")
     if add_generation_prompt:
         ids += [IM_START, *encode("assistant\n")]
     return ids
+
+
+@lru_cache(maxsize=4096)
+def _block(text: str) -> tuple[int, ...]:
+    """One message of the template. Kept for the next prompts: every call of a rollout renders the messages before
+    it again, and the rollouts of a task share their tools and system prompt (the same ids, not tokenized again)."""
+    return (IM_START, *encode(text), IM_END, *encode("\n"))
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -68,8 +68,8 @@ from gym_services.base.tokens import Tokens
 from gym_services.control.admission import RoutePolicy
 from gym_services.models.policy_model.fleet import FleetMetrics
 from gym_services.models.policy_model.generations import GenerationManager, ModelCounters
-from gym_services.models.policy_model.ledger.recording import record_call
-from gym_services.models.policy_model.ledger.rollouts import TokenLedger
+from gym_services.models.policy_model.ledger.recording import LEDGER_CALL_HEADER, MOVED_FIELDS, record_call
+from gym_services.models.policy_model.ledger.rollouts import DEFAULT_MAX_BYTES, TokenLedger
 from gym_services.models.policy_model.ledger.routes import ledger_routes
 from gym_services.models.policy_model.participant import ModelParticipant
 from gym_services.models.policy_model.responses import ResponsesRequest, build_response, chat_body, request_digest
@@ -82,8 +82,28 @@ SSE_HEADERS = {"cache-control": "no-cache"}
 OLD_RECORD_TOKENS_KEY = "capture_tokens"
 
 
+class LedgerConfig(BaseModel):
+    """Back-pressure of the token ledger (``docs/decisions.md``, "A slow trainer slows the collection, not the
+    checkpoint")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES,
+        ge=1,
+        description="the stored bytes of rollouts the ledger holds (live ones and finished ones no trainer dropped "
+        "yet) beyond which a call opening a new rollout waits for drops",
+    )
+    full_wait_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="how long such a call waits before it is answered 503 not_ready (the agent calls again)",
+    )
+
+
 class Config(ServerConfig):
     upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     upstream_retry: UpstreamRetry = Field(default_factory=UpstreamRetry)
     cut_wait_s: float = Field(
         default=5.0,
@@ -148,8 +168,10 @@ async def responses(request: Request) -> Response:
     created_at = 0.0 if config.stable_created_at else time.time()
     identity = RolloutIdentity.from_headers(request.headers)
     digest = request_digest(body)
+    _drop_input_tokens(body)
     recorded = identity if config.record_tokens else None
     if recorded is not None:  # the intent before dispatch: a call lost from here on masks the rollout
+        await server.ledger.room_for(recorded.rollout_id, config.ledger.full_wait_s)
         server.ledger.begin_call(recorded.rollout_id, digest, recorded.attempt)
     generation = await server.manager.generate(identity, digest, chat_body(body, model), body.max_output_tokens)
     assert generation.finish_reason is not None
@@ -165,12 +187,28 @@ async def responses(request: Request) -> Response:
         created_at,
         tokens=_reported(tokens) if config.return_token_id_information else None,
     )
+    headers = {}
     if recorded is not None:
         items = body.input if isinstance(body.input, list) else None
-        record_call(server.ledger, recorded, digest, body.model or model, items, response, tokens)
+        if record_call(server.ledger, recorded, digest, body.model or model, items, response, tokens) and (
+            config.return_token_id_information
+        ):
+            headers[LEDGER_CALL_HEADER] = digest  # the answer's tokens are this ledger call's
     if body.stream:  # generated in full first, so checkpoint rules apply before any byte is sent
-        return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=SSE_HEADERS)
-    return JSONResponse(response)
+        headers.update(SSE_HEADERS)
+        return Response(encode_sse(response_events(response)), media_type="text/event-stream", headers=headers)
+    return JSONResponse(response, headers=headers)
+
+
+def _drop_input_tokens(body: ResponsesRequest) -> None:
+    """The request's items without the token fields earlier answers carried back (the digest counted them): the
+    chat sent upstream, the lineage stamps and the response never read them, and a request is held while its
+    generation runs (thousands at once, each carrying every earlier call's prompt ids)."""
+    if isinstance(body.input, list):
+        for item in body.input:
+            if isinstance(item, dict):
+                for name in MOVED_FIELDS:
+                    item.pop(name, None)
 
 
 def _reported(tokens: Tokens | None) -> Tokens:
@@ -189,7 +227,7 @@ def create_app(config: Config) -> Starlette:
         config.upstream_retry,
         token_information=config.return_token_id_information,
     )
-    ledger = TokenLedger()
+    ledger = TokenLedger(max_bytes=config.ledger.max_bytes)
     server = PolicyModel(config, upstream, manager, ledger)
     app = create_server_app(
         config,

@@ -39,22 +39,25 @@ import asyncio
 import contextlib
 import enum
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
 
+from gym_services.base import token_codec
 from gym_services.base.backoff import Backoff
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
+from gym_services.base.token_arrays import TokenArray
 from gym_services.base.tokens import Tokens
 from gym_services.control.models import Blocker
-from gym_services.control.participant import Record, RestoredRecord, Scope
+from gym_services.control.participant import RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.engines import Delta, EngineRequest, Halt
-from gym_services.models.policy_model.prefixes import StagedPrefix, from_record, to_record
+from gym_services.models.policy_model.prefixes import Bases, StagedPrefix, from_record
 from gym_services.models.policy_model.upstream import Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
@@ -132,9 +135,10 @@ class Generation:
         self.structured: dict[int, dict[str, str]] = {}
         self.completion_tokens = 0
         self.prompt_tokens: int | None = None
-        #: the prompt as the engine tokenized it (None until the engine reports it), every generated token id and
-        #: its sampled log-prob, growing with each delta: :meth:`tokens` is their value
-        self.prompt_token_ids: tuple[int, ...] | None = None
+        #: the prompt as the engine tokenized it (None until the engine reports it; a compact array, 4 bytes an id:
+        #: thousands of long prompts are live at once), every generated token id and its sampled log-prob, growing
+        #: with each delta: :meth:`tokens` is their value
+        self.prompt_token_ids: TokenArray | None = None
         self.generation_token_ids: list[int] = []
         self.generation_log_probs: list[float] = []
         self.finish_reason: str | None = None
@@ -155,7 +159,7 @@ class Generation:
             self.completion_tokens = staged.completion_tokens
             self.prompt_tokens = staged.prompt_tokens
             if staged.tokens is not None:
-                self.prompt_token_ids = staged.tokens.prompt_token_ids
+                self.prompt_token_ids = _compact(staged.tokens.prompt_token_ids)
                 self.generation_token_ids = list(staged.tokens.generation_token_ids)
                 self.generation_log_probs = list(staged.tokens.generation_log_probs)
             if staged.complete:
@@ -300,7 +304,7 @@ class Generation:
         prefix = None
         if self.generation_token_ids:
             if self.prompt_token_ids is None:  # the stream was cut before it reported the prompt's ids
-                self.prompt_token_ids = tuple(await self.manager.upstream.prompt_token_ids(self.body))
+                self.prompt_token_ids = _compact(await self.manager.upstream.prompt_token_ids(self.body))
             prefix = self.tokens()
         return self.manager.upstream.engine.request(self.body, prefix, remaining), prefix
 
@@ -370,7 +374,7 @@ class Generation:
                         ErrorCode.UPSTREAM_ERROR, "the upstream continued from other prompt token ids than it was sent"
                     )
             elif self.prompt_token_ids is None:
-                self.prompt_token_ids = tuple(delta.prompt_token_ids)
+                self.prompt_token_ids = _compact(delta.prompt_token_ids)
         if self.prompt_token_ids is not None:
             self.prompt_tokens = len(self.prompt_token_ids)
         elif delta.prompt_tokens is not None and self.prompt_tokens is None and sent_prompt is None:
@@ -553,8 +557,9 @@ class GenerationManager:
             if g.state == GenerationState.RUNNING
         ]
 
-    def export(self, scope: Scope) -> list[Record]:
-        """One record per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes."""
+    def export(self, scope: Scope) -> list[tuple[Key, StagedPrefix]]:
+        """One prefix per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes; each
+        immutable (the participant writes them after resume)."""
         kept: dict[Key, StagedPrefix] = {}
         for g in self.live.values():
             ident = g.identity
@@ -570,7 +575,7 @@ class GenerationManager:
         for rollout_id, (key, delivered) in self.delivered.items():
             if scope.includes(rollout_id) and key not in kept:
                 kept[key] = delivered
-        return [to_record(rid, prefix.attempt, digest, prefix) for (rid, digest), prefix in sorted(kept.items())]
+        return sorted(kept.items())
 
     def release_out_of_scope(self, scope: Scope) -> None:
         for key in [k for k in self.staged if not scope.includes(k[0])]:
@@ -578,10 +583,10 @@ class GenerationManager:
         for rollout_id in [r for r in self.delivered if not scope.includes(r)]:
             del self.delivered[rollout_id]  # the controller no longer runs it: finished
 
-    def validate(self, records: list[RestoredRecord]) -> dict[Key, StagedPrefix]:
+    def validate(self, records: list[RestoredRecord], bases: Bases) -> dict[Key, StagedPrefix]:
         staged: dict[Key, StagedPrefix] = {}
         for record in records:
-            key, prefix = from_record(record)
+            key, prefix = from_record(record, bases)
             staged[key] = prefix
         return staged
 
@@ -618,6 +623,11 @@ class GenerationManager:
     def shutdown(self) -> None:
         for g in list(self.live.values()):
             g.fail(ApiError(ErrorCode.NOT_READY, "the policy model is shutting down"))
+
+
+def _compact(ids: Sequence[int]) -> TokenArray:
+    """Prompt ids as a compact token array (4 bytes an id)."""
+    return ids if isinstance(ids, TokenArray) else TokenArray(token_codec.ids_array(ids))
 
 
 def _stale(identity: RolloutIdentity, why: str) -> ApiError:

@@ -3,23 +3,42 @@ ledger (``docs/participants.md``, ``docs/protocol.md`` "The token ledger")."""
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gym_services.control.models import Blocker
-from gym_services.control.participant import Capture, Participant, Record, RestoredRecord, Scope
+from gym_services.control.participant import Capture, FrozenRecord, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.policy_model.generations import GenerationManager, Key
 from gym_services.models.policy_model.ledger.records import (
     LEDGER_ENCODER,
     FrozenLedgerRecord,
-    encoded_records,
+    entry_sequence,
     frozen_records,
     is_ledger_record,
     parse_records,
 )
 from gym_services.models.policy_model.ledger.rollouts import RolloutLedger, TokenLedger
-from gym_services.models.policy_model.prefixes import StagedPrefix
+from gym_services.models.policy_model.prefixes import FrozenPrefix, StagedPrefix, encode_prefix
+
+#: the state of the model participant's frozen records
+Frozen = FrozenLedgerRecord | FrozenPrefix
+
+
+class ModelEncoder:
+    """Makes the bytes of the model participant's frozen records: a ledger head or chunk, or a prefix."""
+
+    def encode(self, state: Frozen) -> bytes:
+        if isinstance(state, FrozenPrefix):
+            return encode_prefix(state)
+        return LEDGER_ENCODER.encode(state)
+
+    def encoded(self, state: Frozen, data: bytes) -> None:
+        pass
+
+
+MODEL_ENCODER = ModelEncoder()
 
 
 @dataclass
@@ -31,13 +50,13 @@ class Restored:
     replaced: dict[str, RolloutLedger | None] = field(default_factory=dict)
 
 
-class ModelParticipant(Participant[Restored, FrozenLedgerRecord]):
+class ModelParticipant(Participant[Restored, Frozen]):
     """prepare cuts every in-flight generation; capture takes prefixes and ledgers; resume and abort continue them."""
 
     role = Role.MODEL
     checkpoint_mode = CheckpointMode.EXPORTED
     checkpoint_verify = VerifyMode.WAIT
-    encoder = LEDGER_ENCODER  # ledgers are captured frozen and encoded after resume
+    encoder = MODEL_ENCODER  # ledgers and prefixes are captured frozen and encoded after resume
 
     def __init__(self, manager: GenerationManager, ledger: TokenLedger) -> None:
         self.manager = manager
@@ -50,20 +69,35 @@ class ModelParticipant(Participant[Restored, FrozenLedgerRecord]):
         return self.manager.blockers()
 
     async def export(self, scope: Scope) -> list[Record]:
-        return self.manager.export(scope) + encoded_records(self.ledger, scope)
+        captured = await self.capture(scope)
+        return [
+            Record(r.key, MODEL_ENCODER.encode(r.state), r.rollout_id, r.attempt) if isinstance(r, FrozenRecord) else r
+            for r in captured.records
+        ]
 
-    async def capture(self, scope: Scope) -> Capture[FrozenLedgerRecord]:
-        """Prefixes encoded now (few, small); ledgers, which grow with every call's tokens, after resume."""
-        return Capture([*self.manager.export(scope), *frozen_records(self.ledger, scope)])
+    async def capture(self, scope: Scope) -> Capture[Frozen]:
+        """Ledgers (their chunks first) and prefixes, frozen now (lists sliced) and encoded after resume: each
+        prefix written against its rollout's last ledger entry."""
+        prefixes: list[FrozenRecord[Frozen]] = []
+        for (rollout_id, digest), prefix in self.manager.export(scope):
+            rows = self.ledger.rollouts.get(rollout_id)
+            base = tuple(rows.entries.stored) if rows is not None else ()
+            frozen = FrozenPrefix(rollout_id, prefix.attempt, digest, prefix, base)
+            prefixes.append(FrozenRecord(frozen.key, frozen, rollout_id=rollout_id, attempt=prefix.attempt))
+        ledgers = cast(list[FrozenRecord[Frozen]], frozen_records(self.ledger, scope))
+        return Capture([*ledgers, *prefixes])
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         self.manager.release_out_of_scope(scope)  # ledgers stay: the trainer drops them once consumed
 
     async def validate(self, records: list[RestoredRecord]) -> Restored:
-        return Restored(
-            prefixes=self.manager.validate([r for r in records if not is_ledger_record(r.key)]),
-            ledgers=parse_records([r for r in records if is_ledger_record(r.key)]),
-        )
+        ledgers = parse_records([r for r in records if is_ledger_record(r.key)])
+
+        def base(rollout_id: str, index: int) -> array[int]:
+            return entry_sequence(ledgers[rollout_id], index)
+
+        prefixes = self.manager.validate([r for r in records if not is_ledger_record(r.key)], base)
+        return Restored(prefixes=prefixes, ledgers=ledgers)
 
     async def install(self, validated: Restored) -> None:
         self.manager.install(validated.prefixes)

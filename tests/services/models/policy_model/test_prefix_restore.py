@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from array import array
 
 import pytest
 from tests.services.models.policy_model.model_support import (
@@ -18,8 +19,18 @@ from tests.services.models.policy_model.model_support import (
 from tests.support.asgi import Control, serve
 from tests.support.records import records, rewrite_record
 
+from gym_services.base.token_codec import read_varint, write_varint
+from gym_services.base.tokens import Tokens
 from gym_services.control.participant import InvalidState, RestoredRecord
-from gym_services.models.policy_model.prefixes import prefix_record_key
+from gym_services.models.policy_model.ledger.entries import EntryLog
+from gym_services.models.policy_model.ledger.wire import LedgerEntry
+from gym_services.models.policy_model.prefixes import (
+    FrozenPrefix,
+    StagedPrefix,
+    encode_prefix,
+    from_record,
+    prefix_record_key,
+)
 
 
 async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
@@ -154,9 +165,13 @@ async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_pat
     committed, _ = await checkpoint_cut_generation(worker.url, REQUESTS["lean"], "r-bad", location)
 
     def other_digest(blob: bytes) -> bytes:
-        payload = json.loads(blob)
-        payload["digest"] = "0" * 64  # no longer the prefix its key names
-        return json.dumps(payload).encode()
+        size, start = read_varint(blob, 1)
+        head = json.loads(blob[start : start + size])
+        head["digest"] = "0" * 64  # no longer the prefix its key names
+        changed = json.dumps(head).encode()
+        out = bytearray(blob[:1])
+        write_varint(len(changed), out)
+        return bytes(out) + changed + blob[start + size :]
 
     key = next(iter(records(location, committed["manifest_key"])))
     rewrite_record(location, committed["manifest_key"], key, other_digest)
@@ -166,6 +181,10 @@ async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_pat
         assert refused["error"]["code"] == "invalid_state" and "key names" in refused["error"]["message"]
         status = await control.status()
         assert status["phase"] == "fresh" and status["live"]["staged_prefixes"] == 0
+
+
+def no_ledger(rollout_id: str, index: int) -> array:
+    raise KeyError(rollout_id)
 
 
 def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: int = 0) -> RestoredRecord:
@@ -296,11 +315,12 @@ def _record(payload: dict, key: str | None = None, rollout: str = "r", attempt: 
     ],
 )
 async def test_prefix_record_validation(worker, payload: dict, problem: str) -> None:
+    """The JSON records (schema 1 and 2) are read as before."""
     manager = model_app(worker.url).state.generations
     with pytest.raises(InvalidState, match=problem):
-        manager.validate([_record(payload)])
+        manager.validate([_record(payload)], no_ledger)
     with pytest.raises(InvalidState, match="not JSON"):
-        manager.validate([RestoredRecord("prefix-x", b"{", "r", 0)])
+        manager.validate([RestoredRecord("prefix-x", b"{", "r", 0)], no_ledger)
     assert manager.staged == {}
 
 
@@ -338,3 +358,32 @@ async def test_delivered_reply_in_transit_is_committed_and_answered_after_restor
         assert await worker_tokens(worker.url) == before  # nothing generated
         live = (await control.status())["live"]
         assert live["tokens_reused"] == expected["usage"]["output_tokens"] and live["staged_prefixes"] == 0
+
+
+def test_a_prefix_is_written_against_its_rollouts_last_ledger_entry() -> None:
+    """A cut generation's prompt is its rollout's last recorded call's prompt and answer plus the new turn: its
+    record holds the new turn's ids, what it generated and the log-probs (4 bytes each), not its whole context; it
+    restores only with the ledger entry it was written against."""
+    context = list(range(100, 3100))
+    log = EntryLog.of_entries([LedgerEntry.of_call("r", "c-1", Tokens.of(context, [7, 8, 9], [-0.5, -0.25, -1.0]))])
+    prompt = [*context, 7, 8, 9, *range(50, 90)]  # the previous call, its answer, 40 new ids
+    cut = StagedPrefix(0, "par", False, None, len(prompt), 3, Tokens.of(prompt, [11, 12, 13], [-0.5, -0.125, -2.0]))
+    data = encode_prefix(FrozenPrefix("r", 0, "d" * 64, cut, tuple(log.stored)))
+    assert len(data) < 4 * (40 + 3 + 3) + 300  # new ids, generated ids, log-probs and the header
+    record = RestoredRecord(prefix_record_key("r", "d" * 64), data, "r", 0)
+    base = array("I", [*context, 7, 8, 9])
+    key, staged = from_record(record, lambda rollout, index: base)
+    assert key == ("r", "d" * 64) and staged.tokens == cut.tokens and staged.attempt == 1
+    with pytest.raises(InvalidState, match="does not hold"):
+        from_record(record, no_ledger)  # written against an entry the checkpoint lacks
+    whole = encode_prefix(FrozenPrefix("r", 0, "d" * 64, cut))  # no ledger: the prompt written whole
+    assert len(whole) > 4 * len(prompt)
+    assert from_record(RestoredRecord(record.key, whole, "r", 0), no_ledger)[1].tokens == cut.tokens
+    text_only = StagedPrefix(0, "par", True, "stop", None, 3, None)
+    data = encode_prefix(FrozenPrefix("r", 0, "d" * 64, text_only, tuple(log.stored)))
+    assert from_record(RestoredRecord(record.key, data, "r", 0), no_ledger)[1] == StagedPrefix(
+        1, "par", True, "stop", None, 3, None
+    )
+    for broken in (data[:-2], data + b"x", bytes([3, 200]) + data[2:]):
+        with pytest.raises(InvalidState):
+            from_record(RestoredRecord(record.key, broken, "r", 0), no_ledger)

@@ -13,7 +13,6 @@ response must carry the uninterrupted run's ``generation_token_ids`` and ``gener
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,12 @@ import pytest
 from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
 from tests.services.models.procs import ServerProcess, running, start_server
 from tests.support.asgi import Control, base_config, serve
-from tests.support.records import records
+from tests.support.records import restored_records
 
 from gym_services.models import tool_markup
 from gym_services.models.inference_worker.tokenizer import decode_bytes
+from gym_services.models.policy_model.ledger.records import entry_sequence, is_ledger_record, parse_records
+from gym_services.models.policy_model.prefixes import PREFIX_SCHEMA_VERSION, from_record
 
 pytestmark = pytest.mark.e2e
 
@@ -127,8 +128,17 @@ async def call(client: httpx.AsyncClient, body: dict[str, Any], rollout: str) ->
 
 
 def read_records(location: str, persisted: dict[str, Any]) -> list[dict[str, Any]]:
-    """The model participant's records of one checkpoint (its packed manifest, named by the persist answer)."""
-    return [json.loads(data) for data in records(location, persisted["manifest_key"]).values()]
+    """The prefix records of one checkpoint of the model (its packed manifest, named by the persist answer), read as
+    a restore reads them: rollout, generated ids, complete, and the record's schema version (its first byte)."""
+    stored = restored_records(location, persisted["manifest_key"])
+    ledgers = parse_records([r for r in stored if is_ledger_record(r.key)])
+    read = []
+    for record in (r for r in stored if not is_ledger_record(r.key)):
+        (rollout_id, _), staged = from_record(record, lambda rid, i: entry_sequence(ledgers[rid], i))
+        assert staged.tokens is not None
+        ids = list(staged.tokens.generation_token_ids)
+        read.append({"rollout_id": rollout_id, "token_ids": ids, "complete": staged.complete, "schema": record.data[0]})
+    return read
 
 
 @pytest.fixture
@@ -185,7 +195,7 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(
     kinds: set[str] = set()
     for record in [r for answer in persisted for r in read_records(location, answer)]:
         name = record["rollout_id"].split("-")[0]
-        assert record["schema_version"] == 2
+        assert record["schema"] == PREFIX_SCHEMA_VERSION
         ids = record["token_ids"]
         assert ids == full_ids[name][: len(ids)]  # every prefix is what was sampled, id for id
         if 0 < len(ids) < len(full_ids[name]) and not record["complete"]:

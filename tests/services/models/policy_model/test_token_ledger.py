@@ -33,7 +33,9 @@ from gym_services.models.policy_model.app import Config
 from gym_services.models.policy_model.ledger.client import LedgerClient, LedgerRefused
 from gym_services.models.policy_model.ledger.lineage import stamp
 from gym_services.models.policy_model.ledger.records import (
+    CHUNK_LAYOUT,
     LEDGER_ENCODER,
+    chunk_key,
     encoded_records,
     entries_key,
     frozen_records,
@@ -259,42 +261,85 @@ async def test_retire_drops_the_attempts_rows_and_refuses_its_late_writes(worker
 def test_restore_refuses_a_bad_ledger_record_and_bumps_the_version() -> None:
     ledger = TokenLedger()
     ledger.put(LedgerEntry.model_validate(entry("r-v", "c-1", [3])), attempt=2)
+    ledger.begin_call("r-v", "c-2", attempt=2)
     frozen = ledger.freeze("r-v")
-    head, stored = encoded_records(ledger, Scope())
+    chunk, head = encoded_records(ledger, Scope())
     assert (
         head.key == ledger_record_key("r-v")
-        and stored.key == entries_key("r-v")
-        and head.attempt == stored.attempt == 2
+        and chunk.key == chunk_key("r-v", 0)
+        and head.attempt == chunk.attempt == 2
+        and chunk.data[0] == CHUNK_LAYOUT  # binary, not JSON
     )
-    restored = parse_records([RestoredRecord(r.key, r.data, "r-v", 2) for r in (head, stored)])
+    restored = parse_records([RestoredRecord(r.key, r.data, "r-v", 2) for r in (head, chunk)])
     assert restored["r-v"].attempt == 3 and restored["r-v"].version == frozen.version + 1
     fresh = TokenLedger()
     fresh.install(restored)
     again = fresh.freeze("r-v")
     assert again.snapshot_id == frozen.snapshot_id and again.entries == frozen.entries
+    assert again.lost_calls == frozen.lost_calls == {"c-2": NEVER_STORED}
     assert fresh.drop("r-v", frozen.snapshot_id, frozen.version) is False  # consumed before the restore: stale
 
-    # a schema 1 record (entries inline, the format before head and entries were apart) taken before an upgrade
-    # restores after it
-    v1 = {**json.loads(head.data), "schema_version": 1, "entries": json.loads(stored.data)["entries"]}
-    old = parse_records([RestoredRecord(head.key, json.dumps(v1).encode(), "r-v", 2)])
-    assert old["r-v"].entries == restored["r-v"].entries and old["r-v"].attempt == 3
+    good = RestoredRecord(chunk.key, chunk.data, "r-v", 2)
+    fields = json.loads(head.data)
+    other = TokenLedger()
+    other.put(LedgerEntry.model_validate(entry("r-w", "c-1", [3])), attempt=2)
+    other_chunk, _ = encoded_records(other, Scope())
 
-    good = RestoredRecord(stored.key, stored.data, "r-v", 2)
-    other = json.dumps({**json.loads(stored.data), "entries": [entry("r-w", "c", [1])]}).encode()
+    def with_head(**changed: Any) -> RestoredRecord:
+        return RestoredRecord(head.key, json.dumps({**fields, **changed}).encode(), "r-v", 2)
+
     bad = [
         [RestoredRecord(head.key, b"{", "r-v", 2), good],
         [RestoredRecord(head.key, head.data, "r-v", 1), good],
         [RestoredRecord(ledger_record_key("r-w"), head.data, "r-v", 2), good],
-        [RestoredRecord(head.key, json.dumps({**json.loads(head.data), "schema_version": 9}).encode(), "r-v", 2), good],
-        [RestoredRecord(head.key, head.data, "r-v", 2), RestoredRecord(stored.key, other, "r-v", 2)],
-        [RestoredRecord(head.key, head.data, "r-v", 2)],  # its entries record missing
-        [good],  # entries without their head
-        [RestoredRecord(head.key, json.dumps({**json.loads(head.data), "entries": 2}).encode(), "r-v", 2), good],
-        [RestoredRecord(head.key, head.data, "r-v", 2), RestoredRecord(stored.key, stored.data, "r-v", 1)],
-        [RestoredRecord(head.key, json.dumps(v1).encode(), "r-v", 2), good],  # schema 1 with entries beside
+        [with_head(schema_version=9), good],
+        [with_head(), RestoredRecord(chunk.key, other_chunk.data, "r-v", 2)],  # another rollout's entries
+        [with_head()],  # its chunk missing
+        [good],  # a chunk without its head
+        [with_head(entries=2), good],
+        [with_head(chunks=[1]), good],
+        [with_head(intents=[0, 5]), good],  # an intent naming no entry
+        [with_head(), RestoredRecord(chunk.key, chunk.data, "r-v", 1)],
+        [with_head(), RestoredRecord(chunk.key, chunk.data[:-3], "r-v", 2)],  # truncated
+        [with_head(), RestoredRecord(chunk.key, b"{}" + chunk.data, "r-v", 2)],
     ]
     for items in bad:
+        with pytest.raises(InvalidState):
+            parse_records(items)
+
+
+def test_ledger_records_of_schema_2_and_1_still_restore() -> None:
+    """Schema 2 (a JSON head and a JSON entries record) and schema 1 (one JSON record, entries inline), as the
+    code before the binary chunks wrote them (their bytes: ``tests/fixtures/token_records``)."""
+    put = LedgerEntry.model_validate(entry("r-v", "c-1", [3, 4]))
+    head = {
+        "schema_version": 2,
+        "rollout_id": "r-v",
+        "attempt": 2,
+        "entries": 1,
+        "intents": ["c-1", "c-2"],
+        "lost": {},
+        "frozen": False,
+        "snapshot_id": "",
+        "version": 3,
+        "dropped": False,
+    }
+    stored = {"schema_version": 2, "rollout_id": "r-v", "entries": [json.loads(put.canonical())]}
+    v2 = [
+        RestoredRecord(ledger_record_key("r-v"), json.dumps(head).encode(), "r-v", 2),
+        RestoredRecord(entries_key("r-v"), json.dumps(stored).encode(), "r-v", 2),
+    ]
+    v1 = {**head, "schema_version": 1, "entries": stored["entries"]}
+    v1_record = RestoredRecord(ledger_record_key("r-v"), json.dumps(v1).encode(), "r-v", 2)
+    for records in (v2, [v1_record]):
+        rows = parse_records(records)["r-v"]
+        assert rows.attempt == 3 and rows.version == 4 and rows.dangling() == ["c-2"]
+        assert [e.canonical() for e in rows.parsed()] == [put.canonical()]
+    for items in (
+        [v2[0]],  # its entries record missing
+        [v1_record, v2[1]],  # schema 1 with an entries record beside
+        [v2[0], RestoredRecord(entries_key("r-v"), json.dumps({**stored, "rollout_id": "r-w"}).encode(), "r-v", 2)],
+    ):
         with pytest.raises(InvalidState):
             parse_records(items)
 
@@ -385,13 +430,14 @@ def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_re
         restored.put(LedgerEntry.model_validate(entry("r-5", "c-9", [7])), attempt=1)  # one rollout moves on
         second = write_pack(storage, pool, "c-2", frozen_records(restored, Scope()), reuse=[index])
         publish(storage, "c-2", second)
-        assert second.reused == 5  # the entries of the five unchanged rollouts; every head and r-5's entries written
-        assert second.records == first.records == 12
+        # every rollout's chunk; every head and r-5's new chunk are written
+        assert second.reused == 6
+        assert first.records == 12 and second.records == 13
         assert second.written_bytes < first.written_bytes / 3
         manifest = parse_packed_manifest(storage.get(second.manifest.key))
         again, _ = asyncio.run(read_packed(CheckpointStore(storage), pool, manifest))
     back = parse_records(again)
-    assert back["r-5"].attempt == 2 and list(back["r-5"].entries) == ["c-0", "c-1", "c-2", "c-9"]
+    assert back["r-5"].attempt == 2 and back["r-5"].entries.call_ids() == ["c-0", "c-1", "c-2", "c-9"]
     assert back["r-0"].frozen and len(back["r-0"].entries) == 3
 
 
@@ -430,18 +476,21 @@ def publish(storage: Storage, cid: str, written) -> None:
     storage.put_if_absent(layout.global_manifest_key(cid), manifest.model_dump_json().encode())
 
 
-def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
-    """A rollout's ledger is held until the trainer drops it (with nobody dropping, the policy model once grew
-    337 MB per 1,000 episodes): each entry is held once, as its JSON, not also as parsed lists of Python ints
-    and floats (several times the bytes). Measured as the bytes the ledger retains (tracemalloc), not time."""
-    texts = [
-        LedgerEntry.model_validate(
-            entry(f"r-{i}", f"c-{call}", list(range(1000, 1300)), prompt=list(range(2000, 3000)))
-        ).model_dump_json()
-        for i in range(8)
-        for call in range(4)
-    ]
+def test_a_held_ledger_costs_its_new_tokens_once_not_its_json() -> None:
+    """A rollout's ledger is held until the trainer drops it. Each call's prompt repeats the previous call's prompt
+    and answer, so held as JSON (5-6 bytes per id, every prompt whole) a rollout cost the square of its turns; held
+    in its stored form, each entry costs its new ids and its generated ids and log-probs, 4 bytes each, and its
+    output items. Measured as the bytes the ledger retains (tracemalloc), not time."""
+    texts = []
+    for i in range(8):
+        sequence: list[int] = []
+        for call in range(6):
+            prompt = [*sequence, *range(5000 + call * 400, 5400 + call * 400)]  # 400 new ids a turn
+            row = entry(f"r-{i}", f"c-{call}", list(range(1000 + call, 1300 + call)), prompt=prompt)
+            texts.append(LedgerEntry.model_validate(row).model_dump_json())
+            sequence = prompt + row["generation_token_ids"]
     json_bytes = sum(len(text) for text in texts)
+    floor = 8 * (6 * 400 * 4 + 6 * 300 * 8)  # every rollout's new prompt ids, generated ids and log-probs
     for text in texts:  # pydantic-core's parse caches fill once: not the ledger's
         LedgerEntry.model_validate_json(text)
     ledger = TokenLedger()
@@ -455,11 +504,12 @@ def test_a_held_ledger_costs_its_json_not_its_parsed_token_lists() -> None:
         retained = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert json_bytes < retained < 1.3 * json_bytes, (retained, json_bytes)
-    frozen = ledger.freeze("r-3")  # a read parses the held JSON: the entries as they were put
-    assert [e.model_dump_json() for e in frozen.entries] == texts[12:16]
+    assert floor < ledger.held < 1.3 * floor, (ledger.held, floor)
+    assert retained < 1.3 * ledger.held and retained < json_bytes / 3, (retained, ledger.held, json_bytes)
+    frozen = ledger.freeze("r-3")  # a read decodes the stored forms: the entries as they were put
+    assert [e.model_dump_json() for e in frozen.entries] == texts[18:24]
     assert ledger.drop("r-3", frozen.snapshot_id, frozen.version)
-    assert ledger.counts()["ledger_entries"] == 28 and not ledger.rollouts["r-3"].entries
+    assert ledger.counts()["ledger_entries"] == 42 and not ledger.rollouts["r-3"].entries
 
 
 def dropped(ledger: TokenLedger, rollouts: list[str]) -> None:
@@ -479,9 +529,9 @@ def test_a_finished_rollout_the_trainer_dropped_is_in_no_later_checkpoint() -> N
     ledger.put(LedgerEntry.model_validate(entry("r-live", "c-1", [1])), attempt=0)
     captured = frozen_records(ledger, Scope.of(["r-live", "r-3"]))  # r-3: dropped while the controller runs it
     assert [p.key for p in captured] == [
+        chunk_key("r-live", 0),
         ledger_record_key("r-3"),
         ledger_record_key("r-live"),
-        entries_key("r-live"),
     ]
     restored = TokenLedger()
     records = [RestoredRecord(p.key, LEDGER_ENCODER.encode(p.state), p.rollout_id, p.attempt) for p in captured]

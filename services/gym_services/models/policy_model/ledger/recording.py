@@ -6,7 +6,9 @@ it goes out, the call's entry is stored: its :class:`~gym_services.base.tokens.T
 response's output items without them (as NeMo Gym's ``token_id_capture`` moves them), and the lineage stamp
 of the request's items (:func:`.lineage.stamp`). A call the engine reported no token ids for is marked
 lost instead. Recording never fails the call: a refusal (the rollout frozen meanwhile, a conflicting
-payload, already masked) is logged.
+payload, already masked) is logged. A response whose tokens the ledger holds names the call in its
+``x-ng-token-ledger-call`` header (:data:`LEDGER_CALL_HEADER`): an agent's checkpoint then names the call instead of
+writing its tokens again (``docs/decisions.md``, "The agent's transcript names the ledger's tokens").
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from gym_services.models.policy_model.ledger.rollouts import TokenLedger
 from gym_services.models.policy_model.ledger.wire import LedgerEntry
 
 log = get_logger("policy_model.ledger")
+#: the response header naming the ledger call that holds the response's tokens
+LEDGER_CALL_HEADER = "x-ng-token-ledger-call"
 #: the arrays NeMo Gym moves from a response's output item onto the entry
 MOVED_FIELDS = (*FIELDS, "routed_experts")
 
@@ -64,18 +68,21 @@ def record_call(
     request_items: list[dict[str, Any]] | None,
     response: dict[str, Any],
     tokens: Tokens | None,
-) -> None:
-    """Store the call's entry before the response goes out (``tokens`` None: the call is marked lost)."""
+) -> bool:
+    """Store the call's entry before the response goes out (``tokens`` None: the call is marked lost); True when
+    the ledger holds the call's tokens (stored now, or the same payload before)."""
     try:
         if tokens is None:
             ledger.mark_incomplete(
                 identity.rollout_id, model_call_id, identity.attempt, "the upstream returned no token ids"
             )
-        else:
-            entry = call_entry(identity, model_call_id, model, request_items, response, tokens)
-            ledger.put(entry, identity.attempt)
+            return False
+        entry = call_entry(identity, model_call_id, model, request_items, response, tokens)
+        ledger.put(entry, identity.attempt)
+        return True
     except ApiError as exc:  # a conflicting payload (already masked), or the rollout frozen meanwhile
         log.warning(
             "recording the call's tokens failed",
             extra={"rollout_id": identity.rollout_id, "code": exc.code, "error": exc.message},
         )
+        return False

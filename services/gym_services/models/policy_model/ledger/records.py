@@ -1,42 +1,76 @@
-"""The token ledger in a checkpoint: two records per rollout (``docs/protocol.md``, "The token ledger").
+"""The token ledger in a checkpoint: a head and append-only chunks per rollout (``docs/protocol.md``, "The token
+ledger"; ``docs/decisions.md``, "Tokens are stored once, in binary, as the delta of each call").
 
-A rollout's **head** (:class:`LedgerRecord`: attempt, version, intents, lost calls, freeze state) and its
-**entries** (:class:`LedgerEntries`, the stored entries in order) are apart, so that a restore, which
-installs the rows under attempt + 1 (attempt N is retired: its late writes are refused) and so changes
-every head, leaves the entries' bytes as they were: the next checkpoint references them in the restored
-checkpoint's packs instead of writing every rollout's tokens again.
+A rollout's **head** (:class:`LedgerHead`, JSON: attempt, version, intents, lost calls, freeze state, where its
+chunks start) changes whenever the rollout does; its entries are in **chunks** (binary: the entries' stored forms
+laid end to end, :mod:`.entries`), each written once: a checkpoint cuts a new chunk of the entries stored since
+the previous one, and the chunks before keep their bytes, so the pack writer references them in the earlier
+checkpoint's packs instead of writing them again. A rollout that grew by one call since the last checkpoint costs
+that call's chunk and its head. Chunks are merged only where that rewrites no more than the new chunk's bytes (the
+trailing chunks no bigger than it), so a checkpoint writes at most twice what was added and a rollout has a few
+chunks, however many checkpoints it lived through. A restore changes the head (attempt + 1, version + 1), never a
+chunk: the first checkpoint after it references them all.
 
-Under the pause :func:`frozen_records` only copies lists (an entry is held as its JSON, which never
-changes); :data:`LEDGER_ENCODER` encodes them after resume, in a worker thread. :func:`parse_records`
-reads a checkpoint's records back (schema 2, and schema 1's single record with its entries inline).
+Under the pause :func:`frozen_records` only slices lists of bytes; :data:`LEDGER_ENCODER` lays them out after
+resume. :func:`parse_records` reads a checkpoint's records back: schema 3, schema 2 (a JSON head and a JSON entries
+record) and schema 1 (one JSON record, its entries inline).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
+from array import array
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gym_services.base import token_codec
 from gym_services.control.participant import FrozenRecord, InvalidState, Record, RestoredRecord, Scope
+from gym_services.models.policy_model.ledger.entries import EntryLog, split_stored
 from gym_services.models.policy_model.ledger.rollouts import RolloutLedger, TokenLedger
 from gym_services.models.policy_model.ledger.wire import ROLLOUT_ID, LedgerEntry
 
-LEDGER_RECORD_SCHEMA_VERSION = 2
+LEDGER_RECORD_SCHEMA_VERSION = 3
 RECORD_PREFIX = "ledger-"
-#: the entries record's key: the head's key and this
+#: a chunk's key: the head's key, this and the index of its first entry
+CHUNK_INFIX = ".e"
+#: schema 2's entries record: the head's key and this (read only)
 ENTRIES_SUFFIX = ".entries"
+#: the first byte of a chunk (its layout's version)
+CHUNK_LAYOUT = 1
+_CHUNK_KEY = re.compile(r"^(ledger-[0-9a-f]{64})\.e(\d+)$")
 
 
-class LedgerRecord(BaseModel):
-    """A rollout's ledger head in a checkpoint; its entries are the :class:`LedgerEntries` record beside it
-    (``entries``: how many it holds). A dropped rollout's head is the whole of it."""
+class LedgerHead(BaseModel):
+    """A rollout's ledger head in a checkpoint (schema 3): its entries are the chunks starting at ``chunks``
+    (entry indices, ascending, the first 0), ``entries`` in all. ``intents`` in order: an entry's index for a
+    call that was stored, the call id of one that was not (yet). A dropped rollout's head is the whole of it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int
+    schema_version: Literal[3]
+    rollout_id: str = Field(pattern=ROLLOUT_ID)
+    attempt: int = Field(ge=0)
+    entries: int = Field(ge=0)
+    chunks: list[int]
+    intents: list[int | str]
+    lost: dict[str, str]
+    frozen: bool
+    snapshot_id: str
+    version: int = Field(ge=0)
+    dropped: bool
+
+
+class LedgerRecordV2(BaseModel):
+    """Schema 2's head: its entries are the JSON :class:`LedgerEntriesV2` record beside it. Read only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[2]
     rollout_id: str = Field(pattern=ROLLOUT_ID)
     attempt: int = Field(ge=0)
     entries: int = Field(ge=0)
@@ -48,9 +82,18 @@ class LedgerRecord(BaseModel):
     dropped: bool
 
 
+class LedgerEntriesV2(BaseModel):
+    """Schema 2's entries record: a rollout's entries as JSON, in the order stored. Read only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[2]
+    rollout_id: str = Field(pattern=ROLLOUT_ID)
+    entries: list[LedgerEntry]
+
+
 class LedgerRecordV1(BaseModel):
-    """Schema 1: one record per rollout, its entries inline. A restore still reads it (a checkpoint taken
-    before an upgrade is restored after it); nothing writes it."""
+    """Schema 1: one JSON record per rollout, its entries inline. Read only."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,44 +109,32 @@ class LedgerRecordV1(BaseModel):
     dropped: bool
 
 
-class LedgerEntries(BaseModel):
-    """A rollout's stored entries in a checkpoint, in the order they were stored. It holds nothing a restore
-    changes, so an unchanged rollout's entries keep their bytes (and are reused) across checkpoints and restores."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int
-    rollout_id: str = Field(pattern=ROLLOUT_ID)
-    entries: list[LedgerEntry]
-
-
-_Parsed = TypeVar("_Parsed", LedgerRecord, LedgerEntries)
-
-
 @dataclass(frozen=True)
 class FrozenLedgerRecord:
-    """One of a rollout's two records as the capture froze it: its head fields (``head``), or, for its entries
-    record (``head`` None), its entries' stored JSON."""
+    """One of a rollout's records as the capture froze it: its head (``head``, the fields), or one of its chunks
+    (``head`` None: the stored entries from entry ``first`` on)."""
 
     rollout_id: str
     head: dict[str, Any] | None
-    entries: list[str]
+    first: int = 0
+    stored: tuple[bytes, ...] = ()
+
+
+def _chunk_bytes(first: int, stored: tuple[bytes, ...]) -> bytes:
+    out = bytearray((CHUNK_LAYOUT,))
+    token_codec.write_varint(first, out)
+    token_codec.write_varint(len(stored), out)
+    return bytes(out) + b"".join(stored)
 
 
 class LedgerEncoder:
-    """The policy model participant's :class:`~gym_services.control.participant.RecordEncoder`: a
-    :class:`LedgerRecord`'s JSON, or a :class:`LedgerEntries`' with the entries spliced in as stored (each
-    already its JSON)."""
+    """The policy model participant's :class:`~gym_services.control.participant.RecordEncoder`: a head's JSON,
+    or a chunk's layout (its first entry's index, its count, the stored entries)."""
 
     def encode(self, state: FrozenLedgerRecord) -> bytes:
         if state.head is not None:
             return json.dumps(state.head, ensure_ascii=False, separators=(",", ":")).encode()
-        head = json.dumps(
-            {"schema_version": LEDGER_RECORD_SCHEMA_VERSION, "rollout_id": state.rollout_id},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-        return f'{head[:-1]},"entries":[{",".join(state.entries)}]}}'.encode()
+        return _chunk_bytes(state.first, state.stored)
 
     def encoded(self, state: FrozenLedgerRecord, data: bytes) -> None:
         pass
@@ -116,7 +147,12 @@ def ledger_record_key(rollout_id: str) -> str:
     return RECORD_PREFIX + hashlib.sha256(rollout_id.encode()).hexdigest()
 
 
+def chunk_key(rollout_id: str, first: int) -> str:
+    return f"{ledger_record_key(rollout_id)}{CHUNK_INFIX}{first}"
+
+
 def entries_key(rollout_id: str) -> str:
+    """Schema 2's entries record."""
     return ledger_record_key(rollout_id) + ENTRIES_SUFFIX
 
 
@@ -127,13 +163,41 @@ def is_ledger_record(key: str) -> bool:
 # --- capture ---------------------------------------------------------------------------
 
 
+def cut_chunks(rows: RolloutLedger) -> list[tuple[int, int]]:
+    """The rollout's chunks as (first, end) entry ranges, once the entries stored since the last cut are a chunk
+    of their own, merged with the trailing chunks no bigger than it (so a cut rewrites at most its own bytes).
+    Updates ``rows.chunks`` and ``rows.chunked``; runs under the pause (sums of a few lengths)."""
+    stored = rows.entries.stored
+    count = len(stored)
+    if count < rows.chunked:  # cannot happen (entries only grow); start over rather than write a wrong chunk
+        rows.chunks, rows.chunked = [], 0
+    if count > rows.chunked:
+        start = rows.chunked
+        size = sum(len(s) for s in stored[start:])
+        while rows.chunks:
+            previous = rows.chunks[-1]
+            previous_size = sum(len(s) for s in stored[previous:start])
+            if previous_size > size:
+                break
+            rows.chunks.pop()
+            start, size = previous, size + previous_size
+        rows.chunks.append(start)
+        rows.chunked = count
+    if not rows.chunks:
+        return []
+    ends = [*rows.chunks[1:], count]
+    return list(zip(rows.chunks, ends, strict=True))
+
+
 def _head(rollout_id: str, ledger: RolloutLedger) -> dict[str, Any]:
+    entries = ledger.entries
     return {
         "schema_version": LEDGER_RECORD_SCHEMA_VERSION,
         "rollout_id": rollout_id,
         "attempt": ledger.attempt,
-        "entries": len(ledger.entries),
-        "intents": list(ledger.intents),
+        "entries": len(entries),
+        "chunks": list(ledger.chunks),
+        "intents": [entries.index(call) if call in entries else call for call in ledger.intents],
         "lost": dict(ledger.lost),
         "frozen": ledger.frozen,
         "snapshot_id": ledger.snapshot_id,
@@ -143,28 +207,31 @@ def _head(rollout_id: str, ledger: RolloutLedger) -> dict[str, Any]:
 
 
 def frozen_records(ledger: TokenLedger, scope: Scope) -> list[FrozenRecord[FrozenLedgerRecord]]:
-    """Every rollout's records as they are now, encoded later (:data:`LEDGER_ENCODER`).
+    """Every rollout's records as they are now, encoded later (:data:`LEDGER_ENCODER`): every rollout's chunks
+    first, then the heads (which change at every checkpoint): packs fill in this order, so the chunks a later
+    checkpoint references share packs with few records it does not.
 
-    A rollout outside ``scope`` (finished: the controller runs it no more) is still written, its
-    ledger waiting for the trainer, but without rollout identity in the manifest: the restore does
-    not count it as a live episode. Once the trainer dropped it, it is not written: a finished rollout
-    remembered as dropped only refuses late writes here, and would otherwise add a record to every
-    checkpoint."""
-    pending: list[FrozenRecord[FrozenLedgerRecord]] = []
+    A rollout outside ``scope`` (finished: the controller runs it no more) is still written, its ledger waiting
+    for the trainer, but without rollout identity in the manifest: the restore does not count it as a live
+    episode. Once the trainer dropped it, it is not written: a finished rollout remembered as dropped only refuses
+    late writes here, and would otherwise add a record to every checkpoint."""
+    chunks: list[FrozenRecord[FrozenLedgerRecord]] = []
+    heads: list[FrozenRecord[FrozenLedgerRecord]] = []
     for rollout_id, rows in sorted(ledger.rollouts.items()):
         live = scope.includes(rollout_id)
         if rows.dropped and not live:
             continue
-        frozen = [(ledger_record_key(rollout_id), FrozenLedgerRecord(rollout_id, _head(rollout_id, rows), []))]
-        if rows.entries:  # a rollout without entries (a dropped or retired one) has no entries record
-            stored = FrozenLedgerRecord(rollout_id, None, list(rows.entries.values()))
-            frozen.append((entries_key(rollout_id), stored))
-        for key, state in frozen:
-            if live:
-                pending.append(FrozenRecord(key, state, rollout_id=rollout_id, attempt=rows.attempt))
-            else:
-                pending.append(FrozenRecord(key, state))
-    return pending
+        identity: dict[str, Any] = {"rollout_id": rollout_id, "attempt": rows.attempt} if live else {}
+        stored = rows.entries.stored
+        for first, end in cut_chunks(rows):
+            state = FrozenLedgerRecord(rollout_id, None, first, tuple(stored[first:end]))
+            chunks.append(FrozenRecord(chunk_key(rollout_id, first), state, **identity))
+        heads.append(
+            FrozenRecord(
+                ledger_record_key(rollout_id), FrozenLedgerRecord(rollout_id, _head(rollout_id, rows)), **identity
+            )
+        )
+    return chunks + heads
 
 
 def encoded_records(ledger: TokenLedger, scope: Scope) -> list[Record]:
@@ -175,82 +242,148 @@ def encoded_records(ledger: TokenLedger, scope: Scope) -> list[Record]:
     ]
 
 
+def entry_sequence(rows: RolloutLedger, index: int) -> array[int]:
+    """Entry ``index``'s prompt + generated ids (what a cut generation of the rollout's next call continues)."""
+    for i, sequence in enumerate(rows.entries.sequences()):
+        if i == index:
+            return sequence
+    raise IndexError(f"the ledger holds {len(rows.entries)} entries, not {index + 1}")
+
+
 # --- restore ---------------------------------------------------------------------------
 
 
-def _parse(model: type[_Parsed], record: RestoredRecord) -> _Parsed:
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3])
+
+
+def _check_identity(record: RestoredRecord, head: RestoredRecord) -> None:
+    if (record.rollout_id, record.attempt) != (head.rollout_id, head.attempt):
+        raise InvalidState(f"record {record.key}: manifest identity does not match its head's")
+
+
+def _chunk(record: RestoredRecord, first: int) -> list[bytes]:
+    data = memoryview(record.data)
+    if not data or data[0] != CHUNK_LAYOUT:
+        raise InvalidState(f"record {record.key} is not a ledger chunk")
     try:
-        payload = model.model_validate_json(record.data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:3])
-        raise InvalidState(f"record {record.key} is not a ledger record: {problems}") from None
-    if payload.schema_version != LEDGER_RECORD_SCHEMA_VERSION:
-        raise InvalidState(f"record {record.key}: ledger schema_version {payload.schema_version} is not supported")
-    return payload
+        at, offset = token_codec.read_varint(data, 1)
+        count, offset = token_codec.read_varint(data, offset)
+        stored = split_stored(data[offset:])
+    except token_codec.TokenCodecError as exc:
+        raise InvalidState(f"record {record.key} is not a ledger chunk: {exc}") from None
+    if at != first or len(stored) != count:
+        raise InvalidState(f"record {record.key} holds {len(stored)} entries from {at}, its key names entry {first}")
+    return stored
 
 
-def _parse_head(record: RestoredRecord) -> tuple[LedgerRecord, list[LedgerEntry] | None]:
-    """A rollout's head, and its entries when the record is schema 1's (entries inline)."""
+def _v3(record: RestoredRecord, head: LedgerHead, chunks: dict[str, RestoredRecord]) -> RolloutLedger:
+    starts = head.chunks
+    if (head.entries and (not starts or starts[0] != 0)) or any(b <= a for a, b in itertools.pairwise(starts)):
+        raise InvalidState(f"record {record.key}: its chunks {starts} do not cover its {head.entries} entries")
+    stored: list[bytes] = []
+    for first in starts:
+        chunk = chunks.pop(chunk_key(head.rollout_id, first), None)
+        if chunk is None:
+            raise InvalidState(f"record {record.key}: its chunk {chunk_key(head.rollout_id, first)} is missing")
+        _check_identity(chunk, record)
+        if len(stored) != first:
+            raise InvalidState(f"record {chunk.key}: starts at entry {first}, the chunks before end at {len(stored)}")
+        stored.extend(_chunk(chunk, first))
+    if len(stored) != head.entries:
+        raise InvalidState(f"record {record.key}: its chunks hold {len(stored)} entries, it names {head.entries}")
     try:
-        old = LedgerRecordV1.model_validate_json(record.data)
-    except ValidationError:
-        return _parse(LedgerRecord, record), None
-    fields = old.model_dump(exclude={"entries", "schema_version"})
-    head = LedgerRecord(schema_version=LEDGER_RECORD_SCHEMA_VERSION, entries=len(old.entries), **fields)
-    return head, old.entries
+        log = EntryLog.of_stored(head.rollout_id, stored)
+    except (ValueError, ValidationError) as exc:
+        raise InvalidState(f"record {record.key}: an entry of its chunks is invalid: {exc}") from None
+    for intent in head.intents:
+        if isinstance(intent, int) and not 0 <= intent < len(log):
+            raise InvalidState(f"record {record.key}: intent {intent} names no entry")
+    return _restored(head, log, list(starts))
 
 
-def _entries_of(
-    head: LedgerRecord, record: RestoredRecord, inline: list[LedgerEntry] | None, beside: RestoredRecord | None
-) -> dict[str, str]:
-    """The head's entries (inline, or the entries record beside it), checked against the head: call id ->
-    canonical JSON."""
+def _restored(head: LedgerHead | LedgerRecordV2 | LedgerRecordV1, log: EntryLog, chunks: list[int]) -> RolloutLedger:
+    intents = head.intents
+    if isinstance(head, LedgerHead):
+        calls = log.call_ids()
+        intents = [calls[i] if isinstance(i, int) else i for i in head.intents]
+    return RolloutLedger(
+        attempt=head.attempt + 1,
+        entries=log,
+        chunks=chunks,
+        chunked=len(log) if chunks else 0,
+        intents=dict.fromkeys(str(i) for i in intents),
+        lost=dict(head.lost),
+        frozen=head.frozen,
+        snapshot_id=head.snapshot_id,
+        version=head.version + 1,  # a freeze consumed before the restore cannot retire these rows
+        dropped=head.dropped,
+    )
+
+
+def _json_entries(record: RestoredRecord, rollout_id: str, entries: list[LedgerEntry]) -> EntryLog:
+    log = EntryLog()
+    for entry in entries:
+        if entry.rollout_id != rollout_id or entry.model_call_id in log:
+            raise InvalidState(f"record {record.key}: entry {entry.model_call_id!r} is not one of this rollout's calls")
+        log.append(entry)
+    return log
+
+
+def _v2(record: RestoredRecord, head: LedgerRecordV2, beside: RestoredRecord | None) -> RolloutLedger:
     key = entries_key(head.rollout_id)
-    if inline is not None and beside is not None:
-        raise InvalidState(f"record {record.key}: a schema 1 ledger record holds its entries itself")
-    if inline is None and beside is None and head.entries:
+    entries: list[LedgerEntry] = []
+    if beside is None and head.entries:
         raise InvalidState(f"record {record.key}: its entries record {key} is missing")
-    held = LedgerEntries(schema_version=LEDGER_RECORD_SCHEMA_VERSION, rollout_id=head.rollout_id, entries=inline or [])
     if beside is not None:
-        if (beside.rollout_id, beside.attempt) != (record.rollout_id, record.attempt):
-            raise InvalidState(f"record {beside.key}: manifest identity does not match its head's")
-        held = _parse(LedgerEntries, beside)
-    if held.rollout_id != head.rollout_id or len(held.entries) != head.entries:
-        raise InvalidState(
-            f"record {key}: holds {len(held.entries)} entries of {held.rollout_id!r}, its head names "
-            f"{head.entries} of {head.rollout_id!r}"
-        )
-    entries: dict[str, str] = {}
-    for entry in held.entries:
-        if entry.rollout_id != head.rollout_id or entry.model_call_id in entries:
-            raise InvalidState(f"record {key}: entry {entry.model_call_id!r} is not one of this rollout's calls")
-        entries[entry.model_call_id] = entry.canonical()
-    return entries
+        _check_identity(beside, record)
+        try:
+            held = LedgerEntriesV2.model_validate_json(beside.data)
+        except ValidationError as exc:
+            raise InvalidState(f"record {beside.key} is not a ledger entries record: {_problems(exc)}") from None
+        if held.rollout_id != head.rollout_id:
+            raise InvalidState(f"record {key}: holds entries of {held.rollout_id!r}, its head is {head.rollout_id!r}")
+        entries = held.entries
+    if len(entries) != head.entries:
+        raise InvalidState(f"record {key}: holds {len(entries)} entries, its head names {head.entries}")
+    return _restored(head, _json_entries(record, head.rollout_id, entries), [])
+
+
+def _parse_head(record: RestoredRecord) -> LedgerHead | LedgerRecordV2 | LedgerRecordV1:
+    try:
+        version = json.loads(record.data).get("schema_version")
+    except (ValueError, AttributeError):
+        raise InvalidState(f"record {record.key} is not a ledger record: not a JSON object") from None
+    if version not in (1, 2, LEDGER_RECORD_SCHEMA_VERSION):
+        raise InvalidState(f"record {record.key}: ledger schema_version {version!r} is not supported")
+    try:
+        if version == 1:
+            return LedgerRecordV1.model_validate_json(record.data)
+        if version == 2:
+            return LedgerRecordV2.model_validate_json(record.data)
+        return LedgerHead.model_validate_json(record.data)
+    except ValidationError as exc:
+        raise InvalidState(f"record {record.key} is not a ledger record: {_problems(exc)}") from None
 
 
 def parse_records(records: list[RestoredRecord]) -> dict[str, RolloutLedger]:
-    """Parse the checkpoint's ledger records (each rollout's head and entries); each rollout's rows belong
-    to attempt + 1."""
-    heads = [r for r in records if not r.key.endswith(ENTRIES_SUFFIX)]
-    stored = {r.key: r for r in records if r.key.endswith(ENTRIES_SUFFIX)}
+    """Parse the checkpoint's ledger records (each rollout's head and its chunks, or its older records); each
+    rollout's rows belong to attempt + 1."""
+    heads = [r for r in records if not r.key.endswith(ENTRIES_SUFFIX) and not _CHUNK_KEY.match(r.key)]
+    others = {r.key: r for r in records if r.key.endswith(ENTRIES_SUFFIX) or _CHUNK_KEY.match(r.key)}
     restored: dict[str, RolloutLedger] = {}
     for record in heads:
-        head, inline = _parse_head(record)
+        head = _parse_head(record)
         if record.key != ledger_record_key(head.rollout_id):
             raise InvalidState(f"record {record.key} does not hold the ledger its key names")
         if record.rollout_id is not None and (record.rollout_id != head.rollout_id or record.attempt != head.attempt):
             raise InvalidState(f"record {record.key}: manifest identity does not match the record's")
-        entries = _entries_of(head, record, inline, stored.pop(entries_key(head.rollout_id), None))
-        restored[head.rollout_id] = RolloutLedger(
-            attempt=head.attempt + 1,
-            entries=entries,
-            intents=dict.fromkeys(head.intents),
-            lost=dict(head.lost),
-            frozen=head.frozen,
-            snapshot_id=head.snapshot_id,
-            version=head.version + 1,  # a freeze consumed before the restore cannot retire these rows
-            dropped=head.dropped,
-        )
-    if stored:
-        raise InvalidState(f"record {min(stored)} holds ledger entries without their head record")
+        if isinstance(head, LedgerHead):
+            restored[head.rollout_id] = _v3(record, head, others)
+        elif isinstance(head, LedgerRecordV2):
+            restored[head.rollout_id] = _v2(record, head, others.pop(entries_key(head.rollout_id), None))
+        else:
+            restored[head.rollout_id] = _restored(head, _json_entries(record, head.rollout_id, head.entries), [])
+    if others:
+        raise InvalidState(f"record {min(others)} holds ledger entries without their head record")
     return restored

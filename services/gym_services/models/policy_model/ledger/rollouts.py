@@ -30,16 +30,28 @@ incomplete instead of being trained on with a hole.
 Durability: the ledger is held in the replica's memory and made durable by the checkpoint (the model
 participant's records). What a replica held after its last checkpoint dies with it, together with the
 attempt that wrote it: a restore resumes the rollout as attempt + 1 from the checkpoint's rows.
+
+Memory and back-pressure: entries are held in their stored form (:mod:`.entries`: each call's new tokens, 4
+bytes per id and per log-prob, and its output items). A rollout is held until the trainer drops it, however
+long that takes, so what a slow trainer leaves behind is bounded: once the ledger holds more than ``max_bytes``,
+a call that would open a new rollout waits (:meth:`TokenLedger.room_for`) until drops or retires free room,
+while the rollouts already held go on; so the ledger, and the checkpoint that writes it, stay within
+``max_bytes`` plus what the live rollouts add.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from gym_services.base.errors import ApiError, ErrorCode
+from gym_services.base.tokens import Tokens
+from gym_services.models.policy_model.ledger.entries import EntryLog
 from gym_services.models.policy_model.ledger.lineage import resolve as resolve_lineage
 from gym_services.models.policy_model.ledger.wire import FrozenRollout, LedgerEntry, Resolution
 
@@ -47,6 +59,8 @@ from gym_services.models.policy_model.ledger.wire import FrozenRollout, LedgerEn
 NEVER_STORED = "begun and never stored"
 #: dropped rollouts remembered (their late writes refused), the newest drops; an older one is forgotten
 DROPPED_KEPT = 4096
+#: the stored bytes the ledger holds before a new rollout waits for room (the policy model's ``ledger.max_bytes``)
+DEFAULT_MAX_BYTES = 2 * 1024**3
 
 
 @dataclass(slots=True)
@@ -54,9 +68,11 @@ class RolloutLedger:
     """One rollout's rows for one attempt."""
 
     attempt: int
-    #: call id -> the entry's canonical JSON: only the text is held (a parsed entry's token ids and log-probs,
-    #: each a Python object, take several times its bytes); a read parses it again
-    entries: dict[str, str] = field(default_factory=dict)
+    #: the entries in their stored form (a read decodes them)
+    entries: EntryLog = field(default_factory=EntryLog)
+    #: where the entries' checkpoint chunks start (:mod:`.records`), and how many entries they cover
+    chunks: list[int] = field(default_factory=list)
+    chunked: int = 0
     intents: dict[str, None] = field(default_factory=dict)
     #: call ids marked lost ("" when the caller did not know which call)
     lost: dict[str, str] = field(default_factory=dict)
@@ -67,7 +83,7 @@ class RolloutLedger:
     dropped: bool = False
 
     def parsed(self) -> list[LedgerEntry]:
-        return [LedgerEntry.model_validate_json(canonical) for canonical in self.entries.values()]
+        return self.entries.entries()
 
     def dangling(self) -> list[str]:
         return [c for c in self.intents if c not in self.entries]
@@ -88,11 +104,62 @@ class RolloutLedger:
 class TokenLedger:
     """Every rollout's ledger on this replica."""
 
-    def __init__(self, dropped_kept: int = DROPPED_KEPT) -> None:
+    def __init__(self, dropped_kept: int = DROPPED_KEPT, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.rollouts: dict[str, RolloutLedger] = {}
         self.dropped_kept = dropped_kept
+        self.max_bytes = max_bytes
+        #: the stored bytes of every rollout's entries
+        self.held = 0
+        #: calls waiting for room now, and how many waited so far
+        self.waiting = 0
+        self.waited = 0
+        self._room: asyncio.Event | None = None
         #: the rollouts dropped (each still in :attr:`rollouts`, with no rows), oldest first
         self._drop_order: OrderedDict[str, None] = OrderedDict()
+
+    def _replace(self, rollout_id: str, ledger: RolloutLedger | None) -> None:
+        """Put ``ledger`` in place of the rollout's (None: remove it), keeping :attr:`held` up to date."""
+        old = self.rollouts.get(rollout_id)
+        if old is not None:
+            self.held -= old.entries.nbytes
+        if ledger is None:
+            self.rollouts.pop(rollout_id, None)
+        else:
+            self.rollouts[rollout_id] = ledger
+            self.held += ledger.entries.nbytes
+        if old is not None and self._room is not None and self.held <= self.max_bytes:
+            self._room.set()
+
+    # --- back-pressure ---------------------------------------------------------------
+
+    def full(self) -> bool:
+        return self.held > self.max_bytes
+
+    async def room_for(self, rollout_id: str, wait_s: float) -> None:
+        """Return once the ledger may open ``rollout_id``: at once for a rollout it holds, or while it holds at
+        most ``max_bytes``; else wait for drops and retires to free room, up to ``wait_s`` (then ``503
+        not_ready``: the caller backs off and calls again)."""
+        if rollout_id in self.rollouts or not self.full():
+            return
+        deadline = time.monotonic() + wait_s
+        self.waiting += 1
+        self.waited += 1
+        try:
+            while self.full() and rollout_id not in self.rollouts:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ApiError(
+                        ErrorCode.NOT_READY,
+                        f"the token ledger holds {self.held} bytes of rollouts no trainer has dropped yet "
+                        f"(ledger.max_bytes {self.max_bytes}): a new rollout waits until the trainer drops "
+                        "the ones it read",
+                    )
+                if self._room is None or self._room.is_set():
+                    self._room = asyncio.Event()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), min(left, 1.0))
+        finally:
+            self.waiting -= 1
 
     # --- writes (sink) ---------------------------------------------------------------
 
@@ -105,7 +172,8 @@ class TokenLedger:
                 details={"rollout_id": rollout_id, "attempt": attempt, "current": ledger.attempt},
             )
         if ledger is None:
-            ledger = self.rollouts[rollout_id] = RolloutLedger(attempt=attempt)
+            ledger = RolloutLedger(attempt=attempt)
+            self._replace(rollout_id, ledger)
         elif attempt > ledger.attempt:  # the rows stay (a retire removes a retired attempt's); older writes are refused
             ledger.attempt = attempt
         if ledger.dropped:
@@ -119,10 +187,9 @@ class TokenLedger:
     def put(self, entry: LedgerEntry, attempt: int) -> tuple[bool, int]:
         """Store one entry; (stored, version). Same payload again: (False, version)."""
         ledger = self._writable(entry.rollout_id, attempt)
-        canonical = entry.canonical()
-        existing = ledger.entries.get(entry.model_call_id)
+        existing = ledger.entries.index(entry.model_call_id)
         if existing is not None:
-            if existing == canonical:
+            if ledger.entries.same(existing, entry):
                 return False, ledger.version
             ledger.lost.setdefault(entry.model_call_id, "conflicting payloads for one call id")
             ledger.version += 1
@@ -131,7 +198,9 @@ class TokenLedger:
                 f"rollout {entry.rollout_id!r}: call {entry.model_call_id!r} is already stored with another payload; "
                 "the rollout is marked incomplete",
             )
-        ledger.entries[entry.model_call_id] = canonical
+        before = ledger.entries.nbytes
+        ledger.entries.append(entry)
+        self.held += ledger.entries.nbytes - before
         ledger.version += 1
         return True, ledger.version
 
@@ -166,6 +235,22 @@ class TokenLedger:
             ledger.version += 1
         return ledger.read(rollout_id)
 
+    def tokens(self, rollout_id: str, model_call_ids: list[str]) -> list[Tokens]:
+        """The stored tokens of these calls, in this order (a read: nothing changes, frozen or not)."""
+        ledger = self.rollouts.get(rollout_id)
+        if ledger is None or ledger.dropped:
+            raise ApiError(ErrorCode.NOT_FOUND, f"this policy model replica holds no ledger for rollout {rollout_id!r}")
+        indices = [ledger.entries.index(call) for call in model_call_ids]
+        missing = [call for call, index in zip(model_call_ids, indices, strict=True) if index is None]
+        if missing:
+            raise ApiError(
+                ErrorCode.NOT_FOUND,
+                f"rollout {rollout_id!r}: the ledger holds no call {missing[0]!r}",
+                details={"missing": missing},
+            )
+        found = dict(ledger.entries.tokens(i for i in indices if i is not None))
+        return [found[i] for i in indices if i is not None]
+
     def resolve(self, rollout_id: str, request_items: list[Any]) -> Resolution:
         """The stored call these request items continue (:mod:`.lineage`); read-only."""
         ledger = self.rollouts.get(rollout_id)
@@ -178,10 +263,10 @@ class TokenLedger:
             return False
         if ledger.snapshot_id != snapshot_id or ledger.version != version:
             return False
-        ledger.entries.clear()
-        ledger.intents.clear()
-        ledger.lost.clear()
-        ledger.dropped = True
+        gone = RolloutLedger(
+            attempt=ledger.attempt, frozen=True, snapshot_id=ledger.snapshot_id, version=ledger.version, dropped=True
+        )
+        self._replace(rollout_id, gone)
         self._remember_dropped(rollout_id)
         return True
 
@@ -195,7 +280,7 @@ class TokenLedger:
             oldest, _ = self._drop_order.popitem(last=False)
             ledger = self.rollouts.get(oldest)
             if ledger is not None and ledger.dropped:  # a retire or restore may have replaced it since
-                del self.rollouts[oldest]
+                self._replace(oldest, None)
 
     # --- attempts --------------------------------------------------------------------
 
@@ -205,7 +290,7 @@ class TokenLedger:
         if ledger is None or ledger.attempt > attempt:
             return False
         had_rows = bool(ledger.entries or ledger.intents or ledger.lost)
-        self.rollouts[rollout_id] = RolloutLedger(attempt=attempt + 1)
+        self._replace(rollout_id, RolloutLedger(attempt=attempt + 1))
         return had_rows
 
     # --- restore ---------------------------------------------------------------------
@@ -214,8 +299,8 @@ class TokenLedger:
         """Install restored rollouts (:func:`.records.parse_records`); returns what they replaced (for
         :meth:`uninstall`)."""
         replaced = {rollout_id: self.rollouts.get(rollout_id) for rollout_id in restored}
-        self.rollouts.update(restored)
         for rollout_id, ledger in restored.items():
+            self._replace(rollout_id, ledger)
             if ledger.dropped:
                 self._remember_dropped(rollout_id)
         return replaced
@@ -224,11 +309,7 @@ class TokenLedger:
         for rollout_id, ledger in restored.items():
             if self.rollouts.get(rollout_id) is not ledger:
                 continue
-            previous = replaced.get(rollout_id)
-            if previous is None:
-                del self.rollouts[rollout_id]
-            else:
-                self.rollouts[rollout_id] = previous
+            self._replace(rollout_id, replaced.get(rollout_id))
 
     def counts(self) -> dict[str, int]:
         live = [r for r in self.rollouts.values() if not r.dropped]
@@ -237,4 +318,7 @@ class TokenLedger:
             "ledger_retired": len(self.rollouts) - len(live),
             "ledger_entries": sum(len(r.entries) for r in live),
             "ledger_incomplete": sum(1 for r in live if r.lost or r.dangling()),
+            "ledger_bytes": self.held,
+            "ledger_waiting": self.waiting,
+            "ledger_waited": self.waited,
         }

@@ -9,6 +9,8 @@ while a checkpoint is open, so a checkpoint holds the ledger exactly as the trai
 ``POST /v1/ledger/freeze``           freeze and read a rollout (source ``freeze``)
 ``POST /v1/ledger/drop``             retire the consumed freeze (source ``drop``)
 ``POST /v1/ledger/resolve``          the stored call a request continues (``LineageResolver.resolve``)
+``POST /v1/ledger/tokens``           the stored tokens of some calls, in binary (a restored agent reads back
+                                     what its checkpoint named)
 
 Writes carry the rollout's identity headers (``x-ng-rollout-id``, ``x-ng-attempt``), like every data
 call: the admission middleware refuses an attempt older than the newest seen, and the ledger refuses
@@ -21,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gym_services.base import token_codec
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
 from gym_services.base.identity import RolloutIdentity
@@ -34,6 +37,7 @@ from gym_services.models.policy_model.ledger.wire import (
     PutResult,
     ResolveRequest,
     RolloutRef,
+    TokensRequest,
 )
 
 
@@ -87,8 +91,14 @@ def ledger_routes(ledger: TokenLedger) -> list[Route]:
             raise ApiError(ErrorCode.BAD_REQUEST, f"request_items cannot be resolved: {exc}") from None
         return JSONResponse(resolution.model_dump(mode="json"))
 
+    async def tokens(request: Request) -> Response:
+        body = await parse_body(request, TokensRequest)
+        found = ledger.tokens(body.rollout_id, body.model_call_ids)
+        return Response(token_codec.encode_all(found), media_type="application/octet-stream")
+
     return [
         Route("/v1/ledger/resolve", resolve, methods=["POST"]),
+        Route("/v1/ledger/tokens", tokens, methods=["POST"]),
         Route("/v1/ledger/put", put, methods=["POST"]),
         Route("/v1/ledger/begin_call", begin_call, methods=["POST"]),
         Route("/v1/ledger/mark_incomplete", mark_incomplete, methods=["POST"]),

@@ -149,6 +149,17 @@ class DropResult(BaseModel):
     dropped: bool = Field(description="false when the rollout changed after the freeze (its rows are kept)")
 
 
+class TokensRequest(BaseModel):
+    """``POST /v1/ledger/tokens``: the tokens stored for these calls of the rollout, in this order; answered in
+    binary (``application/octet-stream``: each call's tokens written against the previous one's,
+    :func:`gym_services.base.token_codec.encode_all`). A restored agent reads back what its checkpoint named."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str = Field(pattern=ROLLOUT_ID)
+    model_call_ids: list[str] = Field(min_length=1, max_length=10_000)
+
+
 class ResolveRequest(BaseModel):
     """``POST /v1/ledger/resolve``: which stored call of the rollout these request items continue."""
 

@@ -1,0 +1,781 @@
+"""Checkpoints at RL scale, where tokens dominate: thousands of live multi-turn rollouts with long contexts, a
+checkpoint every 30 s, today's layout beside the new one in the same run.
+
+The demo stack (every server its own process: the built-in inference worker, the policy model with
+``return_token_id_information`` and ``record_tokens``, the four agents, the resources and environment servers, the
+collection) collects the example tasks of the four environments, ``--per-environment`` rollouts of each at once (the
+collection's concurrency is the total, so that many are live), every task's tools padded with archive tools until
+each rollout's context ends near ``--context`` tokens (a realistic shape: a long system prompt and tool schemas,
+a few hundred tokens a turn). Once they all run, a ``snapshot`` checkpoint is taken every ``--every`` seconds,
+``--checkpoints`` times, while ``--clients`` probe clients call the policy model throughout; then every process is
+SIGKILLed and fresh ones restore the last checkpoint (and are seen to carry on).
+
+Each configuration runs on two code trees in turn: ``after`` (this checkout) and ``before`` (``--ref``, default the
+commit this branch started from: today's layout), each a subprocess whose servers run that tree (``PYTHONPATH``, as
+``before_after.py`` does). The figures are read from the stored checkpoints with this checkout's readers, which read
+both layouts. Per checkpoint:
+
+- **stored / floor**: the bytes the checkpoint's records hold (reused ones included) over the floor: every rollout's
+  distinct token ids (its longest sequence) and each generated token's log-prob, 4 bytes each, plus the environments'
+  own state (their records);
+- **written / added**: the bytes the checkpoint wrote (new objects; the environments' excluded) over the tokens added
+  since the previous checkpoint x 8 bytes (first checkpoint: every token);
+- **worst call vs p99**: the probe clients' slowest call during the checkpoint against their p99 in the 30 s before;
+- **published**, **restore** (into fresh processes, the last checkpoint), seconds;
+- **RSS / raw tokens**: the resident memory the policy model and the agents gained since they started over the raw
+  token bytes they hold (the model: every rollout of its ledger; the agents: their live rollouts), at the last
+  checkpoint.
+
+    .venv/bin/python benchmarks/token_scale.py [--per-environment 256 1024] [--context 8192] [--long 32768:64]
+        [--every 30] [--checkpoints 4] [--clients 4] [--ref REF] [--trees after before] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: what the environments' rollouts add to their first prompt over an episode, tokens (measured with the built-in
+#: worker's scripted policies and tokenizer: final context - first prompt, mean of the example tasks)
+GROWTH = {"agent-workplace": 500, "agent-ipi": 420, "agent-blackjack": 80, "agent-lean": 220}
+WORDS = (
+    "ledger",
+    "archive",
+    "record",
+    "shipment",
+    "invoice",
+    "customer",
+    "quarterly",
+    "forecast",
+    "region",
+    "warehouse",
+    "contract",
+    "renewal",
+    "policy",
+    "audit",
+    "margin",
+    "supplier",
+    "routing",
+    "pallet",
+    "freight",
+    "customs",
+    "tariff",
+    "compliance",
+    "escalation",
+    "backlog",
+    "milestone",
+    "budget",
+    "variance",
+    "headcount",
+    "onboarding",
+    "payroll",
+    "benefits",
+    "clinic",
+    "referral",
+    "dosage",
+    "insurance",
+    "claim",
+    "deductible",
+    "premium",
+)
+
+
+# --- the workload ---------------------------------------------------------------------------
+
+
+def padding_tool(index: int, rng: random.Random) -> dict[str, Any]:
+    """An archive tool with a long description: deterministic text, about 600 tokens of the built-in tokenizer."""
+    description = " ".join(rng.choice(WORDS) for _ in range(240))
+    return {
+        "type": "function",
+        "name": f"archive_lookup_{index}",
+        "description": f"Looks up archived {description}.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "what to look up"}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        "strict": False,
+    }
+
+
+def first_prompt_tokens(row: dict[str, Any]) -> int:
+    """The tokens of a task's first prompt as the built-in worker renders it (its messages and tools)."""
+    from gym_services.models.inference_worker.tokenizer import render_chat
+
+    params = row.get("responses_create_params") or {}
+    items = params.get("input") or []
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    turns = []
+    for item in items:
+        content = item.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        turns.append((str(item.get("role", "user")), str(content or "")))
+    tools = [
+        {"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters") if k in t}}
+        for t in params.get("tools") or []
+    ]
+    return len(render_chat(turns, tools or None))
+
+
+def write_tasks(path: Path, per_environment: int, context: int) -> dict[int, str]:
+    """Every environment's example tasks, cycled to ``per_environment`` rows each and interleaved (the collection
+    dispatches rows in order: every environment's rollouts are live at once), each padded with archive tools until
+    its context ends near ``context`` tokens; returns task index -> agent."""
+    from gym_services.demo.stack import ENVIRONMENTS
+
+    by_agent = {
+        agent: [
+            json.loads(line) for s in sources for line in s.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+        for sources, agent in ENVIRONMENTS.values()
+    }
+    padded: dict[tuple[str, int], str] = {}
+    lines, agents = [], {}
+    for i in range(per_environment):
+        for agent, rows in by_agent.items():
+            key = (agent, i % len(rows))
+            if key not in padded:  # rollouts of one task share their tools
+                row = json.loads(json.dumps(rows[key[1]]))
+                row["agent"] = agent
+                params = row.setdefault("responses_create_params", {})
+                rng = random.Random(f"{agent}-{key[1]}")
+                tools = list(params.get("tools") or [])
+                while first_prompt_tokens(row) + GROWTH[agent] < context - 300:
+                    tools.append(padding_tool(len(tools), rng))
+                    params["tools"] = tools
+                padded[key] = json.dumps(row, ensure_ascii=False)
+            agents[len(lines)] = agent
+            lines.append(padded[key])
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return agents
+
+
+# --- one run on one tree (a subprocess: its imports are that tree's) -----------------------------
+
+
+@dataclass
+class CheckpointRun:
+    checkpoint_id: str
+    at: float
+    status: str
+    pause_s: float
+    published_s: float | None
+    live: int
+    participants: dict[str, dict[str, Any]]  # participant id -> records, bytes, manifest_key
+    rss_kib: dict[str, int]
+    worst_call_s: float
+    p99_before_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+    dropped: int = 0  # rollouts the trainer dropped so far
+    error: str | None = None
+
+
+@dataclass
+class Drive:
+    tree: str
+    per_environment: int
+    context: int
+    location: str
+    idle_rss_kib: dict[str, int] = field(default_factory=dict)
+    checkpoints: list[CheckpointRun] = field(default_factory=list)
+    restore_s: float | None = None
+    restore_status: str = ""
+    finished_after_restore: int = 0
+    ramp_s: float = 0.0
+    load: list[float] = field(default_factory=list)
+
+
+def rss_of(state: Any) -> dict[str, int]:
+    """VmRSS (KiB) of the policy model and the agents."""
+    out = {}
+    for server in state.servers:
+        if server.name.startswith(("policy-model", "agent-")):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        out[server.name] = int(line.split()[1])
+    return out
+
+
+class Trainer:
+    """What a trainer does with the token ledger: once a rollout's result row is written, freeze its ledger and drop
+    that freeze (the acknowledgement that lets the policy model release the rollout's tokens), every few seconds. A
+    freeze or drop parked by a checkpoint is tried again on the next round."""
+
+    def __init__(self, model_url: str, results: Path) -> None:
+        from gym_services.models.policy_model.ledger.client import LedgerClient
+
+        self.client = LedgerClient([model_url])
+        self.results = results
+        self.dropped: set[str] = set()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        from gym_services.models.policy_model.ledger.client import LedgerRefused
+
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 5)
+            if not self.results.exists():
+                continue
+            rows = [json.loads(line) for line in self.results.read_text(encoding="utf-8").splitlines() if line]
+            for rollout_id in sorted({row["_ng_rollout_id"] for row in rows} - self.dropped):
+                if self._stop.is_set():
+                    break  # the load is over: a round over hundreds of rollouts would hold the restore back
+                try:
+                    frozen = await self.client.freeze(rollout_id)
+                    await self.client.drop(rollout_id, frozen.snapshot_id, frozen.version)
+                except LedgerRefused as exc:
+                    if exc.code not in ("not_found", "ledger_closed"):
+                        continue  # parked by a checkpoint: the next round
+                except httpx.HTTPError:
+                    continue
+                self.dropped.add(rollout_id)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        await self.client.close()
+
+
+class Probes:
+    """Clients calling the policy model throughout: a cheap data call each (``/v1/ledger/resolve`` of a root request:
+    admission, fencing and the event loop, no generation), parked calls retried as an agent does (every 20 ms);
+    every call's (start, seconds until it was answered)."""
+
+    def __init__(self, model_url: str, clients: int) -> None:
+        self.url, self.clients = model_url, clients
+        self.calls: list[tuple[float, float]] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        self._http = httpx.AsyncClient(timeout=120)
+        self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.clients)]
+
+    async def _client(self, index: int) -> None:
+        body = {"rollout_id": f"probe-{index}", "request_items": [{"role": "user", "content": "hello"}]}
+        while not self._stop.is_set():
+            start = time.monotonic()
+            for _ in range(20_000):
+                if self._stop.is_set():
+                    return
+                with contextlib.suppress(httpx.HTTPError):
+                    resp = await self._http.post(f"{self.url}/v1/ledger/resolve", json=body)
+                    if resp.status_code == 200:
+                        break
+                await asyncio.sleep(0.02)
+            self.calls.append((start, time.monotonic() - start))
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._http.aclose()
+
+    def worst_between(self, start: float, end: float) -> float:
+        return max((s for at, s in self.calls if at < end and at + s > start), default=0.0)
+
+    def p99_before(self, start: float, window_s: float) -> float:
+        calls = sorted(s for at, s in self.calls if start - window_s <= at and at + s < start)
+        return calls[int(0.99 * (len(calls) - 1))] if calls else 0.0
+
+
+async def participants_of(state: Any, token: str) -> list[Any]:
+    """The stack's participants, asked once before the load starts (a server busy with thousands of rollouts may
+    answer its status late)."""
+    from gym_services.coordination.client import ControlClient
+    from gym_services.stack.discovery import discover
+
+    async with ControlClient(token, timeout_s=60) as client:
+        return await discover(state, client)
+
+
+async def _checkpoint(refs: list[Any], token: str, location: str, checkpoint_id: str) -> Any:
+    from gym_services.coordination.client import ControlClient
+    from gym_services.coordination.coordinator import Coordinator
+
+    async with ControlClient(token, timeout_s=600) as client:
+        coordinator = Coordinator(refs, client)
+        return await coordinator.checkpoint(checkpoint_id, location, prepare_timeout_s=120, lease_s=300)
+
+
+async def _restore(refs: list[Any], token: str, location: str, checkpoint_id: str) -> Any:
+    from gym_services.coordination.client import ControlClient
+    from gym_services.coordination.coordinator import Coordinator
+
+    async with ControlClient(token, timeout_s=600) as client:
+        return await Coordinator(refs, client).restore(checkpoint_id, location, lease_s=300)
+
+
+async def worker_tokens(state: Any) -> int:
+    """The tokens the inference worker generated so far (0 when it did not answer)."""
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            resp = await http.get(f"{state.url('inference-worker')}/stats")
+            return int(resp.json().get("tokens_generated", 0))
+        except (httpx.HTTPError, ValueError):
+            return 0
+
+
+async def job_of(state: Any) -> dict[str, Any]:
+    """The collection's job (its live and finished counts); {} when it did not answer (a busy server)."""
+    from gym_services.stack.launcher import stack_secrets
+
+    token = stack_secrets(Path(state.state_dir))["control_token"]
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            resp = await http.get(
+                f"{state.url('collection')}/jobs/current", headers={"authorization": f"Bearer {token}"}
+            )
+        except httpx.HTTPError:
+            return {}
+    return resp.json() if resp.status_code == 200 else {}
+
+
+async def drive(args: argparse.Namespace) -> Drive:
+    from gym_services.demo.stack import demo_stack
+    from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
+
+    workdir = Path(args.workdir)
+    run = Drive(args.tree, args.per_environment, args.context, f"file://{workdir / 'store'}")
+    total = 4 * args.per_environment
+
+    def start(name: str) -> Any:
+        config = demo_stack(
+            workdir / name, tokens_per_second=args.tokens_per_second, latency_s=args.latency, job_dir=workdir
+        )
+        config.storage = run.location
+        return start_stack(config, workdir, ready_timeout_s=300)
+
+    state = start("stack")
+    token = stack_secrets(workdir / "stack")["control_token"]
+    try:
+        refs = await participants_of(state, token)
+        run.idle_rss_kib = rss_of(state)
+        spec = {
+            "tasks_path": str(workdir / "tasks.jsonl"),
+            "output_path": str(workdir / "results.jsonl"),
+            "repeats": args.repeats,  # as rollouts finish, the next ones start: the live count stays
+            "concurrency": total,
+        }
+        auth = {"authorization": f"Bearer {token}"}
+        resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=auth, timeout=300)
+        resp.raise_for_status()
+        started = time.monotonic()
+        while (await job_of(state)).get("live", 0) < total and time.monotonic() - started < 1800:
+            await asyncio.sleep(1)
+        run.ramp_s = time.monotonic() - started
+        probes = Probes(state.url("policy-model"), args.clients)
+        await probes.start()
+        trainer = Trainer(state.url("policy-model"), workdir / "results.jsonl")
+        trainer.start()
+        next_at = time.monotonic() + args.every
+        for n in range(args.checkpoints):
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += args.every
+            checkpoint_id = f"tok-{args.tree}-{args.per_environment}-{n}"
+            began = time.monotonic()
+            result = await _checkpoint(refs, token, run.location, checkpoint_id)
+            ended = time.monotonic()
+            run.load.append(os.getloadavg()[0])
+            run.checkpoints.append(
+                CheckpointRun(
+                    checkpoint_id=checkpoint_id,
+                    at=began - started,
+                    status=str(result.status),
+                    pause_s=result.pause_s,
+                    published_s=result.published_s,
+                    live=len(result.episodes),
+                    participants={
+                        p.participant_id: {"records": p.records, "bytes": p.bytes, "manifest_key": p.manifest_key}
+                        for p in result.participants
+                    },
+                    rss_kib=rss_of(state),
+                    worst_call_s=probes.worst_between(began, ended),
+                    p99_before_s=probes.p99_before(began, args.every),
+                    timings=dict(result.timings),
+                    dropped=len(trainer.dropped),
+                    error=result.error,
+                )
+            )
+            print(f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s", file=sys.stderr, flush=True)
+        await probes.stop()
+        await trainer.stop()
+        last = next((c for c in reversed(run.checkpoints) if c.status == "completed"), None)
+    finally:
+        stop_stack(workdir / "stack", kill=True)  # the crash: every process, SIGKILL
+    if last is None:
+        return run
+    state = start("stack")
+    try:
+        refs = await participants_of(state, token)
+        began = time.monotonic()
+        result = await _restore(refs, token, run.location, last.checkpoint_id)
+        run.restore_s, run.restore_status = time.monotonic() - began, str(result.status)
+        before = await worker_tokens(state)
+        await asyncio.sleep(30)
+        run.finished_after_restore = await worker_tokens(state) - before  # the rollouts carry on: tokens generated
+    finally:
+        stop_stack(workdir / "stack", kill=True)
+    return run
+
+
+# --- reading the stored checkpoints (this checkout's readers: both layouts) ------------------------
+
+
+@dataclass
+class Stored:
+    stored_bytes: int = 0
+    env_bytes: int = 0
+    written_bytes: int = 0
+    env_written: int = 0
+    rollout_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)  # rollout -> (distinct ids, log-probs)
+    by_participant: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def floor_tokens(self) -> int:
+        return sum(ids + lps for ids, lps in self.rollout_tokens.values())
+
+
+def tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def read_checkpoint(root: Path, checkpoint: dict[str, Any]) -> Stored:
+    """What one stored checkpoint holds: its records' bytes, what it wrote, and every rollout's tokens (from the
+    policy model's token ledger and cut prefixes)."""
+    from tests.support.records import restored_records
+
+    from gym_services.models.policy_model.ledger.records import entry_sequence, is_ledger_record, parse_records
+    from gym_services.models.policy_model.prefixes import from_record
+
+    out = Stored()
+    folder = root / "checkpoints" / checkpoint["checkpoint_id"]
+    out.written_bytes = tree_size(folder)
+    for pid, p in checkpoint["participants"].items():
+        out.stored_bytes += p["bytes"]
+        out.by_participant[pid] = p["bytes"]
+        if not pid.startswith(("policy-model", "agent-", "collection")):
+            out.env_bytes += p["bytes"]
+            out.env_written += tree_size(folder / "participants" / pid)
+        if pid.startswith("policy-model"):
+            records = restored_records(f"file://{root}", p["manifest_key"])
+            ledgers = parse_records([r for r in records if is_ledger_record(r.key)])
+            for rollout_id, rows in ledgers.items():
+                longest = max((len(s) for s in rows.entries.sequences()), default=0)
+                generated = sum(len(t.generation_token_ids) for _, t in rows.entries.tokens(range(len(rows.entries))))
+                out.rollout_tokens[rollout_id] = (longest, generated)
+            for record in records:
+                if is_ledger_record(record.key):
+                    continue
+                (rollout_id, _), staged = from_record(record, lambda r, i, held=ledgers: entry_sequence(held[r], i))
+                if staged.tokens is None:
+                    continue
+                ids, lps = out.rollout_tokens.get(rollout_id, (0, 0))
+                fresh = len(staged.tokens.sequence()) - ids  # a cut generation's new turn and what it generated
+                out.rollout_tokens[rollout_id] = (ids + max(0, fresh), lps + len(staged.tokens.generation_token_ids))
+    return out
+
+
+@dataclass
+class Figures:
+    tree: str
+    per_environment: int
+    context: int
+    live: list[int]
+    stored_over_floor: list[float]
+    written_over_added: list[float]
+    worst_ms: list[float]
+    p99_ms: list[float]
+    pause_ms: list[float]
+    published_s: list[float]
+    restore_s: float | None
+    restore_ok: bool
+    rss_mb: dict[str, float]
+    raw_mb: dict[str, float]
+    stored_mb: list[float]
+    written_mb: list[float]
+    floor_mb: list[float]
+    ramp_s: float
+    load: list[float]
+    statuses: list[str]
+
+
+def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
+    root = Path(run["location"].removeprefix("file://"))
+    stored = [read_checkpoint(root, c) if c["status"] == "completed" else Stored() for c in run["checkpoints"]]
+    over_floor, over_added = [], []
+    previous: dict[str, tuple[int, int]] = {}
+    for s in stored:
+        floor = 4 * s.floor_tokens + s.env_bytes
+        over_floor.append(s.stored_bytes / floor if floor else float("nan"))
+        added = sum(
+            max(0, ids - previous.get(r, (0, 0))[0]) + max(0, lps - previous.get(r, (0, 0))[1])
+            for r, (ids, lps) in s.rollout_tokens.items()
+        )
+        over_added.append((s.written_bytes - s.env_written) / (8 * added) if added else float("nan"))
+        previous = s.rollout_tokens
+    last = next((c for c in reversed(run["checkpoints"]) if c["status"] == "completed"), None)
+    rss: dict[str, float] = {}
+    raw: dict[str, float] = {}
+    if last is not None:
+        s = stored[run["checkpoints"].index(last)]
+        for name, kib in last["rss_kib"].items():
+            rss[name] = (kib - run["idle_rss_kib"].get(name, 0)) / 1024
+        raw["policy-model"] = 4 * s.floor_tokens / 2**20
+        for agent in {a for a in tasks.values()}:
+            held = sum(
+                ids + lps
+                for r, (ids, lps) in s.rollout_tokens.items()
+                if r.split("-")[0].isdigit() and tasks.get(int(r.split("-")[0])) == agent
+            )
+            raw[agent] = 4 * held / 2**20
+    return Figures(
+        tree=run["tree"],
+        per_environment=run["per_environment"],
+        context=run["context"],
+        live=[c["live"] for c in run["checkpoints"]],
+        stored_over_floor=over_floor,
+        written_over_added=over_added,
+        worst_ms=[1e3 * c["worst_call_s"] for c in run["checkpoints"]],
+        p99_ms=[1e3 * c["p99_before_s"] for c in run["checkpoints"]],
+        pause_ms=[1e3 * c["pause_s"] for c in run["checkpoints"]],
+        published_s=[c["published_s"] or float("nan") for c in run["checkpoints"]],
+        restore_s=run["restore_s"],
+        restore_ok=run["restore_status"] == "completed" and run["finished_after_restore"] > 0,
+        rss_mb=rss,
+        raw_mb=raw,
+        stored_mb=[s.stored_bytes / 2**20 for s in stored],
+        written_mb=[s.written_bytes / 2**20 for s in stored],
+        floor_mb=[(4 * s.floor_tokens + s.env_bytes) / 2**20 for s in stored],
+        ramp_s=run["ramp_s"],
+        load=run["load"],
+        statuses=[c["status"] for c in run["checkpoints"]],
+    )
+
+
+# --- the orchestration ---------------------------------------------------------------------------
+
+
+def tree_env(services: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = f"{services}{os.pathsep}{ROOT}"
+    return env
+
+
+#: what the "before" tree gets of this checkout besides its own code: the fixes this workload needs, so both trees run
+#: the same rollouts and differ in the layout only. Whole folders and files of this checkout: the collection's
+#: connection pool (only 100 rollouts ran at once), the encoding child's descriptors past 1024 (a server with a
+#: thousand connections could not write a checkpoint), the built-in worker's prompt cache and float32 log-probs.
+WORKLOAD = (
+    "services/gym_services/collection",
+    "services/gym_services/models/inference_worker",
+    "services/gym_services/control/encoding.py",
+)
+#: and a fix in files whose other changes are the new layout's, as edits: the agents' pool per downstream server (in
+#: one shared pool of 100 connections, generations starved the tool calls a checkpoint's prepare waits for)
+WORKLOAD_EDITS = (
+    (
+        "services/gym_services/agents/common/service.py",
+        'self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s)',
+        'self.clients["net"] = cookieless_client(transport=self.transport, timeout_s=config.request_timeout_s, '
+        "limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))",
+    ),
+    (
+        "services/gym_services/agents/common/downstream.py",
+        'base_url: str = ""\n) -> httpx.AsyncClient:\n    return httpx.AsyncClient(\n',
+        'base_url: str = "", limits: httpx.Limits | None = None\n) -> httpx.AsyncClient:\n'
+        "    return httpx.AsyncClient(\n        limits=limits or httpx.Limits(max_connections=100),\n",
+    ),
+)
+
+
+def extract(ref: str, into: Path) -> Path:
+    """``services/`` of ``ref`` in ``into`` (git archive), with this checkout's :data:`WORKLOAD` and
+    :data:`WORKLOAD_EDITS` applied."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "services"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    diff = subprocess.run(["git", "-C", str(ROOT), "diff", ref, "--", *WORKLOAD], capture_output=True, check=True)
+    if diff.stdout:
+        subprocess.run(["git", "apply", "-"], cwd=into, input=diff.stdout, check=True)
+    for path, old, new in WORKLOAD_EDITS:
+        text = (into / path).read_text()
+        if old not in text:
+            raise SystemExit(f"{ref}'s {path} is not what the benchmark's edit expects")
+        (into / path).write_text(text.replace(old, new))
+    return into / "services"
+
+
+def run_tree(tree: str, services: Path, per_env: int, context: int, args: argparse.Namespace, tmp: Path) -> dict:
+    workdir = tmp / f"{tree}-{per_env}-{context}"
+    workdir.mkdir(parents=True)
+    shutil.copy(tmp / f"tasks-{per_env}-{context}.jsonl", workdir / "tasks.jsonl")
+    out = workdir / "run.json"
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "drive",
+        "--tree",
+        tree,
+        "--workdir",
+        str(workdir),
+        "--per-environment",
+        str(per_env),
+        "--context",
+        str(context),
+        "--every",
+        str(args.every),
+        "--checkpoints",
+        str(args.checkpoints),
+        "--clients",
+        str(args.clients),
+        "--repeats",
+        str(args.repeats),
+        "--tokens-per-second",
+        str(args.tokens_per_second),
+        "--latency",
+        str(args.latency),
+        "--out",
+        str(out),
+    ]
+    print(f"{tree}: {per_env} rollouts per environment, {context}-token contexts ...", file=sys.stderr, flush=True)
+    done = subprocess.run(command, env=tree_env(services), timeout=args.timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"the run on {tree} failed (exit {done.returncode}); logs in {workdir}")
+    return json.loads(out.read_text())
+
+
+def table(rows: list[Figures]) -> str:
+    def med(values: list[float]) -> float:
+        values = [v for v in values if v == v]
+        return statistics.median(values) if values else float("nan")
+
+    def spread(values: list[float]) -> str:
+        values = [v for v in values if v == v]
+        return f"{min(values):.2f}-{max(values):.2f}" if values else "-"
+
+    head = (
+        "| rollouts (per env) | context | layout | live | stored / floor | stored MB (floor MB) | written / added "
+        "(2nd on) | written MB | pause ms | worst call ms (p99 before) | published s | restore s | RSS MB model / "
+        "agents (raw token MB) |"
+    )
+    lines = [head, "|" + "---|" * 13]
+    for f in rows:
+        agents_rss = sum(v for k, v in f.rss_mb.items() if k.startswith("agent-"))
+        agents_raw = sum(v for k, v in f.raw_mb.items() if k.startswith("agent-"))
+        lines.append(
+            f"| {4 * f.per_environment} ({f.per_environment}) | {f.context} | {f.tree} | {med(f.live):.0f} | "
+            f"{spread(f.stored_over_floor)} | {med(f.stored_mb):.1f} ({med(f.floor_mb):.1f}) | "
+            f"{spread(f.written_over_added[1:])} | {spread(f.written_mb)} | {med(f.pause_ms):.0f} | "
+            f"{max(f.worst_ms, default=0):.0f} ({med(f.p99_ms):.0f}) | {max(f.published_s, default=0):.1f} | "
+            f"{f.restore_s or float('nan'):.1f}{'' if f.restore_ok else ' (failed)'} | "
+            f"{f.rss_mb.get('policy-model', 0):.0f} / {agents_rss:.0f} "
+            f"({f.raw_mb.get('policy-model', 0):.0f} / {agents_raw:.0f}) |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "drive":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("drive")
+        for name in ("--tree", "--workdir", "--out"):
+            parser.add_argument(name, required=True)
+        for name in ("--per-environment", "--context", "--checkpoints", "--clients", "--repeats"):
+            parser.add_argument(name, type=int, required=True)
+        for name in ("--every", "--tokens-per-second", "--latency"):
+            parser.add_argument(name, type=float, required=True)
+        args = parser.parse_args()
+        run = asyncio.run(drive(args))
+        Path(args.out).write_text(json.dumps(asdict(run), indent=1))
+        return
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--per-environment", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--long", default="32768:64", help="CONTEXT:PER_ENVIRONMENT of the long-context row ('' none)")
+    parser.add_argument("--every", type=float, default=30.0)
+    parser.add_argument("--checkpoints", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=4, help="rollouts of each task row, one after another")
+    parser.add_argument(
+        "--tokens-per-second",
+        type=float,
+        default=4.0,
+        help="the built-in worker's pace: slow, so thousands of rollouts stay live without more calls a second than "
+        "two cores serve (default 4)",
+    )
+    parser.add_argument("--latency", type=float, default=0.02, help="tool and environment-step latency, seconds")
+    parser.add_argument("--ref", default=None, help="the 'before' tree (default: the merge base with main)")
+    parser.add_argument("--trees", nargs="+", default=["after", "before"], choices=["after", "before"])
+    parser.add_argument("--timeout", type=float, default=7200)
+    parser.add_argument("--json", type=Path, default=None, help="write every figure here")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args()
+
+    ref = (
+        args.ref
+        or subprocess.run(
+            ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="gymckpt-token-scale-"))
+    configs = [(n, args.context) for n in args.per_environment]
+    if args.long:
+        context, per_env = (int(x) for x in args.long.split(":"))
+        configs.append((per_env, context))
+    rows: list[Figures] = []
+    try:
+        trees = {"after": ROOT / "services"}
+        if "before" in args.trees:
+            trees["before"] = extract(ref, tmp / "before")
+        for per_env, context in configs:
+            tasks = write_tasks(tmp / f"tasks-{per_env}-{context}.jsonl", per_env, context)
+            for tree in args.trees:
+                run = run_tree(tree, trees[tree], per_env, context, args, tmp)
+                rows.append(figures(run, tasks))
+                print(table(rows[-1:]), file=sys.stderr, flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        f"before = {ref[:10]} (today's layout), after = this checkout; {args.checkpoints} checkpoints every "
+        f"{args.every:.0f} s; load {min(min(r.load, default=0) for r in rows):.1f}-"
+        f"{max(max(r.load, default=0) for r in rows):.1f}"
+    )
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -20,13 +20,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from gym_operator.kube import Kube, KubeError, Unavailable
-from gym_operator.specs import CheckpointSpec, LocationSpec, RestoreSpec
+from gym_operator.specs import CheckpointSpec, LocationSpec, RestoreSpec, ScheduleSpec
 
 GROUP_VERSION = "gym-checkpoint.dev/v1alpha1"
 KINDS: dict[str, type[BaseModel]] = {
     "Checkpoint": CheckpointSpec,
     "Restore": RestoreSpec,
     "CheckpointStorageLocation": LocationSpec,
+    "CheckpointSchedule": ScheduleSpec,
 }
 UPDATE = "kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/"
 #: the chart's switch (crds.checkVersion): "disabled" skips the check

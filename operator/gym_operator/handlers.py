@@ -16,15 +16,21 @@
 - :func:`restore_seen` (``on.event`` of a Restore), and :func:`checkpoint_seen`: the finalizer older operators
   shared taken off the release's resources (:mod:`.controllers.release`); the label that keeps them out of Velero's
   backups (:mod:`.controllers.backups`).
-- :func:`release_when_going_away` (``on.cleanup``): the expiry task and the location validation stop; the release
-  uninstalled or its namespace deleted, the finalizers go (:mod:`.controllers.release`).
+- :func:`schedule_seen` (``on.event`` of a CheckpointSchedule): one task runs every schedule of the release, its
+  runs, keep and status (:mod:`.controllers.schedule`); no finalizer.
+- :func:`pod_event` (``on.event`` of the release's participant pods): a terminating pod starts the termination
+  checkpoint (:mod:`.controllers.termination`), and any change lets the automatic resume look at the stack
+  (:mod:`.controllers.resume`, a task per namespace, started with the first pod seen there).
+- :func:`release_when_going_away` (``on.cleanup``): the expiry, schedule, resume and location validation tasks stop;
+  the release uninstalled or its namespace deleted, the finalizers go (:mod:`.controllers.release`).
 
 Finalizers: each release's operator has its own (:func:`~gym_operator.controllers.context.finalizer_of`), and kopf
 puts it only on a resource one of these handlers matches at its deletion: a transaction that has not ended (a
 daemon), a Checkpoint whose ``deletionPolicy: Delete`` has stored objects to remove (``on.delete``). A resource at
 rest holds none, so deleting it, its CRD or its namespace never waits for an operator; and the operators of two
 releases in one namespace never touch each other's finalizers (kopf takes its finalizer off whatever none of its
-handlers match, which with one shared finalizer made them fight for ever).
+handlers match, which with one shared finalizer made them fight for ever). The ``on.event`` handlers (schedules,
+pods) never hold one.
 
 Run by ``gym-operator --namespace NS`` (:mod:`gym_operator.main`): leader election first, so only one replica of a
 release's operator runs these handlers (:mod:`gym_operator.leadership`). Environment (:class:`OperatorSettings`):
@@ -51,13 +57,25 @@ from typing import Any
 
 import kopf
 
-from gym_operator.controllers import backups, catalog, checkpoint, deletion, location, release, restore
-from gym_operator.controllers.context import FINAL, Context, finalizer_of
+from gym_operator.controllers import (
+    backups,
+    catalog,
+    checkpoint,
+    deletion,
+    location,
+    release,
+    restore,
+    resume,
+    schedule,
+    termination,
+)
+from gym_operator.controllers.context import FINAL, Context, finalizer_of, pod_selector
 from gym_operator.controllers.expiry import Expiry
+from gym_operator.discovery import selector_matches
 from gym_operator.kube import GROUP, VERSION, Kube, KubeError
 from gym_operator.leadership import Leadership
 from gym_operator.metrics import METRICS
-from gym_operator.specs import OperatorSettings, SpecError
+from gym_operator.specs import OperatorSettings, SelectorSpec, SpecError
 
 #: how often kopf checks whether a deleted resource's daemon has ended (then releases the finalizer)
 DAEMON_EXIT_POLL_S = 0.5
@@ -77,6 +95,15 @@ def unfinished(spec: Any, status: Any, memo: kopf.Memo, **_: Any) -> bool:
 def needed_at_deletion(spec: Any, status: Any, memo: kopf.Memo, **_: Any) -> bool:
     """kopf filter: ours, and deleting it needs the operator (:func:`.controllers.deletion.needs_operator`)."""
     return ours(spec, memo) and deletion.needs_operator(spec, status)
+
+
+def our_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> bool:
+    """kopf filter: a participant pod of this operator's release (the label selector its stack is found by)."""
+    context = memo.get("context")
+    if not isinstance(context, Context):
+        return False
+    labels = dict((body.get("metadata") or {}).get("labels") or {})
+    return selector_matches(pod_selector(SelectorSpec(), context.settings), labels)
 
 
 def context_of(memo: kopf.Memo) -> Context:
@@ -108,6 +135,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.context = context
     memo.expiry = Expiry(context)
     memo.expiry_task = asyncio.create_task(memo.expiry.run(), name="checkpoint expiry")
+    memo.terminations = termination.Terminations(context)
+    memo.resumers = {}  # namespace -> (its Resumer, the task running it)
+    memo.scheduler = schedule.Scheduler(context)
+    memo.scheduler_task = asyncio.create_task(memo.scheduler.run(), name="checkpoint schedules")
     namespace = str(memo.get("namespace") or os.environ.get("GYMCKPT_NAMESPACE") or "")
     if namespace:
         context.namespaces.add(namespace)
@@ -173,11 +204,32 @@ async def restore_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: 
     await backups.exclude(context, "restores", body)
 
 
+@kopf.on.event(GROUP, VERSION, "checkpointschedules", when=ours)
+async def schedule_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    memo.scheduler.observe(type, body)
+
+
+@kopf.on.event("", "v1", "pods", when=our_pod)
+async def pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    context = context_of(memo)
+    pod = dict(body)
+    await memo.terminations.notice(pod)
+    if context.settings.auto_restore and namespace:
+        if namespace not in memo.resumers:
+            resumer = resume.Resumer(context, namespace)
+            memo.resumers[namespace] = (resumer, asyncio.create_task(resumer.run(), name=f"resume {namespace}"))
+        memo.resumers[namespace][0].poke()
+
+
 @kopf.on.cleanup()
 async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("expiry_task")
     if isinstance(task, asyncio.Task):
         task.cancel()
+    for _resumer, resuming in (memo.get("resumers") or {}).values():
+        resuming.cancel()
+    if isinstance(memo.get("scheduler_task"), asyncio.Task):
+        memo.scheduler_task.cancel()
     locations = memo.get("locations")
     if isinstance(locations, asyncio.Task):
         locations.cancel()

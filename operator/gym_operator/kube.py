@@ -4,8 +4,9 @@ Built once at startup by :mod:`gym_operator.handlers` and used by the controller
 through their shared context). Every call it makes is one the chart's operator Role grants
 (``charts/gym-checkpoint/templates/operator.yaml``; kopf's own calls, and the leadership's on its Kubernetes Lease
 (:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list, create and delete
-Checkpoints (create: the catalog sync); list Restores; get and list CheckpointStorageLocations; patch their status;
-get the Secrets of the storage locations (by name); at
+Checkpoints (create: a schedule's, a termination's, the catalog sync's); list and create Restores (the automatic
+resume); get and list CheckpointStorageLocations; patch the status of Checkpoints, Restores, CheckpointSchedules and
+CheckpointStorageLocations; create Events; get the Secrets of the storage locations (by name); at
 shutdown, get its own Namespace and Deployment and patch the finalizers off its resources when the release is going
 away.
 
@@ -159,24 +160,31 @@ class Kube:
         return dict(found)
 
     async def list_objects(self, plural: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
-        extra = {"label_selector": selector} if selector else {}
+        """Every object of ``plural`` in ``namespace`` (``selector``: only those whose labels match it)."""
         found = await self._call(
-            f"list {plural}", self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural, **extra
+            f"list {plural}",
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            **({"label_selector": selector} if selector else {}),
         )
         return list(found.get("items") or [])
 
     async def create_object(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Create one object; a 409 (the name is taken) is :class:`Unavailable` with status 409."""
-        found = await self._call(
-            f"create {plural} {body['metadata'].get('name')}",
+        """Create one object (a Checkpoint a schedule, a termination or the catalog sync starts, a Restore of the
+        automatic resume); a 409 (the name is taken) is :class:`Unavailable` with status 409."""
+        created = await self._call(
+            f"create {plural} {(body.get('metadata') or {}).get('name')}",
             self.custom.create_namespaced_custom_object,
             GROUP,
             VERSION,
             namespace,
             plural,
-            body,
+            {"apiVersion": f"{GROUP}/{VERSION}", **body},
         )
-        return dict(found)
+        return dict(created)
 
     async def delete_object(self, plural: str, namespace: str, name: str, uid: str) -> None:
         """Delete one object, only if it is still the one with ``uid`` (not a later one of the same name)."""
@@ -252,7 +260,8 @@ class Kube:
         )
 
     async def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """An Event on ``obj``, posted at once (outside kopf's handlers, or when its event poster has stopped)."""
+        """An Event on ``obj`` (a Pod, a Checkpoint, ...), posted at once: from a task of the operator's own, outside
+        kopf's handlers (whose events kopf posts), or when kopf's event poster has stopped."""
         meta = obj.get("metadata") or {}
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {

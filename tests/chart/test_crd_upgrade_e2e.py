@@ -61,7 +61,7 @@ def test_an_operator_over_older_crds_waits_unready_until_the_upgrade_hook_applie
 ) -> None:
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     try:
-        with Cluster(kemu, tmp_path / "cluster", namespace=NS, service_accounts=True) as cluster:
+        with Cluster(kemu, tmp_path / "cluster", namespace=NS) as cluster:
             assert helm_call(cfg, "helm_install", "gym", VALUES, timeout_seconds=120)["status"] == "deployed"
             first = _wait(lambda: operator_pod(cluster), "the operator pod")
             _wait(lambda: readiness(cluster, first)[0] == 200, "the first operator to be ready")

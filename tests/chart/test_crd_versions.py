@@ -21,8 +21,16 @@ VERSIONS = {
     "6": {"checkpoints": "538db49676686ccf", "restores": "7b8cd5b940cd5655"},
     # the checkpoint method background (snapshot kept as its deprecated alias); timings described by their steps
     "7": {"checkpoints": "4239691bc9bb1528", "restores": "d9af3be7bdc5fdff"},
-    # every field described, selector keys and values validated; CheckpointStorageLocation (storageLocation names one)
-    "8": {"checkpoints": "4b4d85e424f25d30", "restores": "36033613803d99b4", "storagelocations": "307211c91766c4d7"},
+    # CheckpointSchedule; Checkpoint spec.final, spec.deadline and status.final (termination checkpoints)
+    "8": {"checkpoints": "3dc5d69be026a78a", "checkpointschedules": "c87ae1a1b907f141", "restores": "d9af3be7bdc5fdff"},
+    # every field described, selector keys and values validated (the schedule's template too);
+    # CheckpointStorageLocation (storageLocation names one)
+    "9": {
+        "checkpoints": "979a81e39d413f14",
+        "checkpointschedules": "e357bd943142458a",
+        "restores": "36033613803d99b4",
+        "storagelocations": "572d08f853af0a9f",
+    },
 }
 
 

@@ -94,6 +94,7 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
             "checkpointstoragelocations.gym-checkpoint.dev",
+            "checkpointschedules.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }
         locations = names(api, f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpointstoragelocations")
@@ -118,6 +119,7 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
             "checkpointstoragelocations.gym-checkpoint.dev",
+            "checkpointschedules.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }
         locations = names(api, f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpointstoragelocations")

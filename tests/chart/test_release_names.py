@@ -14,8 +14,16 @@ pytestmark = pytest.mark.k8s
 
 pytest.importorskip("kubernetes_validate")
 
-#: every rendered variant that names hook objects and a long name, all templates on
-EVERYTHING = {"upgradeCheckpoint": {"enabled": True, "checkpointBeforeRollback": True}}
+#: every template on (the hooks, the operator's PDB, monitoring, a second storage location): all the names a release has
+EVERYTHING = {
+    "operator": {"replicas": 2},
+    "metrics": {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "dashboard": {"enabled": True},
+    },
+    "storage": {"locations": {"archive": {"url": "s3://old-cluster/gym", "existingSecret": "archive-s3"}}},
+}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 

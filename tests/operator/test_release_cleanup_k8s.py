@@ -103,7 +103,7 @@ def test_helm_uninstall_lets_go_of_every_finalizer_and_the_namespace_goes(
     Before, the operator tried as it got SIGTERM, after Helm had deleted its ServiceAccount and Role: 401, taken for
     "not going away", and the Checkpoint, its CRD and the namespace stayed Terminating for ever."""
     store = tmp_path / "store"
-    with Cluster(kemu, tmp_path / "cluster", namespace=NS, service_accounts=True) as cluster:
+    with Cluster(kemu, tmp_path / "cluster", namespace=NS) as cluster:
         cfg = install(kemu, kubectl, store)
         try:
             resources(kubectl, store)
@@ -122,7 +122,7 @@ def test_helm_uninstall_lets_go_of_every_finalizer_and_the_namespace_goes(
     assert "DataKept" in reasons
     assert not refused(kemu, OPERATOR_SA) and not refused(kemu, HOOK_SA)
     kubectl("delete", "checkpoints,restores", "--all", "-n", NS, "--timeout=15s", timeout=30)
-    crds = ("checkpoints", "restores", "checkpointstoragelocations")
+    crds = ("checkpoints", "restores", "checkpointschedules", "checkpointstoragelocations")
     kubectl("delete", "crd", *(f"{crd}.gym-checkpoint.dev" for crd in crds), "--timeout=30s", timeout=40)
     kubectl("delete", "namespace", NS, "--timeout=60s", timeout=70)
     assert "stepped down for the uninstall" in said, said[-3000:]
@@ -137,7 +137,7 @@ def test_deleting_the_namespace_with_the_release_in_it(kemu: Any, kubectl: Any, 
     "not going away" and said nothing); the command it names lets the namespace go. (`helm uninstall` first, whose
     hook lets go of everything, avoids it: the test above.)"""
     store = tmp_path / "store"
-    with Cluster(kemu, tmp_path / "cluster", namespace=NS, service_accounts=True) as cluster:
+    with Cluster(kemu, tmp_path / "cluster", namespace=NS) as cluster:
         cfg = install(kemu, kubectl, store)
         cfg.close()
         resources(kubectl, store)

@@ -27,6 +27,7 @@ import logging
 import re
 from typing import Any
 
+from gym_operator.controllers import backups
 from gym_operator.controllers.context import Context, claimed_release
 from gym_operator.controllers.location import storage_config
 from gym_operator.kube import KubeError, Unavailable
@@ -166,7 +167,7 @@ async def _create(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {SYNCED_LABEL: "true"},
+            "labels": {SYNCED_LABEL: "true", backups.EXCLUDE: "true"},
             "annotations": {SYNCED_FROM: location.name, CHECKPOINT_ID: checkpoint_id},
         },
         "spec": {

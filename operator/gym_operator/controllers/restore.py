@@ -4,7 +4,8 @@ A Restore names its checkpoint by Checkpoint (``checkpointRef``: completed, of t
 location that still holds it) or by id and storage location (``checkpointId``, ``storageLocation``: a checkpoint
 of the same release too, as a Checkpoint resource that recorded the id or its stored claim says; one taken outside
 any release, by the CLI, may be restored into any). The resource's uid names the restore: an operator restarted
-mid-restore repeats the same one.
+mid-restore repeats the same one. An automatic Restore (:mod:`.resume`) that completes gets a ``Resumed`` Event
+naming its checkpoint.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 
 import kopf
 
+from gym_operator.controllers import resume
 from gym_operator.controllers.context import Context, Refused, Wait, claimed_release
 from gym_operator.controllers.location import resolve, storage_config, usable
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
@@ -58,7 +60,18 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
                 decisions=await tx.decision_store(decisions),
             )
 
+    ended_before = tx.final  # (an operator restarted after it ended: said already)
     await run_once(tx, stopped, setup if spec else invalid(why), work)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    status = tx.writer.status
+    automatic = labels.get(resume.CREATED_BY_LABEL) == resume.AUTO_RESTORE
+    if automatic and not ended_before and status.get("phase") == TransactionPhase.COMPLETED:
+        checkpoint = ((body.get("spec") or {}).get("checkpointRef") or {}).get("name")
+        message = (
+            f"resumed automatically from checkpoint {status.get('checkpointId')} (Checkpoint {checkpoint}): "
+            f"{status.get('restoredEpisodes', 0)} episodes continue as attempt {status.get('attempt', 0)}"
+        )
+        context.event_once(body, "Resumed", message)
 
 
 async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[str, StorageLocation]:

@@ -18,10 +18,14 @@ import kopf
 from pydantic import BaseModel
 
 from gym_operator.kube import Kube, KubeError, Unavailable
-from gym_operator.specs import CheckpointSpec, RestoreSpec
+from gym_operator.specs import CheckpointSpec, RestoreSpec, ScheduleSpec
 
 GROUP_VERSION = "gym-checkpoint.dev/v1alpha1"
-KINDS: dict[str, type[BaseModel]] = {"Checkpoint": CheckpointSpec, "Restore": RestoreSpec}
+KINDS: dict[str, type[BaseModel]] = {
+    "Checkpoint": CheckpointSpec,
+    "Restore": RestoreSpec,
+    "CheckpointSchedule": ScheduleSpec,
+}
 UPDATE = "kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/"
 #: the chart's switch (crds.checkVersion): "disabled" skips the check
 ENV = "GYMCKPT_CRD_CHECK"

@@ -121,8 +121,10 @@ def pod_replica(pod: Any) -> Replica | None:
         ) from None
 
 
-def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
-    """Every participant pod, or a clear error naming a pod that is not ready to take part."""
+def participants_from_pods(pods: list[Any], terminating_ok: bool = False) -> list[ParticipantRef]:
+    """Every participant pod, or a clear error naming a pod that is not ready to take part. ``terminating_ok``: a
+    pod that is being deleted takes part too (a final checkpoint is taken of pods that are going away: their servers
+    hold their state through the grace period)."""
     refs: list[ParticipantRef] = []
     for pod in pods:
         name = _get(pod, "metadata", "name")
@@ -132,7 +134,7 @@ def participants_from_pods(pods: list[Any]) -> list[ParticipantRef]:
             raise DiscoveryError(
                 f"pod {name}: label {ROLE_LABEL}={role!r} is not one of {[r.value for r in ROLE_ORDER]}"
             )
-        if _get(pod, "metadata", "deletion_timestamp"):
+        if _get(pod, "metadata", "deletion_timestamp") and not terminating_ok:
             raise StackRolling(f"pod {name} is terminating")
         ip = _get(pod, "status", "pod_ip")
         phase = _get(pod, "status", "phase")

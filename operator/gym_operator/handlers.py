@@ -9,6 +9,11 @@
 - :func:`checkpoint_deleted` (``on.delete`` of a Checkpoint): its transaction cancelled, then its
   ``deletionPolicy`` (:mod:`.controllers.deletion`).
 - :func:`restore_daemon` (a ``daemon`` per Restore): its transaction (:mod:`.controllers.restore`).
+- :func:`schedule_seen` (``on.event`` of a CheckpointSchedule): one task runs every schedule of the release, its
+  runs, keep and status (:mod:`.controllers.schedule`); no finalizer.
+- :func:`pod_event` (``on.event`` of the release's participant pods): a terminating pod starts the termination
+  checkpoint (:mod:`.controllers.termination`), and any change lets the automatic resume look at the stack
+  (:mod:`.controllers.resume`, a task per namespace, started with the first pod seen there).
 - :func:`release_when_going_away` (``on.cleanup``): the release uninstalled or its namespace deleted, the
   finalizers go (:mod:`.controllers.release`).
 
@@ -28,16 +33,18 @@ pods labelled ``app.kubernetes.io/instance=<release>``), ``AWS_*`` for S3.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import kopf
 
 from gym_operator import crdcheck
-from gym_operator.controllers import checkpoint, deletion, release, restore
-from gym_operator.controllers.context import FINALIZER, Context
+from gym_operator.controllers import checkpoint, deletion, release, restore, resume, schedule, termination
+from gym_operator.controllers.context import FINALIZER, Context, pod_selector
+from gym_operator.discovery import selector_matches
 from gym_operator.kube import GROUP, VERSION, Kube
-from gym_operator.specs import OperatorSettings, SpecError
+from gym_operator.specs import OperatorSettings, SelectorSpec, SpecError
 
 #: how often kopf checks whether a deleted resource's daemon has ended (then releases the finalizer)
 DAEMON_EXIT_POLL_S = 0.5
@@ -47,6 +54,15 @@ def ours(spec: Any, memo: kopf.Memo, **_: Any) -> bool:
     """kopf filter: a Checkpoint or Restore of this operator's release (``spec.release``, required by the CRDs)."""
     context = memo.get("context")
     return isinstance(context, Context) and (spec or {}).get("release") == context.settings.release
+
+
+def our_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> bool:
+    """kopf filter: a participant pod of this operator's release (the label selector its stack is found by)."""
+    context = memo.get("context")
+    if not isinstance(context, Context):
+        return False
+    labels = dict((body.get("metadata") or {}).get("labels") or {})
+    return selector_matches(pod_selector(SelectorSpec(), context.settings), labels)
 
 
 def context_of(memo: kopf.Memo) -> Context:
@@ -69,7 +85,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings, operator)
     kube = Kube.connect()
     await crdcheck.verify(kube)  # CRDs older than this operator: stop, naming the command that updates them
-    memo.context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    context = Context(operator, kube, identity=str(memo.get("identity") or "restarted"))
+    memo.context = context
+    memo.terminations = termination.Terminations(context)
+    memo.resumers = {}  # namespace -> (its Resumer, the task running it)
+    memo.scheduler = schedule.Scheduler(context)
+    memo.scheduler_task = asyncio.create_task(memo.scheduler.run(), name="checkpoint schedules")
 
 
 def configure(settings: kopf.OperatorSettings, operator: OperatorSettings) -> None:
@@ -114,8 +135,29 @@ async def restore_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kop
     await restore.run(stopped, body, context_of(memo))
 
 
+@kopf.on.event(GROUP, VERSION, "checkpointschedules", when=ours)
+async def schedule_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    memo.scheduler.observe(type, body)
+
+
+@kopf.on.event("", "v1", "pods", when=our_pod)
+async def pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    context = context_of(memo)
+    pod = dict(body)
+    await memo.terminations.notice(pod)
+    if context.settings.auto_restore and namespace:
+        if namespace not in memo.resumers:
+            resumer = resume.Resumer(context, namespace)
+            memo.resumers[namespace] = (resumer, asyncio.create_task(resumer.run(), name=f"resume {namespace}"))
+        memo.resumers[namespace][0].poke()
+
+
 @kopf.on.cleanup()
 async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
+    for _resumer, task in (memo.get("resumers") or {}).values():
+        task.cancel()
+    if isinstance(memo.get("scheduler_task"), asyncio.Task):
+        memo.scheduler_task.cancel()
     context = memo.get("context")
     if isinstance(context, Context):  # (startup may have failed before there was one)
         await release.release_all(context)

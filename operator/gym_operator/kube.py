@@ -3,8 +3,9 @@
 Built once at startup by :mod:`gym_operator.handlers` and used by the controllers (:mod:`gym_operator.controllers`,
 through their shared context). Every call it makes is one the chart's operator Role grants
 (``charts/gym-checkpoint/templates/operator.yaml``; kopf's own calls, and the leadership's on its Kubernetes Lease
-(:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list and delete
-Checkpoints; list Restores; patch their status; get the Secrets named in ``operator.credentialsSecrets``; at
+(:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list, create and delete
+Checkpoints; list and create Restores; patch their status and CheckpointSchedules'; create Events; get the Secrets
+named in ``operator.credentialsSecrets``; at
 shutdown, get its own Namespace and Deployment and patch the finalizers off its resources when the release is going
 away.
 
@@ -157,11 +158,32 @@ class Kube:
             return None
         return dict(found)
 
-    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+    async def list_objects(self, plural: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        """Every object of ``plural`` in ``namespace`` (``selector``: only those whose labels match it)."""
         found = await self._call(
-            f"list {plural}", self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
+            f"list {plural}",
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            **({"label_selector": selector} if selector else {}),
         )
         return list(found.get("items") or [])
+
+    async def create_object(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create one object (a Checkpoint a schedule or a termination starts, a Restore of the automatic resume);
+        :class:`KubeError` with status 409 when the name is taken."""
+        created = await self._call(
+            f"create {plural} {(body.get('metadata') or {}).get('name')}",
+            self.custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            {"apiVersion": f"{GROUP}/{VERSION}", **body},
+        )
+        return dict(created)
 
     async def delete_object(self, plural: str, namespace: str, name: str, uid: str) -> None:
         """Delete one object, only if it is still the one with ``uid`` (not a later one of the same name)."""
@@ -226,6 +248,11 @@ class Kube:
 
     async def warn(self, obj: dict[str, Any], reason: str, message: str) -> None:
         """A Warning Event on ``obj``, posted at once (for when kopf's event poster has stopped)."""
+        await self.event(obj, reason, message, warning=True)
+
+    async def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """An Event on ``obj`` (a Pod, a Checkpoint, ...), posted at once: from a task of the operator's own, outside
+        kopf's handlers (whose events kopf posts)."""
         meta = obj.get("metadata") or {}
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
@@ -239,7 +266,7 @@ class Kube:
             },
             "reason": reason,
             "message": message[:1024],
-            "type": "Warning",
+            "type": "Warning" if warning else "Normal",
             "source": {"component": "gym-operator"},
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,

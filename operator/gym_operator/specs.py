@@ -1,4 +1,4 @@
-"""Checkpoint and Restore specs, and the operator's own settings, parsed once with every default.
+"""Checkpoint, Restore and CheckpointSchedule specs, and the operator's own settings, parsed once with every default.
 
 The controllers (:mod:`gym_operator.controllers`) parse a resource's ``spec`` with
 :meth:`CheckpointSpec.parse` / :meth:`RestoreSpec.parse` and read only these models: every
@@ -141,11 +141,23 @@ class CheckpointSpec(_Spec):
     #: how long the Checkpoint lives after its creation; then the operator deletes it (None: until deleted)
     ttl: dt.timedelta | None = None
     deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
+    #: a termination checkpoint (``docs/protocol.md``, "Termination"): persisted and published under the pause, and
+    #: the participants are never resumed (their pods are going away; the others exit and come back fresh)
+    final: bool = False
+    #: when the transaction must be published by; not published then, it is aborted (None: no deadline)
+    deadline: dt.datetime | None = None
 
     @field_validator("ttl", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return parse_duration(value) if isinstance(value, str) else value
+
+    @field_validator("deadline")
+    @classmethod
+    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("a deadline needs its time zone (RFC 3339, e.g. 2026-01-01T12:00:00Z)")
+        return value
 
 
 class CheckpointRefSpec(_Spec):
@@ -162,6 +174,38 @@ class RestoreSpec(_Spec):
     checkpoint_id: str | None = None
     selector: SelectorSpec = Field(default_factory=SelectorSpec)
     lease_seconds: float = Field(default=DEFAULT_LEASE_S, gt=0)
+
+
+#: the fields of a Checkpoint's spec a CheckpointSchedule's template may set (the rest belong to the schedule or
+#: to the operator: release, final, deadline)
+TEMPLATE_FIELDS = (
+    "selector",
+    "storageLocation",
+    "prepareTimeoutSeconds",
+    "leaseSeconds",
+    "method",
+    "ttl",
+    "deletionPolicy",
+)
+
+
+class ScheduleSpec(_Spec):
+    """A CheckpointSchedule (Velero's Schedule): when (:mod:`gym_operator.cron`), how many to keep, the Checkpoint
+    spec each run stamps out."""
+
+    release: str = Field(min_length=1)
+    #: a 5-field cron expression, a descriptor (@daily) or ``@every <duration>``; parsed by the controller
+    schedule: str = Field(min_length=1)
+    keep: int = Field(default=5, ge=1)
+    paused: bool = False
+    template: dict[str, Any] = Field(default_factory=dict)
+
+    def checkpoint(self) -> CheckpointSpec:
+        """The spec of the Checkpoints this schedule creates (:class:`SpecError` when the template is invalid)."""
+        unknown = sorted(set(self.template) - set(TEMPLATE_FIELDS))
+        if unknown:
+            raise SpecError(f"spec.template.{unknown[0]}: not a field a schedule's Checkpoints take")
+        return CheckpointSpec.parse({**self.template, "release": self.release})
 
 
 class OperatorSettings(BaseModel):
@@ -206,6 +250,28 @@ class OperatorSettings(BaseModel):
         default=600.0,
         gt=0,
         description="GYMCKPT_ROLLOUT_PATIENCE_SECONDS: how long a transaction waits for the stack's pods to settle",
+    )
+    auto_restore: bool = Field(
+        default=False,
+        description="GYMCKPT_AUTO_RESTORE=enabled (the chart's autoRestore): when the participants come back fresh "
+        "after a termination checkpoint or a crash, restore the newest complete checkpoint",
+    )
+    termination_checkpoint: bool = Field(
+        default=False,
+        description="GYMCKPT_TERMINATION_CHECKPOINT=enabled (the chart's termination.checkpoint): a pod of the release "
+        "that is being deleted, or has the DisruptionTarget condition, starts a final Checkpoint of the whole stack",
+    )
+    termination_margin_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="GYMCKPT_TERMINATION_MARGIN_SECONDS: a termination checkpoint must be published this long before "
+        "the terminating pod's grace period ends (the servers hold their state until then)",
+    )
+    termination_lease_s: float = Field(
+        default=15.0,
+        ge=5,
+        description="GYMCKPT_TERMINATION_LEASE_SECONDS: the pause lease of a termination checkpoint; the participants "
+        "whose pods are not going away exit this long after it is published, and come back fresh",
     )
     #: a checkpoint's control calls may take its prepare timeout plus this
     call_margin_s: float = 30.0
@@ -258,11 +324,15 @@ class OperatorSettings(BaseModel):
             scanning_disabled=env.get("GYMCKPT_KOPF_SCANNING", "") == "disabled",
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or None,
+            auto_restore=env.get("GYMCKPT_AUTO_RESTORE", "") == "enabled",
+            termination_checkpoint=env.get("GYMCKPT_TERMINATION_CHECKPOINT", "") == "enabled",
             **{
                 field: env[name]
                 for field, name in (
                     ("watch_timeout_s", "GYMCKPT_WATCH_TIMEOUT_SECONDS"),
                     ("rollout_patience_s", "GYMCKPT_ROLLOUT_PATIENCE_SECONDS"),
+                    ("termination_margin_s", "GYMCKPT_TERMINATION_MARGIN_SECONDS"),
+                    ("termination_lease_s", "GYMCKPT_TERMINATION_LEASE_SECONDS"),
                 )
                 if env.get(name)
             },

@@ -121,6 +121,8 @@ def result_status(result: TransactionResult, generation: int | None) -> dict[str
             body["publishedSeconds"] = round(result.published_s, 6)
     if result.kind is TransactionKind.CHECKPOINT:
         body["episodes"] = len(result.episodes)
+        if result.final and result.completed:  # asked (spec.final), or a participant terminating made it final
+            body["final"] = True
     if result.kind is TransactionKind.RESTORE:
         body["attempt"] = max(result.episodes.values(), default=0)
         body["restoredEpisodes"] = len(result.episodes)

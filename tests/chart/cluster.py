@@ -3,7 +3,7 @@
 `helm install` puts the chart's objects into kemu, exactly as rendered. This module then does what a real
 cluster's controllers and kubelets would: for every StatefulSet it creates its pods ``<name>-0`` ...
 ``<name>-<replicas-1>`` (for a Deployment, one pod) from the template and runs each container's command as a
-local process; for every Job (the upgrade hooks) it runs the
+local process; for every Job (the secrets hook) it runs the
 command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
 readiness probe answers.
 
@@ -15,8 +15,14 @@ The StatefulSet's status (observedGeneration, currentRevision, updateRevision, r
 updatedReplicas, currentReplicas) is written through the status subresource. Where it simplifies: pods are
 created all at once (the chart's ``podManagementPolicy: Parallel``), a deleted pod below the partition comes back at
 the update revision (the real one restores the current revision's template), no ControllerRevision objects,
-``minReadySeconds`` and ``maxUnavailable`` are ignored, and a pod is gone as soon as it is deleted (no graceful
-Terminating window). ``roll_budget`` lets a test hold a rollout midway.
+``minReadySeconds`` and ``maxUnavailable`` are ignored. ``roll_budget`` lets a test hold a rollout midway.
+
+The kubelet's part, as a node's kubelet does it: every pod is scheduled (``spec.nodeName``), so a deleted pod stays
+``Terminating`` until its ``deletionTimestamp`` (the API server's graceful deletion); the kubelet sends its containers
+SIGTERM at once, SIGKILL when the grace period ends, and deletes the pod for good (grace 0) as soon as they have
+exited; the StatefulSet controller then makes the pod again. A container that exits while its pod is not being deleted
+is restarted in place (``restartPolicy: Always``; the pod is not Ready until its readiness probe answers again), as
+after a crash or an OOM kill. ``replace_pods`` is a node failure: SIGKILL and a deletion without grace.
 
 What it must translate, because every pod shares this machine's network and file system:
 - ports: each pod's ports (declared container ports, and the pod-local ones its command names, such as
@@ -28,7 +34,9 @@ What it must translate, because every pod shares this machine's network and file
   server) the list of their mapped URLs;
 - volumes: a ConfigMap volume is written to a folder, an emptyDir is a folder, a volumeClaimTemplate is a folder
   that outlives the pod (a PersistentVolume); mount paths in commands and server configs point there;
-- credentials: processes get the emulator's kubeconfig where a pod would get its service-account token.
+- credentials: a pod that mounts its ServiceAccount's token (``automountServiceAccountToken``, true unless the pod
+  or the account says false) gets a kubeconfig with a token of that ServiceAccount (TokenRequest API), so the operator
+  and the hook Jobs act under the chart's own RBAC; the others get none.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ SVC_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
 POD_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")  # <pod>.<headless service>.<ns>
 ORDINALS = re.compile(r"\{(\d+)\.\.(\d+)\}")  # a replicated server's pods in one URL (the chart's serverUrl)
 PORT_FLAGS = ("--port", "--control-port")
+NODE = "kemu-node"  # the node every pod is scheduled on
 REVISION_LABEL = "controller-revision-hash"
 
 
@@ -82,6 +91,11 @@ class PodRun:
     procs: list[subprocess.Popen] = field(default_factory=list)
     ready: bool = False
     started: float = 0.0
+    #: each container's command line and environment (to restart it in place)
+    commands: list[tuple[list[str], dict[str, str], Path]] = field(default_factory=list)
+    restarts: int = 0
+    #: when the grace period of its deletion ends (monotonic), once the kubelet sent SIGTERM
+    kill_at: float | None = None
 
 
 class Cluster:
@@ -90,6 +104,7 @@ class Cluster:
     def __init__(self, kemu: Any, workdir: Path, namespace: str = "default", workloads: bool = True) -> None:
         """``workloads=False``: run the Jobs only (the chart's hooks), no StatefulSet or Deployment pod."""
         self.workloads = workloads
+        self.kemu = kemu
         self.url, self.kubeconfig = kemu.url, kemu.kubeconfig
         self.workdir = workdir
         self.ns = namespace
@@ -178,12 +193,15 @@ class Cluster:
                 if run.kind == "Job":
                     continue
                 existing = self.get(self._core("pods", name))
-                gone = existing is None or existing["metadata"].get("deletionTimestamp")
-                if name not in wanted or gone:  # scaled down, or deleted (by a test, a node failure, an eviction)
-                    self._kill(run, signal.SIGKILL if gone else signal.SIGTERM)
+                if existing is None:  # deleted without grace, or its grace period ran out in the API
+                    self._kill(run, signal.SIGKILL)
                     del self.pods[name]
-                    if existing is not None and name not in wanted:
-                        self.api.delete(self._core("pods", name))
+                elif existing["metadata"].get("deletionTimestamp"):  # deleted: a drain, an eviction, a test
+                    self._terminate(run, existing)
+                elif name not in wanted:  # scaled down: its controller deletes it (the kubelet then stops it)
+                    self.api.delete(self._core("pods", name))
+                else:
+                    self._restart_exited(run)
             for sts in statefulsets:
                 self._roll(sts)
             for name, (kind, owner, obj, revision) in wanted.items():
@@ -223,9 +241,8 @@ class Cluster:
             return  # as the controller does: no pod is replaced while one is missing or not ready
         revision = revision_of(sts)
         stale = [o for o, run in owned.items() if o >= partition and o < replicas and run.revision != revision]
-        if stale:
+        if stale:  # deleted with its grace period: the kubelet stops it, then the pod is made again
             victim = f"{sts['metadata']['name']}-{max(stale)}"
-            self._kill(self.pods.pop(victim), signal.SIGTERM)
             self.api.delete(self._core("pods", victim))
             if self.roll_budget is not None:
                 self.roll_budget -= 1
@@ -283,10 +300,11 @@ class Cluster:
                     "blockOwnerDeletion": True,
                 }
             ]
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+        # scheduled on the one node: its deletion is graceful (it stays Terminating for its grace period)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {**template["spec"], "nodeName": NODE}}
         resp = self.api.post(self._core("pods"), json=pod)
         if resp.status_code == 409:  # left over from a replaced one: replace it
-            self.api.delete(self._core("pods", name))
+            self.api.request("DELETE", self._core("pods", name), json={"gracePeriodSeconds": 0})
             resp = self.api.post(self._core("pods"), json=pod)
         resp.raise_for_status()
         self._status(name, ready=False)
@@ -294,22 +312,68 @@ class Cluster:
         pod_dir = self.workdir / "pods" / name
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(name, owner, obj)
+        credentials = self._credentials(name, template["spec"], pod_dir)
         for container in containers:
-            argv, env = self._command(name, container, mounts)
-            with open(pod_dir / f"{container['name']}.log", "ab") as log:  # the child keeps its own descriptor
-                run.procs.append(
-                    subprocess.Popen(
-                        argv,
-                        env=env,
-                        cwd=pod_dir,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
-            log.close()
+            argv, env = self._command(name, container, mounts, credentials)
+            run.commands.append((argv, env, pod_dir / f"{container['name']}.log"))
+            run.procs.append(self._spawn(argv, env, pod_dir, pod_dir / f"{container['name']}.log"))
         self.pods[name] = run
+
+    @staticmethod
+    def _spawn(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen:
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def _credentials(self, pod: str, spec: dict[str, Any], pod_dir: Path) -> Path | None:
+        """A kubeconfig with a token of the pod's ServiceAccount, if the pod mounts one (what the kubelet projects
+        into /var/run/secrets/kubernetes.io/serviceaccount)."""
+        account = spec.get("serviceAccountName") or "default"
+        found = self.get(self._core("serviceaccounts", account))
+        mounts = spec.get("automountServiceAccountToken")
+        if mounts is None:
+            mounts = (found or {}).get("automountServiceAccountToken", True)
+        if not mounts or found is None:
+            return None
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 7200},
+        }
+        resp = self.api.post(self._core("serviceaccounts", account) + "/token", json=request)
+        resp.raise_for_status()
+        return Path(self.kemu.kubeconfig_for(resp.json()["status"]["token"], pod_dir / "kubeconfig.yaml", self.ns))
+
+    def _terminate(self, run: PodRun, pod: dict[str, Any]) -> None:
+        """The kubelet stopping a deleted pod: SIGTERM to its containers at once, SIGKILL once the grace period is
+        over; when they have exited, the pod is deleted for good (and its controller makes it again)."""
+        if run.kill_at is None:
+            grace = pod["metadata"].get("deletionGracePeriodSeconds") or 0
+            run.kill_at, run.ready = time.monotonic() + float(grace), False
+            for proc in run.procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+        if any(proc.poll() is None for proc in run.procs):
+            if time.monotonic() < run.kill_at:
+                return
+            self._kill(run, signal.SIGKILL)
+        self.api.request("DELETE", self._core("pods", run.name), json={"gracePeriodSeconds": 0})
+        del self.pods[run.name]
+
+    def _restart_exited(self, run: PodRun) -> None:
+        """``restartPolicy: Always``: a container that exited (a crash, an OOM kill, a server that held a final
+        checkpoint and left) is started again in its pod, which is not Ready until its probe answers."""
+        for i, proc in enumerate(run.procs):
+            if proc.poll() is None:
+                continue
+            argv, env, log_path = run.commands[i]
+            run.procs[i] = self._spawn(argv, env, log_path.parent, log_path)
+            run.restarts += 1
+            run.ready, run.started = False, time.monotonic()
+            self._status(run.name, ready=False)
 
     def _status(self, name: str, ready: bool) -> None:
         status = {
@@ -325,7 +389,7 @@ class Cluster:
 
     def _probe(self) -> None:
         for run in self.pods.values():
-            if run.kind == "Job" or run.ready:
+            if run.kind == "Job" or run.ready or run.kill_at is not None:
                 continue
             if any(proc.poll() is not None for proc in run.procs):
                 continue
@@ -352,7 +416,7 @@ class Cluster:
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(pod_name, name, job)
         (container,) = template["spec"]["containers"]
-        argv, env = self._command(pod_name, container, mounts)
+        argv, env = self._command(pod_name, container, mounts, self._credentials(pod_name, template["spec"], pod_dir))
         deadline = job["spec"].get("activeDeadlineSeconds", 600)
         with open(pod_dir / "job.log", "wb") as log:
             proc = subprocess.Popen(
@@ -517,7 +581,7 @@ class Cluster:
         return value
 
     def _command(
-        self, pod: str, container: dict[str, Any], mounts: dict[str, Path]
+        self, pod: str, container: dict[str, Any], mounts: dict[str, Path], credentials: Path | None
     ) -> tuple[list[str], dict[str, str]]:
         argv = list(container.get("command") or []) + list(container.get("args") or [])
         program = {
@@ -562,8 +626,8 @@ class Cluster:
         env = {
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
             "HOME": str(self.workdir / "pods" / pod),
-            "KUBECONFIG": str(self.kubeconfig),
             "PYTHONUNBUFFERED": "1",
+            **({"KUBECONFIG": str(credentials)} if credentials else {}),
         }
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(pod, item)
@@ -585,9 +649,9 @@ class Cluster:
         while time.monotonic() < deadline:
             with self._lock:
                 runs = {n: r for n, r in self.pods.items() if names is None or n in names}
-                dead = {n: r for n, r in runs.items() if any(p.poll() is not None for p in r.procs)}
-                if dead:
-                    raise AssertionError(f"pods exited: {sorted(dead)}\n" + self.logs(*dead))
+                looping = {n: r for n, r in runs.items() if r.restarts > 3}  # (the kubelet restarts one that exits)
+                if looping:
+                    raise AssertionError(f"pods crash-looping: {sorted(looping)}\n" + self.logs(*looping))
                 if runs and (names is None or set(runs) == names) and all(r.ready for r in runs.values()):
                     return
             time.sleep(0.2)
@@ -596,13 +660,18 @@ class Cluster:
         )
 
     def replace_pods(self, names: list[str]) -> None:
-        """What a node failure does: the processes die (SIGKILL) and the pods are deleted; the StatefulSet
-        controller then creates fresh pods of the same names (with the same volumes)."""
+        """What a node failure does: the processes die (SIGKILL) and the pods are deleted without grace; the
+        StatefulSet controller then creates fresh pods of the same names (with the same volumes)."""
         with self._lock:
             for name in names:
                 run = self.pods.pop(name)
                 self._kill(run, signal.SIGKILL)
-                self.api.delete(self._core("pods", name))
+                self.api.request("DELETE", self._core("pods", name), json={"gracePeriodSeconds": 0})
+
+    def crash(self, name: str) -> None:
+        """A container killed in place (SIGKILL: an OOM kill, a segfault): the kubelet restarts it in its pod."""
+        with self._lock:
+            self._kill(self.pods[name], signal.SIGKILL)
 
     def local_url(self, pod: str, port_name: str = "http") -> str:
         run = self.pods[pod]

@@ -21,6 +21,8 @@ VERSIONS = {
     "6": {"checkpoints": "538db49676686ccf", "restores": "7b8cd5b940cd5655"},
     # the checkpoint method background (snapshot kept as its deprecated alias); timings described by their steps
     "7": {"checkpoints": "4239691bc9bb1528", "restores": "d9af3be7bdc5fdff"},
+    # CheckpointSchedule; Checkpoint spec.final, spec.deadline and status.final (termination checkpoints)
+    "8": {"checkpoints": "3dc5d69be026a78a", "checkpointschedules": "c87ae1a1b907f141", "restores": "d9af3be7bdc5fdff"},
 }
 
 
@@ -29,15 +31,15 @@ def digest(spec: dict) -> str:
 
 
 def test_a_changed_crd_spec_comes_with_a_new_schema_version() -> None:
-    crds = {name: yaml.safe_load((CRDS / f"{name}.yaml").read_text()) for name in ("checkpoints", "restores")}
+    crds = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(CRDS.glob("*.yaml"))}
     versions = {crd["metadata"]["annotations"]["gym-checkpoint.dev/schema-version"] for crd in crds.values()}
-    assert len(versions) == 1, f"both CRDs carry the same schema-version, not {versions}"
+    assert len(versions) == 1, f"every CRD carries the same schema-version, not {versions}"
     (version,) = versions
     current = {name: digest(crd["spec"]) for name, crd in crds.items()}
     assert version in VERSIONS, (
         f"schema-version {version} is not recorded: add {version!r}: {current} to VERSIONS in {Path(__file__).name}"
     )
     assert VERSIONS[version] == current, (
-        f"a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in both CRDs "
+        f"a CRD spec changed under schema-version {version}: bump gym-checkpoint.dev/schema-version in every CRD "
         f"and record the new version with {current} in {Path(__file__).name}"
     )

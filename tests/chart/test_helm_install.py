@@ -88,6 +88,7 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         assert "demo-gym-checkpoint-secrets" not in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
+            "checkpointschedules.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }
         assert api.get(f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpoints").status_code == 200
@@ -109,6 +110,7 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         assert names(api, f"/api/v1/namespaces/{NS}/secrets") == set()  # the generated one too (post-delete hook)
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
+            "checkpointschedules.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }  # CRDs stay, as in Helm
     finally:

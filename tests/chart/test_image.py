@@ -197,12 +197,12 @@ def test_the_lock_is_complete_and_is_what_this_environment_runs() -> None:
 
 def test_the_entrypoint_is_what_the_chart_runs(render: Any) -> None:
     """Every container of the chart that runs this image starts a program the image installs: the ENTRYPOINT
-    (gymckpt: servers, the store's forwarder, the upgrade hooks) or gym-operator (the operator)."""
+    (gymckpt: servers, the store's forwarder, the secrets hook) or gym-operator (the operator)."""
     scripts = dict(PYPROJECT["project"]["scripts"])
     assert scripts["gymckpt"] == "gym_services.cli:main" and scripts["gym-operator"] == "gym_operator.main:main"
     (_, _), (_, _), (_, run) = stages()
     (entrypoint,) = [c.value for c in run if c.cmd == "ENTRYPOINT"]
-    docs = render({"upgradeCheckpoint": {"enabled": True}})
+    docs = render()
     values = yaml.safe_load((ROOT / "charts" / "gym-checkpoint" / "values.yaml").read_text())
     ours = f"{values['image']['repository']}:{CHART['appVersion']}"
     commands = []

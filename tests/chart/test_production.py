@@ -1,5 +1,5 @@
 """What a production install needs, read off the rendered chart: a store reachable only through S3, network
-policies, identity, disruption budgets, upgrade hooks, checksums, drains, portability, rollouts."""
+policies, identity, disruption budgets, termination checkpoints, checksums, drains, portability, rollouts."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_servers_run_as_their_own_service_account(render: Any) -> None:
     )
 
 
-# --- disruption, upgrades, checksums, drains ------------------------------------------------------------------
+# --- disruption, terminations, checksums, drains ------------------------------------------------------------------
 
 
 def test_a_disruption_budget_per_participant(render: Any) -> None:
@@ -187,98 +187,37 @@ def test_a_disruption_budget_per_participant(render: Any) -> None:
     assert not by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "PodDisruptionBudget")
 
 
-def test_upgrade_hooks_checkpoint_before_and_restore_after(render: Any) -> None:
-    docs = render(VARIANTS["upgrade-checkpoint-and-restore"])
-    jobs = by_kind(docs, "Job")
-    pre, post = jobs["demo-gym-checkpoint-pre-upgrade"], jobs["demo-gym-checkpoint-post-upgrade"]
-    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
-    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-upgrade"
-    pre_cmd = pre["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert pre_cmd[:4] == ["gymckpt", "cluster", "checkpoint", "demo-gym-checkpoint-upgrade-r1"]
-    post_cmd = post["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert post_cmd[:3] == ["gymckpt", "cluster", "restore"]
-    assert post_cmd[post_cmd.index("--from") + 1] == "demo-gym-checkpoint-upgrade-r1"
-    # how many pods to wait for comes from the StatefulSets' replicas in the cluster, not from a count of servers
-    assert "--pods" not in post_cmd and post_cmd[post_cmd.index("--wait-pods") + 1].endswith(
-        ",gym-checkpoint.dev/participant"
-    )
-    assert post_cmd[post_cmd.index("--pods-annotation") + 1] == "gym-checkpoint.dev/release-revision=1"
-    assert "--allow-failure" not in pre_cmd
-    for job in (pre, post):
-        assert (
-            job["spec"]["backoffLimit"] == 0
-            and job["spec"]["template"]["spec"]["serviceAccountName"] == "demo-gym-checkpoint-upgrade"
-        )
-    role = by_kind(docs, "Role")["demo-gym-checkpoint-upgrade"]
-    assert role["rules"] == [
-        {
-            "apiGroups": ["gym-checkpoint.dev"],
-            "resources": ["checkpoints", "restores"],
-            "verbs": ["create", "get", "list"],
-        },
-        {"apiGroups": ["gym-checkpoint.dev"], "resources": ["checkpoints"], "verbs": ["delete"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
-    ]
-    # the hook's Checkpoints are a series pruned to upgradeCheckpoint.keep (default 3), kept data by default
-    assert pre_cmd[pre_cmd.index("--label") + 1] == "gym-checkpoint.dev/created-by=upgrade-hook"
-    assert pre_cmd[pre_cmd.index("--keep") + 1] == "3"
-    assert pre_cmd[pre_cmd.index("--deletion-policy") + 1] == "Retain"
-    # the hooks' ServiceAccount, Role, RoleBinding and Jobs survived `helm uninstall` (Helm never deletes
-    # a hook object by itself): each is deleted once its phase succeeded, and re-created by the next phase
-    hook_objects = [doc for doc in docs if "helm.sh/hook" in doc["metadata"].get("annotations", {})]
-    assert {doc["kind"] for doc in hook_objects} == {"ServiceAccount", "Role", "RoleBinding", "Job"}
-    for doc in hook_objects:
-        policies = doc["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
-        assert policies == ["before-hook-creation", "hook-succeeded"], doc["metadata"]["name"]
-    # every server pod carries the revision, so each upgrade replaces all of them before the restore
-    servers = [
-        pod for pod in pods(docs).values() if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server"
-    ]
-    assert len(servers) == 5 and all(
-        p["metadata"]["annotations"]["gym-checkpoint.dev/release-revision"] == "1" for p in servers
-    )
+def test_server_pods_hold_for_the_termination_checkpoint_and_the_operator_takes_it(render: Any) -> None:
+    """termination: every server pod's grace period, the servers' hold (the grace less the margin, through
+    GYMCKPT__CHECKPOINT__TERMINATION_GRACE_S, non-participants too), and the operator's settings; no hook takes a
+    checkpoint any more (a helm upgrade is a termination like any other) and nothing rolls every pod on upgrade."""
 
-    only = render(VARIANTS["upgrade-checkpoint-only-never-blocking"])
-    assert {n for n in by_kind(only, "Job") if "upgrade" in n} == {"demo-gym-checkpoint-pre-upgrade"}
-    assert (
-        "--allow-failure"
-        in by_kind(only, "Job")["demo-gym-checkpoint-pre-upgrade"]["spec"]["template"]["spec"]["containers"][0][
-            "command"
-        ]
-    )
-    assert not any(
-        "gym-checkpoint.dev/release-revision" in p["metadata"].get("annotations", {}) for p in pods(only).values()
-    )
-    assert not [n for n in by_kind(render(), "Job") if "upgrade" in n or "rollback" in n]
+    def env(container: dict[str, Any]) -> dict[str, str]:
+        return {item["name"]: item["value"] for item in container.get("env") or [] if "value" in item}
 
-
-def test_a_checkpoint_before_rollback_when_asked(render: Any) -> None:
-    """upgradeCheckpoint.checkpointBeforeRollback: a pre-rollback hook Job (with the hooks' identity) that takes a
-    Checkpoint under a fresh name each time (Helm runs the stored hooks of the revision it returns to)."""
-    docs = render({"upgradeCheckpoint": {"checkpointBeforeRollback": True}})
-    jobs = {n: j for n, j in by_kind(docs, "Job").items() if "secrets" not in n}
-    assert set(jobs) == {"demo-gym-checkpoint-pre-rollback"}  # no upgrade hooks without upgradeCheckpoint.enabled
-    job = jobs["demo-gym-checkpoint-pre-rollback"]
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-rollback"
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[:3] == ["gymckpt", "cluster", "checkpoint"]
-    assert command[command.index("--generate-name") + 1] == "demo-gym-checkpoint-rollback-"
-    assert command[command.index("--release") + 1] == "demo" and "--allow-failure" not in command
-    for kind in ("ServiceAccount", "Role", "RoleBinding"):
-        assert by_kind(docs, kind)["demo-gym-checkpoint-upgrade"]["metadata"]["annotations"]["helm.sh/hook"] == (
-            "pre-rollback"
-        )
-    both = render({"upgradeCheckpoint": {"enabled": True, "checkpointBeforeRollback": True}})
-    assert by_kind(both, "Role")["demo-gym-checkpoint-upgrade"]["metadata"]["annotations"]["helm.sh/hook"] == (
-        "pre-upgrade,post-upgrade,pre-rollback"
-    )
-    assert {n for n in by_kind(both, "Job") if "secrets" not in n} == {
-        "demo-gym-checkpoint-pre-upgrade",
-        "demo-gym-checkpoint-post-upgrade",
-        "demo-gym-checkpoint-pre-rollback",
-    }
-    assert "demo-gym-checkpoint-pre-rollback" not in by_kind(render({"upgradeCheckpoint": {"enabled": True}}), "Job")
+    for values, grace, hold, margin in (({}, 60, "50", "10"), (VARIANTS["termination-spot-nodes"], 120, "100", "20")):
+        docs = render(values)
+        servers = {
+            name: pod
+            for name, pod in pods(docs).items()
+            if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server"
+        }
+        assert len(servers) == 5
+        for pod in servers.values():
+            assert pod["spec"]["terminationGracePeriodSeconds"] == grace
+            assert env(pod["spec"]["containers"][0])["GYMCKPT__CHECKPOINT__TERMINATION_GRACE_S"] == hold
+            assert "gym-checkpoint.dev/release-revision" not in pod["metadata"]["annotations"]
+        operator = env(pods(docs)["demo-gym-checkpoint-operator"]["spec"]["containers"][0])
+        assert operator["GYMCKPT_TERMINATION_CHECKPOINT"] == "enabled" and operator["GYMCKPT_AUTO_RESTORE"] == "enabled"
+        assert operator["GYMCKPT_TERMINATION_MARGIN_SECONDS"] == margin
+        assert set(by_kind(docs, "Job")) == {"demo-gym-checkpoint-secrets-create", "demo-gym-checkpoint-secrets-delete"}
+    off = render(VARIANTS["no-termination-checkpoint-no-auto-restore"])
+    for name, pod in pods(off).items():
+        if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server":
+            assert pod["spec"]["terminationGracePeriodSeconds"] == 30
+            assert "GYMCKPT__CHECKPOINT__TERMINATION_GRACE_S" not in env(pod["spec"]["containers"][0]), name
+    operator = env(pods(off)["demo-gym-checkpoint-operator"]["spec"]["containers"][0])
+    assert operator["GYMCKPT_TERMINATION_CHECKPOINT"] == "disabled" and operator["GYMCKPT_AUTO_RESTORE"] == "disabled"
 
 
 def test_pods_roll_when_a_secret_value_changes(render: Any) -> None:
@@ -316,7 +255,7 @@ def test_pods_roll_when_a_secret_value_changes(render: Any) -> None:
     assert checksums({}) == checksums({"controlToken": {"existingSecret": "ops"}}) == {hashlib.sha256(b"").hexdigest()}
 
 
-def test_termination_grace_covers_the_drain_and_updates_can_wait(render: Any) -> None:
+def test_a_long_drain_without_termination_checkpoints_and_updates_that_wait(render: Any) -> None:
     docs = render(VARIANTS["on-delete-updates-long-drain"])
     for sts in by_kind(docs, "StatefulSet").values():
         if sts["metadata"]["name"] == "demo-gym-checkpoint-s3":
@@ -435,8 +374,16 @@ def test_rollouts_custom_and_disabled(render: Any) -> None:
             "port and controlPort are both 8001",
         ),
         (
-            {"upgradeCheckpoint": {"enabled": True}, "serverDefaults": {"updateStrategy": "OnDelete"}},
-            "cannot work with serverDefaults.updateStrategy OnDelete",
+            {"termination": {"gracePeriodSeconds": 15, "marginSeconds": 10}},
+            "termination.gracePeriodSeconds (15) leaves no time for a termination checkpoint",
+        ),
+        (
+            {"serverDefaults": {"drainSeconds": 10}},
+            "drainSeconds (10) must be shorter than termination.marginSeconds (10)",
+        ),
+        (
+            {"termination": {"checkpoint": False, "gracePeriodSeconds": 30}, "serverDefaults": {"drainSeconds": 30}},
+            "drainSeconds (30) must be shorter than termination.gracePeriodSeconds (30)",
         ),
     ],
 )
@@ -447,9 +394,7 @@ def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: d
 # --- GitOps, shared clusters -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "variant", ["defaults", "explicit-secrets", "existing-secrets", "upgrade-checkpoint-and-restore"]
-)
+@pytest.mark.parametrize("variant", ["defaults", "explicit-secrets", "existing-secrets", "termination-spot-nodes"])
 def test_two_renders_are_identical(helm_chart: Any, variant: str) -> None:
     """`helm template` twice (Argo CD, Flux) gives the same manifests, Secrets and checksums included: nothing random
     is rendered (generated values come from the secrets hook) and no template reads the cluster."""
@@ -483,22 +428,19 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     hooks = policies["demo-gym-checkpoint-hooks"]
     assert hooks["metadata"]["annotations"]["helm.sh/hook"].split(",")[:2] == ["pre-install", "pre-upgrade"]
     assert hooks["spec"]["podSelector"]["matchExpressions"] == [
-        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["secrets-hook", "upgrade-hook"]}
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["secrets-hook"]}
     ]
     assert hooks["spec"]["egress"] == [dns, api] and hooks["spec"]["ingress"] == []
     # every hook Job's pod is one the hooks policy selects
     for job in by_kind(render(VARIANTS["network-policy-egress"]), "Job").values():
-        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in (
-            "secrets-hook",
-            "upgrade-hook",
-        )
+        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "secrets-hook"
 
     external = by_kind(render(VARIANTS["network-policy-egress-external-store"]), "NetworkPolicy")
     s3 = {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}]}
     any_dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
     assert external["demo-gym-checkpoint-servers"]["spec"]["egress"] == [own, any_dns, s3]
     assert s3 in external["demo-gym-checkpoint-operator"]["spec"]["egress"]
-    # the tokens are still generated (only the S3 keys exist already), no upgrade hooks: the secrets hook alone
+    # the tokens are still generated (only the S3 keys exist already): the secrets hook
     assert external["demo-gym-checkpoint-hooks"]["spec"]["podSelector"]["matchExpressions"][0]["values"] == [
         "secrets-hook"
     ]
@@ -518,7 +460,7 @@ def test_namespace_users_get_checkpoints_through_their_default_roles(render: Any
         (edit, {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}),
     ):
         (rule,) = role["rules"]
-        assert rule["resources"] == ["checkpoints", "restores"] and set(rule["verbs"]) == verbs  # never status
+        assert rule["resources"] == ["checkpoints", "restores", "checkpointschedules"] and set(rule["verbs"]) == verbs
     assert not by_kind(render(VARIANTS["namespace-scoped-deployer"]), "ClusterRole")
     # two releases (or namespaces) never claim the same ClusterRole
     assert not set(roles) & set(by_kind(render(name="other"), "ClusterRole"))

@@ -98,9 +98,10 @@ VARIANTS = {
             "s3": {"endpoint": "https://storage.googleapis.com", "region": "auto"},
         },
     },
-    "upgrade-checkpoint-and-restore": {"upgradeCheckpoint": {"enabled": True}},
-    "upgrade-checkpoint-only-never-blocking": {
-        "upgradeCheckpoint": {"enabled": True, "restoreAfterUpgrade": False, "failUpgradeOnError": False}
+    "termination-spot-nodes": {"termination": {"gracePeriodSeconds": 120, "marginSeconds": 20, "leaseSeconds": 10}},
+    "no-termination-checkpoint-no-auto-restore": {
+        "termination": {"checkpoint": False, "gracePeriodSeconds": 30},
+        "autoRestore": {"enabled": False},
     },
     "network-policy-egress": {
         "networkPolicy": {
@@ -110,7 +111,6 @@ VARIANTS = {
                 "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8000}]}],
             }
         },
-        "upgradeCheckpoint": {"enabled": True, "checkpointBeforeRollback": True},
     },
     "network-policy-egress-external-store": {
         "networkPolicy": {"egress": {"enabled": True, "dns": [], "storage": {"to": [], "ports": [443, 9000]}}},
@@ -173,7 +173,8 @@ VARIANTS = {
         }
     },
     "on-delete-updates-long-drain": {
-        "serverDefaults": {"updateStrategy": "OnDelete", "drainSeconds": 300, "controlPort": 9100}
+        "serverDefaults": {"updateStrategy": "OnDelete", "drainSeconds": 300, "controlPort": 9100},
+        "termination": {"checkpoint": False, "gracePeriodSeconds": 315},
     },
     "name-overrides": {"fullnameOverride": "rl"},
     "replicas": {
@@ -273,13 +274,13 @@ def test_default_stack_one_statefulset_service_and_config_per_server(render: Any
             "--control-port",
             "8001",
             "--drain-timeout",
-            "45",
+            "5",
         ]
         assert container["ports"] == [
             {"name": "http", "containerPort": 8000, "protocol": "TCP"},
             {"name": "control", "containerPort": 8001, "protocol": "TCP"},
         ]
-        assert pod["spec"]["terminationGracePeriodSeconds"] == 60  # drain 45 s + 15
+        assert pod["spec"]["terminationGracePeriodSeconds"] == 60  # termination.gracePeriodSeconds
         assert container["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": "http"}
         assert container["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": "http"}
         assert container["resources"]["requests"] and container["resources"]["limits"]
@@ -496,11 +497,14 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         for r in role["rules"]
     }
     least = {
-        (("",), ("pods",), ()): {"list"},
+        (("",), ("pods",), ()): {"list", "watch"},
         (("apps",), ("statefulsets",), ()): {"list"},
-        (("gym-checkpoint.dev",), ("checkpoints",), ()): {"get", "list", "watch", "patch", "delete"},
-        (("gym-checkpoint.dev",), ("restores",), ()): {"list", "watch", "patch"},
-        (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status"), ()): {"patch"},
+        (("gym-checkpoint.dev",), ("checkpoints",), ()): {"get", "list", "watch", "patch", "delete", "create"},
+        (("gym-checkpoint.dev",), ("restores",), ()): {"list", "watch", "patch", "create"},
+        (("gym-checkpoint.dev",), ("checkpointschedules",), ()): {"list", "watch"},
+        (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status", "checkpointschedules/status"), ()): {
+            "patch"
+        },
         (("",), ("events",), ()): {"create"},
         # leader election: any Lease may be created (RBAC cannot name what does not exist yet), only its own read
         # and renewed

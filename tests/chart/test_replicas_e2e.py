@@ -76,7 +76,11 @@ def values(replicas: int, agents: int | None = None) -> dict[str, Any]:
                     "max_steps": 12,
                 },
             },
-        ]
+        ],
+        # restores by hand here (what a Restore into other replica counts says); the automatic path:
+        # test_cluster_e2e.py, test_termination_e2e.py
+        "termination": {"checkpoint": False},
+        "autoRestore": {"enabled": False},
     }
 
 

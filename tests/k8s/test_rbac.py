@@ -317,10 +317,12 @@ def test_the_charts_operator_role_as_rendered_by_helm(cluster: Any, kubectl_shar
             "type": "Normal",
         }
         assert operator.post("/api/v1/namespaces/team/events", json=event).status_code == 201
-        # DELETE of a Checkpoint is granted: the operator deletes one whose spec.ttl ran out
+        # DELETE of a Checkpoint is granted: the operator deletes one whose spec.ttl ran out; creating Checkpoints and
+        # Restores too (a schedule's runs, a termination checkpoint, the automatic restore)
         for method, path in (
             ("DELETE", f"{base}/restores/r1"),
-            ("POST", f"{base}/checkpoints"),
+            ("POST", f"{base}/checkpointschedules"),
+            ("DELETE", f"{base}/checkpointschedules/s1"),
             ("GET", "/api/v1/namespaces"),
             ("GET", "/api/v1/namespaces/default/pods"),
             ("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),

@@ -547,6 +547,10 @@ def chart_operator_identity(
         "GYMCKPT_STORAGE_LOCATIONS",
         "GYMCKPT_OPERATOR_DEPLOYMENT",
         "GYMCKPT_LEADER_LEASE",
+        "GYMCKPT_AUTO_RESTORE",
+        "GYMCKPT_TERMINATION_CHECKPOINT",
+        "GYMCKPT_TERMINATION_MARGIN_SECONDS",
+        "GYMCKPT_TERMINATION_LEASE_SECONDS",
     )
     settings = {item["name"]: item["value"] for item in container["env"] if "value" in item and item["name"] in names}
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]

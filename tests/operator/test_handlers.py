@@ -31,6 +31,8 @@ def test_every_handler_is_registered_in_handlers_py() -> None:
         "checkpoint_expiry",
         "checkpoint_deleted",
         "restore_daemon",
+        "schedule_seen",
+        "pod_event",
         "release_when_going_away",
     }
     for name in ours:  # each is named in the module's own list

@@ -67,7 +67,8 @@ def test_helm_uninstall_then_deleting_the_crds_completes(operators: Operators, k
 
     kubectl("delete", "deployment", DEPLOYMENT, "-n", "apps")  # helm uninstall
     assert operators.stop(proc) == 0  # the kubelet stops the operator's pod
-    kubectl("delete", "crd", f"checkpoints.{GROUP}", f"restores.{GROUP}", "--timeout=60s", timeout=70)
+    crds = [f"checkpoints.{GROUP}", f"restores.{GROUP}", f"checkpointschedules.{GROUP}"]
+    kubectl("delete", "crd", *crds, "--timeout=60s", timeout=70)
     assert kubectl("get", "crd", "-o", "name").stdout.strip() == ""
     assert "Deployment gymtest-gym-checkpoint-operator is gone" in operators.log.read_text()
 

@@ -18,6 +18,7 @@ from tests.operator.harness import (
     checkpoint_doc,
     get,
     own_by_statefulset,
+    resource,
     restore_of,
     stored_objects,
     wait_for,
@@ -96,9 +97,11 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     operator_env, kemu, kubectl, namespace, seaweed, tmp_path
 ) -> None:
     """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one storage
-    location with its own credentials Secret), through everything it does: a Checkpoint to that location (reading
-    that Secret), a Restore, a Checkpoint naming a location the admin never defined, a Checkpoint deleted with its
-    data, one whose ttl runs out; then it stops (and checks whether its namespace and Deployment are going away).
+    location with its own credentials Secret, autoRestore and termination checkpoints on), through everything it
+    does: a Checkpoint to that location (reading that Secret), the automatic Restore of the stack come back fresh, a
+    Checkpoint naming a location the admin never defined, a Checkpoint deleted with its data, one whose ttl runs
+    out, a CheckpointSchedule's run, a pod's DisruptionTarget condition (a termination checkpoint); then it stops
+    (and checks whether its namespace and Deployment are going away).
     Every request it made was allowed, and every rule of the Role was used (the emulator's audit): the Role is
     exactly what it uses."""
     start_operator, location = operator_env
@@ -132,17 +135,13 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
         assert stored_objects(seaweed, location, status["checkpointId"])
 
         stack.kill()
-        stack.start()
-        apply(
-            kubectl,
-            {
-                "apiVersion": "gym-checkpoint.dev/v1alpha1",
-                "kind": "Restore",
-                "metadata": {"name": "least-rs"},
-                "spec": {"checkpointRef": {"name": "least"}},
-            },
+        stack.start()  # fresh: the operator restores it by itself
+        restores = wait_for(
+            lambda: json.loads(kubectl("get", "restores", "-o", "json").stdout)["items"], 60, "the automatic Restore"
         )
-        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", "restore/least-rs", "--timeout=60s", timeout=70)
+        automatic = restores[0]["metadata"]["name"]
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"restore/{automatic}", "--timeout=60s", timeout=70)
+        assert restores[0]["spec"]["checkpointRef"] == {"name": "least"}
 
         apply(kubectl, checkpoint_doc("stranger", storageLocation="other"))
         kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "checkpoint/stranger", "--timeout=60s", timeout=70)
@@ -160,6 +159,29 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
             what="the operator to delete the expired Checkpoint",
         )
         assert "Completed" in kubectl("get", "events", "-o", "json").stdout
+
+        schedule = {"schedule": "@every 10s", "keep": 1, "template": {"prepareTimeoutSeconds": 5}}
+        apply(kubectl, resource("CheckpointSchedule", "often", **schedule))
+        wait_for(
+            lambda: get(kubectl, "checkpointschedule", "often").get("status", {}).get("lastSuccessfulCheckpoint"),
+            timeout=40,
+            what="a scheduled checkpoint",
+        )
+        kubectl("delete", "checkpointschedule", "often")
+        disruption = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+        kubectl(
+            "patch", "pod", "counter-0", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"conditions": [disruption]}}),
+        )  # fmt: skip
+        terminations = wait_for(
+            lambda: json.loads(
+                kubectl("get", "checkpoints", "-l", "gym-checkpoint.dev/created-by=termination", "-o", "json").stdout
+            )["items"],
+            30,
+            "the termination checkpoint",
+        )
+        final = terminations[0]["metadata"]["name"]
+        kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/{final}", "--timeout=60s", timeout=70)
         os.killpg(operator.pid, signal.SIGTERM)  # as the kubelet stops its pod
         assert operator.wait(timeout=60) == 0
     finally:

@@ -74,3 +74,24 @@ def test_each_replica_with_its_episodes_and_the_counts_per_server() -> None:
             "replicas",
         }
         assert fields["replicas"]["additionalProperties"]["type"] == "integer"
+
+
+def test_a_final_checkpoint_says_so_only_once_completed() -> None:
+    """``status.final``: the stack was not resumed after this checkpoint (spec.final, or a participant terminating at
+    prepare made it final); a failed one was aborted, so the stack did resume: not final."""
+
+    def status(completed: bool, final: bool) -> dict[str, object]:
+        result = TransactionResult(
+            kind=TransactionKind.CHECKPOINT,
+            checkpoint_id="ck",
+            location="s3://b/p",
+            status=TransactionStatus.COMPLETED if completed else TransactionStatus.FAILED,
+            phase=TransactionPhase.COMPLETED if completed else TransactionPhase.FAILED,
+            final=final,
+        )
+        return result_status(result, generation=1)
+
+    assert status(completed=True, final=True)["final"] is True
+    assert "final" not in status(completed=True, final=False) and "final" not in status(completed=False, final=True)
+    schema = yaml.safe_load((CRDS / "checkpoints.yaml").read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema["properties"]["status"]["properties"]["final"]["type"] == "boolean"

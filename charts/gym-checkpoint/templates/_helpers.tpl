@@ -314,7 +314,3 @@ persistence.size (the rest is headroom for indexes and the filer's metadata).
 {{- div (mul $mib 9) (mul $e.volumeSizeLimitMB 10) -}}
 {{- end -}}
 
-{{/* The pre/post-upgrade hooks' checkpoint name for this upgrade. */}}
-{{- define "gym-checkpoint.upgradeCheckpointName" -}}
-{{- printf "%s-upgrade-r%d" (include "gym-checkpoint.fullname" .) (int .Release.Revision) -}}
-{{- end -}}

@@ -36,9 +36,13 @@ FINAL = (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
 
 
 class StackLock(asyncio.Lock):
-    """One transaction at a time on a stack; ``holder`` names the one that runs (for those waiting)."""
+    """One transaction at a time on a stack; ``holder`` names the one that runs (for those waiting), ``finals`` the
+    final (termination) checkpoints waiting for it, which go first."""
 
-    holder = "another transaction"
+    def __init__(self) -> None:
+        super().__init__()
+        self.holder = "another transaction"
+        self.finals: set[str] = set()
 
 
 @dataclass
@@ -100,20 +104,24 @@ def pod_selector(selector: SelectorSpec, operator: OperatorSettings) -> str:
     )
 
 
-async def discover(namespace: str, selector: SelectorSpec, context: Context) -> list[ParticipantRef]:
+async def discover(
+    namespace: str, selector: SelectorSpec, context: Context, terminating_ok: bool = False
+) -> list[ParticipantRef]:
     """The stack's participants; :class:`StackRolling` while a StatefulSet of it rolls out or a pod of it is
-    not running (the caller waits), :class:`DiscoveryError` when it cannot be a stack."""
+    not running (the caller waits), :class:`DiscoveryError` when it cannot be a stack. ``terminating_ok`` (a final
+    checkpoint, which cannot wait for a rollout: its pods are going away): pods being deleted take part, and a
+    StatefulSet that is not settled is no reason to wait; a pod that is not running still is."""
     labels = pod_selector(selector, context.settings)
     pods = await context.kube.list_pods(namespace, labels)
     statefulsets = [
         s for s in await context.kube.list_statefulsets(namespace) if selector_matches(labels, template_labels(s))
     ]
-    rolling = rollout_problems(statefulsets, pods)
+    rolling = [] if terminating_ok else rollout_problems(statefulsets, pods)
     if rolling:
         raise StackRolling("; ".join(rolling))
     replicas = {str(s.metadata.name): 1 if s.spec.replicas is None else int(s.spec.replicas) for s in statefulsets}
     check_replica_counts(pods, {name: replicas.get(name) for name in replicated_statefulsets(pods)})
-    refs = participants_from_pods(pods)
+    refs = participants_from_pods(pods, terminating_ok=terminating_ok)
     if not refs:
         raise DiscoveryError(f"no participant pods match {labels!r} in {namespace}")
     return refs

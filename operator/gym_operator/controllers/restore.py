@@ -2,7 +2,8 @@
 
 A Restore names its checkpoint by Checkpoint (``checkpointRef``: completed, of the same release, at a storage
 location that still holds it) or by id and storage location (``checkpointId``, ``storageLocation``). The
-resource's uid names the restore: an operator restarted mid-restore repeats the same one.
+resource's uid names the restore: an operator restarted mid-restore repeats the same one. An automatic Restore
+(:mod:`.resume`) that completes gets a ``Resumed`` Event naming its checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 
 import kopf
 
+from gym_operator.controllers import resume
 from gym_operator.controllers.context import Context, Refused, Wait, location
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
 from gym_operator.specs import CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
@@ -43,7 +45,18 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
                 checkpoint_id, storage.url, lease_s=spec.lease_seconds, restore_id=tx.uid, cancel=cancel
             )
 
+    ended_before = tx.final  # (an operator restarted after it ended: said already)
     await run_once(tx, stopped, setup if spec else invalid(why), work)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    status = tx.writer.status
+    automatic = labels.get(resume.CREATED_BY_LABEL) == resume.AUTO_RESTORE
+    if automatic and not ended_before and status.get("phase") == TransactionPhase.COMPLETED:
+        checkpoint = ((body.get("spec") or {}).get("checkpointRef") or {}).get("name")
+        message = (
+            f"resumed automatically from checkpoint {status.get('checkpointId')} (Checkpoint {checkpoint}): "
+            f"{status.get('restoredEpisodes', 0)} episodes continue as attempt {status.get('attempt', 0)}"
+        )
+        context.event_once(body, "Resumed", message)
 
 
 async def source(spec: RestoreSpec, namespace: str, context: Context) -> tuple[str, StorageLocation]:

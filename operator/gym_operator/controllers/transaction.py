@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
@@ -61,7 +62,16 @@ def deleted(stopped: kopf.DaemonStopped) -> bool:
 class Transaction(Generic[P]):
     """One Checkpoint or Restore resource: its status writer, events and the stack lock."""
 
-    def __init__(self, kind: str, plural: str, selector: SelectorSpec, context: Context, body: kopf.Body) -> None:
+    def __init__(
+        self,
+        kind: str,
+        plural: str,
+        selector: SelectorSpec,
+        context: Context,
+        body: kopf.Body,
+        final: bool = False,
+        deadline: dt.datetime | None = None,
+    ) -> None:
         meta = body.get("metadata") or {}
         self.kind, self.plural = kind, plural
         self.name: str = meta["name"]
@@ -74,6 +84,12 @@ class Transaction(Generic[P]):
         self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
         self.cancelled = False
         self.rolling_since: float | None = None  # when discovery first found the stack rolling out
+        #: a final (termination) checkpoint: it goes before the stack's non-final transactions that wait, and
+        #: takes pods that are being deleted
+        self.final_checkpoint = final
+        #: when it must have been published by (a termination checkpoint's: the servers stop holding then)
+        self.deadline = deadline
+        self.deadline_passed = False
 
     @property
     def phase(self) -> str | None:
@@ -100,9 +116,31 @@ class Transaction(Generic[P]):
         self.writer.write(progress_status(phase, message, self.writer.generation, **self.fields))
         self.event(phase.value, message, warning=phase is TransactionPhase.ABORTING)
 
+    def left_s(self) -> float:
+        """Seconds to the deadline (infinite without one)."""
+        if self.deadline is None:
+            return float("inf")
+        return (self.deadline - dt.datetime.now(dt.UTC)).total_seconds()
+
+    def check_deadline(self, doing: str) -> None:
+        if self.left_s() <= 0:
+            assert self.deadline is not None
+            stamp = self.deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+            raise Refused("DeadlinePassed", f"the deadline ({stamp}) passed while {doing}; nothing was paused")
+
     def finish(self, result: TransactionResult) -> None:
         final = {**result_status(result, self.writer.generation), "startTime": self.fields["startTime"]}
-        if not result.completed and self.cancelled:
+        if not result.completed and self.deadline_passed:
+            assert self.deadline is not None
+            message = (
+                f"not published by its deadline ({self.deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}): aborted, nothing "
+                f"was published ({result.error or 'failed'}); the stack resumes from the newest checkpoint before it"
+            )
+            final = {
+                **failed_status("DeadlinePassed", message, self.writer.generation, **self.fields),
+                **{k: v for k, v in final.items() if k not in ("phase", "reason", "message", "conditions")},
+            }
+        elif not result.completed and self.cancelled:
             message = f"the {self.kind} was deleted before it completed; every participant touched was aborted"
             final = {
                 **failed_status("Deleted", message, self.writer.generation, **self.fields),
@@ -125,11 +163,14 @@ class Transaction(Generic[P]):
 
     async def participants(self) -> list[ParticipantRef]:
         """The stack's pods; while they roll out (a ``helm upgrade``, a pod replaced), wait in Pending with reason
-        ``WaitingForRollout`` for at most the operator's rollout patience, then fail with reason ``StackRolling``."""
+        ``WaitingForRollout`` for at most the operator's rollout patience, then fail with reason ``StackRolling``.
+        A final checkpoint takes pods that are being deleted and never waits: a pod that is not running fails it."""
         loop = asyncio.get_running_loop()
         try:
-            found = await discover(self.namespace, self.selector, self.context)
+            found = await discover(self.namespace, self.selector, self.context, terminating_ok=self.final_checkpoint)
         except StackRolling as exc:
+            if self.final_checkpoint:
+                raise Refused("StackIncomplete", f"a final checkpoint cannot wait for the stack: {exc}") from None
             self.rolling_since = self.rolling_since or loop.time()
             patience = self.context.settings.rollout_patience_s
             if loop.time() - self.rolling_since > patience:
@@ -150,6 +191,7 @@ class Transaction(Generic[P]):
         not answer or while it says to wait; None when stopped meanwhile."""
         api = Backoff(0.5, 10.0, SETUP_PATIENCE_S)
         while not stopped.is_set():
+            self.check_deadline("setting up")
             try:
                 return await setup()
             except Unavailable as exc:
@@ -160,6 +202,7 @@ class Transaction(Generic[P]):
                 delay = api.wait_s()
                 log.warning(f"{self.kind} {self.name}: {exc}; retrying in {delay:.1f}s")
             except Wait as exc:
+                self._superseded(lock_of(self))
                 api.reset()  # the API answered
                 if self.writer.status.get("message") != exc.message:
                     self.writer.write(pending_status(exc.reason, exc.message, self.writer.generation))
@@ -168,9 +211,19 @@ class Transaction(Generic[P]):
             await stopped.wait(delay)
         return None
 
+    def _superseded(self, lock: StackLock) -> None:
+        """A checkpoint that has not started gives way to a final (termination) checkpoint of its stack: that one
+        takes the stack's last state, and after it the participants hold it until they exit."""
+        if self.kind == "Checkpoint" and not self.final_checkpoint and lock.finals:
+            name = sorted(lock.finals)[0]
+            raise Refused("Superseded", f"the termination checkpoint {name} takes the stack's state instead")
+
     async def _wait_for_stack(self, stopped: kopf.DaemonStopped, lock: StackLock) -> None:
-        """Pending (reason ``WaitingForStack``) while another transaction runs on the stack."""
-        while lock.locked() and not stopped.is_set():
+        """Pending (reason ``WaitingForStack``) while another transaction runs on the stack, or, for all but a
+        final checkpoint, while a final one waits for it."""
+        while (lock.locked() or (lock.finals and not self.final_checkpoint)) and not stopped.is_set():
+            self._superseded(lock)
+            self.check_deadline(f"waiting for {lock.holder}")
             message = f"waiting: {lock.holder} is running on this stack"
             if self.writer.status.get("message") != message:
                 self.writer.write(pending_status("WaitingForStack", message, self.writer.generation))
@@ -188,8 +241,16 @@ class Transaction(Generic[P]):
         Deleting the resource sets the cancel event ``work`` receives (the coordinator aborts); the
         operator stopping interrupts ``work`` without aborting (a restarted operator repeats it).
         """
-        lock = self.context.locks.setdefault(self.context.stack_key(self.namespace, self.selector), StackLock())
-        await self._wait_for_stack(stopped, lock)
+        lock = lock_of(self)
+        if self.final_checkpoint:
+            lock.finals.add(self.name)
+        try:
+            await self._wait_for_stack(stopped, lock)
+        except Refused as exc:
+            self.fail(exc.reason, exc.message)
+            return
+        finally:
+            lock.finals.discard(self.name)
         if stopped.is_set():
             self._deleted_before_start(stopped)
             return
@@ -237,6 +298,11 @@ class Transaction(Generic[P]):
         if not self.writer.gone and self.writer.status != self.writer.written:
             log.error(f"{self.kind} {self.name}: its status could not be written; a restarted operator writes it")
         await self.writer.close()
+
+
+def lock_of(tx: Transaction[Any]) -> StackLock:
+    """The lock of the transaction's stack (one transaction at a time on it)."""
+    return tx.context.locks.setdefault(tx.context.stack_key(tx.namespace, tx.selector), StackLock())
 
 
 def parse(model: type[S], spec: Any) -> tuple[S | None, str]:

@@ -1,9 +1,9 @@
 """``gymckpt cluster checkpoint|restore|secret``: create a Checkpoint or Restore resource and wait for its end;
 create a release's generated Secret once.
 
-The same as ``kubectl apply`` + ``kubectl wait``, for images without kubectl: the chart's upgrade hooks run
-it (a Checkpoint before ``helm upgrade`` replaces the pods, a Restore once the new pods are ready), and an
-operator can run it from a desk. The operator does the work; this only creates the resource and follows
+The same as ``kubectl apply`` + ``kubectl wait``, for a desk or an image without kubectl (a ``helm upgrade`` needs
+neither: the operator takes the termination checkpoint and the automatic restore,
+``docs/operations/kubernetes-preemption.md``). The operator does the work; this only creates the resource and follows
 its ``status`` (progress on stderr). Exit 0 when Completed, 1 when Failed or out of time, 2 on bad usage.
 ``secret`` is the chart's secrets hook: it creates a Secret of random values once and adds a key it lacks, but
 never changes a value it holds, so a GitOps tool that renders the chart offline never rotates a token.
@@ -139,25 +139,19 @@ def _release(given: str | None) -> str:
     return release
 
 
-def _run(work: Callable[[], int], allow_failure: bool = False) -> int:
+def _run(work: Callable[[], int]) -> int:
     try:
-        code = work()
+        return work()
     except ClusterError as exc:
         print(f"gymckpt cluster: {exc}", file=sys.stderr)
-        code = 1
-    if code and allow_failure:
-        print("gymckpt cluster: --allow-failure: going on as if it had succeeded", file=sys.stderr)
-        return 0
-    return code
+        return 1
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     def work() -> int:
         custom, _, _ = _api()
         namespace = _namespace(args.namespace)
-        if args.name and args.generate_name:
-            raise ClusterError("give a name or --generate-name, not both")
-        name = args.name or f"{args.generate_name or 'ckpt-'}{time.strftime('%Y%m%d-%H%M%S')}"
+        name = args.name or f"ckpt-{time.strftime('%Y%m%d-%H%M%S')}"
         spec: dict[str, Any] = {
             "release": _release(args.release),
             "prepareTimeoutSeconds": args.prepare_timeout,
@@ -167,13 +161,10 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             spec["storageLocation"] = args.storage_location
         if args.deletion_policy:
             spec["deletionPolicy"] = args.deletion_policy
-        labels = _labels(args.label)
-        if args.keep is not None and (args.keep < 1 or not labels):
-            raise ClusterError("--keep takes N >= 1 and needs --label KEY=VALUE to name the series it keeps N of")
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Checkpoint",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
         }
         _create(custom, namespace, "checkpoints", body)
@@ -182,118 +173,22 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             return 0
         status = _follow(custom, namespace, "checkpoints", name, args.wait_timeout)
         print(json.dumps(status, indent=1) if args.json else _summary("Checkpoint", name, status))
-        if status.get("phase") != "Completed":
-            return 1
-        if args.keep is not None:
-            _prune(custom, namespace, spec["release"], labels, args.keep)
-        return 0
+        return 0 if status.get("phase") == "Completed" else 1
 
-    return _run(work, args.allow_failure)
-
-
-def _prune(custom: Any, namespace: str, release: str, labels: dict[str, str], keep: int) -> None:
-    """Keep the ``keep`` newest Checkpoints of this series (the release's, carrying every one of ``labels``); delete
-    the older ones that have ended and that no unfinished Restore names (their ``deletionPolicy`` then says what
-    happens to the stored objects). Runs after a Completed checkpoint, so the one just taken is the newest."""
-    from kubernetes.client.exceptions import ApiException
-
-    selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
-    try:
-        series = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "checkpoints", label_selector=selector)
-        restores = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "restores")
-    except ApiException as exc:
-        _say(f"not pruning old checkpoints: listing them failed: {exc.status} {exc.reason}")
-        return
-    read = {
-        ((r.get("spec") or {}).get("checkpointRef") or {}).get("name")
-        for r in restores.get("items") or []
-        if (r.get("status") or {}).get("phase") not in FINAL
-    }
-    ours = [c for c in series.get("items") or [] if (c.get("spec") or {}).get("release") == release]
-    ours.sort(key=lambda c: (c["metadata"].get("creationTimestamp") or "", c["metadata"]["name"]), reverse=True)
-    for old in ours[keep:]:
-        name = old["metadata"]["name"]
-        if (
-            (old.get("status") or {}).get("phase") not in FINAL
-            or name in read
-            or old["metadata"].get("deletionTimestamp")
-        ):
-            continue
-        try:
-            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "checkpoints", name)
-        except ApiException as exc:
-            if exc.status != 404:
-                _say(f"deleting old checkpoint {name} failed: {exc.status} {exc.reason}")
-            continue
-        _say(f"deleted Checkpoint {name} (--keep {keep} of {selector})")
-
-
-def _selects(selector: str, labels: dict[str, str]) -> bool:
-    """Whether ``labels`` satisfy a selector of ``key=value`` and ``key`` (exists) terms."""
-    for term in filter(None, selector.split(",")):
-        key, sep, value = term.partition("=")
-        if (labels.get(key) != value) if sep else (key not in labels):
-            return False
-    return True
-
-
-def _statefulset_pods(apps: Any, namespace: str, selector: str) -> int:
-    """How many pods the StatefulSets whose pod template matches ``selector`` run: their ``spec.replicas``,
-    as the cluster has them now (not as the chart's values said)."""
-    if any(op in selector for op in ("!", " in ", " notin ", "(")):
-        raise ClusterError(f"--wait-pods {selector!r}: without --pods only key=value and key terms are understood")
-    total = 0
-    for sts in apps.list_namespaced_stateful_set(namespace).items:
-        template = sts.spec.template.metadata if sts.spec and sts.spec.template else None
-        if template is not None and _selects(selector, dict(template.labels or {})):
-            total += 1 if sts.spec.replicas is None else int(sts.spec.replicas)
-    return total
-
-
-def _wait_pods(
-    core: Any, apps: Any, namespace: str, selector: str, count: int | None, annotation: str | None, timeout_s: float
-) -> None:
-    """Until ``count`` pods match ``selector`` (None: as many as the matching StatefulSets' replicas, read again
-    each round), every one Ready (and carrying ``annotation`` KEY=VALUE)."""
-    key, _, value = (annotation or "").partition("=")
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while True:
-        want = count if count is not None else _statefulset_pods(apps, namespace, selector)
-        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-        ready = []
-        for pod in pods:
-            if pod.metadata.deletion_timestamp is not None:
-                continue
-            if key and (pod.metadata.annotations or {}).get(key) != value:
-                continue
-            conditions = {c.type: c.status for c in (pod.status.conditions or [])}
-            if pod.status.phase == "Running" and conditions.get("Ready") == "True":
-                ready.append(pod.metadata.name)
-        note = f"{len(ready)}/{want} participant pods ready" + (f" with {annotation}" if annotation else "")
-        if note != last:
-            _say(note)
-            last = note
-        if want > 0 and len(ready) >= want:
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(f"only {note} after {timeout_s:.0f}s (selector {selector})")
-        time.sleep(1.0)
+    return _run(work)
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     def work() -> int:
         release = _release(args.release)
-        custom, core, apps = _api()
+        custom, _, _ = _api()
         namespace = _namespace(args.namespace)
         name = args.name or f"restore-{args.checkpoint}"
         _require_completed(custom, namespace, args.checkpoint)
-        if args.wait_pods:
-            _wait_pods(core, apps, namespace, args.wait_pods, args.pods, args.pods_annotation, args.wait_timeout)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Restore",
-            "metadata": {"name": name, "namespace": namespace, "labels": _labels(args.label)},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"release": release, "checkpointRef": {"name": args.checkpoint}, "leaseSeconds": args.lease},
         }
         _create(custom, namespace, "restores", body)
@@ -304,7 +199,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=1) if args.json else _summary("Restore", name, status))
         return 0 if status.get("phase") == "Completed" else 1
 
-    return _run(work, args.allow_failure)
+    return _run(work)
 
 
 def _require_completed(custom: Any, namespace: str, checkpoint: str) -> None:
@@ -453,14 +348,8 @@ def _common(q: argparse.ArgumentParser) -> None:
     q.add_argument("--release", help="the Helm release whose operator runs it (default: $GYMCKPT_RELEASE)")
     q.add_argument("--lease", type=int, default=60, help="lease seconds (default 60)")
     q.add_argument("--wait-timeout", type=float, default=900.0, help="seconds to wait for the end (default 900)")
-    q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on the resource (repeatable)")
     q.add_argument("--no-wait", action="store_true", help="create the resource and return")
     q.add_argument("--json", action="store_true", help="print the final status as JSON")
-    q.add_argument(
-        "--allow-failure",
-        action="store_true",
-        help="exit 0 even if it failed (an upgrade hook that must not block)",
-    )
 
 
 def _register_checkpoint(inner: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -470,9 +359,6 @@ def _register_checkpoint(inner: argparse._SubParsersAction[argparse.ArgumentPars
         description="Create a Checkpoint of the release's stack and wait for its end.",
     )
     q.add_argument("name", nargs="?", help="resource name (default ckpt-TIMESTAMP)")
-    q.add_argument(
-        "--generate-name", metavar="PREFIX", help="name it PREFIX + the time (YYYYmmdd-HHMMSS) instead of a fixed name"
-    )
     q.add_argument(
         "--prepare-timeout", type=int, default=300, help="seconds for every server to reach a boundary (default 300)"
     )
@@ -485,13 +371,6 @@ def _register_checkpoint(inner: argparse._SubParsersAction[argparse.ArgumentPars
         "--deletion-policy",
         choices=("Retain", "Delete"),
         help="what deleting the Checkpoint does to its stored objects (default: the CRD's, Retain)",
-    )
-    q.add_argument(
-        "--keep",
-        type=int,
-        metavar="N",
-        help="once it completed, delete all but the N newest ended Checkpoints of the release carrying every --label "
-        "(never one an unfinished Restore names); the upgrade hook keeps upgradeCheckpoint.keep",
     )
     _common(q)
     q.set_defaults(func=cmd_checkpoint)
@@ -506,18 +385,6 @@ def _register_restore(inner: argparse._SubParsersAction[argparse.ArgumentParser]
     q.add_argument("name", nargs="?", help="resource name (default restore-CHECKPOINT)")
     q.add_argument(
         "--from", dest="checkpoint", required=True, metavar="CHECKPOINT", help="the Checkpoint resource to restore"
-    )
-    q.add_argument(
-        "--wait-pods", metavar="SELECTOR", help="first wait until the pods matching this label selector are Ready"
-    )
-    q.add_argument(
-        "--pods",
-        type=int,
-        help="how many pods --wait-pods waits for (default: the spec.replicas of the "
-        "StatefulSets whose pod template matches the selector, read from the cluster)",
-    )
-    q.add_argument(
-        "--pods-annotation", metavar="KEY=VALUE", help="only count pods carrying this annotation (a new revision)"
     )
     _common(q)
     q.set_defaults(func=cmd_restore)

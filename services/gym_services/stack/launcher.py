@@ -209,7 +209,9 @@ def read_state(state_dir: Path) -> StackState:
 
 def alive(pid: int) -> bool:
     """Process ``pid`` exists and has not exited: a zombie (exited, waiting for its parent to reap it - a server
-    whose launcher is gone waits for the init process) is not alive."""
+    whose launcher is gone waits for the init process) is not alive. A killed server's main thread is a zombie while
+    its other threads still exit, holding its files (its listening socket) until the last one is gone: alive until
+    then, or a restart on the same port would find it in use."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -217,9 +219,14 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            return True
     except (OSError, IndexError):
         return True  # no /proc: the signal's answer is all there is
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
 
 
 def start_time(pid: int) -> int | None:

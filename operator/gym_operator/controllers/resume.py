@@ -141,7 +141,8 @@ async def release_resources(context: Context, namespace: str) -> tuple[list[dict
 
 async def phases_of(context: Context, refs: list[ParticipantRef]) -> dict[str, Phase | BaseException]:
     """Every participant's phase, or why it did not say."""
-    async with ControlClient(context.settings.token, timeout_s=STATUS_TIMEOUT_S) as client:
+    # (fenced as every control call: a leader past its term ends here instead of asking)
+    async with ControlClient(context.settings.token, timeout_s=STATUS_TIMEOUT_S, fence=context.fence) as client:
         answers = await asyncio.gather(*(client.status(ref) for ref in refs), return_exceptions=True)
     return {
         ref.participant_id: answer if isinstance(answer, BaseException) else answer.phase

@@ -71,7 +71,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
     ],
     "gym_services.control.storage": [
         ("base",),  # the interface and its errors
-        ("file", "s3", "memory"),  # the backends
+        ("file", "s3", "memory", "gateway"),  # the backends (a participant's through the storage gateway)
         ("locations",),  # opening a location by its URL
     ],
     "gym_services.models.policy_model": [

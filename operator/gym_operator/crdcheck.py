@@ -1,11 +1,14 @@
-"""The installed CRDs against this operator, checked once at startup.
+"""The installed CRDs against this operator, checked by every replica before it competes for the leadership, and
+again now and then (:mod:`gym_operator.main`).
 
-Helm installs a chart's ``crds/`` once and never upgrades them, so after ``helm upgrade`` the operator may run over
-CRDs of an older chart: the API server would then prune every spec field the old schema lacks, and a Checkpoint
-would silently lose, say, its ``storageLocation``. The operator reads the installed schema from the API server's
-OpenAPI v3 document of the group-version, which every authenticated client may read (the ``system:discovery``
-role), so neither the operator nor whoever deploys the chart needs a cluster-wide right to get CRDs; and it refuses
-to start while a spec field it reads is missing, naming the command that updates the CRDs.
+Helm installs a chart's ``crds/`` once and never upgrades them (the chart's pre-upgrade hook does:
+:mod:`gym_operator.crdupgrade`), so after ``helm upgrade`` the operator may run over CRDs of an older chart: the API
+server would then prune every spec field the old schema lacks, and a Checkpoint would silently lose, say, its
+``storageLocation``. The operator reads the installed schema from the API server's OpenAPI v3 document of the
+group-version, which every authenticated client may read (the ``system:discovery`` role), so neither the operator
+nor whoever deploys the chart needs a cluster-wide right to get CRDs. A replica that finds a spec field it reads
+missing does not lead, and its readiness probe says why (naming the command that updates the CRDs): the rollout of
+new operator pods stops there, the old ones keep working, and nothing crash-loops.
 """
 
 from __future__ import annotations
@@ -14,16 +17,16 @@ import logging
 import os
 from typing import Any
 
-import kopf
 from pydantic import BaseModel
 
 from gym_operator.kube import Kube, KubeError, Unavailable
-from gym_operator.specs import CheckpointSpec, RestoreSpec, ScheduleSpec
+from gym_operator.specs import CheckpointSpec, LocationSpec, RestoreSpec, ScheduleSpec
 
 GROUP_VERSION = "gym-checkpoint.dev/v1alpha1"
 KINDS: dict[str, type[BaseModel]] = {
     "Checkpoint": CheckpointSpec,
     "Restore": RestoreSpec,
+    "CheckpointStorageLocation": LocationSpec,
     "CheckpointSchedule": ScheduleSpec,
 }
 UPDATE = "kubectl apply --server-side --force-conflicts -f charts/gym-checkpoint/crds/"
@@ -60,25 +63,24 @@ def missing_spec_fields(document: dict[str, Any]) -> dict[str, list[str]]:
 def stale_message(missing: dict[str, list[str]]) -> str:
     what = "; ".join(f"{kind} has no spec.{', spec.'.join(fields)}" for kind, fields in sorted(missing.items()))
     return (
-        f"the installed gym-checkpoint.dev CRDs are older than this operator ({what}): Helm never upgrades CRDs, "
-        f"so apply the chart's: {UPDATE} (or set crds.checkVersion=false to run anyway)"
+        f"the installed gym-checkpoint.dev CRDs are older than this operator ({what}): Helm never upgrades CRDs "
+        f"(the chart's pre-upgrade hook does, with crds.upgrade), so apply the chart's: {UPDATE} (or set "
+        "crds.checkVersion=false to run anyway)"
     )
 
 
-async def verify(kube: Kube) -> None:
-    """Raise kopf.PermanentError (the operator stops) when the installed CRDs lack a field this operator reads.
-    An API server that does not answer raises Unavailable (kopf retries the startup); one that hides its OpenAPI
-    document from this service account (401, 403, 404) leaves the CRDs unchecked, with a warning."""
+async def problem(kube: Kube) -> str | None:
+    """Why this operator must not run over the installed CRDs; None when they have every spec field it reads (or
+    the check is off, or this service account may not read the OpenAPI document: said in a warning). Raises
+    :class:`Unavailable` when the API server does not answer."""
     if not enabled():
-        log.info("crds.checkVersion is off: the installed CRDs are not checked")
-        return
+        return None
     try:
         document = await kube.openapi_document(GROUP_VERSION)
     except Unavailable:
         raise
     except KubeError as exc:
         log.warning("cannot read the installed CRDs' schema (%s): running without checking them", exc)
-        return
+        return None
     missing = missing_spec_fields(document)
-    if missing:
-        raise kopf.PermanentError(stale_message(missing))
+    return stale_message(missing) if missing else None

@@ -4,8 +4,9 @@ Built once at startup by :mod:`gym_operator.handlers` and used by the controller
 through their shared context). Every call it makes is one the chart's operator Role grants
 (``charts/gym-checkpoint/templates/operator.yaml``; kopf's own calls, and the leadership's on its Kubernetes Lease
 (:mod:`gym_operator.leadership`), are listed there too): list pods and StatefulSets; get, list, create and delete
-Checkpoints; list and create Restores; patch their status and CheckpointSchedules'; create Events; get the Secrets
-named in ``operator.credentialsSecrets``; at
+Checkpoints (create: a schedule's, a termination's, the catalog sync's); list and create Restores (the automatic
+resume); get and list CheckpointStorageLocations; patch the status of Checkpoints, Restores, CheckpointSchedules and
+CheckpointStorageLocations; create Events; get the Secrets of the storage locations (by name); at
 shutdown, get its own Namespace and Deployment and patch the finalizers off its resources when the release is going
 away.
 
@@ -172,8 +173,8 @@ class Kube:
         return list(found.get("items") or [])
 
     async def create_object(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Create one object (a Checkpoint a schedule or a termination starts, a Restore of the automatic resume);
-        :class:`KubeError` with status 409 when the name is taken."""
+        """Create one object (a Checkpoint a schedule, a termination or the catalog sync starts, a Restore of the
+        automatic resume); a 409 (the name is taken) is :class:`Unavailable` with status 409."""
         created = await self._call(
             f"create {plural} {(body.get('metadata') or {}).get('name')}",
             self.custom.create_namespaced_custom_object,
@@ -200,9 +201,10 @@ class Kube:
                 body=body,
             )
 
-    async def deletion_started(self, kind: str, namespace: str, name: str) -> bool | None:
+    async def deletion_started(self, kind: str, namespace: str, name: str) -> bool:
         """Whether the Namespace ``namespace`` (kind ``namespace``) or the Deployment ``name`` in it (``deployment``)
-        is gone or being deleted; None when the API does not say (no answer, not allowed)."""
+        is gone or being deleted. Raises :class:`KubeError` when the API does not say (no answer, or refused: the
+        operator's token or Role may be gone already), never taken for a no."""
         try:
             if kind == "namespace":
                 found = await self._call(f"get Namespace {namespace}", self.core.read_namespace, namespace)
@@ -212,22 +214,20 @@ class Kube:
                 )
         except Gone:
             return True
-        except KubeError:
-            return None
         return found.metadata is not None and found.metadata.deletion_timestamp is not None
 
-    async def remove_finalizer(self, plural: str, found: dict[str, Any], finalizer: str) -> bool:
-        """Take ``finalizer`` off an object as it was listed (a merge patch carrying the resourceVersion it was listed
+    async def remove_finalizers(self, plural: str, found: dict[str, Any], finalizers: set[str]) -> bool:
+        """Take ``finalizers`` off an object as it was listed (a merge patch carrying the resourceVersion it was listed
         at: a concurrent change is a 409, :class:`Unavailable`, and the caller lists it again; no ``get``, which the
-        chart's Role grants on Checkpoints only); False when the object is gone or does not carry it."""
+        chart's Role grants on Checkpoints only); False when the object is gone or carries none of them."""
         meta = found.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name")
-        finalizers = list(meta.get("finalizers") or [])
-        if finalizer not in finalizers:
+        held = list(meta.get("finalizers") or [])
+        if not finalizers & set(held):
             return False
         patch = {
             "metadata": {
-                "finalizers": [f for f in finalizers if f != finalizer],
+                "finalizers": [f for f in held if f not in finalizers],
                 "resourceVersion": meta.get("resourceVersion"),
             }
         }
@@ -246,13 +246,22 @@ class Kube:
             return False
         return True
 
-    async def warn(self, obj: dict[str, Any], reason: str, message: str) -> None:
-        """A Warning Event on ``obj``, posted at once (for when kopf's event poster has stopped)."""
-        await self.event(obj, reason, message, warning=True)
+    async def patch_labels(self, plural: str, namespace: str, name: str, labels: dict[str, str]) -> None:
+        """A JSON merge patch of ``metadata.labels`` (only these keys)."""
+        await self._call(
+            f"patch {plural} {name} labels",
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"metadata": {"labels": labels}},
+        )
 
     async def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """An Event on ``obj`` (a Pod, a Checkpoint, ...), posted at once: from a task of the operator's own, outside
-        kopf's handlers (whose events kopf posts)."""
+        kopf's handlers (whose events kopf posts), or when kopf's event poster has stopped."""
         meta = obj.get("metadata") or {}
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
@@ -274,9 +283,32 @@ class Kube:
         }
         await self._call(f"create Event {reason}", self.core.create_namespaced_event, meta.get("namespace"), event)
 
-    async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """A JSON merge patch of ``status`` (the status subresource)."""
-        await self._call(
+    async def resource_version(self, plural: str, namespace: str, name: str) -> str | None:
+        """The object's resourceVersion now (None: gone). A list by name: the chart's Role grants ``get`` on
+        Checkpoints only, ``list`` on both."""
+        found = await self._call(
+            f"list {plural} {name}",
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            field_selector=f"metadata.name={name}",
+        )
+        for item in found.get("items") or []:
+            if (item.get("metadata") or {}).get("name") == name:
+                return str(item["metadata"].get("resourceVersion") or "") or None
+        return None
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> str | None:
+        """A JSON merge patch of ``status`` (the status subresource); with ``resource_version``, only over that
+        version of the object (else 409 Conflict, :class:`Unavailable`). Returns the object's new resourceVersion."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        written = await self._call(
             f"patch {plural} {name} status",
             self.custom.patch_namespaced_custom_object_status,
             GROUP,
@@ -284,5 +316,7 @@ class Kube:
             namespace,
             plural,
             name,
-            {"status": status},
+            body,
         )
+        version = ((written or {}).get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
+        return str(version) if version else None

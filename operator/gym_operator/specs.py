@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import json
 import os
 import re
 from collections.abc import Mapping
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S, CheckpointMethod
@@ -45,6 +44,26 @@ class _Spec(BaseModel):
             raise SpecError(f"invalid {cls.__name__}: {problems}") from None
 
 
+#: a label key (an optional DNS-subdomain prefix and '/', then a name) and a label value, as Kubernetes validates them
+#: (the CRDs check the same; a spec failing here was written around them)
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_key(key: str) -> str:
+    if len(key) > 317 or not LABEL_KEY.match(key):
+        raise ValueError(f"{key!r} is not a label key")
+    return key
+
+
+def label_value(value: str) -> str:
+    if len(value) > 63 or not LABEL_VALUE.match(value):
+        raise ValueError(f"{value!r} is not a label value")
+    return value
+
+
 class SelectorOperator(enum.StrEnum):
     IN = "In"
     NOT_IN = "NotIn"
@@ -58,6 +77,16 @@ class SelectorRequirement(_Spec):
     key: str = Field(min_length=1)
     operator: SelectorOperator
     values: list[str] = Field(default_factory=list)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str) -> str:
+        return label_key(key)
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, values: list[str]) -> list[str]:
+        return [label_value(v) for v in values]
 
     @model_validator(mode="after")
     def _values_fit_the_operator(self) -> SelectorRequirement:
@@ -84,6 +113,11 @@ class SelectorSpec(_Spec):
     match_labels: dict[str, str] = Field(default_factory=dict)
     match_expressions: list[SelectorRequirement] = Field(default_factory=list)
 
+    @field_validator("match_labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        return {label_key(k): label_value(v) for k, v in labels.items()}
+
     @property
     def empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
@@ -109,25 +143,98 @@ def parse_duration(text: str) -> dt.timedelta:
 
 
 DEFAULT_LOCATION = "default"
+#: the label a location resource answers to besides its name (the chart's: its values' name, ``default`` for the
+#: release's own location), so that two releases in one namespace each have their ``default``
+LOCATION_LABEL = "gym-checkpoint.dev/location"
+
+
+class Provider(enum.StrEnum):
+    S3 = "s3"
+    FILE = "file"
+
+
+class AccessMode(enum.StrEnum):
+    READ_WRITE = "ReadWrite"
+    READ_ONLY = "ReadOnly"  # restored from, never written: a Checkpoint naming it is refused
+
+
+class CredentialRef(_Spec):
+    """The Secret (in the location's namespace) holding ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``: read by
+    the operator alone, never sent to a server."""
+
+    name: str = Field(min_length=1)
+
+
+class LocationSpec(_Spec):
+    """A ``CheckpointStorageLocation``'s spec (``charts/gym-checkpoint/crds/storagelocations.yaml``)."""
+
+    release: str = Field(min_length=1)
+    provider: Provider = Provider.S3
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint: str | None = None
+    region: str | None = None
+    credential: CredentialRef | None = None
+    access_mode: AccessMode = AccessMode.READ_WRITE
+    validation_frequency: dt.timedelta = dt.timedelta(minutes=1)
+
+    @field_validator("validation_frequency", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _where(self) -> LocationSpec:
+        if self.provider is Provider.S3 and not self.bucket:
+            raise ValueError("provider s3 needs a bucket")
+        if self.provider is Provider.FILE and not self.prefix.startswith("/"):
+            raise ValueError("provider file needs prefix: an absolute path")
+        return self
+
+    @property
+    def url(self) -> str:
+        prefix = self.prefix.strip("/")
+        if self.provider is Provider.FILE:
+            return f"file:///{prefix}"
+        return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
 
 
 class StorageLocation(BaseModel):
-    """A storage location the admin defined (the chart's ``storage.locations``, or ``default``: the release's
-    storage): where records go and how to reach it. A Checkpoint or Restore names one; it sets nothing of it."""
+    """A storage location as the operator reaches it: a ``CheckpointStorageLocation`` of the release (``resource``
+    its name), or the operator's own default (``GYMCKPT_STORAGE``: an operator run without the chart). A Checkpoint
+    or Restore names one; it sets nothing of it."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     url: str = Field(min_length=1, description="s3://bucket/prefix or file:///path")
     endpoint: str | None = None
     region: str | None = None
-    existing_secret: str | None = Field(
-        default=None, description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY"
-    )
+    credential: str | None = Field(default=None, description="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")
+    access_mode: AccessMode = AccessMode.READ_WRITE
+    resource: str | None = Field(default=None, description="the CheckpointStorageLocation, None for GYMCKPT_STORAGE")
+    #: the location's last validation said Unavailable: why (None: Available, or not validated yet)
+    unavailable: str | None = None
 
+    @property
+    def read_only(self) -> bool:
+        return self.access_mode is AccessMode.READ_ONLY
 
-class UnknownLocation(LookupError):
-    """A spec names a storage location the admin has not defined."""
+    @classmethod
+    def of(cls, resource: Mapping[str, Any]) -> StorageLocation:
+        """From a ``CheckpointStorageLocation`` object; :class:`SpecError` when its spec is invalid."""
+        spec = LocationSpec.parse(resource.get("spec"))
+        meta, status = resource.get("metadata") or {}, resource.get("status") or {}
+        return cls(
+            name=meta["name"],
+            url=spec.url,
+            endpoint=spec.endpoint,
+            region=spec.region,
+            credential=spec.credential.name if spec.credential else None,
+            access_mode=spec.access_mode,
+            resource=meta["name"],
+            unavailable=(status.get("message") or "unavailable") if status.get("phase") == "Unavailable" else None,
+        )
 
 
 class CheckpointSpec(_Spec):
@@ -214,15 +321,23 @@ class OperatorSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     token: str = Field(min_length=1, description="GYMCKPT_CONTROL_TOKEN: the Secret shared with the servers")
-    locations: dict[str, StorageLocation] = Field(
-        default_factory=dict,
-        description="the storage locations specs may name: `default` from GYMCKPT_STORAGE (the release's storage), the "
-        "others from GYMCKPT_STORAGE_LOCATIONS (JSON: name -> url, endpoint, region, existingSecret; the chart's "
-        "storage.locations)",
+    default_location: str | None = Field(
+        default=None,
+        description="GYMCKPT_STORAGE: the location `default` names when the release has no CheckpointStorageLocation "
+        "labelled gym-checkpoint.dev/location=default (an operator run without the chart; the chart renders that "
+        "resource instead)",
+    )
+    gateway_key: SecretStr | None = Field(
+        default=None,
+        description="GYMCKPT_GATEWAY_KEY: signs the storage grants the servers present to the operator's storage "
+        "gateway; unset, no grant is sent and each server reaches storage with its own config",
     )
     release: str = Field(
         min_length=1,
-        description="GYMCKPT_RELEASE: the Helm release; the operator runs only Checkpoints and Restores whose "
+        max_length=53,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="GYMCKPT_RELEASE: the Helm release (a DNS label of at most 53 characters, as Helm's release "
+        "names); the operator runs only Checkpoints and Restores whose "
         "spec.release is this, and selects the pods labelled app.kubernetes.io/instance=<release>",
     )
     selector: str | None = Field(default=None, description="GYMCKPT_PARTICIPANT_SELECTOR: default label selector")
@@ -287,38 +402,34 @@ class OperatorSettings(BaseModel):
             raise SpecError(
                 "GYMCKPT_RELEASE is not set: the operator must know which release's Checkpoints and Restores it runs"
             )
-        try:
-            named = json.loads(env.get("GYMCKPT_STORAGE_LOCATIONS") or "{}")
-            locations = {name: StorageLocation(name=name, **fields) for name, fields in dict(named).items()}
-        except (ValueError, TypeError, ValidationError) as exc:
-            raise SpecError(f"GYMCKPT_STORAGE_LOCATIONS is not a JSON object of storage locations: {exc}") from None
-        if DEFAULT_LOCATION in locations:
+        if env.get("GYMCKPT_STORAGE_LOCATIONS"):
             raise SpecError(
-                f"GYMCKPT_STORAGE_LOCATIONS may not redefine {DEFAULT_LOCATION!r} (that is GYMCKPT_STORAGE)"
+                "GYMCKPT_STORAGE_LOCATIONS is no longer read: storage locations are CheckpointStorageLocation "
+                "resources (the chart renders one per storage.locations entry; docs/operations/guide.md, Storage "
+                "locations)"
             )
-        if env.get("GYMCKPT_STORAGE"):
-            locations[DEFAULT_LOCATION] = StorageLocation(name=DEFAULT_LOCATION, url=env["GYMCKPT_STORAGE"])
+        if env.get("GYMCKPT_GATEWAY_KEY") and len(env["GYMCKPT_GATEWAY_KEY"]) < 16:
+            raise SpecError("GYMCKPT_GATEWAY_KEY needs at least 16 characters")
         try:
             tries = int(env.get("GYMCKPT_DELETE_ATTEMPTS") or 6)
             retry_s = float(env.get("GYMCKPT_DELETE_RETRY_SECONDS") or 10.0)
         except ValueError as exc:
             raise SpecError(f"GYMCKPT_DELETE_ATTEMPTS / GYMCKPT_DELETE_RETRY_SECONDS: {exc}") from None
         try:
-            return cls._from(env, locations, tries, retry_s)
+            return cls._from(env, tries, retry_s)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
             raise SpecError(f"invalid operator settings: {problems}") from None
 
     @classmethod
-    def _from(
-        cls, env: Mapping[str, str], locations: dict[str, StorageLocation], tries: int, retry_s: float
-    ) -> OperatorSettings:
+    def _from(cls, env: Mapping[str, str], tries: int, retry_s: float) -> OperatorSettings:
         return cls(
             deployment=env.get("GYMCKPT_OPERATOR_DEPLOYMENT") or None,
             delete_tries=tries,
             delete_retry_s=retry_s,
             token=env["GYMCKPT_CONTROL_TOKEN"],
-            locations=locations,
+            default_location=env.get("GYMCKPT_STORAGE") or None,
+            gateway_key=env.get("GYMCKPT_GATEWAY_KEY") or None,
             release=env["GYMCKPT_RELEASE"],
             selector=env.get("GYMCKPT_PARTICIPANT_SELECTOR") or None,
             scanning_disabled=env.get("GYMCKPT_KOPF_SCANNING", "") == "disabled",
@@ -337,17 +448,6 @@ class OperatorSettings(BaseModel):
                 if env.get(name)
             },
         )
-
-    def location(self, name: str) -> StorageLocation:
-        """The storage location a spec names; raises :class:`UnknownLocation` naming the defined ones."""
-        try:
-            return self.locations[name]
-        except KeyError:
-            known = ", ".join(sorted(self.locations)) or "none"
-            raise UnknownLocation(
-                f"spec.storageLocation {name!r} is not one of the release's storage locations ({known}); the admin "
-                "defines them in the chart's storage.locations"
-            ) from None
 
     def checkpoint_call_timeout(self, spec: CheckpointSpec) -> float:
         return spec.prepare_timeout_seconds + self.call_margin_s

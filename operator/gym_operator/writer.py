@@ -1,5 +1,13 @@
 """Best-effort status writes: the transaction never waits for, or fails with, the Kubernetes API.
 
+Fenced: each write is checked against the leadership right before it goes (``fence``: a leader whose leadership may
+have passed ends there) and is conditional on the resource's ``resourceVersion`` as the operator last saw it
+(``version``: kopf's live body, or the version its own last write made while that body lags), so a write that was
+on its way when a newer leader wrote is refused (409). After a 409 the writer reads the object's resourceVersion
+again and tries over it, fenced again: only a leader that is still one writes. (The live body alone cannot be
+waited for: while kopf runs the resource's deletion handler, which waits for the transaction to end, it applies no
+newer event to that body, and the transaction would wait for its last status write for ever.)
+
 :class:`StatusWriter` keeps the status one resource should have and writes it in the background,
 as a JSON merge patch of the status subresource: a write that fails (no answer, 409, 429, 5xx) is
 logged and retried with backoff (a 429's ``Retry-After`` obeyed), newer writes folding into the one
@@ -14,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from gym_operator.kube import Gone, Kube, KubeError, Unavailable
@@ -37,8 +46,11 @@ class StatusWriter:
         name: str,
         generation: int | None,
         current: dict[str, Any] | None,
+        fence: Callable[[], object] | None = None,
+        version: Callable[[], str | None] | None = None,
     ) -> None:
         self.kube, self.plural, self.namespace, self.name = kube, plural, namespace, name
+        self.fence, self.version = fence, version
         self.generation = generation
         self.conditions: list[dict[str, Any]] = list((current or {}).get("conditions") or [])
         self.written: dict[str, Any] = dict(current or {})  # what the resource is known to hold
@@ -49,6 +61,8 @@ class StatusWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        self._stale: str | None = None  # a version of the live body known to be old...
+        self._newer: str | None = None  # ...and the version read or written since
 
     @property
     def status(self) -> dict[str, Any]:
@@ -92,14 +106,23 @@ class StatusWriter:
         while self._pending is not None:
             self._changed.clear()
             patch = self._pending
+            live = None
             try:
-                await self.kube.patch_status(self.plural, self.namespace, self.name, patch)
+                if self.fence is not None:
+                    self.fence()
+                live = self.version() if self.version is not None else None
+                version = self._newer if self._newer is not None and live == self._stale else live
+                written = await self.kube.patch_status(self.plural, self.namespace, self.name, patch, version)
+                if live is not None and written is not None:
+                    self._stale, self._newer = live, written
             except Gone:
                 log.warning(f"{self.plural}/{self.name} is gone; its status is no longer written")
                 self.gone, self._pending = True, None
                 break
             except Unavailable as exc:
                 self.failures += 1
+                if exc.status == 409 and live is not None:
+                    await self._read_version(live)
                 delay = max(retry.wait_s(), exc.retry_after or 0.0)
                 log.warning(f"status write failed ({exc}); retrying in {delay:.1f}s")
                 try:
@@ -120,3 +143,14 @@ class StatusWriter:
             if self._pending is patch:
                 self._pending = None
         self._idle.set()
+
+    async def _read_version(self, refused: str) -> None:
+        """After a 409 over version ``refused``: the object's resourceVersion now, for the next try (no answer: the
+        next try reads it again)."""
+        try:
+            now = await self.kube.resource_version(self.plural, self.namespace, self.name)
+        except KubeError as exc:
+            log.info(f"{self.plural}/{self.name}: its resourceVersion could not be read ({exc})")
+            return
+        if now is not None:
+            self._stale, self._newer = refused, now

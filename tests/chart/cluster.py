@@ -2,9 +2,10 @@
 
 `helm install` puts the chart's objects into kemu, exactly as rendered. This module then does what a real
 cluster's controllers and kubelets would: for every StatefulSet it creates its pods ``<name>-0`` ...
-``<name>-<replicas-1>`` (for a Deployment, one pod) from the template and runs each container's command as a
-local process; for every Job (the secrets hook) it runs the
-command and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and Ready once their
+``<name>-<replicas-1>`` (for a Deployment, ``<name>-<template hash>-<i>``) from the template and runs each
+container's command as a local process; for every Job (the hooks) it runs the init containers' commands one after
+the other, then the container's, and writes the Job's status, which Helm waits for. Pods get podIP 127.0.0.1 and
+Ready once their
 readiness probe answers.
 
 StatefulSets are rolled as kube-controller-manager's StatefulSet controller does: each pod is labelled
@@ -28,8 +29,9 @@ What it must translate, because every pod shares this machine's network and file
 - ports: each pod's ports (declared container ports, and the pod-local ones its command names, such as
   SeaweedFS's) map to free ports on 127.0.0.1; a pod's ``gym-checkpoint.dev/control-port`` annotation names
   the mapped control port (the only field of a pod object that differs from its template);
-- cluster DNS: ``http://<service>.<namespace>.svc:<port>`` in ConfigMaps and env becomes the mapped port of the
-  pod behind that Service (its first pod), ``http://<pod>.<headless service>.<namespace>.svc:<port>`` the mapped
+- cluster DNS: ``http://<service>.<namespace>.svc:<port>`` in ConfigMaps, env and a CheckpointStorageLocation's
+  ``spec.endpoint`` (which the operator reads from the API) becomes the mapped port of the pod behind that Service
+  (its first pod), ``http://<pod>.<headless service>.<namespace>.svc:<port>`` the mapped
   port of that pod, and a range of pods (``<sts>-{0..N-1}.<headless>...``, the chart's URL of a replicated
   server) the list of their mapped URLs;
 - volumes: a ConfigMap volume is written to a folder, an emptyDir is a folder, a volumeClaimTemplate is a folder
@@ -187,8 +189,9 @@ class Cluster:
                     wanted[f"{name}-{ordinal}"] = ("StatefulSet", name, sts, revision)
             if self.workloads:
                 for dep in self.items(self._apps("deployments")):
-                    name = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
-                    wanted[name] = ("Deployment", dep["metadata"]["name"], dep, "")
+                    prefix = f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}"
+                    for index in range(dep["spec"].get("replicas", 1)):  # (a ReplicaSet names them at random)
+                        wanted[f"{prefix}-{index}"] = ("Deployment", dep["metadata"]["name"], dep, "")
             for name, run in list(self.pods.items()):
                 if run.kind == "Job":
                     continue
@@ -210,6 +213,7 @@ class Cluster:
             self._probe()
             for sts in statefulsets:
                 self._write_status(sts)
+            self._resolve_locations()
             for job in self.items(f"/apis/batch/v1/namespaces/{self.ns}/jobs"):
                 uid = job["metadata"]["uid"]
                 if uid not in self.jobs and not (job.get("status") or {}).get("conditions"):
@@ -217,6 +221,19 @@ class Cluster:
                     thread = threading.Thread(target=self._run_job, args=(job,), daemon=True)
                     self._job_threads.append(thread)
                     thread.start()
+
+    def _resolve_locations(self) -> None:
+        """Cluster DNS for the storage locations' endpoints, as for env and ConfigMaps (the module docstring)."""
+        path = f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{self.ns}/checkpointstoragelocations"
+        if self.api.get(path).status_code != 200:
+            return
+        for location in self.items(path):
+            endpoint = location["spec"].get("endpoint") or ""
+            local = self.dns(endpoint) if SVC_URL.search(endpoint) else endpoint
+            if local != endpoint:
+                patch = {"spec": {"endpoint": local}}
+                headers = {"content-type": "application/merge-patch+json"}
+                self.api.patch(f"{path}/{location['metadata']['name']}", json=patch, headers=headers)
 
     def _owned(self, sts: dict[str, Any]) -> dict[int, PodRun]:
         name = sts["metadata"]["name"]
@@ -304,7 +321,7 @@ class Cluster:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {**template["spec"], "nodeName": NODE}}
         resp = self.api.post(self._core("pods"), json=pod)
         if resp.status_code == 409:  # left over from a replaced one: replace it
-            self.api.request("DELETE", self._core("pods", name), json={"gracePeriodSeconds": 0})
+            self._remove_pod(name)
             resp = self.api.post(self._core("pods"), json=pod)
         resp.raise_for_status()
         self._status(name, ready=False)
@@ -318,6 +335,12 @@ class Cluster:
             run.commands.append((argv, env, pod_dir / f"{container['name']}.log"))
             run.procs.append(self._spawn(argv, env, pod_dir, pod_dir / f"{container['name']}.log"))
         self.pods[name] = run
+
+    def _remove_pod(self, name: str) -> None:
+        """What the kubelet does once a pod's processes are gone: delete it with no grace left (it was scheduled, on
+        node ``NODE``, so any other deletion leaves it Terminating for its grace period)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        self.api.request("DELETE", self._core("pods", name), json=options)
 
     @staticmethod
     def _spawn(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen:
@@ -360,7 +383,7 @@ class Cluster:
             if time.monotonic() < run.kill_at:
                 return
             self._kill(run, signal.SIGKILL)
-        self.api.request("DELETE", self._core("pods", run.name), json={"gracePeriodSeconds": 0})
+        self._remove_pod(run.name)
         del self.pods[run.name]
 
     def _restart_exited(self, run: PodRun) -> None:
@@ -416,24 +439,30 @@ class Cluster:
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(pod_name, name, job)
         (container,) = template["spec"]["containers"]
-        argv, env = self._command(pod_name, container, mounts, self._credentials(pod_name, template["spec"], pod_dir))
-        deadline = job["spec"].get("activeDeadlineSeconds", 600)
+        credentials = self._credentials(pod_name, template["spec"], pod_dir)
+        deadline = time.monotonic() + job["spec"].get("activeDeadlineSeconds", 600)
+        code = 0
         with open(pod_dir / "job.log", "wb") as log:
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=pod_dir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            try:
-                code = proc.wait(timeout=deadline)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                code = -1
+            # as a kubelet: the init containers one after the other, each to success, then the container
+            for each in [*template["spec"].get("initContainers", []), container]:
+                argv, env = self._command(pod_name, each, mounts, credentials)
+                proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=pod_dir,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                try:
+                    code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    code = -1
+                if code != 0:
+                    break
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         condition = {
             "type": "Complete" if code == 0 else "Failed",
@@ -497,11 +526,15 @@ class Cluster:
             raise KeyError(f"no Service {namespace}/{service}")
         (port,) = [p for p in svc["spec"]["ports"] if p["port"] == number]
         selector = svc["spec"]["selector"]
-        for sts in self.items(self._apps("statefulsets")):
-            labels = sts["spec"]["template"]["metadata"]["labels"]
+        workloads = [(f"{sts['metadata']['name']}-0", sts) for sts in self.items(self._apps("statefulsets"))]
+        workloads += [
+            (f"{dep['metadata']['name']}-{_hash(dep['spec']['template'])[:5]}-0", dep)
+            for dep in self.items(self._apps("deployments"))
+        ]
+        for pod, workload in workloads:
+            labels = workload["spec"]["template"]["metadata"]["labels"]
             if selector.items() <= labels.items():
-                pod = f"{sts['metadata']['name']}-0"
-                for container in sts["spec"]["template"]["spec"]["containers"]:
+                for container in workload["spec"]["template"]["spec"]["containers"]:
                     try:
                         return f"127.0.0.1:{self._named_port(pod, container, port['targetPort'])}"
                     except KeyError:
@@ -666,7 +699,7 @@ class Cluster:
             for name in names:
                 run = self.pods.pop(name)
                 self._kill(run, signal.SIGKILL)
-                self.api.request("DELETE", self._core("pods", name), json={"gracePeriodSeconds": 0})
+                self._remove_pod(name)
 
     def crash(self, name: str) -> None:
         """A container killed in place (SIGKILL: an OOM kill, a segfault): the kubelet restarts it in its pod."""
@@ -677,22 +710,25 @@ class Cluster:
         run = self.pods[pod]
         return f"http://127.0.0.1:{self._named_port(pod, run.template['spec']['containers'][0], port_name)}"
 
-    def read_object(self, location: str, key: str, pod: str) -> bytes:
-        """One object under a checkpoint location (``s3://bucket/prefix``), read with the S3 endpoint and keys
-        ``pod``'s first container gets (its env, as the chart renders it)."""
+    def read_object(self, location: str, key: str) -> bytes:
+        """One object under a checkpoint location (``s3://bucket/prefix``), read as the operator reads it: with the
+        endpoint and the Secret of the CheckpointStorageLocation at that URL (no server pod has keys)."""
         import boto3
 
-        run = self.pods[pod]
-        env = {
-            item["name"]: self._env_value(pod, item) for item in run.template["spec"]["containers"][0].get("env") or []
-        }
         bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        path = f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{self.ns}/checkpointstoragelocations"
+        (spec,) = [
+            loc["spec"]
+            for loc in self.items(path)
+            if loc["spec"].get("bucket") == bucket and loc["spec"].get("prefix", "").strip("/") == prefix
+        ]
+        secret = spec["credential"]["name"]
         s3 = boto3.client(
             "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            region_name=env.get("AWS_REGION", "us-east-1"),
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            endpoint_url=self.dns(spec["endpoint"]),
+            region_name=spec.get("region", "us-east-1"),
+            aws_access_key_id=self.secret_value(secret, "AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=self.secret_value(secret, "AWS_SECRET_ACCESS_KEY"),
         )
         return s3.get_object(Bucket=bucket, Key=f"{prefix}/{key}" if prefix else key)["Body"].read()
 

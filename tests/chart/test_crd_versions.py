@@ -23,6 +23,14 @@ VERSIONS = {
     "7": {"checkpoints": "4239691bc9bb1528", "restores": "d9af3be7bdc5fdff"},
     # CheckpointSchedule; Checkpoint spec.final, spec.deadline and status.final (termination checkpoints)
     "8": {"checkpoints": "3dc5d69be026a78a", "checkpointschedules": "c87ae1a1b907f141", "restores": "d9af3be7bdc5fdff"},
+    # every field described, selector keys and values validated (the schedule's template too);
+    # CheckpointStorageLocation (storageLocation names one)
+    "9": {
+        "checkpoints": "979a81e39d413f14",
+        "checkpointschedules": "e357bd943142458a",
+        "restores": "36033613803d99b4",
+        "storagelocations": "572d08f853af0a9f",
+    },
 }
 
 

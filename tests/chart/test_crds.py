@@ -102,7 +102,10 @@ FULL_STATUS = {
 GOOD_CHECKPOINTS = {
     "empty spec": {},
     "full spec": {
-        "selector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}},
+        "selector": {
+            "matchLabels": {"app.kubernetes.io/instance": "demo", "tier": ""},
+            "matchExpressions": [{"key": "gym-checkpoint.dev/role", "operator": "In", "values": ["agent", "model"]}],
+        },
         "storageLocation": "archive",
         "prepareTimeoutSeconds": 300,
         "leaseSeconds": 60,
@@ -117,6 +120,11 @@ BAD_CHECKPOINTS = {
     "location not a name": {"storageLocation": "s3://bucket/prefix"},
     "location with capitals": {"storageLocation": "Archive"},
     "label value not a string": {"selector": {"matchLabels": {"a": 1}}},
+    "label value not a label value": {"selector": {"matchLabels": {"a": "two words"}}},
+    "expression key not a label key": {"selector": {"matchExpressions": [{"key": "-bad", "operator": "Exists"}]}},
+    "expression value not a label value": {
+        "selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a/b"]}]}
+    },
     "unknown field": {"prepareTimeout": 30},
     "release not a DNS label": {"release": "Demo_1"},
 }
@@ -220,3 +228,30 @@ def test_a_release_is_required(kind: str) -> None:
     del body["spec"]["release"]
     errors = list(validator(kind).iter_errors(body))
     assert any("'release' is a required property" in e.message for e in errors), errors
+
+
+def undescribed(schema: dict[str, Any], path: str = "") -> list[str]:
+    """Every field of a schema without a description (what `kubectl explain` would show empty)."""
+    found = []
+    for name, child in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}"
+        if not child.get("description"):
+            found.append(here)
+        found += undescribed(child, here)
+    if isinstance(schema.get("items"), dict):
+        found += undescribed(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        found += undescribed(schema["additionalProperties"], f"{path}{{}}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in CRDS.glob("*.yaml")))
+def test_every_field_is_described(name: str) -> None:
+    """`kubectl explain checkpoint.status.blockers` says what each field is: no field of any of the chart's CRDs lacks
+    a description (43 of the Checkpoint's and 42 of the Restore's once did)."""
+    schema = load_crd(name)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert undescribed(schema) == []
+    assert undescribed({"properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}}) == [
+        ".a",
+        ".a.b",
+    ]  # (the count itself finds what lacks one)

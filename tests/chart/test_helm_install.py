@@ -79,18 +79,26 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         }
         assert "demo-gym-checkpoint-operator" in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
         secrets = names(api, f"/api/v1/namespaces/{NS}/secrets")
-        assert secrets == {"demo-gym-checkpoint-generated", "sh.helm.release.v1.demo.v1"}
+        assert secrets == {"demo-gym-checkpoint-generated", "demo-gym-checkpoint-storage", "sh.helm.release.v1.demo.v1"}
         generated = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-generated").json()
-        assert set(generated["data"]) == {"token", "secret", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-        assert generated["metadata"]["labels"]["app.kubernetes.io/instance"] == "demo"
+        assert set(generated["data"]) == {"token", "secret"}  # the servers' Secret: no storage key
+        storage = api.get(f"/api/v1/namespaces/{NS}/secrets/demo-gym-checkpoint-storage").json()
+        assert set(storage["data"]) == {"gateway-key", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        # not app.kubernetes.io/instance, which Argo CD 2.x tracks by (it would prune a Secret it did not render)
+        for secret in (generated, storage):
+            assert secret["metadata"]["labels"]["gym-checkpoint.dev/release"] == "demo"
+            assert "app.kubernetes.io/instance" not in secret["metadata"]["labels"]
         # the hook's own objects are gone once it succeeded
         assert not names(api, f"/apis/batch/v1/namespaces/{NS}/jobs")
         assert "demo-gym-checkpoint-secrets" not in names(api, f"/api/v1/namespaces/{NS}/serviceaccounts")
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
+            "checkpointstoragelocations.gym-checkpoint.dev",
             "checkpointschedules.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
         }
+        locations = names(api, f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpointstoragelocations")
+        assert locations == {"demo-gym-checkpoint-default"}
         assert api.get(f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpoints").status_code == 200
 
         upgraded = helm_call(cfg, "helm_upgrade", "demo", {"operator": {"logLevel": "debug"}}, timeout_seconds=180)
@@ -110,9 +118,12 @@ def test_install_upgrade_uninstall(kemu: Any, tmp_path: Path) -> None:
         assert names(api, f"/api/v1/namespaces/{NS}/secrets") == set()  # the generated one too (post-delete hook)
         assert names(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions") == {
             "checkpoints.gym-checkpoint.dev",
+            "checkpointstoragelocations.gym-checkpoint.dev",
             "checkpointschedules.gym-checkpoint.dev",
             "restores.gym-checkpoint.dev",
-        }  # CRDs stay, as in Helm
+        }
+        locations = names(api, f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{NS}/checkpointstoragelocations")
+        assert locations == set()  # the release's storage locations go with it; the CRDs stay, as in Helm
     finally:
         jobs.close()
         api.close()
@@ -124,7 +135,11 @@ def test_kubectl_applies_the_notes_examples_after_install(kemu: Any, kubectl: An
     cfg = helm.Config(kubeconfig_path=str(kemu.kubeconfig), namespace=NS)
     try:
         notes = helm_call(
-            cfg, "helm_install", "demo", {"storage": {"embedded": {"enabled": False}}}, disable_hooks=True
+            cfg,
+            "helm_install",
+            "demo",
+            {"storage": {"embedded": {"enabled": False}, "location": "s3://ckpts/demo"}},
+            disable_hooks=True,
         )["notes"]
     finally:
         cfg.close()

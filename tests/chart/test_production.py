@@ -139,26 +139,31 @@ def test_network_policies_fence_control_ports_to_the_operator(render: Any) -> No
 
 
 def test_servers_run_as_their_own_service_account(render: Any) -> None:
+    """The servers' own identity, with no storage access of its own: a cloud identity for the store (IRSA, Workload
+    Identity) belongs to the operator's ServiceAccount, whose gateway signs every server's request."""
     docs = render(VARIANTS["aws-irsa"])
     account = by_kind(docs, "ServiceAccount")["demo-gym-checkpoint-server"]
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}
+    assert "annotations" not in account["metadata"]
     assert account["automountServiceAccountToken"] is False
+    operator_account = by_kind(docs, "ServiceAccount")["demo-gym-checkpoint-operator"]
+    assert operator_account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"
+    }
     assert "demo-gym-checkpoint-s3" not in by_kind(docs, "Secret")  # no static keys at all
+    (location,) = by_kind(docs, "CheckpointStorageLocation").values()
+    assert "credential" not in location["spec"] and location["spec"]["region"] == "us-west-2"  # the operator's role
     for name, pod in pods(docs, hooks=False).items():
         if name == "demo-gym-checkpoint-operator":
             continue
         assert pod["spec"]["serviceAccountName"] == "demo-gym-checkpoint-server"
         env = env_of(pod["spec"]["containers"][0])
-        assert "AWS_ACCESS_KEY_ID" not in env and "AWS_ENDPOINT_URL" not in env  # boto3's web identity from IRSA
-        assert env["AWS_REGION"]["value"] == "us-west-2"
+        assert not [k for k in env if k.startswith("AWS_")]
     gke = render(VARIANTS["gke-workload-identity"])
-    assert by_kind(gke, "ServiceAccount")["gym-ksa"]["metadata"]["annotations"] == {
+    assert by_kind(gke, "ServiceAccount")["demo-gym-checkpoint-operator"]["metadata"]["annotations"] == {
         "iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"
     }
-    assert (
-        env_of(pods(gke)["demo-gym-checkpoint-policy-model"]["spec"]["containers"][0])["AWS_ENDPOINT_URL"]["value"]
-        == "https://storage.googleapis.com"
-    )
+    (location,) = by_kind(gke, "CheckpointStorageLocation").values()
+    assert location["spec"]["endpoint"] == "https://storage.googleapis.com"
     assert all(
         pod["spec"]["serviceAccountName"] == "gym-ksa"
         for name, pod in pods(gke, hooks=False).items()
@@ -172,19 +177,22 @@ def test_servers_run_as_their_own_service_account(render: Any) -> None:
 def test_a_disruption_budget_per_participant(render: Any) -> None:
     """The default lets drains and the autoscaler proceed one pod at a time (a disruption is recoverable from the
     latest checkpoint); 0 (blocking every eviction) and percentages are there for who wants them."""
-    budgets = by_kind(render(), "PodDisruptionBudget")
+    budgets = {n: b for n, b in by_kind(render(), "PodDisruptionBudget").items() if not n.endswith("-operator")}
     assert set(budgets) == {f"demo-gym-checkpoint-{name}" for name in PARTICIPANTS}
     for value in (0, "50%"):
         custom = by_kind(
             render({"serverDefaults": {"podDisruptionBudget": {"maxUnavailable": value}}}), "PodDisruptionBudget"
         )
+        custom.pop("demo-gym-checkpoint-operator")
         assert {b["spec"]["maxUnavailable"] for b in custom.values()} == {value}
     for name, budget in budgets.items():
         assert budget["spec"]["maxUnavailable"] == 1 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == name.removeprefix(
             "demo-gym-checkpoint-"
         )
-    assert not by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "PodDisruptionBudget")
+    assert set(by_kind(render(VARIANTS["no-network-policy-no-pdb"]), "PodDisruptionBudget")) == {
+        "demo-gym-checkpoint-operator"  # (the operator's own: its replicas, not a participant's)
+    }
 
 
 def test_server_pods_hold_for_the_termination_checkpoint_and_the_operator_takes_it(render: Any) -> None:
@@ -210,7 +218,12 @@ def test_server_pods_hold_for_the_termination_checkpoint_and_the_operator_takes_
         operator = env(pods(docs)["demo-gym-checkpoint-operator"]["spec"]["containers"][0])
         assert operator["GYMCKPT_TERMINATION_CHECKPOINT"] == "enabled" and operator["GYMCKPT_AUTO_RESTORE"] == "enabled"
         assert operator["GYMCKPT_TERMINATION_MARGIN_SECONDS"] == margin
-        assert set(by_kind(docs, "Job")) == {"demo-gym-checkpoint-secrets-create", "demo-gym-checkpoint-secrets-delete"}
+        assert set(by_kind(docs, "Job")) == {  # the secrets, the CRDs and the uninstall hooks; none checkpoints
+            "demo-gym-checkpoint-secrets-create",
+            "demo-gym-checkpoint-secrets-delete",
+            "demo-gym-checkpoint-crds",
+            "demo-gym-checkpoint-uninstall",
+        }
     off = render(VARIANTS["no-termination-checkpoint-no-auto-restore"])
     for name, pod in pods(off).items():
         if pod["metadata"]["labels"].get("gym-checkpoint.dev/workload") == "server":
@@ -385,6 +398,7 @@ def test_rollouts_custom_and_disabled(render: Any) -> None:
             {"termination": {"checkpoint": False, "gracePeriodSeconds": 30}, "serverDefaults": {"drainSeconds": 30}},
             "drainSeconds (30) must be shorter than termination.gracePeriodSeconds (30)",
         ),
+        ({"storage": {"embedded": {"enabled": False}}}, "no storage location: every Checkpoint would fail"),
     ],
 )
 def test_inconsistent_values_are_refused_with_the_fix(helm_chart: Any, values: dict[str, Any], message: str) -> None:
@@ -415,7 +429,13 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in off.values())  # egress untouched by default
     operator = off["demo-gym-checkpoint-operator"]["spec"]
     assert operator["podSelector"]["matchLabels"] == {**release, "app.kubernetes.io/component": "operator"}
-    assert operator["ingress"] == []  # nothing connects to the operator
+    # only the release's servers connect to the operator: its storage gateway
+    assert operator["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": {**release, "gym-checkpoint.dev/workload": "server"}}}],
+            "ports": [{"port": "gateway", "protocol": "TCP"}],
+        }
+    ]
 
     policies = by_kind(render(VARIANTS["network-policy-egress"]), "NetworkPolicy")
     api = {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
@@ -428,12 +448,20 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     hooks = policies["demo-gym-checkpoint-hooks"]
     assert hooks["metadata"]["annotations"]["helm.sh/hook"].split(",")[:2] == ["pre-install", "pre-upgrade"]
     assert hooks["spec"]["podSelector"]["matchExpressions"] == [
-        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["secrets-hook"]}
+        {
+            "key": "app.kubernetes.io/component",
+            "operator": "In",
+            "values": ["secrets-hook", "uninstall-hook", "crds-hook"],
+        }
     ]
     assert hooks["spec"]["egress"] == [dns, api] and hooks["spec"]["ingress"] == []
     # every hook Job's pod is one the hooks policy selects
     for job in by_kind(render(VARIANTS["network-policy-egress"]), "Job").values():
-        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "secrets-hook"
+        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in (
+            "secrets-hook",
+            "uninstall-hook",
+            "crds-hook",
+        )
 
     external = by_kind(render(VARIANTS["network-policy-egress-external-store"]), "NetworkPolicy")
     s3 = {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}]}
@@ -442,7 +470,9 @@ def test_egress_policies_for_default_deny_clusters(render: Any) -> None:
     assert s3 in external["demo-gym-checkpoint-operator"]["spec"]["egress"]
     # the tokens are still generated (only the S3 keys exist already): the secrets hook
     assert external["demo-gym-checkpoint-hooks"]["spec"]["podSelector"]["matchExpressions"][0]["values"] == [
-        "secrets-hook"
+        "secrets-hook",
+        "uninstall-hook",
+        "crds-hook",
     ]
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from tests.chart import schemas
 
 pytestmark = pytest.mark.k8s
 
@@ -70,6 +71,7 @@ VARIANTS = {
             "embedded": {"enabled": False},
             "location": "file:///var/lib/ckpt",
             "s3": {"accessKeyId": "AKIA0000", "secretAccessKey": "secret0000"},
+            "gateway": {"existingSecret": "ops-gateway"},
         },
     },
     "existing-secrets": {
@@ -84,13 +86,15 @@ VARIANTS = {
     "operator-quiet": {"operator": {"logLevel": "warning"}},
     "openshift-assigned-uids": {"security": {"runAsUser": None, "runAsGroup": None, "fsGroup": None}},
     "aws-irsa": {
-        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}},
+        "operator": {
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gym"}}
+        },
         "storage": {"location": "s3://team-ckpts/rl", "embedded": {"enabled": False}, "s3": {"region": "us-west-2"}},
     },
     "gke-workload-identity": {
-        "serviceAccount": {
-            "name": "gym-ksa",
-            "annotations": {"iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"},
+        "serviceAccount": {"name": "gym-ksa"},
+        "operator": {
+            "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "gym@p.iam.gserviceaccount.com"}}
         },
         "storage": {
             "location": "s3://gcs-bucket/rl",
@@ -116,7 +120,26 @@ VARIANTS = {
         "networkPolicy": {"egress": {"enabled": True, "dns": [], "storage": {"to": [], "ports": [443, 9000]}}},
         **EXTERNAL_S3,
     },
-    "namespace-scoped-deployer": {"rbac": {"aggregateToDefaultRoles": False}},
+    "namespace-scoped-deployer": {"rbac": {"aggregateToDefaultRoles": False}, "crds": {"upgrade": False}},
+    "operator-one-replica-no-hooks": {"operator": {"replicas": 1, "uninstallHook": {"enabled": False}}},
+    "operator-three-replicas-preferred-spread": {"operator": {"replicas": 3, "antiAffinity": "preferred"}},
+    "monitoring-and-locations": {
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "prometheusRule": {"enabled": True, "checkpointIntervalSeconds": 1800, "missedIntervals": 4},
+            "dashboard": {"enabled": True},
+        },
+        "storage": {
+            "locations": {
+                "archive": {"url": "s3://old-cluster/gym", "existingSecret": "archive-s3", "accessMode": "ReadOnly"},
+                "scratch": {"url": "file:///mnt/shared/ckpt"},
+            },
+            "credentialSecrets": ["hand-made-s3"],
+            "gateway": {"existingSecret": "ops-gateway"},
+            "validationFrequency": "5m",
+        },
+        "networkPolicy": {"extraIngress": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
+    },
     "generated-secrets-kept-on-uninstall": {"generatedSecrets": {"deleteOnUninstall": False}},
     "pdb-blocking-or-percent": {"serverDefaults": {"podDisruptionBudget": {"maxUnavailable": "25%"}}},
     "no-network-policy-no-pdb": {
@@ -213,10 +236,12 @@ def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_manifest_validates_strictly_against_kubernetes(render: Any, variant: str) -> None:
+    """Kubernetes' kinds against Kubernetes 1.33 (kubernetes-validate --strict), the chart's custom resources
+    against their CRDs, the monitoring kinds against the fields this chart sets (tests/chart/schemas.py)."""
     docs = render(VARIANTS[variant])
     assert docs
     for doc in docs:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        schemas.validate(doc)
         labels = doc["metadata"]["labels"]
         assert all(key in labels for key in STANDARD_LABELS), (doc["kind"], doc["metadata"]["name"])
         assert labels["app.kubernetes.io/instance"] == "demo"
@@ -308,15 +333,21 @@ def test_server_pods_are_locked_down(render: Any) -> None:
         assert any(volume["name"] == "tmp" and "emptyDir" in volume for volume in pod["volumes"])
 
 
-def test_servers_get_tokens_identity_and_storage_from_secrets(render: Any) -> None:
+def test_servers_get_tokens_identity_and_the_gateway_never_a_storage_key(render: Any) -> None:
     docs = render()
-    # nothing given: every value comes from the generated Secret, which the secrets hook creates (none rendered)
+    # nothing given: every value comes from the generated Secrets, which the secrets hook creates (none rendered)
     assert not by_kind(docs, "Secret")
     (create,) = [job for name, job in by_kind(docs, "Job").items() if name.endswith("-secrets-create")]
-    command = create["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[:4] == ["gymckpt", "cluster", "secret", "demo-gym-checkpoint-generated"]
-    keys = [command[i + 1] for i, arg in enumerate(command) if arg == "--key"]
-    assert keys == ["token=48", "secret=48", "AWS_ACCESS_KEY_ID=20", "AWS_SECRET_ACCESS_KEY=40"]
+    pod = create["spec"]["template"]["spec"]
+    made = {c["command"][3]: c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]}
+    keys = {name: [command[i + 1] for i, arg in enumerate(command) if arg == "--key"] for name, command in made.items()}
+    assert keys == {
+        "demo-gym-checkpoint-generated": ["token=48", "secret=48"],
+        "demo-gym-checkpoint-storage": ["gateway-key=48", "AWS_ACCESS_KEY_ID=20", "AWS_SECRET_ACCESS_KEY=40"],
+    }
+    # an older chart kept the store's keys in the servers' Secret: the hook moves them out
+    storage = made["demo-gym-checkpoint-storage"]
+    assert storage[storage.index("--move-from") + 1] == "demo-gym-checkpoint-generated"
     container = by_kind(docs, "StatefulSet")["demo-gym-checkpoint-policy-model"]["spec"]["template"]["spec"][
         "containers"
     ][0]
@@ -330,8 +361,10 @@ def test_servers_get_tokens_identity_and_storage_from_secrets(render: Any) -> No
         "key": "secret",
     }
     assert env["GYMCKPT_PARTICIPANT_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-generated"
-    assert env["AWS_ENDPOINT_URL"]["value"] == "http://demo-gym-checkpoint-s3.prod.svc:8333"
+    assert env["GYMCKPT__STORAGE__GATEWAY_URL"]["value"] == "http://demo-gym-checkpoint-operator.prod.svc:8081"
+    assert not [name for name in env if name.startswith("AWS_")]
+    service = by_kind(docs, "Service")["demo-gym-checkpoint-operator"]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"gateway": 8081, "metrics": 8080}
 
 
 def test_embedded_store_is_the_default_location(render: Any) -> None:
@@ -343,12 +376,28 @@ def test_embedded_store_is_the_default_location(render: Any) -> None:
     forwarder = store["spec"]["template"]["spec"]["containers"][1]
     assert forwarder["ports"] == [{"name": "s3", "containerPort": 8333, "protocol": "TCP"}]
     assert store["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
-    assert (
-        env_of(container)["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-generated"
-    )
+    assert env_of(container)["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "demo-gym-checkpoint-storage"
     assert by_kind(docs, "Service")["demo-gym-checkpoint-s3"]["spec"]["ports"][0]["port"] == 8333
+    (location,) = by_kind(docs, "CheckpointStorageLocation").values()
+    assert location["metadata"]["name"] == "demo-gym-checkpoint-default"
+    assert location["metadata"]["labels"]["gym-checkpoint.dev/location"] == "default"
+    assert location["spec"] == {
+        "release": "demo",
+        "provider": "s3",
+        "bucket": "gym-checkpoints",
+        "prefix": "demo",
+        "endpoint": "http://demo-gym-checkpoint-s3.prod.svc:8333",
+        "region": "us-east-1",
+        "credential": {"name": "demo-gym-checkpoint-storage"},
+        "accessMode": "ReadWrite",
+        "validationFrequency": "1m",
+    }
     operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["containers"][0]
-    assert env_of(operator)["GYMCKPT_STORAGE"]["value"] == "s3://gym-checkpoints/demo"
+    assert "GYMCKPT_STORAGE" not in env_of(operator)  # the location is the resource now
+    assert env_of(operator)["GYMCKPT_GATEWAY_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "demo-gym-checkpoint-storage",
+        "key": "gateway-key",
+    }
 
 
 def test_external_s3_with_an_existing_secret(render: Any) -> None:
@@ -357,14 +406,69 @@ def test_external_s3_with_an_existing_secret(render: Any) -> None:
     assert "demo-gym-checkpoint-s3" not in by_kind(docs, "Secret")
     for workload in [*by_kind(docs, "StatefulSet").values(), *by_kind(docs, "Deployment").values()]:
         env = env_of(workload["spec"]["template"]["spec"]["containers"][0])
-        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
-            "name": "team-a-s3",
-            "key": "AWS_SECRET_ACCESS_KEY",
-        }
-        assert env["AWS_ENDPOINT_URL"]["value"] == "https://s3.example.com"
-        assert env["AWS_REGION"]["value"] == "eu-west-1"
-    operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["containers"][0]
-    assert env_of(operator)["GYMCKPT_STORAGE"]["value"] == "s3://training-ckpts/team-a"
+        assert not [name for name in env if name.startswith("AWS_")], workload["metadata"]["name"]
+    (location,) = by_kind(docs, "CheckpointStorageLocation").values()
+    assert location["spec"] == {
+        "release": "demo",
+        "provider": "s3",
+        "bucket": "training-ckpts",
+        "prefix": "team-a",
+        "endpoint": "https://s3.example.com",
+        "region": "eu-west-1",
+        "credential": {"name": "team-a-s3"},
+        "accessMode": "ReadWrite",
+        "validationFrequency": "1m",
+    }
+    role = by_kind(docs, "Role")["demo-gym-checkpoint-operator"]
+    assert [r["resourceNames"] for r in role["rules"] if r["resources"] == ["secrets"]] == [["team-a-s3"]]
+
+
+def test_no_workload_pod_holds_a_storage_key(render: Any) -> None:
+    """Every rendered variant: no pod but the operator's and the embedded store's references a Secret that holds a
+    storage location's keys or the gateway's signing key, by env, envFrom or volume; no such pod has an AWS_
+    variable; and no Secret those pods reference (rendered, or made by the secrets hook) holds such a key."""
+    for variant, values in VARIANTS.items():
+        docs = render(values)
+        fullname = values.get("fullnameOverride") or "demo-gym-checkpoint"
+        locations = by_kind(docs, "CheckpointStorageLocation").values()
+        key_secrets = {loc["spec"]["credential"]["name"] for loc in locations if loc["spec"].get("credential")}
+        key_secrets |= {f"{fullname}-storage", f"{fullname}-s3"}
+        key_secrets |= set(values.get("storage", {}).get("credentialSecrets", []))
+        key_secrets |= {values.get("storage", {}).get("gateway", {}).get("existingSecret") or ""} - {""}
+        made = {}
+        for job in by_kind(docs, "Job").values():
+            spec = job["spec"]["template"]["spec"]
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                if c["command"][:3] == ["gymckpt", "cluster", "secret"] and "--key" in c["command"]:
+                    made[c["command"][3]] = [c["command"][i + 1] for i, a in enumerate(c["command"]) if a == "--key"]
+        rendered = {name: set(secret.get("data", {})) for name, secret in by_kind(docs, "Secret").items()}
+        pods = [
+            (f"{doc['kind']}/{doc['metadata']['name']}", doc["spec"]["template"]["spec"])
+            for doc in docs
+            if doc["kind"] in ("StatefulSet", "Deployment", "Job")
+            and doc["metadata"]["name"] not in (f"{fullname}-operator", f"{fullname}-s3")
+        ]
+        assert pods, variant
+        for name, pod in pods:
+            referenced = set()
+            for c in [*pod.get("initContainers", []), *pod["containers"]]:
+                assert not [e["name"] for e in c.get("env", []) if e["name"].startswith("AWS_")], (variant, name)
+                referenced |= {
+                    e["valueFrom"]["secretKeyRef"]["name"]
+                    for e in c.get("env", [])
+                    if "secretKeyRef" in e.get("valueFrom", {})
+                }
+                referenced |= {e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e}
+            for volume in pod.get("volumes", []):
+                if "secret" in volume:
+                    referenced.add(volume["secret"]["secretName"])
+                for source in volume.get("projected", {}).get("sources", []):
+                    if "secret" in source:
+                        referenced.add(source["secret"]["name"])
+            assert not referenced & key_secrets, (variant, name, referenced & key_secrets)
+            for secret in referenced:
+                keys = rendered.get(secret, set()) | {k.split("=")[0] for k in made.get(secret, [])}
+                assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "gateway-key"} & keys, (variant, name, secret)
 
 
 def test_custom_servers_with_ports_env_resources_and_templated_config(render: Any) -> None:
@@ -463,11 +567,12 @@ def test_duplicate_server_names_are_refused(helm_chart: Any) -> None:
 def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None:
     docs = render()
     operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]
-    # leader-elected replicas (a Lease), so a rolling update never leaves the release without an operator
+    # leader-elected replicas (a Lease), so a rolling update never leaves the release without an operator; with two
+    # on two nodes (anti-affinity) a surge pod would find no node: one at a time is replaced in place
     assert operator["spec"]["replicas"] == 2
     assert operator["spec"]["strategy"] == {
         "type": "RollingUpdate",
-        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
     }
     pod = operator["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -501,10 +606,20 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         (("apps",), ("statefulsets",), ()): {"list"},
         (("gym-checkpoint.dev",), ("checkpoints",), ()): {"get", "list", "watch", "patch", "delete", "create"},
         (("gym-checkpoint.dev",), ("restores",), ()): {"list", "watch", "patch", "create"},
+        (("gym-checkpoint.dev",), ("checkpointstoragelocations",), ()): {"get", "list"},
         (("gym-checkpoint.dev",), ("checkpointschedules",), ()): {"list", "watch"},
-        (("gym-checkpoint.dev",), ("checkpoints/status", "restores/status", "checkpointschedules/status"), ()): {
-            "patch"
-        },
+        (
+            ("gym-checkpoint.dev",),
+            (
+                "checkpoints/status",
+                "restores/status",
+                "checkpointstoragelocations/status",
+                "checkpointschedules/status",
+            ),
+            (),
+        ): {"patch"},
+        # the keys of the release's own location, by name: the operator is their one reader
+        (("",), ("secrets",), ("demo-gym-checkpoint-storage",)): {"get"},
         (("",), ("events",), ()): {"create"},
         # leader election: any Lease may be created (RBAC cannot name what does not exist yet), only its own read
         # and renewed
@@ -514,8 +629,7 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
         (("",), ("namespaces",), ("prod",)): {"get"},
         (("apps",), ("deployments",), ("demo-gym-checkpoint-operator",)): {"get"},
     }
-    assert rules == least  # no Secret at all unless a storage location names one
-    assert env["GYMCKPT_STORAGE_LOCATIONS"]["value"] == "{}"
+    assert rules == least  # no other Secret unless a storage location names one
     locations = {
         "team": {"url": "s3://team/gym", "existingSecret": "team-s3"},
         "backup": {"url": "s3://backup/gym", "endpoint": "https://s3.example.com", "existingSecret": "backup-s3"},
@@ -526,20 +640,44 @@ def test_operator_runs_kopf_namespaced_with_least_privilege(render: Any) -> None
     role = by_kind(named, "Role")["demo-gym-checkpoint-operator"]
     secrets = [r for r in role["rules"] if r["resources"] == ["secrets"]]
     assert secrets == [
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["backup-s3", "team-s3"]}
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["demo-gym-checkpoint-storage", "backup-s3", "team-s3"],
+        }
     ]
-    operator = by_kind(named, "Deployment")["demo-gym-checkpoint-operator"]
-    assert (
-        json.loads(env_of(operator["spec"]["template"]["spec"]["containers"][0])["GYMCKPT_STORAGE_LOCATIONS"]["value"])
-        == locations
-    )
+    rendered = {
+        loc["metadata"]["labels"]["gym-checkpoint.dev/location"]: loc["spec"]
+        for loc in by_kind(named, "CheckpointStorageLocation").values()
+    }
+    assert set(rendered) == {"default", *locations}
+    assert rendered["backup"]["endpoint"] == "https://s3.example.com" and rendered["backup"]["bucket"] == "backup"
+    assert rendered["plain"]["credential"] == {"name": "demo-gym-checkpoint-storage"}  # the release's keys
+    assert rendered["same-keys"] == {**rendered["team"], "prefix": "other"}
     binding = by_kind(docs, "RoleBinding")["demo-gym-checkpoint-operator"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "demo-gym-checkpoint-operator", "namespace": "prod"}
     ]
-    # cluster-wide: only the aggregated user roles (no binding, no rule for the operator)
-    assert set(by_kind(docs, "ClusterRole")) == {"prod-demo-gym-checkpoint-view", "prod-demo-gym-checkpoint-edit"}
-    assert not by_kind(docs, "ClusterRoleBinding")
+    # cluster-wide: only the aggregated user roles (no binding, no rule for the operator), and the CRDs hook's
+    # (created before an upgrade and deleted once it succeeded: create and update the chart's CRDs, every one in crds/)
+    assert set(by_kind(docs, "ClusterRole")) == {
+        "prod-demo-gym-checkpoint-view",
+        "prod-demo-gym-checkpoint-edit",
+        "prod-demo-gym-checkpoint-crds",
+    }
+    assert set(by_kind(docs, "ClusterRoleBinding")) == {"prod-demo-gym-checkpoint-crds"}
+    crds = by_kind(docs, "ClusterRole")["prod-demo-gym-checkpoint-crds"]
+    assert crds["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    assert [(r["resources"], r.get("resourceNames"), r["verbs"]) for r in crds["rules"]] == [
+        (["customresourcedefinitions"], None, ["create"]),
+        (
+            ["customresourcedefinitions"],
+            [yaml.safe_load(crd.read_text())["metadata"]["name"] for crd in sorted((CHART / "crds").glob("*.yaml"))],
+            ["get", "update"],
+        ),
+    ]
+    assert not by_kind(render(VARIANTS["namespace-scoped-deployer"]), "ClusterRoleBinding")
     assert "GYMCKPT_NAMESPACE" not in env and "GYMCKPT_LOG_LEVEL" not in env  # the operator reads neither
     assert container["command"][container["command"].index("--log-format") + 1] == "json"
     assert "--verbose" not in container["command"] and "--quiet" not in container["command"]
@@ -552,8 +690,13 @@ def test_cluster_scanning_adds_only_read_access_to_namespaces_and_crds(render: A
         (["namespaces"], ["get", "list", "watch"]),
         (["customresourcedefinitions"], ["get", "list", "watch"]),
     ]
-    # the servers' own (and the secrets hook's, created and deleted with its Job)
-    assert set(by_kind(docs, "ServiceAccount")) == {"demo-gym-checkpoint-server", "demo-gym-checkpoint-secrets"}
+    # the servers' own (and the secrets and uninstall hooks', created and deleted with their Jobs)
+    assert set(by_kind(docs, "ServiceAccount")) == {
+        "demo-gym-checkpoint-server",
+        "demo-gym-checkpoint-secrets",
+        "demo-gym-checkpoint-uninstall",
+        "demo-gym-checkpoint-crds",
+    }
     assert (
         by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["serviceAccountName"]
         == "ops"
@@ -566,6 +709,10 @@ def test_explicit_secret_values_are_used_verbatim(render: Any) -> None:
     secrets = by_kind(docs, "Secret")
     assert base64.b64decode(secrets["demo-gym-checkpoint-control"]["data"]["token"]).decode() == "a" * 32
     assert base64.b64decode(secrets["demo-gym-checkpoint-s3"]["data"]["AWS_ACCESS_KEY_ID"]).decode() == "AKIA0000"
+    (location,) = by_kind(docs, "CheckpointStorageLocation").values()
+    assert location["spec"]["provider"] == "file" and location["spec"]["prefix"] == "/var/lib/ckpt"
     operator = by_kind(docs, "Deployment")["demo-gym-checkpoint-operator"]["spec"]["template"]["spec"]["containers"][0]
-    assert env_of(operator)["GYMCKPT_STORAGE"]["value"] == "file:///var/lib/ckpt"
-    assert "AWS_ENDPOINT_URL" not in env_of(operator)
+    assert env_of(operator)["GYMCKPT_GATEWAY_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "ops-gateway",
+        "key": "gateway-key",
+    }

@@ -151,18 +151,12 @@ def test_replicas_install_checkpoint_replace_restore_and_refuse_other_counts(
 
         # rollout affinity: each rollout's records are on the pod its id hashes to
         store = checkpoint["location"]
-        manifest = json.loads(
-            cluster.read_object(
-                store, f"checkpoints/{checkpoint['checkpointId']}/manifest.json", "gym-gym-checkpoint-collection-0"
-            )
-        )
+        manifest = json.loads(cluster.read_object(store, f"checkpoints/{checkpoint['checkpointId']}/manifest.json"))
         placed = 0
         for entry in manifest["participants"]:
             replica = entry["replica"]
             assert replica is not None and replica["replicas"] in (1, 2), entry
-            parsed = parse_participant_manifest(
-                cluster.read_object(store, entry["manifest_key"], "gym-gym-checkpoint-collection-0")
-            )
+            parsed = parse_participant_manifest(cluster.read_object(store, entry["manifest_key"]))
             rollouts = (
                 list(parsed.records.rollout_ids)
                 if isinstance(parsed, PackedManifest)

@@ -31,7 +31,14 @@ from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "gym-checkpoint" / "crds"
 GROUP = "gym-checkpoint.dev"
 RELEASE = "gymtest"
-FINALIZER = "gym-checkpoint.dev/operator"
+FINALIZER = f"gym-checkpoint.dev/operator-{RELEASE}"
+
+
+def finalizer_of(release: str = RELEASE) -> str:
+    """The finalizer the operator of ``release`` puts on its resources that need it at their deletion."""
+    return f"gym-checkpoint.dev/operator-{release}"
+
+
 #: leader election in these tests: a dead leader's Kubernetes Lease is taken after 8 s; a leader gives up after 6 s
 #: unrenewed
 LEADER_TIMINGS = {
@@ -78,14 +85,23 @@ class Stack:
 
     started: ClassVar[list[Stack]] = []
 
-    def __init__(self, tmp: Path, kubectl: Kubectl, modes: dict[str, str], release: str = RELEASE) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        kubectl: Kubectl,
+        modes: dict[str, str],
+        release: str = RELEASE,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """``config``: more of every server's config (e.g. its ``storage``)."""
         self.tmp, self.kubectl, self.modes, self.release = tmp, kubectl, modes, release
         self.ports: dict[str, int] = {}  # known once started: the launcher binds port 0 and keeps the socket
         self.config = StackConfig(
             name="k8s",
             state_dir=str(tmp / "stack"),
             servers={
-                name: ServerSpec(server="counter", config={"checkpoint_mode": mode}) for name, mode in modes.items()
+                name: ServerSpec(server="counter", config={"checkpoint_mode": mode, **(config or {})})
+                for name, mode in modes.items()
             },
         )
         self.token = stack_secrets(tmp / "stack")["control_token"]
@@ -344,16 +360,18 @@ def resource(kind: str, name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def completed_earlier(kubectl: Kubectl, namespace: str, name: str, **spec: Any) -> None:
+def completed_earlier(
+    kubectl: Kubectl, namespace: str, name: str, location: str = "s3://gone/checkpoints", **spec: Any
+) -> None:
     """A Checkpoint whose transaction completed before this operator started (its status says so), with data at the
-    release's storage location."""
+    release's storage location (``location``: the Operators fixture's, whose storage never answers)."""
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(resource("Checkpoint", name, **spec)))
     status = {
         "phase": "Completed",
         "reason": "Completed",
         "message": "completed earlier",
         "checkpointId": f"{name}-0000abcd",
-        "location": "s3://gone/checkpoints",
+        "location": location,
     }
     kubectl(
         "patch", "checkpoint", name, "-n", namespace, "--subresource=status", "--type=merge",
@@ -395,6 +413,21 @@ def completed_checkpoint(kubectl: Kubectl, stack: Stack, name: str) -> dict[str,
     apply(kubectl, checkpoint_doc(name, prepareTimeoutSeconds=10))
     wait_phase(kubectl, "checkpoint", name, "Completed")
     return dict(get(kubectl, "checkpoint", name)["status"])
+
+
+def checkpoint_without_the_operator(stack: Stack, location: str, checkpoint_id: str) -> None:
+    """A checkpoint of the stack written to ``location`` by a coordinator of the test's own (as ``gymckpt`` would,
+    or an operator on a cluster that is gone), with the keys in the environment."""
+    from gym_services.coordination.client import ControlClient, ParticipantRef
+    from gym_services.coordination.coordinator import Coordinator
+
+    async def run() -> None:
+        refs = [ParticipantRef(participant_id=n, role="resources", url=stack.url(n)) for n in stack.modes]
+        async with ControlClient(stack.token, timeout_s=30) as client:
+            done = await Coordinator(refs, client).checkpoint(checkpoint_id, location, prepare_timeout_s=10)
+        assert done.completed, done.error
+
+    asyncio.run(run())
 
 
 def stored_objects(seaweed: Any, location: str, checkpoint_id: str) -> list[str]:
@@ -475,10 +508,10 @@ def report_pause(scenario: str, pause: PauseMonitor, **extra: object) -> None:
 
 
 class WithholdingProxy:
-    """A real HTTP server on 127.0.0.1 in front of one server's control port: it forwards every call but
-    withholds ``verb`` (resume, persist, ...) while ``hold`` is set, so the operator can be killed with that call
-    in flight. A withheld call is then answered 503, or forwarded late with ``forward_withheld`` (as a call the
-    server received before its caller died)."""
+    """A real HTTP server on 127.0.0.1 in front of one server's control port: it forwards (and records, in
+    ``calls``) every call but withholds ``verb`` (resume, persist, ...) while ``hold`` is set, so the operator can be
+    killed with that call in flight. A withheld call is then answered 503, or forwarded late with
+    ``forward_withheld`` (as a call the server received before its caller died)."""
 
     def __init__(self, upstream: str, verb: str = "resume", forward_withheld: bool = False) -> None:
         import uvicorn
@@ -490,8 +523,11 @@ class WithholdingProxy:
         self.hold = threading.Event()
         self.withheld = threading.Event()
         self.port = free_port()
+        #: every call it received: (time.monotonic(), path, the leader term it named or None)
+        self.calls: list[tuple[float, str, str | None]] = []
 
         async def forward(request: Request) -> Response:
+            self.calls.append((time.monotonic(), request.url.path, request.headers.get("x-gym-leader-term")))
             body = await request.body()
             if self.hold.is_set() and request.url.path.endswith(f"/{verb}"):
                 self.withheld.set()
@@ -530,11 +566,19 @@ def chart_operator_identity(
     kemu: Any, kubectl: Kubectl, namespace: str, tmp_path: Path, values: dict[str, Any] | None = None
 ) -> tuple[Path, dict[str, str], dict[str, Any]]:
     """The chart's operator ServiceAccount, Role and RoleBinding (rendered by Helm for release RELEASE in
-    ``namespace`` with ``values``) installed into the emulator; a kubeconfig with that ServiceAccount's token, the
-    operator settings the chart's Deployment sets, and the Role."""
+    ``namespace`` with ``values``) installed into the emulator, with the storage locations it renders from
+    ``storage.locations`` (not the release's ``default``: the test's operator keeps its own); a kubeconfig with that
+    ServiceAccount's token, the operator settings the chart's Deployment sets, and the Role."""
     helm = pytest.importorskip("helm_python")
     with helm.Chart.load(str(CRDS.parent)) as chart:
         files = chart.render(values or {}, name=RELEASE, namespace=namespace)
+    locations = [
+        doc
+        for doc in yaml.safe_load_all(files["gym-checkpoint/templates/storagelocations.yaml"])
+        if doc and doc["metadata"]["labels"]["gym-checkpoint.dev/location"] != "default"
+    ]
+    if locations:
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(locations))
     docs = [doc for doc in yaml.safe_load_all(files["gym-checkpoint/templates/operator.yaml"]) if doc]
     kinds = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
     rbac = [doc for doc in docs if doc["kind"] in kinds]
@@ -544,7 +588,6 @@ def chart_operator_identity(
     names = (
         "GYMCKPT_PARTICIPANT_SELECTOR",
         "GYMCKPT_KOPF_SCANNING",
-        "GYMCKPT_STORAGE_LOCATIONS",
         "GYMCKPT_OPERATOR_DEPLOYMENT",
         "GYMCKPT_LEADER_LEASE",
         "GYMCKPT_AUTO_RESTORE",

@@ -70,3 +70,32 @@ def test_only_ttl_and_deletion_policy_of_a_checkpoint_may_change(kemu, kubectl) 
         json.dumps({"spec": {"ttl": "1h", "deletionPolicy": "Delete"}}),
     )
     assert get(kubectl, "checkpoint", "fixed")["spec"]["method"] == "snapshot"
+
+
+@pytest.mark.parametrize(
+    "selector, message",
+    [
+        ({"matchLabels": {"bad key!": "x"}}, "every matchLabels key must be a label key"),
+        ({"matchLabels": {"a/b/c": "x"}}, "every matchLabels key must be a label key"),
+        ({"matchLabels": {"tier": "not a value"}}, "spec.selector.matchLabels.tier"),
+        ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["x y"]}]}, "matchExpressions[0].values[0]"),
+        ({"matchExpressions": [{"key": "-tier", "operator": "Exists"}]}, "matchExpressions[0].key"),
+    ],
+)
+def test_selector_label_keys_and_values_are_validated(kemu, kubectl, selector, message) -> None:
+    """A selector's label keys and values are what Kubernetes accepts as labels (the CRD's schema and rules), so a
+    typo is refused at once instead of a Checkpoint that matches no pod."""
+    install_crds(kemu, kubectl)
+    refused = kubectl("apply", "-f", "-", check=False, input=yaml.safe_dump(checkpoint_doc("typo", selector=selector)))
+    assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+    good = {"matchLabels": {"gym-checkpoint.dev/role": "agent", "tier": ""}}
+    apply(kubectl, checkpoint_doc("fine", selector=good))
+
+
+def test_kubectl_explain_describes_every_field(kemu, kubectl) -> None:
+    """`kubectl explain` (the API server's OpenAPI document of the CRDs) says what a status field is."""
+    install_crds(kemu, kubectl)
+    explained = kubectl("explain", "checkpoint.status.blockers.participant").stdout
+    assert "The participant that could not reach a boundary" in explained, explained
+    explained = kubectl("explain", "restore.spec.selector.matchExpressions.operator").stdout
+    assert "In and NotIn compare" in explained, explained

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.operator.harness import (
+    FINALIZER,
     GROUP,
     Operators,
     PauseMonitor,
@@ -61,7 +62,7 @@ def test_a_checkpoint_deleted_mid_prepare_is_cancelled_and_reopens_the_stack_at_
             apply(kubectl, checkpoint_doc("doomed", prepareTimeoutSeconds=30, leaseSeconds=60))
             wait_for(lambda: not admission_is_open(stack), timeout=20, what="the stack to pause")
             doc = get(kubectl, "checkpoint", "doomed")
-            assert doc["metadata"]["finalizers"] == ["gym-checkpoint.dev/operator"]
+            assert doc["metadata"]["finalizers"] == [FINALIZER]
             deleted = time.monotonic()
             kubectl("delete", "checkpoint", "doomed", "--wait=false")
             wait_for(

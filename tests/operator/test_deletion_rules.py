@@ -9,7 +9,8 @@ from typing import Any
 import kopf
 import pytest
 
-from gym_operator.controllers.deletion import expiration, restore_reads
+from gym_operator.controllers.deletion import restore_reads
+from gym_operator.controllers.expiry import expiration
 
 CREATED = "2026-01-02T03:04:05Z"
 

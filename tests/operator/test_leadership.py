@@ -12,7 +12,7 @@ import threading
 import pytest
 from kubernetes import client, config
 
-from gym_operator.leadership import Leadership, LeadershipSettings
+from gym_operator.leadership import UNINSTALLING, Leadership, LeadershipLost, LeadershipSettings
 from gym_operator.specs import SpecError
 
 pytestmark = pytest.mark.k8s
@@ -165,3 +165,52 @@ def test_settings_refuse_a_renew_deadline_a_standby_could_overtake() -> None:
     ok = LeadershipSettings.from_env("default", {k: v for k, v in env.items() if "RENEW" not in k})
     assert ok.name == "gym-gym-checkpoint-operator" and ok.identity.startswith("gym-operator-abc_")
     assert (ok.duration_s, ok.renew_deadline_s, ok.retry_period_s) == (15, 10, 2)
+
+
+def test_the_fence_names_the_term_and_ends_a_leader_whose_renewal_is_too_old(kemu, namespace) -> None:
+    """Fencing: while its last renewal is recent on its own clock the leader's fence names its term (the Lease's
+    leaseTransitions, one more at every change of holder); past the renew deadline (a frozen process waking up) the
+    fence calls on_lost before anything could be sent, without asking the API server. A new holder gets a newer
+    term, and a Lease released and taken again is a new term too."""
+    a_clock, b_clock = Clock(), Clock()
+    a = candidate(kemu, namespace, "a", a_clock)
+    b = candidate(kemu, namespace, "b", b_clock)
+    stop = threading.Event()
+    assert a.acquire(stop)
+    assert a.fence() == f"{namespace}/{NAME}/0"
+    lost: list[str] = []
+    a.on_lost = lost.append
+    a_clock.now += 9.9  # the renew deadline is 10 s
+    assert a.fence() == f"{namespace}/{NAME}/0" and not lost
+    a_clock.now += 0.2
+    a.api = None  # type: ignore[assignment]  # the fence must not need the API server
+    with pytest.raises(LeadershipLost):
+        a.fence()
+    assert len(lost) == 1 and "nothing more is sent in its name" in lost[0]
+    a.api = coordination(kemu)
+    assert b.try_acquire_or_renew(5) is False  # held by a, as b first sees it
+    b_clock.now += 100
+    assert b.try_acquire_or_renew(5) is True and b.leader is False  # (try_acquire_or_renew alone: not acquire())
+    b.leader = True
+    assert b.fence() == f"{namespace}/{NAME}/1"
+    b.release()
+    assert a.try_acquire_or_renew(5) is True and leadership_record(kemu, namespace).spec.lease_transitions == 2
+
+
+def test_a_marked_lease_is_never_taken_and_a_stale_mark_is_ignored_and_removed(kemu, namespace) -> None:
+    """The uninstall mark (the pre-delete hook's annotation, naming the operator Deployment's uid): no candidate
+    takes a marked Lease; one of another Deployment (a later install under the same name) ignores it and its leader
+    removes it."""
+    api = coordination(kemu)
+    old = candidate(kemu, namespace, "old")
+    old.instance = "uid-1"
+    assert old.acquire(threading.Event())
+    old.release()
+    api.patch_namespaced_lease(NAME, namespace, {"metadata": {"annotations": {UNINSTALLING: "uid-1"}}})
+    same = candidate(kemu, namespace, "same")
+    same.instance = "uid-1"
+    assert same.try_acquire_or_renew(5) is False and same.uninstalling == "uid-1"
+    later = candidate(kemu, namespace, "later")
+    later.instance = "uid-2"
+    assert later.try_acquire_or_renew(5) is True and later.uninstalling is None
+    assert UNINSTALLING not in (leadership_record(kemu, namespace).metadata.annotations or {})

@@ -16,6 +16,8 @@ from tests.operator.harness import (
     apply,
     chart_operator_identity,
     checkpoint_doc,
+    checkpoint_without_the_operator,
+    finalizer_of,
     get,
     own_by_statefulset,
     resource,
@@ -38,7 +40,8 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
 ) -> None:
     """Releases alpha and beta share the namespace, each with its operator: each operator runs only the
     Checkpoints and Restores naming its release (no Event, no finalizer, no status on the others'), on its own
-    release's pods; a Restore of the other release's Checkpoint is refused."""
+    release's pods; a Restore of the other release's Checkpoint is refused. Each Checkpoint (`deletionPolicy:
+    Delete`, so its operator is needed at its deletion) holds exactly its own release's finalizer."""
     start_operator, location = operator_env
     stacks = {}
     for release, pods in (("alpha", ["alpha-0", "alpha-1"]), ("beta", ["beta-0"])):
@@ -54,14 +57,19 @@ def test_two_releases_in_one_namespace_each_checkpoint_and_restore_only_their_ow
                 http.post("/seed_session", json={"start": 100}, headers={"x-ng-rollout-id": name}).raise_for_status()
                 cookies[name] = dict(http.cookies)
     for release in stacks:
-        apply(kubectl, checkpoint_doc(f"ck-{release}", release=release, prepareTimeoutSeconds=10))
+        apply(
+            kubectl, checkpoint_doc(f"ck-{release}", release=release, prepareTimeoutSeconds=10, deletionPolicy="Delete")
+        )
     for release, stack in stacks.items():
         kubectl(
             "wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/ck-{release}", "--timeout=60s", timeout=70
         )
         done = get(kubectl, "checkpoint", f"ck-{release}")
         assert sorted(p["id"] for p in done["status"]["participants"]) == sorted(stack.modes)
-        assert done["metadata"].get("finalizers", []) in ([], ["gym-checkpoint.dev/operator"])
+        wait_for(
+            lambda r=release: get(kubectl, "checkpoint", f"ck-{r}")["metadata"].get("finalizers") == [finalizer_of(r)],
+            what=f"exactly release {release}'s finalizer",
+        )
     bucket, prefix = location[len("s3://") :].split("/", 1)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
     for release, stack in stacks.items():
@@ -98,16 +106,18 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
 ) -> None:
     """The operator runs with the chart's ServiceAccount token, Role and settings (kopf scanning off, one storage
     location with its own credentials Secret, autoRestore and termination checkpoints on), through everything it
-    does: a Checkpoint to that location (reading that Secret), the automatic Restore of the stack come back fresh, a
-    Checkpoint naming a location the admin never defined, a Checkpoint deleted with its data, one whose ttl runs
-    out, a CheckpointSchedule's run, a pod's DisruptionTarget condition (a termination checkpoint); then it stops
-    (and checks whether its namespace and Deployment are going away).
+    does: the location validated (its status) and its stored checkpoint synced as a Checkpoint (create), a Checkpoint
+    to that location (reading that Secret), the automatic Restore of the stack come back fresh, a Checkpoint naming a
+    location the admin never defined, a Checkpoint deleted with its data, one whose ttl runs out, a
+    CheckpointSchedule's run, a pod's DisruptionTarget condition (a termination checkpoint); then it stops (and checks
+    whether its namespace and Deployment are going away).
     Every request it made was allowed, and every rule of the Role was used (the emulator's audit): the Role is
     exactly what it uses."""
     start_operator, location = operator_env
-    values = {"storage": {"locations": {"team": {"url": location, "existingSecret": "team-s3"}}}}
-    kubeconfig, settings, role = chart_operator_identity(kemu, kubectl, namespace, tmp_path, values)
-    assert json.loads(settings["GYMCKPT_STORAGE_LOCATIONS"]) == {"team": {"url": location, "existingSecret": "team-s3"}}
+    team = {"url": location, "endpoint": seaweed.endpoint, "existingSecret": "team-s3"}
+    kubeconfig, settings, role = chart_operator_identity(
+        kemu, kubectl, namespace, tmp_path, {"storage": {"locations": {"team": team}}}
+    )
     keys = seaweed.env()
     for name in ("team-s3", "other-s3"):
         kubectl(
@@ -122,8 +132,20 @@ def test_the_whole_operator_flow_under_the_charts_role_uses_exactly_what_it_gran
     stack.start()
     stack.create_pods()
     own_by_statefulset(kubectl, "counter-0", "counter", replicas=1)  # the operator lists StatefulSets
+    checkpoint_without_the_operator(stack, location, "from-before")
     operator = start_operator(stack, kubeconfig, **settings)
     try:
+        wait_for(
+            lambda: (
+                "Completed"
+                in kubectl("get", "checkpoint", "from-before", "-o", "jsonpath={.status.phase}", check=False).stdout
+            ),
+            timeout=60,
+            what="the catalog sync to make a Checkpoint of the stored checkpoint",
+        )
+        assert get(kubectl, "checkpointstoragelocation", f"{RELEASE}-gym-checkpoint-team")["status"]["phase"] == (
+            "Available"
+        )
         with httpx.Client(base_url=stack.url("counter-0")) as http:
             http.post("/seed_session", json={"start": 5}, headers={"x-ng-rollout-id": "r0"})
         apply(

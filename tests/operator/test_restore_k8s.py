@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.operator.harness import (
+    RELEASE,
     Stack,
     WithholdingProxy,
     apply,
@@ -110,13 +111,17 @@ def test_checkpoint_kill_restore_continue(operator_env, kubectl, tmp_path, seawe
 def test_restore_by_checkpoint_id_reads_the_named_storage_location(operator_env, kubectl, tmp_path) -> None:
     """A Restore naming `spec.storageLocation` and `spec.checkpointId` reads that location. The
     checkpoint exists only at the default location, so a Restore naming another one must not complete from the
-    default; a location the admin has not defined is refused, naming the ones there are."""
+    default; a location the admin has not defined is refused, saying how to list the ones there are."""
     start_operator, location = operator_env
     stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})
     stack.start()
     stack.create_pods()
     elsewhere = f"{location.rstrip('/')}-elsewhere"
-    start_operator(stack, GYMCKPT_STORAGE_LOCATIONS=json.dumps({"elsewhere": {"url": elsewhere}}))
+    bucket, prefix = elsewhere[len("s3://") :].split("/", 1)
+    located = {"release": RELEASE, "bucket": bucket, "prefix": prefix, "validationFrequency": "0s"}
+    doc = {"kind": "CheckpointStorageLocation", "metadata": {"name": "elsewhere"}, "spec": located}
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "gym-checkpoint.dev/v1alpha1", **doc}))
+    start_operator(stack)
     try:
         status = completed_checkpoint(kubectl, stack, "source")
         for name, named in (("by-loc", "elsewhere"), ("nowhere", "nowhere")):
@@ -135,7 +140,7 @@ def test_restore_by_checkpoint_id_reads_the_named_storage_location(operator_env,
         assert restored["phase"] == "Failed"
         kubectl("wait", "--for=jsonpath={.status.phase}=Failed", "restore/nowhere", "--timeout=60s", timeout=70)
         nowhere = get(kubectl, "restore", "nowhere")["status"]
-        assert nowhere["reason"] == "UnknownStorageLocation" and "(default, elsewhere)" in nowhere["message"]
+        assert nowhere["reason"] == "UnknownStorageLocation" and "checkpointstoragelocations" in nowhere["message"]
     finally:
         stack.kill()
 

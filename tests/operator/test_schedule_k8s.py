@@ -78,7 +78,11 @@ def test_a_schedule_skips_while_one_is_in_flight_then_creates_and_keeps_the_newe
     created = wait_for(lambda: schedule_status(kubectl, "nightly").get("lastCheckpoint"), 40, "a run")
     kubectl("wait", "--for=jsonpath={.status.phase}=Completed", f"checkpoint/{created}", "--timeout=60s", timeout=70)
     checkpoint = get(kubectl, "checkpoint", created)
-    assert checkpoint["metadata"]["labels"] == {SCHEDULE: "nightly", "gym-checkpoint.dev/created-by": "schedule"}
+    assert checkpoint["metadata"]["labels"] == {
+        SCHEDULE: "nightly",
+        "gym-checkpoint.dev/created-by": "schedule",
+        "velero.io/exclude-from-backup": "true",  # (never backed up and replayed by a Velero restore)
+    }
     assert checkpoint["spec"]["release"] == RELEASE and checkpoint["spec"]["ttl"] == "720h"
     assert checkpoint["status"]["participants"][0]["id"] == "fast-0"  # the template's selector
     assert get(kubectl, "checkpoint", "slow")["status"]["phase"] == "Failed"  # (ended before the run)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from gym_operator.specs import (
+    AccessMode,
     CheckpointSpec,
+    LocationSpec,
     OperatorSettings,
     RestoreSpec,
     SpecError,
     StorageLocation,
-    UnknownLocation,
 )
 from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S
 
@@ -50,36 +49,41 @@ def test_restore_by_location_reads_the_crd_fields() -> None:
     assert by_ref.lease_seconds == DEFAULT_LEASE_S
 
 
-def test_storage_locations_are_the_admins() -> None:
-    """`default` is GYMCKPT_STORAGE; the others come from GYMCKPT_STORAGE_LOCATIONS (the chart's storage.locations);
-    a name not defined is refused with the names that are."""
-    settings = OperatorSettings.from_env(
-        {
-            "GYMCKPT_CONTROL_TOKEN": "t",
-            "GYMCKPT_RELEASE": "gym",
-            "GYMCKPT_STORAGE": "s3://b/p",
-            "GYMCKPT_STORAGE_LOCATIONS": json.dumps(
-                {"archive": {"url": "s3://a/x", "endpoint": "https://s3.example", "existingSecret": "k"}}
-            ),
-        }
+def test_storage_locations_are_resources() -> None:
+    """A CheckpointStorageLocation's spec gives its URL; `GYMCKPT_STORAGE` is only the operator's own default (run
+    without the chart); the retired `GYMCKPT_STORAGE_LOCATIONS` is refused, naming what replaced it."""
+    spec = LocationSpec.parse(
+        {"release": "gym", "bucket": "b", "prefix": "/team/a/", "credential": {"name": "k"}, "accessMode": "ReadOnly"}
     )
-    assert settings.location("default") == StorageLocation(name="default", url="s3://b/p")
-    assert settings.location("archive") == StorageLocation(
-        name="archive", url="s3://a/x", endpoint="https://s3.example", existing_secret="k"
-    )
-    with pytest.raises(
-        UnknownLocation, match=r"'elsewhere' is not one of the release's storage locations \(archive, default\)"
-    ):
-        settings.location("elsewhere")
-    for bad in ('{"default": {"url": "s3://x/y"}}', '{"a": {"url": "s3://x/y", "credentials": "k"}}', "[1]", "{"):
-        with pytest.raises(SpecError, match="GYMCKPT_STORAGE_LOCATIONS"):
-            OperatorSettings.from_env(
-                {"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": "g", "GYMCKPT_STORAGE_LOCATIONS": bad}
-            )
+    assert spec.url == "s3://b/team/a" and spec.credential is not None and spec.credential.name == "k"
+    assert spec.access_mode is AccessMode.READ_ONLY and spec.validation_frequency.total_seconds() == 60
+    assert LocationSpec.parse({"release": "gym", "provider": "file", "prefix": "/mnt/ckpt"}).url == "file:///mnt/ckpt"
+    assert LocationSpec.parse({"release": "gym", "bucket": "b", "validationFrequency": "0s"}).url == "s3://b"
+    for bad in ({"release": "gym"}, {"release": "gym", "provider": "file", "prefix": "relative"}):
+        with pytest.raises(SpecError):
+            LocationSpec.parse(bad)
+    resource = {"metadata": {"name": "archive"}, "spec": {"release": "gym", "bucket": "a"}, "status": {}}
+    assert StorageLocation.of(resource) == StorageLocation(name="archive", url="s3://a", resource="archive")
+    down = {**resource, "status": {"phase": "Unavailable", "message": "no such bucket"}}
+    assert StorageLocation.of(down).unavailable == "no such bucket"
+    base = {"GYMCKPT_CONTROL_TOKEN": "t", "GYMCKPT_RELEASE": "gym"}
+    assert OperatorSettings.from_env({**base, "GYMCKPT_STORAGE": "s3://b/p"}).default_location == "s3://b/p"
+    with pytest.raises(SpecError, match="CheckpointStorageLocation resources"):
+        OperatorSettings.from_env({**base, "GYMCKPT_STORAGE_LOCATIONS": '{"a": {"url": "s3://x/y"}}'})
+    with pytest.raises(SpecError, match="GYMCKPT_GATEWAY_KEY"):
+        OperatorSettings.from_env({**base, "GYMCKPT_GATEWAY_KEY": "short"})
 
 
 @pytest.mark.parametrize(
-    "spec", [{"leaseSeconds": "soon"}, {"prepareTimeoutSeconds": 0}, {"selector": {"matchLabels": "x"}}]
+    "spec",
+    [
+        {"leaseSeconds": "soon"},
+        {"prepareTimeoutSeconds": 0},
+        {"selector": {"matchLabels": "x"}},
+        {"selector": {"matchLabels": {"bad key": "x"}}},
+        {"selector": {"matchLabels": {"tier": "two words"}}},
+        {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a/b"]}]}},
+    ],
 )
 def test_a_malformed_spec_names_its_field(spec: dict) -> None:
     with pytest.raises(SpecError, match=r"spec\.(leaseSeconds|prepareTimeoutSeconds|selector)"):
@@ -98,7 +102,7 @@ def test_operator_settings_from_the_environment() -> None:
             "AWS_REGION": "eu-west-1",
         }
     )
-    assert (settings.location("default").url, settings.release, settings.scanning_disabled, settings.region) == (
+    assert (settings.default_location, settings.release, settings.scanning_disabled, settings.region) == (
         "s3://b/p",
         "gym",
         True,

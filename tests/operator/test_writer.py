@@ -110,3 +110,30 @@ async def test_a_deleted_resource_ends_the_writing(checkpoint, kubectl) -> None:
     writer.write(progress_status(TransactionPhase.CAPTURING, "capturing", 1))  # ignored, returns at once
     assert await writer.flush(1) is False
     await writer.close()
+
+
+async def test_conditional_writes_go_on_over_a_live_body_that_lags(checkpoint, kubectl) -> None:
+    """Writes conditional on the resourceVersion of kopf's live body, which stops moving while kopf runs the
+    resource's deletion handler (it waits for the transaction, which waits for its last status write): the writer
+    follows its own writes' versions, and after a 409 (someone else changed the object: a label, a deletion) reads the
+    version again, so the last status gets in instead of a 409 for ever. A write over an older version than what is
+    there is still refused: the fence of a leader whose write was on its way when another wrote."""
+    kube, fetch = checkpoint
+    meta = fetch()["metadata"]
+    frozen = meta["resourceVersion"]
+    fences: list[int] = []
+    writer = StatusWriter(
+        kube, "checkpoints", meta["namespace"], "w", meta["generation"], None,
+        fence=lambda: fences.append(1), version=lambda: frozen,
+    )  # fmt: skip
+    writer.write(progress_status(TransactionPhase.PREPARING, "preparing", 1))
+    assert await writer.flush(10)
+    writer.write(progress_status(TransactionPhase.CAPTURING, "capturing", 1))  # over its own write's version
+    assert await writer.flush(10) and writer.failures == 0
+    kubectl("label", "checkpoint", "w", "someone=else")  # a newer version the live body never shows
+    writer.write(failed_status("Aborted", "aborted", None))
+    assert await writer.flush(20)
+    assert fetch()["status"]["phase"] == "Failed" and writer.failures == 1 and len(fences) == 4  # fenced every try
+    with pytest.raises(Exception, match="409"):
+        await kube.patch_status("checkpoints", meta["namespace"], "w", {"message": "late"}, frozen)
+    await writer.close()

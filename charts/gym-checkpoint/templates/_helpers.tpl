@@ -3,16 +3,22 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Release-qualified name; kept short so "<fullname>-<server>-0" fits a DNS label. */}}
+{{/*
+Release-qualified name, at most 28 characters so "<fullname>-<server>-0" fits a DNS label. A release name that does
+not fit whole gets its first 19 characters and 8 of the sha256 of the full name: two long release names sharing a
+prefix never render one name for their objects (the Kubernetes Lease, <fullname>-generated, ...). A release name of
+28 characters or fewer keeps what it always rendered (only "-gym-checkpoint" is cut short): upgrades rename nothing.
+*/}}
 {{- define "gym-checkpoint.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 28 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
-{{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 28 | trimSuffix "-" -}}
+{{- $full := ternary .Release.Name (printf "%s-%s" .Release.Name $name) (contains $name .Release.Name) -}}
+{{- if le (len .Release.Name) 28 -}}
+{{- $full | trunc 28 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 28 | trimSuffix "-" -}}
+{{- printf "%s-%s" ($full | trunc 19 | trimSuffix "-") ($full | sha256sum | trunc 8) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -156,8 +162,14 @@ reads the cluster (no lookup), so `helm template` renders the same every time (A
 {{- define "gym-checkpoint.s3SecretName" -}}
 {{- if .Values.storage.s3.existingSecret -}}{{- .Values.storage.s3.existingSecret -}}
 {{- else if .Values.storage.s3.accessKeyId -}}{{- printf "%s-s3" (include "gym-checkpoint.fullname" .) -}}
-{{- else -}}{{- include "gym-checkpoint.generatedSecretName" . -}}
+{{- else -}}{{- include "gym-checkpoint.storageSecretName" . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The generated Secret only the operator and the embedded store read: the embedded store's keys and the storage
+gateway's signing key. The servers never reference it (<fullname>-generated holds their tokens). */}}
+{{- define "gym-checkpoint.storageSecretName" -}}
+{{- printf "%s-storage" (include "gym-checkpoint.fullname" .) -}}
 {{- end -}}
 
 {{/* The generated Secret's keys as KEY=LENGTH words; empty when every value is given or existing. */}}
@@ -165,6 +177,13 @@ reads the cluster (no lookup), so `helm template` renders the same every time (A
 {{- $keys := list -}}
 {{- if not (or .Values.controlToken.existingSecret .Values.controlToken.value) -}}{{- $keys = append $keys "token=48" -}}{{- end -}}
 {{- if not (or .Values.sessionSecret.existingSecret .Values.sessionSecret.value) -}}{{- $keys = append $keys "secret=48" -}}{{- end -}}
+{{- join " " $keys -}}
+{{- end -}}
+
+{{/* The generated storage Secret's keys (the embedded store's, the gateway's signing key) as KEY=LENGTH words. */}}
+{{- define "gym-checkpoint.generatedStorageKeys" -}}
+{{- $keys := list -}}
+{{- if and .Values.operator.enabled (not .Values.storage.gateway.existingSecret) -}}{{- $keys = append $keys "gateway-key=48" -}}{{- end -}}
 {{- if and .Values.storage.embedded.enabled (not (or .Values.storage.s3.existingSecret .Values.storage.s3.accessKeyId)) -}}
 {{- $keys = concat $keys (list "AWS_ACCESS_KEY_ID=20" "AWS_SECRET_ACCESS_KEY=40") -}}
 {{- end -}}
@@ -214,35 +233,25 @@ yourself (docs/operations/upgrade.md).
 {{- join "\n" $parts | sha256sum -}}
 {{- end -}}
 
-{{/* Environment shared by the servers and the operator: tokens and S3 access. */}}
-{{- define "gym-checkpoint.commonEnv" -}}
+{{/* The control token, for the servers and the operator. No storage key reaches a server: the operator alone reads
+the storage locations' Secrets, and signs each object a server writes or reads (docs/decisions.md, "Participants
+reach storage through presigned requests"). */}}
+{{- define "gym-checkpoint.tokenEnv" -}}
 - name: GYMCKPT_CONTROL_TOKEN
   valueFrom:
     secretKeyRef:
       name: {{ include "gym-checkpoint.controlSecretName" . }}
       key: {{ include "gym-checkpoint.controlSecretKey" . }}
-{{- if include "gym-checkpoint.s3Credentials" . }}
-- name: AWS_ACCESS_KEY_ID
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "gym-checkpoint.s3SecretName" . }}
-      key: AWS_ACCESS_KEY_ID
-- name: AWS_SECRET_ACCESS_KEY
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "gym-checkpoint.s3SecretName" . }}
-      key: AWS_SECRET_ACCESS_KEY
-{{- end }}
-{{- with include "gym-checkpoint.s3Endpoint" . }}
-- name: AWS_ENDPOINT_URL
-  value: {{ . | quote }}
-{{- end }}
-{{- with .Values.storage.s3.region }}
-- name: AWS_REGION
-  value: {{ . | quote }}
-- name: AWS_DEFAULT_REGION
-  value: {{ . | quote }}
-{{- end }}
+{{- end -}}
+
+{{/* Where the servers ask for their storage requests to be signed: the operator's storage gateway. */}}
+{{- define "gym-checkpoint.gatewayUrl" -}}
+{{- printf "http://%s-operator.%s.svc:%v" (include "gym-checkpoint.fullname" .) .Release.Namespace .Values.operator.storageGateway.port -}}
+{{- end -}}
+
+{{/* The Secret of the storage gateway's signing key (the generated storage Secret, or yours). */}}
+{{- define "gym-checkpoint.gatewaySecretName" -}}
+{{- .Values.storage.gateway.existingSecret | default (include "gym-checkpoint.storageSecretName" .) -}}
 {{- end -}}
 
 {{/* runAsUser/runAsGroup only when set (null: the platform assigns them, as OpenShift's restricted SCC does). */}}

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 import kopf
 
 from gym_operator.controllers import resume
-from gym_operator.controllers.context import Context, Refused, location, pod_selector
+from gym_operator.controllers.catalog import synced
+from gym_operator.controllers.context import Context, Refused, claimed_by, pod_selector
+from gym_operator.controllers.location import resolve, usable
 from gym_operator.controllers.transaction import Transaction, invalid, parse, run_once
 from gym_operator.specs import CheckpointSpec, SelectorSpec, StorageLocation
 from gym_services.coordination.client import ControlClient, ParticipantRef
@@ -66,7 +68,10 @@ def at_deadline(tx: Transaction[Prepared], cancel: asyncio.Event) -> Iterator[No
 
 
 async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) -> None:
-    """The daemon of one Checkpoint: its transaction, once (a final one is not run again)."""
+    """The daemon of one Checkpoint: its transaction, once (a final one is not run again). A Checkpoint the catalog
+    sync made (:mod:`.catalog`) runs none: its checkpoint is stored already."""
+    if synced(body):
+        return
     spec, why = parse(CheckpointSpec, body.get("spec"))
     tx: Transaction[Prepared] = Transaction(
         "Checkpoint",
@@ -80,7 +85,8 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
 
     async def setup() -> Prepared:
         assert spec is not None
-        storage = location(spec.storage_location, context.settings)
+        storage = await resolve(spec.storage_location, tx.namespace, context)
+        await usable(storage, True, tx.namespace, context)
         participants = await tx.participants()
         if spec.final or context.settings.auto_restore:
             why = await resume.nothing_new(context, tx.namespace, participants, final=spec.final)
@@ -98,7 +104,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
         # a deadline bounds the wait for boundaries, and cancels (aborts) what is not published by then
         prepare_timeout_s = max(1.0, min(spec.prepare_timeout_seconds, tx.left_s() - PUBLISH_RESERVE_S))
         with at_deadline(tx, cancel):
-            async with ControlClient(context.settings.token, timeout_s=timeout_s) as client:
+            async with ControlClient(context.settings.token, timeout_s=timeout_s, fence=context.fence) as client:
                 coordinator = await tx.coordinator(participants, storage, client)
                 return await coordinator.checkpoint(
                     checkpoint_id,
@@ -106,7 +112,7 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
                     prepare_timeout_s=prepare_timeout_s,
                     lease_s=spec.lease_seconds,
                     transaction_id=tx.uid,
-                    claimed_by=f"Checkpoint {tx.namespace}/{tx.name}",
+                    claimed_by=claimed_by(tx.namespace, tx.name, context.settings.release),
                     method=spec.method,
                     cancel=cancel,
                     final=spec.final,

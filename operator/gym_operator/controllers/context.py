@@ -1,4 +1,4 @@
-"""What every controller shares: the operator's settings and clients, the stack's discovery, storage access, Events.
+"""What every controller shares: the operator's settings and clients, the stack's discovery, Events.
 
 One :class:`Context` per operator process, built by kopf's startup handler (:func:`gym_operator.handlers.startup`)
 and kept in kopf's memo; each controller gets it from there. Nothing here knows a lifecycle.
@@ -7,6 +7,7 @@ and kept in kopf's memo; each controller gets it from there. Nothing here knows 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
 import kopf
@@ -23,16 +24,40 @@ from gym_operator.discovery import (
     template_labels,
 )
 from gym_operator.kube import Kube
-from gym_operator.specs import OperatorSettings, SelectorSpec, StorageLocation, UnknownLocation
-from gym_services.base.config import StorageConfig
-from gym_services.control.models import StorageAccess
+from gym_operator.leadership import Leadership
+from gym_operator.specs import OperatorSettings, SelectorSpec
 from gym_services.coordination.client import ParticipantRef
 from gym_services.coordination.coordinator import TransactionPhase
 
-#: the finalizer kopf puts on every Checkpoint and Restore of this operator's release
-FINALIZER = "gym-checkpoint.dev/operator"
+#: the finalizer every release's operator shared before each had its own; an operator takes it off its release's
+#: resources (nothing holds it any more)
+LEGACY_FINALIZER = "gym-checkpoint.dev/operator"
 #: the phases a transaction ends in
 FINAL = (TransactionPhase.COMPLETED, TransactionPhase.FAILED)
+
+
+def finalizer_of(release: str) -> str:
+    """The finalizer of the operator of ``release``, on the release's resources that need it at their deletion.
+
+    One per release: kopf takes its finalizer off every resource none of its handlers match, so the operators of two
+    releases sharing one finalizer in a namespace would each take the other's off, and the other put it back, for
+    ever. (A release name is at most 53 characters: the name part stays within a qualified name's 63.)"""
+    return f"gym-checkpoint.dev/operator-{release}"
+
+
+def claimed_by(namespace: str, name: str, release: str) -> str:
+    """Who a Checkpoint's transaction is, as its stored claim says (``claimed_by``): the resource and its release,
+    so a Restore by checkpoint id can tell which release took it (:func:`claimed_release`)."""
+    return f"Checkpoint {namespace}/{name} (release {release})"
+
+
+_CLAIMED_RELEASE = re.compile(r"\(release ([a-z0-9]([-a-z0-9]*[a-z0-9])?)\)$")
+
+
+def claimed_release(claimed: str) -> str | None:
+    """The release a stored claim names (:func:`claimed_by`); None for one made elsewhere (the CLI) or before."""
+    match = _CLAIMED_RELEASE.search(claimed)
+    return match.group(1) if match else None
 
 
 class StackLock(asyncio.Lock):
@@ -53,6 +78,8 @@ class Context:
     kube: Kube
     #: this operator replica (its leadership identity), named in the Events of a transaction it carries on
     identity: str = "restarted"
+    #: the release's leadership this replica holds (None: run without leader election, as ``kopf run`` does)
+    leadership: Leadership | None = None
     #: one lock per stack (namespace and selector): one transaction at a time on it
     locks: dict[str, StackLock] = field(default_factory=dict)
     #: resource uid -> an Event set once its transaction has ended (a deletion waits for it)
@@ -61,6 +88,24 @@ class Context:
     posted: dict[tuple[str | None, str], str] = field(default_factory=dict)
     #: where this operator's resources are (it may have put finalizers there)
     namespaces: set[str] = field(default_factory=set)
+    #: resource uid -> (plural, namespace, name) of those the watch last showed holding this operator's finalizer
+    held: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def fence(self) -> str | None:
+        """Called right before every control call and status write: the leader's term to name on it (None: no
+        leader election); a leader whose leadership may have passed ends here (:meth:`Leadership.fence`)."""
+        return self.leadership.fence() if self.leadership is not None else None
+
+    def seen(self, plural: str, event_type: str | None, body: kopf.Body) -> None:
+        """One watch event of a resource of the release: where the release's resources are, which hold the
+        finalizer."""
+        meta = body.get("metadata") or {}
+        self.namespaces.add(str(meta.get("namespace")))
+        uid = str(meta.get("uid"))
+        if event_type != "DELETED" and finalizer_of(self.settings.release) in (meta.get("finalizers") or []):
+            self.held[uid] = (plural, str(meta.get("namespace")), str(meta.get("name")))
+        else:
+            self.held.pop(uid, None)
 
     def event_once(self, body: kopf.Body, reason: str, message: str, warning: bool = False) -> None:
         """An Event, unless the last one of this resource with this reason said the same: a handler kopf retries
@@ -125,38 +170,3 @@ async def discover(
     if not refs:
         raise DiscoveryError(f"no participant pods match {labels!r} in {namespace}")
     return refs
-
-
-def location(name: str, operator: OperatorSettings) -> StorageLocation:
-    """The storage location a spec names; :class:`Refused` (``UnknownStorageLocation``) when the admin has none."""
-    try:
-        return operator.location(name)
-    except UnknownLocation as exc:
-        raise Refused("UnknownStorageLocation", str(exc)) from None
-
-
-async def storage_access(
-    location: StorageLocation, namespace: str, kube: Kube, operator: OperatorSettings
-) -> tuple[StorageConfig, StorageAccess | None]:
-    """How the operator reaches a storage location, and what the servers are told to use instead of their config.
-
-    A location is the admin's (the chart's ``storage.locations``): its endpoint and region (else the operator's
-    env) and the keys of its ``existingSecret`` (else the operator's). What the location names itself is also
-    sent to every server with each transaction; ``default`` names nothing, so each server stays on the
-    release's storage settings. No Checkpoint or Restore can name an endpoint or credentials.
-    """
-    keys: dict[str, str] = {}
-    if location.existing_secret:
-        data = await kube.secret_data(namespace, location.existing_secret)
-        try:
-            keys = {"access_key_id": data["AWS_ACCESS_KEY_ID"], "secret_access_key": data["AWS_SECRET_ACCESS_KEY"]}
-        except KeyError as exc:
-            raise LookupError(f"Secret {location.existing_secret} has no {exc.args[0]}") from None
-    named = {"endpoint_url": location.endpoint, "region": location.region, **keys}
-    named = {k: v for k, v in named.items() if v}
-    config = StorageConfig(
-        endpoint_url=named.get("endpoint_url") or operator.endpoint_url,
-        region=named.get("region") or operator.region,
-        **keys,
-    )
-    return config, (StorageAccess(**named) if named else None)

@@ -1,7 +1,6 @@
-"""A Checkpoint's end: its expiry (``spec.ttl``) and its deletion (``spec.deletionPolicy``), as Velero's.
+"""A Checkpoint's deletion (``spec.deletionPolicy``), as Velero's (its expiry, ``spec.ttl``, is :mod:`.expiry`'s).
 
-- Expiry: once a Checkpoint's transaction has ended, ``status.expiration`` is its creation plus ``spec.ttl`` (kept up
-  to date when the ttl changes); once it passes, the operator deletes the Checkpoint.
+- Finalizer: only a Checkpoint whose deletion needs the operator holds its finalizer (:func:`needs_operator`).
 - Deletion: a deleted Checkpoint's transaction is cancelled first (its daemon aborts it; with no daemon of this
   operator running it, its id is aborted on every participant). With ``deletionPolicy: Delete`` its stored objects
   are then removed (:class:`gym_services.control.retention.Retention`), never while a Restore reads them. Storage
@@ -12,19 +11,19 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import contextlib
 import functools
 import logging
 from typing import Any
 
 import kopf
 
-from gym_operator.controllers.context import FINAL, Context, discover, storage_access
+from gym_operator.controllers.context import FINAL, Context, Refused, discover
+from gym_operator.controllers.location import resolve, storage_config
 from gym_operator.discovery import DiscoveryError
 from gym_operator.kube import KubeError
-from gym_operator.specs import CheckpointSpec, DeletionPolicy, SelectorSpec, SpecError, UnknownLocation
+from gym_operator.specs import CheckpointSpec, DeletionPolicy, SelectorSpec, SpecError
 from gym_operator.status import condition
-from gym_operator.writer import StatusWriter
 from gym_services.control.participant import InvalidState
 from gym_services.control.retention import Retention
 from gym_services.control.storage import StorageError, open_storage
@@ -36,64 +35,20 @@ log = logging.getLogger("gym.operator")
 
 #: seconds a deleted Checkpoint's cleanup waits at once for its cancelled transaction (then it is retried)
 CANCEL_PATIENCE_S = 60.0
-#: how often a Checkpoint waiting for its expiration re-reads its spec (kopf keeps the body live: no API call)
-EXPIRY_POLL_S = 1.0
 
 
-# --- expiry ------------------------------------------------------------------------------------------------------
-
-
-def expiration(body: kopf.Body) -> dt.datetime | None:
-    """When the Checkpoint expires: its creation plus ``spec.ttl`` (read from the live body: ttl may change)."""
-    try:
-        ttl = CheckpointSpec.parse(body.get("spec")).ttl
-    except SpecError:
-        return None
-    created = (body.get("metadata") or {}).get("creationTimestamp")
-    if ttl is None or not created:
-        return None
-    return dt.datetime.fromisoformat(created.replace("Z", "+00:00")) + ttl
-
-
-async def expire(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) -> None:
-    """The expiry daemon of one Checkpoint: once its transaction has ended, keep ``status.expiration`` up to date
-    with ``spec.ttl``; once it passes, delete the Checkpoint (its ``deletionPolicy`` then decides what happens to
-    the stored objects). A Checkpoint whose spec is invalid never expires (its transaction failed; nothing of it
-    is stored)."""
-    try:
-        CheckpointSpec.parse(body.get("spec"))
-    except SpecError:
-        return
-    meta = body.get("metadata") or {}
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    while not stopped.is_set() and (body.get("status") or {}).get("phase") not in FINAL:
-        await stopped.wait(EXPIRY_POLL_S)  # the transaction's daemon writes the final phase
-    written = (body.get("status") or {}).get("expiration")
-    while not stopped.is_set():
-        when = expiration(body)
-        stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else None
-        if stamp != written:
-            generation = (body.get("metadata") or {}).get("generation")
-            writer = StatusWriter(context.kube, "checkpoints", namespace, name, generation, None)
-            writer.write({"expiration": stamp})
-            await writer.flush(timeout_s=30.0)
-            await writer.close()
-            written = stamp
-        if when is None:
-            await stopped.wait(EXPIRY_POLL_S)
-            continue
-        left = (when - dt.datetime.now(dt.UTC)).total_seconds()
-        if left > 0:
-            await stopped.wait(min(left, EXPIRY_POLL_S))
-            continue
-        kopf.info(body, reason="Expired", message=f"spec.ttl ran out at {stamp}: deleting the Checkpoint")
-        try:
-            await context.kube.delete_object("checkpoints", namespace, name, uid)
-        except KubeError as exc:
-            log.warning(f"Checkpoint {name}: expired, but deleting it failed ({exc}); retrying")
-            await stopped.wait(5.0)
-            continue
-        await stopped.wait()  # the deletion stops this daemon
+def needs_operator(spec: Any, status: Any) -> bool:
+    """Whether deleting a Checkpoint needs its operator (so it holds the operator's finalizer): its transaction has
+    not ended (the deletion cancels it), or ``deletionPolicy: Delete`` with stored objects to remove. A Checkpoint at
+    rest with ``Retain`` (the default) needs nothing: its deletion never waits for an operator."""
+    status = status or {}
+    if status.get("phase") not in FINAL:
+        return True
+    return (
+        (spec or {}).get("deletionPolicy") == DeletionPolicy.DELETE
+        and bool(status.get("checkpointId"))
+        and bool(status.get("location"))
+    )
 
 
 # --- deletion ----------------------------------------------------------------------------------------------------
@@ -122,6 +77,14 @@ async def checkpoint_deleted(body: kopf.Body, retry: int, context: Context) -> N
         await _abort_orphan(spec.selector, namespace, checkpoint_id, context)
     if spec.deletion_policy is DeletionPolicy.RETAIN or not checkpoint_id or not status.get("location"):
         return
+    if await _namespace_terminating(namespace, context):
+        message = (
+            f"namespace {namespace} is being deleted: the Checkpoint goes without deleting checkpoint {checkpoint_id} "
+            f"at {status['location']} (`gymckpt checkpoints delete {checkpoint_id} --storage {status['location']}` "
+            "removes it)"
+        )
+        context.event_once(body, "DataKept", message, warning=True)
+        return  # as when the release goes away: its deletion must not wait for storage
     readers = [
         r["metadata"]["name"]
         for r in await context.kube.list_objects("restores", namespace)
@@ -132,6 +95,14 @@ async def checkpoint_deleted(body: kopf.Body, retry: int, context: Context) -> N
         context.event_once(body, "WaitingForRestore", message)
         raise kopf.TemporaryError(message, delay=2)
     await _delete_stored(body, spec, status, retry, context)
+
+
+async def _namespace_terminating(namespace: str, context: Context) -> bool:
+    try:
+        return await context.kube.deletion_started("namespace", namespace, namespace)
+    except KubeError as exc:
+        log.warning(f"cannot tell whether namespace {namespace} is being deleted ({exc}); deleting the data as asked")
+        return False
 
 
 def restore_reads(restore: dict[str, Any], name: str, checkpoint_id: str | None, location: str) -> bool:
@@ -155,7 +126,7 @@ async def _abort_orphan(selector: SelectorSpec, namespace: str, checkpoint_id: s
         participants = await discover(namespace, selector, context)
     except (DiscoveryError, KubeError):
         return
-    async with ControlClient(context.settings.token, timeout_s=10.0) as client:
+    async with ControlClient(context.settings.token, timeout_s=10.0, fence=context.fence) as client:
         await Coordinator(participants, client).abort_all(checkpoint_id, participants)
 
 
@@ -167,13 +138,20 @@ async def _delete_stored(
     meta = body.get("metadata") or {}
     checkpoint_id, stored_at = status["checkpointId"], status["location"]
     try:
-        storage = context.settings.location(spec.storage_location)
-    except UnknownLocation as exc:
-        message = f"not deleting checkpoint {checkpoint_id} at {stored_at}: {exc}"
+        storage = await resolve(spec.storage_location, meta["namespace"], context)
+    except Refused as exc:
+        message = f"not deleting checkpoint {checkpoint_id} at {stored_at}: {exc.message}"
         kopf.warn(body, reason="DataKept", message=message[:1024])
         return  # the admin removed the location: nothing this operator can reach, and nothing to wait for
+    if storage.read_only:
+        message = (
+            f"not deleting checkpoint {checkpoint_id} at {stored_at}: storage location {storage.name} is ReadOnly "
+            "(restored from, never written); the data is kept"
+        )
+        kopf.warn(body, reason="DataKept", message=message[:1024])
+        return
     try:
-        config, _access = await storage_access(storage, meta["namespace"], context.kube, context.settings)
+        config = await storage_config(storage, meta["namespace"], context)
         # the transaction is over (cancelled above, or its operator gone): never published later, so an
         # unpublished checkpoint of it is abandoned, not in flight
         retention = Retention(CheckpointStore(open_storage(stored_at, config)))
@@ -223,7 +201,19 @@ async def _data_condition(body: kopf.Body, status: dict[str, Any], reason: str, 
     meta = body.get("metadata") or {}
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != "DataDeleted"]
     conditions.append(condition("DataDeleted", False, reason, message, meta.get("generation")))
-    try:
-        await context.kube.patch_status("checkpoints", meta["namespace"], meta["name"], {"conditions": conditions})
-    except KubeError as exc:
-        log.warning(f"Checkpoint {meta['name']}: could not write the DataDeleted condition ({exc})")
+    version = meta.get("resourceVersion")
+    for attempt in range(2):  # conditional on the version seen; once more over the current one after a conflict
+        try:
+            context.fence()
+            await context.kube.patch_status(
+                "checkpoints", meta["namespace"], meta["name"], {"conditions": conditions}, version
+            )
+            return
+        except KubeError as exc:
+            if exc.status == 409 and attempt == 0:
+                with contextlib.suppress(KubeError):
+                    current = await context.kube.get_object("checkpoints", meta["namespace"], meta["name"])
+                    version = ((current or {}).get("metadata") or {}).get("resourceVersion")
+                continue
+            log.warning(f"Checkpoint {meta['name']}: could not write the DataDeleted condition ({exc})")
+            return

@@ -33,6 +33,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from gym_operator.controllers import backups
 from gym_operator.controllers.context import FINAL, Context, discover, pod_selector
 from gym_operator.discovery import DiscoveryError, statefulset_of
 from gym_operator.kube import KubeError
@@ -140,7 +141,8 @@ async def release_resources(context: Context, namespace: str) -> tuple[list[dict
 
 async def phases_of(context: Context, refs: list[ParticipantRef]) -> dict[str, Phase | BaseException]:
     """Every participant's phase, or why it did not say."""
-    async with ControlClient(context.settings.token, timeout_s=STATUS_TIMEOUT_S) as client:
+    # (fenced as every control call: a leader past its term ends here instead of asking)
+    async with ControlClient(context.settings.token, timeout_s=STATUS_TIMEOUT_S, fence=context.fence) as client:
         answers = await asyncio.gather(*(client.status(ref) for ref in refs), return_exceptions=True)
     return {
         ref.participant_id: answer if isinstance(answer, BaseException) else answer.phase
@@ -304,12 +306,13 @@ class Resumer:
             "kind": "Restore",
             "metadata": {
                 "name": name,
-                "labels": {CREATED_BY_LABEL: AUTO_RESTORE},
+                "labels": {CREATED_BY_LABEL: AUTO_RESTORE, backups.EXCLUDE: "true"},
                 "annotations": {RESUMES_ANNOTATION: checkpoint},
             },
             "spec": {"release": context.settings.release, "checkpointRef": {"name": checkpoint}},
         }
         try:
+            context.fence()  # (the leader's term: a leader past it creates nothing)
             created = await context.kube.create_object("restores", self.namespace, body)
         except KubeError as exc:
             if exc.status == 409:

@@ -38,7 +38,7 @@ from typing import Any
 import kopf
 
 from gym_operator import cron
-from gym_operator.controllers import resume
+from gym_operator.controllers import backups, resume
 from gym_operator.controllers.context import Context, pod_selector
 from gym_operator.controllers.deletion import restore_reads
 from gym_operator.kube import KubeError
@@ -140,7 +140,16 @@ class Schedule:
         self.namespace: str = meta["namespace"]
         self.created = parse_time(meta.get("creationTimestamp")) or dt.datetime.now(dt.UTC)
         status = dict(body.get("status") or {})
-        self.writer = StatusWriter(context.kube, PLURAL, self.namespace, self.name, meta.get("generation"), status)
+        self.writer = StatusWriter(
+            context.kube,
+            PLURAL,
+            self.namespace,
+            self.name,
+            meta.get("generation"),
+            status,
+            fence=context.fence,
+            version=lambda: (self.body.get("metadata") or {}).get("resourceVersion"),
+        )
         self.following: str | None = status.get("lastCheckpoint")  # its Checkpoint whose end is not seen yet
         self.last_follow = 0.0
         self.invalid: str | None = None  # the validation error already reported
@@ -284,10 +293,14 @@ class Schedule:
         name = f"{self.name}-{ran_at.strftime('%Y%m%d%H%M%S')}"
         body = {
             "kind": "Checkpoint",
-            "metadata": {"name": name, "labels": {SCHEDULE_LABEL: self.name, CREATED_BY_LABEL: "schedule"}},
+            "metadata": {
+                "name": name,
+                "labels": {SCHEDULE_LABEL: self.name, CREATED_BY_LABEL: "schedule", backups.EXCLUDE: "true"},
+            },
             "spec": {**plan.spec.template, "release": plan.spec.release},
         }
         try:
+            self.context.fence()  # (the leader's term: a leader past it creates nothing)
             await self.context.kube.create_object("checkpoints", self.namespace, body)
         except KubeError as exc:
             if exc.status != 409:  # (409: an earlier operator made this very run)

@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gym_operator.controllers import resume
+from gym_operator.controllers import backups, resume
 from gym_operator.controllers.context import FINAL, Context
 from gym_operator.kube import KubeError
 from gym_operator.status import now
@@ -186,7 +186,7 @@ class Terminations:
             "kind": "Checkpoint",
             "metadata": {
                 "name": name,
-                "labels": {CREATED_BY_LABEL: TERMINATION},
+                "labels": {CREATED_BY_LABEL: TERMINATION, backups.EXCLUDE: "true"},
                 "annotations": {PODS_ANNOTATION: f"{termination.pod} ({termination.reason}) at {now()}"},
             },
             "spec": {
@@ -199,6 +199,7 @@ class Terminations:
             },
         }
         try:
+            self.context.fence()  # (the leader's term: a leader past it creates nothing)
             await self.context.kube.create_object("checkpoints", namespace, body)
         except KubeError as exc:
             if exc.status != 409:  # (409: created this second by an earlier operator: that one covers it)

@@ -22,19 +22,25 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 import kopf
 
-from gym_operator.controllers.context import FINAL, Context, Refused, StackLock, Wait, discover, storage_access
+from gym_operator.controllers.backups import restored_by_velero
+from gym_operator.controllers.context import FINAL, Context, Refused, StackLock, Wait, discover
+from gym_operator.controllers.location import storage_config
 from gym_operator.discovery import DiscoveryError, ReplicaCountMismatch, StackRolling
 from gym_operator.kube import KubeError, Unavailable
+from gym_operator.metrics import METRICS
 from gym_operator.specs import CheckpointSpec, RestoreSpec, SelectorSpec, SpecError, StorageLocation
 from gym_operator.status import failed_status, now, pending_status, progress_status, result_status
 from gym_operator.writer import StatusWriter
 from gym_services.base.backoff import Backoff
-from gym_services.control.storage import StorageError
+from gym_services.control.storage import StorageError, open_storage
+from gym_services.control.storage.gateway import GrantIssuer, GrantSigner, Target
+from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import Coordinator, TransactionPhase, TransactionResult
 
@@ -80,10 +86,20 @@ class Transaction(Generic[P]):
         self.selector, self.context, self.body = selector, context, body
         context.namespaces.add(self.namespace)
         status = dict(body.get("status") or {})
-        self.writer = StatusWriter(context.kube, plural, self.namespace, self.name, meta.get("generation"), status)
+        self.writer = StatusWriter(
+            context.kube,
+            plural,
+            self.namespace,
+            self.name,
+            meta.get("generation"),
+            status,
+            fence=context.fence,
+            version=lambda: (body.get("metadata") or {}).get("resourceVersion"),
+        )
         self.fields: dict[str, Any] = {"startTime": status.get("startTime") or now()}
         self.cancelled = False
         self.rolling_since: float | None = None  # when discovery first found the stack rolling out
+        self.started = time.monotonic()
         #: a final (termination) checkpoint: it goes before the stack's non-final transactions that wait, and
         #: takes pods that are being deleted
         self.final_checkpoint = final
@@ -129,6 +145,7 @@ class Transaction(Generic[P]):
             raise Refused("DeadlinePassed", f"the deadline ({stamp}) passed while {doing}; nothing was paused")
 
     def finish(self, result: TransactionResult) -> None:
+        METRICS.transaction(self.context.settings.release, result, time.monotonic() - self.started)
         final = {**result_status(result, self.writer.generation), "startTime": self.fields["startTime"]}
         if not result.completed and self.deadline_passed:
             assert self.deadline is not None
@@ -153,13 +170,35 @@ class Transaction(Generic[P]):
             self.event(final["reason"], final["message"], warning=True)
 
     async def coordinator(
-        self, participants: list[ParticipantRef], storage: StorageLocation, client: ControlClient
+        self,
+        participants: list[ParticipantRef],
+        storage: StorageLocation,
+        client: ControlClient,
+        decisions: StorageLocation | None = None,
     ) -> Coordinator:
+        """The coordinator of this transaction: the operator reaches the location with its keys, and each server
+        with a grant of the storage gateway (:func:`grants`), never with keys."""
         try:
-            config, access = await storage_access(storage, self.namespace, self.context.kube, self.context.settings)
+            config = await storage_config(storage, self.namespace, self.context)
         except LookupError as exc:
             raise Refused("CredentialsNotFound", str(exc)) from None
-        return Coordinator(participants, client, storage_config=config, participant_storage=access, on_event=self.sink)
+        return Coordinator(
+            participants,
+            client,
+            storage_config=config,
+            grants=grants(storage, decisions, self.context),
+            on_event=self.sink,
+        )
+
+    async def decision_store(self, decisions: StorageLocation | None) -> CheckpointStore | None:
+        """The store of a restore's decision object when it is not at the checkpoint's location."""
+        if decisions is None:
+            return None
+        try:
+            config = await storage_config(decisions, self.namespace, self.context)
+        except LookupError as exc:
+            raise Refused("CredentialsNotFound", str(exc)) from None
+        return CheckpointStore(open_storage(decisions.url, config))
 
     async def participants(self) -> list[ParticipantRef]:
         """The stack's pods; while they roll out (a ``helm upgrade``, a pod replaced), wait in Pending with reason
@@ -300,6 +339,25 @@ class Transaction(Generic[P]):
         await self.writer.close()
 
 
+def target(location: StorageLocation) -> Target:
+    return Target(url=location.url, endpoint=location.endpoint, region=location.region, credential=location.credential)
+
+
+def grants(storage: StorageLocation, decisions: StorageLocation | None, context: Context) -> GrantIssuer | None:
+    """The servers' storage grants for a transaction at ``storage`` (``docs/decisions.md``, "Participants reach storage
+    through presigned requests"); None when the operator runs no storage gateway (``GYMCKPT_GATEWAY_KEY`` unset: each
+    server then uses its own storage config) or the location is no ``s3://`` one (a ``file://`` location is a
+    volume every pod mounts)."""
+    key = context.settings.gateway_key
+    if key is None or not storage.url.startswith("s3://"):
+        return None
+    return GrantIssuer(
+        GrantSigner(key.get_secret_value().encode()),
+        target(storage),
+        target(decisions) if decisions is not None else None,
+    )
+
+
 def lock_of(tx: Transaction[Any]) -> StackLock:
     """The lock of the transaction's stack (one transaction at a time on it)."""
     return tx.context.locks.setdefault(tx.context.stack_key(tx.namespace, tx.selector), StackLock())
@@ -326,6 +384,13 @@ async def run_once(tx: Transaction[P], stopped: kopf.DaemonStopped, setup: Setup
     """Run a transaction once (a final one is not run again), then settle its status."""
     done = tx.context.running.setdefault(tx.uid, asyncio.Event())
     done.clear()
+    velero = restored_by_velero(tx.body)
+    if velero is not None and not tx.final:  # a transaction re-created by a backup tool: never run again
+        tx.fail(
+            "RestoredByVelero",
+            f"re-created by Velero restore {velero}: a {tx.kind} is a transaction, not state to restore, and it is "
+            f"never run again; create a new {tx.kind} to run one",
+        )
     left = tx.phase
     if left is not None and left not in FINAL and left != TransactionPhase.PENDING:
         # an earlier operator (a leader that died, or this process before a restart) left it mid-transaction

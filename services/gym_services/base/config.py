@@ -98,6 +98,12 @@ class StorageConfig(BaseModel):
     max_concurrency: int = Field(default=16, ge=1, le=256, description="parallel record reads/writes")
     access_key_id: SecretStr | None = Field(default=None, description="S3 key; the AWS credential chain otherwise")
     secret_access_key: SecretStr | None = Field(default=None, description="S3 secret key, with access_key_id")
+    gateway_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+/?$",
+        description="the storage gateway (the operator's, on Kubernetes) that signs each object of a capture or "
+        "restore carrying a grant; a request never names it",
+    )
 
 
 class CheckpointConfig(BaseModel):

@@ -47,6 +47,7 @@ class ErrorCode(enum.StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed", 405
     PAYLOAD_TOO_LARGE = "payload_too_large", 413
     STALE_ATTEMPT = "stale_attempt", 409
+    STALE_LEADER = "stale_leader", 409  # a control call of a leader's term older than one the server has seen
     CHECKPOINT_PARKED = "checkpoint_parked", 409
     CHECKPOINT_BUSY = "checkpoint_busy", 409
     INVALID_PHASE = "invalid_phase", 409

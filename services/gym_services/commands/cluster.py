@@ -283,6 +283,26 @@ def _fill_secret(
     return f"Secret {name} {verb} {', '.join(missing)}{kept}"
 
 
+def _take_keys(core: Any, namespace: str, source: str, keys: list[str]) -> str:
+    """Remove ``keys`` from the Secret ``source`` (they were moved: the Secret they went to holds them now)."""
+    from kubernetes.client.exceptions import ApiException
+
+    found = _read_secret(core, namespace, source)
+    present = sorted(k for k in keys if found is not None and k in (found.data or {}))
+    if not present:
+        return f"Secret {source} holds none of {', '.join(keys)}: unchanged"
+    patch = {"metadata": {"resourceVersion": found.metadata.resource_version}, "data": dict.fromkeys(present)}
+    try:
+        core.patch_namespaced_secret(source, namespace, patch)
+    except ApiException as exc:
+        if exc.status == 409:
+            raise _Conflict from None
+        raise ClusterError(
+            f"removing {', '.join(present)} from Secret {source} failed: {exc.status} {exc.reason}"
+        ) from None
+    return f"Secret {source}: {', '.join(present)} moved out"
+
+
 class _Conflict(Exception):
     pass
 
@@ -319,7 +339,9 @@ def cmd_secret(args: argparse.Namespace) -> int:
         keys, labels = _secret_keys(args.key), _labels(args.label)
         for _ in range(5):  # bounded: each round loses only to another writer's success
             try:
-                print(_fill_secret(core, namespace, args.name, keys, args.seed_from, labels))
+                print(_fill_secret(core, namespace, args.name, keys, args.move_from + args.seed_from, labels))
+                for source in args.move_from:
+                    print(_take_keys(core, namespace, source, list(keys)))
                 return 0
             except _Conflict:
                 time.sleep(0.2)
@@ -403,6 +425,13 @@ def _register_secret(inner: argparse._SubParsersAction[argparse.ArgumentParser])
     q.add_argument("--key", action="append", default=[], metavar="KEY=LENGTH", help="a key and its length (repeatable)")
     q.add_argument(
         "--seed-from", action="append", default=[], metavar="SECRET", help="take a missing key's value from this Secret"
+    )
+    q.add_argument(
+        "--move-from",
+        action="append",
+        default=[],
+        metavar="SECRET",
+        help="as --seed-from, then remove the keys from that Secret (a key that must live in this Secret alone)",
     )
     q.add_argument("--label", action="append", default=[], help="label KEY=VALUE on a created Secret (repeatable)")
     q.add_argument("--delete", action="store_true", help="delete the Secret instead (nothing if it is gone)")

@@ -1,4 +1,5 @@
-"""Attempt fencing: the highest attempt seen per rollout wins (``docs/protocol.md``, "Identity and fencing").
+"""Fencing: the highest attempt seen per rollout wins (``docs/protocol.md``, "Identity and fencing"); the highest
+leader term seen per leadership wins (``docs/protocol.md``, "Kubernetes").
 
 One per server, inside its :class:`~gym_services.control.admission.Admission`: the admission middleware
 checks and records every data request's attempt, the control plane advances it at restore and retire.
@@ -48,3 +49,34 @@ class AttemptFence:
         """Make ``attempt`` the oldest one still accepted (restore, retire)."""
         if attempt > self._highest.get(rollout_id, 0):
             self._highest[rollout_id] = attempt
+
+
+class LeaderFence:
+    """Remembers the highest term seen per leadership (a Kubernetes Lease: the operator's leader election); a control
+    call naming an older term of a leadership is refused and changes nothing.
+
+    A leader frozen past the end of its term (SIGSTOP, a paused VM) checks its own clock before every call and stops;
+    this is the server's half: a call that was already on its way when the leader froze, sent after a newer leader
+    called this server, is refused. Calls that name no term (the CLI, a local stack) are not fenced."""
+
+    def __init__(self) -> None:
+        self._highest: dict[str, int] = {}
+
+    def observe(self, value: str) -> None:
+        """Check the header's ``<leadership>/<term>``, then remember the term if it is newer; ``400`` for a malformed
+        value, ``409 stale_leader`` for an older term."""
+        leadership, sep, raw = value.strip().rpartition("/")
+        try:
+            term = int(raw)
+        except ValueError:
+            term = -1
+        if not sep or not leadership or term < 0:
+            raise ApiError(ErrorCode.BAD_REQUEST, f"leader term {value!r}: expected <leadership>/<term>")
+        highest = self._highest.get(leadership)
+        if highest is not None and term < highest:
+            raise ApiError(
+                ErrorCode.STALE_LEADER,
+                f"leadership {leadership!r} term {term} is stale: term {highest} has called this server",
+                details={"leadership": leadership, "term": term, "current": highest},
+            )
+        self._highest[leadership] = term

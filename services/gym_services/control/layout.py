@@ -19,6 +19,9 @@ Every checkpoint's objects lie under ``checkpoints/<checkpoint id>/``::
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
+
 #: the folder every checkpoint's objects are under
 CHECKPOINTS = "checkpoints"
 _MANIFEST = "manifest.json"
@@ -110,6 +113,64 @@ def restore_id_of(key: str) -> str | None:
     if not folder.endswith("/restores") or not name.endswith(".json"):
         return None
     return name[: -len(".json")]
+
+
+class KeyKind(enum.StrEnum):
+    """What a key of the layout is (:func:`parse_key`): the storage gateway grants by kind
+    (:mod:`gym_services.control.storage.gateway`)."""
+
+    GLOBAL_MANIFEST = "global_manifest"
+    CLAIM = "claim"
+    TOMBSTONE = "tombstone"
+    RESTORE_DECISION = "restore_decision"
+    PARTICIPANT_MANIFEST = "participant_manifest"
+    REUSE_INTENT = "reuse_intent"
+    PACK = "pack"
+    V1_RECORD = "v1_record"
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """A key of the layout taken apart: its kind, its checkpoint, and its participant or restore when it has one."""
+
+    kind: KeyKind
+    checkpoint_id: str
+    participant_id: str | None = None
+    restore_id: str | None = None
+
+
+def parse_key(key: str) -> ParsedKey | None:
+    """What ``key`` is in the layout (the module docstring), or None for a key the layout never builds. The inverse
+    of the builders above: ``parse_key(pack_key(c, p, 3))`` is a pack of ``c`` and ``p``."""
+    parts = key.split("/")
+    if len(parts) < 3 or parts[0] != CHECKPOINTS or not all(parts):
+        return None
+    checkpoint_id, rest = parts[1], parts[2:]
+    simple = {_MANIFEST: KeyKind.GLOBAL_MANIFEST, "claim.json": KeyKind.CLAIM, "tombstone.json": KeyKind.TOMBSTONE}
+    if len(rest) == 1 and rest[0] in simple:
+        return ParsedKey(simple[rest[0]], checkpoint_id)
+    if len(rest) == 2 and rest[0] == "restores" and rest[1].endswith(".json") and len(rest[1]) > len(".json"):
+        return ParsedKey(KeyKind.RESTORE_DECISION, checkpoint_id, restore_id=rest[1][: -len(".json")])
+    if len(rest) < 3 or rest[0] != "participants":
+        return None
+    participant_id, inner = rest[1], rest[2:]
+    if inner == [_MANIFEST]:
+        return ParsedKey(KeyKind.PARTICIPANT_MANIFEST, checkpoint_id, participant_id)
+    if inner == [_REUSES]:
+        return ParsedKey(KeyKind.REUSE_INTENT, checkpoint_id, participant_id)
+    if len(inner) == 2 and inner[0] == "packs" and key == pack_key_of(checkpoint_id, participant_id, inner[1]):
+        return ParsedKey(KeyKind.PACK, checkpoint_id, participant_id)
+    if len(inner) == 2 and inner[0] == "records":
+        return ParsedKey(KeyKind.V1_RECORD, checkpoint_id, participant_id)
+    return None
+
+
+def pack_key_of(checkpoint_id: str, participant_id: str, name: str) -> str | None:
+    """The pack key whose file name is ``name`` (``00003.pack``), or None when ``name`` is not a pack's."""
+    number, dot, ext = name.partition(".")
+    if dot != "." or ext != "pack" or len(number) != 5 or not number.isdigit():
+        return None
+    return pack_key(checkpoint_id, participant_id, int(number))
 
 
 def is_reuse_intent(key: str) -> bool:

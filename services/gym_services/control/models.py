@@ -49,7 +49,7 @@ CHECKPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 RECORD_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 _RECORD_KEY = re.compile(RECORD_KEY_PATTERN)
-#: the context under which :class:`StorageAccess` serializes its keys in clear (the control client only)
+#: the context under which :class:`StorageGrant` serializes its token in clear (the control client only)
 REVEAL_SECRETS = {"reveal_secrets": True}
 
 
@@ -150,35 +150,18 @@ class PrepareRequest(_Strict):
     )
 
 
-class StorageAccess(_Strict):
-    """How to reach this checkpoint's location, over the server's own ``storage`` config.
+class StorageGrant(_Strict):
+    """The ``storage`` field of a capture or restore: the storage gateway's grant for this participant and
+    transaction (:mod:`gym_services.control.storage.gateway`). The server hands the token back to the gateway its own
+    config names (``storage.gateway_url``) to have each object's request signed; the token is no key to the store
+    and names no endpoint the server would use. Never logged, never echoed in an answer."""
 
-    Sent by the operator when a Checkpoint or Restore names its own endpoint, region or
-    credentials Secret, so every server writes where the resource says. Keys are secrets:
-    never logged, never echoed in an answer.
-    """
+    token: SecretStr = Field(min_length=16, max_length=8192)
 
-    endpoint_url: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s/]+(/\S*)?$")
-    region: str | None = Field(default=None, max_length=64, pattern=r"^[a-z0-9-]+$")
-    access_key_id: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
-    secret_access_key: SecretStr | None = Field(default=None, min_length=1, max_length=1024)
-
-    @field_serializer("access_key_id", "secret_access_key", when_used="json")
-    def _keys(self, value: SecretStr | None, info: FieldSerializationInfo) -> str | None:
+    @field_serializer("token", when_used="json")
+    def _token(self, value: SecretStr, info: FieldSerializationInfo) -> str:
         """Masked, except in a request the control client sends (context :data:`REVEAL_SECRETS`)."""
-        if value is None:
-            return None
         return value.get_secret_value() if (info.context or {}).get("reveal_secrets") else str(value)
-
-    def wire(self) -> dict[str, str]:
-        """The request field as sent, keys revealed (only ever over the authenticated control plane)."""
-        values = {
-            "endpoint_url": self.endpoint_url,
-            "region": self.region,
-            "access_key_id": self.access_key_id.get_secret_value() if self.access_key_id else None,
-            "secret_access_key": self.secret_access_key.get_secret_value() if self.secret_access_key else None,
-        }
-        return {k: v for k, v in values.items() if v is not None}
 
 
 class CaptureRequest(_Strict):
@@ -187,7 +170,9 @@ class CaptureRequest(_Strict):
     checkpoint_id: str = Field(pattern=CHECKPOINT_ID_PATTERN)
     location: str = Field(min_length=1)
     episodes: list[str] | None = Field(default=None, description="rollouts the controller continues; all when null")
-    storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
+    storage: StorageGrant | None = Field(
+        default=None, description="the storage gateway's grant; without it the server's own storage config"
+    )
     final: bool | None = Field(
         default=None,
         description="the checkpoint became final after this participant prepared it (another holds it as final): "
@@ -205,7 +190,9 @@ class RestoreRequest(_Strict):
     manifest_key: str = Field(min_length=1)
     manifest_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, le=3600)
-    storage: StorageAccess | None = Field(default=None, description="overrides the server's storage config")
+    storage: StorageGrant | None = Field(
+        default=None, description="the storage gateway's grant; without it the server's own storage config"
+    )
     restore_id: str | None = Field(
         default=None,
         pattern=CHECKPOINT_ID_PATTERN,

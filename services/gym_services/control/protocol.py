@@ -18,6 +18,10 @@ DEFAULT_LEASE_S = 30.0
 DEFAULT_PREPARE_TIMEOUT_S = 30.0
 #: a resources server's reply to ``/seed_session`` advertises its verify mode in this header
 VERIFY_HEADER = "x-ng-checkpoint-verify"
+#: a control call from a leader-elected coordinator (the Kubernetes operator) names its leadership and term:
+#: ``<leadership>/<term>`` (the Kubernetes Lease's namespace/name and its leaseTransitions); a server refuses a call of
+#: an older term of a leadership than one it has seen (``docs/protocol.md``, "Kubernetes")
+LEADER_TERM_HEADER = "x-gym-leader-term"
 #: a checkpoint not published within this long after its claim never is: the coordinator refuses to
 #: publish (or carry on) past it, so deletion may then treat the checkpoint's objects as orphans
 CHECKPOINT_IN_FLIGHT_S = 6 * 3600.0

@@ -23,9 +23,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import parse_body
+from gym_services.control.fencing import LeaderFence
 from gym_services.control.models import VERB_MODELS
 from gym_services.control.plane import ControlPlane
-from gym_services.control.protocol import CONTROL_PREFIX, Verb
+from gym_services.control.protocol import CONTROL_PREFIX, LEADER_TERM_HEADER, Verb
 
 __all__ = ["BearerAuth", "check_token", "control_mount", "control_routes"]
 
@@ -40,19 +41,23 @@ def check_token(authorization: str, token: str, what: str = "control") -> None:
 
 
 class BearerAuth:
-    """Every request of the mount it wraps needs ``Authorization: Bearer <control token>``."""
+    """Every request of the mount it wraps needs ``Authorization: Bearer <control token>``; one naming a leader's term
+    (:data:`~gym_services.control.protocol.LEADER_TERM_HEADER`) must not name an older term than one seen
+    (:class:`~gym_services.control.fencing.LeaderFence`)."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.token = token
+        self.leaders = LeaderFence()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            authorization = next(
-                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), ""
-            )
+            headers = dict(scope.get("headers", []))
             try:
-                check_token(authorization, self.token)
+                check_token(headers.get(b"authorization", b"").decode("latin-1"), self.token)
+                term = headers.get(LEADER_TERM_HEADER.encode())
+                if term is not None:
+                    self.leaders.observe(term.decode("latin-1"))
             except ApiError as exc:
                 await exc.response()(scope, receive, send)
                 return

@@ -1,8 +1,10 @@
 """One storage client per location and access, and the thread pool their blocking calls run in.
 
 Owned by the control plane (:mod:`gym_services.control.plane`): capture and restore name a location
-and may carry a :class:`~gym_services.control.models.StorageAccess` that overrides the server's
-``storage`` config for that call.
+and may carry a :class:`~gym_services.control.models.StorageGrant`: then the server reaches that location only
+through the storage gateway its own config names (``storage.gateway_url``), each object signed for it
+(:mod:`gym_services.control.storage.gateway`), and never with keys of its own. A request names no endpoint and
+no keys: a server reaches no storage it was not configured for.
 
 Nothing here is made under a checkpoint's pause. A boto3 client costs about a second of CPU the first
 time in a process (importing boto3, loading the S3 service model, resolving credentials) and ~30 ms
@@ -25,8 +27,9 @@ from typing import Any
 from gym_services.base.config import StorageConfig
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
-from gym_services.control.models import StorageAccess
+from gym_services.control.models import StorageGrant
 from gym_services.control.storage import Storage, StorageError, open_storage
+from gym_services.control.storage.gateway import GatewayHttp, GatewayStorage
 
 log = get_logger("control")
 #: any of these set means the server is meant to reach S3: its client is made at start-up
@@ -53,8 +56,9 @@ def uses_s3(config: StorageConfig) -> bool:
 class StorageClients:
     def __init__(self, config: StorageConfig, server: str) -> None:
         self.config = config
-        #: one client per location and access (the access's values, keys included, tell clients apart)
-        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
+        #: one client per location from the server's own config
+        self._clients: dict[str, Storage] = {}
+        self.gateway = GatewayHttp(config.max_concurrency)  # the storage gateway's connections, when grants come
         self._s3_clients: Any = None  # one boto3 client per access, shared by every location reached with it
         self.pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix=f"storage-{server}")
 
@@ -82,21 +86,29 @@ class StorageClients:
             return False
         return True
 
-    def get(self, location: str, access: StorageAccess | None = None) -> Storage:
-        """The client for a location, from the server's config or the request's access; 400 for a bad location.
+    def get(self, location: str, grant: StorageGrant | None = None) -> Storage:
+        """The client for a location: through the storage gateway with ``grant``, else from the server's config;
+        400 for a bad location, or a grant this server has no gateway for.
 
         No I/O and no boto3 client here: safe under the pause.
         """
-        key = (location, tuple(sorted(access.wire().items())) if access else ())
-        if key not in self._clients:
-            config = self.config
-            if access is not None:
-                config = config.model_copy(update=access.model_dump(exclude_none=True))
+        if grant is not None:
+            if not self.config.gateway_url:
+                raise ApiError(
+                    ErrorCode.BAD_REQUEST,
+                    "this request carries a storage grant, but this server has no storage gateway configured "
+                    "(storage.gateway_url); it reaches only the storage its own config names",
+                )
+            if not location.startswith("s3://"):
+                raise ApiError(ErrorCode.BAD_REQUEST, f"a storage grant is for an s3:// location, not {location!r}")
+            return GatewayStorage(location, self.config.gateway_url, grant, self.gateway.client)
+        if location not in self._clients:
             try:
-                self._clients[key] = open_storage(location, config, lambda c: self.s3_clients(c))
+                self._clients[location] = open_storage(location, self.config, lambda c: self.s3_clients(c))
             except StorageError as exc:
                 raise ApiError(ErrorCode.BAD_REQUEST, str(exc)) from None
-        return self._clients[key]
+        return self._clients[location]
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.gateway.close()

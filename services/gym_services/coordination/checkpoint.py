@@ -41,11 +41,11 @@ from gym_services.control.models import (
     PersistResponse,
     PrepareRequest,
     PrepareResponse,
-    StorageAccess,
 )
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import CheckpointMethod, Role, Verb
 from gym_services.control.storage import StorageError
+from gym_services.control.storage.gateway import GrantIssuer
 from gym_services.control.store import CheckpointRefused, CheckpointStore, Published
 from gym_services.coordination.client import ParticipantRef
 from gym_services.coordination.participants import ParticipantSet
@@ -86,8 +86,8 @@ class CheckpointTransaction:
     """One checkpoint of a participant set: claim, prepare, capture, persist, publish; all or nothing.
 
     ``progress`` names it (checkpoint id, location, transaction id) and reports its phases;
-    ``participant_storage``, when given, travels with every capture so the servers reach storage the
-    same way the transaction does."""
+    ``grants``, when given, issue each participant's storage grant, sent with its capture (the servers then write
+    through the storage gateway)."""
 
     def __init__(
         self,
@@ -100,7 +100,7 @@ class CheckpointTransaction:
         method: CheckpointMethod,
         claimed_by: str = "coordinator",
         cancellation: Cancellation | None = None,
-        participant_storage: StorageAccess | None = None,
+        grants: GrantIssuer | None = None,
         final: bool = False,
     ) -> None:
         if progress.transaction_id is None:
@@ -117,7 +117,7 @@ class CheckpointTransaction:
         self.method = CheckpointMethod.SYNC if final else CheckpointMethod(method)
         self.claimed_by = claimed_by
         self.cancellation = cancellation or Cancellation()
-        self.participant_storage = participant_storage
+        self.grants = grants
         self.publish_by = float("inf")  # set by the claim
 
     @property
@@ -272,20 +272,27 @@ class CheckpointTransaction:
             answers: dict[str, CaptureResponse] = {}
             episodes: list[str] | None = None
             if controllers:
-                req = self._capture_request(None)
-                answers.update(await self.participants.all(controllers, Verb.CAPTURE, lambda r: client.capture(r, req)))
+                answers.update(
+                    await self.participants.all(
+                        controllers, Verb.CAPTURE, lambda r: client.capture(r, self._capture_request(r, None))
+                    )
+                )
                 episodes = sorted({e for answer in answers.values() for e in answer.episodes})
             if others:
-                req = self._capture_request(episodes)
-                answers.update(await self.participants.all(others, Verb.CAPTURE, lambda r: client.capture(r, req)))
+                scope = episodes
+                answers.update(
+                    await self.participants.all(
+                        others, Verb.CAPTURE, lambda r: client.capture(r, self._capture_request(r, scope))
+                    )
+                )
         return Captured(answers, episodes)
 
-    def _capture_request(self, episodes: list[str] | None) -> CaptureRequest:
+    def _capture_request(self, ref: ParticipantRef, episodes: list[str] | None) -> CaptureRequest:
         return CaptureRequest(
             checkpoint_id=self.checkpoint_id,
             location=self.progress.location,
             episodes=episodes,
-            storage=self.participant_storage,
+            storage=self.grants.capture(self.checkpoint_id, ref.participant_id) if self.grants else None,
             final=True if self.final else None,
         )
 

@@ -17,6 +17,7 @@ gets httpx instead; both go through :meth:`ControlClient._call`'s one encoding a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -40,7 +41,7 @@ from gym_services.control.models import (
     RetireResponse,
     StatusResponse,
 )
-from gym_services.control.protocol import CONTROL_PREFIX, Role, Verb
+from gym_services.control.protocol import CONTROL_PREFIX, LEADER_TERM_HEADER, Role, Verb
 
 if TYPE_CHECKING:  # httpx is imported only with a transport (tests); the CLI starts without it
     import httpx
@@ -88,8 +89,13 @@ class ControlClient:
         *,
         timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
+        fence: Callable[[], str | None] | None = None,
     ) -> None:
+        """``fence``, called right before every call goes out: the caller's leader term to name on it
+        (:data:`~gym_services.control.protocol.LEADER_TERM_HEADER`), None for none; it raises (or ends the process)
+        when the caller may no longer send anything."""
         self._headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+        self._fence = fence
         self._timeout_s = timeout_s
         self._httpx: httpx.AsyncClient | None = None
         if transport is not None:
@@ -159,11 +165,15 @@ class ControlClient:
 
     async def _send(self, method: str, url: str, body: bytes | None, timeout_s: float) -> tuple[int, bytes]:
         """One request on the wire: its status and body. Connection failures and timeouts raise ``OSError``."""
+        headers = self._headers
+        term = self._fence() if self._fence is not None else None
+        if term is not None:
+            headers = {**headers, LEADER_TERM_HEADER: term}
         if self._httpx is not None:
             import httpx
 
             try:
-                resp = await self._httpx.request(method, url, content=body, headers=self._headers, timeout=timeout_s)
+                resp = await self._httpx.request(method, url, content=body, headers=headers, timeout=timeout_s)
             except httpx.HTTPError as exc:
                 raise OSError(f"{type(exc).__name__}: {exc}") from None
             return resp.status_code, resp.content
@@ -173,7 +183,7 @@ class ControlClient:
             )
         try:
             async with self._session.request(
-                method, url, data=body, headers=self._headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                method, url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as answer:
                 return answer.status, await answer.read()
         except (TimeoutError, aiohttp.ClientError) as exc:

@@ -22,13 +22,14 @@ import uuid
 from collections.abc import Iterable
 
 from gym_services.base.config import StorageConfig
-from gym_services.control.models import GlobalManifest, StatusResponse, StorageAccess
+from gym_services.control.models import GlobalManifest, StatusResponse
 from gym_services.control.protocol import (
     DEFAULT_LEASE_S,
     DEFAULT_PREPARE_TIMEOUT_S,
     CheckpointMethod,
 )
 from gym_services.control.storage import Storage, open_storage
+from gym_services.control.storage.gateway import GrantIssuer
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.checkpoint import CheckpointTransaction
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
@@ -76,17 +77,18 @@ class Coordinator:
         client: ControlClient,
         *,
         storage_config: StorageConfig | None = None,
-        participant_storage: StorageAccess | None = None,
+        grants: GrantIssuer | None = None,
         on_event: EventSink | None = None,
         deadlines: Deadlines = DEADLINES,
     ) -> None:
-        """``storage_config`` is how the coordinator reaches storage; ``participant_storage``, when
-        given, travels with capture and restore so servers reach it the same way instead of by their
-        own storage config (a Checkpoint naming its own endpoint or credentials). ``on_event`` is told
-        of every phase a transaction enters (it may be replaced between transactions)."""
+        """``storage_config`` is how the coordinator reaches storage; ``grants``, when given, issues each
+        participant's storage grant, sent with its capture and restore: the servers then reach the location only
+        through the storage gateway, never with keys of their own (the operator's way; without it each server uses
+        its own storage config). ``on_event`` is told of every phase a transaction enters (it may be replaced
+        between transactions)."""
         self.participant_set = ParticipantSet(participants, client, deadlines)
         self.storage_config = storage_config or StorageConfig()
-        self.participant_storage = participant_storage
+        self.grants = grants
         self.on_event = on_event
 
     @property
@@ -150,7 +152,7 @@ class Coordinator:
             method=method,
             claimed_by=claimed_by,
             cancellation=Cancellation(cancel),
-            participant_storage=self.participant_storage,
+            grants=self.grants,
             final=final,
         )
         return await self.run(transaction)
@@ -163,13 +165,16 @@ class Coordinator:
         lease_s: float = DEFAULT_LEASE_S,
         restore_id: str | None = None,
         cancel: asyncio.Event | None = None,
+        decisions: CheckpointStore | None = None,
     ) -> TransactionResult:
         """Restore checkpoint ``checkpoint_id`` from ``location`` into every participant (:class:`RestoreTransaction`).
 
         ``restore_id`` names the transaction (the Restore resource's uid on Kubernetes, so an
         operator restarted mid-restore repeats the same one; a fresh id otherwise). ``cancel``, when
         set before the decision is written, ends it as failed and undoes it everywhere
-        (:class:`TransactionCancelled`); once decided, it completes.
+        (:class:`TransactionCancelled`); once decided, it completes. ``decisions`` is the store of the restore's
+        decision object when ``location`` is read-only (another location; ``grants`` then send the participants'
+        decision requests there too); ``location`` itself otherwise.
         """
         progress = Progress(
             TransactionKind.RESTORE,
@@ -184,7 +189,8 @@ class Coordinator:
             progress,
             lease_s=lease_s,
             cancellation=Cancellation(cancel),
-            participant_storage=self.participant_storage,
+            grants=self.grants,
+            decisions=decisions,
         )
         return await self.run(transaction)
 

@@ -22,11 +22,11 @@ from gym_services.control.models import (
     ManifestParticipant,
     RestoreRequest,
     RestoreResponse,
-    StorageAccess,
 )
 from gym_services.control.participant import InvalidState
 from gym_services.control.protocol import Decision, Verb
 from gym_services.control.storage import StorageError
+from gym_services.control.storage.gateway import GrantIssuer
 from gym_services.control.store import CheckpointStore
 from gym_services.coordination.client import ParticipantRef
 from gym_services.coordination.participants import ParticipantSet
@@ -43,8 +43,9 @@ class RestoreTransaction:
     """One restore of a published checkpoint into a participant set: restore, decide, resume; all or nothing.
 
     ``progress`` names it (checkpoint id, location, restore id: the Restore resource's uid on Kubernetes,
-    so an operator restarted mid-restore repeats the same one). ``participant_storage``, when given,
-    travels with every restore call so the servers reach storage the same way the transaction does."""
+    so an operator restarted mid-restore repeats the same one). ``grants``, when given, issue each participant's
+    storage grant, sent with its restore call (the servers then read through the storage gateway). ``decisions`` is
+    the store of the restore's decision object when it is not ``store`` (a read-only location)."""
 
     def __init__(
         self,
@@ -54,7 +55,8 @@ class RestoreTransaction:
         *,
         lease_s: float,
         cancellation: Cancellation | None = None,
-        participant_storage: StorageAccess | None = None,
+        grants: GrantIssuer | None = None,
+        decisions: CheckpointStore | None = None,
     ) -> None:
         if progress.restore_id is None:
             raise ValueError("a restore transaction needs its restore id")
@@ -65,7 +67,8 @@ class RestoreTransaction:
         self.restore_id: str = progress.restore_id
         self.lease_s = lease_s
         self.cancellation = cancellation or Cancellation()
-        self.participant_storage = participant_storage
+        self.grants = grants
+        self.decisions = decisions or store
 
     async def run(self) -> TransactionResult:
         """Restore every participant, decide, resume. Cancelled before the decision is written, it ends as
@@ -103,7 +106,7 @@ class RestoreTransaction:
         checkpoint_id, restore_id = self.checkpoint_id, self.restore_id
         try:
             manifest = await asyncio.to_thread(self.store.published, checkpoint_id)
-            earlier = await asyncio.to_thread(self.store.decision, checkpoint_id, restore_id)
+            earlier = await asyncio.to_thread(self.decisions.decision, checkpoint_id, restore_id)
         except (StorageError, InvalidState) as exc:
             raise TransactionError(f"cannot read checkpoint {checkpoint_id}: {exc}") from None
         if earlier == Decision.ABORT:
@@ -134,7 +137,9 @@ class RestoreTransaction:
                 manifest_sha256=entry.manifest_sha256,
                 lease_s=self.lease_s,
                 restore_id=self.restore_id,
-                storage=self.participant_storage,
+                storage=self.grants.restore(self.checkpoint_id, ref.participant_id, self.restore_id)
+                if self.grants
+                else None,
             )
 
         client = self.participants.client
@@ -150,11 +155,11 @@ class RestoreTransaction:
         decision: Decision | None
         try:
             decision = await asyncio.to_thread(
-                self.store.settle, checkpoint_id, restore_id, Decision.RESUME, "coordinator"
+                self.decisions.settle, checkpoint_id, restore_id, Decision.RESUME, "coordinator"
             )
         except (StorageError, InvalidState) as exc:
             try:  # the put may have landed before the error: the object says what holds
-                decision = await asyncio.to_thread(self.store.decision, checkpoint_id, restore_id)
+                decision = await asyncio.to_thread(self.decisions.decision, checkpoint_id, restore_id)
             except (StorageError, InvalidState):
                 decision = None
             if decision is None:

@@ -63,9 +63,12 @@ def origin(url: str) -> str:
 
 
 def literal_urls(configs: Mapping[str, object]) -> dict[str, list[str]]:
-    """Every URL origin written into the servers' configs, with the servers that name it."""
+    """Every URL origin written into the servers' configs, with the servers that name it; not the ``storage``
+    section's (the object store and the storage gateway are no Gym servers)."""
     found: dict[str, list[str]] = {}
     for name, config in configs.items():
+        if isinstance(config, dict):
+            config = {key: value for key, value in config.items() if key != "storage"}
         for text in _strings(config):
             for url in LITERAL_URL.findall(text):
                 found.setdefault(origin(url), []).append(name)

@@ -20,6 +20,7 @@ from tests.support.asgi import Control, base_config, serve
 from gym_services.base.config import load_config
 from gym_services.control.protocol import Phase
 from gym_services.control.storage.file import FileStorage
+from gym_services.control.storage.gateway import GatewayStorage, GrantIssuer, GrantSigner, Target
 from gym_services.control.storage.s3 import S3Storage
 from gym_services.resources.workplace_assistant.app import Config, create_app
 
@@ -34,7 +35,7 @@ class Tap:
         self.plane = None
         self.seen: list[tuple[str, str]] = []
         self._lock = threading.Lock()
-        for cls in (FileStorage, S3Storage):
+        for cls in (FileStorage, S3Storage, GatewayStorage):
             for name in REQUESTS:
                 monkeypatch.setattr(cls, name, self._wrap(f"{cls.__name__}.{name}", getattr(cls, name)))
         monkeypatch.setattr(
@@ -55,9 +56,10 @@ class Tap:
         return [(what, phase) for what, phase in self.seen if phase in PAUSED]
 
 
-async def first_checkpoint(tap: Tap, location: str, access: dict | None = None) -> dict:
+async def first_checkpoint(tap: Tap, location: str, access: dict | None = None, gateway: str | None = None) -> dict:
     """A fresh server: one session, then its first background checkpoint (prepare, capture, resume, persist)."""
-    app = create_app(load_config(Config, overrides=base_config("workplace_assistant")))
+    storage = {"storage": {"gateway_url": gateway}} if gateway else {}
+    app = create_app(load_config(Config, overrides=base_config("workplace_assistant", **storage)))
     tap.plane = app.state.plane
     async with serve(app) as client:
         control = Control(client)
@@ -90,12 +92,32 @@ async def test_s3_client_is_made_at_start_up_not_under_the_pause(s3_location, mo
     assert any(what == "S3Storage.put_if_absent" for what, _ in tap.seen), tap.seen
 
 
-async def test_s3_access_of_the_request_gets_its_client_after_resume(s3_location, monkeypatch) -> None:
-    """A capture naming its own access (an operator's Checkpoint with its own endpoint or keys) needs a
-    client the server could not make ahead: it is made by the background persist, not by capture."""
+async def test_a_grant_signs_and_writes_only_after_resume(s3_location, seaweed, monkeypatch) -> None:
+    """A capture carrying a storage grant opens a gateway location under the pause (no request, no client); its
+    objects are signed by the gateway and written by the background persist, after resume."""
+    pytest.importorskip("kopf")
+    from tests.support.ports import free_port
+
+    from gym_operator.gateway import Gateway, serve
+    from gym_services.base.config import StorageConfig
+
     tap = Tap(monkeypatch)
-    persisted = await first_checkpoint(tap, s3_location, access={"region": "us-east-1"})
+    key = b"the-release-gateway-key-0123456789"
+    keys = StorageConfig(
+        endpoint_url=seaweed.endpoint,
+        region="us-east-1",
+        access_key_id=seaweed.access_key,
+        secret_access_key=seaweed.secret_key,
+    )
+    port = free_port()
+    runner = await serve(Gateway(GrantSigner(key), None, "ns", keys), "127.0.0.1", port)  # type: ignore[arg-type]
+    try:
+        grant = GrantIssuer(GrantSigner(key), Target(url=s3_location)).capture("ck", "workplace_assistant")
+        access = {"token": grant.token.get_secret_value()}
+        persisted = await first_checkpoint(tap, s3_location, access, gateway=f"http://127.0.0.1:{port}")
+    finally:
+        await runner.cleanup()
     assert persisted["records"] == 2
     assert tap.paused() == []
-    clients = [phase for what, phase in tap.seen if what == "botocore client"]
-    assert clients == [Phase.FRESH, Phase.OPEN], tap.seen
+    assert any(what == "GatewayStorage.put_if_absent" for what, _ in tap.seen), tap.seen  # through the gateway
+    assert not any(what.startswith("S3Storage") for what, _ in tap.seen), tap.seen  # never with keys of its own

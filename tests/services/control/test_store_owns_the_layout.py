@@ -15,8 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).parents[3]
 CONTROL = ROOT / "services" / "gym_services" / "control"
 LAYOUT = CONTROL / "layout.py"
-#: the storage core, and the wire models (whose ``PackEntry`` checks a pack's key against the layout's pattern)
-USERS = {CONTROL / name for name in ("store.py", "retention.py", "manifests.py", "models.py")}
+#: the storage core, the wire models (whose ``PackEntry`` checks a pack's key against the layout's pattern), and the
+#: storage gateway's grants (which take a key apart to know whose object it is)
+USERS = {CONTROL / name for name in ("store.py", "retention.py", "manifests.py", "models.py", "storage/gateway.py")}
 #: a piece of a storage key: the folder, a participant's or a restore's folder, an object's name
 KEY_PART = re.compile(
     r"checkpoints/|/participants/|/packs/|/records/|/restores|\.pack\b|(manifest|claim|tombstone|reuses)\.json"

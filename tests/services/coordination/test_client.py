@@ -21,7 +21,7 @@ from gym_services.control.models import (
     PrepareRequest,
     PrepareResponse,
     StatusResponse,
-    StorageAccess,
+    StorageGrant,
 )
 from gym_services.control.protocol import CONTROL_PREFIX, Phase, Role, Verb
 from gym_services.coordination.client import ControlClient, ParticipantError, ParticipantRef
@@ -49,14 +49,14 @@ async def test_one_typed_method_per_verb_against_a_real_server() -> None:
         assert resumed.phase is Phase.OPEN
 
 
-async def test_requests_carry_storage_keys_in_clear_and_answers_are_validated() -> None:
+async def test_requests_carry_the_storage_grant_in_clear_and_answers_are_validated() -> None:
     seen: list[dict] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append({"path": request.url.path, "body": json.loads(request.content)})
         return httpx.Response(200, json={"checkpoint_id": "ck-1"})  # not a CaptureResponse
 
-    access = StorageAccess(endpoint_url="http://s3:9000", access_key_id="ak", secret_access_key="sk")
+    access = StorageGrant(token="grant-token-0123456789.signature")
     async with ControlClient(TOKEN, transport=httpx.MockTransport(answer)) as client:
         with pytest.raises(ParticipantError, match="malformed CaptureResponse"):
             await client.capture(REF, CaptureRequest(checkpoint_id="ck-1", location="file:///x", storage=access))
@@ -68,11 +68,11 @@ async def test_requests_carry_storage_keys_in_clear_and_answers_are_validated() 
             "body": {
                 "checkpoint_id": "ck-1",
                 "location": "file:///x",
-                "storage": {"endpoint_url": "http://s3:9000", "access_key_id": "ak", "secret_access_key": "sk"},
+                "storage": {"token": "grant-token-0123456789.signature"},
             },
         }
     ]
-    assert "sk" not in access.model_dump_json()  # anywhere else the keys stay masked
+    assert "signature" not in access.model_dump_json()  # anywhere else the token stays masked
 
 
 @contextlib.asynccontextmanager

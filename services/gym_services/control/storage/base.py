@@ -64,6 +64,11 @@ class Storage(abc.ABC):
     def delete(self, key: str) -> None:
         """Remove an object; missing objects are not an error."""
 
+    def probe(self) -> None:
+        """One cheap request that fails (:class:`StorageError`) when the location cannot be reached or read: how a
+        storage location's validation checks it (the operator's). The default lists ``checkpoints/``."""
+        self.list("checkpoints")
+
     def list_folders(self, prefix: str) -> builtins.list[str]:  # ``list`` is the method above here
         """Immediate child folder names under ``prefix``."""
         base = prefix.rstrip("/") + "/" if prefix else ""

@@ -84,6 +84,14 @@ class FileStorage(Storage):
                 keys.append(str(Path(dirpath, name).relative_to(self.root)))
         return sorted(keys)
 
+    def probe(self) -> None:
+        """The folder is there (or can be made: its nearest existing parent is a folder this process may write)."""
+        path = self.root
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+            raise StorageError(f"{self.url}: {path} is not a folder this process can write")
+
     def delete(self, key: str) -> None:
         try:
             self._path(key).unlink()

@@ -67,6 +67,7 @@ def new_client(config: StorageConfig, session: Any = None) -> Any:
                 max_pool_connections=max(10, config.max_concurrency),
                 retries={"max_attempts": 3, "mode": "standard"},
                 s3={"addressing_style": "path"},
+                signature_version="s3v4",  # presigned requests too (a signed conditional put cannot overwrite)
             ),
         )
     except (ValueError, BotoCoreError) as exc:  # botocore: invalid endpoint or region, partial credentials
@@ -195,6 +196,13 @@ class S3Storage(Storage):
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("list", prefix, exc) from None
         return sorted(keys)
+
+    def probe(self) -> None:
+        """One listing of at most one key under the prefix: the bucket answers, and these keys may read it."""
+        try:
+            self._client.list_objects_v2(Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else "", MaxKeys=1)
+        except (BotoCoreError, ClientError) as exc:
+            raise StorageError(f"S3 list {self.url} failed: {exc}") from None
 
     def delete(self, key: str) -> None:
         try:

@@ -5,6 +5,7 @@ terminating and until when, which termination Checkpoint covers a pod, what a sc
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -108,9 +109,6 @@ def test_a_schedule_stamps_out_its_template() -> None:
 PART = {"matchLabels": {"tier": "a"}}  # a part of the stack: never what the whole stack resumes from
 
 
-PART = {"matchLabels": {"tier": "a"}}  # a part of the stack: never what the whole stack resumes from
-
-
 def test_resume_takes_the_newest_completed_checkpoint_of_the_whole_release() -> None:
     checkpoints = [
         obj("c-1", "Completed", "2026-03-01T00:01:00Z", "2026-03-01T00:01:05Z"),
@@ -200,3 +198,31 @@ def test_a_termination_is_covered_by_one_in_flight_or_created_after_it_began() -
     assert termination.covered_by(began, [before, running]) == "t-2"
     same_second = obj("t-3", "Completed", "2026-03-01T00:00:10Z")  # (the API's times are whole seconds)
     assert termination.covered_by(began, [before, same_second]) == "t-3"
+
+
+def test_a_reinstalled_release_is_never_resumed_from_an_earlier_installs_checkpoint() -> None:
+    """Checkpoints survive an uninstall; a reinstall under the same name makes its StatefulSets anew, so its fresh
+    participants are new, not preempted: the earlier install's checkpoints are not of this stack. A helm upgrade keeps
+    the StatefulSets (only pods are recreated), so its checkpoints stay the stack's."""
+
+    def at(stamp: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    def stack(statefulset_created: str, pod_created: str) -> tuple[list[Any], list[Any]]:
+        owner = SimpleNamespace(kind="StatefulSet", name="r-model")
+        meta = SimpleNamespace(name="r-model-0", owner_references=[owner], creation_timestamp=at(pod_created))
+        statefulset = SimpleNamespace(
+            metadata=SimpleNamespace(name="r-model", creation_timestamp=at(statefulset_created))
+        )
+        return [SimpleNamespace(metadata=meta)], [statefulset]
+
+    earlier = obj("c-old", "Completed", "2026-03-01T00:05:00Z", "2026-03-01T00:05:02Z")
+    # upgraded (or preempted): the StatefulSet is the one the checkpoint was taken of, only its pod is new
+    since = resume.stack_since(*stack("2026-03-01T00:00:00Z", "2026-03-01T00:10:00Z"))
+    assert since == "2026-03-01T00:00:00Z" and resume.of_this_stack(earlier, since)
+    # reinstalled after the checkpoint: new StatefulSets, so the earlier install's checkpoint is not resumed
+    since = resume.stack_since(*stack("2026-03-01T00:09:00Z", "2026-03-01T00:09:01Z"))
+    assert not resume.of_this_stack(earlier, since)
+    # a checkpoint the reinstalled stack takes is its own
+    later = obj("c-new", "Completed", "2026-03-01T00:12:00Z", "2026-03-01T00:12:02Z")
+    assert resume.of_this_stack(later, since)

@@ -37,10 +37,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from gym_services.base.config import StorageConfig
@@ -49,6 +48,9 @@ from gym_services.control.layout import KeyKind
 from gym_services.control.models import StorageGrant
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S
 from gym_services.control.storage.base import AlreadyExists, NotFound, Storage, StorageError, check_key
+
+if TYPE_CHECKING:  # imported where a participant first reaches the gateway: the CLI's checkpoint path loads no httpx
+    import httpx
 
 #: how long a presigned request stays valid (one object's upload or download)
 SIGNED_FOR_S = 300
@@ -283,6 +285,8 @@ class GatewayStorage(Storage):
 
     def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """One request, tried again (a little later) when it got no answer or a 5xx."""
+        import httpx
+
         failure = ""
         for tried in range(TRIES):
             if tried:
@@ -367,6 +371,8 @@ class GatewayHttp:
 
     @property
     def client(self) -> httpx.Client:
+        import httpx
+
         with self._lock:
             if self._client is None:
                 limits = httpx.Limits(

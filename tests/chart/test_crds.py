@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from tests.chart.schemas import strict
 
 pytestmark = pytest.mark.k8s
 
@@ -25,22 +26,6 @@ API = "gym-checkpoint.dev/v1alpha1"
 
 def load_crd(name: str) -> dict[str, Any]:
     return yaml.safe_load((CRDS / f"{name}.yaml").read_text())
-
-
-def strict(schema: Any) -> Any:
-    """Close every object that lists its properties, unless it preserves unknown fields."""
-    if isinstance(schema, dict):
-        schema = {key: strict(value) for key, value in schema.items()}
-        if (
-            "properties" in schema
-            and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [strict(item) for item in schema]
-    return schema
 
 
 def validator(kind: str) -> jsonschema.Draft7Validator:

@@ -223,6 +223,8 @@ def test_a_reinstalled_release_is_never_resumed_from_an_earlier_installs_checkpo
     # reinstalled after the checkpoint: new StatefulSets, so the earlier install's checkpoint is not resumed
     since = resume.stack_since(*stack("2026-03-01T00:09:00Z", "2026-03-01T00:09:01Z"))
     assert not resume.of_this_stack(earlier, since)
+    # nor one of the very second the new StatefulSets were made (the API's times are whole seconds)
+    assert not resume.of_this_stack(obj("c-same", "Completed", "2026-03-01T00:09:00Z", "2026-03-01T00:09:00Z"), since)
     # a checkpoint the reinstalled stack takes is its own
     later = obj("c-new", "Completed", "2026-03-01T00:12:00Z", "2026-03-01T00:12:02Z")
     assert resume.of_this_stack(later, since)

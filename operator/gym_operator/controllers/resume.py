@@ -112,9 +112,11 @@ def stack_since(pods: list[Any], statefulsets: list[Any]) -> str:
 
 
 def of_this_stack(checkpoint: dict[str, Any], since: str) -> bool:
-    """Whether a checkpoint was taken of the stack as deployed now (created once its StatefulSets existed), not of an
-    earlier install of the release: a new install is fresh because it is new, and never restored by itself."""
-    return str((checkpoint.get("metadata") or {}).get("creationTimestamp") or "") >= since
+    """Whether a checkpoint was taken of the stack as deployed now (created after its StatefulSets), not of an
+    earlier install of the release: a new install is fresh because it is new, and never restored by itself. The API's
+    times are whole seconds, and a stack answers a checkpoint only seconds after its StatefulSets are made, so a
+    checkpoint of the same second as the deployment is counted as earlier."""
+    return str((checkpoint.get("metadata") or {}).get("creationTimestamp") or "") > since
 
 
 def failed_attempts(restores: list[dict[str, Any]], checkpoint: str) -> int:
@@ -296,9 +298,9 @@ class Resumer:
             if self._once(f"given up {checkpoint}", message):
                 await context.kube.event(chosen, "ResumeGivenUp", message, warning=True)
             return
-        await self._restore(chosen, fresh)
+        await self._restore(chosen, fresh, since)
 
-    async def _restore(self, chosen: dict[str, Any], fresh: list[str]) -> None:
+    async def _restore(self, chosen: dict[str, Any], fresh: list[str], since: str) -> None:
         context, checkpoint = self.context, name_of(chosen)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
         name = f"{context.settings.release}-resume-{stamp}"
@@ -321,7 +323,8 @@ class Resumer:
         status = chosen.get("status") or {}
         message = (
             f"{_named(fresh)} came back fresh: restoring the whole stack from Checkpoint {checkpoint} (checkpoint "
-            f"{status.get('checkpointId')}, completed {status.get('completionTime')})"
+            f"{status.get('checkpointId')}, created {(chosen.get('metadata') or {}).get('creationTimestamp')}, "
+            f"completed {status.get('completionTime')}; the stack was deployed {since})"
         )
         log.info(message)
         await context.kube.event(created, "Resuming", message)

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -45,15 +47,27 @@ from tests.support.seaweed import start_seaweed  # noqa: E402
 
 from gym_services.base.config import StorageConfig  # noqa: E402
 from gym_services.base.text import table  # noqa: E402
+from gym_services.control.protocol import DEFAULT_LEASE_S, DEFAULT_PREPARE_TIMEOUT_S  # noqa: E402
+from gym_services.coordination.client import ControlClient  # noqa: E402
+from gym_services.coordination.coordinator import Coordinator, TransactionResult  # noqa: E402
 from gym_services.demo.preemption import crashed, exit_counters, preempted, settings  # noqa: E402
 from gym_services.demo.stack import demo_stack  # noqa: E402
 from gym_services.demo.story import Run, Story, job_status  # noqa: E402
 from gym_services.stack.config import ServerSpec, StackConfig  # noqa: E402
+from gym_services.stack.discovery import discover  # noqa: E402
 from gym_services.stack.history import read_history  # noqa: E402
-from gym_services.stack.launcher import StackState, is_running, start_stack, stop_stack  # noqa: E402
+from gym_services.stack.launcher import (  # noqa: E402
+    StackState,
+    is_running,
+    stack_secrets,
+    stack_storage_config,
+    start_stack,
+    stop_stack,
+)
 from gym_services.stack.resume import resume_stack  # noqa: E402
 from gym_services.stack.schedule import CheckpointSettings  # noqa: E402
 from gym_services.stack.supervision import start_supervisor  # noqa: E402
+from gym_services.stack.supervisor import scheduled_checkpoint_id  # noqa: E402
 
 SCHEDULES: list[float | None] = [None, 30.0, 10.0]
 TARGETS = {30.0: 99.5, 10.0: 99.0}
@@ -96,24 +110,74 @@ def paused_in(state_dir: Path, since: float, until: float) -> tuple[int, float]:
 # --- 1. goodput ---------------------------------------------------------------------------------------------------
 
 
-def goodput_demo(bench: Bench, storage: str, every: float | None, seconds: float, warmup: float) -> dict[str, Any]:
-    name = f"demo-{storage}-{every or 0:g}"
+def _tokens_generated(state: StackState) -> float:
+    """The policy model's ``gym_model_tokens_generated`` counter (what its engine generated so far)."""
+    text = httpx.get(f"{state.url('policy-model')}/metrics", timeout=10).text
+    return float(
+        sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("gym_model_tokens_generated"))
+    )
+
+
+async def _checkpoints_until(state: StackState, every: float, until: float) -> list[TransactionResult]:
+    """Checkpoints every ``every`` seconds until ``until`` (monotonic), as the stack's supervisor takes its scheduled
+    ones: the same coordinator call, prepare timeout and lease. The first comes half an interval in, so a window
+    holds as many as the schedule gives it (two in 60 s every 30 s)."""
+    token = stack_secrets(Path(state.state_dir))["control_token"]
+    results: list[TransactionResult] = []
+    async with ControlClient(token, timeout_s=DEFAULT_LEASE_S) as client:
+        coordinator = Coordinator(await discover(state, client), client, storage_config=stack_storage_config(state))
+        due = time.monotonic() + every / 2
+        while due < until:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            started = time.monotonic()
+            results.append(
+                await coordinator.checkpoint(
+                    scheduled_checkpoint_id(),
+                    state.storage,
+                    prepare_timeout_s=min(DEFAULT_PREPARE_TIMEOUT_S, max(2.0, every / 3)),
+                    lease_s=DEFAULT_LEASE_S,
+                    claimed_by="benchmarks/preemption.py",
+                )
+            )
+            due = max(started + every, time.monotonic())
+    return results
+
+
+def goodput_demo(bench: Bench, storage: str, args: argparse.Namespace) -> dict[float | None, list[dict[str, Any]]]:
+    """One demo stack and one long job; windows of ``--seconds`` with no checkpoint, one every 30 s and one every
+    10 s in rotation (``--rounds`` times, each round starting with the next schedule), so that the job's phases and
+    the machine's noise fall on every schedule alike. Per window: finished rollouts and generated tokens per minute,
+    the checkpoints' pauses and, of those, the agents' wait for their tool calls and verifications to finish."""
+    name = f"demo-{storage}"
     config = demo_stack(bench.work / name, job_dir=bench.work)
     config.storage = bench.location(storage, name)
-    config.checkpoint = CheckpointSettings(every=every, keep=1000)  # every checkpoint of the window stays counted
     state, _ = up(bench, config, storage)
+    got: dict[float | None, list[dict[str, Any]]] = {every: [] for every in SCHEDULES}
     try:
-        story = Story(bench.work / f"tasks-{name}", repeats=200, concurrency=32, say=lambda text: None)
-        story.prepare()  # the tasks (a job far longer than the window)
+        story = Story(bench.work / f"tasks-{name}", repeats=2000, concurrency=32, say=lambda text: None)
+        story.prepare()  # the tasks (a job far longer than every window together)
         story.submit(state, bench.work / f"{name}.jsonl")
-        time.sleep(warmup)
-        f0, t0, w0 = job_status(state)["finished"], time.monotonic(), time.time()
-        time.sleep(seconds)
-        f1, t1, w1 = job_status(state)["finished"], time.monotonic(), time.time()
-        taken, pause = paused_in(Path(state.state_dir), w0, w1)
+        time.sleep(args.warmup)
+        for round_ in range(args.rounds):
+            for every in SCHEDULES[round_ % 3 :] + SCHEDULES[: round_ % 3]:
+                f0, g0, t0 = job_status(state)["finished"], _tokens_generated(state), time.monotonic()
+                results = asyncio.run(_checkpoints_until(state, every, t0 + args.seconds)) if every else []
+                time.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
+                f1, g1, t1 = job_status(state)["finished"], _tokens_generated(state), time.monotonic()
+                minutes = (t1 - t0) / 60
+                window = {
+                    "rate": (f1 - f0) / minutes,
+                    "tokens": (g1 - g0) / minutes,
+                    "checkpoints": sum(1 for r in results if r.completed),
+                    "failed": sum(1 for r in results if not r.completed),
+                    "paused": sum(r.pause_s for r in results) / (t1 - t0),
+                    "agents": sum(r.timings.get("prepare agent", 0.0) for r in results) / (t1 - t0),
+                }
+                got[every].append(window)
+                print(f"goodput {storage} demo stack {every}: {window}", file=sys.stderr, flush=True)
     finally:
         stop_stack(Path(state.state_dir), kill=True)
-    return {"rate": (f1 - f0) / (t1 - t0) * 60, "checkpoints": taken, "paused": pause / (t1 - t0)}
+    return got
 
 
 def goodput_sessions(bench: Bench, storage: str, every: float | None, seconds: float, warmup: float) -> dict[str, Any]:
@@ -159,17 +223,20 @@ def run_clients(url: str, cookies: list[str], seconds: float, clients: int = 8) 
 
 
 def goodput(bench: Bench, args: argparse.Namespace) -> list[list[Any]]:
-    """Every configuration ``--rounds`` times, the schedules in rotation (so the machine's noise falls on each
-    alike); the median rate, its spread, and the paused share."""
+    """Per storage: the demo stack's windows in rotation on one stack (:func:`goodput_demo`), and the 1,000-session
+    Workplace server, a stack per configuration, the schedules in rotation; the median rate, its spread, and the
+    paused share."""
     rows: list[list[Any]] = []
     for storage in args.storage:
-        for load_name, measure in (("demo stack", goodput_demo), ("1,000 sessions", goodput_sessions)):
-            got: dict[float | None, list[dict[str, Any]]] = {every: [] for every in SCHEDULES}
-            for _ in range(args.rounds):
-                for every in SCHEDULES:
-                    got[every].append(measure(bench, storage, every, args.seconds, args.warmup))
-                    print(f"goodput {storage} {load_name} {every}: {got[every][-1]}", file=sys.stderr, flush=True)
+        demo = goodput_demo(bench, storage, args)
+        sessions: dict[float | None, list[dict[str, Any]]] = {every: [] for every in SCHEDULES}
+        for _ in range(args.rounds):
+            for every in SCHEDULES:
+                sessions[every].append(goodput_sessions(bench, storage, every, args.seconds, args.warmup))
+                print(f"goodput {storage} 1,000 sessions {every}: {sessions[every][-1]}", file=sys.stderr, flush=True)
+        for load_name, got in (("demo stack", demo), ("1,000 sessions", sessions)):
             base = statistics.median(g["rate"] for g in got[None])
+            tokens = statistics.median(g["tokens"] for g in got[None]) if "tokens" in got[None][0] else None
             for every in SCHEDULES:
                 rates = [g["rate"] for g in got[every]]
                 target = TARGETS.get(every or 0.0)
@@ -180,8 +247,10 @@ def goodput(bench: Bench, args: argparse.Namespace) -> list[list[Any]]:
                         f"every {every:g} s" if every else "none",
                         f"{statistics.median(rates):.1f} ({min(rates):.0f}-{max(rates):.0f})",
                         f"{100 * statistics.median(rates) / base:.1f} %",
+                        f"{100 * statistics.median(g['tokens'] for g in got[every]) / tokens:.1f} %" if tokens else "",
                         sum(g["checkpoints"] for g in got[every]),
                         f"{100 * statistics.mean(g['paused'] for g in got[every]):.2f} %",
+                        f"{100 * statistics.mean(g['agents'] for g in got[every]):.2f} %" if tokens else "",
                         f">= {target} %" if target else "",
                     ]
                 )
@@ -368,7 +437,18 @@ def main() -> None:
                 f"1. goodput, {args.seconds:g} s per row after {args.warmup:g} s (rollouts/min: demo stack; tool "
                 "calls/min: 8 clients on 1,000 live Workplace sessions)"
             )
-            headers = ["storage", "load", "schedule", "per min (spread)", "of none", "checkpoints", "paused", "target"]
+            headers = [
+                "storage",
+                "load",
+                "schedule",
+                "per min (spread)",
+                "of none",
+                "tokens of none",
+                "checkpoints",
+                "paused",
+                "of which agents wait",
+                "target",
+            ]
             print(table(headers, goodput(bench, args)), flush=True)
         if "preemption" in args.sections:
             print("\n2. work lost to a preemption: SIGTERM to every server of the demo stack, 30 s grace (file)")

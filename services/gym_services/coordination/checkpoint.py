@@ -119,6 +119,9 @@ class CheckpointTransaction:
         self.cancellation = cancellation or Cancellation()
         self.grants = grants
         self.publish_by = float("inf")  # set by the claim
+        #: seconds each role took to prepare (also in the timings as ``prepare <role>``; the "Capturing" log line
+        #: says where the pause went)
+        self.prepare_s: dict[str, float] = {}
 
     @property
     def clock(self) -> Stopwatch:
@@ -232,7 +235,11 @@ class CheckpointTransaction:
                 call = functools.partial(
                     self.participants.client.prepare, req=req, timeout_s=deadlines.prepare_call(remaining)
                 )
+                started = time.monotonic()
                 ok, failed = await self.participants.each(group, Verb.PREPARE, call)
+                role, seconds = group[0].role, time.monotonic() - started
+                self.prepare_s[role] = round(seconds, 4)
+                self.clock.timings[f"prepare {role}"] = seconds
                 self._final_if_held(ok)
                 blockers = [
                     BlockerInfo(participant=pid, **b.model_dump())
@@ -264,7 +271,7 @@ class CheckpointTransaction:
 
     async def capture_all(self) -> Captured:
         """Under the pause: every participant captures its scope (controller first: its episodes are the scope)."""
-        await self.progress.enter(TransactionPhase.CAPTURING)
+        await self.progress.enter(TransactionPhase.CAPTURING, prepare_s=self.prepare_s)
         client = self.participants.client
         with self.clock.step("capture"):
             controllers = [p for p in self.participants if p.role == Role.CONTROLLER]

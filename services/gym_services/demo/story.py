@@ -486,8 +486,8 @@ class Story:
             participants = await discover(state, client)
 
             async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
-                # every participant prepared (capture is next): generations cut, nothing runs
-                if phase is TransactionPhase.CAPTURING:
+                # every participant captured (resume is next): generations cut, nothing runs
+                if phase is TransactionPhase.RESUMING:
                     statuses = await coordinator.status()
                     run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}
                     if run.worker_killed:  # its streams ended long before (failed over): its clients' count is final

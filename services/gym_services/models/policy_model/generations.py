@@ -3,7 +3,8 @@
 Lifecycle of one ``/v1/responses`` call (one :class:`Generation`):
 
 ``running``  the upstream stream is read chunk by chunk into ``text`` (tool calls in markup form);
-``cut``      a checkpoint asked for a cut: the upstream is told to stop (the sending half of its
+``cut``      a checkpoint's capture asked for a cut (its prepare only holds: no stream starts, a running one goes
+             on): the upstream is told to stop (the sending half of its
              connection is closed, :class:`~.engines.Halt`) and the reader keeps every token that
              still arrives until the upstream ends the stream (bounded by ``cut_wait_s``; past that
              the stream is closed where it is). The upstream counts a token only if it went out
@@ -39,6 +40,7 @@ import asyncio
 import contextlib
 import enum
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +55,7 @@ from gym_services.base.logs import get_logger
 from gym_services.base.metrics import Metrics
 from gym_services.base.token_arrays import TokenArray
 from gym_services.base.tokens import Tokens
-from gym_services.control.models import Blocker
-from gym_services.control.participant import RestoredRecord, Scope
+from gym_services.control.participant import InvalidState, RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.engines import Delta, EngineRequest, Halt
 from gym_services.models.policy_model.prefixes import Bases, StagedPrefix, from_record
@@ -409,6 +410,12 @@ class Generation:
 DELIVERED_KEPT_MAX = 4096
 
 
+#: how often :meth:`GenerationManager.cut` looks whether every cut generation stopped
+CUT_POLL_S = 0.002
+#: how long past ``cut_wait_s`` a cut may take (the stream's reader ending) before the capture fails
+CUT_MARGIN_S = 1.0
+
+
 class GenerationManager:
     """Every live generation and staged prefix of one policy model server."""
 
@@ -534,28 +541,26 @@ class GenerationManager:
 
     # --- checkpoint ------------------------------------------------------------------
 
-    def pause(self) -> None:
+    def hold(self) -> None:
+        """Prepare: no stream starts and a finished response is held until resume, while the running streams go on
+        generating (through the agents' wait for their tool calls); :meth:`cut` stops them at the capture."""
         self.paused = True
-        for g in self.live.values():
-            g.request_cut(self.cut_wait_s)
+
+    async def cut(self) -> None:
+        """Capture: cut every running generation at its next token boundary and wait until each has stopped (a cut
+        closes its stream after ``cut_wait_s`` at the latest). A stream that started in between is cut too."""
+        deadline = time.monotonic() + self.cut_wait_s + CUT_MARGIN_S
+        while running := [g for g in self.live.values() if g.state == GenerationState.RUNNING]:
+            if time.monotonic() > deadline:
+                raise InvalidState(f"{len(running)} generations did not stop within {self.cut_wait_s:g}s of their cut")
+            for g in running:
+                g.request_cut(self.cut_wait_s)
+            await asyncio.sleep(CUT_POLL_S)
 
     def resume(self) -> None:
         self.paused = False
         for g in self.live.values():
             g.wake.set()
-
-    def blockers(self) -> list[Blocker]:
-        if not self.paused:
-            return []
-        return [
-            Blocker(
-                kind="generation",
-                id=f"{g.identity.rollout_id if g.identity else '-'}:{g.digest[:12]}",
-                detail=f"cutting at the next token boundary ({g.completion_tokens} tokens so far)",
-            )
-            for g in self.live.values()
-            if g.state == GenerationState.RUNNING
-        ]
 
     def export(self, scope: Scope) -> list[tuple[Key, StagedPrefix]]:
         """One prefix per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes; each

@@ -7,7 +7,6 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from gym_services.control.models import Blocker
 from gym_services.control.participant import Capture, FrozenRecord, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.models.policy_model.generations import GenerationManager, Key
@@ -51,7 +50,8 @@ class Restored:
 
 
 class ModelParticipant(Participant[Restored, Frozen]):
-    """prepare cuts every in-flight generation; capture takes prefixes and ledgers; resume and abort continue them."""
+    """prepare holds (no stream starts, a finished response waits for resume); capture cuts every running generation
+    and takes prefixes and ledgers; resume and abort continue them."""
 
     role = Role.MODEL
     checkpoint_mode = CheckpointMode.EXPORTED
@@ -63,10 +63,7 @@ class ModelParticipant(Participant[Restored, Frozen]):
         self.ledger = ledger
 
     async def prepare(self, checkpoint_id: str) -> None:
-        self.manager.pause()
-
-    def blockers(self) -> list[Blocker]:
-        return self.manager.blockers()
+        self.manager.hold()  # the running generations go on until the capture cuts them: nothing blocks
 
     async def export(self, scope: Scope) -> list[Record]:
         captured = await self.capture(scope)
@@ -77,7 +74,8 @@ class ModelParticipant(Participant[Restored, Frozen]):
 
     async def capture(self, scope: Scope) -> Capture[Frozen]:
         """Ledgers (their chunks first) and prefixes, frozen now (lists sliced) and encoded after resume: each
-        prefix written against its rollout's last ledger entry."""
+        prefix written against its rollout's last ledger entry. The running generations are cut first."""
+        await self.manager.cut()
         prefixes: list[FrozenRecord[Frozen]] = []
         for (rollout_id, digest), prefix in self.manager.export(scope):
             rows = self.ledger.rollouts.get(rollout_id)

@@ -25,7 +25,9 @@ from gym_services.models import tool_markup
 
 
 @pytest.mark.parametrize("name", ["workplace", "lean"])
-async def test_prepare_cuts_in_flight_generation_and_resume_returns_uninterrupted(worker, fast_worker, name) -> None:
+async def test_capture_cuts_in_flight_generation_and_resume_returns_uninterrupted(
+    worker, fast_worker, name, tmp_path
+) -> None:
     body = REQUESTS[name]
     expected = await reference(fast_worker.url, body)
     total = expected["usage"]["output_tokens"]
@@ -36,6 +38,11 @@ async def test_prepare_cuts_in_flight_generation_and_resume_returns_uninterrupte
         await tokens_received(client, "r-cut", 6)
         prepared = await control.prepare("ck-cut")
         assert prepared["status"] == "prepared"
+        # prepared, the model starts no stream but its running ones go on generating until the capture cuts them
+        at_prepare = generation_of(client, "r-cut").completion_tokens
+        await tokens_received(client, "r-cut", at_prepare + 2)
+        assert generation_of(client, "r-cut").state == "running"
+        await control.capture("ck-cut", f"file://{tmp_path}")
         gen = generation_of(client, "r-cut")
         assert gen is not None and gen.state == "cut"
         cut_at = gen.completion_tokens
@@ -61,7 +68,7 @@ async def test_prepare_cuts_in_flight_generation_and_resume_returns_uninterrupte
         assert f"gym_model_tokens_generated_total {float(total)}" in metrics
 
 
-async def test_cut_keeps_every_token_the_worker_sent_while_the_reader_was_behind(worker, fast_worker) -> None:
+async def test_cut_keeps_every_token_the_worker_sent_while_the_reader_was_behind(worker, fast_worker, tmp_path) -> None:
     """The model's event loop is busy while the worker keeps streaming: tokens pile up unread in the
     connection. The cut must keep all of them (the worker counted them): none is generated again."""
     body = REQUESTS["workplace"]
@@ -74,6 +81,8 @@ async def test_cut_keeps_every_token_the_worker_sent_while_the_reader_was_behind
         await tokens_received(client, "r-behind", 3)
         time.sleep(0.4)  # blocks this event loop: ~12 tokens arrive meanwhile, unread
         assert (await control.prepare("ck-behind"))["status"] == "prepared"
+        time.sleep(0.4)  # and again between prepare and the capture's cut
+        await control.capture("ck-behind", f"file://{tmp_path}")
         gen = generation_of(client, "r-behind")
         assert gen is not None and gen.state == "cut"
         generated = await worker_tokens(worker.url) - before
@@ -86,7 +95,7 @@ async def test_cut_keeps_every_token_the_worker_sent_while_the_reader_was_behind
     assert await worker_tokens(worker.url) - before == total  # every token generated once
 
 
-async def test_cut_inside_a_tool_call(worker, fast_worker) -> None:
+async def test_cut_inside_a_tool_call(worker, fast_worker, tmp_path) -> None:
     body = REQUESTS["workplace"]
     expected = await reference(fast_worker.url, body)
     async with serve(model_app(worker.url)) as client:
@@ -99,6 +108,7 @@ async def test_cut_inside_a_tool_call(worker, fast_worker) -> None:
 
         await wait_until(inside_markup, what="a cut point inside the tool call")
         await Control(client).prepare("ck-tool")
+        await Control(client).capture("ck-tool", f"file://{tmp_path}")
         gen = generation_of(client, "r-tool")
         assert gen is not None and tool_markup.CLOSE not in gen.text and tool_markup.parse(gen.text).tool_calls == []
         await Control(client).resume("ck-tool")
@@ -107,7 +117,7 @@ async def test_cut_inside_a_tool_call(worker, fast_worker) -> None:
     assert await worker_tokens(worker.url) - before == expected["usage"]["output_tokens"]
 
 
-async def test_several_generations_cut_and_resumed_together(worker, fast_worker) -> None:
+async def test_several_generations_cut_and_resumed_together(worker, fast_worker, tmp_path) -> None:
     expected = {name: await reference(fast_worker.url, body) for name, body in REQUESTS.items()}
     total = sum(r["usage"]["output_tokens"] for r in expected.values())
     async with serve(model_app(worker.url)) as client:
@@ -120,6 +130,7 @@ async def test_several_generations_cut_and_resumed_together(worker, fast_worker)
             await tokens_received(client, f"r-{name}", 3)
         control = Control(client)
         assert (await control.prepare("ck-many"))["status"] == "prepared"
+        await control.capture("ck-many", f"file://{tmp_path}")
         assert (await control.status())["live"]["cut"] == len(REQUESTS)
         await control.resume("ck-many")
         for name, call in calls.items():
@@ -135,12 +146,11 @@ async def test_response_finishing_during_checkpoint_is_held_until_resume(worker,
         control = Control(client)
         before = await worker_tokens(worker.url)
         call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-held")))
-        # every token is in; only the end-of-sequence step is left. This loop is kept busy past it, so the
-        # finish is in the connection, unread, when prepare stops the stream: the drain reads it, and
-        # the generation finishes during prepare
+        # every token is in; only the end-of-sequence step is left: the generation finishes while the
+        # checkpoint is open (prepare does not stop a running stream), and its response is held
         await tokens_received(client, "r-held", total)
-        time.sleep(0.3)
         assert (await control.prepare("ck-held"))["status"] == "prepared"
+        await wait_until(lambda: generation_of(client, "r-held").state == "held", what="the response held")
         live = (await control.status())["live"]
         assert live["held"] == 1 and live["cut"] == 0 and live["responses_held"] == 1
         await asyncio.sleep(0.3)
@@ -187,7 +197,7 @@ async def test_lease_expiry_resumes_cut_calls(worker, fast_worker) -> None:
         assert (await Control(client).status())["phase"] == "open"
 
 
-async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fast_worker, caplog) -> None:
+async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fast_worker, caplog, tmp_path) -> None:
     """An upstream that does not end the stream within ``cut_wait_s`` of being told to stop (here: the
     worker process is frozen) gets its stream closed where it is: still the exact text, and what is
     generated again is exactly what was in flight when it was closed."""
@@ -200,6 +210,7 @@ async def test_cut_that_waits_too_long_closes_the_stream_where_it_is(worker, fas
         os.kill(worker.process.pid, signal.SIGSTOP)
         try:
             assert (await Control(client).prepare("ck-force"))["status"] == "prepared"
+            await Control(client).capture("ck-force", f"file://{tmp_path}")
         finally:
             os.kill(worker.process.pid, signal.SIGCONT)
         gen = generation_of(client, "r-force")
@@ -221,14 +232,14 @@ async def test_calls_without_identity_are_cut_but_not_checkpointed(worker, fast_
         call = asyncio.create_task(client.post("/v1/responses", json=body))
         await wait_until(lambda: any(g.completion_tokens >= 3 for g in generations(client)), what="tokens")
         assert (await control.prepare("ck-anon"))["status"] == "prepared"
-        assert (await control.status())["live"]["cut"] == 1
         committed = await control.capture_persist("ck-anon", f"file://{tmp_path}")
+        assert (await control.status())["live"]["cut"] == 1
         assert committed["records"] == 0
         await control.resume("ck-anon")
         assert (await asyncio.wait_for(call, 30)).json() == expected
 
 
-async def test_cut_and_resume_without_continuous_usage(worker, fast_worker) -> None:
+async def test_cut_and_resume_without_continuous_usage(worker, fast_worker, tmp_path) -> None:
     """An upstream without per-chunk usage (plain vLLM streaming): tokens are counted from the chunks."""
     body = REQUESTS["workplace"]
     expected = await reference(fast_worker.url, body)
@@ -237,6 +248,7 @@ async def test_cut_and_resume_without_continuous_usage(worker, fast_worker) -> N
         call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident("r-plain")))
         await tokens_received(client, "r-plain", 7)
         await Control(client).prepare("ck-plain")
+        await Control(client).capture("ck-plain", f"file://{tmp_path}")
         assert generation_of(client, "r-plain").completion_tokens == await worker_tokens(worker.url) - before
         await Control(client).resume("ck-plain")
         assert (await asyncio.wait_for(call, 30)).json() == expected

@@ -34,17 +34,18 @@ from gym_services.models.policy_model.prefixes import (
 
 
 async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
-    """Start a call, cut it at prepare, commit, then stop the model; returns (commit answer, prefix tokens)."""
+    """Start a call, cut it at the capture, commit, then stop the model; returns (commit answer, prefix tokens)."""
     app = model_app(worker_url)
     async with serve(app) as client:
         control = Control(client)
         call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident(rollout)))
         await tokens_received(client, rollout, 8)
         assert (await control.prepare("ck1"))["status"] == "prepared"
+        await control.capture("ck1", location, episodes=[rollout] if episodes is None else episodes)
         gen = generation_of(client, rollout)
         assert gen is not None and gen.state == "cut"
         cut_at = gen.completion_tokens
-        committed = await control.capture_persist("ck1", location, episodes=[rollout] if episodes is None else episodes)
+        committed = await control.persist("ck1")
     # the model shut down with the call still open: it gets an error answer, it does not hang
     old = await asyncio.wait_for(call, 10)
     assert old.status_code == 503 and old.json()["error"]["code"] == "not_ready"

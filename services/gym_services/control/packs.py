@@ -13,7 +13,10 @@ The packed format (``docs/protocol.md``, "Records and manifests"). The control p
    will reference are named in a reuse intent first, so no deletion removes them meanwhile;
 3. lays the other records end to end in packs of about ``pack_bytes`` (:class:`_Packing`), uploads them
    concurrently through the store and verifies each is stored whole (its size, one metadata request), as well as
-   every pack it reuses;
+   every pack it reuses. A record an earlier checkpoint held but whose pack is no longer referenced enough goes into
+   packs of its own, apart from the new ones: what outlived one checkpoint tends to outlive the next (a token ledger's
+   chunks), what is new is often gone by then (a cut generation's prompt), so once rewritten beside each other
+   the lasting records fill packs that the next checkpoints reference whole;
 4. has the store write the participant manifest last (gzip-compressed JSON, records indexed by columns).
 
 :func:`read_packed` (restore) fetches every pack a manifest lists concurrently, each checked by the store
@@ -156,8 +159,9 @@ class PackWriter(Generic[F]):
         t0 = time.perf_counter()
         reused = self._claim_reuse(store, encoded, reuse, checkpoint_id, progress)
         packing = _Packing(store, self.pool, checkpoint_id, self.participant_id, self.pack_bytes, cancel)
+        held = set().union(*(index.by_digest for index in reuse))
         for record, digest in encoded:
-            packing.add(record, digest, reused.get(digest))
+            packing.add(record, digest, reused.get(digest), carried=digest in held)
         packs = packing.finish(progress)
         timings["upload"] = time.perf_counter() - t0
 
@@ -282,6 +286,14 @@ def _reusable(encoded: list[tuple[Record, str]], reuse: ReuseIndex | None) -> di
     }
 
 
+@dataclass
+class _Filling:
+    """A pack being filled: its bytes so far, and its records with their offsets."""
+
+    buffer: bytearray = field(default_factory=bytearray)
+    pending: list[tuple[int, Record, str]] = field(default_factory=list)
+
+
 class _Packing:
     """One checkpoint's records laid out in packs: each new pack uploaded as soon as it fills, reused records
     referenced where they are. Records are indexed by columns in capture order (:class:`PackedRecords`); a record's
@@ -305,12 +317,13 @@ class _Packing:
             k: [] for k in ("keys", "rollout_ids", "attempts", "packs", "offsets", "sizes")
         }
         self.placed: list[tuple[str, int, int, int]] = []  # digest, slot, offset, size: the reuse index, once known
-        self.buffer = bytearray()
-        self.pending: list[tuple[int, Record, str]] = []  # records of the pack being filled, with their offsets
+        #: the packs being filled: of records an earlier checkpoint held (True), of new ones (False)
+        self.filling = {True: _Filling(), False: _Filling()}
         self.reused = 0
 
-    def add(self, record: Record, digest: str, where: Located | None) -> None:
-        """Reference the record where an earlier pack holds it, or add it to the pack being filled."""
+    def add(self, record: Record, digest: str, where: Located | None, carried: bool = False) -> None:
+        """Reference the record where an earlier pack holds it, or add it to the pack being filled for its kind
+        (``carried``: an earlier checkpoint held it)."""
         if where is not None:
             slot = self.slot_of.get(where.pack.key)
             if slot is None:
@@ -319,10 +332,11 @@ class _Packing:
             self._place(record, digest, slot, where.offset)
             self.reused += 1
             return
-        self.pending.append((len(self.buffer), record, digest))
-        self.buffer += record.data
-        if len(self.buffer) >= self.pack_bytes:
-            self._flush()
+        filling = self.filling[carried]
+        filling.pending.append((len(filling.buffer), record, digest))
+        filling.buffer += record.data
+        if len(filling.buffer) >= self.pack_bytes:
+            self._flush(filling)
 
     def _place(self, record: Record, digest: str, slot: int, offset: int) -> None:
         for column, value in (
@@ -336,26 +350,27 @@ class _Packing:
             self.columns[column].append(value)
         self.placed.append((digest, slot, offset, len(record.data)))
 
-    def _flush(self) -> None:
-        if not self.pending:
+    def _flush(self, filling: _Filling) -> None:
+        if not filling.pending:
             return
         if self.cancel.is_set():
             raise PersistCancelled("cancelled while uploading")
-        data = bytes(self.buffer)
+        data = bytes(filling.buffer)
         upload = self.pool.submit(
             self.store.write_pack, self.checkpoint_id, self.participant_id, len(self.uploads), data
         )
         slot = len(self.slots)
         self.slots.append(upload)
         self.uploads.append((upload, len(data)))
-        for offset, record, digest in self.pending:
+        for offset, record, digest in filling.pending:
             self._place(record, digest, slot, offset)
-        self.buffer.clear()
-        self.pending.clear()
+        filling.buffer.clear()
+        filling.pending.clear()
 
     def finish(self, progress: PersistProgress) -> list[PackEntry]:
-        """The last pack flushed and every upload awaited: the manifest's packs, in slot order."""
-        self._flush()
+        """The last packs flushed and every upload awaited: the manifest's packs, in slot order."""
+        for filling in self.filling.values():
+            self._flush(filling)
         progress.reused = self.reused
         for upload, size in self.uploads:
             _wait(upload, self.cancel)

@@ -133,6 +133,28 @@ def test_a_reuse_is_named_in_an_intent_before_it_is_relied_on(store: CheckpointS
     store.verify_persisted("ck-3", "p1", answer("ck-3", second))  # its packs are ck-1's, stored whole
 
 
+def test_records_that_outlive_a_checkpoint_are_rewritten_apart_from_new_ones(store: CheckpointStore, pool) -> None:
+    """A lasting record (a ledger chunk) packed beside records that are gone by the next checkpoint (cut prompts) is
+    rewritten once its pack is mostly dead, into a pack of its own kind, which the checkpoints after reference."""
+    lasting = [Record(f"chunk-{i}", bytes([65 + i]) * 40, "r", 0) for i in range(3)]
+
+    def fresh(n: int) -> list[Record]:
+        return [Record(f"prompt-{n}-{i}", f"{n}:{i};".encode() * 25, "r", 0) for i in range(4)]
+
+    indexes = []
+    for n in range(3):
+        written = write(store, pool, f"ck-{n}", lasting + fresh(n), reuse=indexes[-1:])
+        store.publish(manifest(f"ck-{n}"))
+        indexes.append(written.index)
+    # ck-1: chunk-2 shared its pack with a prompt of ck-0 (40 of 140 bytes live): written again, on its own
+    # ck-2: every chunk is referenced; only the new prompts are written
+    assert written.reused == len(lasting)
+    own = {
+        w.pack.key: w.pack.size for w in written.index.by_digest.values() if layout.checkpoint_of(w.pack.key) == "ck-2"
+    }
+    assert sum(own.values()) == sum(len(r.data) for r in fresh(2))
+
+
 def test_a_restore_reads_verified_packs(store: CheckpointStore, pool) -> None:
     written = write(store, pool, "ck", RECORDS)
     read = store.read_participant_manifest("ck", written.manifest.key, written.manifest.sha256)

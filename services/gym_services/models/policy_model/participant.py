@@ -57,9 +57,9 @@ def captured(
         for state in freeze(rollout_id, digest, prefix, base):
             kept = prompts if is_prompt_record(state.key) else prefixes
             kept.append(FrozenRecord(state.key, state, rollout_id=rollout_id, attempt=prefix.attempt))
-    ledgers = cast(list[FrozenRecord[Frozen]], frozen_records(ledger, scope))
-    chunks = [r for r in ledgers if isinstance(r.state, FrozenLedgerRecord) and r.state.head is None]
-    heads = [r for r in ledgers if not (isinstance(r.state, FrozenLedgerRecord) and r.state.head is None)]
+    ledgers = frozen_records(ledger, scope)
+    chunks = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.head is None])
+    heads = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.head is not None])
     return [*chunks, *prompts, *heads, *prefixes]
 
 

@@ -208,3 +208,22 @@ async def test_schema_3_prefix_records_still_restore() -> None:
         }
         assert got == {k: v for k, v in want.items() if k != "digest"}, rollout_id
     assert PREFIX_SCHEMA_VERSION == 4  # what is written now; schema 3 only read
+
+
+async def test_a_restore_whose_prompt_record_is_missing_installs_nothing() -> None:
+    """The model participant's validate refuses the checkpoint before anything (ledger or prefix) is installed."""
+    rng = random.Random(4)
+    ledger = TokenLedger()
+    earlier = Tokens.of(ids(rng, 200), ids(rng, 10), [-0.5] * 10)
+    ledger.begin_call("r", "c-0", 0)
+    ledger.put(LedgerEntry.of_call("r", "c-0", earlier, model="m"), 0)
+    records = encoded(capture(ledger, cut([*earlier.sequence(), *ids(rng, 300)], ids(rng, 20))))
+    manager = GenerationManager.__new__(GenerationManager)  # validate and install touch only its staged prefixes
+    manager.staged, manager.live = {}, {}
+    fresh = TokenLedger()
+    participant = ModelParticipant(manager, fresh)
+    with pytest.raises(InvalidState, match=r"prompt record .* is missing"):
+        await participant.validate([r for r in records if not is_prompt_record(r.key)])
+    assert manager.staged == {} and fresh.rollouts == {}
+    await participant.install(await participant.validate(records))
+    assert manager.staged["r", DIGEST].attempt == 1 and fresh.rollouts["r"].attempt == 1

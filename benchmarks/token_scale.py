@@ -475,7 +475,7 @@ def read_checkpoint(root: Path, checkpoint: dict[str, Any]) -> Stored:
     from tests.support.records import restored_records
 
     from gym_services.models.policy_model.ledger.records import entry_sequence, is_ledger_record, parse_records
-    from gym_services.models.policy_model.prefixes import from_record
+    from gym_services.models.policy_model.prefixes import read_records
 
     out = Stored()
     folder = root / "checkpoints" / checkpoint["checkpoint_id"]
@@ -493,10 +493,11 @@ def read_checkpoint(root: Path, checkpoint: dict[str, Any]) -> Stored:
                 longest = max((len(s) for s in rows.entries.sequences()), default=0)
                 generated = sum(len(t.generation_token_ids) for _, t in rows.entries.tokens(range(len(rows.entries))))
                 out.rollout_tokens[rollout_id] = (longest, generated)
-            for record in records:
-                if is_ledger_record(record.key):
-                    continue
-                (rollout_id, _), staged = from_record(record, lambda r, i, held=ledgers: entry_sequence(held[r], i))
+            generations = read_records(
+                [r for r in records if not is_ledger_record(r.key)],
+                lambda r, i, held=ledgers: entry_sequence(held[r], i),
+            )
+            for (rollout_id, _), staged in generations.items():
                 if staged.tokens is None:
                     continue
                 ids, lps = out.rollout_tokens.get(rollout_id, (0, 0))

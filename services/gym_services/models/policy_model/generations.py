@@ -58,11 +58,10 @@ from gym_services.base.tokens import Tokens
 from gym_services.control.participant import InvalidState, RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.engines import Delta, EngineRequest, Halt
-from gym_services.models.policy_model.prefixes import Bases, StagedPrefix, from_record
+from gym_services.models.policy_model.prefixes import Bases, Key, StagedPrefix, read_records
 from gym_services.models.policy_model.upstream import Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
-Key = tuple[str, str]
 
 
 class GenerationState(enum.StrEnum):
@@ -589,11 +588,8 @@ class GenerationManager:
             del self.delivered[rollout_id]  # the controller no longer runs it: finished
 
     def validate(self, records: list[RestoredRecord], bases: Bases) -> dict[Key, StagedPrefix]:
-        staged: dict[Key, StagedPrefix] = {}
-        for record in records:
-            key, prefix = from_record(record, bases)
-            staged[key] = prefix
-        return staged
+        """The prefixes a checkpoint's prefix and prompt records stage (``prefixes.read_records``); installs nothing."""
+        return read_records(records, bases)
 
     def install(self, staged: dict[Key, StagedPrefix]) -> None:
         self.staged.update(staged)

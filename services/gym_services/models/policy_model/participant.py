@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from gym_services.control.participant import Capture, FrozenRecord, Participant, Record, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
-from gym_services.models.policy_model.generations import GenerationManager, Key
+from gym_services.models.policy_model.generations import GenerationManager
 from gym_services.models.policy_model.ledger.records import (
     LEDGER_ENCODER,
     FrozenLedgerRecord,
@@ -19,25 +19,48 @@ from gym_services.models.policy_model.ledger.records import (
     parse_records,
 )
 from gym_services.models.policy_model.ledger.rollouts import RolloutLedger, TokenLedger
-from gym_services.models.policy_model.prefixes import FrozenPrefix, StagedPrefix, encode_prefix
+from gym_services.models.policy_model.prefixes import Frozen as FrozenGeneration
+from gym_services.models.policy_model.prefixes import Key, StagedPrefix, freeze, is_prompt_record
+from gym_services.models.policy_model.prefixes import encode as encode_generation
 
 #: the state of the model participant's frozen records
-Frozen = FrozenLedgerRecord | FrozenPrefix
+Frozen = FrozenLedgerRecord | FrozenGeneration
 
 
 class ModelEncoder:
-    """Makes the bytes of the model participant's frozen records: a ledger head or chunk, or a prefix."""
+    """Makes the bytes of the model participant's frozen records: a ledger head or chunk, a prompt or a prefix."""
 
     def encode(self, state: Frozen) -> bytes:
-        if isinstance(state, FrozenPrefix):
-            return encode_prefix(state)
-        return LEDGER_ENCODER.encode(state)
+        if isinstance(state, FrozenLedgerRecord):
+            return LEDGER_ENCODER.encode(state)
+        return encode_generation(state)
 
     def encoded(self, state: Frozen, data: bytes) -> None:
         pass
 
 
 MODEL_ENCODER = ModelEncoder()
+
+
+def captured(
+    ledger: TokenLedger, generations: list[tuple[Key, StagedPrefix]], scope: Scope
+) -> list[FrozenRecord[Frozen]]:
+    """The model participant's frozen records: each generation's prompt record (written against its rollout's last
+    ledger entry) and prefix record, and the ledgers. Records that keep their bytes from one checkpoint to the next
+    (ledger chunks, prompts) come first, those that change (ledger heads, prefixes) last: packs fill in this order,
+    so the records a later checkpoint references share packs with few it does not."""
+    prompts: list[FrozenRecord[Frozen]] = []
+    prefixes: list[FrozenRecord[Frozen]] = []
+    for (rollout_id, digest), prefix in generations:
+        rows = ledger.rollouts.get(rollout_id)
+        base = tuple(rows.entries.stored) if rows is not None else ()
+        for state in freeze(rollout_id, digest, prefix, base):
+            kept = prompts if is_prompt_record(state.key) else prefixes
+            kept.append(FrozenRecord(state.key, state, rollout_id=rollout_id, attempt=prefix.attempt))
+    ledgers = frozen_records(ledger, scope)
+    chunks = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.head is None])
+    heads = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.head is not None])
+    return [*chunks, *prompts, *heads, *prefixes]
 
 
 @dataclass
@@ -73,17 +96,10 @@ class ModelParticipant(Participant[Restored, Frozen]):
         ]
 
     async def capture(self, scope: Scope) -> Capture[Frozen]:
-        """Ledgers (their chunks first) and prefixes, frozen now (lists sliced) and encoded after resume: each
-        prefix written against its rollout's last ledger entry. The running generations are cut first."""
+        """The running generations cut, then ledgers and generations frozen now (lists sliced) and encoded after
+        resume (:func:`captured`)."""
         await self.manager.cut()
-        prefixes: list[FrozenRecord[Frozen]] = []
-        for (rollout_id, digest), prefix in self.manager.export(scope):
-            rows = self.ledger.rollouts.get(rollout_id)
-            base = tuple(rows.entries.stored) if rows is not None else ()
-            frozen = FrozenPrefix(rollout_id, prefix.attempt, digest, prefix, base)
-            prefixes.append(FrozenRecord(frozen.key, frozen, rollout_id=rollout_id, attempt=prefix.attempt))
-        ledgers = cast(list[FrozenRecord[Frozen]], frozen_records(self.ledger, scope))
-        return Capture([*ledgers, *prefixes])
+        return Capture(captured(self.ledger, self.manager.export(scope), scope))
 
     async def release_out_of_scope(self, scope: Scope) -> None:
         self.manager.release_out_of_scope(scope)  # ledgers stay: the trainer drops them once consumed

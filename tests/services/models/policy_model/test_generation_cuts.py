@@ -156,7 +156,7 @@ async def test_response_finishing_during_checkpoint_is_held_until_resume(worker,
         await asyncio.sleep(0.3)
         assert not call.done()  # held, not delivered
         committed = await control.capture_persist("ck-held", f"file://{tmp_path}", episodes=["r-held"])
-        assert committed["records"] == 1 and committed["episodes"] == ["r-held"]
+        assert committed["records"] == 2 and committed["episodes"] == ["r-held"]  # its prompt and prefix records
         await control.resume("ck-held")
         assert (await asyncio.wait_for(call, 10)).json() == expected
     assert await worker_tokens(worker.url) - before == total

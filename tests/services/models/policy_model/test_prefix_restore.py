@@ -25,11 +25,13 @@ from gym_services.control.participant import InvalidState, RestoredRecord
 from gym_services.models.policy_model.ledger.entries import EntryLog
 from gym_services.models.policy_model.ledger.wire import LedgerEntry
 from gym_services.models.policy_model.prefixes import (
-    FrozenPrefix,
     StagedPrefix,
-    encode_prefix,
+    encode,
+    freeze,
     from_record,
+    is_prompt_record,
     prefix_record_key,
+    read_records,
 )
 
 
@@ -58,13 +60,13 @@ async def test_restored_prefix_is_continued_not_regenerated(worker, fast_worker,
     total = expected["usage"]["output_tokens"]
     start = await worker_tokens(worker.url)
     committed, cut_at = await checkpoint_cut_generation(worker.url, body, "task3-0", storage_url)
-    assert committed["records"] == 1 and committed["episodes"] == ["task3-0"]
+    assert committed["records"] == 2 and committed["episodes"] == ["task3-0"]  # its prompt and prefix records
     assert await worker_tokens(worker.url) - start == cut_at
 
     async with serve(model_app(worker.url), base_url="http://fresh") as client:
         control = Control(client)
         restored = await control.restore("ck1", storage_url, committed["manifest_key"], committed["manifest_sha256"])
-        assert restored["episodes"] == {"task3-0": 1} and restored["records"] == 1
+        assert restored["episodes"] == {"task3-0": 1} and restored["records"] == 2
         assert (await control.status())["live"]["staged_prefixes"] == 1
         parked = await client.post("/v1/responses", json=body, headers=ident("task3-0", 1))
         assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
@@ -174,7 +176,7 @@ async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_pat
         write_varint(len(changed), out)
         return bytes(out) + changed + blob[start + size :]
 
-    key = next(iter(records(location, committed["manifest_key"])))
+    key = next(k for k in records(location, committed["manifest_key"]) if not is_prompt_record(k))
     rewrite_record(location, committed["manifest_key"], key, other_digest)
     async with serve(model_app(worker.url)) as client:
         control = Control(client)
@@ -341,7 +343,7 @@ async def test_delivered_reply_in_transit_is_committed_and_answered_after_restor
         assert (await control.status())["live"]["delivered_kept"] == 1
         assert (await control.prepare("ck1"))["status"] == "prepared"
         committed = await control.capture_persist("ck1", location, episodes=["task3-0"])
-        assert committed["records"] == 1
+        assert committed["records"] == 2  # the response's prompt and prefix records
         await control.resume("ck1")
         out_of_scope = await control.prepare("ck2")
         assert out_of_scope["status"] == "prepared"
@@ -363,28 +365,33 @@ async def test_delivered_reply_in_transit_is_committed_and_answered_after_restor
 
 def test_a_prefix_is_written_against_its_rollouts_last_ledger_entry() -> None:
     """A cut generation's prompt is its rollout's last recorded call's prompt and answer plus the new turn: its
-    record holds the new turn's ids, what it generated and the log-probs (4 bytes each), not its whole context; it
-    restores only with the ledger entry it was written against."""
+    prompt record holds the new turn's ids and its prefix record what it generated and the log-probs (4 bytes each),
+    not its whole context; they restore only with the ledger entry the prompt was written against."""
     context = list(range(100, 3100))
     log = EntryLog.of_entries([LedgerEntry.of_call("r", "c-1", Tokens.of(context, [7, 8, 9], [-0.5, -0.25, -1.0]))])
     prompt = [*context, 7, 8, 9, *range(50, 90)]  # the previous call, its answer, 40 new ids
     cut = StagedPrefix(0, "par", False, None, len(prompt), 3, Tokens.of(prompt, [11, 12, 13], [-0.5, -0.125, -2.0]))
-    data = encode_prefix(FrozenPrefix("r", 0, "d" * 64, cut, tuple(log.stored)))
-    assert len(data) < 4 * (40 + 3 + 3) + 300  # new ids, generated ids, log-probs and the header
-    record = RestoredRecord(prefix_record_key("r", "d" * 64), data, "r", 0)
+
+    def records(base: tuple[bytes, ...]) -> list[RestoredRecord]:
+        return [RestoredRecord(s.key, encode(s), "r", 0) for s in freeze("r", "d" * 64, cut, base)]
+
+    written = records(tuple(log.stored))
+    assert sum(len(r.data) for r in written) < 4 * (40 + 3 + 3) + 400  # new ids, generated ids, log-probs, headers
     base = array("I", [*context, 7, 8, 9])
-    key, staged = from_record(record, lambda rollout, index: base)
-    assert key == ("r", "d" * 64) and staged.tokens == cut.tokens and staged.attempt == 1
+    staged = read_records(written, lambda rollout, index: base)
+    assert list(staged) == [("r", "d" * 64)] and staged["r", "d" * 64].tokens == cut.tokens
+    assert staged["r", "d" * 64].attempt == 1
     with pytest.raises(InvalidState, match="does not hold"):
-        from_record(record, no_ledger)  # written against an entry the checkpoint lacks
-    whole = encode_prefix(FrozenPrefix("r", 0, "d" * 64, cut))  # no ledger: the prompt written whole
-    assert len(whole) > 4 * len(prompt)
-    assert from_record(RestoredRecord(record.key, whole, "r", 0), no_ledger)[1].tokens == cut.tokens
+        read_records(written, no_ledger)  # written against an entry the checkpoint lacks
+    whole = records(())  # no ledger: the prompt written whole
+    assert len(whole[0].data) > 4 * len(prompt)
+    assert read_records(whole, no_ledger)["r", "d" * 64].tokens == cut.tokens
     text_only = StagedPrefix(0, "par", True, "stop", None, 3, None)
-    data = encode_prefix(FrozenPrefix("r", 0, "d" * 64, text_only, tuple(log.stored)))
-    assert from_record(RestoredRecord(record.key, data, "r", 0), no_ledger)[1] == StagedPrefix(
+    (data,) = [encode(s) for s in freeze("r", "d" * 64, text_only, tuple(log.stored))]
+    key = prefix_record_key("r", "d" * 64)
+    assert from_record(RestoredRecord(key, data, "r", 0), no_ledger)[1] == StagedPrefix(
         1, "par", True, "stop", None, 3, None
     )
-    for broken in (data[:-2], data + b"x", bytes([3, 200]) + data[2:]):
+    for broken in (data[:-2], data + b"x", bytes([4, 200]) + data[2:], bytes([3]) + data[1:]):
         with pytest.raises(InvalidState):
-            from_record(RestoredRecord(record.key, broken, "r", 0), no_ledger)
+            from_record(RestoredRecord(key, broken, "r", 0), no_ledger)

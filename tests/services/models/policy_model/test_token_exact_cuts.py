@@ -27,7 +27,8 @@ from tests.support.records import restored_records
 from gym_services.models import tool_markup
 from gym_services.models.inference_worker.tokenizer import decode_bytes
 from gym_services.models.policy_model.ledger.records import entry_sequence, is_ledger_record, parse_records
-from gym_services.models.policy_model.prefixes import PREFIX_SCHEMA_VERSION, from_record
+from gym_services.models.policy_model.prefixes import PREFIX_SCHEMA_VERSION, prefix_record_key
+from gym_services.models.policy_model.prefixes import read_records as read_prefix_records
 
 pytestmark = pytest.mark.e2e
 
@@ -132,12 +133,16 @@ def read_records(location: str, persisted: dict[str, Any]) -> list[dict[str, Any
     a restore reads them: rollout, generated ids, complete, and the record's schema version (its first byte)."""
     stored = restored_records(location, persisted["manifest_key"])
     ledgers = parse_records([r for r in stored if is_ledger_record(r.key)])
+    schemas = {r.key: r.data[0] for r in stored}
     read = []
-    for record in (r for r in stored if not is_ledger_record(r.key)):
-        (rollout_id, _), staged = from_record(record, lambda rid, i: entry_sequence(ledgers[rid], i))
+    staged_prefixes = read_prefix_records(
+        [r for r in stored if not is_ledger_record(r.key)], lambda rid, i: entry_sequence(ledgers[rid], i)
+    )
+    for (rollout_id, digest), staged in staged_prefixes.items():
         assert staged.tokens is not None
         ids = list(staged.tokens.generation_token_ids)
-        read.append({"rollout_id": rollout_id, "token_ids": ids, "complete": staged.complete, "schema": record.data[0]})
+        schema = schemas[prefix_record_key(rollout_id, digest)]
+        read.append({"rollout_id": rollout_id, "token_ids": ids, "complete": staged.complete, "schema": schema})
     return read
 
 
@@ -209,7 +214,7 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(
         async with httpx.AsyncClient(base_url=second.url, timeout=120) as client:
             control = Control(client)
             restored = await control.restore(final, location, committed["manifest_key"], committed["manifest_sha256"])
-            assert restored["records"] == len(records)
+            assert restored["records"] == 2 * len(records)  # each prefix record and its prompt record
             await control.resume(final)
             answers = await asyncio.gather(
                 *(

@@ -39,6 +39,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -199,6 +200,10 @@ class Drive:
     context: int
     location: str
     idle_rss_kib: dict[str, int] = field(default_factory=dict)
+    #: --heap: the probe's answers (held_memory.py's PROBE) of the policy model and the agents, at idle and right
+    #: after the last checkpoint (name -> its JSON; ``trace``: the tracemalloc snapshot's path, for the traced ones)
+    idle_heap: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_heap: dict[str, dict[str, Any]] = field(default_factory=dict)
     checkpoints: list[CheckpointRun] = field(default_factory=list)
     restore_s: float | None = None
     restore_status: str = ""
@@ -211,11 +216,45 @@ def rss_of(state: Any) -> dict[str, int]:
     """VmRSS (KiB) of the policy model and the agents."""
     out = {}
     for server in state.servers:
-        if server.name.startswith(("policy-model", "agent-")):
+        if measured(server.name):
             with contextlib.suppress(OSError):
                 for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         out[server.name] = int(line.split()[1])
+    return out
+
+
+def measured(name: str) -> bool:
+    return name.startswith(("policy-model", "agent-"))
+
+
+async def probe_heap(state: Any, tag: str, timeout_s: float = 900) -> dict[str, dict[str, Any]]:
+    """--heap: SIGUSR1 to the policy model and the agents, whose probe (a ``sitecustomize``: nothing in the servers'
+    code) writes what the process holds; their answers ({} without --heap)."""
+    folder = os.environ.get("GYMCKPT_HEAP_PROBE")
+    if not folder:
+        return {}
+    probe_dir = Path(folder)
+    (probe_dir / "tag").write_text(tag)
+    servers = [s for s in state.servers if measured(s.name)]
+    for server in servers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.pid, signal.SIGUSR1)
+    out: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout_s
+    for server in servers:
+        path = probe_dir / f"{server.name}-{server.pid}-{tag}.json"
+        while not path.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        if not path.exists():
+            print(f"  {server.name} did not answer the heap probe", file=sys.stderr, flush=True)
+            continue
+        found = json.loads(path.read_text())
+        objects = found.pop("objects", {})
+        found["objects"] = dict(sorted(objects.items(), key=lambda kv: -kv[1])[:40])
+        trace = path.with_suffix(".trace")
+        found["trace"] = str(trace) if trace.exists() else None
+        out[server.name] = found
     return out
 
 
@@ -380,6 +419,7 @@ async def drive(args: argparse.Namespace) -> Drive:
     try:
         refs = await participants_of(state, token)
         run.idle_rss_kib = rss_of(state)
+        run.idle_heap = await probe_heap(state, "idle")
         spec = {
             "tasks_path": str(workdir / "tasks.jsonl"),
             "output_path": str(workdir / "results.jsonl"),
@@ -427,6 +467,7 @@ async def drive(args: argparse.Namespace) -> Drive:
                 )
             )
             print(f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s", file=sys.stderr, flush=True)
+        run.last_heap = await probe_heap(state, "last")
         await probes.stop()
         await trainer.stop()
         last = next((c for c in reversed(run.checkpoints) if c.status == "completed"), None)
@@ -520,8 +561,11 @@ class Figures:
     published_s: list[float]
     restore_s: float | None
     restore_ok: bool
-    rss_mb: dict[str, float]
+    rss_mb: dict[str, float]  # growth since idle, at the last checkpoint
     raw_mb: dict[str, float]
+    idle_mb: dict[str, float]
+    last_mb: dict[str, float]
+    heap: dict[str, dict[str, Any]]  # --heap: process -> what grew (:func:`heap_growth`)
     stored_mb: list[float]
     written_mb: list[float]
     floor_mb: list[float]
@@ -547,9 +591,12 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
     last = next((c for c in reversed(run["checkpoints"]) if c["status"] == "completed"), None)
     rss: dict[str, float] = {}
     raw: dict[str, float] = {}
+    idle = {name: kib / 1024 for name, kib in run["idle_rss_kib"].items()}
+    at_last: dict[str, float] = {}
     if last is not None:
         s = stored[run["checkpoints"].index(last)]
         for name, kib in last["rss_kib"].items():
+            at_last[name] = kib / 1024
             rss[name] = (kib - run["idle_rss_kib"].get(name, 0)) / 1024
         raw["policy-model"] = 4 * s.floor_tokens / 2**20
         for agent in {a for a in tasks.values()}:
@@ -574,6 +621,13 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         restore_ok=run["restore_status"] == "completed" and run["finished_after_restore"] > 0,
         rss_mb=rss,
         raw_mb=raw,
+        idle_mb=idle,
+        last_mb=at_last,
+        heap={
+            name: heap_growth(run["idle_heap"][name], after)
+            for name, after in run.get("last_heap", {}).items()
+            if name in run.get("idle_heap", {})
+        },
         stored_mb=[s.stored_bytes / 2**20 for s in stored],
         written_mb=[s.written_bytes / 2**20 for s in stored],
         floor_mb=[(4 * s.floor_tokens + s.env_bytes) / 2**20 for s in stored],
@@ -583,12 +637,130 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
     )
 
 
+# --- where the memory went (--heap) ----------------------------------------------------------------------
+
+#: the kinds of memory a process's growth is grouped into (:func:`kind_of`)
+KINDS = ("tokens", "per-rollout state", "connections/buffers", "other")
+#: code that holds training tokens: the token arrays, the codec's stored entries, the ledger's entry log, the agents'
+#: token tables
+TOKEN_CODE = (
+    "gym_services/base/token_arrays.py",
+    "gym_services/base/token_codec.py",
+    "gym_services/base/tokens.py",
+    "gym_services/models/policy_model/ledger/entries.py",
+    "gym_services/agents/common/tokens.py",
+)
+#: the HTTP and socket layers: a connection's buffers, a request's body as it is read
+CONNECTION_CODE = (
+    "/uvicorn/",
+    "/h11/",
+    "/httptools/",
+    "/httpx/",
+    "/httpcore/",
+    "/anyio/",
+    "/asyncio/",
+    "/starlette/",
+    "/ssl.py",
+    "/socket.py",
+)
+
+
+def kind_of(frames: list[tuple[str, int]]) -> tuple[str, str]:
+    """An allocation's kind, and the frame that decided it, from its traceback (oldest first): the innermost frame
+    of the project's code or of the HTTP layers (the json or pydantic call in between is its caller's)."""
+    for filename, lineno in reversed(frames):
+        where = f"{filename.split('site-packages/')[-1].split('services/')[-1]}:{lineno}"
+        if "gym_services/" in filename:
+            return ("tokens" if filename.endswith(TOKEN_CODE) else "per-rollout state"), where
+        if any(part in filename for part in CONNECTION_CODE):
+            return "connections/buffers", where
+    filename, lineno = frames[-1] if frames else ("?", 0)
+    return "other", f"{filename.split('site-packages/')[-1].split('lib/python')[-1]}:{lineno}"
+
+
+def heap_growth(idle: dict[str, Any], last: dict[str, Any], top: int = 12) -> dict[str, Any]:
+    """What a process's probe saw grow from idle to the last checkpoint: resident memory, Python's allocations
+    (traced, when tracemalloc ran: by kind and by the top sites), malloc's arenas (in use; free but kept) and Python's
+    small-object arenas, MB."""
+    import tracemalloc
+
+    mib = 2**20
+    out: dict[str, Any] = {
+        "rss": (last["rss_kib"] - idle["rss_kib"]) / 1024,
+        # --heap-trim: the growth once malloc_trim(0) gave back what malloc kept of the memory freed
+        "trimmed": (last["trimmed_rss_kib"] - idle["rss_kib"]) / 1024 if last.get("trimmed_rss_kib") else None,
+        "malloc_used": (last["malloc"].get("uordblks", 0) - idle["malloc"].get("uordblks", 0)) / mib,
+        "malloc_free": (last["malloc"].get("fordblks", 0) - idle["malloc"].get("fordblks", 0)) / mib,
+        "malloc_mmapped": (last["malloc"].get("hblkhd", 0) - idle["malloc"].get("hblkhd", 0)) / mib,
+        "pymalloc_arenas": (last["pymalloc"].get("arenas", 0) - idle["pymalloc"].get("arenas", 0)) / mib,
+        "pymalloc_unused": (
+            last["pymalloc"].get("arenas", 0)
+            - last["pymalloc"].get("allocated", 0)
+            - idle["pymalloc"].get("arenas", 0)
+            + idle["pymalloc"].get("allocated", 0)
+        )
+        / mib,
+        "objects": sorted(((n - idle["objects"].get(t, 0), t) for t, n in last["objects"].items()), reverse=True)[:top],
+    }
+    if idle.get("trace") and last.get("trace") and last.get("traced") is not None:
+        out["traced"] = (last["traced"] - idle["traced"]) / mib
+        before = tracemalloc.Snapshot.load(idle["trace"])
+        after = tracemalloc.Snapshot.load(last["trace"])
+        kinds = dict.fromkeys(KINDS, 0.0)
+        sites: dict[tuple[str, str, str], list[float]] = {}
+        for diff in after.compare_to(before, "traceback"):
+            frames = [(f.filename, f.lineno) for f in diff.traceback]
+            kind, via = kind_of(frames)
+            kinds[kind] += diff.size_diff / mib
+            site = f"{frames[-1][0].split('site-packages/')[-1].split('services/')[-1]}:{frames[-1][1]}"
+            grown = sites.setdefault((kind, site, via), [0.0, 0])
+            grown[0] += diff.size_diff / mib
+            grown[1] += diff.count_diff
+        out["kinds"] = kinds
+        out["sites"] = sorted(([*k, *v] for k, v in sites.items()), key=lambda row: -row[3])[:top]
+    return out
+
+
+def heap_table(rows: list[Figures]) -> str:
+    """The --heap probes' growth, idle to the last checkpoint, per traced process; then each one's top sites."""
+    lines = [
+        "| rollouts | layout | process | RSS growth MB | traced MB | "
+        + " | ".join(f"{k} MB" for k in KINDS)
+        + " | pymalloc arenas MB (unused) | malloc in use MB | malloc free kept MB | RSS growth after malloc_trim MB |",
+        "|" + "---|" * (10 + len(KINDS) - 1),
+    ]
+    details = []
+    for f in rows:
+        for name, h in sorted(f.heap.items()):
+            kinds = h.get("kinds")
+            traced = "- | " * len(KINDS) + "-"
+            trimmed = "-" if h.get("trimmed") is None else f"{h['trimmed']:.0f}"
+            if kinds:
+                traced = f"{h['traced']:.0f} | " + " | ".join(f"{kinds[k]:.1f}" for k in KINDS)
+            lines.append(
+                f"| {4 * f.per_environment} | {f.tree} | {name} | {h['rss']:.0f} | {traced}"
+                f" | {h['pymalloc_arenas']:.0f} ({h['pymalloc_unused']:.0f}) | {h['malloc_used']:.0f} | "
+                f"{h['malloc_free']:.0f} | {trimmed} |"
+            )
+            if h.get("sites"):
+                details.append(f"{name} ({4 * f.per_environment} rollouts, {f.tree}), top allocation sites:")
+                details.extend(
+                    f"  {size:8.1f} MB {count:+9d}  {kind:<20} {site}" + (f"  (via {via})" if via != site else "")
+                    for kind, site, via, size, count in h["sites"]
+                )
+            grown = ", ".join(f"{t.rsplit('.', 1)[-1]} {n:+d}" for n, t in h["objects"] if n > 0)
+            details.append(f"{name} ({4 * f.per_environment} rollouts, {f.tree}), objects grown: {grown}")
+    return "\n".join([*lines, "", *details])
+
+
 # --- the orchestration ---------------------------------------------------------------------------
 
 
 def tree_env(services: Path) -> dict[str, str]:
+    """The environment of a run on ``services``' tree (with --heap, the probe's folder first: its sitecustomize)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = f"{services}{os.pathsep}{ROOT}"
+    probe = [os.environ["GYMCKPT_HEAP_PROBE"]] if os.environ.get("GYMCKPT_HEAP_PROBE") else []
+    env["PYTHONPATH"] = os.pathsep.join([*probe, str(services), str(ROOT)])
     return env
 
 
@@ -705,6 +877,52 @@ def table(rows: list[Figures]) -> str:
     return "\n".join(lines)
 
 
+def rss_table(rows: list[Figures]) -> str:
+    """Each process's resident memory at idle (started, before any rollout) and right after the last checkpoint, its
+    growth, the raw token bytes it holds then, and the growth over them (the target: at most 2)."""
+    lines = [
+        "| rollouts (per env) | context | layout | process | idle MB | at last checkpoint MB | growth MB | "
+        "raw token MB | growth / raw tokens |",
+        "|" + "---|" * 9,
+    ]
+    for f in rows:
+        names = sorted(f.last_mb, key=lambda n: (not n.startswith("policy-model"), n))
+        agents = [n for n in names if n.startswith("agent-")]
+        entries = [(n, f.idle_mb.get(n, 0), f.last_mb[n], f.raw_mb.get(n, 0)) for n in names]
+        if agents:
+            entries.append(
+                (
+                    "agents (sum)",
+                    sum(f.idle_mb.get(n, 0) for n in agents),
+                    sum(f.last_mb[n] for n in agents),
+                    sum(f.raw_mb.get(n, 0) for n in agents),
+                )
+            )
+        for name, idle, last, raw in entries:
+            ratio = f"{(last - idle) / raw:.1f}" if raw else "-"
+            lines.append(
+                f"| {4 * f.per_environment} ({f.per_environment}) | {f.context} | {f.tree} | {name} | {idle:.0f} | "
+                f"{last:.0f} | {last - idle:.0f} | {raw:.1f} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def heap_probe(tmp: Path, servers: str, frames: int, trim: bool) -> None:
+    """--heap: every server of the runs loads held_memory.py's probe (its ``sitecustomize``, first on their
+    PYTHONPATH); tracemalloc follows ``servers`` from their start, ``frames`` deep; with ``trim`` each probe also
+    reads the resident memory again after ``malloc_trim(0)``."""
+    from benchmarks.held_memory import PROBE
+
+    probe_dir = tmp / "probe"
+    probe_dir.mkdir()
+    (probe_dir / "sitecustomize.py").write_text(PROBE)
+    os.environ["GYMCKPT_HEAP_PROBE"] = str(probe_dir)
+    os.environ["GYMCKPT_HEAP_TRACE"] = servers
+    os.environ["GYMCKPT_HEAP_FRAMES"] = str(frames)
+    if trim:
+        os.environ["GYMCKPT_HEAP_TRIM"] = "1"
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "drive":
         parser = argparse.ArgumentParser()
@@ -741,6 +959,23 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--heap",
+        nargs="?",
+        const="policy-model,agent-workplace",
+        default=None,
+        metavar="SERVERS",
+        help="break each process's memory growth down (idle to the last checkpoint): a probe in every policy model "
+        "and agent (held_memory.py's), tracemalloc in SERVERS (default policy-model,agent-workplace) from their start. "
+        "tracemalloc slows them and its own bookkeeping is resident memory too: a run of its own",
+    )
+    parser.add_argument("--heap-frames", type=int, default=16, help="frames tracemalloc keeps per allocation")
+    parser.add_argument(
+        "--heap-trim",
+        action="store_true",
+        help="with --heap: each probe also calls malloc_trim(0) and reads the resident memory again (what malloc "
+        "kept of the memory freed, given back)",
+    )
     args = parser.parse_args()
 
     ref = (
@@ -755,6 +990,8 @@ def main() -> None:
         context, per_env = (int(x) for x in args.long.split(":"))
         configs.append((per_env, context))
     rows: list[Figures] = []
+    if args.heap is not None:
+        heap_probe(tmp, args.heap, args.heap_frames, args.heap_trim)
     try:
         trees = {"after": ROOT / "services"}
         if "before" in args.trees:
@@ -765,6 +1002,7 @@ def main() -> None:
                 run = run_tree(tree, trees[tree], per_env, context, args, tmp)
                 rows.append(figures(run, tasks))
                 print(table(rows[-1:]), file=sys.stderr, flush=True)
+                print(rss_table(rows[-1:]), file=sys.stderr, flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -774,6 +1012,11 @@ def main() -> None:
         f"{max(max(r.load, default=0) for r in rows):.1f}"
     )
     print(table(rows))
+    print()
+    print(rss_table(rows))
+    if any(r.heap for r in rows):
+        print()
+        print(heap_table(rows))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
 

@@ -18,9 +18,17 @@ from gym_services.base.errors import ApiError, ErrorCode
 M = TypeVar("M", bound=BaseModel)
 
 
+async def body_bytes(request: Request) -> bytes:
+    """The request body, read without keeping it on the request (``request.body()`` would): a handler holds its
+    request for as long as it runs (a policy model's generation, an agent's whole episode), and once parsed the
+    bytes are only a second copy of what it holds (``benchmarks/token_scale.py --heap`` shows them). The body can
+    be read once."""
+    return b"".join([chunk async for chunk in request.stream()])
+
+
 async def read_json(request: Request) -> Any:
     """The request body as JSON; an empty body is ``{}``."""
-    raw = await request.body()
+    raw = await body_bytes(request)
     if not raw.strip():
         return {}
     try:

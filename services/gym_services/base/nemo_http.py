@@ -36,6 +36,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gym_services.base.http import body_bytes
+
 M = TypeVar("M", bound=BaseModel)
 
 BODY_PARSE_ERROR = "There was an error parsing the body"
@@ -78,8 +80,9 @@ def _is_json_type(content_type: str) -> bool:
 
 
 async def read_body(request: Request) -> Any:
-    """The body as FastAPI hands it to validation: parsed JSON, raw bytes, or ``None`` when empty."""
-    raw = await request.body()
+    """The body as FastAPI hands it to validation: parsed JSON, raw bytes, or ``None`` when empty (read once: not
+    kept on the request, :func:`~gym_services.base.http.body_bytes`)."""
+    raw = await body_bytes(request)
     if not raw:
         return None
     content_type = request.headers.get("content-type")

@@ -24,10 +24,22 @@ both layouts. Per checkpoint:
 - **published**, **restore** (into fresh processes, the last checkpoint), seconds;
 - **RSS / raw tokens**: the resident memory the policy model and the agents gained since they started over the raw
   token bytes they hold (the model: every rollout of its ledger; the agents: their live rollouts), at the last
-  checkpoint.
+  checkpoint. A second table gives each process's resident memory at idle (started, before any rollout: the
+  interpreter and its imports), right after the last checkpoint, the growth, the raw token bytes and the ratio.
+
+``--heap`` breaks the growth down in the same run (idle to the last checkpoint): every policy model and agent loads
+``held_memory.py``'s probe (a ``sitecustomize`` on their ``PYTHONPATH``: nothing in the servers' code, nothing in
+production), which on ``SIGUSR1`` writes its resident memory, malloc's arenas (in use; free but kept), Python's
+small-object arenas (in use; unused) and, in the servers ``--heap`` names, a tracemalloc snapshot taken from their
+start; the growth of Python's allocations is grouped by kind (the training tokens: the ledger's stored entries and
+the token arrays; other per-rollout state: parsed bodies, pydantic models, dicts, strings; connections and buffers:
+the HTTP layers' bodies and buffers; other) and listed by allocation site. tracemalloc slows a server several
+times and its bookkeeping is resident memory too: its figures are a run of their own (``--heap ''`` probes
+without it).
 
     .venv/bin/python benchmarks/token_scale.py [--per-environment 256 1024] [--context 8192] [--long 32768:64]
         [--every 30] [--checkpoints 4] [--clients 4] [--ref REF] [--trees after before] [--json FILE]
+        [--heap [SERVERS]] [--heap-frames 16] [--heap-trim]
 """
 
 from __future__ import annotations

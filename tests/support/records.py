@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import time
 from collections.abc import Callable
 
 from gym_services.control import layout
 from gym_services.control.manifests import parse_packed_manifest
-from gym_services.control.models import PackedManifest, PackEntry
+from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant, PackedManifest, PackEntry
+from gym_services.control.packs import PersistResult
 from gym_services.control.participant import RestoredRecord
+from gym_services.control.protocol import Role
 from gym_services.control.storage import Storage, open_storage
+from gym_services.control.store import CheckpointStore
 
 
 def _manifest(storage: Storage, manifest_key: str) -> PackedManifest:
@@ -73,3 +77,28 @@ def corrupt_record(location: str | Storage, manifest_key: str, key: str, change:
     assert len(changed) == end - start, "a corrupt record keeps its length"
     blob[start:end] = changed
     storage.put(pack.key, bytes(blob))
+
+
+def publish_alone(
+    store: CheckpointStore, checkpoint_id: str, written: PersistResult, participant_id: str, role: Role
+) -> None:
+    """Publish ``checkpoint_id`` as the coordinator would with one participant, the one ``written`` persisted."""
+    participant = ManifestParticipant(
+        participant_id=participant_id,
+        role=role,
+        manifest_key=written.manifest.key,
+        manifest_sha256=written.manifest.sha256,
+        manifest_size=written.manifest.size,
+        records=written.records,
+        bytes=written.bytes,
+    )
+    store.publish(
+        GlobalManifest(
+            schema_version=SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            transaction_id=f"tx-{checkpoint_id}",
+            created_at=time.time(),
+            participants=[participant],
+            references=written.references,
+        )
+    )

@@ -10,9 +10,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from tests.support.records import publish_alone
 
 from gym_services.control import layout
-from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant, StatusResponse
+from gym_services.control.models import StatusResponse
 from gym_services.control.packs import PackWriter, PersistResult
 from gym_services.control.participant import Capture, Record
 from gym_services.control.protocol import CHECKPOINT_IN_FLIGHT_S, CheckpointMode, Phase, Role, VerifyMode
@@ -64,25 +65,7 @@ def checkpoint(store: CheckpointStore, pool, cid: str, records=RECORDS, reuse=()
     )
     written = writer.write(store, Capture(records), cid, [r.index for r in reuse])
     if publish:
-        entry = ManifestParticipant(
-            participant_id="p1",
-            role=Role.RESOURCES,
-            manifest_key=written.manifest.key,
-            manifest_sha256=written.manifest.sha256,
-            manifest_size=written.manifest.size,
-            records=written.records,
-            bytes=written.bytes,
-        )
-        store.publish(
-            GlobalManifest(
-                schema_version=SCHEMA_VERSION,
-                checkpoint_id=cid,
-                transaction_id=f"tx-{cid}",
-                created_at=time.time(),
-                participants=[entry],
-                references=written.references,
-            )
-        )
+        publish_alone(store, cid, written, "p1", Role.RESOURCES)
     return written
 
 

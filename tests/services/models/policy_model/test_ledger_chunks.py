@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from tests.support.records import publish_alone
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.tokens import Tokens
 from gym_services.control.manifests import parse_packed_manifest
-from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
 from gym_services.control.packs import PackWriter, PersistResult, ReuseIndex, read_packed
 from gym_services.control.participant import Capture, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
@@ -56,25 +55,7 @@ def write(store: CheckpointStore, pool, cid: str, ledger: TokenLedger, reuse: li
         pack_bytes=64 * 1024,
     )
     written = writer.write(store, Capture(frozen_records(ledger, Scope())), cid, reuse)
-    entry = ManifestParticipant(
-        participant_id="policy-model",
-        role=Role.MODEL,
-        manifest_key=written.manifest.key,
-        manifest_sha256=written.manifest.sha256,
-        manifest_size=written.manifest.size,
-        records=written.records,
-        bytes=written.bytes,
-    )
-    store.publish(
-        GlobalManifest(
-            schema_version=SCHEMA_VERSION,
-            checkpoint_id=cid,
-            transaction_id=f"tx-{cid}",
-            created_at=time.time(),
-            participants=[entry],
-            references=written.references,
-        )
-    )
+    publish_alone(store, cid, written, "policy-model", Role.MODEL)
     return written
 
 

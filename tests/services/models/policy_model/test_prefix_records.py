@@ -8,14 +8,13 @@ import base64
 import hashlib
 import json
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tests.support.records import publish_alone
 
 from gym_services.base.tokens import Tokens
-from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
 from gym_services.control.packs import PackWriter, PersistResult, ReuseIndex
 from gym_services.control.participant import Capture, FrozenRecord, InvalidState, RestoredRecord, Scope
 from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
@@ -92,25 +91,7 @@ def write(store: CheckpointStore, pool, cid: str, records, reuse: list[ReuseInde
         encoder=MODEL_ENCODER,
     )
     written = writer.write(store, Capture(records), cid, reuse)
-    participant = ManifestParticipant(
-        participant_id="policy-model",
-        role=Role.MODEL,
-        manifest_key=written.manifest.key,
-        manifest_sha256=written.manifest.sha256,
-        manifest_size=written.manifest.size,
-        records=written.records,
-        bytes=written.bytes,
-    )
-    store.publish(
-        GlobalManifest(
-            schema_version=SCHEMA_VERSION,
-            checkpoint_id=cid,
-            transaction_id=f"tx-{cid}",
-            created_at=time.time(),
-            participants=[participant],
-            references=written.references,
-        )
-    )
+    publish_alone(store, cid, written, "policy-model", Role.MODEL)
     return written
 
 

@@ -118,6 +118,11 @@ def test_resume_takes_the_newest_completed_checkpoint_of_the_whole_release() -> 
         obj("part", "Completed", "2026-03-01T00:05:00Z", "2026-03-01T00:05:05Z", spec={"selector": PART}),
     ]
     assert resume.name_of(resume.candidate(checkpoints, []) or {}) == "c-2"
+    # a termination's final checkpoint that completed in the same second as the scheduled one it waited for (whose
+    # name sorts after its own) is the newer: nothing runs on the stack after a final checkpoint
+    scheduled = obj("often-1", "Completed", "2026-03-01T00:06:00Z", "2026-03-01T00:06:02Z")
+    final = obj("gym-termination-1", "Completed", "2026-03-01T00:06:00Z", "2026-03-01T00:06:02Z", status={"final": True})
+    assert resume.name_of(resume.candidate([*checkpoints, final, scheduled], []) or {}) == "gym-termination-1"
 
 
 def test_resume_after_a_restore_takes_only_what_is_newer_or_that_restores_checkpoint_again() -> None:

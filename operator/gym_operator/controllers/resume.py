@@ -69,10 +69,13 @@ def _whole(obj: dict[str, Any]) -> bool:
     return not selector.get("matchLabels") and not selector.get("matchExpressions")
 
 
-def _order(obj: dict[str, Any]) -> tuple[str, str, str]:
-    """Completion time, then creation time and name (the API's times are seconds)."""
+def _order(obj: dict[str, Any]) -> tuple[str, bool, str, str]:
+    """Completion time, then a final checkpoint after any other of the same second (the API's times are seconds, and
+    nothing runs on a stack after its final checkpoint: a termination's follows the checkpoint it waited for), then
+    creation time and name."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    return (str(status.get("completionTime") or ""), str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
+    completed = str(status.get("completionTime") or "")
+    return (completed, bool(status.get("final")), str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
 
 
 def in_flight(obj: dict[str, Any]) -> bool:

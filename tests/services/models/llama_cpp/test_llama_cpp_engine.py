@@ -263,9 +263,10 @@ async def test_checkpoint_cuts_mid_generation_lose_nothing(llama_server, mode, t
             )
             await tokens_received(client, rid, at)
             assert (await control.prepare(cid))["status"] == "prepared"
+            await control.capture(cid, f"file://{tmp_path / 'store'}", episodes=[rid])  # the capture cuts
             gen = generation_of(client, rid)
             assert gen is not None and gen.state in ("cut", "held")
-            await control.capture_persist(cid, f"file://{tmp_path / 'store'}", episodes=[rid])
+            await control.persist(cid)
             await control.resume(cid)
             response = await asyncio.wait_for(call, 120)
             assert response.status_code == 200, response.text

@@ -121,7 +121,9 @@ def test_resume_takes_the_newest_completed_checkpoint_of_the_whole_release() -> 
     # a termination's final checkpoint that completed in the same second as the scheduled one it waited for (whose
     # name sorts after its own) is the newer: nothing runs on the stack after a final checkpoint
     scheduled = obj("often-1", "Completed", "2026-03-01T00:06:00Z", "2026-03-01T00:06:02Z")
-    final = obj("gym-termination-1", "Completed", "2026-03-01T00:06:00Z", "2026-03-01T00:06:02Z", status={"final": True})
+    final = obj(
+        "gym-termination-1", "Completed", "2026-03-01T00:06:00Z", "2026-03-01T00:06:02Z", status={"final": True}
+    )
     assert resume.name_of(resume.candidate([*checkpoints, final, scheduled], []) or {}) == "gym-termination-1"
 
 

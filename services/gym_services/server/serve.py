@@ -6,6 +6,7 @@ Called by the CLI (:mod:`gym_services.cli`); tests and the benchmarks build apps
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -134,6 +135,10 @@ def run(
     termination = control.plane.termination if control is not None else backend_termination(config)
     live = control.participant.live if control is not None and config.checkpoint.enabled else None
     counters = control.metrics.counter_totals if control is not None else None
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (a background job of a script): a server stops at SIGINT all the same (uvicorn
+        # takes it while serving), and then says so as at any SIGINT (`interrupted`, exit 130), not as a clean exit
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     TerminatingServer(uvicorn.Config(served, **options), termination, live, counters).run(sockets=sockets)
 
 

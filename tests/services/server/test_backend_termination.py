@@ -29,8 +29,16 @@ def standin(tmp_path):
     command = [sys.executable, "-m", "gym_services.cli", "serve", "lean_sandbox_standin", "--host", "127.0.0.1"]
     command += ["--port", str(port), "--fd", str(sock.fileno()), "--termination-grace", "30"]
     with (tmp_path / "standin.log").open("ab") as log:
+        # started with SIGINT ignored, as a script's background job is (and as a pytest-xdist worker may leave it):
+        # the server still stops at SIGINT, as interrupted
         process = subprocess.Popen(
-            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, pass_fds=(sock.fileno(),), start_new_session=True
+            command,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(sock.fileno(),),
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
     sock.close()
     try:

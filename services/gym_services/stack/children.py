@@ -5,7 +5,8 @@ A started process outlives the call that started it: ``gymckpt up`` returns, and
 pid (:mod:`.launcher`, :mod:`.objectstore`). Its ``Popen`` is kept until then, so its exit status is read
 through it (``poll``) when it ends, and Python never finds a ``Popen`` dropped while its child runs (a
 ``ResourceWarning``, an error under the test suite's warning filter). Children that ended on their own are
-reaped whenever another one starts, as :mod:`subprocess` does for the ``Popen`` objects it collects.
+reaped whenever another one starts, as :mod:`subprocess` does for the ``Popen`` objects it collects. Threads start
+and stop children at once (a stack's servers start in parallel): the kept set is changed under one lock.
 """
 
 from __future__ import annotations
@@ -14,27 +15,31 @@ import atexit
 import contextlib
 import os
 import subprocess
+import threading
 
 _kept: dict[int, subprocess.Popen[bytes]] = {}
+_lock = threading.Lock()
 
 
 def keep(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
     """Keep ``proc`` until :func:`reap` finds it ended; reap the kept children that already ended."""
-    for pid, child in list(_kept.items()):
-        if child.poll() is not None:
-            del _kept[pid]
-    _kept[proc.pid] = proc
+    with _lock:
+        for pid, child in list(_kept.items()):
+            if child.poll() is not None:
+                del _kept[pid]
+        _kept[proc.pid] = proc
     return proc
 
 
 def reap(pid: int) -> None:
     """Read ``pid``'s exit status if it ended (no zombie stays), through its ``Popen`` when this process kept one."""
-    child = _kept.get(pid)
-    if child is None:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-    elif child.poll() is not None:
-        del _kept[pid]
+    with _lock:
+        child = _kept.get(pid)
+        if child is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        elif child.poll() is not None:
+            del _kept[pid]
 
 
 @atexit.register

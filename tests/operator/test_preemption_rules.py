@@ -4,6 +4,7 @@ terminating and until when, which termination Checkpoint covers a pod, what a sc
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from types import SimpleNamespace
 from typing import Any
@@ -235,3 +236,23 @@ def test_a_reinstalled_release_is_never_resumed_from_an_earlier_installs_checkpo
     # a checkpoint the reinstalled stack takes is its own
     later = obj("c-new", "Completed", "2026-03-01T00:12:00Z", "2026-03-01T00:12:02Z")
     assert resume.of_this_stack(later, since)
+
+
+def test_a_final_checkpoint_whose_storage_did_not_answer_its_claim_is_claimed_again_within_its_deadline() -> None:
+    from gym_operator.controllers.checkpoint import claim_again
+    from gym_services.coordination.transaction import TransactionKind, TransactionPhase, TransactionResult
+
+    def result(status: str, phase: TransactionPhase) -> TransactionResult:
+        return TransactionResult(
+            kind=TransactionKind.CHECKPOINT, checkpoint_id="c", location="s3://b", status=status, phase=phase
+        )
+
+    unclaimed = result("failed", TransactionPhase.PENDING)  # the claim's storage did not answer: nothing touched
+    stop = asyncio.Event()
+    assert claim_again(unclaimed, True, 20.0, stop)
+    assert not claim_again(unclaimed, False, 20.0, stop)  # a checkpoint not final: its schedule runs it again
+    assert not claim_again(unclaimed, True, 4.0, stop)  # too near its deadline to prepare and publish
+    assert not claim_again(result("failed", TransactionPhase.PREPARING), True, 20.0, stop)  # touched: all or nothing
+    assert not claim_again(result("completed", TransactionPhase.COMPLETED), True, 20.0, stop)
+    stop.set()
+    assert not claim_again(unclaimed, True, 20.0, stop)  # deleted, or past its deadline

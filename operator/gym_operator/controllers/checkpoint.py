@@ -27,11 +27,23 @@ from gym_operator.controllers.transaction import Transaction, invalid, parse, ru
 from gym_operator.specs import CheckpointSpec, SelectorSpec, StorageLocation
 from gym_services.coordination.client import ControlClient, ParticipantRef
 from gym_services.coordination.coordinator import TransactionResult
+from gym_services.coordination.transaction import TransactionPhase, TransactionStatus
 
 #: what setup finds: the checkpoint id, the storage location, the participants
 Prepared = tuple[str, StorageLocation, list[ParticipantRef]]
 #: seconds of a deadline kept for capture, persist and publish once every participant reached a boundary
 PUBLISH_RESERVE_S = 3.0
+#: seconds between two claims of a final checkpoint whose storage did not answer (:func:`claim_again`)
+CLAIM_RETRY_S = 1.0
+
+
+def claim_again(result: TransactionResult, final: bool, left_s: float, cancel: asyncio.Event) -> bool:
+    """Whether a final checkpoint that failed before it touched anything (its storage did not answer the claim) is
+    tried again: its pods are going, so it keeps trying while its deadline leaves time to prepare and publish. A
+    storage location briefly away (its Service replaced in the same rollout, its endpoint re-applied) costs seconds,
+    not the stack's last state; any other checkpoint is run again by whoever asked for it (its schedule)."""
+    untouched = result.status is TransactionStatus.FAILED and result.phase is TransactionPhase.PENDING
+    return final and untouched and not cancel.is_set() and left_s > PUBLISH_RESERVE_S + 2 * CLAIM_RETRY_S
 
 
 async def give_way_to_a_termination(tx: Transaction[Prepared], context: Context) -> None:
@@ -97,25 +109,32 @@ async def run(stopped: kopf.DaemonStopped, body: kopf.Body, context: Context) ->
     async def work(prepared: Prepared, cancel: asyncio.Event) -> TransactionResult:
         assert spec is not None
         checkpoint_id, storage, participants = prepared
-        tx.fields.update(checkpointId=checkpoint_id, location=storage.url)
         if not spec.final:
             await give_way_to_a_termination(tx, context)
         timeout_s = context.settings.checkpoint_call_timeout(spec)
-        # a deadline bounds the wait for boundaries, and cancels (aborts) what is not published by then
-        prepare_timeout_s = max(1.0, min(spec.prepare_timeout_seconds, tx.left_s() - PUBLISH_RESERVE_S))
         with at_deadline(tx, cancel):
             async with ControlClient(context.settings.token, timeout_s=timeout_s, fence=context.fence) as client:
-                coordinator = await tx.coordinator(participants, storage, client)
-                return await coordinator.checkpoint(
-                    checkpoint_id,
-                    storage.url,
-                    prepare_timeout_s=prepare_timeout_s,
-                    lease_s=spec.lease_seconds,
-                    transaction_id=tx.uid,
-                    claimed_by=claimed_by(tx.namespace, tx.name, context.settings.release),
-                    method=spec.method,
-                    cancel=cancel,
-                    final=spec.final,
-                )
+                while True:
+                    tx.fields.update(checkpointId=checkpoint_id, location=storage.url)
+                    # a deadline bounds the wait for boundaries, and cancels (aborts) what is not published by then
+                    prepare_timeout_s = max(1.0, min(spec.prepare_timeout_seconds, tx.left_s() - PUBLISH_RESERVE_S))
+                    coordinator = await tx.coordinator(participants, storage, client)
+                    result = await coordinator.checkpoint(
+                        checkpoint_id,
+                        storage.url,
+                        prepare_timeout_s=prepare_timeout_s,
+                        lease_s=spec.lease_seconds,
+                        transaction_id=tx.uid,
+                        claimed_by=claimed_by(tx.namespace, tx.name, context.settings.release),
+                        method=spec.method,
+                        cancel=cancel,
+                        final=spec.final,
+                    )
+                    if not claim_again(result, spec.final, tx.left_s(), cancel):
+                        return result
+                    again = f"{result.error}; the final checkpoint claims its id again in {CLAIM_RETRY_S:g}s"
+                    tx.event("Retrying", again)
+                    await asyncio.sleep(CLAIM_RETRY_S)
+                    storage = await resolve(spec.storage_location, tx.namespace, context)  # (it may have moved)
 
     await run_once(tx, stopped, setup if spec else invalid(why), work)

@@ -7,13 +7,15 @@ import gzip
 import hashlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from gym_services.control import layout
 from gym_services.control.manifests import parse_packed_manifest
 from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant, PackedManifest, PackEntry
-from gym_services.control.packs import PersistResult
-from gym_services.control.participant import RestoredRecord
-from gym_services.control.protocol import Role
+from gym_services.control.packs import DEFAULT_PACK_BYTES, PackWriter, PersistResult
+from gym_services.control.participant import RecordEncoder, RestoredRecord
+from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
 from gym_services.control.storage import Storage, open_storage
 from gym_services.control.store import CheckpointStore
 
@@ -101,4 +103,20 @@ def publish_alone(
             participants=[participant],
             references=written.references,
         )
+    )
+
+
+def model_pack_writer(
+    pool: ThreadPoolExecutor, encoder: RecordEncoder[Any], pack_bytes: int = DEFAULT_PACK_BYTES
+) -> PackWriter[Any]:
+    """The policy model participant's pack writer, as its control plane builds it, with ``encoder``."""
+    return PackWriter(
+        participant_id="policy-model",
+        server="policy_model",
+        role=Role.MODEL,
+        mode=CheckpointMode.EXPORTED,
+        verify=VerifyMode.WAIT,
+        pool=pool,
+        encoder=encoder,
+        pack_bytes=pack_bytes,
     )

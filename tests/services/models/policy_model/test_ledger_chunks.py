@@ -9,14 +9,14 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from tests.support.records import publish_alone
+from tests.support.records import model_pack_writer, publish_alone
 
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.tokens import Tokens
 from gym_services.control.manifests import parse_packed_manifest
-from gym_services.control.packs import PackWriter, PersistResult, ReuseIndex, read_packed
+from gym_services.control.packs import PersistResult, ReuseIndex, read_packed
 from gym_services.control.participant import Capture, Scope
-from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
+from gym_services.control.protocol import Role
 from gym_services.control.retention import Retention
 from gym_services.control.storage import MemoryStorage
 from gym_services.control.store import CheckpointStore
@@ -44,16 +44,7 @@ def call(ledger: TokenLedger, rollout_id: str, rng: random.Random) -> int:
 def write(store: CheckpointStore, pool, cid: str, ledger: TokenLedger, reuse: list[ReuseIndex]) -> PersistResult:
     """One checkpoint of the model participant: written, then published as the coordinator does."""
     store.claim(cid, f"tx-{cid}", "test", ["policy-model"])
-    writer = PackWriter(
-        participant_id="policy-model",
-        server="policy_model",
-        role=Role.MODEL,
-        mode=CheckpointMode.EXPORTED,
-        verify=VerifyMode.WAIT,
-        pool=pool,
-        encoder=LEDGER_ENCODER,
-        pack_bytes=64 * 1024,
-    )
+    writer = model_pack_writer(pool, LEDGER_ENCODER, pack_bytes=64 * 1024)
     written = writer.write(store, Capture(frozen_records(ledger, Scope())), cid, reuse)
     publish_alone(store, cid, written, "policy-model", Role.MODEL)
     return written

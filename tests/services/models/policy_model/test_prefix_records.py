@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tests.support.records import publish_alone
+from tests.support.records import model_pack_writer, publish_alone
 
 from gym_services.base.tokens import Tokens
-from gym_services.control.packs import PackWriter, PersistResult, ReuseIndex
+from gym_services.control.packs import PersistResult, ReuseIndex
 from gym_services.control.participant import Capture, FrozenRecord, InvalidState, RestoredRecord, Scope
-from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
+from gym_services.control.protocol import Role
 from gym_services.control.storage import MemoryStorage
 from gym_services.control.store import CheckpointStore
 from gym_services.models.policy_model.generations import GenerationManager
@@ -81,16 +81,7 @@ def restored(records: list[RestoredRecord]) -> StagedPrefix:
 def write(store: CheckpointStore, pool, cid: str, records, reuse: list[ReuseIndex]) -> PersistResult:
     """One checkpoint of the model participant, written and published as the coordinator does."""
     store.claim(cid, f"tx-{cid}", "test", ["policy-model"])
-    writer = PackWriter(
-        participant_id="policy-model",
-        server="policy_model",
-        role=Role.MODEL,
-        mode=CheckpointMode.EXPORTED,
-        verify=VerifyMode.WAIT,
-        pool=pool,
-        encoder=MODEL_ENCODER,
-    )
-    written = writer.write(store, Capture(records), cid, reuse)
+    written = model_pack_writer(pool, MODEL_ENCODER).write(store, Capture(records), cid, reuse)
     publish_alone(store, cid, written, "policy-model", Role.MODEL)
     return written
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,15 +17,14 @@ import pytest
 from tests.services.models.policy_model.model_support import REQUESTS, ident, model_app
 from tests.services.models.procs import ServerProcess, start_server
 from tests.support.asgi import Control, base_config, serve
+from tests.support.records import model_pack_writer, publish_alone
 
 from gym_services.base.config import ConfigError, load_config
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.control import layout
 from gym_services.control.manifests import parse_packed_manifest
-from gym_services.control.models import SCHEMA_VERSION, GlobalManifest, ManifestParticipant
-from gym_services.control.packs import PackWriter, read_packed
+from gym_services.control.packs import read_packed
 from gym_services.control.participant import Capture, InvalidState, RestoredRecord, Scope
-from gym_services.control.protocol import CheckpointMode, Role, VerifyMode
+from gym_services.control.protocol import Role
 from gym_services.control.storage import Storage, open_storage
 from gym_services.control.store import CheckpointStore
 from gym_services.models.policy_model.app import Config
@@ -442,38 +440,12 @@ def test_a_restored_unchanged_ledger_is_referenced_by_the_next_checkpoint_not_re
 
 
 def write_pack(storage: Storage, pool: ThreadPoolExecutor, cid: str, pending: list, reuse=()):
-    writer = PackWriter(
-        participant_id="policy-model",
-        server="policy_model",
-        role=Role.MODEL,
-        mode=CheckpointMode.EXPORTED,
-        verify=VerifyMode.WAIT,
-        pool=pool,
-        encoder=LEDGER_ENCODER,
-        pack_bytes=4096,
-    )
+    writer = model_pack_writer(pool, LEDGER_ENCODER, pack_bytes=4096)
     return writer.write(CheckpointStore(storage), Capture(pending), cid, reuse)
 
 
 def publish(storage: Storage, cid: str, written) -> None:
-    participant = ManifestParticipant(
-        participant_id="policy-model",
-        role=Role.MODEL,
-        manifest_key=written.manifest.key,
-        manifest_sha256=written.manifest.sha256,
-        manifest_size=written.manifest.size,
-        records=written.records,
-        bytes=written.bytes,
-    )
-    manifest = GlobalManifest(
-        schema_version=SCHEMA_VERSION,
-        checkpoint_id=cid,
-        transaction_id=f"tx-{cid}",
-        created_at=time.time(),
-        participants=[participant],
-        references=written.references,
-    )
-    storage.put_if_absent(layout.global_manifest_key(cid), manifest.model_dump_json().encode())
+    publish_alone(CheckpointStore(storage), cid, written, "policy-model", Role.MODEL)
 
 
 def test_a_held_ledger_costs_its_new_tokens_once_not_its_json() -> None:

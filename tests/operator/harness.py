@@ -388,6 +388,12 @@ def phase(kubectl: Kubectl, kind: str, name: str) -> str | None:
     return (get(kubectl, kind, name).get("status") or {}).get("phase")
 
 
+def checkpoints(kubectl: Kubectl, selector: str) -> dict[str, dict[str, Any]]:
+    """The Checkpoints ``selector`` (a label selector) picks, by name."""
+    found = json.loads(kubectl("get", "checkpoints", "-l", selector, "-o", "json").stdout)["items"]
+    return {c["metadata"]["name"]: c for c in found}
+
+
 def gone(kubectl: Kubectl, kind: str, name: str) -> bool:
     return kubectl("get", kind, name, check=False).returncode != 0
 

@@ -7,13 +7,13 @@ a final Checkpoint of that release's stack only, and the other release's servers
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx
 import pytest
 from tests.operator.harness import (
     Stack,
     apply,
+    checkpoints,
     completed_earlier,
     get,
     gone,
@@ -26,11 +26,6 @@ pytestmark = pytest.mark.k8s
 
 SCHEDULE = "gym-checkpoint.dev/schedule"
 ON = {"GYMCKPT_TERMINATION_CHECKPOINT": "enabled", "GYMCKPT_AUTO_RESTORE": "enabled"}
-
-
-def checkpoints(kubectl: Any, selector: str) -> dict[str, dict[str, Any]]:
-    found = json.loads(kubectl("get", "checkpoints", "-l", selector, "-o", "json").stdout)["items"]
-    return {c["metadata"]["name"]: c for c in found}
 
 
 def test_two_releases_schedules_and_preemptions_never_touch_each_other(

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.operator.harness import Stack, apply, get, resource, status_of, wait_for
+from tests.operator.harness import Stack, apply, checkpoints, get, resource, status_of, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -21,11 +21,6 @@ ON = {"GYMCKPT_TERMINATION_CHECKPOINT": "enabled", "GYMCKPT_AUTO_RESTORE": "enab
 CREATED_BY = "gym-checkpoint.dev/created-by"
 #: the phases of a transaction that holds the stack
 ACTIVE = ("Preparing", "Capturing", "Persisting", "Publishing", "Resuming", "Aborting")
-
-
-def checkpoints(kubectl: Any, selector: str) -> dict[str, dict[str, Any]]:
-    found = json.loads(kubectl("get", "checkpoints", "-l", selector, "-o", "json").stdout)["items"]
-    return {c["metadata"]["name"]: c for c in found}
 
 
 def phase_of(checkpoint: dict[str, Any]) -> str:

@@ -108,6 +108,13 @@ def test_sigkill_during_background_upload_never_restores_it_and_restores_the_pre
                     break
                 await asyncio.sleep(0.05)
             stack.stop()  # SIGKILL every server: the crash
+            thaw()  # the abort that follows clears what it can reach (frozen, each S3 call would wait out its timeout)
+
+        def thaw() -> None:
+            nonlocal frozen
+            if frozen:
+                os.kill(s3.process.pid, signal.SIGCONT)
+                frozen = False
 
         async def crash_while_uploading(phase: str, detail: dict) -> None:
             nonlocal frozen
@@ -119,8 +126,7 @@ def test_sigkill_during_background_upload_never_restores_it_and_restores_the_pre
             killers.append(asyncio.create_task(kill_while_uploading()))
 
         second = asyncio.run(checkpoint("ck-2", crash_while_uploading))
-        os.kill(s3.process.pid, signal.SIGCONT)
-        frozen = False
+        assert not frozen
         assert all(s["admission_open"] and s["persist"]["state"] == "persisting" for s in seen.values()), seen
         assert second.status == "failed", second
         store = open_storage(location, storage)

@@ -29,11 +29,12 @@ What it must translate, because every pod shares this machine's network and file
 - ports: each pod's ports (declared container ports, and the pod-local ones its command names, such as
   SeaweedFS's) map to free ports on 127.0.0.1; a pod's ``gym-checkpoint.dev/control-port`` annotation names
   the mapped control port (the only field of a pod object that differs from its template);
-- cluster DNS: ``http://<service>.<namespace>.svc:<port>`` in ConfigMaps, env and a CheckpointStorageLocation's
-  ``spec.endpoint`` (which the operator reads from the API) becomes the mapped port of the pod behind that Service
-  (its first pod), ``http://<pod>.<headless service>.<namespace>.svc:<port>`` the mapped
+- cluster DNS: ``http://<service>.<namespace>.svc:<port>`` in ConfigMaps and env becomes the mapped port of the pod
+  behind that Service (its first pod), ``http://<pod>.<headless service>.<namespace>.svc:<port>`` the mapped
   port of that pod, and a range of pods (``<sts>-{0..N-1}.<headless>...``, the chart's URL of a replicated
-  server) the list of their mapped URLs;
+  server) the list of their mapped URLs. What a pod reads from the API at run time (a CheckpointStorageLocation's
+  ``spec.endpoint``, which the operator reads) keeps its ``.svc`` address, as in a real cluster: every pod's Python
+  resolves ``.svc`` names through the table the cluster keeps (``tests/chart/dns/sitecustomize.py``);
 - volumes: a ConfigMap volume is written to a folder, an emptyDir is a folder, a volumeClaimTemplate is a folder
   that outlives the pod (a PersistentVolume); mount paths in commands and server configs point there;
 - credentials: a pod that mounts its ServiceAccount's token (``automountServiceAccountToken``, true unless the pod
@@ -65,6 +66,7 @@ import yaml
 from gym_services.stack.objectstore import port_free, weed_binary
 
 BIN = Path(sys.executable).parent
+DNS_RESOLVER = Path(__file__).resolve().parent / "dns"
 SVC_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
 POD_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")  # <pod>.<headless service>.<ns>
 ORDINALS = re.compile(r"\{(\d+)\.\.(\d+)\}")  # a replicated server's pods in one URL (the chart's serverUrl)
@@ -119,6 +121,10 @@ class Cluster:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
+        #: the cluster DNS table the pods read (see _write_dns)
+        self.dns_table = workdir / "cluster-dns.json"
+        self._dns_text = ""
+        self._dns_versions: list[Any] = []
         #: how many more pods the StatefulSet rollouts may replace (None: no limit): a test holds a rollout midway
         self.roll_budget: int | None = None
 
@@ -213,7 +219,7 @@ class Cluster:
             self._probe()
             for sts in statefulsets:
                 self._write_status(sts)
-            self._resolve_locations()
+            self._write_dns()
             for job in self.items(f"/apis/batch/v1/namespaces/{self.ns}/jobs"):
                 uid = job["metadata"]["uid"]
                 if uid not in self.jobs and not (job.get("status") or {}).get("conditions"):
@@ -222,18 +228,38 @@ class Cluster:
                     self._job_threads.append(thread)
                     thread.start()
 
-    def _resolve_locations(self) -> None:
-        """Cluster DNS for the storage locations' endpoints, as for env and ConfigMaps (the module docstring)."""
-        path = f"/apis/gym-checkpoint.dev/v1alpha1/namespaces/{self.ns}/checkpointstoragelocations"
-        if self.api.get(path).status_code != 200:
+    def _write_dns(self) -> None:
+        """The table the pods' resolver reads (``tests/chart/dns/sitecustomize.py``): every Service port, and every
+        StatefulSet pod's port under its headless Service, to the local address of the pod behind it."""
+        services = self.items(self._core("services"))
+        statefulsets = self.items(self._apps("statefulsets")) if self.workloads else []
+        deployments = self.items(self._apps("deployments")) if self.workloads else []
+        # the table changes only with these objects (a pod's local ports are kept across its replacements)
+        versions = [o["metadata"].get("resourceVersion") for o in (*services, *statefulsets, *deployments)]
+        if versions == self._dns_versions:
             return
-        for location in self.items(path):
-            endpoint = location["spec"].get("endpoint") or ""
-            local = self.dns(endpoint) if SVC_URL.search(endpoint) else endpoint
-            if local != endpoint:
-                patch = {"spec": {"endpoint": local}}
-                headers = {"content-type": "application/merge-patch+json"}
-                self.api.patch(f"{path}/{location['metadata']['name']}", json=patch, headers=headers)
+        routes: dict[str, str] = {}
+        for svc in services:
+            name = svc["metadata"]["name"]
+            for port in svc["spec"].get("ports") or []:
+                with contextlib.suppress(KeyError, ValueError):  # no pod behind it (yet): the name does not resolve
+                    routes[f"{name}.{self.ns}.svc:{port['port']}"] = self.resolve_url(name, self.ns, port["port"])
+                for sts in statefulsets:
+                    if sts["spec"].get("serviceName") != name:
+                        continue
+                    for ordinal in range(sts["spec"].get("replicas", 1)):
+                        pod = f"{sts['metadata']['name']}-{ordinal}"
+                        with contextlib.suppress(KeyError, ValueError):
+                            routes[f"{pod}.{name}.{self.ns}.svc:{port['port']}"] = self.resolve_pod_url(
+                                pod, name, self.ns, port["port"]
+                            )
+        text = json.dumps(routes, sort_keys=True)
+        if text != self._dns_text:
+            partial = self.dns_table.with_suffix(".tmp")
+            partial.write_text(text)
+            partial.replace(self.dns_table)  # a pod reads the old table or the new one, never half of one
+            self._dns_text = text
+        self._dns_versions = versions
 
     def _owned(self, sts: dict[str, Any]) -> dict[int, PodRun]:
         name = sts["metadata"]["name"]
@@ -660,6 +686,8 @@ class Cluster:
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
             "HOME": str(self.workdir / "pods" / pod),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(DNS_RESOLVER),  # cluster DNS for the names a pod reads at run time (_write_dns)
+            "GYMCKPT_CLUSTER_DNS": str(self.dns_table),
             **({"KUBECONFIG": str(credentials)} if credentials else {}),
         }
         for item in container.get("env") or []:

@@ -57,6 +57,8 @@ class _Recorder:
         if self.seconds:  # a part of the suite updates its files' entries and keeps the others
             table: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
             table.update((name, round(s, 1)) for name, s in self.seconds.items())
+            root = DURATIONS.parents[1]
+            table = {name: s for name, s in table.items() if (root / name).exists()}  # not files deleted since
             ordered = sorted(table.items(), key=lambda kv: -kv[1])
             DURATIONS.write_text(json.dumps(dict(ordered), indent=1) + "\n")
 

@@ -223,6 +223,9 @@ async def pod_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_
 
 @kopf.on.cleanup()
 async def release_when_going_away(memo: kopf.Memo, **_: Any) -> None:
+    stopping = memo.get("kopf_stop")
+    if isinstance(stopping, asyncio.Event):  # kopf's stop flag (gym_operator.main): its waiter ends with kopf
+        stopping.set()
     task = memo.get("expiry_task")
     if isinstance(task, asyncio.Task):
         task.cancel()

@@ -221,6 +221,10 @@ async def run(
     candidate.on_lost = _lost  # a fence that finds the leadership gone ends the process before anything is sent
     operating = asyncio.Event()  # kopf's startup handlers ran: it is watching
     step_down = asyncio.Event()  # the release is being uninstalled: kopf stops, the finalizers go
+    # kopf's stop flag: set by the step-down, and by the cleanup handler however kopf stops. kopf waits for the
+    # flag in a task of its own, which a SIGTERM leaves pending; kopf then waited 5 s for it as a hung task before
+    # it returned, and only then was the Lease released (a standby took over 5 s later at every rolling update)
+    kopf_stop = asyncio.Event()
     probe = probes.Probes(candidate, operating, settings.release if settings else "")
     kube = Kube(api)
 
@@ -230,6 +234,7 @@ async def run(
             f"Deployment {mark}): stepping down, letting go of the release's finalizers"
         )
         loop.call_soon_threadsafe(step_down.set)
+        loop.call_soon_threadsafe(kopf_stop.set)
 
     health = await probe.serve(liveness) if liveness else None
     signing = await _serve_gateway(storage_gateway, api, namespace, settings) if storage_gateway and settings else None
@@ -248,10 +253,12 @@ async def run(
         await asyncio.to_thread(_post_leader_event, api, leadership)
         await kopf.operator(
             ready_flag=operating,
-            stop_flag=step_down,
+            stop_flag=kopf_stop,
             standalone=True,
             namespaces=[namespace],
-            memo=kopf.Memo(identity=leadership.identity, leadership=candidate, namespace=namespace),
+            memo=kopf.Memo(
+                identity=leadership.identity, leadership=candidate, namespace=namespace, kopf_stop=kopf_stop
+            ),
         )
         if step_down.is_set():
             probe.stepped_down = True

@@ -95,13 +95,15 @@ def operator_env(
         kubeconfig: Path | None = None,
         log_name: str = "operator.log",
         gateway: int | None = None,
+        verbose: bool = False,
         **settings: str,
     ) -> subprocess.Popen[bytes]:
         """The operator as a process (``gym-operator``, as the chart runs it); ``kubeconfig`` to run it as another
         identity, ``log_name`` its own log file, ``settings`` extra env. Returns once it leads the release (or,
         with ``standby=...`` in settings, once it answers its liveness probe); ``proc.health`` is its probe port.
         Leader election runs with short timings (a standby takes over a dead leader's Kubernetes Lease after
-        8 s). ``gateway``: serve the storage gateway on that port (give ``GYMCKPT_GATEWAY_KEY`` in settings)."""
+        8 s). ``gateway``: serve the storage gateway on that port (give ``GYMCKPT_GATEWAY_KEY`` in settings);
+        ``verbose``: its debug logs too (kopf's among them)."""
         standby = settings.pop("standby", "")
         env = {
             **os.environ,
@@ -115,7 +117,7 @@ def operator_env(
         }
         health = free_port()
         command = [str(Path(sys.executable).parent / "gym-operator"), "--namespace", namespace]
-        command += ["--liveness", f"http://127.0.0.1:{health}/healthz"]
+        command += ["--liveness", f"http://127.0.0.1:{health}/healthz"] + (["--verbose"] if verbose else [])
         if gateway is not None:
             command += ["--storage-gateway", f"http://127.0.0.1:{gateway}"]
         with open(tmp_path / log_name, "ab") as log:

@@ -1,7 +1,7 @@
 """A transaction outlives its operator: an operator killed mid-transaction leaves no server paused (the pause
 leases end it) and the next one ends the transaction; one restarted mid-persist, or a standby that takes over the
 Kubernetes Lease of a killed leader, carries on the same transaction (Event TakenOver); an operator that loses its
-leadership stops at once."""
+leadership stops at once, and one stopped by SIGTERM releases its Lease as soon as kopf has stopped."""
 
 from __future__ import annotations
 
@@ -203,3 +203,23 @@ def test_an_operator_that_loses_its_leadership_stops_at_once(operator_env, kubec
         "the Lease is held by another-operator_0123456789" in log and "exiting so that only the new leader acts" in log
     )
     stack.kill()
+
+
+def test_a_leader_stopped_by_sigterm_leaves_kopf_no_task_to_wait_for_and_releases_its_lease(
+    operator_env, kubectl, tmp_path
+) -> None:
+    """SIGTERM, as the kubelet stops the leader's pod (a rolling update, a drain): kopf stops with no task left to
+    wait for, the Kubernetes Lease is released for a standby to take at once, and the process exits 0. Before, kopf's
+    own waiter of the operator's stop flag stayed pending after a signal, and kopf gave it 5 s as a hung task before
+    it returned and the Lease was released."""
+    start_operator, _ = operator_env
+    stack = Stack(tmp_path, kubectl, {"counter-0": "exported"})  # its control token only: no server is needed
+    operator = start_operator(stack, verbose=True)
+    assert leadership_of(kubectl)["spec"]["holderIdentity"]
+    os.killpg(operator.pid, signal.SIGTERM)
+    assert operator.wait(timeout=30) == 0
+    log = (tmp_path / "operator.log").read_text()
+    assert "Signal SIGTERM is received" in log, log[-3000:]
+    # kopf's debug line when, its root tasks stopped, it finds none of the tasks it started still running
+    assert "Hung tasks stopping is skipped: no tasks given" in log, log[-3000:]
+    assert "released Lease" in log and not leadership_of(kubectl)["spec"].get("holderIdentity")

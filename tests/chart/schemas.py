@@ -6,6 +6,7 @@ way (their CRDs are not here; what is checked is what the chart writes, against 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ def strict(schema: Any) -> Any:
     return schema
 
 
+@functools.cache
 def crd_validator(kind: str) -> jsonschema.Draft7Validator:
     """The validator of one of this project's kinds (``Checkpoint``, ``CheckpointStorageLocation``, ...)."""
     for path in sorted(CRDS.glob("*.yaml")):
@@ -129,16 +131,39 @@ PROMETHEUS_RULE = strict(
 MONITORING = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
 
 
-def validate(doc: dict[str, Any]) -> None:
-    """Raise when ``doc`` is not a valid object of its kind (module docstring)."""
-    import kubernetes_validate
+@functools.cache
+def _definitions(folder: str) -> Any:
+    from kubernetes_validate import utils
 
+    return utils.schema_contents(f"{folder}/_definitions.json", K8S_VERSION)
+
+
+@functools.cache
+def k8s_validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator:
+    """kubernetes-validate's strict validator of one of Kubernetes' kinds at :data:`K8S_VERSION`, made once: what
+    ``kubernetes_validate.validate(doc, K8S_VERSION, strict=True)`` builds at every call (the same schema files,
+    registry and draft; kubernetes-validate is pinned in docker/requirements.lock), whose reading of the kind's
+    schema and of the definitions file (megabytes of JSON) took most of the render tests' time."""
+    from kubernetes_validate import utils
+    from referencing import Registry, Resource
+
+    wanted = utils.major_minor(K8S_VERSION)
+    version = [v for v in utils.all_versions() if utils.major_minor(v) <= wanted][-1]
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
+    schema = utils.schema_contents(f"{folder}/{kind.lower()}-{group}.json", K8S_VERSION)
+    registry = Resource.from_contents(_definitions(folder)) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise (a ``jsonschema.ValidationError``) when ``doc`` is not a valid object of its kind (module docstring)."""
     if doc["apiVersion"].startswith(OWN_GROUP):
         crd_validator(doc["kind"]).validate(doc)
     elif doc["kind"] in MONITORING:
         jsonschema.Draft7Validator(MONITORING[doc["kind"]]).validate(doc)
     else:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        k8s_validator(doc["apiVersion"], doc["kind"]).validate(doc)
 
 
 # --- PromQL, as far as a test without Prometheus can honestly check it -------------------------------------------

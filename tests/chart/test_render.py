@@ -6,6 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from tests.chart import schemas
@@ -248,9 +249,14 @@ def test_every_manifest_validates_strictly_against_kubernetes(render: Any, varia
 
 
 def test_a_schema_violation_is_caught_by_the_validator(render: Any) -> None:
-    """Guards the test above against validating nothing: a bogus field must fail."""
+    """Guards the test above against validating nothing: a bogus field must fail, in the validators made once per
+    kind (tests/chart/schemas.py) as in kubernetes-validate's own call."""
     sts = by_kind(render(), "StatefulSet")["demo-gym-checkpoint-policy-model"]
+    schemas.validate(sts)
+    kubernetes_validate.validate(sts, K8S_VERSION, strict=True)
     sts["spec"]["template"]["spec"]["containers"][0]["bogusField"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="bogusField"):
+        schemas.validate(sts)
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(sts, K8S_VERSION, strict=True)
 

@@ -74,7 +74,7 @@ def test_storage_down_at_the_signal_resumes_from_the_newest_scheduled_checkpoint
         stack.wait_in_flight()
         newest = stack.history().last_successful()
         assert newest is not None
-        stop_local_s3(stack.state_dir / "s3")  # storage goes away ...
+        stop_local_s3(stack.state_dir / "s3", timeout_s=0)  # storage goes away (killed: a SIGTERM is 5 s more) ...
         signalled = time.monotonic()
         stack.terminate()  # ... and the preemption comes
         stack.wait_stopped()

@@ -101,15 +101,11 @@ class Faulty:
 
     def model_live(self) -> dict[str, Any]:
         headers = {"authorization": f"Bearer {self.token}"}
-        return self.http.get(f"{self.url(MODEL)}/ng-control/v1/checkpoint/status", headers=headers).json()[
-            "live"
-        ]
+        return self.http.get(f"{self.url(MODEL)}/ng-control/v1/checkpoint/status", headers=headers).json()["live"]
 
     def live(self, name: str) -> dict[str, Any]:
         """What participant ``name`` holds now (its checkpoint status' ``live``)."""
-        return self.http.get(f"{self.url(name)}/ng-control/v1/checkpoint/status", headers=self.auth).json()[
-            "live"
-        ]
+        return self.http.get(f"{self.url(name)}/ng-control/v1/checkpoint/status", headers=self.auth).json()["live"]
 
     def kill(self, name: str) -> None:
         pid = next(s.pid for s in self.state.servers if s.name == name)

@@ -149,8 +149,14 @@ def _auth(state: StackState) -> dict[str, str]:
     return {"authorization": f"Bearer {stack_secrets(Path(state.state_dir))['control_token']}"}
 
 
-def job_status(state: StackState) -> dict[str, Any]:
-    job: dict[str, Any] = httpx.get(f"{state.url('collection')}/jobs/current", headers=_auth(state), timeout=10).json()
+def job_status(state: StackState, http: httpx.Client | None = None) -> dict[str, Any]:
+    """The collection's current job; through ``http`` when a caller polls (a client per call costs a TLS context,
+    about 20 ms of CPU)."""
+    url = f"{state.url('collection')}/jobs/current"
+    if http is None:
+        with httpx.Client(timeout=10) as once:
+            return job_status(state, once)
+    job: dict[str, Any] = http.get(url, headers=_auth(state)).json()
     return job
 
 
@@ -406,17 +412,18 @@ class Story:
         share = self.checkpoint_at if share is None else share
         bar = bar or self.bar("checkpointed")
         deadline = time.monotonic() + timeout_s
-        while True:
-            job = job_status(state)
-            if bar:
-                bar(job)
-            if job["state"] == "completed":
-                raise StoryError("the collection finished before the checkpoint; lower --checkpoint-at")
-            if job["total"] and job["finished"] >= max(1, round(share * job["total"])) and job["live"]:
-                return job
-            if time.monotonic() > deadline:
-                raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
-            time.sleep(0.02)
+        with httpx.Client(timeout=10) as http:
+            while True:
+                job = job_status(state, http)
+                if bar:
+                    bar(job)
+                if job["state"] == "completed":
+                    raise StoryError("the collection finished before the checkpoint; lower --checkpoint-at")
+                if job["total"] and job["finished"] >= max(1, round(share * job["total"])) and job["live"]:
+                    return job
+                if time.monotonic() > deadline:
+                    raise StoryError(f"the collection did not reach {share:.0%} within {timeout_s:.0f}s: {job}")
+                time.sleep(0.02)
 
     def kill_worker(self, state: StackState, want: int = 4, patience_s: float = 5.0) -> dict[str, Any]:
         """SIGKILL the last inference worker once the policy models stream ``want`` generations from it (or,

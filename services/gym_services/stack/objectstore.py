@@ -278,10 +278,11 @@ def _terminate(pid: int, timeout_s: float) -> None:
     children.reap(pid)
 
 
-def stop_local_s3(data_dir: Path, timeout_s: float = 5.0) -> bool:
+def stop_local_s3(data_dir: Path, timeout_s: float = 2.0) -> bool:
     """Stop the store started on ``data_dir``: SIGTERM, then SIGKILL after ``timeout_s`` (SeaweedFS's filer
-    waits 15 s for its own S3 gateway's subscription to end; every acknowledged write is already on disk, so
-    a kill loses nothing a crash would not). Its data stays. True if it ran."""
+    waits 15 s for its own S3 gateway's subscription to end, so the kill always comes; the SIGTERM gives its
+    volume server the time to close its files, and every acknowledged write is already on disk, so the kill
+    loses nothing a crash would not). Its data stays. True if it ran."""
     store = read_store(data_dir)
     if store is None or not _is_store(store):
         return False

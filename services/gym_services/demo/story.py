@@ -152,11 +152,10 @@ def _auth(state: StackState) -> dict[str, str]:
 def job_status(state: StackState, http: httpx.Client | None = None) -> dict[str, Any]:
     """The collection's current job; through ``http`` when a caller polls (a client per call costs a TLS context,
     about 20 ms of CPU)."""
-    url = f"{state.url('collection')}/jobs/current"
     if http is None:
         with httpx.Client(timeout=10) as once:
             return job_status(state, once)
-    job: dict[str, Any] = http.get(url, headers=_auth(state)).json()
+    job: dict[str, Any] = http.get(f"{state.url('collection')}/jobs/current", headers=_auth(state)).json()
     return job
 
 

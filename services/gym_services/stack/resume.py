@@ -93,6 +93,7 @@ async def resume_stack(
     if fresh:
         history.lineage += 1
         history.resumed_from = None
+        history.stopped = None  # running again: a crash from now on is told as one (before the supervisor's first save)
         write_history(state_dir, history)
         return Resumed(None, f"started fresh (--fresh): the {len(history.kept)} checkpoints taken before stay stored")
     if not history.in_lineage():
@@ -118,5 +119,6 @@ async def resume_stack(
         )
     line = explain(history, chosen, skipped)
     history.resumed_from = chosen.checkpoint_id
+    history.stopped = None  # running again: a crash from now on is told as one (before the supervisor's first save)
     write_history(state_dir, history)
     return Resumed(chosen, f"{line}; {len(result.episodes)} episodes continue as attempt + 1", result)

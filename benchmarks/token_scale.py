@@ -478,7 +478,10 @@ async def drive(args: argparse.Namespace) -> Drive:
                     error=result.error,
                 )
             )
-            print(f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s", file=sys.stderr, flush=True)
+            steps = ", ".join(f"{k} {v:.2f}" for k, v in result.timings.items())
+            print(
+                f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s ({steps})", file=sys.stderr, flush=True
+            )
         run.last_heap = await probe_heap(state, "last")
         await probes.stop()
         await trainer.stop()

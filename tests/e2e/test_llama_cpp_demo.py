@@ -39,7 +39,7 @@ def test_demo_on_llama_cpp_equals_the_uninterrupted_run(tmp_path) -> None:
     assert regenerated_tokens(base, ckpt) == 0
     assert ckpt.tokens_before_cut > 0 and ckpt.tokens_after_restore > 0  # generations on both sides of the crash
     assert ckpt.in_flight["collection"]["episodes"] > 0
-    assert ckpt.in_flight["policy-model"]["generations_cut"] + ckpt.in_flight["policy-model"]["responses_held"] > 0
+    assert ckpt.in_flight["policy-model"]["generations"] + ckpt.in_flight["policy-model"]["responses_held"] > 0
     assert len(ckpt.results) == len(base.results) == len(story.tasks) and not ckpt.duplicates
     assert not any("error" in row for row in ckpt.results.values())
     # every rollout carries token ids a trainer reads, and the checkpointed run's equal the uninterrupted run's

@@ -53,11 +53,17 @@ class Control:
     async def status(self) -> dict:
         return await self.call("status")
 
-    async def prepare(self, cid: str, deadline_s: float = 5, lease_s: float = 30, **kw) -> dict:
-        return await self.call("prepare", {"checkpoint_id": cid, "deadline_s": deadline_s, "lease_s": lease_s}, **kw)
+    async def prepare(
+        self, cid: str, deadline_s: float = 5, lease_s: float = 30, final: bool | None = None, **kw
+    ) -> dict:
+        body = {"checkpoint_id": cid, "deadline_s": deadline_s, "lease_s": lease_s, "final": final}
+        return await self.call("prepare", body, **kw)
 
-    async def capture(self, cid: str, location: str, episodes: list[str] | None = None, **kw) -> dict:
-        return await self.call("capture", {"checkpoint_id": cid, "location": location, "episodes": episodes}, **kw)
+    async def capture(
+        self, cid: str, location: str, episodes: list[str] | None = None, final: bool | None = None, **kw
+    ) -> dict:
+        body = {"checkpoint_id": cid, "location": location, "episodes": episodes, "final": final}
+        return await self.call("capture", body, **kw)
 
     async def persist(self, cid: str, **kw) -> dict:
         return await self.call("persist", {"checkpoint_id": cid}, **kw)

@@ -150,7 +150,7 @@ class Checkpointing(Generic[V, F]):
         # a bad location fails now, under the pause; a new S3 client is built off the event loop (it takes the
         # CPU for a while, and the loop serves the lease renewals and the other verbs meanwhile)
         storage = await asyncio.to_thread(self.storages.get, req.location, req.storage)
-        scope = Scope.of(req.episodes)
+        scope = Scope.of(req.episodes, final=opened.final)
         try:
             with collection_paused():
                 capture = await self.participant.capture(scope)

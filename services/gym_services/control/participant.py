@@ -149,13 +149,18 @@ class RestoredRecord:
 class Scope:
     """Which rollouts a checkpoint keeps: ``episodes=None`` keeps everything (``docs/protocol.md``, "Scope").
 
-    What belongs to no rollout (a session seeded without identity headers, a shared base) is always kept."""
+    What belongs to no rollout (a session seeded without identity headers, a shared base) is always kept.
+
+    ``final``: the checkpoint is final (``docs/protocol.md``, "Termination"): the process is never resumed from it,
+    so nothing it does after the capture is kept anywhere, and a participant may stop its work there (the policy
+    model cuts its streams) instead of letting it go on."""
 
     episodes: frozenset[str] | None = None
+    final: bool = False
 
     @classmethod
-    def of(cls, episodes: Iterable[str] | None) -> Scope:
-        return cls(None if episodes is None else frozenset(episodes))
+    def of(cls, episodes: Iterable[str] | None, *, final: bool = False) -> Scope:
+        return cls(None if episodes is None else frozenset(episodes), final)
 
     def includes(self, rollout_id: str | None) -> bool:
         return self.episodes is None or rollout_id is None or rollout_id in self.episodes

@@ -173,8 +173,11 @@ class CheckpointTransaction:
         if self.final:
             return []
         await self.progress.enter(TransactionPhase.RESUMING)
+        seconds: dict[str, float] = {}
         with self.clock.step("resume"):
-            return await self.participants.resume(self.checkpoint_id, self.participants.refs)
+            warnings = await self.participants.resume(self.checkpoint_id, self.participants.refs, seconds)
+        self.clock.timings.update({f"resume {role}": s for role, s in seconds.items()})
+        return warnings
 
     async def claim(self) -> GlobalManifest | None:
         """Claim the checkpoint id for this transaction before anything is paused; the manifest when this

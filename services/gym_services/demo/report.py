@@ -126,7 +126,7 @@ def _summary(base: Run, ckpt: Run, regenerated: int) -> list[list[Any]]:
     cp, rs, live, stale, killed = ckpt.checkpoint, ckpt.restore, ckpt.in_flight, ckpt.stale_call, ckpt.worker_killed
     summary: list[list[Any]] = [
         ["episodes live at the checkpoint", live.get("collection", {}).get("episodes", "-")],
-        ["model generations in flight (cut) / held", _model_line(live)],
+        ["model generations in flight (streaming) / held", _model_line(live, "generations")],
         ["checkpoint pause seen by rollouts", f"{cp.pause_s * 1000:.0f} ms" if cp else "-"],
         ["checkpoint size", f"{human_bytes(cp.bytes)} in {cp.records} records" if cp else "-"],
         [
@@ -277,10 +277,12 @@ def _model_sum(live: dict[str, Any], kind: str) -> int | str:
     return sum(int(m.get(kind, 0)) for m in models) if models else "-"
 
 
-def _model_line(live: dict[str, Any]) -> str:
+def _model_line(live: dict[str, Any], in_flight: str = "cut") -> str:
+    """The policy models' generations in flight (``cut`` by a final checkpoint, or still streaming: ``generations``,
+    after a checkpoint the stack resumes from) / held."""
     if not _models(live):
         return "-"
-    return f"{_model_sum(live, 'cut')} / {_model_sum(live, 'held')}"
+    return f"{_model_sum(live, in_flight)} / {_model_sum(live, 'held')}"
 
 
 # --- the demo's stories of a stack that checkpoints itself (demo/preemption.py) -----------------------------------

@@ -55,8 +55,8 @@ class Run:
     duration_s: float = 0.0
     checkpoint: TransactionResult | None = None
     restore: TransactionResult | None = None
-    #: tokens the checkpointed stack's policy models had received when every generation was cut (the checkpoint
-    #: holds them)
+    #: tokens the checkpointed stack's policy models had received at the checkpoint's capture (the checkpoint holds
+    #: them)
     tokens_before_cut: int = 0
     #: tokens they received after the checkpoint, lost with them in the crash
     tokens_lost_in_crash: int = 0
@@ -84,13 +84,14 @@ class Run:
     exit_counters: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def model_tokens(live: dict[str, dict[str, Any]]) -> int:
+def model_tokens(live: dict[str, dict[str, Any]], count: str = "tokens_generated") -> int:
     """Every token the policy models received from their inference workers, from their status ``live`` counts
     (participant id -> live): the count of generated tokens for any engine, taken where the tokens arrive. A token an
     inference worker generated that never reached a policy model (its worker or the policy model died first) is
-    lost and counted nowhere, like every token lost to a crash."""
+    lost and counted nowhere, like every token lost to a crash. ``count="tokens_generated_at_capture"``: those
+    received by the last capture, every token a checkpoint can hold (its streams went on after it)."""
     return sum(
-        int(counts.get("tokens_generated", 0))
+        int(counts.get(count, 0))
         for participant, counts in live.items()
         if participant == MODEL or participant.startswith(MODEL + "-")
     )
@@ -492,7 +493,7 @@ class Story:
             participants = await discover(state, client)
 
             async def on_event(phase: TransactionPhase, detail: dict[str, Any]) -> None:
-                # every participant captured (resume is next): generations cut, nothing runs
+                # every participant captured (resume is next): the generations it took as far as they had streamed
                 if phase is TransactionPhase.RESUMING:
                     statuses = await coordinator.status()
                     run.in_flight = {pid: getattr(s, "live", {}) for pid, s in statuses.items()}
@@ -500,7 +501,7 @@ class Story:
                         run.delivered = {
                             run.worker_killed["name"]: delivered_by(run.in_flight, run.worker_killed["url"])
                         }
-                    run.tokens_before_cut = model_tokens(run.in_flight)
+                    run.tokens_before_cut = model_tokens(run.in_flight, "tokens_generated_at_capture")
 
             coordinator = Coordinator(participants, client, storage_config=self.storage_config, on_event=on_event)
             return await coordinator.checkpoint(checkpoint_id, self.storage, prepare_timeout_s=60, lease_s=60)

@@ -2,9 +2,12 @@
 
 Lifecycle of one ``/v1/responses`` call (one :class:`Generation`):
 
-``running``  the upstream stream is read chunk by chunk into ``text`` (tool calls in markup form);
-``cut``      a checkpoint's capture asked for a cut (its prepare only holds: no stream starts, a running one goes
-             on): the upstream is told to stop (the sending half of its
+``running``  the upstream stream is read chunk by chunk into ``text`` (tool calls in markup form). A
+             checkpoint's prepare holds (no stream starts) and its capture takes the generation as far as it
+             has streamed, at a token boundary, while the stream goes on: the checkpoint holds that prefix, the
+             live call is never interrupted;
+``cut``      a final checkpoint's capture asked for a cut (the process exits after it): the upstream is told
+             to stop (the sending half of its
              connection is closed, :class:`~.engines.Halt`) and the reader keeps every token that
              still arrives until the upstream ends the stream (bounded by ``cut_wait_s``; past that
              the stream is closed where it is). The upstream counts a token only if it went out
@@ -350,21 +353,16 @@ class Generation:
     ) -> None:
         """Append the stream to ``text`` and the token lists until it ends (after a cut: until the upstream
         stopped). ``sent_prompt``: a continuation's prompt ids (the prefix's sequence)."""
-        try:
-            async with contextlib.aclosing(
-                self.manager.upstream.deltas(request, self._halt, prefix_tokens=base)
-            ) as deltas:
-                async for delta in deltas:
-                    if reuse is not None:
-                        self.manager.reused(*reuse)
-                        reuse = None
-                    self._apply(delta, sent_prompt)
-                    if delta.finish_reason is not None:
-                        self.finish_reason = self._finish(delta.finish_reason)
-            if self.finish_reason is None and not self.cut_requested:
-                raise UpstreamUnavailable("the upstream stream ended without a finish_reason")
-        finally:
-            self.manager.generated(self.completion_tokens - base)
+        async with contextlib.aclosing(self.manager.upstream.deltas(request, self._halt, prefix_tokens=base)) as deltas:
+            async for delta in deltas:
+                if reuse is not None:
+                    self.manager.reused(*reuse)
+                    reuse = None
+                self._apply(delta, sent_prompt)
+                if delta.finish_reason is not None:
+                    self.finish_reason = self._finish(delta.finish_reason)
+        if self.finish_reason is None and not self.cut_requested:
+            raise UpstreamUnavailable("the upstream stream ended without a finish_reason")
 
     def _apply(self, delta: Delta, sent_prompt: list[int] | None) -> None:
         if delta.prompt_token_ids is not None:
@@ -383,6 +381,7 @@ class Generation:
         self.generation_token_ids.extend(delta.generation_token_ids)
         self.generation_log_probs.extend(delta.generation_log_probs)
         self.completion_tokens = len(self.generation_token_ids)
+        self.manager.generated(len(delta.generation_token_ids))  # counted as it arrives: a capture reads the count
         for call in delta.tool_calls:
             slot = self.structured.setdefault(
                 int(call.get("index", len(self.structured))), {"name": "", "arguments": ""}
@@ -446,6 +445,9 @@ class GenerationManager:
         }
         self.counters = counters
         self._ids = itertools.count()
+        #: the tokens received from the upstream (``tokens_generated``) when the last capture took the generations:
+        #: every token a checkpoint holds was received by then, and none received later is in it
+        self.tokens_at_capture: int | None = None
 
     # --- accounting ------------------------------------------------------------------
 
@@ -483,6 +485,7 @@ class GenerationManager:
             ),
             "staged_prefixes": len(self.staged),
             "delivered_kept": len(self.delivered),
+            **({} if self.tokens_at_capture is None else {"tokens_generated_at_capture": self.tokens_at_capture}),
             **self.totals,
             **self.upstream.fleet.counts(),
         }
@@ -542,12 +545,14 @@ class GenerationManager:
 
     def hold(self) -> None:
         """Prepare: no stream starts and a finished response is held until resume, while the running streams go on
-        generating (through the agents' wait for their tool calls); :meth:`cut` stops them at the capture."""
+        generating, through the capture too (:meth:`export` takes each as far as it has streamed); only a final
+        checkpoint's capture stops them (:meth:`cut`)."""
         self.paused = True
 
     async def cut(self) -> None:
-        """Capture: cut every running generation at its next token boundary and wait until each has stopped (a cut
-        closes its stream after ``cut_wait_s`` at the latest). A stream that started in between is cut too."""
+        """A final checkpoint's capture: cut every running generation at its next token boundary and wait until each
+        has stopped (a cut closes its stream after ``cut_wait_s`` at the latest), so every token the upstream
+        generated is in a prefix. A stream that started in between is cut too."""
         deadline = time.monotonic() + self.cut_wait_s + CUT_MARGIN_S
         while running := [g for g in self.live.values() if g.state == GenerationState.RUNNING]:
             if time.monotonic() > deadline:
@@ -562,8 +567,10 @@ class GenerationManager:
             g.wake.set()
 
     def export(self, scope: Scope) -> list[tuple[Key, StagedPrefix]]:
-        """One prefix per (rollout, request digest) in scope: cut prefixes, held responses, staged prefixes; each
-        immutable (the participant writes them after resume)."""
+        """One prefix per (rollout, request digest) in scope: running generations as far as they have streamed
+        (their streams go on), cut prefixes, held responses, staged prefixes; each immutable, a copy of the token
+        lists (the participant writes them after resume)."""
+        self.tokens_at_capture = self.totals["tokens_generated"]
         kept: dict[Key, StagedPrefix] = {}
         for g in self.live.values():
             ident = g.identity

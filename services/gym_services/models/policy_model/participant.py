@@ -73,8 +73,9 @@ class Restored:
 
 
 class ModelParticipant(Participant[Restored, Frozen]):
-    """prepare holds (no stream starts, a finished response waits for resume); capture cuts every running generation
-    and takes prefixes and ledgers; resume and abort continue them."""
+    """prepare holds (no stream starts, a finished response waits for resume); capture takes each running
+    generation's prefix as far as it has streamed, and the ledgers, while the streams go on (a final checkpoint cuts
+    them first); resume and abort deliver what was held and start what waited."""
 
     role = Role.MODEL
     checkpoint_mode = CheckpointMode.EXPORTED
@@ -96,9 +97,12 @@ class ModelParticipant(Participant[Restored, Frozen]):
         ]
 
     async def capture(self, scope: Scope) -> Capture[Frozen]:
-        """The running generations cut, then ledgers and generations frozen now (lists sliced) and encoded after
-        resume (:func:`captured`)."""
-        await self.manager.cut()
+        """Ledgers and generations frozen now (lists sliced) and encoded after resume (:func:`captured`): a running
+        generation as far as it has streamed, its stream going on (``docs/decisions.md``, "A checkpoint the model
+        resumes from never stops its streams"); a final checkpoint's capture cuts the streams first, so its
+        prefixes hold every token the upstream generated."""
+        if scope.final:
+            await self.manager.cut()
         return Capture(captured(self.ledger, self.manager.export(scope), scope))
 
     async def release_out_of_scope(self, scope: Scope) -> None:

@@ -249,7 +249,9 @@ async def test_continuation_from_any_cut_equals_the_uninterrupted_generation(lla
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 async def test_checkpoint_cuts_mid_generation_lose_nothing(llama_server, mode, tmp_path) -> None:
-    """A checkpoint cuts a running generation wherever it is; after resume the response is the uninterrupted one."""
+    """A final checkpoint cuts a running generation wherever it is; continued after its abort, the response is the
+    uninterrupted one. A checkpoint the model resumes from leaves the stream running: the same response, nothing
+    continued."""
     rng = random.Random(2025)
     prompt = PROMPTS[0]
     expected = await uninterrupted(llama_server.url, prompt, mode)
@@ -262,17 +264,30 @@ async def test_checkpoint_cuts_mid_generation_lose_nothing(llama_server, mode, t
                 client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident(rid))
             )
             await tokens_received(client, rid, at)
-            assert (await control.prepare(cid))["status"] == "prepared"
-            await control.capture(cid, f"file://{tmp_path / 'store'}", episodes=[rid])  # the capture cuts
+            assert (await control.prepare(cid, final=True))["status"] == "prepared"
+            await control.capture(cid, f"file://{tmp_path / 'store'}", episodes=[rid], final=True)  # the capture cuts
             gen = generation_of(client, rid)
             assert gen is not None and gen.state in ("cut", "held")
             await control.persist(cid)
-            await control.resume(cid)
+            await control.abort(cid)  # a final checkpoint that failed: the server serves on, the cut call continues
             response = await asyncio.wait_for(call, 120)
             assert response.status_code == 200, response.text
             assert_same_generation(response.json(), expected)
         live = (await control.status())["live"]
         assert live["generations_cut"] >= 1
+        reused = live["tokens_reused"]
+
+        rid = f"r-mark-{mode}"
+        call = asyncio.create_task(client.post("/v1/responses", json=responses_body(prompt, mode), headers=ident(rid)))
+        await tokens_received(client, rid, total // 3)
+        assert (await control.prepare(f"ck-{mode}-mark"))["status"] == "prepared"
+        await control.capture(f"ck-{mode}-mark", f"file://{tmp_path / 'store'}", episodes=[rid])
+        assert generation_of(client, rid).state in ("running", "held")  # the stream goes on
+        await control.resume(f"ck-{mode}-mark")
+        response = await asyncio.wait_for(call, 120)
+        assert response.status_code == 200, response.text
+        assert_same_generation(response.json(), expected)
+        assert (await control.status())["live"]["tokens_reused"] == reused  # nothing was continued
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

@@ -36,14 +36,15 @@ from gym_services.models.policy_model.prefixes import (
 
 
 async def checkpoint_cut_generation(worker_url: str, body: dict, rollout: str, location: str, episodes=None):
-    """Start a call, cut it at the capture, commit, then stop the model; returns (commit answer, prefix tokens)."""
+    """Start a call, take a final checkpoint (its capture cuts the call), commit, then stop the model; returns
+    (commit answer, prefix tokens)."""
     app = model_app(worker_url)
     async with serve(app) as client:
         control = Control(client)
         call = asyncio.create_task(client.post("/v1/responses", json=body, headers=ident(rollout)))
         await tokens_received(client, rollout, 8)
-        assert (await control.prepare("ck1"))["status"] == "prepared"
-        await control.capture("ck1", location, episodes=[rollout] if episodes is None else episodes)
+        assert (await control.prepare("ck1", final=True))["status"] == "prepared"
+        await control.capture("ck1", location, episodes=[rollout] if episodes is None else episodes, final=True)
         gen = generation_of(client, rollout)
         assert gen is not None and gen.state == "cut"
         cut_at = gen.completion_tokens

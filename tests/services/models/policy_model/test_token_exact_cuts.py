@@ -231,16 +231,12 @@ async def test_checkpoint_sigkill_restore_continues_every_cut_token_exactly(
         got = answer.json()
         assert tokens_of(got) == tokens_of(expected[name]), rollout
         assert got == expected[name], rollout
-    # every token was generated once: the records held what the first model received, the second generated the rest
+    # every captured token was continued, none generated again: the second model reused exactly what the records
+    # held and generated the rest (the first model's streams went on after the last capture, until the SIGKILL: a
+    # crash loses what was generated since the newest checkpoint, and nothing before it)
     restored = sum(len(full_ids[rollout.split("-")[0]]) for rollout in bodies)
+    assert live["tokens_reused"] == sum(len(r["token_ids"]) for r in records if r["rollout_id"] in bodies)
     assert live["tokens_reused"] + live["tokens_generated"] == restored
-    total = sum(len(full_ids[rollout.split("-")[0]]) for rollout in calls)
-    assert (await _worker_tokens(paced_worker.url)) == total
-
-
-async def _worker_tokens(url: str) -> int:
-    async with httpx.AsyncClient() as client:
-        return (await client.get(f"{url}/stats")).json()["tokens_generated"]
 
 
 async def test_worker_failover_continues_every_cut_token_exactly(fast_worker, tmp_path) -> None:

@@ -39,7 +39,8 @@ class Role(enum.StrEnum):
     RESOURCES = "resources"
 
 
-#: prepare order (``docs/protocol.md``, "Prepare order"); resume and abort run it backwards
+#: prepare order (``docs/protocol.md``, "Roles and the prepare order"); resume and abort reopen the servers agents
+#: call first (``coordination.participants.REOPEN_ORDER``)
 ROLE_ORDER: tuple[Role, ...] = (Role.CONTROLLER, Role.ENVIRONMENT, Role.MODEL, Role.AGENT, Role.RESOURCES)
 
 

@@ -6,10 +6,10 @@ the store's claim (:meth:`~CheckpointTransaction.claim`) -> :meth:`~CheckpointTr
 pause leases renewed; blockers at the deadline fail it) -> :meth:`~CheckpointTransaction.capture_all` (controller
 first: its live episodes scope the others) -> :meth:`~CheckpointTransaction.persist_all` (every participant's upload
 written, then verified by the store) -> :meth:`~CheckpointTransaction.publish` (the global manifest, last, with a
-conditional put). The participants are resumed (reverse role order) right after the capture with the default method,
-or after publishing with ``sync``: the one difference between the two methods. A *final* checkpoint (the one a
-termination takes: ``docs/protocol.md``, "Termination") is written like ``sync`` and never resumed: its participants
-hold it until their processes exit, and the stack continues from it in fresh ones.
+conditional put). The participants are resumed (the servers agents call first) right after the capture with the
+default method, or after publishing with ``sync``: the one difference between the two methods. A *final* checkpoint
+(the one a termination takes: ``docs/protocol.md``, "Termination") is written like ``sync`` and never resumed: its
+participants hold it until their processes exit, and the stack continues from it in fresh ones.
 
 Any failed step aborts every participant touched so far, so nothing stays paused and no background upload of a
 checkpoint that failed ever writes its participant manifest; the failure is recorded in the store, so its objects
@@ -169,7 +169,8 @@ class CheckpointTransaction:
         return result
 
     async def resume_all(self) -> list[str]:
-        """Resume every participant (reverse role order); a final checkpoint resumes nobody."""
+        """Resume every participant (``REOPEN_ORDER``: the servers agents call first); a final checkpoint resumes
+        nobody."""
         if self.final:
             return []
         await self.progress.enter(TransactionPhase.RESUMING)

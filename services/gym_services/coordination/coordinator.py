@@ -195,7 +195,8 @@ class Coordinator:
         return await self.run(transaction)
 
     async def abort_all(self, checkpoint_id: str, refs: list[ParticipantRef]) -> list[str]:
-        """Abort ``refs`` in reverse role order (a Checkpoint deleted while no transaction of this process ran it)."""
+        """Abort ``refs``, the servers agents call first (a Checkpoint deleted while no transaction of this process ran
+        it)."""
         return await self.participant_set.abort(checkpoint_id, refs)
 
     async def retire(self, rollout_id: str, attempt: int) -> dict[str, bool]:

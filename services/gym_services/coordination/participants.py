@@ -26,6 +26,7 @@ from gym_services.control.models import (
     CheckpointRef,
     GlobalManifest,
     ManifestParticipant,
+    PhaseResponse,
     Replica,
     RetireRequest,
     StatusResponse,
@@ -47,6 +48,16 @@ RETIRE_ORDER: tuple[tuple[Role, ...], ...] = (
     (Role.ENVIRONMENT,),
     (Role.AGENT,),
     (Role.MODEL, Role.RESOURCES),
+    (Role.CONTROLLER,),
+)
+
+
+#: the order :meth:`ParticipantSet.resume` and :meth:`ParticipantSet.abort` reopen servers in: the servers the agents
+#: call (environments, the model, resources servers) together, then the agents, the controller last; so no step of a
+#: reopened agent meets a server still paused (``docs/decisions.md``, "Servers reopen before those that call them")
+REOPEN_ORDER: tuple[tuple[Role, ...], ...] = (
+    (Role.ENVIRONMENT, Role.MODEL, Role.RESOURCES),
+    (Role.AGENT,),
     (Role.CONTROLLER,),
 )
 
@@ -186,12 +197,13 @@ class ParticipantSet:
     async def resume(
         self, checkpoint_id: str, refs: list[ParticipantRef], seconds: dict[str, float] | None = None
     ) -> list[str]:
-        """Resume ``refs``, in reverse role order; warnings for those that did not answer. ``seconds``, when given,
-        gets how long each role's resume took, by role."""
+        """Resume ``refs``, in :data:`REOPEN_ORDER`; warnings for those that did not answer. ``seconds``, when given,
+        gets how long each role's resume took (from its group's start until its last participant answered), by
+        role."""
         return await self._finish(Verb.RESUME, checkpoint_id, refs, seconds)
 
     async def abort(self, checkpoint_id: str, refs: list[ParticipantRef]) -> list[str]:
-        """Abort ``refs``, in reverse role order (nothing stays paused or installed); warnings for those that
+        """Abort ``refs``, in :data:`REOPEN_ORDER` (nothing stays paused or installed); warnings for those that
         did not answer. One still capturing or restoring is asked again for :data:`ABORT_BUSY_PATIENCE_S`."""
         return await self._finish(Verb.ABORT, checkpoint_id, refs)
 
@@ -201,11 +213,20 @@ class ParticipantSet:
         req = CheckpointRef(checkpoint_id=checkpoint_id)
         finish = self.client.resume if verb is Verb.RESUME else self.client.abort
         warnings: list[str] = []
-        for group in reversed(by_role(refs)):
+        took: dict[str, float] = {} if seconds is None else seconds
+        for roles in REOPEN_ORDER:
+            group = [r for r in refs if r.role in roles]
+            if not group:
+                continue
             started = time.monotonic()
-            _, failed = await self.each(group, verb, lambda r: finish(r, req))
-            if seconds is not None:
-                seconds[group[0].role] = time.monotonic() - started
+
+            async def timed(ref: ParticipantRef, started: float = started) -> PhaseResponse:
+                try:
+                    return await finish(ref, req)
+                finally:
+                    took[ref.role] = max(took.get(ref.role, 0.0), time.monotonic() - started)
+
+            _, failed = await self.each(group, verb, timed)
             busy = Backoff(first_s=0.05, max_s=0.5, deadline_s=ABORT_BUSY_PATIENCE_S)
             while verb is Verb.ABORT and (
                 waiting := [e.ref for e in failed.values() if e.code == ErrorCode.CHECKPOINT_BUSY]

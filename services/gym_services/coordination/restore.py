@@ -5,7 +5,7 @@
 :meth:`~RestoreTransaction.read_checkpoint` -> the participant set's
 :meth:`~gym_services.coordination.participants.ParticipantSet.match` -> :meth:`~RestoreTransaction.restore_all`
 -> :meth:`~RestoreTransaction.decide` (``resume`` written as the restore's decision before anyone resumes) ->
-resume (reverse role order).
+resume (the servers agents call first, the controller last).
 
 Any failed step before the decision aborts every participant, so no restore stays half installed; the
 decision is the point of no return. A participant whose lease runs out follows the decision object, so a

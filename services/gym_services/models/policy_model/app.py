@@ -109,8 +109,8 @@ class Config(ServerConfig):
         default=5.0,
         gt=0,
         le=60,
-        description="how long a cut waits for the upstream to end a stream it was told to stop "
-        "before closing it anyway",
+        description="how long a final checkpoint's cut waits for the upstream to end a stream it was told to stop "
+        "before closing it anyway (a checkpoint the stack resumes from never stops a stream)",
     )
     stable_created_at: bool = Field(default=True, description="created_at = 0, so responses are reproducible")
     return_token_id_information: bool = Field(

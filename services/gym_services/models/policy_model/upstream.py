@@ -73,7 +73,11 @@ class UpstreamConfig(BaseModel):
     model: str | None = Field(default=None, description="model name sent upstream; the request's when unset")
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0, description="longest silence between two chunks")
-    max_connections: int = Field(default=512, ge=1)
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="streams open to the workers at once (a generation holds one for its life); more wait for one",
+    )
     continuous_usage: bool = Field(
         default=True, description="ask for usage on every chunk (vLLM stream_options.continuous_usage_stats)"
     )
@@ -114,10 +118,23 @@ class UpstreamUnavailable(ApiError):
         self.worker = worker
 
 
+#: connections per pooled HTTP client: httpcore's pool walks every connection at each request and response (and
+#: again for each request waiting for one), so a pool of a thousand streams spent most of a policy model's event loop
+#: there (``benchmarks/token_scale.py`` at 1,024 rollouts); the upstream keeps several small pools instead
+POOL_CONNECTIONS = 64
+
+
+def pool_sizes(max_connections: int) -> list[int]:
+    """The connections of each pooled client: :data:`POOL_CONNECTIONS` each, the last one the rest."""
+    full, rest = divmod(max_connections, POOL_CONNECTIONS)
+    return [POOL_CONNECTIONS] * full + ([rest] if rest else [])
+
+
 class Upstream:
-    """One pooled HTTP client for every generation of this model server, over its fleet of workers
-    (:mod:`.fleet`): each stream goes to the least loaded healthy worker, and a worker a stream fails on
-    is taken out of rotation until its health probe answers again."""
+    """The pooled HTTP clients of every generation of this model server, over its fleet of workers (:mod:`.fleet`):
+    each stream goes to the least loaded healthy worker, through the pool with the fewest streams open (at most
+    :data:`POOL_CONNECTIONS` connections each), and a worker a stream fails on is taken out of rotation until its
+    health probe answers again."""
 
     def __init__(
         self, config: UpstreamConfig, metrics: FleetMetrics | None = None, resolver: Resolver | None = None
@@ -131,18 +148,25 @@ class Upstream:
             **({"resolver": resolver} if resolver is not None else {}),
         )
         self.engine: Engine = ENGINES[config.engine]()
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
+        #: streams open through each of ``_clients``
+        self._open: list[int] = []
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         c = self.config
         headers = {"authorization": f"Bearer {c.api_key.get_secret_value()}"} if c.api_key else {}
-        self._client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(c.read_timeout_s, connect=c.connect_timeout_s),
-            limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=64),
-            trust_env=False,
-        )
+        sizes = pool_sizes(c.max_connections)
+        self._clients = [
+            httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(c.read_timeout_s, connect=c.connect_timeout_s),
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                trust_env=False,
+            )
+            for size in sizes
+        ]
+        self._open = [0] * len(sizes)
         await self.fleet.refresh()
         self._watch = asyncio.create_task(self._watch_workers(), name="upstream-health")
 
@@ -152,9 +176,9 @@ class Upstream:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
             self._watch = None
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        clients, self._clients, self._open = self._clients, [], []
+        for client in clients:
+            await client.aclose()
 
     async def _watch_workers(self) -> None:
         """Probe every worker every ``health_interval_s``; re-resolve every ``resolve_interval_s``."""
@@ -166,24 +190,24 @@ class Upstream:
                 if c.resolve and time.monotonic() - resolved_at >= c.resolve_interval_s:
                     resolved_at = time.monotonic()
                     await self.fleet.refresh()
-                if self._client is not None:
-                    await self.fleet.probe(self._client, c.health_timeout_s)
+                if self._clients:
+                    await self.fleet.probe(self._clients[0], c.health_timeout_s)
             except Exception as exc:
                 log.warning("worker health round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
-    def _client_started(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def _pool(self) -> int:
+        """The pool with the fewest streams open."""
+        if not self._clients:
             raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
-        return self._client
+        return min(range(len(self._open)), key=self._open.__getitem__)
 
-    def _connection(self) -> tuple[Worker, Connection]:
-        """The least loaded healthy worker, and the engine's way to it."""
-        client = self._client_started()
+    def _connection(self, pool: int) -> tuple[Worker, Connection]:
+        """The least loaded healthy worker, and the engine's way to it through pool ``pool``."""
         worker = self.fleet.pick()
         if worker is None:
             raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
         c = self.config
-        return worker, Connection(client, worker.base_url, c.extra_body, c.continuous_usage)
+        return worker, Connection(self._clients[pool], worker.base_url, c.extra_body, c.continuous_usage)
 
     def _failure(self, worker: Worker, exc: Exception) -> ApiError:
         """What a failure of ``worker`` means to the generation: a worker fault (:class:`UpstreamUnavailable`;
@@ -200,7 +224,7 @@ class Upstream:
 
     async def prompt_token_ids(self, chat: dict[str, Any]) -> list[int]:
         """The prompt's token ids for ``chat``, asked of a healthy worker (when a stream did not report them)."""
-        worker, connection = self._connection()
+        worker, connection = self._connection(self._pool())
         try:
             return await self.engine.prompt_token_ids(connection, chat)
         except (EngineError, EngineUnavailable, httpx.HTTPError) as exc:
@@ -217,10 +241,12 @@ class Upstream:
         boundary. Any other failure of the worker (refused, reset, broken off, a transient status, an end
         without ``finish_reason``) marks it down and raises :class:`UpstreamUnavailable` naming it.
         """
-        worker, connection = self._connection()
+        pool = self._pool()
+        worker, connection = self._connection(pool)
         halt = halt or Halt()
         stream = self.fleet.open(worker, self.fleet.expected(request.body.get("max_tokens"), prefix_tokens))
         finished = False
+        self._open[pool] += 1
         try:
             async with contextlib.aclosing(self.engine.deltas(connection, request, halt)) as deltas:
                 async for delta in deltas:
@@ -234,3 +260,5 @@ class Upstream:
             raise self._failure(worker, exc) from None
         finally:
             self.fleet.close(stream, prefix_tokens + stream.received if finished else None)
+            if pool < len(self._open):  # not closed meanwhile
+                self._open[pool] -= 1

@@ -20,7 +20,13 @@ from starlette.routing import Route
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.engines import Delta, Halt
-from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamUnavailable
+from gym_services.models.policy_model.upstream import (
+    POOL_CONNECTIONS,
+    Upstream,
+    UpstreamConfig,
+    UpstreamUnavailable,
+    pool_sizes,
+)
 
 BASE_URL = "http://engine.test/v1"
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
@@ -57,8 +63,8 @@ def scripted(status: int, stream: str) -> tuple[Starlette, list[dict[str, Any]]]
 @contextlib.asynccontextmanager
 async def upstream_for(app: Starlette):
     upstream = Upstream(UpstreamConfig(base_url=BASE_URL, extra_body={"top_k": 5, "seed": 1}))
-    # the pooled client, reaching the scripted engine in process
-    upstream._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    # one pooled client, reaching the scripted engine in process
+    upstream._clients, upstream._open = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app))], [0]
     try:
         yield upstream
     finally:
@@ -138,3 +144,25 @@ def test_tokens_are_one_value_whatever_sequences_they_came_from() -> None:
     assert list(tokens.fields()) == ["prompt_token_ids", "generation_token_ids", "generation_log_probs"]
     with pytest.raises(ValueError, match="2 generated token ids but 1 log-probs"):
         Tokens((1,), (2, 3), (-1.0,))
+
+
+def test_the_upstream_connections_are_split_into_small_pools() -> None:
+    assert pool_sizes(4096) == [POOL_CONNECTIONS] * (4096 // POOL_CONNECTIONS)
+    assert pool_sizes(130) == [POOL_CONNECTIONS, POOL_CONNECTIONS, 2] and pool_sizes(3) == [3]
+
+
+async def test_each_stream_goes_through_the_pool_with_the_fewest_streams_open() -> None:
+    app, received = scripted(200, chunk(1, "a", prompt=[5]) + chunk(2, "b", finish="stop"))
+    upstream = Upstream(UpstreamConfig(base_url=BASE_URL, max_connections=3 * POOL_CONNECTIONS))
+    upstream._clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) for _ in range(3)]
+    upstream._open = [0, 0, 0]
+    try:
+        streams = [upstream.deltas(upstream.engine.request(CHAT, None, 8), Halt()) for _ in range(4)]
+        for stream in streams:  # each one open, at its first delta
+            assert (await anext(stream)).generation_token_ids == [1]
+        assert sorted(upstream._open) == [1, 1, 2] and len(received) == 4
+        for stream in streams:
+            assert [d.finish_reason async for d in stream] == ["stop"]
+        assert upstream._open == [0, 0, 0]
+    finally:
+        await upstream.close()

@@ -67,10 +67,8 @@ class RunRequest(BaseModel):
 
 SELF_URL = "http://agent-self"
 #: a downstream server's pool: a connection per call in flight, at most one per episode (episodes are bounded by the
-#: collection's concurrency), each kept open between calls (the server's keep-alive timeout closes those left idle).
-#: httpcore closes a connection that goes idle whenever its pool holds more than its keep-alive count: with 64 kept and
-#: more episodes than that, every call opened a new connection
-EPISODE_CONNECTIONS = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+#: collection's concurrency), a few kept open between calls
+EPISODE_CONNECTIONS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
 PASS_HEADERS = ("retry-after", "content-type", LEDGER_CALL_HEADER)
 
 

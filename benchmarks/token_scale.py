@@ -295,7 +295,9 @@ class Trainer:
                 await asyncio.wait_for(self._stop.wait(), 5)
             if not self.results.exists():
                 continue
-            rows = [json.loads(line) for line in self.results.read_text(encoding="utf-8").splitlines() if line]
+            # a row the collection is still writing has no newline yet: read it next round
+            written = self.results.read_text(encoding="utf-8").split("\n")[:-1]
+            rows = [json.loads(line) for line in written if line]
             for rollout_id in sorted({row["_ng_rollout_id"] for row in rows} - self.dropped):
                 if self._stop.is_set():
                     break  # the load is over: a round over hundreds of rollouts would hold the restore back

@@ -47,8 +47,8 @@ def captured(
 ) -> list[FrozenRecord[Frozen]]:
     """The model participant's frozen records: each generation's prompt record (written against its rollout's last
     ledger entry) and prefix record, and the ledgers. Records that keep their bytes from one checkpoint to the next
-    (ledger chunks, prompts) come first, those that change (ledger heads, prefixes) last: packs fill in this order,
-    so the records a later checkpoint references share packs with few it does not."""
+    (ledger chunks and first prompts, prompts) come first, those that change (ledger heads, prefixes) last: packs fill
+    in this order, so the records a later checkpoint references share packs with few it does not."""
     prompts: list[FrozenRecord[Frozen]] = []
     prefixes: list[FrozenRecord[Frozen]] = []
     for (rollout_id, digest), prefix in generations:
@@ -58,8 +58,8 @@ def captured(
             kept = prompts if is_prompt_record(state.key) else prefixes
             kept.append(FrozenRecord(state.key, state, rollout_id=rollout_id, attempt=prefix.attempt))
     ledgers = frozen_records(ledger, scope)
-    chunks = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.head is None])
-    heads = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.head is not None])
+    chunks = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.lasting])
+    heads = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if not r.state.lasting])
     return [*chunks, *prompts, *heads, *prefixes]
 
 

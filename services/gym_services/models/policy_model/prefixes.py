@@ -285,10 +285,9 @@ def _base(record: RestoredRecord, rollout_id: str, index: int | None, bases: Bas
         ) from None
 
 
-def _prompt(record: RestoredRecord, prefix: RestoredRecord, head: PrefixHead, bases: Bases) -> array[int]:
-    """The prompt a schema 4 prefix record's tokens are written against, read from its prompt record."""
-    if (record.rollout_id, record.attempt) != (prefix.rollout_id, prefix.attempt):
-        raise InvalidState(f"record {record.key}: manifest identity does not match its prefix record's")
+def read_prompt(record: RestoredRecord) -> tuple[PromptHead, token_codec.Decoded]:
+    """A prompt record's header and its prompt (a triple without generated ids, written against the header's
+    ``base``); raises InvalidState when the bytes are not one."""
     data = memoryview(record.data)
     try:
         if data[:1] != bytes((PROMPT_SCHEMA_VERSION,)):
@@ -302,6 +301,14 @@ def _prompt(record: RestoredRecord, prefix: RestoredRecord, head: PrefixHead, ba
         raise InvalidState(f"record {record.key} is not a prompt record: {_problems(exc)}") from None
     except token_codec.TokenCodecError as exc:
         raise InvalidState(f"record {record.key} is not a prompt record: {exc}") from None
+    return prompt, triple
+
+
+def _prompt(record: RestoredRecord, prefix: RestoredRecord, head: PrefixHead, bases: Bases) -> array[int]:
+    """The prompt a schema 4 prefix record's tokens are written against, read from its prompt record."""
+    if (record.rollout_id, record.attempt) != (prefix.rollout_id, prefix.attempt):
+        raise InvalidState(f"record {record.key}: manifest identity does not match its prefix record's")
+    prompt, triple = read_prompt(record)
     if (prompt.rollout_id, prompt.digest) != (head.rollout_id, head.digest):
         raise InvalidState(f"record {record.key} does not hold the prompt its key names")
     try:

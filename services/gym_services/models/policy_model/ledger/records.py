@@ -11,6 +11,10 @@ trailing chunks no bigger than it), so a checkpoint writes at most twice what wa
 chunks, however many checkpoints it lived through. A restore changes the head (attempt + 1, version + 1), never a
 chunk: the first checkpoint after it references them all.
 
+A rollout's first call's prompt is a record of its own (its **first prompt**, ``.p``), byte for byte the prompt record
+of that call's generation (:mod:`..prefixes`), and the first chunk's first entry is written against it (chunk layout
+2): a first prompt a checkpoint wrote while its call ran is referenced, not written again, once the call is stored.
+
 Under the pause :func:`frozen_records` only slices lists of bytes; :data:`LEDGER_ENCODER` lays them out after
 resume. :func:`parse_records` reads a checkpoint's records back: schema 3, schema 2 (a JSON head and a JSON entries
 record) and schema 1 (one JSON record, its entries inline).
@@ -33,6 +37,7 @@ from gym_services.control.participant import FrozenRecord, InvalidState, Record,
 from gym_services.models.policy_model.ledger.entries import EntryLog, split_stored
 from gym_services.models.policy_model.ledger.rollouts import RolloutLedger, TokenLedger
 from gym_services.models.policy_model.ledger.wire import ROLLOUT_ID, LedgerEntry
+from gym_services.models.policy_model.prefixes import FrozenPrompt, encode_prompt, read_prompt
 
 LEDGER_RECORD_SCHEMA_VERSION = 3
 RECORD_PREFIX = "ledger-"
@@ -40,9 +45,16 @@ RECORD_PREFIX = "ledger-"
 CHUNK_INFIX = ".e"
 #: schema 2's entries record: the head's key and this (read only)
 ENTRIES_SUFFIX = ".entries"
-#: the first byte of a chunk (its layout's version)
+#: the rollout's first prompt record: the head's key and this
+FIRST_PROMPT_SUFFIX = ".p"
+#: the first byte of a chunk (its layout's version): every entry written against the one before, the first against
+#: nothing
 CHUNK_LAYOUT = 1
+#: a chunk from entry 0 whose first entry is written against the rollout's first prompt record
+CHUNK_LAYOUT_FIRST_PROMPT = 2
 _CHUNK_KEY = re.compile(r"^(ledger-[0-9a-f]{64})\.e(\d+)$")
+#: a call id that is a request digest: the policy model recorded the call itself (``.recording``)
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 class LedgerHead(BaseModel):
@@ -111,30 +123,61 @@ class LedgerRecordV1(BaseModel):
 
 @dataclass(frozen=True)
 class FrozenLedgerRecord:
-    """One of a rollout's records as the capture froze it: its head (``head``, the fields), or one of its chunks
-    (``head`` None: the stored entries from entry ``first`` on)."""
+    """One of a rollout's records as the capture froze it: its head (``head``, the fields), one of its chunks
+    (``head`` None: the stored entries from entry ``first`` on), or its first prompt record (``first_prompt``, the
+    first entry's call id; ``stored``: that entry). A chunk from entry 0 with ``first_prompt`` writes its first
+    entry against that record."""
 
     rollout_id: str
     head: dict[str, Any] | None
     first: int = 0
     stored: tuple[bytes, ...] = ()
+    first_prompt: str | None = None
+    #: the first prompt record itself (not a chunk)
+    is_prompt: bool = False
+
+    @property
+    def lasting(self) -> bool:
+        """Whether its bytes stay the same from one checkpoint to the next (a chunk, a first prompt)."""
+        return self.head is None
 
 
-def _chunk_bytes(first: int, stored: tuple[bytes, ...]) -> bytes:
-    out = bytearray((CHUNK_LAYOUT,))
-    token_codec.write_varint(first, out)
+def _whole(entry: bytes) -> tuple[bytes, token_codec.Decoded, array[int]]:
+    """A first entry (written against nothing): its JSON, its triple and its prompt."""
+    rest, triple, _ = token_codec.read_entry(entry)
+    return rest, triple, triple.prompt(array("I"))
+
+
+def _chunk_bytes(state: FrozenLedgerRecord) -> bytes:
+    stored = state.stored
+    out = bytearray((CHUNK_LAYOUT_FIRST_PROMPT if state.first_prompt is not None else CHUNK_LAYOUT,))
+    token_codec.write_varint(state.first, out)
     token_codec.write_varint(len(stored), out)
+    if state.first_prompt is not None:  # its prompt is the first prompt record's: a varint here
+        rest, triple, prompt = _whole(stored[0])
+        token_codec.write_entry(rest, triple.tokens(array("I")), prompt, out)
+        stored = stored[1:]
     return bytes(out) + b"".join(stored)
+
+
+def _first_prompt_bytes(state: FrozenLedgerRecord) -> bytes:
+    """Byte for byte the prompt record (:func:`~gym_services.models.policy_model.prefixes.encode_prompt`) the
+    rollout's first call had while it ran, so a checkpoint that held that call references it."""
+    assert state.first_prompt is not None
+    _, _, prompt = _whole(state.stored[0])
+    return encode_prompt(FrozenPrompt(state.rollout_id, state.first_prompt, prompt))
 
 
 class LedgerEncoder:
     """The policy model participant's :class:`~gym_services.control.participant.RecordEncoder`: a head's JSON,
-    or a chunk's layout (its first entry's index, its count, the stored entries)."""
+    a chunk's layout (its first entry's index, its count, the stored entries), or a first prompt record."""
 
     def encode(self, state: FrozenLedgerRecord) -> bytes:
         if state.head is not None:
             return json.dumps(state.head, ensure_ascii=False, separators=(",", ":")).encode()
-        return _chunk_bytes(state.first, state.stored)
+        if state.is_prompt:
+            return _first_prompt_bytes(state)
+        return _chunk_bytes(state)
 
     def encoded(self, state: FrozenLedgerRecord, data: bytes) -> None:
         pass
@@ -149,6 +192,10 @@ def ledger_record_key(rollout_id: str) -> str:
 
 def chunk_key(rollout_id: str, first: int) -> str:
     return f"{ledger_record_key(rollout_id)}{CHUNK_INFIX}{first}"
+
+
+def first_prompt_key(rollout_id: str) -> str:
+    return ledger_record_key(rollout_id) + FIRST_PROMPT_SUFFIX
 
 
 def entries_key(rollout_id: str) -> str:
@@ -189,6 +236,14 @@ def cut_chunks(rows: RolloutLedger) -> list[tuple[int, int]]:
     return list(zip(rows.chunks, ends, strict=True))
 
 
+def first_prompt(rows: RolloutLedger) -> str | None:
+    """The call id of the rollout's first entry when its prompt goes in a first prompt record: when the call id
+    is a request digest (the policy model recorded the call itself, so the prompt record of its generation, if a
+    checkpoint held one, has that record's bytes); None for a call stored under another id."""
+    calls = rows.entries.call_ids()
+    return calls[0] if calls and _DIGEST.match(calls[0]) else None
+
+
 def _head(rollout_id: str, ledger: RolloutLedger) -> dict[str, Any]:
     entries = ledger.entries
     return {
@@ -207,9 +262,14 @@ def _head(rollout_id: str, ledger: RolloutLedger) -> dict[str, Any]:
 
 
 def frozen_records(ledger: TokenLedger, scope: Scope) -> list[FrozenRecord[FrozenLedgerRecord]]:
-    """Every rollout's records as they are now, encoded later (:data:`LEDGER_ENCODER`): every rollout's chunks
-    first, then the heads (which change at every checkpoint): packs fill in this order, so the chunks a later
-    checkpoint references share packs with few records it does not.
+    """Every rollout's records as they are now, encoded later (:data:`LEDGER_ENCODER`): every rollout's first prompt
+    record and chunks first, then the heads (which change at every checkpoint): packs fill in this order, so the
+    chunks a later checkpoint references share packs with few records it does not.
+
+    A rollout's first call's prompt (its system prompt, tool schemas and first message: most of what a rollout holds
+    that no other call repeats) is a record of its own, byte for byte the prompt record that call's generation had
+    while it ran (:func:`first_prompt`), and the first chunk's first entry is written against it: a prompt a
+    checkpoint wrote while its call ran is not written again once the call is in the ledger.
 
     A rollout outside ``scope`` (finished: the controller runs it no more) is still written, its ledger waiting
     for the trainer, but without rollout identity in the manifest: the restore does not count it as a live
@@ -223,8 +283,13 @@ def frozen_records(ledger: TokenLedger, scope: Scope) -> list[FrozenRecord[Froze
             continue
         identity: dict[str, Any] = {"rollout_id": rollout_id, "attempt": rows.attempt} if live else {}
         stored = rows.entries.stored
+        digest = first_prompt(rows)
+        if digest is not None:
+            state = FrozenLedgerRecord(rollout_id, None, 0, (stored[0],), digest, is_prompt=True)
+            chunks.append(FrozenRecord(first_prompt_key(rollout_id), state, **identity))
         for first, end in cut_chunks(rows):
-            state = FrozenLedgerRecord(rollout_id, None, first, tuple(stored[first:end]))
+            against = digest if first == 0 else None
+            state = FrozenLedgerRecord(rollout_id, None, first, tuple(stored[first:end]), against)
             chunks.append(FrozenRecord(chunk_key(rollout_id, first), state, **identity))
         heads.append(
             FrozenRecord(
@@ -264,7 +329,7 @@ def _check_identity(record: RestoredRecord, head: RestoredRecord) -> None:
 
 def _chunk(record: RestoredRecord, first: int) -> list[bytes]:
     data = memoryview(record.data)
-    if not data or data[0] != CHUNK_LAYOUT:
+    if not data or data[0] not in (CHUNK_LAYOUT, CHUNK_LAYOUT_FIRST_PROMPT) or (data[0] != CHUNK_LAYOUT and first):
         raise InvalidState(f"record {record.key} is not a ledger chunk")
     try:
         at, offset = token_codec.read_varint(data, 1)
@@ -275,6 +340,29 @@ def _chunk(record: RestoredRecord, first: int) -> list[bytes]:
     if at != first or len(stored) != count:
         raise InvalidState(f"record {record.key} holds {len(stored)} entries from {at}, its key names entry {first}")
     return stored
+
+
+def _against_first_prompt(head: LedgerHead, entry: bytes, prompt: RestoredRecord | None) -> bytes:
+    """A first entry written against the rollout's first prompt record, written against nothing again (the form
+    the ledger holds)."""
+    key = first_prompt_key(head.rollout_id)
+    if prompt is None:
+        raise InvalidState(f"record {chunk_key(head.rollout_id, 0)}: its first prompt record {key} is missing")
+    held, decoded = read_prompt(prompt)
+    try:
+        rest, triple, end = token_codec.read_entry(entry)
+        call = json.loads(rest).get("model_call_id")
+        if decoded.shared or held.base is not None or end != len(entry):
+            raise token_codec.TokenCodecError("the prompt is not written whole")
+        ids = decoded.prompt(array("I"))
+        if triple.shared != len(ids) or len(triple.fresh):
+            raise token_codec.TokenCodecError(f"its prompt is not the {len(ids)} ids of the first prompt")
+        tokens = triple.tokens(ids)
+    except (token_codec.TokenCodecError, ValueError, AttributeError) as exc:
+        raise InvalidState(f"record {key}: the rollout's first entry does not continue it: {exc}") from None
+    if (held.rollout_id, held.digest) != (head.rollout_id, call):
+        raise InvalidState(f"record {key} holds the prompt of another call than the rollout's first entry")
+    return bytes(token_codec.write_entry(rest, tokens, (), bytearray()))
 
 
 def _v3(record: RestoredRecord, head: LedgerHead, chunks: dict[str, RestoredRecord]) -> RolloutLedger:
@@ -290,6 +378,11 @@ def _v3(record: RestoredRecord, head: LedgerHead, chunks: dict[str, RestoredReco
         if len(stored) != first:
             raise InvalidState(f"record {chunk.key}: starts at entry {first}, the chunks before end at {len(stored)}")
         stored.extend(_chunk(chunk, first))
+        if chunk.data[0] == CHUNK_LAYOUT_FIRST_PROMPT and stored:
+            prompt = chunks.pop(first_prompt_key(head.rollout_id), None)
+            if prompt is not None:
+                _check_identity(prompt, record)
+            stored[0] = _against_first_prompt(head, stored[0], prompt)
     if len(stored) != head.entries:
         raise InvalidState(f"record {record.key}: its chunks hold {len(stored)} entries, it names {head.entries}")
     try:
@@ -369,8 +462,9 @@ def _parse_head(record: RestoredRecord) -> LedgerHead | LedgerRecordV2 | LedgerR
 def parse_records(records: list[RestoredRecord]) -> dict[str, RolloutLedger]:
     """Parse the checkpoint's ledger records (each rollout's head and its chunks, or its older records); each
     rollout's rows belong to attempt + 1."""
-    heads = [r for r in records if not r.key.endswith(ENTRIES_SUFFIX) and not _CHUNK_KEY.match(r.key)]
-    others = {r.key: r for r in records if r.key.endswith(ENTRIES_SUFFIX) or _CHUNK_KEY.match(r.key)}
+    beside = (ENTRIES_SUFFIX, FIRST_PROMPT_SUFFIX)
+    heads = [r for r in records if not r.key.endswith(beside) and not _CHUNK_KEY.match(r.key)]
+    others = {r.key: r for r in records if r.key.endswith(beside) or _CHUNK_KEY.match(r.key)}
     restored: dict[str, RolloutLedger] = {}
     for record in heads:
         head = _parse_head(record)

@@ -24,6 +24,7 @@ from typing import Any, Never
 import httpx
 
 from gym_services.base.affinity import expand_endpoints, replica_for
+from gym_services.base.connection_pools import PooledTransport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.collection.episodes import EpisodeCalls, RetryPolicy, run_body
@@ -190,10 +191,12 @@ class Collection(Participant[tuple[JobState, list[EpisodeState]] | None, Never])
         self.calls.clear()
         if self._client is None:
             # one connection per running episode (a /run holds its connection until the episode ends): httpx's
-            # default pool of 100 would hold every episode past the 100th back, however high the job's concurrency
-            limits = httpx.Limits(max_connections=MAX_CONCURRENCY, max_keepalive_connections=64)
+            # default pool of 100 would hold every episode past the 100th back, however high the job's concurrency;
+            # in small pools (thousands of episodes' calls in one pool cost it most of the server's loop)
             self._client = httpx.AsyncClient(
-                transport=self._transport, timeout=self.request_timeout_s, trust_env=False, limits=limits
+                transport=self._transport or PooledTransport(MAX_CONCURRENCY),
+                timeout=self.request_timeout_s,
+                trust_env=False,
             )
         self.watch.start(self._client)
         for episode in list(self.running.values()):

@@ -88,11 +88,7 @@ class _NoCookies(CookiePolicy):
 
 
 def cookieless_client(
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    timeout_s: float = 600.0,
-    base_url: str = "",
-    limits: httpx.Limits | None = None,
+    *, transport: httpx.AsyncBaseTransport, timeout_s: float = 600.0, base_url: str = ""
 ) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=transport,
@@ -100,7 +96,6 @@ def cookieless_client(
         timeout=timeout_s,
         cookies=CookieJar(policy=_NoCookies()),
         trust_env=False,
-        limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
 
 

@@ -45,6 +45,7 @@ from gym_services.agents.common.loop import AgentLoop
 from gym_services.agents.common.participant import AgentMetrics, AgentParticipant
 from gym_services.agents.common.tokens import LEDGER_CALL_HEADER
 from gym_services.base import nemo_http
+from gym_services.base.connection_pools import PooledTransport
 from gym_services.base.downstream import DOWNSTREAM_PATH
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.http import read_json
@@ -66,9 +67,6 @@ class RunRequest(BaseModel):
 
 
 SELF_URL = "http://agent-self"
-#: a downstream server's pool: a connection per call in flight, at most one per episode (episodes are bounded by the
-#: collection's concurrency), a few kept open between calls
-EPISODE_CONNECTIONS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
 PASS_HEADERS = ("retry-after", "content-type", LEDGER_CALL_HEADER)
 
 
@@ -109,11 +107,12 @@ class AgentServer:
         config = self.config
         assert self.app is not None
         for name in (MODEL, *self.servers):
-            # one pool per server, each episode at most one call in it: a generation (seconds to minutes) never holds
-            # the connection a tool call waits for (a waited step: a checkpoint's prepare waits for it), as one pool of
-            # httpx's default 100 connections did once a hundred episodes were generating
+            # a client per server, each episode at most one call in it, with no bound (episodes are bounded by the
+            # collection's concurrency): a generation (seconds to minutes) never holds the connection a tool call
+            # waits for (a waited step: a checkpoint's prepare waits for it); in small pools, each keeping its
+            # connections open between calls (a thousand episodes' calls in one pool cost it most of its loop)
             self.clients[name] = cookieless_client(
-                transport=self.transport, timeout_s=config.request_timeout_s, limits=EPISODE_CONNECTIONS
+                transport=self.transport or PooledTransport(), timeout_s=config.request_timeout_s
             )
         self.clients["self"] = cookieless_client(
             # an unexpected error in the proxy is its 500 reply here too, as it would be over the network

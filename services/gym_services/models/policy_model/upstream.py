@@ -13,6 +13,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gym_services.base.affinity import Endpoints, expand_endpoints
+from gym_services.base.connection_pools import PooledTransport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.logs import get_logger
 from gym_services.models.policy_model.engines import (
@@ -118,26 +119,18 @@ class UpstreamUnavailable(ApiError):
         self.worker = worker
 
 
-#: connections per pooled HTTP client: httpcore's pool walks every connection at each request and response (and
-#: again for each request waiting for one), so a pool of a thousand streams spent most of a policy model's event loop
-#: there (``benchmarks/token_scale.py`` at 1,024 rollouts); the upstream keeps several small pools instead
-POOL_CONNECTIONS = 64
-
-
-def pool_sizes(max_connections: int) -> list[int]:
-    """The connections of each pooled client: :data:`POOL_CONNECTIONS` each, the last one the rest."""
-    full, rest = divmod(max_connections, POOL_CONNECTIONS)
-    return [POOL_CONNECTIONS] * full + ([rest] if rest else [])
-
-
 class Upstream:
-    """The pooled HTTP clients of every generation of this model server, over its fleet of workers (:mod:`.fleet`):
-    each stream goes to the least loaded healthy worker, through the pool with the fewest streams open (at most
-    :data:`POOL_CONNECTIONS` connections each), and a worker a stream fails on is taken out of rotation until its
-    health probe answers again."""
+    """The HTTP client of every generation of this model server, over its fleet of workers (:mod:`.fleet`): each
+    stream goes to the least loaded healthy worker, through small connection pools
+    (:mod:`gym_services.base.connection_pools`), and a worker a stream fails on is taken out of rotation until its
+    health probe answers again. ``transport``: where requests go instead of the network (tests)."""
 
     def __init__(
-        self, config: UpstreamConfig, metrics: FleetMetrics | None = None, resolver: Resolver | None = None
+        self,
+        config: UpstreamConfig,
+        metrics: FleetMetrics | None = None,
+        resolver: Resolver | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config
         self.fleet = Fleet(
@@ -148,25 +141,19 @@ class Upstream:
             **({"resolver": resolver} if resolver is not None else {}),
         )
         self.engine: Engine = ENGINES[config.engine]()
-        self._clients: list[httpx.AsyncClient] = []
-        #: streams open through each of ``_clients``
-        self._open: list[int] = []
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         c = self.config
         headers = {"authorization": f"Bearer {c.api_key.get_secret_value()}"} if c.api_key else {}
-        sizes = pool_sizes(c.max_connections)
-        self._clients = [
-            httpx.AsyncClient(
-                headers=headers,
-                timeout=httpx.Timeout(c.read_timeout_s, connect=c.connect_timeout_s),
-                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
-                trust_env=False,
-            )
-            for size in sizes
-        ]
-        self._open = [0] * len(sizes)
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(c.read_timeout_s, connect=c.connect_timeout_s),
+            transport=self._transport or PooledTransport(c.max_connections),
+            trust_env=False,
+        )
         await self.fleet.refresh()
         self._watch = asyncio.create_task(self._watch_workers(), name="upstream-health")
 
@@ -176,8 +163,8 @@ class Upstream:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
             self._watch = None
-        clients, self._clients, self._open = self._clients, [], []
-        for client in clients:
+        client, self._client = self._client, None
+        if client is not None:
             await client.aclose()
 
     async def _watch_workers(self) -> None:
@@ -190,24 +177,20 @@ class Upstream:
                 if c.resolve and time.monotonic() - resolved_at >= c.resolve_interval_s:
                     resolved_at = time.monotonic()
                     await self.fleet.refresh()
-                if self._clients:
-                    await self.fleet.probe(self._clients[0], c.health_timeout_s)
+                if self._client is not None:
+                    await self.fleet.probe(self._client, c.health_timeout_s)
             except Exception as exc:
                 log.warning("worker health round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
-    def _pool(self) -> int:
-        """The pool with the fewest streams open."""
-        if not self._clients:
+    def _connection(self) -> tuple[Worker, Connection]:
+        """The least loaded healthy worker, and the engine's way to it."""
+        if self._client is None:
             raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
-        return min(range(len(self._open)), key=self._open.__getitem__)
-
-    def _connection(self, pool: int) -> tuple[Worker, Connection]:
-        """The least loaded healthy worker, and the engine's way to it through pool ``pool``."""
         worker = self.fleet.pick()
         if worker is None:
             raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
         c = self.config
-        return worker, Connection(self._clients[pool], worker.base_url, c.extra_body, c.continuous_usage)
+        return worker, Connection(self._client, worker.base_url, c.extra_body, c.continuous_usage)
 
     def _failure(self, worker: Worker, exc: Exception) -> ApiError:
         """What a failure of ``worker`` means to the generation: a worker fault (:class:`UpstreamUnavailable`;
@@ -224,7 +207,7 @@ class Upstream:
 
     async def prompt_token_ids(self, chat: dict[str, Any]) -> list[int]:
         """The prompt's token ids for ``chat``, asked of a healthy worker (when a stream did not report them)."""
-        worker, connection = self._connection(self._pool())
+        worker, connection = self._connection()
         try:
             return await self.engine.prompt_token_ids(connection, chat)
         except (EngineError, EngineUnavailable, httpx.HTTPError) as exc:
@@ -241,12 +224,10 @@ class Upstream:
         boundary. Any other failure of the worker (refused, reset, broken off, a transient status, an end
         without ``finish_reason``) marks it down and raises :class:`UpstreamUnavailable` naming it.
         """
-        pool = self._pool()
-        worker, connection = self._connection(pool)
+        worker, connection = self._connection()
         halt = halt or Halt()
         stream = self.fleet.open(worker, self.fleet.expected(request.body.get("max_tokens"), prefix_tokens))
         finished = False
-        self._open[pool] += 1
         try:
             async with contextlib.aclosing(self.engine.deltas(connection, request, halt)) as deltas:
                 async for delta in deltas:
@@ -260,5 +241,3 @@ class Upstream:
             raise self._failure(worker, exc) from None
         finally:
             self.fleet.close(stream, prefix_tokens + stream.received if finished else None)
-            if pool < len(self._open):  # not closed meanwhile
-                self._open[pool] -= 1

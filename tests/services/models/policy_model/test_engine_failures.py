@@ -17,16 +17,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from gym_services.base.connection_pools import POOL_CONNECTIONS, PooledTransport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.engines import Delta, Halt
-from gym_services.models.policy_model.upstream import (
-    POOL_CONNECTIONS,
-    Upstream,
-    UpstreamConfig,
-    UpstreamUnavailable,
-    pool_sizes,
-)
+from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamUnavailable
 
 BASE_URL = "http://engine.test/v1"
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
@@ -63,8 +58,8 @@ def scripted(status: int, stream: str) -> tuple[Starlette, list[dict[str, Any]]]
 @contextlib.asynccontextmanager
 async def upstream_for(app: Starlette):
     upstream = Upstream(UpstreamConfig(base_url=BASE_URL, extra_body={"top_k": 5, "seed": 1}))
-    # one pooled client, reaching the scripted engine in process
-    upstream._clients, upstream._open = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app))], [0]
+    # its client, reaching the scripted engine in process
+    upstream._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
     try:
         yield upstream
     finally:
@@ -146,23 +141,20 @@ def test_tokens_are_one_value_whatever_sequences_they_came_from() -> None:
         Tokens((1,), (2, 3), (-1.0,))
 
 
-def test_the_upstream_connections_are_split_into_small_pools() -> None:
-    assert pool_sizes(4096) == [POOL_CONNECTIONS] * (4096 // POOL_CONNECTIONS)
-    assert pool_sizes(130) == [POOL_CONNECTIONS, POOL_CONNECTIONS, 2] and pool_sizes(3) == [3]
-
-
-async def test_each_stream_goes_through_the_pool_with_the_fewest_streams_open() -> None:
+async def test_each_stream_holds_its_pools_place_for_its_whole_life() -> None:
+    """The upstream's streams go through small pools (``base/connection_pools.py``): each stream is in flight in
+    its pool from its request to its last delta."""
     app, received = scripted(200, chunk(1, "a", prompt=[5]) + chunk(2, "b", finish="stop"))
-    upstream = Upstream(UpstreamConfig(base_url=BASE_URL, max_connections=3 * POOL_CONNECTIONS))
-    upstream._clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) for _ in range(3)]
-    upstream._open = [0, 0, 0]
+    transport = PooledTransport(3 * POOL_CONNECTIONS, pool=lambda size: httpx.ASGITransport(app=app))
+    upstream = Upstream(UpstreamConfig(base_url=BASE_URL, max_connections=3 * POOL_CONNECTIONS), transport=transport)
+    upstream._client = httpx.AsyncClient(transport=transport)
     try:
         streams = [upstream.deltas(upstream.engine.request(CHAT, None, 8), Halt()) for _ in range(4)]
         for stream in streams:  # each one open, at its first delta
             assert (await anext(stream)).generation_token_ids == [1]
-        assert sorted(upstream._open) == [1, 1, 2] and len(received) == 4
+        assert transport.in_flight == [4] and len(received) == 4
         for stream in streams:
             assert [d.finish_reason async for d in stream] == ["stop"]
-        assert upstream._open == [0, 0, 0]
+        assert transport.in_flight == [0]
     finally:
         await upstream.close()

@@ -78,7 +78,7 @@ async def test_schema_1_ledger_and_prefix_records_restore() -> None:
     ]
     ledger = TokenLedger()
     manager = GenerationManager.__new__(GenerationManager)  # validate and install touch only its staged prefixes
-    manager.staged, manager.live = {}, {}
+    manager.staged, manager.live, manager._live_of = {}, {}, {}
     participant = ModelParticipant(manager, ledger)
     await participant.install(await participant.validate(records))
 

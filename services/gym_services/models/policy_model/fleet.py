@@ -95,6 +95,9 @@ class Worker:
     tokens_received: int = 0  # every token its streams delivered to this policy model
     finished_streams: int = 0  # streams it ended with a finish_reason
     finished_tokens: int = 0  # the tokens of those streams (the rest were continued elsewhere or cut)
+    #: the open streams' remaining tokens, kept as they change (a sum over thousands of streams at every stream's
+    #: start and end took a policy model's event loop a tenth of its time at 4,096 rollouts)
+    remaining: int = 0
 
     @property
     def chat_url(self) -> str:
@@ -105,7 +108,7 @@ class Worker:
         return self.base_url + "/models"
 
     def outstanding(self) -> int:
-        return sum(s.remaining() for s in self.streams)
+        return self.remaining
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -178,12 +181,15 @@ class Fleet:
     def open(self, worker: Worker, expected: int) -> Stream:
         stream = Stream(worker, expected)
         worker.streams.add(stream)
+        worker.remaining += stream.remaining()
         self._export(worker)
         return stream
 
     def close(self, stream: Stream, total_tokens: int | None = None) -> None:
         """The stream ended; ``total_tokens`` is the whole generation's length when it finished."""
-        stream.worker.streams.discard(stream)
+        if stream in stream.worker.streams:
+            stream.worker.streams.discard(stream)
+            stream.worker.remaining -= stream.remaining()
         if total_tokens is not None:
             stream.worker.finished_streams += 1
             stream.worker.finished_tokens += stream.received
@@ -192,8 +198,11 @@ class Fleet:
         self._export(stream.worker)
 
     def received(self, stream: Stream, tokens: int = 1) -> None:
+        before = stream.remaining()
         stream.received += tokens
         stream.worker.tokens_received += tokens
+        if stream in stream.worker.streams:
+            stream.worker.remaining += stream.remaining() - before
 
     def counted(self, stream: Stream, tokens: int) -> None:
         """The upstream says how many tokens the stream has generated so far (its usage)."""

@@ -432,6 +432,8 @@ class GenerationManager:
         self.token_information = token_information
         self.paused = False
         self.live: dict[int, Generation] = {}
+        #: the call ids in :attr:`live` of each rollout (a rollout's calls found without a walk over every live one)
+        self._live_of: dict[str, set[int]] = {}
         self.staged: dict[Key, StagedPrefix] = {}
         #: the last response delivered per rollout, until that rollout calls again: a reply still in
         #: transit when the agent parks is saved too, so the restored attempt need not generate it again
@@ -507,6 +509,8 @@ class GenerationManager:
         generation = Generation(self, identity, digest, body, limit, staged)
         call_id = next(self._ids)
         self.live[call_id] = generation
+        if identity is not None:
+            self._live_of.setdefault(identity.rollout_id, set()).add(call_id)
         try:
             await generation.run()
             if identity is not None and generation.finish_reason is not None:
@@ -519,6 +523,11 @@ class GenerationManager:
             raise
         finally:
             del self.live[call_id]
+            if identity is not None:
+                calls = self._live_of[identity.rollout_id]
+                calls.discard(call_id)
+                if not calls:
+                    del self._live_of[identity.rollout_id]
             generation.finished.set()
 
     def _restage_unfinished(self, generation: Generation, exc: BaseException) -> None:
@@ -537,8 +546,9 @@ class GenerationManager:
 
     def _stale_older(self, rollout_id: str, attempt: int) -> None:
         """Calls of older attempts of this rollout end with 409 stale_attempt."""
-        for g in self.live.values():
-            if g.identity is not None and g.identity.rollout_id == rollout_id and g.identity.attempt < attempt:
+        for call_id in list(self._live_of.get(rollout_id, ())):
+            g = self.live[call_id]
+            if g.identity is not None and g.identity.attempt < attempt:
                 g.fail(_stale(g.identity, f"attempt {attempt} is current"))
 
     # --- checkpoint ------------------------------------------------------------------

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import aiohttp
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
@@ -120,17 +121,14 @@ class UpstreamUnavailable(ApiError):
 
 
 class Upstream:
-    """The HTTP client of every generation of this model server, over its fleet of workers (:mod:`.fleet`): each
-    stream goes to the least loaded healthy worker, through small connection pools
-    (:mod:`gym_services.base.connection_pools`), and a worker a stream fails on is taken out of rotation until its
-    health probe answers again. ``transport``: where requests go instead of the network (tests)."""
+    """The HTTP clients of every generation of this model server, over its fleet of workers (:mod:`.fleet`): each
+    stream goes to the least loaded healthy worker, and a worker a stream fails on is taken out of rotation until
+    its health probe answers again. Streams go through an aiohttp session (``docs/decisions.md``, "The policy model
+    reads its streams with aiohttp"), requests with one answer (tokenize, health probes, llama.cpp's steps) through
+    an httpx client in small connection pools (:mod:`gym_services.base.connection_pools`)."""
 
     def __init__(
-        self,
-        config: UpstreamConfig,
-        metrics: FleetMetrics | None = None,
-        resolver: Resolver | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        self, config: UpstreamConfig, metrics: FleetMetrics | None = None, resolver: Resolver | None = None
     ) -> None:
         self.config = config
         self.fleet = Fleet(
@@ -141,8 +139,8 @@ class Upstream:
             **({"resolver": resolver} if resolver is not None else {}),
         )
         self.engine: Engine = ENGINES[config.engine]()
-        self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        self._streams: aiohttp.ClientSession | None = None
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -151,7 +149,13 @@ class Upstream:
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(c.read_timeout_s, connect=c.connect_timeout_s),
-            transport=self._transport or PooledTransport(c.max_connections),
+            transport=PooledTransport(c.max_connections),
+            trust_env=False,
+        )
+        self._streams = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=c.max_connections, limit_per_host=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.connect_timeout_s, sock_read=c.read_timeout_s),
             trust_env=False,
         )
         await self.fleet.refresh()
@@ -164,8 +168,11 @@ class Upstream:
                 await self._watch
             self._watch = None
         client, self._client = self._client, None
+        streams, self._streams = self._streams, None
         if client is not None:
             await client.aclose()
+        if streams is not None:
+            await streams.close()
 
     async def _watch_workers(self) -> None:
         """Probe every worker every ``health_interval_s``; re-resolve every ``resolve_interval_s``."""
@@ -184,13 +191,13 @@ class Upstream:
 
     def _connection(self) -> tuple[Worker, Connection]:
         """The least loaded healthy worker, and the engine's way to it."""
-        if self._client is None:
+        if self._client is None or self._streams is None:
             raise ApiError(ErrorCode.NOT_READY, "the upstream client is not started")
         worker = self.fleet.pick()
         if worker is None:
             raise UpstreamUnavailable(f"no inference worker: {self.config.base_url} resolves to no address")
         c = self.config
-        return worker, Connection(self._client, worker.base_url, c.extra_body, c.continuous_usage)
+        return worker, Connection(self._client, self._streams, worker.base_url, c.extra_body, c.continuous_usage)
 
     def _failure(self, worker: Worker, exc: Exception) -> ApiError:
         """What a failure of ``worker`` means to the generation: a worker fault (:class:`UpstreamUnavailable`;

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from tests.support.http_server import serving
 
-from gym_services.base.connection_pools import POOL_CONNECTIONS, PooledTransport
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.engines import Delta, Halt
 from gym_services.models.policy_model.upstream import Upstream, UpstreamConfig, UpstreamUnavailable
 
-BASE_URL = "http://engine.test/v1"
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
 
 
@@ -45,25 +44,31 @@ def chunk(token: int, text: str, finish: str | None = None, prompt: list[int] | 
 
 
 def scripted(status: int, stream: str) -> tuple[Starlette, list[dict[str, Any]]]:
-    """An engine answering every chat completions request with ``status`` and ``stream`` as its body."""
+    """An engine answering every chat completions request with ``status`` and ``stream`` as its body (and its
+    health probe, ``GET /v1/models``, with 200)."""
     received: list[dict[str, Any]] = []
 
     async def chat(request: Request) -> Response:
         received.append(await request.json())
         return PlainTextResponse(stream, status_code=status, media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]), received
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models)]
+    return Starlette(routes=routes), received
 
 
 @contextlib.asynccontextmanager
-async def upstream_for(app: Starlette):
-    upstream = Upstream(UpstreamConfig(base_url=BASE_URL, extra_body={"top_k": 5, "seed": 1}))
-    # its client, reaching the scripted engine in process
-    upstream._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
-    try:
-        yield upstream
-    finally:
-        await upstream.close()
+async def upstream_for(app: Starlette) -> AsyncIterator[Upstream]:
+    """An upstream started over the scripted engine, served on 127.0.0.1 in this process."""
+    async with serving(app) as root:
+        upstream = Upstream(UpstreamConfig(base_url=f"{root}/v1", extra_body={"top_k": 5, "seed": 1}))
+        await upstream.start()
+        try:
+            yield upstream
+        finally:
+            await upstream.close()
 
 
 async def run(upstream: Upstream) -> list[Delta]:
@@ -108,7 +113,7 @@ async def test_a_worker_fault_takes_the_worker_out_of_rotation(status: int, stre
     async with upstream_for(app) as upstream:
         with pytest.raises(UpstreamUnavailable, match=cause) as failed:
             await run(upstream)
-        assert failed.value.worker == BASE_URL
+        assert failed.value.worker == upstream.config.base_url
         assert failed.value.details == ({"upstream_status": status} if status != 200 else None)
         assert not worker_healthy(upstream)
 
@@ -139,22 +144,3 @@ def test_tokens_are_one_value_whatever_sequences_they_came_from() -> None:
     assert list(tokens.fields()) == ["prompt_token_ids", "generation_token_ids", "generation_log_probs"]
     with pytest.raises(ValueError, match="2 generated token ids but 1 log-probs"):
         Tokens((1,), (2, 3), (-1.0,))
-
-
-async def test_each_stream_holds_its_pools_place_for_its_whole_life() -> None:
-    """The upstream's streams go through small pools (``base/connection_pools.py``): each stream is in flight in
-    its pool from its request to its last delta."""
-    app, received = scripted(200, chunk(1, "a", prompt=[5]) + chunk(2, "b", finish="stop"))
-    transport = PooledTransport(3 * POOL_CONNECTIONS, pool=lambda size: httpx.ASGITransport(app=app))
-    upstream = Upstream(UpstreamConfig(base_url=BASE_URL, max_connections=3 * POOL_CONNECTIONS), transport=transport)
-    upstream._client = httpx.AsyncClient(transport=transport)
-    try:
-        streams = [upstream.deltas(upstream.engine.request(CHAT, None, 8), Halt()) for _ in range(4)]
-        for stream in streams:  # each one open, at its first delta
-            assert (await anext(stream)).generation_token_ids == [1]
-        assert transport.in_flight == [4] and len(received) == 4
-        for stream in streams:
-            assert [d.finish_reason async for d in stream] == ["stop"]
-        assert transport.in_flight == [0]
-    finally:
-        await upstream.close()

@@ -162,7 +162,7 @@ async def test_schema_3_prefix_records_still_restore() -> None:
     ]
     assert {r.data[0] for r in records if r.key.startswith("prefix-")} == {3}
     manager = GenerationManager.__new__(GenerationManager)  # validate and install touch only its staged prefixes
-    manager.staged, manager.live = {}, {}
+    manager.staged, manager.live, manager._live_of = {}, {}, {}
     participant = ModelParticipant(manager, TokenLedger())
     await participant.install(await participant.validate(records))
     assert len(manager.staged) == len(fixture["expected"]) == 3
@@ -191,7 +191,7 @@ async def test_a_restore_whose_prompt_record_is_missing_installs_nothing() -> No
     ledger.put(LedgerEntry.of_call("r", "c-0", earlier, model="m"), 0)
     records = encoded(capture(ledger, cut([*earlier.sequence(), *ids(rng, 300)], ids(rng, 20))))
     manager = GenerationManager.__new__(GenerationManager)  # validate and install touch only its staged prefixes
-    manager.staged, manager.live = {}, {}
+    manager.staged, manager.live, manager._live_of = {}, {}, {}
     fresh = TokenLedger()
     participant = ModelParticipant(manager, fresh)
     with pytest.raises(InvalidState, match=r"prompt record .* is missing"):

@@ -4,6 +4,7 @@ and a worker killed mid-generation costing no episode and no token (real uvicorn
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import warnings
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from tests.support.asgi import Control, base_config, serve
 from gym_services.base.config import ConfigError, load_config
 from gym_services.models.inference_worker.generation import read_token_mirror
 from gym_services.models.policy_model.app import Config
-from gym_services.models.policy_model.fleet import Fleet
+from gym_services.models.policy_model.fleet import Fleet, Stream
 
 WORKERS = 4
 STREAMS = 64
@@ -50,6 +51,33 @@ def test_new_streams_go_to_the_worker_with_the_fewest_outstanding_tokens() -> No
         fleet.close(stream)
     assert fleet.pick() is b
     assert fleet.expected(8, 0) == 8 and fleet.expected(None, 30) == 70
+
+
+def test_a_workers_outstanding_tokens_are_kept_as_streams_open_move_and_close() -> None:
+    """Kept as they change (no walk over every open stream): always the sum of the open streams' remaining tokens,
+    a stream past its expected length counting 1, a token counted after its stream closed counting nothing."""
+    rng = random.Random(3)
+    fleet = Fleet(["http://127.0.0.1:9001/v1"], expected_tokens=50)
+    (worker,) = fleet.workers.values()
+    streams: list[Stream] = []
+    closed: list[Stream] = []
+    for _ in range(2000):
+        move = rng.random()
+        if move < 0.3 or not streams:
+            streams.append(fleet.open(worker, rng.randrange(1, 80)))
+        elif move < 0.85:
+            fleet.received(rng.choice(streams), rng.randrange(1, 20))
+        elif move < 0.95:
+            stream = streams.pop(rng.randrange(len(streams)))
+            fleet.close(stream, rng.choice([None, 10]))
+            closed.append(stream)
+        else:
+            fleet.received(rng.choice(closed or streams), 3)  # a late count, or a counted stream
+        assert worker.outstanding() == sum(max(1, s.expected - s.received) for s in streams)
+    for stream in streams:
+        fleet.close(stream)
+        fleet.close(stream)  # twice: counted once
+    assert worker.outstanding() == 0 and not worker.streams
 
 
 def test_a_failed_worker_takes_no_stream_until_a_probe_finds_it_up() -> None:

@@ -20,7 +20,9 @@ answers as vLLM does) read one server-sent-event stream per generation; llama.cp
 (:mod:`..upstream`) picks the worker, counts the load and turns the errors below into the policy
 model's: :class:`EngineUnavailable` and ``httpx.TransportError`` are the worker's fault (it is taken out
 of rotation and the generation continues elsewhere or later), :class:`EngineError` is an answer the
-policy model cannot use (``502 upstream_error``).
+policy model cannot use (``502 upstream_error``). The SSE engines read through aiohttp
+(:attr:`Connection.streams`) and turn its failures into :class:`EngineUnavailable`; requests with one answer go
+through the httpx client (:attr:`Connection.client`).
 
 Contract every adapter keeps (the tests in ``tests/services/models/policy_model`` hold the built-in
 worker's adapter to it, ``tests/services/models/llama_cpp`` llama.cpp's):
@@ -52,6 +54,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import aiohttp
 import httpx
 
 from gym_services.base.tokens import Tokens
@@ -72,10 +75,13 @@ class EngineRequest:
 
 @dataclass(frozen=True)
 class Connection:
-    """One worker as an engine reaches it: the pooled client, the worker's OpenAI base URL (ending in
-    ``/v1``), and the upstream's settings every request carries."""
+    """One worker as an engine reaches it: the pooled client (requests with one answer), the streaming session (SSE
+    streams: aiohttp, whose reads cost less than half of httpx's per chunk, ``docs/decisions.md``, "The policy
+    model reads its streams with aiohttp"), the worker's OpenAI base URL (ending in ``/v1``), and the upstream's
+    settings every request carries."""
 
     client: httpx.AsyncClient
+    streams: aiohttp.ClientSession
     base_url: str
     #: ``upstream.extra_body``: under every request's own fields
     extra_body: Mapping[str, Any] = field(default_factory=dict)
@@ -180,8 +186,8 @@ class Engine(ABC):
     def deltas(self, connection: Connection, request: EngineRequest, halt: Halt) -> AsyncGenerator[Delta]:
         """Run ``request`` on the worker behind ``connection``: every delta until the one with a
         ``finish_reason``, or, once ``halt`` is requested, until a token boundary with nothing the engine
-        generated dropped. Raises ``httpx.TransportError`` or :class:`EngineUnavailable` for a failing
-        worker and :class:`EngineError` for an answer it cannot use."""
+        generated dropped. Raises :class:`EngineUnavailable` (or, through the httpx client, ``httpx.TransportError``)
+        for a failing worker and :class:`EngineError` for an answer it cannot use."""
 
     async def prompt_token_ids(self, connection: Connection, chat: dict[str, Any]) -> list[int]:
         """The prompt's token ids for ``chat`` when the stream did not report them."""

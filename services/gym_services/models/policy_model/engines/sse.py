@@ -16,7 +16,7 @@ from abc import abstractmethod
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import httpx
+import aiohttp
 
 from gym_services.models.policy_model.engines.base import (
     TRANSIENT_STATUS,
@@ -49,10 +49,10 @@ class SseEngine(Engine):
     async def deltas(self, connection: Connection, request: EngineRequest, halt: Halt) -> AsyncGenerator[Delta]:
         url = connection.base_url + request.path
         try:
-            async with connection.client.stream("POST", url, json=self.payload(connection, request)) as response:
+            async with connection.streams.post(url, json=self.payload(connection, request)) as response:
                 await _refuse_unless_ok(response, url)
-                network = response.extensions.get("network_stream")
-                halt.attach(network.get_extra_info("socket") if network is not None else None)
+                transport = response.connection.transport if response.connection is not None else None
+                halt.attach(transport.get_extra_info("socket") if transport is not None else None)
                 try:
                     async with contextlib.aclosing(_chunks(response)) as chunks:
                         async for chunk in chunks:
@@ -61,40 +61,58 @@ class SseEngine(Engine):
                             if halt.requested and not halt.draining and delta.has_token:
                                 return  # nothing to half-close: stop at this token boundary
                 finally:
-                    if halt.draining and network is not None:
-                        # a half-closed connection must never go back to the pool
-                        with contextlib.suppress(Exception):
-                            await network.aclose()
-        except httpx.HTTPError:
+                    if halt.draining:
+                        response.close()  # a half-closed connection must never go back to the pool
+        except (aiohttp.ClientError, TimeoutError) as exc:
             if halt.draining:
                 return  # the server ended the stream we asked it to stop: everything it sent is in
-            raise
+            # refused, reset, broken off, timed out: the worker's fault
+            raise EngineUnavailable(f"{type(exc).__name__}: {exc}") from None
 
 
-async def _refuse_unless_ok(response: httpx.Response, url: str) -> None:
-    if response.status_code == 200:
+async def _refuse_unless_ok(response: aiohttp.ClientResponse, url: str) -> None:
+    if response.status == 200:
         return
-    raw = (await response.aread()).decode("utf-8", "replace")
-    message = f"{url} answered {response.status_code}: {raw[:500]}"
-    if response.status_code in TRANSIENT_STATUS:
-        raise EngineUnavailable(message, response.status_code)
-    raise EngineError(message, response.status_code)
+    raw = (await response.read()).decode("utf-8", "replace")
+    message = f"{url} answered {response.status}: {raw[:500]}"
+    if response.status in TRANSIENT_STATUS:
+        raise EngineUnavailable(message, response.status)
+    raise EngineError(message, response.status)
 
 
-async def _chunks(response: httpx.Response) -> AsyncGenerator[dict[str, Any]]:
+async def _lines(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes]:
+    """The body's lines, however long (a first chunk carries the whole prompt's ids: past aiohttp's readline limit)."""
+    pending = bytearray()
+    async for part in response.content.iter_any():
+        pending += part
+        start = 0
+        while (end := pending.find(b"\n", start)) != -1:
+            yield bytes(pending[start:end])
+            start = end + 1
+        del pending[:start]
+    if pending:
+        yield bytes(pending)
+
+
+def _text(data: bytes) -> str:
+    return data[:200].decode("utf-8", "replace")
+
+
+async def _chunks(response: aiohttp.ClientResponse) -> AsyncGenerator[dict[str, Any]]:
     """Every ``data:`` JSON object of the stream, until ``[DONE]``; an error event raises."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            return
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError:
-            raise EngineProtocolError(f"a chunk that is not JSON: {data[:200]}") from None
-        if not isinstance(chunk, dict):
-            raise EngineProtocolError(f"a chunk that is not an object: {data[:200]}")
-        if "error" in chunk:
-            raise EngineError(f"the stream failed: {json.dumps(chunk['error'])[:500]}")
-        yield chunk
+    async with contextlib.aclosing(_lines(response)) as lines:
+        async for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            data = line[len(b"data:") :].strip()
+            if data == b"[DONE]":
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError:  # not JSON, or not UTF-8
+                raise EngineProtocolError(f"a chunk that is not JSON: {_text(data)}") from None
+            if not isinstance(chunk, dict):
+                raise EngineProtocolError(f"a chunk that is not an object: {_text(data)}")
+            if "error" in chunk:
+                raise EngineError(f"the stream failed: {json.dumps(chunk['error'])[:500]}")
+            yield chunk

@@ -6,7 +6,8 @@ The demo stack (every server its own process: the built-in inference worker, the
 collection) collects the example tasks of the four environments, ``--per-environment`` rollouts of each at once (the
 collection's concurrency is the total, so that many are live), every task's tools padded with archive tools until
 each rollout's context ends near ``--context`` tokens (a realistic shape: a long system prompt and tool schemas,
-a few hundred tokens a turn). Once they all run, a ``snapshot`` checkpoint is taken every ``--every`` seconds,
+a few hundred tokens a turn). Once they all run (and with ``--warm-up``, once every first call was answered),
+a ``snapshot`` checkpoint is taken every ``--every`` seconds,
 ``--checkpoints`` times, while ``--clients`` probe clients call the policy model throughout; then every process is
 SIGKILLed and fresh ones restore the last checkpoint (and are seen to carry on).
 
@@ -221,6 +222,8 @@ class Drive:
     restore_status: str = ""
     finished_after_restore: int = 0
     ramp_s: float = 0.0
+    #: the ramp and then until the token ledger held a call per rollout (``--warm-up`` at most)
+    warm_s: float = 0.0
     load: list[float] = field(default_factory=list)
 
 
@@ -398,6 +401,20 @@ async def worker_tokens(state: Any) -> int:
             return 0
 
 
+async def ledger_entries(state: Any, token: str) -> int:
+    """The calls the policy model's token ledger holds (0 when it did not answer: a busy server)."""
+    from gym_services.control.protocol import CONTROL_PREFIX
+
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            resp = await http.get(
+                f"{state.url('policy-model')}{CONTROL_PREFIX}/status", headers={"authorization": f"Bearer {token}"}
+            )
+            return int(resp.json()["live"].get("ledger_entries", 0))
+        except (httpx.HTTPError, ValueError, KeyError):
+            return 0
+
+
 async def job_of(state: Any) -> dict[str, Any]:
     """The collection's job (its live and finished counts); {} when it did not answer (a busy server)."""
     from gym_services.stack.launcher import stack_secrets
@@ -447,6 +464,11 @@ async def drive(args: argparse.Namespace) -> Drive:
         while (await job_of(state)).get("live", 0) < total and time.monotonic() - started < 1800:
             await asyncio.sleep(1)
         run.ramp_s = time.monotonic() - started
+        # every rollout past its first call (its whole first prompt, most of a rollout's distinct ids, on the model's
+        # side): at thousands of rollouts the first calls take minutes (the worker tokenizes every 8k-token prompt)
+        while await ledger_entries(state, token) < total and time.monotonic() - started < args.warm_up:
+            await asyncio.sleep(2)
+        run.warm_s = time.monotonic() - started
         probes = Probes(state.url("policy-model"), args.clients)
         await probes.start()
         trainer = Trainer(state.url("policy-model"), workdir / "results.jsonl")
@@ -587,6 +609,7 @@ class Figures:
     written_mb: list[float]
     floor_mb: list[float]
     ramp_s: float
+    warm_s: float
     load: list[float]
     statuses: list[str]
 
@@ -649,6 +672,7 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         written_mb=[s.written_bytes / 2**20 for s in stored],
         floor_mb=[(4 * s.floor_tokens + s.env_bytes) / 2**20 for s in stored],
         ramp_s=run["ramp_s"],
+        warm_s=run.get("warm_s", run["ramp_s"]),
         load=run["load"],
         statuses=[c["status"] for c in run["checkpoints"]],
     )
@@ -856,6 +880,8 @@ def run_tree(tree: str, services: Path, per_env: int, context: int, args: argpar
         str(args.tokens_per_second),
         "--latency",
         str(args.latency),
+        "--warm-up",
+        str(args.warm_up),
         "--out",
         str(out),
     ]
@@ -950,7 +976,7 @@ def main() -> None:
             parser.add_argument(name, required=True)
         for name in ("--per-environment", "--context", "--checkpoints", "--clients", "--repeats"):
             parser.add_argument(name, type=int, required=True)
-        for name in ("--every", "--tokens-per-second", "--latency"):
+        for name in ("--every", "--tokens-per-second", "--latency", "--warm-up"):
             parser.add_argument(name, type=float, required=True)
         args = parser.parse_args()
         run = asyncio.run(drive(args))
@@ -962,6 +988,13 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=8192)
     parser.add_argument("--long", default="32768:64", help="CONTEXT:PER_ENVIRONMENT of the long-context row ('' none)")
     parser.add_argument("--every", type=float, default=30.0)
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=0.0,
+        help="after every rollout is live, wait until the policy model's token ledger holds a call per rollout (every "
+        "first call answered), at most this many seconds from the job's start, before the first checkpoint's interval",
+    )
     parser.add_argument("--checkpoints", type=int, default=4)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=4, help="rollouts of each task row, one after another")

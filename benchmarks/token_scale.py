@@ -807,10 +807,12 @@ def tree_env(services: Path) -> dict[str, str]:
 
 #: what the "before" tree gets of this checkout besides its own code: the fixes this workload needs, so both trees run
 #: the same rollouts and differ in the layout only. Whole folders and files of this checkout: the collection's
-#: connection pool (only 100 rollouts ran at once), the encoding child's descriptors past 1024 (a server with a
-#: thousand connections could not write a checkpoint), the built-in worker's prompt cache and float32 log-probs.
+#: connection pool (only 100 rollouts ran at once; its pools' module with it), the encoding child's descriptors past
+#: 1024 (a server with a thousand connections could not write a checkpoint), the built-in worker's prompt cache and
+#: float32 log-probs.
 WORKLOAD = (
     "services/gym_services/collection",
+    "services/gym_services/base/connection_pools.py",
     "services/gym_services/models/inference_worker",
     "services/gym_services/control/encoding.py",
 )

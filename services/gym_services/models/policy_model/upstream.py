@@ -155,7 +155,10 @@ class Upstream:
         self._streams = aiohttp.ClientSession(
             headers=headers,
             connector=aiohttp.TCPConnector(limit=c.max_connections, limit_per_host=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.connect_timeout_s, sock_read=c.read_timeout_s),
+            # connect: a free connection of the bound and the connection made, as httpx's pool timeout was
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=c.read_timeout_s, sock_connect=c.connect_timeout_s, sock_read=c.read_timeout_s
+            ),
             trust_env=False,
         )
         await self.fleet.refresh()

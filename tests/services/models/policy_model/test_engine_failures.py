@@ -125,6 +125,8 @@ async def test_a_worker_fault_takes_the_worker_out_of_rotation(status: int, stre
         (200, 'data: {"error": {"message": "boom"}}\n\n', "the stream failed"),
         (200, "data: {not json\n\n", "not JSON"),
         (200, 'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": null}]}\n\n', "no token ids"),
+        (200, chunk(7, "a", prompt=[1, True]), "prompt_token_ids must be a list of integer token ids"),
+        (200, chunk(7, "a", prompt=[1, 2.0]), "prompt_token_ids must be a list of integer token ids"),
     ],
 )
 async def test_an_answer_it_cannot_use_is_an_upstream_error(status: int, stream: str, cause: str) -> None:

@@ -19,13 +19,14 @@ from tests.services.models.procs import ServerProcess, running
 
 from gym_services.base.connection_pools import POOL_CONNECTIONS, PooledTransport, pool_sizes
 
-CHAT = {"model": "ipi-follow", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 4}
+CHAT = {"model": "ipi-follow", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 5}
 
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A real inference worker, slow enough (4 tokens a second) that every stream is open at once."""
-    config = {"tokens_per_second": 4, "time_to_first_token_s": 0.05}
+    """A real inference worker, slow enough (1 token a second: a stream of 5 tokens lasts 5 s) that every stream of a
+    round is open at once, even on a busy machine."""
+    config = {"tokens_per_second": 1, "time_to_first_token_s": 0.05}
     with running("inference_worker", config, tmp_path_factory.mktemp("worker")) as proc:
         yield proc
 
@@ -103,11 +104,19 @@ async def test_unbounded_pools_carry_every_stream_of_a_real_server_and_keep_thei
                 assert response.status_code == 200
                 return "".join([line async for line in response.aiter_lines()])
 
-        for round_ in range(2):
-            answers = await asyncio.gather(*(stream() for _ in range(150)))
-            assert all(answer.endswith("data: [DONE]") for answer in answers), round_
-            assert transport.pools == 3 and transport.in_flight == [0, 0, 0]
-            held = [len(pool._pool.connections) for pool in transport._pools]  # type: ignore[attr-defined]
-            # the first round opened pools as they filled; the second spread its streams over the three (the least
-            # busy first, 50 each): the full pools opened no connection, the third only the 28 it lacked
-            assert held == [[64, 64, 22], [64, 64, 50]][round_], (round_, held)
+        def connections() -> list[list[object]]:
+            return [list(pool._pool.connections) for pool in transport._pools]  # type: ignore[attr-defined]
+
+        answers = await asyncio.gather(*(stream() for _ in range(150)))
+        assert all(answer.endswith("data: [DONE]") for answer in answers)
+        assert transport.pools == 3 and transport.in_flight == [0, 0, 0]
+        first = connections()
+        assert [len(held) for held in first] == [64, 64, 22]  # pools opened as they filled
+        answers = await asyncio.gather(*(stream() for _ in range(150)))
+        assert all(answer.endswith("data: [DONE]") for answer in answers)
+        assert transport.pools == 3 and transport.in_flight == [0, 0, 0]
+        # the second round spread its streams over the three pools (the least busy first, 50 each): the first two
+        # took theirs from the connections the first round left open, the third opened only the 28 it lacked
+        kept = {id(c) for held in first for c in held}
+        opened = [sum(1 for c in held if id(c) not in kept) for held in connections()]
+        assert opened == [0, 0, 28], opened

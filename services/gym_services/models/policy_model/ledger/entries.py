@@ -75,6 +75,10 @@ class EntryLog:
     def call_ids(self) -> list[str]:
         return list(self._calls)
 
+    def first_call_id(self) -> str | None:
+        """The call id of the first entry (none while empty)."""
+        return next(iter(self._calls), None)
+
     def index(self, model_call_id: str) -> int | None:
         return self._calls.get(model_call_id)
 

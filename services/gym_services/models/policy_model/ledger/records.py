@@ -240,8 +240,8 @@ def first_prompt(rows: RolloutLedger) -> str | None:
     """The call id of the rollout's first entry when its prompt goes in a first prompt record: when the call id
     is a request digest (the policy model recorded the call itself, so the prompt record of its generation, if a
     checkpoint held one, has that record's bytes); None for a call stored under another id."""
-    calls = rows.entries.call_ids()
-    return calls[0] if calls and _DIGEST.match(calls[0]) else None
+    first = rows.entries.first_call_id()  # under the pause: not a list of every call id
+    return first if first is not None and _DIGEST.match(first) else None
 
 
 def _head(rollout_id: str, ledger: RolloutLedger) -> dict[str, Any]:

@@ -430,6 +430,40 @@ async def job_of(state: Any) -> dict[str, Any]:
     return resp.json() if resp.status_code == 200 else {}
 
 
+def start_job(state: Any, token: str, workdir: Path, repeats: int, total: int) -> float:
+    """Start the collection's job of ``total`` rollouts at once; returns when it started."""
+    spec = {
+        "tasks_path": str(workdir / "tasks.jsonl"),
+        "output_path": str(workdir / "results.jsonl"),
+        "repeats": repeats,  # as rollouts finish, the next ones start: the live count stays
+        "concurrency": total,
+    }
+    auth = {"authorization": f"Bearer {token}"}
+    resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=auth, timeout=300)
+    resp.raise_for_status()
+    return time.monotonic()
+
+
+async def ramp_up(state: Any, token: str, total: int, started: float, warm_up: float) -> tuple[float, float]:
+    """Wait until every rollout is live, then (``warm_up`` seconds at most from ``started``) until every one is past
+    its first call: its whole first prompt, most of a rollout's distinct ids, on the model's side (at thousands of
+    rollouts the first calls take minutes: the worker tokenizes every 8k-token prompt). Returns both waits' ends."""
+    while (await job_of(state)).get("live", 0) < total and time.monotonic() - started < 1800:
+        await asyncio.sleep(1)
+    ramp_s = time.monotonic() - started
+    while await ledger_entries(state, token) < total and time.monotonic() - started < warm_up:
+        await asyncio.sleep(2)
+    return ramp_s, time.monotonic() - started
+
+
+def participant_figures(result: Any) -> dict[str, dict[str, Any]]:
+    """Each participant's records, bytes and manifest in a checkpoint's result."""
+    return {
+        p.participant_id: {"records": p.records, "bytes": p.bytes, "manifest_key": p.manifest_key}
+        for p in result.participants
+    }
+
+
 async def drive(args: argparse.Namespace) -> Drive:
     from gym_services.demo.stack import demo_stack
     from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
@@ -451,24 +485,8 @@ async def drive(args: argparse.Namespace) -> Drive:
         refs = await participants_of(state, token)
         run.idle_rss_kib = rss_of(state)
         run.idle_heap = await probe_heap(state, "idle")
-        spec = {
-            "tasks_path": str(workdir / "tasks.jsonl"),
-            "output_path": str(workdir / "results.jsonl"),
-            "repeats": args.repeats,  # as rollouts finish, the next ones start: the live count stays
-            "concurrency": total,
-        }
-        auth = {"authorization": f"Bearer {token}"}
-        resp = httpx.post(f"{state.url('collection')}/jobs", json=spec, headers=auth, timeout=300)
-        resp.raise_for_status()
-        started = time.monotonic()
-        while (await job_of(state)).get("live", 0) < total and time.monotonic() - started < 1800:
-            await asyncio.sleep(1)
-        run.ramp_s = time.monotonic() - started
-        # every rollout past its first call (its whole first prompt, most of a rollout's distinct ids, on the model's
-        # side): at thousands of rollouts the first calls take minutes (the worker tokenizes every 8k-token prompt)
-        while await ledger_entries(state, token) < total and time.monotonic() - started < args.warm_up:
-            await asyncio.sleep(2)
-        run.warm_s = time.monotonic() - started
+        started = start_job(state, token, workdir, args.repeats, total)
+        run.ramp_s, run.warm_s = await ramp_up(state, token, total, started, args.warm_up)
         probes = Probes(state.url("policy-model"), args.clients)
         await probes.start()
         trainer = Trainer(state.url("policy-model"), workdir / "results.jsonl")
@@ -490,10 +508,7 @@ async def drive(args: argparse.Namespace) -> Drive:
                     pause_s=result.pause_s,
                     published_s=result.published_s,
                     live=len(result.episodes),
-                    participants={
-                        p.participant_id: {"records": p.records, "bytes": p.bytes, "manifest_key": p.manifest_key}
-                        for p in result.participants
-                    },
+                    participants=participant_figures(result),
                     rss_kib=rss_of(state),
                     worst_call_s=probes.worst_between(began, ended),
                     p99_before_s=probes.p99_before(began, args.every),
@@ -970,21 +985,22 @@ def heap_probe(tmp: Path, servers: str, frames: int, trim: bool) -> None:
         os.environ["GYMCKPT_HEAP_TRIM"] = "1"
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "drive":
-        parser = argparse.ArgumentParser()
-        parser.add_argument("drive")
-        for name in ("--tree", "--workdir", "--out"):
-            parser.add_argument(name, required=True)
-        for name in ("--per-environment", "--context", "--checkpoints", "--clients", "--repeats"):
-            parser.add_argument(name, type=int, required=True)
-        for name in ("--every", "--tokens-per-second", "--latency", "--warm-up"):
-            parser.add_argument(name, type=float, required=True)
-        args = parser.parse_args()
-        run = asyncio.run(drive(args))
-        Path(args.out).write_text(json.dumps(asdict(run), indent=1))
-        return
+def drive_main() -> None:
+    """One tree's run (``run_tree`` starts this in a process of its own): its figures into ``--out``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("drive")
+    for name in ("--tree", "--workdir", "--out"):
+        parser.add_argument(name, required=True)
+    for name in ("--per-environment", "--context", "--checkpoints", "--clients", "--repeats"):
+        parser.add_argument(name, type=int, required=True)
+    for name in ("--every", "--tokens-per-second", "--latency", "--warm-up"):
+        parser.add_argument(name, type=float, required=True)
+    args = parser.parse_args()
+    run = asyncio.run(drive(args))
+    Path(args.out).write_text(json.dumps(asdict(run), indent=1))
 
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-environment", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--context", type=int, default=8192)
@@ -1030,7 +1046,14 @@ def main() -> None:
         help="with --heap: each probe also calls malloc_trim(0) and reads the resident memory again (what malloc "
         "kept of the memory freed, given back)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "drive":
+        drive_main()
+        return
+    args = parse_args()
 
     ref = (
         args.ref

@@ -75,6 +75,7 @@ FLOORS: dict[str, list[tuple[str, ...]]] = {
         ("locations",),  # opening a location by its URL
     ],
     "gym_services.models.policy_model": [
+        ("earlier_prefixes",),  # the prefix records earlier code wrote, read only
         ("engines", "fleet", "prefixes", "responses", "stream_events"),  # wire adapters, workers, API forms, events
         ("upstream",),  # one streamed call to the inference workers
         ("generations",),  # generations, their cuts and token prefixes

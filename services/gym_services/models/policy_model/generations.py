@@ -61,7 +61,7 @@ from gym_services.base.tokens import Tokens
 from gym_services.control.participant import InvalidState, RestoredRecord, Scope
 from gym_services.models import tool_markup
 from gym_services.models.policy_model.engines import Delta, EngineRequest, Halt
-from gym_services.models.policy_model.prefixes import Bases, Key, StagedPrefix, read_records
+from gym_services.models.policy_model.prefixes import Bases, ChunkCuts, Key, StagedPrefix, read_records
 from gym_services.models.policy_model.upstream import Upstream, UpstreamRetry, UpstreamUnavailable
 
 log = get_logger("policy_model")
@@ -157,6 +157,8 @@ class Generation:
         self._reader: asyncio.Task[None] | None = None
         self._halt = Halt()
         self._force_timer: asyncio.TimerHandle | None = None
+        #: where its checkpoint chunks start: each capture adds one for what was generated since the previous
+        self.cuts = ChunkCuts.of(staged) if staged is not None else ChunkCuts()
         if staged is not None:
             self.text = staged.text
             self.completion_tokens = staged.completion_tokens
@@ -204,7 +206,10 @@ class Generation:
         return Tokens(self.prompt_token_ids, tuple(self.generation_token_ids), tuple(self.generation_log_probs))
 
     def prefix(self) -> StagedPrefix:
-        """What a checkpoint keeps of this generation, for its attempt."""
+        """What a checkpoint keeps of this generation, for its attempt; what it wrote since the last call is a chunk
+        of its own (``prefixes.ChunkCuts``)."""
+        tokens = self.tokens()
+        end = (len(tokens.generation_token_ids) if tokens is not None else 0, len(self.text))
         return StagedPrefix(
             attempt=self.identity.attempt if self.identity else 0,
             text=self.text,
@@ -212,7 +217,8 @@ class Generation:
             finish_reason=self.finish_reason,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
-            tokens=self.tokens(),
+            tokens=tokens,
+            chunks=self.cuts.cut(end, tokens is not None),
         )
 
     async def run(self) -> None:

@@ -20,7 +20,7 @@ from gym_services.models.policy_model.ledger.records import (
 )
 from gym_services.models.policy_model.ledger.rollouts import RolloutLedger, TokenLedger
 from gym_services.models.policy_model.prefixes import Frozen as FrozenGeneration
-from gym_services.models.policy_model.prefixes import Key, StagedPrefix, freeze, is_prompt_record
+from gym_services.models.policy_model.prefixes import Key, StagedPrefix, freeze
 from gym_services.models.policy_model.prefixes import encode as encode_generation
 
 #: the state of the model participant's frozen records
@@ -46,16 +46,17 @@ def captured(
     ledger: TokenLedger, generations: list[tuple[Key, StagedPrefix]], scope: Scope
 ) -> list[FrozenRecord[Frozen]]:
     """The model participant's frozen records: each generation's prompt record (written against its rollout's last
-    ledger entry) and prefix record, and the ledgers. Records that keep their bytes from one checkpoint to the next
-    (ledger chunks and first prompts, prompts) come first, those that change (ledger heads, prefixes) last: packs fill
-    in this order, so the records a later checkpoint references share packs with few it does not."""
+    ledger entry), chunks and head, and the ledgers. Records that keep their bytes from one checkpoint to the next
+    (ledger chunks and first prompts, prompts, generation chunks) come first, those that change (ledger heads,
+    generation heads) last: packs fill in this order, so the records a later checkpoint references share packs with
+    few it does not."""
     prompts: list[FrozenRecord[Frozen]] = []
     prefixes: list[FrozenRecord[Frozen]] = []
     for (rollout_id, digest), prefix in generations:
         rows = ledger.rollouts.get(rollout_id)
         base = tuple(rows.entries.stored) if rows is not None else ()
         for state in freeze(rollout_id, digest, prefix, base):
-            kept = prompts if is_prompt_record(state.key) else prefixes
+            kept = prompts if state.lasting else prefixes
             kept.append(FrozenRecord(state.key, state, rollout_id=rollout_id, attempt=prefix.attempt))
     ledgers = frozen_records(ledger, scope)
     chunks = cast(list[FrozenRecord[Frozen]], [r for r in ledgers if r.state.lasting])

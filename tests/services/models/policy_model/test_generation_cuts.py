@@ -44,7 +44,7 @@ async def test_capture_takes_a_running_generation_as_far_as_it_streamed_and_neve
         at_prepare = generation_of(client, "r-mark").completion_tokens
         await tokens_received(client, "r-mark", at_prepare + 2)
         captured = await control.capture("ck-mark", location, episodes=["r-mark"])
-        assert captured["records"] == 2  # its prompt and prefix records, written after resume
+        assert captured["records"] == 3  # its prompt record, a chunk and its head, written after resume
         # captured, and still streaming: the worker goes on generating for the call while the checkpoint is open
         at_capture = generation_of(client, "r-mark").completion_tokens
         gen = await tokens_received(client, "r-mark", min(at_capture + 2, total))
@@ -222,7 +222,7 @@ async def test_response_finishing_during_checkpoint_is_held_until_resume(worker,
         await asyncio.sleep(0.3)
         assert not call.done()  # held, not delivered
         committed = await control.capture_persist("ck-held", f"file://{tmp_path}", episodes=["r-held"])
-        assert committed["records"] == 2 and committed["episodes"] == ["r-held"]  # its prompt and prefix records
+        assert committed["records"] == 3 and committed["episodes"] == ["r-held"]  # its prompt, a chunk, its head
         await control.resume("ck-held")
         assert (await asyncio.wait_for(call, 10)).json() == expected
     assert await worker_tokens(worker.url) - before == total

@@ -28,7 +28,7 @@ from gym_services.models.policy_model.prefixes import (
     StagedPrefix,
     encode,
     freeze,
-    from_record,
+    is_chunk_record,
     is_prompt_record,
     prefix_record_key,
     read_records,
@@ -61,13 +61,13 @@ async def test_restored_prefix_is_continued_not_regenerated(worker, fast_worker,
     total = expected["usage"]["output_tokens"]
     start = await worker_tokens(worker.url)
     committed, cut_at = await checkpoint_cut_generation(worker.url, body, "task3-0", storage_url)
-    assert committed["records"] == 2 and committed["episodes"] == ["task3-0"]  # its prompt and prefix records
+    assert committed["records"] == 3 and committed["episodes"] == ["task3-0"]  # its prompt, a chunk, its head
     assert await worker_tokens(worker.url) - start == cut_at
 
     async with serve(model_app(worker.url), base_url="http://fresh") as client:
         control = Control(client)
         restored = await control.restore("ck1", storage_url, committed["manifest_key"], committed["manifest_sha256"])
-        assert restored["episodes"] == {"task3-0": 1} and restored["records"] == 2
+        assert restored["episodes"] == {"task3-0": 1} and restored["records"] == 3
         assert (await control.status())["live"]["staged_prefixes"] == 1
         parked = await client.post("/v1/responses", json=body, headers=ident("task3-0", 1))
         assert parked.status_code == 409 and parked.json()["error"]["code"] == "checkpoint_parked"
@@ -177,7 +177,9 @@ async def test_invalid_records_are_refused_and_nothing_is_staged(worker, tmp_pat
         write_varint(len(changed), out)
         return bytes(out) + changed + blob[start + size :]
 
-    key = next(k for k in records(location, committed["manifest_key"]) if not is_prompt_record(k))
+    key = next(
+        k for k in records(location, committed["manifest_key"]) if not is_prompt_record(k) and not is_chunk_record(k)
+    )
     rewrite_record(location, committed["manifest_key"], key, other_digest)
     async with serve(model_app(worker.url)) as client:
         control = Control(client)
@@ -344,7 +346,7 @@ async def test_delivered_reply_in_transit_is_committed_and_answered_after_restor
         assert (await control.status())["live"]["delivered_kept"] == 1
         assert (await control.prepare("ck1"))["status"] == "prepared"
         committed = await control.capture_persist("ck1", location, episodes=["task3-0"])
-        assert committed["records"] == 2  # the response's prompt and prefix records
+        assert committed["records"] == 3  # the response's prompt record, a chunk and its head
         await control.resume("ck1")
         out_of_scope = await control.prepare("ck2")
         assert out_of_scope["status"] == "prepared"
@@ -388,11 +390,15 @@ def test_a_prefix_is_written_against_its_rollouts_last_ledger_entry() -> None:
     assert len(whole[0].data) > 4 * len(prompt)
     assert read_records(whole, no_ledger)["r", "d" * 64].tokens == cut.tokens
     text_only = StagedPrefix(0, "par", True, "stop", None, 3, None)
-    (data,) = [encode(s) for s in freeze("r", "d" * 64, text_only, tuple(log.stored))]
-    key = prefix_record_key("r", "d" * 64)
-    assert from_record(RestoredRecord(key, data, "r", 0), no_ledger)[1] == StagedPrefix(
-        1, "par", True, "stop", None, 3, None
+    chunk, head = [
+        RestoredRecord(s.key, encode(s), "r", 0) for s in freeze("r", "d" * 64, text_only, tuple(log.stored))
+    ]
+    assert read_records([chunk, head], no_ledger)["r", "d" * 64] == StagedPrefix(
+        1, "par", True, "stop", None, 3, None, ((0, 0),)
     )
-    for broken in (data[:-2], data + b"x", bytes([4, 200]) + data[2:], bytes([3]) + data[1:]):
+    for broken in (head.data[:-2], head.data + b"x", bytes([5, 200]) + head.data[2:], bytes([4]) + head.data[1:]):
         with pytest.raises(InvalidState):
-            from_record(RestoredRecord(key, broken, "r", 0), no_ledger)
+            read_records([chunk, RestoredRecord(head.key, broken, "r", 0)], no_ledger)
+    for broken in (chunk.data[:-2], chunk.data + b"x", bytes([2]) + chunk.data[1:]):
+        with pytest.raises(InvalidState):
+            read_records([RestoredRecord(chunk.key, broken, "r", 0), head], no_ledger)

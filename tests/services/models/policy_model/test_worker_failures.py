@@ -90,7 +90,7 @@ async def test_worker_killed_during_a_checkpoint_is_continued_after_resume(resta
         assert (await control.prepare("ck-crash"))["status"] == "prepared"
         restartable.kill()  # while the checkpoint is open
         committed = await control.capture_persist("ck-crash", f"file://{tmp_path / 'store'}", episodes=["r-ckpt"])
-        assert committed["records"] == 2  # the cut generation's prompt and prefix records
+        assert committed["records"] == 3  # the cut generation's prompt record, a chunk and its head
         gen = generation_of(client, "r-ckpt")
         assert gen is not None
         kept = gen.completion_tokens

@@ -6,8 +6,8 @@ chunks start) changes whenever the rollout does; its entries are in **chunks** (
 laid end to end, :mod:`.entries`), each written once: a checkpoint cuts a new chunk of the entries stored since
 the previous one, and the chunks before keep their bytes, so the pack writer references them in the earlier
 checkpoint's packs instead of writing them again. A rollout that grew by one call since the last checkpoint costs
-that call's chunk and its head. Chunks are merged only where that rewrites no more than the new chunk's bytes (the
-trailing chunks no bigger than it), so a checkpoint writes at most twice what was added and a rollout has a few
+that call's chunk and its head. A new chunk is merged with the trailing chunks no bigger than it (each merge at least
+doubles a chunk), so an entry is written again at most log2(its rollout's entries) times and a rollout has a few
 chunks, however many checkpoints it lived through. A restore changes the head (attempt + 1, version + 1), never a
 chunk: the first checkpoint after it references them all.
 

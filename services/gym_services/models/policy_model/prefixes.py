@@ -91,10 +91,10 @@ class StagedPrefix:
         return self.generated(), len(self.text)
 
 
-#: a chunk this big (about) is never merged again: merging small chunks keeps a generation's records few, and past
-#: this size rewriting one costs more than the manifest entry and head listing it keeps (benchmarks/RESULTS.md,
-#: "A generation written in chunks")
-SEALED_CHUNK_BYTES = 8192
+#: a chunk this big (about) is never merged again: merging a slow generation's small chunks keeps its records few,
+#: and past this size rewriting them costs more than the manifest entries and head places they keep
+#: (benchmarks/RESULTS.md, "A generation written in chunks")
+SEALED_CHUNK_BYTES = 1024
 
 
 def _chunk_size(start: Start, end: Start) -> int:

@@ -903,9 +903,19 @@ def run_tree(tree: str, services: Path, per_env: int, context: int, args: argpar
         str(out),
     ]
     print(f"{tree}: {per_env} rollouts per environment, {context}-token contexts ...", file=sys.stderr, flush=True)
-    done = subprocess.run(command, env=tree_env(services), timeout=args.timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"the run on {tree} failed (exit {done.returncode}); logs in {workdir}")
+    drive = subprocess.Popen(command, env=tree_env(services))
+    try:
+        returncode = drive.wait(timeout=args.timeout)
+    finally:  # a timeout, SIGTERM or ^C here: the drive stops its servers before it exits (SIGTERM, then SIGKILL)
+        if drive.poll() is None:
+            drive.terminate()
+            try:
+                drive.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                drive.kill()
+                drive.wait()
+    if returncode != 0:
+        raise SystemExit(f"the run on {tree} failed (exit {returncode}); logs in {workdir}")
     return json.loads(out.read_text())
 
 
@@ -985,6 +995,10 @@ def heap_probe(tmp: Path, servers: str, frames: int, trim: bool) -> None:
         os.environ["GYMCKPT_HEAP_TRIM"] = "1"
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def drive_main() -> None:
     """One tree's run (``run_tree`` starts this in a process of its own): its figures into ``--out``."""
     parser = argparse.ArgumentParser()
@@ -996,6 +1010,7 @@ def drive_main() -> None:
     for name in ("--every", "--tokens-per-second", "--latency", "--warm-up"):
         parser.add_argument(name, type=float, required=True)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers' finalizers run
     run = asyncio.run(drive(args))
     Path(args.out).write_text(json.dumps(asdict(run), indent=1))
 
@@ -1054,6 +1069,7 @@ def main() -> None:
         drive_main()
         return
     args = parse_args()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # the running drive is stopped in run_tree's finally
 
     ref = (
         args.ref

@@ -28,7 +28,11 @@ async def body_bytes(request: Request) -> bytes:
 
 async def read_json(request: Request) -> Any:
     """The request body as JSON; an empty body is ``{}``."""
-    raw = await body_bytes(request)
+    return parse_json(await body_bytes(request))
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body's bytes as JSON (``400 bad_request`` when they are not); empty bytes are ``{}``."""
     if not raw.strip():
         return {}
     try:

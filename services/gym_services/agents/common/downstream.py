@@ -178,9 +178,10 @@ class Downstream:
         cookies: dict[str, str],
         extra_headers: dict[str, str] | None = None,
     ) -> httpx.Response:
-        """POST and return the raw response; only transport failures raise: :class:`DownstreamUnavailable`
-        when the call never reached the server, :class:`DownstreamBrokeOff` when the connection broke before the
-        answer came, else (a bad URL, an answer it cannot decode) ``502 upstream_error``."""
+        """POST ``body`` (a JSON value, or the bytes of one, sent as they are) and return the raw response; only
+        transport failures raise: :class:`DownstreamUnavailable` when the call never reached the server,
+        :class:`DownstreamBrokeOff` when the connection broke before the answer came, else (a bad URL, an answer it
+        cannot decode) ``502 upstream_error``."""
         headers = dict(extra_headers or {})
         if identity is not None:
             headers.update(identity.headers())
@@ -190,7 +191,8 @@ class Downstream:
             headers[FIRST_SESSION_HEADER] = "1"
         headers["content-type"] = "application/json"
         try:
-            return await self.client.post(f"{self.url_for(identity)}{path}", content=json_bytes(body), headers=headers)
+            content = body if isinstance(body, bytes) else json_bytes(body)
+            return await self.client.post(f"{self.url_for(identity)}{path}", content=content, headers=headers)
         except UNREACHABLE as exc:
             raise DownstreamUnavailable(self.name, path, "unreachable", f"{type(exc).__name__}: {exc}") from None
         except BROKEN_OFF as exc:

@@ -48,7 +48,7 @@ from gym_services.base import nemo_http
 from gym_services.base.connection_pools import PooledTransport
 from gym_services.base.downstream import DOWNSTREAM_PATH
 from gym_services.base.errors import ApiError, ErrorCode
-from gym_services.base.http import read_json
+from gym_services.base.http import body_bytes, parse_json
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.metrics import Metrics
 from gym_services.base.nemo_responses import CreateParams
@@ -163,17 +163,26 @@ async def run(request: Request) -> Response:
     return Response(json_bytes(result), media_type="application/json")
 
 
-async def responses(request: Request) -> Response:
-    agent = held(request, AgentServer)
-    body = await read_json(request)
+def forwarded_body(raw: bytes) -> bytes:
+    """What the proxy sends the model for a request body: its bytes as they are, or, for a string ``input``, the body
+    with it as one user message. The body is parsed to be checked, not kept: a request carries every earlier output
+    item's token ids, and parsed they take several times their bytes, for as long as the generation runs (thousands at
+    once)."""
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ApiError(ErrorCode.BAD_REQUEST, "/v1/responses body must be a JSON object")
     if isinstance(body.get("input"), str):
-        body = {**body, "input": [{"role": "user", "content": body["input"]}]}
+        return json_bytes({**body, "input": [{"role": "user", "content": body["input"]}]})
+    return raw if body else b"{}"
+
+
+async def responses(request: Request) -> Response:
+    agent = held(request, AgentServer)
+    content = forwarded_body(await body_bytes(request))
     identity = RolloutIdentity.from_headers(request.headers)
     try:
         upstream = await agent.downstream[MODEL].send(
-            "/v1/responses", body, identity=identity, cookies=_request_cookies(request, agent.own_cookie)
+            "/v1/responses", content, identity=identity, cookies=_request_cookies(request, agent.own_cookie)
         )
     except DownstreamUnavailable as exc:
         raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)) from None

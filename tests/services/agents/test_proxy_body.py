@@ -1,14 +1,58 @@
-"""What an agent's ``/v1/responses`` proxy sends the policy model: the caller's bytes as they are (checked, not kept
-parsed while the generation runs), or a string ``input`` as one user message."""
+"""What an agent holds of a model call while the generation runs: the episode's call body is written at once and its
+params are not kept; its ``/v1/responses`` proxy sends the policy model the caller's bytes as they are (checked, not
+kept parsed), or a string ``input`` as one user message."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import weakref
 
+import httpx
 import pytest
 
+from gym_services.agents.common.boundary import Boundary
+from gym_services.agents.common.context import StepContext
+from gym_services.agents.common.downstream import Downstream
 from gym_services.agents.common.service import forwarded_body
 from gym_services.base.errors import ApiError
+from gym_services.base.identity import RolloutIdentity
+
+
+class Tracked(list):
+    """A list whose lifetime a test can watch (a plain list cannot be weakly referenced)."""
+
+
+class HeldModel(httpx.AsyncBaseTransport):
+    """Answers ``/v1/responses`` once released; keeps the request's bytes as they arrived."""
+
+    def __init__(self) -> None:
+        self.arrived, self.release = asyncio.Event(), asyncio.Event()
+        self.content = b""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.content = await request.aread()
+        self.arrived.set()
+        await self.release.wait()
+        return httpx.Response(200, json={"output": [], "usage": {}})
+
+
+async def test_an_episode_does_not_hold_its_call_params_while_the_model_generates() -> None:
+    model = HeldModel()
+    async with httpx.AsyncClient(transport=model) as client:
+        ctx = StepContext(RolloutIdentity(rollout_id="r"), Downstream("self", "http://self", client), {}, "own")
+        schema = Tracked([{"type": "object"}])
+        alive = weakref.ref(schema)
+        params = {"model": "m", "input": [{"role": "user", "content": "hi"}], "tools": [{"parameters": schema}]}
+        call = asyncio.create_task(ctx.generate(Boundary(name="generate", row={}), params))
+        del params, schema
+        await asyncio.wait_for(model.arrived.wait(), 5)
+        gc.collect()
+        assert alive() is None  # written at once; nothing keeps the params while the generation runs
+        assert json.loads(model.content)["tools"] == [{"parameters": [{"type": "object"}]}]
+        model.release.set()
+        assert (await asyncio.wait_for(call, 5)).status == 200
 
 
 def test_a_body_is_forwarded_as_the_bytes_the_caller_sent() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gym_services.agents.common.boundary import Boundary
-from gym_services.agents.common.downstream import Downstream, Reply
+from gym_services.agents.common.downstream import Downstream, Reply, json_bytes
 from gym_services.agents.common.tokens import LEDGER_CALL_HEADER, EpisodeTokens, is_triple
 from gym_services.base import token_codec
 from gym_services.base.errors import ApiError, ErrorCode
@@ -51,9 +51,15 @@ class StepContext:
 
     async def generate(self, boundary: Boundary, params: dict[str, Any]) -> Reply:
         """``POST /v1/responses`` through the agent's own proxy with the episode's model cookies. The answer's
-        token fields become the episode's token arrays, named by the ledger call that recorded them, if any."""
+        token fields become the episode's token arrays, named by the ledger call that recorded them, if any.
+
+        ``params`` are written as the call's body at once and not held while the generation runs (a validated copy
+        of the task's create params, its tools included: thousands of episodes wait on the model at once); the
+        caller passes them without keeping them."""
+        content = json_bytes(params)
+        del params
         reply = await self.self_proxy.post(
-            "/v1/responses", params, identity=self.identity, cookies=boundary.cookies.get(MODEL, {})
+            "/v1/responses", content, identity=self.identity, cookies=boundary.cookies.get(MODEL, {})
         )
         reply.cookies.pop(self.own_cookie, None)  # the proxy's own session cookie is not the model's
         output = reply.body.get("output") if isinstance(reply.body, dict) else None

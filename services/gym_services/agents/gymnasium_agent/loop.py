@@ -74,8 +74,7 @@ class GymnasiumLoop(AgentLoop):
                 cookies=b.with_cookies(ENV, reply.cookies),
             )
         if b.name == "generate":
-            params = {**given_params(b.row, self.model), "input": b.input + b.outputs}
-            reply = await ctx.generate(b, params)
+            reply = await ctx.generate(b, {**given_params(b.row, self.model), "input": b.input + b.outputs})
             response = reply.body if isinstance(reply.body, dict) else {}
             output = [
                 nemo_responses.item(i, full=False, output=True)

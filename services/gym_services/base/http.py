@@ -22,8 +22,10 @@ async def body_bytes(request: Request) -> bytes:
     """The request body, read without keeping it on the request (``request.body()`` would): a handler holds its
     request for as long as it runs (a policy model's generation, an agent's whole episode), and once parsed the
     bytes are only a second copy of what it holds (``benchmarks/token_scale.py --heap`` shows them). The body can
-    be read once."""
-    return b"".join([chunk async for chunk in request.stream()])
+    be read once. A body that came in one piece is that piece, not a copy (Starlette's stream ends with an empty
+    chunk, and joining two pieces copies them): an agent's generation reaches its own proxy in process, and the
+    proxy forwards those very bytes."""
+    return b"".join([chunk async for chunk in request.stream() if chunk])
 
 
 async def read_json(request: Request) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gym_services.base import nemo_http
-from gym_services.base.http import read_json
+from gym_services.base.http import body_bytes, read_json
 
 
 def request_of(chunks: list[bytes], content_type: str = "application/json") -> Request:
@@ -49,3 +49,12 @@ def test_nemo_read_body_keeps_no_copy() -> None:
     raw = request_of([b"not json"], content_type="text/plain")
     assert asyncio.run(nemo_http.read_body(raw)) == b"not json"  # validated as bytes, as FastAPI does
     assert asyncio.run(nemo_http.read_body(request_of([b""]))) is None
+
+
+def test_a_body_in_one_piece_is_read_as_that_piece() -> None:
+    """An agent's generation reaches its own proxy in process, in one piece: the proxy forwards those very bytes, not
+    a copy (Starlette's stream ends with an empty chunk, and joining two pieces would copy them)."""
+    body = b'{"input": [{"role": "user", "content": "hi"}], "tools": []}' * 1000
+    assert asyncio.run(body_bytes(request_of([body]))) is body
+    assert asyncio.run(body_bytes(request_of([body[:10], body[10:]]))) == body
+    assert asyncio.run(body_bytes(request_of([b""]))) == b""

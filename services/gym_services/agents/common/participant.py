@@ -167,6 +167,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
             self.episodes[ep.rollout_id] = ep
             ep.task = self._start(ep)
             how = "fresh"
+        del body  # its row is the episode's now; kept here, it would be a second copy until the episode ends
         self.metrics.runs.labels(start=how).inc()
         task = ep.task
         assert task is not None

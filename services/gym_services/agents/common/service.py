@@ -159,8 +159,9 @@ async def run(request: Request) -> Response:
         identity = RolloutIdentity(rollout_id=f"anon-{uuid.uuid4().hex}")
     else:
         agent.admission.fence.observe(identity)  # 409 stale_attempt for an older attempt
-    result = await agent.participant.run(identity, body, anonymous=anonymous)
-    return Response(json_bytes(result), media_type="application/json")
+    episode = agent.participant.run(identity, body, anonymous=anonymous)
+    del body  # the episode holds its row: no second copy here for as long as the episode runs
+    return Response(json_bytes(await episode), media_type="application/json")
 
 
 def forwarded_body(raw: bytes) -> bytes:

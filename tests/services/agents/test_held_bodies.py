@@ -8,14 +8,19 @@ import asyncio
 import gc
 import json
 import weakref
+from typing import Any
 
 import httpx
 import pytest
+from tests.support.asgi import base_config, serve
 
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import Downstream
-from gym_services.agents.common.service import forwarded_body
+from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.agents.common.service import create_agent_app, forwarded_body
+from gym_services.agents.simple_agent.app import Config as SimpleConfig
+from gym_services.base.config import load_config
 from gym_services.base.errors import ApiError
 from gym_services.base.identity import RolloutIdentity
 
@@ -78,3 +83,47 @@ def test_a_body_that_is_not_a_json_object_is_refused(raw: bytes, why: str) -> No
     with pytest.raises(ApiError, match=why) as refused:
         forwarded_body(raw)
     assert refused.value.status == 400
+
+
+class Waiting(AgentLoop):
+    """One step, then a step that waits to be released."""
+
+    def __init__(self) -> None:
+        self.waiting, self.release = asyncio.Event(), asyncio.Event()
+
+    def initial(self, row: dict[str, Any]) -> Boundary:
+        return Boundary(name="first", row=row)
+
+    def step_kind(self, boundary: Boundary) -> StepKind:
+        return StepKind.REPLAY
+
+    async def advance(self, ctx: StepContext, boundary: Boundary) -> Boundary:
+        if boundary.name == "first":
+            return boundary.next("second")
+        self.waiting.set()
+        await self.release.wait()
+        return boundary.finish({"reward": 1.0})
+
+
+async def test_a_running_episode_does_not_hold_the_run_body_it_started_from() -> None:
+    """The episode's boundaries hold its row (each its own copy); ``/run``'s body is let go once the episode starts."""
+    loop = Waiting()
+    config = load_config(
+        SimpleConfig, overrides=base_config("agent", model_url="http://model", resources_url="http://r")
+    )
+    app = create_agent_app(config, loop, {})
+    async with serve(app):
+        participant = app.state.held.participant
+        tools = Tracked([{"type": "function", "name": "t"}])
+        alive = weakref.ref(tools)
+        body = {"responses_create_params": {"input": [], "tools": tools}}
+        run = asyncio.create_task(participant.run(RolloutIdentity(rollout_id="r"), body))
+        del body, tools
+        await asyncio.wait_for(loop.waiting.wait(), 5)
+        gc.collect()
+        assert alive() is None  # only the boundary's copy of the row is left
+        assert participant.episodes["r"].boundary.row["responses_create_params"]["tools"] == [
+            {"type": "function", "name": "t"}
+        ]
+        loop.release.set()
+        assert await asyncio.wait_for(run, 5) == {"reward": 1.0}

@@ -22,12 +22,11 @@ BINARY_SCHEMA_VERSIONS = (3, 4)
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
-class PrefixRecord(BaseModel):
-    """The JSON format of schema 1 and 2 (read only)."""
+class _Prefix(BaseModel):
+    """What every earlier schema holds of a generation: its identity, its text and its counts."""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int
     rollout_id: str = Field(min_length=1)
     attempt: int = Field(ge=0)
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -36,6 +35,12 @@ class PrefixRecord(BaseModel):
     finish_reason: str | None = None
     prompt_tokens: int | None = Field(default=None, ge=0)
     completion_tokens: int = Field(ge=0)
+
+
+class PrefixRecord(_Prefix):
+    """The JSON format of schema 1 and 2 (read only)."""
+
+    schema_version: int
     prompt_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
     log_probs: list[float] | None = None
@@ -69,21 +74,11 @@ class PrefixRecord(BaseModel):
         return Tokens.of(self.prompt_token_ids, self.token_ids, self.log_probs)
 
 
-class PrefixHead(BaseModel):
+class PrefixHead(_Prefix):
     """Schema 3 and 4's JSON header (read only); the tokens follow it. Schema 4: written against the prompt record's
     prompt. Schema 3: written against ledger entry ``base``, or against nothing."""
 
-    model_config = ConfigDict(extra="forbid")
-
     schema_version: Literal[3, 4]
-    rollout_id: str = Field(min_length=1)
-    attempt: int = Field(ge=0)
-    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    text: str
-    complete: bool
-    finish_reason: str | None = None
-    prompt_tokens: int | None = Field(default=None, ge=0)
-    completion_tokens: int = Field(ge=0)
     tokens: bool
     base: int | None = Field(default=None, ge=0)
 

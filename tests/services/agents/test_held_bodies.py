@@ -29,6 +29,10 @@ class Tracked(list):
     """A list whose lifetime a test can watch (a plain list cannot be weakly referenced)."""
 
 
+class TrackedDict(dict):
+    """A dict whose lifetime a test can watch."""
+
+
 class HeldModel(httpx.AsyncBaseTransport):
     """Answers ``/v1/responses`` once released; keeps the request's bytes as they arrived."""
 
@@ -106,7 +110,8 @@ class Waiting(AgentLoop):
 
 
 async def test_a_running_episode_does_not_hold_the_run_body_it_started_from() -> None:
-    """The episode's boundaries hold its row (each its own copy); ``/run``'s body is let go once the episode starts."""
+    """``/run``'s body is let go once its episode starts: what the row holds is the boundaries' (shared by them, not
+    copied), and nothing else keeps the body."""
     loop = Waiting()
     config = load_config(
         SimpleConfig, overrides=base_config("agent", model_url="http://model", resources_url="http://r")
@@ -114,16 +119,37 @@ async def test_a_running_episode_does_not_hold_the_run_body_it_started_from() ->
     app = create_agent_app(config, loop, {})
     async with serve(app):
         participant = app.state.held.participant
-        tools = Tracked([{"type": "function", "name": "t"}])
-        alive = weakref.ref(tools)
-        body = {"responses_create_params": {"input": [], "tools": tools}}
+        tools = [{"type": "function", "name": "t"}]
+        body = TrackedDict(responses_create_params={"input": [], "tools": tools})
+        alive = weakref.ref(body)
         run = asyncio.create_task(participant.run(RolloutIdentity(rollout_id="r"), body))
-        del body, tools
+        del body
         await asyncio.wait_for(loop.waiting.wait(), 5)
         gc.collect()
-        assert alive() is None  # only the boundary's copy of the row is left
-        assert participant.episodes["r"].boundary.row["responses_create_params"]["tools"] == [
-            {"type": "function", "name": "t"}
-        ]
+        assert alive() is None
+        assert participant.episodes["r"].boundary.row["responses_create_params"]["tools"] is tools  # one copy
         loop.release.set()
         assert await asyncio.wait_for(run, 5) == {"reward": 1.0}
+
+
+def test_the_next_boundary_shares_the_task_row_and_copies_the_rest() -> None:
+    """No step changes the task row: the next boundary shares what it holds (its tools), and copies every other
+    container, so a step that changes the new boundary's input or outputs leaves the one before as it was."""
+    tools = [{"type": "function", "name": "t", "parameters": {"type": "object"}}]
+    first = Boundary(
+        name="generate",
+        row={"responses_create_params": {"input": [], "tools": tools}, "extra": [1]},
+        input=[{"role": "user", "content": "hi"}],
+        outputs=[{"type": "message", "content": "a"}],
+    )
+    second = first.next("tool", outputs=[*first.outputs, {"type": "function_call", "name": "t"}])
+    assert second.row == first.row
+    assert second.row["responses_create_params"] is first.row["responses_create_params"]  # shared, not copied
+    assert second.input == first.input and second.input is not first.input
+    second.input[0]["content"] = "changed"
+    second.outputs[0]["content"] = "changed"
+    assert first.input == [{"role": "user", "content": "hi"}]
+    assert first.outputs == [{"type": "message", "content": "a"}]
+    assert (second.name, second.seq) == ("tool", 1)
+    replaced = first.next("seed", row={"responses_create_params": {"input": []}})
+    assert replaced.row == {"responses_create_params": {"input": []}}

@@ -97,8 +97,11 @@ class Boundary(BaseModel):
 
     def next(self, name: str, **updates: Any) -> Boundary:
         """The following boundary: a deep copy of its containers (no aliasing with this one) with ``updates``
-        applied. Token arrays (:mod:`gym_services.base.token_arrays`, immutable) are shared, not copied."""
-        data = self.model_dump()
+        applied. Token arrays (:mod:`gym_services.base.token_arrays`, immutable) are shared, not copied, and so is
+        what the task row holds, which no step changes (a row carries the task's tools, and an episode holds two
+        boundaries while a step runs: thousands of episodes at once)."""
+        data = self.model_dump(exclude={"row"})
+        data["row"] = self.row
         data.update({k: (v.model_dump() if isinstance(v, BaseModel) else v) for k, v in updates.items()})
         data["name"] = name
         data["seq"] = self.seq + 1

@@ -6,10 +6,10 @@ chunks start) changes whenever the rollout does; its entries are in **chunks** (
 laid end to end, :mod:`.entries`), each written once: a checkpoint cuts a new chunk of the entries stored since
 the previous one, and the chunks before keep their bytes, so the pack writer references them in the earlier
 checkpoint's packs instead of writing them again. A rollout that grew by one call since the last checkpoint costs
-that call's chunk and its head. A new chunk is merged with the trailing chunks no bigger than it (each merge at least
-doubles a chunk), so an entry is written again at most log2(its rollout's entries) times and a rollout has a few
-chunks, however many checkpoints it lived through. A restore changes the head (attempt + 1, version + 1), never a
-chunk: the first checkpoint after it references them all.
+that call's chunk and its head. A new chunk is merged with the trailing chunks no bigger than it: each merge at least
+doubles the chunk an entry is in, so an entry is written again only log2(how much its chunk grew) times, and a
+rollout has a few chunks, however many checkpoints it lived through. A restore changes the head (attempt + 1,
+version + 1), never a chunk: the first checkpoint after it references them all.
 
 A rollout's first call's prompt is a record of its own (its **first prompt**, ``.p``), byte for byte the prompt record
 of that call's generation (:mod:`..prefixes`), and the first chunk's first entry is written against it (chunk layout

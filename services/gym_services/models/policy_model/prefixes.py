@@ -39,7 +39,7 @@ import re
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -221,13 +221,12 @@ class FrozenPrompt:
     prompt: Sequence[int]
     base: tuple[bytes, ...] = ()
 
+    #: its bytes stay the same from one checkpoint to the next
+    lasting: ClassVar[bool] = True
+
     @property
     def key(self) -> str:
         return prompt_record_key(self.rollout_id, self.digest)
-
-    @property
-    def lasting(self) -> bool:
-        return True
 
 
 @dataclass(frozen=True)
@@ -240,13 +239,11 @@ class FrozenChunk:
     start: Start
     end: Start
 
+    lasting: ClassVar[bool] = True
+
     @property
     def key(self) -> str:
         return chunk_record_key(self.rollout_id, self.digest, self.start)
-
-    @property
-    def lasting(self) -> bool:
-        return True
 
 
 @dataclass(frozen=True)
@@ -257,15 +254,12 @@ class FrozenPrefix:
     attempt: int
     digest: str
     prefix: StagedPrefix
+    #: a head changes at every checkpoint
+    lasting: ClassVar[bool] = False
 
     @property
     def key(self) -> str:
         return prefix_record_key(self.rollout_id, self.digest)
-
-    @property
-    def lasting(self) -> bool:
-        """A head changes at every checkpoint; a prompt and a chunk keep their bytes."""
-        return False
 
 
 #: one of a generation's frozen records
@@ -424,6 +418,7 @@ class Chunks:
         """The text and the generated ids and log-probs (empty prompt) the head's chunks hold, in order, each checked
         to start where the head says and the one before ended."""
         texts: list[str] = []
+        characters = 0
         generated: list[int] = []
         log_probs: list[float] = []
         for start in head.chunks:
@@ -433,13 +428,14 @@ class Chunks:
                 raise InvalidState(f"record {head_record.key}: its chunk {key} is missing")
             if (record.rollout_id, record.attempt) != (head_record.rollout_id, head_record.attempt):
                 raise InvalidState(f"record {key}: manifest identity does not match its head's")
-            if start != (len(generated) if head.tokens else 0, sum(map(len, texts))):
+            if start != (len(generated) if head.tokens else 0, characters):
                 raise InvalidState(f"record {key} does not start where the chunk before it ended")
             try:
                 text, triple = _read_chunk(record, start, head.tokens)
             except token_codec.TokenCodecError as exc:
                 raise InvalidState(f"record {key} is not a chunk: {exc}") from None
             texts.append(text)
+            characters += len(text)
             if triple is not None:
                 generated.extend(triple.generated)
                 log_probs.extend(triple.log_probs)

@@ -333,7 +333,7 @@ class Generation:
         self.state = GenerationState.RUNNING
         self.cut_requested = False
         self._halt = Halt()
-        sent_prompt = list(prefix.sequence()) if prefix is not None else None
+        sent_prompt = _compact(prefix.sequence()) if prefix is not None else None
         self._reader = asyncio.create_task(self._read(request, sent_prompt, self.completion_tokens, reuse))
         try:
             await asyncio.wait({self._reader})
@@ -355,7 +355,7 @@ class Generation:
             self.manager.count_cut()
 
     async def _read(
-        self, request: EngineRequest, sent_prompt: list[int] | None, base: int, reuse: tuple[int, str] | None
+        self, request: EngineRequest, sent_prompt: TokenArray | None, base: int, reuse: tuple[int, str] | None
     ) -> None:
         """Append the stream to ``text`` and the token lists until it ends (after a cut: until the upstream
         stopped). ``sent_prompt``: a continuation's prompt ids (the prefix's sequence)."""
@@ -367,13 +367,14 @@ class Generation:
                 self._apply(delta, sent_prompt)
                 if delta.finish_reason is not None:
                     self.finish_reason = self._finish(delta.finish_reason)
+                del delta  # not held while the next one is awaited (a first delta holds the prompt's ids)
         if self.finish_reason is None and not self.cut_requested:
             raise UpstreamUnavailable("the upstream stream ended without a finish_reason")
 
-    def _apply(self, delta: Delta, sent_prompt: list[int] | None) -> None:
+    def _apply(self, delta: Delta, sent_prompt: TokenArray | None) -> None:
         if delta.prompt_token_ids is not None:
             if sent_prompt is not None:  # a continuation: the engine must have used exactly the ids it was sent
-                if delta.prompt_token_ids != sent_prompt:
+                if not sent_prompt == delta.prompt_token_ids:
                     raise ApiError(
                         ErrorCode.UPSTREAM_ERROR, "the upstream continued from other prompt token ids than it was sent"
                     )

@@ -245,6 +245,7 @@ class Upstream:
                         self.fleet.received(stream, len(delta.generation_token_ids))
                     finished = finished or delta.finish_reason is not None
                     yield delta
+                    del delta  # not held while the next one is awaited (a first delta holds the prompt's ids)
             if not finished and not halt.requested:
                 raise EngineUnavailable("it ended the generation without a finish_reason")
         except (EngineError, EngineUnavailable, httpx.HTTPError) as exc:

@@ -6,15 +6,18 @@ is the point here, not how it generates (the built-in worker and llama-server ar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import json
+from array import array
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from tests.support.http_server import serving
 
@@ -90,7 +93,7 @@ async def test_a_finished_stream_is_every_delta_with_the_upstreams_settings_unde
             ([7], "a", None),
             ([8], "b", "stop"),
         ]
-        assert deltas[0].prompt_token_ids == [1, 2]
+        assert deltas[0].prompt_token_ids == array("I", [1, 2])  # compact: a first chunk's list goes with it
         assert worker_healthy(upstream)
         (worker,) = upstream.fleet.workers.values()
         assert worker.tokens_received == 2
@@ -146,3 +149,35 @@ def test_tokens_are_one_value_whatever_sequences_they_came_from() -> None:
     assert list(tokens.fields()) == ["prompt_token_ids", "generation_token_ids", "generation_log_probs"]
     with pytest.raises(ValueError, match="2 generated token ids but 1 log-probs"):
         Tokens((1,), (2, 3), (-1.0,))
+
+
+async def test_a_streams_first_chunk_is_not_held_while_its_second_is_awaited() -> None:
+    """A first chunk carries the whole prompt's ids: while the stream waits for its next token, neither the chunk
+    nor a list of its ids is alive (the delta holds them as a compact array), or thousands of streams starting at
+    once would each hold a list of Python ints as long as its prompt."""
+    prompt = list(range(1000, 21000))
+    second = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield chunk(7, "a", prompt=prompt).encode()
+        await second.wait()
+        yield (chunk(8, "b", "stop") + "data: [DONE]\n\n").encode()
+
+    async def chat(request: Request) -> Response:
+        await request.body()
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async with upstream_for(app) as upstream:
+        request = upstream.engine.request(CHAT, None, 8)
+        async with contextlib.aclosing(upstream.deltas(request, Halt())) as deltas:
+            first = await anext(deltas)
+            assert first.prompt_token_ids == array("I", prompt)
+            second_delta = asyncio.create_task(anext(deltas))
+            await asyncio.sleep(0.1)  # the reader waits on the socket for the second chunk
+            assert not second_delta.done()
+            gc.collect()
+            held = [o for o in gc.get_objects() if isinstance(o, list) and len(o) == len(prompt) and o is not prompt]
+            assert held == []
+            second.set()
+            assert (await second_delta).finish_reason == "stop"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from array import array
+
 import pytest
 
 from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.engines import ENGINES, EngineProtocolError, VllmEngine
+from gym_services.models.policy_model.engines.sse import json_body
 
 ENGINE = VllmEngine()
 CHAT = {
@@ -34,7 +38,9 @@ def test_a_continuation_sends_prompt_and_prefix_ids_to_completions_with_the_samp
     prefix = Tokens((1, 2, 3), (40, 41), (-0.5, -0.25))
     request = ENGINE.request(CHAT, prefix, 7)
     assert request.path == "/completions"
-    assert request.body == {
+    # held as a compact array while the stream runs, sent as a JSON list
+    assert request.body["prompt"] == array("I", [1, 2, 3, 40, 41])
+    assert json.loads(json_body(request.body)) == {
         "model": "m",
         "prompt": [1, 2, 3, 40, 41],
         "logprobs": 0,
@@ -57,7 +63,7 @@ def test_chat_and_completion_chunks_are_read_into_ids_and_log_probs() -> None:
             ],
         }
     )
-    assert first.prompt_token_ids == [1, 2] and not first.has_token
+    assert first.prompt_token_ids == array("I", [1, 2]) and not first.has_token
     chat = ENGINE.parse_chunk(
         {
             "choices": [
@@ -102,7 +108,7 @@ def test_chat_and_completion_chunks_are_read_into_ids_and_log_probs() -> None:
     assert (completion.generation_token_ids, completion.generation_log_probs, completion.prompt_token_ids) == (
         [8, 9],
         [-1.0, -2.5],
-        [1, 2, 7],
+        array("I", [1, 2, 7]),
     )
     assert completion.has_token  # a token ending inside a character adds no text but is a token
 

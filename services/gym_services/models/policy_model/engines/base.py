@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -105,7 +105,8 @@ class Delta:
     completion_tokens: int | None = None
     generation_token_ids: list[int] = field(default_factory=list)
     generation_log_probs: list[float] = field(default_factory=list)
-    prompt_token_ids: list[int] | None = None
+    #: the prompt's ids (a compact array where the engine reads them from a stream's first chunk)
+    prompt_token_ids: Sequence[int] | None = None
 
     @property
     def has_token(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from abc import abstractmethod
+from array import array
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -48,8 +49,10 @@ class SseEngine(Engine):
 
     async def deltas(self, connection: Connection, request: EngineRequest, halt: Halt) -> AsyncGenerator[Delta]:
         url = connection.base_url + request.path
+        body = json_body(self.payload(connection, request))
         try:
-            async with connection.streams.post(url, json=self.payload(connection, request)) as response:
+            async with connection.streams.post(url, data=body, headers=JSON_HEADERS) as response:
+                del body
                 await _refuse_unless_ok(response, url)
                 transport = response.connection.transport if response.connection is not None else None
                 halt.attach(transport.get_extra_info("socket") if transport is not None else None)
@@ -57,9 +60,11 @@ class SseEngine(Engine):
                     async with contextlib.aclosing(_chunks(response)) as chunks:
                         async for chunk in chunks:
                             delta = self.parse_chunk(chunk)
+                            del chunk  # not held while the next chunk is awaited (see _chunks)
                             yield delta
                             if halt.requested and not halt.draining and delta.has_token:
                                 return  # nothing to half-close: stop at this token boundary
+                            del delta
                 finally:
                     if halt.draining:
                         response.close()  # a half-closed connection must never go back to the pool
@@ -68,6 +73,21 @@ class SseEngine(Engine):
                 return  # the server ended the stream we asked it to stop: everything it sent is in
             # refused, reset, broken off, timed out: the worker's fault
             raise EngineUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+
+#: the content type of a request :func:`json_body` wrote
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def json_body(payload: dict[str, Any]) -> bytes:
+    """A streamed request's JSON (as aiohttp's ``json=`` writes it), token id arrays written as lists."""
+    return json.dumps(payload, default=_listed).encode()
+
+
+def _listed(value: object) -> list[Any]:
+    if isinstance(value, array):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 async def _refuse_unless_ok(response: aiohttp.ClientResponse, url: str) -> None:
@@ -85,6 +105,7 @@ async def _lines(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes]:
     pending = bytearray()
     async for part in response.content.iter_any():
         pending += part
+        del part
         start = 0
         while (end := pending.find(b"\n", start)) != -1:
             yield bytes(pending[start:end])
@@ -99,20 +120,40 @@ def _text(data: bytes) -> str:
 
 
 async def _chunks(response: aiohttp.ClientResponse) -> AsyncGenerator[dict[str, Any]]:
-    """Every ``data:`` JSON object of the stream, until ``[DONE]``; an error event raises."""
+    """Every ``data:`` JSON object of the stream, until ``[DONE]``; an error event raises.
+
+    Neither a line nor its chunk is held while the next line is awaited: a first chunk carries the whole prompt's
+    ids (a line of hundreds of KB, a list of as many Python ints, 36 bytes each), and every generation's stream
+    would keep its first chunk's until its second token came, thousands of streams at once when a batch of
+    rollouts starts (``benchmarks/RESULTS.md``, "A stream's first chunk")."""
     async with contextlib.aclosing(_lines(response)) as lines:
         async for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            data = line[len(b"data:") :].strip()
-            if data == b"[DONE]":
+            chunk = _chunk(line)
+            del line
+            if chunk is _DONE:
                 return
-            try:
-                chunk = json.loads(data)
-            except ValueError:  # not JSON, or not UTF-8
-                raise EngineProtocolError(f"a chunk that is not JSON: {_text(data)}") from None
-            if not isinstance(chunk, dict):
-                raise EngineProtocolError(f"a chunk that is not an object: {_text(data)}")
-            if "error" in chunk:
-                raise EngineError(f"the stream failed: {json.dumps(chunk['error'])[:500]}")
-            yield chunk
+            if chunk is not None:
+                yield chunk
+            del chunk
+
+
+#: the end of a stream (``data: [DONE]``)
+_DONE: dict[str, Any] = {}
+
+
+def _chunk(line: bytes) -> dict[str, Any] | None:
+    """One line's ``data:`` JSON object; None for a line that is not data; :data:`_DONE` at ``[DONE]``."""
+    if not line.startswith(b"data:"):
+        return None
+    data = line[len(b"data:") :].strip()
+    if data == b"[DONE]":
+        return _DONE
+    try:
+        chunk = json.loads(data)
+    except ValueError:  # not JSON, or not UTF-8
+        raise EngineProtocolError(f"a chunk that is not JSON: {_text(data)}") from None
+    if not isinstance(chunk, dict):
+        raise EngineProtocolError(f"a chunk that is not an object: {_text(data)}")
+    if "error" in chunk:
+        raise EngineError(f"the stream failed: {json.dumps(chunk['error'])[:500]}")
+    return chunk

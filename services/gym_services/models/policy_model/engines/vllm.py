@@ -22,8 +22,10 @@ parser (the completions route never runs one), so tool calls stay markup in the 
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, ClassVar
 
+from gym_services.base import token_codec
 from gym_services.base.tokens import Tokens
 from gym_services.models.policy_model.engines.base import Connection, Delta, EngineProtocolError, EngineRequest
 from gym_services.models.policy_model.engines.sse import SseEngine
@@ -73,6 +75,18 @@ def _ids(value: Any, where: str) -> list[int] | None:
     return list(value)
 
 
+def _prompt_ids(value: Any, where: str) -> array[int] | None:
+    """A chunk's prompt ids as a compact array (4 bytes an id, not a list of Python ints: the chunk's list goes
+    with the chunk)."""
+    ids = _ids(value, where)
+    if ids is None:
+        return None
+    try:
+        return token_codec.ids_array(ids)
+    except ValueError:
+        raise EngineProtocolError(f"{where} must be a list of token ids below 2**64, none negative") from None
+
+
 class VllmEngine(SseEngine):
     name: ClassVar[str] = "vllm"
 
@@ -86,7 +100,9 @@ class VllmEngine(SseEngine):
             return EngineRequest("/chat/completions", body)
         body = {
             "model": chat["model"],
-            "prompt": list(prefix.sequence()),
+            # a compact array, not a list of Python ints: the request is held for as long as its stream runs, and
+            # every continuation after a restore starts at once (:mod:`.sse` writes it as a JSON list)
+            "prompt": token_codec.ids_array(prefix.sequence()),
             "logprobs": 0,
             **token_switches,
             **{k: chat[k] for k in SAMPLING_FIELDS if k in chat},
@@ -101,7 +117,7 @@ class VllmEngine(SseEngine):
         if isinstance(usage, dict):
             delta.prompt_tokens = usage.get("prompt_tokens")
             delta.completion_tokens = usage.get("completion_tokens")
-        delta.prompt_token_ids = _ids(chunk.get("prompt_token_ids"), "prompt_token_ids")
+        delta.prompt_token_ids = _prompt_ids(chunk.get("prompt_token_ids"), "prompt_token_ids")
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
@@ -114,7 +130,7 @@ class VllmEngine(SseEngine):
                 delta.text = choice.get("text") or ""
                 logprob_ids, delta.generation_log_probs = self._completion_logprobs(choice.get("logprobs"))
                 if delta.prompt_token_ids is None:
-                    delta.prompt_token_ids = _ids(choice.get("prompt_token_ids"), "choices[0].prompt_token_ids")
+                    delta.prompt_token_ids = _prompt_ids(choice.get("prompt_token_ids"), "choices[0].prompt_token_ids")
             token_ids = _ids(choice.get("token_ids"), "choices[0].token_ids")
             if token_ids is not None and token_ids != logprob_ids:
                 raise EngineProtocolError(

@@ -5,6 +5,7 @@ kept parsed), or a string ``input`` as one user message."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import json
 import weakref
@@ -16,10 +17,11 @@ from tests.support.asgi import base_config, serve
 
 from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
-from gym_services.agents.common.downstream import Downstream
+from gym_services.agents.common.downstream import Downstream, json_bytes
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.agents.common.service import create_agent_app, forwarded_body
 from gym_services.agents.simple_agent.app import Config as SimpleConfig
+from gym_services.agents.simple_agent.loop import SimpleAgentLoop, SimpleBoundary
 from gym_services.base.config import load_config
 from gym_services.base.errors import ApiError
 from gym_services.base.identity import RolloutIdentity
@@ -153,3 +155,39 @@ def test_the_next_boundary_shares_the_task_row_and_copies_the_rest() -> None:
     assert (second.name, second.seq) == ("tool", 1)
     replaced = first.next("seed", row={"responses_create_params": {"input": []}})
     assert replaced.row == {"responses_create_params": {"input": []}}
+
+
+class EchoingModel(httpx.AsyncBaseTransport):
+    """Answers ``/v1/responses`` as the policy model does: a response that echoes the request's tools and instructions,
+    parsed afresh by the caller (equal to the task's, not the same objects), or ``echo`` in their place."""
+
+    def __init__(self, echo: dict[str, Any] | None = None) -> None:
+        self.echo = echo
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        sent = json.loads(await request.aread())
+        echoed = self.echo or {k: sent[k] for k in ("tools", "instructions") if k in sent}
+        message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}
+        return httpx.Response(200, json={"id": "resp", "output": [message], "usage": {}, **echoed})
+
+
+@pytest.mark.parametrize("echo", [None, {"tools": [{"type": "function", "name": "other"}], "instructions": "Other."}])
+async def test_the_last_response_shares_the_tasks_tools_it_echoes(echo: dict[str, Any] | None) -> None:
+    """A model's response echoes the task's tools and instructions: the boundary's last response holds the row's own
+    objects where they are equal (not a second parsed copy beside the row), and what the episode answers is the
+    same either way."""
+    tools = [{"type": "function", "name": "t", "description": "long " * 50, "parameters": {"type": "object"}}]
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}], "tools": tools}}
+    row["responses_create_params"]["instructions"] = "Be brief."
+    loop = SimpleAgentLoop(None)
+    async with httpx.AsyncClient(transport=EchoingModel(echo)) as client:
+        ctx = StepContext(RolloutIdentity(rollout_id="r"), Downstream("self", "http://self", client), {}, "own")
+        after = await loop.advance(ctx, loop.initial(row).next("generate"))
+    assert isinstance(after, SimpleBoundary) and after.last_response is not None
+    given = row["responses_create_params"]
+    if echo is None:
+        assert after.last_response["tools"] is tools and after.last_response["instructions"] is given["instructions"]
+    else:  # not the task's: left as the model answered
+        assert after.last_response["tools"] == echo["tools"] and after.last_response["tools"] is not tools
+    unshared = after.model_copy(update={"last_response": copy.deepcopy(after.last_response)})
+    assert json_bytes(loop.final_response(after)) == json_bytes(loop.final_response(unshared))

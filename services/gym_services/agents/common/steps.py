@@ -37,6 +37,27 @@ def given_params(row: dict[str, Any], model: str | None) -> dict[str, Any]:
     return params
 
 
+#: what a model's response echoes of its request's create params (NeMo Gym's response carries its tools and
+#: instructions), under the names both use
+ECHOED_PARAMS = ("tools", "instructions")
+
+
+def echoes_shared(response: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """``response`` with each field it echoes of the task's create params made the row's own object where the two are
+    equal (the response is otherwise unchanged): a boundary keeps the last response, from which the episode's final
+    response is made, beside its row, and a task's tools are most of a long context's first prompt, thousands of
+    live episodes at once (``benchmarks/RESULTS.md``, "The agents' copy of the tools")."""
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict):
+        return response
+    shared = {
+        name: params[name]
+        for name in ECHOED_PARAMS
+        if name in response and name in params and response[name] is not params[name] and response[name] == params[name]
+    }
+    return {**response, **shared} if shared else response
+
+
 def verify_mode_of(headers: Any) -> VerifyMode:
     """The resources server's verify mode from its seed reply (``wait`` unless it says ``replay``)."""
     mode = headers.get(VERIFY_HEADER, VerifyMode.WAIT)

@@ -16,7 +16,14 @@ from typing import Any
 from pydantic import Field
 
 from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
-from gym_services.agents.common.steps import RESOURCES, as_items, given_params, seed_resources, verify_step_kind
+from gym_services.agents.common.steps import (
+    RESOURCES,
+    as_items,
+    echoes_shared,
+    given_params,
+    seed_resources,
+    verify_step_kind,
+)
 from gym_services.base import nemo_responses
 
 #: why an episode ended without a message or a function call (``metadata.ng_termination_reason``)
@@ -79,7 +86,7 @@ class SimpleAgentLoop(AgentLoop):
 
     async def _generate(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         reply = await ctx.generate(b, self._params(b))
-        response = reply.body if isinstance(reply.body, dict) else {}
+        response = echoes_shared(reply.body, b.row) if isinstance(reply.body, dict) else {}
         output = [
             nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)
         ]

@@ -20,11 +20,15 @@ from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import Downstream, json_bytes
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.agents.common.service import create_agent_app, forwarded_body
+from gym_services.agents.common.steps import output_items
+from gym_services.agents.common.tokens import EpisodeTokens
 from gym_services.agents.simple_agent.app import Config as SimpleConfig
 from gym_services.agents.simple_agent.loop import SimpleAgentLoop, SimpleBoundary
+from gym_services.base import nemo_responses
 from gym_services.base.config import load_config
 from gym_services.base.errors import ApiError
 from gym_services.base.identity import RolloutIdentity
+from gym_services.base.tokens import FIELDS
 
 
 class Tracked(list):
@@ -191,3 +195,39 @@ async def test_the_last_response_shares_the_tasks_tools_it_echoes(echo: dict[str
         assert after.last_response["tools"] == echo["tools"] and after.last_response["tools"] is not tools
     unshared = after.model_copy(update={"last_response": copy.deepcopy(after.last_response)})
     assert json_bytes(loop.final_response(after)) == json_bytes(loop.final_response(unshared))
+
+
+TRAINING_OUTPUTS = [
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+        "prompt_token_ids": list(range(300, 2300)),
+        "generation_token_ids": [7, 8, 9],
+        "generation_log_probs": [-0.5, -0.25, -1e-05],
+    },
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "lookup",
+        "arguments": '{"q": 1}',
+        "prompt_token_ids": [1, 2, 3],
+        "generation_token_ids": [4],
+        "generation_log_probs": [-0.125],
+        "unknown_extra": {"kept": True},
+    },
+]
+
+
+@pytest.mark.parametrize("given", TRAINING_OUTPUTS)
+def test_output_items_keep_the_episodes_arrays_and_write_what_nemo_gym_keeps(given: dict[str, Any]) -> None:
+    """The given form of an output item whose token fields are the episode's arrays is, byte for byte, the given form
+    of the same item with lists, and it holds the arrays themselves (no list of Python ints in between)."""
+    tokens = EpisodeTokens()
+    triple = tokens.add(*(given[name] for name in FIELDS))
+    with_arrays = {**given, **dict(zip(FIELDS, triple.arrays(), strict=True))}
+    (kept,) = output_items({"output": [with_arrays]})
+    assert json_bytes(kept) == json_bytes(nemo_responses.item(given, full=False, output=True))
+    assert all(kept[name] is array for name, array in zip(FIELDS, triple.arrays(), strict=True))

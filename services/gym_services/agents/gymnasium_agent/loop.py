@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from gym_services.agents.common import MODEL, AgentLoop, Boundary, StepContext, StepKind
-from gym_services.agents.common.steps import as_items, given_params
+from gym_services.agents.common.steps import as_items, given_params, output_items
 from gym_services.base import nemo_responses
 
 ENV = "env"
@@ -76,11 +76,7 @@ class GymnasiumLoop(AgentLoop):
         if b.name == "generate":
             reply = await ctx.generate(b, {**given_params(b.row, self.model), "input": b.input + b.outputs})
             response = reply.body if isinstance(reply.body, dict) else {}
-            output = [
-                nemo_responses.item(i, full=False, output=True)
-                for i in response.get("output") or []
-                if isinstance(i, dict)
-            ]
+            output = output_items(response)
             full = nemo_responses.response(response)
             return b.next(
                 "step",

@@ -21,6 +21,7 @@ from gym_services.agents.common.steps import (
     as_items,
     echoes_shared,
     given_params,
+    output_items,
     seed_resources,
     verify_step_kind,
 )
@@ -87,9 +88,7 @@ class SimpleAgentLoop(AgentLoop):
     async def _generate(self, ctx: StepContext, b: SimpleBoundary) -> Boundary:
         reply = await ctx.generate(b, self._params(b))
         response = echoes_shared(reply.body, b.row) if isinstance(reply.body, dict) else {}
-        output = [
-            nemo_responses.item(i, full=False, output=True) for i in response.get("output") or [] if isinstance(i, dict)
-        ]
+        output = output_items(response)
         calls = [item for item in output if item.get("type") == "function_call"]
         messages = [i for i in output if i.get("type") == "message" and i.get("role", "assistant") == "assistant"]
         if not response.get("incomplete_details") and not calls and not messages:

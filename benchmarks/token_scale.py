@@ -225,6 +225,8 @@ class Drive:
     #: the ramp and then until the token ledger held a call per rollout (``--warm-up`` at most)
     warm_s: float = 0.0
     load: list[float] = field(default_factory=list)
+    #: each agent's model call bodies in flight right after the last checkpoint, MB (:func:`calls_in_flight`)
+    call_bytes_mb: dict[str, float] = field(default_factory=dict)
 
 
 def rss_of(state: Any) -> dict[str, int]:
@@ -401,6 +403,22 @@ async def worker_tokens(state: Any) -> int:
             return 0
 
 
+async def calls_in_flight(state: Any) -> dict[str, float]:
+    """Each agent's model call bodies in flight, MB (its ``gym_agent_model_call_bytes_in_flight``: what its proxy holds
+    of the calls the model is generating); an agent without the gauge (an earlier tree) or that did not answer is left
+    out."""
+    out: dict[str, float] = {}
+    async with httpx.AsyncClient(timeout=120) as http:
+        for server in state.servers:
+            if not server.name.startswith("agent-"):
+                continue
+            with contextlib.suppress(httpx.HTTPError):
+                for line in (await http.get(f"{state.url(server.name)}/metrics")).text.splitlines():
+                    if line.startswith("gym_agent_model_call_bytes_in_flight "):
+                        out[server.name] = float(line.split()[-1]) / 2**20
+    return out
+
+
 async def ledger_entries(state: Any, token: str) -> int:
     """The calls the policy model's token ledger holds (0 when it did not answer: a busy server)."""
     from gym_services.control.protocol import CONTROL_PREFIX
@@ -521,6 +539,7 @@ async def drive(args: argparse.Namespace) -> Drive:
             print(
                 f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s ({steps})", file=sys.stderr, flush=True
             )
+        run.call_bytes_mb = await calls_in_flight(state)
         run.last_heap = await probe_heap(state, "last")
         await probes.stop()
         await trainer.stop()
@@ -627,6 +646,7 @@ class Figures:
     warm_s: float
     load: list[float]
     statuses: list[str]
+    call_bytes_mb: dict[str, float]
 
 
 def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
@@ -690,6 +710,7 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         warm_s=run.get("warm_s", run["ramp_s"]),
         load=run["load"],
         statuses=[c["status"] for c in run["checkpoints"]],
+        call_bytes_mb=run.get("call_bytes_mb", {}),
     )
 
 
@@ -951,30 +972,35 @@ def table(rows: list[Figures]) -> str:
 
 def rss_table(rows: list[Figures]) -> str:
     """Each process's resident memory at idle (started, before any rollout) and right after the last checkpoint, its
-    growth, the raw token bytes it holds then, and the growth over them (the target: at most 2)."""
+    growth, the raw token bytes it holds then, and the growth over them (the target: at most 2); for an agent, the
+    bodies of the model calls it waits on then (each carries every earlier output item's token ids, as text) and
+    their bytes over its raw tokens."""
     lines = [
         "| rollouts (per env) | context | layout | process | idle MB | at last checkpoint MB | growth MB | "
-        "raw token MB | growth / raw tokens |",
-        "|" + "---|" * 9,
+        "raw token MB | growth / raw tokens | model call bodies in flight MB (/ raw tokens) |",
+        "|" + "---|" * 10,
     ]
     for f in rows:
         names = sorted(f.last_mb, key=lambda n: (not n.startswith("policy-model"), n))
         agents = [n for n in names if n.startswith("agent-")]
-        entries = [(n, f.idle_mb.get(n, 0), f.last_mb[n], f.raw_mb.get(n, 0)) for n in names]
+        entries = [(n, f.idle_mb.get(n, 0), f.last_mb[n], f.raw_mb.get(n, 0), f.call_bytes_mb.get(n)) for n in names]
         if agents:
+            bodies = [f.call_bytes_mb[n] for n in agents if n in f.call_bytes_mb]
             entries.append(
                 (
                     "agents (sum)",
                     sum(f.idle_mb.get(n, 0) for n in agents),
                     sum(f.last_mb[n] for n in agents),
                     sum(f.raw_mb.get(n, 0) for n in agents),
+                    sum(bodies) if len(bodies) == len(agents) else None,
                 )
             )
-        for name, idle, last, raw in entries:
+        for name, idle, last, raw, body in entries:
             ratio = f"{(last - idle) / raw:.1f}" if raw else "-"
+            in_flight = "-" if body is None else f"{body:.1f}" + (f" ({body / raw:.1f})" if raw else "")
             lines.append(
                 f"| {4 * f.per_environment} ({f.per_environment}) | {f.context} | {f.tree} | {name} | {idle:.0f} | "
-                f"{last:.0f} | {last - idle:.0f} | {raw:.1f} | {ratio} |"
+                f"{last:.0f} | {last - idle:.0f} | {raw:.1f} | {ratio} | {in_flight} |"
             )
     return "\n".join(lines)
 

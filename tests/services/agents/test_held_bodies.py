@@ -231,3 +231,29 @@ def test_output_items_keep_the_episodes_arrays_and_write_what_nemo_gym_keeps(giv
     (kept,) = output_items({"output": [with_arrays]})
     assert json_bytes(kept) == json_bytes(nemo_responses.item(given, full=False, output=True))
     assert all(kept[name] is array for name, array in zip(FIELDS, triple.arrays(), strict=True))
+
+
+def _gauge(metrics: str, name: str) -> float:
+    return next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(name + " "))
+
+
+async def test_the_proxy_reports_the_model_calls_it_waits_on_and_their_bytes() -> None:
+    """``gym_agent_model_calls_in_flight`` and ``gym_agent_model_call_bytes_in_flight``: what the agent holds of the
+    model calls its proxy forwards, while the model generates; both back to 0 once it answered."""
+    model = HeldModel()
+    config = load_config(
+        SimpleConfig, overrides=base_config("agent", model_url="http://model", resources_url="http://r")
+    )
+    app = create_agent_app(config, Waiting(), {}, transport=model)
+    body = json.dumps({"model": "m", "input": [{"role": "user", "content": "hi " * 500}]}).encode()
+    async with serve(app) as client:
+        call = asyncio.create_task(client.post("/v1/responses", content=body))
+        await asyncio.wait_for(model.arrived.wait(), 5)
+        metrics = (await client.get("/metrics")).text
+        assert _gauge(metrics, "gym_agent_model_calls_in_flight") == 1
+        assert _gauge(metrics, "gym_agent_model_call_bytes_in_flight") == len(body) == len(model.content)
+        model.release.set()
+        assert (await asyncio.wait_for(call, 5)).status_code == 200
+        metrics = (await client.get("/metrics")).text
+        assert _gauge(metrics, "gym_agent_model_calls_in_flight") == 0
+        assert _gauge(metrics, "gym_agent_model_call_bytes_in_flight") == 0

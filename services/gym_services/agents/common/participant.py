@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from gym_services.agents.common.boundary import RETURN, Boundary, task_row
 from gym_services.agents.common.checkpoint import capture_records, read_episode, split_records
@@ -74,6 +74,10 @@ class AgentMetrics:
     parked_refusals: Counter
     runs: Counter
     unavailable: Counter
+    #: the model calls the ``/v1/responses`` proxy is waiting on, and their bodies' bytes: a call's body carries every
+    #: earlier output item's token ids (NeMo Gym's items), held until the model answers
+    model_calls: Gauge
+    model_call_bytes: Gauge
 
     @classmethod
     def declare(cls, metrics: Metrics) -> AgentMetrics:
@@ -88,6 +92,10 @@ class AgentMetrics:
                 "gym_agent_downstream_unavailable",
                 "Steps retried because a server was unreachable or down",
                 ("server",),
+            ),
+            model_calls=metrics.gauge("gym_agent_model_calls_in_flight", "Model calls the proxy waits on"),
+            model_call_bytes=metrics.gauge(
+                "gym_agent_model_call_bytes_in_flight", "Bytes of the bodies of the model calls the proxy waits on"
             ),
         )
 

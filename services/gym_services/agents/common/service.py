@@ -181,12 +181,19 @@ async def responses(request: Request) -> Response:
     agent = held(request, AgentServer)
     content = forwarded_body(await body_bytes(request))
     identity = RolloutIdentity.from_headers(request.headers)
+    assert agent.participant is not None
+    metrics = agent.participant.metrics
+    metrics.model_calls.inc()
+    metrics.model_call_bytes.inc(len(content))
     try:
         upstream = await agent.downstream[MODEL].send(
             "/v1/responses", content, identity=identity, cookies=_request_cookies(request, agent.own_cookie)
         )
     except DownstreamUnavailable as exc:
         raise ApiError(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)) from None
+    finally:
+        metrics.model_calls.dec()
+        metrics.model_call_bytes.dec(len(content))
     if upstream.status_code >= 500:
         code, message = error_of(upstream)
         if upstream.status_code == 503 and code in UNAVAILABLE_CODES:

@@ -72,7 +72,7 @@ def _ids(value: Any, where: str) -> list[int] | None:
     # every element's type at C speed (a first chunk's prompt ids are thousands): ints only, no bool, no float
     if not isinstance(value, list) or not set(map(type, value)) <= {int}:
         raise EngineProtocolError(f"{where} must be a list of integer token ids")
-    return list(value)
+    return value  # the chunk's own list: the chunk is let go once read
 
 
 def _prompt_ids(value: Any, where: str) -> array[int] | None:

@@ -203,6 +203,8 @@ class CheckpointRun:
     p99_before_s: float
     timings: dict[str, float] = field(default_factory=dict)
     dropped: int = 0  # rollouts the trainer dropped so far
+    #: the drive's own event loop: how late it woke at worst during the checkpoint (:class:`LoopLag`)
+    driver_lag_s: float = 0.0
     error: str | None = None
 
 
@@ -227,6 +229,8 @@ class Drive:
     load: list[float] = field(default_factory=list)
     #: each agent's model call bodies in flight right after the last checkpoint, MB (:func:`calls_in_flight`)
     call_bytes_mb: dict[str, float] = field(default_factory=dict)
+    #: and the finished results each keeps (for a repeated /run or a checkpoint), MB
+    finished_mb: dict[str, float] = field(default_factory=dict)
 
 
 def rss_of(state: Any) -> dict[str, int]:
@@ -278,92 +282,157 @@ async def probe_heap(state: Any, tag: str, timeout_s: float = 900) -> dict[str, 
 class Trainer:
     """What a trainer does with the token ledger: once a rollout's result row is written, freeze its ledger and drop
     that freeze (the acknowledgement that lets the policy model release the rollout's tokens), every few seconds. A
-    freeze or drop parked by a checkpoint is tried again on the next round."""
+    freeze or drop parked by a checkpoint is tried again on the next round. It reads each row once, as it is
+    appended (a row at 32k contexts is megabytes of JSON), and runs in a process of its own (:func:`helper_main`):
+    parsing rows in the driver's event loop would stall the coordinator and the probes it times."""
 
-    def __init__(self, model_url: str, results: Path) -> None:
+    def __init__(self, model_url: str, results: Path, out: Path) -> None:
         from gym_services.models.policy_model.ledger.client import LedgerClient
 
         self.client = LedgerClient([model_url])
-        self.results = results
+        self.results, self.out = results, out
         self.dropped: set[str] = set()
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self.finished: list[str] = []  # every rollout id with a row, in the order written
+        self._read_at = 0
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+    def _new_rows(self) -> None:
+        if not self.results.exists():
+            return
+        with self.results.open("rb") as f:
+            f.seek(self._read_at)
+            data = f.read()
+        # a row the collection is still writing has no newline yet: read it next round
+        complete = data[: data.rfind(b"\n") + 1]
+        self._read_at += len(complete)
+        for line in complete.split(b"\n"):
+            if line.strip():
+                self.finished.append(json.loads(line)["_ng_rollout_id"])
 
-    async def _run(self) -> None:
+    async def run(self, stop: asyncio.Event) -> None:
         from gym_services.models.policy_model.ledger.client import LedgerRefused
 
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), 5)
-            if not self.results.exists():
-                continue
-            # a row the collection is still writing has no newline yet: read it next round
-            written = self.results.read_text(encoding="utf-8").split("\n")[:-1]
-            rows = [json.loads(line) for line in written if line]
-            for rollout_id in sorted({row["_ng_rollout_id"] for row in rows} - self.dropped):
-                if self._stop.is_set():
-                    break  # the load is over: a round over hundreds of rollouts would hold the restore back
-                try:
-                    frozen = await self.client.freeze(rollout_id)
-                    await self.client.drop(rollout_id, frozen.snapshot_id, frozen.version)
-                except LedgerRefused as exc:
-                    if exc.code not in ("not_found", "ledger_closed"):
-                        continue  # parked by a checkpoint: the next round
-                except httpx.HTTPError:
-                    continue
-                self.dropped.add(rollout_id)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+        with self.out.open("a", encoding="utf-8") as out:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 5)
+                self._new_rows()
+                for rollout_id in [r for r in self.finished if r not in self.dropped]:
+                    if stop.is_set():
+                        break  # the load is over: a round over hundreds of rollouts would hold the restore back
+                    try:
+                        frozen = await self.client.freeze(rollout_id)
+                        await self.client.drop(rollout_id, frozen.snapshot_id, frozen.version)
+                    except LedgerRefused as exc:
+                        if exc.code not in ("not_found", "ledger_closed"):
+                            continue  # parked by a checkpoint: the next round
+                    except httpx.HTTPError:
+                        continue
+                    self.dropped.add(rollout_id)
+                    out.write(rollout_id + "\n")
+                    out.flush()
         await self.client.close()
 
 
 class Probes:
     """Clients calling the policy model throughout: a cheap data call each (``/v1/ledger/resolve`` of a root request:
     admission, fencing and the event loop, no generation), parked calls retried as an agent does (every 20 ms);
-    every call's (start, seconds until it was answered)."""
+    every call's start (``time.monotonic``: one clock for every process of the machine) and the seconds until it was
+    answered, a line each in ``out``. In a process of its own (:func:`helper_main`), as a client of the model is."""
 
-    def __init__(self, model_url: str, clients: int) -> None:
-        self.url, self.clients = model_url, clients
-        self.calls: list[tuple[float, float]] = []
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+    def __init__(self, model_url: str, clients: int, out: Path) -> None:
+        self.url, self.clients, self.out = model_url, clients, out
 
-    async def start(self) -> None:
-        self._http = httpx.AsyncClient(timeout=120)
-        self._tasks = [asyncio.create_task(self._client(i)) for i in range(self.clients)]
+    async def run(self, stop: asyncio.Event) -> None:
+        async with httpx.AsyncClient(timeout=120) as http:
+            with self.out.open("a", encoding="utf-8") as out:
+                await asyncio.gather(*(self._client(i, http, out, stop) for i in range(self.clients)))
 
-    async def _client(self, index: int) -> None:
+    async def _client(self, index: int, http: httpx.AsyncClient, out: Any, stop: asyncio.Event) -> None:
         body = {"rollout_id": f"probe-{index}", "request_items": [{"role": "user", "content": "hello"}]}
-        while not self._stop.is_set():
+        while not stop.is_set():
             start = time.monotonic()
             for _ in range(20_000):
-                if self._stop.is_set():
+                if stop.is_set():
                     return
                 with contextlib.suppress(httpx.HTTPError):
-                    resp = await self._http.post(f"{self.url}/v1/ledger/resolve", json=body)
+                    resp = await http.post(f"{self.url}/v1/ledger/resolve", json=body)
                     if resp.status_code == 200:
                         break
                 await asyncio.sleep(0.02)
-            self.calls.append((start, time.monotonic() - start))
+            out.write(f"{start:.6f} {time.monotonic() - start:.6f}\n")
+            out.flush()
             await asyncio.sleep(0.1)
 
-    async def stop(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._http.aclose()
+
+def helper_main() -> None:
+    """``token_scale.py probe|trainer URL OUT [CLIENTS|RESULTS]``: the probes or the trainer, until SIGTERM."""
+    mode, url, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        if mode == "probe":
+            await Probes(url, int(sys.argv[4]), out).run(stop)
+        else:
+            await Trainer(url, Path(sys.argv[4]), out).run(stop)
+
+    asyncio.run(run())
+
+
+class Helper:
+    """A :func:`helper_main` process of the drive, the lines it wrote so far, and its stop (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, *argv: str, out: Path) -> None:
+        self.out = out
+        self.out.write_text("")
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv[:2], str(out), *argv[2:]])
+
+    def lines(self) -> list[str]:
+        text = self.out.read_text(encoding="utf-8")
+        return text[: text.rfind("\n") + 1].splitlines()  # the last line may be half written
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def probe_calls(helper: Helper) -> list[tuple[float, float]]:
+    return [(float(a), float(b)) for a, b in (line.split() for line in helper.lines())]
+
+
+def worst_between(calls: list[tuple[float, float]], start: float, end: float) -> float:
+    return max((s for at, s in calls if at < end and at + s > start), default=0.0)
+
+
+def p99_before(calls: list[tuple[float, float]], start: float, window_s: float) -> float:
+    before = sorted(s for at, s in calls if start - window_s <= at and at + s < start)
+    return before[int(0.99 * (len(before) - 1))] if before else 0.0
+
+
+class LoopLag:
+    """How late the drive's own event loop woke (a sleep of 50 ms, again and again): the coordinator's timings are
+    measured in it, so a stall there would be counted as the checkpoint's."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            at = time.monotonic()
+            await asyncio.sleep(0.05)
+            self.samples.append((at, time.monotonic() - at - 0.05))
 
     def worst_between(self, start: float, end: float) -> float:
-        return max((s for at, s in self.calls if at < end and at + s > start), default=0.0)
+        return max((lag for at, lag in self.samples if start <= at <= end), default=0.0)
 
-    def p99_before(self, start: float, window_s: float) -> float:
-        calls = sorted(s for at, s in self.calls if start - window_s <= at and at + s < start)
-        return calls[int(0.99 * (len(calls) - 1))] if calls else 0.0
+    def stop(self) -> None:
+        self._task.cancel()
 
 
 async def participants_of(state: Any, token: str) -> list[Any]:
@@ -403,10 +472,10 @@ async def worker_tokens(state: Any) -> int:
             return 0
 
 
-async def calls_in_flight(state: Any) -> dict[str, float]:
-    """Each agent's model call bodies in flight, MB (its ``gym_agent_model_call_bytes_in_flight``: what its proxy holds
-    of the calls the model is generating); an agent without the gauge (an earlier tree) or that did not answer is left
-    out."""
+async def agent_gauge(state: Any, gauge: str) -> dict[str, float]:
+    """Each agent's ``gauge``, in MB: ``gym_agent_model_call_bytes_in_flight`` (what its proxy holds of the calls the
+    model is generating) or ``gym_agent_finished_result_bytes`` (the finished results it keeps); an agent without the
+    gauge (an earlier tree) or that did not answer is left out."""
     out: dict[str, float] = {}
     async with httpx.AsyncClient(timeout=120) as http:
         for server in state.servers:
@@ -414,7 +483,7 @@ async def calls_in_flight(state: Any) -> dict[str, float]:
                 continue
             with contextlib.suppress(httpx.HTTPError):
                 for line in (await http.get(f"{state.url(server.name)}/metrics")).text.splitlines():
-                    if line.startswith("gym_agent_model_call_bytes_in_flight "):
+                    if line.startswith(gauge + " "):
                         out[server.name] = float(line.split()[-1]) / 2**20
     return out
 
@@ -499,16 +568,18 @@ async def drive(args: argparse.Namespace) -> Drive:
 
     state = start("stack")
     token = stack_secrets(workdir / "stack")["control_token"]
+    helpers: list[Helper] = []
     try:
         refs = await participants_of(state, token)
         run.idle_rss_kib = rss_of(state)
         run.idle_heap = await probe_heap(state, "idle")
         started = start_job(state, token, workdir, args.repeats, total)
         run.ramp_s, run.warm_s = await ramp_up(state, token, total, started, args.warm_up)
-        probes = Probes(state.url("policy-model"), args.clients)
-        await probes.start()
-        trainer = Trainer(state.url("policy-model"), workdir / "results.jsonl")
-        trainer.start()
+        model = state.url("policy-model")
+        probes = Helper("probe", model, str(args.clients), out=workdir / "probe-calls.txt")
+        helpers.append(probes)
+        helpers.append(Helper("trainer", model, str(workdir / "results.jsonl"), out=workdir / "dropped.txt"))
+        lag = LoopLag()
         next_at = time.monotonic() + args.every
         for n in range(args.checkpoints):
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -518,6 +589,7 @@ async def drive(args: argparse.Namespace) -> Drive:
             result = await _checkpoint(refs, token, run.location, checkpoint_id)
             ended = time.monotonic()
             run.load.append(os.getloadavg()[0])
+            calls = probe_calls(probes)
             run.checkpoints.append(
                 CheckpointRun(
                     checkpoint_id=checkpoint_id,
@@ -528,23 +600,30 @@ async def drive(args: argparse.Namespace) -> Drive:
                     live=len(result.episodes),
                     participants=participant_figures(result),
                     rss_kib=rss_of(state),
-                    worst_call_s=probes.worst_between(began, ended),
-                    p99_before_s=probes.p99_before(began, args.every),
+                    worst_call_s=worst_between(calls, began, ended),
+                    p99_before_s=p99_before(calls, began, args.every),
+                    driver_lag_s=lag.worst_between(began, ended),
                     timings=dict(result.timings),
-                    dropped=len(trainer.dropped),
+                    dropped=len(helpers[-1].lines()),
                     error=result.error,
                 )
             )
             steps = ", ".join(f"{k} {v:.2f}" for k, v in result.timings.items())
             print(
-                f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s ({steps})", file=sys.stderr, flush=True
+                f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s ({steps}); worst call "
+                f"{run.checkpoints[-1].worst_call_s:.2f}s (p99 before {run.checkpoints[-1].p99_before_s:.2f}s), the "
+                f"drive's loop late {run.checkpoints[-1].driver_lag_s:.2f}s at worst",
+                file=sys.stderr,
+                flush=True,
             )
-        run.call_bytes_mb = await calls_in_flight(state)
+        run.call_bytes_mb = await agent_gauge(state, "gym_agent_model_call_bytes_in_flight")
+        run.finished_mb = await agent_gauge(state, "gym_agent_finished_result_bytes")
         run.last_heap = await probe_heap(state, "last")
-        await probes.stop()
-        await trainer.stop()
+        lag.stop()
         last = next((c for c in reversed(run.checkpoints) if c.status == "completed"), None)
     finally:
+        for helper in helpers:
+            helper.stop()
         stop_stack(workdir / "stack", kill=True)  # the crash: every process, SIGKILL
     if last is None:
         return run
@@ -647,6 +726,9 @@ class Figures:
     load: list[float]
     statuses: list[str]
     call_bytes_mb: dict[str, float]
+    finished_mb: dict[str, float] = field(default_factory=dict)
+    #: how late the drive's own event loop woke at worst during each checkpoint (:class:`LoopLag`), ms
+    driver_lag_ms: list[float] = field(default_factory=list)
 
 
 def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
@@ -690,6 +772,7 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         written_over_added=over_added,
         worst_ms=[1e3 * c["worst_call_s"] for c in run["checkpoints"]],
         p99_ms=[1e3 * c["p99_before_s"] for c in run["checkpoints"]],
+        driver_lag_ms=[1e3 * c.get("driver_lag_s", 0.0) for c in run["checkpoints"]],
         pause_ms=[1e3 * c["pause_s"] for c in run["checkpoints"]],
         published_s=[c["published_s"] or float("nan") for c in run["checkpoints"]],
         restore_s=run["restore_s"],
@@ -711,6 +794,7 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         load=run["load"],
         statuses=[c["status"] for c in run["checkpoints"]],
         call_bytes_mb=run.get("call_bytes_mb", {}),
+        finished_mb=run.get("finished_mb", {}),
     )
 
 
@@ -973,34 +1057,45 @@ def table(rows: list[Figures]) -> str:
 def rss_table(rows: list[Figures]) -> str:
     """Each process's resident memory at idle (started, before any rollout) and right after the last checkpoint, its
     growth, the raw token bytes it holds then, and the growth over them (the target: at most 2); for an agent, the
-    bodies of the model calls it waits on then (each carries every earlier output item's token ids, as text) and
-    their bytes over its raw tokens."""
+    bodies of the model calls it waits on then (each carries every earlier output item's token ids, as text) and the
+    finished results it keeps, each also over its raw tokens."""
     lines = [
         "| rollouts (per env) | context | layout | process | idle MB | at last checkpoint MB | growth MB | "
-        "raw token MB | growth / raw tokens | model call bodies in flight MB (/ raw tokens) |",
-        "|" + "---|" * 10,
+        "raw token MB | growth / raw tokens | model call bodies in flight MB (/ raw tokens) | finished results kept MB "
+        "(/ raw tokens) |",
+        "|" + "---|" * 11,
     ]
+
+    def of_raw(value: float | None, raw: float) -> str:
+        return "-" if value is None else f"{value:.1f}" + (f" ({value / raw:.1f})" if raw else "")
+
+    def total(gauge: dict[str, float], agents: list[str]) -> float | None:
+        return sum(gauge[n] for n in agents) if all(n in gauge for n in agents) else None
+
     for f in rows:
         names = sorted(f.last_mb, key=lambda n: (not n.startswith("policy-model"), n))
         agents = [n for n in names if n.startswith("agent-")]
-        entries = [(n, f.idle_mb.get(n, 0), f.last_mb[n], f.raw_mb.get(n, 0), f.call_bytes_mb.get(n)) for n in names]
+        entries = [
+            (n, f.idle_mb.get(n, 0), f.last_mb[n], f.raw_mb.get(n, 0), f.call_bytes_mb.get(n), f.finished_mb.get(n))
+            for n in names
+        ]
         if agents:
-            bodies = [f.call_bytes_mb[n] for n in agents if n in f.call_bytes_mb]
             entries.append(
                 (
                     "agents (sum)",
                     sum(f.idle_mb.get(n, 0) for n in agents),
                     sum(f.last_mb[n] for n in agents),
                     sum(f.raw_mb.get(n, 0) for n in agents),
-                    sum(bodies) if len(bodies) == len(agents) else None,
+                    total(f.call_bytes_mb, agents),
+                    total(f.finished_mb, agents),
                 )
             )
-        for name, idle, last, raw, body in entries:
+        for name, idle, last, raw, body, finished in entries:
             ratio = f"{(last - idle) / raw:.1f}" if raw else "-"
-            in_flight = "-" if body is None else f"{body:.1f}" + (f" ({body / raw:.1f})" if raw else "")
             lines.append(
                 f"| {4 * f.per_environment} ({f.per_environment}) | {f.context} | {f.tree} | {name} | {idle:.0f} | "
-                f"{last:.0f} | {last - idle:.0f} | {raw:.1f} | {ratio} | {in_flight} |"
+                f"{last:.0f} | {last - idle:.0f} | {raw:.1f} | {ratio} | {of_raw(body, raw)} | "
+                f"{of_raw(finished, raw)} |"
             )
     return "\n".join(lines)
 
@@ -1093,6 +1188,9 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "drive":
         drive_main()
+        return
+    if len(sys.argv) > 1 and sys.argv[1] in ("probe", "trainer"):
+        helper_main()
         return
     args = parse_args()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # the running drive is stopped in run_tree's finally

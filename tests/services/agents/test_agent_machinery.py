@@ -308,7 +308,8 @@ async def test_repeated_run_of_a_finished_attempt_returns_its_result(expected) -
 
 
 async def test_kept_results_are_bounded_by_bytes(expected) -> None:
-    """With room for one result's bytes only, the agent keeps the newest finished result and drops the older."""
+    """With room for one result's bytes only, the agent keeps the newest finished result and drops the older; its
+    metrics report the one kept and its bytes."""
     async with stack(factory) as s:
         assert (await s.run(ROW, ROLLOUT)).json() == expected
         size = s.participant.finished.bytes  # what one finished episode of this row keeps
@@ -318,6 +319,9 @@ async def test_kept_results_are_bounded_by_bytes(expected) -> None:
         assert (await s.status("agent"))["live"]["finished"] == 1
         assert s.participant.finished.get("task8-0") is not None and s.participant.finished.get(ROLLOUT) is None
         assert 0 < s.participant.finished.bytes <= size + size // 2
+        metrics = (await s.http.get("http://agent/metrics")).text  # what the agent reports it keeps
+        assert "gym_agent_finished_results 1.0" in metrics.splitlines()
+        assert f"gym_agent_finished_result_bytes {float(s.participant.finished.bytes)}" in metrics.splitlines()
 
 
 async def test_a_kept_finished_episode_holds_its_result_only(expected) -> None:

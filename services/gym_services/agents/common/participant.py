@@ -78,6 +78,9 @@ class AgentMetrics:
     #: earlier output item's token ids (NeMo Gym's items), held until the model answers
     model_calls: Gauge
     model_call_bytes: Gauge
+    #: the finished episodes' results kept (:mod:`.finished`), and their bytes
+    finished: Gauge
+    finished_bytes: Gauge
 
     @classmethod
     def declare(cls, metrics: Metrics) -> AgentMetrics:
@@ -97,6 +100,10 @@ class AgentMetrics:
             model_call_bytes=metrics.gauge(
                 "gym_agent_model_call_bytes_in_flight", "Bytes of the bodies of the model calls the proxy waits on"
             ),
+            finished=metrics.gauge(
+                "gym_agent_finished_results", "Finished results kept for a repeated /run or a checkpoint"
+            ),
+            finished_bytes=metrics.gauge("gym_agent_finished_result_bytes", "Bytes of the finished results kept"),
         )
 
 
@@ -128,6 +135,8 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
             max_count=config.finished_retention_max,
             max_bytes=config.finished_retention_max_bytes,
         )
+        metrics.finished.set_function(lambda: len(self.finished))
+        metrics.finished_bytes.set_function(lambda: self.finished.bytes)
         #: boundary names each recently ended episode went through (debugging and tests)
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._reopened = asyncio.Event()

@@ -332,7 +332,7 @@ async def test_a_kept_finished_episode_holds_its_result_only(expected) -> None:
     async with stack(factory) as s:
         assert (await s.run(ROW, ROLLOUT)).json() == expected
         kept = s.participant.finished.get(ROLLOUT)
-        assert isinstance(kept.boundary_json, bytes) and s.participant.finished.bytes == len(kept.boundary_json)
+        assert isinstance(kept.boundary_json, bytes) and s.participant.finished.bytes == kept.size
         boundary = kept.boundary()
         assert boundary["result"] == expected and boundary["name"] == "return"
         assert set(boundary) <= {"name", "seq", "row", "cookies", "verify_mode", "result"} and boundary["row"] == {}

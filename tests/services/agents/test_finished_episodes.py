@@ -1,12 +1,21 @@
 """An agent's kept finished results are bounded by age, count and bytes (results carry every call's token ids, so
 1,024 of them held hundreds of MB in the soak, ``benchmarks/soak.py``), and are kept as one compact JSON ``bytes``
-each."""
+each, with each call's token fields apart as the episode's token arrays."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
+from gym_services.agents.common.downstream import json_bytes
 from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
+from gym_services.agents.common.records import EPISODE_ENCODER, EpisodeLog, FrozenChunk, decode_chunks
+from gym_services.agents.common.tokens import EpisodeTokens
+from gym_services.agents.simple_agent.loop import SimpleBoundary
+from gym_services.base.token_arrays import TokenArray
+from gym_services.base.tokens import FIELDS
 
 
 def done(rollout_id: str, size: int, at: float, attempt: int = 0) -> FinishedEpisode:
@@ -61,3 +70,70 @@ def test_a_kept_episode_gives_back_its_boundary_and_result() -> None:
     assert kept_episode.size == len(kept_episode.boundary_json)
     assert kept_episode.boundary() == {"name": "return", "seq": 7, "result": {"ids": [1, 2], "text": "é"}}
     assert kept_episode.result() == {"ids": [1, 2], "text": "é"}
+
+
+def finished_boundary(turns: int) -> tuple[dict[str, Any], EpisodeTokens]:
+    """A ``return`` boundary as an agent keeps it (``model_dump`` of the boundary its episode recorded): the verify
+    answer's response with a function call item per turn, each call's prompt the whole context so far (500 ids of
+    tools and prompt, then 100 ids a turn) with its token fields the episode's arrays; and the episode's table."""
+    tokens = EpisodeTokens()
+    context = list(range(50_000, 50_500))
+    output = []
+    for turn in range(turns):
+        generated = list(range(60_000 + 10 * turn, 60_010 + 10 * turn))
+        log_probs = [-0.5 - i / 64 for i in range(10)]
+        tokens.add(list(context), generated, log_probs)  # as the episode's generate step does, call by call
+        output.append(
+            {"type": "function_call", "call_id": f"c{turn}", "name": "t", "arguments": "{}", "status": "completed"}
+            | dict(zip(FIELDS, (list(context), generated, log_probs), strict=True))
+        )
+        context += generated + list(range(70_000 + 90 * turn, 70_090 + 90 * turn))
+    result = {"response": {"id": "r", "output": output, "tools": [{"name": "t", "x": 1.5e-7}]}, "reward": 1.0}
+    boundary = {"name": "return", "seq": 2 * turns, "row": {}, "cookies": {"model": {"s": "é"}}, "result": result}
+    tokens.intern(boundary)  # as Episode.record does: the lists become the episode's arrays
+    return boundary, tokens
+
+
+def test_a_kept_result_holds_the_episodes_token_arrays_not_their_text() -> None:
+    """Each output item carries its call's whole prompt: as text, a result costs its turns times its context. Kept,
+    the JSON has no token in it, the arrays are the episode's own (each prompt sharing the call before's ids), its size
+    counts each distinct id once, and what ``/run`` answers from it is byte for byte what it answered before."""
+    boundary, tokens = finished_boundary(8)
+    as_text = json_bytes(boundary)  # what the kept bytes were: every prompt's ids written out
+    kept = FinishedEpisode.of("r", 3, boundary, 0.0)
+    assert b"50499" not in kept.boundary_json and b"60000" not in kept.boundary_json
+    arrays = [t.arrays() for t in tokens.triples if t is not None]
+    assert [a for _, a in kept.tokens] == arrays
+    distinct = sum(a.nbytes for triple in arrays for a in triple)  # each prompt holds only the ids it adds
+    assert kept.size == len(kept.boundary_json) + distinct
+    assert kept.size * 4 < len(as_text)
+    back = kept.boundary()
+    assert all(
+        item[name] is array
+        for item, triple in zip(back["result"]["response"]["output"], arrays, strict=True)
+        for name, array in zip(FIELDS, triple, strict=True)
+    )
+    assert json_bytes(kept.result()) == json_bytes(json.loads(as_text)["result"])
+    assert json_bytes(back) == as_text
+
+
+def test_token_arrays_outside_a_calls_fields_are_kept_as_their_lists() -> None:
+    """Only a dict with all three token fields as arrays is taken apart; an array elsewhere is written as its list."""
+    stray = TokenArray.of([5, 6, 7])
+    kept = FinishedEpisode.of("r", 0, {"name": "return", "result": {"ids": stray, "prompt_token_ids": stray}}, 0.0)
+    assert kept.tokens == () and kept.boundary() == {
+        "name": "return",
+        "result": {"ids": [5, 6, 7], "prompt_token_ids": [5, 6, 7]},
+    }
+
+
+def test_a_kept_result_in_a_checkpoint_reads_back_as_it_was_kept() -> None:
+    """A finished episode whose result the controller still waits for is one chunk, made from what it kept: its
+    token arrays written as the chunk's own calls; read back, the same boundary, byte for byte."""
+    boundary, _ = finished_boundary(5)
+    kept = FinishedEpisode.of("r", 1, boundary, 0.0)
+    chunk = EPISODE_ENCODER.encode(FrozenChunk(EpisodeLog(), finished=kept.boundary, boundary_model=SimpleBoundary))
+    read = SimpleBoundary.model_validate(decode_chunks([chunk], EpisodeTokens()))
+    made = SimpleBoundary.model_validate(json.loads(json_bytes(boundary)))
+    assert json_bytes(read.model_dump()) == json_bytes(made.model_dump())
+    assert len(chunk) * 3 < len(json_bytes(boundary))  # each id once in the chunk too

@@ -68,7 +68,7 @@ def capture_records(
     for done in finished:
         if scope.episodes is None or done.rollout_id not in scope.episodes or not scope.includes(done.rollout_id):
             continue
-        whole = FrozenChunk(EpisodeLog(), finished=done.boundary_json, boundary_model=boundary_model)
+        whole = FrozenChunk(EpisodeLog(), finished=done.boundary, boundary_model=boundary_model)
         chunks.extend(_chunk_records(done.rollout_id, done.attempt, [whole]))
         heads.append(_head_record(agent, done.rollout_id, done.attempt, 1))
     return [*chunks, *heads]

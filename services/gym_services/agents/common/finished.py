@@ -8,6 +8,12 @@ as Python objects (a list of ints and one of floats per call) the same result to
 millions of small blocks that, freed a minute later among younger ones, left the allocator's arenas holding
 the space (in the soak, ``benchmarks/soak.py``, agent-ipi's resident memory grew by ~60 MB per 1,000 episodes,
 almost all of it free but kept). The kept ones are bounded by age, count and bytes, oldest dropped first.
+
+The token fields of each call are not in that JSON: a result's output items each carry their call's whole prompt,
+so as text a result costs its turns times its context (at 32k-token contexts, a megabyte an episode, sixty
+seconds' worth of finished episodes at once). They stay the episode's token arrays
+(:mod:`gym_services.base.token_arrays`: each prompt shares the ids of the call before, 4 bytes an id), which the
+JSON names by where they go; :meth:`FinishedEpisode.boundary` puts them back.
 """
 
 from __future__ import annotations
@@ -15,27 +21,51 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import pydantic_core
+
+from gym_services.base.token_arrays import TokenArray
+from gym_services.base.tokens import FIELDS
+
+#: where a call's token fields go in a kept boundary: the keys and list indexes from its root to their dict
+Path = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
 class FinishedEpisode:
-    """One finished attempt as kept: its ``return`` boundary as compact JSON."""
+    """One finished attempt as kept: its ``return`` boundary as compact JSON, and each call's token arrays apart
+    (``tokens``: where they go, and the three arrays in :data:`~gym_services.base.tokens.FIELDS` order)."""
 
     rollout_id: str
     attempt: int
     boundary_json: bytes
     at: float
+    tokens: tuple[tuple[Path, tuple[TokenArray, ...]], ...] = ()
+    #: the bytes it holds: its JSON and every token array it keeps alive (those its arrays share ids with too)
+    size: int = field(init=False)
 
-    @property
-    def size(self) -> int:
-        return len(self.boundary_json)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", len(self.boundary_json) + _held_bytes(self.tokens))
+
+    @classmethod
+    def of(cls, rollout_id: str, attempt: int, boundary: dict[str, Any], at: float) -> FinishedEpisode:
+        """Kept from ``boundary`` (a ``return`` boundary's Python values): every dict whose three token fields are
+        token arrays keeps them apart, written in the JSON as empty lists."""
+        tokens: list[tuple[Path, tuple[TokenArray, ...]]] = []
+        lifted = _lift(boundary, (), tokens)
+        return cls(rollout_id, attempt, pydantic_core.to_json(lifted, inf_nan_mode="constants"), at, tuple(tokens))
 
     def boundary(self) -> dict[str, Any]:
-        """The boundary as JSON values (what an episode record holds)."""
+        """The boundary as it was kept: JSON values, each call's token fields its token arrays again."""
         value = json.loads(self.boundary_json)
         assert isinstance(value, dict)
+        for path, arrays in self.tokens:
+            node: Any = value
+            for step in path:
+                node = node[step]
+            node.update(zip(FIELDS, arrays, strict=True))
         return value
 
     def result(self) -> dict[str, Any]:
@@ -43,6 +73,35 @@ class FinishedEpisode:
         result = self.boundary()["result"]
         assert isinstance(result, dict)
         return result
+
+
+def _lift(value: Any, path: Path, tokens: list[tuple[Path, tuple[TokenArray, ...]]]) -> Any:
+    """``value`` with its containers copied and each call's token arrays taken out into ``tokens`` (an array anywhere
+    else stays, and is written as the list it stands for)."""
+    if isinstance(value, dict):
+        arrays = tuple(value.get(name) for name in FIELDS)
+        lifted = all(isinstance(a, TokenArray) for a in arrays)
+        if lifted:
+            tokens.append((path, arrays))  # type: ignore[arg-type]  # each one a TokenArray (checked)
+        return {k: [] if lifted and k in FIELDS else _lift(v, (*path, k), tokens) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_lift(v, (*path, i), tokens) for i, v in enumerate(value)]
+    return value
+
+
+def _held_bytes(tokens: tuple[tuple[Path, tuple[TokenArray, ...]], ...]) -> int:
+    """The bytes of every distinct array the token arrays hold, their bases' included."""
+    seen: set[int] = set()
+    total = 0
+    for _, arrays in tokens:
+        for array in arrays:
+            node: TokenArray | None = array
+            while node is not None:  # a chain is as long as the episode's calls: a few dozen at most
+                if id(node.tail) not in seen:
+                    seen.add(id(node.tail))
+                    total += node.nbytes
+                node = node.base
+    return total
 
 
 class FinishedEpisodes:

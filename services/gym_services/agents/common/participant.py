@@ -223,8 +223,8 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         kept = self.loop.boundary_model.model_construct(  # its values are the validated boundary's: no second pass
             name=done.name, seq=done.seq, row={}, cookies=done.cookies, verify_mode=done.verify_mode, result=done.result
         )
-        boundary_json = kept.model_dump_json(exclude_defaults=True).encode()
-        self.finished.keep(FinishedEpisode(ep.rollout_id, ep.attempt, boundary_json, time.monotonic()))
+        boundary = kept.model_dump(exclude_defaults=True)  # its token arrays stay the episode's (:mod:`.finished`)
+        self.finished.keep(FinishedEpisode.of(ep.rollout_id, ep.attempt, boundary, time.monotonic()))
 
     def _prune_finished(self) -> None:
         self.finished.prune(time.monotonic())

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -83,8 +84,8 @@ class EpisodeLog:
 @dataclass(frozen=True)
 class FrozenChunk:
     """A chunk to write: already made (``data``); or to make from ``boundary`` after the chunks ``earlier`` (the
-    episode's token table up to ``triples`` triples), kept in ``log`` once made; or, for a finished episode kept as
-    its JSON (``finished``, a ``boundary_model``), made whole from it."""
+    episode's token table up to ``triples`` triples), kept in ``log`` once made; or, for a finished episode, made
+    whole from what it kept (``finished`` gives its boundary's values when the chunk is made; a ``boundary_model``)."""
 
     log: EpisodeLog
     data: bytes | None = None
@@ -92,7 +93,7 @@ class FrozenChunk:
     boundary: Boundary | None = None
     tokens: EpisodeTokens | None = None
     triples: int = 0
-    finished: bytes | None = None
+    finished: Callable[[], dict[str, Any]] | None = None
     boundary_model: type[Boundary] | None = None
 
 
@@ -299,8 +300,8 @@ def encode_chunk(state: FrozenChunk) -> bytes:
     if state.finished is not None:
         assert state.boundary_model is not None
         tokens = EpisodeTokens()
-        kept = state.boundary_model.model_validate_json(state.finished).model_dump()
-        tokens.intern(kept)
+        kept = state.boundary_model.model_validate(state.finished()).model_dump()
+        tokens.intern(kept)  # its token arrays made this chunk's table's
         writer = _Writer((), tokens, len(tokens), True)
         root = writer.value(kept)
         return _Chunk(0, 0, writer.values, writer.triples(), root).encode()

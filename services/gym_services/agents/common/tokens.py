@@ -137,13 +137,16 @@ class EpisodeTokens:
 
     def intern(self, value: Any) -> int:
         """Replace, in place, every triple's token lists in ``value`` (a freshly made boundary's data) with the
-        table's arrays; returns how many it replaced. Arrays of this table are left as they are."""
+        table's arrays; returns how many it replaced. Arrays of this table are left as they are; another table's are
+        replaced like lists."""
         replaced = 0
         stack = [value]
         while stack:
             node = stack.pop()
             if isinstance(node, dict):
-                if is_triple(node) and isinstance(node.get("prompt_token_ids"), (list, tuple)):
+                prompt = node.get("prompt_token_ids")
+                foreign = isinstance(prompt, TokenArray) and self.index_of(prompt) is None
+                if is_triple(node) and (isinstance(prompt, (list, tuple)) or foreign):
                     try:
                         triple = self.add(*(node[f] for f in FIELDS))
                     except (TypeError, ValueError, OverflowError):

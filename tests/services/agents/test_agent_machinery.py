@@ -327,12 +327,13 @@ async def test_kept_results_are_bounded_by_bytes(expected) -> None:
 async def test_a_kept_finished_episode_holds_its_result_only(expected) -> None:
     """A finished episode used to be kept (60 s, up to 1,024 of them) with its whole boundary - the row, every
     output with its token ids, the last response - beside its result, which holds them again (the held memory probe put
-    a Workplace episode at about 1 MB). Only the result (and the boundary's name and cookies) is kept, as one compact
-    JSON bytes object (as Python objects it took 3-5 times the memory, and left the allocator fragmented)."""
+    a Workplace episode at about 1 MB). Only the result (and the boundary's name and cookies) is kept, as one compressed
+    JSON bytes object (as Python objects it took 3-5 times the memory, and left the allocator fragmented) and its
+    calls' token arrays (``test_finished_episodes.py``)."""
     async with stack(factory) as s:
         assert (await s.run(ROW, ROLLOUT)).json() == expected
         kept = s.participant.finished.get(ROLLOUT)
-        assert isinstance(kept.boundary_json, bytes) and s.participant.finished.bytes == kept.size
+        assert isinstance(kept.packed, bytes) and s.participant.finished.bytes == kept.size
         boundary = kept.boundary()
         assert boundary["result"] == expected and boundary["name"] == "return"
         assert set(boundary) <= {"name", "seq", "row", "cookies", "verify_mode", "result"} and boundary["row"] == {}

@@ -5,6 +5,7 @@ each, with each call's token fields apart as the episode's token arrays."""
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -19,9 +20,8 @@ from gym_services.base.tokens import FIELDS
 
 
 def done(rollout_id: str, size: int, at: float, attempt: int = 0) -> FinishedEpisode:
-    """A kept episode whose boundary is ``size`` bytes of JSON."""
-    head = b'{"name":"return","result":{"pad":"'
-    return FinishedEpisode(rollout_id, attempt, head + b"x" * (size - len(head) - 3) + b'"}}', at)
+    """A kept episode of ``size`` bytes (what the bounds count; never read back here)."""
+    return FinishedEpisode(rollout_id, attempt, b"x" * size, at)
 
 
 def kept(finished: FinishedEpisodes) -> list[str]:
@@ -66,8 +66,8 @@ def test_keeping_off_keeps_nothing(bounds) -> None:
 
 
 def test_a_kept_episode_gives_back_its_boundary_and_result() -> None:
-    kept_episode = FinishedEpisode("r", 2, '{"name":"return","seq":7,"result":{"ids":[1,2],"text":"é"}}'.encode(), 0.0)
-    assert kept_episode.size == len(kept_episode.boundary_json)
+    kept_episode = FinishedEpisode.of("r", 2, {"name": "return", "seq": 7, "result": {"ids": [1, 2], "text": "é"}}, 0.0)
+    assert kept_episode.size == len(kept_episode.packed)
     assert kept_episode.boundary() == {"name": "return", "seq": 7, "result": {"ids": [1, 2], "text": "é"}}
     assert kept_episode.result() == {"ids": [1, 2], "text": "é"}
 
@@ -101,11 +101,12 @@ def test_a_kept_result_holds_the_episodes_token_arrays_not_their_text() -> None:
     boundary, tokens = finished_boundary(8)
     as_text = json_bytes(boundary)  # what the kept bytes were: every prompt's ids written out
     kept = FinishedEpisode.of("r", 3, boundary, 0.0)
-    assert b"50499" not in kept.boundary_json and b"60000" not in kept.boundary_json
+    text = zlib.decompress(kept.packed)
+    assert b"50499" not in text and b"60000" not in text and len(kept.packed) * 3 < len(text)
     arrays = [t.arrays() for t in tokens.triples if t is not None]
     assert [a for _, a in kept.tokens] == arrays
     distinct = sum(a.nbytes for triple in arrays for a in triple)  # each prompt holds only the ids it adds
-    assert kept.size == len(kept.boundary_json) + distinct
+    assert kept.size == len(kept.packed) + distinct
     assert kept.size * 4 < len(as_text)
     back = kept.boundary()
     assert all(

@@ -3,8 +3,8 @@
 A finished episode's result is kept after its ``/run`` answered, so a repeated ``/run`` of the same attempt
 gets it again and a checkpoint whose scope still lists the rollout (its caller has not got the result yet)
 saves it. Results carry every model call's token ids and log-probs, so their size varies by orders of
-magnitude with the rollout. A kept episode is its ``return`` boundary as compact JSON, one ``bytes`` object:
-as Python objects (a list of ints and one of floats per call) the same result took 3-5 times the memory, in
+magnitude with the rollout. A kept episode is its ``return`` boundary as compact JSON, compressed, one ``bytes``
+object: as Python objects (a list of ints and one of floats per call) the same result took 3-5 times the memory, in
 millions of small blocks that, freed a minute later among younger ones, left the allocator's arenas holding
 the space (in the soak, ``benchmarks/soak.py``, agent-ipi's resident memory grew by ~60 MB per 1,000 episodes,
 almost all of it free but kept). The kept ones are bounded by age, count and bytes, oldest dropped first.
@@ -13,12 +13,15 @@ The token fields of each call are not in that JSON: a result's output items each
 so as text a result costs its turns times its context (at 32k-token contexts, a megabyte an episode, sixty
 seconds' worth of finished episodes at once). They stay the episode's token arrays
 (:mod:`gym_services.base.token_arrays`: each prompt shares the ids of the call before, 4 bytes an id), which the
-JSON names by where they go; :meth:`FinishedEpisode.boundary` puts them back.
+JSON names by where they go; :meth:`FinishedEpisode.boundary` puts them back. What is left is mostly the task's
+tools and instructions, echoed twice (the response and the create params), which zlib's fastest level makes 5 times
+smaller in a fifth of a millisecond for a 32k context's 64 KB (read back only by a repeated ``/run`` or a checkpoint).
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,35 +34,38 @@ from gym_services.base.tokens import FIELDS
 
 #: where a call's token fields go in a kept boundary: the keys and list indexes from its root to their dict
 Path = tuple[str | int, ...]
+#: zlib's level for the kept JSON: the fastest (each episode's, on the event loop as it finishes)
+LEVEL = 1
 
 
 @dataclass(frozen=True)
 class FinishedEpisode:
-    """One finished attempt as kept: its ``return`` boundary as compact JSON, and each call's token arrays apart
-    (``tokens``: where they go, and the three arrays in :data:`~gym_services.base.tokens.FIELDS` order)."""
+    """One finished attempt as kept: its ``return`` boundary as compact JSON compressed by zlib (``packed``), and each
+    call's token arrays apart (``tokens``: where they go, and the three arrays in
+    :data:`~gym_services.base.tokens.FIELDS` order)."""
 
     rollout_id: str
     attempt: int
-    boundary_json: bytes
+    packed: bytes
     at: float
     tokens: tuple[tuple[Path, tuple[TokenArray, ...]], ...] = ()
     #: the bytes it holds: its JSON and every token array it keeps alive (those its arrays share ids with too)
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", len(self.boundary_json) + _held_bytes(self.tokens))
+        object.__setattr__(self, "size", len(self.packed) + _held_bytes(self.tokens))
 
     @classmethod
     def of(cls, rollout_id: str, attempt: int, boundary: dict[str, Any], at: float) -> FinishedEpisode:
         """Kept from ``boundary`` (a ``return`` boundary's Python values): every dict whose three token fields are
         token arrays keeps them apart, written in the JSON as empty lists."""
         tokens: list[tuple[Path, tuple[TokenArray, ...]]] = []
-        lifted = _lift(boundary, (), tokens)
-        return cls(rollout_id, attempt, pydantic_core.to_json(lifted, inf_nan_mode="constants"), at, tuple(tokens))
+        text = pydantic_core.to_json(_lift(boundary, (), tokens), inf_nan_mode="constants")
+        return cls(rollout_id, attempt, zlib.compress(text, LEVEL), at, tuple(tokens))
 
     def boundary(self) -> dict[str, Any]:
         """The boundary as it was kept: JSON values, each call's token fields its token arrays again."""
-        value = json.loads(self.boundary_json)
+        value = json.loads(zlib.decompress(self.packed))
         assert isinstance(value, dict)
         for path, arrays in self.tokens:
             node: Any = value

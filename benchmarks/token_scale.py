@@ -8,8 +8,10 @@ collection's concurrency is the total, so that many are live), every task's tool
 each rollout's context ends near ``--context`` tokens (a realistic shape: a long system prompt and tool schemas,
 a few hundred tokens a turn). Once they all run (and with ``--warm-up``, once every first call was answered),
 a ``snapshot`` checkpoint is taken every ``--every`` seconds,
-``--checkpoints`` times, while ``--clients`` probe clients call the policy model throughout; then every process is
-SIGKILLed and fresh ones restore the last checkpoint (and are seen to carry on).
+``--checkpoints`` times, while ``--clients`` probe clients call the policy model throughout and a trainer drops each
+finished rollout's ledger (both in processes of their own: nothing but the coordinator runs in the event loop that
+times the checkpoint); then every process is SIGKILLed and fresh ones restore the last checkpoint (and are seen to
+carry on).
 
 Each configuration runs on two code trees in turn: ``after`` (this checkout) and ``before`` (``--ref``, default the
 commit this branch started from: today's layout), each a subprocess whose servers run that tree (``PYTHONPATH``, as

@@ -45,6 +45,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
+from gym_services.base.token_arrays import TokenArray
+
 Status = Literal["in_progress", "completed", "incomplete"]
 _STATUSES = frozenset({"in_progress", "completed", "incomplete"})
 _SIMPLE_ROLES = frozenset({"user", "system", "developer"})
@@ -758,14 +760,57 @@ def _canonical(adapter: Any, value: Any, full: bool) -> Any:
     return adapter.dump_python(parsed, mode="json", exclude_unset=not full)
 
 
+def _lifted(value: dict[str, Any]) -> tuple[dict[str, Any], dict[str, TokenArray]]:
+    """An item with its token arrays as empty lists, and the arrays by field."""
+    arrays = {name: value[name] for name in _TOKEN_FIELDS if isinstance(value.get(name), TokenArray)}
+    return ({**value, **{name: [] for name in arrays}} if arrays else value), arrays
+
+
+def _keeping_arrays(form: Callable[[dict[str, Any]], Any], value: dict[str, Any], key: str | None) -> Any:
+    """``form(value)`` with the token arrays of ``value`` (or of each item of its list ``key``) left as they are.
+
+    An episode holds its calls' token fields as :class:`~gym_services.base.token_arrays.TokenArray` s; validated and
+    dumped they would become lists of Python ints (a long context's prompt: tens of thousands, 36 bytes each, for
+    every item that carries it). They are validated and written as empty lists in their places and put back; each
+    stands for the list it equals, and is written as that list. Items that do not come out one for one (a form that
+    dropped one) are made the plain way."""
+    if key is None:
+        plain, arrays = _lifted(value)
+        taken = [arrays]
+    else:
+        listed = value.get(key)
+        if not isinstance(listed, list):
+            return form(value)
+        pairs = [_lifted(dict(v)) if isinstance(v, Mapping) else (v, {}) for v in listed]
+        taken = [arrays for _, arrays in pairs]
+        plain = {**value, key: [v for v, _ in pairs]}
+    if not any(taken):
+        return form(value)
+    out = form(plain)
+    written = [out] if key is None else out.get(key) if isinstance(out, dict) else None
+    if not (
+        isinstance(written, list)
+        and len(written) == len(taken)
+        and all(isinstance(w, dict) and w.keys() >= a.keys() for w, a in zip(written, taken, strict=True))
+    ):
+        return form(value)
+    for w, arrays in zip(written, taken, strict=True):
+        w.update(arrays)
+    return out
+
+
 def item(value: Any, full: bool = True, *, output: bool = False) -> Any:
     """An input item (or, with ``output``, a response output item) in the full or the given form."""
     if not isinstance(value, Mapping):
         return value
-    try:
-        return _canonical(_OUTPUT_ITEM if output else _INPUT_ITEM, dict(value), full)
-    except ValidationError:
-        return _lenient_item(value, full, output)
+
+    def form(v: dict[str, Any]) -> Any:
+        try:
+            return _canonical(_OUTPUT_ITEM if output else _INPUT_ITEM, v, full)
+        except ValidationError:
+            return _lenient_item(v, full, output)
+
+    return _keeping_arrays(form, dict(value), None)
 
 
 def items(values: Any, full: bool = True, *, output: bool = False) -> Any:
@@ -782,20 +827,28 @@ def create_params(value: Any, full: bool = True) -> Any:
     """Task create params (``responses_create_params``) in the full or the given form."""
     if not isinstance(value, Mapping):
         return value
-    try:
-        return _canonical(_CREATE_PARAMS, dict(value), full)
-    except ValidationError:
-        return _LENIENT_CREATE_PARAMS(value, full)
+
+    def form(v: dict[str, Any]) -> Any:
+        try:
+            return _canonical(_CREATE_PARAMS, v, full)
+        except ValidationError:
+            return _LENIENT_CREATE_PARAMS(v, full)
+
+    return _keeping_arrays(form, dict(value), "input")
 
 
 def response(value: Any, full: bool = True) -> Any:
     """A Responses API response object in the full (or the given) form."""
     if not isinstance(value, Mapping):
         return value
-    try:
-        return _canonical(_RESPONSE, dict(value), full)
-    except ValidationError:
-        return _LENIENT_RESPONSE(value, full)
+
+    def form(v: dict[str, Any]) -> Any:
+        try:
+            return _canonical(_RESPONSE, v, full)
+        except ValidationError:
+            return _LENIENT_RESPONSE(v, full)
+
+    return _keeping_arrays(form, dict(value), "output")
 
 
 #: fields of a /run row NeMo Gym's agents do not pass on (the rollout id is read, then dropped)

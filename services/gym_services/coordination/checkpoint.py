@@ -244,6 +244,9 @@ class CheckpointTransaction:
                 role, seconds = group[0].role, time.monotonic() - started
                 self.prepare_s[role] = round(seconds, 4)
                 self.clock.timings[f"prepare {role}"] = seconds
+                # the longest a participant of the role waited for its boundary, of those seconds (the rest: the
+                # call's way there and back, and its turn on the participant's event loop)
+                self.clock.timings[f"prepare {role} waited"] = max((a.waited_s for a in ok.values()), default=0.0)
                 self._final_if_held(ok)
                 blockers = [
                     BlockerInfo(participant=pid, **b.model_dump())

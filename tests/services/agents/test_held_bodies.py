@@ -257,3 +257,59 @@ async def test_the_proxy_reports_the_model_calls_it_waits_on_and_their_bytes() -
         metrics = (await client.get("/metrics")).text
         assert _gauge(metrics, "gym_agent_model_calls_in_flight") == 0
         assert _gauge(metrics, "gym_agent_model_call_bytes_in_flight") == 0
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full form", "given form"])
+def test_a_response_and_a_calls_params_keep_the_episodes_arrays(full: bool) -> None:
+    """The final response a verify call sends (``nemo_responses.response``) and a model call's params with the
+    episode's earlier items as input (``nemo_responses.create_params``) are, byte for byte, those of the same values
+    with lists, and hold the episode's arrays themselves: no list of Python ints per item (at 32k contexts, a verify
+    body made them for every call's whole prompt)."""
+    tokens = EpisodeTokens()
+    arrays = [dict(zip(FIELDS, tokens.add(*(g[n] for n in FIELDS)).arrays(), strict=True)) for g in TRAINING_OUTPUTS]
+    with_arrays = [{**given, **kept} for given, kept in zip(TRAINING_OUTPUTS, arrays, strict=True)]
+    head = {"id": "r", "created_at": 1, "model": "m", "object": "response", "parallel_tool_calls": True}
+    made = nemo_responses.response({**head, "output": with_arrays, "tool_choice": "auto", "tools": []}, full)
+    listed = nemo_responses.response({**head, "output": TRAINING_OUTPUTS, "tool_choice": "auto", "tools": []}, full)
+    assert json_bytes(made) == json_bytes(listed)
+    assert all(made["output"][i][n] is kept[n] for i, kept in enumerate(arrays) for n in FIELDS)
+    user = {"role": "user", "content": "hi"}
+    made = nemo_responses.create_params({"model": "m", "input": [user, *with_arrays], "tools": []}, full)
+    listed = nemo_responses.create_params({"model": "m", "input": [user, *TRAINING_OUTPUTS], "tools": []}, full)
+    assert json_bytes(made) == json_bytes(listed)
+    assert all(made["input"][1 + i][n] is kept[n] for i, kept in enumerate(arrays) for n in FIELDS)
+
+
+class EchoingVerifier(httpx.AsyncBaseTransport):
+    """A resources server's ``/verify`` as NeMo Gym's answer it: the body it was sent, with a reward; ``extra`` an
+    output item of a call the episode never made, added to the echoed response."""
+
+    def __init__(self, extra: dict[str, Any]) -> None:
+        self.extra = extra
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        sent = json.loads(await request.aread())
+        sent["response"]["output"].append(self.extra)
+        return httpx.Response(200, json={**sent, "reward": 1.0})
+
+
+async def test_a_verify_answer_holds_the_episodes_arrays_for_the_calls_it_echoes() -> None:
+    """``/verify`` answers with the response it was sent, every call's prompt in it: parsed, lists of Python ints.
+    The calls the episode made become its arrays as soon as the answer is read (no copy of them is made from the
+    lists); a call it never made is left as the server wrote it, and the episode's table does not take it."""
+    tokens = EpisodeTokens()
+    arrays = [dict(zip(FIELDS, tokens.add(*(g[n] for n in FIELDS)).arrays(), strict=True)) for g in TRAINING_OUTPUTS]
+    outputs = [{**given, **kept} for given, kept in zip(TRAINING_OUTPUTS, arrays, strict=True)]
+    stranger = {**TRAINING_OUTPUTS[1], "prompt_token_ids": [9, 9, 9]}
+    loop = SimpleAgentLoop(None)
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}}
+    at_verify = loop.initial(row).next("verify", outputs=outputs, last_response={"id": "r", "output": []})
+    async with httpx.AsyncClient(transport=EchoingVerifier(stranger)) as client:
+        resources = Downstream("resources", "http://resources", client)
+        ctx = StepContext(RolloutIdentity(rollout_id="r"), resources, {"resources": resources}, "own", tokens=tokens)
+        done = await loop.advance(ctx, at_verify)
+    assert done.result is not None and done.result["reward"] == 1.0
+    echoed = done.result["response"]["output"]
+    assert all(echoed[i][n] is kept[n] for i, kept in enumerate(arrays) for n in FIELDS)
+    assert echoed[-1]["prompt_token_ids"] == [9, 9, 9] and isinstance(echoed[-1]["prompt_token_ids"], list)
+    assert len(tokens) == len(arrays)

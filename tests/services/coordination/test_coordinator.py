@@ -59,6 +59,7 @@ async def test_checkpoint_order_scope_and_manifest(stack, storage_url, method) -
         assert set(result.timings) >= {"prepare", "capture", "resume", "persist", "verify", "publish"}
         assert result.published_s > result.pause_s
     assert result.records == 3 and result.pause_s > 0 and result.method == method
+    assert 0 <= result.timings["prepare agent waited"] <= result.timings["prepare agent"]
     assert [cid for cid, m in list_checkpoints(storage_url) if m] == ["ck-1"]
 
 

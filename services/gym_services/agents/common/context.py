@@ -97,12 +97,14 @@ class StepContext:
         accept_client_errors: bool = False,
         accept_errors: bool = False,
     ) -> Reply:
-        """``POST`` to a configured downstream server with the episode's cookies for it."""
+        """``POST`` to a configured downstream server with the episode's cookies for it. The token fields of the
+        episode's calls an answer echoes (``/verify`` answers with the response it was sent) become the episode's arrays
+        at once: the lists of Python ints the answer was parsed into are let go before anything copies them."""
         downstream = self.servers[server]
         self.in_flight.server, self.in_flight.since = server, time.monotonic()
         self.in_flight.url = f"{downstream.url_for(self.identity)}{path}"
         try:
-            return await downstream.post(
+            reply = await downstream.post(
                 path,
                 body,
                 identity=self.identity,
@@ -112,6 +114,9 @@ class StepContext:
             )
         finally:
             self.in_flight.server = self.in_flight.url = None
+        if isinstance(reply.body, (dict, list)):
+            self.tokens.intern(reply.body, known=True)
+        return reply
 
 
 def own_cookie_name(server_name: str) -> str:

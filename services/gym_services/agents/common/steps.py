@@ -8,8 +8,6 @@ from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.loop import StepKind
 from gym_services.base import nemo_responses
-from gym_services.base.token_arrays import TokenArray
-from gym_services.base.tokens import FIELDS
 from gym_services.control.protocol import VERIFY_HEADER, VerifyMode
 
 #: the downstream name of an agent's resources server
@@ -41,20 +39,14 @@ def given_params(row: dict[str, Any], model: str | None) -> dict[str, Any]:
 
 def output_items(response: dict[str, Any]) -> list[Any]:
     """A model response's output items in the given form, as NeMo Gym's agents keep them. Token fields the episode
-    holds as its arrays already (:meth:`StepContext.generate`) stay those arrays: they are validated and written in
-    their places as empty lists and put back, not written out as lists of Python ints (a long context's prompt: tens
-    of thousands) that recording the boundary turns back into the same arrays."""
-    return [_given_output(item) for item in response.get("output") or [] if isinstance(item, dict)]
-
-
-def _given_output(value: dict[str, Any]) -> Any:
-    arrays = {name: value[name] for name in FIELDS if isinstance(value.get(name), TokenArray)}
-    if len(arrays) == len(FIELDS):
-        given = nemo_responses.item({**value, **{name: [] for name in FIELDS}}, full=False, output=True)
-        if isinstance(given, dict) and all(name in given for name in FIELDS):
-            given.update(arrays)
-            return given
-    return nemo_responses.item(value, full=False, output=True)
+    holds as its arrays already (:meth:`StepContext.generate`) stay those arrays (:func:`nemo_responses.item`), not
+    lists of Python ints (a long context's prompt: tens of thousands) that recording the boundary turns back into the
+    same arrays."""
+    return [
+        nemo_responses.item(item, full=False, output=True)
+        for item in response.get("output") or []
+        if isinstance(item, dict)
+    ]
 
 
 #: what a model's response echoes of its request's create params (NeMo Gym's response carries its tools and

@@ -135,10 +135,11 @@ class EpisodeTokens:
             return found
         return self._register(_made(prompt, generated, log_probs, call, self._last_sequence()))
 
-    def intern(self, value: Any) -> int:
+    def intern(self, value: Any, *, known: bool = False) -> int:
         """Replace, in place, every triple's token lists in ``value`` (a freshly made boundary's data) with the
         table's arrays; returns how many it replaced. Arrays of this table are left as they are; another table's are
-        replaced like lists."""
+        replaced like lists. With ``known``, only lists equal to a triple the table holds are replaced (a downstream
+        answer echoing the episode's calls), and the table gains none."""
         replaced = 0
         stack = [value]
         while stack:
@@ -148,7 +149,8 @@ class EpisodeTokens:
                 foreign = isinstance(prompt, TokenArray) and self.index_of(prompt) is None
                 if is_triple(node) and (isinstance(prompt, (list, tuple)) or foreign):
                     try:
-                        triple = self.add(*(node[f] for f in FIELDS))
+                        fields = [node[f] for f in FIELDS]
+                        triple = self._find(*fields) if known else self.add(*fields)
                     except (TypeError, ValueError, OverflowError):
                         triple = None  # not token ids (a value a server made up): left as it is
                     if triple is not None:

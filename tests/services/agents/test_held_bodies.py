@@ -313,3 +313,38 @@ async def test_a_verify_answer_holds_the_episodes_arrays_for_the_calls_it_echoes
     assert all(echoed[i][n] is kept[n] for i, kept in enumerate(arrays) for n in FIELDS)
     assert echoed[-1]["prompt_token_ids"] == [9, 9, 9] and isinstance(echoed[-1]["prompt_token_ids"], list)
     assert len(tokens) == len(arrays)
+
+
+async def test_live_episodes_of_one_task_hold_one_copy_of_its_create_params() -> None:
+    """Rollouts of one task run at once (a group per prompt), each ``/run`` body parsed on its own: their episodes
+    hold one object for the equal create params (the first's), another task's its own, and once no episode holds
+    them nothing is kept."""
+    loop = Waiting()
+    config = load_config(
+        SimpleConfig, overrides=base_config("agent", model_url="http://model", resources_url="http://r")
+    )
+    app = create_agent_app(config, loop, {})
+    task = {"responses_create_params": {"input": [{"role": "user", "content": "plan"}], "tools": [{"name": "t"}]}}
+    other = {"responses_create_params": {"input": [{"role": "user", "content": "plan"}], "tools": [{"name": "u"}]}}
+    async with serve(app):
+        participant = app.state.held.participant
+        rows = {"r1": task, "r2": task, "r3": other}
+        runs = [
+            asyncio.create_task(participant.run(RolloutIdentity(rollout_id=rid), json.loads(json.dumps(row))))
+            for rid, row in rows.items()
+        ]
+        for _ in range(500):
+            if len(participant.episodes) == 3 and all(
+                e.boundary.name == "second" for e in participant.episodes.values()
+            ):
+                break
+            await asyncio.sleep(0.01)
+        params = {rid: participant.episodes[rid].boundary.row["responses_create_params"] for rid in rows}
+        assert params["r1"] is params["r2"] and params["r3"] is not params["r1"]
+        assert params["r1"] == task["responses_create_params"] and params["r3"] == other["responses_create_params"]
+        assert len(participant.shared_params) == 2
+        loop.release.set()
+        assert await asyncio.wait_for(asyncio.gather(*runs), 5) == [{"reward": 1.0}] * 3
+        del params
+        gc.collect()
+        assert len(participant.shared_params) == 0

@@ -22,6 +22,8 @@
 - A capture holds a head record and its chunks per episode in scope; restore installs them under
   attempt + 1 (both: :mod:`.checkpoint`); ``/run`` with that attempt continues from the boundary.
 - Retire cancels the attempt's task, waits for it and frees the episode.
+- Live episodes of one task (a group of rollouts of one prompt) hold one copy of its create params
+  (:mod:`.shared_params`).
 - A finished episode's result is kept for a short while: a repeated ``/run`` of that
   attempt (a reply lost in transit) gets it again without running anything, and a
   checkpoint whose scope still lists the rollout (the controller has not received the
@@ -49,6 +51,7 @@ from gym_services.agents.common.episode import Episode
 from gym_services.agents.common.finished import FinishedEpisode, FinishedEpisodes
 from gym_services.agents.common.loop import AgentLoop, StepKind
 from gym_services.agents.common.records import EPISODE_ENCODER, FrozenEpisode
+from gym_services.agents.common.shared_params import SharedParams
 from gym_services.agents.common.waiting import WaitingEpisodes
 from gym_services.base.backoff import Backoff
 from gym_services.base.downstream import DownstreamReport
@@ -137,6 +140,8 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         )
         metrics.finished.set_function(lambda: len(self.finished))
         metrics.finished_bytes.set_function(lambda: self.finished.bytes)
+        #: the create params of the live episodes, one object per distinct params
+        self.shared_params = SharedParams()
         #: boundary names each recently ended episode went through (debugging and tests)
         self.last_history: OrderedDict[str, list[str]] = OrderedDict()
         self._reopened = asyncio.Event()
@@ -179,7 +184,8 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         else:
             if ep is not None:
                 await self._stop(ep)  # a newer attempt without a restore restarts from the row
-            ep = Episode(identity.rollout_id, identity.attempt, self.loop.initial(task_row(body)), anonymous=anonymous)
+            row = self.shared_params.share(task_row(body))
+            ep = Episode(identity.rollout_id, identity.attempt, self.loop.initial(row), anonymous=anonymous)
             ep.history.append(ep.boundary.name)
             self.episodes[ep.rollout_id] = ep
             ep.task = self._start(ep)

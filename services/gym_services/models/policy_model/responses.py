@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gym_services.base import id_json
 from gym_services.base.errors import ApiError, ErrorCode
 from gym_services.base.tokens import Tokens
-from gym_services.control.records import canonical_json
 from gym_services.models import tool_markup
 
 
@@ -43,7 +43,7 @@ class ResponsesRequest(BaseModel):
 def request_digest(request: ResponsesRequest) -> str:
     """sha256 of the canonical request: the same generation re-issued from a boundary has the same digest."""
     semantic = request.model_dump(mode="json", exclude_none=True, exclude={"stream"})
-    return hashlib.sha256(canonical_json(semantic)).hexdigest()
+    return hashlib.sha256(id_json.dumps(semantic, "input", sort_keys=True)).hexdigest()  # canonical_json's bytes
 
 
 def _text(content: Any) -> str:

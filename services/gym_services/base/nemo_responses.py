@@ -799,18 +799,24 @@ def _keeping_arrays(form: Callable[[dict[str, Any]], Any], value: dict[str, Any]
     return out
 
 
+def _form(adapter: Any, lenient: Callable[[Any, bool], Any], full: bool) -> Callable[[dict[str, Any]], Any]:
+    """A value's form as NeMo Gym writes it (:func:`_canonical`), or ``lenient``'s where its models refuse it."""
+
+    def form(value: dict[str, Any]) -> Any:
+        try:
+            return _canonical(adapter, value, full)
+        except ValidationError:
+            return lenient(value, full)
+
+    return form
+
+
 def item(value: Any, full: bool = True, *, output: bool = False) -> Any:
     """An input item (or, with ``output``, a response output item) in the full or the given form."""
     if not isinstance(value, Mapping):
         return value
-
-    def form(v: dict[str, Any]) -> Any:
-        try:
-            return _canonical(_OUTPUT_ITEM if output else _INPUT_ITEM, v, full)
-        except ValidationError:
-            return _lenient_item(v, full, output)
-
-    return _keeping_arrays(form, dict(value), None)
+    adapter = _OUTPUT_ITEM if output else _INPUT_ITEM
+    return _keeping_arrays(_form(adapter, lambda v, f: _lenient_item(v, f, output), full), dict(value), None)
 
 
 def items(values: Any, full: bool = True, *, output: bool = False) -> Any:
@@ -827,28 +833,14 @@ def create_params(value: Any, full: bool = True) -> Any:
     """Task create params (``responses_create_params``) in the full or the given form."""
     if not isinstance(value, Mapping):
         return value
-
-    def form(v: dict[str, Any]) -> Any:
-        try:
-            return _canonical(_CREATE_PARAMS, v, full)
-        except ValidationError:
-            return _LENIENT_CREATE_PARAMS(v, full)
-
-    return _keeping_arrays(form, dict(value), "input")
+    return _keeping_arrays(_form(_CREATE_PARAMS, _LENIENT_CREATE_PARAMS, full), dict(value), "input")
 
 
 def response(value: Any, full: bool = True) -> Any:
     """A Responses API response object in the full (or the given) form."""
     if not isinstance(value, Mapping):
         return value
-
-    def form(v: dict[str, Any]) -> Any:
-        try:
-            return _canonical(_RESPONSE, v, full)
-        except ValidationError:
-            return _LENIENT_RESPONSE(v, full)
-
-    return _keeping_arrays(form, dict(value), "output")
+    return _keeping_arrays(_form(_RESPONSE, _LENIENT_RESPONSE, full), dict(value), "output")
 
 
 #: fields of a /run row NeMo Gym's agents do not pass on (the rollout id is read, then dropped)

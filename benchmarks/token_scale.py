@@ -60,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,8 @@ def write_tasks(path: Path, per_environment: int, context: int) -> dict[int, str
         for sources, agent in ENVIRONMENTS.values()
     }
     padded: dict[tuple[str, int], str] = {}
-    lines, agents = [], {}
+    lines: list[str] = []
+    agents: dict[int, str] = {}
     for i in range(per_environment):
         for agent, rows in by_agent.items():
             key = (agent, i % len(rows))
@@ -444,7 +446,7 @@ async def participants_of(state: Any, token: str) -> list[Any]:
     from gym_services.stack.discovery import discover
 
     async with ControlClient(token, timeout_s=60) as client:
-        return await discover(state, client)
+        return list(await discover(state, client))
 
 
 async def _checkpoint(refs: list[Any], token: str, location: str, checkpoint_id: str) -> Any:
@@ -880,7 +882,8 @@ def heap_growth(idle: dict[str, Any], last: dict[str, Any], top: int = 12) -> di
             grown[0] += diff.size_diff / mib
             grown[1] += diff.count_diff
         out["kinds"] = kinds
-        out["sites"] = sorted(([*k, *v] for k, v in sites.items()), key=lambda row: -row[3])[:top]
+        largest = sorted(sites.items(), key=lambda site: -site[1][0])[:top]  # by MB grown
+        out["sites"] = [[*k, *v] for k, v in largest]
     return out
 
 
@@ -975,7 +978,9 @@ def extract(ref: str, into: Path) -> Path:
     return into / "services"
 
 
-def run_tree(tree: str, services: Path, per_env: int, context: int, args: argparse.Namespace, tmp: Path) -> dict:
+def run_tree(
+    tree: str, services: Path, per_env: int, context: int, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
     workdir = tmp / f"{tree}-{per_env}-{context}"
     workdir.mkdir(parents=True)
     shutil.copy(tmp / f"tasks-{per_env}-{context}.jsonl", workdir / "tasks.jsonl")
@@ -1023,13 +1028,14 @@ def run_tree(tree: str, services: Path, per_env: int, context: int, args: argpar
                 drive.wait()
     if returncode != 0:
         raise SystemExit(f"the run on {tree} failed (exit {returncode}); logs in {workdir}")
-    return json.loads(out.read_text())
+    run: dict[str, Any] = json.loads(out.read_text())
+    return run
 
 
 def table(rows: list[Figures]) -> str:
-    def med(values: list[float]) -> float:
-        values = [v for v in values if v == v]
-        return statistics.median(values) if values else float("nan")
+    def med(values: Sequence[float]) -> float:
+        known = [v for v in values if v == v]
+        return statistics.median(known) if known else float("nan")
 
     def spread(values: list[float]) -> str:
         values = [v for v in values if v == v]

@@ -19,6 +19,7 @@ from gym_services.agents.common.boundary import Boundary
 from gym_services.agents.common.context import StepContext
 from gym_services.agents.common.downstream import Downstream, json_bytes
 from gym_services.agents.common.loop import AgentLoop, StepKind
+from gym_services.agents.common.records import EPISODE_ENCODER
 from gym_services.agents.common.service import create_agent_app, forwarded_body
 from gym_services.agents.common.steps import output_items
 from gym_services.agents.common.tokens import EpisodeTokens
@@ -29,6 +30,7 @@ from gym_services.base.config import load_config
 from gym_services.base.errors import ApiError
 from gym_services.base.identity import RolloutIdentity
 from gym_services.base.tokens import FIELDS
+from gym_services.control.participant import RestoredRecord, Scope
 
 
 class Tracked(list):
@@ -97,6 +99,8 @@ def test_a_body_that_is_not_a_json_object_is_refused(raw: bytes, why: str) -> No
 
 class Waiting(AgentLoop):
     """One step, then a step that waits to be released."""
+
+    kind = "waiting"
 
     def __init__(self) -> None:
         self.waiting, self.release = asyncio.Event(), asyncio.Event()
@@ -318,7 +322,7 @@ async def test_a_verify_answer_holds_the_episodes_arrays_for_the_calls_it_echoes
 async def test_live_episodes_of_one_task_hold_one_copy_of_its_create_params() -> None:
     """Rollouts of one task run at once (a group per prompt), each ``/run`` body parsed on its own: their episodes
     hold one object for the equal create params (the first's), another task's its own, and once no episode holds
-    them nothing is kept."""
+    them nothing is kept. Restored from a checkpoint, they share them again."""
     loop = Waiting()
     config = load_config(
         SimpleConfig, overrides=base_config("agent", model_url="http://model", resources_url="http://r")
@@ -343,8 +347,17 @@ async def test_live_episodes_of_one_task_hold_one_copy_of_its_create_params() ->
         assert params["r1"] is params["r2"] and params["r3"] is not params["r1"]
         assert params["r1"] == task["responses_create_params"] and params["r3"] == other["responses_create_params"]
         assert len(participant.shared_params) == 2
+        captured = (await participant.capture(Scope.of(None))).records
+        records = [RestoredRecord(r.key, EPISODE_ENCODER.encode(r.state), r.rollout_id, r.attempt) for r in captured]
+        del captured  # it holds the boundaries
         loop.release.set()
         assert await asyncio.wait_for(asyncio.gather(*runs), 5) == [{"reward": 1.0}] * 3
         del params
         gc.collect()
         assert len(participant.shared_params) == 0
+    restoring = create_agent_app(config, Waiting(), {})
+    async with serve(restoring):  # a fresh process restores the three: as one task and another again
+        restored = await restoring.state.held.participant.validate(records)
+        params = {rid: restored[rid].boundary.row["responses_create_params"] for rid in rows}
+        assert params["r1"] is params["r2"] and params["r3"] is not params["r1"]
+        assert params["r1"] == task["responses_create_params"] and params["r3"] == other["responses_create_params"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -115,9 +115,14 @@ def split_records(records: list[RestoredRecord]) -> tuple[list[RestoredRecord], 
 
 
 def read_episode(
-    r: RestoredRecord, chunks: dict[str, RestoredRecord], agent: str, boundary_model: type[Boundary]
+    r: RestoredRecord,
+    chunks: dict[str, RestoredRecord],
+    agent: str,
+    boundary_model: type[Boundary],
+    share: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Episode:
-    """One episode of ``agent`` (attempt + 1) from its head record and the chunks it names (taken from ``chunks``)."""
+    """One episode of ``agent`` (attempt + 1) from its head record and the chunks it names (taken from ``chunks``);
+    its task row passed through ``share`` (:class:`~.shared_params.SharedParams`)."""
     try:
         version = json.loads(r.data).get("schema_version")
     except (ValueError, AttributeError):
@@ -151,6 +156,8 @@ def read_episode(
             data = decode_chunks(stored, tokens)
         except (ValueError, TokenCodecError) as exc:
             raise InvalidState(f"record {r.key}: its chunks do not read: {exc}") from None
+    if share is not None and isinstance(data.get("row"), dict):
+        data = {**data, "row": share(data["row"])}
     try:
         boundary = boundary_model.model_validate(data)
     except ValidationError as exc:

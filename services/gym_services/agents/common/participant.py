@@ -393,7 +393,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         heads, chunks = split_records(records)
         staged: dict[str, Episode] = {}
         for r in heads:
-            ep = read_episode(r, chunks, self.loop.kind, self.loop.boundary_model)
+            ep = read_episode(r, chunks, self.loop.kind, self.loop.boundary_model, self.shared_params.share)
             if ep.rollout_id in staged:
                 raise InvalidState(f"two records for rollout {ep.rollout_id}")
             current = self.episodes.get(ep.rollout_id)

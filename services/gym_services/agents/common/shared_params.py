@@ -4,7 +4,8 @@ RL collects several rollouts of each task at once (a group per prompt), and ever
 for its whole life. A row's ``responses_create_params`` (its input, tools and instructions) is most of a long
 context's first prompt: at 32k-token contexts about 64 KB of JSON, several times that as Python objects. Equal
 params are one object, the first live episode's, found by the digest of their JSON, for as long as an episode
-holds them (a weak reference: nothing is kept for a task no episode runs).
+holds them (a weak reference: nothing is kept for a task no episode runs). Episodes a restore reads back from
+their chunks share them the same way.
 
 A row is never changed once its episode has it (a boundary is never changed once made; the steps read the params
 and make their own copies), so one object can stand for all of them.

@@ -28,8 +28,12 @@ def dumps(value: dict[str, Any], items: str, *, sort_keys: bool = False, allow_n
     """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), ...).encode()`` (and ``sort_keys``,
     ``allow_nan``), byte for byte; the id lists (:data:`ID_FIELDS`) of the dicts in ``value[items]`` are written by
     pydantic-core. ``value`` is not changed."""
-    options: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":"), "sort_keys": sort_keys}
-    options["allow_nan"] = allow_nan
+    options: dict[str, Any] = {
+        "ensure_ascii": False,
+        "separators": (",", ":"),
+        "sort_keys": sort_keys,
+        "allow_nan": allow_nan,
+    }
     listed = value.get(items)
     if not isinstance(listed, list):
         return json.dumps(value, **options).encode()

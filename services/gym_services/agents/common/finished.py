@@ -33,7 +33,7 @@ from gym_services.base.token_arrays import TokenArray
 from gym_services.base.tokens import FIELDS
 
 #: where a call's token fields go in a kept boundary: the keys and list indexes from its root to their dict
-Path = tuple[str | int, ...]
+FieldPath = tuple[str | int, ...]
 #: zlib's level for the kept JSON: the fastest (each episode's, on the event loop as it finishes)
 LEVEL = 1
 
@@ -48,7 +48,7 @@ class FinishedEpisode:
     attempt: int
     packed: bytes
     at: float
-    tokens: tuple[tuple[Path, tuple[TokenArray, ...]], ...] = ()
+    tokens: tuple[tuple[FieldPath, tuple[TokenArray, ...]], ...] = ()
     #: the bytes it holds: its JSON and every token array it keeps alive (those its arrays share ids with too)
     size: int = field(init=False)
 
@@ -59,7 +59,7 @@ class FinishedEpisode:
     def of(cls, rollout_id: str, attempt: int, boundary: dict[str, Any], at: float) -> FinishedEpisode:
         """Kept from ``boundary`` (a ``return`` boundary's Python values): every dict whose three token fields are
         token arrays keeps them apart, written in the JSON as empty lists."""
-        tokens: list[tuple[Path, tuple[TokenArray, ...]]] = []
+        tokens: list[tuple[FieldPath, tuple[TokenArray, ...]]] = []
         text = pydantic_core.to_json(_lift(boundary, (), tokens), inf_nan_mode="constants")
         return cls(rollout_id, attempt, zlib.compress(text, LEVEL), at, tuple(tokens))
 
@@ -81,7 +81,7 @@ class FinishedEpisode:
         return result
 
 
-def _lift(value: Any, path: Path, tokens: list[tuple[Path, tuple[TokenArray, ...]]]) -> Any:
+def _lift(value: Any, path: FieldPath, tokens: list[tuple[FieldPath, tuple[TokenArray, ...]]]) -> Any:
     """``value`` with its containers copied and each call's token arrays taken out into ``tokens`` (an array anywhere
     else stays, and is written as the list it stands for)."""
     if isinstance(value, dict):
@@ -95,7 +95,7 @@ def _lift(value: Any, path: Path, tokens: list[tuple[Path, tuple[TokenArray, ...
     return value
 
 
-def _held_bytes(tokens: tuple[tuple[Path, tuple[TokenArray, ...]], ...]) -> int:
+def _held_bytes(tokens: tuple[tuple[FieldPath, tuple[TokenArray, ...]], ...]) -> int:
     """The bytes of every distinct array the token arrays hold, their bases' included."""
     seen: set[int] = set()
     total = 0

@@ -555,6 +555,50 @@ def participant_figures(result: Any) -> dict[str, dict[str, Any]]:
     }
 
 
+async def take_checkpoint(
+    state: Any,
+    refs: list[Any],
+    token: str,
+    location: str,
+    checkpoint_id: str,
+    started: float,
+    every: float,
+    helpers: list[Helper],
+    lag: LoopLag,
+) -> CheckpointRun:
+    """One checkpoint of the running stack and what it measured (``helpers``: the probes, then the trainer)."""
+    probes, trainer = helpers
+    began = time.monotonic()
+    result = await _checkpoint(refs, token, location, checkpoint_id)
+    ended = time.monotonic()
+    calls = probe_calls(probes)
+    taken = CheckpointRun(
+        checkpoint_id=checkpoint_id,
+        at=began - started,
+        status=str(result.status),
+        pause_s=result.pause_s,
+        published_s=result.published_s,
+        live=len(result.episodes),
+        participants=participant_figures(result),
+        rss_kib=rss_of(state),
+        worst_call_s=worst_between(calls, began, ended),
+        p99_before_s=p99_before(calls, began, every),
+        driver_lag_s=lag.worst_between(began, ended),
+        timings=dict(result.timings),
+        dropped=len(trainer.lines()),
+        error=result.error,
+    )
+    steps = ", ".join(f"{k} {v:.2f}" for k, v in result.timings.items())
+    print(
+        f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s ({steps}); worst call "
+        f"{taken.worst_call_s:.2f}s (p99 before {taken.p99_before_s:.2f}s), the drive's loop late "
+        f"{taken.driver_lag_s:.2f}s at worst",
+        file=sys.stderr,
+        flush=True,
+    )
+    return taken
+
+
 async def drive(args: argparse.Namespace) -> Drive:
     from gym_services.demo.stack import demo_stack
     from gym_services.stack.launcher import stack_secrets, start_stack, stop_stack
@@ -580,8 +624,7 @@ async def drive(args: argparse.Namespace) -> Drive:
         started = start_job(state, token, workdir, args.repeats, total)
         run.ramp_s, run.warm_s = await ramp_up(state, token, total, started, args.warm_up)
         model = state.url("policy-model")
-        probes = Helper("probe", model, str(args.clients), out=workdir / "probe-calls.txt")
-        helpers.append(probes)
+        helpers.append(Helper("probe", model, str(args.clients), out=workdir / "probe-calls.txt"))
         helpers.append(Helper("trainer", model, str(workdir / "results.jsonl"), out=workdir / "dropped.txt"))
         lag = LoopLag()
         next_at = time.monotonic() + args.every
@@ -589,37 +632,12 @@ async def drive(args: argparse.Namespace) -> Drive:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             next_at += args.every
             checkpoint_id = f"tok-{args.tree}-{args.per_environment}-{n}"
-            began = time.monotonic()
-            result = await _checkpoint(refs, token, run.location, checkpoint_id)
-            ended = time.monotonic()
-            run.load.append(os.getloadavg()[0])
-            calls = probe_calls(probes)
             run.checkpoints.append(
-                CheckpointRun(
-                    checkpoint_id=checkpoint_id,
-                    at=began - started,
-                    status=str(result.status),
-                    pause_s=result.pause_s,
-                    published_s=result.published_s,
-                    live=len(result.episodes),
-                    participants=participant_figures(result),
-                    rss_kib=rss_of(state),
-                    worst_call_s=worst_between(calls, began, ended),
-                    p99_before_s=p99_before(calls, began, args.every),
-                    driver_lag_s=lag.worst_between(began, ended),
-                    timings=dict(result.timings),
-                    dropped=len(helpers[-1].lines()),
-                    error=result.error,
+                await take_checkpoint(
+                    state, refs, token, run.location, checkpoint_id, started, args.every, helpers, lag
                 )
             )
-            steps = ", ".join(f"{k} {v:.2f}" for k, v in result.timings.items())
-            print(
-                f"  {checkpoint_id}: {result.status} pause {result.pause_s:.2f}s ({steps}); worst call "
-                f"{run.checkpoints[-1].worst_call_s:.2f}s (p99 before {run.checkpoints[-1].p99_before_s:.2f}s), the "
-                f"drive's loop late {run.checkpoints[-1].driver_lag_s:.2f}s at worst",
-                file=sys.stderr,
-                flush=True,
-            )
+            run.load.append(os.getloadavg()[0])
         run.call_bytes_mb = await agent_gauge(state, "gym_agent_model_call_bytes_in_flight")
         run.finished_mb = await agent_gauge(state, "gym_agent_finished_result_bytes")
         run.last_heap = await probe_heap(state, "last")

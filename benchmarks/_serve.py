@@ -19,7 +19,7 @@ SECRET = "bench-session-secret-0123456789"
 
 def start_server(
     server: str, config: dict[str, Any], tmp: Path, timeout_s: float = 20.0
-) -> tuple[subprocess.Popen, str]:
+) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``server`` with ``config`` on a free port; return once ``/health/ready`` answers 200."""
     port = free_port()
     path = tmp / f"{server}-{port}.yaml"
@@ -45,7 +45,7 @@ def start_server(
     raise RuntimeError(f"{server} did not start; see {log.name}")
 
 
-def kill(proc: subprocess.Popen) -> None:
+def kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL, as a crash would."""
     proc.kill()
     proc.wait(timeout=10)

@@ -9,7 +9,10 @@ memory is read (``/proc/<pid>/status``) before the first and once all N are in f
 - **policy model**: ``POST /v1/responses`` with a one-word input and rollout identity, token information on, in front
   of the built-in inference worker holding every stream before its first token (``time_to_first_token_s``): the
   policy model's cost of a live generation (its request, its generation, its stream to the worker) with no token in
-  it.
+  it;
+- **agent**: ``POST /run`` of a one-word task to ``simple_agent`` over the counter resources server (its session
+  seeded), whose model call waits in the policy model above: an agent's cost of a live rollout (its ``/run`` call,
+  its episode, its call to the model) with no token in it.
 
 The growth per call is set beside the raw tokens of one rollout at 8k and 32k contexts (every distinct id and each
 generated token's log-prob, 4 bytes each: about 33 KB and 131 KB), whose double is what the target allows a process
@@ -27,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -80,11 +85,20 @@ def serve_bare(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096)
 
 
-async def held(url: str, path: str, calls: int, body: dict, headers_of, until) -> tuple[list[asyncio.Task], float]:
+async def held(
+    url: str,
+    path: str,
+    calls: int,
+    body_of: Callable[[int], dict[str, Any]],
+    headers_of: Callable[[int], dict[str, str]],
+    until: Callable[[], Awaitable[bool]],
+) -> tuple[list[asyncio.Task[httpx.Response]], float]:
     """Open ``calls`` calls at once; return them once ``until()`` says all are in, and how long that took."""
     client = httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
     started = time.monotonic()
-    tasks = [asyncio.create_task(client.post(f"{url}{path}", json=body, headers=headers_of(i))) for i in range(calls)]
+    tasks = [
+        asyncio.create_task(client.post(f"{url}{path}", json=body_of(i), headers=headers_of(i))) for i in range(calls)
+    ]
     for _ in range(1200):
         if await until():
             break
@@ -118,7 +132,7 @@ async def measure_bare(calls: int, tmp: Path) -> tuple[float, float]:
             seen.append(rss_kib(proc.pid))
             return len(seen) > 8 and seen[-1] == seen[-5]
 
-        tasks, _ = await held(url, "/hold", calls, {"input": "hi"}, lambda i: {}, until)
+        tasks, _ = await held(url, "/hold", calls, lambda i: {"input": "hi"}, lambda i: {}, until)
         during = rss_kib(proc.pid)
         async with httpx.AsyncClient() as client:
             await client.post(f"{url}/release")
@@ -153,7 +167,7 @@ async def measure_model(calls: int, tmp: Path) -> tuple[float, float]:
             model_url,
             "/v1/responses",
             calls,
-            body,
+            lambda i: body,
             lambda i: {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"},
             until,
         )
@@ -168,6 +182,54 @@ async def measure_model(calls: int, tmp: Path) -> tuple[float, float]:
         kill(worker)
 
 
+async def measure_agent(calls: int, tmp: Path) -> tuple[float, float]:
+    worker, worker_url = start_server("inference_worker", {"time_to_first_token_s": 600, "tokens_per_second": 1.0}, tmp)
+    started = [(worker, worker_url)]
+    try:
+        started.append(
+            start_server(
+                "policy_model",
+                {
+                    "upstream": {"base_url": [f"{worker_url}/v1"], "max_connections": 4096},
+                    "return_token_id_information": True,
+                },
+                tmp,
+            )
+        )
+        model_url = started[-1][1]
+        started.append(start_server("counter", {}, tmp))
+        resources_url = started[-1][1]
+        started.append(
+            start_server(
+                "simple_agent",
+                {"model_url": model_url, "resources_url": resources_url, "model": "workplace-oracle"},
+                tmp,
+            )
+        )
+        agent, agent_url = started[-1]
+        await asyncio.sleep(0.5)
+        before = rss_kib(agent.pid)
+
+        async def until() -> bool:
+            async with httpx.AsyncClient(timeout=30) as client:
+                status = await client.get(f"{model_url}{CONTROL}/status", headers={"authorization": f"Bearer {TOKEN}"})
+            return int(status.json()["live"]["generations"]) >= calls
+
+        def row(i: int) -> dict[str, Any]:
+            return {"responses_create_params": {"input": "hi"}, "target": 1, "_ng_rollout_id": f"r{i}"}
+
+        tasks, _ = await held(agent_url, "/run", calls, row, lambda i: {}, until)
+        await asyncio.sleep(2)
+        during = rss_kib(agent.pid)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return before / 1024, (during - before) / calls
+    finally:
+        for proc, _ in reversed(started):
+            kill(proc)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, nargs="+", default=[256, 1024, 2048])
@@ -177,18 +239,25 @@ async def main() -> None:
         for calls in args.calls:
             bare_idle, bare = await measure_bare(calls, Path(tmp))
             model_idle, model = await measure_model(calls, Path(tmp))
-            rows.append((calls, bare_idle, bare, model_idle, model))
-            print(f"  {calls} calls: bare {bare:.1f} KiB a call, policy model {model:.1f}", file=sys.stderr)
+            agent_idle, agent = await measure_agent(calls, Path(tmp))
+            rows.append((calls, bare_idle, bare, model_idle, model, agent_idle, agent))
+            print(
+                f"  {calls} calls: bare {bare:.1f} KiB a call, policy model {model:.1f}, agent {agent:.1f}",
+                file=sys.stderr,
+            )
     print(f"load {os.getloadavg()[0]:.1f}")
     print(
-        "| calls in flight | bare: idle MB, KiB a call | policy model: idle MB, KiB a call | policy model per call "
-        "/ raw tokens of a rollout at 8k, 32k |"
+        "| calls in flight | bare: idle MB, KiB a call | policy model: idle MB, KiB a call | agent: idle MB, KiB a "
+        "rollout | policy model per call / raw tokens of a rollout at 8k, 32k | agent per rollout / raw tokens at 8k, "
+        "32k |"
     )
-    print("|---|---|---|---|")
-    for calls, bare_idle, bare, model_idle, model in rows:
+    print("|---|---|---|---|---|---|")
+    for calls, bare_idle, bare, model_idle, model, agent_idle, agent in rows:
         print(
             f"| {calls} | {bare_idle:.0f}, {bare:.1f} | {model_idle:.0f}, {model:.1f} | "
-            f"{model / RAW_KB[8192]:.2f}, {model / RAW_KB[32768]:.2f} |"
+            f"{agent_idle:.0f}, {agent:.1f} | "
+            f"{model / RAW_KB[8192]:.2f}, {model / RAW_KB[32768]:.2f} | "
+            f"{agent / RAW_KB[8192]:.2f}, {agent / RAW_KB[32768]:.2f} |"
         )
 
 

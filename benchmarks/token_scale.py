@@ -70,6 +70,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._cpu import CpuClock  # noqa: E402
+
 #: what the environments' rollouts add to their first prompt over an episode, tokens (measured with the built-in
 #: worker's scripted policies and tokenizer: final context - first prompt, mean of the example tasks)
 GROWTH = {"agent-workplace": 500, "agent-ipi": 420, "agent-blackjack": 80, "agent-lean": 220}
@@ -209,7 +211,23 @@ class CheckpointRun:
     dropped: int = 0  # rollouts the trainer dropped so far
     #: the drive's own event loop: how late it woke at worst during the checkpoint (:class:`LoopLag`)
     driver_lag_s: float = 0.0
+    #: cores used (``benchmarks/_cpu.py``: the machine's busy ones, and each process's) in the ``--every`` seconds
+    #: before the checkpoint and while it ran
+    cores_before: dict[str, float] = field(default_factory=dict)
+    cores_during: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+
+
+@dataclass
+class QuietWindow:
+    """The same measures over a window as long as the longest checkpoint, with no checkpoint in it: the probes'
+    worst call, their p99 in the ``--every`` seconds before, the cores used before and during."""
+
+    length_s: float
+    worst_call_s: float
+    p99_before_s: float
+    cores_before: dict[str, float]
+    cores_during: dict[str, float]
 
 
 @dataclass
@@ -235,6 +253,8 @@ class Drive:
     call_bytes_mb: dict[str, float] = field(default_factory=dict)
     #: and the finished results each keeps (for a repeated /run or a checkpoint), MB
     finished_mb: dict[str, float] = field(default_factory=dict)
+    #: after the checkpoints, a window of the same length with none (--quiet)
+    quiet: QuietWindow | None = None
 
 
 def rss_of(state: Any) -> dict[str, int]:
@@ -387,6 +407,7 @@ class Helper:
     """A :func:`helper_main` process of the drive, the lines it wrote so far, and its stop (SIGTERM, then SIGKILL)."""
 
     def __init__(self, *argv: str, out: Path) -> None:
+        self.name = argv[0]
         self.out = out
         self.out.write_text("")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv[:2], str(out), *argv[2:]])
@@ -565,12 +586,15 @@ async def take_checkpoint(
     every: float,
     helpers: list[Helper],
     lag: LoopLag,
+    clock: CpuClock,
 ) -> CheckpointRun:
     """One checkpoint of the running stack and what it measured (``helpers``: the probes, then the trainer)."""
     probes, trainer = helpers
+    clock.sample()  # the window's ends are samples of their own: a checkpoint may take less than a second
     began = time.monotonic()
     result = await _checkpoint(refs, token, location, checkpoint_id)
     ended = time.monotonic()
+    clock.sample()
     calls = probe_calls(probes)
     taken = CheckpointRun(
         checkpoint_id=checkpoint_id,
@@ -584,6 +608,8 @@ async def take_checkpoint(
         worst_call_s=worst_between(calls, began, ended),
         p99_before_s=p99_before(calls, began, every),
         driver_lag_s=lag.worst_between(began, ended),
+        cores_before=clock.cores(began - every, began),
+        cores_during=clock.cores(began, ended),
         timings=dict(result.timings),
         dropped=len(trainer.lines()),
         error=result.error,
@@ -597,6 +623,32 @@ async def take_checkpoint(
         flush=True,
     )
     return taken
+
+
+async def quiet_window(taken: list[CheckpointRun], every: float, probes: Helper, clock: CpuClock) -> QuietWindow:
+    """``every`` seconds after the last checkpoint, a window as long as the longest one (published, or the pause of
+    one that failed), with no checkpoint: what the machine's own noise does to the probes' worst call."""
+    length = max((c.published_s or c.pause_s) for c in taken)
+    await asyncio.sleep(every)
+    clock.sample()
+    began = time.monotonic()
+    await asyncio.sleep(length)
+    clock.sample()
+    calls = probe_calls(probes)
+    window = QuietWindow(
+        length_s=length,
+        worst_call_s=worst_between(calls, began, began + length),
+        p99_before_s=p99_before(calls, began, every),
+        cores_before=clock.cores(began - every, began),
+        cores_during=clock.cores(began, began + length),
+    )
+    print(
+        f"  no checkpoint, {length:.1f}s: worst call {window.worst_call_s:.2f}s (p99 before "
+        f"{window.p99_before_s:.2f}s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return window
 
 
 async def drive(args: argparse.Namespace) -> Drive:
@@ -627,6 +679,13 @@ async def drive(args: argparse.Namespace) -> Drive:
         helpers.append(Helper("probe", model, str(args.clients), out=workdir / "probe-calls.txt"))
         helpers.append(Helper("trainer", model, str(workdir / "results.jsonl"), out=workdir / "dropped.txt"))
         lag = LoopLag()
+        clock = CpuClock(
+            {
+                **{s.name: s.pid for s in state.servers},
+                **{f"{h.name} (benchmark)": h.proc.pid for h in helpers},
+                "drive (benchmark)": os.getpid(),
+            }
+        )
         next_at = time.monotonic() + args.every
         for n in range(args.checkpoints):
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -634,14 +693,17 @@ async def drive(args: argparse.Namespace) -> Drive:
             checkpoint_id = f"tok-{args.tree}-{args.per_environment}-{n}"
             run.checkpoints.append(
                 await take_checkpoint(
-                    state, refs, token, run.location, checkpoint_id, started, args.every, helpers, lag
+                    state, refs, token, run.location, checkpoint_id, started, args.every, helpers, lag, clock
                 )
             )
             run.load.append(os.getloadavg()[0])
+        if args.quiet and run.checkpoints:
+            run.quiet = await quiet_window(run.checkpoints, args.every, helpers[0], clock)
         run.call_bytes_mb = await agent_gauge(state, "gym_agent_model_call_bytes_in_flight")
         run.finished_mb = await agent_gauge(state, "gym_agent_finished_result_bytes")
         run.last_heap = await probe_heap(state, "last")
         lag.stop()
+        clock.stop()
         last = next((c for c in reversed(run.checkpoints) if c.status == "completed"), None)
     finally:
         for helper in helpers:
@@ -751,6 +813,9 @@ class Figures:
     finished_mb: dict[str, float] = field(default_factory=dict)
     #: how late the drive's own event loop woke at worst during each checkpoint (:class:`LoopLag`), ms
     driver_lag_ms: list[float] = field(default_factory=list)
+    #: each checkpoint's window (and the quiet one's, last, when measured): its name, length s, worst call and p99
+    #: before ms, cores used before and during (:func:`cpu_windows`)
+    windows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
@@ -817,7 +882,80 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         statuses=[c["status"] for c in run["checkpoints"]],
         call_bytes_mb=run.get("call_bytes_mb", {}),
         finished_mb=run.get("finished_mb", {}),
+        windows=cpu_windows(run),
     )
+
+
+def cpu_windows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each checkpoint's window and the quiet one (--quiet), with the cores used grouped (:func:`grouped`)."""
+    out = [
+        {
+            "window": c["checkpoint_id"].rsplit("-", 1)[1],
+            "length_s": c["published_s"] or c["pause_s"],
+            "worst_ms": 1e3 * c["worst_call_s"],
+            "p99_ms": 1e3 * c["p99_before_s"],
+            "before": grouped(c.get("cores_before", {})),
+            "during": grouped(c.get("cores_during", {})),
+        }
+        for c in run["checkpoints"]
+    ]
+    quiet = run.get("quiet")
+    if quiet:
+        out.append(
+            {
+                "window": "none",
+                "length_s": quiet["length_s"],
+                "worst_ms": 1e3 * quiet["worst_call_s"],
+                "p99_ms": 1e3 * quiet["p99_before_s"],
+                "before": grouped(quiet["cores_before"]),
+                "during": grouped(quiet["cores_during"]),
+            }
+        )
+    return out
+
+
+#: the groups the cores are reported in (:func:`group_of`)
+CPU_GROUPS = ("machine", "policy model", "agents", "worker", "other servers", "benchmark")
+
+
+def group_of(name: str) -> str:
+    """The :data:`CPU_GROUPS` entry a process (or ``machine``) counts in."""
+    if name == "machine":
+        return "machine"
+    if "(benchmark)" in name:
+        return "benchmark"
+    for prefix, group in (("policy-model", "policy model"), ("agent-", "agents"), ("inference-worker", "worker")):
+        if name.startswith(prefix):
+            return group
+    return "other servers"
+
+
+def grouped(cores: dict[str, float]) -> dict[str, float]:
+    """Cores by :data:`CPU_GROUPS`; {} when nothing was measured."""
+    out = dict.fromkeys(CPU_GROUPS, 0.0)
+    for name, used in cores.items():
+        out[group_of(name)] += used
+    return out if cores else {}
+
+
+def cpu_table(rows: list[Figures]) -> str:
+    """Per checkpoint (and the window with none, --quiet): the probes' worst call against their p99 before, and the
+    cores each group used before (the ``--every`` seconds before) and during, of the machine's."""
+    groups = CPU_GROUPS
+    lines = [
+        "| rollouts (per env) | layout | checkpoint | window s | worst call ms (p99 before) | "
+        + " | ".join(f"{g} cores before / during" for g in groups)
+        + " |",
+        "|" + "---|" * (5 + len(groups)),
+    ]
+    for f in rows:
+        for w in f.windows:
+            cells = [f"{w['before'].get(g, float('nan')):.2f} / {w['during'].get(g, float('nan')):.2f}" for g in groups]
+            lines.append(
+                f"| {4 * f.per_environment} ({f.per_environment}) | {f.tree} | {w['window']} | {w['length_s']:.1f} | "
+                f"{w['worst_ms']:.0f} ({w['p99_ms']:.0f}) | " + " | ".join(cells) + " |"
+            )
+    return "\n".join(lines) + f"\n(the machine's cores: {os.cpu_count()})"
 
 
 # --- where the memory went (--heap) ----------------------------------------------------------------------
@@ -1031,6 +1169,7 @@ def run_tree(
         str(args.warm_up),
         "--out",
         str(out),
+        *(["--quiet"] if args.quiet else []),
     ]
     print(f"{tree}: {per_env} rollouts per environment, {context}-token contexts ...", file=sys.stderr, flush=True)
     drive = subprocess.Popen(command, env=tree_env(services))
@@ -1156,6 +1295,7 @@ def drive_main() -> None:
         parser.add_argument(name, type=int, required=True)
     for name in ("--every", "--tokens-per-second", "--latency", "--warm-up"):
         parser.add_argument(name, type=float, required=True)
+    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers' finalizers run
     run = asyncio.run(drive(args))
@@ -1186,6 +1326,12 @@ def parse_args() -> argparse.Namespace:
         "two cores serve (default 4)",
     )
     parser.add_argument("--latency", type=float, default=0.02, help="tool and environment-step latency, seconds")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="after the checkpoints, measure a window as long as the longest one with no checkpoint in it (the "
+        "machine's own noise, beside each checkpoint's)",
+    )
     parser.add_argument("--ref", default=None, help="the 'before' tree (default: the merge base with main)")
     parser.add_argument("--trees", nargs="+", default=["after", "before"], choices=["after", "before"])
     parser.add_argument("--timeout", type=float, default=7200)
@@ -1246,6 +1392,7 @@ def main() -> None:
                 rows.append(figures(run, tasks))
                 print(table(rows[-1:]), file=sys.stderr, flush=True)
                 print(rss_table(rows[-1:]), file=sys.stderr, flush=True)
+                print(cpu_table(rows[-1:]), file=sys.stderr, flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -1257,6 +1404,8 @@ def main() -> None:
     print(table(rows))
     print()
     print(rss_table(rows))
+    print()
+    print(cpu_table(rows))
     if any(r.heap for r in rows):
         print()
         print(heap_table(rows))

@@ -118,6 +118,27 @@ def test_a_kept_result_holds_the_episodes_token_arrays_not_their_text() -> None:
     assert json_bytes(back) == as_text
 
 
+def test_the_token_bytes_kept_are_counted_apart_and_exactly() -> None:
+    """``token_bytes`` is the arrays' part of ``size``; the collection's count follows keep, replace, pop and prune
+    (the agent's ``gym_agent_token_bytes`` adds it to its live episodes' arrays)."""
+    results = {n: FinishedEpisode.of(f"r{n}", 0, finished_boundary(n)[0], float(n)) for n in (2, 5, 8)}
+    for n, kept_episode in results.items():
+        assert 0 < kept_episode.token_bytes == kept_episode.size - len(kept_episode.packed)
+        assert kept_episode.token_bytes == sum(a.nbytes for _, arrays in kept_episode.tokens for a in arrays)
+        assert n == 2 or kept_episode.token_bytes > results[2].token_bytes
+    finished = FinishedEpisodes(max_age_s=10, max_count=2, max_bytes=10**9)
+    for kept_episode in results.values():
+        finished.keep(kept_episode)  # over the count: r2 goes
+    assert finished.token_bytes == results[5].token_bytes + results[8].token_bytes
+    finished.keep(FinishedEpisode("r5", 1, b"{}", 9.0))  # a newer attempt of r5 without tokens replaces it
+    assert finished.token_bytes == results[8].token_bytes
+    finished.pop("r8")
+    assert finished.token_bytes == 0
+    finished.keep(results[8])
+    finished.prune(now=30.0)
+    assert len(finished) == 0 and finished.token_bytes == 0 and finished.bytes == 0
+
+
 def test_token_arrays_outside_a_calls_fields_are_kept_as_their_lists() -> None:
     """Only a dict with all three token fields as arrays is taken apart; an array elsewhere is written as its list."""
     stray = TokenArray.of([5, 6, 7])

@@ -49,11 +49,14 @@ class FinishedEpisode:
     packed: bytes
     at: float
     tokens: tuple[tuple[FieldPath, tuple[TokenArray, ...]], ...] = ()
-    #: the bytes it holds: its JSON and every token array it keeps alive (those its arrays share ids with too)
+    #: the bytes of every token array it keeps alive (those its arrays share ids with too)
+    token_bytes: int = field(init=False)
+    #: the bytes it holds: its JSON and its token arrays
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", len(self.packed) + _held_bytes(self.tokens))
+        object.__setattr__(self, "token_bytes", _held_bytes(self.tokens))
+        object.__setattr__(self, "size", len(self.packed) + self.token_bytes)
 
     @classmethod
     def of(cls, rollout_id: str, attempt: int, boundary: dict[str, Any], at: float) -> FinishedEpisode:
@@ -116,8 +119,9 @@ class FinishedEpisodes:
     def __init__(self, *, max_age_s: float, max_count: int, max_bytes: int) -> None:
         self.max_age_s, self.max_count, self.max_bytes = max_age_s, max_count, max_bytes
         self._kept: OrderedDict[str, FinishedEpisode] = OrderedDict()
-        #: the size of every kept boundary
+        #: the size of every kept boundary, and the part of it that is token arrays
         self.bytes = 0
+        self.token_bytes = 0
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -144,12 +148,14 @@ class FinishedEpisodes:
             return
         self._kept[episode.rollout_id] = episode
         self.bytes += episode.size
+        self.token_bytes += episode.token_bytes
         self.prune(episode.at)
 
     def pop(self, rollout_id: str) -> FinishedEpisode | None:
         kept = self._kept.pop(rollout_id, None)
         if kept is not None:
             self.bytes -= kept.size
+            self.token_bytes -= kept.token_bytes
         return kept
 
     def prune(self, now: float) -> None:
@@ -161,3 +167,4 @@ class FinishedEpisodes:
                 return
             self._kept.popitem(last=False)
             self.bytes -= oldest.size
+            self.token_bytes -= oldest.token_bytes

@@ -84,6 +84,8 @@ class AgentMetrics:
     #: the finished episodes' results kept (:mod:`.finished`), and their bytes
     finished: Gauge
     finished_bytes: Gauge
+    #: the training tokens the agent holds: its live episodes' token arrays and those of the finished results kept
+    token_bytes: Gauge
 
     @classmethod
     def declare(cls, metrics: Metrics) -> AgentMetrics:
@@ -107,6 +109,10 @@ class AgentMetrics:
                 "gym_agent_finished_results", "Finished results kept for a repeated /run or a checkpoint"
             ),
             finished_bytes=metrics.gauge("gym_agent_finished_result_bytes", "Bytes of the finished results kept"),
+            token_bytes=metrics.gauge(
+                "gym_agent_token_bytes",
+                "Bytes of the token arrays held: the live episodes' and the finished results' kept",
+            ),
         )
 
 
@@ -140,6 +146,7 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         )
         metrics.finished.set_function(lambda: len(self.finished))
         metrics.finished_bytes.set_function(lambda: self.finished.bytes)
+        metrics.token_bytes.set_function(self.token_bytes)
         #: the create params of the live episodes, one object per distinct params
         self.shared_params = SharedParams()
         #: boundary names each recently ended episode went through (debugging and tests)
@@ -431,6 +438,10 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
             return dropped
         await self._stop(ep)
         return True
+
+    def token_bytes(self) -> int:
+        """The bytes of the token arrays held: each live episode's table and the finished results kept."""
+        return sum(e.tokens.nbytes() for e in self.episodes.values()) + self.finished.token_bytes
 
     def live(self) -> dict[str, Any]:
         eps = list(self.episodes.values())

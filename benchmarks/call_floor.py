@@ -1,5 +1,5 @@
-"""What a live call costs a server's resident memory when it carries nothing: the floor under the policy model's
-"RSS <= 2x the raw tokens" target.
+"""What a live call costs a server's resident memory when it carries nothing: the floor under the policy model's and
+the agents' "RSS <= 2x the raw tokens" target.
 
 Real processes on 127.0.0.1. N calls are held open at once, each as small as a call gets, and the server's resident
 memory is read (``/proc/<pid>/status``) before the first and once all N are in flight (and again after they end):
@@ -14,7 +14,7 @@ memory is read (``/proc/<pid>/status``) before the first and once all N are in f
   seeded), whose model call waits in the policy model above: an agent's cost of a live rollout (its ``/run`` call,
   its episode, its call to the model) with no token in it.
 
-The growth per call is set beside the raw tokens of one rollout at 8k and 32k contexts (every distinct id and each
+The growth per call (per rollout for the agent) is set beside the raw tokens of one rollout at 8k and 32k contexts (every distinct id and each
 generated token's log-prob, 4 bytes each: about 33 KB and 131 KB), whose double is what the target allows a process
 per live rollout.
 

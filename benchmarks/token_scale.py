@@ -26,13 +26,13 @@ both layouts. Per checkpoint:
 - **worst call vs p99**: the probe clients' slowest call during the checkpoint against their p99 in the 30 s before;
 - **published**, **restore** (into fresh processes, the last checkpoint), seconds;
 - **RSS / raw tokens**: the resident memory the policy model and the agents gained since they started over the raw
-  token bytes they hold (the model: every rollout of its ledger; an agent: its own count, ``gym_agent_token_bytes``,
-  of its live episodes' token arrays and its kept finished results', or, from a tree without it, its rollouts in the
-  ledger), at the last checkpoint. A second table gives each process's resident memory at idle (started, before any
-  rollout: the interpreter and its imports), right after the last checkpoint, the growth, the raw token bytes and the
-  ratio. A third gives the cores the machine and each group of processes used in the ``--every`` seconds before each
-  checkpoint and while it ran, and with ``--quiet`` the same for a window as long as the longest checkpoint with no
-  checkpoint in it, after them (what the machine's own noise does to the probes' worst call).
+  token bytes they hold (the model: every rollout of its ledger; an agent: its rollouts in the ledger, and the token
+  arrays of the finished results it keeps, ``gym_agent_token_bytes{held="finished"}``), at the last checkpoint. A
+  second table gives each process's resident memory at idle (started, before any rollout: the interpreter and its
+  imports), right after the last checkpoint, the growth, the raw token bytes and the ratio. A third gives the cores
+  the machine and each group of processes used in the ``--every`` seconds before each checkpoint and while it ran,
+  and with ``--quiet`` the same for a window as long as the longest checkpoint with no checkpoint in it, after them
+  (what the machine's own noise does to the probes' worst call).
 
 ``--heap`` breaks the growth down in the same run (idle to the last checkpoint): every policy model and agent loads
 ``held_memory.py``'s probe (a ``sitecustomize`` on their ``PYTHONPATH``: nothing in the servers' code, nothing in
@@ -257,8 +257,9 @@ class Drive:
     call_bytes_mb: dict[str, float] = field(default_factory=dict)
     #: and the finished results each keeps (for a repeated /run or a checkpoint), MB
     finished_mb: dict[str, float] = field(default_factory=dict)
-    #: and the token arrays each holds by its own count (live episodes and kept results), MB
-    token_mb: dict[str, float] = field(default_factory=dict)
+    #: and the token arrays each holds by its own count: its live episodes', its kept results', MB
+    live_token_mb: dict[str, float] = field(default_factory=dict)
+    kept_token_mb: dict[str, float] = field(default_factory=dict)
     #: after the checkpoints, a window of the same length with none (--quiet)
     quiet: QuietWindow | None = None
 
@@ -506,8 +507,8 @@ async def worker_tokens(state: Any) -> int:
 async def agent_gauge(state: Any, gauge: str) -> dict[str, float]:
     """Each agent's ``gauge``, in MB: ``gym_agent_model_call_bytes_in_flight`` (what its proxy holds of the calls the
     model is generating), ``gym_agent_finished_result_bytes`` (the finished results it keeps) or
-    ``gym_agent_token_bytes`` (the token arrays it holds); an agent without the gauge (an earlier tree) or that did not
-    answer is left out."""
+    ``gym_agent_token_bytes{held="live"}`` (the token arrays it holds: its live episodes', or ``finished``, its kept
+    results'); an agent without the gauge (an earlier tree) or that did not answer is left out."""
     out: dict[str, float] = {}
     async with httpx.AsyncClient(timeout=120) as http:
         for server in state.servers:
@@ -706,7 +707,8 @@ async def drive(args: argparse.Namespace) -> Drive:
             run.load.append(os.getloadavg()[0])
         run.call_bytes_mb = await agent_gauge(state, "gym_agent_model_call_bytes_in_flight")
         run.finished_mb = await agent_gauge(state, "gym_agent_finished_result_bytes")
-        run.token_mb = await agent_gauge(state, "gym_agent_token_bytes")
+        run.live_token_mb = await agent_gauge(state, 'gym_agent_token_bytes{held="live"}')
+        run.kept_token_mb = await agent_gauge(state, 'gym_agent_token_bytes{held="finished"}')
         run.last_heap = await probe_heap(state, "last")
         if args.quiet and run.checkpoints:
             run.quiet = await quiet_window(run.checkpoints, args.every, helpers[0], clock)
@@ -807,8 +809,8 @@ class Figures:
     restore_ok: bool
     rss_mb: dict[str, float]  # growth since idle, at the last checkpoint
     raw_mb: dict[str, float]
-    #: an agent's rollouts' tokens as the ledger counts them (its raw_mb is its own count, when it reports one), MB
-    ledger_raw_mb: dict[str, float]
+    #: the token arrays an agent holds by its own count (``gym_agent_token_bytes``), MB
+    own_raw_mb: dict[str, float]
     idle_mb: dict[str, float]
     last_mb: dict[str, float]
     heap: dict[str, dict[str, Any]]  # --heap: process -> what grew (:func:`heap_growth`)
@@ -845,7 +847,7 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
     last = next((c for c in reversed(run["checkpoints"]) if c["status"] == "completed"), None)
     rss: dict[str, float] = {}
     raw: dict[str, float] = {}
-    ledger_raw: dict[str, float] = {}
+    own_raw: dict[str, float] = {}
     idle = {name: kib / 1024 for name, kib in run["idle_rss_kib"].items()}
     at_last: dict[str, float] = {}
     if last is not None:
@@ -860,10 +862,13 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
                 for r, (ids, lps) in s.rollout_tokens.items()
                 if r.split("-")[0].isdigit() and tasks.get(int(r.split("-")[0])) == agent
             )
-            ledger_raw[agent] = 4 * held / 2**20
-            # what the agent holds by its own count (its live episodes' arrays and its kept results'), when it reports
-            # it; else its rollouts' tokens in the ledger (which has dropped the finished ones the trainer consumed)
-            raw[agent] = run.get("token_mb", {}).get(agent, ledger_raw[agent])
+            # its rollouts' tokens as the ledger counts them (what their conversations amount to, the calls in flight
+            # included: the agent holds those as its task's and the tools' text), and the arrays of the finished
+            # results it keeps, which the trainer has had the ledger drop (a rollout whose drop is due in the next
+            # few seconds counts twice)
+            raw[agent] = 4 * held / 2**20 + run.get("kept_token_mb", {}).get(agent, 0.0)
+            if agent in run.get("live_token_mb", {}):  # and its own count of the arrays it holds, when it reports it
+                own_raw[agent] = run["live_token_mb"][agent] + run["kept_token_mb"].get(agent, 0.0)
     return Figures(
         tree=run["tree"],
         per_environment=run["per_environment"],
@@ -880,7 +885,7 @@ def figures(run: dict[str, Any], tasks: dict[int, str]) -> Figures:
         restore_ok=run["restore_status"] == "completed" and run["finished_after_restore"] > 0,
         rss_mb=rss,
         raw_mb=raw,
-        ledger_raw_mb=ledger_raw,
+        own_raw_mb=own_raw,
         idle_mb=idle,
         last_mb=at_last,
         heap={
@@ -1236,14 +1241,15 @@ def table(rows: list[Figures]) -> str:
 
 def rss_table(rows: list[Figures]) -> str:
     """Each process's resident memory at idle (started, before any rollout) and right after the last checkpoint, its
-    growth, the raw token bytes it holds then, and the growth over them (the target: at most 2); for an agent, its raw
-    tokens by its own count (``gym_agent_token_bytes``: its live episodes' and its kept results') beside its rollouts'
-    in the ledger, the bodies of the model calls it waits on then (each carries every earlier output item's token ids,
-    as text) and the finished results it keeps, each also over its raw tokens."""
+    growth, the raw token bytes it holds then, and the growth over them (the target: at most 2); for an agent, beside
+    its raw tokens the arrays it holds by its own count (``gym_agent_token_bytes``: a call in flight's prompt is not
+    among them, and a rollout on its first call holds none), the bodies of the model calls it waits on then (each
+    carries every earlier output item's token ids, as text) and the finished results it keeps, each also over its raw
+    tokens."""
     lines = [
         "| rollouts (per env) | context | layout | process | idle MB | at last checkpoint MB | growth MB | "
-        "raw token MB (the ledger's count) | growth / raw tokens | model call bodies in flight MB (/ raw tokens) | "
-        "finished results kept MB (/ raw tokens) |",
+        "raw token MB (as arrays, the agent's count) | growth / raw tokens | model call bodies in flight MB "
+        "(/ raw tokens) | finished results kept MB (/ raw tokens) |",
         "|" + "---|" * 11,
     ]
 
@@ -1262,7 +1268,7 @@ def rss_table(rows: list[Figures]) -> str:
                 f.idle_mb.get(n, 0),
                 f.last_mb[n],
                 f.raw_mb.get(n, 0),
-                f.ledger_raw_mb.get(n),
+                f.own_raw_mb.get(n),
                 f.call_bytes_mb.get(n),
                 f.finished_mb.get(n),
             )
@@ -1275,14 +1281,14 @@ def rss_table(rows: list[Figures]) -> str:
                     sum(f.idle_mb.get(n, 0) for n in agents),
                     sum(f.last_mb[n] for n in agents),
                     sum(f.raw_mb.get(n, 0) for n in agents),
-                    total(f.ledger_raw_mb, agents),
+                    total(f.own_raw_mb, agents),
                     total(f.call_bytes_mb, agents),
                     total(f.finished_mb, agents),
                 )
             )
-        for name, idle, last, raw, ledger, body, finished in entries:
+        for name, idle, last, raw, own, body, finished in entries:
             ratio = f"{(last - idle) / raw:.1f}" if raw else "-"
-            counted = f"{raw:.1f}" + (f" ({ledger:.1f})" if ledger is not None else "")
+            counted = f"{raw:.1f}" + (f" ({own:.1f})" if own is not None else "")
             lines.append(
                 f"| {4 * f.per_environment} ({f.per_environment}) | {f.context} | {f.tree} | {name} | {idle:.0f} | "
                 f"{last:.0f} | {last - idle:.0f} | {counted} | {ratio} | {of_raw(body, raw)} | "

@@ -364,8 +364,9 @@ async def test_live_episodes_of_one_task_hold_one_copy_of_its_create_params() ->
 
 
 async def test_the_agent_counts_each_token_it_holds_once() -> None:
-    """``gym_agent_token_bytes``: a live episode's calls, each prompt the whole conversation so far, count 4 bytes per
-    distinct id and per log-prob (what its table holds), however many times its prompts repeat them."""
+    """``gym_agent_token_bytes{held="live"}``: a live episode's calls, each prompt the whole conversation so far,
+    count 4 bytes per distinct id and per log-prob (what its table holds), however many times its prompts repeat
+    them."""
     loop = Waiting()
     config = load_config(
         SimpleConfig, overrides=base_config("agent", model_url="http://model", resources_url="http://r")
@@ -376,13 +377,13 @@ async def test_the_agent_counts_each_token_it_holds_once() -> None:
         participant = app.state.held.participant
         run = asyncio.create_task(participant.run(RolloutIdentity(rollout_id="r1"), row))
         await asyncio.wait_for(loop.waiting.wait(), 5)
-        assert participant.token_bytes() == 0
+        assert participant.live_token_bytes() == 0
         context = list(range(1_000, 1_500))  # 500 ids of system prompt and tools
         for turn in range(3):  # each call: the context so far, 10 ids generated, then 90 ids of the next turn
             generated = list(range(2_000 + 10 * turn, 2_010 + 10 * turn))
             participant.episodes["r1"].tokens.add(list(context), generated, [-0.25] * 10)
             context += generated + list(range(3_000 + 90 * turn, 3_090 + 90 * turn))
         distinct = 500 + 2 * 90 + 3 * 10  # the last turn's 90 ids are in no prompt yet
-        assert participant.token_bytes() == 4 * (distinct + 3 * 10)
+        assert participant.live_token_bytes() == 4 * (distinct + 3 * 10)
         loop.release.set()
         assert await asyncio.wait_for(run, 5) == {"reward": 1.0}

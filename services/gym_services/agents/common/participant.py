@@ -84,7 +84,7 @@ class AgentMetrics:
     #: the finished episodes' results kept (:mod:`.finished`), and their bytes
     finished: Gauge
     finished_bytes: Gauge
-    #: the training tokens the agent holds: its live episodes' token arrays and those of the finished results kept
+    #: the training tokens the agent holds as arrays, ``held`` by its live episodes or by the finished results kept
     token_bytes: Gauge
 
     @classmethod
@@ -111,7 +111,8 @@ class AgentMetrics:
             finished_bytes=metrics.gauge("gym_agent_finished_result_bytes", "Bytes of the finished results kept"),
             token_bytes=metrics.gauge(
                 "gym_agent_token_bytes",
-                "Bytes of the token arrays held: the live episodes' and the finished results' kept",
+                "Bytes of the token arrays held, by the live episodes and by the finished results kept",
+                ("held",),
             ),
         )
 
@@ -146,7 +147,8 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         )
         metrics.finished.set_function(lambda: len(self.finished))
         metrics.finished_bytes.set_function(lambda: self.finished.bytes)
-        metrics.token_bytes.set_function(self.token_bytes)
+        metrics.token_bytes.labels(held="live").set_function(self.live_token_bytes)
+        metrics.token_bytes.labels(held="finished").set_function(lambda: self.finished.token_bytes)
         #: the create params of the live episodes, one object per distinct params
         self.shared_params = SharedParams()
         #: boundary names each recently ended episode went through (debugging and tests)
@@ -439,9 +441,9 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         await self._stop(ep)
         return True
 
-    def token_bytes(self) -> int:
-        """The bytes of the token arrays held: each live episode's table and the finished results kept."""
-        return sum(e.tokens.nbytes() for e in self.episodes.values()) + self.finished.token_bytes
+    def live_token_bytes(self) -> int:
+        """The bytes of the token arrays the live episodes' tables hold."""
+        return sum(e.tokens.nbytes() for e in self.episodes.values())
 
     def live(self) -> dict[str, Any]:
         eps = list(self.episodes.values())

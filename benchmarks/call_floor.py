@@ -14,9 +14,14 @@ memory is read (``/proc/<pid>/status``) before the first and once all N are in f
   seeded), whose model call waits in the policy model above: an agent's cost of a live rollout (its ``/run`` call,
   its episode, its call to the model) with no token in it.
 
-The growth per call (per rollout for the agent) is set beside the raw tokens of one rollout at 8k and 32k contexts (every distinct id and each
-generated token's log-prob, 4 bytes each: about 33 KB and 131 KB), whose double is what the target allows a process
-per live rollout.
+And what a live generation's request holds in the policy model beyond that floor (**request**): each environment's
+first call of ``token_scale.py``'s tasks at 8k and 32k contexts (the task's input and its tools, padded to the
+context), as its JSON bytes and as the model keeps it parsed while the generation runs (the response echoes its
+tools), measured by tracemalloc in this process.
+
+The growth per call (per rollout for the agent), and a request's, is set beside the raw tokens of one rollout at 8k
+and 32k contexts (every distinct id and each generated token's log-prob, 4 bytes each: about 33 KB and 131 KB), whose
+double is what the target allows a process per live rollout.
 
     .venv/bin/python benchmarks/call_floor.py [--calls 256 1024 2048]
 """
@@ -230,6 +235,35 @@ async def measure_agent(calls: int, tmp: Path) -> tuple[float, float]:
             kill(proc)
 
 
+def measure_requests() -> list[tuple[int, str, int, int]]:
+    """(context, agent, JSON bytes, bytes held parsed) of each environment's first task at 8k and 32k contexts."""
+    import gc
+    import json
+    import tracemalloc
+
+    from benchmarks.token_scale import write_tasks
+
+    from gym_services.models.policy_model.app import drop_input_tokens
+    from gym_services.models.policy_model.responses import ResponsesRequest
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="gymckpt-call-floor-tasks-") as tmp:
+        for context in RAW_KB:
+            agents = write_tasks(Path(tmp) / f"tasks-{context}.jsonl", 1, context)
+            rows = (Path(tmp) / f"tasks-{context}.jsonl").read_text(encoding="utf-8").splitlines()
+            for index, line in enumerate(rows):
+                raw = json.dumps({**json.loads(line)["responses_create_params"], "model": "m"}).encode()
+                gc.collect()
+                tracemalloc.start()
+                held = ResponsesRequest.model_validate(json.loads(raw))
+                drop_input_tokens(held)
+                size = tracemalloc.get_traced_memory()[0]
+                tracemalloc.stop()
+                del held
+                out.append((context, agents[index], len(raw), size))
+    return out
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, nargs="+", default=[256, 1024, 2048])
@@ -245,6 +279,7 @@ async def main() -> None:
                 f"  {calls} calls: bare {bare:.1f} KiB a call, policy model {model:.1f}, agent {agent:.1f}",
                 file=sys.stderr,
             )
+    requests = measure_requests()
     print(f"load {os.getloadavg()[0]:.1f}")
     print(
         "| calls in flight | bare: idle MB, KiB a call | policy model: idle MB, KiB a call | agent: idle MB, KiB a "
@@ -258,6 +293,15 @@ async def main() -> None:
             f"{agent_idle:.0f}, {agent:.1f} | "
             f"{model / RAW_KB[8192]:.2f}, {model / RAW_KB[32768]:.2f} | "
             f"{agent / RAW_KB[8192]:.2f}, {agent / RAW_KB[32768]:.2f} |"
+        )
+
+    print()
+    print("| context | environment's agent | request JSON KB | held parsed KB | held parsed / a rollout's raw tokens |")
+    print("|---|---|---|---|---|")
+    for context, environment, size, parsed in requests:
+        print(
+            f"| {context} | {environment} | {size / 1024:.0f} | {parsed / 1024:.0f} | "
+            f"{parsed / 1024 / RAW_KB[context]:.2f} |"
         )
 
 

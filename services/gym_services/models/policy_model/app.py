@@ -169,7 +169,7 @@ async def responses(request: Request) -> Response:
     created_at = 0.0 if config.stable_created_at else time.time()
     identity = RolloutIdentity.from_headers(request.headers)
     digest = request_digest(body)
-    _drop_input_tokens(body)
+    drop_input_tokens(body)
     recorded = identity if config.record_tokens else None
     if recorded is not None:  # the intent before dispatch: a call lost from here on masks the rollout
         await server.ledger.room_for(recorded.rollout_id, config.ledger.full_wait_s)
@@ -202,7 +202,7 @@ async def responses(request: Request) -> Response:
     return Response(id_json.dumps(response, "output", allow_nan=False), media_type="application/json", headers=headers)
 
 
-def _drop_input_tokens(body: ResponsesRequest) -> None:
+def drop_input_tokens(body: ResponsesRequest) -> None:
     """The request's items without the token fields earlier answers carried back (the digest counted them): the
     chat sent upstream, the lineage stamps and the response never read them, and a request is held while its
     generation runs (thousands at once, each carrying every earlier call's prompt ids)."""

@@ -148,88 +148,78 @@ async def measure_bare(calls: int, tmp: Path) -> tuple[float, float]:
         proc.wait()
 
 
+Started = list[tuple[subprocess.Popen[bytes], str]]
+
+
+def start_model(tmp: Path, started: Started) -> str:
+    """The built-in worker, holding every stream before its first token, and a policy model in front of it (each
+    appended to ``started`` as it starts); the model's URL."""
+    started.append(start_server("inference_worker", {"time_to_first_token_s": 600, "tokens_per_second": 1.0}, tmp))
+    upstream = {"base_url": [f"{started[-1][1]}/v1"], "max_connections": 4096}
+    started.append(start_server("policy_model", {"upstream": upstream, "return_token_id_information": True}, tmp))
+    return started[-1][1]
+
+
+async def growth_per_call(
+    pid: int,
+    url: str,
+    path: str,
+    calls: int,
+    body_of: Callable[[int], dict[str, Any]],
+    headers_of: Callable[[int], dict[str, str]],
+    model_url: str,
+) -> tuple[float, float]:
+    """``pid``'s idle resident MB and its growth in KiB per call once ``calls`` calls to ``url``'s ``path`` are in
+    flight (the model at ``model_url`` generating for every one)."""
+
+    async def until() -> bool:
+        async with httpx.AsyncClient(timeout=30) as client:
+            status = await client.get(f"{model_url}{CONTROL}/status", headers={"authorization": f"Bearer {TOKEN}"})
+        return int(status.json()["live"]["generations"]) >= calls
+
+    await asyncio.sleep(0.5)
+    before = rss_kib(pid)
+    tasks, _ = await held(url, path, calls, body_of, headers_of, until)
+    await asyncio.sleep(2)
+    during = rss_kib(pid)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return before / 1024, (during - before) / calls
+
+
 async def measure_model(calls: int, tmp: Path) -> tuple[float, float]:
-    worker, worker_url = start_server("inference_worker", {"time_to_first_token_s": 600, "tokens_per_second": 1.0}, tmp)
-    model, model_url = start_server(
-        "policy_model",
-        {
-            "upstream": {"base_url": [f"{worker_url}/v1"], "max_connections": 4096},
-            "return_token_id_information": True,
-        },
-        tmp,
-    )
+    started: Started = []
     try:
-        await asyncio.sleep(0.5)
-        before = rss_kib(model.pid)
-
-        async def until() -> bool:
-            async with httpx.AsyncClient(timeout=30) as client:
-                status = await client.get(f"{model_url}{CONTROL}/status", headers={"authorization": f"Bearer {TOKEN}"})
-            return int(status.json()["live"]["generations"]) >= calls
-
+        model_url = start_model(tmp, started)
         body = {"model": "workplace-oracle", "input": "hi"}
-        tasks, _ = await held(
+        return await growth_per_call(
+            started[-1][0].pid,
             model_url,
             "/v1/responses",
             calls,
             lambda i: body,
             lambda i: {"x-ng-rollout-id": f"r{i}", "x-ng-attempt": "0"},
-            until,
+            model_url,
         )
-        await asyncio.sleep(2)
-        during = rss_kib(model.pid)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return before / 1024, (during - before) / calls
     finally:
-        kill(model)
-        kill(worker)
+        for proc, _ in reversed(started):
+            kill(proc)
 
 
 async def measure_agent(calls: int, tmp: Path) -> tuple[float, float]:
-    worker, worker_url = start_server("inference_worker", {"time_to_first_token_s": 600, "tokens_per_second": 1.0}, tmp)
-    started = [(worker, worker_url)]
+    started: Started = []
     try:
-        started.append(
-            start_server(
-                "policy_model",
-                {
-                    "upstream": {"base_url": [f"{worker_url}/v1"], "max_connections": 4096},
-                    "return_token_id_information": True,
-                },
-                tmp,
-            )
-        )
-        model_url = started[-1][1]
+        model_url = start_model(tmp, started)
         started.append(start_server("counter", {}, tmp))
-        resources_url = started[-1][1]
-        started.append(
-            start_server(
-                "simple_agent",
-                {"model_url": model_url, "resources_url": resources_url, "model": "workplace-oracle"},
-                tmp,
-            )
-        )
-        agent, agent_url = started[-1]
-        await asyncio.sleep(0.5)
-        before = rss_kib(agent.pid)
-
-        async def until() -> bool:
-            async with httpx.AsyncClient(timeout=30) as client:
-                status = await client.get(f"{model_url}{CONTROL}/status", headers={"authorization": f"Bearer {TOKEN}"})
-            return int(status.json()["live"]["generations"]) >= calls
+        agent_config = {"model_url": model_url, "resources_url": started[-1][1], "model": "workplace-oracle"}
+        started.append(start_server("simple_agent", agent_config, tmp))
 
         def row(i: int) -> dict[str, Any]:
             return {"responses_create_params": {"input": "hi"}, "target": 1, "_ng_rollout_id": f"r{i}"}
 
-        tasks, _ = await held(agent_url, "/run", calls, row, lambda i: {}, until)
-        await asyncio.sleep(2)
-        during = rss_kib(agent.pid)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return before / 1024, (during - before) / calls
+        agent, agent_url = started[-1]
+        return await growth_per_call(agent.pid, agent_url, "/run", calls, row, lambda i: {}, model_url)
     finally:
         for proc, _ in reversed(started):
             kill(proc)

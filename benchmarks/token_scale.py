@@ -253,7 +253,7 @@ class Drive:
     #: the ramp and then until the token ledger held a call per rollout (``--warm-up`` at most)
     warm_s: float = 0.0
     load: list[float] = field(default_factory=list)
-    #: each agent's model call bodies in flight right after the last checkpoint, MB (:func:`calls_in_flight`)
+    #: each agent's model call bodies in flight right after the last checkpoint, MB (:func:`agent_gauges`)
     call_bytes_mb: dict[str, float] = field(default_factory=dict)
     #: and the finished results each keeps (for a repeated /run or a checkpoint), MB
     finished_mb: dict[str, float] = field(default_factory=dict)
@@ -504,20 +504,28 @@ async def worker_tokens(state: Any) -> int:
             return 0
 
 
-async def agent_gauge(state: Any, gauge: str) -> dict[str, float]:
-    """Each agent's ``gauge``, in MB: ``gym_agent_model_call_bytes_in_flight`` (what its proxy holds of the calls the
-    model is generating), ``gym_agent_finished_result_bytes`` (the finished results it keeps) or
-    ``gym_agent_token_bytes{held="live"}`` (the token arrays it holds: its live episodes', or ``finished``, its kept
-    results'); an agent without the gauge (an earlier tree) or that did not answer is left out."""
-    out: dict[str, float] = {}
+#: the agents' gauges read after the last checkpoint (the Prometheus sample's name, labels included)
+AGENT_GAUGES = (
+    "gym_agent_model_call_bytes_in_flight",  # what its proxy holds of the calls the model is generating
+    "gym_agent_finished_result_bytes",  # the finished results it keeps
+    'gym_agent_token_bytes{held="live"}',  # the token arrays its live episodes hold
+    'gym_agent_token_bytes{held="finished"}',  # and its kept results
+)
+
+
+async def agent_gauges(state: Any) -> dict[str, dict[str, float]]:
+    """Each of :data:`AGENT_GAUGES` -> each agent's value in MB, from one read of its ``/metrics``; an agent without
+    a gauge (an earlier tree) or that did not answer is left out of it."""
+    out: dict[str, dict[str, float]] = {gauge: {} for gauge in AGENT_GAUGES}
     async with httpx.AsyncClient(timeout=120) as http:
         for server in state.servers:
             if not server.name.startswith("agent-"):
                 continue
             with contextlib.suppress(httpx.HTTPError):
                 for line in (await http.get(f"{state.url(server.name)}/metrics")).text.splitlines():
-                    if line.startswith(gauge + " "):
-                        out[server.name] = float(line.split()[-1]) / 2**20
+                    sample, _, value = line.rpartition(" ")
+                    if sample in out:
+                        out[sample][server.name] = float(value) / 2**20
     return out
 
 
@@ -705,10 +713,8 @@ async def drive(args: argparse.Namespace) -> Drive:
                 )
             )
             run.load.append(os.getloadavg()[0])
-        run.call_bytes_mb = await agent_gauge(state, "gym_agent_model_call_bytes_in_flight")
-        run.finished_mb = await agent_gauge(state, "gym_agent_finished_result_bytes")
-        run.live_token_mb = await agent_gauge(state, 'gym_agent_token_bytes{held="live"}')
-        run.kept_token_mb = await agent_gauge(state, 'gym_agent_token_bytes{held="finished"}')
+        gauges = await agent_gauges(state)  # in AGENT_GAUGES order
+        run.call_bytes_mb, run.finished_mb, run.live_token_mb, run.kept_token_mb = gauges.values()
         run.last_heap = await probe_heap(state, "last")
         if args.quiet and run.checkpoints:
             run.quiet = await quiet_window(run.checkpoints, args.every, helpers[0], clock)

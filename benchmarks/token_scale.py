@@ -27,7 +27,7 @@ both layouts. Per checkpoint:
 - **published**, **restore** (into fresh processes, the last checkpoint), seconds;
 - **RSS / raw tokens**: the resident memory the policy model and the agents gained since they started over the raw
   token bytes they hold (the model: every rollout of its ledger; an agent: its rollouts in the ledger, and the token
-  arrays of the finished results it keeps, ``gym_agent_token_bytes{held="finished"}``), at the last checkpoint. A
+  arrays of the finished results it keeps, ``gym_agent_token_bytes{episodes="finished"}``), at the last checkpoint. A
   second table gives each process's resident memory at idle (started, before any rollout: the interpreter and its
   imports), right after the last checkpoint, the growth, the raw token bytes and the ratio. A third gives the cores
   the machine and each group of processes used in the ``--every`` seconds before each checkpoint and while it ran,
@@ -508,8 +508,8 @@ async def worker_tokens(state: Any) -> int:
 AGENT_GAUGES = (
     "gym_agent_model_call_bytes_in_flight",  # what its proxy holds of the calls the model is generating
     "gym_agent_finished_result_bytes",  # the finished results it keeps
-    'gym_agent_token_bytes{held="live"}',  # the token arrays its live episodes hold
-    'gym_agent_token_bytes{held="finished"}',  # and its kept results
+    'gym_agent_token_bytes{episodes="live"}',  # the token arrays its live episodes hold
+    'gym_agent_token_bytes{episodes="finished"}',  # and its kept results
 )
 
 

@@ -323,8 +323,8 @@ async def test_kept_results_are_bounded_by_bytes(expected) -> None:
         assert "gym_agent_finished_results 1.0" in metrics.splitlines()
         assert f"gym_agent_finished_result_bytes {float(s.participant.finished.bytes)}" in metrics.splitlines()
         assert s.participant.live_token_bytes() == 0  # no live episode, and this row's calls carry no tokens
-        for held, count in (("live", 0), ("finished", s.participant.finished.token_bytes)):
-            assert f'gym_agent_token_bytes{{held="{held}"}} {float(count)}' in metrics.splitlines()
+        for episodes, count in (("live", 0), ("finished", s.participant.finished.token_bytes)):
+            assert f'gym_agent_token_bytes{{episodes="{episodes}"}} {float(count)}' in metrics.splitlines()
 
 
 async def test_a_kept_finished_episode_holds_its_result_only(expected) -> None:

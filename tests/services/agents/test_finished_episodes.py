@@ -120,7 +120,7 @@ def test_a_kept_result_holds_the_episodes_token_arrays_not_their_text() -> None:
 
 def test_the_token_bytes_kept_are_counted_apart_and_exactly() -> None:
     """``token_bytes`` is the arrays' part of ``size``; the collection's count follows keep, replace, pop and prune
-    (the agent's ``gym_agent_token_bytes{held="finished"}``)."""
+    (the agent's ``gym_agent_token_bytes{episodes="finished"}``)."""
     results = {n: FinishedEpisode.of(f"r{n}", 0, finished_boundary(n)[0], float(n)) for n in (2, 5, 8)}
     for n, kept_episode in results.items():
         assert 0 < kept_episode.token_bytes == kept_episode.size - len(kept_episode.packed)

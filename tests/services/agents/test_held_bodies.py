@@ -364,7 +364,7 @@ async def test_live_episodes_of_one_task_hold_one_copy_of_its_create_params() ->
 
 
 async def test_the_agent_counts_each_token_it_holds_once() -> None:
-    """``gym_agent_token_bytes{held="live"}``: a live episode's calls, each prompt the whole conversation so far,
+    """``gym_agent_token_bytes{episodes="live"}``: a live episode's calls, each prompt the whole conversation so far,
     count 4 bytes per distinct id and per log-prob (what its table holds), however many times its prompts repeat
     them."""
     loop = Waiting()

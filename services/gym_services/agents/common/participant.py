@@ -84,7 +84,8 @@ class AgentMetrics:
     #: the finished episodes' results kept (:mod:`.finished`), and their bytes
     finished: Gauge
     finished_bytes: Gauge
-    #: the training tokens the agent holds as arrays, ``held`` by its live episodes or by the finished results kept
+    #: the training tokens the agent holds as arrays, by its live ``episodes`` or by the finished ones whose results it
+    #: keeps
     token_bytes: Gauge
 
     @classmethod
@@ -111,8 +112,8 @@ class AgentMetrics:
             finished_bytes=metrics.gauge("gym_agent_finished_result_bytes", "Bytes of the finished results kept"),
             token_bytes=metrics.gauge(
                 "gym_agent_token_bytes",
-                "Bytes of the token arrays held, by the live episodes and by the finished results kept",
-                ("held",),
+                "Bytes of the token arrays held by the live episodes, and by the finished ones whose results are kept",
+                ("episodes",),
             ),
         )
 
@@ -147,8 +148,8 @@ class AgentParticipant(Participant[dict[str, Episode], FrozenEpisode]):
         )
         metrics.finished.set_function(lambda: len(self.finished))
         metrics.finished_bytes.set_function(lambda: self.finished.bytes)
-        metrics.token_bytes.labels(held="live").set_function(self.live_token_bytes)
-        metrics.token_bytes.labels(held="finished").set_function(lambda: self.finished.token_bytes)
+        metrics.token_bytes.labels(episodes="live").set_function(self.live_token_bytes)
+        metrics.token_bytes.labels(episodes="finished").set_function(lambda: self.finished.token_bytes)
         #: the create params of the live episodes, one object per distinct params
         self.shared_params = SharedParams()
         #: boundary names each recently ended episode went through (debugging and tests)
